@@ -1,0 +1,61 @@
+"""Settings: one env prefix (CAMPAIGN_), a SQLite file under the data dir by default."""
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CAMPAIGN_", env_file=".env", extra="ignore")
+
+    data_dir: Path = Field(Path("data"), description="Where the SQLite file, the secret key and runner spools live.")
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL; default sqlite:///<data_dir>/campaign.db. PostgreSQL: postgresql+psycopg://user@host/db"
+    )
+    secret_key: str | None = Field(
+        None, description="Signs session cookies and share links; generated once into <data_dir>/secret_key when unset."
+    )
+    host: str = Field("127.0.0.1", description="Bind address; 127.0.0.1 unless you mean to expose the board.")
+    port: int = Field(8000, description="HTTP port.")
+    public_url: str | None = Field(None, description="Base URL printed in login and share links; default http://host:port.")
+    auth_enabled: bool = Field(True, description="Login required for every state-changing request. Off only for local experiments.")
+    session_max_age_s: int = Field(14 * 24 * 3600, description="Lifetime of a login session cookie.")
+    login_token_ttl_s: int = Field(24 * 3600, description="How long a printed one-time login URL stays valid.")
+    embedded_runner: bool = Field(True, description="`campaign serve` also starts a local runner on this machine.")
+    log_cap_bytes: int = Field(32 * 1024 * 1024, description="Stored log bytes per trial; past it the head and tail are kept.")
+    heartbeat_s: float = Field(5.0, description="Runner heartbeat period.")
+    runner_lost_after_s: float = Field(30.0, description="A runner silent this long is offline; its running trial is lost.")
+    cancel_grace_s: float = Field(10.0, description="SIGTERM to SIGKILL grace when a trial is cancelled or times out.")
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'campaign.db').resolve()}"
+
+    def resolved_secret_key(self) -> str:
+        """The configured secret, or one generated once and kept in the data dir."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.data_dir / "secret_key"
+        if path.exists():
+            return path.read_text().strip()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(48)
+        path.write_text(key)
+        path.chmod(0o600)
+        return key
+
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

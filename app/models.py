@@ -1,0 +1,222 @@
+"""SQLModel tables. Enum-like columns are plain strings validated by the domain layer,
+so adding a state never needs a database enum migration.
+
+Times are timezone-aware UTC. JSON columns hold data that is shaped by recipes and runners
+(recipe, requirements, fingerprints) and is never queried by its inner fields.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Column, DateTime, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _ts(nullable: bool = True, **kw: Any) -> Any:
+    return Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=nullable), **kw)
+
+
+def _created() -> Any:
+    return Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+def _json(default: Any = None) -> Any:
+    if callable(default):
+        return Field(default_factory=default, sa_column=Column(JSON, nullable=False))
+    return Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class ApproachStatus(StrEnum):
+    untested = "untested"
+    queued = "queued"
+    running = "running"
+    promising = "promising"
+    adopted = "adopted"
+    dead_end = "dead_end"
+    deferred = "deferred"
+
+
+class TrialState(StrEnum):
+    queued = "queued"
+    dispatched = "dispatched"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+    timed_out = "timed_out"
+    lost = "lost"
+
+
+ACTIVE_TRIAL_STATES = (TrialState.queued, TrialState.dispatched, TrialState.running)
+
+
+class Campaign(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    slug: str = Field(max_length=80, unique=True, index=True)
+    name: str = Field(max_length=200)
+    description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    # Profitability model inputs (domain.md "Is speculation profitable?"); None = not known yet.
+    baseline_tok_s: float | None = None
+    baseline_trial_id: int | None = None
+    accept_length: float | None = None
+    draft_steps: int | None = None
+    draft_step_ms: float | None = None
+    verify_compute_ms: float | None = None
+    allreduces_per_verify: int | None = 122
+    hidden_size: int = 7168
+    verify_tokens: int = 4
+    created_at: datetime = _created()
+    updated_at: datetime = _created()
+
+
+class Approach(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("campaign_id", "key", name="uq_approach_campaign_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    key: str = Field(max_length=80, description="Stable identifier within the campaign (used in campaign files).")
+    title: str = Field(max_length=200)
+    description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    position: int = Field(default=0, description="Priority order: 1 runs first.")
+    status: str = Field(default=ApproachStatus.untested, max_length=20, index=True)
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    evidence: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    effort: str = Field(default="", max_length=200)
+    prerequisites: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    recipe: dict[str, Any] | None = _json()
+    requirements: dict[str, Any] | None = _json()
+    # The stack the current verdict was reached on, and which of its components the verdict is bound to.
+    verdict_fingerprint: dict[str, Any] | None = _json()
+    bound_to: dict[str, Any] | None = _json()
+    created_at: datetime = _created()
+    updated_at: datetime = _created()
+
+
+class StatusChange(SQLModel, table=True):
+    __tablename__ = "status_change"
+
+    id: int | None = Field(default=None, primary_key=True)
+    approach_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")
+    from_status: str = Field(max_length=20)
+    to_status: str = Field(max_length=20)
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    actor: str = Field(default="", max_length=120)
+    trial_id: int | None = Field(default=None, foreign_key="trial.id", ondelete="SET NULL")
+    at: datetime = _created()
+
+
+class Runner(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=120, unique=True)
+    token_hash: str = Field(max_length=128, unique=True)
+    labels: list[str] = _json(list)
+    fingerprint: dict[str, Any] | None = _json()
+    embedded: bool = False
+    connected: bool = False
+    last_seen_at: datetime | None = _ts()
+    created_at: datetime = _created()
+    revoked_at: datetime | None = _ts()
+
+
+class Trial(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    approach_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")
+    recipe: dict[str, Any] = _json(dict)
+    state: str = Field(default=TrialState.queued, max_length=20, index=True)
+    phase: str = Field(default="queued", max_length=40)
+    runner_id: int | None = Field(default=None, foreign_key="runner.id", index=True, ondelete="SET NULL")
+    attempt_id: str | None = Field(default=None, max_length=64, description="The current attempt; writes from others are stale.")
+    attempt_count: int = 0
+    requested_by: str = Field(default="", max_length=120)
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    error: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    fingerprint: dict[str, Any] | None = _json()
+    gpu_released: bool | None = None
+    gpu_note: str = Field(default="", max_length=500)
+    log_bytes: int = 0
+    log_dropped_bytes: int = 0
+    proposal: dict[str, Any] | None = _json()
+    cancel_requested: bool = False
+    created_at: datetime = _created()
+    dispatched_at: datetime | None = _ts()
+    started_at: datetime | None = _ts()
+    finished_at: datetime | None = _ts()
+
+
+class Attempt(SQLModel, table=True):
+    id: str = Field(primary_key=True, max_length=64)
+    trial_id: int = Field(foreign_key="trial.id", index=True, ondelete="CASCADE")
+    runner_id: int | None = Field(default=None, foreign_key="runner.id", ondelete="SET NULL")
+    number: int
+    state: str = Field(default=TrialState.dispatched, max_length=20)
+    created_at: datetime = _created()
+    ended_at: datetime | None = _ts()
+
+
+class LogChunk(SQLModel, table=True):
+    __tablename__ = "log_chunk"
+    __table_args__ = (
+        UniqueConstraint("trial_id", "attempt_id", "seq", name="uq_log_chunk_trial_attempt_seq"),
+        Index("ix_log_chunk_trial_seq", "trial_id", "seq"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    trial_id: int = Field(foreign_key="trial.id", ondelete="CASCADE")
+    attempt_id: str = Field(max_length=64)
+    seq: int
+    offset: int
+    data: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: datetime = _created()
+
+
+class Metric(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("trial_id", "seq", "index", name="uq_metric_trial_seq_index"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    trial_id: int = Field(foreign_key="trial.id", index=True, ondelete="CASCADE")
+    approach_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    seq: int = Field(description="The log chunk the metric line was read from.")
+    index: int = Field(default=0, description="Position of the metric line within that chunk.")
+    name: str = Field(max_length=120, index=True)
+    value: float
+    unit: str = Field(default="", max_length=40)
+    tags: dict[str, Any] = _json(dict)
+    created_at: datetime = _created()
+
+
+class AuthToken(SQLModel, table=True):
+    """A secret someone presents: a one-time login link or an API token for scripts."""
+
+    __tablename__ = "auth_token"
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(max_length=20, description="login (one-time) or api")
+    name: str = Field(default="", max_length=120)
+    token_hash: str = Field(max_length=128, unique=True)
+    created_at: datetime = _created()
+    expires_at: datetime | None = _ts()
+    used_at: datetime | None = _ts()
+    revoked_at: datetime | None = _ts()
+
+
+class ShareLink(SQLModel, table=True):
+    """A read-only link to a campaign's status page; the URL carries a signed id + nonce."""
+
+    __tablename__ = "share_link"
+
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    name: str = Field(default="", max_length=120)
+    nonce: str = Field(max_length=64)
+    created_by: str = Field(default="", max_length=120)
+    created_at: datetime = _created()
+    revoked_at: datetime | None = _ts()

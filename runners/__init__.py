@@ -1,0 +1,1 @@
+"""Campaign Board runner sidecar: runs trials on a GPU node and streams their logs."""

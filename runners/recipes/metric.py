@@ -1,0 +1,47 @@
+"""The structured metric line recipes print, and its parser.
+
+One line per result: the prefix, then a JSON object with name, value, unit and tags.
+Standard library only: recipes run on GPU nodes that have torch but not the server's packages.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, TextIO
+
+METRIC_PREFIX = "@@campaign-metric "
+
+
+def format_metric(name: str, value: float, unit: str = "", **tags: Any) -> str:
+    """One metric line (without newline)."""
+    return METRIC_PREFIX + json.dumps(
+        {"name": name, "value": value, "unit": unit, "tags": tags}, sort_keys=True
+    )
+
+
+def emit(name: str, value: float, unit: str = "", *, stream: TextIO | None = None, **tags: Any) -> None:
+    """Print one metric line and flush, so it reaches the runner when it is measured."""
+    out = stream or sys.stdout
+    out.write(format_metric(name, value, unit, **tags) + "\n")
+    out.flush()
+
+
+def parse_metric_line(line: str) -> dict[str, Any] | None:
+    """The metric in a log line, or None when the line is not a (valid) metric line."""
+    at = line.find(METRIC_PREFIX)
+    if at < 0:
+        return None
+    try:
+        obj = json.loads(line[at + len(METRIC_PREFIX):])
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    value = obj.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    tags = obj.get("tags") or {}
+    if not isinstance(tags, dict):
+        return None
+    return {"name": obj["name"], "value": float(value), "unit": str(obj.get("unit") or ""), "tags": tags}
