@@ -1,0 +1,412 @@
+"""Shared machinery of the collective recipes (allreduce, verify_step): launching ranks,
+process-group setup with timeouts, allreduce implementations, timing, bounded teardown.
+
+The module that is run (`python -m runners.recipes.allreduce ...`) is the *launcher*: it
+validates, checks what the machine can do, then starts one subprocess per rank running the
+same module and argv with CAMPAIGN_RANK_WORKER=1 set. Subprocesses rather than
+torch.multiprocessing so the launcher can bound and kill a rank that hangs (real trials hang
+in NCCL teardown). Standard library + torch only; torch is imported lazily so that
+`build_launch` can validate without it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+# Defaulted (never overridden) for every process a collective recipe starts: NVLink
+# multicast can take a shared host's GPUs out of service, so it stays off.
+SAFE_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+# NCCL knobs arrive through the environment (the recipe's env); recipes only record them.
+NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_P2P_LEVEL")
+
+BACKENDS = ("gloo", "nccl", "symm_mem_one_shot", "symm_mem_two_shot")
+GPU_BACKENDS = ("nccl", "symm_mem_one_shot", "symm_mem_two_shot")
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+# Unit roundoff per dtype, for the correctness tolerance.
+DTYPE_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
+MODES = ("eager", "graph")
+
+WORKER_ENV = "CAMPAIGN_RANK_WORKER"
+
+
+def apply_safe_env(env: dict[str, str] | os._Environ) -> None:
+    for key, value in SAFE_ENV.items():
+        env.setdefault(key, value)
+
+
+def knob_tags() -> dict[str, str]:
+    """The NCCL knobs set in this environment, as metric tags (lower-case names)."""
+    return {k.lower(): os.environ[k] for k in NCCL_KNOBS if os.environ.get(k)}
+
+
+def is_worker() -> bool:
+    return os.environ.get(WORKER_ENV) == "1"
+
+
+def static_checks(values: dict[str, Any]) -> None:
+    """Combinations that can be refused without looking at the machine (raises RecipeError)."""
+    from runners.recipes import RecipeError
+
+    if values["backend"] == "gloo" and values["mode"] == "graph":
+        raise RecipeError("params.mode (--mode): graph mode needs CUDA graphs; backend gloo runs on CPU")
+    if values.get("world_size") is not None and values["world_size"] < 2:
+        raise RecipeError("params.world_size (--world-size): an allreduce needs at least 2 ranks")
+
+
+def machine_checks(prog: str, values: dict[str, Any]) -> int:
+    """Checks that need torch and the GPUs. Returns the world size to launch, or exits 2."""
+    from runners.recipes._params import usage_error
+
+    backend = values["backend"]
+    if backend == "gloo":
+        return values["world_size"] or 2
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        usage_error(prog, f"backend {backend} needs CUDA GPUs; none is visible to torch {torch.__version__}")
+    world = values["world_size"] or gpus
+    if world < 2:
+        usage_error(prog, f"backend {backend} needs at least 2 GPUs for an allreduce; {gpus} visible")
+    if world > gpus:
+        usage_error(prog, f"world size {world} is more than the {gpus} GPU(s) visible (one rank per GPU)")
+    if backend.startswith("symm_mem"):
+        try:
+            import torch.distributed._symmetric_memory  # noqa: F401
+        except ImportError as exc:
+            usage_error(prog, f"backend {backend} needs torch.distributed._symmetric_memory: {exc}")
+    return world
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def launch_ranks(prog: str, module: str, argv: list[str], world_size: int, run_timeout_s: float,
+                 teardown_timeout_s: float) -> int:
+    """Start one process per rank (same module and argv), wait with a deadline, return an exit code.
+
+    Ranks inherit stdout/stderr, so their lines reach the runner as they are printed. A rank
+    that fails stops the others; ranks still running at the deadline are stopped and reported.
+    """
+    apply_safe_env(os.environ)
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    for rank in range(world_size):
+        env = dict(os.environ)
+        env.update({
+            WORKER_ENV: "1", "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "PYTHONUNBUFFERED": "1",
+        })
+        procs.append(subprocess.Popen([sys.executable, "-m", module, *argv], env=env))
+
+    def on_term(signum: int, _frame: Any) -> None:
+        _stop(procs, grace_s=2.0)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    deadline = time.monotonic() + run_timeout_s
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            rank, code = failed[0]
+            _stop(procs)
+            print(f"{prog}: rank {rank} exited with code {code}; stopped the other ranks", file=sys.stderr, flush=True)
+            return code if code > 0 else 1
+        if all(c == 0 for c in codes):
+            return 0
+        if codes[0] == 0:
+            # Rank 0 has reported; the others get the teardown allowance, no more.
+            deadline = min(deadline, time.monotonic() + teardown_timeout_s)
+        if time.monotonic() > deadline:
+            hung = [r for r, c in enumerate(codes) if c is None]
+            _stop(procs)
+            if codes[0] == 0:
+                print(f"{prog}: ranks {hung} did not exit within {teardown_timeout_s:g}s of the results; "
+                      "stopped them (teardown hang)", file=sys.stderr, flush=True)
+                return 0
+            print(f"{prog}: ranks {hung} did not finish within {run_timeout_s:g}s; stopped them",
+                  file=sys.stderr, flush=True)
+            return 124
+        time.sleep(0.05)
+
+
+class Rank:
+    """This worker's place in the world, its device and process group."""
+
+    def __init__(self, backend: str, init_timeout_s: float):
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        self.rank = int(os.environ["RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.backend = backend
+        self.on_gpu = backend in GPU_BACKENDS
+        if self.on_gpu:
+            self.device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+            torch.cuda.set_device(self.device)
+            dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=init_timeout_s),
+                                    device_id=self.device)
+        else:
+            self.device = torch.device("cpu")
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=init_timeout_s))
+        self.group = dist.group.WORLD
+        self.group_name = self.group.group_name
+
+    def log(self, text: str) -> None:
+        if self.rank == 0:
+            print(text, flush=True)
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        if self.on_gpu:
+            dist.barrier(device_ids=[self.device.index])
+        else:
+            dist.barrier()
+
+    def max_across(self, values: list[float]) -> list[float]:
+        """Elementwise max over ranks: a collective is as slow as its slowest rank."""
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.cpu().tolist()
+
+    def all_true(self, flag: bool) -> bool:
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return bool(t.item())
+
+    def synchronize(self) -> None:
+        import torch
+
+        if self.on_gpu:
+            torch.cuda.synchronize(self.device)
+
+    def finish(self, code: int, teardown_timeout_s: float) -> None:
+        """Flush, destroy the process group within a bound, and exit even if teardown hangs."""
+        import torch.distributed as dist
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        done = threading.Event()
+
+        def teardown() -> None:
+            try:
+                dist.destroy_process_group()
+            finally:
+                done.set()
+
+        threading.Thread(target=teardown, daemon=True).start()
+        if not done.wait(teardown_timeout_s):
+            print(f"rank {self.rank}: process-group teardown did not finish within {teardown_timeout_s:g}s; "
+                  "exiting anyway", file=sys.stderr, flush=True)
+        os._exit(code)
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+class Allreduce:
+    """One allreduce of a fixed shape on a fixed buffer, by the chosen implementation.
+
+    `buffer` is what a caller fills; `__call__` reduces it (sum) and returns the result
+    (the buffer itself for in-place implementations, a new tensor for one-shot).
+    """
+
+    def __init__(self, rank: Rank, shape: tuple[int, ...], dtype_name: str):
+        import torch
+
+        self.rank = rank
+        dtype = torch_dtype(dtype_name)
+        if rank.backend.startswith("symm_mem"):
+            import torch.distributed._symmetric_memory as symm_mem
+
+            self.buffer = symm_mem.empty(shape, dtype=dtype, device=rank.device)
+            symm_mem.rendezvous(self.buffer, rank.group_name)
+        else:
+            self.buffer = torch.empty(shape, dtype=dtype, device=rank.device)
+        self.buffer.zero_()
+        self._fn = self._pick(rank.backend)
+
+    def _pick(self, backend: str) -> Callable[[], Any]:
+        import torch
+        import torch.distributed as dist
+
+        name = self.rank.group_name
+        buf = self.buffer
+        if backend == "symm_mem_one_shot":
+            return lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", name)
+        if backend == "symm_mem_two_shot":
+            return lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", name)
+
+        def in_place():
+            dist.all_reduce(buf)
+            return buf
+
+        return in_place
+
+    def __call__(self):
+        return self._fn()
+
+
+def known_values(seed: int, rank: int, shape: tuple[int, ...], dtype_name: str):
+    """Rank-dependent random values any rank can regenerate (CPU generator, exact in dtype)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
+    return (torch.rand(shape, generator=gen, dtype=torch.float32) * 2 - 1).to(torch_dtype(dtype_name))
+
+
+def check_allreduce(ar: Allreduce, seed: int, dtype_name: str) -> tuple[bool, float, float]:
+    """Fill each rank with known values, reduce, compare to the exact sum.
+
+    Tolerance per element: (world+1) roundings of at most the running absolute sum, which a
+    correct reduction in any order meets and a missing or doubled rank does not.
+    Returns (all ranks passed, max abs error, max tolerance) for this rank.
+    """
+    import torch
+
+    rank = ar.rank
+    shape = tuple(ar.buffer.shape)
+    mine = known_values(seed, rank.rank, shape, dtype_name)
+    ar.buffer.copy_(mine.to(rank.device))
+    rank.barrier()
+    out = ar().float().cpu()
+    rank.synchronize()
+    inputs = [known_values(seed, r, shape, dtype_name).float() for r in range(rank.world_size)]
+    expected = torch.stack(inputs).sum(0)
+    abs_sum = torch.stack(inputs).abs().sum(0)
+    tol = DTYPE_ROUNDOFF[dtype_name] * (rank.world_size + 1) * abs_sum + 1e-30
+    err = (out - expected).abs()
+    ok = bool(torch.isfinite(out).all()) and bool((err <= tol).all())
+    ar.buffer.zero_()
+    rank.synchronize()
+    return rank.all_true(ok), float(err.max()), float(tol.max())
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile of an already sorted list (q in [0, 100])."""
+    if not sorted_values:
+        raise ValueError("no samples")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarize(samples_us: list[float]) -> dict[str, float]:
+    s = sorted(samples_us)
+    return {"median": percentile(s, 50), "p10": percentile(s, 10), "p90": percentile(s, 90),
+            "min": s[0], "max": s[-1]}
+
+
+def time_eager(rank: Rank, fn: Callable[[], Any], warmup: int, iters: int) -> list[float]:
+    """Per-call times in microseconds: CUDA events on GPU (calls issued back to back, so
+    launch overhead counts, as it does in a decode step), perf_counter on CPU."""
+    for _ in range(warmup):
+        fn()
+    rank.synchronize()
+    rank.barrier()
+    if rank.on_gpu:
+        import torch
+
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for i in range(iters):
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize(rank.device)
+        return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return samples
+
+
+def capture_graph(rank: Rank, body: Callable[[], Any]):
+    """Capture `body` in a CUDA graph (after a warm-up on a side stream, as capture requires)."""
+    import torch
+
+    side = torch.cuda.Stream(device=rank.device)
+    side.wait_stream(torch.cuda.current_stream(rank.device))
+    with torch.cuda.stream(side):
+        body()
+    torch.cuda.current_stream(rank.device).wait_stream(side)
+    torch.cuda.synchronize(rank.device)
+    rank.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    torch.cuda.synchronize(rank.device)
+    return graph
+
+
+def time_graph(rank: Rank, graph, warmup: int, iters: int) -> list[float]:
+    """Times of whole replays in microseconds."""
+    import torch
+
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize(rank.device)
+    rank.barrier()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        graph.replay()
+        ends[i].record()
+    torch.cuda.synchronize(rank.device)
+    return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+
+
+def stack_tags(rank: Rank) -> dict[str, Any]:
+    import torch
+
+    tags: dict[str, Any] = {"torch": torch.__version__}
+    if rank.on_gpu:
+        try:
+            tags["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception:  # NCCL version is a nice-to-have tag, never a failure
+            pass
+    return tags

@@ -1,0 +1,161 @@
+"""Parameter specs shared by a recipe's two front doors: `build_launch` (JSON params) and its CLI.
+
+One validator serves both: the CLI parses every option as a string and hands the strings to
+`validate`, which coerces and checks them exactly as it checks the JSON values of a recipe.
+So a bad approach fails in `build_launch`, before anything is launched, with the same message
+the module would print. Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from runners.recipes import RecipeError
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One recipe parameter. kind: int, float, str, choice, int_list, str_list."""
+
+    name: str
+    kind: str
+    default: Any = None
+    help: str = ""
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    required: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def label(self) -> str:
+        return f"params.{self.name} ({self.flag})"
+
+
+def _fail(param: Param, why: str) -> RecipeError:
+    return RecipeError(f"{param.label}: {why}")
+
+
+def _number(param: Param, raw: Any, cast: type) -> float:
+    if isinstance(raw, bool):
+        raise _fail(param, f"must be {'an integer' if cast is int else 'a number'}, got {raw!r}")
+    if isinstance(raw, str):
+        try:
+            value = cast(raw.strip())
+        except ValueError:
+            raise _fail(param, f"must be {'an integer' if cast is int else 'a number'}, got {raw!r}") from None
+    elif isinstance(raw, (int, float)):
+        value = cast(raw)
+        if cast is int and value != raw:
+            raise _fail(param, f"must be an integer, got {raw!r}")
+    else:
+        raise _fail(param, f"must be {'an integer' if cast is int else 'a number'}, got {raw!r}")
+    if param.minimum is not None and value < param.minimum:
+        raise _fail(param, f"must be >= {param.minimum:g}, got {value!r}")
+    return value
+
+
+def _coerce(param: Param, raw: Any) -> Any:
+    if param.kind == "int":
+        return _number(param, raw, int)
+    if param.kind == "float":
+        return _number(param, raw, float)
+    if param.kind in ("str", "choice"):
+        if not isinstance(raw, str) or not raw:
+            raise _fail(param, f"must be a non-empty string, got {raw!r}")
+        if param.kind == "choice" and raw not in param.choices:
+            raise _fail(param, f"must be one of {', '.join(param.choices)}; got {raw!r}")
+        return raw
+    if param.kind == "int_list":
+        items = [s for s in raw.split(",")] if isinstance(raw, str) else raw
+        if not isinstance(items, (list, tuple)) or not items:
+            raise _fail(param, f"must be a non-empty list of integers (CLI: comma-separated), got {raw!r}")
+        one = Param(param.name, "int", minimum=param.minimum)
+        try:
+            return [_number(one, item, int) for item in items]
+        except RecipeError:
+            raise _fail(param, f"must be a non-empty list of integers >= {param.minimum or 0:g}, got {raw!r}") from None
+    if param.kind == "str_list":
+        items = [raw] if isinstance(raw, str) else raw
+        if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
+            raise _fail(param, f"must be a list of strings, got {raw!r}")
+        return list(items)
+    raise AssertionError(f"unknown param kind {param.kind}")
+
+
+def validate(params: dict[str, Any], spec: Sequence[Param]) -> dict[str, Any]:
+    """Coerce and check params against spec; fill defaults. Raises RecipeError naming the parameter."""
+    if not isinstance(params, dict):
+        raise RecipeError("params: must be a mapping")
+    by_name = {p.name: p for p in spec}
+    unknown = sorted(set(params) - set(by_name))
+    if unknown:
+        raise RecipeError(
+            f"params.{unknown[0]}: unknown parameter; expected one of {', '.join(p.name for p in spec)}"
+        )
+    values: dict[str, Any] = {}
+    for param in spec:
+        raw = params.get(param.name, _MISSING)
+        if raw is _MISSING or raw is None:
+            if param.required:
+                raise _fail(param, "is required")
+            values[param.name] = list(param.default) if isinstance(param.default, list) else param.default
+            continue
+        values[param.name] = _coerce(param, raw)
+    return values
+
+
+def to_argv(values: dict[str, Any], spec: Sequence[Param]) -> list[str]:
+    """The CLI flags that reproduce validated values (None and empty lists are left out)."""
+    argv: list[str] = []
+    for param in spec:
+        value = values.get(param.name)
+        if value is None:
+            continue
+        if param.kind == "int_list":
+            argv.append(f"{param.flag}={','.join(str(v) for v in value)}")
+        elif param.kind == "str_list":
+            # `--flag=value` keeps argparse from reading a value like "--enable-foo" as an option.
+            argv.extend(f"{param.flag}={item}" for item in value)
+        else:
+            argv.append(f"{param.flag}={value}")
+    return argv
+
+
+def build_parser(prog: str, description: str, spec: Sequence[Param]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    for param in spec:
+        default_text = "" if param.default is None else f" (default: {param.default})"
+        kwargs: dict[str, Any] = {"dest": param.name, "default": None, "help": param.help + default_text}
+        if param.kind == "str_list":
+            kwargs["action"] = "append"
+        parser.add_argument(param.flag, **kwargs)
+    return parser
+
+
+def parse_cli(prog: str, description: str, spec: Sequence[Param], argv: Sequence[str] | None) -> dict[str, Any]:
+    """Parse the CLI and validate through `validate`; on a bad value print it and exit 2."""
+    parser = build_parser(prog, description, spec)
+    ns = parser.parse_args(argv)
+    raw = {p.name: getattr(ns, p.name) for p in spec if getattr(ns, p.name) is not None}
+    try:
+        return validate(raw, spec)
+    except RecipeError as exc:
+        parser.exit(2, f"{prog}: error: {exc}\n")
+    raise AssertionError("unreachable")
+
+
+def usage_error(prog: str, message: str) -> None:
+    """A combination the machine cannot run: say so and exit 2 (not a crash)."""
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+Checker = Callable[[dict[str, Any]], None]

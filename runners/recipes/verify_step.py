@@ -1,0 +1,227 @@
+"""A synthetic tensor-parallel verify step: how much of it is allreduce?
+
+    python -m runners.recipes.verify_step --backend gloo --world-size 2 --hidden-size 1024 --layers 4
+    python -m runners.recipes.verify_step --backend nccl --mode graph            # 61 layers, 7168, 4 tokens
+
+Per layer, sharded over the ranks as tensor parallelism shards a transformer layer:
+  attention-like: x[tokens x hidden] @ W_in[hidden x hidden/ws] -> x_shard @ W_o[hidden/ws x hidden] -> allreduce
+  MLP-like:       x @ W_up[hidden x ffn/ws] -> silu -> @ W_down[ffn/ws x hidden] -> allreduce
+so 2 allreduces per layer (122 for 61 layers). Three variants are timed over the same stack:
+full (compute + allreduce), compute only (no allreduce) and allreduce only. In-situ
+communication = full - compute only; its share of the verify time and its cost per allreduce
+are reported as metric lines, beside the isolated allreduce-only time. The full variant is
+checked once against an unsharded float32 reference before timing.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any, Sequence
+
+from runners.recipes import _dist
+from runners.recipes._params import Param, parse_cli, validate as _validate
+from runners.recipes.metric import emit
+
+PROG = "runners.recipes.verify_step"
+
+SPEC = (
+    Param("backend", "choice", "gloo", "allreduce implementation", choices=_dist.BACKENDS),
+    Param("mode", "choice", "eager", "eager, or the whole step captured in one CUDA graph", choices=_dist.MODES),
+    Param("world_size", "int", None, "ranks (gloo default 2; GPU backends default all visible GPUs)", minimum=1),
+    Param("hidden_size", "int", 7168, "model hidden size", minimum=1),
+    Param("ffn_size", "int", 18432, "MLP intermediate size (sharded over ranks)", minimum=1),
+    Param("layers", "int", 61, "transformer layers (2 allreduces each)", minimum=1),
+    Param("tokens", "int", 4, "tokens verified per step (draft tokens)", minimum=1),
+    Param("dtype", "choice", "bf16", "element type", choices=tuple(_dist.DTYPE_BYTES)),
+    Param("warmup", "int", 3, "untimed steps per variant", minimum=0),
+    Param("iters", "int", 20, "timed steps per variant", minimum=1),
+    Param("seed", "int", 0, "weights and input seed", minimum=0),
+    Param("init_timeout_s", "float", 120.0, "process-group init (and collective) timeout", minimum=1),
+    Param("run_timeout_s", "float", 600.0, "the launcher stops ranks still running after this", minimum=1),
+    Param("teardown_timeout_s", "float", 30.0, "bound on process-group teardown after results", minimum=0.1),
+)
+
+
+def validate(params: dict[str, Any]) -> dict[str, Any]:
+    """Validated params with defaults (raises RecipeError naming the parameter)."""
+    from runners.recipes import RecipeError
+
+    values = _validate(params, SPEC)
+    _dist.static_checks(values)
+    ws = values["world_size"]
+    for name in ("hidden_size", "ffn_size"):
+        if ws is not None and values[name] % ws:
+            raise RecipeError(f"params.{name} (--{name.replace('_', '-')}): {values[name]} is not divisible "
+                              f"by world size {ws}")
+    return values
+
+
+def _shard_weights(seed: int, layer: int, rank: int, ws: int, hidden: int, ffn: int, dtype, device):
+    """This rank's shards of one layer, regenerable by any rank (the reference check needs them)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed * 7919 + layer * 131 + rank)
+    h, f = hidden // ws, ffn // ws
+
+    def w(rows: int, cols: int, fan_in: int):
+        return (torch.randn(rows, cols, generator=gen) / fan_in**0.5).to(dtype=dtype, device=device)
+
+    return {"w_in": w(hidden, h, hidden), "w_o": w(h, hidden, hidden),
+            "w_up": w(hidden, f, hidden), "w_down": w(f, hidden, ffn)}
+
+
+def _norm(x):
+    import torch
+
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+
+
+def _layer(x, w, allreduce):
+    import torch.nn.functional as F
+
+    a = _norm(x) @ w["w_in"]
+    x = x + allreduce(a @ w["w_o"])
+    m = F.silu(_norm(x) @ w["w_up"])
+    return x + allreduce(m @ w["w_down"])
+
+
+def _reference(values: dict[str, Any], ws: int, x0):
+    """The same stack unsharded, in float32 on CPU: full weight = concatenation of the shards."""
+    import torch
+
+    x = x0.float().cpu()
+    for layer in range(values["layers"]):
+        shards = [_shard_weights(values["seed"], layer, r, ws, values["hidden_size"], values["ffn_size"],
+                                 torch.float32, "cpu") for r in range(ws)]
+        full = {"w_in": torch.cat([s["w_in"] for s in shards], 1), "w_o": torch.cat([s["w_o"] for s in shards], 0),
+                "w_up": torch.cat([s["w_up"] for s in shards], 1), "w_down": torch.cat([s["w_down"] for s in shards], 0)}
+        x = _layer(x, full, lambda t: t)
+    return x
+
+
+def worker(values: dict[str, Any]) -> None:
+    rank = _dist.Rank(values["backend"], values["init_timeout_s"])
+    code = 1
+    try:
+        code = _measure(rank, values)
+    except Exception:
+        traceback.print_exc()
+    finally:
+        rank.finish(code, values["teardown_timeout_s"])
+
+
+def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
+    import torch
+
+    ws = rank.world_size
+    hidden, ffn, layers, tokens = values["hidden_size"], values["ffn_size"], values["layers"], values["tokens"]
+    if hidden % ws or ffn % ws:
+        print(f"verify_step: hidden {hidden} and ffn {ffn} must divide by world size {ws}", file=sys.stderr)
+        return 2
+    dtype = _dist.torch_dtype(values["dtype"])
+    weights = [_shard_weights(values["seed"], layer, rank.rank, ws, hidden, ffn, dtype, rank.device)
+               for layer in range(layers)]
+    ar = _dist.Allreduce(rank, (tokens, hidden), values["dtype"])
+
+    def reduce(t):
+        ar.buffer.copy_(t)
+        return ar().clone()  # the buffer is reused by the next allreduce
+
+    gen = torch.Generator().manual_seed(values["seed"] + 17)
+    x0 = torch.randn(tokens, hidden, generator=gen).to(dtype=dtype, device=rank.device)
+    inp = x0.clone()
+
+    def full():
+        x = inp
+        for w in weights:
+            x = _layer(x, w, reduce)
+        return x
+
+    def compute_only():
+        x = inp
+        for w in weights:
+            x = _layer(x, w, lambda t: t)
+        return x
+
+    def comm_only():
+        for _ in range(2 * layers):
+            ar()
+
+    tags = {"backend": rank.backend, "mode": values["mode"], "world_size": ws, "dtype": values["dtype"],
+            "hidden_size": hidden, "ffn_size": ffn, "layers": layers, "tokens": tokens,
+            "allreduces": 2 * layers, "bytes": tokens * hidden * _dist.DTYPE_BYTES[values["dtype"]],
+            **_dist.knob_tags(), **_dist.stack_tags(rank)}
+    rank.log(f"verify_step: backend={rank.backend} mode={values['mode']} world_size={ws} layers={layers} "
+             f"tokens={tokens} hidden={hidden} ffn={ffn} dtype={values['dtype']} allreduces={2 * layers}")
+
+    out = full().float().cpu()
+    rank.synchronize()
+    ok = True
+    if rank.rank == 0:
+        ref = _reference(values, ws, x0)
+        rel = float((out - ref).norm() / ref.norm())
+        limit = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}[values["dtype"]]
+        ok = rel <= limit and bool(torch.isfinite(out).all())
+        print(f"verify_step: correctness {'ok' if ok else 'FAILED'} vs unsharded reference "
+              f"(relative error {rel:.3g}, limit {limit:g})", flush=True)
+    if not rank.all_true(ok):
+        return 1
+
+    times: dict[str, list[float]] = {}
+    for name, body in (("full", full), ("compute", compute_only), ("comm", comm_only)):
+        if values["mode"] == "graph":
+            graph = _dist.capture_graph(rank, body)
+            times[name] = _dist.time_graph(rank, graph, values["warmup"], values["iters"])
+            del graph
+        else:
+            times[name] = _dist.time_eager(rank, body, values["warmup"], values["iters"])
+        times[name] = rank.max_across(times[name])
+    med = {name: _dist.summarize(samples) for name, samples in times.items()}
+    verify_ms = med["full"]["median"] / 1000
+    compute_ms = med["compute"]["median"] / 1000
+    comm_ms = max(verify_ms - compute_ms, 0.0)
+    isolated_ms = med["comm"]["median"] / 1000
+    share = comm_ms / verify_ms if verify_ms > 0 else 0.0
+    in_situ_us = comm_ms * 1000 / (2 * layers)
+    if rank.rank == 0:
+        emit("verify_time_ms", verify_ms, "ms", p10_ms=med["full"]["p10"] / 1000, p90_ms=med["full"]["p90"] / 1000, **tags)
+        emit("verify_compute_ms", compute_ms, "ms", **tags)
+        emit("verify_comm_ms", comm_ms, "ms", derived="verify_time - compute_only", **tags)
+        emit("verify_comm_isolated_ms", isolated_ms, "ms", **tags)
+        emit("verify_comm_share", share, "", **tags)
+        emit("allreduce_in_situ_us", in_situ_us, "us", **tags)
+        emit("allreduce_isolated_us", isolated_ms * 1000 / (2 * layers), "us", **tags)
+        print(f"{'variant':<16} {'median_ms':>10} {'p10_ms':>9} {'p90_ms':>9}")
+        for name, label in (("full", "verify step"), ("compute", "compute only"), ("comm", "allreduce only")):
+            s = med[name]
+            print(f"{label:<16} {s['median'] / 1000:>10.3f} {s['p10'] / 1000:>9.3f} {s['p90'] / 1000:>9.3f}")
+        print(f"communication in situ {comm_ms:.3f} ms = {share:.1%} of the verify step; "
+              f"{in_situ_us:.1f} us per allreduce x {2 * layers}", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
+    try:
+        validate(values)
+    except ValueError as exc:
+        from runners.recipes._params import usage_error
+
+        usage_error(PROG, str(exc))
+    _dist.apply_safe_env(os.environ)
+    if _dist.is_worker():
+        worker(values)
+        return 0  # not reached: worker exits through Rank.finish
+    world = _dist.machine_checks(PROG, values)
+    if values["hidden_size"] % world or values["ffn_size"] % world:
+        from runners.recipes._params import usage_error
+
+        usage_error(PROG, f"hidden size {values['hidden_size']} and ffn size {values['ffn_size']} "
+                          f"must be divisible by the world size {world}")
+    return _dist.launch_ranks(PROG, PROG, argv, world, values["run_timeout_s"], values["teardown_timeout_s"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
