@@ -1,0 +1,1 @@
+"""JSON API (described by the OpenAPI schema) and websockets."""

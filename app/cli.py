@@ -1,0 +1,174 @@
+"""`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from app.config import Settings, get_settings
+from app.db import make_engine, migrate, session_scope
+
+cli = typer.Typer(help="Campaign Board: optimization campaigns for LLM inference on GPU nodes.",
+                  no_args_is_help=True, add_completion=False)
+token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...).", no_args_is_help=True)
+cli.add_typer(token_cli, name="token")
+console = Console()
+err = Console(stderr=True)
+
+
+def _engine(settings: Settings):
+    url = settings.resolved_database_url()
+    migrate(url)
+    return make_engine(url)
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+@cli.command()
+def serve(
+    host: Annotated[Optional[str], typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port (default 8000).")] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Load the demo campaigns first (idempotent).")] = False,
+    no_runner: Annotated[bool, typer.Option("--no-runner", help="Pure server: no embedded local runner.")] = False,
+) -> None:
+    """Migrate the database, print a one-time login URL and run the server."""
+    import uvicorn
+
+    from app.main import create_app
+    from app.security import create_login_token
+
+    settings = get_settings()
+    if host:
+        settings.host = host
+    if port:
+        settings.port = port
+    if no_runner:
+        settings.embedded_runner = False
+    engine = _engine(settings)
+    if demo:
+        _load_demo(engine)
+    with session_scope(engine) as session:
+        token = create_login_token(session, settings.login_token_ttl_s)
+    engine.dispose()
+    console.print(f"Campaign Board on [bold]{settings.base_url()}[/bold]  (database: {_safe_url(settings)})")
+    console.print(f"Log in (one-time link): [bold]{settings.base_url()}/login?token={token}[/bold]", soft_wrap=True)
+    if settings.host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
+    app = create_app(settings, run_migrations=False)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024)
+
+
+def _safe_url(settings: Settings) -> str:
+    url = settings.resolved_database_url()
+    if "@" in url:  # hide credentials
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def _load_demo(engine) -> None:
+    from app.domain.demo import load_demo
+
+    with session_scope(engine) as session:
+        for line in load_demo(session):
+            console.print(line)
+
+
+@cli.command()
+def demo() -> None:
+    """Load the demo campaigns (idempotent: running it twice changes nothing)."""
+    _load_demo(_engine(get_settings()))
+
+
+@cli.command("login-url")
+def login_url() -> None:
+    """Print a new one-time login URL."""
+    from app.security import create_login_token
+
+    settings = get_settings()
+    with session_scope(_engine(settings)) as session:
+        token = create_login_token(session, settings.login_token_ttl_s)
+    console.print(f"{settings.base_url()}/login?token={token}", soft_wrap=True)
+
+
+@token_cli.command("create")
+def token_create(name: Annotated[str, typer.Argument(help="What the token is for, e.g. 'ci'.")]) -> None:
+    """Create an API token and print it once."""
+    from app.security import create_api_token
+
+    with session_scope(_engine(get_settings())) as session:
+        console.print(create_api_token(session, name), soft_wrap=True)
+
+
+@token_cli.command("revoke")
+def token_revoke(name: str) -> None:
+    """Revoke every API token with this name."""
+    from app.security import revoke_api_token
+
+    with session_scope(_engine(get_settings())) as session:
+        count = revoke_api_token(session, name)
+    if not count:
+        _fail(f"no live API token named {name!r}")
+    console.print(f"revoked {count} token(s)")
+
+
+@cli.command("export")
+def export_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="File to write (default: stdout).")] = None,
+) -> None:
+    """Export a campaign to YAML (keep it in git; `campaign import` reads it back)."""
+    from app.domain.campaign_files import export_campaign
+    from app.domain.inventory import get_campaign
+    from app.domain.errors import DomainError
+
+    with session_scope(_engine(get_settings()), write=False) as session:
+        try:
+            text = export_campaign(session, get_campaign(session, slug))
+        except DomainError as exc:
+            _fail(exc.message)
+    if output:
+        output.write_text(text)
+        err.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@cli.command("import")
+def import_cmd(
+    path: Annotated[Path, typer.Argument(help="A campaign YAML file ('-' for stdin).")],
+    replace: Annotated[bool, typer.Option(help="Also delete approaches that the file does not list.")] = False,
+) -> None:
+    """Import a campaign file: create the campaign or bring it up to date; all or nothing."""
+    from app.domain.campaign_files import import_campaign
+    from app.domain.errors import DomainError
+
+    text = sys.stdin.read() if str(path) == "-" else _read(path)
+    try:
+        with session_scope(_engine(get_settings())) as session:
+            summary = import_campaign(session, text, actor="cli import", replace=replace)
+    except DomainError as exc:
+        _fail(f"{path}: {exc.message}\nnothing was imported")
+    console.print(summary)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror}")
+    return ""
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Domain errors. app/errors.py is the one place that maps them to HTTP responses."""
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """A request the rules refuse. `field` names the input at fault, when there is one."""
+
+    status_code = 400
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class NotFound(DomainError):
+    status_code = 404
+
+
+class Conflict(DomainError):
+    status_code = 409
+
+
+class Invalid(DomainError):
+    status_code = 422

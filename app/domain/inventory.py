@@ -1,0 +1,150 @@
+"""The approach inventory: campaigns, approaches in priority order, status transitions with history."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import Session, select
+
+from app.domain.errors import Conflict, Invalid, NotFound
+from app.models import Approach, ApproachStatus, Campaign, StatusChange, utcnow
+from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, CampaignUpdate
+
+# Statuses a verdict can end in; they need a reason so the next person knows why.
+NEEDS_REASON = {ApproachStatus.dead_end, ApproachStatus.deferred}
+# Statuses that follow an approach's trial; people do not set them by hand.
+TRIAL_DRIVEN = {ApproachStatus.queued, ApproachStatus.running}
+STATUS_ORDER = list(ApproachStatus)
+
+
+def list_campaigns(session: Session) -> list[Campaign]:
+    return list(session.exec(select(Campaign).order_by(Campaign.name)))
+
+
+def get_campaign(session: Session, slug: str) -> Campaign:
+    campaign = session.exec(select(Campaign).where(Campaign.slug == slug)).first()
+    if campaign is None:
+        raise NotFound(f"No campaign named {slug!r}.")
+    return campaign
+
+
+def create_campaign(session: Session, data: CampaignCreate) -> Campaign:
+    if session.exec(select(Campaign).where(Campaign.slug == data.slug)).first():
+        raise Conflict(f"A campaign named {data.slug!r} exists already.", field="slug")
+    campaign = Campaign(**data.model_dump())
+    session.add(campaign)
+    session.flush()
+    return campaign
+
+
+def update_campaign(session: Session, campaign: Campaign, data: CampaignUpdate) -> Campaign:
+    for name, value in data.model_dump(exclude_unset=True).items():
+        setattr(campaign, name, value)
+    campaign.updated_at = utcnow()
+    session.add(campaign)
+    session.flush()
+    return campaign
+
+
+def approaches(session: Session, campaign: Campaign) -> list[Approach]:
+    return list(session.exec(select(Approach).where(Approach.campaign_id == campaign.id)
+                             .order_by(Approach.position, Approach.id)))
+
+
+def get_approach(session: Session, campaign: Campaign, key: str) -> Approach:
+    approach = session.exec(select(Approach).where(Approach.campaign_id == campaign.id,
+                                                   Approach.key == key)).first()
+    if approach is None:
+        raise NotFound(f"No approach {key!r} in campaign {campaign.slug!r}.")
+    return approach
+
+
+def status_counts(rows: list[Approach]) -> dict[str, int]:
+    counts = Counter(a.status for a in rows)
+    return {s.value: counts.get(s.value, 0) for s in STATUS_ORDER}
+
+
+def history(session: Session, approach: Approach) -> list[StatusChange]:
+    return list(session.exec(select(StatusChange).where(StatusChange.approach_id == approach.id)
+                             .order_by(StatusChange.at.desc(), StatusChange.id.desc())))  # type: ignore[union-attr]
+
+
+def _check_reason(status: ApproachStatus, reason: str) -> None:
+    if status in NEEDS_REASON and not reason.strip():
+        raise Invalid(f"Moving to {status.value.replace('_', ' ')} needs a reason: say what was tried and what happened.",
+                      field="reason")
+
+
+def add_approach(session: Session, campaign: Campaign, data: ApproachCreate, actor: str) -> Approach:
+    if session.exec(select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == data.key)).first():
+        raise Conflict(f"Approach {data.key!r} exists already in this campaign.", field="key")
+    _check_reason(data.status, data.reason)
+    last = session.exec(select(func.max(Approach.position)).where(Approach.campaign_id == campaign.id)).one()
+    fields: dict[str, Any] = data.model_dump(exclude={"requirements"})
+    approach = Approach(campaign_id=campaign.id, position=(last or 0) + 1,
+                        requirements=data.requirements.model_dump() if data.requirements else None, **fields)
+    session.add(approach)
+    session.flush()
+    session.add(StatusChange(approach_id=approach.id, from_status="", to_status=approach.status,
+                             reason=data.reason or "added", actor=actor))
+    session.flush()
+    return approach
+
+
+def update_approach(session: Session, approach: Approach, data: ApproachUpdate) -> Approach:
+    values = data.model_dump(exclude_unset=True)
+    if "requirements" in values:
+        values["requirements"] = data.requirements.model_dump() if data.requirements else None
+    for name, value in values.items():
+        setattr(approach, name, value)
+    approach.updated_at = utcnow()
+    session.add(approach)
+    session.flush()
+    return approach
+
+
+def change_status(session: Session, approach: Approach, to: ApproachStatus | str, reason: str, actor: str, *,
+                  trial_id: int | None = None, by_trial: bool = False) -> StatusChange:
+    """Move an approach to a new status and keep the change as history.
+
+    People may not set queued/running: those follow the approach's trial (by_trial=True).
+    """
+    to = ApproachStatus(to)
+    if to in TRIAL_DRIVEN and not by_trial:
+        raise Invalid(f"{to.value} follows the approach's trial: use “Run next candidate” to start one.",
+                      field="status")
+    if approach.status == to.value:
+        raise Invalid(f"The approach is already {to.value.replace('_', ' ')}.", field="status")
+    _check_reason(to, reason)
+    change = StatusChange(approach_id=approach.id, from_status=approach.status, to_status=to.value,
+                          reason=reason.strip(), actor=actor, trial_id=trial_id)
+    approach.status = to.value
+    approach.reason = reason.strip()
+    approach.updated_at = utcnow()
+    session.add(approach)
+    session.add(change)
+    session.flush()
+    return change
+
+
+def move_approach(session: Session, campaign: Campaign, approach: Approach, position: int) -> None:
+    """Put an approach at a 1-based priority position, renumbering the others densely."""
+    rows = [a for a in approaches(session, campaign) if a.id != approach.id]
+    position = max(1, min(position, len(rows) + 1))
+    rows.insert(position - 1, approach)
+    for index, row in enumerate(rows, start=1):
+        if row.position != index:
+            row.position = index
+            session.add(row)
+    session.flush()
+
+
+def delete_approach(session: Session, campaign: Campaign, approach: Approach) -> None:
+    session.delete(approach)
+    session.flush()
+    for index, row in enumerate(approaches(session, campaign), start=1):
+        if row.position != index:
+            row.position = index
+            session.add(row)
+    session.flush()

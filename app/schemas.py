@@ -1,0 +1,128 @@
+"""Input and output shapes (pydantic) for the JSON API, the forms and campaign files.
+
+A family per concept: XBase (shared fields), XCreate, XUpdate (all optional), XPublic (output).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.models import ApproachStatus
+
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
+
+
+def _strip(v: Any) -> Any:
+    return v.strip() if isinstance(v, str) else v
+
+
+class Requirements(BaseModel):
+    """What a runner must have to run an approach's trial."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpus: int = Field(0, ge=0, le=1024, description="GPUs needed on one node.")
+    min_sm: str | None = Field(None, pattern=r"^\d+\.\d+$", description="Minimum SM capability, e.g. '9.0'.")
+    software: list[str] = Field(default_factory=list, description="Fingerprint components that must be present, e.g. ['torch', 'sglang'].")
+
+
+class CampaignBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field("", max_length=20000)
+    baseline_tok_s: float | None = Field(None, gt=0)
+    accept_length: float | None = Field(None, ge=1)
+    draft_steps: int | None = Field(None, ge=0)
+    draft_step_ms: float | None = Field(None, ge=0)
+    verify_compute_ms: float | None = Field(None, ge=0)
+    allreduces_per_verify: int | None = Field(122, ge=0)
+    hidden_size: int = Field(7168, gt=0)
+    verify_tokens: int = Field(4, gt=0)
+
+
+class CampaignCreate(CampaignBase):
+    slug: str = Field(pattern=SLUG_PATTERN, description="URL name: lowercase letters, digits, dashes.")
+
+
+class CampaignUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    name: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = Field(None, max_length=20000)
+    baseline_tok_s: float | None = Field(None, gt=0)
+    accept_length: float | None = Field(None, ge=1)
+    draft_steps: int | None = Field(None, ge=0)
+    draft_step_ms: float | None = Field(None, ge=0)
+    verify_compute_ms: float | None = Field(None, ge=0)
+    allreduces_per_verify: int | None = Field(None, ge=0)
+    hidden_size: int | None = Field(None, gt=0)
+    verify_tokens: int | None = Field(None, gt=0)
+
+
+class CampaignPublic(CampaignCreate):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class ApproachBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    title: str = Field(min_length=1, max_length=200)
+    description: str = Field("", max_length=20000)
+    evidence: str = Field("", max_length=100000)
+    effort: str = Field("", max_length=200)
+    prerequisites: str = Field("", max_length=20000)
+    recipe: dict[str, Any] | None = None
+    requirements: Requirements | None = None
+
+    _strip = field_validator("title", "effort", mode="before")(_strip)
+
+
+class ApproachCreate(ApproachBase):
+    key: str = Field(pattern=SLUG_PATTERN, description="Stable name within the campaign: lowercase, digits, dashes.")
+    status: ApproachStatus = ApproachStatus.untested
+    reason: str = Field("", max_length=20000)
+
+
+class ApproachUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    title: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = Field(None, max_length=20000)
+    evidence: str | None = Field(None, max_length=100000)
+    effort: str | None = Field(None, max_length=200)
+    prerequisites: str | None = Field(None, max_length=20000)
+    recipe: dict[str, Any] | None = None
+    requirements: Requirements | None = None
+
+
+class StatusChangeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    status: ApproachStatus
+    reason: str = Field("", max_length=20000)
+
+
+class MoveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    position: int = Field(ge=1, description="New 1-based priority position.")
+
+
+class StatusChangePublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    from_status: str
+    to_status: str
+    reason: str
+    actor: str
+    trial_id: int | None
+    at: datetime
+
+
+class ApproachPublic(ApproachCreate):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    position: int
+    requirements: Requirements | None = None
+    bound_to: dict[str, Any] | None = None
+    verdict_fingerprint: dict[str, Any] | None = None
+    created_at: datetime
+    updated_at: datetime

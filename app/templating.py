@@ -1,0 +1,53 @@
+"""Jinja2 templates (full pages or one block for htmx) and the pinned front-end assets."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import plotly
+from jinja2_fragments.fastapi import Jinja2Blocks
+
+from app import PROJECT_ROOT, __version__
+from app.security import CSRF_FORM_FIELD, CSRF_HEADER
+
+HTMX_VERSION = "2.0.11"
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+STATUS_LABELS = {
+    "untested": "untested", "queued": "queued", "running": "running", "promising": "promising",
+    "adopted": "adopted", "dead_end": "dead end", "deferred": "deferred",
+}
+
+
+def _ago(ts: datetime | None) -> str:
+    if ts is None:
+        return ""
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    secs = int((datetime.now(timezone.utc) - ts).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if secs >= size:
+            return f"{secs // size} {unit} ago"
+    return "just now"
+
+
+def _utc(ts: datetime | None) -> str:
+    if ts is None:
+        return ""
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def make_templates() -> Jinja2Blocks:
+    templates = Jinja2Blocks(directory=str(PROJECT_ROOT / "templates"))
+    env = templates.env
+    env.globals.update(
+        app_version=__version__, htmx_version=HTMX_VERSION, plotly_version=plotly.__version__,
+        csrf_header=CSRF_HEADER, csrf_field=CSRF_FORM_FIELD, status_labels=STATUS_LABELS,
+    )
+    env.filters["ago"] = _ago
+    env.filters["utc"] = _utc
+    env.filters["status_label"] = lambda s: STATUS_LABELS.get(s, s)
+    env.filters["tojson_compact"] = lambda v: json.dumps(v, sort_keys=True)
+    return templates
