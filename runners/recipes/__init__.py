@@ -57,8 +57,45 @@ def build_launch(recipe: dict[str, Any], *, python: str | None = None) -> Launch
         argv = params.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise RecipeError("params.argv: must be a non-empty list of strings")
-        return LaunchSpec(argv=list(argv), env=env, cwd=cwd, timeout_s=timeout)
+        unknown = sorted(set(params) - {"argv", "metrics"})
+        if unknown:
+            raise RecipeError(f"params.{unknown[0]}: unknown parameter; expected argv, metrics")
+        if not params.get("metrics"):
+            return LaunchSpec(argv=list(argv), env=env, cwd=cwd, timeout_s=timeout)
+        from runners.recipes import command
+
+        wrapped = [python, "-m", "runners.recipes.command", *command.metric_flags(params["metrics"]), "--", *argv]
+        return LaunchSpec(argv=wrapped, env=_module_env(env), cwd=cwd, timeout_s=timeout)
+    if kind in ("allreduce", "verify_step"):
+        from runners.recipes import _params, allreduce, verify_step
+
+        module = allreduce if kind == "allreduce" else verify_step
+        values = module.validate(params)
+        argv = [python, "-m", f"runners.recipes.{kind}", *_params.to_argv(values, module.SPEC)]
+        return LaunchSpec(argv=argv, env=_module_env(env, safe=True), cwd=cwd, timeout_s=timeout)
+    if kind == "sglang_server":
+        from runners.recipes import sglang_server
+
+        values = sglang_server.validate(sglang_server.flatten(params))
+        argv = [python, "-m", "runners.recipes.sglang_server", *sglang_server.cli_argv(values)]
+        return LaunchSpec(argv=argv, env=_module_env(env, safe=True), cwd=cwd, timeout_s=timeout)
     raise RecipeError(f"kind: recipe {kind!r} is not available in this build")
+
+
+# Defaulted for every trial that may touch several GPUs: NVLink multicast stays off.
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _module_env(env: dict[str, str], *, safe: bool = False) -> dict[str, str]:
+    """The recipe's env, plus what `python -m runners.recipes.X` needs from any cwd."""
+    out = dict(env)
+    if safe:
+        for key, value in SAFE_ENV.items():
+            out.setdefault(key, value)
+    rest = out.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
+    out["PYTHONPATH"] = _ROOT + (os.pathsep + rest if rest else "")
+    return out
 
 
 def runner_env(extra: dict[str, str]) -> dict[str, str]:

@@ -19,13 +19,8 @@ import threading
 import time
 from typing import Any, Callable
 
-# Defaulted (never overridden) for every process a collective recipe starts: NVLink
-# multicast can take a shared host's GPUs out of service, so it stays off.
-SAFE_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
+from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
+
 # NCCL knobs arrive through the environment (the recipe's env); recipes only record them.
 NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_P2P_LEVEL")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from runners.recipes import RecipeError
 
@@ -157,5 +157,3 @@ def usage_error(prog: str, message: str) -> None:
     sys.stderr.flush()
     sys.exit(2)
 
-
-Checker = Callable[[dict[str, Any]], None]

@@ -1,0 +1,513 @@
+"""Launch an SGLang server for an approach, wait until it is ready, benchmark it, tear it down.
+
+    python -m runners.recipes.sglang_server --model-path /models/Kimi-K2.5 --tp-size 8 \
+        --server-arg=--enable-torch-symm-mem --speculative-algorithm EAGLE3 \
+        --speculative-draft-model-path /models/eagle3 --sglang-python /envs/sglang/bin/python
+
+Phases (each announced as `sglang_server: phase <name>`): version, launching, waiting for
+ready, benchmarking, tearing down. The server runs in its own process group; teardown sends
+SIGTERM to the group, waits `--teardown-grace-s`, then SIGKILL, and checks the GPUs are free
+(nvidia-smi, when present). Every flag, path and value is one argv element, never a shell string.
+
+Exit codes: 0 benchmarked; 1 the server exited during startup, or the benchmark failed;
+2 bad parameters; 3 the server was not ready in time (READY_TIMEOUT_MESSAGE).
+Standard library only (it runs with the runner's python; sglang lives in `--sglang-python`).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Sequence
+
+from runners.recipes import SAFE_ENV, RecipeError
+from runners.recipes._params import Param, parse_cli, validate as _validate
+from runners.recipes.metric import emit
+
+PROG = "runners.recipes.sglang_server"
+READY_LINE = "The server is fired up and ready to roll!"
+# The wording app/domain/signatures.py matches (its READINESS_TIMEOUT_RE); keep them together.
+READY_TIMEOUT_MESSAGE = "sglang_server: server not ready within {timeout:g}s: no '{ready_line}' line and GET /health never returned 200"
+STARTUP_EXIT_MESSAGE = "sglang_server: server exited during startup with code {code}; its last {n} lines:"
+TAIL_LINES = 30
+EXIT_STARTUP, EXIT_USAGE, EXIT_NOT_READY = 1, 2, 3
+BENCH_TOOLS = ("bench_serving", "bench_one_batch_server", "none")
+
+SPEC = (
+    Param("model_path", "str", None, "target model path or hub id", required=True),
+    Param("tp_size", "int", 1, "tensor parallel size", minimum=1),
+    Param("server_args", "str_list", [], "one argv element for launch_server (repeat; use --server-arg=--flag)"),
+    Param("speculative_algorithm", "str", None, "e.g. EAGLE3"),
+    Param("speculative_draft_model_path", "str", None, "draft model path"),
+    Param("speculative_num_steps", "int", None, "draft steps (unset: sglang chooses)", minimum=1),
+    Param("speculative_eagle_topk", "int", None, "EAGLE top-k (unset: sglang chooses)", minimum=1),
+    Param("speculative_num_draft_tokens", "int", None, "draft tokens verified (unset: sglang chooses)", minimum=1),
+    Param("host", "str", "127.0.0.1", "server host"),
+    Param("port", "int", 30000, "server port", minimum=1),
+    Param("sglang_python", "str", "python3", "the interpreter that has sglang installed"),
+    Param("ready_timeout_s", "float", 1800.0, "give up waiting for readiness after this", minimum=1),
+    Param("teardown_grace_s", "float", 30.0, "SIGTERM to SIGKILL grace for the server's group", minimum=0),
+    Param("bench_tool", "choice", "bench_serving", "benchmark to run once ready", choices=BENCH_TOOLS),
+    Param("num_prompts", "int", 32, "bench_serving --num-prompts", minimum=1),
+    Param("input_len", "int", 1024, "input tokens per request", minimum=1),
+    Param("output_len", "int", 256, "output tokens per request", minimum=1),
+    Param("max_concurrency", "int", 1, "bench_serving --max-concurrency", minimum=1),
+    Param("batch_size", "int", 1, "bench_one_batch_server --batch-size", minimum=1),
+    Param("bench_args", "str_list", [], "extra argv elements for the benchmark (use --bench-arg=--flag)"),
+    Param("bench_timeout_s", "float", 3600.0, "give up on the benchmark after this", minimum=1),
+    Param("result_file", "str", None, "benchmark result file (default: a new temporary file)"),
+)
+# CLI flag spellings for the list params (singular reads better when repeated).
+_CLI_RENAMES = {"server_args": "--server-arg", "bench_args": "--bench-arg"}
+
+# The nested recipe shape -> flat parameter names.
+_NESTED = {
+    "speculative": {"algorithm": "speculative_algorithm", "draft_model_path": "speculative_draft_model_path",
+                    "num_steps": "speculative_num_steps", "eagle_topk": "speculative_eagle_topk",
+                    "num_draft_tokens": "speculative_num_draft_tokens"},
+    "bench": {"tool": "bench_tool", "num_prompts": "num_prompts", "input_len": "input_len",
+              "output_len": "output_len", "max_concurrency": "max_concurrency", "batch_size": "batch_size",
+              "extra_args": "bench_args", "timeout_s": "bench_timeout_s", "result_file": "result_file"},
+}
+
+
+def flatten(params: dict[str, Any]) -> dict[str, Any]:
+    """Recipe params ({"flags": [...], "speculative": {...}, "bench": {...}}) -> flat parameter names."""
+    if not isinstance(params, dict):
+        raise RecipeError("params: must be a mapping")
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        if key == "flags":
+            flat["server_args"] = value
+        elif key in _NESTED:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise RecipeError(f"params.{key}: must be a mapping")
+            for sub, sub_value in value.items():
+                if sub not in _NESTED[key]:
+                    raise RecipeError(f"params.{key}.{sub}: unknown key; expected one of {', '.join(_NESTED[key])}")
+                flat[_NESTED[key][sub]] = sub_value
+        else:
+            flat[key] = value
+    return flat
+
+
+def validate(params: dict[str, Any]) -> dict[str, Any]:
+    """Validate flat params (the CLI's names). Raises RecipeError naming the parameter."""
+    values = _validate(params, SPEC)
+    for name in ("server_args", "bench_args"):
+        for item in values[name]:
+            if "\n" in item or "\x00" in item:
+                raise RecipeError(f"params.{name}: argv elements cannot contain newlines or NUL: {item!r}")
+    if values["speculative_draft_model_path"] and not values["speculative_algorithm"]:
+        raise RecipeError("params.speculative.algorithm (--speculative-algorithm): "
+                          "required when a draft model is given")
+    return values
+
+
+def cli_argv(values: dict[str, Any]) -> list[str]:
+    """CLI flags reproducing validated values (what build_launch passes)."""
+    argv: list[str] = []
+    for param in SPEC:
+        value = values.get(param.name)
+        if value is None:
+            continue
+        flag = _CLI_RENAMES.get(param.name, param.flag)
+        if isinstance(value, list):
+            argv.extend(f"{flag}={item}" for item in value)
+        else:
+            argv.append(f"{flag}={value}")
+    return argv
+
+
+def server_argv(values: dict[str, Any]) -> list[str]:
+    argv = [values["sglang_python"], "-m", "sglang.launch_server", "--model-path", values["model_path"],
+            "--tp-size", str(values["tp_size"]), "--host", values["host"], "--port", str(values["port"])]
+    argv += values["server_args"]
+    for name, flag in (("speculative_algorithm", "--speculative-algorithm"),
+                       ("speculative_draft_model_path", "--speculative-draft-model-path"),
+                       ("speculative_num_steps", "--speculative-num-steps"),
+                       ("speculative_eagle_topk", "--speculative-eagle-topk"),
+                       ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")):
+        if values[name] is not None:
+            argv += [flag, str(values[name])]
+    return argv
+
+
+def bench_argv(values: dict[str, Any], result_file: str) -> list[str]:
+    py, host, port = values["sglang_python"], values["host"], str(values["port"])
+    if values["bench_tool"] == "bench_serving":
+        argv = [py, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", port,
+                "--dataset-name", "random-ids", "--num-prompts", str(values["num_prompts"]),
+                "--random-input-len", str(values["input_len"]), "--random-output-len", str(values["output_len"]),
+                "--max-concurrency", str(values["max_concurrency"]), "--output-file", result_file]
+    else:
+        argv = [py, "-m", "sglang.bench_one_batch_server", "--model-path", values["model_path"],
+                "--base-url", f"http://{host}:{port}", "--batch-size", str(values["batch_size"]),
+                "--input-len", str(values["input_len"]), "--output-len", str(values["output_len"]),
+                "--result-filename", result_file]
+    return argv + values["bench_args"]
+
+
+# --- parsing SGLang's outputs (formats in docs/recipes.md) -------------------------------------
+
+# bench_serving summary: label padded to 40 columns, then the value (.2f).
+_SUMMARY_LINE = re.compile(r"^(?P<label>[A-Za-z][^:\n]*?):\s+(?P<value>-?\d+(?:\.\d+)?)\s*$")
+SUMMARY_METRICS = {
+    "Output token throughput (tok/s)": ("output_throughput_tok_s", "tok/s"),
+    "Median TPOT (ms)": ("median_tpot_ms", "ms"),
+    "Median ITL (ms)": ("median_itl_ms", "ms"),
+    "Median TTFT (ms)": ("median_ttft_ms", "ms"),
+    "Accept length": ("accept_length", ""),
+}
+JSON_METRICS = {
+    "output_throughput": ("output_throughput_tok_s", "tok/s"),
+    "median_tpot_ms": ("median_tpot_ms", "ms"),
+    "median_itl_ms": ("median_itl_ms", "ms"),
+    "median_ttft_ms": ("median_ttft_ms", "ms"),
+    "accept_length": ("accept_length", ""),
+    "acc_length": ("accept_length", ""),
+}
+_DECODE_LINE = re.compile(r"Decode batch\b.*?accept len: (?P<accept>[0-9.]+).*?gen throughput \(token/s\): (?P<tput>[0-9.]+)")
+
+
+def parse_bench_stdout(text: str) -> dict[str, float]:
+    """Metric name -> value from bench_serving's printed summary."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SUMMARY_LINE.match(line.strip())
+        if match and match.group("label") in SUMMARY_METRICS:
+            out[SUMMARY_METRICS[match.group("label")][0]] = float(match.group("value"))
+    return out
+
+
+def parse_result_json(text: str) -> dict[str, float]:
+    """Metric name -> value from the last JSON line a benchmark appended to its result file.
+
+    `acc_length` -1 (bench_one_batch_server without speculation) means "no speculation": left out.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return {}
+    try:
+        obj = json.loads(lines[-1])
+    except ValueError:
+        return {}
+    out: dict[str, float] = {}
+    for key, (name, _unit) in JSON_METRICS.items():
+        value = obj.get(key) if isinstance(obj, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if name == "accept_length" and value < 0:
+                continue
+            out[name] = float(value)
+    return out
+
+
+def parse_decode_line(line: str) -> tuple[float, float] | None:
+    """(accept len, gen throughput tok/s) from a server `Decode batch, ...` log line."""
+    match = _DECODE_LINE.search(line)
+    return (float(match.group("accept")), float(match.group("tput"))) if match else None
+
+
+def accept_length_from_server_info(info: Any) -> float | None:
+    try:
+        value = info["internal_states"][0]["avg_spec_accept_length"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+UNITS = {name: unit for name, unit in list(SUMMARY_METRICS.values()) + list(JSON_METRICS.values())}
+
+
+# --- running ---------------------------------------------------------------------------------
+
+def phase(name: str) -> None:
+    print(f"sglang_server: phase {name}", flush=True)
+
+
+class Server:
+    """The launched server: its process group, a thread streaming its log, readiness and decode stats."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]):
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     bufsize=1, errors="replace", env=env, start_new_session=True)
+        self.pgid = self.proc.pid  # start_new_session: the server leads its own group
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.ready_line_seen = threading.Event()
+        self.decode: list[tuple[float, float]] = []
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in iter(self.proc.stdout.readline, ""):
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            self.tail.append(line.rstrip("\n"))
+            if READY_LINE in line:
+                self.ready_line_seen.set()
+            stats = parse_decode_line(line)
+            if stats:
+                self.decode.append(stats)
+
+    def drain(self, timeout: float = 5.0) -> None:
+        self._reader.join(timeout)
+
+    def stop(self, grace_s: float) -> str:
+        """SIGTERM the group, wait, SIGKILL the group. Says what it took."""
+        how = "already exited"
+        try:
+            os.killpg(self.pgid, signal.SIGTERM)
+            how = "SIGTERM"
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + grace_s
+        while group_alive(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if group_alive(self.pgid):
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+                how = "SIGKILL after SIGTERM grace"
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.drain(2.0)
+        return how
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (local URL we built)
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read() if exc.fp else b""
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+def sglang_version(python: str, env: dict[str, str]) -> str | None:
+    try:
+        done = subprocess.run([python, "-c", "import sglang; print(sglang.__version__)"], capture_output=True,
+                              text=True, timeout=180, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"sglang_server: cannot run {python!r} to read the sglang version: {exc}", flush=True)
+        return None
+    if done.returncode != 0:
+        sys.stdout.write(done.stdout + done.stderr)
+        sys.stdout.flush()
+        return None
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else None
+
+
+def wait_ready(server: Server, base_url: str, timeout_s: float) -> str:
+    """'ready', 'exited' or 'timeout'. Ready = the ready log line, or GET /health 200."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.ready_line_seen.is_set():
+            return "ready"
+        if server.proc.poll() is not None:
+            server.drain()
+            return "ready" if server.ready_line_seen.is_set() else "exited"
+        status, _ = http_get(base_url + "/health", timeout=2.0)
+        if status == 200:
+            return "ready"
+        server.ready_line_seen.wait(0.5)
+    return "timeout"
+
+
+def server_info(base_url: str) -> Any:
+    for path in ("/server_info", "/get_server_info"):
+        status, body = http_get(base_url + path)
+        if status == 200:
+            try:
+                return json.loads(body)
+            except ValueError:
+                return None
+    return None
+
+
+def gpu_release_check() -> None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        print("sglang_server: GPU release not checked (no nvidia-smi on this node)", flush=True)
+        return
+    try:
+        done = subprocess.run([smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"sglang_server: GPU release not checked (nvidia-smi failed: {exc})", flush=True)
+        return
+    apps = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    if done.returncode != 0:
+        print(f"sglang_server: GPU release not checked (nvidia-smi exit {done.returncode})", flush=True)
+    elif apps:
+        print(f"sglang_server: GPUs NOT released: {len(apps)} compute process(es) remain: {'; '.join(apps)}", flush=True)
+    else:
+        print("sglang_server: GPUs released (no compute processes)", flush=True)
+    if done.returncode == 0:
+        emit("gpu_processes_after_teardown", len(apps), "")
+
+
+class _Terminated(Exception):
+    pass
+
+
+def run(values: dict[str, Any]) -> int:
+    env = dict(os.environ)
+    for key, value in SAFE_ENV.items():
+        env.setdefault(key, value)
+    base_url = f"http://{values['host']}:{values['port']}"
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise _Terminated(signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    phase("version")
+    version = sglang_version(values["sglang_python"], env)
+    print(f"sglang_server: sglang version {version or 'unknown'}", flush=True)
+    tags: dict[str, Any] = {"sglang_version": version or "unknown", "tp_size": values["tp_size"],
+                            "bench_tool": values["bench_tool"]}
+    if values["speculative_algorithm"]:
+        tags["speculative_algorithm"] = values["speculative_algorithm"]
+
+    phase("launching")
+    argv = server_argv(values)
+    print("sglang_server: launching " + json.dumps(argv), flush=True)
+    try:
+        server = Server(argv, env)
+    except OSError as exc:
+        print(f"sglang_server: cannot start {argv[0]!r}: {exc}", flush=True)
+        return EXIT_STARTUP
+    print(f"sglang_server: server pid {server.proc.pid}, process group {server.pgid}", flush=True)
+    try:
+        phase("waiting for ready")
+        started = time.monotonic()
+        state = wait_ready(server, base_url, values["ready_timeout_s"])
+        if state == "exited":
+            print(STARTUP_EXIT_MESSAGE.format(code=server.proc.returncode, n=len(server.tail)), flush=True)
+            for line in server.tail:
+                print("    " + line, flush=True)
+            return EXIT_STARTUP
+        if state == "timeout":
+            print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE), flush=True)
+            return EXIT_NOT_READY
+        emit("server_ready_s", time.monotonic() - started, "s", **tags)
+        if values["bench_tool"] == "none":
+            return 0
+        phase("benchmarking")
+        return _benchmark(values, server, base_url, env, tags)
+    except _Terminated:
+        print("sglang_server: terminated; tearing the server down", flush=True)
+        return 143
+    finally:
+        phase("tearing down")
+        how = server.stop(values["teardown_grace_s"])
+        alive = group_alive(server.pgid)
+        print(f"sglang_server: server process group {server.pgid} "
+              f"{'STILL ALIVE' if alive else 'stopped'} ({how})", flush=True)
+        gpu_release_check()
+
+
+def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[str, str],
+               tags: dict[str, Any]) -> int:
+    own_file = values["result_file"] is None
+    result_file = values["result_file"] or tempfile.mkstemp(prefix="sglang-bench-", suffix=".jsonl")[1]
+    try:
+        argv = bench_argv(values, result_file)
+        print("sglang_server: benchmark " + json.dumps(argv), flush=True)
+        decode_before = len(server.decode)
+        try:
+            bench = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace", env=env, timeout=values["bench_timeout_s"])
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode("utf-8", "replace")
+            sys.stdout.write(out)
+            print(f"sglang_server: benchmark did not finish within {values['bench_timeout_s']:g}s", flush=True)
+            return 1
+        sys.stdout.write(bench.stdout)
+        sys.stdout.flush()
+        if bench.returncode != 0:
+            print(f"sglang_server: benchmark exited with code {bench.returncode}", flush=True)
+            return 1
+        with open(result_file, encoding="utf-8", errors="replace") as fh:
+            from_json = parse_result_json(fh.read())
+        from_stdout = parse_bench_stdout(bench.stdout)
+        # The result file is the benchmark's own record; its printed summary fills gaps.
+        for name in sorted(set(from_json) | set(from_stdout)):
+            source = "result_file" if name in from_json else "stdout"
+            value = from_json.get(name, from_stdout.get(name))
+            emit(name, value, UNITS.get(name, ""), source=source, **tags)
+        info = server_info(base_url)
+        accept = accept_length_from_server_info(info)
+        if accept is not None:
+            emit("server_avg_spec_accept_length", accept, "", source="server_info", **tags)
+        decode = server.decode[decode_before:] or server.decode
+        if decode:
+            emit("decode_log_accept_len", sum(a for a, _ in decode) / len(decode), "", lines=len(decode), **tags)
+            emit("decode_log_gen_throughput_tok_s", sum(t for _, t in decode) / len(decode), "tok/s",
+                 lines=len(decode), **tags)
+        if not from_json and not from_stdout:
+            print("sglang_server: benchmark finished but printed no recognizable results", flush=True)
+            return 1
+        return 0
+    finally:
+        if own_file:
+            try:
+                os.unlink(result_file)
+            except OSError:
+                pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [_cli_alias(a) for a in argv]
+    values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
+    try:
+        values = validate(values)
+    except RecipeError as exc:
+        from runners.recipes._params import usage_error
+
+        usage_error(PROG, str(exc))
+    return run(values)
+
+
+def _cli_alias(arg: str) -> str:
+    """Accept the singular spellings --server-arg / --bench-arg for the list params."""
+    for name, flag in _CLI_RENAMES.items():
+        plural = "--" + name.replace("_", "-")
+        if arg == flag or arg.startswith(flag + "="):
+            return plural + arg[len(flag):]
+    return arg
+
+
+if __name__ == "__main__":
+    sys.exit(main())
