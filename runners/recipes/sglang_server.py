@@ -247,6 +247,7 @@ class Server:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.ready_line_seen = threading.Event()
         self.decode: list[tuple[float, float]] = []
+        self.lines = 0
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
 
@@ -256,6 +257,7 @@ class Server:
             sys.stdout.write(line)
             sys.stdout.flush()
             self.tail.append(line.rstrip("\n"))
+            self.lines += 1
             if READY_LINE in line:
                 self.ready_line_seen.set()
             stats = parse_decode_line(line)
@@ -264,6 +266,14 @@ class Server:
 
     def drain(self, timeout: float = 5.0) -> None:
         self._reader.join(timeout)
+
+    def settle(self, quiet_s: float = 0.3, limit_s: float = 3.0) -> None:
+        """Let the log reader catch up with lines printed just now (until quiet_s passes without one)."""
+        deadline = time.monotonic() + limit_s
+        seen = -1
+        while seen != self.lines and time.monotonic() < deadline:
+            seen = self.lines
+            time.sleep(quiet_s)
 
     def stop(self, grace_s: float) -> str:
         """SIGTERM the group, wait, SIGKILL the group. Says what it took."""
@@ -467,6 +477,7 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
             value = from_json.get(name, from_stdout.get(name))
             emit(name, value, UNITS.get(name, ""), source=source, **tags)
         info = server_info(base_url)
+        server.settle()
         accept = accept_length_from_server_info(info)
         if accept is not None:
             emit("server_avg_spec_accept_length", accept, "", source="server_info", **tags)
