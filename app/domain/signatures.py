@@ -1,0 +1,334 @@
+"""Failure signatures: from a finished trial's log, exit status and metrics to a proposed verdict.
+
+`classify` tries the signatures in SIGNATURES order and returns the first that matches. The
+order runs from the most specific evidence to the least, because one failure leaves several
+traces: a torch symmetric-memory `KeyError: 12` also makes NCCL complain and the server miss
+its readiness deadline; an out-of-memory error often surfaces again as an NCCL error.
+
+  1. unknown_flag          argparse `error: unrecognized arguments: --x`        retest    (sglang)
+  2. module_not_installed  `ModuleNotFoundError: No module named 'mscclpp'`     deferred
+  3. symm_mem_sm_keyerror  `KeyError: 12` in torch symmetric memory             dead_end  (torch, sm)
+  4. jit_no_sm_target      nvcc / FlashInfer JIT without a target for the SM    dead_end  (cuda|flashinfer, sm)
+  5. cuda_oom              `torch.OutOfMemoryError: CUDA out of memory`         dead_end
+  6. illegal_memory_access `CUDA error: an illegal memory access`              dead_end  (torch, sglang, sm)
+  7. cuda_graph_capture    CUDA graph capture failed                            dead_end  (nccl, torch)
+  8. port_in_use           `[Errno 98] Address already in use`                  retest
+  9. nccl_error            `NCCL WARN`, `ncclInternalError`, watchdog timeout   inconclusive (nccl)
+ 10. readiness_timeout     the sglang_server recipe's own not-ready message     inconclusive
+ 11. killed_by_signal      signal 9 / `Killed` with no other cause              inconclusive
+ 12. slower_than_baseline  finished, but a throughput metric below the baseline dead_end  (not bound)
+
+Verdicts: dead_end (the approach does not work, on this stack when bound_to names components),
+deferred (could not be tried yet: something must be built or installed), retest (the trial
+did not test the approach: fix the setup and run again), inconclusive (it failed, but the
+evidence does not say whether the approach is at fault). A person confirms or edits each.
+bound_to is {"components": [...]} naming the stack components (app.domain.fingerprint) the
+verdict is only true for, or None when no stack change would change it.
+Pure Python: no web framework, no database.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
+
+# The sglang_server recipe prints this (runners/recipes/sglang_server.py READY_TIMEOUT_MESSAGE):
+#   sglang_server: server not ready within 1800s: no 'The server is fired up and ready to roll!' line
+#   and GET /health never returned 200
+READINESS_TIMEOUT_RE = re.compile(r"sglang_server: server not ready within (?P<seconds>[0-9.]+)s\b")
+
+
+@dataclass(frozen=True)
+class Classification:
+    signature: str
+    cause: str
+    verdict: str
+    reason: str
+    bound_to: dict[str, Any] | None
+    evidence_line: str | None
+
+
+@dataclass(frozen=True)
+class _Trial:
+    lines: list[str]
+    exit_code: int | None
+    signal: int | None
+    metrics: list[dict]
+    baseline: dict | None
+
+
+def _find(lines: list[str], pattern: re.Pattern[str]) -> tuple[int, re.Match[str]] | None:
+    for index, line in enumerate(lines):
+        match = pattern.search(line)
+        if match:
+            return index, match
+    return None
+
+
+def _bound(*components: str) -> dict[str, Any]:
+    return {"components": list(components)}
+
+
+def _quote(line: str, limit: int = 240) -> str:
+    line = line.strip()
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+# --- the signatures, in order ---------------------------------------------------------------
+
+_UNRECOGNIZED = re.compile(r"(?P<prog>\S+): error: unrecognized arguments: (?P<args>.+)$")
+
+
+def _unknown_flag(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _UNRECOGNIZED)
+    if not found:
+        return None
+    index, m = found
+    flags = m.group("args").strip()
+    return Classification(
+        "unknown_flag", f"flag not supported by this sglang: {flags}", "retest",
+        f"{m.group('prog')} rejected {flags} (\"{_quote(t.lines[index])}\"); the approach was not tried. "
+        "Re-test with an sglang that has the flag, or with the flag this version spells differently.",
+        _bound("sglang"), t.lines[index])
+
+
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<module>[\w.]+)'")
+
+
+def _module_not_installed(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _NO_MODULE)
+    if not found:
+        return None
+    index, m = found
+    module = m.group("module")
+    return Classification(
+        "module_not_installed", f"{module} not installed; needs a build", "deferred",
+        f"The trial stopped at \"{_quote(t.lines[index])}\": {module.split('.')[0]} is not installed on this node.",
+        None, t.lines[index])
+
+
+_KEYERROR_SM = re.compile(r"^\s*KeyError: \(?(?P<major>\d{1,3})(?:, ?(?P<minor>\d+)\))?\s*$")
+_SYMM_CONTEXT = re.compile(r"symm_mem|symmetric_memory|SymmMem|SYMM_MEM", re.IGNORECASE)
+_SYMM_UNSUPPORTED = re.compile(r"SymmMem\w*: Device capability (?P<major>\d+) not supported")
+# SM majors of shipping GPUs (7.x Volta/Turing .. 12.x Blackwell workstation), or 90/100/120 style keys.
+_SM_MAJORS = {7, 8, 9, 10, 11, 12, 13, 70, 75, 80, 86, 89, 90, 100, 103, 110, 120, 121}
+
+
+def _symm_mem_sm_keyerror(t: _Trial) -> Classification | None:
+    for index, line in enumerate(t.lines):
+        m = _KEYERROR_SM.match(line)
+        if m and int(m.group("major")) in _SM_MAJORS:
+            context = "\n".join(t.lines[max(0, index - 25): index])
+            if not _SYMM_CONTEXT.search(context):
+                continue
+        else:
+            m = _SYMM_UNSUPPORTED.search(line)
+            if not m:
+                continue
+        sm = m.group("major")
+        return Classification(
+            "symm_mem_sm_keyerror", f"torch symmetric memory has no entry for SM {sm} (GPU architecture not supported)",
+            "dead_end",
+            f"Startup failed with \"{_quote(line)}\" in the torch symmetric-memory communicator: its per-architecture "
+            f"lookup table lacks SM {sm}. True for this torch on this GPU; a newer torch may add it.",
+            _bound("torch", "sm"), line)
+    return None
+
+
+_NVCC_ARCH = re.compile(r"nvcc fatal\s*:\s*Unsupported gpu architecture '(?P<arch>compute_\w+|sm_\w+)'")
+_JIT_NO_TARGET = re.compile(
+    r"(?:no (?:supported )?(?:cuda )?(?:arch(?:itecture)?|target|kernel image)s? (?:is )?(?:available |found )?for "
+    r"(?:sm[_ ]?|SM ?|compute capability )(?P<sm>\d+(?:\.\d)?a?))"
+    r"|(?:(?:FlashInfer|flashinfer)\b.*?\b(?:does not support|not supported on|unsupported)\b.*?"
+    r"(?:sm[_ ]?|SM ?|compute capability )(?P<sm2>\d+(?:\.\d)?a?))",
+    re.IGNORECASE)
+
+
+def _jit_no_sm_target(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _NVCC_ARCH)
+    if found:
+        index, m = found
+        return Classification(
+            "jit_no_sm_target", f"the CUDA compiler cannot target {m.group('arch')}", "dead_end",
+            f"A JIT kernel build failed: \"{_quote(t.lines[index])}\". This nvcc does not know the GPU's architecture; "
+            "a newer CUDA toolkit may.", _bound("cuda", "sm"), t.lines[index])
+    found = _find(t.lines, _JIT_NO_TARGET)
+    if found:
+        index, m = found
+        sm = m.group("sm") or m.group("sm2")
+        return Classification(
+            "jit_no_sm_target", f"no kernel build target for SM {sm}", "dead_end",
+            f"The kernel JIT has no target for this GPU: \"{_quote(t.lines[index])}\". A newer FlashInfer/CUDA may add it.",
+            _bound("flashinfer", "cuda", "sm"), t.lines[index])
+    return None
+
+
+_OOM = re.compile(r"(?:torch\.(?:cuda\.)?OutOfMemoryError: )?CUDA out of memory\.?(?: Tried to allocate (?P<size>[\d.]+ [KMGT]i?B))?")
+
+
+def _cuda_oom(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _OOM)
+    if not found:
+        return None
+    index, m = found
+    size = f" (tried to allocate {m.group('size')})" if m.group("size") else ""
+    return Classification(
+        "cuda_oom", f"CUDA out of memory{size}", "dead_end",
+        f"The GPU ran out of memory: \"{_quote(t.lines[index])}\". The approach does not fit beside the model "
+        "at these settings.", None, t.lines[index])
+
+
+_ILLEGAL = re.compile(r"an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS")
+
+
+def _illegal_memory_access(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _ILLEGAL)
+    if not found:
+        return None
+    index, _ = found
+    return Classification(
+        "illegal_memory_access", "a GPU kernel made an illegal memory access", "dead_end",
+        f"A kernel faulted: \"{_quote(t.lines[index])}\": a bug in this stack's kernels for this GPU, "
+        "which another torch/sglang build may not have.", _bound("torch", "sglang", "sm"), t.lines[index])
+
+
+_GRAPH_CAPTURE = re.compile(
+    r"CUDA graph capture failed|Capture cuda graph failed|cudaErrorStreamCaptureUnsupported|"
+    r"cudaErrorStreamCaptureInvalidated|cudaErrorStreamCaptureImplicit|operation not permitted when stream is capturing|"
+    r"operation failed due to a previous error during capture|Graph capture failed",
+    re.IGNORECASE)
+
+
+def _cuda_graph_capture(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _GRAPH_CAPTURE)
+    if not found:
+        return None
+    index, _ = found
+    return Classification(
+        "cuda_graph_capture", "incompatible with CUDA graphs (capture failed)", "dead_end",
+        f"CUDA graph capture failed: \"{_quote(t.lines[index])}\". The fast decode path needs CUDA graphs, so "
+        "this setting cannot be used with it on this stack.", _bound("nccl", "torch"), t.lines[index])
+
+
+_PORT = re.compile(r"\[Errno 98\] Address already in use|EADDRINUSE|address already in use \(errno: 98\)", re.IGNORECASE)
+
+
+def _port_in_use(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _PORT)
+    if not found:
+        return None
+    index, _ = found
+    return Classification(
+        "port_in_use", "port already in use", "retest",
+        f"A port the trial needed was taken: \"{_quote(t.lines[index])}\" (a previous server still running?). "
+        "The approach was not tried; free the port and run again.", None, t.lines[index])
+
+
+_NCCL = re.compile(
+    r"Watchdog caught collective operation timeout|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|"
+    r"ncclRemoteError|ncclInvalidUsage|NCCL error|DistBackendError")
+
+
+def _nccl_error(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _NCCL)
+    if not found:
+        return None
+    index, m = found
+    timeout = "timeout" in m.group(0).lower()
+    return Classification(
+        "nccl_error", "NCCL collective timed out" if timeout else "NCCL error", "inconclusive",
+        f"NCCL failed: \"{_quote(t.lines[index])}\". This may be the approach's setting or a hang elsewhere; "
+        "look at the lines before it (NCCL_DEBUG=INFO shows the transport).", _bound("nccl"), t.lines[index])
+
+
+def _readiness_timeout(t: _Trial) -> Classification | None:
+    found = _find(t.lines, READINESS_TIMEOUT_RE)
+    if not found:
+        return None
+    index, m = found
+    return Classification(
+        "readiness_timeout", f"server not ready within {m.group('seconds')}s", "inconclusive",
+        f"The server never became ready (\"{_quote(t.lines[index])}\") and printed no recognized error: "
+        "it may hang at startup with this approach, or need longer to load.", None, t.lines[index])
+
+
+_KILLED = re.compile(r"^\s*Killed\s*$|\bKilled process \d+|Out of memory: Killed process|oom-kill")
+
+
+def _killed_by_signal(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _KILLED)
+    sig = t.signal
+    if sig is None and t.exit_code is not None and t.exit_code in (137, -9):
+        sig = 9
+    if sig is None and not found:
+        return None
+    if sig is not None and sig != 9 and not found:
+        return Classification(
+            "killed_by_signal", f"stopped by signal {sig}", "inconclusive",
+            f"The trial was ended by signal {sig} with no error in its log (cancelled, or its time limit ran out).",
+            None, None)
+    line = t.lines[found[0]] if found else None
+    evidence = f" (\"{_quote(line)}\")" if line else ""
+    return Classification(
+        "killed_by_signal", "killed (SIGKILL) with no other cause: host out-of-memory killer or a time limit",
+        "inconclusive",
+        f"The trial was killed by signal 9{evidence} and the log shows no error of its own; check the host's "
+        "memory (dmesg: oom-kill) and the trial's time limit.", None, line)
+
+
+# Higher is better for these; a finished trial below baseline by more than the margin is a dead end.
+THROUGHPUT_METRICS = ("output_throughput_tok_s", "decode_log_gen_throughput_tok_s")
+BASELINE_MARGIN = 0.02
+
+
+def _slower_than_baseline(t: _Trial) -> Classification | None:
+    if not t.baseline or t.exit_code not in (0, None) or t.signal is not None:
+        return None
+    for name in THROUGHPUT_METRICS:
+        base = t.baseline.get(name)
+        values = [m.get("value") for m in t.metrics if m.get("name") == name
+                  and isinstance(m.get("value"), (int, float))]
+        if not isinstance(base, (int, float)) or base <= 0 or not values:
+            continue
+        value = values[-1]
+        if value < base * (1 - BASELINE_MARGIN):
+            unit = next((m.get("unit") for m in t.metrics if m.get("name") == name and m.get("unit")), "tok/s")
+            return Classification(
+                "slower_than_baseline", f"slower than baseline: {value:g} {unit} vs {base:g} {unit} baseline",
+                "dead_end",
+                f"The trial finished but {name} was {value:g} {unit} against the baseline's {base:g} {unit} "
+                f"({value / base:.0%} of it).", None, None)
+    return None
+
+
+SIGNATURES: tuple[tuple[str, Callable[[_Trial], Classification | None]], ...] = (
+    ("unknown_flag", _unknown_flag),
+    ("module_not_installed", _module_not_installed),
+    ("symm_mem_sm_keyerror", _symm_mem_sm_keyerror),
+    ("jit_no_sm_target", _jit_no_sm_target),
+    ("cuda_oom", _cuda_oom),
+    ("illegal_memory_access", _illegal_memory_access),
+    ("cuda_graph_capture", _cuda_graph_capture),
+    ("port_in_use", _port_in_use),
+    ("nccl_error", _nccl_error),
+    ("readiness_timeout", _readiness_timeout),
+    ("killed_by_signal", _killed_by_signal),
+    ("slower_than_baseline", _slower_than_baseline),
+)
+
+
+def classify(log_text: str, *, exit_code: int | None = None, signal: int | None = None,
+             metrics: list[dict] | None = None, baseline: dict | None = None) -> Classification | None:
+    """The first matching signature's proposed verdict, or None when nothing known matches.
+
+    baseline maps metric names to the baseline's values, e.g. {"output_throughput_tok_s": 82.0}.
+    metrics are parsed metric lines ({"name", "value", "unit", "tags"}).
+    """
+    trial = _Trial(log_text.splitlines(), exit_code, signal, list(metrics or []), baseline)
+    for _name, match in SIGNATURES:
+        found = match(trial)
+        if found is not None:
+            return found
+    return None
