@@ -58,14 +58,18 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shard_weights(seed: int, layer: int, rank: int, ws: int, hidden: int, ffn: int, dtype, device):
-    """This rank's shards of one layer, regenerable by any rank (the reference check needs them)."""
+    """This rank's shards of one layer, regenerable by any rank (the reference check needs them).
+
+    Drawn on the device itself (the same seed gives the same values on every GPU of a kind),
+    so regenerating 61 layers for the reference stays fast."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed * 7919 + layer * 131 + rank)
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed * 7919 + layer * 131 + rank)
     h, f = hidden // ws, ffn // ws
 
     def w(rows: int, cols: int, fan_in: int):
-        return (torch.randn(rows, cols, generator=gen) / fan_in**0.5).to(dtype=dtype, device=device)
+        return (torch.randn(rows, cols, generator=gen, device=device) / fan_in**0.5).to(dtype=dtype)
 
     return {"w_in": w(hidden, h, hidden), "w_o": w(h, hidden, hidden),
             "w_up": w(hidden, f, hidden), "w_down": w(f, hidden, ffn)}
@@ -87,13 +91,13 @@ def _layer(x, w, allreduce):
 
 
 def _reference(values: dict[str, Any], ws: int, x0):
-    """The same stack unsharded, in float32 on CPU: full weight = concatenation of the shards."""
+    """The same stack unsharded, in float32 on x0's device: full weight = concatenation of the shards."""
     import torch
 
-    x = x0.float().cpu()
+    x = x0.float()
     for layer in range(values["layers"]):
         shards = [_shard_weights(values["seed"], layer, r, ws, values["hidden_size"], values["ffn_size"],
-                                 torch.float32, "cpu") for r in range(ws)]
+                                 torch.float32, x0.device) for r in range(ws)]
         full = {"w_in": torch.cat([s["w_in"] for s in shards], 1), "w_o": torch.cat([s["w_o"] for s in shards], 0),
                 "w_up": torch.cat([s["w_up"] for s in shards], 1), "w_down": torch.cat([s["w_down"] for s in shards], 0)}
         x = _layer(x, full, lambda t: t)
@@ -159,7 +163,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     rank.synchronize()
     ok = True
     if rank.rank == 0:
-        ref = _reference(values, ws, x0)
+        ref = _reference(values, ws, x0).cpu()
         rel = float((out - ref).norm() / ref.norm())
         limit = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}[values["dtype"]]
         ok = rel <= limit and bool(torch.isfinite(out).all())
