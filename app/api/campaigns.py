@@ -1,0 +1,91 @@
+"""JSON API for campaigns and approaches: the same operations as the pages, in OpenAPI."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Body, Depends, Response
+
+from app.deps import OperatorDep, SessionDep, require_operator
+from app.domain import inventory
+from app.domain.campaign_files import export_campaign, import_campaign
+from app.schemas import (ApproachCreate, ApproachPublic, ApproachUpdate, CampaignCreate, CampaignPublic,
+                         CampaignUpdate, MoveRequest, StatusChangePublic, StatusChangeRequest)
+
+router = APIRouter(prefix="/api", tags=["campaigns"], dependencies=[Depends(require_operator)])
+
+
+@router.get("/campaigns", response_model=list[CampaignPublic])
+def list_campaigns(session: SessionDep):
+    return inventory.list_campaigns(session)
+
+
+@router.post("/campaigns", response_model=CampaignPublic, status_code=201)
+def create_campaign(data: CampaignCreate, session: SessionDep, operator: OperatorDep):
+    return inventory.create_campaign(session, data)
+
+
+@router.get("/campaigns/{slug}", response_model=CampaignPublic)
+def get_campaign(slug: str, session: SessionDep):
+    return inventory.get_campaign(session, slug)
+
+
+@router.patch("/campaigns/{slug}", response_model=CampaignPublic)
+def update_campaign(slug: str, data: CampaignUpdate, session: SessionDep, operator: OperatorDep):
+    return inventory.update_campaign(session, inventory.get_campaign(session, slug), data)
+
+
+@router.get("/campaigns/{slug}/export", response_class=Response,
+            responses={200: {"content": {"application/x-yaml": {}}}})
+def export(slug: str, session: SessionDep) -> Response:
+    text = export_campaign(session, inventory.get_campaign(session, slug))
+    return Response(text, media_type="application/x-yaml")
+
+
+@router.post("/campaigns/import", summary="Import a campaign file (YAML body); all or nothing")
+def import_file(session: SessionDep, operator: OperatorDep, replace: bool = False,
+                body: str = Body(..., media_type="application/x-yaml")) -> dict:
+    return {"summary": import_campaign(session, body, actor=operator.name, replace=replace)}
+
+
+@router.get("/campaigns/{slug}/approaches", response_model=list[ApproachPublic])
+def list_approaches(slug: str, session: SessionDep):
+    return inventory.approaches(session, inventory.get_campaign(session, slug))
+
+
+@router.post("/campaigns/{slug}/approaches", response_model=ApproachPublic, status_code=201)
+def add_approach(slug: str, data: ApproachCreate, session: SessionDep, operator: OperatorDep):
+    return inventory.add_approach(session, inventory.get_campaign(session, slug), data, operator.name)
+
+
+@router.get("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
+def get_approach(slug: str, key: str, session: SessionDep):
+    return inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+
+
+@router.patch("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
+def update_approach(slug: str, key: str, data: ApproachUpdate, session: SessionDep, operator: OperatorDep):
+    approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    return inventory.update_approach(session, approach, data)
+
+
+@router.delete("/campaigns/{slug}/approaches/{key}", status_code=204)
+def delete_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep) -> Response:
+    campaign = inventory.get_campaign(session, slug)
+    inventory.delete_approach(session, campaign, inventory.get_approach(session, campaign, key))
+    return Response(status_code=204)
+
+
+@router.post("/campaigns/{slug}/approaches/{key}/status", response_model=StatusChangePublic)
+def change_status(slug: str, key: str, data: StatusChangeRequest, session: SessionDep, operator: OperatorDep):
+    approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    return inventory.change_status(session, approach, data.status, data.reason, operator.name)
+
+
+@router.post("/campaigns/{slug}/approaches/{key}/move", response_model=list[ApproachPublic])
+def move_approach(slug: str, key: str, data: MoveRequest, session: SessionDep, operator: OperatorDep):
+    campaign = inventory.get_campaign(session, slug)
+    inventory.move_approach(session, campaign, inventory.get_approach(session, campaign, key), data.position)
+    return inventory.approaches(session, campaign)
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/history", response_model=list[StatusChangePublic])
+def approach_history(slug: str, key: str, session: SessionDep):
+    return inventory.history(session, inventory.get_approach(session, inventory.get_campaign(session, slug), key))

@@ -1,0 +1,32 @@
+// Campaign Board: htmx settings shared by every page.
+(function () {
+  if (!window.htmx) return;
+  // Errors come back as a flash fragment retargeted to #flash (app/errors.py): let 4xx swap.
+  htmx.config.responseHandling = [
+    { code: "204", swap: false },
+    { code: "[23]..", swap: true },
+    { code: "4..", swap: true, error: false },
+    { code: "...", swap: false, error: true },
+  ];
+  document.addEventListener("htmx:afterRequest", function (evt) {
+    const flash = document.getElementById("flash");
+    if (!flash) return;
+    const xhr = evt.detail.xhr;
+    if (xhr && xhr.status >= 200 && xhr.status < 300) flash.replaceChildren();
+    if (xhr && xhr.status >= 500) {
+      const div = document.createElement("div");
+      div.className = "flash flash-error";
+      div.setAttribute("role", "alert");
+      div.textContent = "The server failed (" + xhr.status + "). Nothing was changed; try again.";
+      flash.replaceChildren(div);
+    }
+  });
+  document.addEventListener("htmx:sendError", function () {
+    const flash = document.getElementById("flash");
+    if (!flash) return;
+    const div = document.createElement("div");
+    div.className = "flash flash-error";
+    div.textContent = "Cannot reach the server.";
+    flash.replaceChildren(div);
+  });
+})();
