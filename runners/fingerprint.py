@@ -1,0 +1,238 @@
+"""What this node is: GPUs, SM capability, driver, CUDA, torch, NCCL, sglang, flashinfer.
+
+`collect()` never raises and finishes within a few seconds: each probe runs in a subprocess
+with a deadline (importing torch takes a second or two; a wedged driver can hang nvidia-smi),
+and whatever is absent or fails is None. `query_gpus()` / `query_compute_apps()` are the one
+place the runner asks nvidia-smi (or NVML) about GPUs; the GPU-release check uses them too.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+FINGERPRINT_KEYS = ("hostname", "cpu_count", "python", "gpu_count", "gpus", "sm", "driver", "cuda",
+                    "torch", "nccl", "sglang", "flashinfer")
+FLASHINFER_DISTS = ("flashinfer-python", "flashinfer")
+
+# Runs in the recipes' interpreter: torch and its CUDA/NCCL, and package versions.
+_TORCH_PROBE = r"""
+import importlib.metadata as m, json
+out = {}
+def version(*names):
+    for name in names:
+        try:
+            return m.version(name)
+        except Exception:
+            pass
+    return None
+out["sglang"] = version("sglang")
+out["flashinfer"] = version("flashinfer-python", "flashinfer")
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    if torch.version.cuda:
+        try:
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:
+            pass
+except Exception:
+    pass
+print("@@probe " + json.dumps(out))
+"""
+
+# Runs in the sglang interpreter (when it is another one): no torch import, just versions.
+_VERSION_PROBE = r"""
+import importlib.metadata as m, json
+def version(*names):
+    for name in names:
+        try:
+            return m.version(name)
+        except Exception:
+            pass
+    return None
+print("@@probe " + json.dumps({"sglang": version("sglang"), "flashinfer": version("flashinfer-python", "flashinfer")}))
+"""
+
+
+def _start(argv: list[str]) -> subprocess.Popen[str] | None:
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    except OSError:
+        return None
+
+
+def _finish(proc: subprocess.Popen[str] | None, deadline: float) -> str | None:
+    """The process's stdout if it succeeded before the deadline; killed and None otherwise."""
+    if proc is None:
+        return None
+    try:
+        out, _ = proc.communicate(timeout=max(0.05, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    return out if proc.returncode == 0 else None
+
+
+def _probe_result(out: str | None) -> dict[str, Any]:
+    for line in (out or "").splitlines():
+        if line.startswith("@@probe "):
+            try:
+                value = json.loads(line[len("@@probe "):])
+                return value if isinstance(value, dict) else {}
+            except ValueError:
+                return {}
+    return {}
+
+
+def _csv_rows(out: str | None) -> list[list[str]]:
+    return [[cell.strip() for cell in line.split(",")] for line in (out or "").splitlines() if line.strip()]
+
+
+def _nvidia_smi(args: list[str], timeout_s: float) -> list[list[str]] | None:
+    """Rows of an nvidia-smi CSV query, or None without nvidia-smi (or when it fails)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    return _nvidia_smi_rows(_start([exe, *args]), time.monotonic() + timeout_s)
+
+
+def _nvidia_smi_rows(proc: subprocess.Popen[str] | None, deadline: float) -> list[list[str]] | None:
+    out = _finish(proc, deadline)
+    return None if out is None else _csv_rows(out)
+
+
+def _nvml() -> Any | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def query_gpus(timeout_s: float = 3.0) -> list[dict[str, Any]] | None:
+    """[{index, memory_used_mib}] per GPU, or None when this node has no GPU tooling."""
+    rows = _nvidia_smi(["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"], timeout_s)
+    if rows is not None:
+        out = []
+        for row in rows:
+            try:
+                out.append({"index": int(row[0]), "memory_used_mib": int(float(row[1]))})
+            except (ValueError, IndexError):
+                continue
+        return out
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return [{"index": i, "memory_used_mib": nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used // 2**20}
+                for i in range(nvml.nvmlDeviceGetCount())]
+    except Exception:
+        return None
+
+
+def query_compute_apps(timeout_s: float = 3.0) -> list[dict[str, Any]]:
+    """Processes using GPU memory: [{pid, name, used_mib}] (empty when unknown)."""
+    rows = _nvidia_smi(["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"], timeout_s)
+    apps = []
+    for row in rows or []:
+        try:
+            apps.append({"pid": int(row[0]), "name": row[1], "used_mib": int(float(row[2]))})
+        except (ValueError, IndexError):
+            continue
+    return apps
+
+
+def _gpus_from_nvidia_smi(rows: list[list[str]]) -> tuple[list[dict[str, Any]], str | None]:
+    gpus, driver = [], None
+    for row in rows:
+        if len(row) < 4:
+            continue
+        name, cap, mem, drv = row[:4]
+        try:
+            memory = int(float(mem))
+        except ValueError:
+            memory = None
+        gpus.append({"name": name, "sm": cap if cap and cap[0].isdigit() else None, "memory_mib": memory})
+        driver = drv or driver
+    return gpus, driver
+
+
+def _gpus_from_nvml() -> tuple[list[dict[str, Any]], str | None] | None:
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            name = nvml.nvmlDeviceGetName(handle)
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            gpus.append({"name": name.decode() if isinstance(name, bytes) else name, "sm": f"{major}.{minor}",
+                         "memory_mib": nvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20})
+        driver = nvml.nvmlSystemGetDriverVersion()
+        return gpus, driver.decode() if isinstance(driver, bytes) else driver
+    except Exception:
+        return None
+
+
+def collect(*, python: str | None = None, sglang_python: str | None = None, timeout_s: float = 4.0) -> dict[str, Any]:
+    """The node's fingerprint: exactly FINGERPRINT_KEYS, None for what is absent.
+
+    python: the interpreter recipes run with (torch, NCCL, default sglang/flashinfer);
+    sglang_python: the interpreter SGLang runs with when it lives in its own environment.
+    """
+    fingerprint: dict[str, Any] = {key: None for key in FINGERPRINT_KEYS}
+    try:
+        fingerprint.update(hostname=socket.gethostname(), cpu_count=os.cpu_count(), python=platform.python_version(),
+                           gpu_count=0, gpus=[])
+        deadline = time.monotonic() + timeout_s
+        smi = shutil.which("nvidia-smi")
+        # Start every probe first, then collect: they run in parallel under one deadline.
+        smi_proc = _start([smi, "--query-gpu=name,compute_cap,memory.total,driver_version",
+                           "--format=csv,noheader,nounits"]) if smi else None
+        torch_proc = _start([python or sys.executable, "-c", _TORCH_PROBE])
+        sglang_proc = _start([sglang_python, "-c", _VERSION_PROBE]) if sglang_python else None
+
+        found = None
+        if smi_proc is not None:
+            rows = _nvidia_smi_rows(smi_proc, deadline)
+            found = _gpus_from_nvidia_smi(rows) if rows is not None else None
+        if found is None:
+            found = _gpus_from_nvml()
+        if found is not None:
+            gpus, driver = found
+            caps = sorted({gpu["sm"] for gpu in gpus if gpu["sm"]})
+            fingerprint.update(gpus=gpus, gpu_count=len(gpus), driver=driver, sm=",".join(caps) or None)
+
+        probe = _probe_result(_finish(torch_proc, deadline))
+        for key in ("torch", "cuda", "nccl", "sglang", "flashinfer"):
+            fingerprint[key] = probe.get(key) or None
+        if sglang_python:
+            other = _probe_result(_finish(sglang_proc, deadline))
+            fingerprint["sglang"] = other.get("sglang") or None
+            fingerprint["flashinfer"] = other.get("flashinfer") or fingerprint["flashinfer"]
+    except Exception:  # a fingerprint with gaps beats a runner that does not start
+        pass
+    return fingerprint
+
+
+def runner_version() -> str:
+    try:
+        return importlib.metadata.version("campaign-board")
+    except importlib.metadata.PackageNotFoundError:
+        from app import __version__
+
+        return __version__

@@ -1,0 +1,426 @@
+"""One trial as a process tree the runner owns: spawn, read output, time out, cancel, clean up.
+
+The trial runs in its own session (`start_new_session=True`), so its process group id is its
+pid and one `killpg` reaches it and every child that stayed in the group. Children that
+daemonize (double fork + setsid) leave the group; to reach them the runner
+  * polls the trial's descendants every `poll_s` and remembers (pid, create_time), and
+  * sets ATTEMPT_ENV=<attempt id> in the trial's environment and, before killing, looks for
+    processes of this user whose environment carries it.
+Every kill re-checks pid + create_time, so a reused pid is never signalled, and nothing is
+ever picked by name. Cancel and timeout: SIGTERM to all of it, `grace_s`, then SIGKILL.
+When the trial exits on its own, whatever it left behind gets the same treatment.
+
+Output: stdout and stderr merged into one pipe, read in binary as soon as data arrives
+(`os.read` up to 64 KiB) and cut into chunks by `LogChunker` (see there). Reading happens on
+its own thread and never waits for the network: the chunk callback writes to the spool.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import psutil
+
+from runners.recipes import LaunchSpec, runner_env
+
+PHASE_PREFIX = "@@campaign-phase "
+"""A recipe line starting with this names the trial's phase: `@@campaign-phase benchmarking`."""
+
+ATTEMPT_ENV = "CAMPAIGN_ATTEMPT_ID"
+"""Set in every trial's environment: marks the processes of one attempt, even daemonized ones."""
+
+READ_SIZE = 64 * 1024
+MAX_CARRY = 64 * 1024  # a partial line longer than this is sent without waiting for its newline
+
+
+# ---- output chunks --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OutputChunk:
+    offset: int  # byte offset of the chunk's first byte in the attempt's output
+    data: str  # the chunk's bytes decoded as UTF-8 (errors replaced)
+    nbytes: int  # how many output bytes the chunk covers
+
+
+def _incomplete_utf8_tail(buf: bytes) -> int:
+    """How many bytes at the end of buf start a UTF-8 sequence that is not complete yet (0-3)."""
+    for back in range(1, min(4, len(buf)) + 1):
+        byte = buf[-back]
+        if byte & 0xC0 != 0x80:  # not a continuation byte: the start of the last sequence
+            need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+            return back if need > back else 0
+    return 0
+
+
+class LogChunker:
+    """Turn raw output reads into chunks that end at a line end where there is one.
+
+    `feed(bytes)` returns the chunk up to the last newline of what has arrived and keeps the
+    partial line; `flush()` (no data for a while, or EOF with `final=True`) returns the partial
+    line too. A multi-byte UTF-8 character split across reads stays in the carry until it is
+    complete, so every chunk's `data` decodes cleanly and the chunks' bytes, joined, are
+    exactly the output. Offsets count bytes.
+    """
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self._carry = b""
+
+    @property
+    def pending(self) -> int:
+        return len(self._carry)
+
+    def feed(self, data: bytes) -> list[OutputChunk]:
+        buf = self._carry + data
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0 and len(buf) >= MAX_CARRY:
+            cut = len(buf) - _incomplete_utf8_tail(buf)
+        self._carry = buf[cut:]
+        return self._emit(buf[:cut])
+
+    def flush(self, final: bool = False) -> list[OutputChunk]:
+        buf = self._carry
+        cut = len(buf) if final else len(buf) - _incomplete_utf8_tail(buf)
+        self._carry = buf[cut:]
+        return self._emit(buf[:cut])
+
+    def _emit(self, raw: bytes) -> list[OutputChunk]:
+        if not raw:
+            return []
+        chunk = OutputChunk(self.offset, raw.decode("utf-8", errors="replace"), len(raw))
+        self.offset += len(raw)
+        return [chunk]
+
+
+class PhaseScanner:
+    """Find `@@campaign-phase <name>` lines in chunk text (lines may span chunks)."""
+
+    def __init__(self) -> None:
+        self._partial = ""
+
+    def feed(self, text: str) -> list[str]:
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()[:200]  # only the start of a line can matter
+        return [line[len(PHASE_PREFIX):].strip()[:40] for line in lines
+                if line.startswith(PHASE_PREFIX) and line[len(PHASE_PREFIX):].strip()]
+
+
+# ---- process bookkeeping ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcessId:
+    """A process identity that survives pid reuse: pid plus its start time."""
+
+    pid: int
+    create_time: float
+
+    @classmethod
+    def of(cls, proc: psutil.Process) -> "ProcessId":
+        return cls(proc.pid, proc.create_time())
+
+    def process(self) -> psutil.Process | None:
+        """The live process if it is still the one we saw (not a reused pid), else None."""
+        try:
+            proc = psutil.Process(self.pid)
+            if abs(proc.create_time() - self.create_time) > 0.01:
+                return None
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            return None
+
+
+def processes_with_marker(attempt_id: str) -> list[ProcessId]:
+    """Processes of this user whose environment has ATTEMPT_ENV=attempt_id."""
+    uid = os.getuid()
+    found: list[ProcessId] = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["uids"]):
+        try:
+            if proc.pid == me or proc.info["uids"] is None or proc.info["uids"].real != uid:
+                continue
+            if proc.environ().get(ATTEMPT_ENV) == attempt_id:
+                found.append(ProcessId.of(proc))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return found
+
+
+def kill_processes(targets: Iterable[ProcessId], sig: int) -> int:
+    """Send sig to each target still alive as the same process; returns how many were signalled."""
+    count = 0
+    for target in targets:
+        proc = target.process()
+        if proc is None:
+            continue
+        try:
+            proc.send_signal(sig)
+            count += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            pass
+    return count
+
+
+# ---- a trial ---------------------------------------------------------------------------------
+
+@dataclass
+class TrialResult:
+    outcome: str  # exited, timed_out, cancelled, failed_to_start
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str = ""
+    leftovers: list[int] = field(default_factory=list)  # pids still alive after the trial ended, then killed
+
+
+class TrialProcess:
+    """Runs one LaunchSpec to completion. `start()` then `wait()` (blocking; run it on a thread).
+
+    on_chunk(OutputChunk) and on_phase(name) are called from the output reader thread.
+    `cancel()` may be called from any thread.
+    """
+
+    def __init__(self, spec: LaunchSpec, attempt_id: str, *, grace_s: float = 10.0,
+                 on_chunk: Callable[[OutputChunk], None] = lambda chunk: None,
+                 on_phase: Callable[[str], None] = lambda name: None,
+                 on_teardown: Callable[[], None] = lambda: None,
+                 poll_s: float = 0.2, flush_after_s: float = 0.1) -> None:
+        self.spec = spec
+        self.attempt_id = attempt_id
+        self.grace_s = grace_s
+        self.on_chunk = on_chunk
+        self.on_phase = on_phase
+        self.on_teardown = on_teardown
+        self.poll_s = poll_s
+        self.flush_after_s = flush_after_s
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.leader: ProcessId | None = None
+        self.tracked: set[ProcessId] = set()
+        self._cancel = threading.Event()
+        self._kill_now = False
+        self._stop_reading = threading.Event()
+        self._reader: threading.Thread | None = None
+        self.chunker = LogChunker()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def start(self) -> None:
+        """Spawn the trial. Raises OSError when it cannot start (no such program, bad cwd, ...)."""
+        env = runner_env({**self.spec.env, ATTEMPT_ENV: self.attempt_id})
+        self.popen = subprocess.Popen(
+            self.spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=self.spec.cwd or None, env=env, start_new_session=True, close_fds=True)
+        try:
+            self.leader = ProcessId.of(psutil.Process(self.popen.pid))
+        except psutil.Error:
+            self.leader = None
+        self._reader = threading.Thread(target=self._read_output, name=f"output-{self.attempt_id}", daemon=True)
+        self._reader.start()
+
+    def cancel(self, *, kill_now: bool = False) -> None:
+        """Stop the trial: SIGTERM, grace, SIGKILL (kill_now: SIGKILL at once)."""
+        self._kill_now = self._kill_now or kill_now
+        self._cancel.set()
+
+    def wait(self) -> TrialResult:
+        """Block until the trial has ended and everything it started is gone."""
+        assert self.popen is not None, "start() first"
+        deadline = time.monotonic() + self.spec.timeout_s
+        outcome = "exited"
+        while self.popen.poll() is None:
+            self._track_descendants()
+            if self._cancel.wait(min(self.poll_s, max(0.0, deadline - time.monotonic()))):
+                outcome = "cancelled"
+                break
+            if time.monotonic() >= deadline:
+                outcome = "timed_out"
+                break
+        self.on_teardown()
+        error = ""
+        if outcome == "exited":
+            # Let the pipe drain before looking for leftovers that still hold it open.
+            self._reader.join(timeout=0.5)
+        leftovers = self._terminate(kill_now=self._kill_now)
+        if outcome == "timed_out":
+            error = f"timed out after {self.spec.timeout_s:g} s"
+        elif outcome == "exited" and leftovers:
+            error = f"left {len(leftovers)} process(es) running after it exited (pids {', '.join(map(str, leftovers))}); killed them"
+        self._reader.join(timeout=2.0)
+        if self._reader.is_alive():  # something we could not see still holds the pipe
+            self._stop_reading.set()
+            self._reader.join(timeout=2.0)
+        code = self.popen.returncode
+        return TrialResult(outcome=outcome, exit_code=code if code is not None and code >= 0 else None,
+                           signal=-code if code is not None and code < 0 else None, error=error,
+                           leftovers=leftovers)
+
+    # -- internals --
+
+    def _track_descendants(self) -> None:
+        try:
+            children = psutil.Process(self.popen.pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            try:
+                self.tracked.add(ProcessId.of(child))
+            except psutil.Error:
+                continue
+
+    def _targets(self) -> set[ProcessId]:
+        if self.popen.returncode is None:
+            self._track_descendants()
+        targets = set(self.tracked)
+        targets.update(processes_with_marker(self.attempt_id))
+        return {t for t in targets if t.process() is not None}
+
+    def _signal_group(self, sig: int, targets: set[ProcessId]) -> None:
+        pgid = self.popen.pid
+        # While the leader is unreaped its pid cannot be reused, so the group is ours. After that,
+        # signal the group only while a process we know of still belongs to it.
+        ours = self.popen.returncode is None or any(_pgid(t.pid) == pgid for t in targets)
+        if ours:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _terminate(self, *, kill_now: bool) -> list[int]:
+        """SIGTERM the group and everything tracked, wait grace_s, SIGKILL what is left.
+
+        Returns the pids (other than the leader) that were still alive when this began."""
+        targets = self._targets()
+        leftovers = sorted(t.pid for t in targets if t.pid != self.popen.pid)
+        if kill_now or self.grace_s <= 0:
+            self._kill_all(targets)
+        else:
+            self._signal_group(signal.SIGTERM, targets)
+            kill_processes(targets, signal.SIGTERM)
+            deadline = time.monotonic() + self.grace_s
+            while time.monotonic() < deadline:
+                self.popen.poll()
+                if self.popen.returncode is not None and not any(t.process() for t in targets):
+                    # Anything started during the grace period? Look once more before stopping.
+                    targets = self._targets()
+                    if not targets:
+                        break
+                    self._signal_group(signal.SIGTERM, targets)
+                    kill_processes(targets, signal.SIGTERM)
+                time.sleep(0.05)
+            else:
+                self._kill_all(self._targets() | targets)
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # unkillable (D state); report rather than hang
+            pass
+        # Wait briefly for the killed ones to vanish so GPU checks see their memory freed.
+        psutil.wait_procs([p for p in (t.process() for t in targets) if p], timeout=2)
+        return leftovers
+
+    def _kill_all(self, targets: set[ProcessId]) -> None:
+        self._signal_group(signal.SIGKILL, targets)
+        kill_processes(targets, signal.SIGKILL)
+        # A process forked between our scan and the SIGKILL: one more pass.
+        kill_processes(self._targets(), signal.SIGKILL)
+
+    def _read_output(self) -> None:
+        fd = self.popen.stdout.fileno()
+        scanner = PhaseScanner()
+        last_data = time.monotonic()
+
+        def deliver(chunks: list[OutputChunk]) -> None:
+            for chunk in chunks:
+                self.on_chunk(chunk)
+                for name in scanner.feed(chunk.data):
+                    self.on_phase(name)
+
+        try:
+            while not self._stop_reading.is_set():
+                ready, _, _ = select.select([fd], [], [], self.flush_after_s)
+                if not ready:
+                    if self.chunker.pending and time.monotonic() - last_data >= self.flush_after_s:
+                        deliver(self.chunker.flush())
+                    continue
+                data = os.read(fd, READ_SIZE)
+                if not data:
+                    break
+                last_data = time.monotonic()
+                deliver(self.chunker.feed(data))
+        except OSError:
+            pass
+        finally:
+            deliver(self.chunker.flush(final=True))
+            try:
+                self.popen.stdout.close()
+            except OSError:
+                pass
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def stop_attempt_leftovers(attempt_id: str, leader: ProcessId | None, grace_s: float) -> list[int]:
+    """Kill what an attempt of a previous runner process left running (found by the leader's
+    recorded identity and by the attempt's environment marker). Returns the pids it signalled."""
+    targets = set(processes_with_marker(attempt_id))
+    if leader is not None and leader.process() is not None:
+        targets.add(leader)
+    targets = {t for t in targets if t.process() is not None}
+    if not targets:
+        return []
+    kill_processes(targets, signal.SIGTERM)
+    psutil.wait_procs([p for p in (t.process() for t in targets) if p], timeout=grace_s)
+    kill_processes(targets, signal.SIGKILL)  # re-checks identity: only the ones still alive
+    return sorted(t.pid for t in targets)
+
+
+# ---- GPUs after a trial -----------------------------------------------------------------------
+
+GPU_SLACK_MIB = 256  # memory other tenants or the driver may take meanwhile
+
+
+def gpu_memory_used() -> dict[int, int] | None:
+    """MiB used per GPU index now; None when this node has no GPU."""
+    from runners.fingerprint import query_gpus
+
+    gpus = query_gpus()
+    return None if gpus is None else {gpu["index"]: gpu["memory_used_mib"] for gpu in gpus}
+
+
+def check_gpus_released(before: dict[int, int] | None, *, wait_s: float = 5.0,
+                        poll_s: float = 0.5) -> tuple[bool | None, str]:
+    """(gpu_released, gpu_note): is GPU memory back to what it was before the trial?
+
+    Waits up to wait_s for the driver to free memory of processes that just ended."""
+    from runners.fingerprint import query_compute_apps
+
+    if before is None:
+        return None, "no GPU on this node"
+    deadline = time.monotonic() + wait_s
+    while True:
+        now = gpu_memory_used()
+        if now is None:
+            return None, "GPU memory could not be read after the trial"
+        held = {index: used for index, used in now.items() if used > before.get(index, 0) + GPU_SLACK_MIB}
+        if not held:
+            return True, ""
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    parts = [f"GPU {index}: {used} MiB used (before: {before.get(index, 0)} MiB)" for index, used in sorted(held.items())]
+    apps = query_compute_apps()
+    if apps:
+        parts.append("compute apps: " + ", ".join(f"pid {app['pid']} {app['name']} {app['used_mib']} MiB" for app in apps))
+    return False, ("; ".join(parts))[:500]
