@@ -1,0 +1,201 @@
+"""Runners: their tokens (only hashes are stored), what they report about themselves, and whether
+they are online, busy or offline.
+
+A runner is *online* while its websocket is open (Runner.connected), *busy* while it holds an
+active trial (queued/dispatched/running), *offline* otherwise; a revoked runner is refused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, select
+
+from app.domain.errors import Conflict, Invalid, NotFound
+from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
+from app.security import hash_token, new_secret
+
+EMBEDDED_RUNNER_NAME = "local (embedded)"
+TOKEN_PREFIX = "cbr"
+
+
+def _new_token(runner: Runner) -> str:
+    token = new_secret(TOKEN_PREFIX)
+    runner.token_hash = hash_token(token)
+    return token
+
+
+def create_runner(session: Session, name: str, *, embedded: bool = False) -> tuple[Runner, str]:
+    """A new runner and its token; the token is shown once and only its hash is kept."""
+    name = name.strip()
+    if not name:
+        raise Invalid("A runner needs a name, e.g. the node's hostname.", field="name")
+    if len(name) > 120:
+        raise Invalid("A runner's name is at most 120 characters.", field="name")
+    if session.exec(select(Runner).where(Runner.name == name)).first():
+        raise Conflict(f"A runner named {name!r} exists already.", field="name")
+    runner = Runner(name=name, token_hash="", embedded=embedded)
+    token = _new_token(runner)
+    session.add(runner)
+    session.flush()
+    return runner, token
+
+
+def ensure_embedded_runner(session: Session) -> tuple[Runner, str]:
+    """The embedded runner's row with a fresh token (rotated on every server start)."""
+    runner = session.exec(select(Runner).where(Runner.name == EMBEDDED_RUNNER_NAME)).first()
+    if runner is None:
+        return create_runner(session, EMBEDDED_RUNNER_NAME, embedded=True)
+    token = _new_token(runner)
+    runner.embedded = True
+    runner.revoked_at = None
+    session.add(runner)
+    session.flush()
+    return runner, token
+
+
+def authenticate(session: Session, token: str | None) -> Runner | None:
+    """The live (not revoked) runner holding this token, or None."""
+    if not token:
+        return None
+    runner = session.exec(select(Runner).where(Runner.token_hash == hash_token(token))).first()
+    if runner is None or runner.revoked_at is not None:
+        return None
+    return runner
+
+
+def get_runner(session: Session, runner_id: int) -> Runner:
+    runner = session.get(Runner, runner_id)
+    if runner is None:
+        raise NotFound(f"No runner #{runner_id}.")
+    return runner
+
+
+def revoke_runner(session: Session, runner: Runner) -> None:
+    """Refuse the runner's token from now on (the caller disconnects a live socket)."""
+    if runner.revoked_at is not None:
+        raise Invalid(f"Runner {runner.name!r} is already revoked.")
+    runner.revoked_at = utcnow()
+    runner.connected = False
+    session.add(runner)
+    session.flush()
+
+
+def mark_connected(session: Session, runner: Runner, fingerprint: dict[str, Any], labels: list[str]) -> None:
+    runner.fingerprint = fingerprint
+    runner.labels = list(labels)
+    runner.connected = True
+    runner.last_seen_at = utcnow()
+    session.add(runner)
+    session.flush()
+
+
+def mark_disconnected(session: Session, runner_id: int, last_seen_at: datetime | None = None) -> None:
+    """The socket closed: the lost-after clock starts now (see scheduling.sweep_lost)."""
+    runner = session.get(Runner, runner_id)
+    if runner is None:
+        return
+    runner.connected = False
+    runner.last_seen_at = last_seen_at or utcnow()
+    session.add(runner)
+    session.flush()
+
+
+def active_trials_by_runner(session: Session) -> dict[int, Trial]:
+    rows = session.exec(select(Trial).where(Trial.state.in_(ACTIVE_TRIAL_STATES),  # type: ignore[attr-defined]
+                                            Trial.runner_id.is_not(None)))  # type: ignore[union-attr]
+    return {t.runner_id: t for t in rows if t.runner_id is not None}
+
+
+@dataclass
+class RunnerView:
+    """A runner as the runners page and GET /api/runners show it."""
+
+    runner: Runner
+    status: str  # online, busy, offline, revoked
+    trial: Trial | None
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.runner
+        return {
+            "id": r.id, "name": r.name, "status": self.status, "embedded": r.embedded, "labels": r.labels,
+            "fingerprint": r.fingerprint, "connected": r.connected,
+            "last_seen_at": r.last_seen_at.isoformat() if r.last_seen_at else None,
+            "revoked": r.revoked_at is not None, "trial_id": self.trial.id if self.trial else None,
+        }
+
+
+def runner_status(runner: Runner, trial: Trial | None) -> str:
+    if runner.revoked_at is not None:
+        return "revoked"
+    if not runner.connected:
+        return "offline"
+    return "busy" if trial is not None else "online"
+
+
+def list_runners(session: Session) -> list[RunnerView]:
+    busy = active_trials_by_runner(session)
+    runners = session.exec(select(Runner).order_by(Runner.revoked_at.is_not(None), Runner.name))  # type: ignore[union-attr]
+    return [RunnerView(r, runner_status(r, busy.get(r.id)), busy.get(r.id)) for r in runners]  # type: ignore[arg-type]
+
+
+# ---- what a runner's fingerprint says (shape owned by runners/fingerprint.py) ----------------
+
+def gpu_count(fingerprint: dict[str, Any] | None) -> int:
+    fp = fingerprint or {}
+    if isinstance(fp.get("gpu_count"), int):
+        return fp["gpu_count"]
+    gpus = fp.get("gpus")
+    return len(gpus) if isinstance(gpus, list) else 0
+
+
+def _sm_tuple(value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    text = str(value).strip().lower().removeprefix("sm").removeprefix("_")
+    if "." in text:
+        major, _, minor = text.partition(".")
+    elif text.isdigit() and len(text) >= 2:
+        major, minor = text[:-1], text[-1]  # "90" -> 9.0, "120" -> 12.0
+    else:
+        major, minor = text, "0"
+    try:
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def sm(fingerprint: dict[str, Any] | None) -> tuple[int, int] | None:
+    """The lowest SM capability of the node's GPUs (what every rank of a trial can rely on)."""
+    fp = fingerprint or {}
+    found = _sm_tuple(fp.get("sm"))
+    if found is not None:
+        return found
+    gpus = fp.get("gpus") if isinstance(fp.get("gpus"), list) else []
+    values = [_sm_tuple(g.get("sm") or g.get("compute_capability")) for g in gpus if isinstance(g, dict)]
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
+def components(fingerprint: dict[str, Any] | None) -> dict[str, str]:
+    """Installed software by name (lowercase) -> version ('' when unknown)."""
+    raw = (fingerprint or {}).get("components") or {}
+    if isinstance(raw, dict):
+        return {str(k).lower(): "" if v is None else str(v) for k, v in raw.items() if v not in (None, False, "")}
+    if isinstance(raw, list):
+        return {str(k).lower(): "" for k in raw}
+    return {}
+
+
+def summary(fingerprint: dict[str, Any] | None) -> str:
+    """One line for the runners page: '8 GPUs, SM 12.0, torch 2.10.0, nccl 2.27.3'."""
+    parts = []
+    n = gpu_count(fingerprint)
+    parts.append(f"{n} GPU{'s' if n != 1 else ''}")
+    cap = sm(fingerprint)
+    if cap:
+        parts.append(f"SM {cap[0]}.{cap[1]}")
+    for name, version in sorted(components(fingerprint).items()):
+        parts.append(f"{name} {version}".strip())
+    return ", ".join(parts)
