@@ -151,9 +151,14 @@ def gpu_count(fingerprint: dict[str, Any] | None) -> int:
 
 
 def _sm_tuple(value: Any) -> tuple[int, int] | None:
+    """'9.0' / 'sm_90' / '120' / '9.0,12.0' (several GPU kinds: the lowest) -> (major, minor)."""
     if value is None:
         return None
-    text = str(value).strip().lower().removeprefix("sm").removeprefix("_")
+    text = str(value).strip().lower()
+    if "," in text:
+        found = [t for t in (_sm_tuple(part) for part in text.split(",")) if t is not None]
+        return min(found) if found else None
+    text = text.removeprefix("sm").removeprefix("_")
     if "." in text:
         major, _, minor = text.partition(".")
     elif text.isdigit() and len(text) >= 2:
@@ -178,14 +183,22 @@ def sm(fingerprint: dict[str, Any] | None) -> tuple[int, int] | None:
     return min(values) if values else None
 
 
+# Fingerprint keys that describe the machine rather than installed software (runners/fingerprint.py).
+_NOT_SOFTWARE = {"hostname", "cpu_count", "gpu_count", "gpus", "sm", "driver", "components"}
+
+
 def components(fingerprint: dict[str, Any] | None) -> dict[str, str]:
-    """Installed software by name (lowercase) -> version ('' when unknown)."""
-    raw = (fingerprint or {}).get("components") or {}
+    """Installed software by name (lowercase) -> version: the fingerprint's version keys (torch,
+    cuda, nccl, sglang, ...; None = absent) and any `components` mapping or list."""
+    fp = fingerprint or {}
+    out = {str(k).lower(): str(v) for k, v in fp.items()
+           if k not in _NOT_SOFTWARE and isinstance(v, (str, int, float)) and v not in ("", False)}
+    raw = fp.get("components")
     if isinstance(raw, dict):
-        return {str(k).lower(): "" if v is None else str(v) for k, v in raw.items() if v not in (None, False, "")}
-    if isinstance(raw, list):
-        return {str(k).lower(): "" for k in raw}
-    return {}
+        out.update({str(k).lower(): "" if v is True else str(v) for k, v in raw.items() if v not in (None, False, "")})
+    elif isinstance(raw, list):
+        out.update({str(k).lower(): "" for k in raw})
+    return out
 
 
 def summary(fingerprint: dict[str, Any] | None) -> str:
@@ -197,5 +210,6 @@ def summary(fingerprint: dict[str, Any] | None) -> str:
     if cap:
         parts.append(f"SM {cap[0]}.{cap[1]}")
     for name, version in sorted(components(fingerprint).items()):
-        parts.append(f"{name} {version}".strip())
+        if name not in ("python", "cpu_count"):
+            parts.append(f"{name} {version}".strip())
     return ", ".join(parts)

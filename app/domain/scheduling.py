@@ -279,7 +279,7 @@ def _end(session: Session, trial: Trial, state: TrialState, *, log_text: str | N
         attempt.ended_at = trial.finished_at
         session.add(attempt)
     if log_text is not None:
-        trial.proposal = propose(trial, log_text)
+        trial.proposal = propose(session, trial, log_text)
     session.add(trial)
     session.flush()
     approach = session.get(Approach, trial.approach_id)
@@ -296,26 +296,33 @@ def _end(session: Session, trial: Trial, state: TrialState, *, log_text: str | N
 TRIAL_ENDED_HOOKS: list[Any] = []
 
 
-def propose(trial: Trial, log_text: str) -> dict[str, Any] | None:
-    """The failure classification proposal, when app.domain.signatures is available."""
+def propose(session: Session, trial: Trial, log_text: str) -> dict[str, Any] | None:
+    """The failure classification proposal (app.domain.signatures), stored in trial.proposal for a
+    person to confirm or edit (the verdict UI); None when nothing known matches."""
     try:
-        from app.domain.signatures import classify  # type: ignore[import-not-found]
+        from app.domain.signatures import classify
     except ImportError:
         return None
+    from dataclasses import asdict, is_dataclass
+
+    from app.models import Metric
+    metrics = [{"name": m.name, "value": m.value, "unit": m.unit, "tags": m.tags}
+               for m in session.exec(select(Metric).where(Metric.trial_id == trial.id))]
+    campaign = session.get(Campaign, trial.campaign_id)
+    baseline = None
+    if campaign is not None and campaign.baseline_tok_s and trial.id != campaign.baseline_trial_id:
+        baseline = {"output_throughput_tok_s": campaign.baseline_tok_s,
+                    "decode_log_gen_throughput_tok_s": campaign.baseline_tok_s}
     try:
-        result = classify(log_text, exit_code=trial.exit_code)
-    except TypeError:
-        result = classify(log_text)
+        result = classify(log_text, exit_code=trial.exit_code, signal=trial.exit_signal, metrics=metrics,
+                          baseline=baseline)
     except Exception:  # a classifier bug must not keep a trial from ending
         log.exception("failure classification of trial #%s failed", trial.id)
         return None
     if result is None or isinstance(result, dict):
         return result
-    if hasattr(result, "model_dump"):
-        return result.model_dump(mode="json")
-    if hasattr(result, "__dataclass_fields__"):
-        from dataclasses import asdict
-        return asdict(result)
+    if is_dataclass(result):
+        return asdict(result)  # type: ignore[arg-type]
     return {"value": str(result)}
 
 
