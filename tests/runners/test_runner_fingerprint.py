@@ -1,0 +1,63 @@
+"""Node fingerprint on this GPU-less machine, and with a stand-in nvidia-smi and sglang interpreter."""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import stat
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from runners.fingerprint import FINGERPRINT_KEYS, collect
+
+
+def _script(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_without_gpu_tools_the_gpu_keys_are_empty(monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no nvidia-smi
+    started = time.monotonic()
+    fingerprint = collect()
+    assert time.monotonic() - started < 5
+    assert tuple(fingerprint) == FINGERPRINT_KEYS
+    assert fingerprint["gpu_count"] == 0 and fingerprint["gpus"] == []
+    assert fingerprint["sm"] is fingerprint["driver"] is fingerprint["nccl"] is None
+    assert fingerprint["sglang"] is None and fingerprint["flashinfer"] is None
+    assert fingerprint["cpu_count"] == os.cpu_count() and fingerprint["hostname"]
+    assert fingerprint["python"] == ".".join(map(str, sys.version_info[:3]))
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
+    assert fingerprint["torch"] == torch_version
+
+
+def test_gpus_come_from_nvidia_smi_and_sglang_from_its_own_interpreter(tmp_path, monkeypatch):
+    _script(tmp_path / "bin" / "nvidia-smi", """\
+        print("NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, 580.65.06")
+        print("NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, 580.65.06")
+    """)
+    sglang_python = _script(tmp_path / "sglang-env" / "python", """\
+        print('@@probe {"sglang": "0.5.23", "flashinfer": "0.5.3"}')
+    """)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    fingerprint = collect(sglang_python=str(sglang_python))
+    assert fingerprint["gpu_count"] == 2 and fingerprint["sm"] == "12.0" and fingerprint["driver"] == "580.65.06"
+    assert fingerprint["gpus"][0] == {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm": "12.0", "memory_mib": 97887}
+    assert (fingerprint["sglang"], fingerprint["flashinfer"]) == ("0.5.23", "0.5.3")
+
+
+def test_a_hanging_probe_does_not_hang_the_runner(tmp_path, monkeypatch):
+    _script(tmp_path / "bin" / "nvidia-smi", "import time; time.sleep(60)\n")
+    hanging = _script(tmp_path / "python", "import time; time.sleep(60)\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    started = time.monotonic()
+    fingerprint = collect(python=str(hanging), sglang_python=str(hanging), timeout_s=1.0)
+    assert time.monotonic() - started < 3
+    assert tuple(fingerprint) == FINGERPRINT_KEYS
+    assert fingerprint["torch"] is None and fingerprint["gpu_count"] == 0
