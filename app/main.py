@@ -20,6 +20,8 @@ ROUTER_MODULES = [
     "app.web.auth",
     "app.web.campaigns",
     "app.api.campaigns",
+    "app.web.charts",
+    "app.web.share",
 ]
 
 

@@ -1,0 +1,177 @@
+"""Plotly figure builders: domain data in, a JSON-ready figure dict out (no database, no web).
+
+The page embeds the dict as JSON and draws it with the locally served plotly.js.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from app.domain.profitability import LatencySeries, ProfitabilityReport, ThroughputRow
+from app.domain.timeline import Timeline
+from app.templating import STATUS_LABELS
+
+# The badge colors of static/app.css, so a status looks the same on charts and pages.
+STATUS_COLORS = {
+    "untested": "#6b7280", "queued": "#8b5cf6", "running": "#0ea5e9", "promising": "#d97706",
+    "adopted": "#15803d", "dead_end": "#b42318", "deferred": "#7c6f57",
+}
+BREAK_EVEN_COLOR = "#5f6368"
+_FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=13)
+
+
+def _label(status: str) -> str:
+    return STATUS_LABELS.get(status, status)
+
+
+def _layout(title: str, **kw: Any) -> dict[str, Any]:
+    return dict(title=dict(text=title, x=0, xanchor="left", font=dict(size=15)), template="plotly_white",
+                font=_FONT, margin=dict(l=60, r=20, t=50, b=55), height=400,
+                legend=dict(orientation="h", yanchor="top", y=-0.18, x=0), hoverlabel=dict(align="left"), **kw)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _out(fig: go.Figure) -> dict[str, Any]:
+    return fig.to_plotly_json()
+
+
+def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
+    """Chart 1: verify-step communication N_ar x t_ar (x) against speculation savings (y), one point
+    per approach with a measured t_ar, and the break-even line y = x: points above it are profitable."""
+    fig = go.Figure()
+    xs = [p.comm_ms for p in report.points]
+    ys = [p.savings_ms for p in report.points]
+    top = max([*xs, *ys, 1.0]) * 1.15
+    bottom = min([*ys, 0.0])
+    bottom = bottom * 1.15 if bottom < 0 else 0.0
+    fig.add_trace(go.Scatter(
+        x=[0, top, 0], y=[0, top, top], fill="toself", mode="none", fillcolor="rgba(24,128,56,0.07)",
+        name="profitable region", hoverinfo="skip", showlegend=True,
+    ))
+    fig.add_trace(go.Scatter(
+        x=[min(bottom, 0.0), top], y=[min(bottom, 0.0), top], mode="lines", name="break-even (communication = savings)",
+        line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2), hoverinfo="skip",
+    ))
+    for p in report.points:
+        verdict = "profitable" if p.profitable else "not profitable"
+        fig.add_trace(go.Scatter(
+            x=[p.comm_ms], y=[p.savings_ms], mode="markers+text", name=p.title,
+            text=[_short(p.title, 28)], textposition="top center",
+            marker=dict(size=13, color=STATUS_COLORS.get(p.status, "#000"),
+                        symbol="circle" if p.profitable else "x", line=dict(width=1, color="#202124")),
+            customdata=[[p.title, _label(p.status), p.stack or "stack not recorded", f"{p.tau:.2f}",
+                         p.tau_source, f"#{p.latency.trial_id}", f"{p.latency.t_ar_us:.1f}", p.latency.note,
+                         f"{p.speedup:.2f}", verdict]],
+            hovertemplate=("<b>%{customdata[0]}</b><br>status: %{customdata[1]}<br>stack: %{customdata[2]}"
+                           "<br>accept length: %{customdata[3]} (%{customdata[4]})"
+                           "<br>t_ar: %{customdata[6]} us (%{customdata[7]})<br>source trial: %{customdata[5]}"
+                           "<br>communication %{x:.2f} ms vs savings %{y:.2f} ms"
+                           "<br>speedup %{customdata[8]}x: %{customdata[9]}<extra></extra>"),
+        ))
+    costs = report.costs
+    subtitle = ""
+    if costs is not None and costs.break_even_t_ar_us is not None:
+        subtitle = f" · break-even t_ar* = {costs.break_even_t_ar_us:.1f} us at {report.inputs.verify_bytes // 1024} KiB"
+    fig.update_layout(**_layout("Does verify communication cost more than speculation saves?" + subtitle,
+                                meta={"break_even_t_ar_us": costs.break_even_t_ar_us if costs else None}))
+    fig.update_xaxes(title_text="verify-step communication N_ar × t_ar (ms)", range=[min(bottom, 0.0), top],
+                     zeroline=True)
+    fig.update_yaxes(title_text="speculation savings τ·T_base − T_draft − T_verify,compute (ms)",
+                     range=[min(bottom, 0.0), top], zeroline=True)
+    return _out(fig)
+
+
+def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int) -> dict[str, Any]:
+    """Chart 2: allreduce latency against message size per approach (log-log), the verify size marked."""
+    fig = go.Figure()
+    values = [p.latency_us for s in series for p in s.points]
+    for s in series:
+        fig.add_trace(go.Scatter(
+            x=[p.bytes for p in s.points], y=[p.latency_us for p in s.points], mode="lines+markers", name=s.approach_title,
+            marker=dict(size=8), line=dict(width=2),
+            customdata=[[s.approach_title, str(p.tags.get("backend", "")), str(p.tags.get("mode", "")),
+                         str(p.tags.get("world_size", "")), f"#{p.trial_id}"] for p in s.points],
+            hovertemplate=("<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>backend %{customdata[1]}, "
+                           "mode %{customdata[2]}, %{customdata[3]} ranks<br>trial %{customdata[4]}<extra></extra>"),
+        ))
+    low, high = (min(values) / 1.5, max(values) * 1.5) if values else (1.0, 1000.0)
+    fig.add_trace(go.Scatter(
+        x=[verify_bytes, verify_bytes], y=[low, high], mode="lines", name=f"verify message ({verify_bytes // 1024} KiB)",
+        line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2), hoverinfo="name",
+    ))
+    fig.update_layout(**_layout("Allreduce latency vs message size"))
+    fig.update_xaxes(type="log", title_text="message size (bytes)")
+    fig.update_yaxes(type="log", title_text="latency per allreduce (us)")
+    return _out(fig)
+
+
+def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | None) -> dict[str, Any]:
+    """Chart 3: each approach's best decode throughput as a bar, the baseline as a line; dead ends
+    are marked (✕) with their reason, measured or not."""
+    fig = go.Figure()
+    titles = [r.approach_title for r in rows]
+    measured = [r for r in rows if r.tok_s is not None]
+    fig.add_trace(go.Bar(
+        x=[r.approach_title for r in measured], y=[r.tok_s for r in measured], name="decode throughput",
+        marker=dict(color=[STATUS_COLORS.get(r.status, "#000") for r in measured]),
+        text=[f"{r.tok_s:.0f}" for r in measured], textposition="outside",
+        customdata=[[_label(r.status), f"#{r.trial_id}", "with EAGLE-3" if r.speculative else "plain decode"]
+                    for r in measured],
+        hovertemplate="<b>%{x}</b><br>%{y:.1f} tok/s (%{customdata[2]})<br>status: %{customdata[0]}"
+                      "<br>trial %{customdata[1]}<extra></extra>",
+    ))
+    dead = [r for r in rows if r.status == "dead_end"]
+    if dead:
+        fig.add_trace(go.Scatter(
+            x=[r.approach_title for r in dead], y=[r.tok_s or 0 for r in dead], mode="markers+text", name="dead end",
+            marker=dict(symbol="x", size=14, color=STATUS_COLORS["dead_end"]),
+            text=[_short(r.reason, 34) for r in dead], textposition="top center", textfont=dict(size=10),
+            customdata=[[r.reason or "no reason recorded"] for r in dead],
+            hovertemplate="<b>%{x}</b>: dead end<br>%{customdata[0]}<extra></extra>",
+        ))
+    if baseline_tok_s:
+        fig.add_trace(go.Scatter(
+            x=titles, y=[baseline_tok_s] * len(titles), mode="lines", name=f"baseline {baseline_tok_s:.0f} tok/s",
+            line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2), hoverinfo="name",
+        ))
+    fig.update_layout(**_layout("Decode throughput per approach vs baseline", bargap=0.35))
+    fig.update_xaxes(categoryorder="array", categoryarray=titles, tickangle=-20, automargin=True)
+    fig.update_yaxes(title_text="output tokens/s (batch 1)", rangemode="tozero")
+    return _out(fig)
+
+
+def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
+    """Chart 4: status changes (markers, colored by the new status) and trials (spans) over time."""
+    fig = go.Figure()
+    xs: list[Any] = []
+    ys: list[Any] = []
+    hover: list[Any] = []
+    for t in timeline.trials:
+        end = t.end or t.start
+        xs += [t.start.isoformat(), end.isoformat(), None]
+        ys += [t.approach_title, t.approach_title, None]
+        text = f"trial #{t.trial_id}: {t.state}"
+        hover += [text, text, None]
+    if timeline.trials:
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="trials", text=hover,
+                                 line=dict(width=8, color="rgba(26,115,232,0.45)"), marker=dict(size=6),
+                                 hovertemplate="%{text}<br>%{x}<extra></extra>"))
+    by_status: dict[str, list] = {}
+    for e in timeline.status_events:
+        by_status.setdefault(e.to_status, []).append(e)
+    for status, events in by_status.items():
+        fig.add_trace(go.Scatter(
+            x=[e.at.isoformat() for e in events], y=[e.approach_title for e in events], mode="markers",
+            name=f"→ {_label(status)}", marker=dict(size=11, color=STATUS_COLORS.get(status, "#000"), symbol="diamond"),
+            customdata=[[_label(e.from_status) or "new", _label(e.to_status), _short(e.reason, 120)] for e in events],
+            hovertemplate="<b>%{y}</b><br>%{customdata[0]} → %{customdata[1]}<br>%{customdata[2]}<br>%{x}<extra></extra>",
+        ))
+    fig.update_layout(**_layout("Campaign timeline: status changes and trials"))
+    fig.update_xaxes(type="date", title_text="time (UTC)")
+    fig.update_yaxes(type="category", automargin=True)
+    return _out(fig)

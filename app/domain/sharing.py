@@ -1,0 +1,152 @@
+"""Share links (read-only status pages for stakeholders) and the status they show.
+
+A link's URL carries a token signed with the app secret: the share id and its nonce. Resolving
+refuses a bad signature, an unknown id, a wrong nonce and a revoked link alike, with NotFound,
+so a guessed, altered or revoked link is indistinguishable from one that never existed.
+
+The status is built from a whitelist of public fields: titles, statuses, verdict reasons, stack
+versions and measured figures. Recipes, commands, environment, evidence text, runner details and
+actor names never enter it.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from itsdangerous import BadSignature, URLSafeSerializer
+from sqlmodel import Session, select
+
+from app.domain.errors import Invalid, NotFound
+from app.domain.fingerprint import describe_binding
+from app.domain.scheduling import candidates
+from app.domain.inventory import approaches, status_counts
+from app.domain.profitability import (ApproachPoint, ProfitabilityReport, ThroughputRow, profitability_report,
+                                      stack_summary, throughput_rows)
+from app.models import ApproachStatus, Campaign, ShareLink, utcnow
+
+_SALT = "campaign-board-share"
+NOT_FOUND = "This share link is not valid: it may have been revoked. Ask the campaign's team for a new one."
+
+
+def _serializer(secret_key: str) -> URLSafeSerializer:
+    return URLSafeSerializer(secret_key, salt=_SALT)
+
+
+def share_token(link: ShareLink, secret_key: str) -> str:
+    return _serializer(secret_key).dumps({"id": link.id, "n": link.nonce})
+
+
+def create_share_link(session: Session, campaign: Campaign, name: str, actor: str) -> ShareLink:
+    name = name.strip()
+    if len(name) > 120:
+        raise Invalid("A share link's name is at most 120 characters.", field="name")
+    link = ShareLink(campaign_id=campaign.id, name=name or "status page", nonce=secrets.token_urlsafe(16),
+                     created_by=actor)
+    session.add(link)
+    session.flush()
+    return link
+
+
+def list_share_links(session: Session, campaign: Campaign) -> list[ShareLink]:
+    return list(session.exec(select(ShareLink).where(ShareLink.campaign_id == campaign.id)
+                             .order_by(ShareLink.created_at.desc(), ShareLink.id.desc())))  # type: ignore[union-attr]
+
+
+def get_share_link(session: Session, campaign: Campaign, link_id: int) -> ShareLink:
+    link = session.get(ShareLink, link_id)
+    if link is None or link.campaign_id != campaign.id:
+        raise NotFound(f"No share link #{link_id} in campaign {campaign.slug!r}.")
+    return link
+
+
+def revoke_share_link(session: Session, link: ShareLink) -> ShareLink:
+    """Revoke for good: the token stops working at once. Revoking twice is harmless."""
+    if link.revoked_at is None:
+        link.revoked_at = utcnow()
+        session.add(link)
+        session.flush()
+    return link
+
+
+def resolve_share_token(session: Session, token: str, secret_key: str) -> tuple[ShareLink, Campaign]:
+    """The live link and its campaign, or NotFound (bad signature, unknown, wrong nonce, revoked)."""
+    try:
+        data = _serializer(secret_key).loads(token)
+    except BadSignature:
+        raise NotFound(NOT_FOUND) from None
+    if not isinstance(data, dict) or not isinstance(data.get("id"), int) or not isinstance(data.get("n"), str):
+        raise NotFound(NOT_FOUND)
+    link = session.get(ShareLink, data["id"])
+    if link is None or link.revoked_at is not None or not secrets.compare_digest(link.nonce, data["n"]):
+        raise NotFound(NOT_FOUND)
+    campaign = session.get(Campaign, link.campaign_id)
+    if campaign is None:
+        raise NotFound(NOT_FOUND)
+    return link, campaign
+
+
+# ---- what the status page shows ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClosedApproach:
+    """A dead end (or deferred approach) with its reason and the stack the verdict holds for."""
+
+    title: str
+    status: str
+    reason: str
+    stack: str
+    bound_to: str
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    campaign_name: str
+    counts: dict[str, int]
+    total: int
+    baseline_tok_s: float | None
+    best: ThroughputRow | None
+    best_vs_baseline: float | None  # best / baseline - 1
+    profitable_with: ApproachPoint | None
+    closest: ApproachPoint | None  # the best usable approach, profitable or not
+    break_even_t_ar_us: float | None
+    missing: tuple[str, ...]  # what the model lacks (the what only: "how" may name commands)
+    next_up: str | None
+    dead_ends: tuple[ClosedApproach, ...]
+    deferred: tuple[ClosedApproach, ...]
+
+
+def _next_up(session: Session, campaign: Campaign, rows: list) -> str | None:
+    """What "Run next candidate" would pick (runner availability aside); else the first untested approach."""
+    runnable = candidates(session, campaign)
+    if runnable:
+        return runnable[0].title
+    return next((a.title for a in rows if a.status == ApproachStatus.untested), None)
+
+
+def status_report(session: Session, campaign: Campaign, profitability: ProfitabilityReport | None = None,
+                  throughput: list[ThroughputRow] | None = None) -> StatusReport:
+    rows = approaches(session, campaign)
+    profitability = profitability or profitability_report(session, campaign)
+    throughput = throughput if throughput is not None else throughput_rows(session, campaign)
+    baseline = profitability.inputs.baseline_tok_s.value
+    best = max((r for r in throughput if r.tok_s is not None), key=lambda r: r.tok_s or 0, default=None)
+    costs = profitability.costs
+
+    def closed(status: ApproachStatus) -> tuple[ClosedApproach, ...]:
+        return tuple(ClosedApproach(a.title, a.status, a.reason, stack_summary(a.verdict_fingerprint),
+                                    describe_binding(a.bound_to, a.verdict_fingerprint) or "") for a in rows if a.status == status)
+
+    return StatusReport(
+        campaign_name=campaign.name,
+        counts=status_counts(rows),
+        total=len(rows),
+        baseline_tok_s=baseline,
+        best=best,
+        best_vs_baseline=(best.tok_s / baseline - 1) if best and best.tok_s and baseline else None,
+        profitable_with=profitability.profitable_now,
+        closest=profitability.best,
+        break_even_t_ar_us=costs.break_even_t_ar_us if costs else None,
+        missing=tuple(m.what for m in profitability.missing),
+        next_up=_next_up(session, campaign, rows),
+        dead_ends=closed(ApproachStatus.dead_end),
+        deferred=closed(ApproachStatus.deferred),
+    )

@@ -1,0 +1,103 @@
+"""Share links: operators create and revoke them; anyone holding one reads the status page.
+
+Everything under /s/ is read-only: GET only (other methods get 405), no forms, no login, and
+headers that keep the token out of referrers, caches and search engines.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, Response
+from sqlmodel import Session
+
+from app import charts
+from app.deps import OperatorDep, SessionDep
+from app.domain import inventory
+from app.domain.profitability import profitability_report, throughput_rows
+from app.domain.sharing import (create_share_link, get_share_link, list_share_links, resolve_share_token,
+                                revoke_share_link, share_token, status_report)
+from app.models import Campaign
+from app.templating import PLOTLY_JS
+from app.web.render import render
+
+router = APIRouter(include_in_schema=False)
+
+# The status page needs its own inline script and styles, plotly.js from this server, and nothing else.
+PUBLIC_HEADERS = {
+    "Referrer-Policy": "no-referrer",
+    "X-Robots-Tag": "noindex, nofollow",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": ("default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                "img-src 'self' data: blob:; font-src data:; connect-src 'none'; "
+                                "form-action 'none'; base-uri 'none'; frame-ancestors 'none'"),
+}
+
+
+def _secret(request: Request) -> str:
+    return request.app.state.settings.resolved_secret_key()
+
+
+def _links(request: Request, session: Session, campaign: Campaign, created_id: int | None = None) -> Response:
+    settings = request.app.state.settings
+    base = (settings.public_url or str(request.base_url)).rstrip("/")
+    rows = [{"link": link, "url": None if link.revoked_at else f"{base}/s/{share_token(link, _secret(request))}"}
+            for link in list_share_links(session, campaign)]
+    return render(request, "_partials/share_links.html",
+                  {"campaign": campaign, "share_links": rows, "created_id": created_id})
+
+
+@router.get("/campaigns/{slug}/share-links")
+def share_links(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
+    return _links(request, session, inventory.get_campaign(session, slug))
+
+
+@router.post("/campaigns/{slug}/share-links")
+def create_link(request: Request, session: SessionDep, operator: OperatorDep, slug: str,
+                name: Annotated[str, Form()] = "") -> Response:
+    campaign = inventory.get_campaign(session, slug)
+    link = create_share_link(session, campaign, name, operator.name)
+    return _links(request, session, campaign, created_id=link.id)
+
+
+@router.post("/campaigns/{slug}/share-links/{link_id}/revoke")
+def revoke_link(request: Request, session: SessionDep, operator: OperatorDep, slug: str, link_id: int) -> Response:
+    campaign = inventory.get_campaign(session, slug)
+    revoke_share_link(session, get_share_link(session, campaign, link_id))
+    return _links(request, session, campaign)
+
+
+def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
+    report = profitability_report(session, campaign)
+    rows = throughput_rows(session, campaign)
+    return {
+        "status": status_report(session, campaign, report, rows),
+        "chart_verify": charts.verify_comm_vs_savings(report) if report.costs else None,
+        "chart_throughput": charts.throughput_vs_baseline(rows, report.inputs.baseline_tok_s.value),
+        "generated_at": datetime.now(timezone.utc),
+    }
+
+
+@router.get("/s/{token}")
+def status_page(request: Request, session: SessionDep, token: str) -> Response:
+    _link, campaign = resolve_share_token(session, token, _secret(request))
+    ctx = {**_status_context(session, campaign), "export": False, "export_url": f"/s/{token}/export.html"}
+    return render(request, "status.html", ctx, headers=PUBLIC_HEADERS)
+
+
+@router.get("/s/{token}/export.html")
+def status_export(request: Request, session: SessionDep, token: str) -> Response:
+    """The status page as one file: inline CSS, plotly.js and figure JSON, so it opens offline."""
+    _link, campaign = resolve_share_token(session, token, _secret(request))
+    ctx = _status_context(session, campaign)
+    html = request.app.state.templates.get_template("status.html").render(
+        **ctx, export=True, export_url=None, plotly_js=PLOTLY_JS.read_text(encoding="utf-8"))
+    filename = f"{campaign.slug}-status-{ctx['generated_at']:%Y%m%d}.html"
+    return HTMLResponse(html, headers={**PUBLIC_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+@router.api_route("/s/{rest:path}", methods=["POST", "PUT", "PATCH", "DELETE"])
+def read_only(rest: str) -> Response:
+    raise HTTPException(405, "A status page is read-only.", headers={"Allow": "GET"})
