@@ -165,7 +165,10 @@ def _jit_no_sm_target(t: _Trial) -> Classification | None:
     return None
 
 
-_OOM = re.compile(r"(?:torch\.(?:cuda\.)?OutOfMemoryError: )?CUDA out of memory\.?(?: Tried to allocate (?P<size>[\d.]+ [KMGT]i?B))?")
+# The error itself, not advice that mentions it ("lower --mem-fraction-static to avoid CUDA out of memory").
+_OOM = re.compile(r"OutOfMemoryError: CUDA out of memory\.?(?: Tried to allocate (?P<size>[\d.]+ [KMGT]i?B))?"
+                  r"|CUDA out of memory\. Tried to allocate (?P<size2>[\d.]+ [KMGT]i?B)"
+                  r"|CUDA error: out of memory|Cuda failure 'out of memory'|cudaErrorMemoryAllocation")
 
 
 def _cuda_oom(t: _Trial) -> Classification | None:
@@ -173,7 +176,8 @@ def _cuda_oom(t: _Trial) -> Classification | None:
     if not found:
         return None
     index, m = found
-    size = f" (tried to allocate {m.group('size')})" if m.group("size") else ""
+    size = m.group("size") or m.group("size2")
+    size = f" (tried to allocate {size})" if size else ""
     return Classification(
         "cuda_oom", f"CUDA out of memory{size}", "dead_end",
         f"The GPU ran out of memory: \"{_quote(t.lines[index])}\". The approach does not fit beside the model "
@@ -212,7 +216,7 @@ def _cuda_graph_capture(t: _Trial) -> Classification | None:
         "this setting cannot be used with it on this stack.", _bound("nccl", "torch"), t.lines[index])
 
 
-_PORT = re.compile(r"\[Errno 98\] Address already in use|EADDRINUSE|address already in use \(errno: 98\)", re.IGNORECASE)
+_PORT = re.compile(r"\[Errno 98\].*address already in use|EADDRINUSE|address already in use \(errno: 98\)", re.IGNORECASE)
 
 
 def _port_in_use(t: _Trial) -> Classification | None:
