@@ -166,6 +166,31 @@ def _read(path: Path) -> str:
     return ""
 
 
+@cli.command()
+def runner(
+    server: Annotated[str, typer.Option(help="The board's URL, e.g. http://board:8000.")],
+    token: Annotated[str, typer.Option(envvar="CAMPAIGN_RUNNER_TOKEN", show_default=False,
+                                       help="This runner's token (better: set CAMPAIGN_RUNNER_TOKEN; ps shows arguments).")] = "",
+    labels: Annotated[str, typer.Option(help="Comma-separated labels, e.g. h200,nvlink.")] = "",
+    spool_dir: Annotated[Optional[Path], typer.Option(help="Log spool (default <data_dir>/runner-spool/<name>).")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Name in logs and the default spool dir (default: hostname).")] = None,
+    python: Annotated[Optional[str], typer.Option(help="Interpreter for recipes (default: this one).")] = None,
+    sglang_python: Annotated[Optional[str], typer.Option(help="Interpreter SGLang is installed in, if another one.")] = None,
+    parent_pid: Annotated[Optional[int], typer.Option(hidden=True)] = None,
+) -> None:
+    """Run trials on this node for a board: connect, report the node, stream logs; reconnects by itself."""
+    import socket
+
+    from runners.agent import run
+
+    settings = get_settings()
+    name = name or socket.gethostname()
+    code = run(server, token, spool_dir=spool_dir or settings.data_dir / "runner-spool" / name,
+               labels=[label.strip() for label in labels.split(",") if label.strip()], name=name, python=python,
+               sglang_python=sglang_python, cancel_grace_s=settings.cancel_grace_s, parent_pid=parent_pid)
+    raise typer.Exit(code)
+
+
 def main() -> None:
     cli()
 

@@ -94,8 +94,10 @@ class AttemptSpool:
     # -- writing --
 
     def append(self, offset: int, data: str) -> int:
-        """Spool one chunk; returns its seq."""
+        """Spool one chunk; returns its seq (-1: the attempt was removed, nothing is kept)."""
         with self._lock:
+            if self._removed:
+                return -1
             seq = self.last_seq + 1
             line = json.dumps({"seq": seq, "offset": offset, "data": data}, ensure_ascii=False)
             self._positions.append(self._writer.tell())
@@ -112,13 +114,15 @@ class AttemptSpool:
         """Keep the attempt's Finished message until the server acks it."""
         with self._lock:
             self.finished = message
-            self._persist()
+            self._persist()  # no-op once removed
 
     # -- reading and acking --
 
     def chunks_after(self, seq: int, limit: int = 64) -> list[SpooledChunk]:
         """Up to `limit` spooled chunks with a seq greater than `seq`, in order."""
         with self._lock:
+            if self._removed:
+                return []
             start = max(seq + 1, self._base_seq, self.acked_seq + 1)
             index = start - self._base_seq
             if index >= len(self._positions):
@@ -149,6 +153,8 @@ class AttemptSpool:
     def remove(self) -> None:
         """Forget the attempt: delete its files (finished and acked, or rejected by the server)."""
         with self._lock:
+            if self._removed:
+                return
             self._removed = True
             self._writer.close()
             self._reader.close()

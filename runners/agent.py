@@ -1,0 +1,508 @@
+"""The runner sidecar: holds a websocket to the server, runs the trials it is sent, streams logs.
+
+Protocol (app/protocol.py): connect to <server>/api/runners/ws with the runner's bearer token,
+send `hello` (fingerprint, labels, attempts still held), get `welcome` (heartbeat period, the
+last seq the server stored per attempt), then the server pushes `dispatch` / `cancel` and the
+runner sends `started`, `phase`, `log`, `finished` and `heartbeat`.
+
+Log path: output reader thread -> spool on disk (runners/spool.py) -> sender task -> websocket.
+The reader never waits for the network; the sender sends what the spool holds past the last
+seq sent on this connection, as fast as the socket drains. `ack(seq)` means the server stored
+every chunk through seq; on reconnect the sender restarts after welcome's acked seq, so the
+server gets each chunk at least once and stores it once (idempotent on attempt + seq).
+`finished` is kept in the spool and resent on every connection until `finished_ack`.
+
+Reconnects use exponential backoff with jitter (0.5 s doubling to 30 s). A token the server
+refuses (HTTP 401/403 at the handshake) ends the runner with exit code 3.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import ValidationError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+
+from app.protocol import (Ack, AttemptRef, Cancel, Dispatch, Finished, FinishedAck, Heartbeat, Hello, LogChunkMsg,
+                          Phase, Reject, Started, Welcome, parse_server_message)
+from runners import fingerprint as node
+from runners.process import (OutputChunk, ProcessId, TrialProcess, check_gpus_released, gpu_memory_used,
+                             stop_attempt_leftovers)
+from runners.recipes import RecipeError, build_launch
+from runners.spool import AttemptSpool, Spool, SpoolBusy
+
+log = logging.getLogger("campaign.runner")
+
+WS_PATH = "/api/runners/ws"
+TOKEN_ENV = "CAMPAIGN_RUNNER_TOKEN"
+EXIT_OK, EXIT_USAGE, EXIT_TOKEN_REFUSED = 0, 2, 3
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
+WELCOME_TIMEOUT_S = 30.0
+SEND_BATCH = 64
+
+
+class RunnerFatal(Exception):
+    """Retrying cannot help (refused token, bad URL): the runner stops with `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def ws_url(server_url: str) -> str:
+    """http(s)://host[:port][/prefix] -> ws(s)://host[:port][/prefix]/api/runners/ws."""
+    parts = urlsplit(server_url.strip())
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme.lower())
+    if scheme is None or not parts.netloc:
+        raise RunnerFatal(f"--server {server_url!r}: expected an http:// or https:// URL of the board", EXIT_USAGE)
+    path = parts.path.rstrip("/")
+    if not path.endswith(WS_PATH):
+        path += WS_PATH
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+def backoff_delays(first: float = BACKOFF_FIRST_S, most: float = BACKOFF_MAX_S):
+    """0.5, 1, 2, ... 30, 30, ... each with +-25% jitter so runners do not reconnect in lockstep."""
+    delay = first
+    while True:
+        yield delay * random.uniform(0.75, 1.25)
+        delay = min(delay * 2, most)
+
+
+@dataclass
+class Attempt:
+    """One attempt this runner holds: running, or ended with log chunks / finished not yet acked."""
+
+    trial_id: int
+    attempt_id: str
+    spool: AttemptSpool
+    process: TrialProcess | None = None
+    task: asyncio.Task[None] | None = None
+    running: bool = False
+    cancel_requested: bool = False
+    rejected: bool = False
+    sent_seq: int = -1  # last seq sent on the current connection
+    finished_sent: bool = False  # on the current connection
+
+    @property
+    def ref(self) -> AttemptRef:
+        return AttemptRef(trial_id=self.trial_id, attempt_id=self.attempt_id)
+
+
+@dataclass
+class RunnerOptions:
+    server_url: str
+    token: str
+    spool_dir: Path
+    labels: list[str] = field(default_factory=list)
+    name: str = ""
+    python: str | None = None  # interpreter for recipes (default: this one)
+    sglang_python: str | None = None  # interpreter SGLang lives in, for the fingerprint
+    cancel_grace_s: float = 10.0
+    max_concurrent: int = 1
+    parent_pid: int | None = None  # stop when this process is gone (the embedded runner's server)
+
+
+class Agent:
+    """The runner's state and its connection loop. `await agent.run()` returns an exit code."""
+
+    def __init__(self, options: RunnerOptions, *, fingerprint: dict[str, Any] | None = None) -> None:
+        self.options = options
+        self.url = ws_url(options.server_url)
+        self.fingerprint = fingerprint
+        self.spool = Spool(options.spool_dir)
+        self.attempts: dict[str, Attempt] = {}
+        self.heartbeat_s = 5.0
+        self.connected = asyncio.Event()
+        self._outbox: list[Started | Phase] = []
+        self._wake = asyncio.Event()
+        self._send_lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        try:
+            if self.fingerprint is None:
+                self.fingerprint = await asyncio.to_thread(
+                    node.collect, python=self.options.python, sglang_python=self.options.sglang_python)
+            await self._recover_spool()
+            connection = asyncio.create_task(self._connection_loop())
+            watchdog = asyncio.create_task(self._watch_parent()) if self.options.parent_pid else None
+            stop = asyncio.create_task(self._stopping.wait())
+            await asyncio.wait({connection, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if connection.done():
+                connection.result()  # raises RunnerFatal
+            await self._shutdown(connection)
+            if watchdog:
+                watchdog.cancel()
+            return EXIT_OK
+        except RunnerFatal as exc:
+            log.error("%s", exc)
+            await self._stop_all_attempts()
+            return exc.exit_code
+        finally:
+            self.spool.close()
+
+    def stop(self) -> None:
+        """Ask the runner to stop: running trials are cancelled, then it exits (thread-unsafe; loop only)."""
+        self._stopping.set()
+
+    async def _shutdown(self, connection: asyncio.Task[None]) -> None:
+        log.info("stopping: cancelling running trials")
+        await self._stop_all_attempts()
+        # Give the server a moment to get the last chunks and finished messages.
+        deadline = time.monotonic() + 5.0
+        while (time.monotonic() < deadline and self.connected.is_set()
+               and any(a.spool.has_unacked for a in self.attempts.values())):
+            await asyncio.sleep(0.05)
+        connection.cancel()
+        with contextlib.suppress(asyncio.CancelledError, RunnerFatal):
+            await connection
+
+    async def _stop_all_attempts(self) -> None:
+        running = [a for a in self.attempts.values() if a.task and not a.task.done()]
+        for attempt in running:
+            self._cancel_attempt(attempt)
+        if running:
+            await asyncio.wait([a.task for a in running], timeout=self.options.cancel_grace_s + 15)
+
+    async def _watch_parent(self) -> None:
+        while os.getppid() == self.options.parent_pid:
+            await asyncio.sleep(1.0)
+        log.warning("the server process %s is gone; stopping", self.options.parent_pid)
+        self.stop()
+
+    async def _recover_spool(self) -> None:
+        """Attempts a previous runner process left in the spool: stop their processes if still
+        alive and report them finished (cancelled: the trial did not get to finish)."""
+        for spooled in self.spool.attempts():
+            attempt = Attempt(spooled.trial_id, spooled.attempt_id, spooled, sent_seq=spooled.acked_seq)
+            self.attempts[attempt.attempt_id] = attempt
+            if spooled.finished is not None:
+                continue
+            leader = ProcessId(spooled.leader["pid"], spooled.leader["create_time"]) if spooled.leader else None
+            killed = await asyncio.to_thread(stop_attempt_leftovers, attempt.attempt_id, leader,
+                                             self.options.cancel_grace_s)
+            error = "the runner restarted while this attempt ran"
+            if killed:
+                error += f"; stopped what it left running (pids {', '.join(map(str, killed))})"
+            self._finish(attempt, outcome="cancelled", error=error)
+
+    # ---- connection --------------------------------------------------------------------------
+
+    async def _connection_loop(self) -> None:
+        delays = backoff_delays()
+        headers = {"Authorization": f"Bearer {self.options.token}"}
+        while True:
+            began = time.monotonic()
+            try:
+                async with connect(self.url, additional_headers=headers, open_timeout=15,
+                                   max_size=16 * 1024 * 1024) as ws:
+                    await self._session(ws)
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                if status in (401, 403):
+                    raise RunnerFatal(
+                        f"the server at {self.options.server_url} refused this runner's token (HTTP {status}); "
+                        f"check --token / {TOKEN_ENV}, or create a new runner token on the board", EXIT_TOKEN_REFUSED
+                    ) from None
+                log.warning("server answered HTTP %s at %s", status, self.url)
+            except InvalidURI as exc:
+                raise RunnerFatal(f"--server: {exc}", EXIT_USAGE) from None
+            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError, ValidationError, ProtocolViolation) as exc:
+                log.warning("connection to %s lost: %s", self.url, exc or type(exc).__name__)
+            except Exception:  # a runner bug: say so, keep the trials' logs, try again
+                log.exception("connection to %s failed", self.url)
+            finally:
+                self.connected.clear()
+            if time.monotonic() - began > 10.0:  # it was up a while: start over with short delays
+                delays = backoff_delays()
+            delay = next(delays)
+            log.info("reconnecting in %.1f s", delay)
+            await asyncio.sleep(delay)
+
+    async def _session(self, ws: ClientConnection) -> None:
+        held = [a.ref for a in self.attempts.values() if not a.rejected and (a.running or a.spool.has_unacked)]
+        await self._send(ws, Hello(runner_version=node.runner_version(), fingerprint=self.fingerprint or {},
+                                   labels=self.options.labels, attempts=held))
+        welcome = parse_server_message(await asyncio.wait_for(ws.recv(), WELCOME_TIMEOUT_S))
+        if not isinstance(welcome, Welcome):
+            raise ProtocolViolation(f"expected welcome, got {welcome.type}")
+        self.heartbeat_s = welcome.heartbeat_s
+        for attempt in self.attempts.values():
+            stored = welcome.acked.get(attempt.attempt_id)
+            if stored is not None:
+                attempt.spool.ack(stored)
+            attempt.sent_seq = attempt.spool.acked_seq
+            attempt.finished_sent = False
+        for attempt_id in welcome.cancel:
+            attempt = self.attempts.get(attempt_id)
+            if attempt is not None:
+                if attempt.running:
+                    self._cancel_attempt(attempt)
+                else:
+                    self._drop(attempt)
+        log.info("connected to %s as runner %s (holding %d attempt(s))", self.url, welcome.runner_id, len(held))
+        self.connected.set()
+        self._wake.set()
+        tasks = [asyncio.create_task(self._receive(ws)), asyncio.create_task(self._sender(ws)),
+                 asyncio.create_task(self._heartbeat(ws))]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _send(self, ws: ClientConnection, message: Any) -> None:
+        async with self._send_lock:
+            await ws.send(message.model_dump_json())
+
+    async def _heartbeat(self, ws: ClientConnection) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            await self._send(ws, Heartbeat(attempts=[a.ref for a in self.attempts.values() if a.running]))
+
+    async def _sender(self, ws: ClientConnection) -> None:
+        while True:
+            self._wake.clear()
+            if not await self._send_pending(ws):
+                await self._wake.wait()
+
+    async def _send_pending(self, ws: ClientConnection) -> bool:
+        """Send a batch of what is waiting; True when something was sent."""
+        sent = False
+        while self._outbox:
+            message = self._outbox[0]
+            attempt = self.attempts.get(message.attempt_id)
+            if attempt is not None and not attempt.rejected:
+                await self._send(ws, message)
+                sent = True
+            self._outbox.pop(0)
+        for attempt in list(self.attempts.values()):
+            if attempt.rejected:
+                continue
+            chunks = attempt.spool.chunks_after(attempt.sent_seq, limit=SEND_BATCH)
+            for chunk in chunks:
+                await self._send(ws, LogChunkMsg(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id,
+                                                 seq=chunk.seq, offset=chunk.offset, data=chunk.data))
+                attempt.sent_seq = chunk.seq
+                sent = True
+            finished = attempt.spool.finished
+            if (finished is not None and not attempt.finished_sent and attempt.sent_seq >= attempt.spool.last_seq
+                    and self.attempts.get(attempt.attempt_id) is attempt):
+                await self._send(ws, Finished.model_validate(finished))
+                attempt.finished_sent = True
+                sent = True
+        return sent
+
+    async def _receive(self, ws: ClientConnection) -> None:
+        async for raw in ws:
+            try:
+                message = parse_server_message(raw)
+            except ValidationError as exc:
+                log.warning("ignoring a message the runner does not understand: %s", exc.errors()[:1])
+                continue
+            attempt = self.attempts.get(getattr(message, "attempt_id", ""))
+            if isinstance(message, Dispatch):
+                self._dispatch(message)
+            elif attempt is None:
+                continue  # about an attempt this runner no longer holds
+            elif isinstance(message, Ack):
+                attempt.spool.ack(message.seq)
+            elif isinstance(message, FinishedAck):
+                if attempt.spool.finished is not None:
+                    self._drop(attempt)
+            elif isinstance(message, Cancel):
+                log.info("trial %s: cancel (%s)", attempt.trial_id, message.reason or "no reason given")
+                self._cancel_attempt(attempt)
+            elif isinstance(message, Reject):
+                log.warning("trial %s attempt %s rejected by the server: %s", attempt.trial_id,
+                            attempt.attempt_id, message.reason)
+                attempt.rejected = True
+                if attempt.process is not None:
+                    attempt.process.cancel(kill_now=True)
+                self._drop(attempt)
+
+    # ---- attempts -------------------------------------------------------------------------------
+
+    def _dispatch(self, message: Dispatch) -> None:
+        if message.attempt_id in self.attempts:
+            return  # a repeat of a dispatch this runner already has
+        spooled = self.spool.open(message.trial_id, message.attempt_id)
+        attempt = Attempt(message.trial_id, message.attempt_id, spooled, sent_seq=spooled.acked_seq)
+        self.attempts[attempt.attempt_id] = attempt
+        busy = sum(1 for a in self.attempts.values() if a.running)
+        if busy >= self.options.max_concurrent or self._stopping.is_set():
+            reason = "the runner is stopping" if self._stopping.is_set() else f"the runner is busy ({busy} trial(s) running)"
+            self._finish(attempt, outcome="failed_to_start", error=reason)
+            return
+        attempt.running = True
+        attempt.task = asyncio.create_task(self._run_attempt(attempt, message.recipe))
+
+    async def _run_attempt(self, attempt: Attempt, recipe: dict[str, Any]) -> None:
+        label = f"trial {attempt.trial_id} attempt {attempt.attempt_id}"
+        try:
+            self._queue(Phase(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, phase="launching"))
+            try:
+                spec = build_launch(recipe, python=self.options.python)
+            except RecipeError as exc:
+                self._finish(attempt, outcome="failed_to_start", error=str(exc))
+                return
+            gpu_before = await asyncio.to_thread(gpu_memory_used)
+            if attempt.cancel_requested:
+                self._finish(attempt, outcome="cancelled", error="cancelled before it started")
+                return
+            loop = asyncio.get_running_loop()
+            process = TrialProcess(
+                spec, attempt.attempt_id, grace_s=self.options.cancel_grace_s,
+                on_chunk=lambda chunk: self._spool_chunk(attempt, chunk),
+                on_phase=lambda name: loop.call_soon_threadsafe(self._queue_phase, attempt, name),
+                on_teardown=lambda: loop.call_soon_threadsafe(self._queue_phase, attempt, "tearing down"))
+            try:
+                process.start()
+            except OSError as exc:
+                self._finish(attempt, outcome="failed_to_start",
+                             error=f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}")
+                return
+            attempt.process = process
+            if process.leader is not None:
+                attempt.spool.set_leader(process.leader.pid, process.leader.create_time)
+            log.info("%s: started pid %s: %s", label, process.pid, " ".join(spec.argv)[:200])
+            self._queue(Started(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, pid=process.pid))
+            self._queue_phase(attempt, "running")
+            if attempt.cancel_requested:
+                process.cancel()
+            result = await asyncio.to_thread(process.wait)
+            released, note = await asyncio.to_thread(check_gpus_released, gpu_before)
+            log.info("%s: %s (exit code %s, signal %s)%s", label, result.outcome, result.exit_code, result.signal,
+                     f"; {note}" if note else "")
+            self._finish(attempt, outcome=result.outcome, exit_code=result.exit_code, signal=result.signal,
+                         error=result.error, gpu_released=released, gpu_note=note)
+        except Exception as exc:  # a runner bug must not leave the trial hanging on the board
+            log.exception("%s: the runner failed", label)
+            if attempt.process is not None and attempt.process.popen and attempt.process.popen.returncode is None:
+                attempt.process.cancel(kill_now=True)
+                await asyncio.to_thread(attempt.process.wait)
+            if attempt.spool.finished is None:
+                self._finish(attempt, outcome="failed_to_start" if attempt.process is None else "exited",
+                             error=f"runner error: {exc!r}"[:2000])
+        finally:
+            attempt.running = False
+
+    def _spool_chunk(self, attempt: Attempt, chunk: OutputChunk) -> None:
+        """Called on the output reader thread: to disk first, then wake the sender."""
+        if attempt.rejected:
+            return
+        attempt.spool.append(chunk.offset, chunk.data)
+        self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _queue(self, message: Started | Phase) -> None:
+        self._outbox.append(message)
+        self._wake.set()
+
+    def _queue_phase(self, attempt: Attempt, name: str) -> None:
+        self._queue(Phase(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, phase=name[:40]))
+
+    def _finish(self, attempt: Attempt, *, outcome: str, exit_code: int | None = None, signal: int | None = None,
+                error: str = "", gpu_released: bool | None = None, gpu_note: str = "") -> None:
+        if attempt.rejected:
+            return
+        message = Finished(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, outcome=outcome,
+                           exit_code=exit_code, signal=signal, error=error, last_seq=attempt.spool.last_seq,
+                           gpu_released=gpu_released, gpu_note=gpu_note[:500])
+        attempt.spool.set_finished(message.model_dump())
+        self._wake.set()
+
+    def _cancel_attempt(self, attempt: Attempt) -> None:
+        attempt.cancel_requested = True
+        if attempt.process is not None:
+            attempt.process.cancel()
+
+    def _drop(self, attempt: Attempt) -> None:
+        """Forget an attempt: its spool is deleted (finished and acked, rejected, or stale)."""
+        self.attempts.pop(attempt.attempt_id, None)
+        attempt.spool.remove()
+
+
+class ProtocolViolation(Exception):
+    """The server sent something out of order; reconnect."""
+
+
+# ---- entry points ---------------------------------------------------------------------------------
+
+def run(server_url: str, token: str, *, spool_dir: Path, labels: Sequence[str] = (), name: str = "",
+        python: str | None = None, sglang_python: str | None = None, cancel_grace_s: float = 10.0,
+        max_concurrent: int = 1, parent_pid: int | None = None) -> int:
+    """Run the runner until SIGTERM/SIGINT (exit 0) or a fatal error (2: bad arguments,
+    3: the server refused the token). Blocks; sets up logging to stderr when none is set."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s runner{' ' + name if name else ''}: %(message)s",
+                            datefmt="%H:%M:%S")
+    if not token:
+        log.error("no runner token: pass --token or set %s", TOKEN_ENV)
+        return EXIT_USAGE
+    options = RunnerOptions(server_url=server_url, token=token, spool_dir=Path(spool_dir), labels=list(labels),
+                            name=name, python=python, sglang_python=sglang_python, cancel_grace_s=cancel_grace_s,
+                            max_concurrent=max_concurrent, parent_pid=parent_pid)
+
+    async def main() -> int:
+        try:
+            agent = Agent(options)
+        except (RunnerFatal, SpoolBusy) as exc:
+            log.error("%s", exc)
+            return getattr(exc, "exit_code", EXIT_USAGE)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, agent.stop)
+        return await agent.run()
+
+    return asyncio.run(main())
+
+
+def start_embedded(server_url: str, token: str, spool_dir: Path, *, name: str = "embedded",
+                   labels: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """Start the local runner of `campaign serve` as a child process and return it.
+
+    It runs `python -m app.cli runner --server URL --spool-dir DIR --name NAME` with the token
+    in CAMPAIGN_RUNNER_TOKEN (never on the command line, where `ps` shows it), inherits
+    stdout/stderr, and stops by itself when this process dies. The caller creates the
+    runner's row and token first, starts it once the server listens (it reconnects with
+    backoff until then anyway), and calls `stop_embedded` on shutdown.
+    """
+    argv = [sys.executable, "-m", "app.cli", "runner", "--server", server_url, "--spool-dir", str(spool_dir),
+            "--name", name, "--parent-pid", str(os.getpid())]
+    if labels:
+        argv += ["--labels", ",".join(labels)]
+    env = dict(os.environ, **{TOKEN_ENV: token})
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_embedded(runner: subprocess.Popen[bytes], timeout_s: float = 30.0) -> int | None:
+    """Stop a runner started by `start_embedded`: SIGTERM (it cancels its running trial and
+    reports it), then SIGKILL after timeout_s. Returns its exit code."""
+    if runner.poll() is None:
+        runner.terminate()
+        try:
+            runner.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            runner.kill()
+            runner.wait()
+    return runner.returncode
