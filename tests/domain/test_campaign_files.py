@@ -1,0 +1,178 @@
+"""Campaign files: export/import round trip, and bad files leave the database unchanged."""
+import pytest
+import yaml
+
+from app.db import make_engine, migrate, session_scope
+from app.domain import inventory
+from app.domain.campaign_files import export_campaign, import_campaign
+from app.domain.demo import demo_files, load_demo
+from app.domain.errors import Invalid
+
+DEMO_SLUG = "kimi-k25-eagle3"
+
+
+@pytest.fixture
+def engine(db_url):
+    migrate(db_url)
+    engine = make_engine(db_url)
+    yield engine
+    engine.dispose()
+
+
+def _export(engine, slug=DEMO_SLUG) -> str:
+    with session_scope(engine, write=False) as s:
+        return export_campaign(s, inventory.get_campaign(s, slug))
+
+
+def _history_count(engine) -> int:
+    from sqlmodel import func, select
+
+    from app.models import StatusChange
+
+    with session_scope(engine, write=False) as s:
+        return s.exec(select(func.count()).select_from(StatusChange)).one()
+
+
+def test_demo_has_the_nine_approaches_with_seed_verdicts(engine):
+    with session_scope(engine) as s:
+        load_demo(s)
+    with session_scope(engine, write=False) as s:
+        rows = inventory.approaches(s, inventory.get_campaign(s, DEMO_SLUG))
+        got = {a.key: (a.status, a.reason) for a in rows}
+    assert len(rows) == 9
+    assert got["torch-symm-mem"][0] == "dead_end" and "KeyError: 12" in got["torch-symm-mem"][1]
+    assert got["sglang-custom-allreduce"][0] == "dead_end" and "38 tok/s vs 82 tok/s" in got["sglang-custom-allreduce"][1]
+    assert got["mscclpp"] == ("deferred", "not installed; needs a build")
+    assert got["nccl-fewer-channels"] == ("dead_end", "out of memory")
+    assert got["expert-parallelism"][0] == "untested"
+    assert got["flashinfer-pcie-ipc-allreduce"][0] == "untested"
+    assert got["nccl-p2p-level-sys"][0] == "untested"
+    assert sum(1 for status, _ in got.values() if status == "dead_end") == 5
+
+
+def test_demo_load_is_idempotent(engine):
+    with session_scope(engine) as s:
+        load_demo(s)
+    before, history = _export(engine), _history_count(engine)
+    with session_scope(engine) as s:
+        lines = load_demo(s)
+    assert all("already loaded" in line for line in lines)
+    assert _export(engine) == before and _history_count(engine) == history
+
+
+def test_round_trip_is_equal(engine, tmp_path):
+    with session_scope(engine) as s:
+        load_demo(s)
+    text = _export(engine)
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    migrate(other_url)
+    other = make_engine(other_url)
+    with session_scope(other) as s:
+        import_campaign(s, text, actor="test")
+    assert _export(other) == text
+    assert yaml.safe_load(text) == yaml.safe_load(_export(other))
+    # Importing the same file again changes nothing and records no status change.
+    history = _history_count(other)
+    with session_scope(other) as s:
+        summary = import_campaign(s, text, actor="test")
+    assert "0 approach(es) added, 0 changed" in summary
+    assert _history_count(other) == history
+    other.dispose()
+
+
+def test_import_updates_status_and_order_with_history(engine):
+    with session_scope(engine) as s:
+        load_demo(s)
+    doc = yaml.safe_load(_export(engine))
+    doc["approaches"].reverse()
+    target = next(a for a in doc["approaches"] if a["key"] == "expert-parallelism")
+    target.update(status="promising", reason="all-to-all beat allreduce")
+    with session_scope(engine) as s:
+        import_campaign(s, yaml.safe_dump(doc), actor="git")
+    with session_scope(engine, write=False) as s:
+        c = inventory.get_campaign(s, DEMO_SLUG)
+        rows = inventory.approaches(s, c)
+        assert rows[0].key == "nccl-p2p-level-sys"
+        ep = inventory.get_approach(s, c, "expert-parallelism")
+        assert ep.status == "promising"
+        last = inventory.history(s, ep)[0]
+        assert (last.from_status, last.to_status, last.actor) == ("untested", "promising", "git")
+
+
+BAD_FILES = {
+    "unknown field": ("""format: campaign-board/v1
+campaign: {slug: x, name: X}
+approaches:
+- key: a
+  title: A
+- key: b
+  title: B
+  colour: red
+""", "line 8", "colour"),
+    "unknown status": ("""format: campaign-board/v1
+campaign: {slug: x, name: X}
+approaches:
+- key: a
+  title: A
+  status: maybe
+""", "line 6", "status"),
+    "bad yaml": ("""format: campaign-board/v1
+campaign: {slug: x, name: X
+approaches: []
+""", "line 3", "not valid YAML"),
+    "dead end without reason": ("""format: campaign-board/v1
+campaign: {slug: x, name: X}
+approaches:
+- key: a
+  title: A
+  status: dead_end
+""", "line 4", "needs a reason"),
+    "wrong type": ("""format: campaign-board/v1
+campaign: {slug: x, name: X, baseline_tok_s: fast}
+approaches: []
+""", "line 2", "baseline_tok_s"),
+    "duplicate key": ("""format: campaign-board/v1
+campaign: {slug: x, name: X}
+approaches:
+- {key: a, title: A}
+- {key: a, title: B}
+""", "duplicate", "a"),
+    "not a mapping": ("- just\n- a list\n", "line 1", "mapping"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_bad_files_are_refused_whole(engine, name):
+    text, where, what = BAD_FILES[name]
+    with session_scope(engine) as s:
+        load_demo(s)
+    before, history = _export(engine), _history_count(engine)
+    with pytest.raises(Invalid) as exc:
+        with session_scope(engine) as s:
+            import_campaign(s, text, actor="test")
+    assert where in exc.value.message and what in exc.value.message, exc.value.message
+    assert _export(engine) == before and _history_count(engine) == history
+    with session_scope(engine, write=False) as s:
+        assert [c.slug for c in inventory.list_campaigns(s)] == [DEMO_SLUG]
+
+
+def test_a_late_error_rolls_back_the_earlier_changes(engine):
+    """The first approach would be imported, the second fails in the domain: nothing stays."""
+    with session_scope(engine) as s:
+        load_demo(s)
+    doc = yaml.safe_load(_export(engine))
+    doc["approaches"][0]["title"] = "changed title"
+    doc["approaches"].append({"key": "Bad Key!", "title": "x"})
+    before = _export(engine)
+    with pytest.raises(Invalid):
+        with session_scope(engine) as s:
+            import_campaign(s, yaml.safe_dump(doc), actor="test")
+    assert _export(engine) == before
+
+
+def test_every_demo_file_parses():
+    from app.domain.campaign_files import parse_campaign_file
+
+    assert demo_files()
+    for path in demo_files():
+        parse_campaign_file(path.read_text())

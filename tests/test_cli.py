@@ -1,0 +1,57 @@
+"""The `campaign` command: demo, export/import with clear errors, tokens, login URLs."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def run(tmp_path):
+    env = {**os.environ, "CAMPAIGN_DATA_DIR": str(tmp_path / "data"), "CAMPAIGN_SECRET_KEY": "cli-test"}
+    env.pop("CAMPAIGN_DATABASE_URL", None)
+
+    def _run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT, input=input,
+                              capture_output=True, text=True, timeout=120)
+    return _run
+
+
+def test_demo_export_import_round_trip(run, tmp_path):
+    assert run("demo").returncode == 0
+    again = run("demo")
+    assert again.returncode == 0 and "already loaded" in again.stdout
+    out = tmp_path / "kimi.yaml"
+    r = run("export", "kimi-k25-eagle3", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert "KeyError: 12" in text
+    r = run("import", str(out))
+    assert r.returncode == 0 and "0 approach(es) added, 0 changed" in r.stdout
+    r = run("export", "kimi-k25-eagle3")
+    assert r.stdout == text
+
+
+def test_bad_file_exits_nonzero_and_imports_nothing(run, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("format: campaign-board/v1\ncampaign: {slug: x, name: X}\napproaches:\n- key: a\n  title: A\n  status: nope\n")
+    r = run("import", str(bad))
+    assert r.returncode == 1
+    assert "line 6" in r.stderr and "status" in r.stderr and "nothing was imported" in r.stderr
+    r = run("export", "x")
+    assert r.returncode == 1 and "No campaign named 'x'" in r.stderr
+    r = run("import", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 1 and "cannot read" in r.stderr
+
+
+def test_login_url_and_tokens(run):
+    r = run("login-url")
+    assert r.returncode == 0 and "/login?token=login_" in r.stdout
+    r = run("token", "create", "ci")
+    assert r.returncode == 0 and r.stdout.strip().startswith("cbt_")
+    assert run("token", "revoke", "ci").returncode == 0
+    r = run("token", "revoke", "ci")
+    assert r.returncode == 1 and "no live API token" in r.stderr
