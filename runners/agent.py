@@ -131,6 +131,7 @@ class Agent:
         self._send_lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._ws: ClientConnection | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -170,6 +171,9 @@ class Agent:
         while (time.monotonic() < deadline and self.connected.is_set()
                and any(a.spool.has_unacked for a in self.attempts.values())):
             await asyncio.sleep(0.05)
+        if self._ws is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._ws.close(1001, "runner stopping"), 5)
         connection.cancel()
         with contextlib.suppress(asyncio.CancelledError, RunnerFatal):
             await connection
@@ -213,6 +217,7 @@ class Agent:
             try:
                 async with connect(self.url, additional_headers=headers, open_timeout=15,
                                    max_size=16 * 1024 * 1024) as ws:
+                    self._ws = ws
                     await self._session(ws)
             except InvalidStatus as exc:
                 status = exc.response.status_code
@@ -230,6 +235,7 @@ class Agent:
                 log.exception("connection to %s failed", self.url)
             finally:
                 self.connected.clear()
+                self._ws = None
             if time.monotonic() - began > 10.0:  # it was up a while: start over with short delays
                 delays = backoff_delays()
             delay = next(delays)
