@@ -26,7 +26,7 @@ RESYNC_CLOSE_CODE = 4000          # "you fell behind: reconnect with ?after=<las
 SUBSCRIBER_QUEUE_BYTES = 4 * 1024 * 1024
 
 
-@dataclass
+@dataclass(eq=False)
 class Subscriber:
     trial_id: int
     limit_bytes: int = SUBSCRIBER_QUEUE_BYTES

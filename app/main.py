@@ -20,6 +20,9 @@ ROUTER_MODULES = [
     "app.web.auth",
     "app.web.campaigns",
     "app.api.campaigns",
+    "app.api.runners",
+    "app.api.trials",
+    "app.web.trials",
     "app.web.charts",
     "app.web.share",
 ]

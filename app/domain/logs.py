@@ -186,19 +186,23 @@ def append_chunks(session: Session, chunks: Iterable[Chunk], *, runner_id: int, 
                   metrics: MetricExtractor | None = None) -> AppendResult:
     """Store a batch of chunks from one runner in the caller's transaction (ack them after commit)."""
     result = AppendResult()
-    groups: dict[tuple[int, str], dict[int, Chunk]] = {}
+    groups: dict[tuple[int, str], list[Chunk]] = {}
     for chunk in chunks:
-        groups.setdefault((chunk.trial_id, chunk.attempt_id), {}).setdefault(chunk.seq, chunk)
-    for (trial_id, attempt_id), by_seq in groups.items():
+        groups.setdefault((chunk.trial_id, chunk.attempt_id), []).append(chunk)
+    for (trial_id, attempt_id), received in groups.items():
         trial = result.trials.get(trial_id) or session.get(Trial, trial_id)
         try:
             if trial is None:
                 raise StaleAttempt(f"no trial #{trial_id}")
             current_trial(session, _Ref(trial_id, attempt_id), runner_id)  # type: ignore[arg-type]
         except StaleAttempt as exc:
-            result.rejected += [(c, exc.reason) for c in by_seq.values()]
+            result.rejected += [(c, exc.reason) for c in received]
             continue
         result.trials[trial_id] = trial
+        result.acked += received  # every copy is acked, stored or not
+        by_seq = {}
+        for c in received:
+            by_seq.setdefault(c.seq, c)
         _append_attempt(session, trial, attempt_id, by_seq, cap_bytes, metrics, result)
     return result
 
@@ -219,7 +223,6 @@ def _append_attempt(session: Session, trial: Trial, attempt_id: str, by_seq: dic
     new = []
     for seq in seqs:
         chunk = by_seq[seq]
-        result.acked.append(chunk)
         if seq in have:
             continue
         if tomb_seq is not None and seq < tomb_seq and chunk.offset >= head_limit:
@@ -281,7 +284,7 @@ def _drop_tail(session: Session, trial: Trial, attempt_id: str, cap_bytes: int, 
 
 # ---- read -------------------------------------------------------------------------------------
 
-def read_after(session: Session, trial: Trial, after_seq: int = -1, *,
+def read_after(session: Session, trial: Trial, after_seq: int = -1,
                limit: int | None = None) -> list[tuple[int, str, bool]]:
     """(seq, text, is_marker) of the current attempt's stored chunks after `after_seq`, in seq order.
     The cap's tombstone reads as a marker (is_marker: the seqs before it were dropped, not missing)."""

@@ -1,0 +1,97 @@
+"""Trial pages: a trial with its live log, the runners page, and the campaign page's
+"Run next candidate" button (an htmx partial that sends `HX-Trigger: campaign-changed`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+from sqlmodel import Session, select
+
+from app.api.runners import revoke
+from app.api.trials import cancel, start_next
+from app.deps import OperatorDep
+from app.domain import runners as runner_domain
+from app.domain import scheduling
+from app.domain.errors import DomainError
+from app.domain.inventory import get_campaign
+from app.live import run_in_tx
+from app.models import Approach, Campaign, Runner, Trial
+from app.web.render import render
+
+router = APIRouter(include_in_schema=False)
+
+CHANGED = {"HX-Trigger": "campaign-changed"}
+RECENT_TRIALS = 8
+
+
+def _trial_page(session: Session, trial_id: int) -> dict[str, Any]:
+    trial = scheduling.get_trial(session, trial_id)
+    return {"trial": trial, "view": scheduling.trial_view(trial),
+            "approach": session.get(Approach, trial.approach_id), "campaign": session.get(Campaign, trial.campaign_id),
+            "runner": session.get(Runner, trial.runner_id) if trial.runner_id else None}
+
+
+def _recent(session: Session, slug: str) -> dict[str, Any]:
+    campaign = get_campaign(session, slug)
+    rows = session.exec(select(Trial, Approach).join(Approach, Approach.id == Trial.approach_id)
+                        .where(Trial.campaign_id == campaign.id)
+                        .order_by(Trial.id.desc()).limit(RECENT_TRIALS)).all()  # type: ignore[union-attr]
+    names = {r.id: r.name for r in session.exec(select(Runner))}
+    return {"campaign": campaign, "rows": [(t, a, names.get(t.runner_id)) for t, a in rows]}
+
+
+def _runners(session: Session) -> dict[str, Any]:
+    return {"runners": runner_domain.list_runners(session), "summary": runner_domain.summary}
+
+
+@router.get("/trials/{trial_id}")
+async def trial_page(request: Request, trial_id: int, operator: OperatorDep) -> HTMLResponse:
+    ctx = await run_in_tx(request.app.state.engine, _trial_page, trial_id, write=False)
+    return render(request, "trial.html", ctx)
+
+
+@router.post("/trials/{trial_id}/cancel")
+async def trial_cancel(request: Request, trial_id: int, operator: OperatorDep) -> Response:
+    await cancel(request.app, trial_id, operator.name)
+    return Response(status_code=204, headers=CHANGED)
+
+
+@router.post("/campaigns/{slug}/run-next")
+async def run_next(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
+    result = await start_next(request.app, slug, operator.name)
+    campaign = await run_in_tx(request.app.state.engine, get_campaign, slug, write=False)
+    return render(request, "_partials/run_next.html", {"campaign": campaign, "result": result}, headers=CHANGED)
+
+
+@router.get("/campaigns/{slug}/trials")
+async def campaign_trials(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
+    ctx = await run_in_tx(request.app.state.engine, _recent, slug, write=False)
+    return render(request, "_partials/trial_rows.html", ctx)
+
+
+@router.get("/runners")
+async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
+    ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
+    block = "runners" if request.headers.get("hx-request") else None
+    return render(request, "runners.html", {**ctx, "created": None, "error": None}, block=block)
+
+
+@router.post("/runners")
+async def runners_create(request: Request, operator: OperatorDep, name: str = Form("")) -> HTMLResponse:
+    engine = request.app.state.engine
+    created, error = None, None
+    try:
+        runner, token = await run_in_tx(engine, runner_domain.create_runner, name)
+        created = {"name": runner.name, "token": token}
+    except DomainError as exc:
+        error = exc.message
+    ctx = await run_in_tx(engine, _runners, write=False)
+    return render(request, "runners.html", {**ctx, "created": created, "error": error}, block="runners")
+
+
+@router.post("/runners/{runner_id}/revoke")
+async def runners_revoke(request: Request, runner_id: int, operator: OperatorDep) -> HTMLResponse:
+    await revoke(request.app, runner_id)
+    ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
+    return render(request, "runners.html", {**ctx, "created": None, "error": None}, block="runners")

@@ -1,0 +1,162 @@
+// Live trial log: follows /api/trials/{id}/logs/ws?after=<last seq we have>, reconnecting with
+// backoff (and at once when the server says we fell behind: close code 4000). Log text is only ever
+// inserted as text nodes (textContent); ANSI SGR colour codes become spans with fixed classes.
+(function () {
+  "use strict";
+  const section = document.getElementById("trial");
+  const pre = document.getElementById("log");
+  if (!section || !pre) return;
+  const trialId = section.dataset.trialId;
+  const statusEl = document.getElementById("log-status");
+  const follow = document.getElementById("log-follow");
+  const MAX_NODES = 20000; // keep the page responsive on huge logs: older nodes leave the view
+  const TERMINAL = ["succeeded", "failed", "cancelled", "timed_out", "lost"];
+  let lastSeq = -1;
+  let view = JSON.parse(section.dataset.view || "{}");
+  let retry = 0;
+  let style = { bold: false, dim: false, italic: false, underline: false, fg: null };
+  let trimmed = false;
+
+  const live = (name) => section.querySelector('[data-live="' + name + '"]');
+  const STATE_CLASS = { queued: "queued", dispatched: "queued", running: "running", succeeded: "promising",
+    failed: "dead_end", timed_out: "dead_end", lost: "dead_end", cancelled: "deferred" };
+
+  function applySgr(params) {
+    const codes = params === "" ? [0] : params.split(";").map((p) => parseInt(p || "0", 10));
+    for (let i = 0; i < codes.length; i++) {
+      const c = codes[i];
+      if (c === 0) style = { bold: false, dim: false, italic: false, underline: false, fg: null };
+      else if (c === 1) style.bold = true;
+      else if (c === 2) style.dim = true;
+      else if (c === 3) style.italic = true;
+      else if (c === 4) style.underline = true;
+      else if (c === 22) { style.bold = false; style.dim = false; }
+      else if (c === 23) style.italic = false;
+      else if (c === 24) style.underline = false;
+      else if (c >= 30 && c <= 37) style.fg = c - 30;
+      else if (c >= 90 && c <= 97) style.fg = c - 90 + 8;
+      else if (c === 39) style.fg = null;
+      else if (c === 38 && codes[i + 1] === 5) { const n = codes[i + 2]; style.fg = n >= 0 && n < 16 ? n : null; i += 2; }
+      else if (c === 38 && codes[i + 1] === 2) { i += 4; }
+    }
+  }
+
+  function styled() {
+    return style.bold || style.dim || style.italic || style.underline || style.fg !== null;
+  }
+
+  function classes() {
+    const out = [];
+    if (style.bold) out.push("sgr-bold");
+    if (style.dim) out.push("sgr-dim");
+    if (style.italic) out.push("sgr-italic");
+    if (style.underline) out.push("sgr-underline");
+    if (style.fg !== null) out.push("fg-" + style.fg);
+    return out.join(" ");
+  }
+
+  // CSI sequences (colours and others) and OSC sequences; only SGR ("m") changes anything.
+  const ESC = /\x1b\[([0-9;?]*)([A-Za-z])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)/g;
+
+  function render(text, frag) {
+    let at = 0;
+    let m;
+    ESC.lastIndex = 0;
+    const emit = (s) => {
+      if (!s) return;
+      if (styled()) {
+        const span = document.createElement("span");
+        span.className = classes();
+        span.textContent = s;
+        frag.appendChild(span);
+      } else {
+        frag.appendChild(document.createTextNode(s));
+      }
+    };
+    while ((m = ESC.exec(text)) !== null) {
+      emit(text.slice(at, m.index));
+      if (m[2] === "m") applySgr(m[1]);
+      at = ESC.lastIndex;
+    }
+    emit(text.slice(at));
+  }
+
+  function append(chunks) {
+    const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
+    const frag = document.createDocumentFragment();
+    for (const [seq, text] of chunks) {
+      if (seq <= lastSeq) continue;
+      lastSeq = seq;
+      if (text.startsWith("\n[… ") && text.includes("bytes dropped")) {
+        const span = document.createElement("span");
+        span.className = "marker";
+        span.textContent = text;
+        frag.appendChild(span);
+      } else {
+        render(text, frag);
+      }
+    }
+    pre.appendChild(frag);
+    let extra = pre.childNodes.length - MAX_NODES;
+    if (extra > 0) {
+      while (extra-- > 0) pre.removeChild(pre.firstChild);
+      if (!trimmed) {
+        trimmed = true;
+        statusEl.textContent = "earlier lines left the view; download the log for all of it";
+      }
+    }
+    if (follow.checked && atBottom) pre.scrollTop = pre.scrollHeight;
+  }
+
+  function fmtElapsed(ms) {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+    return (h ? h + "h " : "") + (h || m ? m + "min " : "") + r + "s";
+  }
+
+  function showState() {
+    const badge = document.createElement("span");
+    badge.className = "badge badge-" + (STATE_CLASS[view.state] || "untested");
+    badge.dataset.state = view.state;
+    badge.textContent = String(view.state || "").replace("_", " ");
+    live("state").replaceChildren(badge);
+    live("phase").textContent = view.phase || "";
+    live("exit").textContent = view.exit_code === null || view.exit_code === undefined
+      ? (view.exit_signal ? "signal " + view.exit_signal : "–") : String(view.exit_code);
+    live("error").textContent = view.error || "";
+    live("dropped").textContent = view.log_dropped_bytes
+      ? view.log_dropped_bytes.toLocaleString() + " bytes of the log were dropped (size cap): the head and tail are kept" : "";
+    const cancel = document.getElementById("cancel-trial");
+    if (cancel) cancel.hidden = TERMINAL.includes(view.state);
+    tick();
+  }
+
+  function tick() {
+    const start = view.started_at || view.dispatched_at;
+    if (!start) { live("elapsed").textContent = "–"; return; }
+    const end = view.finished_at ? Date.parse(view.finished_at) : Date.now();
+    live("elapsed").textContent = fmtElapsed(end - Date.parse(start));
+  }
+  setInterval(() => { if (!TERMINAL.includes(view.state)) tick(); }, 1000);
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const ws = new WebSocket(scheme + location.host + "/api/trials/" + trialId + "/logs/ws?after=" + lastSeq);
+    ws.onopen = () => { retry = 0; statusEl.textContent = "live"; };
+    ws.onmessage = (ev) => {
+      const msg = JSON.parse(ev.data);
+      if (msg.type === "log") append(msg.chunks);
+      else if (msg.type === "state") { view = msg; showState(); }
+    };
+    ws.onclose = (ev) => {
+      if (ev.code === 4000) { statusEl.textContent = "catching up…"; setTimeout(connect, 50); return; }
+      if (ev.code === 4403 || ev.code === 1008) { statusEl.textContent = "log in again to follow the log"; return; }
+      const wait = Math.min(10000, 500 * Math.pow(2, retry++));
+      statusEl.textContent = TERMINAL.includes(view.state) ? "trial ended" : "disconnected; retrying…";
+      setTimeout(connect, TERMINAL.includes(view.state) && retry > 3 ? 30000 : wait);
+    };
+  }
+
+  showState();
+  connect();
+})();

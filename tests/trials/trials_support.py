@@ -1,0 +1,216 @@
+"""Helpers for trials tests: a real uvicorn server in a thread on a free port, seeded campaigns, runner
+tokens, and a runner stand-in that speaks app/protocol.py over a real websocket (the real runner,
+`campaign runner`, is used where its module is installed: see `real_runner`)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from websockets.sync.client import connect
+
+from app.config import Settings
+from app.db import session_scope
+from app.domain import runners as runner_domain
+from app.models import Approach, Campaign
+from app.protocol import (AttemptRef, Finished, Heartbeat, Hello, LogChunkMsg, Started, parse_server_message)
+from app.security import SESSION_COOKIE, create_api_token
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ThreadServer:
+    """uvicorn serving create_app(settings) in a thread of this process (tests can reach app.state)."""
+
+    def __init__(self, settings: Settings) -> None:
+        from app.main import create_app
+
+        self.port = free_port()
+        settings.port = self.port
+        self.app = create_app(settings)
+        self.settings = settings
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ws_url = f"ws://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
+                                ws_max_size=16 * 1024 * 1024, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> "ThreadServer":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+    @property
+    def engine(self):
+        return self.app.state.engine
+
+    def api_headers(self) -> dict[str, str]:
+        with session_scope(self.engine) as session:
+            return {"Authorization": f"Bearer {create_api_token(session, 'tests-' + uuid.uuid4().hex[:6])}"}
+
+    def session_cookie(self) -> str:
+        return self.app.state.session_signer.issue()
+
+
+def make_settings(tmp_path: Path, db_url: str | None = None, **overrides: Any) -> Settings:
+    values: dict[str, Any] = dict(data_dir=tmp_path / "data", database_url=db_url or f"sqlite:///{tmp_path / 'trials.db'}",
+                                  embedded_runner=False, secret_key="trials-" + uuid.uuid4().hex,
+                                  heartbeat_s=0.5, runner_lost_after_s=2.0, cancel_grace_s=1.0)
+    values.update(overrides)
+    return Settings(**values)
+
+
+def seed_campaign(engine, slug: str = "spec", approaches: list[dict[str, Any]] | None = None) -> None:
+    """A campaign with approaches (dicts of Approach fields; position follows the list order)."""
+    with session_scope(engine) as session:
+        campaign = Campaign(slug=slug, name=slug.title())
+        session.add(campaign)
+        session.flush()
+        for pos, fields in enumerate(approaches or [], start=1):
+            session.add(Approach(campaign_id=campaign.id, position=pos, **fields))
+
+
+def command_recipe(*argv: str, timeout_s: float = 60) -> dict[str, Any]:
+    return {"kind": "command", "params": {"argv": list(argv)}, "timeout_s": timeout_s}
+
+
+def new_runner_token(engine, name: str | None = None) -> tuple[int, str]:
+    with session_scope(engine) as session:
+        runner, token = runner_domain.create_runner(session, name or f"node-{uuid.uuid4().hex[:6]}")
+        return runner.id, token  # type: ignore[return-value]
+
+
+FINGERPRINT = {"hostname": "stand-in", "gpu_count": 8, "gpus": [{"name": "H200", "sm": "9.0"}] * 8, "sm": "9.0",
+               "torch": "2.11.0", "nccl": "2.27.3", "cuda": "12.8", "sglang": None}
+
+
+class ProtocolRunner:
+    """A runner stand-in over a real websocket: sends what a runner sends, records what it gets."""
+
+    def __init__(self, ws_url: str, token: str, fingerprint: dict[str, Any] | None = None,
+                 attempts: list[AttemptRef] | None = None) -> None:
+        self.ws = connect(f"{ws_url}/api/runners/ws", additional_headers={"Authorization": f"Bearer {token}"},
+                          open_timeout=10, max_size=16 * 1024 * 1024).__enter__()
+        self.ws.send(Hello(runner_version="test", fingerprint=fingerprint or FINGERPRINT,
+                           attempts=attempts or []).model_dump_json())
+        self.welcome = self.recv()
+        assert self.welcome.type == "welcome", self.welcome
+
+    def recv(self, timeout: float = 10):
+        return parse_server_message(self.ws.recv(timeout=timeout))
+
+    def expect(self, kind: str, timeout: float = 10, skip: tuple[str, ...] = ("ack",)):
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.recv(max(0.01, deadline - time.monotonic()))
+            if msg.type == kind:
+                return msg
+            assert msg.type in skip, f"expected {kind}, got {msg}"
+
+    def send(self, message) -> None:
+        self.ws.send(message.model_dump_json())
+
+    def started(self, d) -> None:
+        self.send(Started(trial_id=d.trial_id, attempt_id=d.attempt_id, pid=os.getpid()))
+
+    def log(self, d, seq: int, offset: int, data: str) -> None:
+        self.send(LogChunkMsg(trial_id=d.trial_id, attempt_id=d.attempt_id, seq=seq, offset=offset, data=data))
+
+    def finished(self, d, exit_code: int = 0, last_seq: int = -1, outcome: str = "exited") -> None:
+        self.send(Finished(trial_id=d.trial_id, attempt_id=d.attempt_id, exit_code=exit_code, last_seq=last_seq,
+                           outcome=outcome))  # type: ignore[arg-type]
+
+    def heartbeat(self, attempts: list[AttemptRef] | None = None) -> None:
+        self.send(Heartbeat(attempts=attempts or []))
+
+    def acks(self, count: int, timeout: float = 10) -> list[int]:
+        seqs = []
+        while len(seqs) < count:
+            msg = self.recv(timeout)
+            if msg.type == "ack":
+                seqs.append(msg.seq)
+        return seqs
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def run_next(srv: ThreadServer, slug: str = "spec", headers: dict[str, str] | None = None) -> dict[str, Any]:
+    r = httpx.post(f"{srv.url}/api/campaigns/{slug}/run-next", headers=headers or srv.api_headers(), timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def trial(srv: ThreadServer, trial_id: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    r = httpx.get(f"{srv.url}/api/trials/{trial_id}", headers=headers or srv.api_headers(), timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_for(predicate, timeout: float = 15, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def viewer_messages(srv: ThreadServer, trial_id: int, after: int = -1, until=None, timeout: float = 15) -> list[dict]:
+    """Follow a trial's live log as a browser would (session cookie, same Origin) until `until(msgs)`."""
+    msgs: list[dict] = []
+    with connect(f"{srv.ws_url}/api/trials/{trial_id}/logs/ws?after={after}", origin=srv.url,  # type: ignore[arg-type]
+                 additional_headers={"Cookie": f"{SESSION_COOKIE}={srv.session_cookie()}"}, open_timeout=10) as ws:
+        deadline = time.monotonic() + timeout
+        while not (until and until(msgs)):
+            msgs.append(json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic()))))
+    return msgs
+
+
+def log_text(msgs: list[dict]) -> str:
+    return "".join(text for m in msgs if m["type"] == "log" for _, text in m["chunks"])
+
+
+def real_runner_available() -> bool:
+    try:
+        import runners.agent  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def start_real_runner(srv: ThreadServer, token: str, spool: Path) -> subprocess.Popen:
+    """`campaign runner` as its own process (its own session, so tests can kill its whole group)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = open(spool.parent / f"runner-{uuid.uuid4().hex[:6]}.log", "w")
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server", srv.url, "--token", token,
+                             "--spool", str(spool)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
