@@ -15,6 +15,8 @@ cli = typer.Typer(help="Campaign Board: optimization campaigns for LLM inference
                   no_args_is_help=True, add_completion=False)
 token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...).", no_args_is_help=True)
 cli.add_typer(token_cli, name="token")
+runners_cli = typer.Typer(help="Runner tokens: one per GPU node (`campaign runner --token ...`).", no_args_is_help=True)
+cli.add_typer(runners_cli, name="runners")
 console = Console()
 err = Console(stderr=True)
 
@@ -116,6 +118,40 @@ def token_revoke(name: str) -> None:
     if not count:
         _fail(f"no live API token named {name!r}")
     console.print(f"revoked {count} token(s)")
+
+
+@runners_cli.command("create")
+def runners_create(name: Annotated[str, typer.Argument(help="The node's name, e.g. its hostname.")]) -> None:
+    """Create a runner and print its token once."""
+    from app.domain.errors import DomainError
+    from app.domain.runners import create_runner
+
+    try:
+        with session_scope(_engine(get_settings())) as session:
+            _, token = create_runner(session, name)
+    except DomainError as exc:
+        _fail(exc.message)
+    console.print(token, soft_wrap=True)
+
+
+@runners_cli.command("revoke")
+def runners_revoke(name: str) -> None:
+    """Revoke a runner's token; a running server disconnects it at its next heartbeat."""
+    from sqlmodel import select
+
+    from app.domain.errors import DomainError
+    from app.domain.runners import revoke_runner
+    from app.models import Runner
+
+    try:
+        with session_scope(_engine(get_settings())) as session:
+            runner = session.exec(select(Runner).where(Runner.name == name)).first()
+            if runner is None:
+                _fail(f"no runner named {name!r}")
+            revoke_runner(session, runner)
+    except DomainError as exc:
+        _fail(exc.message)
+    console.print(f"revoked runner {name!r}")
 
 
 @cli.command("export")

@@ -93,6 +93,7 @@ class BatchOut:
     replies: list[str] = field(default_factory=list)
     chunks: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     states: dict[int, dict[str, Any]] = field(default_factory=dict)
+    refuse: bool = False  # the runner was revoked (e.g. by the CLI): close its socket
 
 
 def _ack_text(trial_id: int, attempt_id: str, seq: int) -> str:
@@ -211,6 +212,8 @@ class RunnerSession:
             self.hub.publish_state(trial_id, view)
         if out.replies:
             await self.link.send_many(out.replies)
+        if out.refuse:
+            await self.link.close(REFUSED_CLOSE_CODE, "runner token revoked")
 
     def _apply(self, session: Session, messages: list[Any]) -> BatchOut:
         out = BatchOut()
@@ -249,6 +252,9 @@ class RunnerSession:
 
     def _heartbeat(self, session: Session, msg: Heartbeat, out: BatchOut) -> None:
         runner = session.get(Runner, self.runner_id)
+        if runner is None or runner.revoked_at is not None:
+            out.refuse = True
+            return
         if runner is not None:
             runner.last_seen_at = utcnow()
             runner.connected = True
@@ -368,12 +374,11 @@ async def _stop(app: FastAPI) -> None:
         with contextlib.suppress(BaseException):
             await task
     proc: subprocess.Popen | None = getattr(app.state, "embedded_runner", None)
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            await asyncio.to_thread(proc.wait, 10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    if proc is not None:
+        from runners.agent import stop_embedded
+
+        # SIGTERM: it cancels its running trial and reports it while the server still listens.
+        await asyncio.to_thread(stop_embedded, proc, app.state.settings.cancel_grace_s + 5)
     for link in list(get_hub(app).runners.values()):
         await link.close(1001, "server shutting down")
 

@@ -209,8 +209,9 @@ def real_runner_available() -> bool:
 
 def start_real_runner(srv: ThreadServer, token: str, spool: Path) -> subprocess.Popen:
     """`campaign runner` as its own process (its own session, so tests can kill its whole group)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CAMPAIGN_RUNNER_TOKEN": token,
+           "CAMPAIGN_CANCEL_GRACE_S": str(srv.settings.cancel_grace_s)}
     log = open(spool.parent / f"runner-{uuid.uuid4().hex[:6]}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server", srv.url, "--token", token,
-                             "--spool", str(spool)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server", srv.url,
+                             "--spool-dir", str(spool), "--name", "test-node"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
