@@ -36,7 +36,7 @@ from typing import Any
 from sqlmodel import Session, select
 
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
-from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
+from app.models import Approach, ApproachStatus, Campaign, Metric
 
 BYTES_PER_ELEMENT = 2  # bf16 activations
 
@@ -336,8 +336,8 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1024:g} KiB" if nbytes % 1024 == 0 else f"{nbytes} B"
 
 
-def approach_latency(session: Session, campaign: Campaign, approach: Approach, inputs: ModelInputs,
-                     tau: float | None = None) -> LatencyEstimate | None:
+def approach_latency(session: Session, campaign: Campaign, approach: Approach,
+                     inputs: ModelInputs) -> LatencyEstimate | None:
     """The approach's t_ar at the verify message size, by the precedence in the module docstring."""
     curve = allreduce_curve(_metrics(session, campaign, MetricName.ALLREDUCE_LATENCY_US, approach_id=approach.id))
     found = latency_at(curve, inputs.verify_bytes)
@@ -345,7 +345,7 @@ def approach_latency(session: Session, campaign: Campaign, approach: Approach, i
         value, method, note = found
         tags = curve[0].tags
         how = ", ".join(f"{k} {tags[k]}" for k in ("backend", "mode", "world_size") if tags.get(k) is not None)
-        return LatencyEstimate(value, method, f"allreduce recipe ({how}): {note}", curve[0].trial_id)
+        return LatencyEstimate(value, method, f"allreduce benchmark ({how}): {note}", curve[0].trial_id)
 
     in_situ = _metrics(session, campaign, MetricName.ALLREDUCE_IN_SITU_US, approach_id=approach.id)
     if in_situ:
@@ -381,7 +381,7 @@ def _derived_latency(session: Session, campaign: Campaign, approach: Approach,
         if comm_ms <= 0:
             continue
         return LatencyEstimate(comm_ms / costs.n_ar * 1000.0, "derived",
-                               f"derived from sglang_server trial #{trial_id}: TPOT {tpot:.2f} ms x accept length "
+                               f"derived from SGLang trial #{trial_id}: TPOT {tpot:.2f} ms x accept length "
                                f"{tau.value:.2f}, minus draft and verify compute, over {costs.n_ar} allreduces",
                                trial_id)
     return None
@@ -454,8 +454,7 @@ class ProfitabilityReport:
         return n_ar * t_ar / 1000.0 / t_base_ms(base), t_ar
 
 
-def profitability_report(session: Session, campaign: Campaign, what_if: WhatIf | None = None,
-                         stacks: dict[int, str] | None = None) -> ProfitabilityReport:
+def profitability_report(session: Session, campaign: Campaign, what_if: WhatIf | None = None) -> ProfitabilityReport:
     """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs."""
     from app.domain.inventory import approaches
 
@@ -477,7 +476,7 @@ def profitability_report(session: Session, campaign: Campaign, what_if: WhatIf |
         mine = replace(costs, tau=tau)
         points.append(ApproachPoint(
             approach_id=approach.id, key=approach.key, title=approach.title, status=approach.status,  # type: ignore[arg-type]
-            reason=approach.reason, stack=(stacks or {}).get(approach.id, "") or stack_summary(approach.verdict_fingerprint),  # type: ignore[arg-type]
+            reason=approach.reason, stack=stack_summary(approach.verdict_fingerprint),
             latency=estimate, tau=tau, tau_source=(own.source if own else inputs.accept_length.source),
             comm_ms=mine.comm_ms(estimate.t_ar_us), savings_ms=mine.savings_ms,
             speedup=mine.speedup(estimate.t_ar_us), break_even_tau=mine.break_even_tau(estimate.t_ar_us),
@@ -538,10 +537,6 @@ def throughput_rows(session: Session, campaign: Campaign) -> list[ThroughputRow]
                                  best.value if best else None, best.trial_id if best else None,
                                  bool(best and best.trial_id in speculative_trials)))
     return out
-
-
-def baseline_trial(session: Session, campaign: Campaign) -> Trial | None:
-    return session.get(Trial, campaign.baseline_trial_id) if campaign.baseline_trial_id else None
 
 
 # ---- stack labels ---------------------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""Each chart's figure data from the fixture campaign: traces, points, the break-even line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app import charts
+from app.domain import inventory
+from app.domain.profitability import WhatIf, latency_series, profitability_report, throughput_rows
+from app.domain.timeline import campaign_timeline
+from charts_fixture import SLUG
+
+
+@pytest.fixture
+def campaign(session):
+    return inventory.get_campaign(session, SLUG)
+
+
+def _trace(fig, name):
+    return next(t for t in fig["data"] if t.get("name") == name)
+
+
+def test_figures_are_plain_json(session, campaign):
+    report = profitability_report(session, campaign)
+    for fig in (charts.verify_comm_vs_savings(report),
+                charts.allreduce_latency_vs_size(latency_series(session, campaign), report.inputs.verify_bytes),
+                charts.throughput_vs_baseline(throughput_rows(session, campaign), 82.0),
+                charts.campaign_timeline(campaign_timeline(session, campaign))):
+        assert json.loads(json.dumps(fig)) == fig
+
+
+def test_chart1_points_and_break_even_line(session, campaign):
+    report = profitability_report(session, campaign)
+    fig = charts.verify_comm_vs_savings(report)
+    line = _trace(fig, "break-even (communication = savings)")
+    assert line["mode"] == "lines" and line["x"] == line["y"]  # y = x
+    points = {t["name"]: t for t in fig["data"] if t.get("mode") == "markers+text"}
+    assert set(points) == {p.title for p in report.points}
+    pcie = points["NCCL on PCIe (seed node)"]
+    assert pcie["x"] == [pytest.approx(24.4)] and pcie["y"] == [pytest.approx(2.4 * 1000 / 82 - 10.5)]
+    assert pcie["y"][0] < pcie["x"][0]  # below the line: not profitable
+    two = points["torch symm-mem two-shot"]
+    assert two["y"][0] > two["x"][0]  # above the line: profitable
+    hover = pcie["customdata"][0]
+    assert hover[0] == "NCCL on PCIe (seed node)" and hover[1] == "dead end"
+    assert hover[2] == "torch 2.10.0+cu128 / CUDA 12.8 / SM 12.0" and hover[3] == "2.40"
+    assert hover[5].startswith("#") and "not profitable" in hover[9]
+    assert fig["layout"]["meta"]["break_even_t_ar_us"] == pytest.approx(153.838, abs=1e-3)
+    assert "153.8 us" in fig["layout"]["title"]["text"]
+    # The line spans every point.
+    assert max(line["x"]) >= max(t["x"][0] for t in points.values())
+
+
+def test_chart1_follows_the_what_if(session, campaign):
+    before = charts.verify_comm_vs_savings(profitability_report(session, campaign))
+    after = charts.verify_comm_vs_savings(profitability_report(session, campaign, WhatIf(accept_length=1.2)))
+    y = lambda fig: _trace(fig, "NCCL eager")["y"][0]  # noqa: E731
+    assert y(after) == pytest.approx(1.2 * 1000 / 82 - 10.5) and y(after) < y(before)
+
+
+def test_chart2_log_log_with_the_verify_size_marked(session, campaign):
+    fig = charts.allreduce_latency_vs_size(latency_series(session, campaign), 57344)
+    assert fig["layout"]["xaxis"]["type"] == "log" and fig["layout"]["yaxis"]["type"] == "log"
+    graph = _trace(fig, "NCCL in a CUDA graph")
+    assert graph["x"] == [14336, 114688, 917504, 3670016] and graph["y"] == [16.6, 16.7, 22.4, 42.3]
+    assert _trace(fig, "torch symm-mem two-shot")["y"] == [8.8, 8.8, 11.4]
+    marker = _trace(fig, "verify message (56 KiB)")
+    assert marker["x"] == [57344, 57344] and marker["mode"] == "lines"
+    # Approaches without an allreduce curve have no trace.
+    assert "NCCL on PCIe (seed node)" not in {t["name"] for t in fig["data"]}
+
+
+def test_chart3_bars_baseline_and_dead_ends(session, campaign):
+    fig = charts.throughput_vs_baseline(throughput_rows(session, campaign), 82.0)
+    bars = next(t for t in fig["data"] if t["type"] == "bar")
+    values = dict(zip(bars["x"], bars["y"]))
+    assert values == {"NCCL on PCIe (seed node)": 82.0, "FlashInfer PCIe-IPC allreduce": 117.6,
+                      "SGLang custom allreduce (IPC)": 38.0}
+    baseline = _trace(fig, "baseline 82 tok/s")
+    assert set(baseline["y"]) == {82.0}
+    dead = _trace(fig, "dead end")
+    assert dead["x"] == ["NCCL on PCIe (seed node)", "SGLang custom allreduce (IPC)", "FlashInfer allreduce fusion"]
+    assert dead["y"] == [82.0, 38.0, 0]  # never measured: marked at zero
+    reasons = [c[0] for c in dead["customdata"]]
+    assert reasons[2] == "FlashInfer JIT has no SM120 target" and "PCIe switch" in reasons[1]
+
+
+def test_chart4_timeline(session, campaign):
+    fig = charts.campaign_timeline(campaign_timeline(session, campaign))
+    trials = _trace(fig, "trials")
+    assert trials["x"].count(None) == 9  # nine trials, each a start-end span
+    dead = _trace(fig, "→ dead end")
+    assert set(dead["y"]) == {"NCCL on PCIe (seed node)", "SGLang custom allreduce (IPC)", "FlashInfer allreduce fusion"}
+    assert all(x.startswith("2026-01-0") for x in dead["x"])
+    assert fig["layout"]["xaxis"]["type"] == "date"
+
+
+def test_chart1_without_points_still_has_the_line():
+    from app.domain.profitability import CycleCosts, Input, ModelInputs, ProfitabilityReport
+
+    inputs = ModelInputs(Input(82.0), Input(2.0), Input(0), Input(0.0), Input(0.0), Input(122), 4, 7168)
+    fig = charts.verify_comm_vs_savings(ProfitabilityReport(inputs, inputs.costs(), (), {}, ()))
+    assert [t["name"] for t in fig["data"]] == ["profitable region", "break-even (communication = savings)"]
+    assert isinstance(inputs.costs(), CycleCosts)

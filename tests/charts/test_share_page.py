@@ -1,0 +1,141 @@
+"""Share links and the stakeholder status page: read-only, no secrets, revocable, exportable."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.db import session_scope
+from app.domain.runners import create_runner
+from app.security import create_api_token
+from app.templating import PLOTLY_JS
+from charts_fixture import SECRETS, SLUG
+
+
+@pytest.fixture
+def operator(fixture_app, operator_client):
+    return operator_client
+
+
+@pytest.fixture
+def anonymous(fixture_app):
+    with TestClient(fixture_app, base_url="http://127.0.0.1") as c:
+        yield c
+
+
+def _create_link(operator, name="weekly review") -> tuple[str, int]:
+    r = operator.post(f"/campaigns/{SLUG}/share-links", data={"name": name}, headers={"HX-Request": "true"})
+    assert r.status_code == 200, r.text
+    row = re.search(r'<tr id="share-link-(\d+)"[^>]*class="live created"', r.text)
+    url = re.search(r'class="share-url" readonly value="([^"]+)"', r.text[r.text.index(row.group(0)):]).group(1)
+    assert url.startswith("http://127.0.0.1/s/")
+    return url.removeprefix("http://127.0.0.1"), int(row.group(1))
+
+
+def test_status_page_answers_the_stakeholder_questions(operator, anonymous):
+    path, _ = _create_link(operator)
+    r = anonymous.get(path)
+    assert r.status_code == 200
+    html = r.text
+    assert "FIXTURE: EAGLE-3 break-even" in html
+    # Profitable now, with which approach; the best result vs the baseline; what runs next.
+    assert re.search(r'id="profitable">.*?Yes, with torch symm-mem two-shot', html, re.S)
+    assert re.search(r'id="best">.*?117.6 tok/s.*?FlashInfer PCIe-IPC allreduce.*?\+43%.*?82 tok/s baseline', html, re.S)
+    assert re.search(r'id="next">.*?Expert parallelism', html, re.S)
+    # Verdict counts and dead ends with reasons and the stack they were reached on.
+    assert re.search(r'data-status="dead_end">.*?<b>3</b>', html)
+    dead = html[html.index('id="dead-ends"'):]
+    assert "FlashInfer JIT has no SM120 target" in dead and "torch 2.10.0+cu128 / CUDA 12.8 / SM 12.0" in dead
+    assert "holds for FlashInfer unknown on SM 12.0" in dead
+    # Charts 1 and 3, drawn with the locally served plotly.js.
+    assert 'id="figure-verify"' in html and 'id="figure-throughput"' in html
+    assert '<script src="/static/vendor/plotly.min.js">' in html and "cdn" not in html.lower()
+    assert r.headers["referrer-policy"] == "no-referrer" and "form-action 'none'" in r.headers["content-security-policy"]
+
+
+def test_status_page_shows_no_secrets_and_no_forms(fixture_app, operator, anonymous):
+    with session_scope(fixture_app.state.engine) as session:
+        _runner, runner_token = create_runner(session, f"runner-{SECRETS['hostname']}")
+        api = create_api_token(session, "ci")
+    path, _ = _create_link(operator)
+    token = path.removeprefix("/s/")
+    for page in (anonymous.get(path).text, anonymous.get(path + "/export.html").text):
+        for secret in (*SECRETS.values(), runner_token, api, "NCCL_DEBUG", "HF_TOKEN", "sglang_server", "--api-key",
+                       "argv", "recipe", "/models/"):
+            assert secret not in page, secret
+        assert "<form" not in page and "hx-post" not in page and "csrf" not in page.lower()
+        assert "fixture" not in page.lower().replace("fixture: eagle-3", "")  # no actor names
+    other_path, _ = _create_link(operator, "someone else")
+    assert other_path.removeprefix("/s/") not in anonymous.get(path).text
+    assert token  # the page may carry its own token only in its export link
+    assert anonymous.get(path).text.count(token) == 1
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+def test_everything_under_s_is_read_only(operator, anonymous, method):
+    path, _ = _create_link(operator)
+    for target in (path, path + "/export.html", "/s/", "/s/anything/else", path + "/revoke"):
+        r = anonymous.request(method, target, data={"name": "x"})
+        assert r.status_code in (403, 405), (method, target, r.status_code)
+    # Even a logged-in operator cannot change anything through /s/.
+    assert operator.request(method, path).status_code == 405
+
+
+def test_revoked_and_altered_links_404(operator, anonymous):
+    path, link_id = _create_link(operator)
+    assert anonymous.get(path).status_code == 200
+    token = path.removeprefix("/s/")
+    payload, signature = token.rsplit(".", 1)
+    altered = [payload[:-1] + ("A" if payload[-1] != "A" else "B") + "." + signature,
+               payload + "." + signature[:-2] + ("xy" if signature[-2:] != "xy" else "zz"),
+               token[:-1], "nothing", "eyJpZCI6MSwibiI6IngifQ.bogus"]
+    for bad in altered:
+        assert anonymous.get(f"/s/{bad}").status_code == 404, bad
+        assert anonymous.get(f"/s/{bad}/export.html").status_code == 404
+    r = operator.post(f"/campaigns/{SLUG}/share-links/{link_id}/revoke", headers={"HX-Request": "true"})
+    assert r.status_code == 200 and re.search(rf'id="share-link-{link_id}"[^>]*class="revoked', r.text)
+    assert anonymous.get(path).status_code == 404
+    assert anonymous.get(path + "/export.html").status_code == 404
+    assert "not valid" in anonymous.get(path).text
+
+
+def test_a_token_signed_with_another_secret_is_refused(fixture_app, operator, anonymous):
+    from app.domain.sharing import share_token
+    from app.models import ShareLink
+
+    _path, link_id = _create_link(operator)
+    with session_scope(fixture_app.state.engine) as session:
+        link = session.get(ShareLink, link_id)
+        forged = share_token(link, "another-secret")
+        assert share_token(link, fixture_app.state.settings.resolved_secret_key()) != forged
+    assert anonymous.get(f"/s/{forged}").status_code == 404
+
+
+def test_export_is_self_contained(operator, anonymous):
+    path, _ = _create_link(operator)
+    r = anonymous.get(path + "/export.html")
+    assert r.status_code == 200 and r.headers["content-disposition"].startswith("attachment; filename=")
+    library = PLOTLY_JS.read_text(encoding="utf-8")
+    assert library in r.text  # plotly.js inline, whole
+    page = r.text.replace(library, "")
+    assert "src=" not in page and "<link" not in page and "@import" not in page  # nothing else to fetch
+    assert not re.search(r"https?://", page)
+    assert 'id="figure-verify"' in page and 'id="figure-throughput"' in page and "@media print" in page
+
+
+def test_share_links_need_an_operator(fixture_app, anonymous):
+    assert anonymous.get(f"/campaigns/{SLUG}/share-links", follow_redirects=False).status_code in (303, 401)
+    assert anonymous.post(f"/campaigns/{SLUG}/share-links", data={"name": "x"}).status_code == 401
+
+
+def test_share_link_management_needs_csrf(operator):
+    r = operator.post(f"/campaigns/{SLUG}/share-links", data={"name": "x"}, headers={"X-CSRF-Token": "wrong"})
+    assert r.status_code == 403
+
+
+def test_campaign_page_loads_the_share_links_partial(operator):
+    html = operator.get(f"/campaigns/{SLUG}").text
+    assert f'hx-get="/campaigns/{SLUG}/share-links"' in html
+    partial = operator.get(f"/campaigns/{SLUG}/share-links").text
+    assert "No share links yet" in partial and "<html" not in partial
