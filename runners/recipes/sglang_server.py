@@ -296,6 +296,9 @@ class Server:
                 how = "SIGKILL after SIGTERM grace"
             except ProcessLookupError:
                 pass
+            deadline = time.monotonic() + 5
+            while group_alive(self.pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -305,13 +308,30 @@ class Server:
 
 
 def group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process remains in the group.
+
+    A killed process whose new parent has not reaped it yet (containers' PID 1 often does not)
+    still answers kill(0); on Linux /proc tells the zombie apart.
+    """
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
