@@ -46,6 +46,13 @@ class ThreadServer:
         self.port = free_port()
         settings.port = self.port
         self.app = create_app(settings)
+        self.loop = None
+
+        async def remember_loop(app) -> None:
+            import asyncio
+            self.loop = asyncio.get_running_loop()
+
+        self.app.state.startup_hooks.append(remember_loop)
         self.settings = settings
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
