@@ -153,7 +153,7 @@ def test_bad_files_are_refused_whole(engine, name):
     assert where in exc.value.message and what in exc.value.message, exc.value.message
     assert _export(engine) == before and _history_count(engine) == history
     with session_scope(engine, write=False) as s:
-        assert [c.slug for c in inventory.list_campaigns(s)] == [DEMO_SLUG]
+        assert "x" not in [c.slug for c in inventory.list_campaigns(s)]
 
 
 def test_a_late_error_rolls_back_the_earlier_changes(engine):
@@ -176,3 +176,15 @@ def test_every_demo_file_parses():
     assert demo_files()
     for path in demo_files():
         parse_campaign_file(path.read_text())
+
+
+def test_demo_recipes_are_valid_launches():
+    """Every demo approach carries a recipe the runner can launch (validated the way it will be)."""
+    from runners.recipes import build_launch
+
+    from app.domain.campaign_files import parse_campaign_file
+
+    for path in demo_files():
+        for approach in parse_campaign_file(path.read_text()).approaches:
+            spec = build_launch(approach.recipe)
+            assert spec.argv and spec.timeout_s > 0, approach.key
