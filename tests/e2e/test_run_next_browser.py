@@ -1,0 +1,61 @@
+"""In Chromium: log in with a login URL, click "Run next candidate" on a campaign whose next
+approach runs a short command on the embedded runner of a real `campaign serve`, follow the
+trial link, see the lines appear live, then the final status."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from app.db import make_engine, session_scope
+from app.security import create_login_token
+from conftest import start_live_server, stop_live_server
+
+pytestmark = pytest.mark.browser
+
+SCRIPT = ("import time\n"
+          "for i in range(1, 31):\n"
+          "    print(f'\\x1b[32mstep {i:02d}\\x1b[0m <b>not html</b>', flush=True)\n"
+          "    time.sleep(0.1)\n")
+
+
+def test_run_next_candidate_shows_the_log_live(tmp_path, browser):
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "trials"))
+    from trials_support import command_recipe, seed_campaign
+
+    db_url = f"sqlite:///{tmp_path / 'e2e.db'}"
+    server = start_live_server(tmp_path, db_url)  # with its embedded runner
+    engine = make_engine(db_url)
+    page = browser.new_page()
+    try:
+        seed_campaign(engine, "live", [{"key": "steps", "title": "Thirty steps",
+                                        "recipe": command_recipe(sys.executable, "-c", SCRIPT)}])
+        with session_scope(engine) as session:
+            token = create_login_token(session, 600)
+        page.goto(f"{server.url}/login?token={token}")
+        page.goto(f"{server.url}/campaigns/live")
+        # The embedded runner connects on its own; until then the button says why nothing runs.
+        for _ in range(60):
+            with page.expect_response(lambda r: r.url.endswith("/run-next")):
+                page.click("#run-next-button")
+            page.wait_for_selector("#run-next-result p")
+            if "Started" in page.inner_text("#run-next-result"):
+                break
+            assert "no runner is connected" in page.inner_text("#run-next-result")
+            page.wait_for_timeout(500)
+        page.click("#run-next-result a")
+        page.wait_for_selector("#log:has-text('step 01')")
+        # Lines arrive while the trial still runs.
+        assert page.locator("[data-live=state] .badge").inner_text() == "running"
+        assert "step 30" not in page.inner_text("#log")
+        page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
+        page.wait_for_selector("#log:has-text('step 30')")
+        text = page.inner_text("#log")
+        assert [line for line in text.splitlines() if line] == [f"step {i:02d} <b>not html</b>" for i in range(1, 31)]
+        assert page.locator("#log b").count() == 0          # text, never HTML
+        assert page.locator("#log span.fg-2").count() == 30  # the ANSI colour became a class
+        assert page.inner_text("[data-live=exit]") == "0"
+    finally:
+        page.close()
+        engine.dispose()
+        stop_live_server(server)
