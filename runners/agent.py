@@ -132,15 +132,16 @@ class Agent:
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ws: ClientConnection | None = None
+        self._fingerprint_task: asyncio.Task[dict[str, Any]] | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         try:
-            if self.fingerprint is None:
-                self.fingerprint = await asyncio.to_thread(
-                    node.collect, python=self.options.python, sglang_python=self.options.sglang_python)
+            if self.fingerprint is None:  # collected while the first connection is made
+                self._fingerprint_task = asyncio.create_task(asyncio.to_thread(
+                    node.collect, python=self.options.python, sglang_python=self.options.sglang_python))
             await self._recover_spool()
             connection = asyncio.create_task(self._connection_loop())
             watchdog = asyncio.create_task(self._watch_parent()) if self.options.parent_pid else None
@@ -243,6 +244,8 @@ class Agent:
             await asyncio.sleep(delay)
 
     async def _session(self, ws: ClientConnection) -> None:
+        if self.fingerprint is None and self._fingerprint_task is not None:
+            self.fingerprint = await self._fingerprint_task
         held = [a.ref for a in self.attempts.values() if not a.rejected and (a.running or a.spool.has_unacked)]
         await self._send(ws, Hello(runner_version=node.runner_version(), fingerprint=self.fingerprint or {},
                                    labels=self.options.labels, attempts=held))

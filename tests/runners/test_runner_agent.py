@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -76,8 +77,6 @@ class FakeBoard:
         return None
 
     async def handler(self, ws: ServerConnection) -> None:
-        self.connections += 1
-        number = self.connections
         hello = parse_runner_message(await ws.recv())
         assert isinstance(hello, Hello)
         self.hellos.append(hello)
@@ -87,6 +86,8 @@ class FakeBoard:
         self.welcomes.append(welcome)
         await ws.send(welcome.model_dump_json())
         self.ws = ws
+        self.connections += 1  # counts connections that got their welcome
+        number = self.connections
         with contextlib.suppress(ConnectionClosed):
             await self._serve(ws, number)
 
@@ -118,11 +119,12 @@ async def until(condition: Callable[[], bool], timeout: float = 15.0, what: str 
 
 def scenario(board: FakeBoard, spool_dir: Path, body: Callable[[FakeBoard, Agent], Awaitable[None]], *,
              token: str = TOKEN, fingerprint: dict[str, Any] | None = FINGERPRINT, grace_s: float = 1.0,
-             timeout: float = 40.0) -> int:
+             timeout: float = 40.0, **serve_options: Any) -> int:
     """Run the fake board and an agent, then `body`; stop the agent and return its exit code."""
 
     async def main() -> int:
-        async with serve(board.handler, "127.0.0.1", 0, process_request=board.process_request) as server:
+        where = {"sock": serve_options.pop("sock")} if "sock" in serve_options else {"host": "127.0.0.1", "port": 0}
+        async with serve(board.handler, **where, process_request=board.process_request, **serve_options) as server:
             board.port = server.sockets[0].getsockname()[1]
             agent = Agent(RunnerOptions(server_url=f"http://127.0.0.1:{board.port}", token=token, spool_dir=spool_dir,
                                         labels=["test"], cancel_grace_s=grace_s), fingerprint=fingerprint)
@@ -351,3 +353,85 @@ def test_backoff_doubles_to_thirty_seconds_with_jitter():
     assert 0.375 <= first[0] <= 0.625 and 0.75 <= first[1] <= 1.25
     assert all(22.5 <= d <= 37.5 for d in first[7:])
     assert len({round(d, 6) for d in first}) == len(first)
+
+
+def test_a_board_that_stops_reading_never_stalls_the_trial(tmp_path):
+    # The board reads nothing more until the trial has printed everything: if the runner read the
+    # pipe only as fast as the socket drains, the child would block on write and never get there.
+    done = tmp_path / "done"
+    code = f"""
+        import os, sys
+        for i in range(2500):
+            sys.stdout.write(os.urandom(3200).hex() + "\\n")
+        sys.stdout.flush()
+        open({str(done)!r}, "w").write("ok")
+    """
+    stalled: list[tuple[int, int]] = []
+    agents: list[Agent] = []
+
+    async def hold(ws: ServerConnection, connection: int, message: Any) -> bool:
+        if isinstance(message, LogChunkMsg) and not stalled:
+            await until(done.exists, timeout=30, what="the trial to finish printing while the board reads nothing")
+            attempt = agents[0].attempts["big"]
+            await until(lambda: attempt.spool.finished is not None, what="the trial's end")
+            stalled.append((attempt.sent_seq, attempt.spool.last_seq))
+        return True
+
+    async def body(board: FakeBoard, agent: Agent) -> None:
+        agents.append(agent)
+        await until(lambda: board.connections == 1)
+        await board.send(Dispatch(trial_id=6, attempt_id="big", recipe=_recipe(code)))
+        await until(lambda: "big" in board.finished, timeout=60, what="finished")
+
+    board = FakeBoard()
+    board.on_message = hold
+    # Small, uncompressed socket buffers on the board's side, so a board that stops reading
+    # soon stops the runner's sends.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+    sock.bind(("127.0.0.1", 0))
+    scenario(board, tmp_path / "spool", body, timeout=90, sock=sock, compression=None, max_queue=4)
+    text = board.text("big")
+    assert len(text) == 2500 * 6401 and text.count("\n") == 2500
+    assert board.finished["big"].exit_code == 0
+    sent, spooled = stalled[0]
+    assert sent < spooled, "the socket took everything: this test did not exercise a stalled board"
+
+
+def test_the_embedded_runner_connects_with_the_token_from_env_and_stops_cleanly(tmp_path):
+    from runners.agent import start_embedded, stop_embedded
+
+    async def main() -> tuple[int | None, list[str]]:
+        board = FakeBoard()
+        async with serve(board.handler, "127.0.0.1", 0, process_request=board.process_request) as server:
+            port = server.sockets[0].getsockname()[1]
+            runner = start_embedded(f"http://127.0.0.1:{port}", TOKEN, tmp_path / "spool", labels=["local"])
+            try:
+                argv = psutil.Process(runner.pid).cmdline()
+                await until(lambda: board.connections == 1, timeout=60, what="the embedded runner to connect")
+            finally:
+                code = await asyncio.to_thread(stop_embedded, runner, 20)
+            assert board.hellos[0].labels == ["local"]
+            assert set(board.hellos[0].fingerprint) == set(FINGERPRINT_KEYS)
+            return code, argv
+
+    code, argv = asyncio.run(asyncio.wait_for(main(), 90))
+    assert code == 0
+    assert TOKEN not in " ".join(argv)  # the token travels in the environment, not on the command line
+
+
+def test_campaign_runner_exits_3_when_the_token_is_refused(tmp_path):
+    async def main() -> subprocess.CompletedProcess[str]:
+        board = FakeBoard()
+        async with serve(board.handler, "127.0.0.1", 0, process_request=board.process_request) as server:
+            port = server.sockets[0].getsockname()[1]
+            proc = await asyncio.create_subprocess_exec(
+                PY, "-m", "app.cli", "runner", "--server", f"http://127.0.0.1:{port}", "--spool-dir", str(tmp_path),
+                env=dict(os.environ, CAMPAIGN_RUNNER_TOKEN="not-the-token"),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            return subprocess.CompletedProcess([], proc.returncode, out.decode(), err.decode())
+
+    result = asyncio.run(main())
+    assert result.returncode == 3, result.stderr
+    assert "refused this runner's token (HTTP 401)" in result.stderr
