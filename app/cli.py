@@ -212,6 +212,7 @@ def runner(
     name: Annotated[Optional[str], typer.Option(help="Name in logs and the default spool dir (default: hostname).")] = None,
     python: Annotated[Optional[str], typer.Option(help="Interpreter for recipes (default: this one).")] = None,
     sglang_python: Annotated[Optional[str], typer.Option(help="Interpreter SGLang is installed in, if another one.")] = None,
+    max_trials: Annotated[int, typer.Option(min=1, help="Trials run at once on this node.")] = 1,
     parent_pid: Annotated[Optional[int], typer.Option(hidden=True)] = None,
 ) -> None:
     """Run trials on this node for a board: connect, report the node, stream logs; reconnects by itself."""
@@ -223,7 +224,8 @@ def runner(
     name = name or socket.gethostname()
     code = run(server, token, spool_dir=spool_dir or settings.data_dir / "runner-spool" / name,
                labels=[label.strip() for label in labels.split(",") if label.strip()], name=name, python=python,
-               sglang_python=sglang_python, cancel_grace_s=settings.cancel_grace_s, parent_pid=parent_pid)
+               sglang_python=sglang_python, cancel_grace_s=settings.cancel_grace_s, max_concurrent=max_trials,
+               parent_pid=parent_pid)
     raise typer.Exit(code)
 
 
