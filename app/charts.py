@@ -25,10 +25,13 @@ def _label(status: str) -> str:
     return STATUS_LABELS.get(status, status)
 
 
-def _layout(title: str, **kw: Any) -> dict[str, Any]:
-    return dict(title=dict(text=title, x=0, xanchor="left", font=dict(size=15)), template="plotly_white",
-                font=_FONT, margin=dict(l=60, r=20, t=50, b=55), height=400,
-                legend=dict(orientation="h", yanchor="top", y=-0.18, x=0), hoverlabel=dict(align="left"), **kw)
+def _layout(title: str, subtitle: str = "", **kw: Any) -> dict[str, Any]:
+    heading: dict[str, Any] = dict(text=title, x=0, xanchor="left", font=dict(size=15))
+    if subtitle:
+        heading["subtitle"] = dict(text=subtitle, font=dict(size=12, color="#667085"))
+    return dict(title=heading, template="plotly_white",
+                font=_FONT, margin=dict(l=60, r=20, t=75 if subtitle else 50, b=40), height=440,
+                legend=dict(orientation="h", yanchor="top", y=-0.2, x=0), hoverlabel=dict(align="left"), **kw)
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -60,8 +63,7 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
     for p in report.points:
         verdict = "profitable" if p.profitable else "not profitable"
         fig.add_trace(go.Scatter(
-            x=[p.comm_ms], y=[p.savings_ms], mode="markers+text", name=p.title,
-            text=[_short(p.title, 28)], textposition="top center",
+            x=[p.comm_ms], y=[p.savings_ms], mode="markers", name=p.title,
             marker=dict(size=13, color=STATUS_COLORS.get(p.status, "#000"),
                         symbol="circle" if p.profitable else "x", line=dict(width=1, color="#202124")),
             customdata=[[p.title, _label(p.status), p.stack or "stack not recorded", f"{p.tau:.2f}",
@@ -74,15 +76,16 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
                            "<br>speedup %{customdata[8]}x: %{customdata[9]}<extra></extra>"),
         ))
     costs = report.costs
-    subtitle = ""
+    subtitle = "above the line: speculation pays"
     if costs is not None and costs.break_even_t_ar_us is not None:
-        subtitle = f" · break-even t_ar* = {costs.break_even_t_ar_us:.1f} us at {report.inputs.verify_bytes // 1024} KiB"
-    fig.update_layout(**_layout("Does verify communication cost more than speculation saves?" + subtitle,
+        subtitle = (f"break-even t_ar* = {costs.break_even_t_ar_us:.1f} us per allreduce at "
+                    f"{report.inputs.verify_bytes // 1024} KiB · above the line: speculation pays")
+    fig.update_layout(**_layout("Verify communication vs speculation savings", subtitle=subtitle,
                                 meta={"break_even_t_ar_us": costs.break_even_t_ar_us if costs else None}))
-    fig.update_xaxes(title_text="verify-step communication N_ar × t_ar (ms)", range=[min(bottom, 0.0), top],
+    fig.update_xaxes(title_text="verify communication N_ar × t_ar (ms)", range=[min(bottom, 0.0), top], zeroline=True,
+                     title_standoff=8)
+    fig.update_yaxes(title_text="speculation savings (ms)", range=[min(bottom, 0.0), top],
                      zeroline=True)
-    fig.update_yaxes(title_text="speculation savings τ·T_base − T_draft − T_verify,compute (ms)",
-                     range=[min(bottom, 0.0), top], zeroline=True)
     return _out(fig)
 
 
@@ -111,37 +114,38 @@ def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int) ->
 
 
 def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | None) -> dict[str, Any]:
-    """Chart 3: each approach's best decode throughput as a bar, the baseline as a line; dead ends
-    are marked (✕) with their reason, measured or not."""
+    """Chart 3: each approach's best decode throughput as a (horizontal) bar, the baseline as a line;
+    dead ends are marked (✕) with their reason, measured or not. Priority order, top down."""
     fig = go.Figure()
     titles = [r.approach_title for r in rows]
     measured = [r for r in rows if r.tok_s is not None]
     fig.add_trace(go.Bar(
-        x=[r.approach_title for r in measured], y=[r.tok_s for r in measured], name="decode throughput",
-        marker=dict(color=[STATUS_COLORS.get(r.status, "#000") for r in measured]),
-        text=[f"{r.tok_s:.0f}" for r in measured], textposition="outside",
+        y=[r.approach_title for r in measured], x=[r.tok_s for r in measured], orientation="h",
+        name="decode throughput", marker=dict(color=[STATUS_COLORS.get(r.status, "#000") for r in measured]),
+        text=[f"{r.tok_s:.0f}" for r in measured], textposition="inside", insidetextanchor="end",
         customdata=[[_label(r.status), f"#{r.trial_id}", "with EAGLE-3" if r.speculative else "plain decode"]
                     for r in measured],
-        hovertemplate="<b>%{x}</b><br>%{y:.1f} tok/s (%{customdata[2]})<br>status: %{customdata[0]}"
+        hovertemplate="<b>%{y}</b><br>%{x:.1f} tok/s (%{customdata[2]})<br>status: %{customdata[0]}"
                       "<br>trial %{customdata[1]}<extra></extra>",
     ))
     dead = [r for r in rows if r.status == "dead_end"]
     if dead:
         fig.add_trace(go.Scatter(
-            x=[r.approach_title for r in dead], y=[r.tok_s or 0 for r in dead], mode="markers+text", name="dead end",
-            marker=dict(symbol="x", size=14, color=STATUS_COLORS["dead_end"]),
-            text=[_short(r.reason, 34) for r in dead], textposition="top center", textfont=dict(size=10),
+            y=[r.approach_title for r in dead], x=[r.tok_s or 0 for r in dead], mode="markers+text", name="dead end",
+            marker=dict(symbol="x", size=13, color=STATUS_COLORS["dead_end"], line=dict(width=1, color="#fff")),
+            text=[_short(r.reason, 44) for r in dead], textposition="middle right", textfont=dict(size=10),
             customdata=[[r.reason or "no reason recorded"] for r in dead],
-            hovertemplate="<b>%{x}</b>: dead end<br>%{customdata[0]}<extra></extra>",
+            hovertemplate="<b>%{y}</b>: dead end<br>%{customdata[0]}<extra></extra>",
         ))
     if baseline_tok_s:
         fig.add_trace(go.Scatter(
-            x=titles, y=[baseline_tok_s] * len(titles), mode="lines", name=f"baseline {baseline_tok_s:.0f} tok/s",
+            y=titles, x=[baseline_tok_s] * len(titles), mode="lines", name=f"baseline {baseline_tok_s:.0f} tok/s",
             line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2), hoverinfo="name",
         ))
+    top = max([r.tok_s or 0 for r in rows] + [baseline_tok_s or 0, 1.0])
     fig.update_layout(**_layout("Decode throughput per approach vs baseline", bargap=0.35))
-    fig.update_xaxes(categoryorder="array", categoryarray=titles, tickangle=-20, automargin=True)
-    fig.update_yaxes(title_text="output tokens/s (batch 1)", rangemode="tozero")
+    fig.update_yaxes(categoryorder="array", categoryarray=titles, autorange="reversed", automargin=True)
+    fig.update_xaxes(title_text="output tokens/s (batch 1)", range=[0, top * 1.9], title_standoff=8)
     return _out(fig)
 
 

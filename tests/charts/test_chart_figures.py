@@ -35,7 +35,7 @@ def test_chart1_points_and_break_even_line(session, campaign):
     fig = charts.verify_comm_vs_savings(report)
     line = _trace(fig, "break-even (communication = savings)")
     assert line["mode"] == "lines" and line["x"] == line["y"]  # y = x
-    points = {t["name"]: t for t in fig["data"] if t.get("mode") == "markers+text"}
+    points = {t["name"]: t for t in fig["data"] if t.get("mode") == "markers"}
     assert set(points) == {p.title for p in report.points}
     pcie = points["NCCL on PCIe (seed node)"]
     assert pcie["x"] == [pytest.approx(24.4)] and pcie["y"] == [pytest.approx(2.4 * 1000 / 82 - 10.5)]
@@ -47,7 +47,7 @@ def test_chart1_points_and_break_even_line(session, campaign):
     assert hover[2] == "torch 2.10.0+cu128 / CUDA 12.8 / SM 12.0" and hover[3] == "2.40"
     assert hover[5].startswith("#") and "not profitable" in hover[9]
     assert fig["layout"]["meta"]["break_even_t_ar_us"] == pytest.approx(153.838, abs=1e-3)
-    assert "153.8 us" in fig["layout"]["title"]["text"]
+    assert "153.8 us" in fig["layout"]["title"]["subtitle"]["text"]
     # The line spans every point.
     assert max(line["x"]) >= max(t["x"][0] for t in points.values())
 
@@ -74,14 +74,15 @@ def test_chart2_log_log_with_the_verify_size_marked(session, campaign):
 def test_chart3_bars_baseline_and_dead_ends(session, campaign):
     fig = charts.throughput_vs_baseline(throughput_rows(session, campaign), 82.0)
     bars = next(t for t in fig["data"] if t["type"] == "bar")
-    values = dict(zip(bars["x"], bars["y"]))
+    assert bars["orientation"] == "h"
+    values = dict(zip(bars["y"], bars["x"]))
     assert values == {"NCCL on PCIe (seed node)": 82.0, "FlashInfer PCIe-IPC allreduce": 117.6,
                       "SGLang custom allreduce (IPC)": 38.0}
     baseline = _trace(fig, "baseline 82 tok/s")
-    assert set(baseline["y"]) == {82.0}
+    assert set(baseline["x"]) == {82.0} and len(baseline["y"]) == 10  # across every approach
     dead = _trace(fig, "dead end")
-    assert dead["x"] == ["NCCL on PCIe (seed node)", "SGLang custom allreduce (IPC)", "FlashInfer allreduce fusion"]
-    assert dead["y"] == [82.0, 38.0, 0]  # never measured: marked at zero
+    assert dead["y"] == ["NCCL on PCIe (seed node)", "SGLang custom allreduce (IPC)", "FlashInfer allreduce fusion"]
+    assert dead["x"] == [82.0, 38.0, 0]  # never measured: marked at zero
     reasons = [c[0] for c in dead["customdata"]]
     assert reasons[2] == "FlashInfer JIT has no SM120 target" and "PCIe switch" in reasons[1]
 

@@ -1,0 +1,174 @@
+"""In Chromium against a real `campaign serve`: the charts page draws the break-even chart, the
+what-if moves it without a reload, a share link opens without login, and its export opens offline.
+
+CAMPAIGN_SCREENSHOTS=1 also writes docs/charts.png and docs/status.png from the same server.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from app.db import make_engine, session_scope
+from app.security import create_login_token
+
+pytestmark = pytest.mark.browser
+ROOT = Path(__file__).resolve().parents[2]
+T_BASE = 1000 / 82
+
+
+def _fixture_module():
+    spec = importlib.util.spec_from_file_location("charts_fixture", ROOT / "tests" / "charts" / "charts_fixture.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FIXTURE = _fixture_module()
+SLUG = FIXTURE.SLUG
+
+
+@pytest.fixture
+def server(live_server):
+    """The live server (demo loaded) plus the fixture campaign, and a login URL that opens the charts."""
+    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
+    try:
+        with session_scope(engine) as session:
+            FIXTURE.build_fixture_campaign(session)
+            token = create_login_token(session, 3600)
+    finally:
+        engine.dispose()
+    live_server.charts_login = f"{live_server.url}/login?token={token}&next=/campaigns/{SLUG}/charts"
+    return live_server
+
+
+def _wait_drawn(page, div_id: str) -> None:
+    page.wait_for_function("id => { const d = document.getElementById(id);"
+                           " return d && d.data && d.data.length > 0 && d.querySelector('.main-svg'); }", arg=div_id)
+
+
+def _chart_data(page, div_id: str) -> list[dict]:
+    return page.evaluate(f"document.getElementById('{div_id}').data"
+                         ".map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y), mode: t.mode}))")
+
+
+def _errors(page) -> list[str]:
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The browser's own favicon.ico probe is not the page's doing.
+    page.on("console", lambda msg: errors.append(f"{msg.text} {msg.location.get('url')}")
+            if msg.type == "error" and not msg.location.get("url", "").endswith("/favicon.ico") else None)
+    page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    return errors
+
+
+def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors = _errors(page)
+    try:
+        page.goto(server.charts_login)
+        page.wait_for_url(f"**/campaigns/{SLUG}/charts")
+        _wait_drawn(page, "chart-verify")
+        traces = {t["name"]: t for t in _chart_data(page, "chart-verify")}
+        line = traces["break-even (communication = savings)"]
+        assert line["mode"] == "lines" and line["x"] == line["y"]
+        points = {n: t for n, t in traces.items() if t["mode"] == "markers"}
+        assert len(points) == 6 and "NCCL on PCIe (seed node)" in points
+        assert points["NCCL on PCIe (seed node)"]["x"][0] == pytest.approx(24.4)
+        assert page.locator("#chart-verify .scatterlayer .trace").count() == len(traces)
+        for div in ("chart-latency", "chart-throughput", "chart-timeline"):
+            _wait_drawn(page, div)
+
+        # What-if: a new accept length moves the break-even figure and re-plots chart 1, no reload.
+        page.evaluate("window.__sameDocument = true")
+        before = float(page.get_attribute("#break-even-t-ar", "data-value"))
+        assert before == pytest.approx((2.4 * T_BASE - 10.5) / 122 * 1000)
+        page.fill("input[name=accept_length]", "3.2")
+        page.wait_for_function("Math.abs(parseFloat(document.getElementById('break-even-t-ar').dataset.value)"
+                               f" - {before}) > 1e-6")
+        after = float(page.get_attribute("#break-even-t-ar", "data-value"))
+        assert after == pytest.approx((3.2 * T_BASE - 10.5) / 122 * 1000)
+        page.wait_for_function("document.getElementById('chart-verify').data"
+                               ".some(t => t.name === 'NCCL eager' && Math.abs(t.y[0] - (3.2 * 1000 / 82 - 10.5)) < 1e-6)")
+        assert page.evaluate("window.__sameDocument") is True
+        assert "What-if" in page.inner_text("#whatif-result")
+
+        # A share link, created on the campaign page, opens in a fresh context without login.
+        page.goto(f"{server.url}/campaigns/{SLUG}")
+        page.fill("#share-links input[name=name]", "stakeholders")
+        page.click("#share-links button[type=submit]")
+        page.wait_for_selector("#share-links tr.created .share-url")
+        share_url = page.input_value("#share-links tr.created .share-url")
+        assert share_url.startswith(f"{server.url}/s/")
+    finally:
+        context.close()
+    assert errors == []
+
+    fresh = browser.new_context()
+    status = fresh.new_page()
+    status_errors = _errors(status)
+    try:
+        status.goto(share_url)
+        assert "Yes, with torch symm-mem two-shot" in status.inner_text("#profitable")
+        assert "Expert parallelism" in status.inner_text("#next")
+        _wait_drawn(status, "chart-verify")
+        _wait_drawn(status, "chart-throughput")
+        assert status.locator("form").count() == 0
+        with status.expect_download() as download:
+            status.click("text=Download as one HTML file")
+        exported = tmp_path / "status-export.html"
+        download.value.save_as(exported)
+    finally:
+        fresh.close()
+    assert status_errors == []  # no CSP violation, no script error
+
+    # The export opens from disk with every network request refused.
+    offline = browser.new_context()
+    requests: list[str] = []
+    offline.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    offline_page = offline.new_page()
+    offline_page.on("request", lambda request: requests.append(request.url))
+    offline_errors = _errors(offline_page)
+    try:
+        offline.set_offline(True)
+        offline_page.goto(exported.as_uri())
+        _wait_drawn(offline_page, "chart-verify")
+        _wait_drawn(offline_page, "chart-throughput")
+        names = [t["name"] for t in _chart_data(offline_page, "chart-verify")]
+        assert "break-even (communication = savings)" in names and "torch symm-mem two-shot" in names
+        assert "Yes, with" in offline_page.inner_text("#profitable")
+    finally:
+        offline.close()
+    assert all(url.startswith("file:") for url in requests), requests
+    assert offline_errors == []
+
+
+@pytest.mark.skipif(not os.environ.get("CAMPAIGN_SCREENSHOTS"), reason="set CAMPAIGN_SCREENSHOTS=1 to refresh docs/*.png")
+def test_screenshots(server, browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+    page = context.new_page()
+    try:
+        page.goto(server.charts_login)
+        for div in ("chart-verify", "chart-latency", "chart-throughput", "chart-timeline"):
+            _wait_drawn(page, div)
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(ROOT / "docs" / "charts.png"), full_page=True)
+        page.goto(f"{server.url}/campaigns/{SLUG}")
+        page.click("#share-links button[type=submit]")
+        page.wait_for_selector("#share-links tr.created .share-url")
+        share_url = page.input_value("#share-links tr.created .share-url")
+    finally:
+        context.close()
+    viewer = browser.new_context(viewport={"width": 1200, "height": 1000}, device_scale_factor=1)
+    status = viewer.new_page()
+    try:
+        status.goto(share_url)
+        _wait_drawn(status, "chart-verify")
+        _wait_drawn(status, "chart-throughput")
+        status.wait_for_timeout(500)
+        status.screenshot(path=str(ROOT / "docs" / "status.png"), full_page=True)
+    finally:
+        viewer.close()
