@@ -25,6 +25,7 @@ ROUTER_MODULES = [
     "app.web.trials",
     "app.web.charts",
     "app.web.share",
+    "app.web.verdicts",
 ]
 
 

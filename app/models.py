@@ -94,6 +94,9 @@ class Approach(SQLModel, table=True):
     # The stack the current verdict was reached on, and which of its components the verdict is bound to.
     verdict_fingerprint: dict[str, Any] | None = _json()
     bound_to: dict[str, Any] | None = _json()
+    # The ended trial whose verdict a person has not confirmed yet ("Run next" skips it meanwhile).
+    # No foreign key: trial -> approach already points the other way.
+    pending_trial_id: int | None = None
     created_at: datetime = _created()
     updated_at: datetime = _created()
 

@@ -146,7 +146,12 @@
     ws.onmessage = (ev) => {
       const msg = JSON.parse(ev.data);
       if (msg.type === "log") append(msg.chunks);
-      else if (msg.type === "state") { view = msg; showState(); }
+      else if (msg.type === "state") {
+        const wasOver = TERMINAL.includes(view.state);
+        view = msg; showState();
+        // The verdict and metrics fragments (htmx) reload when the trial ends.
+        if (!wasOver && TERMINAL.includes(view.state) && window.htmx) htmx.trigger(document.body, "trial-ended");
+      }
     };
     ws.onclose = (ev) => {
       if (ev.code === 4000) { statusEl.textContent = "catching up…"; setTimeout(connect, 50); return; }

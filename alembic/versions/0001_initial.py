@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-29 17:58:08.449424
+Create Date: 2026-11-29 18:11:33.726648
 """
 from typing import Sequence, Union
 
@@ -83,6 +83,7 @@ def upgrade() -> None:
     sa.Column('requirements', sa.JSON(), nullable=True),
     sa.Column('verdict_fingerprint', sa.JSON(), nullable=True),
     sa.Column('bound_to', sa.JSON(), nullable=True),
+    sa.Column('pending_trial_id', sa.Integer(), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['campaign_id'], ['campaign.id'], ondelete='CASCADE'),

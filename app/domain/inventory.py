@@ -121,6 +121,8 @@ def change_status(session: Session, approach: Approach, to: ApproachStatus | str
                           reason=reason.strip(), actor=actor, trial_id=trial_id)
     approach.status = to.value
     approach.reason = reason.strip()
+    if not by_trial:
+        approach.pending_trial_id = None  # a person's status change is the verdict on the last trial
     approach.updated_at = utcnow()
     session.add(approach)
     session.add(change)

@@ -17,6 +17,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
 from app.domain import runners as runner_domain
+from app.domain import verdicts
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import change_status
 from app.models import (ACTIVE_TRIAL_STATES, Approach, ApproachStatus, Attempt, Campaign, Runner, Trial,
@@ -47,19 +48,25 @@ def aware(ts: datetime | None) -> datetime | None:
 # ---- what can run where -----------------------------------------------------------------------
 
 def retest_candidates(session: Session, campaign: Campaign) -> list[Approach]:
-    """Approaches flagged for re-test after a stack change (hook for the fingerprint work)."""
-    return []
+    """Approaches whose verdict is bound to a stack component a connected runner now has differently."""
+    from app.domain.verdicts import retest_flags
+
+    flags = retest_flags(session, campaign)
+    if not flags:
+        return []
+    return list(session.exec(select(Approach).where(Approach.id.in_(flags))  # type: ignore[union-attr]
+                             .order_by(Approach.position, Approach.id)))
 
 
 def candidates(session: Session, campaign: Campaign) -> list[Approach]:
-    """Approaches that may run next, highest priority first: untested (or flagged for re-test) with a recipe."""
+    """Approaches that may run next: untested ones by priority, then those flagged for re-test; each with a recipe."""
     untested = list(session.exec(select(Approach).where(Approach.campaign_id == campaign.id,
                                                         Approach.status == ApproachStatus.untested)
                                  .order_by(Approach.position, Approach.id)))
+    # Untested first, then the re-test flags; an approach whose last trial awaits a verdict waits too.
     seen = {a.id for a in untested}
     rows = untested + [a for a in retest_candidates(session, campaign) if a.id not in seen]
-    rows.sort(key=lambda a: (a.position, a.id))
-    return [a for a in rows if has_recipe(a)]
+    return [a for a in rows if has_recipe(a) and a.pending_trial_id is None]
 
 
 def has_recipe(approach: Approach) -> bool:
@@ -131,6 +138,13 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
         untested = session.exec(select(Approach).where(Approach.campaign_id == campaign.id,
                                                        Approach.status == ApproachStatus.untested)
                                 .order_by(Approach.position, Approach.id)).first()
+        waiting = session.exec(select(Approach).where(Approach.campaign_id == campaign.id,
+                                                      Approach.pending_trial_id.is_not(None))  # type: ignore[union-attr]
+                               .order_by(Approach.position)).all()
+        if waiting:
+            names = ", ".join(a.title for a in waiting[:3]) + (" …" if len(waiting) > 3 else "")
+            return RunNext(reason=f"nothing to run until a verdict is confirmed: {names} "
+                                  f"{'waits' if len(waiting) == 1 else 'wait'} for yours")
         if untested is not None:
             return RunNext(reason=f"nothing to run: the untested approaches have no recipe (next is {untested.title})")
         return RunNext(reason="nothing untested left")
@@ -292,8 +306,8 @@ def _end(session: Session, trial: Trial, state: TrialState, *, log_text: str | N
         hook(session, trial)
 
 
-# Called with (session, trial) when a trial ends, inside the same transaction (e.g. the verdict work).
-TRIAL_ENDED_HOOKS: list[Any] = []
+# Called with (session, trial) when a trial ends, inside the same transaction.
+TRIAL_ENDED_HOOKS: list[Any] = [verdicts.on_trial_ended]
 
 
 def propose(session: Session, trial: Trial, log_text: str) -> dict[str, Any] | None:

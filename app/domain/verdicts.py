@@ -1,0 +1,142 @@
+"""Verdicts: what an ended trial proposes, a person's confirmation, and re-test flags.
+
+A trial that ends (succeeded, failed, timed out) leaves its approach waiting for a verdict
+(`Approach.pending_trial_id`); "Run next candidate" skips it until a person confirms or edits
+the proposal. The confirmed verdict records the stack it was reached on (the trial's runner
+fingerprint) and the components it is bound to. When a connected runner that could run the
+approach reports a different value for a bound component, the approach is flagged for re-test.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlmodel import Session, select
+
+from app.domain import fingerprint as stack
+from app.domain.errors import Invalid
+from app.domain.inventory import change_status
+from app.models import Approach, ApproachStatus, Campaign, Metric, Runner, StatusChange, Trial, TrialState, utcnow
+
+# What a failure signature's verdict means for the approach's status.
+SIGNATURE_STATUS = {
+    "dead_end": ApproachStatus.dead_end,
+    "deferred": ApproachStatus.deferred,
+    # The approach was not really tried (a flag this sglang lacks, say): park it, naming why.
+    "retest": ApproachStatus.deferred,
+    "inconclusive": ApproachStatus.untested,
+}
+NO_VERDICT_STATES = {TrialState.cancelled, TrialState.lost}
+VERDICT_STATUSES = [ApproachStatus.promising, ApproachStatus.adopted, ApproachStatus.dead_end,
+                    ApproachStatus.deferred, ApproachStatus.untested]
+# Metrics worth naming in a success proposal, in order of interest.
+SUMMARY_METRICS = ("output_throughput_tok_s", "verify_time_ms", "allreduce_in_situ_us", "allreduce_latency_us",
+                   "accept_length")
+
+
+@dataclass
+class Proposal:
+    status: ApproachStatus
+    reason: str
+    components: list[str] = field(default_factory=list)
+    cause: str = ""
+    signature: str = ""
+    evidence_line: str = ""
+
+
+def on_trial_ended(session: Session, trial: Trial) -> None:
+    """scheduling's trial-ended hook: the approach now waits for a person's verdict."""
+    if trial.state in NO_VERDICT_STATES:
+        return
+    approach = session.get(Approach, trial.approach_id)
+    if approach is not None:
+        approach.pending_trial_id = trial.id
+        session.add(approach)
+        session.flush()
+
+
+def _metric_summary(session: Session, trial: Trial) -> str:
+    rows = list(session.exec(select(Metric).where(Metric.trial_id == trial.id).order_by(Metric.seq, Metric.index)))
+    for name in SUMMARY_METRICS:
+        picked = [m for m in rows if m.name == name]
+        if picked:
+            m = min(picked, key=lambda m: m.tags.get("tokens", 0) != 4)  # the verify size when there is one
+            where = ", ".join(f"{k}={m.tags[k]}" for k in ("backend", "mode", "tokens", "world_size") if k in m.tags)
+            return f"{name} {m.value:.4g} {m.unit}" + (f" ({where})" if where else "")
+    return f"{len(rows)} metric(s) recorded" if rows else "no metrics recorded"
+
+
+def propose(session: Session, trial: Trial) -> Proposal:
+    """The verdict a trial suggests: its failure signature, or its measurements on success."""
+    found = trial.proposal or {}
+    if found.get("verdict"):
+        status = SIGNATURE_STATUS.get(found["verdict"], ApproachStatus.untested)
+        return Proposal(status=status, reason=found.get("reason") or found.get("cause", ""),
+                        components=stack.bound_components(found.get("bound_to")), cause=found.get("cause", ""),
+                        signature=found.get("signature", ""), evidence_line=found.get("evidence_line") or "")
+    if trial.state == TrialState.succeeded:
+        return Proposal(status=ApproachStatus.promising,
+                        reason=f"trial #{trial.id} succeeded: {_metric_summary(session, trial)}")
+    words = trial.state.replace("_", " ")
+    detail = f" (exit code {trial.exit_code})" if trial.exit_code is not None else ""
+    return Proposal(status=ApproachStatus.untested,
+                    reason=f"trial #{trial.id} {words}{detail} with no known failure signature: read its log")
+
+
+def confirm(session: Session, approach: Approach, trial: Trial, status: ApproachStatus | str, reason: str,
+            components: list[str], actor: str) -> None:
+    """A person's verdict on a trial: the status with its reason, the stack it was reached on,
+    and the stack components it is bound to ([] = not bound, e.g. physics of the topology)."""
+    if trial.approach_id != approach.id:
+        raise Invalid(f"trial #{trial.id} is not a trial of {approach.title}", field="trial_id")
+    unknown = sorted(set(components) - set(stack.STACK_COMPONENTS))
+    if unknown:
+        raise Invalid(f"components: unknown stack component(s) {', '.join(unknown)}; expected "
+                      f"{', '.join(stack.STACK_COMPONENTS)}", field="components")
+    status = ApproachStatus(status)
+    if status in (ApproachStatus.queued, ApproachStatus.running):
+        raise Invalid("a verdict cannot be queued or running", field="status")
+    if approach.status == status.value:
+        # Same status, new evidence: keep it in the history all the same.
+        approach.reason = reason.strip() or approach.reason
+        session.add(StatusChange(approach_id=approach.id, from_status=status.value, to_status=status.value,
+                                 reason=f"confirmed: {approach.reason}", actor=actor, trial_id=trial.id))
+    else:
+        change_status(session, approach, status, reason, actor, trial_id=trial.id)
+    approach.verdict_fingerprint = trial.fingerprint
+    approach.bound_to = {"components": list(components)} if components else None
+    approach.pending_trial_id = None
+    approach.updated_at = utcnow()
+    session.add(approach)
+    session.flush()
+
+
+def _runners_able(session: Session, approach: Approach) -> list[Runner]:
+    from app.domain.scheduling import unmet_requirements
+
+    rows = session.exec(select(Runner).where(Runner.connected.is_(True), Runner.revoked_at.is_(None)))  # type: ignore[attr-defined,union-attr]
+    return [r for r in rows if r.fingerprint and not unmet_requirements(approach.requirements, r.fingerprint)]
+
+
+def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
+    """approach id -> 're-test: torch 2.10.0 -> 2.11.0' for verdicts bound to a component that a
+    connected runner able to run the approach now reports differently."""
+    flags: dict[int, str] = {}
+    verdicts = session.exec(select(Approach).where(
+        Approach.campaign_id == campaign.id,
+        Approach.status.in_([ApproachStatus.dead_end, ApproachStatus.deferred])))  # type: ignore[attr-defined]
+    for approach in verdicts:
+        if not stack.bound_components(approach.bound_to):
+            continue
+        for runner in _runners_able(session, approach):
+            reason = stack.retest_reason(approach.bound_to, approach.verdict_fingerprint, runner.fingerprint)
+            if reason:
+                flags[approach.id] = f"{reason} (on {runner.name})"
+                break
+    return flags
+
+
+def pending(session: Session, campaign: Campaign) -> list[tuple[Approach, Trial]]:
+    rows = session.exec(select(Approach, Trial).join(Trial, Trial.id == Approach.pending_trial_id)
+                        .where(Approach.campaign_id == campaign.id).order_by(Approach.position))
+    return list(rows)

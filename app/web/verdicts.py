@@ -1,0 +1,120 @@
+"""Verdicts, metrics and re-test flags: the trial page's proposal form and metrics table, the
+campaign page's "waiting for a verdict" and "re-test" lists, and the metrics CSV."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+from sqlmodel import Session, select
+
+from app.deps import OperatorDep, SessionDep, require_operator
+from app.domain import fingerprint as stack
+from app.domain import inventory, verdicts
+from app.domain.errors import Invalid, NotFound
+from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
+from app.web.render import render
+
+router = APIRouter(dependencies=[Depends(require_operator)])
+CHANGED = {"HX-Trigger": "campaign-changed"}
+TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "lost"}
+
+
+class VerdictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    status: ApproachStatus
+    reason: str = Field("", max_length=20000)
+    components: list[str] = Field(default_factory=list, description="Stack components the verdict is bound to.")
+
+
+def _trial(session: Session, trial_id: int) -> tuple[Trial, Approach, Campaign]:
+    trial = session.get(Trial, trial_id)
+    if trial is None:
+        raise NotFound(f"No trial #{trial_id}.")
+    approach = session.get(Approach, trial.approach_id)
+    campaign = session.get(Campaign, trial.campaign_id)
+    return trial, approach, campaign  # type: ignore[return-value]
+
+
+def _verdict_fragment(request: Request, session: Session, trial_id: int, headers: dict | None = None) -> Response:
+    trial, approach, campaign = _trial(session, trial_id)
+    ctx = {"trial": trial, "approach": approach, "campaign": campaign, "ended": trial.state in TERMINAL,
+           "proposal": verdicts.propose(session, trial) if trial.state in TERMINAL else None,
+           "pending": approach.pending_trial_id == trial.id, "statuses": verdicts.VERDICT_STATUSES,
+           "components": stack.STACK_COMPONENTS,
+           "binding": stack.describe_binding(approach.bound_to, approach.verdict_fingerprint)}
+    return render(request, "_partials/verdict.html", ctx, headers=headers)
+
+
+@router.get("/trials/{trial_id}/verdict", include_in_schema=False)
+def verdict_fragment(request: Request, session: SessionDep, trial_id: int) -> Response:
+    return _verdict_fragment(request, session, trial_id)
+
+
+@router.post("/trials/{trial_id}/verdict", include_in_schema=False)
+def confirm_from_form(request: Request, session: SessionDep, operator: OperatorDep, trial_id: int,
+                      status: Annotated[str, Form()], reason: Annotated[str, Form()] = "",
+                      components: Annotated[list[str] | None, Form()] = None) -> Response:
+    if status not in ApproachStatus.__members__:
+        raise Invalid(f"status: unknown status {status!r}", field="status")
+    trial, approach, _ = _trial(session, trial_id)
+    verdicts.confirm(session, approach, trial, status, reason, components or [], operator.name)
+    return _verdict_fragment(request, session, trial_id, headers=CHANGED)
+
+
+@router.post("/api/trials/{trial_id}/verdict", tags=["trials"], summary="Confirm or edit a trial's proposed verdict")
+def confirm_from_api(trial_id: int, data: VerdictRequest, session: SessionDep, operator: OperatorDep) -> dict:
+    trial, approach, _ = _trial(session, trial_id)
+    verdicts.confirm(session, approach, trial, data.status, data.reason, data.components, operator.name)
+    return {"approach": approach.key, "status": approach.status, "reason": approach.reason,
+            "bound_to": approach.bound_to, "verdict_fingerprint": approach.verdict_fingerprint}
+
+
+@router.get("/api/trials/{trial_id}/proposal", tags=["trials"], summary="The verdict an ended trial proposes")
+def proposal_api(trial_id: int, session: SessionDep) -> dict:
+    trial, _, _ = _trial(session, trial_id)
+    if trial.state not in TERMINAL:
+        raise Invalid(f"trial #{trial_id} has not ended ({trial.state})", field="trial_id")
+    p = verdicts.propose(session, trial)
+    return {"status": p.status.value, "reason": p.reason, "components": p.components, "cause": p.cause,
+            "signature": p.signature, "evidence_line": p.evidence_line}
+
+
+def _metrics(session: Session, where) -> list[Metric]:  # noqa: ANN001
+    return list(session.exec(select(Metric).where(where).order_by(Metric.trial_id, Metric.seq, Metric.index)))
+
+
+@router.get("/trials/{trial_id}/metrics", include_in_schema=False)
+def metrics_fragment(request: Request, session: SessionDep, trial_id: int) -> Response:
+    trial, approach, campaign = _trial(session, trial_id)
+    rows = _metrics(session, Metric.trial_id == trial_id)
+    tag_names = sorted({k for m in rows for k in m.tags if not k.endswith("_us") or k == "median_us"})
+    return render(request, "_partials/metrics_table.html", {"trial": trial, "metrics": rows, "tag_names": tag_names})
+
+
+@router.get("/campaigns/{slug}/metrics.csv", tags=["campaigns"], summary="Every metric of a campaign's trials, as CSV")
+@router.get("/api/campaigns/{slug}/metrics.csv", include_in_schema=False)
+def metrics_csv(slug: str, session: SessionDep) -> Response:
+    campaign = inventory.get_campaign(session, slug)
+    keys = {a.id: a.key for a in inventory.approaches(session, campaign)}
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["trial_id", "approach", "name", "value", "unit", "tags", "recorded_at"])
+    for m in _metrics(session, Metric.campaign_id == campaign.id):
+        writer.writerow([m.trial_id, keys.get(m.approach_id, ""), m.name, repr(m.value), m.unit,
+                         json.dumps(m.tags, sort_keys=True), m.created_at.isoformat()])
+    return Response(out.getvalue(), media_type="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{campaign.slug}-metrics.csv"'})
+
+
+@router.get("/campaigns/{slug}/verdicts", include_in_schema=False)
+def campaign_verdicts(request: Request, session: SessionDep, slug: str) -> Response:
+    campaign = inventory.get_campaign(session, slug)
+    flags = verdicts.retest_flags(session, campaign)
+    flagged = [(a, flags[a.id]) for a in inventory.approaches(session, campaign) if a.id in flags]
+    ctx = {"campaign": campaign, "pending": verdicts.pending(session, campaign), "flagged": flagged}
+    return render(request, "_partials/campaign_verdicts.html", ctx)
