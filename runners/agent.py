@@ -259,13 +259,12 @@ class Agent:
                 attempt.spool.ack(stored)
             attempt.sent_seq = attempt.spool.acked_seq
             attempt.finished_sent = False
+        # Stop what the server no longer wants run; what has ended is still reported (the server
+        # acks it, or rejects it when stale, and only then is it dropped).
         for attempt_id in welcome.cancel:
             attempt = self.attempts.get(attempt_id)
-            if attempt is not None:
-                if attempt.running:
-                    self._cancel_attempt(attempt)
-                else:
-                    self._drop(attempt)
+            if attempt is not None and attempt.running:
+                self._cancel_attempt(attempt)
         log.info("connected to %s as runner %s (holding %d attempt(s))", self.url, welcome.runner_id, len(held))
         self.connected.set()
         self._wake.set()

@@ -435,3 +435,18 @@ def test_campaign_runner_exits_3_when_the_token_is_refused(tmp_path):
     result = asyncio.run(main())
     assert result.returncode == 3, result.stderr
     assert "refused this runner's token (HTTP 401)" in result.stderr
+
+
+def test_a_running_attempt_the_welcome_lists_to_cancel_is_stopped_and_reported(tmp_path):
+    async def body(board: FakeBoard, agent: Agent) -> None:
+        await until(lambda: board.connections == 1)
+        await board.send(Dispatch(trial_id=8, attempt_id="w1", recipe=_recipe("import time; print('up', flush=True); time.sleep(60)")))
+        await until(lambda: board.text("w1") == "up\n")
+        board.welcome_cancel = ["w1"]  # e.g. cancelled on the board while the runner was away
+        board.ws.transport.abort()
+        await until(lambda: "w1" in board.finished, what="finished after the reconnect")
+
+    board = FakeBoard()
+    scenario(board, tmp_path / "spool", body)
+    assert board.connections == 2 and [a.attempt_id for a in board.hellos[1].attempts] == ["w1"]
+    assert board.finished["w1"].outcome == "cancelled"
