@@ -144,20 +144,25 @@ class Agent:
                     node.collect, python=self.options.python, sglang_python=self.options.sglang_python))
             await self._recover_spool()
             connection = asyncio.create_task(self._connection_loop())
-            watchdog = asyncio.create_task(self._watch_parent()) if self.options.parent_pid else None
-            stop = asyncio.create_task(self._stopping.wait())
-            await asyncio.wait({connection, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if connection.done():
-                connection.result()  # raises RunnerFatal
-            await self._shutdown(connection)
-            if watchdog:
-                watchdog.cancel()
+            helpers = [asyncio.create_task(self._stopping.wait())]
+            if self.options.parent_pid:
+                helpers.append(asyncio.create_task(self._watch_parent()))
+            try:
+                await asyncio.wait({connection, helpers[0]}, return_when=asyncio.FIRST_COMPLETED)
+                if connection.done():
+                    connection.result()  # raises RunnerFatal
+                await self._shutdown(connection)
+            finally:
+                for task in helpers:
+                    task.cancel()
             return EXIT_OK
         except RunnerFatal as exc:
             log.error("%s", exc)
             await self._stop_all_attempts()
             return exc.exit_code
         finally:
+            if self._fingerprint_task is not None and not self._fingerprint_task.done():
+                self._fingerprint_task.cancel()
             self.spool.close()
 
     def stop(self) -> None:
