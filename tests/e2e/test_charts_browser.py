@@ -117,6 +117,9 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
         _wait_drawn(status, "chart-verify")
         _wait_drawn(status, "chart-throughput")
         assert status.locator("form").count() == 0
+        status.emulate_media(media="print")
+        assert not status.is_visible("text=Download as one HTML file")  # print shows the status only
+        status.emulate_media(media="screen")
         with status.expect_download() as download:
             status.click("text=Download as one HTML file")
         exported = tmp_path / "status-export.html"
