@@ -203,6 +203,50 @@ def _read(path: Path) -> str:
 
 
 @cli.command()
+def classify(
+    logfile: Annotated[str, typer.Argument(metavar="LOGFILE", help="A trial's log ('-' for stdin).")],
+    exit_code: Annotated[Optional[int], typer.Option("--exit-code", help="The trial's exit code.")] = None,
+    signal: Annotated[Optional[int], typer.Option("--signal", help="The signal that ended the trial.")] = None,
+) -> None:
+    """Match a log against the known failure signatures and print the proposed verdict.
+
+    Exit code: 0 a signature matched, 1 none matched, 2 the log could not be read."""
+    from rich.markup import escape
+
+    from app.domain import fingerprint as stack
+    from app.domain.signatures import classify as classify_log
+    from app.domain.verdicts import SIGNATURE_STATUS
+
+    try:
+        if logfile == "-":
+            text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        else:
+            text = Path(logfile).read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        _fail(f"cannot read {logfile}: {exc.strerror or exc}", code=2)
+    found = classify_log(text, exit_code=exit_code, signal=signal)
+    if found is None:
+        console.print("[yellow]no known failure signature[/yellow] in "
+                      f"{'stdin' if logfile == '-' else escape(logfile)}: read the log (a person decides the verdict)",
+                      soft_wrap=True, highlight=False)
+        raise typer.Exit(1)
+    status = SIGNATURE_STATUS.get(found.verdict)
+    bound = stack.bound_components(found.bound_to)
+    lines = [
+        ("cause", f"[bold]{escape(found.cause)}[/bold]"),
+        ("signature", escape(found.signature)),
+        ("proposed", f"[bold]{escape(found.verdict)}[/bold]"
+                     + (f" (approach status: {status.value})" if status is not None else "")),
+        ("reason", escape(found.reason)),
+        ("bound to", ", ".join(stack.STACK_COMPONENTS[c] for c in bound) if bound
+         else "[dim]not bound (no stack change would change it)[/dim]"),
+        ("evidence", escape(found.evidence_line.strip()) if found.evidence_line else "[dim]none in the log[/dim]"),
+    ]
+    for label, value in lines:
+        console.print(f"[cyan]{label + ':':<11}[/cyan]{value}", soft_wrap=True, highlight=False)
+
+
+@cli.command()
 def runner(
     server: Annotated[str, typer.Option(help="The board's URL, e.g. http://board:8000.")],
     token: Annotated[str, typer.Option(envvar="CAMPAIGN_RUNNER_TOKEN", show_default=False,
