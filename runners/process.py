@@ -28,9 +28,7 @@ from typing import Callable, Iterable
 import psutil
 
 from runners.recipes import LaunchSpec, runner_env
-
-PHASE_PREFIX = "@@campaign-phase "
-"""A recipe line starting with this names the trial's phase: `@@campaign-phase benchmarking`."""
+from runners.recipes.metric import PHASE_PREFIX  # a recipe line naming the trial's phase
 
 ATTEMPT_ENV = "CAMPAIGN_ATTEMPT_ID"
 """Set in every trial's environment: marks the processes of one attempt, even daemonized ones."""

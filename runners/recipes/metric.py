@@ -11,6 +11,15 @@ import sys
 from typing import Any, TextIO
 
 METRIC_PREFIX = "@@campaign-metric "
+# A line naming the trial's phase (launching, waiting for ready, benchmarking, tearing down, ...).
+PHASE_PREFIX = "@@campaign-phase "
+
+
+def emit_phase(name: str, *, stream: TextIO | None = None) -> None:
+    """Announce a phase; the runner shows it on the trial page while the trial runs."""
+    out = stream or sys.stdout
+    out.write(f"{PHASE_PREFIX}{name}\n")
+    out.flush()
 
 
 def format_metric(name: str, value: float, unit: str = "", **tags: Any) -> str:

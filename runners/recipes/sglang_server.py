@@ -4,7 +4,7 @@
         --server-arg=--enable-torch-symm-mem --speculative-algorithm EAGLE3 \
         --speculative-draft-model-path /models/eagle3 --sglang-python /envs/sglang/bin/python
 
-Phases (each announced as `sglang_server: phase <name>`): version, launching, waiting for
+Phases (each announced as a `@@campaign-phase <name>` line): version, launching, waiting for
 ready, benchmarking, tearing down. The server runs in its own process group; teardown sends
 SIGTERM to the group, waits `--teardown-grace-s`, then SIGKILL, and checks the GPUs are free
 (nvidia-smi, when present). Every flag, path and value is one argv element, never a shell string.
@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from runners.recipes import SAFE_ENV, RecipeError
 from runners.recipes._params import Param, parse_cli, validate as _validate
-from runners.recipes.metric import emit
+from runners.recipes.metric import emit, emit_phase
 
 PROG = "runners.recipes.sglang_server"
 READY_LINE = "The server is fired up and ready to roll!"
@@ -234,7 +234,7 @@ UNITS = {name: unit for name, unit in list(SUMMARY_METRICS.values()) + list(JSON
 # --- running ---------------------------------------------------------------------------------
 
 def phase(name: str) -> None:
-    print(f"sglang_server: phase {name}", flush=True)
+    emit_phase(name)
 
 
 class Server:

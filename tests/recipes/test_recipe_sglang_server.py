@@ -77,7 +77,7 @@ def test_ready_then_benchmark_metrics_parsed_exactly(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for phase in ("version", "launching", "waiting for ready", "benchmarking", "tearing down"):
-        assert f"sglang_server: phase {phase}" in out
+        assert f"@@campaign-phase {phase}" in out
     assert "sglang_server: sglang version 0.5.9" in out
     assert READY_LINE in out  # the server's log streams through
     found = metrics(out)
