@@ -188,6 +188,12 @@ def _metrics(session: Session, campaign: Campaign, names: tuple[str, ...] | str,
     return rows
 
 
+def _accept_lengths(session: Session, campaign: Campaign, **where: int | None) -> list[Metric]:
+    """Accept-length metrics that mean speculation ran: tau counts the bonus token, so it is >= 1
+    (a server without speculation may report 0)."""
+    return [m for m in _metrics(session, campaign, MetricName.ACCEPT_LENGTH, **where) if m.value >= 1]
+
+
 def _first_by_preference(rows: list[Metric], names: tuple[str, ...]) -> Metric | None:
     """The newest trial's metric, taking the best-ranked name within that trial."""
     if not rows:
@@ -225,7 +231,7 @@ def model_inputs(session: Session, campaign: Campaign, what_if: WhatIf | None = 
             MetricName.THROUGHPUT)
     baseline = pick("baseline_tok_s", _entered(campaign.baseline_tok_s), _from_metric(baseline_metric, "baseline trial"))
     accept = pick("accept_length", _entered(campaign.accept_length),
-                  _from_metric(_first_by_preference(_metrics(session, campaign, MetricName.ACCEPT_LENGTH),
+                  _from_metric(_first_by_preference(_accept_lengths(session, campaign),
                                                     MetricName.ACCEPT_LENGTH)))
     verify_tokens = what_if.verify_tokens or campaign.verify_tokens
     compute_rows = _metrics(session, campaign, MetricName.VERIFY_COMPUTE_MS)
@@ -367,7 +373,7 @@ def _derived_latency(session: Session, campaign: Campaign, approach: Approach,
     costs = inputs.costs()
     if costs is None or costs.n_ar <= 0:
         return None
-    accepts = _metrics(session, campaign, MetricName.ACCEPT_LENGTH, approach_id=approach.id)
+    accepts = _accept_lengths(session, campaign, approach_id=approach.id)
     for trial_id in dict.fromkeys(m.trial_id for m in accepts):
         tau = _first_by_preference([m for m in accepts if m.trial_id == trial_id], MetricName.ACCEPT_LENGTH)
         timing = _metrics(session, campaign, (MetricName.MEDIAN_TPOT_MS, *MetricName.THROUGHPUT), trial_id=trial_id)
@@ -389,7 +395,7 @@ def _derived_latency(session: Session, campaign: Campaign, approach: Approach,
 
 def approach_accept_length(session: Session, campaign: Campaign, approach: Approach) -> Input | None:
     """The approach's own measured accept length (its newest speculative trial), if any."""
-    metric = _first_by_preference(_metrics(session, campaign, MetricName.ACCEPT_LENGTH, approach_id=approach.id),
+    metric = _first_by_preference(_accept_lengths(session, campaign, approach_id=approach.id),
                                   MetricName.ACCEPT_LENGTH)
     return _from_metric(metric)
 
@@ -523,7 +529,7 @@ def throughput_rows(session: Session, campaign: Campaign) -> list[ThroughputRow]
     from app.domain.inventory import approaches
 
     rows = _metrics(session, campaign, MetricName.THROUGHPUT)
-    speculative_trials = {m.trial_id for m in _metrics(session, campaign, MetricName.ACCEPT_LENGTH)}
+    speculative_trials = {m.trial_id for m in _accept_lengths(session, campaign)}
     out = []
     for approach in approaches(session, campaign):
         mine = [m for m in rows if m.approach_id == approach.id]

@@ -188,3 +188,16 @@ def test_verify_compute_falls_back_to_the_verify_step_metric(session):
     session.flush()
     inputs = model_inputs(session, campaign)
     assert inputs.verify_compute_ms.value == 7.25 and "synthetic verify step" in inputs.verify_compute_ms.source
+
+
+def test_an_accept_length_below_one_means_no_speculation(session):
+    campaign = _campaign(session)
+    campaign.accept_length = None
+    session.add(campaign)
+    for metric in session.exec(select(Metric).where(Metric.name == "accept_length")):
+        session.delete(metric)
+    pcie = inventory.get_approach(session, campaign, "nccl-pcie")
+    session.add(Metric(trial_id=campaign.baseline_trial_id, approach_id=pcie.id, campaign_id=campaign.id, seq=2,
+                       index=0, name="server_avg_spec_accept_length", value=0.0, unit="", tags={}))
+    session.flush()
+    assert model_inputs(session, campaign).accept_length.value is None
