@@ -20,12 +20,12 @@ from typing import Any
 
 FINGERPRINT_KEYS = ("hostname", "cpu_count", "python", "gpu_count", "gpus", "sm", "driver", "cuda",
                     "torch", "nccl", "sglang", "flashinfer")
-FLASHINFER_DISTS = ("flashinfer-python", "flashinfer")
 
-# Runs in the recipes' interpreter: torch and its CUDA/NCCL, and package versions.
+# Runs in the recipes' interpreter. Importing torch can take many seconds on a cold GPU node, so
+# versions come from package metadata and torch/version.py first (one line, printed at once);
+# only when NCCL's version is not known that way is torch imported, and a second line printed.
 _TORCH_PROBE = r"""
-import importlib.metadata as m, json
-out = {}
+import importlib.metadata as m, importlib.util, json, os, re
 def version(*names):
     for name in names:
         try:
@@ -33,20 +33,27 @@ def version(*names):
         except Exception:
             pass
     return None
-out["sglang"] = version("sglang")
-out["flashinfer"] = version("flashinfer-python", "flashinfer")
+out = {"sglang": version("sglang"), "flashinfer": version("flashinfer-python", "flashinfer"), "torch": version("torch")}
 try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    if torch.version.cuda:
-        try:
-            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception:
-            pass
+    spec = importlib.util.find_spec("torch")
+    text = open(os.path.join(os.path.dirname(spec.origin), "version.py")).read()
+    for key, name in (("torch", "__version__"), ("cuda", "cuda")):
+        found = re.search(r"^" + name + r"\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        if found:
+            out[key] = found.group(1)
 except Exception:
     pass
-print("@@probe " + json.dumps(out))
+for dist in m.distributions():
+    if (dist.metadata["Name"] or "").lower().startswith("nvidia-nccl-cu"):
+        out["nccl"] = dist.version
+print("@@probe " + json.dumps(out), flush=True)
+if out.get("torch") and out.get("cuda") and not out.get("nccl"):
+    try:
+        import torch
+        out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        print("@@probe " + json.dumps(out), flush=True)
+    except Exception:
+        pass
 """
 
 # Runs in the sglang interpreter (when it is another one): no torch import, just versions.
@@ -71,21 +78,23 @@ def _start(argv: list[str]) -> subprocess.Popen[str] | None:
         return None
 
 
-def _finish(proc: subprocess.Popen[str] | None, deadline: float) -> str | None:
-    """The process's stdout if it succeeded before the deadline; killed and None otherwise."""
+def _finish(proc: subprocess.Popen[str] | None, deadline: float, *, partial: bool = False) -> str | None:
+    """The process's stdout if it succeeded before the deadline; else it is killed and the
+    result is None, or with partial=True what it had printed."""
     if proc is None:
         return None
     try:
         out, _ = proc.communicate(timeout=max(0.05, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
-        return None
-    return out if proc.returncode == 0 else None
+        out, _ = proc.communicate()
+        return out if partial else None
+    return out if proc.returncode == 0 or partial else None
 
 
 def _probe_result(out: str | None) -> dict[str, Any]:
-    for line in (out or "").splitlines():
+    """The last complete probe line's values."""
+    for line in reversed((out or "").splitlines()):
         if line.startswith("@@probe "):
             try:
                 value = json.loads(line[len("@@probe "):])
@@ -217,7 +226,7 @@ def collect(*, python: str | None = None, sglang_python: str | None = None, time
             caps = sorted({gpu["sm"] for gpu in gpus if gpu["sm"]})
             fingerprint.update(gpus=gpus, gpu_count=len(gpus), driver=driver, sm=",".join(caps) or None)
 
-        probe = _probe_result(_finish(torch_proc, deadline))
+        probe = _probe_result(_finish(torch_proc, deadline, partial=True))
         for key in ("torch", "cuda", "nccl", "sglang", "flashinfer"):
             fingerprint[key] = probe.get(key) or None
         if sglang_python:

@@ -61,3 +61,55 @@ def test_a_hanging_probe_does_not_hang_the_runner(tmp_path, monkeypatch):
     assert time.monotonic() - started < 3
     assert tuple(fingerprint) == FINGERPRINT_KEYS
     assert fingerprint["torch"] is None and fingerprint["gpu_count"] == 0
+
+
+def _fake_torch(root: Path, *, nccl_dist: str | None, import_s: float = 0.0) -> None:
+    """A torch package whose import is slow and visible, with the version.py real wheels ship."""
+    package = root / "torch"
+    package.mkdir(parents=True)
+    (package / "version.py").write_text("from typing import Optional\n\n__all__ = ['__version__']\n"
+                                        "__version__ = '2.10.0+cu128'\ndebug = False\ncuda: Optional[str] = '12.8'\n")
+    (package / "__init__.py").write_text(textwrap.dedent("""\
+        import os, time
+        open(os.environ["TORCH_IMPORTED_MARK"], "w").write("imported")
+        time.sleep(IMPORT_S)
+        class _Nccl:
+            @staticmethod
+            def version():
+                return (2, 21, 5)
+        class cuda:
+            nccl = _Nccl
+    """).replace("IMPORT_S", str(import_s)))
+    if nccl_dist:
+        info = root / f"nvidia_nccl_cu12-{nccl_dist}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: {nccl_dist}\n")
+
+
+def test_torch_cuda_and_nccl_versions_are_read_without_importing_torch(tmp_path, monkeypatch):
+    # Importing a CUDA torch takes longer than the fingerprint may on a cold node.
+    _fake_torch(tmp_path / "site", nccl_dist="2.27.3")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("TORCH_IMPORTED_MARK", str(tmp_path / "imported"))
+    fingerprint = collect()
+    assert (fingerprint["torch"], fingerprint["cuda"], fingerprint["nccl"]) == ("2.10.0+cu128", "12.8", "2.27.3")
+    assert not (tmp_path / "imported").exists()
+
+
+def test_without_an_nccl_package_torch_is_asked(tmp_path, monkeypatch):
+    _fake_torch(tmp_path / "site", nccl_dist=None)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("TORCH_IMPORTED_MARK", str(tmp_path / "imported"))
+    fingerprint = collect()
+    assert (fingerprint["torch"], fingerprint["cuda"], fingerprint["nccl"]) == ("2.10.0+cu128", "12.8", "2.21.5")
+    assert (tmp_path / "imported").exists()
+
+
+def test_a_torch_import_past_the_deadline_keeps_what_was_read_before_it(tmp_path, monkeypatch):
+    _fake_torch(tmp_path / "site", nccl_dist=None, import_s=60)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("TORCH_IMPORTED_MARK", str(tmp_path / "imported"))
+    started = time.monotonic()
+    fingerprint = collect(timeout_s=1.5)
+    assert time.monotonic() - started < 4
+    assert (fingerprint["torch"], fingerprint["cuda"], fingerprint["nccl"]) == ("2.10.0+cu128", "12.8", None)
