@@ -157,6 +157,8 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
     idle = [r for r in connected if r.id not in busy]
     for approach in queue:
         able = [r for r in idle if not unmet_requirements(approach.requirements, r.fingerprint)]
+        if approach.status != ApproachStatus.untested:  # a re-test: only where the bound stack differs
+            able = [r for r in able if verdicts.retest_reason_on(approach, r.fingerprint)]
         for runner in able:
             if _lock_runner_idle(session, runner):
                 trial = create_trial(session, approach, runner, actor)

@@ -27,6 +27,7 @@ SIGNATURE_STATUS = {
     "inconclusive": ApproachStatus.untested,
 }
 NO_VERDICT_STATES = {TrialState.cancelled, TrialState.lost}
+ENDED_STATES = {TrialState.succeeded, TrialState.failed, TrialState.timed_out, TrialState.cancelled, TrialState.lost}
 VERDICT_STATUSES = [ApproachStatus.promising, ApproachStatus.adopted, ApproachStatus.dead_end,
                     ApproachStatus.deferred, ApproachStatus.untested]
 # Metrics worth naming in a success proposal, in order of interest.
@@ -89,13 +90,26 @@ def confirm(session: Session, approach: Approach, trial: Trial, status: Approach
     and the stack components it is bound to ([] = not bound, e.g. physics of the topology)."""
     if trial.approach_id != approach.id:
         raise Invalid(f"trial #{trial.id} is not a trial of {approach.title}", field="trial_id")
+    if trial.state not in ENDED_STATES:
+        raise Invalid(f"trial #{trial.id} has not ended ({trial.state}): confirm its verdict when it has",
+                      field="trial_id")
+    if approach.status in (ApproachStatus.queued, ApproachStatus.running):
+        raise Invalid(f"{approach.title} is {approach.status} (another trial of it is active): "
+                      "confirm a verdict when that trial has ended", field="status")
     unknown = sorted(set(components) - set(stack.STACK_COMPONENTS))
     if unknown:
         raise Invalid(f"components: unknown stack component(s) {', '.join(unknown)}; expected "
                       f"{', '.join(stack.STACK_COMPONENTS)}", field="components")
-    status = ApproachStatus(status)
+    # Display order, each once, whatever order the form sent them in.
+    components = [c for c in stack.STACK_COMPONENTS if c in set(components)]
+    try:
+        status = ApproachStatus(status)
+    except ValueError:
+        raise Invalid(f"status: unknown status {status!r}", field="status") from None
     if status in (ApproachStatus.queued, ApproachStatus.running):
         raise Invalid("a verdict cannot be queued or running", field="status")
+    # A verdict on an older trial is not one on the trial still waiting (if another one is).
+    still_pending = approach.pending_trial_id if approach.pending_trial_id not in (None, trial.id) else None
     if approach.status == status.value:
         # Same status, new evidence: keep it in the history all the same.
         approach.reason = reason.strip() or approach.reason
@@ -105,7 +119,7 @@ def confirm(session: Session, approach: Approach, trial: Trial, status: Approach
         change_status(session, approach, status, reason, actor, trial_id=trial.id)
     approach.verdict_fingerprint = trial.fingerprint
     approach.bound_to = {"components": list(components)} if components else None
-    approach.pending_trial_id = None
+    approach.pending_trial_id = still_pending
     approach.updated_at = utcnow()
     session.add(approach)
     session.flush()
@@ -114,8 +128,15 @@ def confirm(session: Session, approach: Approach, trial: Trial, status: Approach
 def _runners_able(session: Session, approach: Approach) -> list[Runner]:
     from app.domain.scheduling import unmet_requirements
 
-    rows = session.exec(select(Runner).where(Runner.connected.is_(True), Runner.revoked_at.is_(None)))  # type: ignore[attr-defined,union-attr]
+    rows = session.exec(select(Runner).where(Runner.connected.is_(True), Runner.revoked_at.is_(None))  # type: ignore[attr-defined,union-attr]
+                        .order_by(Runner.id))
     return [r for r in rows if r.fingerprint and not unmet_requirements(approach.requirements, r.fingerprint)]
+
+
+def retest_reason_on(approach: Approach, fingerprint: dict[str, Any] | None) -> str | None:
+    """'re-test: torch 2.10.0 -> 2.11.0' when a runner with this fingerprint would re-test the
+    approach's verdict on a different stack (None: same bound stack, or the verdict is not bound)."""
+    return stack.retest_reason(approach.bound_to, approach.verdict_fingerprint, fingerprint)
 
 
 def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
@@ -129,7 +150,7 @@ def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
         if not stack.bound_components(approach.bound_to):
             continue
         for runner in _runners_able(session, approach):
-            reason = stack.retest_reason(approach.bound_to, approach.verdict_fingerprint, runner.fingerprint)
+            reason = retest_reason_on(approach, runner.fingerprint)
             if reason:
                 flags[approach.id] = f"{reason} (on {runner.name})"
                 break

@@ -45,7 +45,8 @@ def _verdict_fragment(request: Request, session: Session, trial_id: int, headers
     ctx = {"trial": trial, "approach": approach, "campaign": campaign, "ended": trial.state in TERMINAL,
            "proposal": verdicts.propose(session, trial) if trial.state in TERMINAL else None,
            "pending": approach.pending_trial_id == trial.id, "statuses": verdicts.VERDICT_STATUSES,
-           "components": stack.STACK_COMPONENTS,
+           "components": stack.STACK_COMPONENTS, "no_verdict": trial.state in verdicts.NO_VERDICT_STATES,
+           "values": {c: stack.component_value(trial.fingerprint, c) for c in stack.STACK_COMPONENTS},
            "binding": stack.describe_binding(approach.bound_to, approach.verdict_fingerprint)}
     return render(request, "_partials/verdict.html", ctx, headers=headers)
 

@@ -1,0 +1,184 @@
+"""Verdict routes (app.web.verdicts): the trial page's htmx verdict form and JSON twin, CSRF, the
+metrics table and CSV, and the campaign page's "waiting for your verdict" / "re-test" fragment."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.db import session_scope
+from app.models import Trial
+from app.security import CSRF_HEADER
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "domain"))
+from verdicts_support import (NEW_TORCH, OLD_STACK, approach, dead_end_on_old_stack, end_trial,  # noqa: E402
+                              fixture_log, runner, seed)
+
+HTMX = {"HX-Request": "true"}
+
+
+@pytest.fixture
+def engine(app, operator_client):
+    return app.state.engine
+
+
+@pytest.fixture
+def failed_trial(engine) -> int:
+    """Approach 'a' whose trial failed with torch symmetric memory's KeyError: 12 on OLD_STACK."""
+    seed(engine, {"key": "a", "title": "Symmetric memory allreduce"}, {"key": "b"})
+    with session_scope(engine) as s:
+        trial = end_trial(s, approach(s, "a"), runner(s, "node-a", OLD_STACK),
+                          log=fixture_log("symm_mem_keyerror_sm120.log"), exit_code=1)
+        return trial.id
+
+
+def approach_row(engine, key: str):
+    with session_scope(engine, write=False) as s:
+        return approach(s, key)
+
+
+def test_the_verdict_form_proposes_and_confirms(operator_client, engine, failed_trial):
+    r = operator_client.get(f"/trials/{failed_trial}/verdict", headers=HTMX)
+    assert r.status_code == 200, r.text
+    html = r.text
+    assert "torch symmetric memory has no entry for SM 12" in html and "symm_mem_sm_keyerror" in html
+    assert f'hx-post="/trials/{failed_trial}/verdict"' in html
+    assert '<option value="dead_end" selected>' in html
+    assert 'value="torch" checked' in html and 'value="sm" checked' in html and 'value="nccl" >' in html
+    # The stack the trial ran on, next to each component (GPU from gpus[0], SM from the fingerprint).
+    for shown in ("2.10.0+cu128", "H200", "9.0", "2.27.3"):
+        assert f'<span class="muted">{shown}</span>' in html
+
+    r = operator_client.post(f"/trials/{failed_trial}/verdict", headers=HTMX, data={
+        "status": "dead_end", "reason": "KeyError: 12: no SM 12 entry in this torch", "components": ["torch", "sm"]})
+    assert r.status_code == 200, r.text
+    assert r.headers["HX-Trigger"] == "campaign-changed"
+    assert "Verdict recorded" in r.text and "bound to torch 2.10.0+cu128 on SM 9.0" in r.text
+    assert "<form" not in r.text
+    a = approach_row(engine, "a")
+    assert (a.status, a.reason) == ("dead_end", "KeyError: 12: no SM 12 entry in this torch")
+    assert a.bound_to == {"components": ["sm", "torch"]} and a.verdict_fingerprint == OLD_STACK
+    assert a.pending_trial_id is None
+
+
+def test_the_json_api_confirms_with_a_bearer_token(operator_client, engine, failed_trial, api_headers):
+    r = operator_client.get(f"/api/trials/{failed_trial}/proposal", headers=api_headers)
+    assert r.status_code == 200
+    assert r.json() | {"reason": "", "cause": ""} == {
+        "status": "dead_end", "components": ["torch", "sm"], "signature": "symm_mem_sm_keyerror",
+        "evidence_line": "KeyError: 12", "reason": "", "cause": ""}
+    r = operator_client.post(f"/api/trials/{failed_trial}/verdict", headers=api_headers,
+                             json={"status": "deferred", "reason": "wait for torch 2.11", "components": ["torch"]})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"approach": "a", "status": "deferred", "reason": "wait for torch 2.11",
+                        "bound_to": {"components": ["torch"]}, "verdict_fingerprint": OLD_STACK}
+
+
+def test_writes_need_the_sessions_csrf_token(operator_client, engine, failed_trial):
+    token = operator_client.headers.pop(CSRF_HEADER)
+    try:
+        form = {"status": "dead_end", "reason": "x", "components": ["torch"]}
+        r = operator_client.post(f"/trials/{failed_trial}/verdict", headers=HTMX, data=form)
+        assert r.status_code == 403 and "CSRF" in r.text
+        r = operator_client.post(f"/trials/{failed_trial}/verdict", headers={**HTMX, CSRF_HEADER: "forged"}, data=form)
+        assert r.status_code == 403
+        r = operator_client.post(f"/api/trials/{failed_trial}/verdict", json={"status": "dead_end", "reason": "x"})
+        assert r.status_code == 403
+    finally:
+        operator_client.headers[CSRF_HEADER] = token
+    a = approach_row(engine, "a")
+    assert a.status == "untested" and a.pending_trial_id == failed_trial
+
+
+def test_an_unknown_component_is_a_422_with_a_message(operator_client, engine, failed_trial):
+    r = operator_client.post(f"/trials/{failed_trial}/verdict", headers=HTMX,
+                             data={"status": "dead_end", "reason": "x", "components": ["torch", "kernel"]})
+    assert r.status_code == 422
+    assert r.headers["HX-Retarget"] == "#flash"
+    assert "unknown stack component(s) kernel" in r.text
+    r = operator_client.post(f"/api/trials/{failed_trial}/verdict",
+                             json={"status": "dead_end", "reason": "x", "components": ["kernel"]})
+    assert r.status_code == 422
+    assert r.json()["field"] == "components" and "unknown stack component(s) kernel" in r.json()["detail"]
+    for bad in ({"status": "exploded"}, {"status": "running", "reason": "x"}, {"status": "dead_end"}):
+        r = operator_client.post(f"/api/trials/{failed_trial}/verdict", json=bad)
+        assert r.status_code == 422 and r.json()["detail"], bad
+    r = operator_client.post(f"/trials/{failed_trial}/verdict", headers=HTMX, data={"status": "exploded"})
+    assert r.status_code == 422 and "unknown status" in r.text
+    assert approach_row(engine, "a").pending_trial_id == failed_trial
+
+
+def test_a_running_trial_has_no_proposal_yet(operator_client, engine, failed_trial):
+    with session_scope(engine) as s:
+        from app.domain import scheduling
+
+        trial = scheduling.create_trial(s, approach(s, "b"), runner(s, "node-b", NEW_TORCH), "tester")
+    r = operator_client.get(f"/trials/{trial.id}/verdict", headers=HTMX)
+    assert r.status_code == 200 and "has not ended" in r.text
+    assert operator_client.get(f"/api/trials/{trial.id}/proposal").status_code == 422
+    r = operator_client.post(f"/api/trials/{trial.id}/verdict", json={"status": "promising", "reason": "x"})
+    assert r.status_code == 422 and "has not ended" in r.json()["detail"]
+    assert operator_client.get("/api/trials/999999/proposal").status_code == 404
+
+
+METRICS = [
+    {"name": "allreduce_latency_us", "value": 12.5, "unit": "us",
+     "tags": {"backend": "nccl", "tokens": 4, "bytes": 57344, "p10_us": 11.0}},
+    {"name": "allreduce_busbw_gbps", "value": 41.25, "unit": "GB/s", "tags": {"backend": "nccl", "tokens": 4}},
+]
+
+
+def test_metrics_csv_and_table(operator_client, engine):
+    seed(engine, {"key": "ar", "title": "NCCL allreduce"})
+    with session_scope(engine) as s:
+        trial_id = end_trial(s, approach(s, "ar"), runner(s, "node-a", OLD_STACK), metrics=METRICS).id
+    r = operator_client.get("/campaigns/c/metrics.csv")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/csv")
+    assert 'filename="c-metrics.csv"' in r.headers["content-disposition"]
+    rows = list(csv.reader(io.StringIO(r.text)))
+    assert rows[0] == ["trial_id", "approach", "name", "value", "unit", "tags", "recorded_at"]
+    assert len(rows) == 1 + len(METRICS)
+    for row, m in zip(rows[1:], METRICS):
+        assert row[:5] == [str(trial_id), "ar", m["name"], repr(m["value"]), m["unit"]]
+        assert json.loads(row[5]) == m["tags"]
+    assert operator_client.get("/api/campaigns/c/metrics.csv").text == r.text
+
+    r = operator_client.get(f"/trials/{trial_id}/metrics", headers=HTMX)
+    assert r.status_code == 200
+    assert "allreduce_latency_us" in r.text and "<th>backend</th>" in r.text and "12.5" in r.text
+    assert "<th>p10_us</th>" not in r.text  # percentiles stay in the CSV
+
+
+def test_campaign_fragment_lists_pending_and_flagged(operator_client, engine):
+    seed(engine, {"key": "flagged", "title": "Symmetric memory one-shot"}, {"key": "waits", "title": "NCCL tree"},
+         {"key": "quiet", "title": "Custom allreduce"})
+    with session_scope(engine) as s:
+        dead_end_on_old_stack(s, "flagged")
+        waits = end_trial(s, approach(s, "waits"), runner(s, "node-x", OLD_STACK),
+                          log=fixture_log("nccl_watchdog_timeout.log"), exit_code=1)
+    r = operator_client.get("/campaigns/c/verdicts", headers=HTMX)
+    assert r.status_code == 200
+    assert "Waiting for your verdict" in r.text and "Re-test" not in r.text
+    assert f'<a href="/trials/{waits.id}">NCCL tree: trial #{waits.id} failed</a>' in r.text
+    assert "NCCL collective timed out" in r.text
+    assert "Custom allreduce" not in r.text
+
+    with session_scope(engine) as s:
+        runner(s, "node-b", NEW_TORCH)
+    r = operator_client.get("/campaigns/c/verdicts", headers=HTMX)
+    assert "Re-test: the stack changed" in r.text
+    assert 'data-key="flagged"' in r.text and "re-test: torch 2.10.0+cu128 -&gt; 2.11.0 (on node-b)" in r.text
+    assert 'data-key="waits"' not in r.text
+
+    with session_scope(engine) as s:
+        trial = s.get(Trial, waits.id)
+    r = operator_client.post(f"/trials/{trial.id}/verdict", headers=HTMX,
+                             data={"status": "untested", "reason": "NCCL hang: run again"})
+    assert r.status_code == 200
+    r = operator_client.get("/campaigns/c/verdicts", headers=HTMX)
+    assert "Waiting for your verdict" not in r.text and 'data-key="flagged"' in r.text
