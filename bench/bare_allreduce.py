@@ -1,8 +1,10 @@
 """A bare allreduce timing loop, the yardstick for the allreduce recipe's harness overhead.
 
 No parameter handling, no correctness check, no metric lines: spawn one process per GPU, time
-each variant with CUDA events, print one JSON line per (variant, tokens) with the median in us.
-Same sizes and iteration counts as the recipe's defaults (hidden 7168, bf16, 10 warm-up, 50 timed).
+each variant the way the recipe does (CUDA events around each call, calls issued back to back;
+a graph replay / 122 in graph mode; each sample the max over ranks) and print one JSON line per
+(variant, tokens) with the median in us. Same sizes and counts as the recipe's defaults
+(hidden 7168, bf16, 10 warm-up, 50 timed).
 
     python bench/bare_allreduce.py            # all visible GPUs
 """
@@ -21,15 +23,18 @@ for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DIS
 
 
 def _time(fn, reps: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(reps):
-        start.record()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda.synchronize()
+    dist.barrier()
+    for i in range(reps):
+        starts[i].record()
         fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(samples)
+        ends[i].record()
+    torch.cuda.synchronize()
+    samples = torch.tensor([s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)], device="cuda")
+    dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # a collective is as slow as its slowest rank
+    return statistics.median(samples.tolist())
 
 
 def worker(rank: int, world: int, port: int) -> None:
