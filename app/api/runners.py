@@ -35,7 +35,7 @@ router = APIRouter(tags=["runners"])
 
 REFUSED_CLOSE_CODE = 4401
 BATCH_MAX = 512          # messages per transaction
-RECEIVE_QUEUE = 4096     # received, not yet processed (beyond this the runner's sends wait: TCP backpressure)
+RECEIVE_QUEUE = 256      # received, not yet processed (beyond this the runner's sends wait: TCP backpressure)
 
 
 # ---- JSON API ---------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ class RunnerSession:
         else:
             if trial.state not in scheduling.TERMINAL_STATES:
                 self.metrics.finish(session, trial, msg.last_seq)
-                text = log_domain.full_text(session, trial) if _has_classifier() else None
+                text = log_domain.head_and_tail(session, trial) if _has_classifier() else None
                 scheduling.finish(session, trial, msg, log_text=text)
             out.replies.append(FinishedAck(trial_id=msg.trial_id, attempt_id=msg.attempt_id).model_dump_json())
         out.states[trial.id] = scheduling.trial_view(trial)  # type: ignore[index]

@@ -313,6 +313,29 @@ def full_text(session: Session, trial: Trial) -> str:
     return "".join(iter_full_log(session, trial))
 
 
+def head_and_tail(session: Session, trial: Trial, head_bytes: int = 256 * 1024, tail_bytes: int = 1024 * 1024) -> str:
+    """The start and the end of the current attempt's log (what failure signatures look at),
+    without reading a long log whole."""
+    if not trial.attempt_id:
+        return ""
+    where = (LogChunk.trial_id == trial.id, LogChunk.attempt_id == trial.attempt_id, LogChunk.offset >= 0)
+    head, size, last_head = [], 0, -1
+    for seq, data in session.exec(select(LogChunk.seq, LogChunk.data).where(*where).order_by(LogChunk.seq).limit(256)):
+        if size >= head_bytes:
+            break
+        head.append(data)
+        size += len(data)
+        last_head = seq
+    tail, size = [], 0
+    for seq, data in session.exec(select(LogChunk.seq, LogChunk.data).where(*where, LogChunk.seq > last_head)
+                                  .order_by(LogChunk.seq.desc()).limit(256)):  # type: ignore[attr-defined]
+        if size >= tail_bytes:
+            break
+        tail.append(data)
+        size += len(data)
+    return "".join(head) + "".join(reversed(tail))
+
+
 def last_contiguous_seq(session: Session, trial_id: int, attempt_id: str) -> int:
     """The highest seq S such that every chunk 0..S is stored or covered by the cap's tombstone (-1: none)."""
     expected = 0

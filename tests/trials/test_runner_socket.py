@@ -1,6 +1,8 @@
 """The runner websocket against a real uvicorn server, with a runner stand-in speaking the protocol."""
 from __future__ import annotations
 
+import socket
+
 import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -114,7 +116,8 @@ def test_cut_mid_stream_then_resend_leaves_the_log_exact(server):
     lines = [f"{i:05d}\n" for i in range(200)]
     for seq in range(100):
         runner.log(d, seq, seq * 6, lines[seq])
-    runner.ws.close()  # cut: some of these may not have been stored
+    runner.ws.socket.shutdown(socket.SHUT_RDWR)  # cut (no close handshake): some may not have been stored
+    runner.ws.socket.close()
     again = ProtocolRunner(server.ws_url, token, attempts=[AttemptRef(trial_id=d.trial_id, attempt_id=d.attempt_id)])
     acked = again.welcome.acked[d.attempt_id]
     assert -1 <= acked <= 99
@@ -148,7 +151,7 @@ def test_a_disconnected_runner_loses_its_trial(server):
     d = run_next(server) and runner.expect("dispatch")
     runner.started(d)
     runner.close()
-    wait_for(lambda: trial(server, d.trial_id)["state"] == "lost", timeout=10, what="trial lost")
+    wait_for(lambda: trial(server, d.trial_id)["state"] == "lost", timeout=15, what="trial lost")
     # A reconnecting runner that still holds the attempt is told to stop it.
     again = ProtocolRunner(server.ws_url, token, attempts=[AttemptRef(trial_id=d.trial_id, attempt_id=d.attempt_id)])
     assert again.welcome.cancel == [d.attempt_id]

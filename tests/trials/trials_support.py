@@ -57,7 +57,7 @@ class ThreadServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                ws_max_size=16 * 1024 * 1024, lifespan="on")
+                                ws_max_size=16 * 1024 * 1024, lifespan="on", timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -89,7 +89,7 @@ class ThreadServer:
 def make_settings(tmp_path: Path, db_url: str | None = None, **overrides: Any) -> Settings:
     values: dict[str, Any] = dict(data_dir=tmp_path / "data", database_url=db_url or f"sqlite:///{tmp_path / 'trials.db'}",
                                   embedded_runner=False, secret_key="trials-" + uuid.uuid4().hex,
-                                  heartbeat_s=0.5, runner_lost_after_s=2.0, cancel_grace_s=1.0)
+                                  heartbeat_s=0.5, runner_lost_after_s=4.0, cancel_grace_s=1.0)
     values.update(overrides)
     return Settings(**values)
 

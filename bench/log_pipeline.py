@@ -1,0 +1,436 @@
+"""Log pipeline benchmark: a real `campaign serve` (uvicorn, SQLite file), a real `campaign runner`,
+a trial printing numbered, timestamped lines, and a websocket viewer of its live log.
+
+    .venv/bin/python bench/log_pipeline.py --seconds 10
+
+Prints, for our pipeline and for the floor (a bare loopback websocket relay: producer -> relay ->
+viewer carrying the same lines, no database), the sustained lines/s and MB/s (stored, resp.
+relayed), the print -> viewer latency p50/p99 at a fixed 10,000 lines/s, lost and duplicated
+lines, our figures as ratios to the floor, and the server's RSS while a stuck viewer (one that
+never reads) follows a flood. See docs/performance.md.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psutil
+from websockets.sync.client import connect
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# The trial programs: every line is "<n> <time.time_ns()> <padding>\n" (~64 bytes).
+FLOOD = """
+import sys, time
+end = time.time() + {seconds}
+out = sys.stdout
+n = 0
+pad = "x" * 36
+while time.time() < end:
+    t = time.time_ns()
+    out.write("".join(f"{{i}} {{t}} {{pad}}\\n" for i in range(n, n + 1000)))
+    n += 1000
+out.flush()
+"""
+PACED = """
+import sys, time
+rate, seconds = {rate}, {seconds}
+out = sys.stdout
+pad = "x" * 36
+start = time.time()
+n = 0
+while True:
+    now = time.time()
+    if now - start >= seconds:
+        break
+    due = int((now - start) * rate)
+    if due > n:
+        t = time.time_ns()
+        out.write("".join(f"{{i}} {{t}} {{pad}}\\n" for i in range(n, due)))
+        out.flush()
+        n = due
+    time.sleep(0.0005)
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Viewer(threading.Thread):
+    """Follows a websocket of log chunks; checks numbering; records print -> receive latency."""
+
+    def __init__(self, url: str, headers: dict[str, str], expected: int | None = None, origin: str | None = None,
+                 relay: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.url, self.headers, self.origin, self.relay = url, headers, origin, relay
+        self.expected = expected
+        self.seen: set[int] = set()
+        self.dups = 0
+        self.latencies: list[float] = []
+        self.lines = 0
+        self.bytes = 0
+        self.first = self.last = 0.0
+        self.carry = ""
+        self.done = threading.Event()
+        self.ready = threading.Event()
+        self.stop = False
+
+    def run(self) -> None:
+        self.last_seq = -1
+        self.resyncs = 0
+        while not self.stop and not self.done.is_set():
+            url = self.url if self.relay else f"{self.url}?after={self.last_seq}"
+            with connect(url, additional_headers=self.headers, origin=self.origin, max_size=None,  # type: ignore[arg-type]
+                         open_timeout=20) as ws:
+                self.ready.set()
+                while not self.stop:
+                    try:
+                        raw = ws.recv(timeout=0.5)
+                    except TimeoutError:
+                        if self.expected is not None and len(self.seen) >= self.expected:
+                            self.done.set()
+                            break
+                        continue
+                    except Exception as exc:  # closed: 4000 means "fell behind, reconnect with after=N"
+                        if getattr(getattr(exc, "rcvd", None), "code", None) == 4000:
+                            self.resyncs += 1
+                            break
+                        self.done.set()
+                        break
+                    now = time.time_ns()
+                    if self.relay:
+                        texts = [raw]
+                    else:
+                        msg = json.loads(raw)
+                        if msg["type"] != "log":
+                            continue
+                        texts = [text for _, text in msg["chunks"]]
+                        self.last_seq = msg["chunks"][-1][0]
+                    for text in texts:
+                        self._take(text, now)
+                    if self.expected is not None and len(self.seen) >= self.expected:
+                        self.done.set()
+                        break
+        self.done.set()
+
+    def _take(self, text: str, now: int) -> None:
+        text = self.carry + text
+        cut = text.rfind("\n")
+        self.carry = text[cut + 1:]
+        if not self.first:
+            self.first = time.monotonic()
+        self.last = time.monotonic()
+        self.bytes += cut + 1
+        for line in text[:cut].split("\n"):
+            parts = line.split(" ", 2)
+            if len(parts) != 3 or not parts[0].isdigit():
+                continue  # the cap's "bytes dropped" marker
+            n, t = parts[0], parts[1]
+            i = int(n)
+            if i in self.seen:
+                self.dups += 1
+            else:
+                self.seen.add(i)
+            self.latencies.append((now - int(t)) / 1e6)
+            self.lines += 1
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))]
+
+
+class Board:
+    """`campaign serve` + `campaign runner` in their own processes on a fresh data dir."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.db = workdir / "bench.db"
+        self.env = {**os.environ, "CAMPAIGN_DATA_DIR": str(workdir / "data"), "CAMPAIGN_DATABASE_URL": f"sqlite:///{self.db}",
+                    "CAMPAIGN_PORT": str(self.port), "CAMPAIGN_SECRET_KEY": uuid.uuid4().hex, "PYTHONUNBUFFERED": "1",
+                    # Throughput runs measure ingest, not the cap: keep every line.
+                    "CAMPAIGN_LOG_CAP_BYTES": str(4 * 2**30)}
+        self.procs: list[subprocess.Popen] = []
+
+    def cli(self, *args: str, env: dict[str, str] | None = None) -> str:
+        return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env or self.env, cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    def start(self) -> None:
+        log = open(self.dir / "server.log", "w")
+        self.server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--no-runner"], env=self.env, cwd=ROOT,
+                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(self.server)
+        for _ in range(300):
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.api = {"Authorization": "Bearer " + self.cli("token", "create", "bench")}
+        token = self.cli("runners", "create", "bench-node")
+        rlog = open(self.dir / "runner.log", "w")
+        self.runner = subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server", self.url,
+                                        "--spool-dir", str(self.dir / "spool"), "--name", "bench-node"],
+                                       env={**self.env, "CAMPAIGN_RUNNER_TOKEN": token}, cwd=ROOT, stdout=rlog,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(self.runner)
+        login = self.cli("login-url").split("token=", 1)[1]
+        r = httpx.get(f"{self.url}/login?token={login}", follow_redirects=False)
+        self.cookie = {"Cookie": f"cb_session={r.cookies['cb_session']}"}
+        for _ in range(300):
+            if [x for x in httpx.get(self.url + "/api/runners", headers=self.api).json() if x["status"] == "online"]:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the runner did not connect")
+
+    def seed(self, approaches: list[tuple[str, str]]) -> None:
+        """One campaign per program (a finished trial's approach is untested again)."""
+        from app.db import make_engine, session_scope
+        from app.models import Approach, Campaign
+
+        engine = make_engine(f"sqlite:///{self.db}")
+        with session_scope(engine) as session:
+            for key, script in approaches:
+                campaign = Campaign(slug=key, name=key)
+                session.add(campaign)
+                session.flush()
+                session.add(Approach(campaign_id=campaign.id, key=key, title=key, position=1,
+                                     recipe={"kind": "command", "params": {"argv": [sys.executable, "-c", script]},
+                                             "timeout_s": 600}))
+        engine.dispose()
+
+    def run_next(self, slug: str) -> int:
+        body = httpx.post(f"{self.url}/api/campaigns/{slug}/run-next", headers=self.api, timeout=30).json()
+        assert body["started"], body
+        return body["trial_id"]
+
+    def wait_done(self, trial_id: int, timeout: float = 600) -> dict:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            t = httpx.get(f"{self.url}/api/trials/{trial_id}", headers=self.api).json()
+            if t["state"] not in ("queued", "dispatched", "running"):
+                return t
+            time.sleep(0.2)
+        raise RuntimeError("trial did not finish")
+
+    def viewer(self, trial_id: int, expected: int | None = None) -> Viewer:
+        ws = self.url.replace("http", "ws") + f"/api/trials/{trial_id}/logs/ws"
+        return Viewer(ws, self.cookie, expected, origin=self.url)
+
+    def stored(self, trial_id: int) -> tuple[int, int, float]:
+        """(lines, bytes, seconds between the first and last stored chunk)."""
+        con = sqlite3.connect(self.db)
+        rows = con.execute("select data, created_at from log_chunk where trial_id=? and \"offset\">=0 order by seq",
+                           (trial_id,)).fetchall()
+        con.close()
+        text = "".join(r[0] for r in rows)
+        from datetime import datetime
+        times = sorted(datetime.fromisoformat(r[1]) for r in rows)
+        return text.count("\n"), len(text.encode()), (times[-1] - times[0]).total_seconds() if rows else 0.0
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(20)
+            except Exception:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+# ---- the floor: producer -> relay -> viewer, loopback websockets, no database ---------------------
+
+def relay_main(port: int) -> None:
+    from websockets.asyncio.server import serve
+
+    viewers: set = set()
+
+    async def handler(ws) -> None:
+        if ws.request.path == "/view":
+            viewers.add(ws)
+            await ws.wait_closed()
+            viewers.discard(ws)
+            return
+        async for message in ws:  # the producer
+            for v in list(viewers):
+                await v.send(message)
+
+    async def main() -> None:
+        async with serve(handler, "127.0.0.1", port, max_size=None):
+            await asyncio.Future()
+
+    asyncio.run(main())
+
+
+def producer_main(port: int, script: str) -> None:
+    """Run the same trial program, read its stdout in 64 KiB reads, send line-cut chunks."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    with connect(f"ws://127.0.0.1:{port}/produce", max_size=None) as ws:
+        carry = b""
+        fd = proc.stdout.fileno()  # type: ignore[union-attr]
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            data = carry + data
+            cut = data.rfind(b"\n") + 1
+            carry = data[cut:]
+            if cut:
+                ws.send(data[:cut].decode())
+    proc.wait()
+
+
+def floor(script: str, expected: int | None, workdir: Path) -> Viewer:
+    port = free_port()
+    relay = subprocess.Popen([sys.executable, __file__, "--role", "relay", "--port", str(port)], cwd=ROOT)
+    try:
+        for _ in range(100):
+            try:
+                with connect(f"ws://127.0.0.1:{port}/view"):
+                    pass
+                break
+            except OSError:
+                time.sleep(0.05)
+        viewer = Viewer(f"ws://127.0.0.1:{port}/view", {}, expected, relay=True)
+        viewer.start()
+        viewer.ready.wait(10)
+        (workdir / "floor.py").write_text(script)
+        subprocess.run([sys.executable, __file__, "--role", "producer", "--port", str(port),
+                        "--script", str(workdir / "floor.py")], cwd=ROOT, check=True)
+        viewer.done.wait(3 if expected is None else 30)
+        viewer.stop = True
+        return viewer
+    finally:
+        relay.terminate()
+        relay.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=10.0, help="How long each trial prints.")
+    ap.add_argument("--rate", type=int, default=10_000, help="Lines/s of the latency run.")
+    ap.add_argument("--role", choices=["relay", "producer"], help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--script", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.role == "relay":
+        return relay_main(args.port)
+    if args.role == "producer":
+        return producer_main(args.port, Path(args.script).read_text())
+
+    flood = FLOOD.format(seconds=args.seconds)
+    paced = PACED.format(rate=args.rate, seconds=args.seconds)
+    paced_lines = int(args.rate * args.seconds)
+    work = Path(tempfile.mkdtemp(prefix="cb-bench-"))
+    board = Board(work)
+    print(f"# {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, work dir {work}")
+    try:
+        board.start()
+        board.seed([("flood", flood), ("paced", paced), ("stuck", flood)])
+        server = psutil.Process(board.server.pid)
+
+        # 1. Flood: sustained ingest with one live viewer.
+        peak_flood = 0
+        tid = board.run_next("flood")
+        v = board.viewer(tid)
+        v.start()
+        sampler_stop = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak_flood
+            while not sampler_stop.is_set():
+                peak_flood = max(peak_flood, server.memory_info().rss)
+                time.sleep(0.1)
+
+        threading.Thread(target=sample, daemon=True).start()
+        t = board.wait_done(tid)
+        sampler_stop.set()
+        lines, nbytes, span = board.stored(tid)
+        v.expected = lines
+        v.done.wait(60)
+        v.stop = True
+        v.join(10)
+        ours_rate = lines / span if span else float("nan")
+        print(f"flood  ours : {lines:,} lines stored in {span:.2f} s = {ours_rate:,.0f} lines/s, "
+              f"{nbytes / span / 1e6:.1f} MB/s; trial {t['state']}; viewer got {len(v.seen):,} lines, "
+              f"lost {lines - len(v.seen)}, duplicated {v.dups}, resynced {v.resyncs}x; "
+              f"server RSS peak {peak_flood / 2**20:.0f} MiB")
+        f = floor(flood, None, work)
+        floor_span = (f.last - f.first) or float("nan")
+        floor_rate = len(f.seen) / floor_span
+        print(f"flood  floor: {len(f.seen):,} lines relayed in {floor_span:.2f} s = {floor_rate:,.0f} lines/s, "
+              f"{f.bytes / floor_span / 1e6:.1f} MB/s; duplicated {f.dups}")
+        print(f"flood  ratio: ours/floor = {ours_rate / floor_rate:.2f}")
+
+        # 2. Paced at --rate lines/s: print -> viewer latency.
+        tid = board.run_next("paced")
+        v = board.viewer(tid, expected=None)
+        v.start()
+        t = board.wait_done(tid)
+        lines, _, _ = board.stored(tid)
+        v.expected = lines
+        v.done.wait(30)
+        v.stop = True
+        lost = lines - len(v.seen)
+        print(f"paced  ours : {args.rate:,} lines/s for {args.seconds:g} s: latency p50 {pct(v.latencies, 50):.1f} ms, "
+              f"p99 {pct(v.latencies, 99):.1f} ms, max {max(v.latencies):.1f} ms; stored {lines:,}, "
+              f"lost {lost}, duplicated {v.dups}")
+        f = floor(paced, paced_lines, work)
+        printed = max(f.seen) + 1 if f.seen else 0
+        print(f"paced  floor: latency p50 {pct(f.latencies, 50):.1f} ms, p99 {pct(f.latencies, 99):.1f} ms; "
+              f"lost {printed - len(f.seen)}, duplicated {f.dups}")
+        print(f"paced  ratio: p50 ours/floor = {pct(v.latencies, 50) / pct(f.latencies, 50):.2f}, "
+              f"p99 ours/floor = {pct(v.latencies, 99) / pct(f.latencies, 99):.2f}")
+
+        # 3. A stuck viewer (never reads) during a flood: the server's memory stays bounded.
+        rss_before = server.memory_info().rss
+        tid = board.run_next("stuck")
+        ws = board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws?after=-1"
+        stuck = connect(ws, additional_headers=board.cookie, origin=board.url, max_queue=1, max_size=None).__enter__()
+        peak = rss_before
+        while True:
+            peak = max(peak, server.memory_info().rss)
+            state = httpx.get(f"{board.url}/api/trials/{tid}", headers=board.api).json()["state"]
+            if state not in ("queued", "dispatched", "running"):
+                break
+            time.sleep(0.25)
+        lines, _, _ = board.stored(tid)
+        try:
+            while True:
+                stuck.recv(timeout=2)
+        except Exception as exc:
+            closed = getattr(getattr(exc, "rcvd", None), "code", None)
+        print(f"stuck viewer: {lines:,} lines stored meanwhile; server RSS {rss_before / 2**20:.0f} MiB before, "
+              f"peak {peak / 2**20:.0f} MiB during; the viewer was closed with code {closed} (4000 = resync)")
+    finally:
+        board.stop()
+
+
+if __name__ == "__main__":
+    main()
