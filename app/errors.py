@@ -24,17 +24,20 @@ def _htmx_error(message: str, status: int) -> Response:
     )
 
 
-def _error(request: Request, message: str, status: int, field: str | None = None) -> Response:
+def _error(request: Request, message: str, status: int, field: str | None = None,
+           headers: dict[str, str] | None = None) -> Response:
     if _wants_json(request):
         body: dict = {"detail": message}
         if field:
             body["field"] = field
-        return JSONResponse(body, status_code=status)
-    if request.headers.get("hx-request"):
-        return _htmx_error(message, status)
-    return request.app.state.templates.TemplateResponse(
-        request, "error.html", {"message": message, "status": status}, status_code=status
-    )
+        response: Response = JSONResponse(body, status_code=status)
+    elif request.headers.get("hx-request"):
+        response = _htmx_error(message, status)
+    else:
+        response = request.app.state.templates.TemplateResponse(
+            request, "error.html", {"message": message, "status": status}, status_code=status)
+    response.headers.update(headers or {})  # e.g. Allow on a 405
+    return response
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -62,4 +65,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        return _error(request, str(exc.detail), exc.status_code)
+        return _error(request, str(exc.detail), exc.status_code, headers=getattr(exc, "headers", None))

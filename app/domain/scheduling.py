@@ -20,8 +20,8 @@ from app.domain import runners as runner_domain
 from app.domain import verdicts
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import change_status
-from app.models import (ACTIVE_TRIAL_STATES, Approach, ApproachStatus, Attempt, Campaign, Runner, Trial,
-                        TrialState, utcnow)
+from app.models import (ACTIVE_TRIAL_STATES, Approach, ApproachStatus, Attempt, Campaign, Runner, StatusChange,
+                        Trial, TrialState, utcnow)
 from app.protocol import AttemptRef, Cancel, Dispatch, Finished
 
 log = logging.getLogger(__name__)
@@ -300,12 +300,31 @@ def _end(session: Session, trial: Trial, state: TrialState, *, log_text: str | N
     session.flush()
     approach = session.get(Approach, trial.approach_id)
     if approach is not None and approach.status in (ApproachStatus.queued, ApproachStatus.running):
-        # No verdict is confirmed yet: the approach is untested again until a person confirms one.
+        # A trial that measured something leaves the approach untested, waiting for a person's verdict
+        # (verdicts.on_trial_ended). One that was cancelled or lost measured nothing: the approach
+        # goes back to what it was before (a re-tested dead end stays a dead end, with its reason).
         words = f"trial #{trial.id} {state.value.replace('_', ' ')}" + (f": {reason}" if reason else "")
-        change_status(session, approach, ApproachStatus.untested, words, _runner_actor(session, trial.runner_id),
+        back_to, back_reason = ApproachStatus.untested, words
+        if state in (TrialState.cancelled, TrialState.lost):
+            before = _status_before(session, approach, trial)
+            if before is not None:
+                back_to, back_reason = before
+        change_status(session, approach, back_to, back_reason, _runner_actor(session, trial.runner_id),
                       trial_id=trial.id, by_trial=True)
     for hook in TRIAL_ENDED_HOOKS:
         hook(session, trial)
+
+
+def _status_before(session: Session, approach: Approach, trial: Trial) -> tuple[ApproachStatus, str] | None:
+    """The approach's status and reason from before this trial queued it (None when unknown)."""
+    changes = list(session.exec(select(StatusChange).where(StatusChange.approach_id == approach.id)
+                                .order_by(StatusChange.at, StatusChange.id)))  # type: ignore[arg-type]
+    for index, change in enumerate(changes):
+        if change.trial_id == trial.id and change.to_status == ApproachStatus.queued:
+            earlier = changes[index - 1] if index > 0 else None
+            reason = earlier.reason if earlier is not None and earlier.to_status == change.from_status else ""
+            return ApproachStatus(change.from_status), reason
+    return None
 
 
 # Called with (session, trial) when a trial ends, inside the same transaction.

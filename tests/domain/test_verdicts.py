@@ -259,3 +259,23 @@ def test_run_next_says_when_everything_waits_for_a_verdict(engine):
         verdicts.confirm(s, a, s.get(Trial, a.pending_trial_id), "deferred", "needs a build", [], "alice")
         out = scheduling.run_next(s, campaign(s), "alice")
         assert out.reason == "nothing to run until a verdict is confirmed: NCCL tree waits for yours"
+
+
+@pytest.mark.parametrize("outcome", ["cancelled", "lost"])
+def test_a_retest_that_measured_nothing_keeps_the_verdict(engine, outcome):
+    """A re-test cancelled (or lost with its runner) leaves the dead end and its reason as they were."""
+    seed(engine, {"key": "a"})
+    with session_scope(engine) as s:
+        dead_end_on_old_stack(s, "a")
+        runner(s, "node-b", NEW_TORCH)
+        started = scheduling.run_next(s, campaign(s), "alice")
+        assert approach(s, "a").status == "queued"
+        if outcome == "cancelled":
+            run_to_end(s, started.trial, exit_code=None, outcome="cancelled")
+        else:
+            scheduling.mark_lost(s, started.trial, "runner stopped answering")
+        a = approach(s, "a")
+        assert (a.status, a.reason) == ("dead_end", "KeyError: 12 in symmetric memory")
+        assert a.pending_trial_id is None
+        # Still flagged: the re-test has not happened yet.
+        assert a.id in verdicts.retest_flags(s, campaign(s))
