@@ -9,7 +9,7 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
-from conftest import start_live_server, stop_live_server
+from tests.conftest import start_live_server, stop_live_server
 
 pytestmark = pytest.mark.browser
 
