@@ -9,7 +9,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from app.config import Settings
-from app.db import open_session
+from app.db import open_session, session_scope
 from app.security import (CSRF_FORM_FIELD, CSRF_HEADER, SESSION_COOKIE, Operator, api_token_name,
                           csrf_ok, origin_ok)
 
@@ -26,15 +26,8 @@ def get_engine(request: Request) -> Engine:
 
 def get_session(request: Request) -> Iterator[Session]:
     """One transaction per request; write requests take the write lock up front (see app.db)."""
-    session = open_session(request.app.state.engine, write=request.method in UNSAFE_METHODS)
-    try:
+    with session_scope(request.app.state.engine, write=request.method in UNSAFE_METHODS) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]

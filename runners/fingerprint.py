@@ -24,7 +24,7 @@ FINGERPRINT_KEYS = ("hostname", "cpu_count", "python", "gpu_count", "gpus", "sm"
 # Runs in the recipes' interpreter. Importing torch can take many seconds on a cold GPU node, so
 # versions come from package metadata and torch/version.py first (one line, printed at once);
 # only when NCCL's version is not known that way is torch imported, and a second line printed.
-_TORCH_PROBE = r"""
+_VERSION_FN = r"""
 import importlib.metadata as m, importlib.util, json, os, re
 def version(*names):
     for name in names:
@@ -33,6 +33,8 @@ def version(*names):
         except Exception:
             pass
     return None
+"""
+_TORCH_PROBE = _VERSION_FN + r"""
 out = {"sglang": version("sglang"), "flashinfer": version("flashinfer-python", "flashinfer"), "torch": version("torch")}
 try:
     spec = importlib.util.find_spec("torch")
@@ -57,15 +59,7 @@ if out.get("torch") and out.get("cuda") and not out.get("nccl"):
 """
 
 # Runs in the sglang interpreter (when it is another one): no torch import, just versions.
-_VERSION_PROBE = r"""
-import importlib.metadata as m, json
-def version(*names):
-    for name in names:
-        try:
-            return m.version(name)
-        except Exception:
-            pass
-    return None
+_VERSION_PROBE = _VERSION_FN + r"""
 print("@@probe " + json.dumps({"sglang": version("sglang"), "flashinfer": version("flashinfer-python", "flashinfer")}))
 """
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from typing import Any, Callable
 
 from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
@@ -151,6 +152,19 @@ def launch_ranks(prog: str, module: str, argv: list[str], world_size: int, run_t
                   file=sys.stderr, flush=True)
             return 124
         time.sleep(0.05)
+
+
+def run_rank(values: dict[str, Any], measure: Callable[["Rank", dict[str, Any]], int]) -> None:
+    """A rank's whole life: join the group, measure, then leave within the teardown bound
+    (NCCL teardown can hang; the results are printed before it starts)."""
+    rank = Rank(values["backend"], values["init_timeout_s"])
+    code = 1
+    try:
+        code = measure(rank, values)
+    except Exception:
+        traceback.print_exc()
+    finally:
+        rank.finish(code, values["teardown_timeout_s"])
 
 
 class Rank:

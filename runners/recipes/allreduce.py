@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from typing import Any, Sequence
 
 from runners.recipes import _dist
@@ -48,14 +47,7 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker(values: dict[str, Any]) -> None:
-    rank = _dist.Rank(values["backend"], values["init_timeout_s"])
-    code = 1
-    try:
-        code = _measure(rank, values)
-    except Exception:
-        traceback.print_exc()
-    finally:
-        rank.finish(code, values["teardown_timeout_s"])
+    _dist.run_rank(values, _measure)
 
 
 def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:

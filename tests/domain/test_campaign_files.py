@@ -11,13 +11,6 @@ from app.domain.errors import Invalid
 DEMO_SLUG = "kimi-k25-eagle3"
 
 
-@pytest.fixture
-def engine(db_url):
-    migrate(db_url)
-    engine = make_engine(db_url)
-    yield engine
-    engine.dispose()
-
 
 def _export(engine, slug=DEMO_SLUG) -> str:
     with session_scope(engine, write=False) as s:

@@ -2,18 +2,11 @@
 import pytest
 from sqlmodel import Session
 
-from app.db import make_engine, migrate, session_scope
+from app.db import session_scope
 from app.domain import inventory
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.schemas import ApproachCreate, CampaignCreate
 
-
-@pytest.fixture
-def engine(db_url):
-    migrate(db_url)
-    engine = make_engine(db_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

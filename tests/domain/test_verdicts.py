@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from sqlmodel import select
 
-from app.db import make_engine, migrate, session_scope
+from app.db import session_scope
 from app.domain import inventory, scheduling, verdicts
 from app.domain.errors import Invalid
 from app.models import ApproachStatus, Runner, Trial, utcnow
@@ -17,13 +17,6 @@ from app.models import ApproachStatus, Runner, Trial, utcnow
 from verdicts_support import (NEW_NCCL, NEW_TORCH, NO_TORCH, OLD_STACK, TWO_GPUS_NEW_TORCH, approach, campaign,
                                dead_end_on_old_stack, end_trial, fixture_log, run_to_end, runner, seed)
 
-
-@pytest.fixture
-def engine(db_url):
-    migrate(db_url)
-    engine = make_engine(db_url)
-    yield engine
-    engine.dispose()
 
 
 # ---- proposals --------------------------------------------------------------------------------
