@@ -200,9 +200,12 @@ def live_server(tmp_path) -> Iterator[LiveServer]:
         stop_live_server(server)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Headless Debian Chromium through Playwright (Playwright cannot download its own browser here)."""
+    """Headless Debian Chromium through Playwright (Playwright cannot download its own browser here).
+
+    Module scope: Playwright's sync API keeps an event loop running in this thread while it is
+    started, so it must stop before tests that call asyncio.run() themselves."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
