@@ -52,6 +52,9 @@ def serve(
         settings.port = port
     if no_runner:
         settings.embedded_runner = False
+    if not settings.auth_enabled and settings.host not in ("127.0.0.1", "localhost", "::1"):
+        _fail("CAMPAIGN_AUTH_ENABLED=false is only allowed on a loopback address: anyone who can reach "
+              f"{settings.host} could run commands on the runners")
     engine = _engine(settings)
     if demo:
         _load_demo(engine)
