@@ -57,8 +57,8 @@ def test_login_url_and_tokens(run):
     assert r.returncode == 1 and "no live API token" in r.stderr
 
 
-def test_serve_refuses_no_auth_on_a_public_address(run):
+def test_serve_refuses_no_auth_on_a_public_address(tmp_path):
     r = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--no-runner"],
-                       env={**os.environ, "CAMPAIGN_AUTH_ENABLED": "false", "CAMPAIGN_DATA_DIR": "/tmp/cb-noauth"},
+                       env={**os.environ, "CAMPAIGN_AUTH_ENABLED": "false", "CAMPAIGN_DATA_DIR": str(tmp_path)},
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "only allowed on a loopback address" in r.stderr
