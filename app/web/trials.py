@@ -32,13 +32,17 @@ def _trial_page(session: Session, trial_id: int) -> dict[str, Any]:
             "runner": session.get(Runner, trial.runner_id) if trial.runner_id else None}
 
 
-def _recent(session: Session, slug: str) -> dict[str, Any]:
+def _recent(session: Session, slug: str, approach_key: str | None = None) -> dict[str, Any]:
+    """The campaign's latest trials, or all of one approach's."""
     campaign = get_campaign(session, slug)
-    rows = session.exec(select(Trial, Approach).join(Approach, Approach.id == Trial.approach_id)
-                        .where(Trial.campaign_id == campaign.id)
-                        .order_by(Trial.id.desc()).limit(RECENT_TRIALS)).all()  # type: ignore[union-attr]
+    query = (select(Trial, Approach).join(Approach, Approach.id == Trial.approach_id)
+             .where(Trial.campaign_id == campaign.id).order_by(Trial.id.desc()))  # type: ignore[union-attr]
+    if approach_key is None:
+        query = query.limit(RECENT_TRIALS)
+    else:
+        query = query.where(Approach.key == approach_key)
     names = {r.id: r.name for r in session.exec(select(Runner))}
-    return {"campaign": campaign, "rows": [(t, a, names.get(t.runner_id)) for t, a in rows]}
+    return {"campaign": campaign, "rows": [(t, a, names.get(t.runner_id)) for t, a in session.exec(query).all()]}
 
 
 def _runners(session: Session) -> dict[str, Any]:
@@ -67,6 +71,12 @@ async def run_next(request: Request, slug: str, operator: OperatorDep) -> HTMLRe
 @router.get("/campaigns/{slug}/trials")
 async def campaign_trials(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
     ctx = await run_in_tx(request.app.state.engine, _recent, slug, write=False)
+    return render(request, "_partials/trial_rows.html", ctx)
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/trials")
+async def approach_trials(request: Request, slug: str, key: str, operator: OperatorDep) -> HTMLResponse:
+    ctx = await run_in_tx(request.app.state.engine, _recent, slug, key, write=False)
     return render(request, "_partials/trial_rows.html", ctx)
 
 

@@ -182,3 +182,15 @@ def test_campaign_fragment_lists_pending_and_flagged(operator_client, engine):
     assert r.status_code == 200
     r = operator_client.get("/campaigns/c/verdicts", headers=HTMX)
     assert "Waiting for your verdict" not in r.text and 'data-key="flagged"' in r.text
+
+
+def test_the_approach_page_lists_its_trials_only(operator_client, engine, failed_trial):
+    with session_scope(engine) as s:
+        other = end_trial(s, approach(s, "b"), runner(s, "node-b", NEW_TORCH))
+        other_id = other.id
+    page = operator_client.get("/campaigns/c/approaches/a").text
+    assert 'hx-get="/campaigns/c/approaches/a/trials"' in page
+    rows = operator_client.get("/campaigns/c/approaches/a/trials", headers=HTMX).text
+    assert f'href="/trials/{failed_trial}"' in rows and f'href="/trials/{other_id}"' not in rows
+    latest = operator_client.get("/campaigns/c/trials", headers=HTMX).text
+    assert f'href="/trials/{failed_trial}"' in latest and f'href="/trials/{other_id}"' in latest
