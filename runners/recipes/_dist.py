@@ -21,6 +21,7 @@ import traceback
 from typing import Any, Callable
 
 from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
+from runners.recipes.metric import emit_phase
 
 # NCCL knobs arrive through the environment (the recipe's env); recipes only record them.
 NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_P2P_LEVEL")
@@ -194,6 +195,11 @@ class Rank:
     def log(self, text: str) -> None:
         if self.rank == 0:
             print(text, flush=True)
+
+    def phase(self, name: str) -> None:
+        """Rank 0 announces what the trial is doing now (shown on the trial page)."""
+        if self.rank == 0:
+            emit_phase(name)
 
     def barrier(self) -> None:
         import torch.distributed as dist

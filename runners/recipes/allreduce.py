@@ -65,6 +65,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         shape = (tokens, values["hidden_size"])
         nbytes = tokens * values["hidden_size"] * elt
         tags = {**base_tags, "tokens": tokens, "bytes": nbytes}
+        rank.phase(f"measuring {tokens} token{'s' if tokens != 1 else ''} ({nbytes} B)")
         ar = _dist.Allreduce(rank, shape, values["dtype"])
         ok, err, tol = _dist.check_allreduce(ar, values["seed"], values["dtype"])
         if not ok:

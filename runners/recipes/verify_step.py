@@ -166,6 +166,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
 
     times: dict[str, list[float]] = {}
     for name, body in (("full", full), ("compute", compute_only), ("comm", comm_only)):
+        rank.phase(f"timing {name}")
         if values["mode"] == "graph":
             graph = _dist.capture_graph(rank, body)
             times[name] = _dist.time_graph(rank, graph, values["warmup"], values["iters"])
