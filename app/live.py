@@ -9,8 +9,12 @@ has and reads the rest from the database.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
+import os
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +25,66 @@ from pydantic import BaseModel
 from app.models import utcnow
 
 log = logging.getLogger(__name__)
+
+TRACE_ENV = "CAMPAIGN_LOG_TRACE"
+
+
+class Trace:
+    """Per-hop timing of the log pipeline, for bench/log_pipeline.py --trace (off unless TRACE_ENV names
+    a path prefix): one line "event trial seq time_ns" per chunk and hop, written to
+    <prefix>.<role>.<pid>.tsv. Off, `trace.on` is False and callers skip it."""
+
+    def __init__(self, role: str) -> None:
+        prefix = os.environ.get(TRACE_ENV)
+        self.on = bool(prefix)
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        if self.on:
+            self._path = f"{prefix}.{role}.{os.getpid()}.tsv"
+            atexit.register(self.flush)
+
+    def __call__(self, event: str, trial: int, seq: int, t: int | None = None) -> None:
+        line = f"{event}\t{trial}\t{seq}\t{t or time.time_ns()}\n"
+        with self._lock:
+            self._lines.append(line)
+            full = len(self._lines) >= 4096
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            lines, self._lines = self._lines, []
+            if lines:
+                with open(self._path, "a") as f:
+                    f.writelines(lines)
+
+
+trace = Trace("server")
+
+
+async def trace_probes(period_s: float = 0.005) -> None:
+    """While tracing: event-loop stalls ("loop_lag", seq = lateness in microseconds, past 5 ms) and
+    garbage collections ("gc", trial = generation, seq = duration in microseconds)."""
+    import gc
+
+    started: dict[str, int] = {}
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started["t"] = time.perf_counter_ns()
+        elif "t" in started:
+            trace("gc", info.get("generation", -1), (time.perf_counter_ns() - started.pop("t")) // 1000)
+
+    gc.callbacks.append(on_gc)
+    try:
+        while True:
+            before = time.perf_counter_ns()
+            await asyncio.sleep(period_s)
+            late = (time.perf_counter_ns() - before) // 1000 - int(period_s * 1e6)
+            if late > 5000:
+                trace("loop_lag", -1, late)
+    finally:
+        gc.callbacks.remove(on_gc)
 
 RESYNC_CLOSE_CODE = 4000          # "you fell behind: reconnect with ?after=<last seq you have>"
 SUBSCRIBER_QUEUE_BYTES = 4 * 1024 * 1024
@@ -100,10 +164,79 @@ class RunnerLink:
             await asyncio.wait_for(self._close(code, reason), 2)
 
 
+class AttemptGate:
+    """Which trials' current attempts are known valid, so their log chunks may be fanned out as soon as
+    they are parsed, before the transaction that stores them commits.
+
+    Safe because a chunk's content for (trial, attempt, seq) is fixed (the runner resends the same bytes),
+    appends are idempotent and viewers dedupe by seq: the only way a viewer could see something that will
+    not be stored is an attempt that turned stale (lost, replaced) between the publish and the commit.
+    Only the transactions that can do that (the lost-runner sweep, a runner's hello) run `exclusive()`:
+    no chunk is published early meanwhile, they start once every ingest batch in flight has committed,
+    and the trials they end are forgotten before early publishing resumes. A trial is remembered only by
+    a batch (or a dispatch) whose transaction ran with no exclusive one pending (`share()`).
+    """
+
+    def __init__(self) -> None:
+        self.current: dict[int, tuple[str, int]] = {}   # trial id -> (attempt id, runner id)
+        self._shared = 0
+        self._exclusive = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def may_publish(self, trial_id: int, attempt_id: str, runner_id: int) -> bool:
+        return not self._exclusive and self.current.get(trial_id) == (attempt_id, runner_id)
+
+    def share(self) -> "_Share":
+        """Around a transaction that may validate attempts: `with gate.share() as ok: ...; if ok: remember()`."""
+        return _Share(self)
+
+    def remember(self, trial_id: int, attempt_id: str, runner_id: int) -> None:
+        self.current[trial_id] = (attempt_id, runner_id)
+
+    def forget(self, trial_id: int) -> None:
+        self.current.pop(trial_id, None)
+
+    def forget_runner(self, runner_id: int) -> None:
+        for trial_id in [t for t, (_, r) in self.current.items() if r == runner_id]:
+            del self.current[trial_id]
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self):  # noqa: ANN201
+        self._exclusive += 1
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._exclusive -= 1
+
+
+class _Share:
+    def __init__(self, gate: AttemptGate) -> None:
+        self.gate = gate
+        self.counted = False
+
+    def __enter__(self) -> bool:
+        """True when no exclusive transaction is pending: what this one validates may be remembered."""
+        if self.gate._exclusive:
+            return False
+        self.counted = True
+        self.gate._shared += 1
+        self.gate._idle.clear()
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.counted:
+            self.gate._shared -= 1
+            if not self.gate._shared:
+                self.gate._idle.set()
+
+
 class LiveHub:
     def __init__(self) -> None:
         self.subscribers: dict[int, set[Subscriber]] = {}
         self.runners: dict[int, RunnerLink] = {}
+        self.attempts = AttemptGate()
 
     # ---- browsers ----
     def subscribe(self, trial_id: int, limit_bytes: int = SUBSCRIBER_QUEUE_BYTES) -> Subscriber:

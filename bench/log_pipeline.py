@@ -89,6 +89,7 @@ class Viewer(threading.Thread):
         self.lines = 0
         self.bytes = 0
         self.first = self.last = 0.0
+        self.chunk_times: dict[int, int] = {}  # seq -> when its message arrived (time_ns)
         self.carry = ""
         self.done = threading.Event()
         self.ready = threading.Event()
@@ -125,6 +126,8 @@ class Viewer(threading.Thread):
                             continue
                         texts = [text for _, text in msg["chunks"]]
                         self.last_seq = msg["chunks"][-1][0]
+                        for seq, _ in msg["chunks"]:
+                            self.chunk_times.setdefault(seq, now)
                     for text in texts:
                         self._take(text, now)
                     if self.expected is not None and len(self.seen) >= self.expected:
@@ -164,7 +167,7 @@ def pct(values: list[float], p: float) -> float:
 class Board:
     """`campaign serve` + `campaign runner` in their own processes on a fresh data dir."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, trace: bool = False) -> None:
         self.dir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -173,6 +176,8 @@ class Board:
                     "CAMPAIGN_PORT": str(self.port), "CAMPAIGN_SECRET_KEY": uuid.uuid4().hex, "PYTHONUNBUFFERED": "1",
                     # Throughput runs measure ingest, not the cap: keep every line.
                     "CAMPAIGN_LOG_CAP_BYTES": str(4 * 2**30)}
+        if trace:  # per-hop timestamps from the server and the runner (app/live.py Trace)
+            self.env["CAMPAIGN_LOG_TRACE"] = str(workdir / "trace")
         self.procs: list[subprocess.Popen] = []
 
     def cli(self, *args: str, env: dict[str, str] | None = None) -> str:
@@ -264,6 +269,65 @@ class Board:
                     pass
 
 
+HOPS = ["print", "r_read", "r_spooled", "r_sent", "s_received", "s_parsed", "s_thread", "s_applied", "s_committed",
+        "s_resumed", "s_published", "s_dequeued", "s_sent", "viewer"]
+
+
+def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
+    """Per-hop latency of one trial's chunks, from the trace files (run with --trace; the processes
+    write them at exit, so call this after board.stop())."""
+    events: dict[str, dict[int, int]] = {h: {} for h in HOPS}
+    probes: dict[str, list[tuple[int, int]]] = {"gc": [], "loop_lag": []}
+    for path in board.dir.glob("trace.*.tsv"):
+        for line in path.read_text().splitlines():
+            event, trial, seq, t = line.split("\t")
+            if event in probes:
+                probes[event].append((int(trial), int(seq)))
+            elif int(trial) == trial_id and event in events:
+                events[event].setdefault(int(seq), int(t))
+    con = sqlite3.connect(board.db)
+    for seq, data in con.execute("select seq, data from log_chunk where trial_id=? and \"offset\">=0", (trial_id,)):
+        events["print"][seq] = int(data.split(" ", 2)[1])  # the chunk's first (earliest printed) line
+    con.close()
+    events["viewer"] = dict(viewer.chunk_times)
+    seqs = [s for s in events["print"] if all(s in events[h] for h in HOPS)]
+    if not seqs:
+        print("  (no complete trace)")
+        return
+    total = {s: (events["viewer"][s] - events["print"][s]) / 1e6 for s in seqs}
+    slow = sorted(seqs, key=total.get)[int(0.99 * len(seqs)):]
+    print(f"  per hop, ms, over {len(seqs):,} chunks (first line's print time); 'slowest 1%' = mean over the "
+          f"{len(slow)} chunks with the highest print -> viewer")
+    print(f"  {'hop':<28} {'p50':>7} {'p99':>7} {'max':>7} {'slowest 1%':>11}")
+    for a, b in zip(HOPS, HOPS[1:]):
+        d = [(events[b][s] - events[a][s]) / 1e6 for s in seqs]
+        d_slow = [(events[b][s] - events[a][s]) / 1e6 for s in slow]
+        print(f"  {a + ' -> ' + b:<28} {pct(d, 50):7.2f} {pct(d, 99):7.2f} {max(d):7.2f} "
+              f"{statistics.mean(d_slow):11.2f}")
+    d = list(total.values())
+    print(f"  {'print -> viewer (chunk)':<28} {pct(d, 50):7.2f} {pct(d, 99):7.2f} {max(d):7.2f}")
+    gcs = [us for gen, us in probes["gc"] if gen == 2]
+    lags = [us for _, us in probes["loop_lag"]]
+    print(f"  server, whole run: {len(probes['gc'])} GCs ({len(gcs)} gen-2, longest {max(gcs, default=0) / 1e3:.1f} ms); "
+          f"{len(lags)} event-loop stalls > 5 ms (longest {max(lags, default=0) / 1e3:.1f} ms)")
+
+
+def paced_run(board: Board, slug: str, rate: int, seconds: float, label: str) -> Viewer:
+    tid = board.run_next(slug)
+    v = board.viewer(tid, expected=None)
+    v.start()
+    board.wait_done(tid)
+    lines, _, _ = board.stored(tid)
+    v.expected = lines
+    v.done.wait(30)
+    v.stop = True
+    v.trial_id = tid
+    print(f"paced  ours ({label}): {rate:,} lines/s for {seconds:g} s: latency p50 {pct(v.latencies, 50):.1f} ms, "
+          f"p99 {pct(v.latencies, 99):.1f} ms, max {max(v.latencies):.1f} ms; stored {lines:,}, "
+          f"lost {lines - len(v.seen)}, duplicated {v.dups}")
+    return v
+
+
 # ---- the floor: producer -> relay -> viewer, loopback websockets, no database ---------------------
 
 def relay_main(port: int) -> None:
@@ -335,6 +399,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0, help="How long each trial prints.")
     ap.add_argument("--rate", type=int, default=10_000, help="Lines/s of the latency run.")
+    ap.add_argument("--trace", action="store_true",
+                    help="Per-hop latency of the paced runs (server and runner write timestamps; a little slower).")
+    ap.add_argument("--no-floor", action="store_true", help="Skip the bare-relay floor runs (quicker).")
+    ap.add_argument("--no-stuck", action="store_true", help="Skip the stuck-viewer run (quicker).")
     ap.add_argument("--role", choices=["relay", "producer"], help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--script", help=argparse.SUPPRESS)
@@ -348,12 +416,16 @@ def main() -> None:
     paced = PACED.format(rate=args.rate, seconds=args.seconds)
     paced_lines = int(args.rate * args.seconds)
     work = Path(tempfile.mkdtemp(prefix="cb-bench-"))
-    board = Board(work)
+    board = Board(work, trace=args.trace)
+    fresh = after = None
     print(f"# {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, work dir {work}")
     try:
         board.start()
-        board.seed([("flood", flood), ("paced", paced), ("stuck", flood)])
+        board.seed([("flood", flood), ("paced", paced), ("paced-after", paced), ("stuck", flood)])
         server = psutil.Process(board.server.pid)
+
+        # 0. Paced at --rate lines/s on the fresh server and database: print -> viewer latency.
+        fresh = paced_run(board, "paced", args.rate, args.seconds, "fresh database")
 
         # 1. Flood: sustained ingest with one live viewer.
         peak_flood = 0
@@ -381,34 +453,27 @@ def main() -> None:
               f"{nbytes / span / 1e6:.1f} MB/s; trial {t['state']}; viewer got {len(v.seen):,} lines, "
               f"lost {lines - len(v.seen)}, duplicated {v.dups}, resynced {v.resyncs}x; "
               f"server RSS peak {peak_flood / 2**20:.0f} MiB")
-        f = floor(flood, None, work)
-        floor_span = (f.last - f.first) or float("nan")
-        floor_rate = len(f.seen) / floor_span
-        print(f"flood  floor: {len(f.seen):,} lines relayed in {floor_span:.2f} s = {floor_rate:,.0f} lines/s, "
-              f"{f.bytes / floor_span / 1e6:.1f} MB/s; duplicated {f.dups}")
-        print(f"flood  ratio: ours/floor = {ours_rate / floor_rate:.2f}")
+        if not args.no_floor:
+            f = floor(flood, None, work)
+            floor_span = (f.last - f.first) or float("nan")
+            floor_rate = len(f.seen) / floor_span
+            print(f"flood  floor: {len(f.seen):,} lines relayed in {floor_span:.2f} s = {floor_rate:,.0f} lines/s, "
+                  f"{f.bytes / floor_span / 1e6:.1f} MB/s; duplicated {f.dups}")
+            print(f"flood  ratio: ours/floor = {ours_rate / floor_rate:.2f}")
 
-        # 2. Paced at --rate lines/s: print -> viewer latency.
-        tid = board.run_next("paced")
-        v = board.viewer(tid, expected=None)
-        v.start()
-        t = board.wait_done(tid)
-        lines, _, _ = board.stored(tid)
-        v.expected = lines
-        v.done.wait(30)
-        v.stop = True
-        lost = lines - len(v.seen)
-        print(f"paced  ours : {args.rate:,} lines/s for {args.seconds:g} s: latency p50 {pct(v.latencies, 50):.1f} ms, "
-              f"p99 {pct(v.latencies, 99):.1f} ms, max {max(v.latencies):.1f} ms; stored {lines:,}, "
-              f"lost {lost}, duplicated {v.dups}")
-        f = floor(paced, paced_lines, work)
-        printed = max(f.seen) + 1 if f.seen else 0
-        print(f"paced  floor: latency p50 {pct(f.latencies, 50):.1f} ms, p99 {pct(f.latencies, 99):.1f} ms; "
-              f"lost {printed - len(f.seen)}, duplicated {f.dups}")
-        print(f"paced  ratio: p50 ours/floor = {pct(v.latencies, 50) / pct(f.latencies, 50):.2f}, "
-              f"p99 ours/floor = {pct(v.latencies, 99) / pct(f.latencies, 99):.2f}")
+        # 2. Paced again, same server and database, right after the flood (~500 MB written).
+        v = after = paced_run(board, "paced-after", args.rate, args.seconds, "after the flood")
+        if not args.no_floor:
+            f = floor(paced, paced_lines, work)
+            printed = max(f.seen) + 1 if f.seen else 0
+            print(f"paced  floor: latency p50 {pct(f.latencies, 50):.1f} ms, p99 {pct(f.latencies, 99):.1f} ms; "
+                  f"lost {printed - len(f.seen)}, duplicated {f.dups}")
+            print(f"paced  ratio (after the flood): p50 ours/floor = {pct(v.latencies, 50) / pct(f.latencies, 50):.2f}, "
+                  f"p99 ours/floor = {pct(v.latencies, 99) / pct(f.latencies, 99):.2f}")
 
         # 3. A stuck viewer (never reads) during a flood: the server's memory stays bounded.
+        if args.no_stuck:
+            return
         rss_before = server.memory_info().rss
         tid = board.run_next("stuck")
         ws = board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws?after=-1"
@@ -430,6 +495,11 @@ def main() -> None:
               f"peak {peak / 2**20:.0f} MiB during; the viewer was closed with code {closed} (4000 = resync)")
     finally:
         board.stop()
+        if args.trace:
+            for label, viewer in (("fresh database", fresh), ("after the flood", after)):
+                if viewer is not None:
+                    print(f"paced ({label}), trial {viewer.trial_id}:")
+                    hop_report(board, viewer.trial_id, viewer)
 
 
 if __name__ == "__main__":

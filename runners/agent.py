@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -26,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,9 +41,9 @@ from app.protocol import (Ack, AttemptRef, Cancel, Dispatch, Finished, FinishedA
                           Phase, Reject, Started, Welcome, parse_server_message)
 from runners import fingerprint as node
 from runners.process import (OutputChunk, ProcessId, TrialProcess, check_gpus_released, gpu_memory_used,
-                             stop_attempt_leftovers)
+                             stop_attempt_leftovers, trace)
 from runners.recipes import RecipeError, build_launch
-from runners.spool import AttemptSpool, Spool, SpoolBusy
+from runners.spool import AttemptSpool, SpooledChunk, Spool, SpoolBusy
 
 log = logging.getLogger("campaign.runner")
 
@@ -51,6 +53,7 @@ EXIT_OK, EXIT_USAGE, EXIT_TOKEN_REFUSED = 0, 2, 3
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
 WELCOME_TIMEOUT_S = 30.0
 SEND_BATCH = 64
+FRESH_MAX = 128  # chunks just spooled, kept in memory for the sender (beyond: it reads them back from the spool)
 
 
 class RunnerFatal(Exception):
@@ -95,6 +98,18 @@ class Attempt:
     rejected: bool = False
     sent_seq: int = -1  # last seq sent on the current connection
     finished_sent: bool = False  # on the current connection
+    # What the reader just spooled, so the sender need not read it back (same bytes as the spool's).
+    fresh: deque[SpooledChunk] = field(default_factory=deque)
+
+    def next_chunks(self, limit: int) -> list[SpooledChunk]:
+        """Up to `limit` chunks after sent_seq, in order: from memory when they are there, else from the spool."""
+        fresh = self.fresh
+        while fresh and fresh[0].seq <= self.sent_seq:
+            fresh.popleft()
+        out: list[SpooledChunk] = []
+        while fresh and len(out) < limit and fresh[0].seq == self.sent_seq + 1 + len(out):
+            out.append(fresh.popleft())
+        return out or self.spool.chunks_after(self.sent_seq, limit=limit)
 
     @property
     def ref(self) -> AttemptRef:
@@ -138,6 +153,10 @@ class Agent:
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
+        # What was loaded so far lives as long as the process: keep it out of the collector's full
+        # passes (tens of ms each on a busy node, right in the log path).
+        gc.collect()
+        gc.freeze()
         try:
             if self.fingerprint is None:  # collected while the first connection is made
                 self._fingerprint_task = asyncio.create_task(asyncio.to_thread(
@@ -312,10 +331,12 @@ class Agent:
         for attempt in list(self.attempts.values()):
             if attempt.rejected:
                 continue
-            chunks = attempt.spool.chunks_after(attempt.sent_seq, limit=SEND_BATCH)
+            chunks = attempt.next_chunks(SEND_BATCH)
             for chunk in chunks:
                 await self._send(ws, LogChunkMsg(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id,
                                                  seq=chunk.seq, offset=chunk.offset, data=chunk.data))
+                if trace.on:
+                    trace("r_sent", attempt.trial_id, chunk.seq)
                 attempt.sent_seq = chunk.seq
                 sent = True
             finished = attempt.spool.finished
@@ -424,7 +445,12 @@ class Agent:
         """Called on the output reader thread: to disk first, then wake the sender."""
         if attempt.rejected:
             return
-        attempt.spool.append(chunk.offset, chunk.data)
+        seq = attempt.spool.append(chunk.offset, chunk.data)
+        if seq >= 0 and len(attempt.fresh) < FRESH_MAX:
+            attempt.fresh.append(SpooledChunk(seq, chunk.offset, chunk.data))
+        if trace.on:
+            trace("r_read", attempt.trial_id, seq, chunk.read_ns)
+            trace("r_spooled", attempt.trial_id, seq)
         self._loop.call_soon_threadsafe(self._wake.set)
 
     def _queue(self, message: Started | Phase) -> None:

@@ -44,6 +44,45 @@ class OutputChunk:
     offset: int  # byte offset of the chunk's first byte in the attempt's output
     data: str  # the chunk's bytes decoded as UTF-8 (errors replaced)
     nbytes: int  # how many output bytes the chunk covers
+    read_ns: int = field(default=0, compare=False)  # when its last bytes were read (time.time_ns(); tracing)
+
+
+TRACE_ENV = "CAMPAIGN_LOG_TRACE"
+
+
+class Trace:
+    """Per-hop timing of the log pipeline, for bench/log_pipeline.py --trace (off unless TRACE_ENV names
+    a path prefix): "event trial seq time_ns" lines in <prefix>.<role>.<pid>.tsv (app/live.py has the
+    server's twin)."""
+
+    def __init__(self, role: str) -> None:
+        prefix = os.environ.get(TRACE_ENV)
+        self.on = bool(prefix)
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        if self.on:
+            import atexit
+
+            self._path = f"{prefix}.{role}.{os.getpid()}.tsv"
+            atexit.register(self.flush)
+
+    def __call__(self, event: str, trial: int, seq: int, t: int | None = None) -> None:
+        line = f"{event}\t{trial}\t{seq}\t{t or time.time_ns()}\n"
+        with self._lock:
+            self._lines.append(line)
+            full = len(self._lines) >= 4096
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            lines, self._lines = self._lines, []
+            if lines:
+                with open(self._path, "a") as f:
+                    f.writelines(lines)
+
+
+trace = Trace("runner")
 
 
 def _incomplete_utf8_tail(buf: bytes) -> int:
@@ -69,6 +108,7 @@ class LogChunker:
     def __init__(self) -> None:
         self.offset = 0
         self._carry = b""
+        self.read_ns = 0  # set by the reader when tracing
 
     @property
     def pending(self) -> int:
@@ -91,7 +131,7 @@ class LogChunker:
     def _emit(self, raw: bytes) -> list[OutputChunk]:
         if not raw:
             return []
-        chunk = OutputChunk(self.offset, raw.decode("utf-8", errors="replace"), len(raw))
+        chunk = OutputChunk(self.offset, raw.decode("utf-8", errors="replace"), len(raw), self.read_ns)
         self.offset += len(raw)
         return [chunk]
 
@@ -351,6 +391,8 @@ class TrialProcess:
                 if not data:
                     break
                 last_data = time.monotonic()
+                if trace.on:
+                    self.chunker.read_ns = time.time_ns()
                 deliver(self.chunker.feed(data))
         except OSError:
             pass

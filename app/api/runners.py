@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import subprocess
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +28,8 @@ from app.deps import OperatorDep
 from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
 from app.domain import scheduling
-from app.live import RunnerLink, ensure_hub, get_hub, run_in_tx
+from app.db import session_scope
+from app.live import RunnerLink, ensure_hub, get_hub, run_in_tx, trace, trace_probes
 from app.models import Runner, utcnow
 from app.protocol import (Ack, Cancel, Finished, FinishedAck, Heartbeat, Hello, LogChunkMsg, Phase, Reject,
                           Started, Welcome, parse_runner_message)
@@ -93,6 +97,7 @@ class BatchOut:
     replies: list[str] = field(default_factory=list)
     chunks: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     states: dict[int, dict[str, Any]] = field(default_factory=dict)
+    validated: dict[int, str] = field(default_factory=dict)  # trial -> its current attempt, checked for this runner
     refuse: bool = False  # the runner was revoked (e.g. by the CLI): close its socket
 
 
@@ -115,6 +120,7 @@ class RunnerSession:
         self.metrics: log_domain.MetricExtractor = app.state.metric_extractor
         self.link = RunnerLink(self.runner_id, runner.name, ws.send_text, self._close)
         self.inbox: asyncio.Queue[str | None] = asyncio.Queue(RECEIVE_QUEUE)
+        self._received_ns: deque[int] = deque()  # tracing only: when each inbox message was received
 
     async def _close(self, code: int, reason: str) -> None:
         await self.ws.close(code=code, reason=reason)
@@ -130,7 +136,9 @@ class RunnerSession:
             return
         await self.hub.register_runner(self.link)
         try:
-            welcome, redispatch, ended = await run_in_tx(self.engine, self._on_hello, hello)
+            async with self.hub.attempts.exclusive():  # it may end this runner's trials (AttemptGate)
+                self.hub.attempts.forget_runner(self.runner_id)
+                welcome, redispatch, ended = await run_in_tx(self.engine, self._on_hello, hello)
             await self.link.send(welcome)
             for message in redispatch:
                 await self.link.send(message)
@@ -146,6 +154,7 @@ class RunnerSession:
                     await reader
         finally:
             self.link.closed = True
+            self.hub.attempts.forget_runner(self.runner_id)
             if self.hub.unregister_runner(self.link):
                 with contextlib.suppress(Exception):
                     await run_in_tx(self.engine, runner_domain.mark_disconnected, self.runner_id, self.link.last_seen)
@@ -165,6 +174,8 @@ class RunnerSession:
             while True:
                 text = await self.ws.receive_text()
                 self.link.last_seen = utcnow()
+                if trace.on:
+                    self._received_ns.append(time.time_ns())
                 await self.inbox.put(text)
         except (WebSocketDisconnect, RuntimeError):
             pass
@@ -199,17 +210,46 @@ class RunnerSession:
                 bad.append(str(exc).splitlines()[0])
         if bad:
             log.warning("runner %s sent %d invalid message(s): %s", self.name, len(bad), bad[0])
-        try:
-            out: BatchOut = await run_in_tx(self.engine, self._apply, messages)
-        except Exception:
-            log.exception("runner %s: a batch of %d messages failed; closing so it resends", self.name, len(messages))
-            await self.link.close(1011, "server error; reconnect and resend")
-            raise
-        # Fan out first (viewers' latency), then ack: both only after the commit.
-        for trial_id, chunks in out.chunks.items():
-            self.hub.publish_chunks(trial_id, chunks)
-        for trial_id, view in out.states.items():
-            self.hub.publish_state(trial_id, view)
+        if trace.on:
+            stamps = self._trace_batch(raw, messages)
+        gate = self.hub.attempts
+        with gate.share() as validating:
+            # Chunks of attempts already validated go to viewers now, before the commit (see AttemptGate).
+            early: dict[int, list[tuple[int, str]]] = {}
+            if validating:
+                for msg in messages:
+                    if isinstance(msg, LogChunkMsg) and gate.may_publish(msg.trial_id, msg.attempt_id, self.runner_id):
+                        early.setdefault(msg.trial_id, []).append((msg.seq, msg.data))
+                for trial_id, chunks in early.items():
+                    self.hub.publish_chunks(trial_id, chunks)
+                if trace.on:
+                    stamps["s_early"] = time.time_ns()
+            try:
+                out: BatchOut = await (self._apply_traced(messages, stamps) if trace.on else
+                                       run_in_tx(self.engine, self._apply, messages))
+            except Exception:
+                log.exception("runner %s: a batch of %d messages failed; closing so it resends", self.name, len(messages))
+                await self.link.close(1011, "server error; reconnect and resend")
+                raise
+            if trace.on:
+                stamps["s_resumed"] = time.time_ns()
+            # The rest after the commit (viewers' latency first), then acks.
+            for trial_id, chunks in out.chunks.items():
+                if trial_id in early:
+                    sent = {seq for seq, _ in early[trial_id]}
+                    chunks = [c for c in chunks if c[0] not in sent]
+                self.hub.publish_chunks(trial_id, chunks)
+            for trial_id, view in out.states.items():
+                self.hub.publish_state(trial_id, view)
+            if validating:
+                for trial_id, attempt_id in out.validated.items():
+                    gate.remember(trial_id, attempt_id, self.runner_id)
+            for trial_id, view in out.states.items():
+                if view.get("state") in scheduling.TERMINAL_STATES:
+                    gate.forget(trial_id)
+        if trace.on:
+            stamps["s_published"] = time.time_ns()
+            self._trace_done(messages, stamps)
         if out.replies:
             await self.link.send_many(out.replies)
         if out.refuse:
@@ -231,7 +271,8 @@ class RunnerSession:
                 trial = result.trials[c.trial_id]
                 if c.attempt_id == trial.attempt_id:
                     out.chunks.setdefault(c.trial_id, []).append((c.seq, c.data))
-            for trial in result.trials.values():
+            for trial in result.trials.values():  # each passed scheduling.current_trial for this runner
+                out.validated[trial.id] = trial.attempt_id  # type: ignore[index]
                 if trial.log_dropped_bytes:
                     out.states[trial.id] = scheduling.trial_view(trial)  # type: ignore[index]
             pending.clear()
@@ -249,6 +290,32 @@ class RunnerSession:
                 log.warning("runner %s sent a second hello; ignored", self.name)
         flush_logs()
         return out
+
+    # ---- tracing (bench/log_pipeline.py --trace) ----
+
+    def _trace_batch(self, raw: list[str], messages: list[Any]) -> dict[str, int]:
+        received = [self._received_ns.popleft() if self._received_ns else 0 for _ in raw]
+        for msg, t in zip(messages, received):
+            if isinstance(msg, LogChunkMsg):
+                trace("s_received", msg.trial_id, msg.seq, t)
+        return {"s_parsed": time.time_ns()}
+
+    async def _apply_traced(self, messages: list[Any], stamps: dict[str, int]) -> BatchOut:
+        def work() -> BatchOut:
+            stamps["s_thread"] = time.time_ns()
+            with session_scope(self.engine) as session:
+                out = self._apply(session, messages)
+                stamps["s_applied"] = time.time_ns()
+            stamps["s_committed"] = time.time_ns()
+            return out
+
+        return await asyncio.to_thread(work)
+
+    def _trace_done(self, messages: list[Any], stamps: dict[str, int]) -> None:
+        for msg in messages:
+            if isinstance(msg, LogChunkMsg):
+                for event, t in stamps.items():
+                    trace(event, msg.trial_id, msg.seq, t)
 
     def _heartbeat(self, session: Session, msg: Heartbeat, out: BatchOut) -> None:
         runner = session.get(Runner, self.runner_id)
@@ -315,8 +382,11 @@ async def runner_socket(ws: WebSocket) -> None:
 
 async def _sweep_once(app: FastAPI) -> None:
     hub = get_hub(app)
-    lost, silent = await run_in_tx(app.state.engine, scheduling.sweep_lost,
-                                   app.state.settings.runner_lost_after_s, hub.last_seen())
+    async with hub.attempts.exclusive():  # it may end trials whose chunks are being published early
+        lost, silent = await run_in_tx(app.state.engine, scheduling.sweep_lost,
+                                       app.state.settings.runner_lost_after_s, hub.last_seen())
+        for trial in lost:
+            hub.attempts.forget(trial.id)
     for trial in lost:
         hub.publish_state(trial.id, scheduling.trial_view(trial))
     for runner_id in silent:
@@ -353,7 +423,12 @@ def _all_offline(session: Session) -> None:
 
 async def _start(app: FastAPI) -> None:
     await run_in_tx(app.state.engine, _all_offline)
+    # Modules, routes, the engine: they live as long as the process. Keep them out of the collector's full
+    # passes, which otherwise stall the event loop (and the live logs) for tens of ms now and then.
+    gc.collect()
+    gc.freeze()
     app.state.runner_sweeper = asyncio.create_task(_sweeper(app))
+    app.state.trace_probes = asyncio.create_task(trace_probes()) if trace.on else None
     settings = app.state.settings
     app.state.embedded_runner = None
     if settings.embedded_runner:
@@ -368,11 +443,12 @@ async def _start(app: FastAPI) -> None:
 
 
 async def _stop(app: FastAPI) -> None:
-    task = getattr(app.state, "runner_sweeper", None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
+    for name in ("runner_sweeper", "trace_probes"):
+        task = getattr(app.state, name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
     proc: subprocess.Popen | None = getattr(app.state, "embedded_runner", None)
     if proc is not None:
         from runners.agent import stop_embedded

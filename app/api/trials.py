@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, WebSocket, WebSocketDisconnect
@@ -25,7 +26,7 @@ from app.deps import OperatorDep
 from app.domain import logs as log_domain
 from app.domain import scheduling
 from app.domain.inventory import get_campaign
-from app.live import RESYNC_CLOSE_CODE, Subscriber, ensure_hub, get_hub, run_in_tx
+from app.live import RESYNC_CLOSE_CODE, Subscriber, ensure_hub, get_hub, run_in_tx, trace
 from app.models import Approach, Campaign, Trial
 from app.security import SESSION_COOKIE, api_token_name, origin_ok
 
@@ -45,7 +46,10 @@ async def start_next(app: FastAPI, slug: str, actor: str) -> scheduling.RunNext:
         campaign = get_campaign(session, slug)
         return scheduling.run_next(session, campaign, actor, online=hub.online())
 
-    result: scheduling.RunNext = await run_in_tx(app.state.engine, work)
+    with hub.attempts.share() as validating:
+        result: scheduling.RunNext = await run_in_tx(app.state.engine, work)
+        if validating and result.trial is not None and result.runner is not None and result.dispatch is not None:
+            hub.attempts.remember(result.trial.id, result.dispatch.attempt_id, result.runner.id)  # type: ignore[arg-type]
     if result.trial is not None and result.runner is not None and result.dispatch is not None:
         result.dispatch.approach_key = result.approach.key if result.approach else ""
         # If the push fails (the socket just closed), the runner gets it again when it reconnects
@@ -180,12 +184,18 @@ class LogFollower:
                     return
                 kind, payload = nxt.result()
                 if kind == "log":
+                    dequeued = time.time_ns() if trace.on else 0
                     out = self._take(payload)
                     if len(self.pending) > PENDING_LIMIT:
                         await self._resync("too many chunks out of order")
                         return
                     if out:
                         await self._send_or_resync({"type": "log", "chunks": out}, dropped)
+                        if trace.on:
+                            sent = time.time_ns()
+                            for seq, _ in out:
+                                trace("s_dequeued", self.sub.trial_id, seq, dequeued)
+                                trace("s_sent", self.sub.trial_id, seq, sent)
                 else:
                     await self._send_or_resync({"type": "state", **payload}, dropped)
         finally:

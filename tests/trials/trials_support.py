@@ -124,7 +124,7 @@ class ProtocolRunner:
     def __init__(self, ws_url: str, token: str, fingerprint: dict[str, Any] | None = None,
                  attempts: list[AttemptRef] | None = None) -> None:
         self.ws = connect(f"{ws_url}/api/runners/ws", additional_headers={"Authorization": f"Bearer {token}"},
-                          open_timeout=10, max_size=16 * 1024 * 1024).__enter__()
+                          open_timeout=10, max_size=16 * 1024 * 1024, max_queue=None).__enter__()
         self.ws.send(Hello(runner_version="test", fingerprint=fingerprint or FINGERPRINT,
                            attempts=attempts or []).model_dump_json())
         self.welcome = self.recv()
