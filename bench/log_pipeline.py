@@ -236,7 +236,11 @@ class Board:
     def wait_done(self, trial_id: int, timeout: float = 600) -> dict:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            t = httpx.get(f"{self.url}/api/trials/{trial_id}", headers=self.api).json()
+            try:
+                t = httpx.get(f"{self.url}/api/trials/{trial_id}", headers=self.api, timeout=5).json()
+            except httpx.TimeoutException:  # the server is busy with a flood: say so, ask again
+                print(f"  (GET /api/trials/{trial_id} took over 5 s; asking again)")
+                continue
             if t["state"] not in ("queued", "dispatched", "running"):
                 return t
             time.sleep(0.2)
@@ -269,14 +273,16 @@ class Board:
                     pass
 
 
-HOPS = ["print", "r_read", "r_spooled", "r_sent", "s_received", "s_parsed", "s_thread", "s_applied", "s_committed",
-        "s_resumed", "s_published", "s_dequeued", "s_sent", "viewer"]
+# The path to the viewer (s_early: handed to the viewers' queues before the commit, for an attempt already
+# validated), then the storage path the acks wait for (and the viewers, for a first batch).
+HOPS = ["print", "r_read", "r_spooled", "r_sent", "s_received", "s_parsed", "s_early", "s_dequeued", "s_sent", "viewer"]
+STORE_HOPS = ["s_parsed", "s_thread", "s_applied", "s_committed", "s_resumed"]
 
 
 def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
     """Per-hop latency of one trial's chunks, from the trace files (run with --trace; the processes
     write them at exit, so call this after board.stop())."""
-    events: dict[str, dict[int, int]] = {h: {} for h in HOPS}
+    events: dict[str, dict[int, int]] = {h: {} for h in HOPS + STORE_HOPS}
     probes: dict[str, list[tuple[int, int]]] = {"gc": [], "loop_lag": []}
     for path in board.dir.glob("trace.*.tsv"):
         for line in path.read_text().splitlines():
@@ -290,7 +296,7 @@ def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
         events["print"][seq] = int(data.split(" ", 2)[1])  # the chunk's first (earliest printed) line
     con.close()
     events["viewer"] = dict(viewer.chunk_times)
-    seqs = [s for s in events["print"] if all(s in events[h] for h in HOPS)]
+    seqs = [s for s in events["print"] if all(s in events[h] for h in HOPS + STORE_HOPS)]
     if not seqs:
         print("  (no complete trace)")
         return
@@ -299,7 +305,9 @@ def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
     print(f"  per hop, ms, over {len(seqs):,} chunks (first line's print time); 'slowest 1%' = mean over the "
           f"{len(slow)} chunks with the highest print -> viewer")
     print(f"  {'hop':<28} {'p50':>7} {'p99':>7} {'max':>7} {'slowest 1%':>11}")
-    for a, b in zip(HOPS, HOPS[1:]):
+    for a, b in list(zip(HOPS, HOPS[1:])) + list(zip(STORE_HOPS, STORE_HOPS[1:])):
+        if a == STORE_HOPS[0]:
+            print("  storage (acks wait for it):")
         d = [(events[b][s] - events[a][s]) / 1e6 for s in seqs]
         d_slow = [(events[b][s] - events[a][s]) / 1e6 for s in slow]
         print(f"  {a + ' -> ' + b:<28} {pct(d, 50):7.2f} {pct(d, 99):7.2f} {max(d):7.2f} "
@@ -312,7 +320,25 @@ def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
           f"{len(lags)} event-loop stalls > 5 ms (longest {max(lags, default=0) / 1e3:.1f} ms)")
 
 
+def settle() -> None:
+    """Before a latency run: this process's viewer must not be what is measured. A flood leaves tens of
+    millions of entries in the viewers' sets and lists; every full collection of the collector would walk
+    them (hundreds of ms, which showed up as 'print -> viewer' p99). Release them, freeze what is left."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def release(viewer: Viewer) -> None:
+    """Drop a finished run's per-line bookkeeping (its figures are printed already)."""
+    viewer.seen = set()
+    viewer.latencies = []
+    viewer.chunk_times = {}
+
+
 def paced_run(board: Board, slug: str, rate: int, seconds: float, label: str) -> Viewer:
+    settle()
     tid = board.run_next(slug)
     v = board.viewer(tid, expected=None)
     v.start()
@@ -453,6 +479,7 @@ def main() -> None:
               f"{nbytes / span / 1e6:.1f} MB/s; trial {t['state']}; viewer got {len(v.seen):,} lines, "
               f"lost {lines - len(v.seen)}, duplicated {v.dups}, resynced {v.resyncs}x; "
               f"server RSS peak {peak_flood / 2**20:.0f} MiB")
+        release(v)
         if not args.no_floor:
             f = floor(flood, None, work)
             floor_span = (f.last - f.first) or float("nan")
@@ -460,6 +487,7 @@ def main() -> None:
             print(f"flood  floor: {len(f.seen):,} lines relayed in {floor_span:.2f} s = {floor_rate:,.0f} lines/s, "
                   f"{f.bytes / floor_span / 1e6:.1f} MB/s; duplicated {f.dups}")
             print(f"flood  ratio: ours/floor = {ours_rate / floor_rate:.2f}")
+            release(f)
 
         # 2. Paced again, same server and database, right after the flood (~500 MB written).
         v = after = paced_run(board, "paced-after", args.rate, args.seconds, "after the flood")
