@@ -34,7 +34,11 @@ def _time(fn, reps: int) -> float:
     torch.cuda.synchronize()
     samples = torch.tensor([s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)], device="cuda")
     dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # a collective is as slow as its slowest rank
-    return statistics.median(samples.tolist())
+    ordered = sorted(samples.tolist())
+    pos = 0.1 * (len(ordered) - 1)  # p10, interpolated the way the recipe does
+    lo = int(pos)
+    p10 = ordered[lo] + (ordered[min(lo + 1, len(ordered) - 1)] - ordered[lo]) * (pos - lo)
+    return statistics.median(ordered), p10
 
 
 def worker(rank: int, world: int, port: int) -> None:
@@ -47,7 +51,7 @@ def worker(rank: int, world: int, port: int) -> None:
         x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
         for _ in range(WARMUP):
             dist.all_reduce(x)
-        results.append(("nccl_eager", tokens, _time(lambda: dist.all_reduce(x), ITERS)))
+        results.append(("nccl_eager", tokens, *_time(lambda: dist.all_reduce(x), ITERS)))
 
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream()
@@ -61,7 +65,8 @@ def worker(rank: int, world: int, port: int) -> None:
                 dist.all_reduce(x)
         for _ in range(WARMUP):
             graph.replay()
-        results.append(("nccl_graph", tokens, _time(graph.replay, ITERS) / GRAPH_N))
+        median, p10 = _time(graph.replay, ITERS)
+        results.append(("nccl_graph", tokens, median / GRAPH_N, p10 / GRAPH_N))
 
         try:
             import torch.distributed._symmetric_memory as symm_mem
@@ -74,14 +79,14 @@ def worker(rank: int, world: int, port: int) -> None:
             for name, fn in (("symm_mem_two_shot", two), ("symm_mem_one_shot", one)):
                 for _ in range(WARMUP):
                     fn()
-                results.append((name, tokens, _time(fn, ITERS)))
+                results.append((name, tokens, *_time(fn, ITERS)))
         except Exception as exc:  # noqa: BLE001 - an unsupported stack is a result here, not a crash
             if rank == 0:
                 print(json.dumps({"variant": "symm_mem", "tokens": tokens, "error": repr(exc)[:300]}), flush=True)
     if rank == 0:
-        for variant, tokens, us in results:
+        for variant, tokens, us, p10 in results:
             print(json.dumps({"variant": variant, "tokens": tokens, "bytes": tokens * HIDDEN * 2,
-                              "world_size": world, "median_us": round(us, 2)}), flush=True)
+                              "world_size": world, "median_us": round(us, 2), "p10_us": round(p10, 2)}), flush=True)
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # teardown of NCCL communicators can hang; the numbers are out

@@ -1,7 +1,8 @@
 """Does the allreduce recipe's harness change what it measures? Runs the bare loop
 (bench/bare_allreduce.py) and the recipe (python -m runners.recipes.allreduce) alternately on
 this node (one untimed round of each first: the first process on a cold GPU runs slow), three
-rounds each, and prints the median over rounds per (variant, tokens) and the ratio recipe/bare.
+rounds each, and prints, per (variant, tokens), the median over rounds of each program's median and
+p10 latency and the ratios recipe/bare (p10 is less exposed to launch jitter than the median).
 
     python bench/harness_overhead.py [--out results.json]
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -24,14 +26,15 @@ VARIANTS = {  # bare-loop name -> recipe flags
 PREFIX = "@@campaign-metric "
 
 
-def bare() -> dict[tuple[str, int], float]:
+def bare() -> dict[tuple[str, int], tuple[float, float]]:
+    """(variant, tokens) -> (median us, p10 us)."""
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "bare_allreduce.py")], capture_output=True,
                          text=True, timeout=300, check=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return {(r["variant"], r["tokens"]): r["median_us"] for r in rows if "median_us" in r}
+    return {(r["variant"], r["tokens"]): (r["median_us"], r["p10_us"]) for r in rows if "median_us" in r}
 
 
-def recipe() -> dict[tuple[str, int], float]:
+def recipe() -> dict[tuple[str, int], tuple[float, float]]:
     got = {}
     for variant, flags in VARIANTS.items():
         out = subprocess.run([sys.executable, "-m", "runners.recipes.allreduce", *flags], cwd=ROOT,
@@ -40,7 +43,7 @@ def recipe() -> dict[tuple[str, int], float]:
             if line.startswith(PREFIX):
                 m = json.loads(line[len(PREFIX):])
                 if m["name"] == "allreduce_latency_us":
-                    got[(variant, m["tags"]["tokens"])] = m["value"]
+                    got[(variant, m["tags"]["tokens"])] = (m["value"], m["tags"]["p10_us"])
     return got
 
 
@@ -56,13 +59,23 @@ def main() -> int:
         runs["recipe"].append(recipe())
     keys = sorted(set(runs["bare"][0]) & set(runs["recipe"][0]), key=lambda k: (k[0], k[1]))
     table = []
-    print(f"{'variant':<20}{'tokens':>7}{'bare us':>10}{'recipe us':>11}{'ratio':>8}   (runs: bare / recipe)")
+    print(f"{'variant':<20}{'tokens':>7}{'bare med':>10}{'recipe med':>11}{'ratio':>7}"
+          f"{'bare p10':>10}{'recipe p10':>11}{'ratio':>7}")
     for key in keys:
-        b = statistics.median(r[key] for r in runs["bare"] if key in r)
-        c = statistics.median(r[key] for r in runs["recipe"] if key in r)
-        spread = " / ".join(",".join(f"{r[key]:.1f}" for r in runs[k] if key in r) for k in ("bare", "recipe"))
-        table.append({"variant": key[0], "tokens": key[1], "bare_us": b, "recipe_us": c, "ratio": c / b})
-        print(f"{key[0]:<20}{key[1]:>7}{b:>10.2f}{c:>11.2f}{c / b:>8.3f}   ({spread})")
+        row = {"variant": key[0], "tokens": key[1]}
+        for i, stat in enumerate(("median", "p10")):
+            b = statistics.median(r[key][i] for r in runs["bare"] if key in r)
+            c = statistics.median(r[key][i] for r in runs["recipe"] if key in r)
+            row.update({f"bare_{stat}_us": b, f"recipe_{stat}_us": c, f"ratio_{stat}": c / b,
+                        f"bare_{stat}_rounds": [r[key][i] for r in runs["bare"] if key in r],
+                        f"recipe_{stat}_rounds": [r[key][i] for r in runs["recipe"] if key in r]})
+        table.append(row)
+        print(f"{key[0]:<20}{key[1]:>7}{row['bare_median_us']:>10.2f}{row['recipe_median_us']:>11.2f}"
+              f"{row['ratio_median']:>7.3f}{row['bare_p10_us']:>10.2f}{row['recipe_p10_us']:>11.2f}{row['ratio_p10']:>7.3f}")
+    for stat in ("median", "p10"):
+        ratios = [row[f"ratio_{stat}"] for row in table]
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"geometric mean of recipe/bare ({stat}) over {len(ratios)} pairs: {geo:.3f}")
     if args.out:
         args.out.write_text(json.dumps(table, indent=2))
     return 0
