@@ -9,11 +9,8 @@ has and reads the rest from the database.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import logging
-import os
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,41 +20,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from app.models import utcnow
+from runners.trace import Trace
 
 log = logging.getLogger(__name__)
-
-TRACE_ENV = "CAMPAIGN_LOG_TRACE"
-
-
-class Trace:
-    """Per-hop timing of the log pipeline, for bench/log_pipeline.py --trace (off unless TRACE_ENV names
-    a path prefix): one line "event trial seq time_ns" per chunk and hop, written to
-    <prefix>.<role>.<pid>.tsv. Off, `trace.on` is False and callers skip it."""
-
-    def __init__(self, role: str) -> None:
-        prefix = os.environ.get(TRACE_ENV)
-        self.on = bool(prefix)
-        self._lines: list[str] = []
-        self._lock = threading.Lock()
-        if self.on:
-            self._path = f"{prefix}.{role}.{os.getpid()}.tsv"
-            atexit.register(self.flush)
-
-    def __call__(self, event: str, trial: int, seq: int, t: int | None = None) -> None:
-        line = f"{event}\t{trial}\t{seq}\t{t or time.time_ns()}\n"
-        with self._lock:
-            self._lines.append(line)
-            full = len(self._lines) >= 4096
-        if full:
-            self.flush()
-
-    def flush(self) -> None:
-        with self._lock:
-            lines, self._lines = self._lines, []
-            if lines:
-                with open(self._path, "a") as f:
-                    f.writelines(lines)
-
 
 trace = Trace("server")
 

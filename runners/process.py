@@ -29,6 +29,7 @@ import psutil
 
 from runners.recipes import LaunchSpec, runner_env
 from runners.recipes.metric import PHASE_PREFIX  # a recipe line naming the trial's phase
+from runners.trace import Trace
 
 ATTEMPT_ENV = "CAMPAIGN_ATTEMPT_ID"
 """Set in every trial's environment: marks the processes of one attempt, even daemonized ones."""
@@ -45,41 +46,6 @@ class OutputChunk:
     data: str  # the chunk's bytes decoded as UTF-8 (errors replaced)
     nbytes: int  # how many output bytes the chunk covers
     read_ns: int = field(default=0, compare=False)  # when its last bytes were read (time.time_ns(); tracing)
-
-
-TRACE_ENV = "CAMPAIGN_LOG_TRACE"
-
-
-class Trace:
-    """Per-hop timing of the log pipeline, for bench/log_pipeline.py --trace (off unless TRACE_ENV names
-    a path prefix): "event trial seq time_ns" lines in <prefix>.<role>.<pid>.tsv (app/live.py has the
-    server's twin)."""
-
-    def __init__(self, role: str) -> None:
-        prefix = os.environ.get(TRACE_ENV)
-        self.on = bool(prefix)
-        self._lines: list[str] = []
-        self._lock = threading.Lock()
-        if self.on:
-            import atexit
-
-            self._path = f"{prefix}.{role}.{os.getpid()}.tsv"
-            atexit.register(self.flush)
-
-    def __call__(self, event: str, trial: int, seq: int, t: int | None = None) -> None:
-        line = f"{event}\t{trial}\t{seq}\t{t or time.time_ns()}\n"
-        with self._lock:
-            self._lines.append(line)
-            full = len(self._lines) >= 4096
-        if full:
-            self.flush()
-
-    def flush(self) -> None:
-        with self._lock:
-            lines, self._lines = self._lines, []
-            if lines:
-                with open(self._path, "a") as f:
-                    f.writelines(lines)
 
 
 trace = Trace("runner")

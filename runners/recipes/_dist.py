@@ -22,6 +22,15 @@ from typing import Any, Callable
 
 from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
 from runners.recipes.metric import emit_phase
+from runners.recipes._params import Param
+
+# Parameters every collective recipe takes the same way.
+WORLD_SIZE = Param("world_size", "int", None, "ranks (gloo default 2; GPU backends default all visible GPUs)", minimum=1)
+TIMEOUTS = (
+    Param("init_timeout_s", "float", 120.0, "process-group init (and collective) timeout", minimum=1),
+    Param("run_timeout_s", "float", 600.0, "the launcher stops ranks still running after this", minimum=1),
+    Param("teardown_timeout_s", "float", 30.0, "bound on process-group teardown after results", minimum=0.1),
+)
 
 # NCCL knobs arrive through the environment (the recipe's env); recipes only record them.
 NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_P2P_LEVEL")

@@ -25,7 +25,7 @@ PROG = "runners.recipes.allreduce"
 SPEC = (
     Param("backend", "choice", "gloo", "allreduce implementation", choices=_dist.BACKENDS),
     Param("mode", "choice", "eager", "eager calls, or N calls captured in one CUDA graph", choices=_dist.MODES),
-    Param("world_size", "int", None, "ranks (gloo default 2; GPU backends default all visible GPUs)", minimum=1),
+    _dist.WORLD_SIZE,
     Param("hidden_size", "int", 7168, "model hidden size (elements per token)", minimum=1),
     Param("tokens", "int_list", [1, 4, 8, 64], "tokens per message (comma-separated)", minimum=1),
     Param("dtype", "choice", "bf16", "element type", choices=tuple(_dist.DTYPE_BYTES)),
@@ -33,9 +33,7 @@ SPEC = (
     Param("warmup", "int", 10, "untimed calls (or replays) per size", minimum=0),
     Param("iters", "int", 50, "timed calls (or replays) per size", minimum=1),
     Param("seed", "int", 0, "seed of the known values used by the correctness check", minimum=0),
-    Param("init_timeout_s", "float", 120.0, "process-group init (and collective) timeout", minimum=1),
-    Param("run_timeout_s", "float", 600.0, "the launcher stops ranks still running after this", minimum=1),
-    Param("teardown_timeout_s", "float", 30.0, "bound on process-group teardown after results", minimum=0.1),
+    *_dist.TIMEOUTS,
 )
 
 

@@ -27,7 +27,7 @@ PROG = "runners.recipes.verify_step"
 SPEC = (
     Param("backend", "choice", "gloo", "allreduce implementation", choices=_dist.BACKENDS),
     Param("mode", "choice", "eager", "eager, or the whole step captured in one CUDA graph", choices=_dist.MODES),
-    Param("world_size", "int", None, "ranks (gloo default 2; GPU backends default all visible GPUs)", minimum=1),
+    _dist.WORLD_SIZE,
     Param("hidden_size", "int", 7168, "model hidden size", minimum=1),
     Param("ffn_size", "int", 18432, "MLP intermediate size (sharded over ranks)", minimum=1),
     Param("layers", "int", 61, "transformer layers (2 allreduces each)", minimum=1),
@@ -36,9 +36,7 @@ SPEC = (
     Param("warmup", "int", 3, "untimed steps per variant", minimum=0),
     Param("iters", "int", 20, "timed steps per variant", minimum=1),
     Param("seed", "int", 0, "weights and input seed", minimum=0),
-    Param("init_timeout_s", "float", 120.0, "process-group init (and collective) timeout", minimum=1),
-    Param("run_timeout_s", "float", 600.0, "the launcher stops ranks still running after this", minimum=1),
-    Param("teardown_timeout_s", "float", 30.0, "bound on process-group teardown after results", minimum=0.1),
+    *_dist.TIMEOUTS,
 )
 
 
