@@ -17,7 +17,7 @@ token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...)
 cli.add_typer(token_cli, name="token")
 runners_cli = typer.Typer(help="Runner tokens: one per GPU node (`campaign runner --token ...`).", no_args_is_help=True)
 cli.add_typer(runners_cli, name="runners")
-console = Console()
+console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
 err = Console(stderr=True)
 
 
