@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Path, Request
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -31,6 +31,8 @@ def get_session(request: Request) -> Iterator[Session]:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+# A row id in a URL: out-of-range numbers are a 422, not an integer overflow in the database driver.
+RowId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Row id")]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
 

@@ -4,10 +4,10 @@ A family per concept: XBase (shared fields), XCreate, XUpdate (all optional), XP
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.models import ApproachStatus
 
@@ -16,6 +16,22 @@ SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
 def _strip(v: Any) -> Any:
     return v.strip() if isinstance(v, str) else v
+
+
+def _not_null(*names: str) -> Any:
+    """For update shapes: these fields may be left out, but never set to null (their columns are NOT NULL)."""
+    def check(cls: Any, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in names:
+                if name in data and data[name] is None:
+                    raise ValueError(f"{name} cannot be null: leave it out to keep it")
+        return data
+    return model_validator(mode="before")(classmethod(check))
+
+
+def _utc(v: Any) -> Any:
+    # SQLite gives back naive datetimes for timezone-aware columns; they were written as UTC.
+    return v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v
 
 
 class Requirements(BaseModel):
@@ -58,12 +74,16 @@ class CampaignUpdate(BaseModel):
     hidden_size: int | None = Field(None, gt=0)
     verify_tokens: int | None = Field(None, gt=0)
 
+    _not_null = _not_null("name", "description", "hidden_size", "verify_tokens")
+
 
 class CampaignPublic(CampaignCreate):
     model_config = ConfigDict(from_attributes=True)
     id: int
     created_at: datetime
     updated_at: datetime
+
+    _utc = field_validator("created_at", "updated_at", mode="before")(_utc)
 
 
 class ApproachBase(BaseModel):
@@ -95,6 +115,8 @@ class ApproachUpdate(BaseModel):
     recipe: dict[str, Any] | None = None
     requirements: Requirements | None = None
 
+    _not_null = _not_null("title", "description", "evidence", "effort", "prerequisites")
+
 
 class StatusChangeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
@@ -116,6 +138,8 @@ class StatusChangePublic(BaseModel):
     trial_id: int | None
     at: datetime
 
+    _utc = field_validator("at", mode="before")(_utc)
+
 
 class ApproachPublic(ApproachCreate):
     model_config = ConfigDict(from_attributes=True)
@@ -126,3 +150,5 @@ class ApproachPublic(ApproachCreate):
     verdict_fingerprint: dict[str, Any] | None = None
     created_at: datetime
     updated_at: datetime
+
+    _utc = field_validator("created_at", "updated_at", mode="before")(_utc)

@@ -24,7 +24,7 @@ from fastapi import APIRouter, FastAPI, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, Field
 from sqlmodel import Session, select
 
-from app.deps import OperatorDep
+from app.deps import OperatorDep, RowId
 from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
 from app.domain import scheduling
@@ -67,7 +67,7 @@ async def create_runner(request: Request, body: RunnerCreate, operator: Operator
 
 
 @router.post("/api/runners/{runner_id}/revoke")
-async def revoke_runner(request: Request, runner_id: int, operator: OperatorDep) -> dict[str, Any]:
+async def revoke_runner(request: Request, runner_id: RowId, operator: OperatorDep) -> dict[str, Any]:
     await revoke(request.app, runner_id)
     return {"id": runner_id, "revoked": True}
 

@@ -22,7 +22,7 @@ from fastapi.responses import StreamingResponse
 from sqlmodel import Session
 
 from app.db import open_session
-from app.deps import OperatorDep
+from app.deps import OperatorDep, RowId
 from app.domain import logs as log_domain
 from app.domain import scheduling
 from app.domain.inventory import get_campaign
@@ -97,18 +97,18 @@ async def run_next(request: Request, slug: str, operator: OperatorDep) -> dict[s
 
 
 @router.get("/api/trials/{trial_id}")
-async def get_trial(request: Request, trial_id: int, operator: OperatorDep) -> dict[str, Any]:
+async def get_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> dict[str, Any]:
     return await run_in_tx(request.app.state.engine, trial_detail, trial_id, write=False)
 
 
 @router.post("/api/trials/{trial_id}/cancel")
-async def cancel_trial(request: Request, trial_id: int, operator: OperatorDep) -> dict[str, Any]:
+async def cancel_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> dict[str, Any]:
     trial = await cancel(request.app, trial_id, operator.name)
     return scheduling.trial_view(trial)
 
 
 @router.get("/api/trials/{trial_id}/log", response_class=StreamingResponse)
-async def download_log(request: Request, trial_id: int, operator: OperatorDep) -> StreamingResponse:
+async def download_log(request: Request, trial_id: RowId, operator: OperatorDep) -> StreamingResponse:
     """The full stored log (text/plain, as an attachment)."""
     engine = request.app.state.engine
     await run_in_tx(engine, scheduling.get_trial, trial_id, write=False)  # 404 before streaming starts
@@ -220,7 +220,7 @@ class _Dropped(Exception):
 
 
 @router.websocket("/api/trials/{trial_id}/logs/ws")
-async def trial_log_socket(ws: WebSocket, trial_id: int, after: int = -1) -> None:
+async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> None:
     if not await asyncio.to_thread(browser_allowed, ws):
         await ws.close(code=4403, reason="log in first")  # before accept: HTTP 403
         return

@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
 from app import charts
-from app.deps import OperatorDep, SessionDep
+from app.deps import OperatorDep, RowId, SessionDep
 from app.domain import inventory
 from app.domain.profitability import profitability_report, throughput_rows
 from app.domain.sharing import (create_share_link, get_share_link, list_share_links, resolve_share_token,
@@ -63,7 +63,7 @@ def create_link(request: Request, session: SessionDep, operator: OperatorDep, sl
 
 
 @router.post("/campaigns/{slug}/share-links/{link_id}/revoke")
-def revoke_link(request: Request, session: SessionDep, operator: OperatorDep, slug: str, link_id: int) -> Response:
+def revoke_link(request: Request, session: SessionDep, operator: OperatorDep, slug: str, link_id: RowId) -> Response:
     campaign = inventory.get_campaign(session, slug)
     revoke_share_link(session, get_share_link(session, campaign, link_id))
     return _links(request, session, campaign)

@@ -10,7 +10,7 @@ from sqlmodel import Session, select
 
 from app.api.runners import revoke
 from app.api.trials import cancel, start_next
-from app.deps import OperatorDep
+from app.deps import OperatorDep, RowId
 from app.domain import runners as runner_domain
 from app.domain import scheduling
 from app.domain.errors import DomainError
@@ -50,13 +50,13 @@ def _runners(session: Session) -> dict[str, Any]:
 
 
 @router.get("/trials/{trial_id}")
-async def trial_page(request: Request, trial_id: int, operator: OperatorDep) -> HTMLResponse:
+async def trial_page(request: Request, trial_id: RowId, operator: OperatorDep) -> HTMLResponse:
     ctx = await run_in_tx(request.app.state.engine, _trial_page, trial_id, write=False)
     return render(request, "trial.html", ctx)
 
 
 @router.post("/trials/{trial_id}/cancel")
-async def trial_cancel(request: Request, trial_id: int, operator: OperatorDep) -> Response:
+async def trial_cancel(request: Request, trial_id: RowId, operator: OperatorDep) -> Response:
     await cancel(request.app, trial_id, operator.name)
     return Response(status_code=204, headers=CHANGED)
 
@@ -101,7 +101,7 @@ async def runners_create(request: Request, operator: OperatorDep, name: str = Fo
 
 
 @router.post("/runners/{runner_id}/revoke")
-async def runners_revoke(request: Request, runner_id: int, operator: OperatorDep) -> HTMLResponse:
+async def runners_revoke(request: Request, runner_id: RowId, operator: OperatorDep) -> HTMLResponse:
     await revoke(request.app, runner_id)
     ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
     return render(request, "runners.html", {**ctx, "created": None, "error": None}, block="runners")

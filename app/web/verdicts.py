@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session, select
 
-from app.deps import OperatorDep, SessionDep, require_operator
+from app.deps import OperatorDep, require_operator, RowId, SessionDep
 from app.domain import fingerprint as stack
 from app.domain import inventory, verdicts
 from app.domain.errors import Invalid, NotFound
@@ -52,12 +52,12 @@ def _verdict_fragment(request: Request, session: Session, trial_id: int, headers
 
 
 @router.get("/trials/{trial_id}/verdict", include_in_schema=False)
-def verdict_fragment(request: Request, session: SessionDep, trial_id: int) -> Response:
+def verdict_fragment(request: Request, session: SessionDep, trial_id: RowId) -> Response:
     return _verdict_fragment(request, session, trial_id)
 
 
 @router.post("/trials/{trial_id}/verdict", include_in_schema=False)
-def confirm_from_form(request: Request, session: SessionDep, operator: OperatorDep, trial_id: int,
+def confirm_from_form(request: Request, session: SessionDep, operator: OperatorDep, trial_id: RowId,
                       status: Annotated[str, Form()], reason: Annotated[str, Form()] = "",
                       components: Annotated[list[str] | None, Form()] = None) -> Response:
     if status not in ApproachStatus.__members__:
@@ -68,7 +68,7 @@ def confirm_from_form(request: Request, session: SessionDep, operator: OperatorD
 
 
 @router.post("/api/trials/{trial_id}/verdict", tags=["trials"], summary="Confirm or edit a trial's proposed verdict")
-def confirm_from_api(trial_id: int, data: VerdictRequest, session: SessionDep, operator: OperatorDep) -> dict:
+def confirm_from_api(trial_id: RowId, data: VerdictRequest, session: SessionDep, operator: OperatorDep) -> dict:
     trial, approach, _ = _trial(session, trial_id)
     verdicts.confirm(session, approach, trial, data.status, data.reason, data.components, operator.name)
     return {"approach": approach.key, "status": approach.status, "reason": approach.reason,
@@ -76,7 +76,7 @@ def confirm_from_api(trial_id: int, data: VerdictRequest, session: SessionDep, o
 
 
 @router.get("/api/trials/{trial_id}/proposal", tags=["trials"], summary="The verdict an ended trial proposes")
-def proposal_api(trial_id: int, session: SessionDep) -> dict:
+def proposal_api(trial_id: RowId, session: SessionDep) -> dict:
     trial, _, _ = _trial(session, trial_id)
     if trial.state not in TERMINAL:
         raise Invalid(f"trial #{trial_id} has not ended ({trial.state})", field="trial_id")
@@ -90,7 +90,7 @@ def _metrics(session: Session, where) -> list[Metric]:  # noqa: ANN001
 
 
 @router.get("/trials/{trial_id}/metrics", include_in_schema=False)
-def metrics_fragment(request: Request, session: SessionDep, trial_id: int) -> Response:
+def metrics_fragment(request: Request, session: SessionDep, trial_id: RowId) -> Response:
     trial, approach, campaign = _trial(session, trial_id)
     rows = _metrics(session, Metric.trial_id == trial_id)
     tag_names = sorted({k for m in rows for k in m.tags if not k.endswith("_us") or k == "median_us"})

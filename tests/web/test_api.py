@@ -47,6 +47,12 @@ def test_inventory_operations(api):
     ("get", "/api/campaigns/nope", None, 404),
     ("get", "/api/campaigns/c/approaches/nope", None, 404),
     ("post", "/api/campaigns/import", None, 422),
+    # Found by schemathesis: nulls for NOT NULL columns, and ids past 64 bits, were 500s.
+    ("patch", "/api/campaigns/c", {"name": None}, 422),
+    ("patch", "/api/campaigns/c/approaches/a", {"title": None}, 422),
+    ("get", "/api/trials/2390027804674998068366540800", None, 422),
+    ("get", "/api/trials/-1/log", None, 422),
+    ("post", "/api/runners/322498690408431377973248/revoke", None, 422),
 ])
 def test_validation_errors_are_4xx_with_a_message(api, method, path, body, status):
     kwargs = {}
@@ -64,6 +70,13 @@ def test_bad_campaign_file_over_the_api_names_line_and_field(api):
     r = api.post("/api/campaigns/import", content=bad, headers={"Content-Type": "application/x-yaml"})
     assert r.status_code == 422 and "line 6" in r.json()["detail"] and "status" in r.json()["detail"]
     assert [a["status"] for a in api.get("/api/campaigns/c/approaches").json()] == ["untested"] * 3
+
+
+def test_null_clears_only_nullable_fields_and_times_are_utc(api):
+    assert api.patch("/api/campaigns/c", json={"baseline_tok_s": 82}).json()["baseline_tok_s"] == 82
+    body = api.patch("/api/campaigns/c", json={"baseline_tok_s": None}).json()
+    assert body["baseline_tok_s"] is None and body["name"] == "C"
+    assert body["created_at"].endswith("Z") and body["updated_at"].endswith("Z")
 
 
 def test_openapi_describes_the_inventory(client):
