@@ -5,7 +5,6 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
-from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from app.config import Settings
@@ -20,10 +19,6 @@ def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_engine(request: Request) -> Engine:
-    return request.app.state.engine
-
-
 def get_session(request: Request) -> Iterator[Session]:
     """One transaction per request; write requests take the write lock up front (see app.db)."""
     with session_scope(request.app.state.engine, write=request.method in UNSAFE_METHODS) as session:
@@ -33,7 +28,6 @@ def get_session(request: Request) -> Iterator[Session]:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 # A row id in a URL: out-of-range numbers are a 422, not an integer overflow in the database driver.
 RowId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Row id")]
-EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
 
 

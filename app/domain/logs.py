@@ -14,7 +14,7 @@ and metric lines read out of the stream.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, insert, update
@@ -349,5 +349,3 @@ def last_contiguous_seq(session: Session, trial_id: int, attempt_id: str) -> int
             break
     return expected - 1
 
-
-LastSeq = Callable[[int, str], int]

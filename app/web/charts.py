@@ -25,10 +25,6 @@ from app.web.render import render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
 
-WHAT_IF_FIELDS = ("accept_length", "draft_steps", "draft_step_ms", "verify_compute_ms",
-                  "allreduces_per_verify", "verify_tokens", "baseline_tok_s")
-
-
 class WhatIfForm(BaseModel):
     """The what-if inputs as a form sends them: a blank field means "the campaign's value"."""
 
