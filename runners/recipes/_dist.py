@@ -197,6 +197,8 @@ class Rank:
                                     device_id=self.device)
         else:
             self.device = torch.device("cpu")
+            # Ranks share the cores: more threads than cores per rank makes compute spin, not run.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=init_timeout_s))
         self.group = dist.group.WORLD
         self.group_name = self.group.group_name
