@@ -89,10 +89,17 @@ class Shootout:
             proposal = self.api.get(f"/api/trials/{trial_id}/proposal")
             proposal.raise_for_status()
             p = proposal.json()
+            status, reason = p["status"], p["reason"]
+            if status == "untested":
+                # A cancelled or lost trial proposes "untested", and run next would start it again:
+                # defer it, saying why, so the session moves on (a person can re-queue it).
+                status = "deferred"
+                reason = (f"{reason}; deferred by bench/shootout_on_node.py"
+                          + (f" (cancelled at its {self.trial_deadline_s:g}s deadline)" if cancelled else ""))
             confirmed = self.api.post(f"/api/trials/{trial_id}/verdict", json={
-                "status": p["status"], "reason": p["reason"], "components": p["components"]})
+                "status": status, "reason": reason, "components": p["components"]})
             confirmed.raise_for_status()
-            row.update({"verdict": p["status"], "reason": p["reason"]})
+            row.update({"verdict": status, "reason": reason})
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             row["verdict_error"] = str(exc)[:300]
         return row
@@ -108,6 +115,11 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="approach keys to leave untested (comma-separated)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+
+    def on_term(signum: int, _frame) -> None:
+        raise SystemExit(f"stopped by signal {signum}")  # the finally block still exports
+
+    signal.signal(signal.SIGTERM, on_term)
     for key, value in SAFE_ENV.items():
         os.environ.setdefault(key, value)
     port = free_port()
@@ -123,6 +135,7 @@ def main() -> int:
     summary_path = args.out / "summary.json"
     api = None
     code = 0
+    current: dict = {}  # the trial in flight, if any
     try:
         base = f"http://127.0.0.1:{port}"
         while True:
@@ -166,10 +179,12 @@ def main() -> int:
                 log(f"skipping {nxt['approach']}")
                 api.post(f"/api/trials/{nxt['trial_id']}/cancel")
             log(f"trial {nxt['trial_id']}: {nxt['approach']}")
+            current = nxt
             try:
                 row = shootout.one_trial(nxt)
             except Exception as exc:  # noqa: BLE001 - one trial's trouble must not end the run
                 row = {"trial": nxt["trial_id"], "approach": nxt["approach"], "error": repr(exc)[:300]}
+            current = {}
             summary["trials"].append(row)
             summary_path.write_text(json.dumps(summary, indent=2))
             log(json.dumps(row))
@@ -178,6 +193,18 @@ def main() -> int:
         log(str(exc))
         code = 1
     finally:
+        if api is not None and current:
+            try:  # stopped mid-trial: cancel it through the API so its verdict and log say so
+                api.post(f"/api/trials/{current['trial_id']}/cancel")
+                end = time.monotonic() + 15
+                while time.monotonic() < end:
+                    if api.get(f"/api/trials/{current['trial_id']}").json().get("state") in TERMINAL:
+                        break
+                    time.sleep(0.5)
+                summary["trials"].append({"trial": current["trial_id"], "approach": current["approach"],
+                                          "state": "cancelled", "error": "the session stopped during this trial"})
+            except httpx.HTTPError as exc:
+                summary.setdefault("export_errors", []).append(f"cancel of the trial in flight: {exc}")
         if api is not None:
             for name, path in ((f"{args.campaign}.yaml", f"/api/campaigns/{args.campaign}/export"),
                                (f"{args.campaign}-metrics.csv", f"/api/campaigns/{args.campaign}/metrics.csv")):
