@@ -51,7 +51,7 @@ def main(path: str) -> None:
                 cells.append(f"{v:.1f} (p10 {tg['p10_us']:.1f}, p90 {tg['p90_us']:.1f})")
             else:
                 cells.append("-")
-        method = tags.get("method", "per-call-events (before issue 9)")
+        method = tags.get("method") or ("graph-replay" if tags["mode"] == "graph" else "per-call-events (before issue 9)")
         print(f"| {approach} | {tags['backend']} | {tags['mode']} | {method} | {env} | " + " | ".join(cells) + " |")
     if per_call:
         print()
