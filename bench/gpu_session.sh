@@ -19,7 +19,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
-SHOOTOUT_DEADLINE_S="${SHOOTOUT_DEADLINE_S:-210}"      # no trial starts after this
+SHOOTOUT_DEADLINE_S="${SHOOTOUT_DEADLINE_S:-200}"      # no trial starts after this
 TRIAL_DEADLINE_S="${TRIAL_DEADLINE_S:-80}"             # a trial running longer is cancelled
 HARNESS_VARIANTS="${HARNESS_VARIANTS:-nccl:eager,nccl:graph,symm_mem_two_shot:eager,symm_mem_two_shot:graph}"
 HARNESS_ROUNDS="${HARNESS_ROUNDS:-2}"
@@ -65,7 +65,7 @@ fi
 
 if [ "$STEPS" = all ] || [ "$STEPS" = harness ]; then
   step "(b) harness overhead: recipe vs bare per-call-events and wall-clock ($HARNESS_VARIANTS, $HARNESS_ROUNDS rounds)"
-  timeout -k 10 150 "$PY" bench/harness_overhead.py $HARNESS_ARGS --variants "$HARNESS_VARIANTS" --tokens 1,4,8,64 \
+  timeout -k 10 "${HARNESS_TIMEOUT_S:-180}" "$PY" bench/harness_overhead.py $HARNESS_ARGS --variants "$HARNESS_VARIANTS" --tokens 1,4,8,64 \
     --rounds "$HARNESS_ROUNDS" --warmup-rounds 0 --timeout-s 60 --out "$OUT/harness_overhead.json" \
     2>&1 | tee "$OUT/harness_overhead.txt"
   echo "harness overhead exit code ${PIPESTATUS[0]}"

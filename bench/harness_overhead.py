@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +32,25 @@ GPU_VARIANTS = "nccl:eager,nccl:graph,symm_mem_two_shot:eager,symm_mem_two_shot:
 BARE_METHODS = ("per-call-events", "wall-clock")
 
 
+def run(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run a program in its own process group; on timeout or interruption stop the whole group
+    (a recipe's rank processes or a bare loop's spawned workers must not outlive it)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=5)
+                break
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                continue
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def bare(args) -> dict[tuple[str, int, str], tuple[float, float]]:
     """(variant, tokens, method) -> (median us, p10 us)."""
     cmd = [sys.executable, str(ROOT / "bench" / "bare_allreduce.py"), f"--variants={args.variants}",
@@ -37,7 +58,11 @@ def bare(args) -> dict[tuple[str, int, str], tuple[float, float]]:
            f"--iters={args.iters}", f"--calls={args.calls}"]
     if args.world_size:
         cmd.append(f"--world-size={args.world_size}")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s)
+    try:
+        done = run(cmd, args.timeout_s)
+    except subprocess.TimeoutExpired:
+        print(f"bare loop: no result within {args.timeout_s}s", file=sys.stderr)
+        return {}
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     for row in rows:
         if "error" in row:
@@ -58,7 +83,7 @@ def recipe(args) -> dict[tuple[str, int, str], tuple[float, float]]:
         if args.world_size:
             cmd.append(f"--world-size={args.world_size}")
         try:
-            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout_s)
+            done = run(cmd, args.timeout_s)
         except subprocess.TimeoutExpired:
             print(f"recipe {variant}: no result within {args.timeout_s}s", file=sys.stderr)
             continue
@@ -119,21 +144,36 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=240, help="per program run")
     ap.add_argument("--out", type=Path, help="write the table as JSON here")
     args = ap.parse_args()
-    for _ in range(args.warmup_rounds):
-        bare(args), recipe(args)
-    bare_runs, recipe_runs = [], []
-    for _ in range(args.rounds):
-        bare_runs.append(bare(args))
-        recipe_runs.append(recipe(args))
+    def on_term(signum: int, _frame) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    bare_runs: list[dict] = []
+    recipe_runs: list[dict] = []
+    try:
+        for _ in range(args.warmup_rounds):
+            bare(args), recipe(args)
+        for done in range(1, args.rounds + 1):
+            bare_runs.append(bare(args))
+            recipe_runs.append(recipe(args))
+            if args.out:  # after every round: a session cut short still leaves its figures
+                write(args, compare(bare_runs, recipe_runs), done)
+    except KeyboardInterrupt as exc:
+        print(f"stopped ({exc}) after {len(recipe_runs)} complete round(s)", file=sys.stderr)
+        bare_runs = bare_runs[:len(recipe_runs)]
     table = compare(bare_runs, recipe_runs)
     print_table(table)
     if args.out:
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": table}, indent=2))
+        write(args, table, len(recipe_runs))
     if not table:
         print("no comparable results (see the errors above)", file=sys.stderr)
         return 1
     return 0
 
+
+def write(args, table: list[dict], rounds_done: int) -> None:
+    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                    "rounds_done": rounds_done, "rows": table}, indent=2))
 
 if __name__ == "__main__":
     sys.exit(main())
