@@ -59,7 +59,7 @@ class Shootout:
             nxt = self.api.post(f"/api/campaigns/{self.campaign}/run-next").json()
         return nxt
 
-    def one_trial(self, nxt: dict) -> dict:
+    def one_trial(self, nxt: dict, skipped: bool = False) -> dict:
         trial_id, t0 = nxt["trial_id"], time.monotonic()
         row: dict = {"trial": trial_id, "approach": nxt["approach"]}
         view: dict = {}
@@ -95,7 +95,8 @@ class Shootout:
                 # defer it, saying why, so the session moves on (a person can re-queue it).
                 status = "deferred"
                 reason = (f"{reason}; deferred by bench/shootout_on_node.py"
-                          + (f" (cancelled at its {self.trial_deadline_s:g}s deadline)" if cancelled else ""))
+                          + (f" (cancelled at its {self.trial_deadline_s:g}s deadline)" if cancelled else "")
+                          + (" (skipped: --skip)" if skipped else ""))
             confirmed = self.api.post(f"/api/trials/{trial_id}/verdict", json={
                 "status": status, "reason": reason, "components": p["components"]})
             confirmed.raise_for_status()
@@ -175,13 +176,14 @@ def main() -> int:
                 log(f"run next: {nxt.get('reason')}")
                 summary["stopped_because"] = nxt.get("reason")
                 break
-            if nxt["approach"] in skip:
+            skipped = nxt["approach"] in skip
+            if skipped:
                 log(f"skipping {nxt['approach']}")
                 api.post(f"/api/trials/{nxt['trial_id']}/cancel")
             log(f"trial {nxt['trial_id']}: {nxt['approach']}")
             current = nxt
             try:
-                row = shootout.one_trial(nxt)
+                row = shootout.one_trial(nxt, skipped)
             except Exception as exc:  # noqa: BLE001 - one trial's trouble must not end the run
                 row = {"trial": nxt["trial_id"], "approach": nxt["approach"], "error": repr(exc)[:300]}
             current = {}
