@@ -45,7 +45,7 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
       "gpus", torch.cuda.device_count(), "nccl", nccl)
 missing = []
 for name in ("fastapi", "uvicorn", "sqlmodel", "alembic", "typer", "rich", "httpx", "websockets", "yaml", "psutil",
-             "plotly", "jinja2_fragments", "itsdangerous", "multipart", "pydantic_settings"):
+             "plotly", "jinja2_fragments", "itsdangerous", "pydantic_settings"):
     try:
         importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001
