@@ -7,10 +7,12 @@ Every recipe module also runs alone: `python -m runners.recipes.<kind> --help`.
 """
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 class RecipeError(ValueError):
@@ -25,7 +27,39 @@ class LaunchSpec:
     timeout_s: float = 600.0
 
 
-KINDS = ("command", "allreduce", "verify_step", "sglang_server")
+@dataclass(frozen=True)
+class Recipe:
+    """The contract every recipe module meets, as its module-level `RECIPE`.
+
+    spec: its parameters (for documentation and forms; may be empty);
+    validate(params) -> values: coerce and check the recipe's JSON params (raises RecipeError);
+    argv(values, python) -> list[str]: the process to launch for validated values;
+    safe_env: default SAFE_ENV into the trial's env (anything that may touch several GPUs).
+    """
+
+    spec: tuple
+    validate: Callable[[dict[str, Any]], dict[str, Any]]
+    argv: Callable[[dict[str, Any], str], list[str]]
+    safe_env: bool = True
+
+
+def module_argv(python: str, module: str, flags: list[str]) -> list[str]:
+    """`python -m runners.recipes.<kind> flags...`: how a recipe module is launched."""
+    return [python, "-m", module, *flags]
+
+
+def recipes() -> dict[str, Recipe]:
+    """Every recipe kind: each module of this package (not `_private`) that defines RECIPE.
+    A new recipe is one new module."""
+    found: dict[str, Recipe] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        recipe = getattr(module, "RECIPE", None)
+        if isinstance(recipe, Recipe):
+            found[info.name] = recipe
+    return found
 
 
 def _common(recipe: dict[str, Any]) -> tuple[dict[str, str], str | None, float]:
@@ -45,41 +79,20 @@ def build_launch(recipe: dict[str, Any], *, python: str | None = None) -> Launch
     """Validate a recipe and say how to launch it. Raises RecipeError on bad input."""
     if not isinstance(recipe, dict):
         raise RecipeError("recipe: must be a mapping with a 'kind'")
+    kinds = recipes()
     kind = recipe.get("kind")
-    if kind not in KINDS:
-        raise RecipeError(f"kind: unknown recipe kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if kind not in kinds:
+        raise RecipeError(f"kind: unknown recipe kind {kind!r}; expected one of {', '.join(sorted(kinds))}")
     params = recipe.get("params") or {}
     if not isinstance(params, dict):
         raise RecipeError("params: must be a mapping")
     env, cwd, timeout = _common(recipe)
     python = python or sys.executable
-    if kind == "command":
-        argv = params.get("argv")
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise RecipeError("params.argv: must be a non-empty list of strings")
-        unknown = sorted(set(params) - {"argv", "metrics"})
-        if unknown:
-            raise RecipeError(f"params.{unknown[0]}: unknown parameter; expected argv, metrics")
-        if not params.get("metrics"):
-            return LaunchSpec(argv=list(argv), env=env, cwd=cwd, timeout_s=timeout)
-        from runners.recipes import command
-
-        wrapped = [python, "-m", "runners.recipes.command", *command.metric_flags(params["metrics"]), "--", *argv]
-        return LaunchSpec(argv=wrapped, env=_module_env(env), cwd=cwd, timeout_s=timeout)
-    if kind in ("allreduce", "verify_step"):
-        from runners.recipes import _params, allreduce, verify_step
-
-        module = allreduce if kind == "allreduce" else verify_step
-        values = module.validate(params)
-        argv = [python, "-m", f"runners.recipes.{kind}", *_params.to_argv(values, module.SPEC)]
-        return LaunchSpec(argv=argv, env=_module_env(env, safe=True), cwd=cwd, timeout_s=timeout)
-    if kind == "sglang_server":
-        from runners.recipes import sglang_server
-
-        values = sglang_server.validate(sglang_server.flatten(params))
-        argv = [python, "-m", "runners.recipes.sglang_server", *sglang_server.cli_argv(values)]
-        return LaunchSpec(argv=argv, env=_module_env(env, safe=True), cwd=cwd, timeout_s=timeout)
-    raise RecipeError(f"kind: recipe {kind!r} is not available in this build")
+    contract = kinds[kind]
+    argv = contract.argv(contract.validate(params), python)
+    if argv[1:3] == ["-m", f"{__name__}.{kind}"] or contract.safe_env:
+        env = _module_env(env, safe=contract.safe_env)
+    return LaunchSpec(argv=argv, env=env, cwd=cwd, timeout_s=timeout)
 
 
 # Defaulted for every trial that may touch several GPUs: NVLink multicast stays off.

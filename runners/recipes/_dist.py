@@ -197,6 +197,8 @@ class Rank:
                                     device_id=self.device)
         else:
             self.device = torch.device("cpu")
+            # Ranks share the cores: more threads than cores per rank makes compute spin, not run.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=init_timeout_s))
         self.group = dist.group.WORLD
         self.group_name = self.group.group_name
@@ -362,30 +364,88 @@ def summarize(samples_us: list[float]) -> dict[str, float]:
             "min": s[0], "max": s[-1]}
 
 
-def time_eager(rank: Rank, fn: Callable[[], Any], warmup: int, iters: int) -> list[float]:
-    """Per-call times in microseconds: CUDA events on GPU (calls issued back to back, so
-    launch overhead counts, as it does in a decode step), perf_counter on CPU."""
+class PerfCounterTimer:
+    """Host wall clock (CPU ranks: gloo collectives return when they are done)."""
+
+    name = "perf_counter"
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_us(self, start: float, end: float) -> float:
+        return (end - start) * 1e6
+
+
+class CudaEventTimer:
+    """CUDA events recorded on the current stream; read after one synchronize."""
+
+    name = "cuda-events"
+
+    def __init__(self, device):
+        self.device = device
+
+    def mark(self):
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize(self.device)
+
+    def elapsed_us(self, start, end) -> float:
+        return start.elapsed_time(end) * 1000.0
+
+
+def timer_for(rank: "Rank"):
+    return CudaEventTimer(rank.device) if rank.on_gpu else PerfCounterTimer()
+
+
+def time_back_to_back(fn: Callable[[], Any], timer, calls: int, samples: int) -> list[float]:
+    """The nccl-tests method: per sample, `calls` calls issued back to back between two marks,
+    elapsed / calls (us). No synchronize between samples, so the queue stays full and a per-launch
+    cost shows only where it really bounds the rate of calls."""
+    marks = []
+    for _ in range(samples):
+        start = timer.mark()
+        for _ in range(calls):
+            fn()
+        marks.append((start, timer.mark()))
+    timer.synchronize()
+    return [timer.elapsed_us(start, end) / calls for start, end in marks]
+
+
+def time_per_call(fn: Callable[[], Any], timer, iters: int) -> list[float]:
+    """A mark pair around each call (us). The marks sit in the launch path: on a GPU this
+    inflates eager collectives, so it is never a headline (allreduce_per_call_us only); for a
+    graph replay of N calls (us per replay) the marks are amortised over N."""
+    marks = []
+    for _ in range(iters):
+        start = timer.mark()
+        fn()
+        marks.append((start, timer.mark()))
+    timer.synchronize()
+    return [timer.elapsed_us(start, end) for start, end in marks]
+
+
+def warm(rank: "Rank", fn: Callable[[], Any], warmup: int) -> None:
+    """Untimed calls, then every rank lines up before timing starts."""
     for _ in range(warmup):
         fn()
     rank.synchronize()
     rank.barrier()
-    if rank.on_gpu:
-        import torch
 
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for i in range(iters):
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize(rank.device)
-        return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
-    samples = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return samples
+
+def time_eager(rank: "Rank", fn: Callable[[], Any], warmup: int, calls: int, samples: int) -> list[float]:
+    """Headline eager timing (nccl-tests method, see time_back_to_back), us per call."""
+    warm(rank, fn, warmup)
+    return time_back_to_back(fn, timer_for(rank), calls, samples)
 
 
 def capture_graph(rank: Rank, body: Callable[[], Any]):
@@ -407,27 +467,21 @@ def capture_graph(rank: Rank, body: Callable[[], Any]):
 
 
 def time_graph(rank: Rank, graph, warmup: int, iters: int) -> list[float]:
-    """Times of whole replays in microseconds."""
-    import torch
+    """Times of whole replays in microseconds (one event pair per replay)."""
+    warm(rank, graph.replay, warmup)
+    return time_per_call(graph.replay, timer_for(rank), iters)
 
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize(rank.device)
-    rank.barrier()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        graph.replay()
-        ends[i].record()
-    torch.cuda.synchronize(rank.device)
-    return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+
+def scaled(values: dict[str, Any], spec, names: tuple[str, ...]) -> bool:
+    """True when any geometry parameter is below its full-model default (a CPU floor, not a model input)."""
+    defaults = {p.name: p.default for p in spec}
+    return any(values[n] < defaults[n] for n in names)
 
 
 def stack_tags(rank: Rank) -> dict[str, Any]:
     import torch
 
-    tags: dict[str, Any] = {"torch": torch.__version__}
+    tags: dict[str, Any] = {"torch": torch.__version__, "device": rank.device.type}
     if rank.on_gpu:
         try:
             tags["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())

@@ -4,11 +4,14 @@
     python -m runners.recipes.allreduce --backend nccl --mode graph --tokens 1,4,8,64
 
 Message size = tokens x hidden x element size (4 draft tokens x 7168 x bf16 = 56 KiB).
-Each size: correctness check against a known sum, warm-up, timed calls; reports median and
-p10/p90 (and min/max) per size, algbw = bytes / time and busbw = algbw x 2(n-1)/n
-(nccl-tests convention) as metric lines, then a table. Graph mode captures
-`--graph-allreduces` (default 122: one verify step of a 61-layer model) allreduces in one
-CUDA graph and reports replay time / N.
+Each size: correctness check against a known sum, warm-up, then R timed samples (`--iters`);
+reports the median and p10/p90/min/max over samples, algbw = bytes / time and
+busbw = algbw x 2(n-1)/n (nccl-tests convention) as metric lines, then a table.
+Eager (method "nccl-tests"): a sample is `--calls` allreduces back to back between two marks
+(CUDA events; perf_counter on CPU), divided by the count. Graph (method "graph-replay"): a
+sample is one replay of a CUDA graph of `--graph-allreduces` (default 122: one verify step of a
+61-layer model) allreduces, divided by N. Eager also reports per-call event timing as the
+separate metric allreduce_per_call_us (`--per-call-iters`, 0 = off); it is never the headline.
 """
 from __future__ import annotations
 
@@ -16,9 +19,9 @@ import os
 import sys
 from typing import Any, Sequence
 
-from runners.recipes import _dist
-from runners.recipes._params import Param, parse_cli, validate as _validate
-from runners.recipes.metric import emit
+from runners.recipes import Recipe, _dist, module_argv
+from runners.recipes._params import Param, parse_cli, to_argv, validate as _validate
+from runners.recipes.metric import MetricName as M, emit
 
 PROG = "runners.recipes.allreduce"
 
@@ -31,7 +34,10 @@ SPEC = (
     Param("dtype", "choice", "bf16", "element type", choices=tuple(_dist.DTYPE_BYTES)),
     Param("graph_allreduces", "int", 122, "allreduces captured per CUDA graph (graph mode)", minimum=1),
     Param("warmup", "int", 10, "untimed calls (or replays) per size", minimum=0),
-    Param("iters", "int", 50, "timed calls (or replays) per size", minimum=1),
+    Param("iters", "int", 20, "timed samples per size (R): the median and spread are over these", minimum=1),
+    Param("calls", "int", 100, "eager: allreduces back to back per sample (K, the nccl-tests method)", minimum=1),
+    Param("per_call_iters", "int", 50, "eager: calls timed one by one for allreduce_per_call_us (0 = off)",
+          minimum=0),
     Param("seed", "int", 0, "seed of the known values used by the correctness check", minimum=0),
     *_dist.TIMEOUTS,
 )
@@ -44,20 +50,32 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+
+RECIPE = Recipe(spec=SPEC, validate=validate, argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
+                safe_env=True)
+
+
 def worker(values: dict[str, Any]) -> None:
     _dist.run_rank(values, _measure)
+
+
+GEOMETRY = ("hidden_size",)
 
 
 def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     n = rank.world_size
     elt = _dist.DTYPE_BYTES[values["dtype"]]
+    graph = values["mode"] == "graph"
+    timer = _dist.timer_for(rank)
     base_tags = {"backend": values["backend"], "mode": values["mode"], "world_size": n,
                  "dtype": values["dtype"], "hidden_size": values["hidden_size"],
+                 "scaled": _dist.scaled(values, SPEC, GEOMETRY), "timer": timer.name,
                  **_dist.knob_tags(), **_dist.stack_tags(rank)}
-    if values["mode"] == "graph":
+    if graph:
         base_tags["graph_allreduces"] = values["graph_allreduces"]
     rank.log(f"allreduce: backend={values['backend']} mode={values['mode']} world_size={n} "
-             f"dtype={values['dtype']} hidden={values['hidden_size']} device={rank.device.type}")
+             f"dtype={values['dtype']} hidden={values['hidden_size']} device={rank.device.type} "
+             f"method={'graph-replay' if graph else 'nccl-tests'} timer={timer.name}")
     rows = []
     for tokens in values["tokens"]:
         shape = (tokens, values["hidden_size"])
@@ -72,31 +90,45 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             return 1
         rank.log(f"allreduce: correctness ok tokens={tokens} bytes={nbytes} (max abs error {err:.3g}, tolerance {tol:.3g})")
         if rank.rank == 0:
-            emit("allreduce_check_passed", 1, "", max_abs_error=err, **tags)
-        if values["mode"] == "graph":
+            emit(M.ALLREDUCE_CHECK_PASSED, 1, "", max_abs_error=err, **tags)
+        per_call: list[float] = []
+        if graph:
             per = values["graph_allreduces"]
-            graph = _dist.capture_graph(rank, lambda: [ar() for _ in range(per)])
-            samples = [t / per for t in _dist.time_graph(rank, graph, values["warmup"], values["iters"])]
-            del graph
+            captured = _dist.capture_graph(rank, lambda: [ar() for _ in range(per)])
+            samples = [t / per for t in _dist.time_graph(rank, captured, values["warmup"], values["iters"])]
+            del captured
+            timing = {"method": "graph-replay", "samples": values["iters"], "calls_per_sample": per}
         else:
-            samples = _dist.time_eager(rank, ar, values["warmup"], values["iters"])
+            samples = _dist.time_eager(rank, ar, values["warmup"], values["calls"], values["iters"])
+            timing = {"method": "nccl-tests", "samples": values["iters"], "calls_per_sample": values["calls"]}
+            if values["per_call_iters"]:
+                rank.barrier()
+                per_call = rank.max_across(_dist.time_per_call(ar, timer, values["per_call_iters"]))
         samples = rank.max_across(samples)
         stats = _dist.summarize(samples)
         algbw = nbytes / (stats["median"] * 1e-6) / 1e9
         busbw = algbw * (2 * (n - 1) / n)
         if rank.rank == 0:
-            emit("allreduce_latency_us", stats["median"], "us", p10_us=stats["p10"], p90_us=stats["p90"],
-                 min_us=stats["min"], max_us=stats["max"], iters=values["iters"], **tags)
-            emit("allreduce_algbw_gbps", algbw, "GB/s", **tags)
-            emit("allreduce_busbw_gbps", busbw, "GB/s", **tags)
-        rows.append((tokens, nbytes, stats, algbw, busbw))
+            emit(M.ALLREDUCE_LATENCY_US, stats["median"], "us", p10_us=stats["p10"], p90_us=stats["p90"],
+                 min_us=stats["min"], max_us=stats["max"], **timing, **tags)
+            emit(M.ALLREDUCE_ALGBW_GBPS, algbw, "GB/s", method=timing["method"], **tags)
+            emit(M.ALLREDUCE_BUSBW_GBPS, busbw, "GB/s", method=timing["method"], **tags)
+            if per_call:
+                pc = _dist.summarize(per_call)
+                emit(M.ALLREDUCE_PER_CALL_US, pc["median"], "us", p10_us=pc["p10"], p90_us=pc["p90"],
+                     min_us=pc["min"], max_us=pc["max"], method="per-call-events", samples=len(per_call), **tags)
+        rows.append((tokens, nbytes, stats, algbw, busbw, _dist.summarize(per_call)["median"] if per_call else None))
         del ar
     if rank.rank == 0:
         print(f"{'tokens':>7} {'bytes':>10} {'median_us':>10} {'p10_us':>9} {'p90_us':>9} "
-              f"{'min_us':>9} {'max_us':>9} {'algbw_GB/s':>11} {'busbw_GB/s':>11}")
-        for tokens, nbytes, s, algbw, busbw in rows:
+              f"{'min_us':>9} {'max_us':>9} {'algbw_GB/s':>11} {'busbw_GB/s':>11} {'per_call_us':>12}")
+        for tokens, nbytes, s, algbw, busbw, pc_med in rows:
+            pc_text = f"{pc_med:>12.2f}" if pc_med is not None else f"{'-':>12}"
             print(f"{tokens:>7} {nbytes:>10} {s['median']:>10.2f} {s['p10']:>9.2f} {s['p90']:>9.2f} "
-                  f"{s['min']:>9.2f} {s['max']:>9.2f} {algbw:>11.3f} {busbw:>11.3f}", flush=True)
+                  f"{s['min']:>9.2f} {s['max']:>9.2f} {algbw:>11.3f} {busbw:>11.3f} {pc_text}", flush=True)
+        print("median_us: " + ("one graph replay / N" if graph else
+                               f"{values['calls']} calls back to back / {values['calls']} (nccl-tests method)")
+              + f", over {values['iters']} samples, slowest rank; per_call_us: one event pair per call", flush=True)
     return 0
 
 

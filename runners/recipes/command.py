@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Any, Sequence, TextIO
 
-from runners.recipes import RecipeError
+from runners.recipes import Recipe, RecipeError, module_argv
 from runners.recipes.metric import emit
 
 PROG = "runners.recipes.command"
@@ -58,6 +58,30 @@ def metric_flags(metrics: dict[str, Any]) -> list[str]:
     for name, spec in metrics.items():
         flags += ["--metric", f"{name}={spec.get('unit', '')}={spec['regex']}"]
     return flags
+
+
+def validate(params: dict[str, Any]) -> dict[str, Any]:
+    """params {"argv": [...], "metrics": {...}} (metrics optional). Raises RecipeError."""
+    argv = params.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise RecipeError("params.argv: must be a non-empty list of strings")
+    unknown = sorted(set(params) - {"argv", "metrics"})
+    if unknown:
+        raise RecipeError(f"params.{unknown[0]}: unknown parameter; expected argv, metrics")
+    metrics = params.get("metrics") or {}
+    validate_metrics(metrics)
+    return {"argv": list(argv), "metrics": metrics}
+
+
+def launch_argv(values: dict[str, Any], python: str) -> list[str]:
+    """The argv as given; with metrics, wrapped in this module, which turns matches into metric lines."""
+    if not values["metrics"]:
+        return list(values["argv"])
+    return module_argv(python, PROG, [*metric_flags(values["metrics"]), "--", *values["argv"]])
+
+
+# A plain command gets the recipe's env as given (no SAFE_ENV default: it may not be a GPU program).
+RECIPE = Recipe(spec=(), validate=validate, argv=launch_argv, safe_env=False)
 
 
 def _parse_metric_flag(text: str) -> tuple[str, dict[str, str]]:

@@ -15,6 +15,40 @@ METRIC_PREFIX = "@@campaign-metric "
 PHASE_PREFIX = "@@campaign-phase "
 
 
+class MetricName:
+    """The one place metric names are spelled: recipes emit these, every reader imports them.
+
+    Collective and model recipes tag every metric with `device` ("cuda" or "cpu") and `scaled`
+    (true when the geometry is smaller than the full model's): readers treat device=cpu or
+    scaled=true as a CPU floor, never as a model input.
+    """
+
+    # allreduce recipe
+    ALLREDUCE_LATENCY_US = "allreduce_latency_us"  # headline; tag method: nccl-tests (eager) | graph-replay
+    ALLREDUCE_PER_CALL_US = "allreduce_per_call_us"  # eager only; method: per-call-events (never the headline)
+    ALLREDUCE_ALGBW_GBPS = "allreduce_algbw_gbps"
+    ALLREDUCE_BUSBW_GBPS = "allreduce_busbw_gbps"
+    ALLREDUCE_CHECK_PASSED = "allreduce_check_passed"
+    # verify_step recipe
+    VERIFY_TIME_MS = "verify_time_ms"
+    VERIFY_COMPUTE_MS = "verify_compute_ms"
+    VERIFY_COMM_MS = "verify_comm_ms"
+    VERIFY_COMM_ISOLATED_MS = "verify_comm_isolated_ms"
+    VERIFY_COMM_SHARE = "verify_comm_share"
+    ALLREDUCE_IN_SITU_US = "allreduce_in_situ_us"  # tags tokens, allreduces, layers, bytes
+    ALLREDUCE_ISOLATED_US = "allreduce_isolated_us"
+    DECODE_STEP_MS = "decode_step_ms"  # verify_step at tokens == 1: the synthetic plain decode step (T_base)
+    # draft_step recipe
+    DRAFT_STEP_MS = "draft_step_ms"  # one EAGLE-3 draft head step (decoder layer + LM head)
+    # sglang_server recipe
+    OUTPUT_THROUGHPUT = "output_throughput_tok_s"  # bench_serving / bench_one_batch_server
+    GEN_THROUGHPUT_LOG = "decode_log_gen_throughput_tok_s"  # from Decode batch log lines
+    MEDIAN_TPOT_MS = "median_tpot_ms"
+    # Accept length, best source first: the benchmark's figure, the server's cumulative one, decode log lines.
+    ACCEPT_LENGTH = ("accept_length", "server_avg_spec_accept_length", "decode_log_accept_len")
+    THROUGHPUT = (OUTPUT_THROUGHPUT, GEN_THROUGHPUT_LOG)
+
+
 def emit_phase(name: str, *, stream: TextIO | None = None) -> None:
     """Announce a phase; the runner shows it on the trial page while the trial runs."""
     out = stream or sys.stdout

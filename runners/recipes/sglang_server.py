@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Sequence
 
-from runners.recipes import SAFE_ENV, RecipeError
+from runners.recipes import SAFE_ENV, Recipe, RecipeError, module_argv
 from runners.recipes._params import Param, parse_cli, validate as _validate
 from runners.recipes.metric import emit, emit_phase
 
@@ -129,6 +129,11 @@ def cli_argv(values: dict[str, Any]) -> list[str]:
         else:
             argv.append(f"{flag}={value}")
     return argv
+
+
+# The recipe contract: JSON params are nested ({"flags", "speculative", "bench"}), the CLI flat.
+RECIPE = Recipe(spec=SPEC, validate=lambda params: validate(flatten(params)),
+                argv=lambda values, python: module_argv(python, PROG, cli_argv(values)), safe_env=True)
 
 
 def server_argv(values: dict[str, Any]) -> list[str]:

@@ -11,6 +11,11 @@ full (compute + allreduce), compute only (no allreduce) and allreduce only. In-s
 communication = full - compute only; its share of the verify time and its cost per allreduce
 are reported as metric lines, beside the isolated allreduce-only time. The full variant is
 checked once against an unsharded float32 reference before timing.
+
+Timing: eager samples are `--calls` steps back to back between two marks / calls (method
+"nccl-tests"); graph samples are one replay of the captured step (method "graph-replay").
+At `--tokens 1` the full step is also reported as decode_step_ms: the synthetic plain decode
+step (T_base) with the same backend and mode.
 """
 from __future__ import annotations
 
@@ -18,9 +23,9 @@ import os
 import sys
 from typing import Any, Sequence
 
-from runners.recipes import _dist
-from runners.recipes._params import Param, parse_cli, validate as _validate
-from runners.recipes.metric import emit
+from runners.recipes import Recipe, _dist, module_argv
+from runners.recipes._params import Param, parse_cli, to_argv, validate as _validate
+from runners.recipes.metric import MetricName as M, emit
 
 PROG = "runners.recipes.verify_step"
 
@@ -34,10 +39,14 @@ SPEC = (
     Param("tokens", "int", 4, "tokens verified per step (draft tokens)", minimum=1),
     Param("dtype", "choice", "bf16", "element type", choices=tuple(_dist.DTYPE_BYTES)),
     Param("warmup", "int", 3, "untimed steps per variant", minimum=0),
-    Param("iters", "int", 20, "timed steps per variant", minimum=1),
+    Param("iters", "int", 20, "timed samples per variant (R)", minimum=1),
+    Param("calls", "int", 3, "eager: steps back to back per sample (K)", minimum=1),
     Param("seed", "int", 0, "weights and input seed", minimum=0),
     *_dist.TIMEOUTS,
 )
+
+
+GEOMETRY = ("hidden_size", "ffn_size", "layers")
 
 
 def validate(params: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +110,11 @@ def _reference(values: dict[str, Any], ws: int, x0):
     return x
 
 
+
+RECIPE = Recipe(spec=SPEC, validate=validate, argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
+                safe_env=True)
+
+
 def worker(values: dict[str, Any]) -> None:
     _dist.run_rank(values, _measure)
 
@@ -142,9 +156,13 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         for _ in range(2 * layers):
             ar()
 
+    graph = values["mode"] == "graph"
     tags = {"backend": rank.backend, "mode": values["mode"], "world_size": ws, "dtype": values["dtype"],
             "hidden_size": hidden, "ffn_size": ffn, "layers": layers, "tokens": tokens,
             "allreduces": 2 * layers, "bytes": tokens * hidden * _dist.DTYPE_BYTES[values["dtype"]],
+            "scaled": _dist.scaled(values, SPEC, GEOMETRY), "timer": _dist.timer_for(rank).name,
+            "method": "graph-replay" if graph else "nccl-tests", "samples": values["iters"],
+            "calls_per_sample": 1 if graph else values["calls"],
             **_dist.knob_tags(), **_dist.stack_tags(rank)}
     rank.log(f"verify_step: backend={rank.backend} mode={values['mode']} world_size={ws} layers={layers} "
              f"tokens={tokens} hidden={hidden} ffn={ffn} dtype={values['dtype']} allreduces={2 * layers}")
@@ -165,12 +183,12 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     times: dict[str, list[float]] = {}
     for name, body in (("full", full), ("compute", compute_only), ("comm", comm_only)):
         rank.phase(f"timing {name}")
-        if values["mode"] == "graph":
-            graph = _dist.capture_graph(rank, body)
-            times[name] = _dist.time_graph(rank, graph, values["warmup"], values["iters"])
-            del graph
+        if graph:
+            captured = _dist.capture_graph(rank, body)
+            times[name] = _dist.time_graph(rank, captured, values["warmup"], values["iters"])
+            del captured
         else:
-            times[name] = _dist.time_eager(rank, body, values["warmup"], values["iters"])
+            times[name] = _dist.time_eager(rank, body, values["warmup"], values["calls"], values["iters"])
         times[name] = rank.max_across(times[name])
     med = {name: _dist.summarize(samples) for name, samples in times.items()}
     verify_ms = med["full"]["median"] / 1000
@@ -180,19 +198,24 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     share = comm_ms / verify_ms if verify_ms > 0 else 0.0
     in_situ_us = comm_ms * 1000 / (2 * layers)
     if rank.rank == 0:
-        emit("verify_time_ms", verify_ms, "ms", p10_ms=med["full"]["p10"] / 1000, p90_ms=med["full"]["p90"] / 1000, **tags)
-        emit("verify_compute_ms", compute_ms, "ms", **tags)
-        emit("verify_comm_ms", comm_ms, "ms", derived="verify_time - compute_only", **tags)
-        emit("verify_comm_isolated_ms", isolated_ms, "ms", **tags)
-        emit("verify_comm_share", share, "", **tags)
-        emit("allreduce_in_situ_us", in_situ_us, "us", **tags)
-        emit("allreduce_isolated_us", isolated_ms * 1000 / (2 * layers), "us", **tags)
+        spread = {"p10_ms": med["full"]["p10"] / 1000, "p90_ms": med["full"]["p90"] / 1000}
+        emit(M.VERIFY_TIME_MS, verify_ms, "ms", **spread, **tags)
+        if tokens == 1:
+            emit(M.DECODE_STEP_MS, verify_ms, "ms", **spread, **tags)
+        emit(M.VERIFY_COMPUTE_MS, compute_ms, "ms", **tags)
+        emit(M.VERIFY_COMM_MS, comm_ms, "ms", derived="verify_time - compute_only", **tags)
+        emit(M.VERIFY_COMM_ISOLATED_MS, isolated_ms, "ms", **tags)
+        emit(M.VERIFY_COMM_SHARE, share, "", **tags)
+        emit(M.ALLREDUCE_IN_SITU_US, in_situ_us, "us", **tags)
+        emit(M.ALLREDUCE_ISOLATED_US, isolated_ms * 1000 / (2 * layers), "us", **tags)
         print(f"{'variant':<16} {'median_ms':>10} {'p10_ms':>9} {'p90_ms':>9}")
         for name, label in (("full", "verify step"), ("compute", "compute only"), ("comm", "allreduce only")):
             s = med[name]
             print(f"{label:<16} {s['median'] / 1000:>10.3f} {s['p10'] / 1000:>9.3f} {s['p90'] / 1000:>9.3f}")
         print(f"communication in situ {comm_ms:.3f} ms = {share:.1%} of the verify step; "
               f"{in_situ_us:.1f} us per allreduce x {2 * layers}", flush=True)
+        if tokens == 1:
+            print(f"decode step (1 token, {values['backend']}, {values['mode']}): {verify_ms:.3f} ms", flush=True)
     return 0
 
 

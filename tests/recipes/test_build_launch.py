@@ -81,6 +81,30 @@ def test_cli_and_build_launch_share_one_validator():
 
 
 def test_every_recipe_module_has_help():
-    for module in ("allreduce", "verify_step", "sglang_server", "command"):
+    for module in ("allreduce", "verify_step", "draft_step", "sglang_server", "command"):
         done = run_module(f"runners.recipes.{module}", "--help", timeout=60)
         assert done.returncode == 0 and "usage:" in done.stdout, module
+
+
+def test_every_kind_comes_from_the_one_registry_with_one_contract():
+    from runners.recipes import Recipe, recipes
+
+    kinds = recipes()
+    assert set(kinds) == {"command", "allreduce", "verify_step", "draft_step", "sglang_server"}
+    for kind, recipe in kinds.items():
+        assert isinstance(recipe, Recipe), kind
+        assert callable(recipe.validate) and callable(recipe.argv), kind
+    plain = build_launch({"kind": "command", "params": {"argv": ["true"]}, "env": {"A": "1"}})
+    assert plain.argv == ["true"] and plain.env == {"A": "1"}  # a plain command runs as given
+
+
+def test_a_new_recipe_is_one_new_module(tmp_path, monkeypatch):
+    import runners.recipes as package
+
+    (tmp_path / "echo_kind.py").write_text(
+        "from runners.recipes import Recipe\n"
+        "RECIPE = Recipe(spec=(), validate=lambda p: dict(p), argv=lambda v, py: [py, '-c', 'print(1)'],"
+        " safe_env=True)\n")
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+    spec = build_launch({"kind": "echo_kind", "params": {}}, python=PY)
+    assert spec.argv == [PY, "-c", "print(1)"] and spec.env["NCCL_NVLS_ENABLE"] == "0"

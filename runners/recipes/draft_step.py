@@ -1,0 +1,181 @@
+"""One EAGLE-3 draft step on one device: a decoder layer plus the LM head, in ms per step.
+
+    python -m runners.recipes.draft_step                       # Kimi-K2.5 geometry, CUDA, eager
+    python -m runners.recipes.draft_step --mode graph
+    python -m runners.recipes.draft_step --device cpu --hidden-size 256 --vocab-size 1000 --ffn-size 512 --heads 4
+
+The EAGLE-3 draft head (Li et al. 2025) fuses low, middle and high target features
+(fc: 3 x hidden -> hidden), runs one decoder layer whose attention input is the token
+embedding concatenated with that feature (2 x hidden), attends over a KV cache of
+`--context-len` positions, and ends in the LM head (hidden -> vocab) and a greedy pick.
+One draft step = that, for `--tokens` tokens (top-k 1: one). The weights are random: only the
+time is meant. Timing as the collective recipes: eager samples are `--calls` steps back to back
+between two marks / calls (method "nccl-tests"); graph samples are one replay of the captured
+step (method "graph-replay"). Metric draft_step_ms (median, with p10/p90/min/max).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+from runners.recipes import Recipe, RecipeError, module_argv
+from runners.recipes._params import Param, parse_cli, to_argv, usage_error, validate as _validate
+from runners.recipes.metric import MetricName as M, emit
+
+PROG = "runners.recipes.draft_step"
+
+SPEC = (
+    Param("device", "choice", "auto", "cuda, cpu, or auto (cuda when visible)", choices=("auto", "cuda", "cpu")),
+    Param("mode", "choice", "eager", "eager, or the step captured in one CUDA graph", choices=("eager", "graph")),
+    Param("hidden_size", "int", 7168, "draft hidden size (the target's)", minimum=1),
+    Param("vocab_size", "int", 163840, "LM head vocabulary", minimum=1),
+    Param("ffn_size", "int", 18432, "draft MLP intermediate size", minimum=1),
+    Param("heads", "int", 64, "attention heads (head dim = hidden / heads)", minimum=1),
+    Param("context_len", "int", 1024, "positions in the KV cache attended over", minimum=1),
+    Param("tokens", "int", 1, "tokens per draft step (top-k 1: 1)", minimum=1),
+    Param("dtype", "choice", "bf16", "element type", choices=("bf16", "fp16", "fp32")),
+    Param("warmup", "int", 5, "untimed steps", minimum=0),
+    Param("iters", "int", 20, "timed samples (R)", minimum=1),
+    Param("calls", "int", 10, "eager: steps back to back per sample (K)", minimum=1),
+    Param("seed", "int", 0, "weights seed", minimum=0),
+)
+GEOMETRY = ("hidden_size", "vocab_size", "ffn_size")
+
+
+def validate(params: dict[str, Any]) -> dict[str, Any]:
+    """Validated params with defaults (raises RecipeError naming the parameter)."""
+    values = _validate(params, SPEC)
+    if values["hidden_size"] % values["heads"]:
+        raise RecipeError(f"params.heads (--heads): hidden size {values['hidden_size']} is not divisible "
+                          f"by {values['heads']} heads")
+    if values["device"] == "cpu" and values["mode"] == "graph":
+        raise RecipeError("params.mode (--mode): graph mode needs CUDA graphs; device cpu has none")
+    return values
+
+
+RECIPE = Recipe(spec=SPEC, validate=validate, argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
+                safe_env=True)
+
+
+class DraftHead:
+    """Random weights of one EAGLE-3 draft head; `step()` runs one draft step on static buffers."""
+
+    def __init__(self, values: dict[str, Any], device, dtype):
+        import torch
+
+        h, f, v, t = values["hidden_size"], values["ffn_size"], values["vocab_size"], values["tokens"]
+        self.heads, self.head_dim = values["heads"], h // values["heads"]
+        gen = torch.Generator(device=device).manual_seed(values["seed"])
+
+        def w(rows: int, cols: int):
+            return (torch.randn(rows, cols, generator=gen, device=device) / rows**0.5).to(dtype)
+
+        self.fc = w(3 * h, h)
+        self.qkv = w(2 * h, 3 * h)
+        self.o = w(h, h)
+        self.gate_up = w(h, 2 * f)
+        self.down = w(f, h)
+        self.lm_head = w(h, v)
+        self.embed = w(v, h)
+        shape = (1, self.heads, values["context_len"], self.head_dim)
+        self.k_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
+        self.v_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
+        self.features = torch.randn(t, 3 * h, generator=gen, device=device).to(dtype)  # target low/mid/high
+        self.token_ids = torch.zeros(t, dtype=torch.long, device=device)
+
+    @staticmethod
+    def _norm(x):
+        import torch
+
+        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+
+    def step(self):
+        import torch
+        import torch.nn.functional as F
+
+        t = self.token_ids.shape[0]
+        hidden = self.features @ self.fc
+        x = torch.cat([self._norm(self.embed[self.token_ids]), self._norm(hidden)], dim=-1)
+        q, k, v = (x @ self.qkv).split(hidden.shape[-1], dim=-1)
+
+        def heads(z):
+            return z.view(t, self.heads, self.head_dim).transpose(0, 1).unsqueeze(0)
+
+        keys = torch.cat([self.k_cache, heads(k)], dim=2)
+        vals = torch.cat([self.v_cache, heads(v)], dim=2)
+        att = F.scaled_dot_product_attention(heads(q), keys, vals)
+        hidden = hidden + att.squeeze(0).transpose(0, 1).reshape(t, -1) @ self.o
+        gate, up = (self._norm(hidden) @ self.gate_up).chunk(2, dim=-1)
+        hidden = hidden + (F.silu(gate) * up) @ self.down
+        logits = self._norm(hidden) @ self.lm_head
+        return logits.argmax(-1)
+
+
+def run(values: dict[str, Any]) -> int:
+    import torch
+
+    from runners.recipes import _dist
+
+    device_name = values["device"]
+    if device_name == "auto":
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_name == "cuda" and not torch.cuda.is_available():
+        usage_error(PROG, f"device cuda: no CUDA GPU is visible to torch {torch.__version__}")
+    if values["mode"] == "graph" and device_name != "cuda":
+        usage_error(PROG, "graph mode needs CUDA graphs; no CUDA GPU is visible (device cpu)")
+    device = torch.device(device_name, 0) if device_name == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    head = DraftHead(values, device, _dist.torch_dtype(values["dtype"]))
+    out = head.step()
+    if out.shape != (values["tokens"],) or not bool(((out >= 0) & (out < values["vocab_size"])).all()):
+        print(f"draft_step: the step produced {tuple(out.shape)} token ids, not {values['tokens']} in "
+              f"[0, {values['vocab_size']})", file=sys.stderr, flush=True)
+        return 1
+    timer = _dist.CudaEventTimer(device) if device.type == "cuda" else _dist.PerfCounterTimer()
+    graph = values["mode"] == "graph"
+    for _ in range(values["warmup"]):
+        head.step()
+    timer.synchronize()
+    if graph:
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            head.step()
+        torch.cuda.current_stream(device).wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            head.step()
+        for _ in range(values["warmup"]):
+            captured.replay()
+        timer.synchronize()
+        samples = _dist.time_per_call(captured.replay, timer, values["iters"])
+    else:
+        samples = _dist.time_back_to_back(head.step, timer, values["calls"], values["iters"])
+    stats = _dist.summarize([s / 1000 for s in samples])
+    tags = {"mode": values["mode"], "device": device.type, "hidden_size": values["hidden_size"],
+            "vocab_size": values["vocab_size"], "ffn_size": values["ffn_size"], "heads": values["heads"],
+            "context_len": values["context_len"], "tokens": values["tokens"], "dtype": values["dtype"],
+            "scaled": _dist.scaled(values, SPEC, GEOMETRY), "timer": timer.name,
+            "method": "graph-replay" if graph else "nccl-tests", "samples": values["iters"],
+            "calls_per_sample": 1 if graph else values["calls"], "torch": torch.__version__}
+    emit(M.DRAFT_STEP_MS, stats["median"], "ms", p10_ms=stats["p10"], p90_ms=stats["p90"], min_ms=stats["min"],
+         max_ms=stats["max"], **tags)
+    print(f"draft step ({values['mode']}, {device.type}, hidden {values['hidden_size']}, vocab "
+          f"{values['vocab_size']}, {values['tokens']} token): median {stats['median']:.3f} ms "
+          f"(p10 {stats['p10']:.3f}, p90 {stats['p90']:.3f}) over {values['iters']} samples", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
+    try:
+        validate(values)
+    except RecipeError as exc:
+        usage_error(PROG, str(exc))
+    return run(values)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
