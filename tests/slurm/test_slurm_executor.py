@@ -2,6 +2,7 @@
 failure, re-attach, and a multi-node gloo allreduce across the two slurmd nodes."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -56,8 +57,11 @@ def _trial(executor: SlurmExecutor, recipe: dict, collector: Collector, requirem
 
 
 @pytest.fixture
-def executor(tmp_path) -> SlurmExecutor:
-    return SlurmExecutor(SlurmConfig(poll_s=0.2), tmp_path / "spool")
+def executor(tmp_path):
+    yield SlurmExecutor(SlurmConfig(poll_s=0.2), tmp_path / "spool")
+    # Jobs a failed test left behind are this test's own (their ids are in the spool): stop them.
+    for record in (tmp_path / "spool" / "slurm").glob("*.json"):
+        subprocess.run(["scancel", json.loads(record.read_text())["job_id"]], check=False)
 
 
 def _wait(predicate, timeout: float = 60, what: str = "condition"):
