@@ -241,6 +241,15 @@ def runner_version() -> str:
         return __version__
 
 
+def gres_gpus_of(gres: str) -> tuple[int, str]:
+    """sinfo's %G ('gpu:h200:8(S:0-1)', 'gpu:8', '(null)') -> (GPU count, model or '')."""
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            return int(parts[-1]), parts[1] if len(parts) == 3 else ""
+    return 0, ""
+
+
 def slurm_partition(config: Any) -> dict[str, Any]:
     """What a SLURM runner's trials run on: the partition (nodes, CPUs, GPUs per node from GRES),
     as fingerprint keys that replace the runner host's own GPU facts. GPU model and SM come from
@@ -263,11 +272,8 @@ def slurm_partition(config: Any) -> dict[str, Any]:
         if p.rstrip("*") != wanted:
             continue
         cpus = max(cpus, int(c) if c.isdigit() else 0)
-        for item in gres.split(","):  # gpu:h200:8(S:0-1) or gpu:8
-            parts = item.split("(")[0].split(":")
-            if parts[0] == "gpu" and parts[-1].isdigit():
-                gres_gpus = max(gres_gpus, int(parts[-1]))
-                gres_model = gres_model or (parts[1] if len(parts) == 3 else "")
+        count, model = gres_gpus_of(gres)
+        gres_gpus, gres_model = max(gres_gpus, count), gres_model or model
     gpus = config.gpus_per_node or gres_gpus
     model = config.gpu_model or gres_model
     out["slurm"] = {"partition": wanted, "nodes": len(nodes), "cpus_per_node": cpus, "gpus_per_node": gpus,

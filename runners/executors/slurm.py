@@ -94,7 +94,7 @@ def job_shape(requirements: dict[str, Any] | None, config: SlurmConfig) -> tuple
     """(nodes, gpus per node, extra sbatch options) for an approach's requirements."""
     req = requirements or {}
     try:
-        nodes = int(req.get("nodes") or 1)
+        nodes = int(req["nodes"]) if req.get("nodes") is not None else 1
         gpus = int(req.get("gpus_per_node") or req.get("gpus") or config.gpus_per_node or 0)
     except (TypeError, ValueError):
         raise RecipeError("requirements.nodes / gpus_per_node: must be whole numbers") from None
