@@ -460,7 +460,8 @@ class Agent:
             result = await asyncio.to_thread(process.wait)
             if result is None:
                 return  # detached from a SLURM job: the next runner process re-attaches
-            released, note = await asyncio.to_thread(check_gpus_released, gpu_before)
+            released, note = (await asyncio.to_thread(check_gpus_released, gpu_before) if self.executor.name == "local"
+                              else (None, "GPUs of a SLURM job are released by SLURM on its nodes"))
             log.info("%s: %s (exit code %s, signal %s)%s", label, result.outcome, result.exit_code, result.signal,
                      f"; {note}" if note else "")
             self._finish(attempt, outcome=result.outcome, exit_code=result.exit_code, signal=result.signal,

@@ -218,6 +218,17 @@ def test_multi_node_gloo_allreduce_across_two_slurmd_nodes(executor):
         collector.text[-3000:]
 
 
+def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
+    collector = Collector()
+    trial = _trial(executor, _python("import time; print('slow', flush=True); time.sleep(600)", timeout_s=2),
+                   collector, grace_s=1.0)
+    trial.start()
+    result = trial.wait()
+    assert result.outcome == "timed_out" and "no result within 2s" in result.error
+    assert job_info(trial.job_id)["state"] in ("CANCELLED", "FAILED")  # killed by SIGTERM, or by scancel
+    assert collector.text == "slow\n"
+
+
 def test_requirements_that_sbatch_must_not_take_are_refused(executor):
     collector = Collector()
     with pytest.raises(RecipeError, match="--output is set by the runner"):
