@@ -226,7 +226,7 @@ def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
     result = trial.wait()
     assert result.outcome == "timed_out" and "no result within 2s" in result.error
     assert job_info(trial.job_id)["state"] in ("CANCELLED", "FAILED")  # killed by SIGTERM, or by scancel
-    assert collector.text == "slow\n"
+    assert collector.text.startswith("slow\n")  # then, maybe, slurmstepd's "*** JOB n CANCELLED ***"
 
 
 def test_requirements_that_sbatch_must_not_take_are_refused(executor):
