@@ -3,11 +3,13 @@ failure, re-attach, and a multi-node gloo allreduce across the two slurmd nodes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -212,10 +214,15 @@ def test_multi_node_gloo_allreduce_across_two_slurmd_nodes(executor):
     assert (result.outcome, result.exit_code) == ("exited", 0), collector.text[-3000:]
     fields = subprocess.run(["scontrol", "show", "job", "-o", trial.job_id], capture_output=True, text=True).stdout
     assert "NumNodes=2" in fields and "NodeList=n[1-2]" in fields
-    metrics = [line for line in collector.text.splitlines() if line.startswith("@@campaign-metric")]
-    assert metrics, collector.text[-3000:]
-    assert '"world_size": 2' in collector.text or "world_size=2" in collector.text or "ranks 2" in collector.text, \
-        collector.text[-3000:]
+    metrics = [json.loads(line.split(" ", 1)[1]) for line in collector.text.splitlines()
+               if line.startswith("@@campaign-metric ")]
+    latency = [m for m in metrics if m["name"] == "allreduce_latency_us"]
+    assert {m["tags"]["tokens"] for m in latency} == {1, 4}, collector.text[-3000:]
+    assert all(m["tags"]["world_size"] == 2 and m["value"] > 0 for m in latency)
+    # Both slurmd "nodes" launched a task of the job's srun step (one rank each).
+    state_dir = Path(os.environ["SLURM_CONF"]).parent
+    for node in ("n1", "n2"):
+        assert f"launch task StepId={trial.job_id}.0 " in (state_dir / f"slurmd-{node}.log").read_text()
 
 
 def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
