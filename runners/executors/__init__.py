@@ -27,7 +27,6 @@ class TrialHandle(Protocol):
     def wait(self) -> TrialResult: ...
 
 
-Callbacks = dict[str, Callable[..., None]]  # on_chunk(OutputChunk), on_phase(name), on_teardown()
 
 
 class LocalTrial(TrialProcess):
