@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from app.models import ApproachStatus
 
@@ -45,6 +45,15 @@ class Requirements(BaseModel):
     gpus_per_node: int = Field(0, ge=0, le=1024, description="GPUs per node of a multi-node trial (0: one rank per node).")
     sbatch: list[Annotated[str, Field(pattern=r"^--?[A-Za-z][^\n\x00]*$", max_length=300)]] = Field(
         default_factory=list, max_length=50, description="Extra sbatch options for this approach's jobs, e.g. ['--qos=high'].")
+
+    @model_serializer(mode="wrap")
+    def _allocation_only_when_asked(self, handler: Any) -> dict[str, Any]:
+        # The allocation fields appear only when set, so single-node requirements read as before.
+        data = handler(self)
+        for name, default in (("nodes", 1), ("gpus_per_node", 0), ("sbatch", [])):
+            if data.get(name) == default:
+                data.pop(name)
+        return data
 
 
 class CampaignBase(BaseModel):
