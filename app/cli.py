@@ -261,6 +261,15 @@ def runner(
     sglang_python: Annotated[Optional[str], typer.Option(help="Interpreter SGLang is installed in, if another one.")] = None,
     max_trials: Annotated[int, typer.Option(min=1, help="Trials run at once on this node.")] = 1,
     parent_pid: Annotated[Optional[int], typer.Option(hidden=True)] = None,
+    executor: Annotated[str, typer.Option(help="Where trials run: local (process groups on this node) or slurm "
+                                                "(batch jobs; see docs/cluster.md).")] = "local",
+    partition: Annotated[str, typer.Option(help="slurm: partition (default: the cluster's default).")] = "",
+    account: Annotated[str, typer.Option(help="slurm: account to charge.")] = "",
+    time_limit: Annotated[str, typer.Option(help="slurm: sbatch --time (default: the recipe's timeout + 2 min).")] = "",
+    gpus_per_node: Annotated[int, typer.Option(min=0, help="slurm: GPUs per node (default: from the partition's GRES).")] = 0,
+    sbatch_option: Annotated[Optional[list[str]], typer.Option(help="slurm: extra sbatch option, e.g. --qos=high (repeatable).")] = None,
+    gpu_model: Annotated[str, typer.Option(help="slurm: the partition's GPU model, when GRES does not name it.")] = "",
+    gpu_sm: Annotated[str, typer.Option(help="slurm: the partition's GPU SM capability, e.g. 9.0.")] = "",
 ) -> None:
     """Run trials on this node for a board: connect, report the node, stream logs; reconnects by itself."""
     import socket
@@ -269,10 +278,24 @@ def runner(
 
     settings = get_settings()
     name = name or socket.gethostname()
-    code = run(server, token, spool_dir=spool_dir or settings.data_dir / "runner-spool" / name,
+    spool_dir = spool_dir or settings.data_dir / "runner-spool" / name
+    trial_executor = None
+    if executor == "slurm":
+        from runners.executors.slurm import SlurmConfig, SlurmExecutor
+        from runners.recipes import RecipeError
+
+        config = SlurmConfig(partition=partition, account=account, time_limit=time_limit, gpus_per_node=gpus_per_node,
+                             sbatch_options=list(sbatch_option or []), gpu_model=gpu_model, sm=gpu_sm)
+        try:
+            trial_executor = SlurmExecutor(config, spool_dir)
+        except RecipeError as exc:
+            _fail(str(exc))
+    elif executor != "local":
+        _fail(f"--executor {executor!r}: expected local or slurm")
+    code = run(server, token, spool_dir=spool_dir,
                labels=[label.strip() for label in labels.split(",") if label.strip()], name=name, python=python,
                sglang_python=sglang_python, cancel_grace_s=settings.cancel_grace_s, max_concurrent=max_trials,
-               parent_pid=parent_pid)
+               parent_pid=parent_pid, executor=trial_executor)
     raise typer.Exit(code)
 
 

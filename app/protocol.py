@@ -89,6 +89,8 @@ class Dispatch(AttemptRef):
     type: Literal["dispatch"] = "dispatch"
     recipe: dict[str, Any]
     approach_key: str = ""
+    requirements: dict[str, Any] = Field(default_factory=dict,
+                                         description="The approach's requirements (nodes, gpus_per_node, sbatch) for executors that allocate.")
 
 
 class Cancel(AttemptRef):

@@ -5,9 +5,9 @@ A family per concept: XBase (shared fields), XCreate, XUpdate (all optional), XP
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from app.models import ApproachStatus
 
@@ -41,6 +41,19 @@ class Requirements(BaseModel):
     gpus: int = Field(0, ge=0, le=1024, description="GPUs needed on one node.")
     min_sm: str | None = Field(None, pattern=r"^\d+\.\d+$", description="Minimum SM capability, e.g. '9.0'.")
     software: list[str] = Field(default_factory=list, description="Fingerprint components that must be present, e.g. ['torch', 'sglang'].")
+    nodes: int = Field(1, ge=1, le=4096, description="Nodes for one trial (more than 1: a SLURM runner, one rank per GPU via srun).")
+    gpus_per_node: int = Field(0, ge=0, le=1024, description="GPUs per node of a multi-node trial (0: one rank per node).")
+    sbatch: list[Annotated[str, Field(pattern=r"^--?[A-Za-z][^\n\x00]*$", max_length=300)]] = Field(
+        default_factory=list, max_length=50, description="Extra sbatch options for this approach's jobs, e.g. ['--qos=high'].")
+
+    @model_serializer(mode="wrap")
+    def _allocation_only_when_asked(self, handler: Any) -> dict[str, Any]:
+        # The allocation fields appear only when set, so single-node requirements read as before.
+        data = handler(self)
+        for name, default in (("nodes", 1), ("gpus_per_node", 0), ("sbatch", [])):
+            if data.get(name) == default:
+                data.pop(name)
+        return data
 
 
 class CampaignBase(BaseModel):

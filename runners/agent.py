@@ -40,6 +40,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from app.protocol import (Ack, AttemptRef, Cancel, Dispatch, Finished, FinishedAck, Heartbeat, Hello, LogChunkMsg,
                           Phase, Reject, Started, Welcome, parse_server_message)
 from runners import fingerprint as node
+from runners.executors import LocalExecutor, spooled_end
 from runners.process import (OutputChunk, ProcessId, TrialProcess, check_gpus_released, gpu_memory_used,
                              stop_attempt_leftovers, trace)
 from runners.recipes import RecipeError, build_launch
@@ -128,6 +129,7 @@ class RunnerOptions:
     cancel_grace_s: float = 10.0
     max_concurrent: int = 1
     parent_pid: int | None = None  # stop when this process is gone (the embedded runner's server)
+    executor: Any = None  # runners.executors: LocalExecutor (default) or SlurmExecutor
 
 
 class Agent:
@@ -138,6 +140,7 @@ class Agent:
         self.url = ws_url(options.server_url)
         self.fingerprint = fingerprint
         self.spool = Spool(options.spool_dir)
+        self.executor = options.executor or LocalExecutor()
         self.attempts: dict[str, Attempt] = {}
         self.heartbeat_s = 5.0
         self.connected = asyncio.Event()
@@ -160,7 +163,8 @@ class Agent:
         try:
             if self.fingerprint is None:  # collected while the first connection is made
                 self._fingerprint_task = asyncio.create_task(asyncio.to_thread(
-                    node.collect, python=self.options.python, sglang_python=self.options.sglang_python))
+                    lambda: {**node.collect(python=self.options.python, sglang_python=self.options.sglang_python),
+                             **self.executor.describe()}))
             await self._recover_spool()
             connection = asyncio.create_task(self._connection_loop())
             helpers = [asyncio.create_task(self._stopping.wait())]
@@ -206,7 +210,10 @@ class Agent:
     async def _stop_all_attempts(self) -> None:
         running = [a for a in self.attempts.values() if a.task and not a.task.done()]
         for attempt in running:
-            self._cancel_attempt(attempt)
+            if hasattr(attempt.process, "detach"):  # a SLURM job goes on; the next runner re-attaches
+                attempt.process.detach()
+            else:
+                self._cancel_attempt(attempt)
         if running:
             await asyncio.wait([a.task for a in running], timeout=self.options.cancel_grace_s + 15)
 
@@ -223,6 +230,13 @@ class Agent:
             attempt = Attempt(spooled.trial_id, spooled.attempt_id, spooled, sent_seq=spooled.acked_seq)
             self.attempts[attempt.attempt_id] = attempt
             if spooled.finished is not None:
+                continue
+            handle = self.executor.reattach(attempt.attempt_id, resume_offset=spooled_end(spooled),
+                                            grace_s=self.options.cancel_grace_s, **self._callbacks(attempt))
+            if handle is not None:
+                log.info("trial %s: re-attached to SLURM job %s", attempt.trial_id, handle.pid)
+                attempt.process, attempt.running = handle, True
+                attempt.task = asyncio.create_task(self._follow(attempt, handle))
                 continue
             leader = ProcessId(spooled.leader["pid"], spooled.leader["create_time"]) if spooled.leader else None
             killed = await asyncio.to_thread(stop_attempt_leftovers, attempt.attempt_id, leader,
@@ -389,9 +403,26 @@ class Agent:
             self._finish(attempt, outcome="failed_to_start", error=reason)
             return
         attempt.running = True
-        attempt.task = asyncio.create_task(self._run_attempt(attempt, message.recipe))
+        attempt.task = asyncio.create_task(self._run_attempt(attempt, message.recipe, message.requirements))
 
-    async def _run_attempt(self, attempt: Attempt, recipe: dict[str, Any]) -> None:
+    def _callbacks(self, attempt: Attempt) -> dict[str, Any]:
+        loop = self._loop
+        return dict(on_chunk=lambda chunk: self._spool_chunk(attempt, chunk),
+                    on_phase=lambda name: loop.call_soon_threadsafe(self._queue_phase, attempt, name),
+                    on_teardown=lambda: loop.call_soon_threadsafe(self._queue_phase, attempt, "tearing down"))
+
+    async def _follow(self, attempt: Attempt, handle: Any) -> None:
+        """A re-attached trial: wait for its end and report it."""
+        try:
+            result = await asyncio.to_thread(handle.wait)
+            if result is not None:
+                self._finish(attempt, outcome=result.outcome, exit_code=result.exit_code, signal=result.signal,
+                             error=result.error)
+        finally:
+            attempt.running = False
+
+    async def _run_attempt(self, attempt: Attempt, recipe: dict[str, Any],
+                           requirements: dict[str, Any] | None = None) -> None:
         label = f"trial {attempt.trial_id} attempt {attempt.attempt_id}"
         try:
             self._queue(Phase(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, phase="launching"))
@@ -404,12 +435,13 @@ class Agent:
             if attempt.cancel_requested:
                 self._finish(attempt, outcome="cancelled", error="cancelled before it started")
                 return
-            loop = asyncio.get_running_loop()
-            process = TrialProcess(
-                spec, attempt.attempt_id, grace_s=self.options.cancel_grace_s,
-                on_chunk=lambda chunk: self._spool_chunk(attempt, chunk),
-                on_phase=lambda name: loop.call_soon_threadsafe(self._queue_phase, attempt, name),
-                on_teardown=lambda: loop.call_soon_threadsafe(self._queue_phase, attempt, "tearing down"))
+            try:
+                process = self.executor.trial(spec, attempt.attempt_id, trial_id=attempt.trial_id,
+                                              requirements=requirements, grace_s=self.options.cancel_grace_s,
+                                              **self._callbacks(attempt))
+            except RecipeError as exc:
+                self._finish(attempt, outcome="failed_to_start", error=str(exc))
+                return
             try:
                 process.start()
             except OSError as exc:
@@ -419,13 +451,17 @@ class Agent:
             attempt.process = process
             if process.leader is not None:
                 attempt.spool.set_leader(process.leader.pid, process.leader.create_time)
-            log.info("%s: started pid %s: %s", label, process.pid, " ".join(spec.argv)[:200])
+            log.info("%s: started %s %s: %s", label, self.executor.name, process.pid, " ".join(spec.argv)[:200])
+            await asyncio.to_thread(process.wait_running)  # a queued SLURM job reports its reason as the phase
             self._queue(Started(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, pid=process.pid))
             self._queue_phase(attempt, "running")
             if attempt.cancel_requested:
                 process.cancel()
             result = await asyncio.to_thread(process.wait)
-            released, note = await asyncio.to_thread(check_gpus_released, gpu_before)
+            if result is None:
+                return  # detached from a SLURM job: the next runner process re-attaches
+            released, note = (await asyncio.to_thread(check_gpus_released, gpu_before) if self.executor.name == "local"
+                              else (None, "GPUs of a SLURM job are released by SLURM on its nodes"))
             log.info("%s: %s (exit code %s, signal %s)%s", label, result.outcome, result.exit_code, result.signal,
                      f"; {note}" if note else "")
             self._finish(attempt, outcome=result.outcome, exit_code=result.exit_code, signal=result.signal,
@@ -479,6 +515,7 @@ class Agent:
         """Forget an attempt: its spool is deleted (finished and acked, rejected, or stale)."""
         self.attempts.pop(attempt.attempt_id, None)
         attempt.spool.remove()
+        self.executor.forget(attempt.attempt_id)
 
 
 class ProtocolViolation(Exception):
@@ -489,7 +526,7 @@ class ProtocolViolation(Exception):
 
 def run(server_url: str, token: str, *, spool_dir: Path, labels: Sequence[str] = (), name: str = "",
         python: str | None = None, sglang_python: str | None = None, cancel_grace_s: float = 10.0,
-        max_concurrent: int = 1, parent_pid: int | None = None) -> int:
+        max_concurrent: int = 1, parent_pid: int | None = None, executor: Any = None) -> int:
     """Run the runner until SIGTERM/SIGINT (exit 0) or a fatal error (2: bad arguments,
     3: the server refused the token). Blocks; sets up logging to stderr when none is set."""
     if not logging.getLogger().handlers:
@@ -500,7 +537,7 @@ def run(server_url: str, token: str, *, spool_dir: Path, labels: Sequence[str] =
         return EXIT_USAGE
     options = RunnerOptions(server_url=server_url, token=token, spool_dir=Path(spool_dir), labels=list(labels),
                             name=name, python=python, sglang_python=sglang_python, cancel_grace_s=cancel_grace_s,
-                            max_concurrent=max_concurrent, parent_pid=parent_pid)
+                            max_concurrent=max_concurrent, parent_pid=parent_pid, executor=executor)
 
     async def main() -> int:
         try:

@@ -239,3 +239,46 @@ def runner_version() -> str:
         from app import __version__
 
         return __version__
+
+
+def gres_gpus_of(gres: str) -> tuple[int, str]:
+    """sinfo's %G ('gpu:h200:8(S:0-1)', 'gpu:8', '(null)') -> (GPU count, model or '')."""
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            return int(parts[-1]), parts[1] if len(parts) == 3 else ""
+    return 0, ""
+
+
+def slurm_partition(config: Any) -> dict[str, Any]:
+    """What a SLURM runner's trials run on: the partition (nodes, CPUs, GPUs per node from GRES),
+    as fingerprint keys that replace the runner host's own GPU facts. GPU model and SM come from
+    the runner's config when GRES does not name them (the runner's host may have no GPU at all).
+    `config` is a runners.executors.slurm.SlurmConfig."""
+    out: dict[str, Any] = {}
+    try:
+        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%P|%c|%G|%t"], capture_output=True, text=True,
+                              timeout=10, stdin=subprocess.DEVNULL)
+        rows = [line.split("|") for line in done.stdout.splitlines() if line.count("|") == 4]
+    except (OSError, subprocess.TimeoutExpired):
+        rows = []
+    wanted = config.partition
+    if not wanted:  # the cluster's default partition is marked with '*'
+        wanted = next((p.rstrip("*") for _, p, _, _, _ in rows if p.endswith("*")), "")
+    nodes = sorted({n for n, p, _, _, _ in rows if p.rstrip("*") == wanted})
+    gres_gpus, gres_model = 0, ""
+    cpus = 0
+    for _, p, c, gres, _ in rows:
+        if p.rstrip("*") != wanted:
+            continue
+        cpus = max(cpus, int(c) if c.isdigit() else 0)
+        count, model = gres_gpus_of(gres)
+        gres_gpus, gres_model = max(gres_gpus, count), gres_model or model
+    gpus = config.gpus_per_node or gres_gpus
+    model = config.gpu_model or gres_model
+    out["slurm"] = {"partition": wanted, "nodes": len(nodes), "cpus_per_node": cpus, "gpus_per_node": gpus,
+                    "gpu_model": model or None, "reachable": bool(rows)}
+    out["gpu_count"] = gpus
+    out["gpus"] = [{"name": model or "GPU", "sm": config.sm or None} for _ in range(gpus)]
+    out["sm"] = config.sm or None
+    return out

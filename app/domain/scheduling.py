@@ -80,6 +80,7 @@ def unmet_requirements(requirements: dict[str, Any] | None, fingerprint: dict[st
     gpus = int(req.get("gpus") or 0)
     if gpus and runner_domain.gpu_count(fingerprint) < gpus:
         missing.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
+    missing += _unmet_allocation(req, fingerprint)
     min_sm = runner_domain._sm_tuple(req.get("min_sm"))
     if min_sm:
         have = runner_domain.sm(fingerprint)
@@ -89,6 +90,22 @@ def unmet_requirements(requirements: dict[str, Any] | None, fingerprint: dict[st
     for name in req.get("software") or []:
         if str(name).lower() not in installed:
             missing.append(str(name))
+    return missing
+
+
+def _unmet_allocation(req: dict[str, Any], fingerprint: dict[str, Any] | None) -> list[str]:
+    """N nodes x G GPUs: only a runner that hands trials to a scheduler (its fingerprint's `slurm`
+    partition) can give more than one node; G GPUs per node must fit the partition's nodes."""
+    nodes = int(req.get("nodes") or 1)
+    per_node = int(req.get("gpus_per_node") or 0)
+    missing: list[str] = []
+    if per_node and runner_domain.gpu_count(fingerprint) < per_node:
+        missing.append(f"{per_node} GPU{'s' if per_node != 1 else ''} per node")
+    if nodes > 1:
+        partition = (fingerprint or {}).get("slurm")
+        have = partition.get("nodes", 0) if isinstance(partition, dict) else 0
+        if have < nodes:
+            missing.append(f"{nodes} nodes (a SLURM partition with {nodes} or more)")
     return missing
 
 
@@ -162,7 +179,7 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
         for runner in able:
             if _lock_runner_idle(session, runner):
                 trial = create_trial(session, approach, runner, actor)
-                return RunNext(trial=trial, approach=approach, runner=runner, dispatch=dispatch_message(trial))
+                return RunNext(trial=trial, approach=approach, runner=runner, dispatch=dispatch_message(trial, requirements=approach.requirements))
     first = queue[0]
     if any(not unmet_requirements(first.requirements, r.fingerprint) for r in connected):
         if not idle:
@@ -205,9 +222,9 @@ def new_attempt(session: Session, trial: Trial, runner: Runner) -> Attempt:
     return attempt
 
 
-def dispatch_message(trial: Trial, approach_key: str = "") -> Dispatch:
+def dispatch_message(trial: Trial, approach_key: str = "", requirements: dict[str, Any] | None = None) -> Dispatch:
     return Dispatch(trial_id=trial.id, attempt_id=trial.attempt_id or "", recipe=trial.recipe,  # type: ignore[arg-type]
-                    approach_key=approach_key)
+                    approach_key=approach_key, requirements=requirements or {})
 
 
 def get_trial(session: Session, trial_id: int) -> Trial:
@@ -420,7 +437,8 @@ def reconcile(session: Session, runner: Runner, held: list[AttemptRef], last_seq
             out.lost.append(trial)
         else:  # dispatched but never started: the push may not have arrived; send it again
             approach = session.get(Approach, trial.approach_id)
-            out.redispatch.append(dispatch_message(trial, approach.key if approach else ""))
+            out.redispatch.append(dispatch_message(trial, approach.key if approach else "",
+                                                  approach.requirements if approach else None))
     return out
 
 

@@ -488,3 +488,17 @@ def stack_tags(rank: Rank) -> dict[str, Any]:
         except Exception:  # NCCL version is a nice-to-have tag, never a failure
             pass
     return tags
+
+
+def rank_env_from_launcher(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+    """torch.distributed env:// variables for a rank started by `srun` (SLURM_PROCID, SLURM_NTASKS,
+    SLURM_LOCALID, SLURM_NTASKS_PER_NODE) or torchrun (already set: kept). MASTER_ADDR / MASTER_PORT
+    come from the batch script (the allocation's first node). {} when not launched by either."""
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        return {WORKER_ENV: "1"}
+    if "SLURM_PROCID" not in environ or "SLURM_NTASKS" not in environ:
+        return {}
+    per_node = environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0].split(",")[0]
+    return {WORKER_ENV: "1", "RANK": environ["SLURM_PROCID"], "WORLD_SIZE": environ["SLURM_NTASKS"],
+            "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"), "LOCAL_WORLD_SIZE": per_node,
+            "NODE_RANK": environ.get("SLURM_NODEID", "0")}

@@ -1,0 +1,62 @@
+"""Where a runner's trials run: as process groups on its own node (`local`, the default) or as
+SLURM batch jobs (`slurm`).
+
+An executor turns a LaunchSpec into a *trial handle* with the shape of `runners.process.TrialProcess`:
+`start()` (raises OSError when it cannot start), `wait_running()` (blocks while the trial waits for
+resources; returns at once for a local process), `cancel(kill_now=False)`, `wait() -> TrialResult`,
+`pid`, `leader`, `popen`. The agent drives both the same way; only the SLURM executor can
+re-attach to trials a previous runner process left running (`reattach`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from runners.process import OutputChunk, TrialProcess, TrialResult
+from runners.recipes import LaunchSpec
+
+
+class TrialHandle(Protocol):
+    leader: Any
+    popen: Any
+
+    @property
+    def pid(self) -> int | None: ...
+    def start(self) -> None: ...
+    def wait_running(self) -> None: ...
+    def cancel(self, *, kill_now: bool = False) -> None: ...
+    def wait(self) -> TrialResult: ...
+
+
+
+
+class LocalTrial(TrialProcess):
+    """Today's process-group path: a local process has no queue to wait in."""
+
+    def wait_running(self) -> None:
+        return None
+
+
+class LocalExecutor:
+    name = "local"
+
+    def trial(self, spec: LaunchSpec, attempt_id: str, *, trial_id: int, requirements: dict[str, Any] | None,
+              grace_s: float, on_chunk: Callable[[OutputChunk], None], on_phase: Callable[[str], None],
+              on_teardown: Callable[[], None]) -> LocalTrial:
+        return LocalTrial(spec, attempt_id, grace_s=grace_s, on_chunk=on_chunk, on_phase=on_phase,
+                          on_teardown=on_teardown)
+
+    def reattach(self, attempt_id: str, **_: Any) -> None:
+        """A local process cannot be re-attached: its output pipe died with the old runner."""
+        return None
+
+    def forget(self, attempt_id: str) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+
+def spooled_end(spool: Any) -> int:
+    """Byte offset just past the last chunk still in an attempt's spool (0: none left)."""
+    last = spool.chunks_after(spool.last_seq - 1, limit=1)
+    return last[0].offset + len(last[0].data.encode()) if last else 0
