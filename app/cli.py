@@ -188,7 +188,10 @@ def import_cmd(
     from app.domain.campaign_files import import_campaign
     from app.domain.errors import DomainError
 
-    text = sys.stdin.read() if str(path) == "-" else _read(path)
+    limit = get_settings().max_campaign_file_bytes
+    text = sys.stdin.read(limit + 1) if str(path) == "-" else _read(path, limit)
+    if len(text.encode()) > limit:
+        _fail(f"{path}: larger than {limit} bytes (CAMPAIGN_MAX_CAMPAIGN_FILE_BYTES); nothing was imported")
     try:
         with session_scope(_engine(get_settings())) as session:
             summary = import_campaign(session, text, actor="cli import", replace=replace)
@@ -197,9 +200,10 @@ def import_cmd(
     console.print(summary)
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, limit: int) -> str:
     try:
-        return path.read_text()
+        with path.open(encoding="utf-8") as f:
+            return f.read(limit + 1)
     except OSError as exc:
         _fail(f"cannot read {path}: {exc.strerror}")
     return ""
@@ -253,7 +257,9 @@ def classify(
 def runner(
     server: Annotated[str, typer.Option(help="The board's URL, e.g. http://board:8000.")],
     token: Annotated[str, typer.Option(envvar="CAMPAIGN_RUNNER_TOKEN", show_default=False,
-                                       help="This runner's token (better: set CAMPAIGN_RUNNER_TOKEN; ps shows arguments).")] = "",
+                                       help="This runner's token (better: --token-file; ps shows arguments).")] = "",
+    token_file: Annotated[Optional[str], typer.Option(
+        help="Read the token from this file ('-': stdin). Trials never see it, whichever way it comes.")] = None,
     labels: Annotated[str, typer.Option(help="Comma-separated labels, e.g. h200,nvlink.")] = "",
     spool_dir: Annotated[Optional[Path], typer.Option(help="Log spool (default <data_dir>/runner-spool/<name>).")] = None,
     name: Annotated[Optional[str], typer.Option(help="Name in logs and the default spool dir (default: hostname).")] = None,
@@ -269,6 +275,11 @@ def runner(
 
     settings = get_settings()
     name = name or socket.gethostname()
+    if token_file:
+        try:
+            token = (sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()).strip()
+        except OSError as exc:
+            _fail(f"cannot read {token_file}: {exc.strerror}", code=2)
     code = run(server, token, spool_dir=spool_dir or settings.data_dir / "runner-spool" / name,
                labels=[label.strip() for label in labels.split(",") if label.strip()], name=name, python=python,
                sglang_python=sglang_python, cancel_grace_s=settings.cancel_grace_s, max_concurrent=max_trials,

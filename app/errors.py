@@ -1,6 +1,8 @@
 """The one place that maps errors to HTTP: JSON for the API, a redirect or an htmx flash for pages."""
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -40,6 +42,14 @@ def _error(request: Request, message: str, status: int, field: str | None = None
     return response
 
 
+def login_required(request: Request) -> Response:
+    """401 for the API, htmx and writes; a redirect to the login page for a page view."""
+    if _wants_json(request) or request.method != "GET":
+        return _error(request, "Login required: open the login link printed by `campaign serve` "
+                      "(or `campaign login-url`), or send an API token.", 401)
+    return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain(request: Request, exc: DomainError) -> Response:
@@ -47,10 +57,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(NotLoggedIn)
     async def _login(request: Request, exc: NotLoggedIn) -> Response:
-        if _wants_json(request) or request.method != "GET":
-            return _error(request, "Login required: open the login link printed by `campaign serve` "
-                          "(or `campaign login-url`), or send an API token.", 401)
-        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+        return login_required(request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:

@@ -7,12 +7,14 @@ from importlib import import_module
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import PROJECT_ROOT, __version__
 from app.config import Settings, get_settings
 from app.db import make_engine, migrate
 from app.errors import install_error_handlers
-from app.security import SessionSigner
+from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
+from app.security import LoginLimiter, SessionSigner
 from app.templating import PLOTLY_JS, make_templates
 
 # Each module exposes `router`. Order matters only for overlapping paths.
@@ -55,9 +57,16 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     app.state.engine = engine
     app.state.templates = make_templates()
     app.state.session_signer = SessionSigner(settings.resolved_secret_key(), settings.session_max_age_s)
+    app.state.login_limiter = LoginLimiter(settings.login_attempts_per_minute)
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
     install_error_handlers(app)
+    # Outermost last: Host allowlist, hardening headers, body limit, authenticate before the body.
+    app.add_middleware(AuthenticateFirst)
+    app.add_middleware(BodyLimit, default=settings.max_body_bytes,
+                       limits={"/campaigns/import": settings.max_campaign_file_bytes + 64 * 1024})
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_allowlist(), www_redirect=False)
+    app.add_middleware(SecurityHeaders)
 
     @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:

@@ -27,12 +27,45 @@ from typing import Callable, Iterable
 
 import psutil
 
-from runners.recipes import LaunchSpec, runner_env
+from runners.recipes import LaunchSpec
 from runners.recipes.metric import PHASE_PREFIX  # a recipe line naming the trial's phase
 from runners.trace import Trace
 
 ATTEMPT_ENV = "CAMPAIGN_ATTEMPT_ID"
 """Set in every trial's environment: marks the processes of one attempt, even daemonized ones."""
+
+# ---- the trial's environment -------------------------------------------------------------------
+
+TRIAL_VISIBLE_CAMPAIGN_ENV = {"CAMPAIGN_LOG_TRACE"}
+"""The only CAMPAIGN_* variables of the runner a trial sees: every other one is the board's
+configuration (secret key, database URL, runner token, ...), none of the trial's business."""
+SECRET_ENV = {"PGPASSWORD", "PGPASSFILE", "DATABASE_URL"}
+"""Other variables the board's processes may hold secrets in (libpq, generic database URLs)."""
+_withheld: set[str] = set()
+
+
+def withhold(secret: str) -> None:
+    """A secret value this process holds (the runner token): no variable carrying it reaches a trial."""
+    if secret:
+        _withheld.add(secret)
+
+
+def is_board_secret(name: str, value: str) -> bool:
+    if name.startswith("CAMPAIGN_") and name not in TRIAL_VISIBLE_CAMPAIGN_ENV:
+        return True
+    return name in SECRET_ENV or any(secret in value for secret in _withheld)
+
+
+def without_board_secrets(env: dict[str, str]) -> dict[str, str]:
+    """The environment minus every secret of the board (see `is_board_secret`)."""
+    return {name: value for name, value in env.items() if not is_board_secret(name, value)}
+
+
+def trial_env(declared: dict[str, str]) -> dict[str, str]:
+    """What a trial runs with: the node's ordinary environment minus the board's secrets, plus
+    what the approach declares (its recipe's env)."""
+    return {**without_board_secrets(dict(os.environ)), **declared}
+
 
 READ_SIZE = 64 * 1024
 MAX_CARRY = 64 * 1024  # a partial line longer than this is sent without waiting for its newline
@@ -218,7 +251,7 @@ class TrialProcess:
 
     def start(self) -> None:
         """Spawn the trial. Raises OSError when it cannot start (no such program, bad cwd, ...)."""
-        env = runner_env({**self.spec.env, ATTEMPT_ENV: self.attempt_id})
+        env = trial_env({**self.spec.env, ATTEMPT_ENV: self.attempt_id})
         self.popen = subprocess.Popen(
             self.spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=self.spec.cwd or None, env=env, start_new_session=True, close_fds=True)
