@@ -15,6 +15,8 @@ cli = typer.Typer(help="Campaign Board: optimization campaigns for LLM inference
                   no_args_is_help=True, add_completion=False)
 token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...).", no_args_is_help=True)
 cli.add_typer(token_cli, name="token")
+sessions_cli = typer.Typer(help="Browser sessions: list them, or end them all at once.", no_args_is_help=True)
+cli.add_typer(sessions_cli, name="sessions")
 runners_cli = typer.Typer(help="Runner tokens: one per GPU node (`campaign runner --token ...`).", no_args_is_help=True)
 cli.add_typer(runners_cli, name="runners")
 console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
@@ -121,6 +123,29 @@ def token_revoke(name: str) -> None:
     if not count:
         _fail(f"no live API token named {name!r}")
     console.print(f"revoked {count} token(s)")
+
+
+@sessions_cli.command("list")
+def sessions_list() -> None:
+    """Live browser sessions (opened by a login link; ended by logout or `sessions revoke`)."""
+    from app.security import live_sessions
+
+    with session_scope(_engine(get_settings()), write=False) as session:
+        rows = live_sessions(session)
+    for row in rows:
+        console.print(f"#{row.id}  {row.name}  since {row.created_at:%Y-%m-%d %H:%M} UTC  until {row.expires_at:%Y-%m-%d %H:%M} UTC")
+    if not rows:
+        console.print("no live sessions")
+
+
+@sessions_cli.command("revoke")
+def sessions_revoke() -> None:
+    """End every browser session now: their cookies are refused from the next request on."""
+    from app.security import revoke_all_sessions
+
+    with session_scope(_engine(get_settings())) as session:
+        count = revoke_all_sessions(session)
+    console.print(f"ended {count} session(s)")
 
 
 @runners_cli.command("create")
