@@ -12,7 +12,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from app import PROJECT_ROOT, __version__
 from app.config import Settings, get_settings
 from app.db import make_engine, migrate
-from app.errors import install_error_handlers
+from app.errors import install_error_handlers, install_openapi
 from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
 from app.security import LoginLimiter, SessionSigner
 from app.templating import PLOTLY_JS, make_templates
@@ -84,4 +84,5 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
         app.include_router(module.router)
         if hasattr(module, "install"):
             module.install(app)  # a module may add startup/shutdown hooks (the live-log hub, say)
+    install_openapi(app)
     return app

@@ -28,6 +28,7 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
 ]
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+PUBLIC_PREFIXES = ("/s/",)  # share pages: read-only, no route takes a body (unsafe methods get 405)
 
 
 class SecurityHeaders:
@@ -134,7 +135,8 @@ class AuthenticateFirst:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS:
+        if (scope["type"] == "http" and scope["method"] in UNSAFE_METHODS
+                and not scope["path"].startswith(PUBLIC_PREFIXES)):
             from app.deps import operator_from
 
             if await to_thread.run_sync(operator_from, HTTPConnection(scope)) is None:
