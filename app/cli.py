@@ -1,6 +1,8 @@
 """`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...)."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -68,7 +70,33 @@ def serve(
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
     app = create_app(settings, run_migrations=False)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024)
+    listening = _listening_file(settings)
+    listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
+
+    async def forget_listening(_app) -> None:  # uvicorn re-raises SIGTERM after shutdown: no finally
+        listening.unlink(missing_ok=True)
+
+    app.state.shutdown_hooks.append(forget_listening)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024)
+    finally:
+        listening.unlink(missing_ok=True)
+
+
+def _listening_file(settings: Settings) -> Path:
+    """Where `campaign serve` records the URL it listens on, for `campaign login-url`."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return settings.data_dir / "server.json"
+
+
+def _serving_url(settings: Settings) -> str:
+    """The URL of the running server of this data dir (its --host/--port), else the settings'."""
+    try:
+        record = json.loads(_listening_file(settings).read_text())
+        os.kill(int(record["pid"]), 0)  # still running?
+        return str(record["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return settings.base_url()
 
 
 def _safe_url(settings: Settings) -> str:
@@ -101,7 +129,7 @@ def login_url() -> None:
     settings = get_settings()
     with session_scope(_engine(settings)) as session:
         token = create_login_token(session, settings.login_token_ttl_s)
-    console.print(f"{settings.base_url()}/login?token={token}", soft_wrap=True)
+    console.print(f"{_serving_url(settings)}/login?token={token}", soft_wrap=True)
 
 
 @token_cli.command("create")
