@@ -5,9 +5,10 @@ from contextlib import asynccontextmanager
 from importlib import import_module
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from swagger_ui_bundle import swagger_ui_path
 
 from app import PROJECT_ROOT, __version__
 from app.config import Settings, get_settings
@@ -31,6 +32,16 @@ ROUTER_MODULES = [
 ]
 
 
+# Swagger UI 5 from the swagger-ui-bundle-v2 package; its start-up call lives in static/api-docs.js.
+API_DOCS_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Campaign Board API</title><link rel="icon" href="data:,">
+<link rel="stylesheet" href="/static/swagger/swagger-ui.css"></head>
+<body><div id="swagger-ui"></div>
+<script src="/static/swagger/swagger-ui-bundle.js"></script>
+<script src="/static/api-docs.js"></script></body></html>
+"""
+
+
 def create_app(settings: Settings | None = None, *, run_migrations: bool = True) -> FastAPI:
     settings = settings or get_settings()
     url = settings.resolved_database_url()
@@ -52,6 +63,7 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     app = FastAPI(
         title="Campaign Board", version=__version__, lifespan=lifespan,
         description="Optimization campaigns for LLM inference on GPU nodes: approaches, trials, verdicts.",
+        docs_url=None, redoc_url=None,  # /docs below: served locally, no CDN, no inline script (CSP)
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -78,6 +90,11 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     def healthz() -> dict:
         return {"ok": True, "version": __version__}
 
+    @app.get("/docs", include_in_schema=False)
+    def api_docs() -> HTMLResponse:
+        return HTMLResponse(API_DOCS_HTML)
+
+    app.mount("/static/swagger", StaticFiles(directory=swagger_ui_path), name="swagger")
     app.mount("/static", StaticFiles(directory=str(PROJECT_ROOT / "static")), name="static")
     for name in ROUTER_MODULES:
         module = import_module(name)
