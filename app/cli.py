@@ -69,6 +69,9 @@ def serve(
     console.print(f"Log in (one-time link): [bold]{settings.base_url()}/login?token={token}[/bold]", soft_wrap=True)
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
+        console.print(f"Answering only to Host names: {', '.join(settings.host_allowlist())} "
+                      "(set CAMPAIGN_PUBLIC_URL or CAMPAIGN_ALLOWED_HOSTS for the names browsers and runners use)",
+                      soft_wrap=True, highlight=False)
     app = create_app(settings, run_migrations=False)
     listening = _listening_file(settings)
     listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))

@@ -220,6 +220,7 @@ PR_SET_CHILD_SUBREAPER = 36
 _live_leaders: dict[int, "TrialProcess"] = {}  # leader pid -> its running trial
 _adopted: set[int] = set()  # orphans attributed to a trial: ours to reap once they die
 _busy_since = [0.0]  # start time of the first trial since no trial was running
+_before_busy: set[ProcessId] = set()  # our other-session children then: not any trial's (same-tick starts)
 _leaders_lock = threading.Lock()
 
 
@@ -256,6 +257,16 @@ def adopted_orphans() -> list[psutil.Process]:
     return orphans
 
 
+def _identities(procs: list[psutil.Process]) -> set[ProcessId]:
+    found = set()
+    for proc in procs:
+        try:
+            found.add(ProcessId.of(proc))
+        except psutil.Error:
+            continue
+    return found
+
+
 def orphans_of(trial: "TrialProcess") -> set[ProcessId]:
     """The adopted orphans that belong to `trial` (see the module docstring)."""
     with _leaders_lock:
@@ -266,7 +277,8 @@ def orphans_of(trial: "TrialProcess") -> set[ProcessId]:
             ids = {os.getpgid(proc.pid), os.getsid(proc.pid)}
             owner = next((t for t in [trial, *others] if t.popen is not None and t.popen.pid in ids), None)
             # Unowned: started while trials ran (older ones are not any trial's), only trial running.
-            if owner is trial or (owner is None and not others and proc.create_time() >= _busy_since[0]):
+            if owner is trial or (owner is None and not others and proc.create_time() >= _busy_since[0]
+                                  and ProcessId.of(proc) not in _before_busy):
                 found.add(ProcessId.of(proc))
                 found.update(ProcessId.of(c) for c in proc.children(recursive=True))
         except (OSError, psutil.Error):
@@ -338,6 +350,7 @@ class TrialProcess:
         """Spawn the trial. Raises OSError when it cannot start (no such program, bad cwd, ...)."""
         env = trial_env({**self.spec.env, ATTEMPT_ENV: self.attempt_id})
         become_subreaper()
+        before = _identities(adopted_orphans()) if not _live_leaders else None
         with _leaders_lock:
             self.popen = subprocess.Popen(
                 self.spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -348,6 +361,8 @@ class TrialProcess:
                 self.leader = None
             if not _live_leaders:  # the same clock as the orphans' create_time
                 _busy_since[0] = self.leader.create_time if self.leader else time.time()
+                _before_busy.clear()
+                _before_busy.update(before or ())
             _live_leaders[self.popen.pid] = self
         self._reader = threading.Thread(target=self._read_output, name=f"output-{self.attempt_id}", daemon=True)
         self._reader.start()
