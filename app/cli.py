@@ -1,6 +1,8 @@
 """`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...)."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,6 +17,8 @@ cli = typer.Typer(help="Campaign Board: optimization campaigns for LLM inference
                   no_args_is_help=True, add_completion=False)
 token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...).", no_args_is_help=True)
 cli.add_typer(token_cli, name="token")
+sessions_cli = typer.Typer(help="Browser sessions: list them, or end them all at once.", no_args_is_help=True)
+cli.add_typer(sessions_cli, name="sessions")
 runners_cli = typer.Typer(help="Runner tokens: one per GPU node (`campaign runner --token ...`).", no_args_is_help=True)
 cli.add_typer(runners_cli, name="runners")
 console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
@@ -65,8 +69,37 @@ def serve(
     console.print(f"Log in (one-time link): [bold]{settings.base_url()}/login?token={token}[/bold]", soft_wrap=True)
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
+        console.print(f"Answering only to Host names: {', '.join(settings.host_allowlist())} "
+                      "(set CAMPAIGN_PUBLIC_URL or CAMPAIGN_ALLOWED_HOSTS for the names browsers and runners use)",
+                      soft_wrap=True, highlight=False)
     app = create_app(settings, run_migrations=False)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024)
+    listening = _listening_file(settings)
+    listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
+
+    async def forget_listening(_app) -> None:  # uvicorn re-raises SIGTERM after shutdown: no finally
+        listening.unlink(missing_ok=True)
+
+    app.state.shutdown_hooks.append(forget_listening)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024)
+    finally:
+        listening.unlink(missing_ok=True)
+
+
+def _listening_file(settings: Settings) -> Path:
+    """Where `campaign serve` records the URL it listens on, for `campaign login-url`."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return settings.data_dir / "server.json"
+
+
+def _serving_url(settings: Settings) -> str:
+    """The URL of the running server of this data dir (its --host/--port), else the settings'."""
+    try:
+        record = json.loads(_listening_file(settings).read_text())
+        os.kill(int(record["pid"]), 0)  # still running?
+        return str(record["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return settings.base_url()
 
 
 def _safe_url(settings: Settings) -> str:
@@ -99,7 +132,7 @@ def login_url() -> None:
     settings = get_settings()
     with session_scope(_engine(settings)) as session:
         token = create_login_token(session, settings.login_token_ttl_s)
-    console.print(f"{settings.base_url()}/login?token={token}", soft_wrap=True)
+    console.print(f"{_serving_url(settings)}/login?token={token}", soft_wrap=True)
 
 
 @token_cli.command("create")
@@ -121,6 +154,29 @@ def token_revoke(name: str) -> None:
     if not count:
         _fail(f"no live API token named {name!r}")
     console.print(f"revoked {count} token(s)")
+
+
+@sessions_cli.command("list")
+def sessions_list() -> None:
+    """Live browser sessions (opened by a login link; ended by logout or `sessions revoke`)."""
+    from app.security import live_sessions
+
+    with session_scope(_engine(get_settings()), write=False) as session:
+        rows = live_sessions(session)
+    for row in rows:
+        console.print(f"#{row.id}  {row.name}  since {row.created_at:%Y-%m-%d %H:%M} UTC  until {row.expires_at:%Y-%m-%d %H:%M} UTC")
+    if not rows:
+        console.print("no live sessions")
+
+
+@sessions_cli.command("revoke")
+def sessions_revoke() -> None:
+    """End every browser session now: their cookies are refused from the next request on."""
+    from app.security import revoke_all_sessions
+
+    with session_scope(_engine(get_settings())) as session:
+        count = revoke_all_sessions(session)
+    console.print(f"ended {count} session(s)")
 
 
 @runners_cli.command("create")
@@ -188,7 +244,10 @@ def import_cmd(
     from app.domain.campaign_files import import_campaign
     from app.domain.errors import DomainError
 
-    text = sys.stdin.read() if str(path) == "-" else _read(path)
+    limit = get_settings().max_campaign_file_bytes
+    text = sys.stdin.read(limit + 1) if str(path) == "-" else _read(path, limit)
+    if len(text.encode()) > limit:
+        _fail(f"{path}: larger than {limit} bytes (CAMPAIGN_MAX_CAMPAIGN_FILE_BYTES); nothing was imported")
     try:
         with session_scope(_engine(get_settings())) as session:
             summary = import_campaign(session, text, actor="cli import", replace=replace)
@@ -197,9 +256,10 @@ def import_cmd(
     console.print(summary)
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, limit: int) -> str:
     try:
-        return path.read_text()
+        with path.open(encoding="utf-8") as f:
+            return f.read(limit + 1)
     except OSError as exc:
         _fail(f"cannot read {path}: {exc.strerror}")
     return ""
@@ -253,7 +313,9 @@ def classify(
 def runner(
     server: Annotated[str, typer.Option(help="The board's URL, e.g. http://board:8000.")],
     token: Annotated[str, typer.Option(envvar="CAMPAIGN_RUNNER_TOKEN", show_default=False,
-                                       help="This runner's token (better: set CAMPAIGN_RUNNER_TOKEN; ps shows arguments).")] = "",
+                                       help="This runner's token (better: --token-file; ps shows arguments).")] = "",
+    token_file: Annotated[Optional[str], typer.Option(
+        help="Read the token from this file ('-': stdin). Trials never see it, whichever way it comes.")] = None,
     labels: Annotated[str, typer.Option(help="Comma-separated labels, e.g. h200,nvlink.")] = "",
     spool_dir: Annotated[Optional[Path], typer.Option(help="Log spool (default <data_dir>/runner-spool/<name>).")] = None,
     name: Annotated[Optional[str], typer.Option(help="Name in logs and the default spool dir (default: hostname).")] = None,
@@ -278,6 +340,11 @@ def runner(
 
     settings = get_settings()
     name = name or socket.gethostname()
+    if token_file:
+        try:
+            token = (sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()).strip()
+        except OSError as exc:
+            _fail(f"cannot read {token_file}: {exc.strerror}", code=2)
     spool_dir = spool_dir or settings.data_dir / "runner-spool" / name
     trial_executor = None
     if executor == "slurm":

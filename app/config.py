@@ -5,7 +5,9 @@ import secrets
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from urllib.parse import urlsplit
+
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,9 +29,35 @@ class Settings(BaseSettings):
     login_token_ttl_s: int = Field(24 * 3600, description="How long a printed one-time login URL stays valid.")
     embedded_runner: bool = Field(True, description="`campaign serve` also starts a local runner on this machine.")
     log_cap_bytes: int = Field(32 * 1024 * 1024, description="Stored log bytes per trial; past it the head and tail are kept.")
-    heartbeat_s: float = Field(5.0, description="Runner heartbeat period.")
-    runner_lost_after_s: float = Field(30.0, description="A runner silent this long is offline; its running trial is lost.")
+    heartbeat_s: float = Field(5.0, gt=0, le=3600, description="Runner heartbeat period.")
+    runner_lost_after_s: float | None = Field(
+        None, gt=0, description="A runner silent this long is offline; its running trial is lost. Default: three heartbeats.")
+    allowed_hosts: str = Field(
+        "", description="Comma-separated Host names the server also answers to (besides loopback names, CAMPAIGN_HOST "
+        "and the public URL's host), e.g. board.example.org; a request with any other Host (DNS rebinding) gets 400.")
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body a route accepts (413 past it).")
+    max_campaign_file_bytes: int = Field(
+        2 * 1024 * 1024, ge=1024, description="Largest campaign YAML file an import accepts (413 past it).")
+    login_attempts_per_minute: int = Field(
+        10, ge=1, description="Failed login-link attempts allowed per client address per minute; then 429.")
     cancel_grace_s: float = Field(10.0, description="SIGTERM to SIGKILL grace when a trial is cancelled or times out.")
+
+    @model_validator(mode="after")
+    def _default_lost_after(self) -> "Settings":
+        if self.runner_lost_after_s is None:
+            self.runner_lost_after_s = 3 * self.heartbeat_s
+        return self
+
+    def host_allowlist(self) -> list[str]:
+        """Host header values this server answers to: loopback names, the bind address, the public
+        URL's host and CAMPAIGN_ALLOWED_HOSTS. Anything else is a DNS-rebinding attempt."""
+        hosts = {"localhost", "127.0.0.1", "::1"}
+        if self.host not in ("0.0.0.0", "::", ""):
+            hosts.add(self.host)
+        if self.public_url and urlsplit(self.public_url).hostname:
+            hosts.add(urlsplit(self.public_url).hostname)
+        hosts.update(h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip())
+        return sorted(hosts)
 
     def resolved_database_url(self) -> str:
         if self.database_url:

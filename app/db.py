@@ -2,6 +2,12 @@
 
 Transactions: domain functions flush but never commit; the caller (a route through
 `session_scope`/the SessionDep dependency, or the CLI) commits once per request.
+
+Every transaction says up front whether it may write (`write=True`): on SQLite that is
+`BEGIN IMMEDIATE`, so a writer never upgrades a read lock mid-transaction (the source of
+"database is locked" under WAL). A session opened with `write=False` is read-only: any
+INSERT/UPDATE/DELETE in it raises `ReadOnlyTransaction` at once, on every backend, so a
+forgotten `write=True` fails loudly in tests instead of intermittently in production.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import ORMExecuteState
 from sqlmodel import Session, create_engine
 
 from app import PROJECT_ROOT
@@ -60,10 +67,32 @@ def migrate(url: str) -> None:
     command.upgrade(alembic_config(url), "head")
 
 
+class ReadOnlyTransaction(RuntimeError):
+    """A write was attempted in a session opened with write=False (a programming error)."""
+
+
+class ReadSession(Session):
+    """A session for a transaction that never writes: writes raise instead of taking a lock late."""
+
+
+@event.listens_for(ReadSession, "before_flush")
+def _refuse_flush(session: Session, _ctx, _instances) -> None:  # noqa: ANN001
+    if session.new or session.deleted or any(session.is_modified(obj) for obj in session.dirty):
+        raise ReadOnlyTransaction("write in a read-only transaction: open it with write=True")
+
+
+@event.listens_for(ReadSession, "do_orm_execute")
+def _refuse_dml(state: ORMExecuteState) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        raise ReadOnlyTransaction("write in a read-only transaction: open it with write=True")
+
+
 def open_session(engine: Engine, *, write: bool) -> Session:
-    """A session; `write=True` marks a transaction that will write (BEGIN IMMEDIATE on SQLite)."""
-    bind = engine.execution_options(write=True) if write else engine
-    return Session(bind, expire_on_commit=False)
+    """The one session factory. `write=True`: a transaction that may write, which takes the write
+    lock up front (BEGIN IMMEDIATE on SQLite); `write=False`: a read-only one (writes raise)."""
+    if write:
+        return Session(engine.execution_options(write=True), expire_on_commit=False)
+    return ReadSession(engine, expire_on_commit=False)
 
 
 @contextmanager

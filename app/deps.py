@@ -5,12 +5,13 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
+from starlette.requests import HTTPConnection
 from sqlmodel import Session
 
 from app.config import Settings
 from app.db import open_session, session_scope
 from app.security import (CSRF_FORM_FIELD, CSRF_HEADER, SESSION_COOKIE, Operator, api_token_name,
-                          csrf_ok, origin_ok)
+                          csrf_ok, origin_ok, session_is_live)
 
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -20,49 +21,77 @@ def get_settings_dep(request: Request) -> Settings:
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    """One transaction per request; write requests take the write lock up front (see app.db)."""
+    """One transaction per request. Unsafe methods get a write transaction (the write lock up
+    front, see app.db); safe methods a read-only one, where a write raises at once."""
     with session_scope(request.app.state.engine, write=request.method in UNSAFE_METHODS) as session:
+        yield session
+
+
+def get_write_session(request: Request) -> Iterator[Session]:
+    """A write transaction whatever the method: for the few GET routes that write (login)."""
+    with session_scope(request.app.state.engine, write=True) as session:
         yield session
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 # A row id in a URL: out-of-range numbers are a 422, not an integer overflow in the database driver.
 RowId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Row id")]
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": the transaction commits before the response is sent, so a client that got a
+# 2xx reads its own write, and a failed commit is an error response, never a lost write after a 2xx.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+WriteSessionDep = Annotated[Session, Depends(get_write_session, scope="function")]
 
 
 class NotLoggedIn(Exception):
     """Raised for a request that needs an operator; app/errors.py turns it into 401 or a login redirect."""
 
 
-def _bearer(request: Request) -> str | None:
+def _bearer(request: HTTPConnection) -> str | None:
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
     return None
 
 
-def current_operator(request: Request) -> Operator | None:
-    """The operator this request comes from, checking cookie or bearer token (not CSRF)."""
-    settings: Settings = request.app.state.settings
-    if not settings.auth_enabled:
-        return Operator(name="local", csrf_token=None)
-    token = _bearer(request)
+def operator_from(conn: HTTPConnection) -> Operator | None:
+    """The operator an HTTP request or a websocket comes from, by bearer token or by a live
+    server-side session (not CSRF). With login disabled a browser is the "local" operator, who
+    still carries a CSRF token: cross-site requests are refused either way."""
+    app = conn.app
+    token = _bearer(conn)
     if token:
-        with open_session(request.app.state.engine, write=False) as session:
+        with open_session(app.state.engine, write=False) as session:
             name = api_token_name(session, token)
-        return Operator(name=f"token:{name}", csrf_token=None) if name else None
-    return request.app.state.session_signer.read(request.cookies.get(SESSION_COOKIE))
+        if name:
+            return Operator(name=f"token:{name}", csrf_token=None)
+        if app.state.settings.auth_enabled:
+            return None
+    if not app.state.settings.auth_enabled:
+        return Operator(name="local", csrf_token=app.state.session_signer.local_csrf_token())
+    operator = app.state.session_signer.read(conn.cookies.get(SESSION_COOKIE))
+    if operator is None or operator.session_id is None:
+        return None
+    with open_session(app.state.engine, write=False) as session:
+        return operator if session_is_live(session, operator.session_id) else None
+
+
+def current_operator(request: Request) -> Operator | None:
+    return operator_from(request)
+
+
+def same_origin(conn: HTTPConnection) -> bool:
+    return origin_ok(conn.headers.get("origin"), conn.headers.get("host"), conn.app.state.settings.public_url)
 
 
 async def require_operator(request: Request) -> Operator:
-    """Every non-public route depends on this. Unsafe methods from a browser session must also
-    carry the session's CSRF token (header or form field) and a same-origin Origin."""
+    """Every non-public route depends on this. Unsafe methods from a browser (a session, or any
+    browser when login is disabled) must also carry the CSRF token (header or form field) and a
+    same-origin Origin. Runs before the body is parsed (FastAPI resolves dependencies first)."""
     operator = current_operator(request)
     if operator is None:
         raise NotLoggedIn()
     if request.method in UNSAFE_METHODS and operator.csrf_token is not None:
-        if not origin_ok(request.headers.get("origin"), request.headers.get("host")):
+        if not same_origin(request) or request.headers.get("sec-fetch-site") == "cross-site":
             raise HTTPException(403, "Cross-origin request refused.")
         presented = request.headers.get(CSRF_HEADER)
         if presented is None and request.headers.get("content-type", "").startswith(

@@ -1,10 +1,14 @@
 """The one place that maps errors to HTTP: JSON for the API, a redirect or an htmx flash for pages."""
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.openapi.utils import get_openapi
 from markupsafe import escape
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.deps import NotLoggedIn
@@ -40,6 +44,63 @@ def _error(request: Request, message: str, status: int, field: str | None = None
     return response
 
 
+class ErrorBody(BaseModel):
+    """Every JSON error the API sends (422 included): a sentence, and the field it is about."""
+
+    detail: str = Field(description="What went wrong, as a sentence to show a person.")
+    field: str | None = Field(None, description="The input field it is about, when there is one (absent otherwise).")
+
+
+# The errors any API route may answer (app/deps.py, app/middleware.py, DomainError), documented
+# on every operation so that the schema says what the server really sends.
+ERROR_RESPONSES = {
+    "401": "Login required: no session, API token or a revoked one.",
+    "403": "Refused: cross-origin request or missing CSRF token.",
+    "404": "No such campaign, approach, trial or runner.",
+    "409": "Conflicts with the current state (a duplicate slug or key, a trial that already ended, ...).",
+    "422": "Invalid input: the detail names the field.",
+}
+BODY_ERROR_RESPONSES = {
+    "400": "The request body could not be read (bad Content-Length, malformed encoding).",
+    "413": "The request body is over this route's limit.",
+}
+
+
+def install_openapi(app: FastAPI) -> None:
+    """The OpenAPI schema with the error shape the server really sends (not FastAPI's default
+    array of validation errors) and the error status codes routes really return."""
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        components["Error"] = ErrorBody.model_json_schema()
+        error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+        for operations in schema.get("paths", {}).values():
+            for method, operation in operations.items():
+                codes = dict(ERROR_RESPONSES)
+                if method in ("post", "put", "patch", "delete"):
+                    codes.update(BODY_ERROR_RESPONSES)
+                responses = operation.setdefault("responses", {})
+                for code, description in codes.items():
+                    responses[code] = {"description": description, "content": error}
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def login_required(request: Request) -> Response:
+    """401 for the API, htmx and writes; a redirect to the login page for a page view."""
+    if _wants_json(request) or request.method != "GET":
+        return _error(request, "Login required: open the login link printed by `campaign serve` "
+                      "(or `campaign login-url`), or send an API token.", 401)
+    return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain(request: Request, exc: DomainError) -> Response:
@@ -47,10 +108,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(NotLoggedIn)
     async def _login(request: Request, exc: NotLoggedIn) -> Response:
-        if _wants_json(request) or request.method != "GET":
-            return _error(request, "Login required: open the login link printed by `campaign serve` "
-                          "(or `campaign login-url`), or send an API token.", 401)
-        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+        return login_required(request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:

@@ -5,14 +5,17 @@ from contextlib import asynccontextmanager
 from importlib import import_module
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from swagger_ui_bundle import swagger_ui_path
 
 from app import PROJECT_ROOT, __version__
 from app.config import Settings, get_settings
 from app.db import make_engine, migrate
-from app.errors import install_error_handlers
-from app.security import SessionSigner
+from app.errors import install_error_handlers, install_openapi
+from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
+from app.security import LoginLimiter, SessionSigner
 from app.templating import PLOTLY_JS, make_templates
 
 # Each module exposes `router`. Order matters only for overlapping paths.
@@ -27,6 +30,16 @@ ROUTER_MODULES = [
     "app.web.share",
     "app.web.verdicts",
 ]
+
+
+# Swagger UI 5 from the swagger-ui-bundle-v2 package; its start-up call lives in static/api-docs.js.
+API_DOCS_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Campaign Board API</title><link rel="icon" href="data:,">
+<link rel="stylesheet" href="/static/swagger/swagger-ui.css"></head>
+<body><div id="swagger-ui"></div>
+<script src="/static/swagger/swagger-ui-bundle.js"></script>
+<script src="/static/api-docs.js"></script></body></html>
+"""
 
 
 def create_app(settings: Settings | None = None, *, run_migrations: bool = True) -> FastAPI:
@@ -50,14 +63,22 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     app = FastAPI(
         title="Campaign Board", version=__version__, lifespan=lifespan,
         description="Optimization campaigns for LLM inference on GPU nodes: approaches, trials, verdicts.",
+        docs_url=None, redoc_url=None,  # /docs below: served locally, no CDN, no inline script (CSP)
     )
     app.state.settings = settings
     app.state.engine = engine
     app.state.templates = make_templates()
     app.state.session_signer = SessionSigner(settings.resolved_secret_key(), settings.session_max_age_s)
+    app.state.login_limiter = LoginLimiter(settings.login_attempts_per_minute)
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
     install_error_handlers(app)
+    # Outermost last: Host allowlist, hardening headers, body limit, authenticate before the body.
+    app.add_middleware(AuthenticateFirst)
+    app.add_middleware(BodyLimit, default=settings.max_body_bytes,
+                       limits={"/campaigns/import": settings.max_campaign_file_bytes + 64 * 1024})
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_allowlist(), www_redirect=False)
+    app.add_middleware(SecurityHeaders)
 
     @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:
@@ -69,10 +90,16 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     def healthz() -> dict:
         return {"ok": True, "version": __version__}
 
+    @app.get("/docs", include_in_schema=False)
+    def api_docs() -> HTMLResponse:
+        return HTMLResponse(API_DOCS_HTML)
+
+    app.mount("/static/swagger", StaticFiles(directory=swagger_ui_path), name="swagger")
     app.mount("/static", StaticFiles(directory=str(PROJECT_ROOT / "static")), name="static")
     for name in ROUTER_MODULES:
         module = import_module(name)
         app.include_router(module.router)
         if hasattr(module, "install"):
             module.install(app)  # a module may add startup/shutdown hooks (the live-log hub, say)
+    install_openapi(app)
     return app

@@ -211,6 +211,22 @@ class AuthToken(SQLModel, table=True):
     revoked_at: datetime | None = _ts()
 
 
+class BrowserSession(SQLModel, table=True):
+    """A logged-in browser. The cookie carries the session id (signed); only its hash is stored.
+    Logout, `campaign sessions revoke` or expiry end it at once: the next request is refused."""
+
+    __tablename__ = "browser_session"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_hash: str = Field(max_length=128, unique=True)
+    # One login link makes at most one session, enforced by the database (concurrent redeems).
+    login_token_id: int | None = Field(default=None, foreign_key="auth_token.id", unique=True)
+    name: str = Field(default="operator", max_length=120)
+    created_at: datetime = _created()
+    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    revoked_at: datetime | None = _ts()
+
+
 class ShareLink(SQLModel, table=True):
     """A read-only link to a campaign's status page; the URL carries a signed id + nonce."""
 

@@ -13,6 +13,16 @@ from app.models import ApproachStatus
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
+# Every number has bounds a real campaign never reaches: 2**63 is a 422, never an overflow 500,
+# and inf/NaN are refused. (The database's BIGINT holds them all.)
+TokS = Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False, description="Tokens per second.")]
+AcceptLength = Annotated[float, Field(ge=1, le=1024, allow_inf_nan=False)]
+DraftSteps = Annotated[int, Field(ge=0, le=1024)]
+Millis = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False, description="Milliseconds.")]
+AllreduceCount = Annotated[int, Field(ge=0, le=1_000_000)]
+HiddenSize = Annotated[int, Field(gt=0, le=1_048_576)]
+VerifyTokens = Annotated[int, Field(gt=0, le=65_536)]
+
 
 def _strip(v: Any) -> Any:
     return v.strip() if isinstance(v, str) else v
@@ -60,14 +70,14 @@ class CampaignBase(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     name: str = Field(min_length=1, max_length=200)
     description: str = Field("", max_length=20000)
-    baseline_tok_s: float | None = Field(None, gt=0)
-    accept_length: float | None = Field(None, ge=1)
-    draft_steps: int | None = Field(None, ge=0)
-    draft_step_ms: float | None = Field(None, ge=0)
-    verify_compute_ms: float | None = Field(None, ge=0)
-    allreduces_per_verify: int | None = Field(122, ge=0)
-    hidden_size: int = Field(7168, gt=0)
-    verify_tokens: int = Field(4, gt=0)
+    baseline_tok_s: TokS | None = None
+    accept_length: AcceptLength | None = None
+    draft_steps: DraftSteps | None = None
+    draft_step_ms: Millis | None = None
+    verify_compute_ms: Millis | None = None
+    allreduces_per_verify: AllreduceCount | None = 122
+    hidden_size: HiddenSize = 7168
+    verify_tokens: VerifyTokens = 4
 
 
 class CampaignCreate(CampaignBase):
@@ -76,16 +86,17 @@ class CampaignCreate(CampaignBase):
 
 class CampaignUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    name: str | None = Field(None, min_length=1, max_length=200)
-    description: str | None = Field(None, max_length=20000)
-    baseline_tok_s: float | None = Field(None, gt=0)
-    accept_length: float | None = Field(None, ge=1)
-    draft_steps: int | None = Field(None, ge=0)
-    draft_step_ms: float | None = Field(None, ge=0)
-    verify_compute_ms: float | None = Field(None, ge=0)
-    allreduces_per_verify: int | None = Field(None, ge=0)
-    hidden_size: int | None = Field(None, gt=0)
-    verify_tokens: int | None = Field(None, gt=0)
+    # Fields whose columns are NOT NULL: may be left out, never null (the schema says so too).
+    name: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
+    description: str = Field(None, max_length=20000)  # type: ignore[assignment]
+    baseline_tok_s: TokS | None = None
+    accept_length: AcceptLength | None = None
+    draft_steps: DraftSteps | None = None
+    draft_step_ms: Millis | None = None
+    verify_compute_ms: Millis | None = None
+    allreduces_per_verify: AllreduceCount | None = None
+    hidden_size: HiddenSize = None  # type: ignore[assignment]
+    verify_tokens: VerifyTokens = None  # type: ignore[assignment]
 
     _not_null = _not_null("name", "description", "hidden_size", "verify_tokens")
 
@@ -120,11 +131,11 @@ class ApproachCreate(ApproachBase):
 
 class ApproachUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    title: str | None = Field(None, min_length=1, max_length=200)
-    description: str | None = Field(None, max_length=20000)
-    evidence: str | None = Field(None, max_length=100000)
-    effort: str | None = Field(None, max_length=200)
-    prerequisites: str | None = Field(None, max_length=20000)
+    title: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
+    description: str = Field(None, max_length=20000)  # type: ignore[assignment]
+    evidence: str = Field(None, max_length=100000)  # type: ignore[assignment]
+    effort: str = Field(None, max_length=200)  # type: ignore[assignment]
+    prerequisites: str = Field(None, max_length=20000)  # type: ignore[assignment]
     recipe: dict[str, Any] | None = None
     requirements: Requirements | None = None
 
@@ -139,7 +150,7 @@ class StatusChangeRequest(BaseModel):
 
 class MoveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    position: int = Field(ge=1, description="New 1-based priority position.")
+    position: int = Field(ge=1, le=1_000_000, description="New 1-based priority position.")
 
 
 class StatusChangePublic(BaseModel):

@@ -41,8 +41,8 @@ from app.protocol import (Ack, AttemptRef, Cancel, Dispatch, Finished, FinishedA
                           Phase, Reject, Started, Welcome, parse_server_message)
 from runners import fingerprint as node
 from runners.executors import LocalExecutor, spooled_end
-from runners.process import (OutputChunk, ProcessId, TrialProcess, check_gpus_released, gpu_memory_used,
-                             stop_attempt_leftovers, trace)
+from runners.process import (SECRET_ENV, OutputChunk, ProcessId, TrialProcess, check_gpus_released, gpu_memory_used,
+                             stop_attempt_leftovers, trace, withhold)
 from runners.recipes import RecipeError, build_launch
 from runners.spool import AttemptSpool, SpooledChunk, Spool, SpoolBusy
 
@@ -533,8 +533,13 @@ def run(server_url: str, token: str, *, spool_dir: Path, labels: Sequence[str] =
         logging.basicConfig(level=logging.INFO, format=f"%(asctime)s runner{' ' + name if name else ''}: %(message)s",
                             datefmt="%H:%M:%S")
     if not token:
-        log.error("no runner token: pass --token or set %s", TOKEN_ENV)
+        log.error("no runner token: pass --token-file or set %s", TOKEN_ENV)
         return EXIT_USAGE
+    # The token lives in this process's memory only: trials never inherit it, nor read it from
+    # /proc/<runner>/environ or memory (a non-dumpable process's /proc files belong to root).
+    withhold(token)
+    os.environ.pop(TOKEN_ENV, None)
+    _not_dumpable()
     options = RunnerOptions(server_url=server_url, token=token, spool_dir=Path(spool_dir), labels=list(labels),
                             name=name, python=python, sglang_python=sglang_python, cancel_grace_s=cancel_grace_s,
                             max_concurrent=max_concurrent, parent_pid=parent_pid, executor=executor)
@@ -553,22 +558,37 @@ def run(server_url: str, token: str, *, spool_dir: Path, labels: Sequence[str] =
     return asyncio.run(main())
 
 
+def _not_dumpable() -> None:
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    PR_SET_DUMPABLE = 4
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 def start_embedded(server_url: str, token: str, spool_dir: Path, *, name: str = "embedded",
                    labels: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     """Start the local runner of `campaign serve` as a child process and return it.
 
-    It runs `python -m app.cli runner --server URL --spool-dir DIR --name NAME` with the token
-    in CAMPAIGN_RUNNER_TOKEN (never on the command line, where `ps` shows it), inherits
-    stdout/stderr, and stops by itself when this process dies. The caller creates the
+    It runs `python -m app.cli runner --server URL --spool-dir DIR --name NAME --token-file -`
+    and writes the token to its stdin (never on the command line, where `ps` shows it, nor in
+    its environment, which trials could inherit); the server's secrets (secret key, database
+    URL) are left out of its environment. It inherits stdout/stderr, and stops by itself when this process dies. The caller creates the
     runner's row and token first, starts it once the server listens (it reconnects with
     backoff until then anyway), and calls `stop_embedded` on shutdown.
     """
     argv = [sys.executable, "-m", "app.cli", "runner", "--server", server_url, "--spool-dir", str(spool_dir),
-            "--name", name, "--parent-pid", str(os.getpid())]
+            "--name", name, "--parent-pid", str(os.getpid()), "--token-file", "-"]
     if labels:
         argv += ["--labels", ",".join(labels)]
-    env = dict(os.environ, **{TOKEN_ENV: token})
-    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    server_secrets = {"CAMPAIGN_SECRET_KEY", "CAMPAIGN_DATABASE_URL", TOKEN_ENV, *SECRET_ENV}
+    env = {key: value for key, value in os.environ.items() if key not in server_secrets}
+    runner = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, start_new_session=True)
+    runner.stdin.write(token.encode() + b"\n")
+    runner.stdin.close()
+    return runner
 
 
 def stop_embedded(runner: subprocess.Popen[bytes], timeout_s: float = 30.0) -> int | None:

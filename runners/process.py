@@ -2,13 +2,21 @@
 
 The trial runs in its own session (`start_new_session=True`), so its process group id is its
 pid and one `killpg` reaches it and every child that stayed in the group. Children that
-daemonize (double fork + setsid) leave the group; to reach them the runner
-  * polls the trial's descendants every `poll_s` and remembers (pid, create_time), and
-  * sets ATTEMPT_ENV=<attempt id> in the trial's environment and, before killing, looks for
-    processes of this user whose environment carries it.
+daemonize (double fork + setsid, even exec'ing with an empty environment) leave the group; to
+reach them
+  * the runner is the child subreaper (PR_SET_CHILD_SUBREAPER): an orphaned descendant of a
+    trial is re-parented to the runner, not to init, so it stays findable: a child of the runner
+    in another session than the runner's is an adopted orphan of some trial. It belongs to the
+    trial whose group or session it is in, else to the only trial running; with several trials
+    running at once, an orphan that left every trial's session is killed when the last of them
+    ends. The runner's own helpers (nvidia-smi probes) share its session and are never touched;
+  * the runner polls the trial's descendants every `poll_s` and remembers (pid, create_time);
+  * ATTEMPT_ENV=<attempt id> is set in the trial's environment and, before killing, the runner
+    looks for processes of this user whose environment carries it.
 Every kill re-checks pid + create_time, so a reused pid is never signalled, and nothing is
 ever picked by name. Cancel and timeout: SIGTERM to all of it, `grace_s`, then SIGKILL.
 When the trial exits on its own, whatever it left behind gets the same treatment.
+(A cgroup per trial would contain trials without the subreaper's bookkeeping; see docs/security.md.)
 
 Output: stdout and stderr merged into one pipe, read in binary as soon as data arrives
 (`os.read` up to 64 KiB) and cut into chunks by `LogChunker` (see there). Reading happens on
@@ -20,6 +28,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,12 +36,45 @@ from typing import Callable, Iterable
 
 import psutil
 
-from runners.recipes import LaunchSpec, runner_env
+from runners.recipes import LaunchSpec
 from runners.recipes.metric import PHASE_PREFIX  # a recipe line naming the trial's phase
 from runners.trace import Trace
 
 ATTEMPT_ENV = "CAMPAIGN_ATTEMPT_ID"
 """Set in every trial's environment: marks the processes of one attempt, even daemonized ones."""
+
+# ---- the trial's environment -------------------------------------------------------------------
+
+TRIAL_VISIBLE_CAMPAIGN_ENV = {"CAMPAIGN_LOG_TRACE"}
+"""The only CAMPAIGN_* variables of the runner a trial sees: every other one is the board's
+configuration (secret key, database URL, runner token, ...), none of the trial's business."""
+SECRET_ENV = {"PGPASSWORD", "PGPASSFILE", "DATABASE_URL"}
+"""Other variables the board's processes may hold secrets in (libpq, generic database URLs)."""
+_withheld: set[str] = set()
+
+
+def withhold(secret: str) -> None:
+    """A secret value this process holds (the runner token): no variable carrying it reaches a trial."""
+    if secret:
+        _withheld.add(secret)
+
+
+def is_board_secret(name: str, value: str) -> bool:
+    if name.startswith("CAMPAIGN_") and name not in TRIAL_VISIBLE_CAMPAIGN_ENV:
+        return True
+    return name in SECRET_ENV or any(secret in value for secret in _withheld)
+
+
+def without_board_secrets(env: dict[str, str]) -> dict[str, str]:
+    """The environment minus every secret of the board (see `is_board_secret`)."""
+    return {name: value for name, value in env.items() if not is_board_secret(name, value)}
+
+
+def trial_env(declared: dict[str, str]) -> dict[str, str]:
+    """What a trial runs with: the node's ordinary environment minus the board's secrets, plus
+    what the approach declares (its recipe's env)."""
+    return {**without_board_secrets(dict(os.environ)), **declared}
+
 
 READ_SIZE = 64 * 1024
 MAX_CARRY = 64 * 1024  # a partial line longer than this is sent without waiting for its newline
@@ -172,6 +214,94 @@ def kill_processes(targets: Iterable[ProcessId], sig: int) -> int:
     return count
 
 
+# ---- orphans adopted by the runner (child subreaper) -------------------------------------------
+
+PR_SET_CHILD_SUBREAPER = 36
+_live_leaders: dict[int, "TrialProcess"] = {}  # leader pid -> its running trial
+_adopted: set[int] = set()  # orphans attributed to a trial: ours to reap once they die
+_busy_since = [0.0]  # start time of the first trial since no trial was running
+_before_busy: set[ProcessId] = set()  # our other-session children then: not any trial's (same-tick starts)
+_leaders_lock = threading.Lock()
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of everything it starts (Linux); idempotent."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def adopted_orphans() -> list[psutil.Process]:
+    """Children of this process that trials left behind: in another session than ours (our own
+    helpers share our session) and not the leader of a running trial."""
+    me = psutil.Process()
+    try:
+        my_sid = os.getsid(0)
+        children = me.children()
+    except (psutil.Error, OSError):
+        return []
+    with _leaders_lock:
+        leaders = set(_live_leaders)
+    orphans = []
+    for child in children:
+        try:
+            if child.pid not in leaders and os.getsid(child.pid) != my_sid:
+                orphans.append(child)
+        except (OSError, psutil.Error):
+            continue
+    return orphans
+
+
+def _identities(procs: list[psutil.Process]) -> set[ProcessId]:
+    found = set()
+    for proc in procs:
+        try:
+            found.add(ProcessId.of(proc))
+        except psutil.Error:
+            continue
+    return found
+
+
+def orphans_of(trial: "TrialProcess") -> set[ProcessId]:
+    """The adopted orphans that belong to `trial` (see the module docstring)."""
+    with _leaders_lock:
+        others = [t for t in _live_leaders.values() if t is not trial]
+    found: set[ProcessId] = set()
+    for proc in adopted_orphans():
+        try:
+            ids = {os.getpgid(proc.pid), os.getsid(proc.pid)}
+            owner = next((t for t in [trial, *others] if t.popen is not None and t.popen.pid in ids), None)
+            # Unowned: started while trials ran (older ones are not any trial's), only trial running.
+            if owner is trial or (owner is None and not others and proc.create_time() >= _busy_since[0]
+                                  and ProcessId.of(proc) not in _before_busy):
+                found.add(ProcessId.of(proc))
+                found.update(ProcessId.of(c) for c in proc.children(recursive=True))
+        except (OSError, psutil.Error):
+            continue
+    with _leaders_lock:
+        _adopted.update(t.pid for t in found)
+    return found
+
+
+def reap_orphans() -> None:
+    """Collect the exit status of adopted orphans that died (else they stay zombies)."""
+    with _leaders_lock:
+        pids = list(_adopted)
+    for pid in pids:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not (or no longer) our child
+            done = pid
+        if done:
+            with _leaders_lock:
+                _adopted.discard(pid)
+
+
 # ---- a trial ---------------------------------------------------------------------------------
 
 @dataclass
@@ -218,14 +348,22 @@ class TrialProcess:
 
     def start(self) -> None:
         """Spawn the trial. Raises OSError when it cannot start (no such program, bad cwd, ...)."""
-        env = runner_env({**self.spec.env, ATTEMPT_ENV: self.attempt_id})
-        self.popen = subprocess.Popen(
-            self.spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=self.spec.cwd or None, env=env, start_new_session=True, close_fds=True)
-        try:
-            self.leader = ProcessId.of(psutil.Process(self.popen.pid))
-        except psutil.Error:
-            self.leader = None
+        env = trial_env({**self.spec.env, ATTEMPT_ENV: self.attempt_id})
+        become_subreaper()
+        before = _identities(adopted_orphans()) if not _live_leaders else None
+        with _leaders_lock:
+            self.popen = subprocess.Popen(
+                self.spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                cwd=self.spec.cwd or None, env=env, start_new_session=True, close_fds=True)
+            try:
+                self.leader = ProcessId.of(psutil.Process(self.popen.pid))
+            except psutil.Error:
+                self.leader = None
+            if not _live_leaders:  # the same clock as the orphans' create_time
+                _busy_since[0] = self.leader.create_time if self.leader else time.time()
+                _before_busy.clear()
+                _before_busy.update(before or ())
+            _live_leaders[self.popen.pid] = self
         self._reader = threading.Thread(target=self._read_output, name=f"output-{self.attempt_id}", daemon=True)
         self._reader.start()
 
@@ -261,6 +399,13 @@ class TrialProcess:
         if self._reader.is_alive():  # something we could not see still holds the pipe
             self._stop_reading.set()
             self._reader.join(timeout=2.0)
+        with _leaders_lock:
+            _live_leaders.pop(self.popen.pid, None)
+            last = not _live_leaders
+        strays = orphans_of(self) if last else set()
+        if strays:  # orphans that left every trial's session: the last trial to end takes them
+            self._kill_all(strays)
+        reap_orphans()
         code = self.popen.returncode
         return TrialResult(outcome=outcome, exit_code=code if code is not None and code >= 0 else None,
                            signal=-code if code is not None and code < 0 else None, error=error,
@@ -269,10 +414,12 @@ class TrialProcess:
     # -- internals --
 
     def _track_descendants(self) -> None:
+        reap_orphans()
         try:
             children = psutil.Process(self.popen.pid).children(recursive=True)
         except psutil.Error:
-            return
+            children = []
+        children += [proc for proc in (t.process() for t in orphans_of(self)) if proc is not None]
         for child in children:
             try:
                 self.tracked.add(ProcessId.of(child))
@@ -284,6 +431,7 @@ class TrialProcess:
             self._track_descendants()
         targets = set(self.tracked)
         targets.update(processes_with_marker(self.attempt_id))
+        targets.update(orphans_of(self))
         return {t for t in targets if t.process() is not None}
 
     def _signal_group(self, sig: int, targets: set[ProcessId]) -> None:

@@ -21,6 +21,15 @@
       flash.replaceChildren(div);
     }
   });
+  // Behaviour that used to be inline (CSP: script-src 'self', no inline handlers, no eval).
+  document.addEventListener("htmx:afterRequest", function (evt) {
+    const form = evt.detail.elt;
+    if (evt.detail.successful && form && form.matches && form.matches("form[data-reset-on-success]")) form.reset();
+  });
+  document.addEventListener("click", function (evt) {
+    const input = evt.target;
+    if (input && input.matches && input.matches("input[data-select-on-click]")) input.select();
+  });
   document.addEventListener("htmx:sendError", function () {
     const flash = document.getElementById("flash");
     if (!flash) return;

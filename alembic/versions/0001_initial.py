@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-29 18:11:33.726648
+Create Date: 2026-12-01 03:44:06.202996
 """
 from typing import Sequence, Union
 
@@ -94,6 +94,19 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_approach_campaign_id'), ['campaign_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_approach_status'), ['status'], unique=False)
 
+    op.create_table('browser_session',
+    sa.Column('id', sa.Integer(), nullable=False),
+    sa.Column('session_hash', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
+    sa.Column('login_token_id', sa.Integer(), nullable=True),
+    sa.Column('name', sqlmodel.sql.sqltypes.AutoString(length=120), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('expires_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('revoked_at', sa.DateTime(timezone=True), nullable=True),
+    sa.ForeignKeyConstraint(['login_token_id'], ['auth_token.id'], ),
+    sa.PrimaryKeyConstraint('id'),
+    sa.UniqueConstraint('login_token_id'),
+    sa.UniqueConstraint('session_hash')
+    )
     op.create_table('share_link',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('campaign_id', sa.Integer(), nullable=False),
@@ -249,6 +262,7 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_share_link_campaign_id'))
 
     op.drop_table('share_link')
+    op.drop_table('browser_session')
     with op.batch_alter_table('approach', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_approach_status'))
         batch_op.drop_index(batch_op.f('ix_approach_campaign_id'))

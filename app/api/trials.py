@@ -22,13 +22,12 @@ from fastapi.responses import StreamingResponse
 from sqlmodel import Session
 
 from app.db import open_session
-from app.deps import OperatorDep, RowId
+from app.deps import OperatorDep, RowId, operator_from, same_origin
 from app.domain import logs as log_domain
 from app.domain import scheduling
 from app.domain.inventory import get_campaign
 from app.live import RESYNC_CLOSE_CODE, Subscriber, ensure_hub, get_hub, run_in_tx, trace
 from app.models import Approach, Campaign, Trial
-from app.security import SESSION_COOKIE, api_token_name, origin_ok
 
 router = APIRouter(tags=["trials"])
 
@@ -126,17 +125,8 @@ async def download_log(request: Request, trial_id: RowId, operator: OperatorDep)
 # ---- the browser's live log ------------------------------------------------------------------
 
 def browser_allowed(ws: WebSocket) -> bool:
-    """The operator's session cookie (or an API token) and, from a browser, this server's Origin."""
-    if not origin_ok(ws.headers.get("origin"), ws.headers.get("host")):
-        return False
-    app = ws.app
-    if not app.state.settings.auth_enabled:
-        return True
-    auth = ws.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        with open_session(app.state.engine, write=False) as session:
-            return api_token_name(session, auth[7:].strip()) is not None
-    return app.state.session_signer.read(ws.cookies.get(SESSION_COOKIE)) is not None
+    """A live session (or an API token) and, from a browser, this server's Origin."""
+    return same_origin(ws) and operator_from(ws) is not None
 
 
 class LogFollower:

@@ -97,8 +97,9 @@ def metrics_fragment(request: Request, session: SessionDep, trial_id: RowId) -> 
     return render(request, "_partials/metrics_table.html", {"trial": trial, "metrics": rows, "tag_names": tag_names})
 
 
-@router.get("/campaigns/{slug}/metrics.csv", tags=["campaigns"], summary="Every metric of a campaign's trials, as CSV")
-@router.get("/api/campaigns/{slug}/metrics.csv", include_in_schema=False)
+@router.get("/campaigns/{slug}/metrics.csv", include_in_schema=False)
+@router.get("/api/campaigns/{slug}/metrics.csv", tags=["campaigns"], summary="Every metric of a campaign's trials, as CSV",
+            response_class=Response, responses={200: {"content": {"text/csv": {}}, "description": "CSV"}})
 def metrics_csv(slug: str, session: SessionDep) -> Response:
     campaign = inventory.get_campaign(session, slug)
     keys = {a.id: a.key for a in inventory.approaches(session, campaign)}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runners.process import ATTEMPT_ENV, LogChunker, OutputChunk, PhaseScanner, TrialResult
+from runners.process import ATTEMPT_ENV, LogChunker, OutputChunk, PhaseScanner, TrialResult, trial_env
 from runners.recipes import LaunchSpec, RecipeError
 
 log = logging.getLogger("campaign.runner.slurm")
@@ -65,7 +65,9 @@ class SlurmConfig:
 
 def _run(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        # sbatch exports its own environment into the job: give it a trial's, never the board's secrets.
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              env=trial_env({}))
     except FileNotFoundError as exc:
         raise SlurmError(f"{argv[0]} not found: is SLURM installed on the runner's host?") from exc
     except subprocess.TimeoutExpired as exc:

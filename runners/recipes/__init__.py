@@ -111,8 +111,3 @@ def _module_env(env: dict[str, str], *, safe: bool = False) -> dict[str, str]:
     return out
 
 
-def runner_env(extra: dict[str, str]) -> dict[str, str]:
-    """The environment a trial runs with: the runner's own, plus the recipe's."""
-    env = dict(os.environ)
-    env.update(extra)
-    return env

@@ -87,11 +87,12 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
         before = float(page.get_attribute("#break-even-t-ar", "data-value"))
         assert before == pytest.approx((2.4 * T_BASE - 10.5) / 122 * 1000)
         page.fill("input[name=accept_length]", "3.2")
-        page.wait_for_function("Math.abs(parseFloat(document.getElementById('break-even-t-ar').dataset.value)"
+        # Predicates are functions, not expression strings: Playwright evals strings, which the CSP forbids.
+        page.wait_for_function("() => Math.abs(parseFloat(document.getElementById('break-even-t-ar').dataset.value)"
                                f" - {before}) > 1e-6")
         after = float(page.get_attribute("#break-even-t-ar", "data-value"))
         assert after == pytest.approx((3.2 * T_BASE - 10.5) / 122 * 1000)
-        page.wait_for_function("document.getElementById('chart-verify').data"
+        page.wait_for_function("() => document.getElementById('chart-verify').data"
                                ".some(t => t.name === 'NCCL eager' && Math.abs(t.y[0] - (3.2 * 1000 / 82 - 10.5)) < 1e-6)")
         assert page.evaluate("window.__sameDocument") is True
         assert "What-if" in page.inner_text("#whatif-result")

@@ -25,7 +25,7 @@ def test_status_change_through_htmx_persists(live_server, browser):
         with page.expect_response(lambda r: r.url.endswith("/status") and r.status == 200):
             row.locator("button[type=submit]").click()
         page.wait_for_function(
-            "document.querySelector('#approach-expert-parallelism .badge').textContent === 'dead end'")
+            "() => document.querySelector('#approach-expert-parallelism .badge').textContent === 'dead end'")
         page.reload()
         assert page.locator("#approach-expert-parallelism .badge").inner_text() == "dead end"
         assert "all-to-all over PCIe" in page.locator("#approach-expert-parallelism .reason").inner_text()

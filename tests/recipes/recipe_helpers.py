@@ -6,14 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runners.recipes import LaunchSpec, runner_env
+from runners.process import trial_env
+from runners.recipes import LaunchSpec
 from runners.recipes.metric import parse_metric_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_spec(spec: LaunchSpec, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(spec.argv, env=runner_env(spec.env), cwd=spec.cwd or ROOT, capture_output=True,
+    return subprocess.run(spec.argv, env=trial_env(spec.env), cwd=spec.cwd or ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -83,7 +83,11 @@ class ThreadServer:
             return {"Authorization": f"Bearer {create_api_token(session, 'tests-' + uuid.uuid4().hex[:6])}"}
 
     def session_cookie(self) -> str:
-        return self.app.state.session_signer.issue()
+        from app.security import create_login_token, redeem_login_token
+
+        with session_scope(self.engine) as session:
+            session_id = redeem_login_token(session, create_login_token(session, 60), 3600)
+        return self.app.state.session_signer.issue(session_id)
 
 
 def make_settings(tmp_path: Path, db_url: str | None = None, **overrides: Any) -> Settings:

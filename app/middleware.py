@@ -1,0 +1,147 @@
+"""ASGI middleware that guards every route before any route code runs (docs/security.md).
+
+Order, outermost first (see app.main): the Host allowlist (TrustedHostMiddleware: a DNS-rebinding
+request gets 400, websockets too), browser hardening headers on every response, the request body
+limit (413 before reading past it, chunked bodies too), then authentication of unsafe methods
+before their body is read.
+"""
+from __future__ import annotations
+
+import json
+
+from anyio import to_thread
+from fastapi import HTTPException
+from starlette.requests import HTTPConnection, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Pages load scripts and styles from this server only; no inline script anywhere (htmx reads its
+# config from a <meta> tag). Inline style attributes stay allowed: Plotly sets them.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+    "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+]
+UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+PUBLIC_PREFIXES = ("/s/",)  # share pages: read-only, no route takes a body (unsafe methods get 405)
+
+
+class SecurityHeaders:
+    """Adds CSP, nosniff, Referrer-Policy and framing refusal to every HTTP response that does not
+    set its own (share pages set a stricter policy of their own)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers.extend((name, value) for name, value in SECURITY_HEADERS if name not in present)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from `receive` when a streamed body passes the limit; an HTTPException so that
+    FastAPI's body reader passes it on (as a 413) instead of calling it a parse error."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"Request body too large: this route accepts at most {limit} bytes.")
+
+
+def _plain(status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None):
+    body = json.dumps({"detail": detail}).encode()
+
+    async def respond(send: Send) -> None:
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close"), *(headers or [])]})
+        await send({"type": "http.response.body", "body": body})
+
+    return respond
+
+
+class BodyLimit:
+    """Refuses request bodies over the route's limit with 413: at once when Content-Length says
+    so, else as soon as the streamed bytes pass it (nothing past the limit is read).
+    `limits` maps a path suffix to its own limit (the campaign-file import)."""
+
+    def __init__(self, app: ASGIApp, default: int, limits: dict[str, int]) -> None:
+        self.app, self.default, self.limits = app, default, limits
+
+    def limit_for(self, path: str) -> int:
+        for suffix, limit in self.limits.items():
+            if path.endswith(suffix):
+                return limit
+        return self.default
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope["path"])
+        too_large = _plain(413, f"Request body too large: this route accepts at most {limit} bytes.")
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None:
+            try:
+                if int(length) > limit:
+                    await too_large(send)
+                    return
+            except ValueError:
+                await _plain(400, "Invalid Content-Length.")(send)
+                return
+        received = 0
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracking_send)
+        except BodyTooLarge:
+            if not started:
+                await too_large(send)
+
+
+class AuthenticateFirst:
+    """Unsafe methods need an operator before their body is read or parsed: an anonymous
+    100 MB POST costs a header check, not 100 MB of memory. The routes check again (with CSRF)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] == "http" and scope["method"] in UNSAFE_METHODS
+                and not scope["path"].startswith(PUBLIC_PREFIXES)):
+            from app.deps import operator_from
+
+            if await to_thread.run_sync(operator_from, HTTPConnection(scope)) is None:
+                from app.errors import login_required
+
+                await login_required(Request(scope, receive))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
