@@ -4,11 +4,13 @@ The page embeds the dict as JSON and draws it with the locally served plotly.js.
 """
 from __future__ import annotations
 
+import math
+from datetime import timedelta
 from typing import Any
 
 import plotly.graph_objects as go
 
-from app.domain.profitability import LatencySeries, ProfitabilityReport, ThroughputRow
+from app.domain.profitability import LatencySeries, ProfitabilityReport, ReferencePoint, ThroughputRow
 from app.domain.timeline import Timeline
 from app.templating import STATUS_LABELS
 
@@ -41,6 +43,104 @@ def _short(text: str, limit: int = 60) -> str:
 
 def _out(fig: go.Figure) -> dict[str, Any]:
     return fig.to_plotly_json()
+
+
+def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | None:
+    """Chart 1: the accept length speculation must exceed, tau*(t_ar) = (T_draft + T_verify_compute + N_ar t_ar) /
+    T_base, against the per-allreduce latency; each approach at its t_ar (measured: filled, reported: open).
+    A lower bound (dashed, said in its name) while draft cost or verify compute is unknown. None without
+    T_base and N_ar."""
+    curve = report.curve
+    if curve is None:
+        return None
+    fig = go.Figure()
+    t_ars = [p.latency.t_ar_us for p in report.points] + [r.latency.t_ar_us for r in report.references]
+    lo, hi = (min(t_ars), max(t_ars)) if t_ars else (1.0, 1000.0)
+    log_x = hi / lo > 20
+    if log_x:
+        x_lo, x_hi = lo / 1.6, hi * 1.6
+        grid = [x_lo * (x_hi / x_lo) ** (i / 80) for i in range(81)]
+    else:
+        x_lo, x_hi = 0.0, hi * 1.15
+        grid = [x_lo, x_hi]
+    taus = [curve.tau_star(x) for x in grid]
+    fig.add_trace(go.Scatter(
+        x=grid, y=taus, mode="lines", name=curve.label,
+        line=dict(color=BREAK_EVEN_COLOR, width=2, dash="dash" if curve.lower_bound else "solid"),
+        hovertemplate="t_ar %{x:.1f} us → τ* %{y:.3f}<extra></extra>",
+    ))
+    accept = report.inputs.accept_length
+    if accept.value is not None:
+        fig.add_trace(go.Scatter(
+            x=[grid[0], grid[-1]], y=[accept.value, accept.value], mode="lines",
+            name=f"accept length τ = {accept.value:.2f} ({_short(accept.source, 40)})",
+            line=dict(color="#067647", width=2, dash="dot"), hoverinfo="name",
+        ))
+    for p in report.points:
+        fig.add_trace(go.Scatter(
+            x=[p.latency.t_ar_us], y=[p.tau_star], mode="markers", name=p.title,
+            marker=dict(size=13, color=STATUS_COLORS.get(p.status, "#000"), line=dict(width=1, color="#202124")),
+            customdata=[[_label(p.status), p.latency.method, _short(p.latency.note, 140),
+                         f"#{p.latency.trial_id}" if p.latency.trial_id else "-"]],
+            hovertemplate=("<b>%{fullData.name}</b> (%{customdata[0]})<br>t_ar %{x:.1f} us, %{customdata[1]}: "
+                           "%{customdata[2]}<br>trial %{customdata[3]}<br>speculation pays above τ* = %{y:.3f}"
+                           "<extra></extra>"),
+        ))
+    for r in report.references:
+        fig.add_trace(go.Scatter(
+            x=[r.latency.t_ar_us], y=[r.tau_star], mode="markers", name=f"{r.label} ({r.latency.method})",
+            marker=dict(size=13, symbol="diamond-open", line=dict(width=2),
+                        color=BREAK_EVEN_COLOR if r.baseline else "#1a73e8"),
+            customdata=[[_short(r.latency.note, 160)]],
+            hovertemplate=("<b>%{fullData.name}</b><br>t_ar %{x:.1f} us: %{customdata[0]}"
+                           "<br>speculation pays above τ* = %{y:.3f}<extra></extra>"),
+        ))
+    marks = [p.tau_star for p in report.points] + [r.tau_star for r in report.references]
+    top = max([m for m in marks if m is not None] + ([accept.value] if accept.value is not None else []) + [1.0])
+    parts = [f"T_base {curve.t_base_ms:.2f} ms, {curve.n_ar} allreduces per verify"]
+    if curve.lower_bound:
+        parts.append(f"a lower bound: {' and '.join(curve.unknown)} counted as 0")
+    else:
+        parts.append(f"draft + verify compute {curve.fixed_ms:.2f} ms")
+    fig.update_layout(**_layout("Break-even accept length τ* vs allreduce latency",
+                                subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
+                                meta={"lower_bound": curve.lower_bound}))
+    fig.update_xaxes(title_text=f"per-allreduce latency t_ar at {report.inputs.verify_bytes // 1024} KiB (us)",
+                     type="log" if log_x else "linear",
+                     range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi])
+    fig.update_yaxes(title_text="break-even accept length τ*", range=[0, top * 1.15], rangemode="tozero")
+    return _out(fig)
+
+
+def latency_comparison(report: ProfitabilityReport) -> dict[str, Any]:
+    """For a campaign without speculation: each approach's t_ar at the verify message size (bars, fastest
+    first); CPU-floor figures are listed apart, never compared with GPU ones."""
+    fig = go.Figure()
+    points = sorted(report.points, key=lambda p: p.latency.t_ar_us)
+    fig.add_trace(go.Bar(
+        y=[p.title for p in points], x=[p.latency.t_ar_us for p in points], orientation="h", name="t_ar (GPU)",
+        marker=dict(color=[STATUS_COLORS.get(p.status, "#000") for p in points]),
+        text=[f"{p.latency.t_ar_us:.1f} us" for p in points], textposition="auto",
+        customdata=[[p.latency.method, _short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
+        hovertemplate="<b>%{y}</b><br>%{x:.2f} us (%{customdata[0]})<br>%{customdata[1]}<br>trial %{customdata[2]}"
+                      "<extra></extra>",
+    ))
+    floor = [f for f in report.cpu_floor if f.name.endswith("_us")]
+    if floor:
+        fig.add_trace(go.Bar(
+            y=[f"{f.title} (CPU floor)" for f in floor], x=[f.value for f in floor], orientation="h",
+            name="CPU floor (not comparable)", marker=dict(color="#d0d5dd", line=dict(color="#667085", width=1)),
+            text=[f"{f.value:.1f} us" for f in floor], textposition="auto",
+            hovertemplate="<b>%{y}</b><br>%{x:.2f} us on a CPU / scaled-down geometry: never fed to the model"
+                          "<extra></extra>",
+        ))
+    values = [p.latency.t_ar_us for p in points] + [f.value for f in floor]
+    titles = [p.title for p in points] + [f"{f.title} (CPU floor)" for f in floor]
+    fig.update_layout(**_layout(f"Allreduce latency at the verify message size ({report.inputs.verify_bytes // 1024} KiB)",
+                                subtitle="lower is better · graph mode preferred where measured", bargap=0.3))
+    fig.update_yaxes(categoryorder="array", categoryarray=titles, autorange="reversed", automargin=True)
+    fig.update_xaxes(title_text="per-allreduce latency (us)", range=[0, max(values + [1.0]) * 1.2])
+    return _out(fig)
 
 
 def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
@@ -89,27 +189,53 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
     return _out(fig)
 
 
-def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int) -> dict[str, Any]:
-    """Chart 2: allreduce latency against message size per approach (log-log), the verify size marked."""
+def _log_range(values: list[float], pad: float = 1.6) -> list[float]:
+    """A log axis range (in log10 units, as plotly wants it) that holds every value with some room."""
+    lo, hi = min(values), max(values)
+    return [math.log10(lo / pad), math.log10(hi * pad)]
+
+
+def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
+                              references: tuple[ReferencePoint, ...] = ()) -> dict[str, Any]:
+    """Chart 2: allreduce latency against message size per approach (log-log), the verify size marked.
+    CPU-floor curves are dashed and labelled; reported figures with a size are open diamonds."""
     fig = go.Figure()
-    values = [p.latency_us for s in series for p in s.points]
+    xs: list[float] = [verify_bytes]
+    ys: list[float] = []
     for s in series:
+        name = f"{s.approach_title} (CPU floor)" if s.cpu_floor else s.approach_title
+        xs += [p.bytes for p in s.points]
+        ys += [p.latency_us for p in s.points]
         fig.add_trace(go.Scatter(
-            x=[p.bytes for p in s.points], y=[p.latency_us for p in s.points], mode="lines+markers", name=s.approach_title,
-            marker=dict(size=8), line=dict(width=2),
-            customdata=[[s.approach_title, str(p.tags.get("backend", "")), str(p.tags.get("mode", "")),
-                         str(p.tags.get("world_size", "")), f"#{p.trial_id}"] for p in s.points],
+            x=[p.bytes for p in s.points], y=[p.latency_us for p in s.points], mode="lines+markers", name=name,
+            marker=dict(size=8), line=dict(width=2, dash="dot" if s.cpu_floor else "solid"),
+            customdata=[[name, str(p.tags.get("backend", "")), str(p.tags.get("mode", "")),
+                         str(p.tags.get("world_size", "")), f"#{p.trial_id}", str(p.tags.get("method", "") or "-")]
+                        for p in s.points],
             hovertemplate=("<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>backend %{customdata[1]}, "
-                           "mode %{customdata[2]}, %{customdata[3]} ranks<br>trial %{customdata[4]}<extra></extra>"),
+                           "mode %{customdata[2]}, method %{customdata[5]}, %{customdata[3]} ranks"
+                           "<br>trial %{customdata[4]}<extra></extra>"),
         ))
-    low, high = (min(values) / 1.5, max(values) * 1.5) if values else (1.0, 1000.0)
+    sized = [r for r in references if r.latency.method == "reported" and r.bytes]
+    for r in sized:
+        xs.append(r.bytes)
+        ys.append(r.latency.t_ar_us)
+        fig.add_trace(go.Scatter(
+            x=[r.bytes], y=[r.latency.t_ar_us], mode="markers", name=f"{r.label} (reported)",
+            marker=dict(size=12, symbol="diamond-open", line=dict(width=2)),
+            customdata=[[_short(r.latency.note, 140)]],
+            hovertemplate="<b>%{fullData.name}</b><br>%{x:,} bytes: %{y:.1f} us<br>%{customdata[0]}<extra></extra>",
+        ))
+    y_range = _log_range(ys) if ys else [0, 3]
     fig.add_trace(go.Scatter(
-        x=[verify_bytes, verify_bytes], y=[low, high], mode="lines", name=f"verify message ({verify_bytes // 1024} KiB)",
-        line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2), hoverinfo="name",
+        x=[verify_bytes, verify_bytes], y=[10 ** y_range[0], 10 ** y_range[1]], mode="lines",
+        name=f"verify message ({verify_bytes // 1024} KiB)", line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2),
+        hoverinfo="name",
     ))
-    fig.update_layout(**_layout("Allreduce latency vs message size"))
-    fig.update_xaxes(type="log", title_text="message size (bytes)")
-    fig.update_yaxes(type="log", title_text="latency per allreduce (us)")
+    subtitle = "" if ys else "no allreduce measured yet: run an allreduce trial"
+    fig.update_layout(**_layout("Allreduce latency vs message size", subtitle=subtitle))
+    fig.update_xaxes(type="log", title_text="message size (bytes)", range=_log_range(xs))
+    fig.update_yaxes(type="log", title_text="latency per allreduce (us)", range=y_range)
     return _out(fig)
 
 
@@ -150,7 +276,8 @@ def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | No
 
 
 def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
-    """Chart 4: status changes (markers, colored by the new status) and trials (spans) over time."""
+    """Chart 4: trials (one span per approach and trial state, with the count) and status changes (markers,
+    colored by the new status) over time, at the dates the history carries."""
     fig = go.Figure()
     xs: list[Any] = []
     ys: list[Any] = []
@@ -159,12 +286,12 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
         end = t.end or t.start
         xs += [t.start.isoformat(), end.isoformat(), None]
         ys += [t.approach_title, t.approach_title, None]
-        text = f"trial #{t.trial_id}: {t.state}"
+        text = f"{t.count} trial{'s' if t.count != 1 else ''} {t.state}" + ("" if t.end else " (one still running)")
         hover += [text, text, None]
     if timeline.trials:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="trials", text=hover,
                                  line=dict(width=8, color="rgba(26,115,232,0.45)"), marker=dict(size=6),
-                                 hovertemplate="%{text}<br>%{x}<extra></extra>"))
+                                 hovertemplate="<b>%{y}</b><br>%{text}<br>%{x}<extra></extra>"))
     by_status: dict[str, list] = {}
     for e in timeline.status_events:
         by_status.setdefault(e.to_status, []).append(e)
@@ -175,7 +302,18 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
             customdata=[[_label(e.from_status) or "new", _label(e.to_status), _short(e.reason, 120)] for e in events],
             hovertemplate="<b>%{y}</b><br>%{customdata[0]} → %{customdata[1]}<br>%{customdata[2]}<br>%{x}<extra></extra>",
         ))
-    fig.update_layout(**_layout("Campaign timeline: status changes and trials"))
-    fig.update_xaxes(type="date", title_text="time (UTC)")
+    subtitle = ""
+    if timeline.approaches_shown < timeline.approaches_total:
+        subtitle = (f"the {timeline.approaches_shown} most recently active of {timeline.approaches_total} approaches; "
+                    "trials aggregated per approach and state")
+    times = [e.at for e in timeline.status_events] + [t.start for t in timeline.trials] + \
+        [t.end for t in timeline.trials if t.end]
+    fig.update_layout(**_layout("Campaign timeline: status changes and trials", subtitle=subtitle))
+    x_axis: dict[str, Any] = dict(type="date", title_text="time (UTC)")
+    if times:
+        lo, hi = min(times), max(times)
+        pad = max((hi - lo) * 0.05, timedelta(minutes=30))
+        x_axis["range"] = [(lo - pad).isoformat(), (hi + pad).isoformat()]
+    fig.update_xaxes(**x_axis)
     fig.update_yaxes(type="category", automargin=True)
     return _out(fig)

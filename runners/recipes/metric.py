@@ -54,3 +54,26 @@ def parse_metric_line(line: str) -> dict[str, Any] | None:
     if not isinstance(tags, dict):
         return None
     return {"name": obj["name"], "value": float(value), "unit": str(obj.get("unit") or ""), "tags": tags}
+
+
+class MetricName:
+    """The metric names recipes emit and the server's profitability model reads: the one place they are spelled.
+
+    Tags every torch recipe adds: `device` ("cuda" / "cpu") and `scaled: true` when the geometry was
+    scaled down to fit a CPU; such figures are a CPU floor and never feed the model."""
+
+    # allreduce recipe, tags bytes, tokens, mode, backend, world_size, method ("nccl-tests" eager,
+    # "graph-replay" graph): the headline per-allreduce latency.
+    ALLREDUCE_LATENCY_US = "allreduce_latency_us"
+    # allreduce recipe, each eager call timed by its own event pair: inflated by the timing method, never an input.
+    ALLREDUCE_PER_CALL_US = "allreduce_per_call_us"
+    ALLREDUCE_IN_SITU_US = "allreduce_in_situ_us"  # verify_step recipe; tags tokens, allreduces, layers, bytes
+    VERIFY_COMPUTE_MS = "verify_compute_ms"  # verify_step recipe
+    DECODE_STEP_MS = "decode_step_ms"  # synthetic plain decode step (verify_step at 1 token): the node's T_base
+    DRAFT_STEP_MS = "draft_step_ms"  # draft_step recipe: an EAGLE-3 draft head, ms per draft step
+    OUTPUT_THROUGHPUT = "output_throughput_tok_s"  # sglang_server (bench_serving / bench_one_batch_server)
+    GEN_THROUGHPUT_LOG = "decode_log_gen_throughput_tok_s"  # sglang_server, from Decode batch log lines
+    MEDIAN_TPOT_MS = "median_tpot_ms"  # sglang_server
+    # Accept length, best source first: the benchmark's figure, the server's cumulative one, decode log lines.
+    ACCEPT_LENGTH = ("accept_length", "server_avg_spec_accept_length", "decode_log_accept_len")
+    THROUGHPUT = (OUTPUT_THROUGHPUT, GEN_THROUGHPUT_LOG)
