@@ -102,9 +102,14 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
         parts.append(f"a lower bound: {' and '.join(curve.unknown)} counted as 0")
     else:
         parts.append(f"draft + verify compute {curve.fixed_ms:.2f} ms")
+    labelled = [(p.title, p.latency.t_ar_us, p.tau_star) for p in report.points] + \
+        [(r.label, r.latency.t_ar_us, r.tau_star) for r in report.references]
+    annotations = [dict(x=math.log10(x) if log_x else x, y=y, text=f"{_short(name, 28)}: τ* {y:.2f}", showarrow=False,
+                        xanchor="left", xshift=10, yshift=8, font=dict(size=11, color="#344054"))
+                   for name, x, y in labelled[:12] if y is not None]
     fig.update_layout(**_layout("Break-even accept length τ* vs allreduce latency",
                                 subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
-                                meta={"lower_bound": curve.lower_bound}))
+                                meta={"lower_bound": curve.lower_bound}, annotations=annotations))
     fig.update_xaxes(title_text=f"per-allreduce latency t_ar at {report.inputs.verify_bytes // 1024} KiB (us)",
                      type="log" if log_x else "linear",
                      range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi])

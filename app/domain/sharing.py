@@ -108,7 +108,7 @@ class StatusReport:
     profitable_with: ApproachPoint | None
     closest: ApproachPoint | None  # the best usable approach, profitable or not
     break_even_t_ar_us: float | None
-    pays_above: tuple[PaysAbove, ...]  # tau* per approach and reported figure, lowest first
+    pays_above: tuple[PaysAbove, ...]  # the headline tau* (baseline, else best usable), then the others, lowest first
     lower_bound: str  # "" when tau* is exact, else what is counted as zero
     accept_length: float | None
     fastest: ApproachPoint | None  # the lowest measured t_ar (latency comparison)
@@ -150,10 +150,17 @@ def status_report(session: Session, campaign: Campaign, profitability: Profitabi
         return tuple(ClosedApproach(a.title, a.status, a.reason, stack_summary(a.verdict_fingerprint),
                                     describe_binding(a.bound_to, a.verdict_fingerprint) or "") for a in rows if a.status == status)
 
-    pays = [PaysAbove(p.title, p.latency.t_ar_us, p.tau_star, p.latency.method, "")
-            for p in profitability.points if p.tau_star is not None and p.status != ApproachStatus.dead_end]
-    pays += [PaysAbove(r.label, r.latency.t_ar_us, r.tau_star, r.latency.method, r.latency.note)
-             for r in profitability.references if r.tau_star is not None]
+    # The headline is today's state (the baseline's figure) when the campaign has one, else the best usable
+    # measured approach; then where each other approach would move it, lowest first.
+    usable = sorted((PaysAbove(p.title, p.latency.t_ar_us, p.tau_star, p.latency.method, "")
+                     for p in profitability.points if p.tau_star is not None and p.status != ApproachStatus.dead_end),
+                    key=lambda p: p.tau_star)
+    refs = [(r.baseline, PaysAbove(r.label, r.latency.t_ar_us, r.tau_star, r.latency.method, r.latency.note))
+            for r in profitability.references if r.tau_star is not None]
+    baseline_refs = [p for is_base, p in refs if is_base]
+    head = baseline_refs[:1] or usable[:1]
+    rest = sorted([p for p in usable + [p for _, p in refs] if p not in head], key=lambda p: p.tau_star)
+    pays = head + rest
     return StatusReport(
         campaign_name=campaign.name,
         counts=status_counts(rows),
@@ -165,7 +172,7 @@ def status_report(session: Session, campaign: Campaign, profitability: Profitabi
         profitable_with=profitability.profitable_now,
         closest=profitability.best if costs else None,
         break_even_t_ar_us=costs.break_even_t_ar_us if costs else None,
-        pays_above=tuple(sorted(pays, key=lambda p: -p.tau_star)),
+        pays_above=tuple(pays),
         lower_bound=" and ".join(curve.unknown) if curve and curve.lower_bound else "",
         accept_length=profitability.inputs.accept_length.value,
         fastest=profitability.fastest,

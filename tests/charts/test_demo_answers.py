@@ -106,3 +106,18 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
     assert points["nccl-graph"].tau_star == pytest.approx((fixed + 122 * 17.4 / 1000) / 10.0)
     assert points["verify-step-symm-mem"].speedup is None  # the accept length needs the real model
     assert any(m.what.startswith("accept length") for m in report.missing)
+
+
+def test_kimi_status_headline_is_todays_break_even(session):
+    from app.domain.profitability import load_campaign_metrics, throughput_rows
+    from app.domain.sharing import status_report
+
+    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    rows = inventory.approaches(session, campaign)
+    metrics = load_campaign_metrics(session, campaign)
+    report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
+    status = status_report(session, campaign, report, throughput_rows(metrics, rows), rows)
+    assert status.speculative and status.lower_bound == "draft cost and verify compute"
+    assert [(p.title, round(p.tau_star, 2)) for p in status.pays_above] == [
+        ("NCCL on PCIe (the baseline)", 2.0), ("FlashInfer PCIe-IPC allreduce", 0.05),
+        ("SGLang custom allreduce (IPC)", 3.16)]
