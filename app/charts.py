@@ -104,8 +104,14 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
         parts.append(f"draft + verify compute {curve.fixed_ms:.2f} ms")
     labelled = [(p.title, p.latency.t_ar_us, p.tau_star) for p in report.points] + \
         [(r.label, r.latency.t_ar_us, r.tau_star) for r in report.references]
+    def _right_half(x: float) -> bool:
+        if log_x:
+            return (math.log(x) - math.log(x_lo)) / (math.log(x_hi) - math.log(x_lo)) > 0.6
+        return (x - x_lo) / (x_hi - x_lo) > 0.6
+
     annotations = [dict(x=math.log10(x) if log_x else x, y=y, text=f"{_short(name, 28)}: τ* {y:.2f}", showarrow=False,
-                        xanchor="left", xshift=10, yshift=8, font=dict(size=11, color="#344054"))
+                        xanchor="right" if _right_half(x) else "left", xshift=-10 if _right_half(x) else 10, yshift=8,
+                        font=dict(size=11, color="#344054"))
                    for name, x, y in labelled[:12] if y is not None]
     fig.update_layout(**_layout("Break-even accept length τ* vs allreduce latency",
                                 subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
