@@ -123,11 +123,14 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
     return _out(fig)
 
 
-def latency_comparison(report: ProfitabilityReport) -> dict[str, Any]:
+def latency_comparison(report: ProfitabilityReport) -> dict[str, Any] | None:
     """For a campaign without speculation: each approach's t_ar at the verify message size (bars, fastest
-    first); CPU-floor figures are listed apart, never compared with GPU ones."""
+    first); CPU-floor figures are listed apart, never compared with GPU ones. None with nothing measured."""
     fig = go.Figure()
     points = sorted(report.points, key=lambda p: p.latency.t_ar_us)
+    floor = [f for f in report.cpu_floor if f.name.endswith("_us")]
+    if not points and not floor:
+        return None
     fig.add_trace(go.Bar(
         y=[p.title for p in points], x=[p.latency.t_ar_us for p in points], orientation="h", name="t_ar (GPU)",
         marker=dict(color=[STATUS_COLORS.get(p.status, "#000") for p in points]),
@@ -136,7 +139,6 @@ def latency_comparison(report: ProfitabilityReport) -> dict[str, Any]:
         hovertemplate="<b>%{y}</b><br>%{x:.2f} us (%{customdata[0]})<br>%{customdata[1]}<br>trial %{customdata[2]}"
                       "<extra></extra>",
     ))
-    floor = [f for f in report.cpu_floor if f.name.endswith("_us")]
     if floor:
         fig.add_trace(go.Bar(
             y=[f"{f.title} (CPU floor)" for f in floor], x=[f.value for f in floor], orientation="h",
@@ -207,9 +209,12 @@ def _log_range(values: list[float], pad: float = 1.6) -> list[float]:
 
 
 def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
-                              references: tuple[ReferencePoint, ...] = ()) -> dict[str, Any]:
+                              references: tuple[ReferencePoint, ...] = ()) -> dict[str, Any] | None:
     """Chart 2: allreduce latency against message size per approach (log-log), the verify size marked.
-    CPU-floor curves are dashed and labelled; reported figures with a size are open diamonds."""
+    CPU-floor curves are dotted and labelled; reported figures with a size are open diamonds. None when
+    there is nothing to draw (no empty axes)."""
+    if not series and not any(r.latency.method == "reported" and r.bytes for r in references):
+        return None
     fig = go.Figure()
     xs: list[float] = [verify_bytes]
     ys: list[float] = []
@@ -237,14 +242,13 @@ def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
             customdata=[[_short(r.latency.note, 140)]],
             hovertemplate="<b>%{fullData.name}</b><br>%{x:,} bytes: %{y:.1f} us<br>%{customdata[0]}<extra></extra>",
         ))
-    y_range = _log_range(ys) if ys else [0, 3]
+    y_range = _log_range(ys)
     fig.add_trace(go.Scatter(
         x=[verify_bytes, verify_bytes], y=[10 ** y_range[0], 10 ** y_range[1]], mode="lines",
         name=f"verify message ({verify_bytes // 1024} KiB)", line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2),
         hoverinfo="name",
     ))
-    subtitle = "" if ys else "no allreduce measured yet: run an allreduce trial"
-    fig.update_layout(**_layout("Allreduce latency vs message size", subtitle=subtitle))
+    fig.update_layout(**_layout("Allreduce latency vs message size"))
     fig.update_xaxes(type="log", title_text="message size (bytes)", range=_log_range(xs))
     fig.update_yaxes(type="log", title_text="latency per allreduce (us)", range=y_range)
     return _out(fig)

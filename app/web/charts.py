@@ -82,6 +82,15 @@ class CampaignAnswer:
         }
 
 
+def throughput_figure(answer: CampaignAnswer) -> dict[str, Any] | None:
+    """Chart 3, or None while there is neither a measured throughput nor a baseline (no empty axes)."""
+    rows = throughput_rows(answer.metrics, answer.approaches)
+    baseline = answer.report.inputs.baseline_tok_s.value
+    if not baseline and all(r.tok_s is None for r in rows):
+        return None
+    return charts.throughput_vs_baseline(rows, baseline)
+
+
 def campaign_answer(session: Session, campaign: Campaign, form: WhatIfForm | None = None) -> CampaignAnswer:
     """One pass over the campaign's metrics and approaches, however many approaches and trials it has."""
     metrics = load_campaign_metrics(session, campaign)
@@ -104,8 +113,7 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     answer = campaign_answer(session, campaign)
     ctx = _profitability(answer, campaign)
     ctx["form"] = _form_values(answer.report.inputs)
-    ctx["chart_throughput"] = charts.throughput_vs_baseline(throughput_rows(answer.metrics, answer.approaches),
-                                                            answer.report.inputs.baseline_tok_s.value)
+    ctx["chart_throughput"] = throughput_figure(answer)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     return render(request, "charts.html", ctx)
 

@@ -13,7 +13,6 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
-from app import charts
 from app.deps import OperatorDep, RowId, SessionDep
 from app.domain import inventory
 from app.domain.profitability import throughput_rows
@@ -21,7 +20,7 @@ from app.domain.sharing import (create_share_link, get_share_link, list_share_li
                                 revoke_share_link, share_token, status_report)
 from app.models import Campaign
 from app.templating import PLOTLY_JS
-from app.web.charts import campaign_answer
+from app.web.charts import campaign_answer, throughput_figure
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -81,8 +80,7 @@ def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
         "status": status_report(session, campaign, report, rows, answer.approaches),
         "chart_break_even": figures["chart_break_even"],
         "chart_comparison": figures["chart_comparison"],
-        "chart_throughput": charts.throughput_vs_baseline(rows, report.inputs.baseline_tok_s.value)
-        if any(r.tok_s is not None for r in rows) or report.inputs.baseline_tok_s.value else None,
+        "chart_throughput": throughput_figure(answer),
         "generated_at": datetime.now(timezone.utc),
     }
 
