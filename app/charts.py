@@ -125,34 +125,54 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
 
 def latency_comparison(report: ProfitabilityReport) -> dict[str, Any] | None:
     """For a campaign without speculation: each approach's t_ar at the verify message size (bars, fastest
-    first); CPU-floor figures are listed apart, never compared with GPU ones. None with nothing measured."""
+    first); figures reported elsewhere and CPU-floor figures come after, apart and labelled, never mixed
+    with this node's GPU measurements. None with nothing to draw."""
     fig = go.Figure()
     points = sorted(report.points, key=lambda p: p.latency.t_ar_us)
+    refs = sorted(report.references, key=lambda r: r.latency.t_ar_us)
     floor = [f for f in report.cpu_floor if f.name.endswith("_us")]
-    if not points and not floor:
+    if not points and not refs and not floor:
         return None
-    fig.add_trace(go.Bar(
-        y=[p.title for p in points], x=[p.latency.t_ar_us for p in points], orientation="h", name="t_ar (GPU)",
-        marker=dict(color=[STATUS_COLORS.get(p.status, "#000") for p in points]),
-        text=[f"{p.latency.t_ar_us:.1f} us" for p in points], textposition="auto",
-        customdata=[[p.latency.method, _short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
-        hovertemplate="<b>%{y}</b><br>%{x:.2f} us (%{customdata[0]})<br>%{customdata[1]}<br>trial %{customdata[2]}"
-                      "<extra></extra>",
-    ))
-    if floor:
+    titles: list[str] = []
+    values: list[float] = []
+    if points:
+        names = [p.title for p in points]
         fig.add_trace(go.Bar(
-            y=[f"{f.title} (CPU floor)" for f in floor], x=[f.value for f in floor], orientation="h",
+            y=names, x=[p.latency.t_ar_us for p in points], orientation="h", name="measured here (GPU)",
+            marker=dict(color=[STATUS_COLORS.get(p.status, "#000") for p in points]),
+            text=[f"{p.latency.t_ar_us:.1f} us" for p in points], textposition="auto",
+            customdata=[[p.latency.method, _short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
+            hovertemplate="<b>%{y}</b><br>%{x:.2f} us (%{customdata[0]})<br>%{customdata[1]}<br>trial %{customdata[2]}"
+                          "<extra></extra>",
+        ))
+        titles += names
+        values += [p.latency.t_ar_us for p in points]
+    if refs:
+        names = [f"{r.label} (reported)" for r in refs]
+        fig.add_trace(go.Bar(
+            y=names, x=[r.latency.t_ar_us for r in refs], orientation="h", name="reported elsewhere (not this node)",
+            marker=dict(color="rgba(26,115,232,0.25)", line=dict(color="#1a73e8", width=1)),
+            text=[f"{r.latency.t_ar_us:.1f} us" for r in refs], textposition="auto",
+            customdata=[[_short(r.latency.note, 160)] for r in refs],
+            hovertemplate="<b>%{y}</b><br>%{x:.2f} us<br>%{customdata[0]}<extra></extra>",
+        ))
+        titles += names
+        values += [r.latency.t_ar_us for r in refs]
+    if floor:
+        names = [f"{f.title} (CPU floor)" for f in floor]
+        fig.add_trace(go.Bar(
+            y=names, x=[f.value for f in floor], orientation="h",
             name="CPU floor (not comparable)", marker=dict(color="#d0d5dd", line=dict(color="#667085", width=1)),
             text=[f"{f.value:.1f} us" for f in floor], textposition="auto",
             hovertemplate="<b>%{y}</b><br>%{x:.2f} us on a CPU / scaled-down geometry: never fed to the model"
                           "<extra></extra>",
         ))
-    values = [p.latency.t_ar_us for p in points] + [f.value for f in floor]
-    titles = [p.title for p in points] + [f"{f.title} (CPU floor)" for f in floor]
+        titles += names
+        values += [f.value for f in floor]
     fig.update_layout(**_layout(f"Allreduce latency at the verify message size ({report.inputs.verify_bytes // 1024} KiB)",
                                 subtitle="lower is better · graph mode preferred where measured", bargap=0.3))
     fig.update_yaxes(categoryorder="array", categoryarray=titles, autorange="reversed", automargin=True)
-    fig.update_xaxes(title_text="per-allreduce latency (us)", range=[0, max(values + [1.0]) * 1.2])
+    fig.update_xaxes(title_text="per-allreduce latency (us)", range=[0, max(values) * 1.2])
     return _out(fig)
 
 

@@ -206,6 +206,12 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
 
         page.goto(f"{live_server.url}/campaigns/allreduce-shootout/charts")
         _wait_drawn(page, "chart-comparison")
+        bars = page.evaluate("document.getElementById('chart-comparison').data.map(t => Array.from(t.x))")
+        values = [x for trace in bars for x in trace]
+        x_range = _axis_ranges(page, "chart-comparison")["x"]
+        assert values and all(x_range[0] <= v < x_range[1] for v in values)
+        _wait_drawn(page, "chart-latency")
+        assert len(_points_inside(page, "chart-latency")) == 6
         assert "Allreduce latency comparison" in page.inner_text("h1")
         body = page.inner_text("main")
         assert "EAGLE-3 now" not in body and "Is speculation profitable" not in body
