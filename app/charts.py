@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import plotly.graph_objects as go
 
@@ -24,7 +24,7 @@ _FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", si
 
 
 def _label(status: str) -> str:
-    return STATUS_LABELS.get(status, status)
+    return "CPU floor" if status == "cpu_floor" else STATUS_LABELS.get(status, status)
 
 
 def _layout(title: str, subtitle: str = "", **kw: Any) -> dict[str, Any]:
@@ -41,8 +41,32 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _out(fig: go.Figure) -> dict[str, Any]:
-    return fig.to_plotly_json()
+# Past this many approaches a chart draws one trace per status instead of one per approach: the legend
+# stays readable and building the figure costs per status, not per approach (issue 12).
+MAX_TRACES = 30
+
+
+def _trace_groups(items: list[Any], title: Callable[[Any], str], status: Callable[[Any], str]) -> list[tuple[str, list[Any]]]:
+    """(trace name, items) pairs: one per item, or one per status when there are more than MAX_TRACES."""
+    if len(items) <= MAX_TRACES:
+        return [(title(i), [i]) for i in items]
+    groups: dict[str, list[Any]] = {}
+    for i in items:
+        groups.setdefault(status(i), []).append(i)
+    return [(f"{_label(k)} ({len(v)} approaches)", v) for k, v in groups.items()]
+
+
+def _out(fig: go.Figure, traces: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The figure as a JSON-ready dict. `traces` are per-approach data traces built as plain dicts: plotly's
+    validation deep-copies every value, which costs seconds at hundreds of approaches; they go first."""
+    out = fig.to_plotly_json()
+    if traces:
+        out["data"] = traces + out["data"]
+    return out
+
+
+def _scatter(**kw: Any) -> dict[str, Any]:
+    return {"type": "scatter", **kw}
 
 
 def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | None:
@@ -76,14 +100,15 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
             name=f"accept length τ = {accept.value:.2f} ({_short(accept.source, 40)})",
             line=dict(color="#067647", width=2, dash="dot"), hoverinfo="name",
         ))
-    for p in report.points:
-        fig.add_trace(go.Scatter(
-            x=[p.latency.t_ar_us], y=[p.tau_star], mode="markers", name=p.title,
-            marker=dict(size=13, color=STATUS_COLORS.get(p.status, "#000"), line=dict(width=1, color="#202124")),
-            customdata=[[_label(p.status), p.latency.method, _short(p.latency.note, 140),
-                         f"#{p.latency.trial_id}" if p.latency.trial_id else "-"]],
-            hovertemplate=("<b>%{fullData.name}</b> (%{customdata[0]})<br>t_ar %{x:.1f} us, %{customdata[1]}: "
-                           "%{customdata[2]}<br>trial %{customdata[3]}<br>speculation pays above τ* = %{y:.3f}"
+    traces = []
+    for name, group in _trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
+        traces.append(_scatter(
+            x=[p.latency.t_ar_us for p in group], y=[p.tau_star for p in group], mode="markers", name=name,
+            marker=dict(size=13, color=STATUS_COLORS.get(group[0].status, "#000"), line=dict(width=1, color="#202124")),
+            customdata=[[p.title, _label(p.status), p.latency.method, _short(p.latency.note, 140),
+                         f"#{p.latency.trial_id}" if p.latency.trial_id else "-"] for p in group],
+            hovertemplate=("<b>%{customdata[0]}</b> (%{customdata[1]})<br>t_ar %{x:.1f} us, %{customdata[2]}: "
+                           "%{customdata[3]}<br>trial %{customdata[4]}<br>speculation pays above τ* = %{y:.3f}"
                            "<extra></extra>"),
         ))
     for r in report.references:
@@ -120,7 +145,7 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
                      type="log" if log_x else "linear",
                      range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi])
     fig.update_yaxes(title_text="break-even accept length τ*", range=[0, top * 1.15], rangemode="tozero")
-    return _out(fig)
+    return _out(fig, traces)
 
 
 def latency_comparison(report: ProfitabilityReport) -> dict[str, Any] | None:
@@ -193,15 +218,15 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
         x=[min(bottom, 0.0), top], y=[min(bottom, 0.0), top], mode="lines", name="break-even (communication = savings)",
         line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2), hoverinfo="skip",
     ))
-    for p in report.points:
-        verdict = "profitable" if p.profitable else "not profitable"
-        fig.add_trace(go.Scatter(
-            x=[p.comm_ms], y=[p.savings_ms], mode="markers", name=p.title,
-            marker=dict(size=13, color=STATUS_COLORS.get(p.status, "#000"),
-                        symbol="circle" if p.profitable else "x", line=dict(width=1, color="#202124")),
+    traces = []
+    for name, group in _trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
+        traces.append(_scatter(
+            x=[p.comm_ms for p in group], y=[p.savings_ms for p in group], mode="markers", name=name,
+            marker=dict(size=13, color=STATUS_COLORS.get(group[0].status, "#000"),
+                        symbol=["circle" if p.profitable else "x" for p in group], line=dict(width=1, color="#202124")),
             customdata=[[p.title, _label(p.status), p.stack or "stack not recorded", f"{p.tau:.2f}",
                          p.tau_source, f"#{p.latency.trial_id}", f"{p.latency.t_ar_us:.1f}", p.latency.note,
-                         f"{p.speedup:.2f}", verdict]],
+                         f"{p.speedup:.2f}", "profitable" if p.profitable else "not profitable"] for p in group],
             hovertemplate=("<b>%{customdata[0]}</b><br>status: %{customdata[1]}<br>stack: %{customdata[2]}"
                            "<br>accept length: %{customdata[3]} (%{customdata[4]})"
                            "<br>t_ar: %{customdata[6]} us (%{customdata[7]})<br>source trial: %{customdata[5]}"
@@ -219,7 +244,7 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
                      title_standoff=8)
     fig.update_yaxes(title_text="speculation savings (ms)", range=[min(bottom, 0.0), top],
                      zeroline=True)
-    return _out(fig)
+    return _out(fig, traces)
 
 
 def _log_range(values: list[float], pad: float = 1.6) -> list[float]:
@@ -238,16 +263,26 @@ def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
     fig = go.Figure()
     xs: list[float] = [verify_bytes]
     ys: list[float] = []
-    for s in series:
-        name = f"{s.approach_title} (CPU floor)" if s.cpu_floor else s.approach_title
-        xs += [p.bytes for p in s.points]
-        ys += [p.latency_us for p in s.points]
-        fig.add_trace(go.Scatter(
-            x=[p.bytes for p in s.points], y=[p.latency_us for p in s.points], mode="lines+markers", name=name,
-            marker=dict(size=8), line=dict(width=2, dash="dot" if s.cpu_floor else "solid"),
-            customdata=[[name, str(p.tags.get("backend", "")), str(p.tags.get("mode", "")),
-                         str(p.tags.get("world_size", "")), f"#{p.trial_id}", str(p.tags.get("method", "") or "-")]
-                        for p in s.points],
+    def title(s: LatencySeries) -> str:
+        return f"{s.approach_title} (CPU floor)" if s.cpu_floor else s.approach_title
+
+    traces = []
+    for name, group in _trace_groups(series, title, lambda s: "cpu_floor" if s.cpu_floor else s.status):
+        gx: list[Any] = []
+        gy: list[Any] = []
+        info: list[Any] = []
+        for s in group:  # several curves in one trace: None breaks the line between them
+            gx += [p.bytes for p in s.points] + [None]
+            gy += [p.latency_us for p in s.points] + [None]
+            info += [[title(s), str(p.tags.get("backend", "")), str(p.tags.get("mode", "")),
+                      str(p.tags.get("world_size", "")), f"#{p.trial_id}", str(p.tags.get("method", "") or "-")]
+                     for p in s.points] + [None]
+        xs += [x for x in gx if x is not None]
+        ys += [y for y in gy if y is not None]
+        floor = group[0].cpu_floor
+        traces.append(_scatter(
+            x=gx[:-1], y=gy[:-1], mode="lines+markers", name=name, connectgaps=False,
+            marker=dict(size=8), line=dict(width=2, dash="dot" if floor else "solid"), customdata=info[:-1],
             hovertemplate=("<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>backend %{customdata[1]}, "
                            "mode %{customdata[2]}, method %{customdata[5]}, %{customdata[3]} ranks"
                            "<br>trial %{customdata[4]}<extra></extra>"),
@@ -271,7 +306,7 @@ def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
     fig.update_layout(**_layout("Allreduce latency vs message size"))
     fig.update_xaxes(type="log", title_text="message size (bytes)", range=_log_range(xs))
     fig.update_yaxes(type="log", title_text="latency per allreduce (us)", range=y_range)
-    return _out(fig)
+    return _out(fig, traces)
 
 
 def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | None) -> dict[str, Any]:

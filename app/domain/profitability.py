@@ -257,22 +257,35 @@ class CampaignMetrics:
 
     def __init__(self, rows: Iterable[MetricRow]) -> None:
         self.rows = sorted(rows, key=lambda m: (-m.trial_id, m.seq, m.index))  # newest trial first
-        self._newest: dict[tuple[int, str], int] = {}
+        self._newest: dict[tuple[int, str], list[MetricRow]] = {}  # (approach, name) -> its newest trial's rows
+        self._by_trial: dict[int, list[MetricRow]] = defaultdict(list)
+        self._by_name: dict[str, list[MetricRow]] = defaultdict(list)
         for m in self.rows:
-            self._newest.setdefault((m.approach_id, m.name), m.trial_id)
+            rows_of = self._newest.setdefault((m.approach_id, m.name), [m])
+            if rows_of[0] is not m and rows_of[0].trial_id == m.trial_id:
+                rows_of.append(m)
+            self._by_trial[m.trial_id].append(m)
+            self._by_name[m.name].append(m)
+        self._by_approach: dict[int, list[tuple[str, list[MetricRow]]]] = defaultdict(list)
+        for (approach_id, name), found in self._newest.items():
+            self._by_approach[approach_id].append((name, found))
 
     def newest(self, names: tuple[str, ...] | str, approach_id: int | None = None) -> list[MetricRow]:
         """Rows of `names` from each approach's newest trial reporting that name, newest trial first
         (one approach, or every approach of the campaign)."""
         names = (names,) if isinstance(names, str) else names
-        return [m for m in self.rows if m.name in names and (approach_id is None or m.approach_id == approach_id)
-                and self._newest[(m.approach_id, m.name)] == m.trial_id]
+        if approach_id is not None:
+            found = [m for name, rows in self._by_approach.get(approach_id, []) if name in names for m in rows]
+        else:
+            found = [m for name in names for m in self._by_name.get(name, [])
+                     if self._newest[(m.approach_id, name)][0].trial_id == m.trial_id]
+        return sorted(found, key=lambda m: (-m.trial_id, m.seq, m.index))
 
     def of_trial(self, trial_id: int, names: tuple[str, ...]) -> list[MetricRow]:
-        return [m for m in self.rows if m.trial_id == trial_id and m.name in names]
+        return [m for m in self._by_trial.get(trial_id, []) if m.name in names]
 
     def all(self, names: tuple[str, ...]) -> list[MetricRow]:
-        return [m for m in self.rows if m.name in names]
+        return [m for name in names for m in self._by_name.get(name, [])]
 
 
 def _accept_filter(table: Any) -> Any:
@@ -293,7 +306,7 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
     best = (select(best_m.trial_id)
             .join(best_value, and_(best_m.approach_id == best_value.c.approach_id, best_m.name == best_value.c.name,
                                    best_m.value == best_value.c.best))
-            .where(best_m.campaign_id == campaign.id))
+            .where(best_m.campaign_id == campaign.id, best_m.name.in_(MetricName.THROUGHPUT)))
     trial_ids = {t for (t,) in session.execute(union(newest, best)) if t is not None}
     if campaign.baseline_trial_id is not None:
         trial_ids.add(campaign.baseline_trial_id)

@@ -116,3 +116,19 @@ def test_chart1_without_points_still_has_the_line():
     fig = charts.verify_comm_vs_savings(ProfitabilityReport(inputs, inputs.curve(), inputs.costs(), (), (), (), (), True))
     assert [t["name"] for t in fig["data"]] == ["profitable region", "break-even (communication = savings)"]
     assert isinstance(inputs.costs(), CycleCosts)
+
+
+def test_many_approaches_draw_one_trace_per_status():
+    from app.domain.profitability import ApproachPoint, Input, LatencyEstimate, ModelInputs, ProfitabilityReport
+
+    inputs = ModelInputs(Input(82.0), Input(1000 / 82), Input(None), Input(3), Input(None), Input(None), Input(122), 4, 7168)
+    points = tuple(ApproachPoint(i, f"a{i}", f"approach {i}", "promising" if i % 2 else "dead_end", "", "",
+                                 LatencyEstimate(10.0 + i, "measured", "", i), inputs.curve().tau_star(10.0 + i),
+                                 None, "", 122 * (10.0 + i) / 1000, None, None) for i in range(charts.MAX_TRACES + 10))
+    report = ProfitabilityReport(inputs, inputs.curve(), None, points, (), (), (), True)
+    fig = charts.break_even_accept_length(report)
+    markers = [t for t in fig["data"] if t.get("mode") == "markers"]
+    assert sorted(t["name"] for t in markers) == ["dead end (20 approaches)", "promising (20 approaches)"]
+    assert sum(len(t["x"]) for t in markers) == len(points)
+    assert {c[0] for t in markers for c in t["customdata"]} == {p.title for p in points}  # each still named on hover
+    assert json.loads(json.dumps(fig)) == fig
