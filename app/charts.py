@@ -4,11 +4,13 @@ The page embeds the dict as JSON and draws it with the locally served plotly.js.
 """
 from __future__ import annotations
 
-from typing import Any
+import math
+from datetime import timedelta
+from typing import Any, Callable
 
 import plotly.graph_objects as go
 
-from app.domain.profitability import LatencySeries, ProfitabilityReport, ThroughputRow
+from app.domain.profitability import LatencySeries, ProfitabilityReport, ReferencePoint, ThroughputRow
 from app.domain.timeline import Timeline
 from app.templating import STATUS_LABELS
 
@@ -22,7 +24,7 @@ _FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", si
 
 
 def _label(status: str) -> str:
-    return STATUS_LABELS.get(status, status)
+    return "CPU floor" if status == "cpu_floor" else STATUS_LABELS.get(status, status)
 
 
 def _layout(title: str, subtitle: str = "", **kw: Any) -> dict[str, Any]:
@@ -39,8 +41,164 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _out(fig: go.Figure) -> dict[str, Any]:
-    return fig.to_plotly_json()
+# Past this many approaches a chart draws one trace per status instead of one per approach: the legend
+# stays readable and building the figure costs per status, not per approach (issue 12).
+MAX_TRACES = 30
+
+
+def _trace_groups(items: list[Any], title: Callable[[Any], str], status: Callable[[Any], str]) -> list[tuple[str, list[Any]]]:
+    """(trace name, items) pairs: one per item, or one per status when there are more than MAX_TRACES."""
+    if len(items) <= MAX_TRACES:
+        return [(title(i), [i]) for i in items]
+    groups: dict[str, list[Any]] = {}
+    for i in items:
+        groups.setdefault(status(i), []).append(i)
+    return [(f"{_label(k)} ({len(v)} approaches)", v) for k, v in groups.items()]
+
+
+def _out(fig: go.Figure, traces: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The figure as a JSON-ready dict. `traces` are per-approach data traces built as plain dicts: plotly's
+    validation deep-copies every value, which costs seconds at hundreds of approaches; they go first."""
+    out = fig.to_plotly_json()
+    if traces:
+        out["data"] = traces + out["data"]
+    return out
+
+
+def _scatter(**kw: Any) -> dict[str, Any]:
+    return {"type": "scatter", **kw}
+
+
+def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | None:
+    """Chart 1: the accept length speculation must exceed, tau*(t_ar) = (T_draft + T_verify_compute + N_ar t_ar) /
+    T_base, against the per-allreduce latency; each approach at its t_ar (measured: filled, reported: open).
+    A lower bound (dashed, said in its name) while draft cost or verify compute is unknown. None without
+    T_base and N_ar."""
+    curve = report.curve
+    if curve is None:
+        return None
+    fig = go.Figure()
+    t_ars = [p.latency.t_ar_us for p in report.points] + [r.latency.t_ar_us for r in report.references]
+    lo, hi = (min(t_ars), max(t_ars)) if t_ars else (1.0, 1000.0)
+    log_x = hi / lo > 20
+    if log_x:
+        x_lo, x_hi = lo / 1.6, hi * 1.6
+        grid = [x_lo * (x_hi / x_lo) ** (i / 80) for i in range(81)]
+    else:
+        x_lo, x_hi = 0.0, hi * 1.15
+        grid = [x_lo, x_hi]
+    taus = [curve.tau_star(x) for x in grid]
+    fig.add_trace(go.Scatter(
+        x=grid, y=taus, mode="lines", name=curve.label,
+        line=dict(color=BREAK_EVEN_COLOR, width=2, dash="dash" if curve.lower_bound else "solid"),
+        hovertemplate="t_ar %{x:.1f} us → τ* %{y:.3f}<extra></extra>",
+    ))
+    accept = report.inputs.accept_length
+    if accept.value is not None:
+        fig.add_trace(go.Scatter(
+            x=[grid[0], grid[-1]], y=[accept.value, accept.value], mode="lines",
+            name=f"accept length τ = {accept.value:.2f} ({_short(accept.source, 40)})",
+            line=dict(color="#067647", width=2, dash="dot"), hoverinfo="name",
+        ))
+    traces = []
+    for name, group in _trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
+        traces.append(_scatter(
+            x=[p.latency.t_ar_us for p in group], y=[p.tau_star for p in group], mode="markers", name=name,
+            marker=dict(size=13, color=STATUS_COLORS.get(group[0].status, "#000"), line=dict(width=1, color="#202124")),
+            customdata=[[p.title, _label(p.status), p.latency.method, _short(p.latency.note, 140),
+                         f"#{p.latency.trial_id}" if p.latency.trial_id else "-"] for p in group],
+            hovertemplate=("<b>%{customdata[0]}</b> (%{customdata[1]})<br>t_ar %{x:.1f} us, %{customdata[2]}: "
+                           "%{customdata[3]}<br>trial %{customdata[4]}<br>speculation pays above τ* = %{y:.3f}"
+                           "<extra></extra>"),
+        ))
+    for r in report.references:
+        fig.add_trace(go.Scatter(
+            x=[r.latency.t_ar_us], y=[r.tau_star], mode="markers", name=f"{r.label} ({r.latency.method})",
+            marker=dict(size=13, symbol="diamond-open", line=dict(width=2),
+                        color=BREAK_EVEN_COLOR if r.baseline else "#1a73e8"),
+            customdata=[[_short(r.latency.note, 160)]],
+            hovertemplate=("<b>%{fullData.name}</b><br>t_ar %{x:.1f} us: %{customdata[0]}"
+                           "<br>speculation pays above τ* = %{y:.3f}<extra></extra>"),
+        ))
+    marks = [p.tau_star for p in report.points] + [r.tau_star for r in report.references]
+    top = max([m for m in marks if m is not None] + ([accept.value] if accept.value is not None else []) + [1.0])
+    parts = [f"T_base {curve.t_base_ms:.2f} ms, {curve.n_ar} allreduces per verify"]
+    if curve.lower_bound:
+        parts.append(f"a lower bound: {' and '.join(curve.unknown)} counted as 0")
+    else:
+        parts.append(f"draft + verify compute {curve.fixed_ms:.2f} ms")
+    labelled = [(p.title, p.latency.t_ar_us, p.tau_star) for p in report.points] + \
+        [(r.label, r.latency.t_ar_us, r.tau_star) for r in report.references]
+    def _right_half(x: float) -> bool:
+        if log_x:
+            return (math.log(x) - math.log(x_lo)) / (math.log(x_hi) - math.log(x_lo)) > 0.6
+        return (x - x_lo) / (x_hi - x_lo) > 0.6
+
+    annotations = [dict(x=math.log10(x) if log_x else x, y=y, text=f"{_short(name, 28)}: τ* {y:.2f}", showarrow=False,
+                        xanchor="right" if _right_half(x) else "left", xshift=-10 if _right_half(x) else 10, yshift=8,
+                        font=dict(size=11, color="#344054"))
+                   for name, x, y in labelled[:12] if y is not None]
+    fig.update_layout(**_layout("Break-even accept length τ* vs allreduce latency",
+                                subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
+                                meta={"lower_bound": curve.lower_bound}, annotations=annotations))
+    fig.update_xaxes(title_text=f"per-allreduce latency t_ar at {report.inputs.verify_bytes // 1024} KiB (us)",
+                     type="log" if log_x else "linear",
+                     range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi])
+    fig.update_yaxes(title_text="break-even accept length τ*", range=[0, top * 1.15], rangemode="tozero")
+    return _out(fig, traces)
+
+
+def latency_comparison(report: ProfitabilityReport) -> dict[str, Any] | None:
+    """For a campaign without speculation: each approach's t_ar at the verify message size (bars, fastest
+    first); figures reported elsewhere and CPU-floor figures come after, apart and labelled, never mixed
+    with this node's GPU measurements. None with nothing to draw."""
+    fig = go.Figure()
+    points = sorted(report.points, key=lambda p: p.latency.t_ar_us)
+    refs = sorted(report.references, key=lambda r: r.latency.t_ar_us)
+    floor = [f for f in report.cpu_floor if f.name.endswith("_us")]
+    if not points and not refs and not floor:
+        return None
+    titles: list[str] = []
+    values: list[float] = []
+    if points:
+        names = [p.title for p in points]
+        fig.add_trace(go.Bar(
+            y=names, x=[p.latency.t_ar_us for p in points], orientation="h", name="measured here (GPU)",
+            marker=dict(color=[STATUS_COLORS.get(p.status, "#000") for p in points]),
+            text=[f"{p.latency.t_ar_us:.1f} us" for p in points], textposition="auto",
+            customdata=[[p.latency.method, _short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
+            hovertemplate="<b>%{y}</b><br>%{x:.2f} us (%{customdata[0]})<br>%{customdata[1]}<br>trial %{customdata[2]}"
+                          "<extra></extra>",
+        ))
+        titles += names
+        values += [p.latency.t_ar_us for p in points]
+    if refs:
+        names = [f"{r.label} (reported)" for r in refs]
+        fig.add_trace(go.Bar(
+            y=names, x=[r.latency.t_ar_us for r in refs], orientation="h", name="reported elsewhere (not this node)",
+            marker=dict(color="rgba(26,115,232,0.25)", line=dict(color="#1a73e8", width=1)),
+            text=[f"{r.latency.t_ar_us:.1f} us" for r in refs], textposition="auto",
+            customdata=[[_short(r.latency.note, 160)] for r in refs],
+            hovertemplate="<b>%{y}</b><br>%{x:.2f} us<br>%{customdata[0]}<extra></extra>",
+        ))
+        titles += names
+        values += [r.latency.t_ar_us for r in refs]
+    if floor:
+        names = [f"{f.title} (CPU floor)" for f in floor]
+        fig.add_trace(go.Bar(
+            y=names, x=[f.value for f in floor], orientation="h",
+            name="CPU floor (not comparable)", marker=dict(color="#d0d5dd", line=dict(color="#667085", width=1)),
+            text=[f"{f.value:.1f} us" for f in floor], textposition="auto",
+            hovertemplate="<b>%{y}</b><br>%{x:.2f} us on a CPU / scaled-down geometry: never fed to the model"
+                          "<extra></extra>",
+        ))
+        titles += names
+        values += [f.value for f in floor]
+    fig.update_layout(**_layout(f"Allreduce latency at the verify message size ({report.inputs.verify_bytes // 1024} KiB)",
+                                subtitle="lower is better · graph mode preferred where measured", bargap=0.3))
+    fig.update_yaxes(categoryorder="array", categoryarray=titles, autorange="reversed", automargin=True)
+    fig.update_xaxes(title_text="per-allreduce latency (us)", range=[0, max(values) * 1.2])
+    return _out(fig)
 
 
 def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
@@ -60,15 +218,15 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
         x=[min(bottom, 0.0), top], y=[min(bottom, 0.0), top], mode="lines", name="break-even (communication = savings)",
         line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2), hoverinfo="skip",
     ))
-    for p in report.points:
-        verdict = "profitable" if p.profitable else "not profitable"
-        fig.add_trace(go.Scatter(
-            x=[p.comm_ms], y=[p.savings_ms], mode="markers", name=p.title,
-            marker=dict(size=13, color=STATUS_COLORS.get(p.status, "#000"),
-                        symbol="circle" if p.profitable else "x", line=dict(width=1, color="#202124")),
+    traces = []
+    for name, group in _trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
+        traces.append(_scatter(
+            x=[p.comm_ms for p in group], y=[p.savings_ms for p in group], mode="markers", name=name,
+            marker=dict(size=13, color=STATUS_COLORS.get(group[0].status, "#000"),
+                        symbol=["circle" if p.profitable else "x" for p in group], line=dict(width=1, color="#202124")),
             customdata=[[p.title, _label(p.status), p.stack or "stack not recorded", f"{p.tau:.2f}",
                          p.tau_source, f"#{p.latency.trial_id}", f"{p.latency.t_ar_us:.1f}", p.latency.note,
-                         f"{p.speedup:.2f}", verdict]],
+                         f"{p.speedup:.2f}", "profitable" if p.profitable else "not profitable"] for p in group],
             hovertemplate=("<b>%{customdata[0]}</b><br>status: %{customdata[1]}<br>stack: %{customdata[2]}"
                            "<br>accept length: %{customdata[3]} (%{customdata[4]})"
                            "<br>t_ar: %{customdata[6]} us (%{customdata[7]})<br>source trial: %{customdata[5]}"
@@ -86,31 +244,69 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
                      title_standoff=8)
     fig.update_yaxes(title_text="speculation savings (ms)", range=[min(bottom, 0.0), top],
                      zeroline=True)
-    return _out(fig)
+    return _out(fig, traces)
 
 
-def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int) -> dict[str, Any]:
-    """Chart 2: allreduce latency against message size per approach (log-log), the verify size marked."""
+def _log_range(values: list[float], pad: float = 1.6) -> list[float]:
+    """A log axis range (in log10 units, as plotly wants it) that holds every value with some room."""
+    lo, hi = min(values), max(values)
+    return [math.log10(lo / pad), math.log10(hi * pad)]
+
+
+def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
+                              references: tuple[ReferencePoint, ...] = ()) -> dict[str, Any] | None:
+    """Chart 2: allreduce latency against message size per approach (log-log), the verify size marked.
+    CPU-floor curves are dotted and labelled; reported figures with a size are open diamonds. None when
+    there is nothing to draw (no empty axes)."""
+    if not series and not any(r.latency.method == "reported" and r.bytes for r in references):
+        return None
     fig = go.Figure()
-    values = [p.latency_us for s in series for p in s.points]
-    for s in series:
-        fig.add_trace(go.Scatter(
-            x=[p.bytes for p in s.points], y=[p.latency_us for p in s.points], mode="lines+markers", name=s.approach_title,
-            marker=dict(size=8), line=dict(width=2),
-            customdata=[[s.approach_title, str(p.tags.get("backend", "")), str(p.tags.get("mode", "")),
-                         str(p.tags.get("world_size", "")), f"#{p.trial_id}"] for p in s.points],
+    xs: list[float] = [verify_bytes]
+    ys: list[float] = []
+    def title(s: LatencySeries) -> str:
+        return f"{s.approach_title} (CPU floor)" if s.cpu_floor else s.approach_title
+
+    traces = []
+    for name, group in _trace_groups(series, title, lambda s: "cpu_floor" if s.cpu_floor else s.status):
+        gx: list[Any] = []
+        gy: list[Any] = []
+        info: list[Any] = []
+        for s in group:  # several curves in one trace: None breaks the line between them
+            gx += [p.bytes for p in s.points] + [None]
+            gy += [p.latency_us for p in s.points] + [None]
+            info += [[title(s), str(p.tags.get("backend", "")), str(p.tags.get("mode", "")),
+                      str(p.tags.get("world_size", "")), f"#{p.trial_id}", str(p.tags.get("method", "") or "-")]
+                     for p in s.points] + [None]
+        xs += [x for x in gx if x is not None]
+        ys += [y for y in gy if y is not None]
+        floor = group[0].cpu_floor
+        traces.append(_scatter(
+            x=gx[:-1], y=gy[:-1], mode="lines+markers", name=name, connectgaps=False,
+            marker=dict(size=8), line=dict(width=2, dash="dot" if floor else "solid"), customdata=info[:-1],
             hovertemplate=("<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>backend %{customdata[1]}, "
-                           "mode %{customdata[2]}, %{customdata[3]} ranks<br>trial %{customdata[4]}<extra></extra>"),
+                           "mode %{customdata[2]}, method %{customdata[5]}, %{customdata[3]} ranks"
+                           "<br>trial %{customdata[4]}<extra></extra>"),
         ))
-    low, high = (min(values) / 1.5, max(values) * 1.5) if values else (1.0, 1000.0)
+    sized = [r for r in references if r.latency.method == "reported" and r.bytes]
+    for r in sized:
+        xs.append(r.bytes)
+        ys.append(r.latency.t_ar_us)
+        fig.add_trace(go.Scatter(
+            x=[r.bytes], y=[r.latency.t_ar_us], mode="markers", name=f"{r.label} (reported)",
+            marker=dict(size=12, symbol="diamond-open", line=dict(width=2)),
+            customdata=[[_short(r.latency.note, 140)]],
+            hovertemplate="<b>%{fullData.name}</b><br>%{x:,} bytes: %{y:.1f} us<br>%{customdata[0]}<extra></extra>",
+        ))
+    y_range = _log_range(ys)
     fig.add_trace(go.Scatter(
-        x=[verify_bytes, verify_bytes], y=[low, high], mode="lines", name=f"verify message ({verify_bytes // 1024} KiB)",
-        line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2), hoverinfo="name",
+        x=[verify_bytes, verify_bytes], y=[10 ** y_range[0], 10 ** y_range[1]], mode="lines",
+        name=f"verify message ({verify_bytes // 1024} KiB)", line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2),
+        hoverinfo="name",
     ))
     fig.update_layout(**_layout("Allreduce latency vs message size"))
-    fig.update_xaxes(type="log", title_text="message size (bytes)")
-    fig.update_yaxes(type="log", title_text="latency per allreduce (us)")
-    return _out(fig)
+    fig.update_xaxes(type="log", title_text="message size (bytes)", range=_log_range(xs))
+    fig.update_yaxes(type="log", title_text="latency per allreduce (us)", range=y_range)
+    return _out(fig, traces)
 
 
 def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | None) -> dict[str, Any]:
@@ -150,7 +346,8 @@ def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | No
 
 
 def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
-    """Chart 4: status changes (markers, colored by the new status) and trials (spans) over time."""
+    """Chart 4: trials (one span per approach and trial state, with the count) and status changes (markers,
+    colored by the new status) over time, at the dates the history carries."""
     fig = go.Figure()
     xs: list[Any] = []
     ys: list[Any] = []
@@ -159,12 +356,12 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
         end = t.end or t.start
         xs += [t.start.isoformat(), end.isoformat(), None]
         ys += [t.approach_title, t.approach_title, None]
-        text = f"trial #{t.trial_id}: {t.state}"
+        text = f"{t.count} trial{'s' if t.count != 1 else ''} {t.state}" + ("" if t.end else " (one still running)")
         hover += [text, text, None]
     if timeline.trials:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="trials", text=hover,
                                  line=dict(width=8, color="rgba(26,115,232,0.45)"), marker=dict(size=6),
-                                 hovertemplate="%{text}<br>%{x}<extra></extra>"))
+                                 hovertemplate="<b>%{y}</b><br>%{text}<br>%{x}<extra></extra>"))
     by_status: dict[str, list] = {}
     for e in timeline.status_events:
         by_status.setdefault(e.to_status, []).append(e)
@@ -175,7 +372,18 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
             customdata=[[_label(e.from_status) or "new", _label(e.to_status), _short(e.reason, 120)] for e in events],
             hovertemplate="<b>%{y}</b><br>%{customdata[0]} → %{customdata[1]}<br>%{customdata[2]}<br>%{x}<extra></extra>",
         ))
-    fig.update_layout(**_layout("Campaign timeline: status changes and trials"))
-    fig.update_xaxes(type="date", title_text="time (UTC)")
+    subtitle = ""
+    if timeline.approaches_shown < timeline.approaches_total:
+        subtitle = (f"the {timeline.approaches_shown} most recently active of {timeline.approaches_total} approaches; "
+                    "trials aggregated per approach and state")
+    times = [e.at for e in timeline.status_events] + [t.start for t in timeline.trials] + \
+        [t.end for t in timeline.trials if t.end]
+    fig.update_layout(**_layout("Campaign timeline: status changes and trials", subtitle=subtitle))
+    x_axis: dict[str, Any] = dict(type="date", title_text="time (UTC)")
+    if times:
+        lo, hi = min(times), max(times)
+        pad = max((hi - lo) * 0.05, timedelta(minutes=30))
+        x_axis["range"] = [(lo - pad).isoformat(), (hi + pad).isoformat()]
+    fig.update_xaxes(**x_axis)
     fig.update_yaxes(type="category", automargin=True)
     return _out(fig)

@@ -71,6 +71,8 @@ class Campaign(SQLModel, table=True):
     allreduces_per_verify: int | None = 122
     hidden_size: int = 7168
     verify_tokens: int = 4
+    input_sources: dict[str, str] | None = _json()  # model input -> where its entered value comes from
+    reported: list[dict[str, Any]] | None = _json()  # schemas.ReportedFigure: figures reported elsewhere
     created_at: datetime = _created()
     updated_at: datetime = _created()
 
@@ -181,7 +183,12 @@ class LogChunk(SQLModel, table=True):
 
 
 class Metric(SQLModel, table=True):
-    __table_args__ = (UniqueConstraint("trial_id", "seq", "index", name="uq_metric_trial_seq_index"),)
+    __table_args__ = (
+        UniqueConstraint("trial_id", "seq", "index", name="uq_metric_trial_seq_index"),
+        # The profitability report's grouped pass: newest trial / best value per (approach, name) in a campaign,
+        # answered from the index alone.
+        Index("ix_metric_campaign_name_approach_trial", "campaign_id", "name", "approach_id", "trial_id", "value"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     trial_id: int = Field(foreign_key="trial.id", index=True, ondelete="CASCADE")

@@ -66,6 +66,38 @@ class Requirements(BaseModel):
         return data
 
 
+MODEL_INPUT_FIELDS = ("baseline_tok_s", "accept_length", "draft_steps", "draft_step_ms", "verify_compute_ms",
+                      "allreduces_per_verify", "hidden_size", "verify_tokens")
+
+
+class ReportedFigure(BaseModel):
+    """A figure reported elsewhere (an earlier campaign, a library's docstring, a paper), with its source:
+    it places an approach on the break-even chart before this campaign measures it. Exactly one of
+    `t_ar_us` (one allreduce) and `tok_s` (plain decode throughput with the approach) is given."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    label: str = Field(min_length=1, max_length=200)
+    approach: str | None = Field(None, pattern=SLUG_PATTERN, description="The approach (key) the figure is about.")
+    t_ar_us: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False, description="One allreduce, microseconds.")
+    bytes: int | None = Field(None, gt=0, le=2**40, description="The message size t_ar_us was reported at.")
+    tok_s: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False, description="Plain decode throughput with the approach (batch 1).")
+    baseline: bool = Field(False, description="The baseline's own allreduce: tok_s figures are derived against it.")
+    source: str = Field(min_length=1, max_length=2000, description="Where the figure comes from.")
+
+    @model_validator(mode="after")
+    def _one_figure(self) -> "ReportedFigure":
+        if (self.t_ar_us is None) == (self.tok_s is None):
+            raise ValueError("give exactly one of t_ar_us and tok_s")
+        if self.baseline and self.t_ar_us is None:
+            raise ValueError("the baseline figure is a t_ar_us")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: Any) -> dict[str, Any]:
+        # Stored and exported without the fields left out, so a campaign file round-trips as written.
+        return {k: v for k, v in handler(self).items() if v is not None and not (k == "baseline" and v is False)}
+
+
 class CampaignBase(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     name: str = Field(min_length=1, max_length=200)
@@ -78,6 +110,18 @@ class CampaignBase(BaseModel):
     allreduces_per_verify: AllreduceCount | None = 122
     hidden_size: HiddenSize = 7168
     verify_tokens: VerifyTokens = 4
+    input_sources: dict[Annotated[str, Field(max_length=100)], Annotated[str, Field(max_length=2000)]] | None = Field(
+        None, max_length=50,
+        description="Where each entered model input comes from, e.g. {baseline_tok_s: 'seed campaign, NCCL'}.")
+    reported: list[ReportedFigure] | None = Field(None, max_length=500, description="Figures reported elsewhere, with their sources.")
+
+    @field_validator("input_sources")
+    @classmethod
+    def _known_inputs(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        unknown = sorted(set(value or {}) - set(MODEL_INPUT_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown model input(s) {', '.join(unknown)}; known: {', '.join(MODEL_INPUT_FIELDS)}")
+        return value
 
 
 class CampaignCreate(CampaignBase):

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-01 03:44:06.202996
+Create Date: 2026-12-01 03:46:08.178363
 """
 from typing import Sequence, Union
 
@@ -45,6 +45,8 @@ def upgrade() -> None:
     sa.Column('allreduces_per_verify', sa.Integer(), nullable=True),
     sa.Column('hidden_size', sa.Integer(), nullable=False),
     sa.Column('verify_tokens', sa.Integer(), nullable=False),
+    sa.Column('input_sources', sa.JSON(), nullable=True),
+    sa.Column('reported', sa.JSON(), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id')
@@ -208,6 +210,7 @@ def upgrade() -> None:
     with op.batch_alter_table('metric', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_metric_approach_id'), ['approach_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_campaign_id'), ['campaign_id'], unique=False)
+        batch_op.create_index('ix_metric_campaign_name_approach_trial', ['campaign_id', 'name', 'approach_id', 'trial_id', 'value'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_name'), ['name'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_trial_id'), ['trial_id'], unique=False)
 
@@ -239,6 +242,7 @@ def downgrade() -> None:
     with op.batch_alter_table('metric', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_metric_trial_id'))
         batch_op.drop_index(batch_op.f('ix_metric_name'))
+        batch_op.drop_index('ix_metric_campaign_name_approach_trial')
         batch_op.drop_index(batch_op.f('ix_metric_campaign_id'))
         batch_op.drop_index(batch_op.f('ix_metric_approach_id'))
 

@@ -9,33 +9,59 @@ Format (version 1):
         title: NCCL Tree algorithm
         status: dead_end
         reason: ...
+        history:            # optional, oldest first: the dates the timeline draws
+          - {at: 2025-03-01T10:00:00+00:00, to: untested, reason: added}
+          - {at: 2025-03-02T15:00:00+00:00, to: dead_end, reason: ...}
         ...
+    campaign.input_sources: {model input: where its value comes from}
+    campaign.reported: figures reported elsewhere, each with its source (schemas.ReportedFigure)
 """
 from __future__ import annotations
 
+from collections import defaultdict
+from datetime import datetime, timezone
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlmodel import Session, select
 
 from app.domain import inventory
 from app.domain.errors import Invalid
-from app.models import Campaign, utcnow
+from app.models import Approach, ApproachStatus, Campaign, StatusChange, utcnow
 from app.schemas import ApproachCreate, CampaignCreate
 
 FORMAT = "campaign-board/v1"
 CAMPAIGN_FIELDS = ["slug"] + [f for f in CampaignCreate.model_fields if f != "slug"]
 
 
+class HistoryEntry(BaseModel):
+    """One status change, with the date it happened (the timeline draws these dates, not the import's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    at: datetime
+    to: ApproachStatus
+    reason: str = Field("", max_length=20000)
+    actor: str = Field("", max_length=120)
+
+    @field_validator("at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
 class ApproachFile(ApproachCreate):
     bound_to: dict[str, Any] | None = None
     verdict_fingerprint: dict[str, Any] | None = None
+    history: list[HistoryEntry] | None = None  # oldest first; used when the import creates the approach
 
     @model_validator(mode="after")
     def _verdict_has_reason(self) -> "ApproachFile":
         if self.status in inventory.NEEDS_REASON and not self.reason.strip():
             raise ValueError(f"status {self.status.value} needs a reason")
+        if self.history:
+            if any(b.at < a.at for a, b in zip(self.history, self.history[1:])):
+                raise ValueError("history: entries must be oldest first")
         return self
 
 
@@ -44,6 +70,14 @@ class CampaignFile(BaseModel):
     format: str = Field(FORMAT, pattern=r"^campaign-board/v1$")
     campaign: CampaignCreate
     approaches: list[ApproachFile] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _reported_approaches_exist(self) -> "CampaignFile":
+        keys = {a.key for a in self.approaches}
+        for i, figure in enumerate(self.campaign.reported or []):
+            if figure.approach is not None and figure.approach not in keys:
+                raise ValueError(f"campaign.reported[{i}]: no approach {figure.approach!r} in this file")
+        return self
 
 
 # ---- export -------------------------------------------------------------------------------
@@ -61,8 +95,27 @@ def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str_presenter)
 
 
+def _histories(session: Session, campaign: Campaign) -> dict[int, list[dict[str, Any]]]:
+    """Every approach's status changes, oldest first, in one query."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    rows = session.execute(select(StatusChange.approach_id, StatusChange.at, StatusChange.to_status,
+                                  StatusChange.reason, StatusChange.actor)
+                           .join(Approach, Approach.id == StatusChange.approach_id)
+                           .where(Approach.campaign_id == campaign.id).order_by(StatusChange.at, StatusChange.id))
+    for approach_id, at, to, reason, actor in rows:
+        at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+        entry: dict[str, Any] = {"at": at.isoformat(), "to": to}
+        if reason:
+            entry["reason"] = reason
+        if actor:
+            entry["actor"] = actor
+        out[approach_id].append(entry)
+    return out
+
+
 def campaign_document(session: Session, campaign: Campaign) -> dict[str, Any]:
     rows = inventory.approaches(session, campaign)
+    histories = _histories(session, campaign)
     doc_campaign = {name: getattr(campaign, name) for name in CAMPAIGN_FIELDS}
     doc_approaches = []
     for a in rows:
@@ -73,6 +126,8 @@ def campaign_document(session: Session, campaign: Campaign) -> dict[str, Any]:
         for name in ("recipe", "requirements", "bound_to", "verdict_fingerprint"):
             if getattr(a, name) is not None:
                 item[name] = getattr(a, name)
+        if histories.get(a.id):  # type: ignore[arg-type]
+            item["history"] = histories[a.id]  # type: ignore[index]
         doc_approaches.append(item)
     return {"format": FORMAT, "campaign": doc_campaign, "approaches": doc_approaches}
 
@@ -151,6 +206,22 @@ def parse_campaign_file(text: str) -> CampaignFile:
     return parsed
 
 
+def _replace_history(session: Session, approach: Approach, item: ApproachFile, actor: str) -> None:
+    """A new approach's history is the file's, with its dates (not the import's single "added" change).
+    A status edited in the file without a history entry is recorded as a change now."""
+    for change in session.exec(select(StatusChange).where(StatusChange.approach_id == approach.id)):
+        session.delete(change)
+    previous = ""
+    for entry in item.history or []:
+        session.add(StatusChange(approach_id=approach.id, from_status=previous, to_status=entry.to.value,
+                                 reason=entry.reason, actor=entry.actor, at=entry.at))
+        previous = entry.to.value
+    if previous != item.status.value:
+        session.add(StatusChange(approach_id=approach.id, from_status=previous, to_status=item.status.value,
+                                 reason=item.reason, actor=actor))
+    session.flush()
+
+
 def import_campaign(session: Session, text: str, *, actor: str, replace: bool = False) -> str:
     """Create the campaign, or bring an existing one (same slug) up to date with the file.
 
@@ -172,13 +243,15 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
     added = changed = 0
     for position, item in enumerate(parsed.approaches, start=1):
         approach = existing.pop(item.key, None)
-        values = item.model_dump(exclude={"key", "status", "reason", "requirements"})
+        values = item.model_dump(exclude={"key", "status", "reason", "requirements", "history"})
         values["requirements"] = item.requirements.model_dump() if item.requirements else None
         if approach is None:
             approach = inventory.add_approach(session, campaign, ApproachCreate(**item.model_dump(
                 include=set(ApproachCreate.model_fields))), actor)
             for name in ("bound_to", "verdict_fingerprint"):
                 setattr(approach, name, values[name])
+            if item.history:
+                _replace_history(session, approach, item, actor)
             added += 1
         else:
             before = (approach.status, approach.reason, [getattr(approach, n) for n in values])

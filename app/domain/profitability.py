@@ -7,15 +7,21 @@ Symbols, per speculative cycle (all times in ms unless the name says us):
     T_verify  = T_verify_compute + N_ar x t_ar
 Speedup S = tau x T_base / (T_draft + T_verify); profitable iff S > 1, i.e. the verify
 communication N_ar x t_ar is below the *speculation savings* tau x T_base - T_draft - T_verify_compute.
-Break-even allreduce latency t_ar* = savings / N_ar; break-even acceptance tau* = (T_draft + T_verify) / T_base.
+Break-even allreduce latency t_ar* = savings / N_ar; break-even acceptance
+tau*(t_ar) = (T_draft + T_verify_compute + N_ar x t_ar) / T_base.
+
+The break-even curve tau*(t_ar) needs only T_base and N_ar: while the draft cost or the verify compute
+is unknown it is drawn with them at zero, a *lower bound* (labelled so), and it tightens as they become
+known. Accept length is only needed to say whether speculation pays now.
 
 Where each input comes from (first that exists wins; `docs/profitability.md` says the same):
     baseline tok/s    campaign.baseline_tok_s, else the baseline trial's output throughput
+    T_base            1000 / baseline tok/s, else the fastest GPU `decode_step_ms` (synthetic plain decode step)
     accept length     campaign.accept_length, else the newest accept-length metric of any trial
                       (bench `accept_length` > `/server_info` > decode log lines); an approach's own
                       speculative trial gives that approach's point its own tau
-    draft cost        campaign.draft_steps x campaign.draft_step_ms (entered; no recipe measures it)
-    verify compute    campaign.verify_compute_ms, else the newest verify_step `verify_compute_ms`
+    draft cost        campaign.draft_steps x (campaign.draft_step_ms, else the newest GPU `draft_step_ms`)
+    verify compute    campaign.verify_compute_ms, else the newest GPU verify_step `verify_compute_ms`
     allreduces        campaign.allreduces_per_verify
     t_ar per approach 1. allreduce recipe `allreduce_latency_us` at the verify message size
                          (tokens x hidden x 2 bytes): exact size, else log-log interpolation between
@@ -23,7 +29,15 @@ Where each input comes from (first that exists wins; `docs/profitability.md` say
                       2. verify_step recipe `allreduce_in_situ_us` (communication inside a real step)
                       3. derived from an sglang_server speculative trial: its TPOT x accept length is
                          the cycle time, minus draft and verify compute, over N_ar
+    reported figures  campaign.reported: a figure from elsewhere (with its source) places an approach on
+                      the chart until it is measured; a plain-decode tok/s is turned into a t_ar against
+                      the baseline's reported t_ar
+Figures measured on a CPU or at a scaled-down geometry (tags `device: cpu`, `scaled: true`, or the
+gloo backend) are a *CPU floor*: shown, labelled so, and never fed to the model.
 A missing input is reported as a `Missing` (what, and how to get it) instead of being guessed.
+
+Scale: `profitability_report` reads the campaign's metrics in one pass (`load_campaign_metrics`: one
+grouped query for the trials that matter, one for their rows, as columns), then works in Python.
 No FastAPI here: routes call `profitability_report` and render what it returns.
 """
 from __future__ import annotations
@@ -31,28 +45,22 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Iterable
 
+from sqlalchemy import and_, func, or_, union
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, select
 
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
 from app.models import Approach, ApproachStatus, Campaign, Metric
+from runners.recipes.metric import MetricName
 
 BYTES_PER_ELEMENT = 2  # bf16 activations
 
-
-class MetricName:
-    """The metric names (emitted by runners/recipes) this model reads: the one place they are spelled."""
-
-    ALLREDUCE_LATENCY_US = "allreduce_latency_us"  # allreduce recipe; tags bytes, tokens, mode, backend, world_size
-    ALLREDUCE_IN_SITU_US = "allreduce_in_situ_us"  # verify_step recipe; tags tokens, allreduces, layers, bytes
-    VERIFY_COMPUTE_MS = "verify_compute_ms"  # verify_step recipe
-    OUTPUT_THROUGHPUT = "output_throughput_tok_s"  # sglang_server (bench_serving / bench_one_batch_server)
-    GEN_THROUGHPUT_LOG = "decode_log_gen_throughput_tok_s"  # sglang_server, from Decode batch log lines
-    MEDIAN_TPOT_MS = "median_tpot_ms"  # sglang_server
-    # Accept length, best source first: the benchmark's figure, the server's cumulative one, decode log lines.
-    ACCEPT_LENGTH = ("accept_length", "server_avg_spec_accept_length", "decode_log_accept_len")
-    THROUGHPUT = (OUTPUT_THROUGHPUT, GEN_THROUGHPUT_LOG)
+# Every metric the model or its charts read.
+MODEL_METRICS = (MetricName.ALLREDUCE_LATENCY_US, MetricName.ALLREDUCE_IN_SITU_US, MetricName.VERIFY_COMPUTE_MS,
+                 MetricName.DECODE_STEP_MS, MetricName.DRAFT_STEP_MS, MetricName.MEDIAN_TPOT_MS,
+                 *MetricName.THROUGHPUT, *MetricName.ACCEPT_LENGTH)
 
 
 # ---- the model ------------------------------------------------------------------------------
@@ -112,6 +120,41 @@ class CycleCosts:
         return self.comm_ms(t_ar_us) < self.savings_ms
 
 
+@dataclass(frozen=True)
+class BreakEvenCurve:
+    """tau*(t_ar) = (T_draft + T_verify_compute + N_ar x t_ar) / T_base: the accept length speculation must
+    exceed. An unknown draft cost or verify compute counts as zero, which makes the curve a lower bound."""
+
+    t_base_ms: float
+    n_ar: int
+    draft_ms: float | None
+    verify_compute_ms: float | None
+
+    @property
+    def lower_bound(self) -> bool:
+        return self.draft_ms is None or self.verify_compute_ms is None
+
+    @property
+    def unknown(self) -> tuple[str, ...]:
+        """The terms counted as zero, in words."""
+        return tuple(what for what, value in (("draft cost", self.draft_ms), ("verify compute", self.verify_compute_ms))
+                     if value is None)
+
+    @property
+    def fixed_ms(self) -> float:
+        """The known non-communication part of a cycle: T_draft + T_verify_compute."""
+        return (self.draft_ms or 0.0) + (self.verify_compute_ms or 0.0)
+
+    def tau_star(self, t_ar_us: float) -> float:
+        return (self.fixed_ms + self.n_ar * t_ar_us / 1000.0) / self.t_base_ms
+
+    @property
+    def label(self) -> str:
+        if not self.lower_bound:
+            return "break-even accept length τ*"
+        return f"lower bound on τ* ({' and '.join(self.unknown)} not known yet, counted as 0)"
+
+
 # ---- inputs ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -148,6 +191,7 @@ class WhatIf:
 @dataclass(frozen=True)
 class ModelInputs:
     baseline_tok_s: Input
+    t_base: Input  # ms per plain decode step
     accept_length: Input
     draft_steps: Input
     draft_step_ms: Input
@@ -162,61 +206,152 @@ class ModelInputs:
         """Bytes per allreduce in a verify step: tokens x hidden x 2 (bf16)."""
         return self.verify_tokens * self.hidden_size * BYTES_PER_ELEMENT
 
-    def costs(self, tau: float | None = None) -> CycleCosts | None:
-        """The cycle costs, or None while an input is missing. `tau` replaces the campaign's accept length."""
-        if self.missing:
+    @property
+    def draft_ms(self) -> float | None:
+        if self.draft_steps.value is None or self.draft_step_ms.value is None:
             return None
-        return CycleCosts(
-            t_base_ms=t_base_ms(self.baseline_tok_s.value),  # type: ignore[arg-type]
-            tau=tau if tau is not None else self.accept_length.value,  # type: ignore[arg-type]
-            draft_ms=self.draft_steps.value * self.draft_step_ms.value,  # type: ignore[operator]
-            verify_compute_ms=self.verify_compute_ms.value,  # type: ignore[arg-type]
-            n_ar=int(self.allreduces_per_verify.value),  # type: ignore[arg-type]
-        )
+        return self.draft_steps.value * self.draft_step_ms.value
+
+    def curve(self) -> BreakEvenCurve | None:
+        """The break-even curve, or None without T_base and N_ar."""
+        if not self.t_base.value or not self.allreduces_per_verify.value:
+            return None
+        return BreakEvenCurve(self.t_base.value, int(self.allreduces_per_verify.value), self.draft_ms,
+                              self.verify_compute_ms.value)
+
+    def costs(self, tau: float | None = None) -> CycleCosts | None:
+        """The full cycle costs, or None while an input is missing. `tau` replaces the campaign's accept length."""
+        tau = tau if tau is not None else self.accept_length.value
+        if (self.t_base.value is None or tau is None or self.draft_ms is None
+                or self.verify_compute_ms.value is None or self.allreduces_per_verify.value is None):
+            return None
+        return CycleCosts(t_base_ms=self.t_base.value, tau=tau, draft_ms=self.draft_ms,
+                          verify_compute_ms=self.verify_compute_ms.value, n_ar=int(self.allreduces_per_verify.value))
 
 
-def _metrics(session: Session, campaign: Campaign, names: tuple[str, ...] | str,
-             approach_id: int | None = None, trial_id: int | None = None) -> list[Metric]:
-    """Metrics by name, newest trial first (then the order they were logged)."""
-    names = (names,) if isinstance(names, str) else names
-    query = select(Metric).where(Metric.campaign_id == campaign.id, Metric.name.in_(names))  # type: ignore[attr-defined]
-    if approach_id is not None:
-        query = query.where(Metric.approach_id == approach_id)
-    if trial_id is not None:
-        query = query.where(Metric.trial_id == trial_id)
-    rows = list(session.exec(query.order_by(Metric.trial_id.desc(), Metric.seq, Metric.index)))  # type: ignore[attr-defined]
-    return rows
+# ---- the campaign's metrics, in one pass ------------------------------------------------------
+
+def is_cpu_floor(tags: dict[str, Any]) -> bool:
+    """Measured on a CPU or at a scaled-down geometry: a floor anyone can measure, never a model input."""
+    return tags.get("device") == "cpu" or bool(tags.get("scaled")) or tags.get("backend") == "gloo"
 
 
-def _accept_lengths(session: Session, campaign: Campaign, **where: int | None) -> list[Metric]:
-    """Accept-length metrics that mean speculation ran: tau counts the bonus token, so it is >= 1
-    (a server without speculation may report 0)."""
-    return [m for m in _metrics(session, campaign, MetricName.ACCEPT_LENGTH, **where) if m.value >= 1]
+@dataclass(frozen=True)
+class MetricRow:
+    trial_id: int
+    approach_id: int
+    name: str
+    value: float
+    tags: dict[str, Any]
+    seq: int
+    index: int
+
+    @property
+    def cpu_floor(self) -> bool:
+        return is_cpu_floor(self.tags)
 
 
-def _first_by_preference(rows: list[Metric], names: tuple[str, ...]) -> Metric | None:
+class CampaignMetrics:
+    """The metrics the model reads, for one campaign: for each approach and metric name the rows of its
+    newest trial, the trials holding each approach's best throughput, and the baseline trial's rows."""
+
+    def __init__(self, rows: Iterable[MetricRow]) -> None:
+        self.rows = sorted(rows, key=lambda m: (-m.trial_id, m.seq, m.index))  # newest trial first
+        self._newest: dict[tuple[int, str], list[MetricRow]] = {}  # (approach, name) -> its newest trial's rows
+        self._by_trial: dict[int, list[MetricRow]] = defaultdict(list)
+        self._by_name: dict[str, list[MetricRow]] = defaultdict(list)
+        for m in self.rows:
+            rows_of = self._newest.setdefault((m.approach_id, m.name), [m])
+            if rows_of[0] is not m and rows_of[0].trial_id == m.trial_id:
+                rows_of.append(m)
+            self._by_trial[m.trial_id].append(m)
+            self._by_name[m.name].append(m)
+        self._by_approach: dict[int, list[tuple[str, list[MetricRow]]]] = defaultdict(list)
+        for (approach_id, name), found in self._newest.items():
+            self._by_approach[approach_id].append((name, found))
+
+    def newest(self, names: tuple[str, ...] | str, approach_id: int | None = None) -> list[MetricRow]:
+        """Rows of `names` from each approach's newest trial reporting that name, newest trial first
+        (one approach, or every approach of the campaign)."""
+        names = (names,) if isinstance(names, str) else names
+        if approach_id is not None:
+            found = [m for name, rows in self._by_approach.get(approach_id, []) if name in names for m in rows]
+        else:
+            found = [m for name in names for m in self._by_name.get(name, [])
+                     if self._newest[(m.approach_id, name)][0].trial_id == m.trial_id]
+        return sorted(found, key=lambda m: (-m.trial_id, m.seq, m.index))
+
+    def of_trial(self, trial_id: int, names: tuple[str, ...]) -> list[MetricRow]:
+        return [m for m in self._by_trial.get(trial_id, []) if m.name in names]
+
+    def all(self, names: tuple[str, ...]) -> list[MetricRow]:
+        return [m for name in names for m in self._by_name.get(name, [])]
+
+
+def _accept_filter(table: Any) -> Any:
+    # tau counts the bonus token, so a real accept length is >= 1 (a server without speculation may report 0).
+    return or_(table.name.not_in(MetricName.ACCEPT_LENGTH), table.value >= 1)  # type: ignore[attr-defined]
+
+
+def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetrics:
+    """Two queries whatever the campaign's size: the trials that matter, grouped in SQL (each approach's newest
+    trial per metric name, its best-throughput trials, the baseline trial), then their rows as columns."""
+    newest_m, best_m, tput_m = aliased(Metric), aliased(Metric), aliased(Metric)
+    newest = (select(func.max(newest_m.trial_id))
+              .where(newest_m.campaign_id == campaign.id, newest_m.name.in_(MODEL_METRICS), _accept_filter(newest_m))
+              .group_by(newest_m.approach_id, newest_m.name))
+    best_value = (select(tput_m.approach_id, tput_m.name, func.max(tput_m.value).label("best"))
+                  .where(tput_m.campaign_id == campaign.id, tput_m.name.in_(MetricName.THROUGHPUT))
+                  .group_by(tput_m.approach_id, tput_m.name).subquery())
+    best = (select(best_m.trial_id)
+            .join(best_value, and_(best_m.approach_id == best_value.c.approach_id, best_m.name == best_value.c.name,
+                                   best_m.value == best_value.c.best))
+            .where(best_m.campaign_id == campaign.id, best_m.name.in_(MetricName.THROUGHPUT)))
+    trial_ids = {t for (t,) in session.execute(union(newest, best)) if t is not None}
+    if campaign.baseline_trial_id is not None:
+        trial_ids.add(campaign.baseline_trial_id)
+    if not trial_ids:
+        return CampaignMetrics([])
+    columns = (Metric.trial_id, Metric.approach_id, Metric.name, Metric.value, Metric.tags, Metric.seq, Metric.index)
+    rows = session.execute(select(*columns).where(
+        Metric.trial_id.in_(sorted(trial_ids)), Metric.campaign_id == campaign.id,  # type: ignore[attr-defined]
+        Metric.name.in_(MODEL_METRICS), _accept_filter(Metric)))  # type: ignore[attr-defined]
+    return CampaignMetrics(MetricRow(*row[:4], row[4] or {}, *row[5:]) for row in rows)
+
+
+def _first_by_preference(rows: list[MetricRow], names: tuple[str, ...]) -> MetricRow | None:
     """The newest trial's metric, taking the best-ranked name within that trial."""
     if not rows:
         return None
-    newest = rows[0].trial_id
+    newest = max(m.trial_id for m in rows)
     same_trial = [m for m in rows if m.trial_id == newest]
     return min(same_trial, key=lambda m: (names.index(m.name), -m.seq, -m.index))
 
 
-def _entered(value: float | None) -> Input | None:
-    return Input(float(value), "entered on the campaign") if value is not None else None
+def _entered(campaign: Campaign, name: str) -> Input | None:
+    value = getattr(campaign, name)
+    if value is None:
+        return None
+    source = (campaign.input_sources or {}).get(name)
+    return Input(float(value), f"entered: {source}" if source else "entered on the campaign")
 
 
-def _from_metric(metric: Metric | None, what: str = "") -> Input | None:
+def _from_metric(metric: MetricRow | None, what: str = "") -> Input | None:
     if metric is None:
         return None
     label = f"trial #{metric.trial_id} ({metric.name}{', ' + what if what else ''})"
     return Input(metric.value, label, metric.trial_id)
 
 
-def model_inputs(session: Session, campaign: Campaign, what_if: WhatIf | None = None) -> ModelInputs:
+def _gpu(rows: list[MetricRow]) -> list[MetricRow]:
+    return [m for m in rows if not m.cpu_floor]
+
+
+def model_inputs(session: Session, campaign: Campaign, what_if: WhatIf | None = None,
+                 metrics: CampaignMetrics | None = None) -> ModelInputs:
     """The campaign's model inputs with their sources, what-if values laid over them."""
     what_if = what_if or WhatIf()
+    metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
 
     def pick(name: str, *candidates: Input | None) -> Input:
         override = getattr(what_if, name)
@@ -226,26 +361,33 @@ def model_inputs(session: Session, campaign: Campaign, what_if: WhatIf | None = 
 
     baseline_metric = None
     if campaign.baseline_trial_id is not None:
-        baseline_metric = _first_by_preference(
-            _metrics(session, campaign, MetricName.THROUGHPUT, trial_id=campaign.baseline_trial_id),
-            MetricName.THROUGHPUT)
-    baseline = pick("baseline_tok_s", _entered(campaign.baseline_tok_s), _from_metric(baseline_metric, "baseline trial"))
-    accept = pick("accept_length", _entered(campaign.accept_length),
-                  _from_metric(_first_by_preference(_accept_lengths(session, campaign),
-                                                    MetricName.ACCEPT_LENGTH)))
+        baseline_metric = _first_by_preference(metrics.of_trial(campaign.baseline_trial_id, MetricName.THROUGHPUT),
+                                               MetricName.THROUGHPUT)
+    baseline = pick("baseline_tok_s", _entered(campaign, "baseline_tok_s"),
+                    _from_metric(baseline_metric, "baseline trial"))
+    if baseline.value:
+        t_base = Input(t_base_ms(baseline.value), f"1000 / {baseline.value:g} tok/s ({baseline.source})", baseline.trial_id)
+    else:
+        decode = min(_gpu(metrics.newest(MetricName.DECODE_STEP_MS)), key=lambda m: m.value, default=None)
+        t_base = _from_metric(decode, "synthetic plain decode step, the fastest measured") or Input(None)
+    accept = pick("accept_length", _entered(campaign, "accept_length"),
+                  _from_metric(_first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH), MetricName.ACCEPT_LENGTH)))
     verify_tokens = what_if.verify_tokens or campaign.verify_tokens
-    compute_rows = _metrics(session, campaign, MetricName.VERIFY_COMPUTE_MS)
+    compute_rows = _gpu(metrics.newest(MetricName.VERIFY_COMPUTE_MS))
     compute_metric = next((m for m in compute_rows if m.tags.get("tokens") == verify_tokens), None) or \
         (compute_rows[0] if compute_rows else None)
-    verify_compute = pick("verify_compute_ms", _entered(campaign.verify_compute_ms),
-                          _from_metric(compute_metric, "synthetic verify step"))
+    draft_rows = _gpu(metrics.newest(MetricName.DRAFT_STEP_MS))
+    draft_metric = next((m for m in draft_rows if m.tags.get("mode") == "graph"), None) or \
+        (draft_rows[0] if draft_rows else None)
     inputs = ModelInputs(
         baseline_tok_s=baseline,
+        t_base=t_base,
         accept_length=accept,
-        draft_steps=pick("draft_steps", _entered(campaign.draft_steps)),
-        draft_step_ms=pick("draft_step_ms", _entered(campaign.draft_step_ms)),
-        verify_compute_ms=verify_compute,
-        allreduces_per_verify=pick("allreduces_per_verify", _entered(campaign.allreduces_per_verify)),
+        draft_steps=pick("draft_steps", _entered(campaign, "draft_steps")),
+        draft_step_ms=pick("draft_step_ms", _entered(campaign, "draft_step_ms"), _from_metric(draft_metric, "draft head")),
+        verify_compute_ms=pick("verify_compute_ms", _entered(campaign, "verify_compute_ms"),
+                               _from_metric(compute_metric, "synthetic verify step")),
+        allreduces_per_verify=pick("allreduces_per_verify", _entered(campaign, "allreduces_per_verify")),
         verify_tokens=verify_tokens,
         hidden_size=campaign.hidden_size,
     )
@@ -254,24 +396,25 @@ def model_inputs(session: Session, campaign: Campaign, what_if: WhatIf | None = 
 
 def _missing(inputs: ModelInputs) -> list[Missing]:
     out = []
-    if not inputs.baseline_tok_s.value:
-        out.append(Missing("baseline decode throughput (tok/s at batch 1)",
+    if not inputs.t_base.value:
+        out.append(Missing("plain decode step T_base (baseline tok/s at batch 1, or a measured decode step)",
                            "run an sglang_server trial without speculation and mark it the baseline trial, "
-                           "or enter the baseline tok/s on the campaign"))
-    if inputs.accept_length.value is None:
-        out.append(Missing("accept length (tau, incl. the bonus token)",
-                           "run an sglang_server trial with EAGLE-3 (--speculative-algorithm EAGLE3), "
-                           "or enter it on the campaign or in the what-if"))
-    if inputs.draft_steps.value is None or inputs.draft_step_ms.value is None:
-        out.append(Missing("draft cost (draft steps x ms per draft step)",
-                           "enter the draft steps (--speculative-num-steps; sglang picks 3 for DeepSeek-V3) "
-                           "and the draft model's ms per step; 0 ms gives the communication-only bound"))
-    if inputs.verify_compute_ms.value is None:
-        out.append(Missing("verify compute (ms per verify step, without communication)",
-                           "run a verify_step trial (it reports verify_compute_ms), or enter it on the campaign"))
+                           "enter the baseline tok/s on the campaign, or run the verify_step recipe at 1 token "
+                           "on a GPU node (it reports decode_step_ms)"))
     if inputs.allreduces_per_verify.value is None:
         out.append(Missing("allreduces per verify step",
                            "enter it on the campaign: 2 per layer for tensor parallelism (122 for 61 layers)"))
+    if inputs.accept_length.value is None:
+        out.append(Missing("accept length (tau, incl. the bonus token)",
+                           "the one input that needs the real model: run an sglang_server trial with EAGLE-3 "
+                           "(--speculative-algorithm EAGLE3), or enter it on the campaign or in the what-if"))
+    if inputs.draft_steps.value is None or inputs.draft_step_ms.value is None:
+        out.append(Missing("draft cost (draft steps x ms per draft step)",
+                           "enter the draft steps (--speculative-num-steps; sglang picks 3 for DeepSeek-V3) "
+                           "and run the draft_step recipe on a GPU node, or enter the ms per draft step"))
+    if inputs.verify_compute_ms.value is None:
+        out.append(Missing("verify compute (ms per verify step, without communication)",
+                           "run a verify_step trial on a GPU node (it reports verify_compute_ms), or enter it"))
     return out
 
 
@@ -282,9 +425,9 @@ class LatencyEstimate:
     """An approach's allreduce latency at the verify message size, and how it was obtained."""
 
     t_ar_us: float
-    method: str  # measured | interpolated | nearest | in situ | derived
+    method: str  # measured | interpolated | nearest | in situ | derived | reported
     note: str  # what a reader needs to trust it
-    trial_id: int
+    trial_id: int | None  # None: a reported figure
 
 
 @dataclass(frozen=True)
@@ -300,7 +443,7 @@ def _mode_rank(tags: dict[str, Any]) -> tuple[int, int]:
     return (1 if tags.get("mode") == "graph" else 0, int(tags.get("world_size") or 0))
 
 
-def allreduce_curve(metrics: list[Metric]) -> list[LatencyPoint]:
+def allreduce_curve(metrics: list[MetricRow]) -> list[LatencyPoint]:
     """One approach's latency-vs-bytes curve: the newest trial's points in its preferred mode."""
     if not metrics:
         return []
@@ -342,69 +485,95 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1024:g} KiB" if nbytes % 1024 == 0 else f"{nbytes} B"
 
 
-def approach_latency(session: Session, campaign: Campaign, approach: Approach,
-                     inputs: ModelInputs) -> LatencyEstimate | None:
-    """The approach's t_ar at the verify message size, by the precedence in the module docstring."""
-    curve = allreduce_curve(_metrics(session, campaign, MetricName.ALLREDUCE_LATENCY_US, approach_id=approach.id))
+def approach_latency(metrics: CampaignMetrics, approach_id: int, inputs: ModelInputs) -> LatencyEstimate | None:
+    """The approach's t_ar at the verify message size from GPU measurements, by the precedence in the
+    module docstring (CPU-floor figures never count)."""
+    curve = allreduce_curve(_gpu(metrics.newest(MetricName.ALLREDUCE_LATENCY_US, approach_id)))
     found = latency_at(curve, inputs.verify_bytes)
     if found:
         value, method, note = found
         tags = curve[0].tags
-        how = ", ".join(f"{k} {tags[k]}" for k in ("backend", "mode", "world_size") if tags.get(k) is not None)
+        how = ", ".join(f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None)
         return LatencyEstimate(value, method, f"allreduce benchmark ({how}): {note}", curve[0].trial_id)
 
-    in_situ = _metrics(session, campaign, MetricName.ALLREDUCE_IN_SITU_US, approach_id=approach.id)
+    in_situ = _gpu(metrics.newest(MetricName.ALLREDUCE_IN_SITU_US, approach_id))
     if in_situ:
-        newest = [m for m in in_situ if m.trial_id == in_situ[0].trial_id]
-        exact = [m for m in newest if m.tags.get("tokens") == inputs.verify_tokens]
+        exact = [m for m in in_situ if m.tags.get("tokens") == inputs.verify_tokens]
         metric = exact[0] if exact else min(
-            newest, key=lambda m: abs(math.log(max(int(m.tags.get("tokens") or 1), 1)) - math.log(inputs.verify_tokens)))
+            in_situ, key=lambda m: abs(math.log(max(int(m.tags.get("tokens") or 1), 1)) - math.log(inputs.verify_tokens)))
         note = "in situ in a synthetic verify step"
         if not exact:
             note += f" at {metric.tags.get('tokens')} tokens (not {inputs.verify_tokens})"
         return LatencyEstimate(metric.value, "in situ", note, metric.trial_id)
 
-    return _derived_latency(session, campaign, approach, inputs)
+    return _derived_latency(metrics, approach_id, inputs)
 
 
-def _derived_latency(session: Session, campaign: Campaign, approach: Approach,
-                     inputs: ModelInputs) -> LatencyEstimate | None:
+def _derived_latency(metrics: CampaignMetrics, approach_id: int, inputs: ModelInputs) -> LatencyEstimate | None:
     """From a speculative sglang_server trial: cycle = TPOT x tau = T_draft + T_verify_compute + N_ar x t_ar."""
-    costs = inputs.costs()
+    costs = inputs.costs(tau=1.0)  # tau comes from the trial itself
     if costs is None or costs.n_ar <= 0:
         return None
-    accepts = _accept_lengths(session, campaign, approach_id=approach.id)
-    for trial_id in dict.fromkeys(m.trial_id for m in accepts):
-        tau = _first_by_preference([m for m in accepts if m.trial_id == trial_id], MetricName.ACCEPT_LENGTH)
-        timing = _metrics(session, campaign, (MetricName.MEDIAN_TPOT_MS, *MetricName.THROUGHPUT), trial_id=trial_id)
-        tpot = next((m.value for m in timing if m.name == MetricName.MEDIAN_TPOT_MS), None)
-        if tpot is None:
-            tput = next((m.value for m in timing if m.name in MetricName.THROUGHPUT and m.value > 0), None)
-            tpot = 1000.0 / tput if tput else None
-        if tau is None or tpot is None:
-            continue
-        comm_ms = tau.value * tpot - costs.draft_ms - costs.verify_compute_ms
-        if comm_ms <= 0:
-            continue
-        return LatencyEstimate(comm_ms / costs.n_ar * 1000.0, "derived",
-                               f"derived from SGLang trial #{trial_id}: TPOT {tpot:.2f} ms x accept length "
-                               f"{tau.value:.2f}, minus draft and verify compute, over {costs.n_ar} allreduces",
-                               trial_id)
-    return None
+    tau = _first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach_id), MetricName.ACCEPT_LENGTH)
+    if tau is None:
+        return None
+    timing = metrics.of_trial(tau.trial_id, (MetricName.MEDIAN_TPOT_MS, *MetricName.THROUGHPUT))
+    tpot = next((m.value for m in timing if m.name == MetricName.MEDIAN_TPOT_MS), None)
+    if tpot is None:
+        tput = next((m.value for m in timing if m.name in MetricName.THROUGHPUT and m.value > 0), None)
+        tpot = 1000.0 / tput if tput else None
+    if tpot is None:
+        return None
+    comm_ms = tau.value * tpot - costs.draft_ms - costs.verify_compute_ms
+    if comm_ms <= 0:
+        return None
+    return LatencyEstimate(comm_ms / costs.n_ar * 1000.0, "derived",
+                           f"derived from SGLang trial #{tau.trial_id}: TPOT {tpot:.2f} ms x accept length "
+                           f"{tau.value:.2f}, minus draft and verify compute, over {costs.n_ar} allreduces",
+                           tau.trial_id)
 
 
-def approach_accept_length(session: Session, campaign: Campaign, approach: Approach) -> Input | None:
-    """The approach's own measured accept length (its newest speculative trial), if any."""
-    metric = _first_by_preference(_accept_lengths(session, campaign, approach_id=approach.id),
-                                  MetricName.ACCEPT_LENGTH)
-    return _from_metric(metric)
+# ---- figures reported elsewhere ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReferencePoint:
+    """A reported figure on the chart: an approach placed where its source says it would be."""
+
+    label: str
+    approach_key: str | None
+    latency: LatencyEstimate
+    tau_star: float | None
+    baseline: bool
+    bytes: int | None  # the message size a reported t_ar was measured at, if the source says
+
+
+def reported_latencies(campaign: Campaign, inputs: ModelInputs) -> list[tuple[dict[str, Any], LatencyEstimate]]:
+    """The campaign's reported figures as t_ar estimates. A plain-decode tok/s becomes a t_ar against the
+    baseline's reported t_ar: t_ar = t_ar(baseline) + (1000 / tok/s - T_base) / N_ar."""
+    figures = campaign.reported or []
+    base = next((f for f in figures if f.get("baseline") and f.get("t_ar_us")), None)
+    n_ar = inputs.allreduces_per_verify.value
+    out = []
+    for f in figures:
+        if f.get("t_ar_us"):
+            size = f" at {_size(int(f['bytes']))}" if f.get("bytes") else ""
+            out.append((f, LatencyEstimate(float(f["t_ar_us"]), "reported", f"reported{size}: {f['source']}", None)))
+        elif f.get("tok_s") and base and inputs.t_base.value and n_ar:
+            step_ms = 1000.0 / float(f["tok_s"])
+            t_ar = float(base["t_ar_us"]) + (step_ms - inputs.t_base.value) / n_ar * 1000.0
+            if t_ar > 0:
+                out.append((f, LatencyEstimate(t_ar, "derived", (
+                    f"derived from a reported {f['tok_s']:g} tok/s plain decode ({f['source']}): "
+                    f"{base['t_ar_us']:g} us + ({step_ms:.2f} - {inputs.t_base.value:.2f}) ms over {int(n_ar)} "
+                    f"allreduces"), None)))
+    return out
 
 
 # ---- the report -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ApproachPoint:
-    """One approach on the break-even chart."""
+    """One approach at its measured t_ar."""
 
     approach_id: int
     key: str
@@ -413,35 +582,61 @@ class ApproachPoint:
     reason: str
     stack: str
     latency: LatencyEstimate
-    tau: float
+    tau_star: float | None  # on the break-even curve (a lower bound while the curve is one)
+    tau: float | None  # its own accept length, else the campaign's, else None
     tau_source: str
     comm_ms: float
-    savings_ms: float
-    speedup: float
-    break_even_tau: float
+    savings_ms: float | None  # None while the full costs are unknown
+    speedup: float | None
 
     @property
-    def profitable(self) -> bool:
-        return self.comm_ms < self.savings_ms
+    def profitable(self) -> bool | None:
+        return None if self.savings_ms is None else self.comm_ms < self.savings_ms
+
+    @property
+    def break_even_tau(self) -> float | None:
+        return self.tau_star
+
+
+@dataclass(frozen=True)
+class CpuFloor:
+    """A CPU or scaled-down figure of an approach: shown, never fed to the model."""
+
+    title: str
+    name: str
+    value: float
+    unit: str
+    trial_id: int
 
 
 @dataclass(frozen=True)
 class ProfitabilityReport:
     inputs: ModelInputs
+    curve: BreakEvenCurve | None
     costs: CycleCosts | None
     points: tuple[ApproachPoint, ...]
-    latencies: dict[int, LatencyEstimate]  # approach id -> t_ar, known even while other inputs are missing
+    references: tuple[ReferencePoint, ...]
+    cpu_floor: tuple[CpuFloor, ...]
     unmeasured: tuple[str, ...]  # approach titles without a t_ar at the verify size
+    speculative: bool  # does the campaign ask the speculation question (see asks_speculation)
 
     @property
     def missing(self) -> tuple[Missing, ...]:
         return self.inputs.missing
 
     @property
+    def latencies(self) -> dict[int, LatencyEstimate]:
+        return {p.approach_id: p.latency for p in self.points}
+
+    @property
     def best(self) -> ApproachPoint | None:
         """The fastest usable approach (dead ends excluded: they cannot be deployed)."""
         usable = [p for p in self.points if p.status != ApproachStatus.dead_end]
-        return max(usable, key=lambda p: p.speedup) if usable else None
+        if not usable:
+            return None
+        if all(p.speedup is not None for p in usable):
+            return max(usable, key=lambda p: p.speedup or 0.0)
+        return min(usable, key=lambda p: p.latency.t_ar_us)
 
     @property
     def profitable_now(self) -> ApproachPoint | None:
@@ -449,45 +644,89 @@ class ProfitabilityReport:
         return best if best is not None and best.profitable else None
 
     @property
+    def fastest(self) -> ApproachPoint | None:
+        """The approach with the lowest measured t_ar, dead ends included (a latency comparison)."""
+        return min(self.points, key=lambda p: p.latency.t_ar_us, default=None)
+
+    @property
+    def baseline_reference(self) -> ReferencePoint | None:
+        return next((r for r in self.references if r.baseline), None)
+
+    @property
     def communication_only_tau(self) -> tuple[float, float] | None:
-        """(tau*, t_ar us) with zero draft and verify compute at the best measured t_ar: a lower bound on
-        the acceptance speculation needs, known from the baseline and one allreduce measurement alone."""
-        base = self.inputs.baseline_tok_s.value
-        n_ar = self.inputs.allreduces_per_verify.value
-        if not base or not n_ar or not self.latencies:
+        """(tau*, t_ar us) with zero draft and verify compute at the best known t_ar: a lower bound on the
+        acceptance speculation needs, known from T_base and one allreduce figure alone."""
+        if self.curve is None:
             return None
-        t_ar = min(e.t_ar_us for e in self.latencies.values())
-        return n_ar * t_ar / 1000.0 / t_base_ms(base), t_ar
+        t_ars = [p.latency.t_ar_us for p in self.points] or [r.latency.t_ar_us for r in self.references]
+        if not t_ars:
+            return None
+        t_ar = min(t_ars)
+        return self.curve.n_ar * t_ar / 1000.0 / self.curve.t_base_ms, t_ar
 
 
-def profitability_report(session: Session, campaign: Campaign, what_if: WhatIf | None = None) -> ProfitabilityReport:
-    """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs."""
+def asks_speculation(campaign: Campaign, approaches: list[Approach], inputs: ModelInputs) -> bool:
+    """Whether the campaign is about speculation: an accept length or draft cost is known, or an approach's
+    recipe speculates. An allreduce shootout with none of these gets a latency comparison instead."""
+    if inputs.accept_length.value is not None or inputs.draft_step_ms.value is not None:
+        return True
+    for a in approaches:
+        params = (a.recipe or {}).get("params") if isinstance(a.recipe, dict) else None
+        if isinstance(params, dict) and params.get("speculative"):
+            return True
+    return False
+
+
+def profitability_report(session: Session, campaign: Campaign, what_if: WhatIf | None = None, *,
+                         metrics: CampaignMetrics | None = None,
+                         approach_rows: list[Approach] | None = None) -> ProfitabilityReport:
+    """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs.
+    Pass `metrics` and `approach_rows` already read to compute a what-if without reading again."""
     from app.domain.inventory import approaches
 
-    inputs = model_inputs(session, campaign, what_if)
+    metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
+    rows = approach_rows if approach_rows is not None else approaches(session, campaign)
+    inputs = model_inputs(session, campaign, what_if, metrics)
+    curve = inputs.curve()
     costs = inputs.costs()
+    own_tau_allowed = not (what_if and what_if.accept_length is not None)
     points: list[ApproachPoint] = []
-    latencies: dict[int, LatencyEstimate] = {}
     unmeasured: list[str] = []
-    for approach in approaches(session, campaign):
-        estimate = approach_latency(session, campaign, approach, inputs)
+    for approach in rows:
+        estimate = approach_latency(metrics, approach.id, inputs)  # type: ignore[arg-type]
         if estimate is None:
             unmeasured.append(approach.title)
             continue
-        latencies[approach.id] = estimate  # type: ignore[index]
-        if costs is None:
-            continue
-        own = None if (what_if and what_if.accept_length is not None) else approach_accept_length(session, campaign, approach)
-        tau = own.value if own else costs.tau
-        mine = replace(costs, tau=tau)
+        own = _from_metric(_first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach.id),
+                                                MetricName.ACCEPT_LENGTH)) if own_tau_allowed else None
+        tau = own.value if own else inputs.accept_length.value
+        mine = inputs.costs(tau=tau) if tau is not None else None
+        n_ar = int(inputs.allreduces_per_verify.value or 0)
         points.append(ApproachPoint(
             approach_id=approach.id, key=approach.key, title=approach.title, status=approach.status,  # type: ignore[arg-type]
-            reason=approach.reason, stack=stack_summary(approach.verdict_fingerprint),
-            latency=estimate, tau=tau, tau_source=(own.source if own else inputs.accept_length.source),
-            comm_ms=mine.comm_ms(estimate.t_ar_us), savings_ms=mine.savings_ms,
-            speedup=mine.speedup(estimate.t_ar_us), break_even_tau=mine.break_even_tau(estimate.t_ar_us),
+            reason=approach.reason, stack=stack_summary(approach.verdict_fingerprint), latency=estimate,
+            tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+            tau=tau, tau_source=(own.source if own else inputs.accept_length.source),
+            comm_ms=n_ar * estimate.t_ar_us / 1000.0,
+            savings_ms=mine.savings_ms if mine else None,
+            speedup=mine.speedup(estimate.t_ar_us) if mine else None,
         ))
-    return ProfitabilityReport(inputs, costs, tuple(points), latencies, tuple(unmeasured))
+    titles = {a.key: a.title for a in rows}
+    references = tuple(
+        ReferencePoint(label=f.get("label") or titles.get(f.get("approach") or "", "reported"),
+                       approach_key=f.get("approach"), latency=estimate,
+                       tau_star=curve.tau_star(estimate.t_ar_us) if curve else None, baseline=bool(f.get("baseline")),
+                       bytes=f.get("bytes") if estimate.method == "reported" else None)
+        for f, estimate in reported_latencies(campaign, inputs))
+    by_id = {a.id: a.title for a in rows}
+    floor = tuple(CpuFloor(by_id.get(m.approach_id, "?"), m.name, m.value, "us" if m.name.endswith("_us") else "ms",
+                           m.trial_id)
+                  for m in metrics.newest((MetricName.ALLREDUCE_LATENCY_US, MetricName.ALLREDUCE_IN_SITU_US,
+                                           MetricName.VERIFY_COMPUTE_MS, MetricName.DECODE_STEP_MS,
+                                           MetricName.DRAFT_STEP_MS))
+                  if m.cpu_floor and (m.name != MetricName.ALLREDUCE_LATENCY_US or m.tags.get("bytes") == inputs.verify_bytes))
+    return ProfitabilityReport(inputs, curve, costs, tuple(points), references, floor, tuple(unmeasured),
+                               asks_speculation(campaign, rows, inputs))
 
 
 # ---- measurements for the charts ------------------------------------------------------------
@@ -497,20 +736,20 @@ class LatencySeries:
     approach_title: str
     status: str
     points: tuple[LatencyPoint, ...]
+    cpu_floor: bool = False
 
 
-def latency_series(session: Session, campaign: Campaign) -> list[LatencySeries]:
-    """Each approach's allreduce latency-vs-size curve (newest trial, preferred mode)."""
-    from app.domain.inventory import approaches
-
-    by_approach: dict[int, list[Metric]] = defaultdict(list)
-    for m in _metrics(session, campaign, MetricName.ALLREDUCE_LATENCY_US):
+def latency_series(metrics: CampaignMetrics, approach_rows: list[Approach]) -> list[LatencySeries]:
+    """Each approach's allreduce latency-vs-size curve (newest trial, preferred mode); CPU ones flagged."""
+    by_approach: dict[int, list[MetricRow]] = defaultdict(list)
+    for m in metrics.newest(MetricName.ALLREDUCE_LATENCY_US):
         by_approach[m.approach_id].append(m)
     out = []
-    for approach in approaches(session, campaign):
+    for approach in approach_rows:
         curve = allreduce_curve(by_approach.get(approach.id, []))  # type: ignore[arg-type]
         if curve:
-            out.append(LatencySeries(approach.title, approach.status, tuple(curve)))
+            out.append(LatencySeries(approach.title, approach.status, tuple(curve),
+                                     cpu_floor=any(is_cpu_floor(p.tags) for p in curve)))
     return out
 
 
@@ -524,24 +763,22 @@ class ThroughputRow:
     speculative: bool
 
 
-def throughput_rows(session: Session, campaign: Campaign) -> list[ThroughputRow]:
-    """Each approach's best measured decode throughput (None when it has none), in priority order."""
-    from app.domain.inventory import approaches
-
-    rows = _metrics(session, campaign, MetricName.THROUGHPUT)
-    speculative_trials = {m.trial_id for m in _accept_lengths(session, campaign)}
+def throughput_rows(metrics: CampaignMetrics, approach_rows: list[Approach]) -> list[ThroughputRow]:
+    """Each approach's best measured decode throughput (None when it has none), in priority order; the
+    benchmark's figure is preferred to the decode-log one."""
+    speculative_trials = {m.trial_id for m in metrics.all(MetricName.ACCEPT_LENGTH)}
+    best: dict[int, MetricRow] = {}
+    for m in metrics.all(MetricName.THROUGHPUT):
+        rank = (-MetricName.THROUGHPUT.index(m.name), m.value)
+        have = best.get(m.approach_id)
+        if have is None or rank > (-MetricName.THROUGHPUT.index(have.name), have.value):
+            best[m.approach_id] = m
     out = []
-    for approach in approaches(session, campaign):
-        mine = [m for m in rows if m.approach_id == approach.id]
-        # Per trial, the benchmark's figure beats the decode-log one; then the best trial.
-        per_trial = {}
-        for m in mine:
-            if m.trial_id not in per_trial or MetricName.THROUGHPUT.index(m.name) < MetricName.THROUGHPUT.index(per_trial[m.trial_id].name):
-                per_trial[m.trial_id] = m
-        best = max(per_trial.values(), key=lambda m: m.value, default=None)
+    for approach in approach_rows:
+        row = best.get(approach.id)  # type: ignore[arg-type]
         out.append(ThroughputRow(approach.title, approach.status, approach.reason,
-                                 best.value if best else None, best.trial_id if best else None,
-                                 bool(best and best.trial_id in speculative_trials)))
+                                 row.value if row else None, row.trial_id if row else None,
+                                 bool(row and row.trial_id in speculative_trials)))
     return out
 
 

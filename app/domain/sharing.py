@@ -18,10 +18,9 @@ from sqlmodel import Session, select
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
 from app.domain.scheduling import candidates
-from app.domain.inventory import approaches, status_counts
-from app.domain.profitability import (ApproachPoint, ProfitabilityReport, ThroughputRow, profitability_report,
-                                      stack_summary, throughput_rows)
-from app.models import ApproachStatus, Campaign, ShareLink, utcnow
+from app.domain.inventory import status_counts
+from app.domain.profitability import ApproachPoint, CpuFloor, ProfitabilityReport, ThroughputRow, stack_summary
+from app.models import Approach, ApproachStatus, Campaign, ShareLink, utcnow
 
 _SALT = "campaign-board-share"
 NOT_FOUND = "This share link is not valid: it may have been revoked. Ask the campaign's team for a new one."
@@ -105,13 +104,31 @@ class StatusReport:
     baseline_tok_s: float | None
     best: ThroughputRow | None
     best_vs_baseline: float | None  # best / baseline - 1
+    speculative: bool  # the campaign asks "is EAGLE-3 profitable?"; else it is a latency comparison
     profitable_with: ApproachPoint | None
     closest: ApproachPoint | None  # the best usable approach, profitable or not
     break_even_t_ar_us: float | None
+    pays_above: tuple[PaysAbove, ...]  # the headline tau* (baseline, else best usable), then the others, lowest first
+    lower_bound: str  # "" when tau* is exact, else what is counted as zero
+    accept_length: float | None
+    fastest: ApproachPoint | None  # the lowest measured t_ar (latency comparison)
+    verify_kib: int
+    cpu_floor: tuple[CpuFloor, ...]
     missing: tuple[str, ...]  # what the model lacks (the what only: "how" may name commands)
     next_up: str | None
     dead_ends: tuple[ClosedApproach, ...]
     deferred: tuple[ClosedApproach, ...]
+
+
+@dataclass(frozen=True)
+class PaysAbove:
+    """Speculation pays with this approach only when the accept length exceeds tau_star."""
+
+    title: str
+    t_ar_us: float
+    tau_star: float
+    how: str  # measured | interpolated | in situ | derived | reported
+    source: str  # for reported figures: where the figure comes from
 
 
 def _next_up(session: Session, campaign: Campaign, rows: list) -> str | None:
@@ -122,19 +139,28 @@ def _next_up(session: Session, campaign: Campaign, rows: list) -> str | None:
     return next((a.title for a in rows if a.status == ApproachStatus.untested), None)
 
 
-def status_report(session: Session, campaign: Campaign, profitability: ProfitabilityReport | None = None,
-                  throughput: list[ThroughputRow] | None = None) -> StatusReport:
-    rows = approaches(session, campaign)
-    profitability = profitability or profitability_report(session, campaign)
-    throughput = throughput if throughput is not None else throughput_rows(session, campaign)
+def status_report(session: Session, campaign: Campaign, profitability: ProfitabilityReport,
+                  throughput: list[ThroughputRow], rows: list[Approach]) -> StatusReport:
     baseline = profitability.inputs.baseline_tok_s.value
     best = max((r for r in throughput if r.tok_s is not None), key=lambda r: r.tok_s or 0, default=None)
     costs = profitability.costs
+    curve = profitability.curve
 
     def closed(status: ApproachStatus) -> tuple[ClosedApproach, ...]:
         return tuple(ClosedApproach(a.title, a.status, a.reason, stack_summary(a.verdict_fingerprint),
                                     describe_binding(a.bound_to, a.verdict_fingerprint) or "") for a in rows if a.status == status)
 
+    # The headline is today's state (the baseline's figure) when the campaign has one, else the best usable
+    # measured approach; then where each other approach would move it, lowest first.
+    usable = sorted((PaysAbove(p.title, p.latency.t_ar_us, p.tau_star, p.latency.method, "")
+                     for p in profitability.points if p.tau_star is not None and p.status != ApproachStatus.dead_end),
+                    key=lambda p: p.tau_star)
+    refs = [(r.baseline, PaysAbove(r.label, r.latency.t_ar_us, r.tau_star, r.latency.method, r.latency.note))
+            for r in profitability.references if r.tau_star is not None]
+    baseline_refs = [p for is_base, p in refs if is_base]
+    head = baseline_refs[:1] or usable[:1]
+    rest = sorted([p for p in usable + [p for _, p in refs] if p not in head], key=lambda p: p.tau_star)
+    pays = head + rest
     return StatusReport(
         campaign_name=campaign.name,
         counts=status_counts(rows),
@@ -142,9 +168,16 @@ def status_report(session: Session, campaign: Campaign, profitability: Profitabi
         baseline_tok_s=baseline,
         best=best,
         best_vs_baseline=(best.tok_s / baseline - 1) if best and best.tok_s and baseline else None,
+        speculative=profitability.speculative,
         profitable_with=profitability.profitable_now,
-        closest=profitability.best,
+        closest=profitability.best if costs else None,
         break_even_t_ar_us=costs.break_even_t_ar_us if costs else None,
+        pays_above=tuple(pays),
+        lower_bound=" and ".join(curve.unknown) if curve and curve.lower_bound else "",
+        accept_length=profitability.inputs.accept_length.value,
+        fastest=profitability.fastest,
+        verify_kib=profitability.inputs.verify_bytes // 1024,
+        cpu_floor=profitability.cpu_floor,
         missing=tuple(m.what for m in profitability.missing),
         next_up=_next_up(session, campaign, rows),
         dead_ends=closed(ApproachStatus.dead_end),

@@ -1,12 +1,22 @@
-"""A campaign's history over time: approach status changes and trials (for the timeline chart)."""
+"""A campaign's history over time (the timeline chart): approach status changes and trials.
+
+Bounded whatever the campaign's size: the most recently active approaches only (`max_approaches`),
+each with its trials aggregated into one span per trial state and its latest status changes
+(`changes_per_approach`). Three grouped queries, none per approach or per trial. Status changes
+carry the dates of the history itself (a campaign file can carry them), not the import time.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from sqlalchemy import func
 from sqlmodel import Session, select
 
 from app.models import Approach, Campaign, StatusChange, Trial
+
+MAX_APPROACHES = 40
+CHANGES_PER_APPROACH = 8
 
 
 @dataclass(frozen=True)
@@ -20,33 +30,60 @@ class StatusEvent:
 
 @dataclass(frozen=True)
 class TrialSpan:
-    trial_id: int
+    """An approach's trials in one state, aggregated: from the first start to the last end."""
+
     approach_title: str
     state: str
+    count: int
     start: datetime
-    end: datetime | None  # None while it runs
+    end: datetime | None  # None while one runs
 
 
 @dataclass(frozen=True)
 class Timeline:
     status_events: tuple[StatusEvent, ...]
     trials: tuple[TrialSpan, ...]
+    approaches_shown: int
+    approaches_total: int
 
 
-def _aware(ts: datetime) -> datetime:
+def _aware(ts: datetime | None) -> datetime | None:
     # SQLite hands back naive datetimes; they were written as UTC.
+    if ts is None:
+        return None
     return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
 
 
-def campaign_timeline(session: Session, campaign: Campaign) -> Timeline:
-    titles = {a.id: a.title for a in session.exec(select(Approach).where(Approach.campaign_id == campaign.id))}
-    changes = session.exec(select(StatusChange).where(StatusChange.approach_id.in_(list(titles)))  # type: ignore[union-attr]
-                           .order_by(StatusChange.at, StatusChange.id))
-    trials = session.exec(select(Trial).where(Trial.campaign_id == campaign.id).order_by(Trial.created_at, Trial.id))
+def campaign_timeline(session: Session, campaign: Campaign, *, max_approaches: int = MAX_APPROACHES,
+                      changes_per_approach: int = CHANGES_PER_APPROACH) -> Timeline:
+    titles = dict(session.execute(select(Approach.id, Approach.title).where(Approach.campaign_id == campaign.id)).all())
+    ranked = (select(StatusChange.approach_id, StatusChange.at, StatusChange.from_status, StatusChange.to_status,
+                     StatusChange.reason,
+                     func.row_number().over(partition_by=StatusChange.approach_id,
+                                            order_by=(StatusChange.at.desc(), StatusChange.id.desc())).label("n"))
+              .join(Approach, Approach.id == StatusChange.approach_id)
+              .where(Approach.campaign_id == campaign.id).subquery())
+    changes = session.execute(select(ranked).where(ranked.c.n <= changes_per_approach)).all()
+    start = func.coalesce(Trial.started_at, Trial.dispatched_at, Trial.created_at)
+    spans = session.execute(
+        select(Trial.approach_id, Trial.state, func.count(), func.min(start), func.max(Trial.finished_at),
+               func.count(Trial.finished_at))
+        .where(Trial.campaign_id == campaign.id).group_by(Trial.approach_id, Trial.state)).all()
+
+    last: dict[int, datetime] = {}
+    for c in changes:
+        last[c.approach_id] = max(last.get(c.approach_id, _aware(c.at)), _aware(c.at))  # type: ignore[type-var]
+    for approach_id, _state, _n, first, end, _ended in spans:
+        at = _aware(end) or _aware(first)
+        if at is not None:
+            last[approach_id] = max(last.get(approach_id, at), at)
+    shown = set(sorted(last, key=lambda a: last[a], reverse=True)[:max_approaches])
     return Timeline(
-        status_events=tuple(StatusEvent(_aware(c.at), titles.get(c.approach_id, "?"), c.from_status, c.to_status,
-                                        c.reason) for c in changes),
-        trials=tuple(TrialSpan(t.id, titles.get(t.approach_id, "?"), t.state,  # type: ignore[arg-type]
-                               _aware(t.started_at or t.dispatched_at or t.created_at),
-                               _aware(t.finished_at) if t.finished_at else None) for t in trials),
+        status_events=tuple(sorted(
+            (StatusEvent(_aware(c.at), titles.get(c.approach_id, "?"), c.from_status, c.to_status, c.reason)  # type: ignore[arg-type]
+             for c in changes if c.approach_id in shown), key=lambda e: e.at)),
+        trials=tuple(TrialSpan(titles.get(approach_id, "?"), state, n, _aware(first),  # type: ignore[arg-type]
+                               _aware(end) if ended == n else None)
+                     for approach_id, state, n, first, end, ended in spans if approach_id in shown and first is not None),
+        approaches_shown=len(shown), approaches_total=len(titles),
     )

@@ -5,6 +5,7 @@ The what-if is a GET: it computes with the values in the query and stores nothin
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -16,10 +17,10 @@ from app import charts
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.errors import Invalid
-from app.domain.profitability import (ModelInputs, WhatIf, latency_series, profitability_report,
-                                      throughput_rows)
+from app.domain.profitability import (CampaignMetrics, ModelInputs, ProfitabilityReport, WhatIf,
+                                      latency_series, load_campaign_metrics, profitability_report, throughput_rows)
 from app.domain.timeline import campaign_timeline
-from app.models import Campaign
+from app.models import Approach, Campaign
 from app.schemas import CampaignUpdate
 from app.web.render import render
 
@@ -59,26 +60,60 @@ def _form_values(inputs: ModelInputs) -> dict[str, Any]:
             "baseline_tok_s": inputs.baseline_tok_s.value}
 
 
-def _profitability(session: Session, campaign: Campaign, form: WhatIfForm | None = None) -> dict[str, Any]:
-    """Context of the what-if partial: the report and the two figures that depend on its inputs."""
-    report = profitability_report(session, campaign)
+@dataclass(frozen=True)
+class CampaignAnswer:
+    """What the charts and status pages draw, read once: the campaign's model metrics and approaches, and
+    the report (with the what-if laid over it, when there is one)."""
+
+    metrics: CampaignMetrics
+    approaches: list[Approach]
+    report: ProfitabilityReport
+    what_if: WhatIf
+
+    def figures(self) -> dict[str, Any]:
+        """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
+        report = self.report
+        return {
+            "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
+            "chart_verify": charts.verify_comm_vs_savings(report) if report.speculative and report.costs else None,
+            "chart_comparison": None if report.speculative else charts.latency_comparison(report),
+            "chart_latency": charts.allreduce_latency_vs_size(latency_series(self.metrics, self.approaches),
+                                                              report.inputs.verify_bytes, report.references),
+        }
+
+
+def throughput_figure(answer: CampaignAnswer) -> dict[str, Any] | None:
+    """Chart 3, or None while there is neither a measured throughput nor a baseline (no empty axes)."""
+    rows = throughput_rows(answer.metrics, answer.approaches)
+    baseline = answer.report.inputs.baseline_tok_s.value
+    if not baseline and all(r.tok_s is None for r in rows):
+        return None
+    return charts.throughput_vs_baseline(rows, baseline)
+
+
+def campaign_answer(session: Session, campaign: Campaign, form: WhatIfForm | None = None) -> CampaignAnswer:
+    """One pass over the campaign's metrics and approaches, however many approaches and trials it has."""
+    metrics = load_campaign_metrics(session, campaign)
+    rows = inventory.approaches(session, campaign)
+    report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
     what_if = form.changes_from(report.inputs) if form else WhatIf()
     if what_if.any():
-        report = profitability_report(session, campaign, what_if)
-    return {
-        "campaign": campaign, "report": report, "what_if": what_if,
-        "chart_verify": charts.verify_comm_vs_savings(report) if report.costs else None,
-        "chart_latency": charts.allreduce_latency_vs_size(latency_series(session, campaign), report.inputs.verify_bytes),
-    }
+        report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
+    return CampaignAnswer(metrics, rows, report, what_if)
+
+
+def _profitability(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any]:
+    """Context of the what-if partial: the report and the figures that depend on its inputs."""
+    return {"campaign": campaign, "report": answer.report, "what_if": answer.what_if, **answer.figures()}
 
 
 @router.get("/campaigns/{slug}/charts")
 def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    ctx = _profitability(session, campaign)
-    ctx["form"] = _form_values(ctx["report"].inputs)
-    ctx["chart_throughput"] = charts.throughput_vs_baseline(throughput_rows(session, campaign),
-                                                            ctx["report"].inputs.baseline_tok_s.value)
+    answer = campaign_answer(session, campaign)
+    ctx = _profitability(answer, campaign)
+    ctx["form"] = _form_values(answer.report.inputs)
+    ctx["chart_throughput"] = throughput_figure(answer)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     return render(request, "charts.html", ctx)
 
@@ -86,7 +121,7 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
 @router.get("/campaigns/{slug}/charts/whatif")
 def what_if(request: Request, session: SessionDep, slug: str, form: Annotated[WhatIfForm, Query()]) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    return render(request, "_partials/whatif.html", _profitability(session, campaign, form))
+    return render(request, "_partials/whatif.html", _profitability(campaign_answer(session, campaign, form), campaign))
 
 
 @router.post("/campaigns/{slug}/charts/whatif/save")

@@ -6,23 +6,25 @@ headers that keep the token out of referrers, caches and search engines.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
-from app import charts
 from app.deps import OperatorDep, RowId, SessionDep
 from app.domain import inventory
-from app.domain.profitability import profitability_report, throughput_rows
+from app.domain.profitability import throughput_rows
 from app.domain.sharing import (create_share_link, get_share_link, list_share_links, resolve_share_token,
                                 revoke_share_link, share_token, status_report)
 from app.models import Campaign
 from app.templating import PLOTLY_JS
+from app.web.charts import campaign_answer, throughput_figure
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
+CHARTS_JS = Path(__file__).resolve().parents[2] / "static" / "charts.js"
 
 # The status page needs its own inline script and styles, plotly.js from this server, and nothing else.
 PUBLIC_HEADERS = {
@@ -70,12 +72,15 @@ def revoke_link(request: Request, session: SessionDep, operator: OperatorDep, sl
 
 
 def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
-    report = profitability_report(session, campaign)
-    rows = throughput_rows(session, campaign)
+    answer = campaign_answer(session, campaign)
+    report = answer.report
+    rows = throughput_rows(answer.metrics, answer.approaches)
+    figures = answer.figures()
     return {
-        "status": status_report(session, campaign, report, rows),
-        "chart_verify": charts.verify_comm_vs_savings(report) if report.costs else None,
-        "chart_throughput": charts.throughput_vs_baseline(rows, report.inputs.baseline_tok_s.value),
+        "status": status_report(session, campaign, report, rows, answer.approaches),
+        "chart_break_even": figures["chart_break_even"],
+        "chart_comparison": figures["chart_comparison"],
+        "chart_throughput": throughput_figure(answer),
         "generated_at": datetime.now(timezone.utc),
     }
 
@@ -93,7 +98,8 @@ def status_export(request: Request, session: SessionDep, token: str) -> Response
     _link, campaign = resolve_share_token(session, token, _secret(request))
     ctx = _status_context(session, campaign)
     html = request.app.state.templates.get_template("status.html").render(
-        **ctx, export=True, export_url=None, plotly_js=PLOTLY_JS.read_text(encoding="utf-8"))
+        **ctx, export=True, export_url=None, plotly_js=PLOTLY_JS.read_text(encoding="utf-8"),
+        charts_js=CHARTS_JS.read_text(encoding="utf-8"))
     filename = f"{campaign.slug}-status-{ctx['generated_at']:%Y%m%d}.html"
     return HTMLResponse(html, headers={**PUBLIC_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'})
 

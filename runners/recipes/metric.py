@@ -88,3 +88,4 @@ def parse_metric_line(line: str) -> dict[str, Any] | None:
     if not isinstance(tags, dict):
         return None
     return {"name": obj["name"], "value": float(value), "unit": str(obj.get("unit") or ""), "tags": tags}
+

@@ -7,7 +7,8 @@ import pytest
 
 from app import charts
 from app.domain import inventory
-from app.domain.profitability import WhatIf, latency_series, profitability_report, throughput_rows
+from app.domain.profitability import (WhatIf, latency_series, load_campaign_metrics, profitability_report,
+                                      throughput_rows)
 from app.domain.timeline import campaign_timeline
 from charts_fixture import SLUG
 
@@ -17,15 +18,24 @@ def campaign(session):
     return inventory.get_campaign(session, SLUG)
 
 
+def _series(session, campaign):
+    return latency_series(load_campaign_metrics(session, campaign), inventory.approaches(session, campaign))
+
+
+def _throughput(session, campaign):
+    return throughput_rows(load_campaign_metrics(session, campaign), inventory.approaches(session, campaign))
+
+
 def _trace(fig, name):
     return next(t for t in fig["data"] if t.get("name") == name)
 
 
 def test_figures_are_plain_json(session, campaign):
     report = profitability_report(session, campaign)
-    for fig in (charts.verify_comm_vs_savings(report),
-                charts.allreduce_latency_vs_size(latency_series(session, campaign), report.inputs.verify_bytes),
-                charts.throughput_vs_baseline(throughput_rows(session, campaign), 82.0),
+    for fig in (charts.verify_comm_vs_savings(report), charts.break_even_accept_length(report),
+                charts.latency_comparison(report),
+                charts.allreduce_latency_vs_size(_series(session, campaign), report.inputs.verify_bytes),
+                charts.throughput_vs_baseline(_throughput(session, campaign), 82.0),
                 charts.campaign_timeline(campaign_timeline(session, campaign))):
         assert json.loads(json.dumps(fig)) == fig
 
@@ -60,7 +70,7 @@ def test_chart1_follows_the_what_if(session, campaign):
 
 
 def test_chart2_log_log_with_the_verify_size_marked(session, campaign):
-    fig = charts.allreduce_latency_vs_size(latency_series(session, campaign), 57344)
+    fig = charts.allreduce_latency_vs_size(_series(session, campaign), 57344)
     assert fig["layout"]["xaxis"]["type"] == "log" and fig["layout"]["yaxis"]["type"] == "log"
     graph = _trace(fig, "NCCL in a CUDA graph")
     assert graph["x"] == [14336, 114688, 917504, 3670016] and graph["y"] == [16.6, 16.7, 22.4, 42.3]
@@ -72,7 +82,7 @@ def test_chart2_log_log_with_the_verify_size_marked(session, campaign):
 
 
 def test_chart3_bars_baseline_and_dead_ends(session, campaign):
-    fig = charts.throughput_vs_baseline(throughput_rows(session, campaign), 82.0)
+    fig = charts.throughput_vs_baseline(_throughput(session, campaign), 82.0)
     bars = next(t for t in fig["data"] if t["type"] == "bar")
     assert bars["orientation"] == "h"
     values = dict(zip(bars["y"], bars["x"]))
@@ -90,7 +100,9 @@ def test_chart3_bars_baseline_and_dead_ends(session, campaign):
 def test_chart4_timeline(session, campaign):
     fig = charts.campaign_timeline(campaign_timeline(session, campaign))
     trials = _trace(fig, "trials")
-    assert trials["x"].count(None) == 9  # nine trials, each a start-end span
+    # Nine trials, aggregated per approach and state: NCCL on PCIe's two succeeded trials are one span.
+    assert trials["x"].count(None) == 8
+    assert "2 trials succeeded" in trials["text"]
     dead = _trace(fig, "→ dead end")
     assert set(dead["y"]) == {"NCCL on PCIe (seed node)", "SGLang custom allreduce (IPC)", "FlashInfer allreduce fusion"}
     assert all(x.startswith("2026-01-0") for x in dead["x"])
@@ -100,7 +112,23 @@ def test_chart4_timeline(session, campaign):
 def test_chart1_without_points_still_has_the_line():
     from app.domain.profitability import CycleCosts, Input, ModelInputs, ProfitabilityReport
 
-    inputs = ModelInputs(Input(82.0), Input(2.0), Input(0), Input(0.0), Input(0.0), Input(122), 4, 7168)
-    fig = charts.verify_comm_vs_savings(ProfitabilityReport(inputs, inputs.costs(), (), {}, ()))
+    inputs = ModelInputs(Input(82.0), Input(1000 / 82), Input(2.0), Input(0), Input(0.0), Input(0.0), Input(122), 4, 7168)
+    fig = charts.verify_comm_vs_savings(ProfitabilityReport(inputs, inputs.curve(), inputs.costs(), (), (), (), (), True))
     assert [t["name"] for t in fig["data"]] == ["profitable region", "break-even (communication = savings)"]
     assert isinstance(inputs.costs(), CycleCosts)
+
+
+def test_many_approaches_draw_one_trace_per_status():
+    from app.domain.profitability import ApproachPoint, Input, LatencyEstimate, ModelInputs, ProfitabilityReport
+
+    inputs = ModelInputs(Input(82.0), Input(1000 / 82), Input(None), Input(3), Input(None), Input(None), Input(122), 4, 7168)
+    points = tuple(ApproachPoint(i, f"a{i}", f"approach {i}", "promising" if i % 2 else "dead_end", "", "",
+                                 LatencyEstimate(10.0 + i, "measured", "", i), inputs.curve().tau_star(10.0 + i),
+                                 None, "", 122 * (10.0 + i) / 1000, None, None) for i in range(charts.MAX_TRACES + 10))
+    report = ProfitabilityReport(inputs, inputs.curve(), None, points, (), (), (), True)
+    fig = charts.break_even_accept_length(report)
+    markers = [t for t in fig["data"] if t.get("mode") == "markers"]
+    assert sorted(t["name"] for t in markers) == ["dead end (20 approaches)", "promising (20 approaches)"]
+    assert sum(len(t["x"]) for t in markers) == len(points)
+    assert {c[0] for t in markers for c in t["customdata"]} == {p.title for p in points}  # each still named on hover
+    assert json.loads(json.dumps(fig)) == fig

@@ -58,16 +58,28 @@ def test_what_if_rejects_nonsense_as_a_flash(operator):
     assert r.status_code == 422 and r.headers["HX-Retarget"] == "#flash" and "accept_length" in r.text
 
 
-def test_missing_inputs_are_said_instead_of_drawn(operator):
+def test_a_campaign_without_speculation_gets_a_latency_comparison(operator):
     assert operator.post("/api/campaigns", json={"slug": "bare", "name": "Bare"}).status_code == 201
     html = operator.get("/campaigns/bare/charts").text
-    assert 'data-testid="missing"' in html and "baseline decode throughput" in html
-    assert "run an sglang_server trial with EAGLE-3" in html
-    assert _figure(html, "figure-verify") is None
+    assert 'data-testid="latency-comparison"' in html and "Allreduce latency comparison" in html
+    assert "Is speculation profitable" not in html and "EAGLE-3 now" not in html
+    assert _figure(html, "figure-break-even") is None and _figure(html, "figure-verify") is None
+    # Nothing measured: no empty axes, a note instead.
+    assert _figure(html, "figure-comparison") is None and _figure(html, "figure-latency") is None
+    assert _figure(html, "figure-throughput") is None and "Not drawn yet" in html
+    # An accept length makes it a speculation campaign: with every input the full answer is drawn.
     r = operator.get("/campaigns/bare/charts/whatif", params={"baseline_tok_s": "82", "accept_length": "2",
                                                             "draft_steps": "0", "draft_step_ms": "0",
                                                             "verify_compute_ms": "0"})
-    assert 'data-testid="missing"' not in r.text and _figure(r.text, "figure-verify")["data"]
+    assert 'data-testid="latency-comparison"' not in r.text and _figure(r.text, "figure-verify")["data"]
+    assert _figure(r.text, "figure-break-even")["data"]
+
+
+def test_missing_inputs_are_said_instead_of_drawn(operator):
+    assert operator.post("/api/campaigns", json={"slug": "spec", "name": "Spec", "accept_length": 2.2}).status_code == 201
+    html = operator.get("/campaigns/spec/charts").text
+    assert 'data-testid="missing"' in html and "plain decode step T_base" in html
+    assert _figure(html, "figure-break-even") is None and _figure(html, "figure-verify") is None
 
 
 def test_save_as_campaign_inputs(operator):

@@ -3,6 +3,7 @@ and where its inputs come from on a real database."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from sqlmodel import select
@@ -157,15 +158,15 @@ def test_missing_inputs_are_listed_not_guessed(session):
     session.flush()
     report = profitability_report(session, campaign)
     whats = [m.what for m in report.missing]
-    assert any(w.startswith("baseline") for w in whats)
+    assert any(w.startswith("plain decode step T_base") for w in whats)
     assert any(w.startswith("accept length") for w in whats)
     assert any(w.startswith("draft cost") for w in whats)
     assert any(w.startswith("verify compute") for w in whats)
     accept = next(m for m in report.missing if m.what.startswith("accept length"))
     assert "sglang_server trial with EAGLE-3" in accept.how and "enter it" in accept.how
-    assert report.costs is None and report.points == ()
+    assert report.costs is None and report.curve is None
     # t_ar measurements are still known (for the communication-only bound once a baseline exists).
-    assert report.latencies
+    assert report.latencies and all(p.speedup is None and p.tau_star is None for p in report.points)
 
 
 def test_accept_length_falls_back_to_a_measurement(session):
@@ -201,3 +202,66 @@ def test_an_accept_length_below_one_means_no_speculation(session):
                        index=0, name="server_avg_spec_accept_length", value=0.0, unit="", tags={}))
     session.flush()
     assert model_inputs(session, campaign).accept_length.value is None
+
+
+# ---- the break-even curve: a lower bound, tightened as draft and verify compute become known ----
+
+def test_lower_bound_then_tightened_by_hand():
+    from app.domain.profitability import BreakEvenCurve
+
+    # Seed: T_base 12.195 ms, 122 x 0.2 ms = 24.4 ms: tau* > 2.0008 before anything else is paid.
+    bound = BreakEvenCurve(t_base_ms=T_BASE, n_ar=122, draft_ms=None, verify_compute_ms=None)
+    assert bound.lower_bound and bound.unknown == ("draft cost", "verify compute")
+    assert bound.tau_star(200) == pytest.approx(2.0008, abs=1e-4)
+    assert "lower bound" in bound.label
+    # The draft cost known (3 steps x 0.5 ms): still a bound, tighter: (1.5 + 24.4) / 12.195.
+    draft = replace(bound, draft_ms=1.5)
+    assert draft.lower_bound and draft.unknown == ("verify compute",)
+    assert draft.tau_star(200) == pytest.approx(25.9 / T_BASE) == pytest.approx(2.1238, abs=1e-4)
+    # Both known: the break-even itself, (1.5 + 9.0 + 24.4) / 12.195 = 2.8618, and the same as CycleCosts says.
+    exact = replace(draft, verify_compute_ms=9.0)
+    assert not exact.lower_bound and exact.tau_star(200) == pytest.approx(2.8618, abs=1e-4)
+    assert exact.tau_star(200) == pytest.approx(CycleCosts(T_BASE, 2.4, 1.5, 9.0, 122).break_even_tau(200))
+    assert bound.tau_star(200) < draft.tau_star(200) < exact.tau_star(200)
+
+
+def test_inputs_build_the_curve_and_t_base_from_a_gpu_decode_step(session):
+    campaign = _campaign(session)
+    campaign.baseline_trial_id = None
+    campaign.draft_step_ms = None
+    campaign.verify_compute_ms = None
+    session.add(campaign)
+    graph = inventory.get_approach(session, campaign, "nccl-graph")
+    trial_id = session.exec(select(Metric.trial_id).where(Metric.approach_id == graph.id)).first()
+    gpu = {"device": "cuda", "backend": "nccl", "mode": "graph", "tokens": 1}
+    cpu = {"device": "cpu", "scaled": True, "backend": "gloo", "tokens": 1}
+    for index, (name, value, tags) in enumerate([("decode_step_ms", 10.25, gpu), ("decode_step_ms", 0.5, cpu),
+                                                 ("draft_step_ms", 0.31, {**gpu, "mode": "graph"}),
+                                                 ("verify_compute_ms", 1033.0, {**cpu, "tokens": 4})]):
+        session.add(Metric(trial_id=trial_id, approach_id=graph.id, campaign_id=campaign.id, seq=9, index=index,
+                           name=name, value=value, unit="ms", tags=tags))
+    session.flush()
+    report = profitability_report(session, campaign)
+    inputs = report.inputs
+    # T_base from the GPU decode step (the CPU one is faster but a floor), draft from the draft head.
+    assert inputs.t_base.value == 10.25 and "decode_step_ms" in inputs.t_base.source
+    assert inputs.draft_step_ms.value == 0.31 and inputs.draft_ms == pytest.approx(0.93)
+    # The CPU verify step never feeds the model: verify compute stays unknown, the curve a lower bound.
+    assert inputs.verify_compute_ms.value is None
+    assert report.curve.lower_bound and report.curve.unknown == ("verify compute",)
+    assert {(f.name, f.value) for f in report.cpu_floor} >= {("verify_compute_ms", 1033.0), ("decode_step_ms", 0.5)}
+    two = next(p for p in report.points if p.key == "symm-mem-two-shot")
+    assert two.tau_star == pytest.approx((0.93 + 122 * 8.8 / 1000) / 10.25)
+
+
+def test_cpu_floor_latency_never_feeds_the_model(session):
+    campaign = _campaign(session)
+    ipc = inventory.get_approach(session, campaign, "mscclpp")
+    trial_id = session.exec(select(Metric.trial_id)).first()
+    session.add(Metric(trial_id=trial_id, approach_id=ipc.id, campaign_id=campaign.id, seq=7, index=0,
+                       name="allreduce_latency_us", value=120.0, unit="us",
+                       tags={"backend": "gloo", "device": "cpu", "bytes": 57344, "tokens": 4}))
+    session.flush()
+    report = profitability_report(session, campaign)
+    assert "mscclpp" not in {p.key for p in report.points} and "MSCCL++" in report.unmeasured
+    assert [(f.title, f.value) for f in report.cpu_floor] == [("MSCCL++", 120.0)]

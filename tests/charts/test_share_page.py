@@ -48,8 +48,8 @@ def test_status_page_answers_the_stakeholder_questions(operator, anonymous):
     dead = html[html.index('id="dead-ends"'):]
     assert "FlashInfer JIT has no SM120 target" in dead and "torch 2.10.0+cu128 / CUDA 12.8 / SM 12.0" in dead
     assert "holds for FlashInfer unknown on SM 12.0" in dead
-    # Charts 1 and 3, drawn with the locally served plotly.js.
-    assert 'id="figure-verify"' in html and 'id="figure-throughput"' in html
+    # The break-even chart and chart 3, drawn with the locally served plotly.js.
+    assert 'id="figure-break-even"' in html and 'id="figure-throughput"' in html
     assert '<script src="/static/vendor/plotly.min.js">' in html and "cdn" not in html.lower()
     assert r.headers["referrer-policy"] == "no-referrer" and "form-action 'none'" in r.headers["content-security-policy"]
 
@@ -121,7 +121,7 @@ def test_export_is_self_contained(operator, anonymous):
     page = r.text.replace(library, "")
     assert "src=" not in page and "<link" not in page and "@import" not in page  # nothing else to fetch
     assert not re.search(r"https?://", page)
-    assert 'id="figure-verify"' in page and 'id="figure-throughput"' in page and "@media print" in page
+    assert 'id="figure-break-even"' in page and 'id="figure-throughput"' in page and "@media print" in page
 
 
 def test_share_links_need_an_operator(fixture_app, anonymous):

@@ -181,3 +181,31 @@ def test_demo_recipes_are_valid_launches():
         for approach in parse_campaign_file(path.read_text()).approaches:
             spec = build_launch(approach.recipe)
             assert spec.argv and spec.timeout_s > 0, approach.key
+
+
+def test_reported_figures_and_history_are_validated(engine):
+    from app.domain.campaign_files import parse_campaign_file
+
+    base = """format: campaign-board/v1
+campaign:
+  slug: x
+  name: X
+  reported:
+  - {label: A, approach: nope, t_ar_us: 5.0, source: somewhere}
+approaches:
+- key: a
+  title: A
+"""
+    with pytest.raises(Invalid, match="no approach 'nope' in this file"):
+        parse_campaign_file(base)
+    with pytest.raises(Invalid, match=r"line 6: campaign.reported\[0\].*exactly one of t_ar_us and tok_s"):
+        parse_campaign_file(base.replace("t_ar_us: 5.0", "t_ar_us: 5.0, tok_s: 40"))
+    with pytest.raises(Invalid, match="unknown model input"):
+        parse_campaign_file(base.replace("  reported:\n  - {label: A, approach: nope, t_ar_us: 5.0, source: somewhere}\n",
+                                         "  input_sources: {colour: blue}\n"))
+    history = base.replace("approach: nope", "approach: a") + """  history:
+  - {at: '2026-02-09T10:00:00+00:00', to: untested}
+  - {at: '2026-02-09T09:00:00+00:00', to: dead_end, reason: r}
+"""
+    with pytest.raises(Invalid, match="oldest first"):
+        parse_campaign_file(history)

@@ -115,7 +115,7 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
         status.goto(share_url)
         assert "Yes, with torch symm-mem two-shot" in status.inner_text("#profitable")
         assert "Expert parallelism" in status.inner_text("#next")
-        _wait_drawn(status, "chart-verify")
+        _wait_drawn(status, "chart-break-even")
         _wait_drawn(status, "chart-throughput")
         assert status.locator("form").count() == 0
         status.emulate_media(media="print")
@@ -139,10 +139,10 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
     try:
         offline.set_offline(True)
         offline_page.goto(exported.as_uri())
-        _wait_drawn(offline_page, "chart-verify")
+        _wait_drawn(offline_page, "chart-break-even")
         _wait_drawn(offline_page, "chart-throughput")
-        names = [t["name"] for t in _chart_data(offline_page, "chart-verify")]
-        assert "break-even (communication = savings)" in names and "torch symm-mem two-shot" in names
+        names = [t["name"] for t in _chart_data(offline_page, "chart-break-even")]
+        assert "break-even accept length τ*" in names and "torch symm-mem two-shot" in names
         assert "Yes, with" in offline_page.inner_text("#profitable")
     finally:
         offline.close()
@@ -150,19 +150,92 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
     assert offline_errors == []
 
 
-def test_screenshots(server, browser, tmp_path):
-    """Both pages render whole (every chart drawn) into a screenshot; with CAMPAIGN_SCREENSHOTS=1
-    the images replace docs/charts.png and docs/status.png."""
+def _axis_ranges(page, div_id: str) -> dict:
+    """The drawn axes' ranges, in data units (plotly keeps log axes' ranges in log10)."""
+    return page.evaluate("""id => { const l = document.getElementById(id)._fullLayout;
+        const r = a => a.type === 'log' ? a.range.map(v => Math.pow(10, v)) : a.range.map(Number);
+        return {x: r(l.xaxis), y: r(l.yaxis), xtype: l.xaxis.type}; }""", div_id)
+
+
+def _points_inside(page, div_id: str) -> list[tuple[float, float]]:
+    """The chart's marker points, asserting each lies inside the drawn axes."""
+    ranges = _axis_ranges(page, div_id)
+    points = [(x, y) for t in _chart_data(page, div_id) if t["mode"] == "markers" for x, y in zip(t["x"], t["y"])]
+    for x, y in points:
+        assert ranges["x"][0] < x < ranges["x"][1] and ranges["y"][0] <= y < ranges["y"][1], (div_id, x, y, ranges)
+    return points
+
+
+def _login(live_server, path: str) -> str:
+    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
+    try:
+        with session_scope(engine) as session:
+            token = create_login_token(session, 3600)
+    finally:
+        engine.dispose()
+    return f"{live_server.url}/login?token={token}&next={path}"
+
+
+def test_demo_campaigns_draw_their_answers(live_server, browser):
+    """The shipped demos, as a new user opens them: the Kimi campaign draws tau* from the seed alone (a lower
+    bound: accept length must exceed 2.0 with NCCL), the shootout a latency comparison and no EAGLE question."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors = _errors(page)
+    try:
+        page.goto(_login(live_server, "/campaigns/kimi-k25-eagle3/charts"))
+        page.wait_for_url("**/campaigns/kimi-k25-eagle3/charts")
+        _wait_drawn(page, "chart-break-even")
+        points = _points_inside(page, "chart-break-even")
+        assert len(points) == 3
+        names = {t["name"] for t in _chart_data(page, "chart-break-even")}
+        assert any(n.startswith("lower bound on τ*") for n in names)
+        assert "NCCL on PCIe (the baseline) (reported)" in names
+        assert "FlashInfer PCIe-IPC allreduce (reported)" in names
+        baseline = next(t for t in _chart_data(page, "chart-break-even") if t["name"] == "NCCL on PCIe (the baseline) (reported)")
+        assert baseline["x"] == [200] and abs(baseline["y"][0] - 122 * 0.2 / T_BASE) < 1e-9
+        assert page.get_attribute("#break-even-tau", "data-lower-bound") == "true"
+        answer = page.inner_text("#break-even-tau")
+        assert "2.00" in answer and "lower bound" in answer
+        assert "docstring" in page.inner_text("#reported")  # each reported figure says its source
+        _wait_drawn(page, "chart-latency")
+        _points_inside(page, "chart-latency")
+        _wait_drawn(page, "chart-timeline")
+        stamps = [x for t in _chart_data(page, "chart-timeline") for x in t["x"] if x]
+        assert stamps and all(x.startswith("2026-02-") for x in stamps)  # the history's dates, not the import's
+        assert page.is_hidden("#chart-verify")  # drawn only once every input is known
+
+        page.goto(f"{live_server.url}/campaigns/allreduce-shootout/charts")
+        _wait_drawn(page, "chart-comparison")
+        bars = page.evaluate("document.getElementById('chart-comparison').data.map(t => Array.from(t.x))")
+        values = [x for trace in bars for x in trace]
+        x_range = _axis_ranges(page, "chart-comparison")["x"]
+        assert values and all(x_range[0] <= v < x_range[1] for v in values)
+        _wait_drawn(page, "chart-latency")
+        assert len(_points_inside(page, "chart-latency")) == 6
+        assert "Allreduce latency comparison" in page.inner_text("h1")
+        body = page.inner_text("main")
+        assert "EAGLE-3 now" not in body and "Is speculation profitable" not in body
+        assert page.is_hidden("#chart-break-even")
+    finally:
+        context.close()
+    assert errors == []
+
+
+def test_screenshots(live_server, browser, tmp_path):
+    """The Kimi-K2.5 demo's charts and its status page render whole into screenshots; with
+    CAMPAIGN_SCREENSHOTS=1 the images replace docs/charts.png and docs/status.png (the real demo, no fixture)."""
     out = ROOT / "docs" if os.environ.get("CAMPAIGN_SCREENSHOTS") else tmp_path
+    slug = "kimi-k25-eagle3"
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
     page = context.new_page()
     try:
-        page.goto(server.charts_login)
-        for div in ("chart-verify", "chart-latency", "chart-throughput", "chart-timeline"):
+        page.goto(_login(live_server, f"/campaigns/{slug}/charts"))
+        for div in ("chart-break-even", "chart-latency", "chart-throughput", "chart-timeline"):
             _wait_drawn(page, div)
         page.wait_for_timeout(500)
         page.screenshot(path=str(out / "charts.png"), full_page=True)
-        page.goto(f"{server.url}/campaigns/{SLUG}")
+        page.goto(f"{live_server.url}/campaigns/{slug}")
         page.click("#share-links button[type=submit]")
         page.wait_for_selector("#share-links tr.created .share-url")
         share_url = page.input_value("#share-links tr.created .share-url")
@@ -172,8 +245,7 @@ def test_screenshots(server, browser, tmp_path):
     status = viewer.new_page()
     try:
         status.goto(share_url)
-        _wait_drawn(status, "chart-verify")
-        _wait_drawn(status, "chart-throughput")
+        _wait_drawn(status, "chart-break-even")
         status.wait_for_timeout(500)
         status.screenshot(path=str(out / "status.png"), full_page=True)
     finally:

@@ -1,0 +1,129 @@
+"""The demo campaigns answer what they can from their own files: the Kimi-K2.5 campaign from the seed
+figures alone, the allreduce shootout as a latency comparison until speculation is measured."""
+from __future__ import annotations
+
+import pytest
+from sqlmodel import select
+
+from app import charts
+from app.db import session_scope
+from app.domain import inventory
+from app.domain.demo import load_demo
+from app.domain.profitability import profitability_report
+from app.domain.timeline import campaign_timeline
+from app.models import Metric, Trial
+
+T_BASE = 1000 / 82
+
+
+@pytest.fixture
+def session(app):
+    with session_scope(app.state.engine) as s:
+        load_demo(s)
+        s.flush()
+        yield s
+
+
+def test_kimi_demo_answers_from_the_seed_alone(session):
+    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    report = profitability_report(session, campaign)
+    assert report.speculative and report.points == ()  # nothing measured here yet
+    assert report.curve.lower_bound and report.curve.t_base_ms == pytest.approx(T_BASE)
+    assert report.inputs.t_base.source.startswith("1000 / 82 tok/s (entered: seed campaign")
+    refs = {r.label: r for r in report.references}
+    # Accept length must exceed 2.0 just to pay for NCCL's communication: 122 x 0.2 ms / 12.195 ms.
+    base = refs["NCCL on PCIe (the baseline)"]
+    assert base.baseline and base.tau_star == pytest.approx(2.0008, abs=1e-4)
+    # FlashInfer PCIe-IPC's reported 5.3 us would move that to 122 x 5.3 us / 12.195 ms = 0.053.
+    ipc = refs["FlashInfer PCIe-IPC allreduce"]
+    assert ipc.latency.method == "reported" and ipc.tau_star == pytest.approx(0.6466 / T_BASE)
+    assert "docstring" in ipc.latency.note and ipc.bytes == 12288
+    # The IPC custom allreduce's 38 tok/s: 200 us + (26.32 - 12.20) ms / 122 = 315.7 us, tau* 3.16.
+    custom = refs["SGLang custom allreduce (IPC)"]
+    t_ar = 200 + (1000 / 38 - T_BASE) / 122 * 1000
+    assert custom.latency.method == "derived" and custom.latency.t_ar_us == pytest.approx(t_ar)
+    assert custom.tau_star == pytest.approx(122 * t_ar / 1000 / T_BASE) and custom.tau_star == pytest.approx(3.16, abs=0.01)
+    fig = charts.break_even_accept_length(report)
+    assert fig["layout"]["meta"]["lower_bound"] is True
+    xs = [x for t in fig["data"] if t["mode"] == "markers" for x in t["x"]]
+    ys = [y for t in fig["data"] if t["mode"] == "markers" for y in t["y"]]
+    assert len(xs) == 3
+    # Axes fit the data: log x (5.3 to 316 us) holding every point, y from 0 above the highest tau*.
+    assert fig["layout"]["xaxis"]["type"] == "log"
+    lo, hi = fig["layout"]["xaxis"]["range"]
+    assert all(10 ** lo < x < 10 ** hi for x in xs) and hi - lo < 3
+    assert fig["layout"]["yaxis"]["range"][0] == 0 and max(ys) < fig["layout"]["yaxis"]["range"][1] < 2 * max(ys)
+    latency = charts.allreduce_latency_vs_size([], report.inputs.verify_bytes, report.references)
+    assert [t["name"] for t in latency["data"] if t["mode"] == "markers"] == ["FlashInfer PCIe-IPC allreduce (reported)"]
+
+
+def test_kimi_demo_history_carries_the_seed_order(session):
+    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    timeline = campaign_timeline(session, campaign)
+    verdicts = [e.approach_title for e in timeline.status_events if e.to_status != "untested"]
+    assert verdicts == ["FlashInfer allreduce fusion", "SGLang custom allreduce (IPC)", "NCCL Tree algorithm",
+                        "NCCL fewer channels", "MSCCL++", "torch symmetric memory (--enable-torch-symm-mem)"]
+    assert {e.at.date().isoformat() for e in timeline.status_events} == {"2026-02-09", "2026-02-10"}
+
+
+def test_shootout_without_speculation_is_a_latency_comparison_until_measured(session):
+    campaign = inventory.get_campaign(session, "allreduce-shootout")
+    report = profitability_report(session, campaign)
+    assert not report.speculative and report.curve is None and report.points == ()
+    # Shipped with a 2x H200 node's figures as references: the comparison draws before anything runs here.
+    shipped = charts.latency_comparison(report)
+    assert [t["name"] for t in shipped["data"]] == ["reported elsewhere (not this node)"]
+    assert min(shipped["data"][0]["x"]) == 6.5 and shipped["layout"]["xaxis"]["range"] == [0, pytest.approx(38.0 * 1.2)]
+    # A GPU node's shootout: measured allreduces, a decode step and a draft head answer tau* per approach.
+    graph = inventory.get_approach(session, campaign, "nccl-graph")
+    symm = inventory.get_approach(session, campaign, "verify-step-symm-mem")
+    gloo = inventory.get_approach(session, campaign, "gloo-cpu")
+    gpu = {"device": "cuda", "world_size": 2, "dtype": "bf16"}
+    rows = [(graph, [("allreduce_latency_us", 17.4, {**gpu, "backend": "nccl", "mode": "graph", "bytes": 57344})]),
+            (symm, [("allreduce_in_situ_us", 9.0, {**gpu, "backend": "symm_mem_two_shot", "tokens": 4}),
+                   ("verify_compute_ms", 9.08, {**gpu, "tokens": 4}),
+                   ("decode_step_ms", 10.0, {**gpu, "tokens": 1})]),
+            (gloo, [("allreduce_latency_us", 300.0, {"device": "cpu", "backend": "gloo", "bytes": 57344})])]
+    for approach, metrics in rows:
+        trial = Trial(campaign_id=campaign.id, approach_id=approach.id, recipe=approach.recipe, state="succeeded")
+        session.add(trial)
+        session.flush()
+        for index, (name, value, tags) in enumerate(metrics):
+            session.add(Metric(trial_id=trial.id, approach_id=approach.id, campaign_id=campaign.id, seq=0,
+                               index=index, name=name, value=value, tags=tags))
+    session.flush()
+    report = profitability_report(session, campaign)
+    assert not report.speculative  # no draft head measured yet: still a comparison
+    assert report.fastest.key == "verify-step-symm-mem" and [f.title for f in report.cpu_floor] == ["gloo on CPU (2 processes)"]
+    fig = charts.latency_comparison(report)
+    assert fig["data"][0]["y"] == ["Verify step, symmetric memory two-shot", "NCCL in a CUDA graph of 122"]
+    assert fig["data"][1]["name"] == "reported elsewhere (not this node)"
+    assert fig["data"][1]["y"][0] == "symmetric memory one-shot in a CUDA graph, 2x H200 (reported)"
+    assert fig["data"][2]["y"] == ["gloo on CPU (2 processes) (CPU floor)"]
+    draft = session.exec(select(Trial).where(Trial.approach_id == symm.id)).first()
+    session.add(Metric(trial_id=draft.id, approach_id=symm.id, campaign_id=campaign.id, seq=1, index=0,
+                       name="draft_step_ms", value=0.3, tags={**gpu, "mode": "graph"}))
+    session.flush()
+    report = profitability_report(session, campaign)
+    assert report.speculative and not report.curve.lower_bound  # everything but the accept length measured
+    points = {p.key: p for p in report.points}
+    fixed = 3 * 0.3 + 9.08
+    assert points["verify-step-symm-mem"].tau_star == pytest.approx((fixed + 122 * 9.0 / 1000) / 10.0)
+    assert points["nccl-graph"].tau_star == pytest.approx((fixed + 122 * 17.4 / 1000) / 10.0)
+    assert points["verify-step-symm-mem"].speedup is None  # the accept length needs the real model
+    assert any(m.what.startswith("accept length") for m in report.missing)
+
+
+def test_kimi_status_headline_is_todays_break_even(session):
+    from app.domain.profitability import load_campaign_metrics, throughput_rows
+    from app.domain.sharing import status_report
+
+    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    rows = inventory.approaches(session, campaign)
+    metrics = load_campaign_metrics(session, campaign)
+    report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
+    status = status_report(session, campaign, report, throughput_rows(metrics, rows), rows)
+    assert status.speculative and status.lower_bound == "draft cost and verify compute"
+    assert [(p.title, round(p.tau_star, 2)) for p in status.pays_above] == [
+        ("NCCL on PCIe (the baseline)", 2.0), ("FlashInfer PCIe-IPC allreduce", 0.05),
+        ("SGLang custom allreduce (IPC)", 3.16)]
