@@ -26,16 +26,19 @@ from app.web.render import render
 router = APIRouter(include_in_schema=False)
 CHARTS_JS = Path(__file__).resolve().parents[2] / "static" / "charts.js"
 
-# The status page needs its own inline script and styles, plotly.js from this server, and nothing else.
+# The status page needs its own inline styles and plotly.js from this server, and nothing else.
 PUBLIC_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Robots-Tag": "noindex, nofollow",
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": ("default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; "
                                 "img-src 'self' data: blob:; font-src data:; connect-src 'none'; "
                                 "form-action 'none'; base-uri 'none'; frame-ancestors 'none'"),
 }
+# The one-file export opens offline, so plotly.js and the chart code are inlined into it.
+EXPORT_HEADERS = {**PUBLIC_HEADERS, "Content-Security-Policy": PUBLIC_HEADERS["Content-Security-Policy"].replace(
+    "script-src 'self'", "script-src 'unsafe-inline'")}
 
 
 def _secret(request: Request) -> str:
@@ -101,7 +104,7 @@ def status_export(request: Request, session: SessionDep, token: str) -> Response
         **ctx, export=True, export_url=None, plotly_js=PLOTLY_JS.read_text(encoding="utf-8"),
         charts_js=CHARTS_JS.read_text(encoding="utf-8"))
     filename = f"{campaign.slug}-status-{ctx['generated_at']:%Y%m%d}.html"
-    return HTMLResponse(html, headers={**PUBLIC_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'})
+    return HTMLResponse(html, headers={**EXPORT_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'})
 
 
 @router.api_route("/s/{rest:path}", methods=["POST", "PUT", "PATCH", "DELETE"])

@@ -105,9 +105,6 @@ def test_headers_on_every_kind_of_response(board):
         assert r.headers["x-content-type-options"] == "nosniff", path
 
 
-# The charts pages belong to the charts work, which is removing their last inline handlers; the lead
-# drops this xfail when that merges (then these must pass like every other page).
-@pytest.mark.xfail(reason="charts pages still carry an inline onsubmit handler", strict=False)
 @pytest.mark.parametrize("url", CHART_PAGES)
 def test_chart_pages_have_no_csp_violation(board, page, url):
     assert _visit(page, board.url + url) == []
