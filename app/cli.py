@@ -66,7 +66,10 @@ def serve(
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
     app = create_app(settings, run_migrations=False)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024)
+    # No per-message deflate: live-log frames are encoded once and sent as they are to every viewer
+    # (compressing per viewer cost a third of the event loop in a flood). A bounded graceful shutdown.
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024,
+                ws_per_message_deflate=False, timeout_graceful_shutdown=5)
 
 
 def _safe_url(settings: Settings) -> str:

@@ -8,8 +8,6 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session, select
 
-from app.api.runners import revoke
-from app.api.trials import cancel, start_next
 from app.deps import OperatorDep, RowId
 from app.domain import runners as runner_domain
 from app.domain import scheduling
@@ -17,6 +15,8 @@ from app.domain.errors import DomainError
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import Approach, Campaign, Runner, Trial
+from app.services.runners import revoke
+from app.services.trials import cancel, start_next
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
