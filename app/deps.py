@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Request
+from fastapi import Depends, HTTPException, Path, Query, Request
 from sqlmodel import Session
 
 from app.config import Settings
@@ -28,6 +28,7 @@ def get_session(request: Request) -> Iterator[Session]:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 # A row id in a URL: out-of-range numbers are a 422, not an integer overflow in the database driver.
 RowId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Row id")]
+PageAfter = Annotated[int | None, Query(ge=1, le=2**63 - 1, description="A page's cursor: the last id you have")]
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
