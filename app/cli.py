@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
-from app.config import Settings, get_settings
-from app.db import make_engine, migrate, session_scope
+if TYPE_CHECKING:
+    from app.config import Settings
+
+# The database and migration stack (SQLAlchemy, Alembic) and the settings are imported by the
+# subcommands that use them, so `campaign --help` and `campaign runner` start without them.
 
 cli = typer.Typer(help="Campaign Board: optimization campaigns for LLM inference on GPU nodes.",
                   no_args_is_help=True, add_completion=False)
@@ -21,7 +24,21 @@ console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
 err = Console(stderr=True)
 
 
-def _engine(settings: Settings):
+def get_settings() -> "Settings":
+    from app.config import get_settings as load
+
+    return load()
+
+
+def session_scope(engine: Any, *, write: bool = True) -> Any:
+    from app.db import session_scope as scope
+
+    return scope(engine, write=write)
+
+
+def _engine(settings: "Settings"):  # noqa: ANN202
+    from app.db import make_engine, migrate
+
     url = settings.resolved_database_url()
     migrate(url)
     return make_engine(url)
@@ -72,7 +89,7 @@ def serve(
                 ws_per_message_deflate=False, timeout_graceful_shutdown=5)
 
 
-def _safe_url(settings: Settings) -> str:
+def _safe_url(settings: "Settings") -> str:
     url = settings.resolved_database_url()
     if "@" in url:  # hide credentials
         scheme, rest = url.split("://", 1)
