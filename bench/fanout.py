@@ -57,7 +57,7 @@ async def follow(url: str, headers: dict[str, str], origin: str, stats: Stats, u
     while not until.is_set():
         try:
             async with connect(f"{url}?after={last}", origin=origin, additional_headers=headers,  # type: ignore[arg-type]
-                               max_size=None, compression=None, open_timeout=60) as ws:
+                               max_size=None, compression=None, open_timeout=60, ping_interval=None) as ws:
                 while True:
                     try:
                         raw = await asyncio.wait_for(ws.recv(), 0.5)
@@ -106,6 +106,18 @@ def paced(board: Board, viewers: int, rate: int, seconds: float) -> int:
     ws = board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws"
     stats = Stats()
     peak = [rss_mib(board.server.pid)]
+    procs = {"server": psutil.Process(board.server.pid), "runner+trial": psutil.Process(board.runner.pid),
+             "viewers (this process)": psutil.Process()}
+
+    def cpu() -> dict[str, float]:
+        out = {}
+        for name, proc in procs.items():
+            t = proc.cpu_times()
+            out[name] = t.user + t.system + (sum(c.cpu_times().user + c.cpu_times().system
+                                                 for c in proc.children(recursive=True)) if name == "runner+trial" else 0)
+        return out
+
+    cpu_before, wall = cpu(), time.monotonic()
 
     async def run() -> None:
         until = asyncio.Event()
@@ -122,12 +134,36 @@ def paced(board: Board, viewers: int, rate: int, seconds: float) -> int:
         await asyncio.wait_for(asyncio.gather(*tasks), 120)
 
     asyncio.run(run())
+    wall = time.monotonic() - wall
+    used = {name: t - cpu_before.get(name, 0) for name, t in cpu().items()}
     stored = board.stored(tid)[0]
     print(f"paced: {viewers} viewers, {rate:,} lines/s for {seconds:g} s: print -> viewer p50 {pct(stats.latencies, 50):.1f} ms, "
           f"p99 {pct(stats.latencies, 99):.1f} ms, max {max(stats.latencies, default=float('nan')):.1f} ms; "
           f"stored {stored:,} lines, delivered {stats.lines:,} ({stats.lines / max(1, viewers):,.0f} per viewer), "
           f"lost {stats.lost}, duplicated {stats.dups}; server RSS peak {max(peak):.0f} MiB")
+    print("  CPU over the run (cores busy): " + ", ".join(f"{name} {t / wall:.2f}" for name, t in used.items())
+          + f" ({wall:.1f} s)")
     return tid
+
+
+def server_side(board: Board, tid: int) -> None:
+    """From the trace files (--trace, written at exit): print -> the server's send to each viewer, over
+    every (chunk, viewer); the part of the latency that is the server's, whatever the viewers' CPU."""
+    import sqlite3
+
+    printed = {}
+    con = sqlite3.connect(board.db)
+    for seq, data in con.execute("select seq, data from log_chunk where trial_id=? and \"offset\">=0", (tid,)):
+        printed[seq] = int(data.split(" ", 2)[1])
+    con.close()
+    sent = []
+    for path in board.dir.glob("trace.server.*.tsv"):
+        for line in path.read_text().splitlines():
+            event, trial, seq, t = line.split("\t")
+            if event == "s_sent" and int(trial) == tid and int(seq) in printed:
+                sent.append((int(t) - printed[int(seq)]) / 1e6)
+    print(f"  server side (trace): print -> sent to a viewer p50 {pct(sent, 50):.1f} ms, p99 {pct(sent, 99):.1f} ms, "
+          f"max {max(sent, default=float('nan')):.1f} ms over {len(sent):,} (chunk, viewer) sends")
 
 
 def flood_pages(board: Board, seconds: float) -> None:
@@ -154,17 +190,17 @@ def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
 
     async def idle_viewers() -> tuple[float, float, float]:
         before = rss_mib(board.server.pid)
-        socks = []
-        for _ in range(viewers):
-            s = await connect(f"{ws}?after=-1", origin=board.url, additional_headers=board.cookie, max_size=None,  # type: ignore[arg-type]
-                              compression=None)
-            socks.append(s)
-        for s in socks:  # each has its backlog: the whole log
-            while True:
+        socks = [await connect(f"{ws}?after=-1", origin=board.url, additional_headers=board.cookie,  # type: ignore[arg-type]
+                               max_size=None, compression=None, ping_interval=None) for _ in range(viewers)]
+
+        async def drain(s) -> None:  # noqa: ANN001
+            while True:  # each has its backlog (the whole log), then nothing: the trial has ended
                 try:
-                    await asyncio.wait_for(s.recv(), 1.0)
+                    await asyncio.wait_for(s.recv(), 2.0)
                 except asyncio.TimeoutError:
-                    break
+                    return
+
+        await asyncio.gather(*(drain(s) for s in socks))
         during = rss_mib(board.server.pid)
         for s in socks:
             await s.close()
@@ -198,11 +234,12 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=10_000, help="lines/s the paced trial prints")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--trace", action="store_true", help="also the server's share of the paced latency")
     args = parser.parse_args()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"fan-out: load average {load} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="fanout-") as tmp:
-        board = Board(Path(tmp))
+        board = Board(Path(tmp), trace=args.trace)
         try:
             board.start()
             board.seed([("paced", PACED.format(rate=args.rate, seconds=args.seconds)),
@@ -212,6 +249,8 @@ def main() -> None:
             memory(board, tid, args.viewers, args.connections)
         finally:
             board.stop()
+        if args.trace:
+            server_side(board, tid)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
