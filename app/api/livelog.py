@@ -59,14 +59,9 @@ def _backlog_page(session: Session, trial_id: int, after: int) -> tuple[list[tup
     trial = session.get(Trial, trial_id)
     if trial is None:
         return [], False
-    rows = log_domain.read_after(session, trial, after, BACKLOG_PAGE)
-    size, kept = 0, []
-    for row in rows:
-        kept.append(row)
-        size += len(row[1])
-        if size >= BACKLOG_PAGE_BYTES:
-            break
-    return kept, len(kept) < len(rows) or len(rows) == BACKLOG_PAGE
+    rows = log_domain.read_after(session, trial, after, BACKLOG_PAGE, max_bytes=BACKLOG_PAGE_BYTES)
+    more = len(rows) == BACKLOG_PAGE or sum(len(text) for _, text, _ in rows) >= BACKLOG_PAGE_BYTES
+    return rows, more
 
 
 class LogFollower:

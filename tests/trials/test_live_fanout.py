@@ -204,3 +204,47 @@ def test_thousand_viewer_connections_do_not_grow_the_server_and_sigterm_exits(tm
         engine.dispose()
         if server.proc.poll() is None:
             os.killpg(server.proc.pid, signal.SIGKILL)
+
+
+def test_a_viewer_that_falls_behind_resyncs_and_still_gets_every_chunk(server):
+    """A viewer that stops reading while a trial floods is dropped (4000) and reconnects with ?after=N,
+    again and again while the flood outruns its backlog reads, and ends with every chunk in order."""
+    from websockets.sync.client import connect
+
+    _seed(server.engine)
+    _, token = new_runner_token(server.engine)
+    runner = ProtocolRunner(server.ws_url, token)
+    started = run_next(server)
+    d = runner.expect("dispatch")
+    total = 12_000
+
+    def flood() -> None:
+        runner.started(d)
+        offset = 0
+        for seq in range(total):
+            data = f"{seq} " + "x" * 2000 + "\n"
+            runner.log(d, seq, offset, data)
+            offset += len(data)
+        runner.finished(d, exit_code=0, last_seq=total - 1)
+
+    producer = threading.Thread(target=flood, daemon=True)
+    producer.start()
+    last, resyncs, stalled = -1, 0, 0
+    while last < total - 1:
+        with connect(f"{server.ws_url}/api/trials/{started['trial_id']}/logs/ws?after={last}", origin=server.url,  # type: ignore[arg-type]
+                     additional_headers={"Cookie": f"{SESSION_COOKIE}={server.session_cookie()}"}, max_size=None) as ws:
+            try:
+                while last < total - 1:
+                    msg = json.loads(ws.recv(timeout=30))
+                    for seq, text in msg.get("chunks", []):
+                        assert seq == last + 1 and text.startswith(f"{seq} "), (seq, last)
+                        last = seq
+                    if not resyncs and stalled < 3:  # stop reading for a while: the hub drops this viewer
+                        stalled += 1
+                        time.sleep(1.0)
+            except ConnectionClosed as exc:
+                assert exc.rcvd is not None and exc.rcvd.code == RESYNC_CLOSE_CODE, exc
+                resyncs += 1
+    producer.join(30)
+    assert resyncs >= 1 and last == total - 1
+    runner.close()
