@@ -169,6 +169,8 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> N
         sender = asyncio.create_task(follower.run(trial))
         reader = asyncio.create_task(_until_disconnect(ws))
         sub.on_drop = sender.cancel  # fell behind: stop sending (even mid-send to a stuck viewer)
+        if sub.dropped:  # already, by what was in flight when it subscribed
+            sender.cancel()
         await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
         if reader.done():
             return  # the viewer left (or the server is shutting down)

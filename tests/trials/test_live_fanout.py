@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import signal
-import subprocess
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import httpx
@@ -187,15 +186,15 @@ def test_thousand_viewer_connections_do_not_grow_the_server_and_sigterm_exits(tm
         assert after - before < 20 * 1024, f"server RSS grew {(after - before) / 1024:.1f} MiB over 1,000 views"
 
         async def linger_then_term() -> None:
+            # Ten viewers that connect and then read nothing (their backlog waits in the socket) when SIGTERM comes.
             open_ws = [await aconnect(url, origin=server.url, additional_headers=api, compression=None)  # type: ignore[arg-type]
                        for _ in range(10)]
             os.killpg(server.proc.pid, signal.SIGTERM)
-            await asyncio.sleep(0.5)
-            for ws in open_ws:
-                with pytest.raises(Exception):
-                    async for _ in ws:
-                        pass
-                    raise ConnectionClosed(None, None)  # ended by the server, as it should
+            for ws in open_ws:  # the server closes every one of them (a TimeoutError here fails the test)
+                with contextlib.suppress(ConnectionClosed):
+                    async with asyncio.timeout(30):
+                        async for _ in ws:
+                            pass
 
         asyncio.run(linger_then_term())
         server.proc.wait(timeout=30)  # a hang on SIGTERM fails here
