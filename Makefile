@@ -26,8 +26,12 @@ browser:
 test: install services browser
 	scripts/run-tests
 
-bench: install
+# The benchmarks of docs/performance.md (BENCH_SCALE=0.1 for a shorter pages-at-scale run).
+BENCH_SCALE ?= 1
+bench: install services
 	$(BIN)/python bench/log_pipeline.py
+	$(BIN)/python bench/fanout.py
+	$(BIN)/python bench/pages_at_scale.py --scale $(BENCH_SCALE)
 
 clean:
 	rm -rf $(VENV) data

@@ -5,13 +5,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
-from app.config import Settings, get_settings
-from app.db import make_engine, migrate, session_scope
+if TYPE_CHECKING:
+    from app.config import Settings
+
+# The database and migration stack (SQLAlchemy, Alembic) and the settings are imported by the
+# subcommands that use them, so `campaign --help` and `campaign runner` start without them.
 
 cli = typer.Typer(help="Campaign Board: optimization campaigns for LLM inference on GPU nodes.",
                   no_args_is_help=True, add_completion=False)
@@ -25,7 +28,21 @@ console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
 err = Console(stderr=True)
 
 
-def _engine(settings: Settings):
+def get_settings() -> "Settings":
+    from app.config import get_settings as load
+
+    return load()
+
+
+def session_scope(engine: Any, *, write: bool = True) -> Any:
+    from app.db import session_scope as scope
+
+    return scope(engine, write=write)
+
+
+def _engine(settings: "Settings"):  # noqa: ANN202
+    from app.db import make_engine, migrate
+
     url = settings.resolved_database_url()
     migrate(url)
     return make_engine(url)
@@ -75,13 +92,12 @@ def serve(
     app = create_app(settings, run_migrations=False)
     listening = _listening_file(settings)
     listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
-
-    async def forget_listening(_app) -> None:  # uvicorn re-raises SIGTERM after shutdown: no finally
-        listening.unlink(missing_ok=True)
-
-    app.state.shutdown_hooks.append(forget_listening)
+    # uvicorn re-raises SIGTERM after shutdown, so `finally` may not run: `login-url` also checks the pid.
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024)
+        # No per-message deflate: live-log frames are encoded once and sent as they are to every viewer
+        # (compressing per viewer cost a third of the event loop in a flood). A bounded graceful shutdown.
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024,
+                    ws_per_message_deflate=False, timeout_graceful_shutdown=5)
     finally:
         listening.unlink(missing_ok=True)
 
@@ -102,7 +118,7 @@ def _serving_url(settings: Settings) -> str:
         return settings.base_url()
 
 
-def _safe_url(settings: Settings) -> str:
+def _safe_url(settings: "Settings") -> str:
     url = settings.resolved_database_url()
     if "@" in url:  # hide credentials
         scheme, rest = url.split("://", 1)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -55,35 +55,71 @@ RESYNC_CLOSE_CODE = 4000          # "you fell behind: reconnect with ?after=<las
 SUBSCRIBER_QUEUE_BYTES = 4 * 1024 * 1024
 
 
-@dataclass(eq=False)
-class Subscriber:
-    trial_id: int
-    limit_bytes: int = SUBSCRIBER_QUEUE_BYTES
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    queued_bytes: int = 0
-    dropped: asyncio.Event = field(default_factory=asyncio.Event)
+class Frame:
+    """One publish, encoded once for every viewer of the trial: `text()` is the JSON message they all
+    send as it is (a viewer re-encodes only when it must skip chunks it already has)."""
 
-    def offer(self, kind: str, payload: Any, size: int) -> bool:
-        if self.dropped.is_set():
+    __slots__ = ("kind", "chunks", "payload", "size", "first", "last", "contiguous", "_text")
+
+    def __init__(self, kind: str, chunks: list[tuple[int, str]] | None = None,
+                 payload: dict[str, Any] | None = None) -> None:
+        self.kind = kind
+        self.chunks = chunks or []
+        self.payload = payload
+        self._text: str | None = None
+        if self.chunks:
+            self.first, self.last = self.chunks[0][0], self.chunks[-1][0]
+            self.contiguous = self.last - self.first == len(self.chunks) - 1
+            self.size = sum(len(text) for _, text in self.chunks) + 16 * len(self.chunks)
+        else:
+            self.first = self.last = -1
+            self.contiguous = False
+            self.size = 512
+
+    def text(self) -> str:
+        if self._text is None:
+            if self.kind == "log":
+                self._text = json.dumps({"type": "log", "chunks": self.chunks})
+            else:
+                self._text = json.dumps({"type": "state", **(self.payload or {})})
+        return self._text
+
+
+class Subscriber:
+    """One viewer's queue of shared frames, bounded in bytes. `drop()` empties it and calls `on_drop`
+    (the viewer's handler cancels its sender, closes with RESYNC_CLOSE_CODE)."""
+
+    def __init__(self, trial_id: int, limit_bytes: int = SUBSCRIBER_QUEUE_BYTES) -> None:
+        self.trial_id = trial_id
+        self.limit_bytes = limit_bytes
+        self.queue: asyncio.Queue[Frame] = asyncio.Queue()
+        self.queued_bytes = 0
+        self.dropped = False
+        self.on_drop: Callable[[], Any] | None = None
+
+    def offer(self, frame: Frame) -> bool:
+        if self.dropped:
             return False
-        if self.queued_bytes + size > self.limit_bytes:
+        if self.queued_bytes + frame.size > self.limit_bytes:
             self.drop()
             return False
-        self.queued_bytes += size
-        self.queue.put_nowait((kind, payload, size))
+        self.queued_bytes += frame.size
+        self.queue.put_nowait(frame)
         return True
 
     def drop(self) -> None:
-        # Free what it holds now; its handler sees `dropped` and closes the socket.
+        # Free what it holds now; the handler learns through on_drop.
         while not self.queue.empty():
             self.queue.get_nowait()
         self.queued_bytes = 0
-        self.dropped.set()
+        self.dropped = True
+        if self.on_drop is not None:
+            self.on_drop()
 
-    async def next(self) -> tuple[str, Any]:
-        kind, payload, size = await self.queue.get()
-        self.queued_bytes -= size
-        return kind, payload
+    async def next(self) -> Frame:
+        frame = await self.queue.get()
+        self.queued_bytes -= frame.size
+        return frame
 
 
 class RunnerLink:
@@ -198,8 +234,13 @@ class _Share:
 
 
 class LiveHub:
+    """Subscribers per trial, and the chunks published before their commit ("uncommitted"): a viewer
+    that subscribes while such a batch is in flight gets those frames first, because its backlog read
+    cannot see them yet and the publish after the commit skips them (they went out already)."""
+
     def __init__(self) -> None:
         self.subscribers: dict[int, set[Subscriber]] = {}
+        self.uncommitted: dict[int, list[Frame]] = {}
         self.runners: dict[int, RunnerLink] = {}
         self.attempts = AttemptGate()
 
@@ -207,6 +248,8 @@ class LiveHub:
     def subscribe(self, trial_id: int, limit_bytes: int = SUBSCRIBER_QUEUE_BYTES) -> Subscriber:
         sub = Subscriber(trial_id, limit_bytes)
         self.subscribers.setdefault(trial_id, set()).add(sub)
+        for frame in self.uncommitted.get(trial_id, ()):
+            sub.offer(frame)
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
@@ -216,18 +259,33 @@ class LiveHub:
             if not subs:
                 del self.subscribers[sub.trial_id]
 
-    def publish_chunks(self, trial_id: int, chunks: list[tuple[int, str]]) -> None:
-        """New log chunks [(seq, text)] of the trial's current attempt; never blocks."""
-        subs = self.subscribers.get(trial_id)
-        if not subs or not chunks:
-            return
-        size = sum(len(text) for _, text in chunks) + 16 * len(chunks)
-        for sub in list(subs):
-            sub.offer("log", chunks, size)
+    def publish_chunks(self, trial_id: int, chunks: list[tuple[int, str]], *, committed: bool = True) -> Frame | None:
+        """New log chunks [(seq, text)] of the trial's current attempt; never blocks. One frame, shared by
+        every viewer. `committed=False` (published early): the caller passes the frame to `settle()`
+        once its transaction has ended, committed or not."""
+        if not chunks:
+            return None
+        frame = Frame("log", chunks)
+        if not committed:
+            self.uncommitted.setdefault(trial_id, []).append(frame)
+        for sub in list(self.subscribers.get(trial_id, ())):
+            sub.offer(frame)
+        return frame
+
+    def settle(self, trial_id: int, frame: Frame) -> None:
+        frames = self.uncommitted.get(trial_id)
+        if frames is not None:
+            with contextlib.suppress(ValueError):
+                frames.remove(frame)
+            if not frames:
+                del self.uncommitted[trial_id]
 
     def publish_state(self, trial_id: int, view: dict[str, Any]) -> None:
-        for sub in list(self.subscribers.get(trial_id, ())):
-            sub.offer("state", view, 512)
+        subs = self.subscribers.get(trial_id)
+        if subs:
+            frame = Frame("state", payload=view)
+            for sub in list(subs):
+                sub.offer(frame)
 
     # ---- runners ----
     async def register_runner(self, link: RunnerLink) -> None:
@@ -262,14 +320,6 @@ class LiveHub:
 
 def get_hub(app: Any) -> LiveHub:
     return app.state.live_hub
-
-
-def ensure_hub(app: Any) -> LiveHub:
-    """The app's hub, created by whichever module installs first."""
-    hub = getattr(app.state, "live_hub", None)
-    if hub is None:
-        hub = app.state.live_hub = LiveHub()
-    return hub
 
 
 async def run_in_tx(engine: Any, fn: Callable[..., Any], *args: Any, write: bool = True) -> Any:

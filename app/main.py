@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from importlib import import_module
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, HTMLResponse
@@ -16,21 +15,16 @@ from app.db import make_engine, migrate
 from app.errors import install_error_handlers, install_openapi
 from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
 from app.security import LoginLimiter, SessionSigner
+from app.services import lifespan as server_lifespan
 from app.templating import PLOTLY_JS, make_templates
+from app.web import auth as web_auth, campaigns as web_campaigns, charts as web_charts, share as web_share
+from app.web import trials as web_trials, verdicts as web_verdicts
+from app.api import campaigns as api_campaigns, livelog, runner_socket, runners as api_runners, trials as api_trials
 
-# Each module exposes `router`. Order matters only for overlapping paths.
-ROUTER_MODULES = [
-    "app.web.auth",
-    "app.web.campaigns",
-    "app.api.campaigns",
-    "app.api.runners",
-    "app.api.trials",
-    "app.web.trials",
-    "app.web.charts",
-    "app.web.share",
-    "app.web.verdicts",
-]
-
+# Order matters only for overlapping paths.
+ROUTERS = [web_auth.router, web_campaigns.router, api_campaigns.router, api_runners.router, runner_socket.router,
+           api_trials.router, livelog.router, web_trials.router, web_charts.router, web_share.router,
+           web_verdicts.router]
 
 # Swagger UI 5 from the swagger-ui-bundle-v2 package; its start-up call lives in static/api-docs.js.
 API_DOCS_HTML = """<!doctype html>
@@ -51,13 +45,10 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        for hook in app.state.startup_hooks:
-            await hook(app)
         try:
-            yield
+            async with server_lifespan.lifespan(app):
+                yield
         finally:
-            for hook in reversed(app.state.shutdown_hooks):
-                await hook(app)
             engine.dispose()
 
     app = FastAPI(
@@ -70,8 +61,7 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     app.state.templates = make_templates()
     app.state.session_signer = SessionSigner(settings.resolved_secret_key(), settings.session_max_age_s)
     app.state.login_limiter = LoginLimiter(settings.login_attempts_per_minute)
-    app.state.startup_hooks = []
-    app.state.shutdown_hooks = []
+    server_lifespan.install_state(app)
     install_error_handlers(app)
     # Outermost last: Host allowlist, hardening headers, body limit, authenticate before the body.
     app.add_middleware(AuthenticateFirst)
@@ -96,10 +86,7 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
 
     app.mount("/static/swagger", StaticFiles(directory=swagger_ui_path), name="swagger")
     app.mount("/static", StaticFiles(directory=str(PROJECT_ROOT / "static")), name="static")
-    for name in ROUTER_MODULES:
-        module = import_module(name)
-        app.include_router(module.router)
-        if hasattr(module, "install"):
-            module.install(app)  # a module may add startup/shutdown hooks (the live-log hub, say)
+    for router in ROUTERS:
+        app.include_router(router)
     install_openapi(app)
     return app

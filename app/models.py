@@ -105,6 +105,8 @@ class Approach(SQLModel, table=True):
 
 class StatusChange(SQLModel, table=True):
     __tablename__ = "status_change"
+    # An approach's history, newest first, a page at a time.
+    __table_args__ = (Index("ix_status_change_approach_at_id", "approach_id", "at", "id"),)
 
     id: int | None = Field(default=None, primary_key=True)
     approach_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")
@@ -130,6 +132,9 @@ class Runner(SQLModel, table=True):
 
 
 class Trial(SQLModel, table=True):
+    # Latest trials of a campaign / of an approach, a page at a time (newest first).
+    __table_args__ = (Index("ix_trial_campaign_id_id", "campaign_id", "id"),
+                      Index("ix_trial_approach_id_id", "approach_id", "id"))
     id: int | None = Field(default=None, primary_key=True)
     campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
     approach_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")

@@ -1,9 +1,11 @@
 """JSON API for campaigns and approaches: the same operations as the pages, in OpenAPI."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Body, Depends, Response
+from typing import Annotated
 
-from app.deps import OperatorDep, SessionDep, require_operator
+from fastapi import APIRouter, Body, Depends, Query, Response
+
+from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.campaign_files import export_campaign, import_campaign
 from app.schemas import (ApproachCreate, ApproachPublic, ApproachUpdate, CampaignCreate, CampaignPublic,
@@ -87,5 +89,8 @@ def move_approach(slug: str, key: str, data: MoveRequest, session: SessionDep, o
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/history", response_model=list[StatusChangePublic])
-def approach_history(slug: str, key: str, session: SessionDep):
-    return inventory.history(session, inventory.get_approach(session, inventory.get_campaign(session, slug), key))
+def approach_history(slug: str, key: str, session: SessionDep, before: PageAfter = None,
+                     limit: Annotated[int, Query(ge=1, le=1000)] = 200):
+    """Newest first, a page at a time: pass the last id you got as `before` for the next page."""
+    approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    return inventory.history(session, approach, before=before, limit=limit)

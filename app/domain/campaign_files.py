@@ -82,8 +82,8 @@ class CampaignFile(BaseModel):
 
 # ---- export -------------------------------------------------------------------------------
 
-class _Dumper(yaml.SafeDumper):
-    pass
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """libyaml's emitter when PyYAML has it (the same text, about 5x faster), else the pure-Python one."""
 
 
 def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:

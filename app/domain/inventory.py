@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import func
+from sqlalchemy import func, tuple_
 from sqlmodel import Session, select
 
 from app.domain.errors import Conflict, Invalid, NotFound
@@ -65,9 +65,19 @@ def status_counts(rows: list[Approach]) -> dict[str, int]:
     return {s.value: counts.get(s.value, 0) for s in STATUS_ORDER}
 
 
-def history(session: Session, approach: Approach) -> list[StatusChange]:
-    return list(session.exec(select(StatusChange).where(StatusChange.approach_id == approach.id)
-                             .order_by(StatusChange.at.desc(), StatusChange.id.desc())))  # type: ignore[union-attr]
+def history(session: Session, approach: Approach, *, before: int | None = None,
+            limit: int | None = None) -> list[StatusChange]:
+    """The approach's status changes, newest first; a page: at most `limit`, older than change `before`."""
+    query = select(StatusChange).where(StatusChange.approach_id == approach.id)
+    if before is not None:
+        anchor = session.get(StatusChange, before)
+        if anchor is None or anchor.approach_id != approach.id:
+            raise NotFound(f"No status change #{before} of {approach.key!r}.")
+        query = query.where(tuple_(StatusChange.at, StatusChange.id) < tuple_(anchor.at, anchor.id))  # type: ignore[arg-type]
+    query = query.order_by(StatusChange.at.desc(), StatusChange.id.desc())  # type: ignore[union-attr]
+    if limit is not None:
+        query = query.limit(limit)
+    return list(session.exec(query))
 
 
 def _check_reason(status: ApproachStatus, reason: str) -> None:

@@ -284,19 +284,31 @@ def _drop_tail(session: Session, trial: Trial, attempt_id: str, cap_bytes: int, 
 
 # ---- read -------------------------------------------------------------------------------------
 
-def read_after(session: Session, trial: Trial, after_seq: int = -1,
-               limit: int | None = None) -> list[tuple[int, str, bool]]:
-    """(seq, text, is_marker) of the current attempt's stored chunks after `after_seq`, in seq order.
+def read_after(session: Session, trial: Trial, after_seq: int = -1, limit: int | None = None,
+               max_bytes: int | None = None) -> list[tuple[int, str, bool]]:
+    """(seq, text, is_marker) of the current attempt's stored chunks after `after_seq`, in seq order: at most
+    `limit` chunks, and no more once `max_bytes` of text have been read (a page of large chunks stays small).
     The cap's tombstone reads as a marker (is_marker: the seqs before it were dropped, not missing)."""
     out: list[tuple[int, str, bool]] = []
     if not trial.attempt_id:
         return out
-    for row in _stored_chunks(session, trial.id, trial.attempt_id, after_seq):  # type: ignore[arg-type]
-        marker = row.offset == TOMBSTONE_OFFSET
-        out.append((row.seq, dropped_marker(trial.log_dropped_bytes) if marker else row.data, marker))
-        if limit is not None and len(out) >= limit:
-            break
-    return out
+    size = 0
+    # Bounded pages read only what they keep: about one chunk in 64 KiB of the byte budget per row.
+    page = min(READ_PAGE, limit or READ_PAGE, max(1, (max_bytes or 0) // 65536) if max_bytes else READ_PAGE)
+    while True:
+        rows = session.exec(select(LogChunk).where(LogChunk.trial_id == trial.id, LogChunk.attempt_id == trial.attempt_id,
+                                                   LogChunk.seq > after_seq)
+                            .order_by(LogChunk.seq).limit(page)).all()
+        for row in rows:
+            marker = row.offset == TOMBSTONE_OFFSET
+            out.append((row.seq, dropped_marker(trial.log_dropped_bytes) if marker else row.data, marker))
+            size += len(row.data)
+            if (limit is not None and len(out) >= limit) or (max_bytes is not None and size >= max_bytes):
+                return out
+        if len(rows) < page:
+            return out
+        after_seq = rows[-1].seq
+        page = min(READ_PAGE, page * 4)
 
 
 def iter_full_log(session: Session, trial: Trial) -> Iterator[str]:

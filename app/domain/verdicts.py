@@ -125,12 +125,15 @@ def confirm(session: Session, approach: Approach, trial: Trial, status: Approach
     session.flush()
 
 
-def _runners_able(session: Session, approach: Approach) -> list[Runner]:
+def _connected_runners(session: Session) -> list[Runner]:
+    return list(session.exec(select(Runner).where(Runner.connected.is_(True), Runner.revoked_at.is_(None))  # type: ignore[attr-defined,union-attr]
+                             .order_by(Runner.id)))
+
+
+def _able(approach: Approach, runners: list[Runner]) -> list[Runner]:
     from app.domain.scheduling import unmet_requirements
 
-    rows = session.exec(select(Runner).where(Runner.connected.is_(True), Runner.revoked_at.is_(None))  # type: ignore[attr-defined,union-attr]
-                        .order_by(Runner.id))
-    return [r for r in rows if r.fingerprint and not unmet_requirements(approach.requirements, r.fingerprint)]
+    return [r for r in runners if r.fingerprint and not unmet_requirements(approach.requirements, r.fingerprint)]
 
 
 def retest_reason_on(approach: Approach, fingerprint: dict[str, Any] | None) -> str | None:
@@ -143,13 +146,16 @@ def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
     """approach id -> 're-test: torch 2.10.0 -> 2.11.0' for verdicts bound to a component that a
     connected runner able to run the approach now reports differently."""
     flags: dict[int, str] = {}
+    runners = _connected_runners(session)  # one query, whatever the number of approaches
+    if not runners:
+        return flags
     verdicts = session.exec(select(Approach).where(
         Approach.campaign_id == campaign.id,
         Approach.status.in_([ApproachStatus.dead_end, ApproachStatus.deferred])))  # type: ignore[attr-defined]
     for approach in verdicts:
         if not stack.bound_components(approach.bound_to):
             continue
-        for runner in _runners_able(session, approach):
+        for runner in _able(approach, runners):
             reason = retest_reason_on(approach, runner.fingerprint)
             if reason:
                 flags[approach.id] = f"{reason} (on {runner.name})"

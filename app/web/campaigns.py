@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Form, Request, UploadFile
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
-from app.deps import OperatorDep, SessionDep, require_operator
+from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.campaign_files import export_campaign, import_campaign
 from app.domain.errors import Invalid
@@ -20,6 +20,7 @@ from app.web.render import render
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
 CHANGED = {"HX-Trigger": "campaign-changed"}
 PERSON_STATUSES = [s for s in ApproachStatus if s not in inventory.TRIAL_DRIVEN]
+HISTORY_PAGE = 50
 
 
 def _validated(model, **values):  # noqa: ANN001, ANN202
@@ -138,13 +139,28 @@ def change_status(request: Request, session: SessionDep, operator: OperatorDep, 
     return _approach(request, session, slug, key, block="verdict", headers=CHANGED)
 
 
+def _history_page(session: SessionDep, approach, before: int | None = None) -> dict:  # noqa: ANN001
+    """One page of the approach's history, newest first, and the id to ask the next page after (or None)."""
+    rows = inventory.history(session, approach, before=before, limit=HISTORY_PAGE + 1)
+    return {"history": rows[:HISTORY_PAGE], "history_more": rows[HISTORY_PAGE - 1].id if len(rows) > HISTORY_PAGE else None}
+
+
 def _approach(request: Request, session: SessionDep, slug: str, key: str, block: str | None = None,
               headers: dict | None = None) -> Response:
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    ctx = {"campaign": campaign, "approach": approach, "history": inventory.history(session, approach),
+    ctx = {"campaign": campaign, "approach": approach, **_history_page(session, approach),
            "person_statuses": PERSON_STATUSES}
     return render(request, "approach.html", ctx, block=block, headers=headers)
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/history")
+def history_rows(request: Request, session: SessionDep, slug: str, key: str, before: PageAfter) -> Response:
+    """The next page of history items (htmx: replaces the "more" item)."""
+    campaign = inventory.get_campaign(session, slug)
+    approach = inventory.get_approach(session, campaign, key)
+    ctx = {"campaign": campaign, "approach": approach, **_history_page(session, approach, before)}
+    return render(request, "approach.html", ctx, block="history_rows")
 
 
 @router.get("/campaigns/{slug}/approaches/{key}")

@@ -8,21 +8,22 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session, select
 
-from app.api.runners import revoke
-from app.api.trials import cancel, start_next
-from app.deps import OperatorDep, RowId
+from app.deps import OperatorDep, PageAfter, RowId
 from app.domain import runners as runner_domain
 from app.domain import scheduling
 from app.domain.errors import DomainError
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import Approach, Campaign, Runner, Trial
+from app.services.runners import revoke
+from app.services.trials import cancel, start_next
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
 
 CHANGED = {"HX-Trigger": "campaign-changed"}
 RECENT_TRIALS = 8
+TRIAL_PAGE = 50
 
 
 def _trial_page(session: Session, trial_id: int) -> dict[str, Any]:
@@ -32,17 +33,24 @@ def _trial_page(session: Session, trial_id: int) -> dict[str, Any]:
             "runner": session.get(Runner, trial.runner_id) if trial.runner_id else None}
 
 
-def _recent(session: Session, slug: str, approach_key: str | None = None) -> dict[str, Any]:
-    """The campaign's latest trials, or all of one approach's."""
+def _recent(session: Session, slug: str, approach_key: str | None = None, before: int | None = None) -> dict[str, Any]:
+    """The campaign's latest trials, or one approach's a page at a time (newest first, older than `before`)."""
     campaign = get_campaign(session, slug)
-    query = (select(Trial, Approach).join(Approach, Approach.id == Trial.approach_id)
+    query = (select(Trial, Approach, Runner.name).join(Approach, Approach.id == Trial.approach_id)
+             .outerjoin(Runner, Runner.id == Trial.runner_id)
              .where(Trial.campaign_id == campaign.id).order_by(Trial.id.desc()))  # type: ignore[union-attr]
     if approach_key is None:
-        query = query.limit(RECENT_TRIALS)
-    else:
-        query = query.where(Approach.key == approach_key)
-    names = {r.id: r.name for r in session.exec(select(Runner))}
-    return {"campaign": campaign, "rows": [(t, a, names.get(t.runner_id)) for t, a in session.exec(query).all()]}
+        rows = list(session.exec(query.limit(RECENT_TRIALS)).all())
+        return {"campaign": campaign, "rows": rows, "more_url": None}
+    query = query.where(Approach.key == approach_key)
+    if before is not None:
+        query = query.where(Trial.id < before)
+    rows = list(session.exec(query.limit(TRIAL_PAGE + 1)).all())
+    more_url = None
+    if len(rows) > TRIAL_PAGE:
+        rows = rows[:TRIAL_PAGE]
+        more_url = f"/campaigns/{campaign.slug}/approaches/{approach_key}/trials?before={rows[-1][0].id}"
+    return {"campaign": campaign, "rows": rows, "more_url": more_url}
 
 
 def _runners(session: Session) -> dict[str, Any]:
@@ -75,9 +83,11 @@ async def campaign_trials(request: Request, slug: str, operator: OperatorDep) ->
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/trials")
-async def approach_trials(request: Request, slug: str, key: str, operator: OperatorDep) -> HTMLResponse:
-    ctx = await run_in_tx(request.app.state.engine, _recent, slug, key, write=False)
-    return render(request, "_partials/trial_rows.html", ctx)
+async def approach_trials(request: Request, slug: str, key: str, operator: OperatorDep,
+                          before: PageAfter = None) -> HTMLResponse:
+    """The approach's trials, newest first; `before` (htmx, from the "more" row): the next page's rows only."""
+    ctx = await run_in_tx(request.app.state.engine, _recent, slug, key, before, write=False)
+    return render(request, "_partials/trial_rows.html", ctx, block="rows" if before is not None else None)
 
 
 @router.get("/runners")

@@ -3,6 +3,8 @@ tokens, and a runner stand-in that speaks app/protocol.py over a real websocket 
 `campaign runner`, is used where its module is installed: see `real_runner`)."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -48,16 +50,21 @@ class ThreadServer:
         self.app = create_app(settings)
         self.loop = None
 
-        async def remember_loop(app) -> None:
-            import asyncio
-            self.loop = asyncio.get_running_loop()
+        lifespan = self.app.router.lifespan_context
 
-        self.app.state.startup_hooks.append(remember_loop)
+        @contextlib.asynccontextmanager
+        async def remember_loop(app):
+            self.loop = asyncio.get_running_loop()
+            async with lifespan(app):
+                yield
+
+        self.app.router.lifespan_context = remember_loop
         self.settings = settings
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                ws_max_size=16 * 1024 * 1024, lifespan="on", timeout_graceful_shutdown=2)
+                                ws_max_size=16 * 1024 * 1024, lifespan="on", timeout_graceful_shutdown=2,
+                                ws_per_message_deflate=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

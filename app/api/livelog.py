@@ -1,0 +1,182 @@
+"""The browser's live-log websocket: /api/trials/{id}/logs/ws?after=N.
+
+It needs the operator's session cookie (or an API token) and a same-origin Origin. It sends the
+trial's state, the stored chunks after seq N, then live chunks and state changes, always in seq
+order without repeats:
+    {"type": "state", ...trial fields...}
+    {"type": "log", "chunks": [[seq, text], ...]}
+A viewer that falls behind is closed with code 4000 (live.RESYNC_CLOSE_CODE): reconnect with the
+last seq you have.
+
+Costs are per publish, not per viewer: a live frame is encoded once (live.Frame) and sent as it is
+to every viewer that is caught up; backlog pages are read and encoded on a worker thread. The socket
+is read for as long as it is open, so a viewer that leaves is cleaned up at once, ended trial or not.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from sqlmodel import Session
+
+from app.deps import RowId, operator_from, same_origin
+from app.domain import logs as log_domain
+from app.domain import scheduling
+from app.live import RESYNC_CLOSE_CODE, Frame, Subscriber, get_hub, run_in_tx, trace
+from app.models import Trial
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["trials"])
+
+BACKLOG_PAGE = 500                 # chunks per backlog read (and per message)
+BACKLOG_PAGE_BYTES = 1024 * 1024   # ... or this many bytes of text, whichever comes first
+PENDING_LIMIT = 2000               # chunks held out of order before the viewer is told to resync
+
+
+def browser_allowed(ws: WebSocket) -> bool:
+    """A live session (or an API token) and, from a browser, this server's Origin."""
+    return same_origin(ws) and operator_from(ws) is not None
+
+
+def _backlog_page(session: Session, trial_id: int, after: int) -> tuple[list[tuple[int, str, bool]], bool]:
+    """Stored chunks after `after` (at most a page), and whether more may follow."""
+    trial = session.get(Trial, trial_id)
+    if trial is None:
+        return [], False
+    rows = log_domain.read_after(session, trial, after, BACKLOG_PAGE, max_bytes=BACKLOG_PAGE_BYTES)
+    more = len(rows) == BACKLOG_PAGE or sum(len(text) for _, text, _ in rows) >= BACKLOG_PAGE_BYTES
+    return rows, more
+
+
+class LogFollower:
+    """Sends one viewer the backlog after its seq, then live frames, in seq order without repeats."""
+
+    def __init__(self, ws: WebSocket, sub: Subscriber, after: int, engine: Any) -> None:
+        self.ws = ws
+        self.sub = sub
+        self.engine = engine
+        self.last = after
+        self.pending: dict[int, str] = {}
+        self._gap_checked_at: int | None = None
+
+    def _take(self, chunks: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        out = []
+        for seq, text in chunks:
+            if seq > self.last:
+                self.pending[seq] = text
+        while self.last + 1 in self.pending:
+            self.last += 1
+            out.append((self.last, self.pending.pop(self.last)))
+        return out
+
+    async def run(self, trial: Trial) -> None:
+        await self.ws.send_text(json.dumps({"type": "state", **scheduling.trial_view(trial)}))
+        await self.backlog()
+        await self.live()
+
+    async def backlog(self) -> None:
+        """Stored chunks after the last seq sent, page by page (read and encoded on a worker thread)."""
+        while True:
+            rows, more = await run_in_tx(self.engine, _backlog_page, self.sub.trial_id, self.last, write=False)
+            out = []
+            for seq, text, marker in rows:
+                if marker:  # the seqs before the cap's marker were dropped, not late
+                    self.pending = {s: t for s, t in self.pending.items() if s > seq}
+                    self.last = seq - 1
+                out += self._take([(seq, text)])
+            if out:
+                await self.ws.send_text(await asyncio.to_thread(Frame("log", out).text))
+            if not more:
+                return
+
+    async def live(self) -> None:
+        while True:
+            frame = await self.sub.next()
+            if frame.kind != "log":
+                await self.ws.send_text(frame.text())
+                continue
+            dequeued = time.time_ns() if trace.on else 0
+            if not self.pending and frame.contiguous and frame.first == self.last + 1:
+                self.last = frame.last
+                await self.ws.send_text(frame.text())   # the shared bytes: no per-viewer encoding
+                out = frame.chunks
+            else:
+                out = self._take(frame.chunks)
+                if out:
+                    await self.ws.send_text(Frame("log", out).text())
+                if self.pending and self._gap_checked_at != self.last:
+                    # A gap: chunks stored but never seen live (the cap dropped them, or a publish raced
+                    # this viewer's join). The database has them once committed; read after the last seq.
+                    self._gap_checked_at = self.last
+                    await self.backlog()
+                if len(self.pending) > PENDING_LIMIT:
+                    raise Resync("too many chunks out of order")
+            if trace.on and out:
+                sent = time.time_ns()
+                for seq, _ in out:
+                    trace("s_dequeued", self.sub.trial_id, seq, dequeued)
+                    trace("s_sent", self.sub.trial_id, seq, sent)
+
+
+class Resync(Exception):
+    """Close with RESYNC_CLOSE_CODE: the viewer reconnects with ?after=<its last seq>."""
+
+
+async def _until_disconnect(ws: WebSocket) -> None:
+    """Read the viewer's socket (viewers send nothing that matters) until it closes."""
+    while (await ws.receive())["type"] != "websocket.disconnect":
+        pass
+
+
+async def _close(ws: WebSocket, code: int, reason: str) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ws.close(code=code, reason=reason), 2)
+
+
+@router.websocket("/api/trials/{trial_id}/logs/ws")
+async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> None:
+    if not await asyncio.to_thread(browser_allowed, ws):
+        await ws.close(code=4403, reason="log in first")  # before accept: HTTP 403
+        return
+    engine = ws.app.state.engine
+    hub = get_hub(ws.app)
+    sub = hub.subscribe(trial_id)  # before reading the database, so no chunk falls in between
+    sender: asyncio.Task | None = None
+    reader: asyncio.Task | None = None
+    try:
+        trial = await run_in_tx(engine, lambda s: s.get(Trial, trial_id), write=False)
+        if trial is None:
+            await ws.close(code=4404, reason="no such trial")
+            return
+        await ws.accept()
+        follower = LogFollower(ws, sub, max(after, -1), engine)
+        sender = asyncio.create_task(follower.run(trial))
+        reader = asyncio.create_task(_until_disconnect(ws))
+        sub.on_drop = sender.cancel  # fell behind: stop sending (even mid-send to a stuck viewer)
+        if sub.dropped:  # already, by what was in flight when it subscribed
+            sender.cancel()
+        await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
+        if reader.done():
+            return  # the viewer left (or the server is shutting down)
+        try:
+            await sender
+        except asyncio.CancelledError:
+            if not sub.dropped:
+                raise
+            await _close(ws, RESYNC_CLOSE_CODE, f"fell behind; reconnect with ?after={follower.last}")
+        except Resync as exc:
+            await _close(ws, RESYNC_CLOSE_CODE, str(exc))
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    finally:
+        hub.unsubscribe(sub)
+        for task in (sender, reader):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task

@@ -1,0 +1,98 @@
+"""What the server starts and stops with its lifespan: the live hub, the lost-runner sweeper, the
+embedded runner, gc.freeze, and tracing probes."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import subprocess
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from sqlmodel import Session, select
+
+from app.domain import logs as log_domain
+from app.domain import runners as runner_domain
+from app.live import LiveHub, get_hub, run_in_tx, trace, trace_probes
+from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
+from app.services.runners import sweep_once
+
+log = logging.getLogger(__name__)
+
+
+def install_state(app: FastAPI) -> None:
+    """The live hub and the metric extractor: app state every socket and service uses."""
+    app.state.live_hub = LiveHub()
+    app.state.metric_extractor = log_domain.MetricExtractor()
+
+
+def _needs_sweep(session: Session) -> bool:
+    return session.exec(select(Runner.id).where(Runner.connected.is_(True))).first() is not None or \
+        session.exec(select(Trial.id).where(Trial.state.in_(ACTIVE_TRIAL_STATES))).first() is not None  # type: ignore[attr-defined]
+
+
+async def _sweeper(app: FastAPI, period_s: float = 1.0) -> None:
+    """Every second: runners silent past runner_lost_after_s go offline and their trials are lost."""
+    while True:
+        await asyncio.sleep(period_s)
+        try:
+            if await run_in_tx(app.state.engine, _needs_sweep, write=False):
+                await sweep_once(app)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("lost-runner sweep failed")
+
+
+def _all_offline(session: Session) -> None:
+    # This process holds no runner socket yet; the lost-after clock restarts now for all of them.
+    now = utcnow()
+    for runner in session.exec(select(Runner).where(Runner.connected.is_(True))):
+        runner.connected = False
+        runner.last_seen_at = now
+        session.add(runner)
+
+
+async def start(app: FastAPI) -> None:
+    await run_in_tx(app.state.engine, _all_offline)
+    # Modules, routes, the engine: they live as long as the process. Keep them out of the collector's full
+    # passes, which otherwise stall the event loop (and the live logs) for tens of ms now and then.
+    gc.collect()
+    gc.freeze()
+    app.state.runner_sweeper = asyncio.create_task(_sweeper(app))
+    app.state.trace_probes = asyncio.create_task(trace_probes()) if trace.on else None
+    settings = app.state.settings
+    app.state.embedded_runner = None
+    if settings.embedded_runner:
+        from runners.agent import start_embedded
+
+        _, token = await run_in_tx(app.state.engine, runner_domain.ensure_embedded_runner)
+        # The runner retries its connection with backoff, so starting it before the server listens is fine.
+        app.state.embedded_runner = start_embedded(settings.base_url(), token, settings.data_dir / "spool")
+
+
+async def stop(app: FastAPI) -> None:
+    for name in ("runner_sweeper", "trace_probes"):
+        task = getattr(app.state, name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    proc: subprocess.Popen | None = getattr(app.state, "embedded_runner", None)
+    if proc is not None:
+        from runners.agent import stop_embedded
+
+        # SIGTERM: it cancels its running trial and reports it while the server still listens.
+        await asyncio.to_thread(stop_embedded, proc, app.state.settings.cancel_grace_s + 5)
+    for link in list(get_hub(app).runners.values()):
+        await link.close(1001, "server shutting down")
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    await start(app)
+    try:
+        yield
+    finally:
+        await stop(app)

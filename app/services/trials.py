@@ -1,0 +1,47 @@
+"""Run next candidate and cancel: one transaction, then the push to the runner and the publish to viewers."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from sqlmodel import Session
+
+from app.domain import scheduling
+from app.domain.inventory import get_campaign
+from app.live import get_hub, run_in_tx
+from app.models import Trial
+
+
+async def start_next(app: FastAPI, slug: str, actor: str) -> scheduling.RunNext:
+    """Run next candidate: one transaction (serialized per campaign), then push the Dispatch."""
+    hub = get_hub(app)
+
+    def work(session: Session) -> scheduling.RunNext:
+        campaign = get_campaign(session, slug)
+        return scheduling.run_next(session, campaign, actor, online=hub.online())
+
+    with hub.attempts.share() as validating:
+        result: scheduling.RunNext = await run_in_tx(app.state.engine, work)
+        if validating and result.trial is not None and result.runner is not None and result.dispatch is not None:
+            hub.attempts.remember(result.trial.id, result.dispatch.attempt_id, result.runner.id)  # type: ignore[arg-type]
+    if result.trial is not None and result.runner is not None and result.dispatch is not None:
+        result.dispatch.approach_key = result.approach.key if result.approach else ""
+        # If the push fails (the socket just closed), the runner gets it again when it reconnects
+        # (scheduling.reconcile), or the trial is lost after runner_lost_after_s.
+        await hub.send_to_runner(result.runner.id, result.dispatch)  # type: ignore[arg-type]
+        hub.publish_state(result.trial.id, scheduling.trial_view(result.trial))  # type: ignore[arg-type]
+    return result
+
+
+async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
+    """Ask a trial to stop: Cancel pushed to its runner, which reports Finished(cancelled)."""
+    def work(session: Session) -> tuple[Trial, Any]:
+        trial = scheduling.get_trial(session, trial_id)
+        return trial, scheduling.request_cancel(session, trial, actor)
+
+    trial, message = await run_in_tx(app.state.engine, work)
+    hub = get_hub(app)
+    if message is not None and trial.runner_id is not None:
+        await hub.send_to_runner(trial.runner_id, message)
+    hub.publish_state(trial.id, scheduling.trial_view(trial))  # type: ignore[arg-type]
+    return trial

@@ -1,0 +1,257 @@
+"""Live-log fan-out benchmark: a real `campaign serve` and `campaign runner` (bench/log_pipeline.py's
+Board), many websocket viewers on one trial.
+
+    .venv/bin/python bench/fanout.py                      # 50 viewers, 10,000 lines/s for 10 s
+    .venv/bin/python bench/fanout.py --viewers 10 --seconds 5
+
+Prints:
+- paced: N viewers on one trial printing 10,000 lines/s: print -> viewer latency p50/p99 over every
+  line every viewer got (the first line of each chunk is the earliest printed), lost and duplicated;
+- pages during the flood: p50/p99 of the inventory page and /api/campaigns, asked every 50 ms while
+  the trial prints (one viewer, an unpaced flood: as fast as the runner reads);
+- memory: the server's RSS per connected viewer (N viewers idle on an ended trial), after they
+  leave, and before/after 1,000 viewer connections opened, read and closed.
+The viewers run as asyncio tasks in this process; the machine's load average is printed with the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+from websockets.asyncio.client import connect
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.log_pipeline import FLOOD, PACED, Board, pct  # noqa: E402
+
+
+def rss_mib(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.lines = 0
+        self.lost = 0
+        self.dups = 0
+
+
+async def follow(url: str, headers: dict[str, str], origin: str, stats: Stats, until: asyncio.Event,
+                 expect_lines: list[int]) -> None:
+    """One viewer: reconnects on 4000 with ?after=<last seq>; per message, the latency of each chunk's first
+    line and the line count (the lines are numbered: gaps and repeats are counted at the end)."""
+    last = -1
+    numbers: list[tuple[int, int]] = []  # (first, last) line number per chunk
+    while not until.is_set():
+        try:
+            async with connect(f"{url}?after={last}", origin=origin, additional_headers=headers,  # type: ignore[arg-type]
+                               max_size=None, compression=None, open_timeout=60, ping_interval=None) as ws:
+                while True:
+                    try:
+                        raw = await asyncio.wait_for(ws.recv(), 0.5)
+                    except asyncio.TimeoutError:
+                        if until.is_set() and expect_lines and sum(b - a + 1 for a, b in numbers) >= expect_lines[0]:
+                            break
+                        if until.is_set() and not expect_lines:
+                            break
+                        continue
+                    now = time.time_ns()
+                    msg = json.loads(raw)
+                    if msg["type"] != "log":
+                        continue
+                    for seq, text in msg["chunks"]:
+                        last = seq
+                        first_nl = text.find("\n")
+                        head = text[:first_nl].split(" ", 2)
+                        if len(head) == 3 and head[0].isdigit():
+                            stats.latencies.append((now - int(head[1])) / 1e6)
+                            tail = text[:-1].rsplit("\n", 1)[-1].split(" ", 1)[0]
+                            numbers.append((int(head[0]), int(tail)))
+                break
+        except Exception as exc:  # noqa: BLE001
+            if getattr(getattr(exc, "rcvd", None), "code", None) != 4000:
+                raise
+    got = sum(b - a + 1 for a, b in numbers)
+    stats.lines += got
+    distinct = len({n for a, b in numbers for n in range(a, b + 1)}) if numbers else 0
+    stats.dups += got - distinct
+    if expect_lines:
+        stats.lost += expect_lines[0] - distinct
+
+
+def probe_pages(board: Board, slug: str, stop: threading.Event, out: dict[str, list[float]]) -> None:
+    with httpx.Client(base_url=board.url, headers=board.api, timeout=30) as client:
+        while not stop.is_set():
+            for label, path in (("inventory page", f"/campaigns/{slug}"), ("GET /api/campaigns", "/api/campaigns")):
+                t = time.perf_counter()
+                client.get(path).raise_for_status()
+                out.setdefault(label, []).append((time.perf_counter() - t) * 1000)
+            time.sleep(0.05)
+
+
+def paced(board: Board, viewers: int, rate: int, seconds: float) -> int:
+    tid = board.run_next("paced")
+    ws = board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws"
+    stats = Stats()
+    peak = [rss_mib(board.server.pid)]
+    procs = {"server": psutil.Process(board.server.pid), "runner+trial": psutil.Process(board.runner.pid),
+             "viewers (this process)": psutil.Process()}
+
+    def cpu() -> dict[str, float]:
+        out = {}
+        for name, proc in procs.items():
+            t = proc.cpu_times()
+            out[name] = t.user + t.system + (sum(c.cpu_times().user + c.cpu_times().system
+                                                 for c in proc.children(recursive=True)) if name == "runner+trial" else 0)
+        return out
+
+    cpu_before, wall = cpu(), time.monotonic()
+
+    async def run() -> None:
+        until = asyncio.Event()
+        expect: list[int] = []
+        tasks = [asyncio.create_task(follow(ws, board.cookie, board.url, stats, until, expect)) for _ in range(viewers)]
+        while True:
+            await asyncio.sleep(0.5)
+            peak.append(rss_mib(board.server.pid))
+            t = await asyncio.to_thread(httpx.get, f"{board.url}/api/trials/{tid}", headers=board.api, timeout=30)
+            if t.json()["state"] not in ("queued", "dispatched", "running"):
+                break
+        expect.append(board.stored(tid)[0])
+        until.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 120)
+
+    asyncio.run(run())
+    wall = time.monotonic() - wall
+    used = {name: t - cpu_before.get(name, 0) for name, t in cpu().items()}
+    stored = board.stored(tid)[0]
+    print(f"paced: {viewers} viewers, {rate:,} lines/s for {seconds:g} s: print -> viewer p50 {pct(stats.latencies, 50):.1f} ms, "
+          f"p99 {pct(stats.latencies, 99):.1f} ms, max {max(stats.latencies, default=float('nan')):.1f} ms; "
+          f"stored {stored:,} lines, delivered {stats.lines:,} ({stats.lines / max(1, viewers):,.0f} per viewer), "
+          f"lost {stats.lost}, duplicated {stats.dups}; server RSS peak {max(peak):.0f} MiB")
+    print("  CPU over the run (cores busy): " + ", ".join(f"{name} {t / wall:.2f}" for name, t in used.items())
+          + f" ({wall:.1f} s)")
+    return tid
+
+
+def server_side(board: Board, tid: int) -> None:
+    """From the trace files (--trace, written at exit): print -> the server's send to each viewer, over
+    every (chunk, viewer); the part of the latency that is the server's, whatever the viewers' CPU."""
+    import sqlite3
+
+    printed = {}
+    con = sqlite3.connect(board.db)
+    for seq, data in con.execute("select seq, data from log_chunk where trial_id=? and \"offset\">=0", (tid,)):
+        printed[seq] = int(data.split(" ", 2)[1])
+    con.close()
+    sent = []
+    for path in board.dir.glob("trace.server.*.tsv"):
+        for line in path.read_text().splitlines():
+            event, trial, seq, t = line.split("\t")
+            if event == "s_sent" and int(trial) == tid and int(seq) in printed:
+                sent.append((int(t) - printed[int(seq)]) / 1e6)
+    print(f"  server side (trace): print -> sent to a viewer p50 {pct(sent, 50):.1f} ms, p99 {pct(sent, 99):.1f} ms, "
+          f"max {max(sent, default=float('nan')):.1f} ms over {len(sent):,} (chunk, viewer) sends")
+
+
+def flood_pages(board: Board, seconds: float) -> None:
+    tid = board.run_next("flood")
+    v = board.viewer(tid)
+    v.start()
+    times: dict[str, list[float]] = {}
+    stop = threading.Event()
+    prober = threading.Thread(target=probe_pages, args=(board, "flood", stop, times), daemon=True)
+    prober.start()
+    board.wait_done(tid)
+    stop.set()
+    prober.join(30)
+    v.stop = True
+    lines = board.stored(tid)[0]
+    print(f"pages during a flood ({lines / seconds:,.0f} lines/s stored, 1 viewer):")
+    for label, values in times.items():
+        print(f"  {label:22} p50 {pct(values, 50):6.1f} ms  p99 {pct(values, 99):6.1f} ms  max {max(values):6.1f} ms  "
+              f"({len(values)} requests)")
+
+
+def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
+    ws = board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws"
+
+    async def idle_viewers() -> tuple[float, float, float]:
+        before = rss_mib(board.server.pid)
+        socks = [await connect(f"{ws}?after=-1", origin=board.url, additional_headers=board.cookie,  # type: ignore[arg-type]
+                               max_size=None, compression=None, ping_interval=None) for _ in range(viewers)]
+
+        async def drain(s) -> None:  # noqa: ANN001
+            while True:  # each has its backlog (the whole log), then nothing: the trial has ended
+                try:
+                    await asyncio.wait_for(s.recv(), 2.0)
+                except asyncio.TimeoutError:
+                    return
+
+        await asyncio.gather(*(drain(s) for s in socks))
+        during = rss_mib(board.server.pid)
+        for s in socks:
+            await s.close()
+        await asyncio.sleep(2)
+        return before, during, rss_mib(board.server.pid)
+
+    async def churn(n: int, parallel: int = 20) -> None:
+        async def one() -> None:
+            async with connect(f"{ws}?after=-1", origin=board.url, additional_headers=board.cookie,  # type: ignore[arg-type]
+                               max_size=None, compression=None) as s:
+                await s.recv()  # the state
+                await s.recv()  # the first backlog page
+        for _ in range(n // parallel):
+            await asyncio.gather(*(one() for _ in range(parallel)))
+
+    before, during, after = asyncio.run(idle_viewers())
+    print(f"memory: {viewers} viewers connected to an ended trial: {(during - before) / viewers * 1024:,.0f} KiB per viewer "
+          f"(RSS {before:.0f} -> {during:.0f} MiB), {after:.0f} MiB after they left")
+    asyncio.run(churn(100))
+    start = rss_mib(board.server.pid)
+    t = time.perf_counter()
+    asyncio.run(churn(connections))
+    time.sleep(2)
+    print(f"memory: {connections:,} viewer connections opened, read and closed in {time.perf_counter() - t:.1f} s: "
+          f"server RSS {start:.0f} -> {rss_mib(board.server.pid):.0f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--viewers", type=int, default=50)
+    parser.add_argument("--rate", type=int, default=10_000, help="lines/s the paced trial prints")
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--trace", action="store_true", help="also the server's share of the paced latency")
+    args = parser.parse_args()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"fan-out: load average {load} on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="fanout-") as tmp:
+        board = Board(Path(tmp), trace=args.trace)
+        try:
+            board.start()
+            board.seed([("paced", PACED.format(rate=args.rate, seconds=args.seconds)),
+                        ("flood", FLOOD.format(seconds=args.seconds))])
+            tid = paced(board, args.viewers, args.rate, args.seconds)
+            flood_pages(board, args.seconds)
+            memory(board, tid, args.viewers, args.connections)
+        finally:
+            board.stop()
+        if args.trace:
+            server_side(board, tid)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""Every page at the size of a real campaign: builds 500 approaches / 50,000 trials / 150,000 status
+changes / 225,000 log chunks / ~519,000 metrics with bulk inserts through the SQLModel tables, on
+SQLite and PostgreSQL, then prints the server time per page (median of --repeat requests, in-process
+ASGI: no network) and the number of SQL statements each one ran.
+
+    .venv/bin/python bench/pages_at_scale.py                 # full size, SQLite and PostgreSQL
+    .venv/bin/python bench/pages_at_scale.py --scale 0.1     # a tenth (a few minutes on 2 cores)
+    .venv/bin/python bench/pages_at_scale.py --db sqlite
+
+`build_campaign()` is also what tests/trials/test_page_queries.py grows its data with.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import event, insert, select  # noqa: E402
+from sqlmodel import Session  # noqa: E402
+
+from app.models import (Approach, ApproachStatus, Attempt, Campaign, LogChunk, Metric, Runner,  # noqa: E402
+                        StatusChange, Trial, TrialState, utcnow)
+
+FINGERPRINT_OLD = {"hostname": "node-a", "gpu_count": 8, "sm": "9.0", "torch": "2.10.0", "cuda": "12.8",
+                   "nccl": "2.27.3", "sglang": "0.5.4", "driver": "570.124"}
+FINGERPRINT_NEW = {**FINGERPRINT_OLD, "hostname": "node-b", "torch": "2.11.0"}
+METRIC_NAMES = [("allreduce_latency_us", "us"), ("allreduce_in_situ_us", "us"), ("verify_time_ms", "ms"),
+                ("output_throughput_tok_s", "tok/s"), ("accept_length", "")]
+ENDED = [TrialState.succeeded, TrialState.failed, TrialState.timed_out, TrialState.cancelled]
+BATCH = 20_000
+
+
+def _bulk(session: Session, table, rows: list[dict]) -> None:  # noqa: ANN001
+    for i in range(0, len(rows), BATCH):
+        session.execute(insert(table), rows[i:i + BATCH])
+
+
+def build_campaign(engine, slug: str = "scale", *, approaches: int = 500, trials: int = 50_000,  # noqa: ANN001
+                   changes_per_trial: int = 3, chunks_per_trial: float = 4.5, metrics_per_trial: float = 10.38,
+                   runners: bool = True, seed: int = 1) -> int:
+    """A campaign of this size (rows spread evenly over approaches); returns its id. Adds to the campaign
+    when it exists (new approaches after the existing ones)."""
+    rng = random.Random(seed)
+    now = utcnow()
+    with Session(engine) as session:
+        campaign = session.exec(select(Campaign).where(Campaign.slug == slug)).scalars().first()  # type: ignore[attr-defined]
+        if campaign is None:
+            campaign = Campaign(slug=slug, name=f"Scale {slug}", baseline_tok_s=80.0, accept_length=2.4,
+                                draft_steps=3, draft_step_ms=1.2, verify_compute_ms=9.0)
+            session.add(campaign)
+            session.flush()
+        cid = campaign.id
+        if runners and not session.execute(select(Runner.id).limit(1)).first():
+            _bulk(session, Runner, [dict(name=f"node-{n}", token_hash=uuid.uuid4().hex, labels=[],
+                                         fingerprint=fp, connected=True, last_seen_at=now, created_at=now)
+                                    for n, fp in (("a", FINGERPRINT_OLD), ("b", FINGERPRINT_NEW))])
+        runner_ids = [r for (r,) in session.execute(select(Runner.id).order_by(Runner.id))]
+        start = session.execute(select(Approach.position).where(Approach.campaign_id == cid)
+                                .order_by(Approach.position.desc()).limit(1)).scalar() or 0  # type: ignore[attr-defined]
+        statuses = [ApproachStatus.dead_end, ApproachStatus.deferred, ApproachStatus.promising, ApproachStatus.untested]
+        rows = []
+        for i in range(approaches):
+            status = statuses[i % len(statuses)]
+            bound = status in (ApproachStatus.dead_end, ApproachStatus.deferred) and i % 2 == 0
+            rows.append(dict(campaign_id=cid, key=f"a{start + i + 1:04d}", title=f"Approach {start + i + 1}",
+                             description="", position=start + i + 1, status=status, reason="measured" if status != "untested" else "",
+                             evidence="", effort="", prerequisites="",
+                             recipe={"kind": "command", "params": {"argv": ["true"]}, "timeout_s": 60},
+                             requirements={"gpus": 8, "min_sm": "9.0", "software": []},
+                             verdict_fingerprint=FINGERPRINT_OLD if bound else None,
+                             bound_to={"components": ["torch"]} if bound else None,
+                             created_at=now, updated_at=now))
+        _bulk(session, Approach, rows)
+        ids = [a for (a,) in session.execute(select(Approach.id).where(Approach.campaign_id == cid,
+                                                                          Approach.position > start)
+                                             .order_by(Approach.position))]
+        per = max(1, trials // max(1, len(ids)))
+        t0 = now - timedelta(days=30)
+        trial_rows = []
+        for n in range(trials):
+            approach_id = ids[min(n // per, len(ids) - 1)]
+            at = t0 + timedelta(seconds=30 * n)
+            trial_rows.append(dict(campaign_id=cid, approach_id=approach_id, recipe={}, state=rng.choice(ENDED),
+                                   phase="done", runner_id=runner_ids[n % len(runner_ids)] if runner_ids else None,
+                                   attempt_id=uuid.uuid4().hex, attempt_count=1, requested_by="bench", error="",
+                                   gpu_note="", log_bytes=400, log_dropped_bytes=0, cancel_requested=False,
+                                   created_at=at, dispatched_at=at, started_at=at, finished_at=at + timedelta(seconds=20)))
+        _bulk(session, Trial, trial_rows)
+        trials_made = list(session.execute(select(Trial.id, Trial.approach_id, Trial.attempt_id, Trial.created_at)
+                                           .where(Trial.approach_id.in_(ids)).order_by(Trial.id)))  # type: ignore[attr-defined]
+        _bulk(session, Attempt, [dict(id=a, trial_id=t, runner_id=None, number=1, state="succeeded", created_at=at)
+                                 for t, _, a, at in trials_made])
+        changes, chunks, metrics = [], [], []
+        flow = [("untested", "queued"), ("queued", "running"), ("running", "untested")]
+        chunk_acc = metric_acc = 0.0
+        for t, approach_id, attempt, at in trials_made:
+            for k in range(changes_per_trial):
+                a, b = flow[k % len(flow)]
+                changes.append(dict(approach_id=approach_id, from_status=a, to_status=b, reason="", actor="bench",
+                                    trial_id=t, at=at + timedelta(seconds=k)))
+            chunk_acc += chunks_per_trial
+            n_chunks, chunk_acc = int(chunk_acc), chunk_acc - int(chunk_acc)
+            for seq in range(n_chunks):
+                chunks.append(dict(trial_id=t, attempt_id=attempt, seq=seq, offset=seq * 100,
+                                   data=f"[{seq}] allreduce bench line ........................................\n",
+                                   created_at=at))
+            metric_acc += metrics_per_trial
+            n_metrics, metric_acc = int(metric_acc), metric_acc - int(metric_acc)
+            for m in range(n_metrics):
+                name, unit = METRIC_NAMES[m % len(METRIC_NAMES)]
+                metrics.append(dict(trial_id=t, approach_id=approach_id, campaign_id=cid, seq=m // 4, index=m % 4,
+                                    name=name, value=rng.uniform(1, 100), unit=unit,
+                                    tags={"backend": "nccl", "tokens": [1, 4, 16, 64][m % 4], "world_size": 8,
+                                          "mode": "graph"}, created_at=at))
+            if len(metrics) >= BATCH:
+                _bulk(session, Metric, metrics)
+                metrics.clear()
+            if len(chunks) >= BATCH:
+                _bulk(session, LogChunk, chunks)
+                chunks.clear()
+            if len(changes) >= BATCH:
+                _bulk(session, StatusChange, changes)
+                changes.clear()
+        _bulk(session, Metric, metrics)
+        _bulk(session, LogChunk, chunks)
+        _bulk(session, StatusChange, changes)
+        session.commit()
+        return cid  # type: ignore[return-value]
+
+
+class StatementCounter:
+    """SQL statements run on an engine while counting (all threads)."""
+
+    def __init__(self, engine) -> None:  # noqa: ANN001
+        self.count = 0
+        event.listen(engine, "before_cursor_execute", self._on)
+
+    def _on(self, *args) -> None:  # noqa: ANN002
+        self.count += 1
+
+
+def pages(client, slug: str, engine) -> list[tuple[str, str]]:  # noqa: ANN001
+    """(label, path) of every page, fragment and API read of a campaign (exports last)."""
+    with Session(engine) as session:
+        cid = session.execute(select(Campaign.id).where(Campaign.slug == slug)).scalar()
+        big = session.execute(select(Approach.key, Approach.id).where(Approach.campaign_id == cid)
+                              .order_by(Approach.position)).first()
+        trial_id = session.execute(select(Trial.id).where(Trial.approach_id == big[1]).order_by(Trial.id.desc())).scalar()
+        change_id = session.execute(select(StatusChange.id).where(StatusChange.approach_id == big[1])
+                                    .order_by(StatusChange.at.desc(), StatusChange.id.desc()).offset(49)).scalar()
+    key = big[0]
+    return [
+        ("campaigns list", "/"),
+        ("campaign page", f"/campaigns/{slug}"),
+        ("inventory fragment", f"/campaigns/{slug}/inventory"),
+        ("recent trials fragment", f"/campaigns/{slug}/trials"),
+        ("verdicts fragment", f"/campaigns/{slug}/verdicts"),
+        ("approach page", f"/campaigns/{slug}/approaches/{key}"),
+        ("approach history: more", f"/campaigns/{slug}/approaches/{key}/history?before={change_id}"),
+        ("approach trials fragment", f"/campaigns/{slug}/approaches/{key}/trials"),
+        ("approach trials: more", f"/campaigns/{slug}/approaches/{key}/trials?before={trial_id - 10}"),
+        ("trial page", f"/trials/{trial_id}"),
+        ("trial metrics fragment", f"/trials/{trial_id}/metrics"),
+        ("trial verdict fragment", f"/trials/{trial_id}/verdict"),
+        ("runners page", "/runners"),
+        ("API campaigns", "/api/campaigns"),
+        ("API approaches", f"/api/campaigns/{slug}/approaches"),
+        ("API history", f"/api/campaigns/{slug}/approaches/{key}/history"),
+        ("API trial", f"/api/trials/{trial_id}"),
+        ("API runners", "/api/runners"),
+        ("charts page", f"/campaigns/{slug}/charts"),
+        ("status page (share)", None),
+        ("export YAML", f"/campaigns/{slug}/export.yaml"),
+        ("metrics CSV", f"/campaigns/{slug}/metrics.csv"),
+    ]
+
+
+def _status_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _reset_peak() -> None:
+    """Linux: VmHWM (peak RSS) starts again from the current RSS."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def csv_over_http(app, path: str, headers: dict[str, str]) -> None:  # noqa: ANN001
+    """The CSV through real uvicorn (in a thread), read as a stream and dropped: this process's peak RSS
+    growth is the server's."""
+    import socket
+    import threading
+
+    import httpx
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        _reset_peak()
+        base = _status_mib("VmRSS")
+        rows = size = 0
+        t = time.perf_counter()
+        with httpx.stream("GET", f"http://127.0.0.1:{port}{path}", headers=headers, timeout=600) as r:
+            for part in r.iter_bytes():
+                rows += part.count(b"\n")
+                size += len(part)
+        seconds = time.perf_counter() - t
+        print(f"  {'metrics CSV (uvicorn)':28} {seconds * 1000:10.1f} {'':8} {'':8} {size:10,d}  {(rows - 1) / seconds:,.0f} rows/s, "
+              f"peak memory growth {_status_mib('VmHWM') - base:.0f} MiB")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def measure(db_url: str, scale: float, repeat: int, skip: set[str]) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.config import Settings
+    from app.db import session_scope
+    from app.domain.sharing import create_share_link, share_token
+    from app.main import create_app
+    from app.security import create_api_token
+
+    data_dir = Path(tempfile.mkdtemp(prefix="pages-at-scale-"))
+    app = create_app(Settings(data_dir=data_dir, database_url=db_url, embedded_runner=False,
+                              secret_key="bench-" + uuid.uuid4().hex))
+    engine = app.state.engine
+    t = time.perf_counter()
+    build_campaign(engine, approaches=max(2, int(500 * scale)), trials=max(4, int(50_000 * scale)))
+    with session_scope(engine, write=False) as session:
+        counts = {name: session.execute(select(__import__("sqlalchemy").func.count()).select_from(table)).scalar()
+                  for name, table in (("approaches", Approach), ("trials", Trial), ("status changes", StatusChange),
+                                      ("log chunks", LogChunk), ("metrics", Metric))}
+    print(f"  built in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{v:,} {k}" for k, v in counts.items()))
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE")
+    with session_scope(engine) as session:
+        headers = {"Authorization": f"Bearer {create_api_token(session, 'bench')}"}
+        campaign = session.execute(select(Campaign).where(Campaign.slug == "scale")).scalar_one()
+        share_path = f"/s/{share_token(create_share_link(session, campaign, 'bench', 'bench'), app.state.settings.resolved_secret_key())}"
+    counter = StatementCounter(engine)
+    with TestClient(app, base_url="http://127.0.0.1", headers=headers) as client:
+        print(f"  {'page':28} {'median ms':>10} {'max ms':>8} {'queries':>8} {'bytes':>10}")
+        for label, path in pages(client, "scale", engine):
+            if path is None:
+                path = share_path
+            if any(s in label for s in skip):
+                print(f"  {label:28} {'skipped':>10}")
+                continue
+            if label == "metrics CSV":
+                csv_over_http(app, path, headers)
+                continue
+            times, size = [], 0
+            reps = 1 if label.startswith(("export", "metrics")) else repeat
+            for _ in range(reps):
+                before = counter.count
+                t = time.perf_counter()
+                r = client.get(path)
+                times.append((time.perf_counter() - t) * 1000)
+                queries = counter.count - before
+                size = len(r.content)
+                if r.status_code != 200:
+                    print(f"  {label:28} HTTP {r.status_code}: {r.text[:120]}")
+                    break
+            else:
+                print(f"  {label:28} {statistics.median(times):10.1f} {max(times):8.1f} {queries:8d} {size:10,d}")
+    engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (1.0: 500 / 50,000)")
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--repeat", type=int, default=5, help="requests per page (the median is printed)")
+    parser.add_argument("--skip", action="append", default=[], help="skip pages whose label contains this")
+    args = parser.parse_args()
+    print(f"pages at scale x{args.scale}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs")
+    if args.db in ("sqlite", "both"):
+        print("SQLite")
+        measure(f"sqlite:///{tempfile.mkdtemp(prefix='pages-at-scale-')}/scale.db", args.scale, args.repeat,
+                set(args.skip))
+    if args.db in ("postgres", "both"):
+        import psycopg
+
+        admin = os.environ.get("CAMPAIGN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+        name = "pages_at_scale_" + uuid.uuid4().hex[:8]
+        conninfo = admin.replace("postgresql+psycopg://", "postgresql://")
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        try:
+            print("PostgreSQL")
+            measure(admin.rsplit("/", 1)[0] + "/" + name, args.scale, args.repeat, set(args.skip))
+        finally:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
