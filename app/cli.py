@@ -1,6 +1,7 @@
 """`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...)."""
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -10,6 +11,7 @@ from rich.console import Console
 
 from app.config import Settings, get_settings
 from app.db import make_engine, migrate, session_scope
+from app.logconfig import configure_logging
 
 cli = typer.Typer(help="Campaign Board: optimization campaigns for LLM inference on GPU nodes.",
                   no_args_is_help=True, add_completion=False)
@@ -19,6 +21,7 @@ runners_cli = typer.Typer(help="Runner tokens: one per GPU node (`campaign runne
 cli.add_typer(runners_cli, name="runners")
 console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
 err = Console(stderr=True)
+log = logging.getLogger(__name__)
 
 
 def _engine(settings: Settings):
@@ -46,6 +49,7 @@ def serve(
     from app.security import create_login_token
 
     settings = get_settings()
+    configure_logging(settings.log_level)
     if host:
         settings.host = host
     if port:
@@ -66,6 +70,7 @@ def serve(
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
     app = create_app(settings, run_migrations=False)
+    log.info("serving on %s:%s (embedded runner: %s)", settings.host, settings.port, settings.embedded_runner)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024)
 
 
@@ -269,6 +274,7 @@ def runner(
 
     settings = get_settings()
     name = name or socket.gethostname()
+    configure_logging(settings.log_level, label=f"runner {name}")
     code = run(server, token, spool_dir=spool_dir or settings.data_dir / "runner-spool" / name,
                labels=[label.strip() for label in labels.split(",") if label.strip()], name=name, python=python,
                sglang_python=sglang_python, cancel_grace_s=settings.cancel_grace_s, max_concurrent=max_trials,

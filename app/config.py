@@ -5,8 +5,20 @@ import secrets
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def resource_dir(name: str) -> Path:
+    """templates/, static/ or alembic/: inside the installed package (the wheel maps them there, see
+    setup.py), else at the top of the checkout beside app/ (source tree, editable install)."""
+    for candidate in (PACKAGE_DIR / name, PACKAGE_DIR.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"{name}/ is neither in {PACKAGE_DIR} nor beside it: a broken install")
 
 
 class Settings(BaseSettings):
@@ -30,6 +42,15 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(5.0, description="Runner heartbeat period.")
     runner_lost_after_s: float = Field(30.0, description="A runner silent this long is offline; its running trial is lost.")
     cancel_grace_s: float = Field(10.0, description="SIGTERM to SIGKILL grace when a trial is cancelled or times out.")
+    log_level: str = Field("INFO", description="Level of the server's and the runner's logs on stderr: DEBUG, INFO, WARNING or ERROR.")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {value!r}; one of {', '.join(LOG_LEVELS)}")
+        return level
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -8,8 +8,8 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from app import PROJECT_ROOT, __version__
-from app.config import Settings, get_settings
+from app import __version__
+from app.config import Settings, get_settings, resource_dir
 from app.db import make_engine, migrate
 from app.errors import install_error_handlers
 from app.security import SessionSigner
@@ -69,7 +69,7 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     def healthz() -> dict:
         return {"ok": True, "version": __version__}
 
-    app.mount("/static", StaticFiles(directory=str(PROJECT_ROOT / "static")), name="static")
+    app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     for name in ROUTER_MODULES:
         module = import_module(name)
         app.include_router(module.router)

@@ -9,7 +9,8 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
-from tests.conftest import start_live_server, stop_live_server
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.trials import command_recipe, seed_campaign
 
 pytestmark = pytest.mark.browser
 
@@ -20,9 +21,6 @@ SCRIPT = ("import time\n"
 
 
 def test_run_next_candidate_shows_the_log_live(tmp_path, browser):
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "trials"))
-    from trials_support import command_recipe, seed_campaign
-
     db_url = f"sqlite:///{tmp_path / 'e2e.db'}"
     server = start_live_server(tmp_path, db_url)  # with its embedded runner
     engine = make_engine(db_url)

@@ -15,7 +15,8 @@ import pytest
 from app.db import session_scope
 from app.domain import logs as log_domain
 from app.models import Trial
-from trials_support import (ThreadServer, command_recipe, log_text, make_settings, new_runner_token,
+from tests.support.servers import ThreadServer
+from tests.support.trials import (command_recipe, log_text, make_settings, new_runner_token,
                             real_runner_available, run_next, seed_campaign, start_real_runner, trial,
                             viewer_messages, wait_for)
 
