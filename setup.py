@@ -2,6 +2,7 @@
 templates/, static/ and alembic/ into the package (app/templates, app/static, app/alembic), where
 app.config.resource_dir finds them once installed. In a checkout (or an editable install) they stay where
 they are and the same function finds them there."""
+
 from setuptools import find_packages, setup
 
 BUNDLED = {"app.templates": "templates", "app.static": "static", "app.alembic": "alembic"}

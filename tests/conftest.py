@@ -8,6 +8,7 @@ test gets its own copy (tests/support/databases.py). When PostgreSQL is unreacha
 
 Markers: `serial` tests run alone, after the parallel pass (scripts/run-tests).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,10 @@ def postgres_admin() -> str:
     try:
         psycopg.connect(pg_conninfo(PG_ADMIN_URL), connect_timeout=5).close()
     except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc}. .ci/run starts it; "
-                    "set CAMPAIGN_TEST_SKIP_POSTGRES=1 to skip PostgreSQL cases locally.")
+        pytest.fail(
+            f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc}. .ci/run starts it; "
+            "set CAMPAIGN_TEST_SKIP_POSTGRES=1 to skip PostgreSQL cases locally."
+        )
     return PG_ADMIN_URL
 
 
@@ -83,8 +86,12 @@ def empty_db_url(request, tmp_path) -> Iterator[str]:
 def settings(tmp_path, db_url):
     from app.config import Settings
 
-    return Settings(data_dir=tmp_path / "data", database_url=db_url, embedded_runner=False,
-                    secret_key="test-secret-" + uuid.uuid4().hex)
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        embedded_runner=False,
+        secret_key="test-secret-" + uuid.uuid4().hex,
+    )
 
 
 @pytest.fixture

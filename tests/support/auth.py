@@ -1,4 +1,5 @@
 """Credentials for tests: a one-time login token and an API token, straight from the database."""
+
 from app.db import session_scope
 from app.security import create_api_token, create_login_token
 

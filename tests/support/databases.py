@@ -4,6 +4,7 @@ running the migrations again.
 
 PostgreSQL: CAMPAIGN_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test).
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Ports for real servers on 127.0.0.1."""
+
 import socket
 
 

@@ -1,5 +1,6 @@
 """Real servers for tests: `campaign serve` in its own process (LiveServer) and uvicorn serving
 create_app(settings) in a thread of the test process (ThreadServer, when a test needs app.state)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,21 +31,41 @@ class LiveServer:
         self.proc, self.url, self.login_url, self.env, self.log = proc, url, login_url, env, log
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app.cli", *args], env=self.env, cwd=ROOT,
-                              capture_output=True, text=True, check=check, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli", *args],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+        )
 
 
-def start_live_server(tmp_path: Path, db_url: str, *extra: str, env: dict[str, str] | None = None,
-                      command: Sequence[str] = (sys.executable, "-m", "app.cli"), cwd: Path = ROOT) -> LiveServer:
+def start_live_server(
+    tmp_path: Path,
+    db_url: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    command: Sequence[str] = (sys.executable, "-m", "app.cli"),
+    cwd: Path = ROOT,
+) -> LiveServer:
     """Start `<command> serve <extra>` (by default this checkout's) and wait for its login URL and /healthz."""
     port = free_port()
-    run_env = {**os.environ, "CAMPAIGN_DATA_DIR": str(tmp_path / "data"), "CAMPAIGN_DATABASE_URL": db_url,
-               "CAMPAIGN_PORT": str(port), "CAMPAIGN_SECRET_KEY": "live-" + uuid.uuid4().hex,
-               "PYTHONUNBUFFERED": "1", **(env or {})}
+    run_env = {
+        **os.environ,
+        "CAMPAIGN_DATA_DIR": str(tmp_path / "data"),
+        "CAMPAIGN_DATABASE_URL": db_url,
+        "CAMPAIGN_PORT": str(port),
+        "CAMPAIGN_SECRET_KEY": "live-" + uuid.uuid4().hex,
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
     log_path = tmp_path / f"server-{port}.log"
     log = open(log_path, "w+")
-    proc = subprocess.Popen([*command, "serve", *extra], env=run_env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [*command, "serve", *extra], env=run_env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     login_url = ""
@@ -55,7 +76,7 @@ def start_live_server(tmp_path: Path, db_url: str, *extra: str, env: dict[str, s
         log.seek(0)
         for line in log.read().splitlines():
             if "/login?token=" in line:
-                login_url = line[line.index("http"):].strip()
+                login_url = line[line.index("http") :].strip()
         if login_url:
             try:
                 if httpx.get(url + "/healthz", timeout=1).status_code == 200:
@@ -96,8 +117,15 @@ class ThreadServer:
         self.settings = settings
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                ws_max_size=16 * 1024 * 1024, lifespan="on", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            ws_max_size=16 * 1024 * 1024,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
