@@ -20,7 +20,7 @@ cli.add_typer(token_cli, name="token")
 runners_cli = typer.Typer(help="Runner tokens: one per GPU node (`campaign runner --token ...`).", no_args_is_help=True)
 cli.add_typer(runners_cli, name="runners")
 console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # paths in errors stay whole (tests grep them)
 log = logging.getLogger(__name__)
 
 
