@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+
+from app.logconfig import configure_logging
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -25,7 +28,8 @@ cli.add_typer(sessions_cli, name="sessions")
 runners_cli = typer.Typer(help="Runner tokens: one per GPU node (`campaign runner --token ...`).", no_args_is_help=True)
 cli.add_typer(runners_cli, name="runners")
 console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # paths in errors stay whole (tests grep them)
+log = logging.getLogger(__name__)
 
 
 def get_settings() -> "Settings":
@@ -67,6 +71,7 @@ def serve(
     from app.security import create_login_token
 
     settings = get_settings()
+    configure_logging(settings.log_level)
     if host:
         settings.host = host
     if port:
@@ -93,6 +98,7 @@ def serve(
     listening = _listening_file(settings)
     listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
     # uvicorn re-raises SIGTERM after shutdown, so `finally` may not run: `login-url` also checks the pid.
+    log.info("serving on %s:%s (embedded runner: %s)", settings.host, settings.port, settings.embedded_runner)
     try:
         # No per-message deflate: live-log frames are encoded once and sent as they are to every viewer
         # (compressing per viewer cost a third of the event loop in a flood). A bounded graceful shutdown.
@@ -361,6 +367,7 @@ def runner(
             token = (sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()).strip()
         except OSError as exc:
             _fail(f"cannot read {token_file}: {exc.strerror}", code=2)
+    configure_logging(settings.log_level, label=f"runner {name}")
     spool_dir = spool_dir or settings.data_dir / "runner-spool" / name
     trial_executor = None
     if executor == "slurm":

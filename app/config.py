@@ -7,8 +7,20 @@ from pathlib import Path
 
 from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def resource_dir(name: str) -> Path:
+    """templates/, static/ or alembic/: inside the installed package (the wheel maps them there, see
+    setup.py), else at the top of the checkout beside app/ (source tree, editable install)."""
+    for candidate in (PACKAGE_DIR / name, PACKAGE_DIR.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"{name}/ is neither in {PACKAGE_DIR} nor beside it: a broken install")
 
 
 class Settings(BaseSettings):
@@ -41,6 +53,15 @@ class Settings(BaseSettings):
     login_attempts_per_minute: int = Field(
         10, ge=1, description="Failed login-link attempts allowed per client address per minute; then 429.")
     cancel_grace_s: float = Field(10.0, description="SIGTERM to SIGKILL grace when a trial is cancelled or times out.")
+    log_level: str = Field("INFO", description="Level of the server's and the runner's logs on stderr: DEBUG, INFO, WARNING or ERROR.")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {value!r}; one of {', '.join(LOG_LEVELS)}")
+        return level
 
     @model_validator(mode="after")
     def _default_lost_after(self) -> "Settings":

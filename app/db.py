@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import ORMExecuteState
 from sqlmodel import Session, create_engine
 
-from app import PROJECT_ROOT
+from app.config import resource_dir
 
 
 def make_engine(url: str) -> Engine:
@@ -56,8 +56,9 @@ def make_engine(url: str) -> Engine:
 
 
 def alembic_config(url: str) -> Config:
-    cfg = Config(str(PROJECT_ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
+    # No alembic.ini at run time (the wheel has none); the checkout's alembic.ini serves the `alembic` CLI.
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resource_dir("alembic")))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 

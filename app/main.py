@@ -9,8 +9,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from swagger_ui_bundle import swagger_ui_path
 
-from app import PROJECT_ROOT, __version__
-from app.config import Settings, get_settings
+from app import __version__
+from app.config import Settings, get_settings, resource_dir
 from app.db import make_engine, migrate
 from app.errors import install_error_handlers, install_openapi
 from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
         return HTMLResponse(API_DOCS_HTML)
 
     app.mount("/static/swagger", StaticFiles(directory=swagger_ui_path), name="swagger")
-    app.mount("/static", StaticFiles(directory=str(PROJECT_ROOT / "static")), name="static")
+    app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     for router in ROUTERS:
         app.include_router(router)
     install_openapi(app)

@@ -8,7 +8,8 @@ from pathlib import Path
 import plotly
 from jinja2_fragments.fastapi import Jinja2Blocks
 
-from app import PROJECT_ROOT, __version__
+from app import __version__
+from app.config import resource_dir
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 
 HTMX_VERSION = "2.0.11"
@@ -40,7 +41,7 @@ def _utc(ts: datetime | None) -> str:
 
 
 def make_templates() -> Jinja2Blocks:
-    templates = Jinja2Blocks(directory=str(PROJECT_ROOT / "templates"))
+    templates = Jinja2Blocks(directory=str(resource_dir("templates")))
     env = templates.env
     env.globals.update(
         app_version=__version__, htmx_version=HTMX_VERSION, plotly_version=plotly.__version__,

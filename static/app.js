@@ -8,11 +8,16 @@
     { code: "4..", swap: true, error: false },
     { code: "...", swap: false, error: true },
   ];
+  // A flash answers the person's last write: their next write clears it as it starts. A background
+  // fragment (hx-trigger="load", "campaign-changed from:body") that succeeds later must not wipe it.
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    const flash = document.getElementById("flash");
+    if (flash && evt.detail.requestConfig && evt.detail.requestConfig.verb !== "get") flash.replaceChildren();
+  });
   document.addEventListener("htmx:afterRequest", function (evt) {
     const flash = document.getElementById("flash");
     if (!flash) return;
     const xhr = evt.detail.xhr;
-    if (xhr && xhr.status >= 200 && xhr.status < 300) flash.replaceChildren();
     if (xhr && xhr.status >= 500) {
       const div = document.createElement("div");
       div.className = "flash flash-error";

@@ -1,33 +1,35 @@
 """Shared fixtures: one test suite over every storage backend (SQLite file and PostgreSQL),
-apps on a fresh database, a real uvicorn server on a free port, and Chromium through Playwright.
+apps on a fresh database, a real `campaign serve` on a free port, and Chromium through Playwright.
+The helpers behind them live in tests/support/.
 
-PostgreSQL: CAMPAIGN_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test).
-Each test gets its own database, created and dropped around it. When the server is unreachable
-the PostgreSQL cases fail (CI starts it); set CAMPAIGN_TEST_SKIP_POSTGRES=1 to skip them locally.
+Databases: each backend is migrated once per session (per xdist worker) into a template, and every
+test gets its own copy (tests/support/databases.py). When PostgreSQL is unreachable its cases fail
+(CI starts it); set CAMPAIGN_TEST_SKIP_POSTGRES=1 to skip them locally.
+
+Markers: `serial` tests run alone, after the parallel pass (scripts/run-tests).
 """
+
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-PG_ADMIN_URL = os.environ.get("CAMPAIGN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("CAMPAIGN_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from tests.support.auth import api_token, login_token
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.databases import PG_ADMIN_URL, PostgresTemplate, SqliteTemplate, make_postgres_db, pg_conninfo
+from tests.support.servers import LiveServer, start_live_server, stop_live_server
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-def _pg_conninfo(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Building and installing the wheel is the longest test by far: start it first, so the other
+    xdist workers run the rest meanwhile instead of waiting for it at the end."""
+    items.sort(key=lambda item: item.path.name != "test_wheel.py")  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
@@ -37,34 +39,47 @@ def postgres_admin() -> str:
     import psycopg
 
     try:
-        psycopg.connect(_pg_conninfo(PG_ADMIN_URL), connect_timeout=5).close()
+        psycopg.connect(pg_conninfo(PG_ADMIN_URL), connect_timeout=5).close()
     except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc}. .ci/run starts it; "
-                    "set CAMPAIGN_TEST_SKIP_POSTGRES=1 to skip PostgreSQL cases locally.")
+        pytest.fail(
+            f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc}. .ci/run starts it; "
+            "set CAMPAIGN_TEST_SKIP_POSTGRES=1 to skip PostgreSQL cases locally."
+        )
     return PG_ADMIN_URL
 
 
-def make_postgres_db(admin_url: str) -> tuple[str, callable]:
-    """Create an empty database; return its URL and a function that drops it."""
-    import psycopg
-
-    name = f"cb_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_pg_conninfo(admin_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = admin_url.rsplit("/", 1)[0]
-
-    def drop() -> None:
-        with psycopg.connect(_pg_conninfo(admin_url), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    return f"{base}/{name}", drop
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> SqliteTemplate:
+    return SqliteTemplate(tmp_path_factory.mktemp("sqlite-template"))
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(scope="session")
+def postgres_template(postgres_admin) -> Iterator[PostgresTemplate]:
+    template = PostgresTemplate(postgres_admin)
+    try:
+        yield template
+    finally:
+        template.drop()
+
+
+@pytest.fixture(params=BACKENDS)
 def db_url(request, tmp_path) -> Iterator[str]:
-    """An empty database URL, once per backend."""
+    """A database at the newest schema, the test's own, once per backend."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'campaign.db'}"
+        yield request.getfixturevalue("sqlite_template").copy(tmp_path)
+        return
+    url, drop = request.getfixturevalue("postgres_template").copy()
+    try:
+        yield url
+    finally:
+        drop()
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_db_url(request, tmp_path) -> Iterator[str]:
+    """An empty database (no tables), once per backend: for the migrations themselves."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
     url, drop = make_postgres_db(request.getfixturevalue("postgres_admin"))
     try:
@@ -77,8 +92,12 @@ def db_url(request, tmp_path) -> Iterator[str]:
 def settings(tmp_path, db_url):
     from app.config import Settings
 
-    return Settings(data_dir=tmp_path / "data", database_url=db_url, embedded_runner=False,
-                    secret_key="test-secret-" + uuid.uuid4().hex)
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        embedded_runner=False,
+        secret_key="test-secret-" + uuid.uuid4().hex,
+    )
 
 
 @pytest.fixture
@@ -96,22 +115,6 @@ def client(app):
         yield c
 
 
-def login_token(app) -> str:
-    from app.db import session_scope
-    from app.security import create_login_token
-
-    with session_scope(app.state.engine) as session:
-        return create_login_token(session, 3600)
-
-
-def api_token(app, name: str = "tests") -> str:
-    from app.db import session_scope
-    from app.security import create_api_token
-
-    with session_scope(app.state.engine) as session:
-        return create_api_token(session, name)
-
-
 @pytest.fixture
 def operator_client(client, app):
     """A TestClient logged in as an operator, sending the session's CSRF token on writes."""
@@ -127,67 +130,6 @@ def operator_client(client, app):
 @pytest.fixture
 def api_headers(app) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_token(app)}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiveServer:
-    """`campaign serve` in its own process on a free port, with its printed login URL."""
-
-    def __init__(self, proc: subprocess.Popen, url: str, login_url: str, env: dict[str, str]) -> None:
-        self.proc, self.url, self.login_url, self.env = proc, url, login_url, env
-
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app.cli", *args], env=self.env, cwd=ROOT,
-                              capture_output=True, text=True, check=check, timeout=120)
-
-
-def start_live_server(tmp_path: Path, db_url: str, *extra: str, env: dict[str, str] | None = None) -> LiveServer:
-    port = free_port()
-    run_env = {**os.environ, "CAMPAIGN_DATA_DIR": str(tmp_path / "data"), "CAMPAIGN_DATABASE_URL": db_url,
-               "CAMPAIGN_PORT": str(port), "CAMPAIGN_SECRET_KEY": "live-" + uuid.uuid4().hex,
-               "PYTHONUNBUFFERED": "1", **(env or {})}
-    log = open(tmp_path / "server.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", *extra], env=run_env, cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    login_url = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"campaign serve exited with {proc.returncode}:\n{log.read()}")
-        log.seek(0)
-        text = log.read()
-        for line in text.splitlines():
-            if "/login?token=" in line:
-                login_url = line[line.index("http"):].strip()
-        if login_url:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    return LiveServer(proc, url, login_url, run_env)
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("campaign serve did not come up within 60 s")
-
-
-def stop_live_server(server: LiveServer) -> None:
-    import signal
-
-    try:
-        os.killpg(server.proc.pid, signal.SIGTERM)
-        server.proc.wait(timeout=15)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(server.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import app.models  # noqa: F401
 from app.db import make_engine, migrate
 
 
-def test_upgrade_empty_database_matches_models(db_url):
-    migrate(db_url)
-    engine = make_engine(db_url)
+def test_upgrade_empty_database_matches_models(empty_db_url):
+    migrate(empty_db_url)
+    engine = make_engine(empty_db_url)
     try:
         with engine.connect() as conn:
             ctx = MigrationContext.configure(conn, opts={"compare_type": True})
@@ -22,9 +22,9 @@ def test_upgrade_empty_database_matches_models(db_url):
     assert {"campaign", "approach", "status_change", "trial", "log_chunk", "metric", "runner"} <= tables
 
 
-def test_migrate_twice_is_a_no_op(db_url):
-    migrate(db_url)
-    migrate(db_url)
+def test_migrate_twice_is_a_no_op(empty_db_url):
+    migrate(empty_db_url)
+    migrate(empty_db_url)
 
 
 def test_sqlite_has_wal_and_foreign_keys(tmp_path):

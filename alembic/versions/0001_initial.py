@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-01 03:48:59.110101
+Create Date: 2026-12-01 03:50:08.030793
 """
 from typing import Sequence, Union
 

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
+from app.config import resource_dir
 from app.deps import OperatorDep, RowId, SessionDep
 from app.domain import inventory
 from app.domain.profitability import throughput_rows
@@ -24,7 +25,7 @@ from app.web.charts import campaign_answer, throughput_figure
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
-CHARTS_JS = Path(__file__).resolve().parents[2] / "static" / "charts.js"
+CHARTS_JS = resource_dir("static") / "charts.js"
 
 # The status page needs its own inline styles and plotly.js from this server, and nothing else.
 PUBLIC_HEADERS = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from charts_fixture import build_fixture_campaign
+from tests.support.charts import build_fixture_campaign
 
 
 @pytest.fixture

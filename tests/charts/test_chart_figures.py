@@ -10,7 +10,7 @@ from app.domain import inventory
 from app.domain.profitability import (WhatIf, latency_series, load_campaign_metrics, profitability_report,
                                       throughput_rows)
 from app.domain.timeline import campaign_timeline
-from charts_fixture import SLUG
+from tests.support.charts import SLUG
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from charts_fixture import SLUG
+from tests.support.charts import SLUG
 
 WHATIF = f"/campaigns/{SLUG}/charts/whatif"
 

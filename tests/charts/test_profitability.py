@@ -13,7 +13,7 @@ from app.domain.profitability import (CycleCosts, LatencyPoint, WhatIf, latency_
                                       leviathan_speedup, model_inputs, profitability_report, stack_summary,
                                       t_base_ms)
 from app.models import Campaign, Metric
-from charts_fixture import SLUG
+from tests.support.charts import SLUG
 
 T_BASE = 1000 / 82  # 12.1951... ms
 

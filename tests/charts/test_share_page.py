@@ -10,7 +10,7 @@ from app.db import session_scope
 from app.domain.runners import create_runner
 from app.security import create_api_token
 from app.templating import PLOTLY_JS
-from charts_fixture import SECRETS, SLUG
+from tests.support.charts import SECRETS, SLUG
 
 
 @pytest.fixture

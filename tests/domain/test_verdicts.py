@@ -14,7 +14,7 @@ from app.domain import inventory, scheduling, verdicts
 from app.domain.errors import Invalid
 from app.models import ApproachStatus, Runner, Trial, utcnow
 
-from verdicts_support import (NEW_NCCL, NEW_TORCH, NO_TORCH, OLD_STACK, TWO_GPUS_NEW_TORCH, approach, campaign,
+from tests.support.verdicts import (NEW_NCCL, NEW_TORCH, NO_TORCH, OLD_STACK, TWO_GPUS_NEW_TORCH, approach, campaign,
                                dead_end_on_old_stack, end_trial, fixture_log, run_to_end, runner, seed)
 
 

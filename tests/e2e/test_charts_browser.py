@@ -5,29 +5,19 @@ CAMPAIGN_SCREENSHOTS=1 also writes docs/charts.png and docs/status.png from the 
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
+from tests.support.charts import SLUG, build_fixture_campaign
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.browser
-ROOT = Path(__file__).resolve().parents[2]
 T_BASE = 1000 / 82
 
 
-def _fixture_module():
-    spec = importlib.util.spec_from_file_location("charts_fixture", ROOT / "tests" / "charts" / "charts_fixture.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FIXTURE = _fixture_module()
-SLUG = FIXTURE.SLUG
 
 
 @pytest.fixture
@@ -36,7 +26,7 @@ def server(live_server):
     engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
     try:
         with session_scope(engine) as session:
-            FIXTURE.build_fixture_campaign(session)
+            build_fixture_campaign(session)
             token = create_login_token(session, 3600)
     finally:
         engine.dispose()

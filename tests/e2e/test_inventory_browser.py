@@ -36,3 +36,27 @@ def test_status_change_through_htmx_persists(live_server, browser):
         assert "operator" in history.inner_text()
     finally:
         page.close()
+
+
+def test_a_background_fragment_answering_late_keeps_the_error_flash(live_server, browser):
+    """The cause of the old flake: the campaign page loads fragments (trials, verdicts, share links) when
+    htmx starts; one answering after a refused status change used to clear the error the person just got."""
+    page = browser.new_page()
+    held = []
+    try:
+        page.goto(live_server.login_url)
+        page.wait_for_url(live_server.url + "/")
+        page.route("**/campaigns/*/verdicts", lambda route: held.append(route))  # answered only after the refusal is shown
+        page.click("text=Kimi-K2.5 + EAGLE-3 on 8x RTX PRO 6000 (PCIe)")
+        row = page.locator("#approach-expert-parallelism")
+        row.locator("summary").click()
+        row.locator("select[name=status]").select_option("dead_end")
+        row.locator("button[type=submit]").click()
+        page.wait_for_selector("#flash .flash-error")
+        assert held, "the verdicts fragment was not requested"
+        for route in held:
+            route.continue_()
+        page.wait_for_selector("#campaign-verdicts", state="attached")  # the late fragment is swapped in
+        assert "needs a reason" in page.inner_text("#flash")
+    finally:
+        page.close()

@@ -9,7 +9,8 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
-from tests.conftest import start_live_server, stop_live_server
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.trials import command_recipe, seed_campaign
 
 pytestmark = pytest.mark.browser
 
@@ -20,9 +21,6 @@ SCRIPT = ("import time\n"
 
 
 def test_run_next_candidate_shows_the_log_live(tmp_path, browser):
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "trials"))
-    from trials_support import command_recipe, seed_campaign
-
     db_url = f"sqlite:///{tmp_path / 'e2e.db'}"
     server = start_live_server(tmp_path, db_url)  # with its embedded runner
     engine = make_engine(db_url)
@@ -35,13 +33,16 @@ def test_run_next_candidate_shows_the_log_live(tmp_path, browser):
         page.goto(f"{server.url}/login?token={token}")
         page.goto(f"{server.url}/campaigns/live")
         # The embedded runner connects on its own; until then the button says why nothing runs.
+        # Read each answer from its response: the fragment is swapped in a moment later, and reading
+        # #run-next-result right after the response could see the previous answer (a start missed).
         for _ in range(60):
-            with page.expect_response(lambda r: r.url.endswith("/run-next")):
+            with page.expect_response(lambda r: r.url.endswith("/run-next")) as answer:
                 page.click("#run-next-button")
-            page.wait_for_selector("#run-next-result p")
-            if "Started" in page.inner_text("#run-next-result"):
+            said = answer.value.text()
+            if "Started" in said:
+                page.wait_for_selector("#run-next-result:has-text('Started')")
                 break
-            assert "no runner is connected" in page.inner_text("#run-next-result")
+            assert "no runner is connected" in said
             page.wait_for_timeout(500)
         page.click("#run-next-result a")
         page.wait_for_selector("#log:has-text('step 01')")

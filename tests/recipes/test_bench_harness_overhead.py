@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from recipe_helpers import ROOT
+from tests.support.recipes import ROOT
 
 
 def test_recipe_is_compared_with_both_other_methods(tmp_path):

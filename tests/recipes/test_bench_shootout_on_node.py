@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from recipe_helpers import ROOT
+from tests.support.recipes import ROOT
 
 
 def test_a_trial_past_its_deadline_is_cancelled_and_the_run_goes_on(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from runners.recipes import SAFE_ENV, RecipeError, build_launch
 
-from recipe_helpers import run_module
+from tests.support.recipes import run_module
 
 PY = "/envs/runner/bin/python"
 

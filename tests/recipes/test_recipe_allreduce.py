@@ -7,7 +7,7 @@ import pytest
 
 from runners.recipes import build_launch
 
-from recipe_helpers import by_name, metrics, run_module, run_spec
+from tests.support.recipes import by_name, metrics, run_module, run_spec
 
 
 def test_gloo_two_ranks_measure_and_report():

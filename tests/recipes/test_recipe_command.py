@@ -11,7 +11,8 @@ import pytest
 
 from runners.recipes import RecipeError, build_launch
 
-from recipe_helpers import ROOT, metrics, run_spec
+from tests.support.paths import ROOT
+from tests.support.recipes import metrics, run_spec
 
 PY = sys.executable
 

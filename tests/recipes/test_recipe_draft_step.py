@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from runners.recipes import RecipeError, build_launch
 
-from recipe_helpers import by_name, metrics, run_module, run_spec
+from tests.support.recipes import by_name, metrics, run_module, run_spec
 
 SMALL = {"device": "cpu", "hidden_size": 64, "vocab_size": 500, "ffn_size": 128, "heads": 4, "context_len": 16,
          "dtype": "fp32", "warmup": 1, "iters": 4, "calls": 3}

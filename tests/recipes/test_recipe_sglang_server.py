@@ -26,7 +26,9 @@ from runners.recipes.sglang_server import (
     validate,
 )
 
-from recipe_helpers import ROOT, by_name, free_port, metrics, run_spec
+from tests.support.net import free_port
+from tests.support.paths import ROOT
+from tests.support.recipes import by_name, metrics, run_spec
 
 STANDIN = str(ROOT / "tests" / "standins" / "sglang_standin.py")
 

@@ -5,7 +5,7 @@ import math
 
 from runners.recipes import build_launch
 
-from recipe_helpers import by_name, metrics, run_module, run_spec
+from tests.support.recipes import by_name, metrics, run_module, run_spec
 
 
 def test_gloo_verify_step_reports_comm_share():

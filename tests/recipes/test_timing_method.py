@@ -8,7 +8,7 @@ import pytest
 
 from runners.recipes import _dist
 
-from recipe_helpers import by_name, metrics, run_module
+from tests.support.recipes import by_name, metrics, run_module
 
 
 class FakeStream:

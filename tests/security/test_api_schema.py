@@ -9,9 +9,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import start_live_server, stop_live_server
+from tests.support.servers import start_live_server, stop_live_server
 
-from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 # A campaign file is YAML text: any string fits the schema, most are not campaign files (422).
 SEMANTIC = {"POST /api/campaigns/import": [positive_data_acceptance]}

@@ -13,9 +13,9 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import start_live_server, stop_live_server
-from tests.security.conftest import api_client
-from tests.security.security_support import csrf_from_page, login
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.security import api_client
+from tests.support.security import csrf_from_page, login
 
 HUGE = 100 * 1024 * 1024
 

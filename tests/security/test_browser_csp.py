@@ -13,9 +13,9 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
-from tests.conftest import start_live_server, stop_live_server
-from tests.security.conftest import api_client
-from trials_support import command_recipe, seed_campaign
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.security import api_client
+from tests.support.trials import command_recipe, seed_campaign
 
 pytestmark = pytest.mark.browser
 

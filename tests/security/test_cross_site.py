@@ -8,8 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import start_live_server, stop_live_server
-from tests.security.security_support import csrf_from_page, login, websocket_status
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.security import csrf_from_page, login, websocket_status
 
 EVIL = "http://evil.example:8000"
 

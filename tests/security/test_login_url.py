@@ -10,7 +10,8 @@ import time
 
 import httpx
 
-from tests.conftest import ROOT, free_port
+from tests.support.net import free_port
+from tests.support.paths import ROOT
 
 
 def _cli(env: dict[str, str], *args: str) -> str:

@@ -10,9 +10,9 @@ import time
 from app.config import Settings
 from app.db import make_engine, session_scope
 from app.domain import runners as runner_domain
-from tests.conftest import start_live_server, stop_live_server
-from tests.security.conftest import api_client
-from trials_support import ProtocolRunner
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.security import api_client
+from tests.support.trials import ProtocolRunner
 
 
 def test_default_is_three_heartbeats():

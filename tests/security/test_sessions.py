@@ -14,8 +14,8 @@ from sqlmodel import select
 from app.db import make_engine, session_scope
 from app.models import BrowserSession
 from app.security import create_login_token
-from tests.conftest import start_live_server, stop_live_server
-from tests.security.security_support import csrf_from_page, login
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.security import csrf_from_page, login
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import sys
 import time
 
 from app.db import make_engine
-from tests.conftest import start_live_server, stop_live_server
-from tests.security.conftest import DB_PASSWORD, api_client
-from trials_support import seed_campaign
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.security import DB_PASSWORD, api_client
+from tests.support.trials import seed_campaign
 
 PROC_PEEK = ("import os\n"
              "try:\n"

@@ -17,8 +17,8 @@ from app.db import ReadOnlyTransaction, make_engine, open_session, session_scope
 from app.domain import runners as runner_domain
 from app.models import Campaign
 from app.security import create_login_token
-from tests.conftest import start_live_server, stop_live_server
-from trials_support import ProtocolRunner
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.trials import ProtocolRunner
 
 
 def test_logins_during_runner_connects_never_fail(tmp_path, board_db):

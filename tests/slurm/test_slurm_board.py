@@ -16,13 +16,12 @@ import httpx
 import pytest
 from sqlmodel import select
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trials"))
-from trials_support import (ROOT, ThreadServer, log_text, make_settings, new_runner_token, run_next,  # noqa: E402
+from tests.support.trials import (ROOT, ThreadServer, log_text, make_settings, new_runner_token, run_next,
                             seed_campaign, trial, viewer_messages, wait_for)
 
-from app.db import session_scope  # noqa: E402
-from app.domain import logs as log_domain  # noqa: E402
-from app.models import Runner, Trial  # noqa: E402
+from app.db import session_scope
+from app.domain import logs as log_domain
+from app.models import Runner, Trial
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 

@@ -1,11 +1,12 @@
-"""Fixtures for trials tests (helpers live in trials_support.py)."""
+"""Fixtures for trials tests (helpers live in tests/support/)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
 
-from trials_support import ThreadServer, make_settings
+from tests.support.servers import ThreadServer
+from tests.support.trials import make_settings
 
 
 @pytest.fixture

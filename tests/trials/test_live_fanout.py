@@ -27,7 +27,7 @@ from app.db import make_engine, session_scope
 from app.live import RESYNC_CLOSE_CODE
 from app.security import SESSION_COOKIE, create_api_token
 
-from trials_support import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, wait_for
+from tests.support.trials import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = int(os.environ.get("LIVELOG_FREEZE_RUNS", "4"))
@@ -150,7 +150,7 @@ def _rss_kib(pid: int) -> int:
 def test_thousand_viewer_connections_do_not_grow_the_server_and_sigterm_exits(tmp_path):
     """A real `campaign serve` process: 1,000 views of an ended trial (opened, read, closed), then some
     viewers left open and some half-closed when SIGTERM comes; the server exits by itself."""
-    from tests.conftest import start_live_server
+    from tests.support.servers import start_live_server
 
     db_url = f"sqlite:///{tmp_path / 'fan.db'}"
     server = start_live_server(tmp_path, db_url, "--no-runner")

@@ -15,11 +15,15 @@ import pytest
 from app.db import session_scope
 from app.domain import logs as log_domain
 from app.models import Trial
-from trials_support import (ThreadServer, command_recipe, log_text, make_settings, new_runner_token,
+from tests.support.servers import ThreadServer
+from tests.support.trials import (command_recipe, log_text, make_settings, new_runner_token,
                             real_runner_available, run_next, seed_campaign, start_real_runner, trial,
                             viewer_messages, wait_for)
 
-pytestmark = pytest.mark.skipif(not real_runner_available(), reason="runners.agent is not installed")
+# serial: a real runner heartbeating every 0.5 s and declared lost after 3 s; starved of CPU by tests on
+# the other xdist workers (browsers, recipe subprocesses), it could be declared lost mid-test.
+pytestmark = [pytest.mark.skipif(not real_runner_available(), reason="runners.agent is not installed"),
+              pytest.mark.serial]
 
 
 def _alive(pid: int) -> bool:

@@ -9,7 +9,8 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.models import Approach, Attempt, Trial
-from trials_support import (ProtocolRunner, ThreadServer, command_recipe, make_settings, new_runner_token,
+from tests.support.servers import ThreadServer
+from tests.support.trials import (ProtocolRunner, command_recipe, make_settings, new_runner_token,
                             seed_campaign)
 
 

@@ -14,7 +14,7 @@ from app.protocol import AttemptRef, Finished
 from sqlmodel import select
 from runners.recipes.metric import format_metric
 
-from trials_support import (ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, trial,
+from tests.support.trials import (ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, trial,
                        viewer_messages, log_text, wait_for)
 
 

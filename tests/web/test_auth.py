@@ -47,7 +47,7 @@ def test_anonymous_pages_redirect_to_login_and_api_says_401(client):
 
 
 def test_login_link_works_once(app, client):
-    from tests.conftest import login_token
+    from tests.support.auth import login_token
 
     token = login_token(app)
     assert client.get(f"/login?token={token}", follow_redirects=False).status_code == 303
@@ -59,7 +59,7 @@ def test_login_link_works_once(app, client):
 
 
 def test_login_redirect_stays_on_site(app, client):
-    from tests.conftest import login_token
+    from tests.support.auth import login_token
 
     r = client.get(f"/login?token={login_token(app)}&next=//evil.example/x", follow_redirects=False)
     assert r.headers["location"] == "/"
@@ -96,7 +96,7 @@ def test_cross_origin_write_is_refused(operator_client):
 def test_api_tokens_need_no_csrf_and_can_be_revoked(app, client):
     from app.db import session_scope
     from app.security import revoke_api_token
-    from tests.conftest import api_token
+    from tests.support.auth import api_token
 
     headers = {"Authorization": f"Bearer {api_token(app, 'ci')}"}
     assert client.post("/api/campaigns", json={"slug": "a", "name": "A"}, headers=headers).status_code == 201

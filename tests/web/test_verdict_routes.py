@@ -5,18 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from app.db import session_scope
 from app.models import Trial
 from app.security import CSRF_HEADER
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "domain"))
-from verdicts_support import (NEW_TORCH, OLD_STACK, approach, dead_end_on_old_stack, end_trial,  # noqa: E402
-                              fixture_log, runner, seed)
+from tests.support.verdicts import (NEW_TORCH, OLD_STACK, approach, dead_end_on_old_stack, end_trial, fixture_log,
+                                    runner, seed)
 
 HTMX = {"HX-Request": "true"}
 

@@ -2,8 +2,6 @@
 runners with a stack fingerprint, and trials ended through scheduling the way a runner reports them."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from sqlmodel import Session, select
@@ -13,10 +11,10 @@ from app.domain import runners as runner_domain
 from app.models import Approach, Campaign, Metric, Runner, Trial
 from app.protocol import Finished
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trials"))
-from trials_support import FINGERPRINT, command_recipe, seed_campaign  # noqa: E402
+from tests.support.paths import ROOT
+from tests.support.trials import FINGERPRINT, command_recipe, seed_campaign
 
-LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+LOGS = ROOT / "tests" / "fixtures" / "logs"
 # The stack a verdict was reached on, and stacks a runner may report later.
 OLD_STACK = {**FINGERPRINT, "hostname": "node-a", "torch": "2.10.0+cu128"}
 NEW_TORCH = {**OLD_STACK, "hostname": "node-b", "torch": "2.11.0"}

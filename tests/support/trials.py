@@ -1,6 +1,6 @@
-"""Helpers for trials tests: a real uvicorn server in a thread on a free port, seeded campaigns, runner
-tokens, and a runner stand-in that speaks app/protocol.py over a real websocket (the real runner,
-`campaign runner`, is used where its module is installed: see `real_runner`)."""
+"""Helpers for trials tests: settings for a ThreadServer (tests.support.servers), seeded campaigns, runner
+tokens, a runner stand-in that speaks app/protocol.py over a real websocket, and the real runner
+(`campaign runner`) as its own process."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-import uvicorn
 from websockets.sync.client import connect
 
 from app.config import Settings
@@ -26,75 +23,9 @@ from app.db import session_scope
 from app.domain import runners as runner_domain
 from app.models import Approach, Campaign
 from app.protocol import (AttemptRef, Finished, Heartbeat, Hello, LogChunkMsg, Started, parse_server_message)
-from app.security import SESSION_COOKIE, create_api_token
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ThreadServer:
-    """uvicorn serving create_app(settings) in a thread of this process (tests can reach app.state)."""
-
-    def __init__(self, settings: Settings) -> None:
-        from app.main import create_app
-
-        self.port = free_port()
-        settings.port = self.port
-        self.app = create_app(settings)
-        self.loop = None
-
-        lifespan = self.app.router.lifespan_context
-
-        @contextlib.asynccontextmanager
-        async def remember_loop(app):
-            self.loop = asyncio.get_running_loop()
-            async with lifespan(app):
-                yield
-
-        self.app.router.lifespan_context = remember_loop
-        self.settings = settings
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.ws_url = f"ws://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                ws_max_size=16 * 1024 * 1024, lifespan="on", timeout_graceful_shutdown=2,
-                                ws_per_message_deflate=False)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def start(self) -> "ThreadServer":
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
-
-    @property
-    def engine(self):
-        return self.app.state.engine
-
-    def api_headers(self) -> dict[str, str]:
-        with session_scope(self.engine) as session:
-            return {"Authorization": f"Bearer {create_api_token(session, 'tests-' + uuid.uuid4().hex[:6])}"}
-
-    def session_cookie(self) -> str:
-        from app.security import create_login_token, redeem_login_token
-
-        with session_scope(self.engine) as session:
-            session_id = redeem_login_token(session, create_login_token(session, 60), 3600)
-        return self.app.state.session_signer.issue(session_id)
+from app.security import SESSION_COOKIE
+from tests.support.paths import ROOT
+from tests.support.servers import ThreadServer
 
 
 def make_settings(tmp_path: Path, db_url: str | None = None, **overrides: Any) -> Settings:

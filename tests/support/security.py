@@ -1,4 +1,4 @@
-"""Helpers for the security tests: raw requests with any Host header, the CSRF token of a page."""
+"""Helpers for the security tests: raw requests with any Host header, the CSRF token of a page, an API client."""
 from __future__ import annotations
 
 import re
@@ -34,3 +34,11 @@ def login(server_url: str, login_url: str) -> httpx.Client:
     r = client.get(f"{parts.path}?{parts.query}", follow_redirects=False)
     assert r.status_code == 303, r.text
     return client
+
+
+DB_PASSWORD = "db-pass-" + "9f3c1e7a"  # in the database URL: a secret trials must not see
+
+
+def api_client(server) -> httpx.Client:
+    token = server.cli("token", "create", "security-tests").stdout.strip()
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)

@@ -4,13 +4,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from runners.process import trial_env
 from runners.recipes import LaunchSpec
 from runners.recipes.metric import parse_metric_line
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def run_spec(spec: LaunchSpec, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -29,11 +28,3 @@ def metrics(text: str) -> list[dict]:
 
 def by_name(found: list[dict], name: str) -> list[dict]:
     return [m for m in found if m["name"] == name]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
