@@ -19,6 +19,7 @@ run: install
 
 services:
 	scripts/ensure-postgres
+	scripts/ensure-slurm >/dev/null
 
 browser:
 	scripts/ensure-chromium
