@@ -210,6 +210,9 @@ def classify(
     logfile: Annotated[str, typer.Argument(metavar="LOGFILE", help="A trial's log ('-' for stdin).")],
     exit_code: Annotated[Optional[int], typer.Option("--exit-code", help="The trial's exit code.")] = None,
     signal: Annotated[Optional[int], typer.Option("--signal", help="The signal that ended the trial.")] = None,
+    baseline: Annotated[Optional[float], typer.Option(
+        "--baseline", min=0.0, help="Baseline output throughput (tok/s): a finished trial below it is "
+                                     "'slower than baseline' (read from the log's metric lines or bench_serving summary).")] = None,
 ) -> None:
     """Match a log against the known failure signatures and print the proposed verdict.
 
@@ -217,7 +220,7 @@ def classify(
     from rich.markup import escape
 
     from app.domain import fingerprint as stack
-    from app.domain.signatures import classify as classify_log
+    from app.domain.signatures import classify as classify_log, metrics_from_log
     from app.domain.verdicts import SIGNATURE_STATUS
 
     try:
@@ -227,7 +230,12 @@ def classify(
             text = Path(logfile).read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
         _fail(f"cannot read {logfile}: {exc.strerror or exc}", code=2)
-    found = classify_log(text, exit_code=exit_code, signal=signal)
+    metrics = metrics_from_log(text) if baseline is not None else None
+    if baseline is not None and not any(m["name"] == "output_throughput_tok_s" for m in metrics):
+        _fail(f"--baseline: no output throughput in {'stdin' if logfile == '-' else logfile} "
+              "(no metric line and no bench_serving 'Output token throughput (tok/s):' summary)", code=2)
+    found = classify_log(text, exit_code=exit_code, signal=signal, metrics=metrics,
+                         baseline={"output_throughput_tok_s": baseline} if baseline is not None else None)
     if found is None:
         console.print("[yellow]no known failure signature[/yellow] in "
                       f"{'stdin' if logfile == '-' else escape(logfile)}: read the log (a person decides the verdict)",

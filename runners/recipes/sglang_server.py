@@ -39,6 +39,8 @@ PROG = "runners.recipes.sglang_server"
 READY_LINE = "The server is fired up and ready to roll!"
 # The wording app/domain/signatures.py matches (its READINESS_TIMEOUT_RE); keep them together.
 READY_TIMEOUT_MESSAGE = "sglang_server: server not ready within {timeout:g}s: no '{ready_line}' line and GET /health never returned 200"
+# Appended when the server printed anything: how long it had been quiet (a stall vs a slow load).
+READY_TIMEOUT_IDLE = "; its last line came {idle:.0f}s before"
 STARTUP_EXIT_MESSAGE = "sglang_server: server exited during startup with code {code}; its last {n} lines:"
 TAIL_LINES = 30
 EXIT_STARTUP, EXIT_USAGE, EXIT_NOT_READY, EXIT_PREFLIGHT = 1, 2, 3, 4
@@ -261,6 +263,7 @@ class Server:
         self.ready_line_seen = threading.Event()
         self.decode: list[tuple[float, float]] = []
         self.lines = 0
+        self.last_line_at: float | None = None
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
 
@@ -271,6 +274,7 @@ class Server:
             sys.stdout.flush()
             self.tail.append(line.rstrip("\n"))
             self.lines += 1
+            self.last_line_at = time.monotonic()
             if READY_LINE in line:
                 self.ready_line_seen.set()
             stats = parse_decode_line(line)
@@ -475,7 +479,10 @@ def run(values: dict[str, Any]) -> int:
                 print("    " + line, flush=True)
             return EXIT_STARTUP
         if state == "timeout":
-            print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE), flush=True)
+            idle = (READY_TIMEOUT_IDLE.format(idle=time.monotonic() - server.last_line_at)
+                    if server.last_line_at is not None else "")
+            print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE) + idle,
+                  flush=True)
             return EXIT_NOT_READY
         emit("server_ready_s", time.monotonic() - started, "s", **tags)
         if values["bench_tool"] == "none":

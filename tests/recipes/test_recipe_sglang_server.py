@@ -157,7 +157,8 @@ def test_readiness_timeout(tmp_path):
     done = run(free_port(), "never_ready", tmp_path, ready_timeout_s=1.5)
     assert done.returncode == 3
     line = READY_TIMEOUT_MESSAGE.format(timeout=1.5, ready_line=READY_LINE)
-    assert line in done.stdout.splitlines()
+    assert any(ln.startswith(line + "; its last line came ") for ln in done.stdout.splitlines())
+    # It had just printed "Load weight begin": quiet for under a minute, so a timeout, not a stall.
     assert classify(done.stdout, exit_code=3).signature == "readiness_timeout"
     assert_gone(pids(tmp_path))
 
