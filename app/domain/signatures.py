@@ -87,6 +87,9 @@ def _quote(line: str, limit: int = 240) -> str:
 
 # --- the signatures, in order ---------------------------------------------------------------
 
+_PREFLIGHT_ERROR = re.compile(r"\b\w*Error\b|\berror:|\bfatal\b")
+
+
 def _preflight_failed(t: _Trial) -> Classification | None:
     for line in t.lines:
         record = parse_preflight_line(line)
@@ -94,8 +97,15 @@ def _preflight_failed(t: _Trial) -> Classification | None:
             continue
         components = [c for c in record.get("bound_to") or [] if isinstance(c, str)]
         version = record.get("sglang_version")
-        evidence = next((ln for ln in reversed(t.lines[: t.lines.index(line)])
-                         if ln.startswith("    ") and ln.strip()), None)
+        # The check's output is indented above its FAILED line; its error line is the evidence.
+        output: list[str] = []
+        for previous in reversed(t.lines[: t.lines.index(line)]):
+            if previous.startswith("preflight: ") and "FAILED" in previous:
+                continue
+            if not previous.startswith("    "):
+                break
+            output.append(previous)
+        evidence = next((ln for ln in output if _PREFLIGHT_ERROR.search(ln)), output[0] if output else None)
         return Classification(
             "preflight_failed", str(record["cause"]), record["verdict"],
             f"Preflight check {record.get('check')!r} failed before the server loaded any weights: "

@@ -33,7 +33,7 @@ def run_probe(ctx: Context, *args: str) -> tuple[int, str]:
     return done.returncode, done.stdout
 
 
-_NO_GPU = re.compile(r"preflight probe: (no CUDA GPU visible|needs \d+ GPUs)")
+_NO_GPU = re.compile(r"preflight probe: (no CUDA GPU visible|needs \d+ GPUs|torch is not importable)")
 
 
 def _no_gpu(output: str, what: str) -> Outcome | None:

@@ -45,7 +45,11 @@ def _free_port() -> int:
 
 
 def _need_gpus(world_size: int):
-    import torch
+    try:
+        import torch
+    except ImportError as exc:
+        print(f"preflight probe: torch is not importable by {sys.executable}: {exc}")
+        return None
 
     if not torch.cuda.is_available():
         print(f"preflight probe: no CUDA GPU visible to torch {torch.__version__} "
