@@ -102,17 +102,11 @@ def register(name: str | None = None, *, applies: Callable[[Context], bool] | No
 
 
 def check_names() -> list[str]:
-    _load_builtins()
     return list(REGISTRY)
-
-
-def _load_builtins() -> None:
-    from runners.preflight import checks  # noqa: F401  (registers the built-in checks)
 
 
 def run_checks(ctx: Context, *, skip: list[str] | tuple[str, ...] = (), out=None) -> Outcome | None:
     """Run the applicable checks in order; print each result; return the first failure (None: all passed)."""
-    _load_builtins()
     out = out or sys.stdout
     unknown = sorted(set(skip) - set(REGISTRY))
     if unknown:
@@ -165,3 +159,7 @@ def parse_preflight_line(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
+
+
+# The built-in checks register themselves (after the names above exist: they import them).
+from runners.preflight import checks as _builtin_checks  # noqa: E402,F401
