@@ -127,8 +127,9 @@ def test_the_ready_line_is_the_one_sglang_logs(sglang_source):
 def test_health_is_503_while_starting_and_200_when_up(sglang_source):
     http = source(sglang_source, "srt/entrypoints/http_server.py")
     health = http[http.index('@app.get("/health")'):]
-    health = health[: health.index("\n@app.", 10)]
-    assert "status_code=503" in health and "status_code=200" in health
+    health = health[: health.index("\n@app.", health.index("\nasync def "))]
+    assert "server_status == ServerStatus.Starting:\n        return Response(status_code=503)" in health
+    assert "status_code=200" in health
 
 
 def test_server_info_routes_and_the_accept_length_field(sglang_source):
