@@ -82,6 +82,8 @@ def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
             max_size = sizes[major][world_size]  # raises KeyError: <major> where sglang lacks the SM
             if rank == 0:
                 print(f"sglang symm_mem table: SM {major}, world size {world_size}: max {max_size} bytes")
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.8, a no-op after
+            symm_mem.enable_symm_mem_for_group(group_name)
         t = symm_mem.empty((1, HIDDEN), dtype=torch.bfloat16, device=f"cuda:{rank}")
         symm_mem.rendezvous(t, group_name)
         t.fill_(rank + 1)
