@@ -154,3 +154,60 @@ def test_the_decode_log_line_parses_as_sglang_formats_it(sglang_source):
             + f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "
             + "cuda graph: True, " + f"gen throughput (token/s): {last_gen_throughput:.2f}, " + "#queue-req: 0")
     assert parse_decode_line(line) == (2.41, 81.93)
+
+
+# --- the real benchmark clients against the stand-in server ------------------------------------------
+
+MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny"  # config.json + a 256-word tokenizer, no weights
+
+
+def mixed_python(tmp_path: Path, real: str) -> str:
+    """An interpreter for the recipe: the real sglang for `real` (a module), the stand-in for the rest."""
+    path = tmp_path / "sglang-python"
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        f"if sys.argv[1:3] == ['-m', {real!r}] or sys.argv[1:2] == ['-c']:\n"
+        f"    os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n"
+        f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(STANDIN)!r}, *sys.argv[1:]])\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def run_recipe_with_real_bench(tmp_path: Path, sglang_env: dict, bench: dict, real: str):
+    from runners.recipes import build_launch
+    from tests.recipes.recipe_helpers import free_port, metrics
+
+    spec = build_launch({"kind": "sglang_server", "timeout_s": 600, "params": {
+        "model_path": str(MODEL), "tp_size": 1, "sglang_python": mixed_python(tmp_path, real), "port": free_port(),
+        "ready_timeout_s": 60, "teardown_grace_s": 2, "flags": ["--enable-metrics"],
+        "speculative": {"algorithm": "EAGLE3", "draft_model_path": str(MODEL)}, "bench": bench}})
+    spec.env.update({"PYTHONPATH": sglang_env["PYTHONPATH"], "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                     "SGLANG_STANDIN_READY_DELAY_S": "0.1", "SGLANG_STANDIN_VERSION": SGLANG_VERSION})
+    done = subprocess.run(spec.argv, env={**sglang_env, **spec.env}, capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    return done, {m["name"]: m for m in metrics(done.stdout)}
+
+
+def test_the_real_bench_serving_runs_and_the_recipe_reads_its_output(tmp_path, sglang_env):
+    from runners.recipes.sglang_server import SUMMARY_METRICS, parse_bench_stdout
+
+    result_file = tmp_path / "bench.jsonl"
+    done, found = run_recipe_with_real_bench(
+        tmp_path, sglang_env, {"tool": "bench_serving", "num_prompts": 4, "input_len": 32, "output_len": 8,
+                               "result_file": str(result_file)}, "sglang.bench_serving")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert "============ Serving Benchmark Result ============" in done.stdout  # sglang's own summary
+    for label in SUMMARY_METRICS:  # every label the recipe reads is one sglang prints
+        assert f"\n{label + ':':<40} " in done.stdout, label
+    record = json.loads(result_file.read_text().splitlines()[-1])
+    for key, name in (("output_throughput", "output_throughput_tok_s"), ("median_tpot_ms", "median_tpot_ms"),
+                      ("median_itl_ms", "median_itl_ms"), ("median_ttft_ms", "median_ttft_ms"),
+                      ("accept_length", "accept_length")):
+        assert found[name]["value"] == pytest.approx(record[key]), name
+        assert found[name]["tags"]["source"] == "result_file"
+    printed = parse_bench_stdout(done.stdout)
+    assert printed["output_throughput_tok_s"] == pytest.approx(record["output_throughput"], abs=0.006)
+    # bench_serving's accept length is the server's /server_info avg_spec_accept_length (the stand-in's 2.37).
+    assert record["accept_length"] == found["server_avg_spec_accept_length"]["value"] == 2.37
+    assert found["output_throughput_tok_s"]["tags"]["sglang_version"] == SGLANG_VERSION

@@ -110,6 +110,15 @@ def launch_server(argv: list[str]) -> int:
         def do_GET(self):
             if self.path == "/health":
                 self._json(200 if state["ready"] else 503, {})
+            elif self.path == "/v1/models":  # the real bench_serving's readiness probe and model name
+                if not state["ready"]:
+                    self._json(503, {})
+                else:
+                    self._json(200, {"object": "list", "data": [{"id": args.model_path, "object": "model",
+                                                                 "owned_by": "sglang", "root": args.model_path}]})
+            elif self.path == "/model_info":
+                self._json(200, {"model_path": args.model_path, "tokenizer_path": args.model_path,
+                                 "is_generation": True})
             elif self.path in ("/server_info", "/get_server_info"):
                 self._json(200, {"version": VERSION, "tp_size": args.tp_size,
                                  "internal_states": [{"avg_spec_accept_length": AVG_SPEC_ACCEPT_LENGTH,
@@ -120,12 +129,35 @@ def launch_server(argv: list[str]) -> int:
         def do_POST(self):
             if self.path == "/generate":
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    body = {}
                 for i, accept in enumerate((2.41, 2.38, 2.44)):
                     log(f"Decode batch, #running-req: 1, #token: {812 + 40 * i}, token usage: 0.01, "
                         f"accept len: {accept:.2f}, accept rate: 0.60, cuda graph: True, "
                         f"gen throughput (token/s): {RESULT['output_throughput'] + i:.2f}, #queue-req: 0")
-                self._json(200, {"text": "standin", "meta_info": {"completion_tokens": 16}})
+                tokens = int((body.get("sampling_params") or {}).get("max_new_tokens") or 16)
+                prompt = len(body.get("input_ids") or []) or len(str(body.get("text") or "").split())
+                if not body.get("stream"):
+                    self._json(200, {"text": "standin", "meta_info": {"completion_tokens": tokens,
+                                                                      "prompt_tokens": prompt}})
+                    return
+                # Streamed as sglang's /generate does: `data: {json}` events, cumulative text, then [DONE].
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for k in range(1, tokens + 1):
+                    event = {"text": " ".join(f"w{j % 200}" for j in range(k)),
+                             "meta_info": {"completion_tokens": k, "prompt_tokens": prompt,
+                                           "spec_accept_length": RESULT["accept_length"]}}
+                    self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                    self.wfile.flush()
+                    time.sleep(0.001)
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            elif self.path == "/flush_cache":
+                self._json(200, {})
             else:
                 self._json(404, {"detail": "Not Found"})
 
