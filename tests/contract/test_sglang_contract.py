@@ -211,3 +211,39 @@ def test_the_real_bench_serving_runs_and_the_recipe_reads_its_output(tmp_path, s
     # bench_serving's accept length is the server's /server_info avg_spec_accept_length (the stand-in's 2.37).
     assert record["accept_length"] == found["server_avg_spec_accept_length"]["value"] == 2.37
     assert found["output_throughput_tok_s"]["tags"]["sglang_version"] == SGLANG_VERSION
+
+
+ONE_BATCH_PARSE = r"""
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+from sglang.benchmark.one_batch_server import BenchArgs
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+BenchArgs.add_cli_args(parser)
+ns = parser.parse_args(json.loads(sys.stdin.read()))
+print(json.dumps({k: getattr(ns, k) for k in ("model_path", "base_url", "batch_size", "input_len", "output_len",
+                                              "result_filename")}))
+"""
+
+
+def test_bench_one_batch_server_argv_and_result_keys(sglang_env, sglang_source):
+    """It cannot run here (its client resolves ServerArgs, which needs an accelerator), so: its own parser
+    takes the recipe's argv, and its result writer has the keys the recipe reads."""
+    from runners.recipes.sglang_server import JSON_METRICS, bench_argv
+
+    values = validate({"model_path": "/models/K", "bench_tool": "bench_one_batch_server", "batch_size": 1,
+                       "input_len": 1024, "output_len": 16, "port": 30001})
+    argv = bench_argv(values, "/tmp/r.jsonl")
+    assert argv[1:3] == ["-m", "sglang.bench_one_batch_server"]
+    done = subprocess.run([sys.executable, "-c", ONE_BATCH_PARSE], input=json.dumps(argv[3:]), capture_output=True,
+                          text=True, env=sglang_env, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "model_path": "/models/K", "base_url": "http://127.0.0.1:30001", "batch_size": [1], "input_len": [1024],
+        "output_len": [16], "result_filename": "/tmp/r.jsonl"}
+    writer = source(sglang_source, "benchmark/one_batch_server.py")
+    dump = writer[writer.index("def dump_to_jsonl"):]
+    dump = dump[: dump.index("\n    def ", 10) if "\n    def " in dump[10:] else len(dump)]
+    for key in ("output_throughput", "acc_length"):
+        assert key in JSON_METRICS and f'"{key}": round(self.{key}, 2)' in dump, key
+    assert "acc_length = -1" in writer  # "no speculation", which the recipe leaves out
