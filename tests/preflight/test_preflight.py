@@ -97,7 +97,7 @@ def test_flashinfer_jit_has_no_compute_120a_target(tmp_path):
 
 
 def test_on_a_good_node_every_applicable_check_passes_then_the_server_launches(tmp_path):
-    done = run(tmp_path, ["--enable-torch-symm-mem", "--enable-flashinfer-allreduce-fusion"], {**{"SGLANG_STANDIN_READY_DELAY_S": "0.2"}})
+    done = run(tmp_path, ["--enable-torch-symm-mem", "--enable-flashinfer-allreduce-fusion"], {"SGLANG_STANDIN_READY_DELAY_S": "0.2"})
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("model_path", "port_free", "sglang_flags", "nccl_env", "gpu_memory", "jit_target", "symm_mem",
                  "graph_collective"):
@@ -157,7 +157,7 @@ def test_port_check(tmp_path):
 
 def test_nccl_env_check(tmp_path):
     assert nccl_env_problems({"NCCL_ALGO": "^Tree", "NCCL_PROTO": "LL128,Simple", "NCCL_P2P_LEVEL": "SYS",
-                              "NCCL_MAX_NCHANNELS": "2", "NCCL_ALGO_X": None and "" or "1"}) == [
+                              "NCCL_MAX_NCHANNELS": "2", "NCCL_ALGO_X": "1"}) == [
         "NCCL_ALGO_X: not a variable NCCL reads (a typo is silently ignored)"]
     assert nccl_env_problems({"NCCL_ALGO": "allreduce:tree;broadcast:ring"}) == []
     bad = nccl_env_problems({"NCCL_ALGO": "Trees", "NCCL_P2P_LEVEL": "FAR", "NCCL_MAX_NCHANNELS": "two"})
