@@ -292,6 +292,9 @@ def classify(
     logfile: Annotated[str, typer.Argument(metavar="LOGFILE", help="A trial's log ('-' for stdin).")],
     exit_code: Annotated[Optional[int], typer.Option("--exit-code", help="The trial's exit code.")] = None,
     signal: Annotated[Optional[int], typer.Option("--signal", help="The signal that ended the trial.")] = None,
+    baseline: Annotated[Optional[float], typer.Option(
+        "--baseline", min=0.0, help="Baseline output throughput (tok/s): a finished trial below it is "
+                                     "'slower than baseline' (read from the log's metric lines or bench_serving summary).")] = None,
 ) -> None:
     """Match a log against the known failure signatures and print the proposed verdict.
 
@@ -299,7 +302,7 @@ def classify(
     from rich.markup import escape
 
     from app.domain import fingerprint as stack
-    from app.domain.signatures import classify as classify_log
+    from app.domain.signatures import classify as classify_log, metrics_from_log
     from app.domain.verdicts import SIGNATURE_STATUS
 
     try:
@@ -309,7 +312,12 @@ def classify(
             text = Path(logfile).read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
         _fail(f"cannot read {logfile}: {exc.strerror or exc}", code=2)
-    found = classify_log(text, exit_code=exit_code, signal=signal)
+    metrics = metrics_from_log(text) if baseline is not None else None
+    if baseline is not None and not any(m["name"] == "output_throughput_tok_s" for m in metrics):
+        _fail(f"--baseline: no output throughput in {'stdin' if logfile == '-' else logfile} "
+              "(no metric line and no bench_serving 'Output token throughput (tok/s):' summary)", code=2)
+    found = classify_log(text, exit_code=exit_code, signal=signal, metrics=metrics,
+                         baseline={"output_throughput_tok_s": baseline} if baseline is not None else None)
     if found is None:
         console.print("[yellow]no known failure signature[/yellow] in "
                       f"{'stdin' if logfile == '-' else escape(logfile)}: read the log (a person decides the verdict)",
@@ -329,6 +337,56 @@ def classify(
     ]
     for label, value in lines:
         console.print(f"[cyan]{label + ':':<11}[/cyan]{value}", soft_wrap=True, highlight=False)
+
+
+@cli.command()
+def preflight(
+    approach: Annotated[str, typer.Argument(metavar="APPROACH", help="The approach's key in the campaign file.")],
+    campaign_file: Annotated[Path, typer.Option("--file", help="Campaign file (YAML) holding the approach.")],
+    sglang_python: Annotated[Optional[str], typer.Option(help="This node's sglang interpreter (overrides the recipe's).")] = None,
+    model_path: Annotated[Optional[str], typer.Option(help="This node's copy of the model (overrides the recipe's).")] = None,
+    draft_model_path: Annotated[Optional[str], typer.Option(help="This node's copy of the draft model.")] = None,
+    skip: Annotated[Optional[list[str]], typer.Option("--skip", help="A check to skip (repeat).")] = None,
+) -> None:
+    """Run an sglang_server approach's preflight checks on this node, without launching the server.
+
+    Exit code: 0 every applicable check passed, 4 one failed (its verdict proposal is printed),
+    2 the approach or its recipe is unusable."""
+    import subprocess
+
+    from app.domain.campaign_files import parse_campaign_file
+    from app.domain.errors import DomainError
+    from runners.recipes import RecipeError, build_launch
+
+    try:
+        parsed = parse_campaign_file(campaign_file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        _fail(f"cannot read {campaign_file}: {exc.strerror or exc}", code=2)
+    except DomainError as exc:
+        _fail(f"{campaign_file}: {exc}", code=2)
+    found = next((a for a in parsed.approaches if a.key == approach), None)
+    if found is None:
+        _fail(f"no approach {approach!r} in {campaign_file}; keys: {', '.join(a.key for a in parsed.approaches)}", code=2)
+    recipe = dict(found.recipe or {})
+    if recipe.get("kind") != "sglang_server":
+        _fail(f"approach {approach!r} has no sglang_server recipe (kind {recipe.get('kind')!r}): nothing to preflight",
+              code=2)
+    params = dict(recipe.get("params") or {})
+    for name, value in (("sglang_python", sglang_python), ("model_path", model_path)):
+        if value is not None:
+            params[name] = value
+    if draft_model_path is not None:
+        params["speculative"] = {**(params.get("speculative") or {}), "draft_model_path": draft_model_path}
+    params["preflight"] = {**(params.get("preflight") or {}), "enabled": "on",
+                           "skip": list(skip or (params.get("preflight") or {}).get("skip") or [])}
+    try:
+        spec = build_launch({**recipe, "params": params})
+    except RecipeError as exc:
+        _fail(f"approach {approach!r}: {exc}", code=2)
+    from runners.recipes import runner_env
+
+    done = subprocess.run([*spec.argv, "--only-preflight=on"], env=runner_env(spec.env), cwd=spec.cwd)
+    raise typer.Exit(done.returncode)
 
 
 @cli.command()

@@ -77,3 +77,20 @@ def test_unreadable_file_exits_2(tmp_path):
     assert "cannot read" in r.stderr and "missing.log" in r.stderr
     r = classify(str(tmp_path))  # a directory
     assert r.returncode == 2
+
+
+def test_baseline_reads_the_bench_serving_summary_and_proposes_slower_than_baseline():
+    r = classify(str(LOGS / "bench_serving_summary_slow.log"), "--baseline", "82", "--exit-code", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = fields(r.stdout)
+    assert got["signature"] == "slower_than_baseline"
+    assert got["cause"] == "slower than baseline: 38 tok/s vs 82 tok/s baseline"
+    # At or above the baseline: nothing to propose.
+    assert classify(str(LOGS / "bench_serving_summary_slow.log"), "--baseline", "38").returncode == 1
+
+
+def test_baseline_without_a_throughput_in_the_log_is_a_clear_error():
+    r = classify(str(LOGS / "port_in_use.log"), "--baseline", "82")
+    assert r.returncode == 2
+    assert "no output throughput" in r.stdout + r.stderr
+    assert classify(str(LOGS / "port_in_use.log"), "--baseline", "-3").returncode == 2

@@ -5,16 +5,20 @@ order runs from the most specific evidence to the least, because one failure lea
 traces: a torch symmetric-memory `KeyError: 12` also makes NCCL complain and the server miss
 its readiness deadline; an out-of-memory error often surfaces again as an NCCL error.
 
+  0. preflight_failed      a preflight check's `@@campaign-preflight {json}`      the check's own proposal
   1. unknown_flag          argparse `error: unrecognized arguments: --x`        retest    (sglang)
   2. module_not_installed  `ModuleNotFoundError: No module named 'mscclpp'`     deferred
   3. symm_mem_sm_keyerror  `KeyError: 12` in torch symmetric memory             dead_end  (torch, sm)
   4. jit_no_sm_target      nvcc / FlashInfer JIT without a target for the SM    dead_end  (cuda|flashinfer, sm)
   5. cuda_oom              `torch.OutOfMemoryError: CUDA out of memory`         dead_end
   6. illegal_memory_access `CUDA error: an illegal memory access`              dead_end  (torch, sglang, sm)
+  6b. segfault            `Segmentation fault (core dumped)`, SIGSEGV          inconclusive (torch, sglang)
   7. cuda_graph_capture    CUDA graph capture failed                            dead_end  (nccl, torch)
   8. port_in_use           `[Errno 98] Address already in use`                  retest
   9. nccl_error            `NCCL WARN`, `ncclInternalError`, watchdog timeout   inconclusive (nccl)
- 10. readiness_timeout     the sglang_server recipe's own not-ready message     inconclusive
+ 10. readiness_stall       not ready, and the server's last line was a startup  inconclusive
+                           phase (e.g. "Capturing batches 1/36") it never left
+ 10b. readiness_timeout    the sglang_server recipe's own not-ready message     inconclusive
  11. killed_by_signal      signal 9 / `Killed` with no other cause              inconclusive
  12. slower_than_baseline  finished, but a throughput metric below the baseline dead_end  (not bound)
 
@@ -32,12 +36,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from runners.preflight import parse_preflight_line
+from runners.recipes.metric import parse_metric_line
+from runners.recipes.sglang_server import SUMMARY_METRICS, parse_bench_stdout
+
 VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
 
 # The sglang_server recipe prints this (runners/recipes/sglang_server.py READY_TIMEOUT_MESSAGE):
 #   sglang_server: server not ready within 1800s: no 'The server is fired up and ready to roll!' line
 #   and GET /health never returned 200
-READINESS_TIMEOUT_RE = re.compile(r"sglang_server: server not ready within (?P<seconds>[0-9.]+)s\b")
+READINESS_TIMEOUT_RE = re.compile(r"sglang_server: server not ready within (?P<seconds>[0-9.]+)s\b"
+                                 r"(?:.*?; its last line came (?P<idle>[0-9.]+)s before)?")
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,34 @@ def _quote(line: str, limit: int = 240) -> str:
 
 
 # --- the signatures, in order ---------------------------------------------------------------
+
+_PREFLIGHT_ERROR = re.compile(r"\b\w*Error\b|\berror:|\bfatal\b")
+
+
+def _preflight_failed(t: _Trial) -> Classification | None:
+    for line in t.lines:
+        record = parse_preflight_line(line)
+        if record is None or record.get("verdict") not in VERDICTS or not record.get("cause"):
+            continue
+        components = [c for c in record.get("bound_to") or [] if isinstance(c, str)]
+        version = record.get("sglang_version")
+        # The check's output is indented above its FAILED line; its error line is the evidence.
+        output: list[str] = []
+        for previous in reversed(t.lines[: t.lines.index(line)]):
+            if previous.startswith("preflight: ") and "FAILED" in previous:
+                continue
+            if not previous.startswith("    "):
+                break
+            output.append(previous)
+        evidence = next((ln for ln in output if _PREFLIGHT_ERROR.search(ln)), output[0] if output else None)
+        return Classification(
+            "preflight_failed", str(record["cause"]), record["verdict"],
+            f"Preflight check {record.get('check')!r} failed before the server loaded any weights: "
+            f"{record.get('summary') or record['cause']}"
+            + (f" (sglang {version})" if version and "sglang" in components else "") + ".",
+            _bound(*components) if components else None, evidence)
+    return None
+
 
 _UNRECOGNIZED = re.compile(r"(?P<prog>\S+): error: unrecognized arguments: (?P<args>.+)$")
 
@@ -198,6 +235,23 @@ def _illegal_memory_access(t: _Trial) -> Classification | None:
         "which another torch/sglang build may not have.", _bound("torch", "sglang", "sm"), t.lines[index])
 
 
+_SEGFAULT = re.compile(r"Segmentation fault|\bcore dumped\b|Fatal Python error: Segmentation fault|"
+                       r"\bSIGSEGV\b|signal 11 \(SIGSEGV\)|received signal SIGSEGV")
+
+
+def _segfault(t: _Trial) -> Classification | None:
+    found = _find(t.lines, _SEGFAULT)
+    if not found and t.signal != 11 and t.exit_code not in (139, -11):
+        return None
+    line = t.lines[found[0]] if found else None
+    evidence = f": \"{_quote(line)}\"" if line else f" (signal 11, exit code {t.exit_code})"
+    return Classification(
+        "segfault", "segmentation fault (a native crash)", "inconclusive",
+        f"A process crashed in native code{evidence}. A bug in this stack's native code (torch, sglang kernels, "
+        "a driver library), not a verdict on the approach: re-run to see if it repeats, and on another stack.",
+        _bound("torch", "sglang"), line)
+
+
 _GRAPH_CAPTURE = re.compile(
     r"CUDA graph capture failed|Capture cuda graph failed|cudaErrorStreamCaptureUnsupported|"
     r"cudaErrorStreamCaptureInvalidated|cudaErrorStreamCaptureImplicit|operation not permitted when stream is capturing|"
@@ -245,6 +299,49 @@ def _nccl_error(t: _Trial) -> Classification | None:
         "nccl_error", "NCCL collective timed out" if timeout else "NCCL error", "inconclusive",
         f"NCCL failed: \"{_quote(t.lines[index])}\". This may be the approach's setting or a hang elsewhere; "
         "look at the lines before it (NCCL_DEBUG=INFO shows the transport).", _bound("nccl"), t.lines[index])
+
+
+# Startup phases a server can hang in, matched on its last output line (most specific first).
+_STALL_PHASES = (
+    (re.compile(r"Capturing batches\b[^|]*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"), "CUDA graph capture (Capturing batches {n}/{total})"),
+    (re.compile(r"Capture (?:cuda|CUDA) graph begin"), "CUDA graph capture"),
+    (re.compile(r"Loading safetensors checkpoint shards:[^|]*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"),
+     "weight loading (checkpoint shards {n}/{total})"),
+    (re.compile(r"Load weight begin"), "weight loading"),
+    (re.compile(r"Init torch distributed begin"), "torch distributed init"),
+    (re.compile(r"KV Cache is allocated|Memory pool end"), "after the KV cache allocation"),
+)
+# Lines that are the recipe's or the runner's, not the server's own output.
+_OWN_LINE = re.compile(r"^(?:sglang_server: |@@campaign-|preflight: |    )")
+STALL_MIN_IDLE_S = 60.0
+
+
+def _readiness_stall(t: _Trial) -> Classification | None:
+    found = _find(t.lines, READINESS_TIMEOUT_RE)
+    if not found:
+        return None
+    index, m = found
+    if not m.group("idle") or float(m.group("idle")) < STALL_MIN_IDLE_S:
+        return None  # still printing (slow, not stalled), or a log that does not say how quiet it was
+    idle = float(m.group("idle"))
+    last = next((ln for ln in reversed(t.lines[:index]) if ln.strip() and not _OWN_LINE.match(ln)), None)
+    if last is None:
+        return None
+    # A progress bar redraws in place (\r, or its states run together in a captured log): the last state counts.
+    shown = last.rsplit("\r", 1)[-1]
+    for pattern, name in _STALL_PHASES:
+        pm = None
+        for pm in pattern.finditer(shown):
+            pass
+        if pm:
+            phase = name.format(**pm.groupdict())
+            quiet = f" and printed nothing for its last {idle:g}s"
+            return Classification(
+                "readiness_stall", f"readiness stall at {phase}", "inconclusive",
+                f"The server never became ready{quiet}: it stopped at {phase} (\"{_quote(shown)}\"). "
+                "A hang in that phase with this approach (a collective that never completes, a capture that "
+                "waits), not a slow load.", None, last)
+    return None
 
 
 def _readiness_timeout(t: _Trial) -> Classification | None:
@@ -308,15 +405,18 @@ def _slower_than_baseline(t: _Trial) -> Classification | None:
 
 
 SIGNATURES: tuple[tuple[str, Callable[[_Trial], Classification | None]], ...] = (
+    ("preflight_failed", _preflight_failed),
     ("unknown_flag", _unknown_flag),
     ("module_not_installed", _module_not_installed),
     ("symm_mem_sm_keyerror", _symm_mem_sm_keyerror),
     ("jit_no_sm_target", _jit_no_sm_target),
     ("cuda_oom", _cuda_oom),
     ("illegal_memory_access", _illegal_memory_access),
+    ("segfault", _segfault),
     ("cuda_graph_capture", _cuda_graph_capture),
     ("port_in_use", _port_in_use),
     ("nccl_error", _nccl_error),
+    ("readiness_stall", _readiness_stall),
     ("readiness_timeout", _readiness_timeout),
     ("killed_by_signal", _killed_by_signal),
     ("slower_than_baseline", _slower_than_baseline),
@@ -336,3 +436,13 @@ def classify(log_text: str, *, exit_code: int | None = None, signal: int | None 
         if found is not None:
             return found
     return None
+
+
+def metrics_from_log(log_text: str) -> list[dict]:
+    """Metrics a log states: `@@campaign-metric` lines, else SGLang bench_serving's printed summary."""
+    found = [m for m in (parse_metric_line(line) for line in log_text.splitlines()) if m is not None]
+    if found:
+        return found
+    units = dict(SUMMARY_METRICS.values())
+    return [{"name": name, "value": value, "unit": units.get(name, ""), "tags": {"source": "bench_serving summary"}}
+            for name, value in parse_bench_stdout(log_text).items()]

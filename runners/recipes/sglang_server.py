@@ -4,13 +4,14 @@
         --server-arg=--enable-torch-symm-mem --speculative-algorithm EAGLE3 \
         --speculative-draft-model-path /models/eagle3 --sglang-python /envs/sglang/bin/python
 
-Phases (each announced as a `@@campaign-phase <name>` line): version, launching, waiting for
-ready, benchmarking, tearing down. The server runs in its own process group; teardown sends
+Phases (each announced as a `@@campaign-phase <name>` line): version, preflight, launching,
+waiting for ready, benchmarking, tearing down. Preflight (runners/preflight/) checks the node in
+seconds before any weights load; a failing check ends the trial (exit 4) with its verdict proposal. The server runs in its own process group; teardown sends
 SIGTERM to the group, waits `--teardown-grace-s`, then SIGKILL, and checks the GPUs are free
 (nvidia-smi, when present). Every flag, path and value is one argv element, never a shell string.
 
 Exit codes: 0 benchmarked; 1 the server exited during startup, or the benchmark failed;
-2 bad parameters; 3 the server was not ready in time (READY_TIMEOUT_MESSAGE).
+2 bad parameters; 3 the server was not ready in time (READY_TIMEOUT_MESSAGE); 4 a preflight check failed.
 Standard library only (it runs with the runner's python; sglang lives in `--sglang-python`).
 """
 from __future__ import annotations
@@ -38,9 +39,11 @@ PROG = "runners.recipes.sglang_server"
 READY_LINE = "The server is fired up and ready to roll!"
 # The wording app/domain/signatures.py matches (its READINESS_TIMEOUT_RE); keep them together.
 READY_TIMEOUT_MESSAGE = "sglang_server: server not ready within {timeout:g}s: no '{ready_line}' line and GET /health never returned 200"
+# Appended when the server printed anything: how long it had been quiet (a stall vs a slow load).
+READY_TIMEOUT_IDLE = "; its last line came {idle:.0f}s before"
 STARTUP_EXIT_MESSAGE = "sglang_server: server exited during startup with code {code}; its last {n} lines:"
 TAIL_LINES = 30
-EXIT_STARTUP, EXIT_USAGE, EXIT_NOT_READY = 1, 2, 3
+EXIT_STARTUP, EXIT_USAGE, EXIT_NOT_READY, EXIT_PREFLIGHT = 1, 2, 3, 4
 BENCH_TOOLS = ("bench_serving", "bench_one_batch_server", "none")
 
 SPEC = (
@@ -66,9 +69,13 @@ SPEC = (
     Param("bench_args", "str_list", [], "extra argv elements for the benchmark (use --bench-arg=--flag)"),
     Param("bench_timeout_s", "float", 3600.0, "give up on the benchmark after this", minimum=1),
     Param("result_file", "str", None, "benchmark result file (default: a new temporary file)"),
+    Param("preflight", "choice", "on", "run the preflight checks before launching", choices=("on", "off")),
+    Param("preflight_skip", "str_list", [], "a preflight check to skip (repeat)"),
+    Param("preflight_timeout_s", "float", 120.0, "limit for each preflight probe", minimum=1),
+    Param("only_preflight", "choice", "off", "run the preflight checks, then stop", choices=("on", "off")),
 )
 # CLI flag spellings for the list params (singular reads better when repeated).
-_CLI_RENAMES = {"server_args": "--server-arg", "bench_args": "--bench-arg"}
+_CLI_RENAMES = {"server_args": "--server-arg", "bench_args": "--bench-arg", "preflight_skip": "--preflight-skip"}
 
 # The nested recipe shape -> flat parameter names.
 _NESTED = {
@@ -78,6 +85,7 @@ _NESTED = {
     "bench": {"tool": "bench_tool", "num_prompts": "num_prompts", "input_len": "input_len",
               "output_len": "output_len", "max_concurrency": "max_concurrency", "batch_size": "batch_size",
               "extra_args": "bench_args", "timeout_s": "bench_timeout_s", "result_file": "result_file"},
+    "preflight": {"enabled": "preflight", "skip": "preflight_skip", "timeout_s": "preflight_timeout_s"},
 }
 
 
@@ -110,6 +118,13 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
         for item in values[name]:
             if "\n" in item or "\x00" in item:
                 raise RecipeError(f"params.{name}: argv elements cannot contain newlines or NUL: {item!r}")
+    if values["preflight_skip"]:
+        from runners.preflight import check_names
+
+        unknown = sorted(set(values["preflight_skip"]) - set(check_names()))
+        if unknown:
+            raise RecipeError(f"params.preflight.skip: unknown check(s) {', '.join(unknown)}; "
+                              f"expected some of {', '.join(check_names())}")
     if values["speculative_draft_model_path"] and not values["speculative_algorithm"]:
         raise RecipeError("params.speculative.algorithm (--speculative-algorithm): "
                           "required when a draft model is given")
@@ -253,6 +268,7 @@ class Server:
         self.ready_line_seen = threading.Event()
         self.decode: list[tuple[float, float]] = []
         self.lines = 0
+        self.last_line_at: float | None = None
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
 
@@ -263,6 +279,7 @@ class Server:
             sys.stdout.flush()
             self.tail.append(line.rstrip("\n"))
             self.lines += 1
+            self.last_line_at = time.monotonic()
             if READY_LINE in line:
                 self.ready_line_seen.set()
             stats = parse_decode_line(line)
@@ -434,6 +451,20 @@ def run(values: dict[str, Any]) -> int:
     if values["speculative_algorithm"]:
         tags["speculative_algorithm"] = values["speculative_algorithm"]
 
+    if values["preflight"] == "on" or values["only_preflight"] == "on":
+        phase("preflight")
+        from runners.preflight import Context, run_checks
+
+        started = time.monotonic()
+        failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]),
+                            skip=values["preflight_skip"])
+        emit("preflight_s", time.monotonic() - started, "s", passed=failed is None, **tags)
+        if failed is not None:
+            print("sglang_server: preflight failed; the server was not launched", flush=True)
+            return EXIT_PREFLIGHT
+    if values["only_preflight"] == "on":
+        return 0
+
     phase("launching")
     argv = server_argv(values)
     print("sglang_server: launching " + json.dumps(argv), flush=True)
@@ -453,7 +484,10 @@ def run(values: dict[str, Any]) -> int:
                 print("    " + line, flush=True)
             return EXIT_STARTUP
         if state == "timeout":
-            print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE), flush=True)
+            idle = (READY_TIMEOUT_IDLE.format(idle=time.monotonic() - server.last_line_at)
+                    if server.last_line_at is not None else "")
+            print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE) + idle,
+                  flush=True)
             return EXIT_NOT_READY
         emit("server_ready_s", time.monotonic() - started, "s", **tags)
         if values["bench_tool"] == "none":

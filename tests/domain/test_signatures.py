@@ -42,6 +42,9 @@ def metrics_of(text: str) -> list[dict]:
         ("readiness_timeout.log", 3, "readiness_timeout", "inconclusive", None,
          "sglang_server: server not ready within 1800s"),
         ("port_in_use.log", 1, "port_in_use", "retest", None, "OSError: [Errno 98] Address already in use"),
+        ("readiness_stall_capturing.log", 3, "readiness_stall", "inconclusive", None, "1/36"),
+        ("segfault_core_dumped.log", 1, "segfault", "inconclusive", ["torch", "sglang"],
+         "Fatal Python error: Segmentation fault"),
     ],
 )
 def test_fixture_is_classified(fixture, exit_code, signature, verdict, bound, evidence):
@@ -155,3 +158,53 @@ def test_readiness_wording_is_the_recipes_own():
     line = READY_TIMEOUT_MESSAGE.format(timeout=42.5, ready_line=READY_LINE)
     found = classify(f"sglang_server: phase waiting for ready\n{line}\n", exit_code=3)
     assert found.signature == "readiness_timeout" and found.cause == "server not ready within 42.5s"
+
+
+# --- stalls, segfaults, preflight, the baseline from a bench summary ----------------------------
+
+def test_a_stall_names_the_phase_it_stopped_in():
+    found = classify(log("readiness_stall_capturing.log"), exit_code=3)
+    assert found.cause == "readiness stall at CUDA graph capture (Capturing batches 1/36)"
+    assert "printed nothing for its last 1694s" in found.reason
+
+
+def test_a_server_still_printing_when_time_ran_out_is_a_timeout_not_a_stall():
+    text = log("readiness_stall_capturing.log").replace("came 1694s before", "came 3s before")
+    assert classify(text, exit_code=3).signature == "readiness_timeout"
+    # No phase line at the end (an unknown last line): a timeout, with no phase made up.
+    odd = log("readiness_stall_capturing.log").replace("Capturing batches", "Doing something")
+    odd = odd.replace("Capture cuda graph begin", "Something else")
+    assert classify(odd, exit_code=3).signature == "readiness_timeout"
+
+
+def test_segfault_from_the_exit_status_alone_and_negative_cases():
+    assert classify("step 3\n", exit_code=139).signature == "segfault"
+    assert classify("step 3\n", signal=11).signature == "segfault"
+    assert classify("the segmentation of the batch is fixed\n", exit_code=1) is None
+    assert classify("ulimit -c unlimited; core dumps enabled\n", exit_code=0) is None
+
+
+def test_preflight_failure_carries_the_checks_own_proposal():
+    text = ("    launch_server.py: error: unrecognized arguments: --enable-torch-symm-mem\n"
+            "preflight: sglang_flags: FAILED in 3.0s: sglang 0.5.9 does not know --enable-torch-symm-mem\n"
+            '@@campaign-preflight {"bound_to": ["sglang"], "cause": "flag not supported by this sglang: '
+            '--enable-torch-symm-mem", "check": "sglang_flags", "sglang_version": "0.5.9", "summary": "s", '
+            '"verdict": "retest"}\n')
+    found = classify(text, exit_code=4)
+    assert (found.signature, found.verdict, found.bound_to) == ("preflight_failed", "retest",
+                                                                 {"components": ["sglang"]})
+    assert "(sglang 0.5.9)" in found.reason and "unrecognized arguments" in found.evidence_line
+    # A malformed or verdict-less record is not a proposal.
+    assert classify('@@campaign-preflight {"check": "x", "verdict": "maybe", "cause": "c"}\n', exit_code=4) is None
+    assert classify("@@campaign-preflight {not json\n", exit_code=4) is None
+
+
+def test_baseline_read_from_the_bench_serving_summary():
+    from app.domain.signatures import metrics_from_log
+
+    text = log("bench_serving_summary_slow.log")
+    metrics = metrics_from_log(text)
+    assert {m["name"]: m["value"] for m in metrics}["output_throughput_tok_s"] == 38.0
+    found = classify(text, exit_code=0, metrics=metrics, baseline={"output_throughput_tok_s": 82.0})
+    assert found.signature == "slower_than_baseline" and found.cause == "slower than baseline: 38 tok/s vs 82 tok/s baseline"
+    assert classify(text, exit_code=0, metrics=metrics, baseline={"output_throughput_tok_s": 38.5}) is None

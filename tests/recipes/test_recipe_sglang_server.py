@@ -31,10 +31,12 @@ from tests.support.paths import ROOT
 from tests.support.recipes import by_name, metrics, run_spec
 
 STANDIN = str(ROOT / "tests" / "standins" / "sglang_standin.py")
+# A model directory preflight accepts (config.json, no weights).
+MODEL = str(ROOT / "tests" / "fixtures" / "models" / "tiny")
 
 
 def recipe(port: int, **params):
-    base = {"model_path": "/models/Kimi-K2.5", "tp_size": 8, "sglang_python": STANDIN, "port": port,
+    base = {"model_path": MODEL, "tp_size": 8, "sglang_python": STANDIN, "port": port,
             "teardown_grace_s": 2, "ready_timeout_s": 20,
             "bench": {"tool": "bench_serving", "num_prompts": 4, "input_len": 128, "output_len": 16}}
     base.update(params)
@@ -73,7 +75,7 @@ def assert_gone(pid_list: list[int]) -> None:
 
 def test_ready_then_benchmark_metrics_parsed_exactly(tmp_path):
     port = free_port()
-    done = run(port, "ready", tmp_path, speculative={"algorithm": "EAGLE3", "draft_model_path": "/models/eagle3",
+    done = run(port, "ready", tmp_path, speculative={"algorithm": "EAGLE3", "draft_model_path": MODEL,
                                                       "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
                flags=["--enable-torch-symm-mem"])
     assert done.returncode == 0, done.stdout + done.stderr
@@ -131,19 +133,34 @@ def test_crash_during_startup_reports_last_lines(tmp_path):
 
 
 def test_unknown_flag_is_reported_as_such(tmp_path):
-    done = run(free_port(), "ready", tmp_path, flags=["--enable-foo"])
+    """With preflight off the server itself rejects the flag; the classifier still names it."""
+    done = run(free_port(), "ready", tmp_path, flags=["--enable-foo"], preflight={"enabled": "off"})
     assert done.returncode == 1
+    assert "@@campaign-phase preflight" not in done.stdout
     assert "launch_server.py: error: unrecognized arguments: --enable-foo" in done.stdout
     found = classify(done.stdout, exit_code=done.returncode)
     assert found.signature == "unknown_flag" and found.verdict == "retest"
     assert found.cause == "flag not supported by this sglang: --enable-foo"
 
 
+def test_unknown_flag_is_caught_by_preflight_before_launch(tmp_path):
+    done = run(free_port(), "ready", tmp_path, flags=["--enable-foo"])
+    assert done.returncode == 4
+    assert "@@campaign-phase preflight" in done.stdout and "@@campaign-phase launching" not in done.stdout
+    assert not (tmp_path / "pids").exists()  # the stand-in server never started
+    assert "launch_server.py: error: unrecognized arguments: --enable-foo" in done.stdout
+    found = classify(done.stdout, exit_code=done.returncode)
+    assert found.signature == "preflight_failed" and found.verdict == "retest"
+    assert found.cause == "flag not supported by this sglang: --enable-foo"
+    assert found.bound_to == {"components": ["sglang"]}
+
+
 def test_readiness_timeout(tmp_path):
     done = run(free_port(), "never_ready", tmp_path, ready_timeout_s=1.5)
     assert done.returncode == 3
     line = READY_TIMEOUT_MESSAGE.format(timeout=1.5, ready_line=READY_LINE)
-    assert line in done.stdout.splitlines()
+    assert any(ln.startswith(line + "; its last line came ") for ln in done.stdout.splitlines())
+    # It had just printed "Load weight begin": quiet for under a minute, so a timeout, not a stall.
     assert classify(done.stdout, exit_code=3).signature == "readiness_timeout"
     assert_gone(pids(tmp_path))
 

@@ -20,6 +20,11 @@ Behaviour of launch_server, from $SGLANG_STANDIN_MODE:
   ignore_term       like ready, but ignores SIGTERM (teardown must SIGKILL the group)
 It also starts a helper child process (as SGLang starts scheduler processes) and writes
 "<server pid> <helper pid>" to $SGLANG_STANDIN_PIDFILE when set.
+Preflight probes (`-m runners.preflight.probes NAME`) answer as the node $SGLANG_STANDIN_NODE would:
+  h200 (default)        8 GPUs, SM 9.0, every probe passes
+  rtxpro6000-torch210   SM 12.0: symm_mem fails with `KeyError: 12`, jit_target with nvcc's
+                        "Unsupported gpu architecture 'compute_120a'" (the seed campaign's dead ends)
+  cpu                   runs the real probe, which finds no GPU
 Flags it does not know give argparse's `launch_server.py: error: unrecognized arguments: ...`.
 """
 from __future__ import annotations
@@ -48,7 +53,10 @@ def log(msg: str) -> None:
     print(f"[{stamp}] {msg}", flush=True)
 
 
-def launch_server(argv: list[str]) -> int:
+def server_parser() -> argparse.ArgumentParser:
+    """The flags this stand-in's sglang knows; $SGLANG_STANDIN_MISSING_FLAGS (comma list) removes some,
+    as an older sglang lacks them (0.5.9 has no --enable-torch-symm-mem, say)."""
+    missing = set(filter(None, os.environ.get("SGLANG_STANDIN_MISSING_FLAGS", "").split(",")))
     parser = argparse.ArgumentParser(prog="launch_server.py")
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--tp-size", type=int, default=1)
@@ -62,7 +70,16 @@ def launch_server(argv: list[str]) -> int:
         parser.add_argument(flag)
     for flag in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
         parser.add_argument(flag, type=int)
-    args = parser.parse_args(argv)  # unknown flags: exit 2 with argparse's message, as SGLang does
+    for action in list(parser._actions):
+        if set(action.option_strings) & missing:
+            parser._remove_action(action)
+            for opt in action.option_strings:
+                parser._option_string_actions.pop(opt, None)
+    return parser
+
+
+def launch_server(argv: list[str]) -> int:
+    args = server_parser().parse_args(argv)  # unknown flags: exit 2 with argparse's message, as SGLang does
 
     mode = os.environ.get("SGLANG_STANDIN_MODE", "ready")
     if mode == "ignore_term":
@@ -93,6 +110,15 @@ def launch_server(argv: list[str]) -> int:
         def do_GET(self):
             if self.path == "/health":
                 self._json(200 if state["ready"] else 503, {})
+            elif self.path == "/v1/models":  # the real bench_serving's readiness probe and model name
+                if not state["ready"]:
+                    self._json(503, {})
+                else:
+                    self._json(200, {"object": "list", "data": [{"id": args.model_path, "object": "model",
+                                                                 "owned_by": "sglang", "root": args.model_path}]})
+            elif self.path == "/model_info":
+                self._json(200, {"model_path": args.model_path, "tokenizer_path": args.model_path,
+                                 "is_generation": True})
             elif self.path in ("/server_info", "/get_server_info"):
                 self._json(200, {"version": VERSION, "tp_size": args.tp_size,
                                  "internal_states": [{"avg_spec_accept_length": AVG_SPEC_ACCEPT_LENGTH,
@@ -103,12 +129,35 @@ def launch_server(argv: list[str]) -> int:
         def do_POST(self):
             if self.path == "/generate":
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    body = {}
                 for i, accept in enumerate((2.41, 2.38, 2.44)):
                     log(f"Decode batch, #running-req: 1, #token: {812 + 40 * i}, token usage: 0.01, "
                         f"accept len: {accept:.2f}, accept rate: 0.60, cuda graph: True, "
                         f"gen throughput (token/s): {RESULT['output_throughput'] + i:.2f}, #queue-req: 0")
-                self._json(200, {"text": "standin", "meta_info": {"completion_tokens": 16}})
+                tokens = int((body.get("sampling_params") or {}).get("max_new_tokens") or 16)
+                prompt = len(body.get("input_ids") or []) or len(str(body.get("text") or "").split())
+                if not body.get("stream"):
+                    self._json(200, {"text": "standin", "meta_info": {"completion_tokens": tokens,
+                                                                      "prompt_tokens": prompt}})
+                    return
+                # Streamed as sglang's /generate does: `data: {json}` events, cumulative text, then [DONE].
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for k in range(1, tokens + 1):
+                    event = {"text": " ".join(f"w{j % 200}" for j in range(k)),
+                             "meta_info": {"completion_tokens": k, "prompt_tokens": prompt,
+                                           "spec_accept_length": RESULT["accept_length"]}}
+                    self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                    self.wfile.flush()
+                    time.sleep(0.001)
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            elif self.path == "/flush_cache":
+                self._json(200, {})
             else:
                 self._json(404, {"detail": "Not Found"})
 
@@ -219,6 +268,56 @@ def bench_one_batch_server(argv: list[str]) -> int:
     return 0
 
 
+# --- preflight probes (runners/preflight/probes.py), as a node of $SGLANG_STANDIN_NODE answers them ---
+NODES = {
+    # name: (GPU name, SM, GPU count, free GiB per GPU)
+    "h200": ("NVIDIA H200", "9.0", 8, 139.0),
+    "rtxpro6000-torch210": ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", 8, 94.5),
+}
+
+
+def preflight_probe(argv: list[str]) -> int:
+    node = os.environ.get("SGLANG_STANDIN_NODE", "h200")
+    name, rest = (argv[0], argv[1:]) if argv else ("", [])
+    if node == "cpu" or name not in ("flags", "gpus", "symm_mem", "graph_collective", "jit_target"):
+        import runpy  # no GPU here: the real probe runs and says so
+
+        sys.argv = ["runners.preflight.probes", *argv]
+        try:
+            runpy.run_module("runners.preflight.probes", run_name="__main__")
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
+    gpu, sm, count, free_gib = NODES[node]
+    major = sm.split(".")[0]
+    if name == "flags":
+        server_parser().parse_args(rest[1:] if rest[:1] == ["--"] else rest)
+        print(f"sglang {VERSION} accepts: {' '.join(rest)}")
+        return 0
+    if name == "gpus":
+        print(json.dumps({"gpus": [{"index": i, "name": gpu, "sm": sm, "free_bytes": int(free_gib * 2**30),
+                                    "total_bytes": int((free_gib + 0.5) * 2**30)} for i in range(count)]}))
+        return 0
+    if name == "symm_mem" and node == "rtxpro6000-torch210":
+        # What the real probe prints there: sglang's per-SM table has no SM 12 (torch 2.10.0+cu128).
+        print("Traceback (most recent call last):\n"
+              '  File "/work/runners/preflight/probes.py", line 79, in _symm_mem_rank\n'
+              "    max_size = sizes[major][world_size]  # raises KeyError: <major> where sglang lacks the SM\n"
+              "               ~~~~~^^^^^^^\n"
+              "KeyError: 12\n"
+              "preflight probe: rank exit codes [1, 1]", flush=True)
+        return 1
+    if name == "jit_target" and node == "rtxpro6000-torch210":
+        print("GPU SM 12.0; torch 2.10.0+cu128 (CUDA 12.8) arch list: sm_80 sm_86 sm_90 sm_100 sm_120\n"
+              "$ /usr/local/cuda-12.8/bin/nvcc -gencode=arch=compute_120a,code=sm_120a -c /tmp/probe.cu -o /tmp/probe.o\n"
+              "nvcc fatal   : Unsupported gpu architecture 'compute_120a'", flush=True)
+        return 1
+    print({"symm_mem": f"symm_mem rendezvous + one_shot_all_reduce ok on 2 ranks, SM {major}",
+           "graph_collective": "CUDA graph capture + replay of one NCCL all_reduce ok on 2 ranks",
+           "jit_target": f"nvcc builds for compute_{sm.replace('.', '')}a"}[name], flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["-c"] and len(argv) > 1 and "sglang" in argv[1]:
         if os.environ.get("SGLANG_STANDIN_MODE") == "not_installed":
@@ -232,6 +331,8 @@ def main(argv: list[str]) -> int:
                    "sglang.bench_one_batch_server": bench_one_batch_server}
         if argv[1] in modules:
             return modules[argv[1]](argv[2:])
+        if argv[1] == "runners.preflight.probes":
+            return preflight_probe(argv[2:])
     print(f"sglang_standin: unsupported invocation {argv!r}", file=sys.stderr)
     return 2
 
