@@ -5,6 +5,8 @@ import json
 import logging
 import os
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -97,7 +99,18 @@ def serve(
     app = create_app(settings, run_migrations=False)
     listening = _listening_file(settings)
     listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
-    # uvicorn re-raises SIGTERM after shutdown, so `finally` may not run: `login-url` also checks the pid.
+    lifespan = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def forget_listening_on_exit(app_: Any) -> AsyncIterator[None]:
+        # uvicorn re-raises SIGTERM after its shutdown, so the `finally` below may not run: forget here.
+        try:
+            async with lifespan(app_):
+                yield
+        finally:
+            listening.unlink(missing_ok=True)
+
+    app.router.lifespan_context = forget_listening_on_exit
     log.info("serving on %s:%s (embedded runner: %s)", settings.host, settings.port, settings.embedded_runner)
     try:
         # No per-message deflate: live-log frames are encoded once and sent as they are to every viewer

@@ -134,8 +134,10 @@ async def _until_disconnect(ws: WebSocket) -> None:
 
 
 async def _close(ws: WebSocket, code: int, reason: str) -> None:
+    # The close frame queues behind what the viewer has not read yet: give a slow reader a few seconds,
+    # then drop the connection (the page reconnects with ?after= on any close).
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(ws.close(code=code, reason=reason), 2)
+        await asyncio.wait_for(ws.close(code=code, reason=reason), 5)
 
 
 @router.websocket("/api/trials/{trial_id}/logs/ws")

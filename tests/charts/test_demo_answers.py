@@ -96,7 +96,7 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
     assert not report.speculative  # no draft head measured yet: still a comparison
     assert report.fastest.key == "verify-step-symm-mem" and [f.title for f in report.cpu_floor] == ["gloo on CPU (2 processes)"]
     fig = charts.latency_comparison(report)
-    assert fig["data"][0]["y"] == ["Verify step, symmetric memory two-shot", "NCCL in a CUDA graph of 122"]
+    assert fig["data"][0]["y"] == ["Verify step, symmetric memory two-shot, eager", "NCCL in a CUDA graph of 122"]
     assert fig["data"][1]["name"] == "reported elsewhere (not this node)"
     assert fig["data"][1]["y"][0] == "symmetric memory one-shot in a CUDA graph, 2x H200 (reported)"
     assert fig["data"][2]["y"] == ["gloo on CPU (2 processes) (CPU floor)"]

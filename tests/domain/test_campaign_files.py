@@ -200,7 +200,7 @@ approaches:
         parse_campaign_file(base)
     with pytest.raises(Invalid, match=r"line 6: campaign.reported\[0\].*exactly one of t_ar_us and tok_s"):
         parse_campaign_file(base.replace("t_ar_us: 5.0", "t_ar_us: 5.0, tok_s: 40"))
-    with pytest.raises(Invalid, match="unknown model input"):
+    with pytest.raises(Invalid, match=r"input_sources.*Input should be 'baseline_tok_s'"):
         parse_campaign_file(base.replace("  reported:\n  - {label: A, approach: nope, t_ar_us: 5.0, source: somewhere}\n",
                                          "  input_sources: {colour: blue}\n"))
     history = base.replace("approach: nope", "approach: a") + """  history:

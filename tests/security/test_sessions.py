@@ -88,7 +88,8 @@ def test_twenty_concurrent_uses_of_one_login_link_make_exactly_one_session(serve
         t.start()
     for t in threads:
         t.join()
-    assert sorted(statuses) == [303] + [403] * 19, statuses
+    # One winner; the others are refused (403), or rate limited (429) once their failures pass the limit.
+    assert statuses.count(303) == 1 and set(statuses) - {303} <= {403, 429}, statuses
     assert sum(1 for c in cookies if c) == 1
     with session_scope(server.engine, write=False) as session:
         assert session.exec(select(func.count()).select_from(BrowserSession)).one() == 1

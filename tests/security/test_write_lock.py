@@ -57,7 +57,7 @@ def test_logins_during_runner_connects_never_fail(tmp_path, board_db):
             t.join()
         assert not errors, errors
         assert sorted(statuses) == sorted([303, 200] * len(login_urls)), statuses
-        log = (tmp_path / "server.log").read_text()
+        log = server.log.read_text()
         assert "database is locked" not in log and "Traceback" not in log, log[-3000:]
     finally:
         engine.dispose()

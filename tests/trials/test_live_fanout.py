@@ -242,7 +242,9 @@ def test_a_viewer_that_falls_behind_resyncs_and_still_gets_every_chunk(server):
                         stalled += 1
                         time.sleep(1.0)
             except ConnectionClosed as exc:
-                assert exc.rcvd is not None and exc.rcvd.code == RESYNC_CLOSE_CODE, exc
+                # 4000 (resync); on a starved machine the close frame can miss its deadline and the
+                # server drops the connection instead: the viewer reconnects the same way.
+                assert exc.rcvd is None or exc.rcvd.code == RESYNC_CLOSE_CODE, exc
                 resyncs += 1
     producer.join(30)
     assert resyncs >= 1 and last == total - 1
