@@ -70,7 +70,9 @@ def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             device_id=torch.device("cuda", rank))
     try:
-        group_name = dist.group.WORLD.group_name
+        world = dist.group.WORLD
+        assert world is not None  # init_process_group above created it
+        group_name = world.group_name
         major = torch.cuda.get_device_capability(rank)[0]
         try:  # the table sglang's torch_symm_mem communicator indexes (the seed's `KeyError: 12`)
             from sglang.srt.distributed.device_communicators.all_reduce_utils import (
@@ -84,7 +86,7 @@ def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
                 print(f"sglang symm_mem table: SM {major}, world size {world_size}: max {max_size} bytes")
         if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.8, a no-op after
             symm_mem.enable_symm_mem_for_group(group_name)
-        t = symm_mem.empty((1, HIDDEN), dtype=torch.bfloat16, device=f"cuda:{rank}")
+        t = symm_mem.empty((1, HIDDEN), dtype=torch.bfloat16, device=torch.device("cuda", rank))
         symm_mem.rendezvous(t, group_name)
         t.fill_(rank + 1)
         out = torch.ops.symm_mem.one_shot_all_reduce(t, "sum", group_name)
@@ -222,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"runners.preflight.probes {name}")
     parser.add_argument("--world-size", type=int, default=2)
     args = parser.parse_args(rest)
+    if name in ("symm_mem", "graph_collective") and args.world_size < 2:
+        # One rank's allreduce is a no-op: a graph of it is empty and proves nothing (seen on 1x H200).
+        print(f"preflight probe {name}: --world-size must be at least 2 (got {args.world_size})", file=sys.stderr)
+        return 2
     if name == "symm_mem":
         return _two_ranks(_symm_mem_rank, args.world_size)
     if name == "graph_collective":
