@@ -206,7 +206,7 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
     per approach with a measured t_ar, and the break-even line y = x: points above it are profitable."""
     fig = go.Figure()
     xs = [p.comm_ms for p in report.points]
-    ys = [p.savings_ms for p in report.points]
+    ys = [p.savings_ms for p in report.points if p.savings_ms is not None]
     top = max([*xs, *ys, 1.0]) * 1.15
     bottom = min([*ys, 0.0])
     bottom = bottom * 1.15 if bottom < 0 else 0.0
@@ -289,6 +289,7 @@ def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
         ))
     sized = [r for r in references if r.latency.method == "reported" and r.bytes]
     for r in sized:
+        assert r.bytes is not None  # `sized` keeps only references with a message size
         xs.append(r.bytes)
         ys.append(r.latency.t_ar_us)
         fig.add_trace(go.Scatter(

@@ -75,8 +75,9 @@ class Settings(BaseSettings):
         hosts = {"localhost", "127.0.0.1", "::1"}
         if self.host not in ("0.0.0.0", "::", ""):
             hosts.add(self.host)
-        if self.public_url and urlsplit(self.public_url).hostname:
-            hosts.add(urlsplit(self.public_url).hostname)
+        public_host = urlsplit(self.public_url).hostname if self.public_url else None
+        if public_host:
+            hosts.add(public_host)
         hosts.update(h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip())
         return sorted(hosts)
 

@@ -18,11 +18,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from sqlalchemy import update
-from sqlmodel import Session, select
+from sqlalchemy import CursorResult, update
+from sqlmodel import Session, col, select
 
 from app.domain.errors import Invalid
 from app.models import AuthToken, BrowserSession, utcnow
@@ -65,11 +66,11 @@ def redeem_login_token(session: Session, token: str, max_age_s: int) -> str:
     now = utcnow()
     spent = session.execute(
         update(AuthToken)
-        .where(AuthToken.token_hash == hash_token(token), AuthToken.kind == "login",
-               AuthToken.used_at.is_(None), AuthToken.revoked_at.is_(None),  # type: ignore[union-attr]
-               (AuthToken.expires_at.is_(None)) | (AuthToken.expires_at >= now))  # type: ignore[union-attr,operator]
+        .where(col(AuthToken.token_hash) == hash_token(token), col(AuthToken.kind) == "login",
+               col(AuthToken.used_at).is_(None), col(AuthToken.revoked_at).is_(None),
+               (col(AuthToken.expires_at).is_(None)) | (col(AuthToken.expires_at) >= now))
         .values(used_at=now)
-        .returning(AuthToken.id)
+        .returning(col(AuthToken.id))
         .execution_options(synchronize_session=False)
     ).first()
     if spent is None:
@@ -89,22 +90,22 @@ def session_is_live(session: Session, session_id: str) -> bool:
 
 def end_session(session: Session, session_id: str) -> None:
     """Logout: the session's record is revoked, so its cookie is refused from now on."""
-    session.execute(update(BrowserSession).where(BrowserSession.session_hash == hash_token(session_id),
-                                                 BrowserSession.revoked_at.is_(None))  # type: ignore[union-attr]
+    session.execute(update(BrowserSession).where(col(BrowserSession.session_hash) == hash_token(session_id),
+                                                 col(BrowserSession.revoked_at).is_(None))
                     .values(revoked_at=utcnow()).execution_options(synchronize_session=False))
 
 
 def revoke_all_sessions(session: Session) -> int:
     """An admin ends every browser session (`campaign sessions revoke`); returns how many."""
-    result = session.execute(update(BrowserSession).where(BrowserSession.revoked_at.is_(None))  # type: ignore[union-attr]
+    result = session.execute(update(BrowserSession).where(col(BrowserSession.revoked_at).is_(None))
                              .values(revoked_at=utcnow()).execution_options(synchronize_session=False))
-    return result.rowcount or 0
+    return cast("CursorResult[Any]", result).rowcount or 0  # an UPDATE's result is a CursorResult
 
 
 def live_sessions(session: Session) -> list[BrowserSession]:
     now = utcnow()
-    return [row for row in session.exec(select(BrowserSession).where(BrowserSession.revoked_at.is_(None))  # type: ignore[union-attr]
-                                        .order_by(BrowserSession.id)).all()
+    return [row for row in session.exec(select(BrowserSession).where(col(BrowserSession.revoked_at).is_(None))
+                                        .order_by(col(BrowserSession.id))).all()
             if (_aware(row.expires_at) or now) > now]
 
 

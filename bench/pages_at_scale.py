@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import event, insert, select  # noqa: E402
-from sqlmodel import Session  # noqa: E402
+from sqlmodel import Session, col  # noqa: E402
 
 from app.models import (Approach, ApproachStatus, Attempt, Campaign, LogChunk, Metric, Runner,  # noqa: E402
                         StatusChange, Trial, TrialState, utcnow)
@@ -53,20 +53,21 @@ def build_campaign(engine, slug: str = "scale", *, approaches: int = 500, trials
     rng = random.Random(seed)
     now = utcnow()
     with Session(engine) as session:
-        campaign = session.exec(select(Campaign).where(Campaign.slug == slug)).scalars().first()  # type: ignore[attr-defined]
+        campaign = session.execute(select(Campaign).where(col(Campaign.slug) == slug)).scalars().first()
         if campaign is None:
             campaign = Campaign(slug=slug, name=f"Scale {slug}", baseline_tok_s=80.0, accept_length=2.4,
                                 draft_steps=3, draft_step_ms=1.2, verify_compute_ms=9.0)
             session.add(campaign)
             session.flush()
         cid = campaign.id
-        if runners and not session.execute(select(Runner.id).limit(1)).first():
+        assert cid is not None  # flushed
+        if runners and not session.execute(select(col(Runner.id)).limit(1)).first():
             _bulk(session, Runner, [dict(name=f"node-{n}", token_hash=uuid.uuid4().hex, labels=[],
                                          fingerprint=fp, connected=True, last_seen_at=now, created_at=now)
                                     for n, fp in (("a", FINGERPRINT_OLD), ("b", FINGERPRINT_NEW))])
-        runner_ids = [r for (r,) in session.execute(select(Runner.id).order_by(Runner.id))]
-        start = session.execute(select(Approach.position).where(Approach.campaign_id == cid)
-                                .order_by(Approach.position.desc()).limit(1)).scalar() or 0  # type: ignore[attr-defined]
+        runner_ids = [r for (r,) in session.execute(select(col(Runner.id)).order_by(col(Runner.id)))]
+        start = session.execute(select(col(Approach.position)).where(col(Approach.campaign_id) == cid)
+                                .order_by(col(Approach.position).desc()).limit(1)).scalar() or 0
         statuses = [ApproachStatus.dead_end, ApproachStatus.deferred, ApproachStatus.promising, ApproachStatus.untested]
         rows = []
         for i in range(approaches):
@@ -81,9 +82,9 @@ def build_campaign(engine, slug: str = "scale", *, approaches: int = 500, trials
                              bound_to={"components": ["torch"]} if bound else None,
                              created_at=now, updated_at=now))
         _bulk(session, Approach, rows)
-        ids = [a for (a,) in session.execute(select(Approach.id).where(Approach.campaign_id == cid,
-                                                                          Approach.position > start)
-                                             .order_by(Approach.position))]
+        ids = [a for (a,) in session.execute(select(col(Approach.id)).where(col(Approach.campaign_id) == cid,
+                                                                               col(Approach.position) > start)
+                                             .order_by(col(Approach.position)))]
         per = max(1, trials // max(1, len(ids)))
         t0 = now - timedelta(days=30)
         trial_rows = []
@@ -96,8 +97,9 @@ def build_campaign(engine, slug: str = "scale", *, approaches: int = 500, trials
                                    gpu_note="", log_bytes=400, log_dropped_bytes=0, cancel_requested=False,
                                    created_at=at, dispatched_at=at, started_at=at, finished_at=at + timedelta(seconds=20)))
         _bulk(session, Trial, trial_rows)
-        trials_made = list(session.execute(select(Trial.id, Trial.approach_id, Trial.attempt_id, Trial.created_at)
-                                           .where(Trial.approach_id.in_(ids)).order_by(Trial.id)))  # type: ignore[attr-defined]
+        trials_made = list(session.execute(select(col(Trial.id), col(Trial.approach_id), col(Trial.attempt_id),
+                                                  col(Trial.created_at))
+                                           .where(col(Trial.approach_id).in_(ids)).order_by(col(Trial.id))))
         _bulk(session, Attempt, [dict(id=a, trial_id=t, runner_id=None, number=1, state="succeeded", created_at=at)
                                  for t, _, a, at in trials_made])
         changes, chunks, metrics = [], [], []
@@ -135,7 +137,7 @@ def build_campaign(engine, slug: str = "scale", *, approaches: int = 500, trials
         _bulk(session, LogChunk, chunks)
         _bulk(session, StatusChange, changes)
         session.commit()
-        return cid  # type: ignore[return-value]
+        return cid
 
 
 class StatementCounter:
@@ -149,15 +151,20 @@ class StatementCounter:
         self.count += 1
 
 
-def pages(client, slug: str, engine) -> list[tuple[str, str]]:  # noqa: ANN001
-    """(label, path) of every page, fragment and API read of a campaign (exports last)."""
+def pages(client, slug: str, engine) -> list[tuple[str, str | None]]:  # noqa: ANN001
+    """(label, path) of every page, fragment and API read of a campaign (exports last); the share
+    page's path is None (the caller makes the link)."""
     with Session(engine) as session:
-        cid = session.execute(select(Campaign.id).where(Campaign.slug == slug)).scalar()
-        big = session.execute(select(Approach.key, Approach.id).where(Approach.campaign_id == cid)
-                              .order_by(Approach.position)).first()
-        trial_id = session.execute(select(Trial.id).where(Trial.approach_id == big[1]).order_by(Trial.id.desc())).scalar()
-        change_id = session.execute(select(StatusChange.id).where(StatusChange.approach_id == big[1])
-                                    .order_by(StatusChange.at.desc(), StatusChange.id.desc()).offset(49)).scalar()
+        cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar()
+        big = session.execute(select(col(Approach.key), col(Approach.id)).where(col(Approach.campaign_id) == cid)
+                              .order_by(col(Approach.position))).first()
+        assert big is not None
+        trial_id = session.execute(select(col(Trial.id)).where(col(Trial.approach_id) == big[1])
+                                   .order_by(col(Trial.id).desc())).scalar()
+        assert trial_id is not None
+        change_id = session.execute(select(col(StatusChange.id)).where(col(StatusChange.approach_id) == big[1])
+                                    .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
+                                    .offset(49)).scalar()
     key = big[0]
     return [
         ("campaigns list", "/"),
@@ -259,7 +266,7 @@ def measure(db_url: str, scale: float, repeat: int, skip: set[str]) -> None:
             conn.exec_driver_sql("ANALYZE")
     with session_scope(engine) as session:
         headers = {"Authorization": f"Bearer {create_api_token(session, 'bench')}"}
-        campaign = session.execute(select(Campaign).where(Campaign.slug == "scale")).scalar_one()
+        campaign = session.execute(select(Campaign).where(col(Campaign.slug) == "scale")).scalar_one()
         share_path = f"/s/{share_token(create_share_link(session, campaign, 'bench', 'bench'), app.state.settings.resolved_secret_key())}"
     counter = StatementCounter(engine)
     with TestClient(app, base_url="http://127.0.0.1", headers=headers) as client:

@@ -23,9 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from log_pipeline import PACED, Board, pct  # noqa: E402
+from bench.log_pipeline import PACED, Board, pct  # noqa: E402
 
 FIRST = """
 import time

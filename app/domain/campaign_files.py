@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from sqlmodel import Session, select
+from sqlalchemy import select as sa_select  # typed for five columns (sqlmodel's select stops at four)
+from sqlmodel import Session, col, select
 
 from app.domain import inventory
 from app.domain.errors import Invalid
@@ -98,10 +99,11 @@ _Dumper.add_representer(str, _str_presenter)
 def _histories(session: Session, campaign: Campaign) -> dict[int, list[dict[str, Any]]]:
     """Every approach's status changes, oldest first, in one query."""
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    rows = session.execute(select(StatusChange.approach_id, StatusChange.at, StatusChange.to_status,
-                                  StatusChange.reason, StatusChange.actor)
-                           .join(Approach, Approach.id == StatusChange.approach_id)
-                           .where(Approach.campaign_id == campaign.id).order_by(StatusChange.at, StatusChange.id))
+    rows = session.execute(sa_select(col(StatusChange.approach_id), col(StatusChange.at), col(StatusChange.to_status),
+                                  col(StatusChange.reason), col(StatusChange.actor))
+                           .join(Approach, col(Approach.id) == col(StatusChange.approach_id))
+                           .where(col(Approach.campaign_id) == campaign.id)
+                           .order_by(col(StatusChange.at), col(StatusChange.id)))
     for approach_id, at, to, reason, actor in rows:
         at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
         entry: dict[str, Any] = {"at": at.isoformat(), "to": to}
@@ -209,6 +211,7 @@ def parse_campaign_file(text: str) -> CampaignFile:
 def _replace_history(session: Session, approach: Approach, item: ApproachFile, actor: str) -> None:
     """A new approach's history is the file's, with its dates (not the import's single "added" change).
     A status edited in the file without a history entry is recorded as a change now."""
+    assert approach.id is not None  # the approach is flushed before its history is written
     for change in session.exec(select(StatusChange).where(StatusChange.approach_id == approach.id)):
         session.delete(change)
     previous = ""

@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
@@ -28,8 +28,8 @@ def install_state(app: FastAPI) -> None:
 
 
 def _needs_sweep(session: Session) -> bool:
-    return session.exec(select(Runner.id).where(Runner.connected.is_(True))).first() is not None or \
-        session.exec(select(Trial.id).where(Trial.state.in_(ACTIVE_TRIAL_STATES))).first() is not None  # type: ignore[attr-defined]
+    return session.exec(select(Runner.id).where(col(Runner.connected).is_(True))).first() is not None or \
+        session.exec(select(Trial.id).where(col(Trial.state).in_(ACTIVE_TRIAL_STATES))).first() is not None
 
 
 async def _sweeper(app: FastAPI, period_s: float = 1.0) -> None:
@@ -48,7 +48,7 @@ async def _sweeper(app: FastAPI, period_s: float = 1.0) -> None:
 def _all_offline(session: Session) -> None:
     # This process holds no runner socket yet; the lost-after clock restarts now for all of them.
     now = utcnow()
-    for runner in session.exec(select(Runner).where(Runner.connected.is_(True))):
+    for runner in session.exec(select(Runner).where(col(Runner.connected).is_(True))):
         runner.connected = False
         runner.last_seen_at = now
         session.add(runner)

@@ -197,9 +197,10 @@ class RunnerIngest:
                 if c.attempt_id == trial.attempt_id:
                     out.chunks.setdefault(c.trial_id, []).append((c.seq, c.data))
             for trial in result.trials.values():  # each passed scheduling.current_trial for this runner
-                out.validated[trial.id] = trial.attempt_id  # type: ignore[index]
+                assert trial.id is not None and trial.attempt_id is not None  # a stored trial, current attempt
+                out.validated[trial.id] = trial.attempt_id
                 if trial.log_dropped_bytes:
-                    out.states[trial.id] = scheduling.trial_view(trial)  # type: ignore[index]
+                    out.states[trial.id] = scheduling.trial_view(trial)
             pending.clear()
 
         for msg in messages:

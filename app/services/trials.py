@@ -43,5 +43,5 @@ async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
     hub = get_hub(app)
     if message is not None and trial.runner_id is not None:
         await hub.send_to_runner(trial.runner_id, message)
-    hub.publish_state(trial.id, scheduling.trial_view(trial))  # type: ignore[arg-type]
+    hub.publish_state(trial.id, scheduling.trial_view(trial))
     return trial

@@ -198,7 +198,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     share = comm_ms / verify_ms if verify_ms > 0 else 0.0
     in_situ_us = comm_ms * 1000 / (2 * layers)
     if rank.rank == 0:
-        spread = {"p10_ms": med["full"]["p10"] / 1000, "p90_ms": med["full"]["p90"] / 1000}
+        spread: dict[str, Any] = {"p10_ms": med["full"]["p10"] / 1000, "p90_ms": med["full"]["p90"] / 1000}
         emit(M.VERIFY_TIME_MS, verify_ms, "ms", **spread, **tags)
         if tokens == 1:
             emit(M.DECODE_STEP_MS, verify_ms, "ms", **spread, **tags)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,12 @@ def _series(session, campaign):
 
 def _throughput(session, campaign):
     return throughput_rows(load_campaign_metrics(session, campaign), inventory.approaches(session, campaign))
+
+
+def figure(fig: dict[str, Any] | None) -> dict[str, Any]:
+    """A chart the data is enough for."""
+    assert fig is not None
+    return fig
 
 
 def _trace(fig, name):
@@ -70,7 +77,7 @@ def test_chart1_follows_the_what_if(session, campaign):
 
 
 def test_chart2_log_log_with_the_verify_size_marked(session, campaign):
-    fig = charts.allreduce_latency_vs_size(_series(session, campaign), 57344)
+    fig = figure(charts.allreduce_latency_vs_size(_series(session, campaign), 57344))
     assert fig["layout"]["xaxis"]["type"] == "log" and fig["layout"]["yaxis"]["type"] == "log"
     graph = _trace(fig, "NCCL in a CUDA graph")
     assert graph["x"] == [14336, 114688, 917504, 3670016] and graph["y"] == [16.6, 16.7, 22.4, 42.3]
@@ -122,11 +129,13 @@ def test_many_approaches_draw_one_trace_per_status():
     from app.domain.profitability import ApproachPoint, Input, LatencyEstimate, ModelInputs, ProfitabilityReport
 
     inputs = ModelInputs(Input(82.0), Input(1000 / 82), Input(None), Input(3), Input(None), Input(None), Input(122), 4, 7168)
+    curve = inputs.curve()
+    assert curve is not None
     points = tuple(ApproachPoint(i, f"a{i}", f"approach {i}", "promising" if i % 2 else "dead_end", "", "",
-                                 LatencyEstimate(10.0 + i, "measured", "", i), inputs.curve().tau_star(10.0 + i),
+                                 LatencyEstimate(10.0 + i, "measured", "", i), curve.tau_star(10.0 + i),
                                  None, "", 122 * (10.0 + i) / 1000, None, None) for i in range(charts.MAX_TRACES + 10))
     report = ProfitabilityReport(inputs, inputs.curve(), None, points, (), (), (), True)
-    fig = charts.break_even_accept_length(report)
+    fig = figure(charts.break_even_accept_length(report))
     markers = [t for t in fig["data"] if t.get("mode") == "markers"]
     assert sorted(t["name"] for t in markers) == ["dead end (20 approaches)", "promising (20 approaches)"]
     assert sum(len(t["x"]) for t in markers) == len(points)

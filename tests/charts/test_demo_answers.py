@@ -2,6 +2,8 @@
 figures alone, the allreduce shootout as a latency comparison until speculation is measured."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlmodel import select
 
@@ -16,6 +18,12 @@ from app.models import Metric, Trial
 T_BASE = 1000 / 82
 
 
+def figure(fig: dict[str, Any] | None) -> dict[str, Any]:
+    """A chart the data is enough for."""
+    assert fig is not None
+    return fig
+
+
 @pytest.fixture
 def session(app):
     with session_scope(app.state.engine) as s:
@@ -28,6 +36,7 @@ def test_kimi_demo_answers_from_the_seed_alone(session):
     campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
     report = profitability_report(session, campaign)
     assert report.speculative and report.points == ()  # nothing measured here yet
+    assert report.curve is not None
     assert report.curve.lower_bound and report.curve.t_base_ms == pytest.approx(T_BASE)
     assert report.inputs.t_base.source.startswith("1000 / 82 tok/s (entered: seed campaign")
     refs = {r.label: r for r in report.references}
@@ -43,7 +52,7 @@ def test_kimi_demo_answers_from_the_seed_alone(session):
     t_ar = 200 + (1000 / 38 - T_BASE) / 122 * 1000
     assert custom.latency.method == "derived" and custom.latency.t_ar_us == pytest.approx(t_ar)
     assert custom.tau_star == pytest.approx(122 * t_ar / 1000 / T_BASE) and custom.tau_star == pytest.approx(3.16, abs=0.01)
-    fig = charts.break_even_accept_length(report)
+    fig = figure(charts.break_even_accept_length(report))
     assert fig["layout"]["meta"]["lower_bound"] is True
     xs = [x for t in fig["data"] if t["mode"] == "markers" for x in t["x"]]
     ys = [y for t in fig["data"] if t["mode"] == "markers" for y in t["y"]]
@@ -53,7 +62,7 @@ def test_kimi_demo_answers_from_the_seed_alone(session):
     lo, hi = fig["layout"]["xaxis"]["range"]
     assert all(10 ** lo < x < 10 ** hi for x in xs) and hi - lo < 3
     assert fig["layout"]["yaxis"]["range"][0] == 0 and max(ys) < fig["layout"]["yaxis"]["range"][1] < 2 * max(ys)
-    latency = charts.allreduce_latency_vs_size([], report.inputs.verify_bytes, report.references)
+    latency = figure(charts.allreduce_latency_vs_size([], report.inputs.verify_bytes, report.references))
     assert [t["name"] for t in latency["data"] if t["mode"] == "markers"] == ["FlashInfer PCIe-IPC allreduce (reported)"]
 
 
@@ -71,13 +80,14 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
     report = profitability_report(session, campaign)
     assert not report.speculative and report.curve is None and report.points == ()
     # Shipped with a 2x H200 node's figures as references: the comparison draws before anything runs here.
-    shipped = charts.latency_comparison(report)
+    shipped = figure(charts.latency_comparison(report))
     assert [t["name"] for t in shipped["data"]] == ["reported elsewhere (not this node)"]
     assert min(shipped["data"][0]["x"]) == 6.5 and shipped["layout"]["xaxis"]["range"] == [0, pytest.approx(38.0 * 1.2)]
     # A GPU node's shootout: measured allreduces, a decode step and a draft head answer tau* per approach.
     graph = inventory.get_approach(session, campaign, "nccl-graph")
     symm = inventory.get_approach(session, campaign, "verify-step-symm-mem")
     gloo = inventory.get_approach(session, campaign, "gloo-cpu")
+    assert campaign.id is not None and symm.id is not None
     gpu = {"device": "cuda", "world_size": 2, "dtype": "bf16"}
     rows = [(graph, [("allreduce_latency_us", 17.4, {**gpu, "backend": "nccl", "mode": "graph", "bytes": 57344})]),
             (symm, [("allreduce_in_situ_us", 9.0, {**gpu, "backend": "symm_mem_two_shot", "tokens": 4}),
@@ -85,26 +95,31 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
                    ("decode_step_ms", 10.0, {**gpu, "tokens": 1})]),
             (gloo, [("allreduce_latency_us", 300.0, {"device": "cpu", "backend": "gloo", "bytes": 57344})])]
     for approach, metrics in rows:
+        assert approach.id is not None and approach.recipe is not None
         trial = Trial(campaign_id=campaign.id, approach_id=approach.id, recipe=approach.recipe, state="succeeded")
         session.add(trial)
         session.flush()
+        assert trial.id is not None
         for index, (name, value, tags) in enumerate(metrics):
             session.add(Metric(trial_id=trial.id, approach_id=approach.id, campaign_id=campaign.id, seq=0,
                                index=index, name=name, value=value, tags=tags))
     session.flush()
     report = profitability_report(session, campaign)
     assert not report.speculative  # no draft head measured yet: still a comparison
+    assert report.fastest is not None
     assert report.fastest.key == "verify-step-symm-mem" and [f.title for f in report.cpu_floor] == ["gloo on CPU (2 processes)"]
-    fig = charts.latency_comparison(report)
+    fig = figure(charts.latency_comparison(report))
     assert fig["data"][0]["y"] == ["Verify step, symmetric memory two-shot, eager", "NCCL in a CUDA graph of 122"]
     assert fig["data"][1]["name"] == "reported elsewhere (not this node)"
     assert fig["data"][1]["y"][0] == "symmetric memory one-shot in a CUDA graph, 2x H200 (reported)"
     assert fig["data"][2]["y"] == ["gloo on CPU (2 processes) (CPU floor)"]
     draft = session.exec(select(Trial).where(Trial.approach_id == symm.id)).first()
+    assert draft is not None
     session.add(Metric(trial_id=draft.id, approach_id=symm.id, campaign_id=campaign.id, seq=1, index=0,
                        name="draft_step_ms", value=0.3, tags={**gpu, "mode": "graph"}))
     session.flush()
     report = profitability_report(session, campaign)
+    assert report.curve is not None
     assert report.speculative and not report.curve.lower_bound  # everything but the accept length measured
     points = {p.key: p for p in report.points}
     fixed = 3 * 0.3 + 9.08

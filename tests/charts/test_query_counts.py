@@ -23,15 +23,18 @@ def _build(engine, slug: str, approaches: int, trials_each: int) -> None:
         campaign = inventory.create_campaign(s, CampaignCreate(slug=slug, name=slug, baseline_tok_s=82.0,
                                                                accept_length=2.4, draft_steps=3, draft_step_ms=0.5,
                                                                verify_compute_ms=9.0))
+        assert campaign.id is not None
         for i in range(approaches):
             approach = inventory.add_approach(s, campaign, ApproachCreate(
                 key=f"a{i}", title=f"approach {i}", recipe={"kind": "allreduce", "params": {}}), "t")
+            assert approach.id is not None
             for j in range(trials_each):
                 at = T0 + timedelta(hours=i * trials_each + j)
                 trial = Trial(campaign_id=campaign.id, approach_id=approach.id, recipe={}, state="succeeded",
                               created_at=at, started_at=at, finished_at=at + timedelta(minutes=5))
                 s.add(trial)
                 s.flush()
+                assert trial.id is not None
                 kind = i % 3
                 if kind == 0:
                     metrics = [("allreduce_latency_us", 10.0 + i + j, {"bytes": b, "mode": "graph", "device": "cuda"})
@@ -74,7 +77,9 @@ def _counting(engine):
 
 def _share_path(operator, slug: str) -> str:
     r = operator.post(f"/campaigns/{slug}/share-links", data={"name": "q"}, headers={"HX-Request": "true"})
-    return re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text).group(1)
+    found = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text)
+    assert found is not None, r.text
+    return found.group(1)
 
 
 def _counts(app, operator, slug: str) -> dict[str, int]:

@@ -176,7 +176,8 @@ def mixed_python(tmp_path: Path, real: str) -> str:
 
 def run_recipe_with_real_bench(tmp_path: Path, sglang_env: dict, bench: dict, real: str):
     from runners.recipes import build_launch
-    from tests.recipes.recipe_helpers import free_port, metrics
+    from tests.support.net import free_port
+    from tests.support.recipes import metrics
 
     spec = build_launch({"kind": "sglang_server", "timeout_s": 600, "params": {
         "model_path": str(MODEL), "tp_size": 1, "sglang_python": mixed_python(tmp_path, real), "port": free_port(),

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.signatures import classify
+from app.domain.signatures import Classification, classify
 from runners.preflight import REGISTRY, Context, Outcome, check_names, parse_preflight_line, register, run_checks
 from runners.preflight.checks import nccl_env_problems
 from runners.recipes import RecipeError, build_launch
 from runners.recipes.sglang_server import validate
-from tests.recipes.recipe_helpers import ROOT, free_port, run_spec
+from tests.support.net import free_port
+from tests.support.paths import ROOT
+from tests.support.recipes import run_spec
 
 STANDIN = str(ROOT / "tests" / "standins" / "sglang_standin.py")
 MODEL = str(ROOT / "tests" / "fixtures" / "models" / "tiny")
@@ -56,6 +58,12 @@ def assert_never_launched(done: subprocess.CompletedProcess, tmp_path: Path) -> 
     assert "sglang_server: preflight failed; the server was not launched" in done.stdout
 
 
+def classified(text: str, exit_code: int) -> Classification:
+    found = classify(text, exit_code=exit_code)
+    assert found is not None, text
+    return found
+
+
 # --- the seed's three dead ends ------------------------------------------------------------------
 
 def test_unknown_torch_symm_mem_flag_on_an_old_sglang(tmp_path):
@@ -66,11 +74,11 @@ def test_unknown_torch_symm_mem_flag_on_an_old_sglang(tmp_path):
     assert "re-test with an sglang that has it" in done.stdout
     record = preflight_record(done.stdout)
     assert (record["check"], record["sglang_version"]) == ("sglang_flags", "0.5.9")
-    found = classify(done.stdout, exit_code=4)
+    found = classified(done.stdout, exit_code=4)
     assert (found.signature, found.verdict, found.bound_to) == ("preflight_failed", "retest", {"components": ["sglang"]})
     assert found.cause == "flag not supported by this sglang: --enable-torch-symm-mem"
     assert "(sglang 0.5.9)" in found.reason
-    assert found.evidence_line.strip() == "launch_server.py: error: unrecognized arguments: --enable-torch-symm-mem"
+    assert (found.evidence_line or "").strip() == "launch_server.py: error: unrecognized arguments: --enable-torch-symm-mem"
 
 
 def test_symm_mem_keyerror_12_on_sm120(tmp_path):
@@ -78,22 +86,22 @@ def test_symm_mem_keyerror_12_on_sm120(tmp_path):
     assert_never_launched(done, tmp_path)
     assert "preflight: sglang_flags: ok" in done.stdout  # 0.5.9 stand-in knows the flag: it got further
     assert "    KeyError: 12" in done.stdout
-    found = classify(done.stdout, exit_code=4)
+    found = classified(done.stdout, exit_code=4)
     assert (found.signature, found.verdict, found.bound_to) == ("preflight_failed", "dead_end",
                                                                  {"components": ["torch", "sm"]})
     assert found.cause.startswith("torch symmetric memory has no entry for SM 12")
-    assert found.evidence_line.strip() == "KeyError: 12"
+    assert (found.evidence_line or "").strip() == "KeyError: 12"
 
 
 def test_flashinfer_jit_has_no_compute_120a_target(tmp_path):
     done = run(tmp_path, ["--enable-flashinfer-allreduce-fusion"], {"SGLANG_STANDIN_NODE": "rtxpro6000-torch210"})
     assert_never_launched(done, tmp_path)
     assert "nvcc fatal   : Unsupported gpu architecture 'compute_120a'" in done.stdout
-    found = classify(done.stdout, exit_code=4)
+    found = classified(done.stdout, exit_code=4)
     assert (found.signature, found.verdict, found.bound_to) == ("preflight_failed", "dead_end",
                                                                  {"components": ["cuda", "sm"]})
     assert found.cause == "the CUDA compiler cannot target compute_120a"
-    assert found.evidence_line.strip() == "nvcc fatal   : Unsupported gpu architecture 'compute_120a'"
+    assert (found.evidence_line or "").strip() == "nvcc fatal   : Unsupported gpu architecture 'compute_120a'"
 
 
 def test_on_a_good_node_every_applicable_check_passes_then_the_server_launches(tmp_path):
@@ -140,9 +148,9 @@ def test_model_path_check(tmp_path):
     assert only(ctx_for(tmp_path), "model_path").ok
     assert only(ctx_for(tmp_path, model_path="deepseek-ai/DeepSeek-V3"), "model_path").ok  # a hub id
     missing = only(ctx_for(tmp_path, model_path=str(tmp_path / "nope")), "model_path")
-    assert not missing.ok and missing.verdict == "retest" and "is not a directory" in missing.cause
+    assert not missing.ok and missing.verdict == "retest" and "is not a directory" in (missing.cause or "")
     (tmp_path / "empty").mkdir()
-    assert "has no config.json" in only(ctx_for(tmp_path, model_path=str(tmp_path / "empty")), "model_path").cause
+    assert "has no config.json" in (only(ctx_for(tmp_path, model_path=str(tmp_path / "empty")), "model_path").cause or "")
 
 
 def test_port_check(tmp_path):
@@ -151,7 +159,7 @@ def test_port_check(tmp_path):
         sock.listen()
         taken = sock.getsockname()[1]
         failed = only(ctx_for(tmp_path, port=taken), "port_free")
-        assert not failed.ok and f"port {taken} on 127.0.0.1 is not free" in failed.cause
+        assert not failed.ok and f"port {taken} on 127.0.0.1 is not free" in (failed.cause or "")
     assert only(ctx_for(tmp_path), "port_free").ok
 
 
@@ -164,7 +172,7 @@ def test_nccl_env_check(tmp_path):
     assert bad == ["NCCL_ALGO=Trees: unknown algorithm(s) Trees", "NCCL_MAX_NCHANNELS=two: expected an integer",
                    "NCCL_P2P_LEVEL=FAR: expected one of LOC, NVL, PHB, PIX, PXB, SYS or a number"]
     failed = only(ctx_for(tmp_path, env={"NCCL_MAX_NCHANELS": "2"}), "nccl_env")
-    assert not failed.ok and failed.bound_to == ["nccl"] and "NCCL_MAX_NCHANELS" in failed.cause
+    assert not failed.ok and failed.bound_to == ["nccl"] and "NCCL_MAX_NCHANELS" in (failed.cause or "")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     ok = Context(validate({"model_path": MODEL, "sglang_python": STANDIN}), {**clean, "NCCL_ALGO": "Ring"}, None)
     assert only(ok, "nccl_env").ok
@@ -189,7 +197,7 @@ def test_gpu_memory_check(tmp_path):
     with open(big / "model-00001.safetensors", "wb") as fh:  # sparse: 2 TiB of "weights"
         fh.truncate(2 * 2**40)
     short = only(ctx_for(tmp_path, tp_size=8, model_path=str(big)), "gpu_memory")
-    assert not short.ok and "not enough free GPU memory for 2048.0 GiB of weights at TP 8" in short.cause
+    assert not short.ok and "not enough free GPU memory for 2048.0 GiB of weights at TP 8" in (short.cause or "")
 
 
 @pytest.mark.parametrize("name", ["gpu_memory", "symm_mem", "graph_collective", "jit_target"])
@@ -197,7 +205,7 @@ def test_gpu_checks_fail_cleanly_without_gpus(tmp_path, name):
     """The real probes, under this machine's torch (CPU): a clear 'retest elsewhere', not a dead end."""
     failed = only(ctx_for(tmp_path, python=sys.executable, server_args=["--enable-torch-symm-mem"]), name)
     assert not failed.ok and failed.verdict == "retest", failed
-    assert "no CUDA GPU visible" in failed.cause and "Traceback" not in failed.output
+    assert "no CUDA GPU visible" in (failed.cause or "") and "Traceback" not in failed.output
 
 
 def test_gpu_checks_through_the_stand_in_cpu_node_run_the_real_probe(tmp_path):
@@ -228,10 +236,11 @@ def test_a_team_can_register_its_own_check(tmp_path):
         assert check_names()[-1] == "driver_at_least_560"
         out = io.StringIO()
         failed = run_checks(ctx_for(tmp_path), skip=["gpu_memory"], out=out)
+        assert failed is not None
         assert failed.cause == "driver 550 < 560"
         text = out.getvalue()
         assert "    nvidia-smi: 550.54\npreflight: driver_at_least_560: FAILED" in text
-        assert classify(text, exit_code=4).verdict == "deferred"
+        assert classified(text, exit_code=4).verdict == "deferred"
         with pytest.raises(ValueError, match="already registered"):
             register("driver_at_least_560")(driver_check)
         with pytest.raises(ValueError, match="verdict must be one of"):
@@ -247,6 +256,7 @@ def test_a_check_that_crashes_is_inconclusive_not_a_dead_end(tmp_path):
 
     try:
         failed = run_checks(ctx_for(tmp_path), skip=["gpu_memory"], out=io.StringIO())
+        assert failed is not None
         assert (failed.verdict, failed.cause) == ("inconclusive", "the check itself failed: RuntimeError: oops")
     finally:
         REGISTRY.pop("broken")
@@ -273,7 +283,7 @@ def test_campaign_preflight_approach_from_the_demo_campaign(tmp_path):
     env = {**os.environ, "SGLANG_STANDIN_NODE": "rtxpro6000-torch210", "NO_COLOR": "1"}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert done.returncode == 4, done.stdout + done.stderr
-    assert classify(done.stdout, exit_code=4).cause.startswith("torch symmetric memory has no entry for SM 12")
+    assert classified(done.stdout, exit_code=4).cause.startswith("torch symmetric memory has no entry for SM 12")
     bad = subprocess.run([*argv[:4], "no-such-approach", *argv[5:]], capture_output=True, text=True, timeout=60,
                          env=env, cwd=ROOT)
     assert bad.returncode == 2 and "no approach 'no-such-approach'" in bad.stdout + bad.stderr

@@ -13,18 +13,25 @@ import httpx
 import psutil
 import pytest
 
-from tests.support.servers import start_live_server, stop_live_server
+from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.security import api_client
 from tests.support.security import csrf_from_page, login
 
 HUGE = 100 * 1024 * 1024
 
 
+class _Server(LiveServer):
+    """The live server and an API client with a token."""
+
+    def __init__(self, live: LiveServer) -> None:
+        super().__init__(live.proc, live.url, live.login_url, live.env, live.log)
+        self.api = api_client(live)
+
+
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bounded")
-    server = start_live_server(tmp, f"sqlite:///{tmp / 'b.db'}", "--no-runner")
-    server.api = api_client(server)
+    server = _Server(start_live_server(tmp, f"sqlite:///{tmp / 'b.db'}", "--no-runner"))
     assert server.api.post("/api/campaigns", json={"slug": "c", "name": "C"}).status_code == 201
     try:
         yield server

@@ -13,7 +13,7 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
-from tests.support.servers import start_live_server, stop_live_server
+from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.security import api_client
 from tests.support.trials import command_recipe, seed_campaign
 
@@ -30,12 +30,20 @@ MAIN_PAGES = ["/", "/campaigns/allreduce-shootout", "/campaigns/allreduce-shooto
 CHART_PAGES = ["/campaigns/allreduce-shootout/charts", "/campaigns/kimi-k25-eagle3/charts"]
 
 
+class _Server(LiveServer):
+    """The live server, its database URL and the trial it ran."""
+
+    def __init__(self, live: LiveServer, db_url: str) -> None:
+        super().__init__(live.proc, live.url, live.login_url, live.env, live.log)
+        self.db_url = db_url
+        self.trial_id: int | None = None
+
+
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("csp")
     db_url = f"sqlite:///{tmp / 'csp.db'}"
-    server = start_live_server(tmp, db_url, "--demo")
-    server.db_url = db_url
+    server = _Server(start_live_server(tmp, db_url, "--demo"), db_url)
     engine = make_engine(db_url)
     seed_campaign(engine, "csp", [{"key": "hello", "title": "Say hello",
                                    "recipe": command_recipe(sys.executable, "-c", "print('hello')")}])

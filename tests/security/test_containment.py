@@ -100,6 +100,7 @@ def test_two_trials_each_kill_only_their_own(tmp_path):
                           "other", grace_s=0.5, poll_s=0.1)
     second.start()
     try:
+        assert second.popen is not None
         time.sleep(0.3)
         assert second.popen.poll() is None
         first.cancel()

@@ -8,17 +8,25 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.support.servers import start_live_server, stop_live_server
+from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.security import csrf_from_page, login, websocket_status
 
 EVIL = "http://evil.example:8000"
 
 
+class _Server(LiveServer):
+    """The live server and whether it requires login."""
+
+    def __init__(self, live: LiveServer, auth: bool) -> None:
+        super().__init__(live.proc, live.url, live.login_url, live.env, live.log)
+        self.auth = auth
+
+
 @pytest.fixture(params=["login-disabled", "login-enabled"])
 def server(request, tmp_path):
     env = {"CAMPAIGN_AUTH_ENABLED": "false"} if request.param == "login-disabled" else {}
-    srv = start_live_server(tmp_path, f"sqlite:///{tmp_path / 'board.db'}", "--no-runner", env=env)
-    srv.auth = request.param == "login-enabled"
+    srv = _Server(start_live_server(tmp_path, f"sqlite:///{tmp_path / 'board.db'}", "--no-runner", env=env),
+                  auth=request.param == "login-enabled")
     try:
         yield srv
     finally:

@@ -8,20 +8,27 @@ import threading
 
 import httpx
 import pytest
-from sqlalchemy import func
+from sqlalchemy import Engine, func
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
 from app.models import BrowserSession
 from app.security import create_login_token
-from tests.support.servers import start_live_server, stop_live_server
+from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.security import csrf_from_page, login
+
+
+class _Server(LiveServer):
+    """The live server and an engine on its database."""
+
+    def __init__(self, live: LiveServer, engine: Engine) -> None:
+        super().__init__(live.proc, live.url, live.login_url, live.env, live.log)
+        self.engine = engine
 
 
 @pytest.fixture
 def server(tmp_path, board_db):
-    srv = start_live_server(tmp_path, board_db, "--no-runner")
-    srv.engine = make_engine(board_db)
+    srv = _Server(start_live_server(tmp_path, board_db, "--no-runner"), make_engine(board_db))
     try:
         yield srv
     finally:

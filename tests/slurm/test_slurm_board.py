@@ -73,7 +73,9 @@ def board(tmp_path, db_url):
 
 def _stored(srv, trial_id: int) -> str:
     with session_scope(srv.engine, write=False) as session:
-        return log_domain.full_text(session, session.get(Trial, trial_id))
+        trial = session.get(Trial, trial_id)
+        assert trial is not None
+        return log_domain.full_text(session, trial)
 
 
 def test_live_log_through_slurm(board, tmp_path):
@@ -89,6 +91,7 @@ def test_live_log_through_slurm(board, tmp_path):
     ])
     with session_scope(srv.engine, write=False) as session:
         fingerprint = session.exec(select(Runner)).one().fingerprint
+    assert fingerprint is not None
     assert fingerprint["slurm"]["partition"] == "debug" and fingerprint["slurm"]["nodes"] == 2
     started = run_next(srv)
     assert started["started"], started

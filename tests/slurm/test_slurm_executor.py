@@ -14,14 +14,22 @@ from pathlib import Path
 import pytest
 
 from runners.executors.slurm import SlurmConfig, SlurmExecutor, job_info
+from runners.process import OutputChunk
 from runners.recipes import build_launch, RecipeError
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 
+def known_job(job_id: str) -> dict[str, str]:
+    """job_info of a job SLURM must still know."""
+    info = job_info(job_id)
+    assert info is not None, f"SLURM does not know job {job_id}"
+    return info
+
+
 class Collector:
     def __init__(self) -> None:
-        self.chunks = []
+        self.chunks: list[OutputChunk] = []
         self.phases: list[str] = []
         self.teardown = threading.Event()
         self.got_chunk = threading.Event()
@@ -88,7 +96,7 @@ def test_output_streams_live_while_the_job_runs(executor, tmp_path):
     trial.wait_running()
     # The first line arrives while the job is still running (it waits for the gate).
     assert collector.got_chunk.wait(60), "no output while the job ran"
-    assert job_info(trial.job_id)["state"] == "RUNNING"
+    assert known_job(trial.job_id)["state"] == "RUNNING"
     assert collector.text == "first line\n"
     gate.touch()
     result = trial.wait()
@@ -104,7 +112,7 @@ def test_a_failing_job_reports_its_exit_code(executor):
     result = trial.wait()
     assert (result.outcome, result.exit_code) == ("exited", 3)
     assert collector.text == "boom\n"
-    assert job_info(trial.job_id)["state"] == "FAILED"
+    assert known_job(trial.job_id)["state"] == "FAILED"
 
 
 def test_cancel_running_signals_first_then_kills(executor):
@@ -125,7 +133,7 @@ def test_cancel_running_signals_first_then_kills(executor):
     assert result.outcome == "cancelled" and result.error == ""
     assert collector.teardown.is_set()
     assert "got signal 15, cleaning up" in collector.text  # SIGTERM reached the program before any kill
-    assert job_info(trial.job_id)["state"] in ("CANCELLED", "COMPLETED")
+    assert known_job(trial.job_id)["state"] in ("CANCELLED", "COMPLETED")
 
 
 def test_cancel_running_kills_after_grace_when_term_is_ignored(executor):
@@ -142,7 +150,7 @@ def test_cancel_running_kills_after_grace_when_term_is_ignored(executor):
     trial.cancel()
     result = trial.wait()
     assert result.outcome == "cancelled"
-    assert job_info(trial.job_id)["state"] == "CANCELLED"
+    assert known_job(trial.job_id)["state"] == "CANCELLED"
 
 
 def test_pending_job_shows_the_scheduler_reason_and_cancels(executor):
@@ -153,13 +161,13 @@ def test_pending_job_shows_the_scheduler_reason_and_cancels(executor):
     waiter.start()
     _wait(lambda: collector.phases, what="a queued phase")
     assert collector.phases[0] == "queued (BeginTime)"
-    assert job_info(trial.job_id)["state"] == "PENDING"
+    assert known_job(trial.job_id)["state"] == "PENDING"
     trial.cancel()
     waiter.join(30)
     result = trial.wait()
     assert result.outcome == "cancelled"
     assert collector.text == ""
-    assert job_info(trial.job_id)["state"] == "CANCELLED"
+    assert known_job(trial.job_id)["state"] == "CANCELLED"
 
 
 def test_job_cancelled_outside_the_runner_is_reported_so(executor):
@@ -188,7 +196,7 @@ def test_reattach_resumes_the_output_where_the_spool_stopped(executor, tmp_path)
     _wait(lambda: collector.text.endswith("before 49\n"), what="the first half")
     trial.detach()  # the runner process stops; the job goes on
     assert trial.wait() is None
-    assert job_info(trial.job_id)["state"] == "RUNNING"
+    assert known_job(trial.job_id)["state"] == "RUNNING"
     gate.touch()
     # A new runner process: a new executor over the same spool directory.
     again = SlurmExecutor(SlurmConfig(poll_s=0.2), tmp_path / "spool")
@@ -196,6 +204,7 @@ def test_reattach_resumes_the_output_where_the_spool_stopped(executor, tmp_path)
     handle = again.reattach("reattach", resume_offset=0, grace_s=3.0, **second.callbacks())
     assert handle is not None and handle.job_id == trial.job_id
     result = handle.wait()
+    assert result is not None
     assert (result.outcome, result.exit_code) == ("exited", 0)
     end = sum(c.nbytes for c in collector.chunks)
     assert second.chunks[0].offset == end and second.contiguous(end)
@@ -232,7 +241,7 @@ def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
     trial.start()
     result = trial.wait()
     assert result.outcome == "timed_out" and "no result within 2s" in result.error
-    assert job_info(trial.job_id)["state"] in ("CANCELLED", "FAILED")  # killed by SIGTERM, or by scancel
+    assert known_job(trial.job_id)["state"] in ("CANCELLED", "FAILED")  # killed by SIGTERM, or by scancel
     assert collector.text.startswith("slow\n")  # then, maybe, slurmstepd's "*** JOB n CANCELLED ***"
 
 

@@ -128,7 +128,7 @@ def test_viewers_that_leave_are_cleaned_up_at_once(server):
 
     async def views(n: int) -> None:
         for _ in range(n):
-            async with aconnect(url, origin=server.url, additional_headers=headers, compression=None) as ws:  # type: ignore[arg-type]
+            async with aconnect(url, origin=server.url, additional_headers=headers, compression=None) as ws:
                 got = 0
                 while got < 50:
                     msg = json.loads(await ws.recv())
@@ -230,7 +230,7 @@ def test_a_viewer_that_falls_behind_resyncs_and_still_gets_every_chunk(server):
     producer.start()
     last, resyncs, stalled = -1, 0, 0
     while last < total - 1:
-        with connect(f"{server.ws_url}/api/trials/{started['trial_id']}/logs/ws?after={last}", origin=server.url,  # type: ignore[arg-type]
+        with connect(f"{server.ws_url}/api/trials/{started['trial_id']}/logs/ws?after={last}", origin=server.url,
                      additional_headers={"Cookie": f"{SESSION_COOKIE}={server.session_cookie()}"}, max_size=None) as ws:
             try:
                 while last < total - 1:

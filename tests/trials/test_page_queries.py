@@ -3,9 +3,11 @@ campaign and for one with 4x the approaches and 30x the trials and history (benc
 builds both with bulk inserts through the SQLModel tables)."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from app.models import Approach, Campaign, StatusChange, Trial
 from bench.pages_at_scale import StatementCounter, build_campaign
@@ -28,15 +30,17 @@ PAGES = [
 ]
 
 
-def _ids(engine, slug: str) -> dict[str, object]:
+def _ids(engine, slug: str) -> dict[str, Any]:
     with Session(engine) as session:
-        cid = session.execute(select(Campaign.id).where(Campaign.slug == slug)).scalar()
-        key, approach_id = session.execute(select(Approach.key, Approach.id).where(Approach.campaign_id == cid)
-                                           .order_by(Approach.position)).first()
-        trials = list(session.execute(select(Trial.id).where(Trial.approach_id == approach_id)
-                                      .order_by(Trial.id.desc())).scalars())
-        changes = list(session.execute(select(StatusChange.id).where(StatusChange.approach_id == approach_id)
-                                       .order_by(StatusChange.at.desc(), StatusChange.id.desc())).scalars())
+        cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar()
+        first = session.execute(select(col(Approach.key), col(Approach.id)).where(col(Approach.campaign_id) == cid)
+                                .order_by(col(Approach.position))).first()
+        assert first is not None
+        key, approach_id = first
+        trials = list(session.execute(select(col(Trial.id)).where(col(Trial.approach_id) == approach_id)
+                                      .order_by(col(Trial.id).desc())).scalars())
+        changes = list(session.execute(select(col(StatusChange.id)).where(col(StatusChange.approach_id) == approach_id)
+                                       .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())).scalars())
     return {"slug": slug, "key": key, "trial": trials[len(trials) // 2], "change": changes[len(changes) // 2],
             "trials": len(trials), "changes": len(changes)}
 

@@ -46,7 +46,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         module = types.ModuleType(spec.name)
         module.__path__ = []
-        module.__getattr__ = _module_getattr(spec.name)
+        module.__dict__["__getattr__"] = _module_getattr(spec.name)  # PEP 562: a module's __getattr__
         return module
 
     def exec_module(self, module):
