@@ -330,9 +330,8 @@ def _readiness_stall(t: _Trial) -> Classification | None:
     # A progress bar redraws in place (\r, or its states run together in a captured log): the last state counts.
     shown = last.rsplit("\r", 1)[-1]
     for pattern, name in _STALL_PHASES:
-        pm = None
-        for pm in pattern.finditer(shown):
-            pass
+        matches = list(pattern.finditer(shown))
+        pm = matches[-1] if matches else None
         if pm:
             phase = name.format(**pm.groupdict())
             quiet = f" and printed nothing for its last {idle:g}s"

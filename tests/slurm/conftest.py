@@ -28,7 +28,7 @@ def slurm_cluster() -> str:
         message = f"SLURM TESTS NOT RUN: scripts/ensure-slurm could not start the cluster (exit {code}):\n{out[-2000:]}"
         if os.environ.get("CAMPAIGN_REQUIRE_SLURM") == "1":
             pytest.fail(message)
-        warnings.warn(message)
+        warnings.warn(message, stacklevel=2)
         pytest.skip(message)
     os.environ["SLURM_CONF"] = conf
     return conf
