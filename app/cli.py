@@ -396,9 +396,9 @@ def preflight(
         spec = build_launch({**recipe, "params": params})
     except RecipeError as exc:
         _fail(f"approach {approach!r}: {exc}", code=2)
-    from runners.recipes import runner_env
+    from runners.process import trial_env
 
-    done = subprocess.run([*spec.argv, "--only-preflight=on"], env=runner_env(spec.env), cwd=spec.cwd)
+    done = subprocess.run([*spec.argv, "--only-preflight=on"], env=trial_env(spec.env), cwd=spec.cwd)
     raise typer.Exit(done.returncode)
 
 

@@ -217,10 +217,14 @@ def test_a_viewer_that_falls_behind_resyncs_and_still_gets_every_chunk(server):
     d = runner.expect("dispatch")
     total = 12_000
 
+    viewer_stalled = threading.Event()
+
     def flood() -> None:
         runner.started(d)
         offset = 0
         for seq in range(total):
+            if seq == 1000:  # the rest (22 MB) only once the viewer has stopped reading
+                viewer_stalled.wait(60)
             data = f"{seq} " + "x" * 2000 + "\n"
             runner.log(d, seq, offset, data)
             offset += len(data)
@@ -238,9 +242,12 @@ def test_a_viewer_that_falls_behind_resyncs_and_still_gets_every_chunk(server):
                     for seq, text in msg.get("chunks", []):
                         assert seq == last + 1 and text.startswith(f"{seq} "), (seq, last)
                         last = seq
-                    if not resyncs and stalled < 3:  # stop reading for a while: the hub drops this viewer
+                    if msg.get("chunks") and not stalled:
+                        # Stop reading while the rest of the flood (22 MB) is published live: far past the
+                        # viewer's 4 MiB queue and the socket buffers, so the hub must drop this viewer.
                         stalled += 1
-                        time.sleep(1.0)
+                        viewer_stalled.set()
+                        producer.join(120)
             except ConnectionClosed as exc:
                 # 4000 (resync); on a starved machine the close frame can miss its deadline and the
                 # server drops the connection instead: the viewer reconnects the same way.
