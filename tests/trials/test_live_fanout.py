@@ -235,7 +235,8 @@ def test_a_viewer_that_falls_behind_resyncs_and_still_gets_every_chunk(server):
     last, resyncs, stalled = -1, 0, 0
     while last < total - 1:
         with connect(f"{server.ws_url}/api/trials/{started['trial_id']}/logs/ws?after={last}", origin=server.url,
-                     additional_headers={"Cookie": f"{SESSION_COOKIE}={server.session_cookie()}"}, max_size=None) as ws:
+                     additional_headers={"Cookie": f"{SESSION_COOKIE}={server.session_cookie()}"}, max_size=None,
+                     max_queue=1) as ws:  # buffer little on this side: the stall must reach the server
             try:
                 while last < total - 1:
                     msg = json.loads(ws.recv(timeout=30))
