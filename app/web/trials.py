@@ -13,7 +13,6 @@ from app.api.trials import cancel, start_next
 from app.deps import OperatorDep, RowId
 from app.domain import runners as runner_domain
 from app.domain import scheduling
-from app.domain.errors import DomainError
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import Approach, Campaign, Runner, Trial
@@ -84,24 +83,20 @@ async def approach_trials(request: Request, slug: str, key: str, operator: Opera
 async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
     ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
     block = "runners" if request.headers.get("hx-request") else None
-    return render(request, "runners.html", {**ctx, "created": None, "error": None}, block=block)
+    return render(request, "runners.html", {**ctx, "created": None}, block=block)
 
 
 @router.post("/runners")
 async def runners_create(request: Request, operator: OperatorDep, name: str = Form("")) -> HTMLResponse:
+    # An error (duplicate or empty name) goes through app/errors.py: shown by the name field, input kept.
     engine = request.app.state.engine
-    created, error = None, None
-    try:
-        runner, token = await run_in_tx(engine, runner_domain.create_runner, name)
-        created = {"name": runner.name, "token": token}
-    except DomainError as exc:
-        error = exc.message
+    runner, token = await run_in_tx(engine, runner_domain.create_runner, name)
     ctx = await run_in_tx(engine, _runners, write=False)
-    return render(request, "runners.html", {**ctx, "created": created, "error": error}, block="runners")
+    return render(request, "runners.html", {**ctx, "created": {"name": runner.name, "token": token}}, block="runners")
 
 
 @router.post("/runners/{runner_id}/revoke")
 async def runners_revoke(request: Request, runner_id: RowId, operator: OperatorDep) -> HTMLResponse:
     await revoke(request.app, runner_id)
     ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
-    return render(request, "runners.html", {**ctx, "created": None, "error": None}, block="runners")
+    return render(request, "runners.html", {**ctx, "created": None}, block="runners")
