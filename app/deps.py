@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
 from app.config import Settings
@@ -55,7 +56,14 @@ def current_operator(request: Request) -> Operator | None:
     return request.app.state.session_signer.read(request.cookies.get(SESSION_COOKIE))
 
 
-async def require_operator(request: Request) -> Operator:
+# Declares the Bearer scheme in OpenAPI (the Authorize button of /docs); current_operator reads the header.
+bearer_scheme = HTTPBearer(auto_error=False, scheme_name="APIToken",
+                           description="An API token: `campaign token create NAME` prints one.")
+
+
+async def require_operator(request: Request,
+                           _bearer_token: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)] = None,
+                           ) -> Operator:
     """Every non-public route depends on this. Unsafe methods from a browser session must also
     carry the session's CSRF token (header or form field) and a same-origin Origin."""
     operator = current_operator(request)

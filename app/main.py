@@ -18,6 +18,7 @@ from app.templating import PLOTLY_JS, make_templates
 # Each module exposes `router`. Order matters only for overlapping paths.
 ROUTER_MODULES = [
     "app.web.auth",
+    "app.web.docs",
     "app.web.campaigns",
     "app.api.campaigns",
     "app.api.runners",
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
 
     app = FastAPI(
         title="Campaign Board", version=__version__, lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # /docs is app/web/docs.py: Swagger UI from static/vendor, no CDN
         description="Optimization campaigns for LLM inference on GPU nodes: approaches, trials, verdicts.",
     )
     app.state.settings = settings
