@@ -17,6 +17,7 @@ PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 STATUS_LABELS = {
     "untested": "untested", "queued": "queued", "running": "running", "promising": "promising",
     "adopted": "adopted", "dead_end": "dead end", "deferred": "deferred",
+    "awaiting": "waiting for your verdict",  # not a status: an approach whose trial ended, verdict not confirmed
 }
 
 

@@ -48,7 +48,7 @@ def _overview(request: Request, session: SessionDep, slug: str, block: str | Non
               headers: dict | None = None) -> Response:
     campaign = inventory.get_campaign(session, slug)
     rows = inventory.approaches(session, campaign)
-    ctx = {"campaign": campaign, "approaches": rows, "counts": inventory.status_counts(rows),
+    ctx = {"campaign": campaign, "approaches": rows, "counts": inventory.status_counts(rows, awaiting=True),
            "person_statuses": PERSON_STATUSES}
     return render(request, "campaign.html", ctx, block=block, headers=headers)
 
