@@ -25,7 +25,7 @@ from app.db import open_session
 from app.deps import OperatorDep, RowId
 from app.domain import logs as log_domain
 from app.domain import scheduling
-from app.domain.inventory import get_campaign
+from app.domain.inventory import get_approach, get_campaign
 from app.live import RESYNC_CLOSE_CODE, Subscriber, ensure_hub, get_hub, run_in_tx, trace
 from app.models import Approach, Campaign, Trial
 from app.security import SESSION_COOKIE, api_token_name, origin_ok
@@ -38,12 +38,16 @@ PENDING_LIMIT = 2000
 
 # ---- what the HTML routes call too ------------------------------------------------------------
 
-async def start_next(app: FastAPI, slug: str, actor: str) -> scheduling.RunNext:
-    """Run next candidate: one transaction (serialized per campaign), then push the Dispatch."""
+async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | None = None) -> scheduling.RunNext:
+    """Run next candidate (or, with `approach_key`, "run this approach"): one transaction (serialized
+    per campaign), then push the Dispatch."""
     hub = get_hub(app)
 
     def work(session: Session) -> scheduling.RunNext:
         campaign = get_campaign(session, slug)
+        if approach_key is not None:
+            approach = get_approach(session, campaign, approach_key)
+            return scheduling.run_approach(session, campaign, approach, actor, online=hub.online())
         return scheduling.run_next(session, campaign, actor, online=hub.online())
 
     with hub.attempts.share() as validating:
@@ -94,6 +98,12 @@ def trial_detail(session: Session, trial_id: int) -> dict[str, Any]:
 async def run_next(request: Request, slug: str, operator: OperatorDep) -> dict[str, Any]:
     """Start the next candidate on a runner that can run it, or say why nothing can run."""
     return run_next_body(await start_next(request.app, slug, operator.name))
+
+
+@router.post("/api/campaigns/{slug}/approaches/{key}/run")
+async def run_approach(request: Request, slug: str, key: str, operator: OperatorDep) -> dict[str, Any]:
+    """Start this approach (any status) on a runner that can run it, or say why it cannot run now."""
+    return run_next_body(await start_next(request.app, slug, operator.name, approach_key=key))
 
 
 @router.get("/api/trials/{trial_id}")

@@ -67,6 +67,14 @@ async def run_next(request: Request, slug: str, operator: OperatorDep) -> HTMLRe
     return render(request, "_partials/run_next.html", {"campaign": campaign, "result": result}, headers=CHANGED)
 
 
+@router.post("/campaigns/{slug}/approaches/{key}/run")
+async def run_this(request: Request, slug: str, key: str, operator: OperatorDep) -> HTMLResponse:
+    result = await start_next(request.app, slug, operator.name, approach_key=key)
+    campaign = await run_in_tx(request.app.state.engine, get_campaign, slug, write=False)
+    return render(request, "_partials/run_this.html", {"campaign": campaign, "approach": result.approach,
+                                                       "result": result}, headers=CHANGED)
+
+
 @router.get("/campaigns/{slug}/trials")
 async def campaign_trials(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
     ctx = await run_in_tx(request.app.state.engine, _recent, slug, write=False)
