@@ -66,7 +66,8 @@
   // A form's error is shown inside the form (above), not in #flash at the top of the page.
   document.body.addEventListener("htmx:beforeSwap", function (evt) {
     const xhr = evt.detail.xhr;
-    if (xhr && xhr.status >= 400 && xhr.status < 500 && evt.detail.elt.closest("form")
+    const source = evt.detail.requestConfig && evt.detail.requestConfig.elt;  // detail.elt is the target here
+    if (xhr && xhr.status >= 400 && xhr.status < 500 && source && source.closest("form")
         && xhr.getResponseHeader("HX-Trigger")) {
       evt.detail.shouldSwap = false;
     }

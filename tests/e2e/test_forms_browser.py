@@ -26,9 +26,10 @@ def page(live_server, browser):
 
 
 def one_page(page) -> None:
-    """Exactly one document: one nav bar, one <main>."""
+    """Exactly one document: one nav bar, one <main>; a form's error is by its field, not in #flash."""
     assert page.locator("header.topbar").count() == 1
     assert page.locator("main").count() == 1
+    assert page.inner_text("#flash") == ""
 
 
 def test_create_campaign_lands_on_the_new_campaign(page, live_server):
