@@ -25,6 +25,8 @@ def test_docs_render_offline_and_authorize_with_a_bearer_token(live_server, brow
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # A Content-Security-Policy violation is a console error: Swagger UI must run under the board's CSP.
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
     try:
         page.goto(live_server.url + "/docs")
         expect(page.locator(".swagger-ui .info .title")).to_contain_text("Campaign Board")
