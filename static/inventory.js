@@ -45,7 +45,8 @@
     const row = el && el.closest ? el.closest("#inventory tr[data-key]") : null;
     if (row && el.name) focusBack = { key: row.dataset.key, name: el.name, value: el.value || "" };
   });
-  document.body.addEventListener("htmx:afterSettle", function (evt) {
+  // afterSwap, not afterSettle: in the same task as the swap, so no key press lands on <body> between.
+  document.body.addEventListener("htmx:afterSwap", function (evt) {
     if (!evt.detail.elt || evt.detail.elt.id !== "inventory") return;
     applyFilter();  // a swapped-in inventory keeps the filter
     if (!focusBack) return;

@@ -64,25 +64,28 @@ def test_search_and_status_filters(page, live_server):
 def test_keyboard_reorder_keeps_focus_on_the_moved_row(page, live_server):
     page.goto(live_server.url + KIMI)
     keys = lambda: page.locator("#inventory tr[data-key]").evaluate_all("rows => rows.map(r => r.dataset.key)")  # noqa: E731
-    before = keys()
-    moving = before[1]
-    page.focus(f"#approach-{moving} button[value=down]")
-    for step in (2, 3):
+    moving = keys()[1]
+    on_moved_row = (f"document.activeElement && document.activeElement.closest('#approach-{moving}') !== null"
+                    " && document.activeElement.value === '{}'")
+
+    def press_enter_and_settle(position: int) -> None:
         with page.expect_response(lambda r: r.url.endswith("/move")):
             page.keyboard.press("Enter")
-        page.wait_for_function(f"document.querySelectorAll('#inventory tr[data-key]')[{step}].dataset.key === '{moving}'")
-        page.wait_for_function(f"document.activeElement && document.activeElement.closest('#approach-{moving}') !== null"
-                               " && document.activeElement.value === 'down'")
+        page.wait_for_function(f"document.querySelectorAll('#inventory tr[data-key]')[{position}].dataset.key === '{moving}'")
+        page.wait_for_load_state("networkidle")  # the campaign-changed refresh swaps #inventory again
+
+    page.focus(f"#approach-{moving} button[value=down]")
+    for position in (2, 3):
+        press_enter_and_settle(position)
+        page.wait_for_function(on_moved_row.format("down"))
     assert keys().index(moving) == 3
-    # Up with the keyboard, twice, back where it was; to the top hands focus to the row's other arrow.
     page.keyboard.press("Shift+Tab")  # from the down arrow to the up arrow of the same row
     assert page.evaluate("document.activeElement.value") == "up"
-    for step in (2, 1, 0):
-        with page.expect_response(lambda r: r.url.endswith("/move")):
-            page.keyboard.press("Enter")
-        page.wait_for_function(f"document.querySelectorAll('#inventory tr[data-key]')[{step}].dataset.key === '{moving}'")
-    page.wait_for_function(f"document.activeElement.closest('#approach-{moving}') !== null"
-                           " && document.activeElement.value === 'down'")  # up is disabled at the top
+    for position in (2, 1):
+        press_enter_and_settle(position)
+        page.wait_for_function(on_moved_row.format("up"))
+    press_enter_and_settle(0)
+    page.wait_for_function(on_moved_row.format("down"))  # up is disabled at the top: the other arrow
     page.reload()
     assert keys()[0] == moving
 
