@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import HTTPConnection
 from sqlmodel import Session
 
@@ -84,7 +85,14 @@ def same_origin(conn: HTTPConnection) -> bool:
     return origin_ok(conn.headers.get("origin"), conn.headers.get("host"), conn.app.state.settings.public_url)
 
 
-async def require_operator(request: Request) -> Operator:
+# Declares the Bearer scheme in OpenAPI (the Authorize button of /docs); current_operator reads the header.
+bearer_scheme = HTTPBearer(auto_error=False, scheme_name="APIToken",
+                           description="An API token: `campaign token create NAME` prints one.")
+
+
+async def require_operator(request: Request,
+                           _bearer_token: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)] = None,
+                           ) -> Operator:
     """Every non-public route depends on this. Unsafe methods from a browser (a session, or any
     browser when login is disabled) must also carry the CSRF token (header or form field) and a
     same-origin Origin. Runs before the body is parsed (FastAPI resolves dependencies first)."""

@@ -1,6 +1,7 @@
 """The one place that maps errors to HTTP: JSON for the API, a redirect or an htmx flash for pages."""
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
@@ -19,12 +20,14 @@ def _wants_json(request: Request) -> bool:
     return request.url.path.startswith("/api/") or "application/json" in request.headers.get("accept", "")
 
 
-def _htmx_error(message: str, status: int) -> Response:
-    # htmx does not swap error responses by default; static/app.js lets 4xx swap into #flash.
+def _htmx_error(message: str, status: int, field: str | None = None) -> Response:
+    # htmx does not swap error responses by default; static/app.js lets 4xx swap into #flash,
+    # or, when a form sent the request, shows the "form-error" event next to the field it names.
+    trigger = json.dumps({"form-error": {"message": message, "field": field or ""}})  # ASCII: a header
     return HTMLResponse(
         f'<div class="flash flash-error" role="alert">{escape(message)}</div>',
         status_code=status,
-        headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"},
+        headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", "HX-Trigger": trigger},
     )
 
 
@@ -36,7 +39,7 @@ def _error(request: Request, message: str, status: int, field: str | None = None
             body["field"] = field
         response: Response = JSONResponse(body, status_code=status)
     elif request.headers.get("hx-request"):
-        response = _htmx_error(message, status)
+        response = _htmx_error(message, status, field)
     else:
         response = request.app.state.templates.TemplateResponse(
             request, "error.html", {"message": message, "status": status}, status_code=status)

@@ -4,10 +4,9 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
-from swagger_ui_bundle import swagger_ui_path
 
 from app import __version__
 from app.config import Settings, get_settings, resource_dir
@@ -17,23 +16,15 @@ from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
 from app.security import LoginLimiter, SessionSigner
 from app.services import lifespan as server_lifespan
 from app.templating import PLOTLY_JS, make_templates
-from app.web import auth as web_auth, campaigns as web_campaigns, charts as web_charts, share as web_share
+from app.web import auth as web_auth, campaigns as web_campaigns, charts as web_charts, docs as web_docs, share as web_share
 from app.web import trials as web_trials, verdicts as web_verdicts
 from app.api import campaigns as api_campaigns, livelog, runner_socket, runners as api_runners, trials as api_trials
 
 # Order matters only for overlapping paths.
-ROUTERS = [web_auth.router, web_campaigns.router, api_campaigns.router, api_runners.router, runner_socket.router,
+ROUTERS = [web_auth.router, web_docs.router, web_campaigns.router, api_campaigns.router, api_runners.router, runner_socket.router,
            api_trials.router, livelog.router, web_trials.router, web_charts.router, web_share.router,
            web_verdicts.router]
 
-# Swagger UI 5 from the swagger-ui-bundle-v2 package; its start-up call lives in static/api-docs.js.
-API_DOCS_HTML = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Campaign Board API</title><link rel="icon" href="data:,">
-<link rel="stylesheet" href="/static/swagger/swagger-ui.css"></head>
-<body><div id="swagger-ui"></div>
-<script src="/static/swagger/swagger-ui-bundle.js"></script>
-<script src="/static/api-docs.js"></script></body></html>
-"""
 
 
 def create_app(settings: Settings | None = None, *, run_migrations: bool = True) -> FastAPI:
@@ -54,7 +45,7 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     app = FastAPI(
         title="Campaign Board", version=__version__, lifespan=lifespan,
         description="Optimization campaigns for LLM inference on GPU nodes: approaches, trials, verdicts.",
-        docs_url=None, redoc_url=None,  # /docs below: served locally, no CDN, no inline script (CSP)
+        docs_url=None, redoc_url=None,  # /docs is app/web/docs.py: Swagger UI from static/vendor, no CDN, no inline script
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -80,11 +71,6 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     def healthz() -> dict:
         return {"ok": True, "version": __version__}
 
-    @app.get("/docs", include_in_schema=False)
-    def api_docs() -> HTMLResponse:
-        return HTMLResponse(API_DOCS_HTML)
-
-    app.mount("/static/swagger", StaticFiles(directory=swagger_ui_path), name="swagger")
     app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     for router in ROUTERS:
         app.include_router(router)

@@ -13,10 +13,12 @@ from app.config import resource_dir
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 
 HTMX_VERSION = "2.0.11"
+SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 STATUS_LABELS = {
     "untested": "untested", "queued": "queued", "running": "running", "promising": "promising",
     "adopted": "adopted", "dead_end": "dead end", "deferred": "deferred",
+    "awaiting": "waiting for your verdict",  # not a status: an approach whose trial ended, verdict not confirmed
 }
 
 
@@ -44,7 +46,7 @@ def make_templates() -> Jinja2Blocks:
     templates = Jinja2Blocks(directory=str(resource_dir("templates")))
     env = templates.env
     env.globals.update(
-        app_version=__version__, htmx_version=HTMX_VERSION, plotly_version=plotly.__version__,
+        app_version=__version__, htmx_version=HTMX_VERSION, swagger_ui_version=SWAGGER_UI_VERSION, plotly_version=plotly.__version__,
         csrf_header=CSRF_HEADER, csrf_field=CSRF_FORM_FIELD, status_labels=STATUS_LABELS,
     )
     env.filters["ago"] = _ago

@@ -18,8 +18,6 @@
   let trimmed = false;
 
   const live = (name) => section.querySelector('[data-live="' + name + '"]');
-  const STATE_CLASS = { queued: "queued", dispatched: "queued", running: "running", succeeded: "promising",
-    failed: "dead_end", timed_out: "dead_end", lost: "dead_end", cancelled: "deferred" };
 
   function applySgr(params) {
     const codes = params === "" ? [0] : params.split(";").map((p) => parseInt(p || "0", 10));
@@ -116,7 +114,7 @@
 
   function showState() {
     const badge = document.createElement("span");
-    badge.className = "badge badge-" + (STATE_CLASS[view.state] || "untested");
+    badge.className = "badge badge-" + view.state;  // one colour per state: static/app.css --status-*
     badge.dataset.state = view.state;
     badge.textContent = String(view.state || "").replace("_", " ");
     live("state").replaceChildren(badge);

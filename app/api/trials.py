@@ -43,6 +43,12 @@ async def run_next(request: Request, slug: str, operator: OperatorDep) -> dict[s
     return run_next_body(await start_next(request.app, slug, operator.name))
 
 
+@router.post("/api/campaigns/{slug}/approaches/{key}/run")
+async def run_approach(request: Request, slug: str, key: str, operator: OperatorDep) -> dict[str, Any]:
+    """Start this approach (any status) on a runner that can run it, or say why it cannot run now."""
+    return run_next_body(await start_next(request.app, slug, operator.name, approach_key=key))
+
+
 @router.get("/api/trials/{trial_id}")
 async def get_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> dict[str, Any]:
     return await run_in_tx(request.app.state.engine, trial_detail, trial_id, write=False)

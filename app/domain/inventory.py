@@ -60,9 +60,21 @@ def get_approach(session: Session, campaign: Campaign, key: str) -> Approach:
     return approach
 
 
-def status_counts(rows: list[Approach]) -> dict[str, int]:
-    counts = Counter(a.status for a in rows)
-    return {s.value: counts.get(s.value, 0) for s in STATUS_ORDER}
+AWAITING = "awaiting"  # shown for an approach whose ended trial waits for a person's verdict
+
+
+def shown_status(approach: Approach) -> str:
+    """What the board shows: "awaiting" (waiting for your verdict) while a trial's verdict is due."""
+    return AWAITING if approach.pending_trial_id is not None else approach.status
+
+
+def status_counts(rows: list[Approach], *, awaiting: bool = False) -> dict[str, int]:
+    """Approaches per status; with `awaiting`, those waiting for a verdict are counted apart."""
+    counts = Counter(shown_status(a) if awaiting else a.status for a in rows)
+    order = [s.value for s in STATUS_ORDER]
+    if awaiting:
+        order.insert(order.index(ApproachStatus.running.value) + 1, AWAITING)
+    return {s: counts.get(s, 0) for s in order}
 
 
 def history(session: Session, approach: Approach, *, before: int | None = None,

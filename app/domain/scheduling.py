@@ -165,9 +165,7 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
         if untested is not None:
             return RunNext(reason=f"nothing to run: the untested approaches have no recipe (next is {untested.title})")
         return RunNext(reason="nothing untested left")
-    connected = [r for r in session.exec(select(Runner).where(Runner.connected.is_(True),  # type: ignore[attr-defined]
-                                                              Runner.revoked_at.is_(None)).order_by(Runner.id))  # type: ignore[union-attr]
-                 if online is None or r.id in online]
+    connected = _connected_runners(session, online)
     if not connected:
         return RunNext(approach=queue[0], reason="no runner is connected")
     busy = runner_domain.active_trials_by_runner(session)
@@ -190,6 +188,44 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
         return RunNext(approach=first, reason=f"every runner is busy (and next is {first.title}: "
                                               f"needs {_join(fewest)}, no runner has them)")
     return RunNext(approach=first, reason=f"next is {first.title}: needs {_join(fewest)}, no runner has them")
+
+
+def _connected_runners(session: Session, online: set[int] | None) -> list[Runner]:
+    return [r for r in session.exec(select(Runner).where(Runner.connected.is_(True),  # type: ignore[attr-defined]
+                                                         Runner.revoked_at.is_(None)).order_by(Runner.id))  # type: ignore[union-attr]
+            if online is None or r.id in online]
+
+
+def run_approach(session: Session, campaign: Campaign, approach: Approach, actor: str, *,
+                 online: set[int] | None = None) -> RunNext:
+    """"Run this approach": a person's choice, whatever its status or priority, on a connected idle
+    runner that can run it; or the reason it cannot run now. Serialized with run_next per campaign."""
+    _lock_campaign(session, campaign)
+    session.refresh(approach)
+    if not has_recipe(approach):
+        return RunNext(approach=approach, reason=f"{approach.title} has no recipe: add one under Details › Edit")
+    active = session.exec(select(Trial).where(Trial.approach_id == approach.id,
+                                              Trial.state.in_(ACTIVE_TRIAL_STATES))).first()  # type: ignore[attr-defined]
+    if active is not None:
+        return RunNext(approach=approach, reason=f"{approach.title} is already being tried: trial #{active.id} is {active.state}")
+    if approach.pending_trial_id is not None:
+        return RunNext(approach=approach, reason=f"{approach.title} waits for your verdict on trial "
+                                                 f"#{approach.pending_trial_id}: confirm it first")
+    connected = _connected_runners(session, online)
+    if not connected:
+        return RunNext(approach=approach, reason="no runner is connected")
+    able = [r for r in connected if not unmet_requirements(approach.requirements, r.fingerprint)]
+    if not able:
+        fewest = min((unmet_requirements(approach.requirements, r.fingerprint) for r in connected), key=len)
+        return RunNext(approach=approach, reason=f"{approach.title} needs {_join(fewest)}: no connected runner has them")
+    busy = runner_domain.active_trials_by_runner(session)
+    for runner in able:
+        if runner.id not in busy and _lock_runner_idle(session, runner):
+            trial = create_trial(session, approach, runner, actor)
+            return RunNext(trial=trial, approach=approach, runner=runner,
+                           dispatch=dispatch_message(trial, requirements=approach.requirements))
+    names = _join([r.name for r in able])
+    return RunNext(approach=approach, reason=f"the runners that can run {approach.title} are busy ({names})")
 
 
 # ---- trials and attempts ----------------------------------------------------------------------

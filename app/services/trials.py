@@ -7,17 +7,21 @@ from fastapi import FastAPI
 from sqlmodel import Session
 
 from app.domain import scheduling
-from app.domain.inventory import get_campaign
+from app.domain.inventory import get_approach, get_campaign
 from app.live import get_hub, run_in_tx
 from app.models import Trial
 
 
-async def start_next(app: FastAPI, slug: str, actor: str) -> scheduling.RunNext:
-    """Run next candidate: one transaction (serialized per campaign), then push the Dispatch."""
+async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | None = None) -> scheduling.RunNext:
+    """Run next candidate (or, with `approach_key`, "run this approach"): one transaction (serialized
+    per campaign), then push the Dispatch."""
     hub = get_hub(app)
 
     def work(session: Session) -> scheduling.RunNext:
         campaign = get_campaign(session, slug)
+        if approach_key is not None:
+            approach = get_approach(session, campaign, approach_key)
+            return scheduling.run_approach(session, campaign, approach, actor, online=hub.online())
         return scheduling.run_next(session, campaign, actor, online=hub.online())
 
     with hub.attempts.share() as validating:

@@ -6,7 +6,7 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Request, UploadFile
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import Response
 from pydantic import ValidationError
 
 from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
@@ -15,7 +15,7 @@ from app.domain.campaign_files import export_campaign, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements
-from app.web.render import render
+from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
 CHANGED = {"HX-Trigger": "campaign-changed"}
@@ -49,7 +49,7 @@ def _overview(request: Request, session: SessionDep, slug: str, block: str | Non
               headers: dict | None = None) -> Response:
     campaign = inventory.get_campaign(session, slug)
     rows = inventory.approaches(session, campaign)
-    ctx = {"campaign": campaign, "approaches": rows, "counts": inventory.status_counts(rows),
+    ctx = {"campaign": campaign, "approaches": rows, "counts": inventory.status_counts(rows, awaiting=True),
            "person_statuses": PERSON_STATUSES}
     return render(request, "campaign.html", ctx, block=block, headers=headers)
 
@@ -65,8 +65,7 @@ def create_campaign(request: Request, session: SessionDep, operator: OperatorDep
                     description: Annotated[str, Form()] = "") -> Response:
     campaign = inventory.create_campaign(session, _validated(CampaignCreate, slug=slug, name=name,
                                                              description=description))
-    return RedirectResponse(f"/campaigns/{campaign.slug}", status_code=303,
-                            headers={"HX-Redirect": f"/campaigns/{campaign.slug}"})
+    return navigate(request, f"/campaigns/{campaign.slug}")
 
 
 @router.post("/campaigns/import")
@@ -82,7 +81,7 @@ async def import_page(request: Request, session: SessionDep, operator: OperatorD
         raise Invalid("choose a campaign file or paste its YAML", field="file")
     summary = import_campaign(session, text, actor=operator.name)
     slug = summary.split("'")[1]
-    return RedirectResponse(f"/campaigns/{slug}", status_code=303, headers={"HX-Redirect": f"/campaigns/{slug}"})
+    return navigate(request, f"/campaigns/{slug}")
 
 
 @router.get("/campaigns/{slug}")
@@ -191,4 +190,4 @@ def edit_approach(request: Request, session: SessionDep, operator: OperatorDep, 
 def delete_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     inventory.delete_approach(session, campaign, inventory.get_approach(session, campaign, key))
-    return RedirectResponse(f"/campaigns/{slug}", status_code=303, headers={"HX-Redirect": f"/campaigns/{slug}"})
+    return navigate(request, f"/campaigns/{slug}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlmodel import Session
 
@@ -22,7 +22,7 @@ from app.domain.profitability import (CampaignMetrics, ModelInputs, Profitabilit
 from app.domain.timeline import campaign_timeline
 from app.models import Approach, Campaign
 from app.schemas import CampaignUpdate
-from app.web.render import render
+from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
 
@@ -135,4 +135,4 @@ async def save_what_if(request: Request, session: SessionDep, operator: Operator
     values = {k: v for k, v in form.model_dump().items() if v is not None}
     inventory.update_campaign(session, campaign, CampaignUpdate(**values))
     url = f"/campaigns/{campaign.slug}/charts"
-    return RedirectResponse(url, status_code=303, headers={"HX-Redirect": url})
+    return navigate(request, url)

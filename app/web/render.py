@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import current_operator
 
@@ -17,3 +17,12 @@ def render(request: Request, template: str, context: dict[str, Any], *, block: s
     return request.app.state.templates.TemplateResponse(
         request, template, ctx, block_name=block, status_code=status_code, headers=headers
     )
+
+
+def navigate(request: Request, url: str) -> Response:
+    """After a form that changes page: htmx gets HX-Redirect (a full navigation, never a page
+    swapped inside the page: an XHR would follow a 303 and hand htmx the whole next page);
+    a plain form post gets a 303."""
+    if request.headers.get("hx-request"):
+        return Response(status_code=200, headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)

@@ -11,7 +11,6 @@ from sqlmodel import Session, select
 from app.deps import OperatorDep, PageAfter, RowId
 from app.domain import runners as runner_domain
 from app.domain import scheduling
-from app.domain.errors import DomainError
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import Approach, Campaign, Runner, Trial
@@ -76,6 +75,14 @@ async def run_next(request: Request, slug: str, operator: OperatorDep) -> HTMLRe
     return render(request, "_partials/run_next.html", {"campaign": campaign, "result": result}, headers=CHANGED)
 
 
+@router.post("/campaigns/{slug}/approaches/{key}/run")
+async def run_this(request: Request, slug: str, key: str, operator: OperatorDep) -> HTMLResponse:
+    result = await start_next(request.app, slug, operator.name, approach_key=key)
+    campaign = await run_in_tx(request.app.state.engine, get_campaign, slug, write=False)
+    return render(request, "_partials/run_this.html", {"campaign": campaign, "approach": result.approach,
+                                                       "result": result}, headers=CHANGED)
+
+
 @router.get("/campaigns/{slug}/trials")
 async def campaign_trials(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
     ctx = await run_in_tx(request.app.state.engine, _recent, slug, write=False)
@@ -94,24 +101,20 @@ async def approach_trials(request: Request, slug: str, key: str, operator: Opera
 async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
     ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
     block = "runners" if request.headers.get("hx-request") else None
-    return render(request, "runners.html", {**ctx, "created": None, "error": None}, block=block)
+    return render(request, "runners.html", {**ctx, "created": None}, block=block)
 
 
 @router.post("/runners")
 async def runners_create(request: Request, operator: OperatorDep, name: str = Form("")) -> HTMLResponse:
+    # An error (duplicate or empty name) goes through app/errors.py: shown by the name field, input kept.
     engine = request.app.state.engine
-    created, error = None, None
-    try:
-        runner, token = await run_in_tx(engine, runner_domain.create_runner, name)
-        created = {"name": runner.name, "token": token}
-    except DomainError as exc:
-        error = exc.message
+    runner, token = await run_in_tx(engine, runner_domain.create_runner, name)
     ctx = await run_in_tx(engine, _runners, write=False)
-    return render(request, "runners.html", {**ctx, "created": created, "error": error}, block="runners")
+    return render(request, "runners.html", {**ctx, "created": {"name": runner.name, "token": token}}, block="runners")
 
 
 @router.post("/runners/{runner_id}/revoke")
 async def runners_revoke(request: Request, runner_id: RowId, operator: OperatorDep) -> HTMLResponse:
     await revoke(request.app, runner_id)
     ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
-    return render(request, "runners.html", {**ctx, "created": None, "error": None}, block="runners")
+    return render(request, "runners.html", {**ctx, "created": None}, block="runners")

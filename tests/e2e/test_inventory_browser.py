@@ -17,8 +17,9 @@ def test_status_change_through_htmx_persists(live_server, browser):
         row.locator("summary").click()
         row.locator("select[name=status]").select_option("dead_end")
         row.locator("button[type=submit]").click()
-        page.wait_for_selector("#flash .flash-error")
-        assert "needs a reason" in page.inner_text("#flash")
+        error = row.locator(".field-error")  # next to the reason field, in view
+        error.wait_for()
+        assert "needs a reason" in error.inner_text() and error.is_visible()
         assert page.locator("#approach-expert-parallelism .badge").inner_text() == "untested"
         # Now with a reason.
         row.locator("input[name=reason]").fill("all-to-all over PCIe is slower than allreduce")

@@ -1,4 +1,6 @@
 """HTML pages and htmx fragments: user text is escaped, errors come back as a flash."""
+import json
+
 import pytest
 
 
@@ -30,6 +32,21 @@ def test_htmx_error_is_a_flash_retargeted(pages):
                    headers={"HX-Request": "true"})
     assert r.status_code == 422 and r.headers["HX-Retarget"] == "#flash"
     assert "needs a reason" in r.text
+    # The same message, with the field, as an event static/app.js shows next to that field.
+    event = json.loads(r.headers["HX-Trigger"])["form-error"]
+    assert event["field"] == "reason" and "needs a reason" in event["message"]
+
+
+def test_forms_that_change_page_navigate_htmx_and_redirect_plain_posts(pages):
+    htmx = {"HX-Request": "true"}
+    r = pages.post("/campaigns", data={"slug": "n1", "name": "N1"}, headers=htmx, follow_redirects=False)
+    assert r.status_code == 200 and r.headers["HX-Redirect"] == "/campaigns/n1" and not r.text
+    r = pages.post("/campaigns", data={"slug": "n2", "name": "N2"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/campaigns/n2"
+    r = pages.post("/campaigns", data={"slug": "n1", "name": "again"}, headers=htmx)
+    assert r.status_code == 409 and json.loads(r.headers["HX-Trigger"])["form-error"]["field"] == "slug"
+    r = pages.post("/campaigns/c/approaches/a/delete", headers=htmx, follow_redirects=False)
+    assert r.status_code == 200 and r.headers["HX-Redirect"] == "/campaigns/c" and not r.text
 
 
 def test_add_reorder_and_edit_through_forms(pages):

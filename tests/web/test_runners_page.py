@@ -1,4 +1,5 @@
 """The runners page: an operator creates a runner token (shown once), and revokes it."""
+import json
 import re
 
 import pytest
@@ -31,4 +32,5 @@ def test_create_shows_the_token_once_and_revoke_refuses_it(operator_client, app)
 def test_a_duplicate_name_is_a_clear_error(operator_client):
     assert operator_client.post("/runners", data={"name": "n"}, headers={"HX-Request": "true"}).status_code == 200
     r = operator_client.post("/runners", data={"name": "n"}, headers={"HX-Request": "true"})
-    assert "n" in r.text and ("exists" in r.text or "already" in r.text), r.text[:300]
+    assert r.status_code == 409 and "named &#39;n&#39; exists already" in r.text, r.text[:300]
+    assert json.loads(r.headers["HX-Trigger"])["form-error"]["field"] == "name"  # shown by the field

@@ -1,0 +1,50 @@
+"""In Chromium with every request off this machine aborted: /docs renders Swagger UI from local
+assets, and its Authorize button takes an API token that the "Try it out" requests then carry."""
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.browser
+
+
+def test_docs_render_offline_and_authorize_with_a_bearer_token(live_server, browser):
+    context = browser.new_context()
+    blocked: list[str] = []
+
+    def offline(route):
+        if urlsplit(route.request.url).hostname in ("127.0.0.1", "localhost"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", offline)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    # A Content-Security-Policy violation is a console error: Swagger UI must run under the board's CSP.
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    try:
+        page.goto(live_server.url + "/docs")
+        expect(page.locator(".swagger-ui .info .title")).to_contain_text("Campaign Board")
+        expect(page.locator("#operations-trials-run_next_api_campaigns__slug__run_next_post")).to_be_visible()
+        assert page.locator("header.topbar").count() == 1
+        token = live_server.cli("token", "create", "docs-test").stdout.strip()
+        page.click("button.authorize")
+        page.fill(".auth-container input[type=text], .auth-container input[type=password]", token)
+        page.click(".auth-btn-wrapper button.authorize")
+        page.click("button.btn-done")
+        # Try GET /api/campaigns: it answers 200 only with the Bearer token (the page has no session).
+        op = page.locator("[id^='operations-campaigns-'][id$='_api_campaigns_get']").first
+        op.locator(".opblock-summary").click()
+        op.locator("button.try-out__btn").click()
+        with page.expect_request(lambda r: r.url.endswith("/api/campaigns")) as sent:
+            op.locator("button.execute").click()
+        assert sent.value.headers.get("authorization") == f"Bearer {token}"
+        expect(op.locator(".live-responses-table tr.response .response-col_status")).to_have_text("200")
+        assert blocked == [] and errors == []
+    finally:
+        context.close()

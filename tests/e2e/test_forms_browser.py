@@ -1,0 +1,174 @@
+"""In Chromium, against a real `campaign serve --demo`: every form lands on one page (exactly one
+nav bar) with the new state; an error shows next to the field that caused it, in the viewport,
+and what was typed is still there; the key/slug patterns compile (Chromium uses the `v` flag)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.browser
+
+KIMI = "/campaigns/kimi-k25-eagle3"
+
+
+@pytest.fixture
+def page(live_server, browser):
+    page = browser.new_page()
+    page.console_errors = []
+    page.on("console", lambda m: m.type in ("error", "warning") and page.console_errors.append(m.text))
+    page.on("pageerror", lambda e: page.console_errors.append(str(e)))
+    page.goto(live_server.login_url)
+    page.wait_for_url(live_server.url + "/")
+    yield page
+    page.close()
+
+
+def one_page(page) -> None:
+    """Exactly one document: one nav bar, one <main>; a form's error is by its field, not in #flash."""
+    assert page.locator("header.topbar").count() == 1
+    assert page.locator("main").count() == 1
+    assert page.inner_text("#flash") == ""
+
+
+def test_create_campaign_lands_on_the_new_campaign(page, live_server):
+    page.fill("input[name=name]", "Verify-step allreduce")
+    page.fill("input[name=slug]", "verify-ar")
+    page.click("form[action='/campaigns'] button[type=submit]")
+    page.wait_for_url(live_server.url + "/campaigns/verify-ar")
+    expect(page.locator("h1")).to_have_text("Verify-step allreduce")
+    one_page(page)
+    assert page.console_errors == []
+
+
+def test_create_campaign_error_is_by_the_field_and_keeps_the_input(page):
+    slug = page.locator("form[action='/campaigns'] input[name=slug]")
+    # The browser validates the pattern (an invalid pattern would be ignored, with a console error).
+    slug.fill("Not A Slug")
+    assert slug.evaluate("el => el.validity.patternMismatch") is True
+    slug.fill("kimi-k25-eagle3")
+    assert slug.evaluate("el => el.validity.valid") is True
+    page.fill("input[name=name]", "A second Kimi campaign")
+    page.fill("form[action='/campaigns'] textarea[name=description]", "typed text that must survive")
+    page.click("form[action='/campaigns'] button[type=submit]")
+    error = page.locator("form[action='/campaigns'] .field-error")
+    expect(error).to_contain_text("exists already")
+    expect(error).to_be_in_viewport()
+    assert slug.get_attribute("aria-invalid") == "true"
+    assert page.input_value("input[name=name]") == "A second Kimi campaign"
+    assert page.input_value("form[action='/campaigns'] textarea[name=description]") == "typed text that must survive"
+    one_page(page)
+    assert not [m for m in page.console_errors if "pattern" in m.lower()], page.console_errors
+
+
+def test_import_lands_on_the_imported_campaign(page, live_server):
+    text = page.request.get(live_server.url + KIMI + "/export.yaml").text()
+    text = text.replace("slug: kimi-k25-eagle3", "slug: kimi-copy", 1)
+    page.fill("form[action='/campaigns/import'] textarea[name=text]", text)
+    page.click("form[action='/campaigns/import'] button[type=submit]")
+    page.wait_for_url(live_server.url + "/campaigns/kimi-copy")
+    one_page(page)
+    expect(page.locator("#approach-expert-parallelism")).to_be_visible()
+
+
+def test_import_error_is_in_view_and_keeps_the_text(page):
+    page.set_viewport_size({"width": 1280, "height": 600})
+    bad = "format: campaign-board/v1\ncampaign:\n  slug: Bad Slug\n  name: x\napproaches: []\n"
+    box = page.locator("form[action='/campaigns/import'] textarea[name=text]")
+    box.fill(bad)
+    page.click("form[action='/campaigns/import'] button[type=submit]")
+    error = page.locator("form[action='/campaigns/import'] .field-error")
+    expect(error).to_be_visible()
+    expect(error).to_be_in_viewport()
+    assert box.input_value() == bad
+    one_page(page)
+
+
+def test_add_approach_duplicate_key_keeps_title_and_evidence(page, live_server):
+    page.goto(live_server.url + KIMI)
+    form = page.locator("form.add-approach")
+    form.locator("input[name=title]").fill("NCCL_PROTO=LL128")
+    form.locator("input[name=key]").fill("expert-parallelism")  # taken
+    form.locator("textarea[name=evidence]").fill("LL128 may cut small-message latency")
+    form.locator("button[type=submit]").click()
+    error = form.locator(".field-error")
+    expect(error).to_contain_text("exists already")
+    expect(error).to_be_in_viewport()
+    assert form.locator("input[name=title]").input_value() == "NCCL_PROTO=LL128"
+    assert form.locator("textarea[name=evidence]").input_value() == "LL128 may cut small-message latency"
+    assert form.locator("input[name=key]").input_value() == "expert-parallelism"
+    # Fixed key: the approach is added, the form cleared, the error gone; still one page.
+    form.locator("input[name=key]").fill("nccl-proto-ll128")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#approach-nccl-proto-ll128")).to_be_visible()
+    expect(form.locator("input[name=title]")).to_have_value("")
+    assert form.locator(".field-error").count() == 0
+    one_page(page)
+
+
+def test_delete_approach_confirms_once_and_lands_on_the_campaign(page, live_server):
+    page.goto(live_server.url + KIMI + "/approaches/expert-parallelism")
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+    page.click("details.edit summary")
+    page.click("button.danger")
+    page.wait_for_url(live_server.url + KIMI)
+    assert len(dialogs) == 1 and "Delete Expert parallelism" in dialogs[0]
+    one_page(page)
+    expect(page.locator("#inventory")).to_be_visible()
+    assert page.locator("#approach-expert-parallelism").count() == 0
+
+
+def test_edit_approach_error_is_by_the_field_and_keeps_the_input(page, live_server):
+    page.goto(live_server.url + KIMI + "/approaches/expert-parallelism")
+    page.click("details.edit summary")
+    page.fill(".edit-form input[name=effort]", "a day")
+    page.fill(".edit-form textarea[name=recipe]", "{not json")
+    page.click(".edit-form button[type=submit]")
+    error = page.locator(".edit-form .field-error")
+    expect(error).to_contain_text("recipe: not valid JSON")
+    expect(error).to_be_in_viewport()
+    assert page.input_value(".edit-form textarea[name=recipe]") == "{not json"
+    assert page.input_value(".edit-form input[name=effort]") == "a day"
+    # Valid: the details section is swapped in place, one page.
+    page.fill(".edit-form textarea[name=recipe]", "")
+    page.click(".edit-form button[type=submit]")
+    expect(page.locator("#details .facts")).to_contain_text("a day")
+    one_page(page)
+
+
+def test_status_form_error_in_view_then_change_lands(page, live_server):
+    page.goto(live_server.url + KIMI + "/approaches/expert-parallelism")
+    page.select_option(".status-form select[name=status]", "deferred")
+    page.click(".status-form button[type=submit]")
+    error = page.locator(".status-form .field-error")
+    expect(error).to_contain_text("needs a reason")
+    expect(error).to_be_in_viewport()
+    page.fill(".status-form input[name=reason]", "needs an EP-capable build")
+    page.click(".status-form button[type=submit]")
+    expect(page.locator("#verdict .status-line .badge")).to_have_text("deferred")
+    assert re.search("needs an EP-capable build", page.inner_text(".history"))
+    one_page(page)
+
+
+def test_runner_form_swaps_in_place_and_keeps_a_refused_name(page, live_server):
+    page.goto(live_server.url + "/runners")
+    page.fill("form.new-runner input[name=name]", "gpu-node-1")
+    page.click("form.new-runner button[type=submit]")
+    expect(page.locator("#runners pre.token")).to_be_visible()
+    page.fill("form.new-runner input[name=name]", "gpu-node-1")
+    page.click("form.new-runner button[type=submit]")
+    error = page.locator("form.new-runner .field-error")
+    expect(error).to_contain_text("exists already")
+    expect(error).to_be_in_viewport()
+    assert page.input_value("form.new-runner input[name=name]") == "gpu-node-1"
+    one_page(page)
+
+
+def test_share_link_form_swaps_in_place(page, live_server):
+    page.goto(live_server.url + KIMI)
+    page.fill("form.share-create input[name=name]", "weekly review")
+    page.click("form.share-create button[type=submit]")
+    expect(page.locator("#share-links tr.created")).to_contain_text("weekly review")
+    one_page(page)

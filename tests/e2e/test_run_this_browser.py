@@ -1,0 +1,50 @@
+"""In Chromium: "Run this approach" on an approach page starts that approach (not the campaign's next
+candidate) on the embedded runner of a real `campaign serve`; the trial runs to its end."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.db import make_engine, session_scope
+from app.security import create_login_token
+from tests.conftest import start_live_server, stop_live_server
+
+pytestmark = pytest.mark.browser
+
+
+def test_run_this_approach_from_its_page(tmp_path, browser):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trials"))
+    from trials_support import command_recipe, seed_campaign
+
+    db_url = f"sqlite:///{tmp_path / 'e2e.db'}"
+    server = start_live_server(tmp_path, db_url)  # with its embedded runner
+    engine = make_engine(db_url)
+    page = browser.new_page()
+    try:
+        seed_campaign(engine, "live", [
+            {"key": "first", "title": "First in line", "recipe": command_recipe(sys.executable, "-c", "print('first')")},
+            {"key": "chosen", "title": "The chosen one", "recipe": command_recipe(sys.executable, "-c", "print('chosen ran')")}])
+        with session_scope(engine) as session:
+            token = create_login_token(session, 600)
+        page.goto(f"{server.url}/login?token={token}")
+        page.goto(f"{server.url}/campaigns/live/approaches/chosen")
+        for _ in range(60):  # the embedded runner connects on its own; until then the reason shows
+            with page.expect_response(lambda r: r.url.endswith("/approaches/chosen/run")):
+                page.click("#run-this-button")
+            page.wait_for_selector("#run-this-result p.flash")
+            if "Started" in page.inner_text("#run-this-result"):
+                break
+            assert "Cannot run it now: no runner is connected." in page.inner_text("#run-this-result")
+            page.wait_for_timeout(500)
+        assert page.locator("header.topbar").count() == 1
+        page.click("#run-this-result a")
+        page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
+        page.wait_for_selector("#log:has-text('chosen ran')")
+        page.goto(f"{server.url}/campaigns/live")
+        assert page.locator("#approach-first .badge").inner_text() == "untested"
+    finally:
+        page.close()
+        engine.dispose()
+        stop_live_server(server)

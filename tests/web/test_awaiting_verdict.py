@@ -1,0 +1,30 @@
+"""An approach whose trial ended reads "waiting for your verdict", never "untested", on the campaign
+page (badge, count, filterable data-status) and on its own page."""
+import re
+import sys
+from pathlib import Path
+
+from app.db import session_scope
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "domain"))
+from verdicts_support import OLD_STACK, approach, end_trial, runner, seed  # noqa: E402
+
+
+def test_a_tested_unconfirmed_approach_is_waiting_for_a_verdict(app, operator_client):
+    seed(app.state.engine, {"key": "a", "title": "Tested"}, {"key": "b", "title": "Not yet"})
+    with session_scope(app.state.engine) as s:
+        trial = end_trial(s, approach(s, "a"), runner(s, "node-a", OLD_STACK), exit_code=1)
+        trial_id = trial.id
+    html = operator_client.get("/campaigns/c").text
+    row_a = re.search(r'<tr id="approach-a".*?</tr>', html, re.S).group(0)
+    row_b = re.search(r'<tr id="approach-b".*?</tr>', html, re.S).group(0)
+    badge = re.compile(r'<span class="badge [^"]*"[^>]*>([^<]*)</span>')
+    assert 'data-status="awaiting"' in row_a and badge.findall(row_a) == ["waiting for your verdict"]
+    assert 'data-status="untested"' in row_b and badge.findall(row_b) == ["untested"]
+    counts = re.search(r'<ul class="counts".*?</ul>', html, re.S).group(0)
+    assert re.search(r'data-status="awaiting">.*?<b>1</b>', counts, re.S)
+    assert re.search(r'data-status="untested">.*?<b>1</b>', counts, re.S)
+    assert '<option value="awaiting">waiting for your verdict</option>' in html  # the status filter
+    page = operator_client.get("/campaigns/c/approaches/a").text
+    status_line = re.search(r'<p class="status-line">.*?</p>', page, re.S).group(0)
+    assert "waiting for your verdict" in status_line and f'href="/trials/{trial_id}"' in status_line
