@@ -1,9 +1,9 @@
 """Alembic environment: the URL comes from the caller (app.db.migrate) or the settings."""
-from alembic import context
-from sqlalchemy import pool
+
 from sqlmodel import SQLModel
 
 import app.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from alembic import context
 from app.config import get_settings
 from app.db import make_engine
 

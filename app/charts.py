@@ -2,11 +2,13 @@
 
 The page embeds the dict as JSON and draws it with the locally served plotly.js.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -16,8 +18,13 @@ from app.templating import STATUS_LABELS
 
 # The badge colors of static/app.css, so a status looks the same on charts and pages.
 STATUS_COLORS = {
-    "untested": "#6b7280", "queued": "#8b5cf6", "running": "#0ea5e9", "promising": "#d97706",
-    "adopted": "#15803d", "dead_end": "#b42318", "deferred": "#7c6f57",
+    "untested": "#6b7280",
+    "queued": "#8b5cf6",
+    "running": "#0ea5e9",
+    "promising": "#d97706",
+    "adopted": "#15803d",
+    "dead_end": "#b42318",
+    "deferred": "#7c6f57",
 }
 BREAK_EVEN_COLOR = "#5f6368"
 _FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=13)
@@ -31,9 +38,16 @@ def _layout(title: str, subtitle: str = "", **kw: Any) -> dict[str, Any]:
     heading: dict[str, Any] = dict(text=title, x=0, xanchor="left", font=dict(size=15))
     if subtitle:
         heading["subtitle"] = dict(text=subtitle, font=dict(size=12, color="#667085"))
-    return dict(title=heading, template="plotly_white",
-                font=_FONT, margin=dict(l=60, r=20, t=75 if subtitle else 50, b=40), height=440,
-                legend=dict(orientation="h", yanchor="top", y=-0.2, x=0), hoverlabel=dict(align="left"), **kw)
+    return dict(
+        title=heading,
+        template="plotly_white",
+        font=_FONT,
+        margin=dict(l=60, r=20, t=75 if subtitle else 50, b=40),
+        height=440,
+        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0),
+        hoverlabel=dict(align="left"),
+        **kw,
+    )
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -46,7 +60,9 @@ def _short(text: str, limit: int = 60) -> str:
 MAX_TRACES = 30
 
 
-def _trace_groups(items: list[Any], title: Callable[[Any], str], status: Callable[[Any], str]) -> list[tuple[str, list[Any]]]:
+def _trace_groups(
+    items: list[Any], title: Callable[[Any], str], status: Callable[[Any], str]
+) -> list[tuple[str, list[Any]]]:
     """(trace name, items) pairs: one per item, or one per status when there are more than MAX_TRACES."""
     if len(items) <= MAX_TRACES:
         return [(title(i), [i]) for i in items]
@@ -88,38 +104,76 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
         x_lo, x_hi = 0.0, hi * 1.15
         grid = [x_lo, x_hi]
     taus = [curve.tau_star(x) for x in grid]
-    fig.add_trace(go.Scatter(
-        x=grid, y=taus, mode="lines", name=curve.label,
-        line=dict(color=BREAK_EVEN_COLOR, width=2, dash="dash" if curve.lower_bound else "solid"),
-        hovertemplate="t_ar %{x:.1f} us → τ* %{y:.3f}<extra></extra>",
-    ))
+    fig.add_trace(
+        go.Scatter(
+            x=grid,
+            y=taus,
+            mode="lines",
+            name=curve.label,
+            line=dict(color=BREAK_EVEN_COLOR, width=2, dash="dash" if curve.lower_bound else "solid"),
+            hovertemplate="t_ar %{x:.1f} us → τ* %{y:.3f}<extra></extra>",
+        )
+    )
     accept = report.inputs.accept_length
     if accept.value is not None:
-        fig.add_trace(go.Scatter(
-            x=[grid[0], grid[-1]], y=[accept.value, accept.value], mode="lines",
-            name=f"accept length τ = {accept.value:.2f} ({_short(accept.source, 40)})",
-            line=dict(color="#067647", width=2, dash="dot"), hoverinfo="name",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[grid[0], grid[-1]],
+                y=[accept.value, accept.value],
+                mode="lines",
+                name=f"accept length τ = {accept.value:.2f} ({_short(accept.source, 40)})",
+                line=dict(color="#067647", width=2, dash="dot"),
+                hoverinfo="name",
+            )
+        )
     traces = []
     for name, group in _trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
-        traces.append(_scatter(
-            x=[p.latency.t_ar_us for p in group], y=[p.tau_star for p in group], mode="markers", name=name,
-            marker=dict(size=13, color=STATUS_COLORS.get(group[0].status, "#000"), line=dict(width=1, color="#202124")),
-            customdata=[[p.title, _label(p.status), p.latency.method, _short(p.latency.note, 140),
-                         f"#{p.latency.trial_id}" if p.latency.trial_id else "-"] for p in group],
-            hovertemplate=("<b>%{customdata[0]}</b> (%{customdata[1]})<br>t_ar %{x:.1f} us, %{customdata[2]}: "
-                           "%{customdata[3]}<br>trial %{customdata[4]}<br>speculation pays above τ* = %{y:.3f}"
-                           "<extra></extra>"),
-        ))
+        traces.append(
+            _scatter(
+                x=[p.latency.t_ar_us for p in group],
+                y=[p.tau_star for p in group],
+                mode="markers",
+                name=name,
+                marker=dict(
+                    size=13, color=STATUS_COLORS.get(group[0].status, "#000"), line=dict(width=1, color="#202124")
+                ),
+                customdata=[
+                    [
+                        p.title,
+                        _label(p.status),
+                        p.latency.method,
+                        _short(p.latency.note, 140),
+                        f"#{p.latency.trial_id}" if p.latency.trial_id else "-",
+                    ]
+                    for p in group
+                ],
+                hovertemplate=(
+                    "<b>%{customdata[0]}</b> (%{customdata[1]})<br>t_ar %{x:.1f} us, %{customdata[2]}: "
+                    "%{customdata[3]}<br>trial %{customdata[4]}<br>speculation pays above τ* = %{y:.3f}"
+                    "<extra></extra>"
+                ),
+            )
+        )
     for r in report.references:
-        fig.add_trace(go.Scatter(
-            x=[r.latency.t_ar_us], y=[r.tau_star], mode="markers", name=f"{r.label} ({r.latency.method})",
-            marker=dict(size=13, symbol="diamond-open", line=dict(width=2),
-                        color=BREAK_EVEN_COLOR if r.baseline else "#1a73e8"),
-            customdata=[[_short(r.latency.note, 160)]],
-            hovertemplate=("<b>%{fullData.name}</b><br>t_ar %{x:.1f} us: %{customdata[0]}"
-                           "<br>speculation pays above τ* = %{y:.3f}<extra></extra>"),
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[r.latency.t_ar_us],
+                y=[r.tau_star],
+                mode="markers",
+                name=f"{r.label} ({r.latency.method})",
+                marker=dict(
+                    size=13,
+                    symbol="diamond-open",
+                    line=dict(width=2),
+                    color=BREAK_EVEN_COLOR if r.baseline else "#1a73e8",
+                ),
+                customdata=[[_short(r.latency.note, 160)]],
+                hovertemplate=(
+                    "<b>%{fullData.name}</b><br>t_ar %{x:.1f} us: %{customdata[0]}"
+                    "<br>speculation pays above τ* = %{y:.3f}<extra></extra>"
+                ),
+            )
+        )
     marks = [p.tau_star for p in report.points] + [r.tau_star for r in report.references]
     top = max([m for m in marks if m is not None] + ([accept.value] if accept.value is not None else []) + [1.0])
     parts = [f"T_base {curve.t_base_ms:.2f} ms, {curve.n_ar} allreduces per verify"]
@@ -127,23 +181,42 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
         parts.append(f"a lower bound: {' and '.join(curve.unknown)} counted as 0")
     else:
         parts.append(f"draft + verify compute {curve.fixed_ms:.2f} ms")
-    labelled = [(p.title, p.latency.t_ar_us, p.tau_star) for p in report.points] + \
-        [(r.label, r.latency.t_ar_us, r.tau_star) for r in report.references]
+    labelled = [(p.title, p.latency.t_ar_us, p.tau_star) for p in report.points] + [
+        (r.label, r.latency.t_ar_us, r.tau_star) for r in report.references
+    ]
+
     def _right_half(x: float) -> bool:
         if log_x:
             return (math.log(x) - math.log(x_lo)) / (math.log(x_hi) - math.log(x_lo)) > 0.6
         return (x - x_lo) / (x_hi - x_lo) > 0.6
 
-    annotations = [dict(x=math.log10(x) if log_x else x, y=y, text=f"{_short(name, 28)}: τ* {y:.2f}", showarrow=False,
-                        xanchor="right" if _right_half(x) else "left", xshift=-10 if _right_half(x) else 10, yshift=8,
-                        font=dict(size=11, color="#344054"))
-                   for name, x, y in labelled[:12] if y is not None]
-    fig.update_layout(**_layout("Break-even accept length τ* vs allreduce latency",
-                                subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
-                                meta={"lower_bound": curve.lower_bound}, annotations=annotations))
-    fig.update_xaxes(title_text=f"per-allreduce latency t_ar at {report.inputs.verify_bytes // 1024} KiB (us)",
-                     type="log" if log_x else "linear",
-                     range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi])
+    annotations = [
+        dict(
+            x=math.log10(x) if log_x else x,
+            y=y,
+            text=f"{_short(name, 28)}: τ* {y:.2f}",
+            showarrow=False,
+            xanchor="right" if _right_half(x) else "left",
+            xshift=-10 if _right_half(x) else 10,
+            yshift=8,
+            font=dict(size=11, color="#344054"),
+        )
+        for name, x, y in labelled[:12]
+        if y is not None
+    ]
+    fig.update_layout(
+        **_layout(
+            "Break-even accept length τ* vs allreduce latency",
+            subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
+            meta={"lower_bound": curve.lower_bound},
+            annotations=annotations,
+        )
+    )
+    fig.update_xaxes(
+        title_text=f"per-allreduce latency t_ar at {report.inputs.verify_bytes // 1024} KiB (us)",
+        type="log" if log_x else "linear",
+        range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi],
+    )
     fig.update_yaxes(title_text="break-even accept length τ*", range=[0, top * 1.15], rangemode="tozero")
     return _out(fig, traces)
 
@@ -162,40 +235,63 @@ def latency_comparison(report: ProfitabilityReport) -> dict[str, Any] | None:
     values: list[float] = []
     if points:
         names = [p.title for p in points]
-        fig.add_trace(go.Bar(
-            y=names, x=[p.latency.t_ar_us for p in points], orientation="h", name="measured here (GPU)",
-            marker=dict(color=[STATUS_COLORS.get(p.status, "#000") for p in points]),
-            text=[f"{p.latency.t_ar_us:.1f} us" for p in points], textposition="auto",
-            customdata=[[p.latency.method, _short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
-            hovertemplate="<b>%{y}</b><br>%{x:.2f} us (%{customdata[0]})<br>%{customdata[1]}<br>trial %{customdata[2]}"
-                          "<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                y=names,
+                x=[p.latency.t_ar_us for p in points],
+                orientation="h",
+                name="measured here (GPU)",
+                marker=dict(color=[STATUS_COLORS.get(p.status, "#000") for p in points]),
+                text=[f"{p.latency.t_ar_us:.1f} us" for p in points],
+                textposition="auto",
+                customdata=[[p.latency.method, _short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
+                hovertemplate="<b>%{y}</b><br>%{x:.2f} us (%{customdata[0]})<br>%{customdata[1]}<br>trial %{customdata[2]}"
+                "<extra></extra>",
+            )
+        )
         titles += names
         values += [p.latency.t_ar_us for p in points]
     if refs:
         names = [f"{r.label} (reported)" for r in refs]
-        fig.add_trace(go.Bar(
-            y=names, x=[r.latency.t_ar_us for r in refs], orientation="h", name="reported elsewhere (not this node)",
-            marker=dict(color="rgba(26,115,232,0.25)", line=dict(color="#1a73e8", width=1)),
-            text=[f"{r.latency.t_ar_us:.1f} us" for r in refs], textposition="auto",
-            customdata=[[_short(r.latency.note, 160)] for r in refs],
-            hovertemplate="<b>%{y}</b><br>%{x:.2f} us<br>%{customdata[0]}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                y=names,
+                x=[r.latency.t_ar_us for r in refs],
+                orientation="h",
+                name="reported elsewhere (not this node)",
+                marker=dict(color="rgba(26,115,232,0.25)", line=dict(color="#1a73e8", width=1)),
+                text=[f"{r.latency.t_ar_us:.1f} us" for r in refs],
+                textposition="auto",
+                customdata=[[_short(r.latency.note, 160)] for r in refs],
+                hovertemplate="<b>%{y}</b><br>%{x:.2f} us<br>%{customdata[0]}<extra></extra>",
+            )
+        )
         titles += names
         values += [r.latency.t_ar_us for r in refs]
     if floor:
         names = [f"{f.title} (CPU floor)" for f in floor]
-        fig.add_trace(go.Bar(
-            y=names, x=[f.value for f in floor], orientation="h",
-            name="CPU floor (not comparable)", marker=dict(color="#d0d5dd", line=dict(color="#667085", width=1)),
-            text=[f"{f.value:.1f} us" for f in floor], textposition="auto",
-            hovertemplate="<b>%{y}</b><br>%{x:.2f} us on a CPU / scaled-down geometry: never fed to the model"
-                          "<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                y=names,
+                x=[f.value for f in floor],
+                orientation="h",
+                name="CPU floor (not comparable)",
+                marker=dict(color="#d0d5dd", line=dict(color="#667085", width=1)),
+                text=[f"{f.value:.1f} us" for f in floor],
+                textposition="auto",
+                hovertemplate="<b>%{y}</b><br>%{x:.2f} us on a CPU / scaled-down geometry: never fed to the model"
+                "<extra></extra>",
+            )
+        )
         titles += names
         values += [f.value for f in floor]
-    fig.update_layout(**_layout(f"Allreduce latency at the verify message size ({report.inputs.verify_bytes // 1024} KiB)",
-                                subtitle="lower is better · graph mode preferred where measured", bargap=0.3))
+    fig.update_layout(
+        **_layout(
+            f"Allreduce latency at the verify message size ({report.inputs.verify_bytes // 1024} KiB)",
+            subtitle="lower is better · graph mode preferred where measured",
+            bargap=0.3,
+        )
+    )
     fig.update_yaxes(categoryorder="array", categoryarray=titles, autorange="reversed", automargin=True)
     fig.update_xaxes(title_text="per-allreduce latency (us)", range=[0, max(values) * 1.2])
     return _out(fig)
@@ -210,40 +306,87 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
     top = max([*xs, *ys, 1.0]) * 1.15
     bottom = min([*ys, 0.0])
     bottom = bottom * 1.15 if bottom < 0 else 0.0
-    fig.add_trace(go.Scatter(
-        x=[0, top, 0], y=[0, top, top], fill="toself", mode="none", fillcolor="rgba(24,128,56,0.07)",
-        name="profitable region", hoverinfo="skip", showlegend=True,
-    ))
-    fig.add_trace(go.Scatter(
-        x=[min(bottom, 0.0), top], y=[min(bottom, 0.0), top], mode="lines", name="break-even (communication = savings)",
-        line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2), hoverinfo="skip",
-    ))
+    fig.add_trace(
+        go.Scatter(
+            x=[0, top, 0],
+            y=[0, top, top],
+            fill="toself",
+            mode="none",
+            fillcolor="rgba(24,128,56,0.07)",
+            name="profitable region",
+            hoverinfo="skip",
+            showlegend=True,
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[min(bottom, 0.0), top],
+            y=[min(bottom, 0.0), top],
+            mode="lines",
+            name="break-even (communication = savings)",
+            line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2),
+            hoverinfo="skip",
+        )
+    )
     traces = []
     for name, group in _trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
-        traces.append(_scatter(
-            x=[p.comm_ms for p in group], y=[p.savings_ms for p in group], mode="markers", name=name,
-            marker=dict(size=13, color=STATUS_COLORS.get(group[0].status, "#000"),
-                        symbol=["circle" if p.profitable else "x" for p in group], line=dict(width=1, color="#202124")),
-            customdata=[[p.title, _label(p.status), p.stack or "stack not recorded", f"{p.tau:.2f}",
-                         p.tau_source, f"#{p.latency.trial_id}", f"{p.latency.t_ar_us:.1f}", p.latency.note,
-                         f"{p.speedup:.2f}", "profitable" if p.profitable else "not profitable"] for p in group],
-            hovertemplate=("<b>%{customdata[0]}</b><br>status: %{customdata[1]}<br>stack: %{customdata[2]}"
-                           "<br>accept length: %{customdata[3]} (%{customdata[4]})"
-                           "<br>t_ar: %{customdata[6]} us (%{customdata[7]})<br>source trial: %{customdata[5]}"
-                           "<br>communication %{x:.2f} ms vs savings %{y:.2f} ms"
-                           "<br>speedup %{customdata[8]}x: %{customdata[9]}<extra></extra>"),
-        ))
+        traces.append(
+            _scatter(
+                x=[p.comm_ms for p in group],
+                y=[p.savings_ms for p in group],
+                mode="markers",
+                name=name,
+                marker=dict(
+                    size=13,
+                    color=STATUS_COLORS.get(group[0].status, "#000"),
+                    symbol=["circle" if p.profitable else "x" for p in group],
+                    line=dict(width=1, color="#202124"),
+                ),
+                customdata=[
+                    [
+                        p.title,
+                        _label(p.status),
+                        p.stack or "stack not recorded",
+                        f"{p.tau:.2f}",
+                        p.tau_source,
+                        f"#{p.latency.trial_id}",
+                        f"{p.latency.t_ar_us:.1f}",
+                        p.latency.note,
+                        f"{p.speedup:.2f}",
+                        "profitable" if p.profitable else "not profitable",
+                    ]
+                    for p in group
+                ],
+                hovertemplate=(
+                    "<b>%{customdata[0]}</b><br>status: %{customdata[1]}<br>stack: %{customdata[2]}"
+                    "<br>accept length: %{customdata[3]} (%{customdata[4]})"
+                    "<br>t_ar: %{customdata[6]} us (%{customdata[7]})<br>source trial: %{customdata[5]}"
+                    "<br>communication %{x:.2f} ms vs savings %{y:.2f} ms"
+                    "<br>speedup %{customdata[8]}x: %{customdata[9]}<extra></extra>"
+                ),
+            )
+        )
     costs = report.costs
     subtitle = "above the line: speculation pays"
     if costs is not None and costs.break_even_t_ar_us is not None:
-        subtitle = (f"break-even t_ar* = {costs.break_even_t_ar_us:.1f} us per allreduce at "
-                    f"{report.inputs.verify_bytes // 1024} KiB · above the line: speculation pays")
-    fig.update_layout(**_layout("Verify communication vs speculation savings", subtitle=subtitle,
-                                meta={"break_even_t_ar_us": costs.break_even_t_ar_us if costs else None}))
-    fig.update_xaxes(title_text="verify communication N_ar × t_ar (ms)", range=[min(bottom, 0.0), top], zeroline=True,
-                     title_standoff=8)
-    fig.update_yaxes(title_text="speculation savings (ms)", range=[min(bottom, 0.0), top],
-                     zeroline=True)
+        subtitle = (
+            f"break-even t_ar* = {costs.break_even_t_ar_us:.1f} us per allreduce at "
+            f"{report.inputs.verify_bytes // 1024} KiB · above the line: speculation pays"
+        )
+    fig.update_layout(
+        **_layout(
+            "Verify communication vs speculation savings",
+            subtitle=subtitle,
+            meta={"break_even_t_ar_us": costs.break_even_t_ar_us if costs else None},
+        )
+    )
+    fig.update_xaxes(
+        title_text="verify communication N_ar × t_ar (ms)",
+        range=[min(bottom, 0.0), top],
+        zeroline=True,
+        title_standoff=8,
+    )
+    fig.update_yaxes(title_text="speculation savings (ms)", range=[min(bottom, 0.0), top], zeroline=True)
     return _out(fig, traces)
 
 
@@ -253,8 +396,9 @@ def _log_range(values: list[float], pad: float = 1.6) -> list[float]:
     return [math.log10(lo / pad), math.log10(hi * pad)]
 
 
-def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
-                              references: tuple[ReferencePoint, ...] = ()) -> dict[str, Any] | None:
+def allreduce_latency_vs_size(
+    series: list[LatencySeries], verify_bytes: int, references: tuple[ReferencePoint, ...] = ()
+) -> dict[str, Any] | None:
     """Chart 2: allreduce latency against message size per approach (log-log), the verify size marked.
     CPU-floor curves are dotted and labelled; reported figures with a size are open diamonds. None when
     there is nothing to draw (no empty axes)."""
@@ -263,6 +407,7 @@ def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
     fig = go.Figure()
     xs: list[float] = [verify_bytes]
     ys: list[float] = []
+
     def title(s: LatencySeries) -> str:
         return f"{s.approach_title} (CPU floor)" if s.cpu_floor else s.approach_title
 
@@ -274,36 +419,64 @@ def allreduce_latency_vs_size(series: list[LatencySeries], verify_bytes: int,
         for s in group:  # several curves in one trace: None breaks the line between them
             gx += [p.bytes for p in s.points] + [None]
             gy += [p.latency_us for p in s.points] + [None]
-            info += [[title(s), str(p.tags.get("backend", "")), str(p.tags.get("mode", "")),
-                      str(p.tags.get("world_size", "")), f"#{p.trial_id}", str(p.tags.get("method", "") or "-")]
-                     for p in s.points] + [None]
+            info += [
+                [
+                    title(s),
+                    str(p.tags.get("backend", "")),
+                    str(p.tags.get("mode", "")),
+                    str(p.tags.get("world_size", "")),
+                    f"#{p.trial_id}",
+                    str(p.tags.get("method", "") or "-"),
+                ]
+                for p in s.points
+            ] + [None]
         xs += [x for x in gx if x is not None]
         ys += [y for y in gy if y is not None]
         floor = group[0].cpu_floor
-        traces.append(_scatter(
-            x=gx[:-1], y=gy[:-1], mode="lines+markers", name=name, connectgaps=False,
-            marker=dict(size=8), line=dict(width=2, dash="dot" if floor else "solid"), customdata=info[:-1],
-            hovertemplate=("<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>backend %{customdata[1]}, "
-                           "mode %{customdata[2]}, method %{customdata[5]}, %{customdata[3]} ranks"
-                           "<br>trial %{customdata[4]}<extra></extra>"),
-        ))
+        traces.append(
+            _scatter(
+                x=gx[:-1],
+                y=gy[:-1],
+                mode="lines+markers",
+                name=name,
+                connectgaps=False,
+                marker=dict(size=8),
+                line=dict(width=2, dash="dot" if floor else "solid"),
+                customdata=info[:-1],
+                hovertemplate=(
+                    "<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>backend %{customdata[1]}, "
+                    "mode %{customdata[2]}, method %{customdata[5]}, %{customdata[3]} ranks"
+                    "<br>trial %{customdata[4]}<extra></extra>"
+                ),
+            )
+        )
     sized = [r for r in references if r.latency.method == "reported" and r.bytes]
     for r in sized:
         assert r.bytes is not None  # `sized` keeps only references with a message size
         xs.append(r.bytes)
         ys.append(r.latency.t_ar_us)
-        fig.add_trace(go.Scatter(
-            x=[r.bytes], y=[r.latency.t_ar_us], mode="markers", name=f"{r.label} (reported)",
-            marker=dict(size=12, symbol="diamond-open", line=dict(width=2)),
-            customdata=[[_short(r.latency.note, 140)]],
-            hovertemplate="<b>%{fullData.name}</b><br>%{x:,} bytes: %{y:.1f} us<br>%{customdata[0]}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[r.bytes],
+                y=[r.latency.t_ar_us],
+                mode="markers",
+                name=f"{r.label} (reported)",
+                marker=dict(size=12, symbol="diamond-open", line=dict(width=2)),
+                customdata=[[_short(r.latency.note, 140)]],
+                hovertemplate="<b>%{fullData.name}</b><br>%{x:,} bytes: %{y:.1f} us<br>%{customdata[0]}<extra></extra>",
+            )
+        )
     y_range = _log_range(ys)
-    fig.add_trace(go.Scatter(
-        x=[verify_bytes, verify_bytes], y=[10 ** y_range[0], 10 ** y_range[1]], mode="lines",
-        name=f"verify message ({verify_bytes // 1024} KiB)", line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2),
-        hoverinfo="name",
-    ))
+    fig.add_trace(
+        go.Scatter(
+            x=[verify_bytes, verify_bytes],
+            y=[10 ** y_range[0], 10 ** y_range[1]],
+            mode="lines",
+            name=f"verify message ({verify_bytes // 1024} KiB)",
+            line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2),
+            hoverinfo="name",
+        )
+    )
     fig.update_layout(**_layout("Allreduce latency vs message size"))
     fig.update_xaxes(type="log", title_text="message size (bytes)", range=_log_range(xs))
     fig.update_yaxes(type="log", title_text="latency per allreduce (us)", range=y_range)
@@ -316,29 +489,51 @@ def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | No
     fig = go.Figure()
     titles = [r.approach_title for r in rows]
     measured = [r for r in rows if r.tok_s is not None]
-    fig.add_trace(go.Bar(
-        y=[r.approach_title for r in measured], x=[r.tok_s for r in measured], orientation="h",
-        name="decode throughput", marker=dict(color=[STATUS_COLORS.get(r.status, "#000") for r in measured]),
-        text=[f"{r.tok_s:.0f}" for r in measured], textposition="inside", insidetextanchor="end",
-        customdata=[[_label(r.status), f"#{r.trial_id}", "with EAGLE-3" if r.speculative else "plain decode"]
-                    for r in measured],
-        hovertemplate="<b>%{y}</b><br>%{x:.1f} tok/s (%{customdata[2]})<br>status: %{customdata[0]}"
-                      "<br>trial %{customdata[1]}<extra></extra>",
-    ))
+    fig.add_trace(
+        go.Bar(
+            y=[r.approach_title for r in measured],
+            x=[r.tok_s for r in measured],
+            orientation="h",
+            name="decode throughput",
+            marker=dict(color=[STATUS_COLORS.get(r.status, "#000") for r in measured]),
+            text=[f"{r.tok_s:.0f}" for r in measured],
+            textposition="inside",
+            insidetextanchor="end",
+            customdata=[
+                [_label(r.status), f"#{r.trial_id}", "with EAGLE-3" if r.speculative else "plain decode"]
+                for r in measured
+            ],
+            hovertemplate="<b>%{y}</b><br>%{x:.1f} tok/s (%{customdata[2]})<br>status: %{customdata[0]}"
+            "<br>trial %{customdata[1]}<extra></extra>",
+        )
+    )
     dead = [r for r in rows if r.status == "dead_end"]
     if dead:
-        fig.add_trace(go.Scatter(
-            y=[r.approach_title for r in dead], x=[r.tok_s or 0 for r in dead], mode="markers+text", name="dead end",
-            marker=dict(symbol="x", size=13, color=STATUS_COLORS["dead_end"], line=dict(width=1, color="#fff")),
-            text=[_short(r.reason, 44) for r in dead], textposition="middle right", textfont=dict(size=10),
-            customdata=[[r.reason or "no reason recorded"] for r in dead],
-            hovertemplate="<b>%{y}</b>: dead end<br>%{customdata[0]}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                y=[r.approach_title for r in dead],
+                x=[r.tok_s or 0 for r in dead],
+                mode="markers+text",
+                name="dead end",
+                marker=dict(symbol="x", size=13, color=STATUS_COLORS["dead_end"], line=dict(width=1, color="#fff")),
+                text=[_short(r.reason, 44) for r in dead],
+                textposition="middle right",
+                textfont=dict(size=10),
+                customdata=[[r.reason or "no reason recorded"] for r in dead],
+                hovertemplate="<b>%{y}</b>: dead end<br>%{customdata[0]}<extra></extra>",
+            )
+        )
     if baseline_tok_s:
-        fig.add_trace(go.Scatter(
-            y=titles, x=[baseline_tok_s] * len(titles), mode="lines", name=f"baseline {baseline_tok_s:.0f} tok/s",
-            line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2), hoverinfo="name",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                y=titles,
+                x=[baseline_tok_s] * len(titles),
+                mode="lines",
+                name=f"baseline {baseline_tok_s:.0f} tok/s",
+                line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2),
+                hoverinfo="name",
+            )
+        )
     top = max([r.tok_s or 0 for r in rows] + [baseline_tok_s or 0, 1.0])
     fig.update_layout(**_layout("Decode throughput per approach vs baseline", bargap=0.35))
     fig.update_yaxes(categoryorder="array", categoryarray=titles, autorange="reversed", automargin=True)
@@ -360,25 +555,46 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
         text = f"{t.count} trial{'s' if t.count != 1 else ''} {t.state}" + ("" if t.end else " (one still running)")
         hover += [text, text, None]
     if timeline.trials:
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="trials", text=hover,
-                                 line=dict(width=8, color="rgba(26,115,232,0.45)"), marker=dict(size=6),
-                                 hovertemplate="<b>%{y}</b><br>%{text}<br>%{x}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines+markers",
+                name="trials",
+                text=hover,
+                line=dict(width=8, color="rgba(26,115,232,0.45)"),
+                marker=dict(size=6),
+                hovertemplate="<b>%{y}</b><br>%{text}<br>%{x}<extra></extra>",
+            )
+        )
     by_status: dict[str, list] = {}
     for e in timeline.status_events:
         by_status.setdefault(e.to_status, []).append(e)
     for status, events in by_status.items():
-        fig.add_trace(go.Scatter(
-            x=[e.at.isoformat() for e in events], y=[e.approach_title for e in events], mode="markers",
-            name=f"→ {_label(status)}", marker=dict(size=11, color=STATUS_COLORS.get(status, "#000"), symbol="diamond"),
-            customdata=[[_label(e.from_status) or "new", _label(e.to_status), _short(e.reason, 120)] for e in events],
-            hovertemplate="<b>%{y}</b><br>%{customdata[0]} → %{customdata[1]}<br>%{customdata[2]}<br>%{x}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[e.at.isoformat() for e in events],
+                y=[e.approach_title for e in events],
+                mode="markers",
+                name=f"→ {_label(status)}",
+                marker=dict(size=11, color=STATUS_COLORS.get(status, "#000"), symbol="diamond"),
+                customdata=[
+                    [_label(e.from_status) or "new", _label(e.to_status), _short(e.reason, 120)] for e in events
+                ],
+                hovertemplate="<b>%{y}</b><br>%{customdata[0]} → %{customdata[1]}<br>%{customdata[2]}<br>%{x}<extra></extra>",
+            )
+        )
     subtitle = ""
     if timeline.approaches_shown < timeline.approaches_total:
-        subtitle = (f"the {timeline.approaches_shown} most recently active of {timeline.approaches_total} approaches; "
-                    "trials aggregated per approach and state")
-    times = [e.at for e in timeline.status_events] + [t.start for t in timeline.trials] + \
-        [t.end for t in timeline.trials if t.end]
+        subtitle = (
+            f"the {timeline.approaches_shown} most recently active of {timeline.approaches_total} approaches; "
+            "trials aggregated per approach and state"
+        )
+    times = (
+        [e.at for e in timeline.status_events]
+        + [t.start for t in timeline.trials]
+        + [t.end for t in timeline.trials if t.end]
+    )
     fig.update_layout(**_layout("Campaign timeline: status changes and trials", subtitle=subtitle))
     x_axis: dict[str, Any] = dict(type="date", title_text="time (UTC)")
     if times:

@@ -1,4 +1,5 @@
 """`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...)."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,8 +22,11 @@ if TYPE_CHECKING:
 # The database and migration stack (SQLAlchemy, Alembic) and the settings are imported by the
 # subcommands that use them, so `campaign --help` and `campaign runner` start without them.
 
-cli = typer.Typer(help="Campaign Board: optimization campaigns for LLM inference on GPU nodes.",
-                  no_args_is_help=True, add_completion=False)
+cli = typer.Typer(
+    help="Campaign Board: optimization campaigns for LLM inference on GPU nodes.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...).", no_args_is_help=True)
 cli.add_typer(token_cli, name="token")
 sessions_cli = typer.Typer(help="Browser sessions: list them, or end them all at once.", no_args_is_help=True)
@@ -34,7 +38,7 @@ err = Console(stderr=True, soft_wrap=True)  # paths in errors stay whole (tests 
 log = logging.getLogger(__name__)
 
 
-def get_settings() -> "Settings":
+def get_settings() -> Settings:
     from app.config import get_settings as load
 
     return load()
@@ -46,7 +50,7 @@ def session_scope(engine: Any, *, write: bool = True) -> Any:
     return scope(engine, write=write)
 
 
-def _engine(settings: "Settings"):  # noqa: ANN202
+def _engine(settings: Settings):
     from app.db import make_engine, migrate
 
     url = settings.resolved_database_url()
@@ -61,8 +65,8 @@ def _fail(message: str, code: int = 1) -> None:
 
 @cli.command()
 def serve(
-    host: Annotated[Optional[str], typer.Option(help="Bind address (default 127.0.0.1).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port (default 8000).")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8000).")] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Load the demo campaigns first (idempotent).")] = False,
     no_runner: Annotated[bool, typer.Option("--no-runner", help="Pure server: no embedded local runner.")] = False,
 ) -> None:
@@ -81,8 +85,10 @@ def serve(
     if no_runner:
         settings.embedded_runner = False
     if not settings.auth_enabled and settings.host not in ("127.0.0.1", "localhost", "::1"):
-        _fail("CAMPAIGN_AUTH_ENABLED=false is only allowed on a loopback address: anyone who can reach "
-              f"{settings.host} could run commands on the runners")
+        _fail(
+            "CAMPAIGN_AUTH_ENABLED=false is only allowed on a loopback address: anyone who can reach "
+            f"{settings.host} could run commands on the runners"
+        )
     engine = _engine(settings)
     if demo:
         _load_demo(engine)
@@ -93,9 +99,12 @@ def serve(
     console.print(f"Log in (one-time link): [bold]{settings.base_url()}/login?token={token}[/bold]", soft_wrap=True)
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
-        console.print(f"Answering only to Host names: {', '.join(settings.host_allowlist())} "
-                      "(set CAMPAIGN_PUBLIC_URL or CAMPAIGN_ALLOWED_HOSTS for the names browsers and runners use)",
-                      soft_wrap=True, highlight=False)
+        console.print(
+            f"Answering only to Host names: {', '.join(settings.host_allowlist())} "
+            "(set CAMPAIGN_PUBLIC_URL or CAMPAIGN_ALLOWED_HOSTS for the names browsers and runners use)",
+            soft_wrap=True,
+            highlight=False,
+        )
     app = create_app(settings, run_migrations=False)
     listening = _listening_file(settings)
     listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
@@ -115,8 +124,15 @@ def serve(
     try:
         # No per-message deflate: live-log frames are encoded once and sent as they are to every viewer
         # (compressing per viewer cost a third of the event loop in a flood). A bounded graceful shutdown.
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024,
-                    ws_per_message_deflate=False, timeout_graceful_shutdown=5)
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            ws_max_size=16 * 1024 * 1024,
+            ws_per_message_deflate=False,
+            timeout_graceful_shutdown=5,
+        )
     finally:
         listening.unlink(missing_ok=True)
 
@@ -137,7 +153,7 @@ def _serving_url(settings: Settings) -> str:
         return settings.base_url()
 
 
-def _safe_url(settings: "Settings") -> str:
+def _safe_url(settings: Settings) -> str:
     url = settings.resolved_database_url()
     if "@" in url:  # hide credentials
         scheme, rest = url.split("://", 1)
@@ -199,7 +215,9 @@ def sessions_list() -> None:
     with session_scope(_engine(get_settings()), write=False) as session:
         rows = live_sessions(session)
     for row in rows:
-        console.print(f"#{row.id}  {row.name}  since {row.created_at:%Y-%m-%d %H:%M} UTC  until {row.expires_at:%Y-%m-%d %H:%M} UTC")
+        console.print(
+            f"#{row.id}  {row.name}  since {row.created_at:%Y-%m-%d %H:%M} UTC  until {row.expires_at:%Y-%m-%d %H:%M} UTC"
+        )
     if not rows:
         console.print("no live sessions")
 
@@ -251,12 +269,12 @@ def runners_revoke(name: str) -> None:
 @cli.command("export")
 def export_cmd(
     slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="File to write (default: stdout).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="File to write (default: stdout).")] = None,
 ) -> None:
     """Export a campaign to YAML (keep it in git; `campaign import` reads it back)."""
     from app.domain.campaign_files import export_campaign
-    from app.domain.inventory import get_campaign
     from app.domain.errors import DomainError
+    from app.domain.inventory import get_campaign
 
     with session_scope(_engine(get_settings()), write=False) as session:
         try:
@@ -303,11 +321,17 @@ def _read(path: Path, limit: int) -> str:
 @cli.command()
 def classify(
     logfile: Annotated[str, typer.Argument(metavar="LOGFILE", help="A trial's log ('-' for stdin).")],
-    exit_code: Annotated[Optional[int], typer.Option("--exit-code", help="The trial's exit code.")] = None,
-    signal: Annotated[Optional[int], typer.Option("--signal", help="The signal that ended the trial.")] = None,
-    baseline: Annotated[Optional[float], typer.Option(
-        "--baseline", min=0.0, help="Baseline output throughput (tok/s): a finished trial below it is "
-                                     "'slower than baseline' (read from the log's metric lines or bench_serving summary).")] = None,
+    exit_code: Annotated[int | None, typer.Option("--exit-code", help="The trial's exit code.")] = None,
+    signal: Annotated[int | None, typer.Option("--signal", help="The signal that ended the trial.")] = None,
+    baseline: Annotated[
+        float | None,
+        typer.Option(
+            "--baseline",
+            min=0.0,
+            help="Baseline output throughput (tok/s): a finished trial below it is "
+            "'slower than baseline' (read from the log's metric lines or bench_serving summary).",
+        ),
+    ] = None,
 ) -> None:
     """Match a log against the known failure signatures and print the proposed verdict.
 
@@ -315,7 +339,8 @@ def classify(
     from rich.markup import escape
 
     from app.domain import fingerprint as stack
-    from app.domain.signatures import classify as classify_log, metrics_from_log
+    from app.domain.signatures import classify as classify_log
+    from app.domain.signatures import metrics_from_log
     from app.domain.verdicts import SIGNATURE_STATUS
 
     try:
@@ -327,25 +352,43 @@ def classify(
         _fail(f"cannot read {logfile}: {exc.strerror or exc}", code=2)
     metrics = metrics_from_log(text) if baseline is not None else None
     if baseline is not None and not any(m["name"] == "output_throughput_tok_s" for m in metrics):
-        _fail(f"--baseline: no output throughput in {'stdin' if logfile == '-' else logfile} "
-              "(no metric line and no bench_serving 'Output token throughput (tok/s):' summary)", code=2)
-    found = classify_log(text, exit_code=exit_code, signal=signal, metrics=metrics,
-                         baseline={"output_throughput_tok_s": baseline} if baseline is not None else None)
+        _fail(
+            f"--baseline: no output throughput in {'stdin' if logfile == '-' else logfile} "
+            "(no metric line and no bench_serving 'Output token throughput (tok/s):' summary)",
+            code=2,
+        )
+    found = classify_log(
+        text,
+        exit_code=exit_code,
+        signal=signal,
+        metrics=metrics,
+        baseline={"output_throughput_tok_s": baseline} if baseline is not None else None,
+    )
     if found is None:
-        console.print("[yellow]no known failure signature[/yellow] in "
-                      f"{'stdin' if logfile == '-' else escape(logfile)}: read the log (a person decides the verdict)",
-                      soft_wrap=True, highlight=False)
+        console.print(
+            "[yellow]no known failure signature[/yellow] in "
+            f"{'stdin' if logfile == '-' else escape(logfile)}: read the log (a person decides the verdict)",
+            soft_wrap=True,
+            highlight=False,
+        )
         raise typer.Exit(1)
     status = SIGNATURE_STATUS.get(found.verdict)
     bound = stack.bound_components(found.bound_to)
     lines = [
         ("cause", f"[bold]{escape(found.cause)}[/bold]"),
         ("signature", escape(found.signature)),
-        ("proposed", f"[bold]{escape(found.verdict)}[/bold]"
-                     + (f" (approach status: {status.value})" if status is not None else "")),
+        (
+            "proposed",
+            f"[bold]{escape(found.verdict)}[/bold]"
+            + (f" (approach status: {status.value})" if status is not None else ""),
+        ),
         ("reason", escape(found.reason)),
-        ("bound to", ", ".join(stack.STACK_COMPONENTS[c] for c in bound) if bound
-         else "[dim]not bound (no stack change would change it)[/dim]"),
+        (
+            "bound to",
+            ", ".join(stack.STACK_COMPONENTS[c] for c in bound)
+            if bound
+            else "[dim]not bound (no stack change would change it)[/dim]",
+        ),
         ("evidence", escape(found.evidence_line.strip()) if found.evidence_line else "[dim]none in the log[/dim]"),
     ]
     for label, value in lines:
@@ -356,10 +399,14 @@ def classify(
 def preflight(
     approach: Annotated[str, typer.Argument(metavar="APPROACH", help="The approach's key in the campaign file.")],
     campaign_file: Annotated[Path, typer.Option("--file", help="Campaign file (YAML) holding the approach.")],
-    sglang_python: Annotated[Optional[str], typer.Option(help="This node's sglang interpreter (overrides the recipe's).")] = None,
-    model_path: Annotated[Optional[str], typer.Option(help="This node's copy of the model (overrides the recipe's).")] = None,
-    draft_model_path: Annotated[Optional[str], typer.Option(help="This node's copy of the draft model.")] = None,
-    skip: Annotated[Optional[list[str]], typer.Option("--skip", help="A check to skip (repeat).")] = None,
+    sglang_python: Annotated[
+        str | None, typer.Option(help="This node's sglang interpreter (overrides the recipe's).")
+    ] = None,
+    model_path: Annotated[
+        str | None, typer.Option(help="This node's copy of the model (overrides the recipe's).")
+    ] = None,
+    draft_model_path: Annotated[str | None, typer.Option(help="This node's copy of the draft model.")] = None,
+    skip: Annotated[list[str] | None, typer.Option("--skip", help="A check to skip (repeat).")] = None,
 ) -> None:
     """Run an sglang_server approach's preflight checks on this node, without launching the server.
 
@@ -379,19 +426,26 @@ def preflight(
         _fail(f"{campaign_file}: {exc}", code=2)
     found = next((a for a in parsed.approaches if a.key == approach), None)
     if found is None:
-        _fail(f"no approach {approach!r} in {campaign_file}; keys: {', '.join(a.key for a in parsed.approaches)}", code=2)
+        _fail(
+            f"no approach {approach!r} in {campaign_file}; keys: {', '.join(a.key for a in parsed.approaches)}", code=2
+        )
     recipe = dict(found.recipe or {})
     if recipe.get("kind") != "sglang_server":
-        _fail(f"approach {approach!r} has no sglang_server recipe (kind {recipe.get('kind')!r}): nothing to preflight",
-              code=2)
+        _fail(
+            f"approach {approach!r} has no sglang_server recipe (kind {recipe.get('kind')!r}): nothing to preflight",
+            code=2,
+        )
     params = dict(recipe.get("params") or {})
     for name, value in (("sglang_python", sglang_python), ("model_path", model_path)):
         if value is not None:
             params[name] = value
     if draft_model_path is not None:
         params["speculative"] = {**(params.get("speculative") or {}), "draft_model_path": draft_model_path}
-    params["preflight"] = {**(params.get("preflight") or {}), "enabled": "on",
-                           "skip": list(skip or (params.get("preflight") or {}).get("skip") or [])}
+    params["preflight"] = {
+        **(params.get("preflight") or {}),
+        "enabled": "on",
+        "skip": list(skip or (params.get("preflight") or {}).get("skip") or []),
+    }
     try:
         spec = build_launch({**recipe, "params": params})
     except RecipeError as exc:
@@ -405,24 +459,44 @@ def preflight(
 @cli.command()
 def runner(
     server: Annotated[str, typer.Option(help="The board's URL, e.g. http://board:8000.")],
-    token: Annotated[str, typer.Option(envvar="CAMPAIGN_RUNNER_TOKEN", show_default=False,
-                                       help="This runner's token (better: --token-file; ps shows arguments).")] = "",
-    token_file: Annotated[Optional[str], typer.Option(
-        help="Read the token from this file ('-': stdin). Trials never see it, whichever way it comes.")] = None,
+    token: Annotated[
+        str,
+        typer.Option(
+            envvar="CAMPAIGN_RUNNER_TOKEN",
+            show_default=False,
+            help="This runner's token (better: --token-file; ps shows arguments).",
+        ),
+    ] = "",
+    token_file: Annotated[
+        str | None,
+        typer.Option(help="Read the token from this file ('-': stdin). Trials never see it, whichever way it comes."),
+    ] = None,
     labels: Annotated[str, typer.Option(help="Comma-separated labels, e.g. h200,nvlink.")] = "",
-    spool_dir: Annotated[Optional[Path], typer.Option(help="Log spool (default <data_dir>/runner-spool/<name>).")] = None,
-    name: Annotated[Optional[str], typer.Option(help="Name in logs and the default spool dir (default: hostname).")] = None,
-    python: Annotated[Optional[str], typer.Option(help="Interpreter for recipes (default: this one).")] = None,
-    sglang_python: Annotated[Optional[str], typer.Option(help="Interpreter SGLang is installed in, if another one.")] = None,
+    spool_dir: Annotated[Path | None, typer.Option(help="Log spool (default <data_dir>/runner-spool/<name>).")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Name in logs and the default spool dir (default: hostname).")
+    ] = None,
+    python: Annotated[str | None, typer.Option(help="Interpreter for recipes (default: this one).")] = None,
+    sglang_python: Annotated[
+        str | None, typer.Option(help="Interpreter SGLang is installed in, if another one.")
+    ] = None,
     max_trials: Annotated[int, typer.Option(min=1, help="Trials run at once on this node.")] = 1,
-    parent_pid: Annotated[Optional[int], typer.Option(hidden=True)] = None,
-    executor: Annotated[str, typer.Option(help="Where trials run: local (process groups on this node) or slurm "
-                                                "(batch jobs; see docs/cluster.md).")] = "local",
+    parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
+    executor: Annotated[
+        str,
+        typer.Option(
+            help="Where trials run: local (process groups on this node) or slurm (batch jobs; see docs/cluster.md)."
+        ),
+    ] = "local",
     partition: Annotated[str, typer.Option(help="slurm: partition (default: the cluster's default).")] = "",
     account: Annotated[str, typer.Option(help="slurm: account to charge.")] = "",
     time_limit: Annotated[str, typer.Option(help="slurm: sbatch --time (default: the recipe's timeout + 2 min).")] = "",
-    gpus_per_node: Annotated[int, typer.Option(min=0, help="slurm: GPUs per node (default: from the partition's GRES).")] = 0,
-    sbatch_option: Annotated[Optional[list[str]], typer.Option(help="slurm: extra sbatch option, e.g. --qos=high (repeatable).")] = None,
+    gpus_per_node: Annotated[
+        int, typer.Option(min=0, help="slurm: GPUs per node (default: from the partition's GRES).")
+    ] = 0,
+    sbatch_option: Annotated[
+        list[str] | None, typer.Option(help="slurm: extra sbatch option, e.g. --qos=high (repeatable).")
+    ] = None,
     gpu_model: Annotated[str, typer.Option(help="slurm: the partition's GPU model, when GRES does not name it.")] = "",
     gpu_sm: Annotated[str, typer.Option(help="slurm: the partition's GPU SM capability, e.g. 9.0.")] = "",
 ) -> None:
@@ -445,18 +519,34 @@ def runner(
         from runners.executors.slurm import SlurmConfig, SlurmExecutor
         from runners.recipes import RecipeError
 
-        config = SlurmConfig(partition=partition, account=account, time_limit=time_limit, gpus_per_node=gpus_per_node,
-                             sbatch_options=list(sbatch_option or []), gpu_model=gpu_model, sm=gpu_sm)
+        config = SlurmConfig(
+            partition=partition,
+            account=account,
+            time_limit=time_limit,
+            gpus_per_node=gpus_per_node,
+            sbatch_options=list(sbatch_option or []),
+            gpu_model=gpu_model,
+            sm=gpu_sm,
+        )
         try:
             trial_executor = SlurmExecutor(config, spool_dir)
         except RecipeError as exc:
             _fail(str(exc))
     elif executor != "local":
         _fail(f"--executor {executor!r}: expected local or slurm")
-    code = run(server, token, spool_dir=spool_dir,
-               labels=[label.strip() for label in labels.split(",") if label.strip()], name=name, python=python,
-               sglang_python=sglang_python, cancel_grace_s=settings.cancel_grace_s, max_concurrent=max_trials,
-               parent_pid=parent_pid, executor=trial_executor)
+    code = run(
+        server,
+        token,
+        spool_dir=spool_dir,
+        labels=[label.strip() for label in labels.split(",") if label.strip()],
+        name=name,
+        python=python,
+        sglang_python=sglang_python,
+        cancel_grace_s=settings.cancel_grace_s,
+        max_concurrent=max_trials,
+        parent_pid=parent_pid,
+        executor=trial_executor,
+    )
     raise typer.Exit(code)
 
 

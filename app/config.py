@@ -1,10 +1,10 @@
 """Settings: one env prefix (CAMPAIGN_), a SQLite file under the data dir by default."""
+
 from __future__ import annotations
 
 import secrets
 from functools import lru_cache
 from pathlib import Path
-
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -28,32 +28,48 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(Path("data"), description="Where the SQLite file, the secret key and runner spools live.")
     database_url: str | None = Field(
-        None, description="SQLAlchemy URL; default sqlite:///<data_dir>/campaign.db. PostgreSQL: postgresql+psycopg://user@host/db"
+        None,
+        description="SQLAlchemy URL; default sqlite:///<data_dir>/campaign.db. PostgreSQL: postgresql+psycopg://user@host/db",
     )
     secret_key: str | None = Field(
         None, description="Signs session cookies and share links; generated once into <data_dir>/secret_key when unset."
     )
     host: str = Field("127.0.0.1", description="Bind address; 127.0.0.1 unless you mean to expose the board.")
     port: int = Field(8000, description="HTTP port.")
-    public_url: str | None = Field(None, description="Base URL printed in login and share links; default http://host:port.")
-    auth_enabled: bool = Field(True, description="Login required for every state-changing request. Off only for local experiments.")
+    public_url: str | None = Field(
+        None, description="Base URL printed in login and share links; default http://host:port."
+    )
+    auth_enabled: bool = Field(
+        True, description="Login required for every state-changing request. Off only for local experiments."
+    )
     session_max_age_s: int = Field(14 * 24 * 3600, description="Lifetime of a login session cookie.")
     login_token_ttl_s: int = Field(24 * 3600, description="How long a printed one-time login URL stays valid.")
     embedded_runner: bool = Field(True, description="`campaign serve` also starts a local runner on this machine.")
-    log_cap_bytes: int = Field(32 * 1024 * 1024, description="Stored log bytes per trial; past it the head and tail are kept.")
+    log_cap_bytes: int = Field(
+        32 * 1024 * 1024, description="Stored log bytes per trial; past it the head and tail are kept."
+    )
     heartbeat_s: float = Field(5.0, gt=0, le=3600, description="Runner heartbeat period.")
     runner_lost_after_s: float | None = Field(
-        None, gt=0, description="A runner silent this long is offline; its running trial is lost. Default: three heartbeats.")
+        None,
+        gt=0,
+        description="A runner silent this long is offline; its running trial is lost. Default: three heartbeats.",
+    )
     allowed_hosts: str = Field(
-        "", description="Comma-separated Host names the server also answers to (besides loopback names, CAMPAIGN_HOST "
-        "and the public URL's host), e.g. board.example.org; a request with any other Host (DNS rebinding) gets 400.")
+        "",
+        description="Comma-separated Host names the server also answers to (besides loopback names, CAMPAIGN_HOST "
+        "and the public URL's host), e.g. board.example.org; a request with any other Host (DNS rebinding) gets 400.",
+    )
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body a route accepts (413 past it).")
     max_campaign_file_bytes: int = Field(
-        2 * 1024 * 1024, ge=1024, description="Largest campaign YAML file an import accepts (413 past it).")
+        2 * 1024 * 1024, ge=1024, description="Largest campaign YAML file an import accepts (413 past it)."
+    )
     login_attempts_per_minute: int = Field(
-        10, ge=1, description="Failed login-link attempts allowed per client address per minute; then 429.")
+        10, ge=1, description="Failed login-link attempts allowed per client address per minute; then 429."
+    )
     cancel_grace_s: float = Field(10.0, description="SIGTERM to SIGKILL grace when a trial is cancelled or times out.")
-    log_level: str = Field("INFO", description="Level of the server's and the runner's logs on stderr: DEBUG, INFO, WARNING or ERROR.")
+    log_level: str = Field(
+        "INFO", description="Level of the server's and the runner's logs on stderr: DEBUG, INFO, WARNING or ERROR."
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -64,7 +80,7 @@ class Settings(BaseSettings):
         return level
 
     @model_validator(mode="after")
-    def _default_lost_after(self) -> "Settings":
+    def _default_lost_after(self) -> Settings:
         if self.runner_lost_after_s is None:
             self.runner_lost_after_s = 3 * self.heartbeat_s
         return self

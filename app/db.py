@@ -9,19 +9,20 @@ Every transaction says up front whether it may write (`write=True`): on SQLite t
 INSERT/UPDATE/DELETE in it raises `ReadOnlyTransaction` at once, on every backend, so a
 forgotten `write=True` fails loudly in tests instead of intermittently in production.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import ORMExecuteState
 from sqlmodel import Session, create_engine
 
+from alembic import command
 from app.config import resource_dir
 
 
@@ -33,7 +34,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
+        def _sqlite_pragmas(dbapi_conn, _record):
             # Let SQLAlchemy's BEGIN (below) decide when a transaction starts.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
@@ -44,7 +45,7 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         @event.listens_for(engine, "begin")
-        def _sqlite_begin(conn):  # noqa: ANN001
+        def _sqlite_begin(conn):
             # A write transaction takes the write lock up front (BEGIN IMMEDIATE): two writers never
             # both read-then-write stale rows, nor fail upgrading a read lock under WAL. This is what
             # serializes "run next candidate" on SQLite the way SELECT ... FOR UPDATE does on PostgreSQL.
@@ -77,7 +78,7 @@ class ReadSession(Session):
 
 
 @event.listens_for(ReadSession, "before_flush")
-def _refuse_flush(session: Session, _ctx, _instances) -> None:  # noqa: ANN001
+def _refuse_flush(session: Session, _ctx, _instances) -> None:
     if session.new or session.deleted or any(session.is_modified(obj) for obj in session.dirty):
         raise ReadOnlyTransaction("write in a read-only transaction: open it with write=True")
 

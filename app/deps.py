@@ -1,4 +1,5 @@
 """Dependencies shared by the HTML and JSON routes (Annotated aliases, one place)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -6,13 +7,21 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.requests import HTTPConnection
 from sqlmodel import Session
+from starlette.requests import HTTPConnection
 
 from app.config import Settings
 from app.db import open_session, session_scope
-from app.security import (CSRF_FORM_FIELD, CSRF_HEADER, SESSION_COOKIE, Operator, api_token_name,
-                          csrf_ok, origin_ok, session_is_live)
+from app.security import (
+    CSRF_FORM_FIELD,
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    Operator,
+    api_token_name,
+    csrf_ok,
+    origin_ok,
+    session_is_live,
+)
 
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -86,13 +95,15 @@ def same_origin(conn: HTTPConnection) -> bool:
 
 
 # Declares the Bearer scheme in OpenAPI (the Authorize button of /docs); current_operator reads the header.
-bearer_scheme = HTTPBearer(auto_error=False, scheme_name="APIToken",
-                           description="An API token: `campaign token create NAME` prints one.")
+bearer_scheme = HTTPBearer(
+    auto_error=False, scheme_name="APIToken", description="An API token: `campaign token create NAME` prints one."
+)
 
 
-async def require_operator(request: Request,
-                           _bearer_token: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)] = None,
-                           ) -> Operator:
+async def require_operator(
+    request: Request,
+    _bearer_token: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)] = None,
+) -> Operator:
     """Every non-public route depends on this. Unsafe methods from a browser (a session, or any
     browser when login is disabled) must also carry the CSRF token (header or form field) and a
     same-origin Origin. Runs before the body is parsed (FastAPI resolves dependencies first)."""

@@ -1,4 +1,5 @@
 """The one place that maps errors to HTTP: JSON for the API, a redirect or an htmx flash for pages."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,8 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from markupsafe import escape
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -31,8 +32,9 @@ def _htmx_error(message: str, status: int, field: str | None = None) -> Response
     )
 
 
-def _error(request: Request, message: str, status: int, field: str | None = None,
-           headers: dict[str, str] | None = None) -> Response:
+def _error(
+    request: Request, message: str, status: int, field: str | None = None, headers: dict[str, str] | None = None
+) -> Response:
     if _wants_json(request):
         body: dict = {"detail": message}
         if field:
@@ -42,7 +44,8 @@ def _error(request: Request, message: str, status: int, field: str | None = None
         response = _htmx_error(message, status, field)
     else:
         response = request.app.state.templates.TemplateResponse(
-            request, "error.html", {"message": message, "status": status}, status_code=status)
+            request, "error.html", {"message": message, "status": status}, status_code=status
+        )
     response.headers.update(headers or {})  # e.g. Allow on a 405
     return response
 
@@ -99,8 +102,12 @@ def install_openapi(app: FastAPI) -> None:
 def login_required(request: Request) -> Response:
     """401 for the API, htmx and writes; a redirect to the login page for a page view."""
     if _wants_json(request) or request.method != "GET":
-        return _error(request, "Login required: open the login link printed by `campaign serve` "
-                      "(or `campaign login-url`), or send an API token.", 401)
+        return _error(
+            request,
+            "Login required: open the login link printed by `campaign serve` "
+            "(or `campaign login-url`), or send an API token.",
+            401,
+        )
     return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
 
 

@@ -6,6 +6,7 @@ bounded in bytes. A subscriber that falls behind is dropped: its queue is cleare
 is cancelled and its socket closed with RESYNC_CLOSE_CODE, so it reconnects with the last seq it
 has and reads the rest from the database.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -51,7 +52,8 @@ async def trace_probes(period_s: float = 0.005) -> None:
     finally:
         gc.callbacks.remove(on_gc)
 
-RESYNC_CLOSE_CODE = 4000          # "you fell behind: reconnect with ?after=<last seq you have>"
+
+RESYNC_CLOSE_CODE = 4000  # "you fell behind: reconnect with ?after=<last seq you have>"
 SUBSCRIBER_QUEUE_BYTES = 4 * 1024 * 1024
 
 
@@ -61,8 +63,9 @@ class Frame:
 
     __slots__ = ("kind", "chunks", "payload", "size", "first", "last", "contiguous", "_text")
 
-    def __init__(self, kind: str, chunks: list[tuple[int, str]] | None = None,
-                 payload: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, kind: str, chunks: list[tuple[int, str]] | None = None, payload: dict[str, Any] | None = None
+    ) -> None:
         self.kind = kind
         self.chunks = chunks or []
         self.payload = payload
@@ -125,15 +128,20 @@ class Subscriber:
 class RunnerLink:
     """One connected runner socket: serialized sends, last time it was heard from."""
 
-    def __init__(self, runner_id: int, name: str, send_text: Callable[[str], Awaitable[None]],
-                 close: Callable[[int, str], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        runner_id: int,
+        name: str,
+        send_text: Callable[[str], Awaitable[None]],
+        close: Callable[[int, str], Awaitable[None]],
+    ) -> None:
         self.runner_id = runner_id
         self.name = name
         self._send_text = send_text
         self._close = close
         self._lock = asyncio.Lock()
         self.last_seen: datetime = utcnow()
-        self.ready = False   # welcome sent: may be given work
+        self.ready = False  # welcome sent: may be given work
         self.closed = False
 
     async def send(self, message: BaseModel | str) -> bool:
@@ -179,7 +187,7 @@ class AttemptGate:
     """
 
     def __init__(self) -> None:
-        self.current: dict[int, tuple[str, int]] = {}   # trial id -> (attempt id, runner id)
+        self.current: dict[int, tuple[str, int]] = {}  # trial id -> (attempt id, runner id)
         self._shared = 0
         self._exclusive = 0
         self._idle = asyncio.Event()
@@ -188,7 +196,7 @@ class AttemptGate:
     def may_publish(self, trial_id: int, attempt_id: str, runner_id: int) -> bool:
         return not self._exclusive and self.current.get(trial_id) == (attempt_id, runner_id)
 
-    def share(self) -> "_Share":
+    def share(self) -> _Share:
         """Around a transaction that may validate attempts: `with gate.share() as ok: ...; if ok: remember()`."""
         return _Share(self)
 
@@ -203,7 +211,7 @@ class AttemptGate:
             del self.current[trial_id]
 
     @contextlib.asynccontextmanager
-    async def exclusive(self):  # noqa: ANN201
+    async def exclusive(self):
         self._exclusive += 1
         try:
             await self._idle.wait()

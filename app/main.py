@@ -1,4 +1,5 @@
 """The FastAPI application: settings, database, routers, static files."""
+
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
@@ -9,6 +10,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import __version__
+from app.api import campaigns as api_campaigns
+from app.api import livelog, runner_socket
+from app.api import runners as api_runners
+from app.api import trials as api_trials
 from app.config import Settings, get_settings, resource_dir
 from app.db import make_engine, migrate
 from app.errors import install_error_handlers, install_openapi
@@ -16,15 +21,29 @@ from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
 from app.security import LoginLimiter, SessionSigner
 from app.services import lifespan as server_lifespan
 from app.templating import PLOTLY_JS, make_templates
-from app.web import auth as web_auth, campaigns as web_campaigns, charts as web_charts, docs as web_docs, share as web_share
-from app.web import trials as web_trials, verdicts as web_verdicts
-from app.api import campaigns as api_campaigns, livelog, runner_socket, runners as api_runners, trials as api_trials
+from app.web import auth as web_auth
+from app.web import campaigns as web_campaigns
+from app.web import charts as web_charts
+from app.web import docs as web_docs
+from app.web import share as web_share
+from app.web import trials as web_trials
+from app.web import verdicts as web_verdicts
 
 # Order matters only for overlapping paths.
-ROUTERS = [web_auth.router, web_docs.router, web_campaigns.router, api_campaigns.router, api_runners.router, runner_socket.router,
-           api_trials.router, livelog.router, web_trials.router, web_charts.router, web_share.router,
-           web_verdicts.router]
-
+ROUTERS = [
+    web_auth.router,
+    web_docs.router,
+    web_campaigns.router,
+    api_campaigns.router,
+    api_runners.router,
+    runner_socket.router,
+    api_trials.router,
+    livelog.router,
+    web_trials.router,
+    web_charts.router,
+    web_share.router,
+    web_verdicts.router,
+]
 
 
 def create_app(settings: Settings | None = None, *, run_migrations: bool = True) -> FastAPI:
@@ -43,9 +62,12 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
             engine.dispose()
 
     app = FastAPI(
-        title="Campaign Board", version=__version__, lifespan=lifespan,
+        title="Campaign Board",
+        version=__version__,
+        lifespan=lifespan,
         description="Optimization campaigns for LLM inference on GPU nodes: approaches, trials, verdicts.",
-        docs_url=None, redoc_url=None,  # /docs is app/web/docs.py: Swagger UI from static/vendor, no CDN, no inline script
+        docs_url=None,
+        redoc_url=None,  # /docs is app/web/docs.py: Swagger UI from static/vendor, no CDN, no inline script
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -56,16 +78,20 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     install_error_handlers(app)
     # Outermost last: Host allowlist, hardening headers, body limit, authenticate before the body.
     app.add_middleware(AuthenticateFirst)
-    app.add_middleware(BodyLimit, default=settings.max_body_bytes,
-                       limits={"/campaigns/import": settings.max_campaign_file_bytes + 64 * 1024})
+    app.add_middleware(
+        BodyLimit,
+        default=settings.max_body_bytes,
+        limits={"/campaigns/import": settings.max_campaign_file_bytes + 64 * 1024},
+    )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_allowlist(), www_redirect=False)
     app.add_middleware(SecurityHeaders)
 
     @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:
         # Served from the installed plotly package, so the JS always matches the figure JSON.
-        return FileResponse(PLOTLY_JS, media_type="application/javascript",
-                            headers={"Cache-Control": "public, max-age=86400"})
+        return FileResponse(
+            PLOTLY_JS, media_type="application/javascript", headers={"Cache-Control": "public, max-age=86400"}
+        )
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:

@@ -5,6 +5,7 @@ request gets 400, websockets too), browser hardening headers on every response, 
 limit (413 before reading past it, chunked bodies too), then authentication of unsafe methods
 before their body is read.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,9 +67,18 @@ def _plain(status: int, detail: str, headers: list[tuple[bytes, bytes]] | None =
     body = json.dumps({"detail": detail}).encode()
 
     async def respond(send: Send) -> None:
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close"), *(headers or [])]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                    *(headers or []),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     return respond
@@ -135,8 +145,11 @@ class AuthenticateFirst:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] == "http" and scope["method"] in UNSAFE_METHODS
-                and not scope["path"].startswith(PUBLIC_PREFIXES)):
+        if (
+            scope["type"] == "http"
+            and scope["method"] in UNSAFE_METHODS
+            and not scope["path"].startswith(PUBLIC_PREFIXES)
+        ):
             from app.deps import operator_from
 
             if await to_thread.run_sync(operator_from, HTTPConnection(scope)) is None:

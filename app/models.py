@@ -4,9 +4,10 @@ so adding a state never needs a database enum migration.
 Times are timezone-aware UTC. JSON columns hold data that is shaped by recipes and runners
 (recipe, requirements, fingerprints) and is never queried by its inner fields.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -15,7 +16,7 @@ from sqlmodel import Field, SQLModel
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _ts(nullable: bool = True, **kw: Any) -> Any:
@@ -133,8 +134,10 @@ class Runner(SQLModel, table=True):
 
 class Trial(SQLModel, table=True):
     # Latest trials of a campaign / of an approach, a page at a time (newest first).
-    __table_args__ = (Index("ix_trial_campaign_id_id", "campaign_id", "id"),
-                      Index("ix_trial_approach_id_id", "approach_id", "id"))
+    __table_args__ = (
+        Index("ix_trial_campaign_id_id", "campaign_id", "id"),
+        Index("ix_trial_approach_id_id", "approach_id", "id"),
+    )
     id: int | None = Field(default=None, primary_key=True)
     campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
     approach_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")
@@ -142,7 +145,9 @@ class Trial(SQLModel, table=True):
     state: str = Field(default=TrialState.queued, max_length=20, index=True)
     phase: str = Field(default="queued", max_length=40)
     runner_id: int | None = Field(default=None, foreign_key="runner.id", index=True, ondelete="SET NULL")
-    attempt_id: str | None = Field(default=None, max_length=64, description="The current attempt; writes from others are stale.")
+    attempt_id: str | None = Field(
+        default=None, max_length=64, description="The current attempt; writes from others are stale."
+    )
     attempt_count: int = 0
     requested_by: str = Field(default="", max_length=120)
     exit_code: int | None = None

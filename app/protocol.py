@@ -10,9 +10,10 @@ runner sends `started`, `phase`, `log` chunks (each acked with `ack`), `finished
 (acked with `finished_ack`; the runner resends it until then), and `heartbeat`.
 A message for an attempt that is not the trial's current one gets `reject` and is dropped.
 """
+
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -29,6 +30,7 @@ class AttemptRef(_Msg):
 
 
 # ---- runner -> server ---------------------------------------------------------------------
+
 
 class Hello(_Msg):
     type: Literal["hello"] = "hello"
@@ -72,10 +74,11 @@ class Finished(AttemptRef):
     gpu_note: str = ""
 
 
-RunnerMessage = Annotated[Union[Hello, Heartbeat, Started, Phase, LogChunkMsg, Finished], Field(discriminator="type")]
+RunnerMessage = Annotated[Hello | Heartbeat | Started | Phase | LogChunkMsg | Finished, Field(discriminator="type")]
 
 
 # ---- server -> runner ---------------------------------------------------------------------
+
 
 class Welcome(_Msg):
     type: Literal["welcome"] = "welcome"
@@ -89,8 +92,10 @@ class Dispatch(AttemptRef):
     type: Literal["dispatch"] = "dispatch"
     recipe: dict[str, Any]
     approach_key: str = ""
-    requirements: dict[str, Any] = Field(default_factory=dict,
-                                         description="The approach's requirements (nodes, gpus_per_node, sbatch) for executors that allocate.")
+    requirements: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The approach's requirements (nodes, gpus_per_node, sbatch) for executors that allocate.",
+    )
 
 
 class Cancel(AttemptRef):
@@ -112,7 +117,7 @@ class Reject(AttemptRef):
     reason: str
 
 
-ServerMessage = Annotated[Union[Welcome, Dispatch, Cancel, Ack, FinishedAck, Reject], Field(discriminator="type")]
+ServerMessage = Annotated[Welcome | Dispatch | Cancel | Ack | FinishedAck | Reject, Field(discriminator="type")]
 
 _runner_adapter: TypeAdapter[Any] = TypeAdapter(RunnerMessage)
 _server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)

@@ -2,9 +2,10 @@
 
 A family per concept: XBase (shared fields), XCreate, XUpdate (all optional), XPublic (output).
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
@@ -30,18 +31,20 @@ def _strip(v: Any) -> Any:
 
 def _not_null(*names: str) -> Any:
     """For update shapes: these fields may be left out, but never set to null (their columns are NOT NULL)."""
+
     def check(cls: Any, data: Any) -> Any:
         if isinstance(data, dict):
             for name in names:
                 if name in data and data[name] is None:
                     raise ValueError(f"{name} cannot be null: leave it out to keep it")
         return data
+
     return model_validator(mode="before")(classmethod(check))
 
 
 def _utc(v: Any) -> Any:
     # SQLite gives back naive datetimes for timezone-aware columns; they were written as UTC.
-    return v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v
+    return v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
 
 
 class Requirements(BaseModel):
@@ -50,11 +53,20 @@ class Requirements(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpus: int = Field(0, ge=0, le=1024, description="GPUs needed on one node.")
     min_sm: str | None = Field(None, pattern=r"^\d+\.\d+$", description="Minimum SM capability, e.g. '9.0'.")
-    software: list[str] = Field(default_factory=list, description="Fingerprint components that must be present, e.g. ['torch', 'sglang'].")
-    nodes: int = Field(1, ge=1, le=4096, description="Nodes for one trial (more than 1: a SLURM runner, one rank per GPU via srun).")
-    gpus_per_node: int = Field(0, ge=0, le=1024, description="GPUs per node of a multi-node trial (0: one rank per node).")
+    software: list[str] = Field(
+        default_factory=list, description="Fingerprint components that must be present, e.g. ['torch', 'sglang']."
+    )
+    nodes: int = Field(
+        1, ge=1, le=4096, description="Nodes for one trial (more than 1: a SLURM runner, one rank per GPU via srun)."
+    )
+    gpus_per_node: int = Field(
+        0, ge=0, le=1024, description="GPUs per node of a multi-node trial (0: one rank per node)."
+    )
     sbatch: list[Annotated[str, Field(pattern=r"^--?[A-Za-z][^\n\x00]*$", max_length=300)]] = Field(
-        default_factory=list, max_length=50, description="Extra sbatch options for this approach's jobs, e.g. ['--qos=high'].")
+        default_factory=list,
+        max_length=50,
+        description="Extra sbatch options for this approach's jobs, e.g. ['--qos=high'].",
+    )
 
     @model_serializer(mode="wrap")
     def _allocation_only_when_asked(self, handler: Any) -> dict[str, Any]:
@@ -66,8 +78,16 @@ class Requirements(BaseModel):
         return data
 
 
-ModelInput = Literal["baseline_tok_s", "accept_length", "draft_steps", "draft_step_ms", "verify_compute_ms",
-                     "allreduces_per_verify", "hidden_size", "verify_tokens"]
+ModelInput = Literal[
+    "baseline_tok_s",
+    "accept_length",
+    "draft_steps",
+    "draft_step_ms",
+    "verify_compute_ms",
+    "allreduces_per_verify",
+    "hidden_size",
+    "verify_tokens",
+]
 MODEL_INPUT_FIELDS: tuple[str, ...] = get_args(ModelInput)
 
 
@@ -81,12 +101,14 @@ class ReportedFigure(BaseModel):
     approach: str | None = Field(None, pattern=SLUG_PATTERN, description="The approach (key) the figure is about.")
     t_ar_us: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False, description="One allreduce, microseconds.")
     bytes: int | None = Field(None, gt=0, le=2**40, description="The message size t_ar_us was reported at.")
-    tok_s: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False, description="Plain decode throughput with the approach (batch 1).")
+    tok_s: float | None = Field(
+        None, gt=0, le=1e9, allow_inf_nan=False, description="Plain decode throughput with the approach (batch 1)."
+    )
     baseline: bool = Field(False, description="The baseline's own allreduce: tok_s figures are derived against it.")
     source: str = Field(min_length=1, max_length=2000, description="Where the figure comes from.")
 
     @model_validator(mode="after")
-    def _one_figure(self) -> "ReportedFigure":
+    def _one_figure(self) -> ReportedFigure:
         if (self.t_ar_us is None) == (self.tok_s is None):
             raise ValueError("give exactly one of t_ar_us and tok_s")
         if self.baseline and self.t_ar_us is None:
@@ -112,9 +134,13 @@ class CampaignBase(BaseModel):
     hidden_size: HiddenSize = 7168
     verify_tokens: VerifyTokens = 4
     input_sources: dict[ModelInput, Annotated[str, Field(max_length=2000)]] | None = Field(
-        None, max_length=50,
-        description="Where each entered model input comes from, e.g. {baseline_tok_s: 'seed campaign, NCCL'}.")
-    reported: list[ReportedFigure] | None = Field(None, max_length=500, description="Figures reported elsewhere, with their sources.")
+        None,
+        max_length=50,
+        description="Where each entered model input comes from, e.g. {baseline_tok_s: 'seed campaign, NCCL'}.",
+    )
+    reported: list[ReportedFigure] | None = Field(
+        None, max_length=500, description="Figures reported elsewhere, with their sources."
+    )
 
 
 class CampaignCreate(CampaignBase):

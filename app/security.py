@@ -8,6 +8,7 @@ revoke` ends the record, and with it the cookie, at once. Scripts use `Authoriza
 disabled the browser still needs a CSRF token (one per server, see `local_csrf_token`) and a
 same-origin Origin, so a cross-site page cannot drive the board. See docs/security.md.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -44,14 +45,20 @@ def new_secret(prefix: str) -> str:
 def _aware(ts: datetime | None) -> datetime | None:
     # SQLite returns naive datetimes even for timezone-aware columns; they were written as UTC.
     if ts is not None and ts.tzinfo is None:
-        return ts.replace(tzinfo=timezone.utc)
+        return ts.replace(tzinfo=UTC)
     return ts
 
 
 def create_login_token(session: Session, ttl_s: int) -> str:
     token = new_secret("login")
-    session.add(AuthToken(kind="login", name="login link", token_hash=hash_token(token),
-                          expires_at=utcnow() + timedelta(seconds=ttl_s)))
+    session.add(
+        AuthToken(
+            kind="login",
+            name="login link",
+            token_hash=hash_token(token),
+            expires_at=utcnow() + timedelta(seconds=ttl_s),
+        )
+    )
     session.flush()
     return token
 
@@ -66,19 +73,27 @@ def redeem_login_token(session: Session, token: str, max_age_s: int) -> str:
     now = utcnow()
     spent = session.execute(
         update(AuthToken)
-        .where(col(AuthToken.token_hash) == hash_token(token), col(AuthToken.kind) == "login",
-               col(AuthToken.used_at).is_(None), col(AuthToken.revoked_at).is_(None),
-               (col(AuthToken.expires_at).is_(None)) | (col(AuthToken.expires_at) >= now))
+        .where(
+            col(AuthToken.token_hash) == hash_token(token),
+            col(AuthToken.kind) == "login",
+            col(AuthToken.used_at).is_(None),
+            col(AuthToken.revoked_at).is_(None),
+            (col(AuthToken.expires_at).is_(None)) | (col(AuthToken.expires_at) >= now),
+        )
         .values(used_at=now)
         .returning(col(AuthToken.id))
         .execution_options(synchronize_session=False)
     ).first()
     if spent is None:
-        raise Invalid("This login link is not valid (unknown, already used or expired). "
-                      "Run `campaign login-url` for a new one.")
+        raise Invalid(
+            "This login link is not valid (unknown, already used or expired). Run `campaign login-url` for a new one."
+        )
     session_id = secrets.token_urlsafe(32)
-    session.add(BrowserSession(session_hash=hash_token(session_id), login_token_id=spent[0],
-                               expires_at=now + timedelta(seconds=max_age_s)))
+    session.add(
+        BrowserSession(
+            session_hash=hash_token(session_id), login_token_id=spent[0], expires_at=now + timedelta(seconds=max_age_s)
+        )
+    )
     session.flush()
     return session_id
 
@@ -90,23 +105,34 @@ def session_is_live(session: Session, session_id: str) -> bool:
 
 def end_session(session: Session, session_id: str) -> None:
     """Logout: the session's record is revoked, so its cookie is refused from now on."""
-    session.execute(update(BrowserSession).where(col(BrowserSession.session_hash) == hash_token(session_id),
-                                                 col(BrowserSession.revoked_at).is_(None))
-                    .values(revoked_at=utcnow()).execution_options(synchronize_session=False))
+    session.execute(
+        update(BrowserSession)
+        .where(col(BrowserSession.session_hash) == hash_token(session_id), col(BrowserSession.revoked_at).is_(None))
+        .values(revoked_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
 
 
 def revoke_all_sessions(session: Session) -> int:
     """An admin ends every browser session (`campaign sessions revoke`); returns how many."""
-    result = session.execute(update(BrowserSession).where(col(BrowserSession.revoked_at).is_(None))
-                             .values(revoked_at=utcnow()).execution_options(synchronize_session=False))
+    result = session.execute(
+        update(BrowserSession)
+        .where(col(BrowserSession.revoked_at).is_(None))
+        .values(revoked_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
     return cast("CursorResult[Any]", result).rowcount or 0  # an UPDATE's result is a CursorResult
 
 
 def live_sessions(session: Session) -> list[BrowserSession]:
     now = utcnow()
-    return [row for row in session.exec(select(BrowserSession).where(col(BrowserSession.revoked_at).is_(None))
-                                        .order_by(col(BrowserSession.id))).all()
-            if (_aware(row.expires_at) or now) > now]
+    return [
+        row
+        for row in session.exec(
+            select(BrowserSession).where(col(BrowserSession.revoked_at).is_(None)).order_by(col(BrowserSession.id))
+        ).all()
+        if (_aware(row.expires_at) or now) > now
+    ]
 
 
 def create_api_token(session: Session, name: str) -> str:
@@ -118,16 +144,18 @@ def create_api_token(session: Session, name: str) -> str:
 
 def api_token_name(session: Session, token: str) -> str | None:
     """The name of a live API token, or None."""
-    row = session.exec(select(AuthToken).where(AuthToken.token_hash == hash_token(token),
-                                               AuthToken.kind == "api")).first()
+    row = session.exec(
+        select(AuthToken).where(AuthToken.token_hash == hash_token(token), AuthToken.kind == "api")
+    ).first()
     if row is None or row.revoked_at:
         return None
     return row.name
 
 
 def revoke_api_token(session: Session, name: str) -> int:
-    rows = session.exec(select(AuthToken).where(AuthToken.kind == "api", AuthToken.name == name,
-                                                AuthToken.revoked_at.is_(None))).all()  # type: ignore[union-attr]
+    rows = session.exec(
+        select(AuthToken).where(AuthToken.kind == "api", AuthToken.name == name, col(AuthToken.revoked_at).is_(None))
+    ).all()
     for row in rows:
         row.revoked_at = utcnow()
         session.add(row)
@@ -165,8 +193,9 @@ class SessionSigner:
             return None
         if not isinstance(data, dict) or "csrf" not in data or "sid" not in data:
             return None
-        return Operator(name=str(data.get("name", "operator")), csrf_token=str(data["csrf"]),
-                        session_id=str(data["sid"]))
+        return Operator(
+            name=str(data.get("name", "operator")), csrf_token=str(data["csrf"]), session_id=str(data["sid"])
+        )
 
     def local_csrf_token(self) -> str:
         """The CSRF token when login is disabled: one per server secret, embedded in its pages.

@@ -1,8 +1,9 @@
 """Jinja2 templates (full pages or one block for htmx) and the pinned front-end assets."""
+
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import plotly
@@ -16,8 +17,13 @@ HTMX_VERSION = "2.0.11"
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 STATUS_LABELS = {
-    "untested": "untested", "queued": "queued", "running": "running", "promising": "promising",
-    "adopted": "adopted", "dead_end": "dead end", "deferred": "deferred",
+    "untested": "untested",
+    "queued": "queued",
+    "running": "running",
+    "promising": "promising",
+    "adopted": "adopted",
+    "dead_end": "dead end",
+    "deferred": "deferred",
     "awaiting": "waiting for your verdict",  # not a status: an approach whose trial ended, verdict not confirmed
 }
 
@@ -26,8 +32,8 @@ def _ago(ts: datetime | None) -> str:
     if ts is None:
         return ""
     if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=timezone.utc)
-    secs = int((datetime.now(timezone.utc) - ts).total_seconds())
+        ts = ts.replace(tzinfo=UTC)
+    secs = int((datetime.now(UTC) - ts).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if secs >= size:
             return f"{secs // size} {unit} ago"
@@ -38,16 +44,21 @@ def _utc(ts: datetime | None) -> str:
     if ts is None:
         return ""
     if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=timezone.utc)
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        ts = ts.replace(tzinfo=UTC)
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def make_templates() -> Jinja2Blocks:
     templates = Jinja2Blocks(directory=str(resource_dir("templates")))
     env = templates.env
     env.globals.update(
-        app_version=__version__, htmx_version=HTMX_VERSION, swagger_ui_version=SWAGGER_UI_VERSION, plotly_version=plotly.__version__,
-        csrf_header=CSRF_HEADER, csrf_field=CSRF_FORM_FIELD, status_labels=STATUS_LABELS,
+        app_version=__version__,
+        htmx_version=HTMX_VERSION,
+        swagger_ui_version=SWAGGER_UI_VERSION,
+        plotly_version=plotly.__version__,
+        csrf_header=CSRF_HEADER,
+        csrf_field=CSRF_FORM_FIELD,
+        status_labels=STATUS_LABELS,
     )
     env.filters["ago"] = _ago
     env.filters["utc"] = _utc

@@ -14,6 +14,7 @@ the max over ranks. One JSON line per (variant, tokens, method) with median_us a
     python bench/bare_allreduce.py                                      # nccl + symm-mem, eager + graph
     python bench/bare_allreduce.py --variants gloo:eager --world-size 2 --hidden 256 --tokens 1,4
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,14 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 METHODS = ("per-call-events", "wall-clock")
-GPU_VARIANTS = ("nccl:eager", "nccl:graph", "symm_mem_two_shot:eager", "symm_mem_two_shot:graph",
-                "symm_mem_one_shot:eager", "symm_mem_one_shot:graph")
+GPU_VARIANTS = (
+    "nccl:eager",
+    "nccl:graph",
+    "symm_mem_two_shot:eager",
+    "symm_mem_two_shot:graph",
+    "symm_mem_one_shot:eager",
+    "symm_mem_one_shot:graph",
+)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -141,11 +148,23 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
                 for method in METHODS:
                     samples = [s / scale for s in slowest(results[method], device)]
                     if rank == 0:
-                        print(json.dumps({"variant": variant, "backend": backend, "mode": mode, "method": method,
-                                          "tokens": tokens, "bytes": x.numel() * x.element_size(),
-                                          "world_size": world, "median_us": round(statistics.median(samples), 3),
-                                          "p10_us": round(p10(samples), 3)}), flush=True)
-            except Exception as exc:  # noqa: BLE001 - an unsupported stack is a result here, not a crash
+                        print(
+                            json.dumps(
+                                {
+                                    "variant": variant,
+                                    "backend": backend,
+                                    "mode": mode,
+                                    "method": method,
+                                    "tokens": tokens,
+                                    "bytes": x.numel() * x.element_size(),
+                                    "world_size": world,
+                                    "median_us": round(statistics.median(samples), 3),
+                                    "p10_us": round(p10(samples), 3),
+                                }
+                            ),
+                            flush=True,
+                        )
+            except Exception as exc:
                 if rank == 0:
                     print(json.dumps({"variant": variant, "tokens": tokens, "error": repr(exc)[:300]}), flush=True)
     dist.barrier()

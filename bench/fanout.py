@@ -13,6 +13,7 @@ Prints:
   leave, and before/after 1,000 viewer connections opened, read and closed.
 The viewers run as asyncio tasks in this process; the machine's load average is printed with the figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,20 +48,28 @@ class Stats:
         self.dups = 0
 
 
-async def follow(url: str, headers: dict[str, str], origin: str, stats: Stats, until: asyncio.Event,
-                 expect_lines: list[int]) -> None:
+async def follow(
+    url: str, headers: dict[str, str], origin: str, stats: Stats, until: asyncio.Event, expect_lines: list[int]
+) -> None:
     """One viewer: reconnects on 4000 with ?after=<last seq>; per message, the latency of each chunk's first
     line and the line count (the lines are numbered: gaps and repeats are counted at the end)."""
     last = -1
     numbers: list[tuple[int, int]] = []  # (first, last) line number per chunk
     while not until.is_set():
         try:
-            async with connect(f"{url}?after={last}", origin=origin, additional_headers=headers,  # type: ignore[arg-type]
-                               max_size=None, compression=None, open_timeout=60, ping_interval=None) as ws:
+            async with connect(
+                f"{url}?after={last}",
+                origin=origin,  # type: ignore[arg-type]
+                additional_headers=headers,
+                max_size=None,
+                compression=None,
+                open_timeout=60,
+                ping_interval=None,
+            ) as ws:
                 while True:
                     try:
                         raw = await asyncio.wait_for(ws.recv(), 0.5)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         if until.is_set() and expect_lines and sum(b - a + 1 for a, b in numbers) >= expect_lines[0]:
                             break
                         if until.is_set() and not expect_lines:
@@ -79,7 +88,7 @@ async def follow(url: str, headers: dict[str, str], origin: str, stats: Stats, u
                             tail = text[:-1].rsplit("\n", 1)[-1].split(" ", 1)[0]
                             numbers.append((int(head[0]), int(tail)))
                 break
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if getattr(getattr(exc, "rcvd", None), "code", None) != 4000:
                 raise
     got = sum(b - a + 1 for a, b in numbers)
@@ -105,15 +114,25 @@ def paced(board: Board, viewers: int, rate: int, seconds: float) -> int:
     ws = board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws"
     stats = Stats()
     peak = [rss_mib(board.server.pid)]
-    procs = {"server": psutil.Process(board.server.pid), "runner+trial": psutil.Process(board.runner.pid),
-             "viewers (this process)": psutil.Process()}
+    procs = {
+        "server": psutil.Process(board.server.pid),
+        "runner+trial": psutil.Process(board.runner.pid),
+        "viewers (this process)": psutil.Process(),
+    }
 
     def cpu() -> dict[str, float]:
         out = {}
         for name, proc in procs.items():
             t = proc.cpu_times()
-            out[name] = t.user + t.system + (sum(c.cpu_times().user + c.cpu_times().system
-                                                 for c in proc.children(recursive=True)) if name == "runner+trial" else 0)
+            out[name] = (
+                t.user
+                + t.system
+                + (
+                    sum(c.cpu_times().user + c.cpu_times().system for c in proc.children(recursive=True))
+                    if name == "runner+trial"
+                    else 0
+                )
+            )
         return out
 
     cpu_before, wall = cpu(), time.monotonic()
@@ -136,12 +155,17 @@ def paced(board: Board, viewers: int, rate: int, seconds: float) -> int:
     wall = time.monotonic() - wall
     used = {name: t - cpu_before.get(name, 0) for name, t in cpu().items()}
     stored = board.stored(tid)[0]
-    print(f"paced: {viewers} viewers, {rate:,} lines/s for {seconds:g} s: print -> viewer p50 {pct(stats.latencies, 50):.1f} ms, "
-          f"p99 {pct(stats.latencies, 99):.1f} ms, max {max(stats.latencies, default=float('nan')):.1f} ms; "
-          f"stored {stored:,} lines, delivered {stats.lines:,} ({stats.lines / max(1, viewers):,.0f} per viewer), "
-          f"lost {stats.lost}, duplicated {stats.dups}; server RSS peak {max(peak):.0f} MiB")
-    print("  CPU over the run (cores busy): " + ", ".join(f"{name} {t / wall:.2f}" for name, t in used.items())
-          + f" ({wall:.1f} s)")
+    print(
+        f"paced: {viewers} viewers, {rate:,} lines/s for {seconds:g} s: print -> viewer p50 {pct(stats.latencies, 50):.1f} ms, "
+        f"p99 {pct(stats.latencies, 99):.1f} ms, max {max(stats.latencies, default=float('nan')):.1f} ms; "
+        f"stored {stored:,} lines, delivered {stats.lines:,} ({stats.lines / max(1, viewers):,.0f} per viewer), "
+        f"lost {stats.lost}, duplicated {stats.dups}; server RSS peak {max(peak):.0f} MiB"
+    )
+    print(
+        "  CPU over the run (cores busy): "
+        + ", ".join(f"{name} {t / wall:.2f}" for name, t in used.items())
+        + f" ({wall:.1f} s)"
+    )
     return tid
 
 
@@ -152,7 +176,7 @@ def server_side(board: Board, tid: int) -> None:
 
     printed = {}
     con = sqlite3.connect(board.db)
-    for seq, data in con.execute("select seq, data from log_chunk where trial_id=? and \"offset\">=0", (tid,)):
+    for seq, data in con.execute('select seq, data from log_chunk where trial_id=? and "offset">=0', (tid,)):
         printed[seq] = int(data.split(" ", 2)[1])
     con.close()
     sent = []
@@ -161,8 +185,10 @@ def server_side(board: Board, tid: int) -> None:
             event, trial, seq, t = line.split("\t")
             if event == "s_sent" and int(trial) == tid and int(seq) in printed:
                 sent.append((int(t) - printed[int(seq)]) / 1e6)
-    print(f"  server side (trace): print -> sent to a viewer p50 {pct(sent, 50):.1f} ms, p99 {pct(sent, 99):.1f} ms, "
-          f"max {max(sent, default=float('nan')):.1f} ms over {len(sent):,} (chunk, viewer) sends")
+    print(
+        f"  server side (trace): print -> sent to a viewer p50 {pct(sent, 50):.1f} ms, p99 {pct(sent, 99):.1f} ms, "
+        f"max {max(sent, default=float('nan')):.1f} ms over {len(sent):,} (chunk, viewer) sends"
+    )
 
 
 def flood_pages(board: Board, seconds: float) -> None:
@@ -180,8 +206,10 @@ def flood_pages(board: Board, seconds: float) -> None:
     lines = board.stored(tid)[0]
     print(f"pages during a flood ({lines / seconds:,.0f} lines/s stored, 1 viewer):")
     for label, values in times.items():
-        print(f"  {label:22} p50 {pct(values, 50):6.1f} ms  p99 {pct(values, 99):6.1f} ms  max {max(values):6.1f} ms  "
-              f"({len(values)} requests)")
+        print(
+            f"  {label:22} p50 {pct(values, 50):6.1f} ms  p99 {pct(values, 99):6.1f} ms  max {max(values):6.1f} ms  "
+            f"({len(values)} requests)"
+        )
 
 
 def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
@@ -189,14 +217,23 @@ def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
 
     async def idle_viewers() -> tuple[float, float, float]:
         before = rss_mib(board.server.pid)
-        socks = [await connect(f"{ws}?after=-1", origin=board.url, additional_headers=board.cookie,  # type: ignore[arg-type]
-                               max_size=None, compression=None, ping_interval=None) for _ in range(viewers)]
+        socks = [
+            await connect(
+                f"{ws}?after=-1",
+                origin=board.url,  # type: ignore[arg-type]
+                additional_headers=board.cookie,
+                max_size=None,
+                compression=None,
+                ping_interval=None,
+            )
+            for _ in range(viewers)
+        ]
 
-        async def drain(s) -> None:  # noqa: ANN001
+        async def drain(s) -> None:
             while True:  # each has its backlog (the whole log), then nothing: the trial has ended
                 try:
                     await asyncio.wait_for(s.recv(), 2.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return
 
         await asyncio.gather(*(drain(s) for s in socks))
@@ -208,23 +245,33 @@ def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
 
     async def churn(n: int, parallel: int = 20) -> None:
         async def one() -> None:
-            async with connect(f"{ws}?after=-1", origin=board.url, additional_headers=board.cookie,  # type: ignore[arg-type]
-                               max_size=None, compression=None) as s:
+            async with connect(
+                f"{ws}?after=-1",
+                origin=board.url,  # type: ignore[arg-type]
+                additional_headers=board.cookie,
+                max_size=None,
+                compression=None,
+            ) as s:
                 await s.recv()  # the state
                 await s.recv()  # the first backlog page
+
         for _ in range(n // parallel):
             await asyncio.gather(*(one() for _ in range(parallel)))
 
     before, during, after = asyncio.run(idle_viewers())
-    print(f"memory: {viewers} viewers connected to an ended trial: {(during - before) / viewers * 1024:,.0f} KiB per viewer "
-          f"(RSS {before:.0f} -> {during:.0f} MiB), {after:.0f} MiB after they left")
+    print(
+        f"memory: {viewers} viewers connected to an ended trial: {(during - before) / viewers * 1024:,.0f} KiB per viewer "
+        f"(RSS {before:.0f} -> {during:.0f} MiB), {after:.0f} MiB after they left"
+    )
     asyncio.run(churn(100))
     start = rss_mib(board.server.pid)
     t = time.perf_counter()
     asyncio.run(churn(connections))
     time.sleep(2)
-    print(f"memory: {connections:,} viewer connections opened, read and closed in {time.perf_counter() - t:.1f} s: "
-          f"server RSS {start:.0f} -> {rss_mib(board.server.pid):.0f} MiB")
+    print(
+        f"memory: {connections:,} viewer connections opened, read and closed in {time.perf_counter() - t:.1f} s: "
+        f"server RSS {start:.0f} -> {rss_mib(board.server.pid):.0f} MiB"
+    )
 
 
 def main() -> None:
@@ -241,8 +288,12 @@ def main() -> None:
         board = Board(Path(tmp), trace=args.trace)
         try:
             board.start()
-            board.seed([("paced", PACED.format(rate=args.rate, seconds=args.seconds)),
-                        ("flood", FLOOD.format(seconds=args.seconds))])
+            board.seed(
+                [
+                    ("paced", PACED.format(rate=args.rate, seconds=args.seconds)),
+                    ("flood", FLOOD.format(seconds=args.seconds)),
+                ]
+            )
             tid = paced(board, args.viewers, args.rate, args.seconds)
             flood_pages(board, args.seconds)
             memory(board, tid, args.viewers, args.connections)

@@ -11,6 +11,7 @@ figures are the median over rounds of each program's median (and p10).
     python bench/harness_overhead.py --out results.json                      # GPU: nccl + symm-mem, eager + graph
     python bench/harness_overhead.py --variants gloo:eager --hidden 256 --tokens 1,4 --rounds 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from runners.recipes.metric import MetricName, parse_metric_line  # noqa: E402
 
-GPU_VARIANTS = "nccl:eager,nccl:graph,symm_mem_two_shot:eager,symm_mem_two_shot:graph," \
-               "symm_mem_one_shot:eager,symm_mem_one_shot:graph"
+GPU_VARIANTS = (
+    "nccl:eager,nccl:graph,symm_mem_two_shot:eager,symm_mem_two_shot:graph,"
+    "symm_mem_one_shot:eager,symm_mem_one_shot:graph"
+)
 BARE_METHODS = ("per-call-events", "wall-clock")
 
 
 def run(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     """Run a program in its own process group; on timeout or interruption stop the whole group
     (a recipe's rank processes or a bare loop's spawned workers must not outlive it)."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except BaseException:
@@ -53,9 +57,16 @@ def run(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
 
 def bare(args) -> dict[tuple[str, int, str], tuple[float, float]]:
     """(variant, tokens, method) -> (median us, p10 us)."""
-    cmd = [sys.executable, str(ROOT / "bench" / "bare_allreduce.py"), f"--variants={args.variants}",
-           f"--tokens={args.tokens}", f"--hidden={args.hidden}", f"--dtype={args.dtype}",
-           f"--iters={args.iters}", f"--calls={args.calls}"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "bare_allreduce.py"),
+        f"--variants={args.variants}",
+        f"--tokens={args.tokens}",
+        f"--hidden={args.hidden}",
+        f"--dtype={args.dtype}",
+        f"--iters={args.iters}",
+        f"--calls={args.calls}",
+    ]
     if args.world_size:
         cmd.append(f"--world-size={args.world_size}")
     try:
@@ -77,9 +88,19 @@ def recipe(args) -> dict[tuple[str, int, str], tuple[float, float]]:
     got = {}
     for variant in args.variants.split(","):
         backend, mode = variant.split(":")
-        cmd = [sys.executable, "-m", "runners.recipes.allreduce", f"--backend={backend}", f"--mode={mode}",
-               f"--tokens={args.tokens}", f"--hidden-size={args.hidden}", f"--dtype={args.dtype}",
-               f"--iters={args.iters}", f"--calls={args.calls}", "--per-call-iters=0"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "runners.recipes.allreduce",
+            f"--backend={backend}",
+            f"--mode={mode}",
+            f"--tokens={args.tokens}",
+            f"--hidden-size={args.hidden}",
+            f"--dtype={args.dtype}",
+            f"--iters={args.iters}",
+            f"--calls={args.calls}",
+            "--per-call-iters=0",
+        ]
         if args.world_size:
             cmd.append(f"--world-size={args.world_size}")
         try:
@@ -110,19 +131,30 @@ def compare(bare_runs: list[dict], recipe_runs: list[dict]) -> list[dict]:
             for i, stat in enumerate(("median", "p10")):
                 r = statistics.median(x[i] for x in rec)
                 b = statistics.median(x[i] for x in got)
-                row.update({f"recipe_{stat}_us": r, f"bare_{stat}_us": b, f"ratio_{stat}": r / b if b else None,
-                            f"recipe_{stat}_rounds": [x[i] for x in rec], f"bare_{stat}_rounds": [x[i] for x in got]})
+                row.update(
+                    {
+                        f"recipe_{stat}_us": r,
+                        f"bare_{stat}_us": b,
+                        f"ratio_{stat}": r / b if b else None,
+                        f"recipe_{stat}_rounds": [x[i] for x in rec],
+                        f"bare_{stat}_rounds": [x[i] for x in got],
+                    }
+                )
             table.append(row)
     return table
 
 
 def print_table(table: list[dict]) -> None:
-    print(f"{'variant':<26}{'tokens':>7} {'recipe method':<14}{'recipe med':>11} {'bare method':<16}"
-          f"{'bare med':>10}{'ratio':>7}{'recipe p10':>11}{'bare p10':>10}{'ratio':>7}")
+    print(
+        f"{'variant':<26}{'tokens':>7} {'recipe method':<14}{'recipe med':>11} {'bare method':<16}"
+        f"{'bare med':>10}{'ratio':>7}{'recipe p10':>11}{'bare p10':>10}{'ratio':>7}"
+    )
     for row in table:
-        print(f"{row['variant']:<26}{row['tokens']:>7} {row['recipe_method']:<14}{row['recipe_median_us']:>11.2f} "
-              f"{row['bare_method']:<16}{row['bare_median_us']:>10.2f}{row['ratio_median'] or 0:>7.3f}"
-              f"{row['recipe_p10_us']:>11.2f}{row['bare_p10_us']:>10.2f}{row['ratio_p10'] or 0:>7.3f}")
+        print(
+            f"{row['variant']:<26}{row['tokens']:>7} {row['recipe_method']:<14}{row['recipe_median_us']:>11.2f} "
+            f"{row['bare_method']:<16}{row['bare_median_us']:>10.2f}{row['ratio_median'] or 0:>7.3f}"
+            f"{row['recipe_p10_us']:>11.2f}{row['bare_p10_us']:>10.2f}{row['ratio_p10'] or 0:>7.3f}"
+        )
     for method in BARE_METHODS:
         ratios = [row["ratio_median"] for row in table if row["bare_method"] == method and row["ratio_median"]]
         if ratios:
@@ -144,6 +176,7 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=240, help="per program run")
     ap.add_argument("--out", type=Path, help="write the table as JSON here")
     args = ap.parse_args()
+
     def on_term(signum: int, _frame) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -160,7 +193,7 @@ def main() -> int:
                 write(args, compare(bare_runs, recipe_runs), done)
     except KeyboardInterrupt as exc:
         print(f"stopped ({exc}) after {len(recipe_runs)} complete round(s)", file=sys.stderr)
-        bare_runs = bare_runs[:len(recipe_runs)]
+        bare_runs = bare_runs[: len(recipe_runs)]
     table = compare(bare_runs, recipe_runs)
     print_table(table)
     if args.out:
@@ -172,8 +205,12 @@ def main() -> int:
 
 
 def write(args, table: list[dict], rounds_done: int) -> None:
-    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                    "rounds_done": rounds_done, "rows": table}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {"args": {k: str(v) for k, v in vars(args).items()}, "rounds_done": rounds_done, "rows": table}, indent=2
+        )
+    )
+
 
 if __name__ == "__main__":
     sys.exit(main())

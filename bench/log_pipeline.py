@@ -9,6 +9,7 @@ relayed), the print -> viewer latency p50/p99 at a fixed 10,000 lines/s, lost an
 lines, our figures as ratios to the floor, and the server's RSS while a stuck viewer (one that
 never reads) follows a flood. See docs/performance.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,14 @@ def free_port() -> int:
 class Viewer(threading.Thread):
     """Follows a websocket of log chunks; checks numbering; records print -> receive latency."""
 
-    def __init__(self, url: str, headers: dict[str, str], expected: int | None = None, origin: str | None = None,
-                 relay: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        expected: int | None = None,
+        origin: str | None = None,
+        relay: bool = False,
+    ) -> None:
         super().__init__(daemon=True)
         self.url, self.headers, self.origin, self.relay = url, headers, origin, relay
         self.expected = expected
@@ -100,8 +107,13 @@ class Viewer(threading.Thread):
         self.resyncs = 0
         while not self.stop and not self.done.is_set():
             url = self.url if self.relay else f"{self.url}?after={self.last_seq}"
-            with connect(url, additional_headers=self.headers, origin=self.origin, max_size=None,  # type: ignore[arg-type]
-                         open_timeout=20) as ws:
+            with connect(
+                url,
+                additional_headers=self.headers,
+                origin=self.origin,
+                max_size=None,  # type: ignore[arg-type]
+                open_timeout=20,
+            ) as ws:
                 self.ready.set()
                 while not self.stop:
                     try:
@@ -138,7 +150,7 @@ class Viewer(threading.Thread):
     def _take(self, text: str, now: int) -> None:
         text = self.carry + text
         cut = text.rfind("\n")
-        self.carry = text[cut + 1:]
+        self.carry = text[cut + 1 :]
         if not self.first:
             self.first = time.monotonic()
         self.last = time.monotonic()
@@ -172,22 +184,40 @@ class Board:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = workdir / "bench.db"
-        self.env = {**os.environ, "CAMPAIGN_DATA_DIR": str(workdir / "data"), "CAMPAIGN_DATABASE_URL": f"sqlite:///{self.db}",
-                    "CAMPAIGN_PORT": str(self.port), "CAMPAIGN_SECRET_KEY": uuid.uuid4().hex, "PYTHONUNBUFFERED": "1",
-                    # Throughput runs measure ingest, not the cap: keep every line.
-                    "CAMPAIGN_LOG_CAP_BYTES": str(4 * 2**30)}
+        self.env = {
+            **os.environ,
+            "CAMPAIGN_DATA_DIR": str(workdir / "data"),
+            "CAMPAIGN_DATABASE_URL": f"sqlite:///{self.db}",
+            "CAMPAIGN_PORT": str(self.port),
+            "CAMPAIGN_SECRET_KEY": uuid.uuid4().hex,
+            "PYTHONUNBUFFERED": "1",
+            # Throughput runs measure ingest, not the cap: keep every line.
+            "CAMPAIGN_LOG_CAP_BYTES": str(4 * 2**30),
+        }
         if trace:  # per-hop timestamps from the server and the runner (app/live.py Trace)
             self.env["CAMPAIGN_LOG_TRACE"] = str(workdir / "trace")
         self.procs: list[subprocess.Popen] = []
 
     def cli(self, *args: str, env: dict[str, str] | None = None) -> str:
-        return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env or self.env, cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli", *args],
+            env=env or self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
 
     def start(self) -> None:
         log = open(self.dir / "server.log", "w")
-        self.server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--no-runner"], env=self.env, cwd=ROOT,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--no-runner"],
+            env=self.env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append(self.server)
         for _ in range(300):
             try:
@@ -198,10 +228,25 @@ class Board:
         self.api = {"Authorization": "Bearer " + self.cli("token", "create", "bench")}
         token = self.cli("runners", "create", "bench-node")
         rlog = open(self.dir / "runner.log", "w")
-        self.runner = subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server", self.url,
-                                        "--spool-dir", str(self.dir / "spool"), "--name", "bench-node"],
-                                       env={**self.env, "CAMPAIGN_RUNNER_TOKEN": token}, cwd=ROOT, stdout=rlog,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self.runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "runner",
+                "--server",
+                self.url,
+                "--spool-dir",
+                str(self.dir / "spool"),
+                "--name",
+                "bench-node",
+            ],
+            env={**self.env, "CAMPAIGN_RUNNER_TOKEN": token},
+            cwd=ROOT,
+            stdout=rlog,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append(self.runner)
         login = self.cli("login-url").split("token=", 1)[1]
         r = httpx.get(f"{self.url}/login?token={login}", follow_redirects=False)
@@ -223,9 +268,19 @@ class Board:
                 campaign = Campaign(slug=key, name=key)
                 session.add(campaign)
                 session.flush()
-                session.add(Approach(campaign_id=campaign.id, key=key, title=key, position=1,
-                                     recipe={"kind": "command", "params": {"argv": [sys.executable, "-c", script]},
-                                             "timeout_s": 600}))
+                session.add(
+                    Approach(
+                        campaign_id=campaign.id,
+                        key=key,
+                        title=key,
+                        position=1,
+                        recipe={
+                            "kind": "command",
+                            "params": {"argv": [sys.executable, "-c", script]},
+                            "timeout_s": 600,
+                        },
+                    )
+                )
         engine.dispose()
 
     def run_next(self, slug: str) -> int:
@@ -253,11 +308,13 @@ class Board:
     def stored(self, trial_id: int) -> tuple[int, int, float]:
         """(lines, bytes, seconds between the first and last stored chunk)."""
         con = sqlite3.connect(self.db)
-        rows = con.execute("select data, created_at from log_chunk where trial_id=? and \"offset\">=0 order by seq",
-                           (trial_id,)).fetchall()
+        rows = con.execute(
+            'select data, created_at from log_chunk where trial_id=? and "offset">=0 order by seq', (trial_id,)
+        ).fetchall()
         con.close()
         text = "".join(r[0] for r in rows)
         from datetime import datetime
+
         times = sorted(datetime.fromisoformat(r[1]) for r in rows)
         return text.count("\n"), len(text.encode()), (times[-1] - times[0]).total_seconds() if rows else 0.0
 
@@ -292,7 +349,7 @@ def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
             elif int(trial) == trial_id and event in events:
                 events[event].setdefault(int(seq), int(t))
     con = sqlite3.connect(board.db)
-    for seq, data in con.execute("select seq, data from log_chunk where trial_id=? and \"offset\">=0", (trial_id,)):
+    for seq, data in con.execute('select seq, data from log_chunk where trial_id=? and "offset">=0', (trial_id,)):
         events["print"][seq] = int(data.split(" ", 2)[1])  # the chunk's first (earliest printed) line
     con.close()
     events["viewer"] = dict(viewer.chunk_times)
@@ -301,23 +358,28 @@ def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
         print("  (no complete trace)")
         return
     total = {s: (events["viewer"][s] - events["print"][s]) / 1e6 for s in seqs}
-    slow = sorted(seqs, key=total.get)[int(0.99 * len(seqs)):]
-    print(f"  per hop, ms, over {len(seqs):,} chunks (first line's print time); 'slowest 1%' = mean over the "
-          f"{len(slow)} chunks with the highest print -> viewer")
+    slow = sorted(seqs, key=total.get)[int(0.99 * len(seqs)) :]
+    print(
+        f"  per hop, ms, over {len(seqs):,} chunks (first line's print time); 'slowest 1%' = mean over the "
+        f"{len(slow)} chunks with the highest print -> viewer"
+    )
     print(f"  {'hop':<28} {'p50':>7} {'p99':>7} {'max':>7} {'slowest 1%':>11}")
     for a, b in list(zip(HOPS, HOPS[1:])) + list(zip(STORE_HOPS, STORE_HOPS[1:])):
         if a == STORE_HOPS[0]:
             print("  storage (acks wait for it):")
         d = [(events[b][s] - events[a][s]) / 1e6 for s in seqs]
         d_slow = [(events[b][s] - events[a][s]) / 1e6 for s in slow]
-        print(f"  {a + ' -> ' + b:<28} {pct(d, 50):7.2f} {pct(d, 99):7.2f} {max(d):7.2f} "
-              f"{statistics.mean(d_slow):11.2f}")
+        print(
+            f"  {a + ' -> ' + b:<28} {pct(d, 50):7.2f} {pct(d, 99):7.2f} {max(d):7.2f} {statistics.mean(d_slow):11.2f}"
+        )
     d = list(total.values())
     print(f"  {'print -> viewer (chunk)':<28} {pct(d, 50):7.2f} {pct(d, 99):7.2f} {max(d):7.2f}")
     gcs = [us for gen, us in probes["gc"] if gen == 2]
     lags = [us for _, us in probes["loop_lag"]]
-    print(f"  server, whole run: {len(probes['gc'])} GCs ({len(gcs)} gen-2, longest {max(gcs, default=0) / 1e3:.1f} ms); "
-          f"{len(lags)} event-loop stalls > 5 ms (longest {max(lags, default=0) / 1e3:.1f} ms)")
+    print(
+        f"  server, whole run: {len(probes['gc'])} GCs ({len(gcs)} gen-2, longest {max(gcs, default=0) / 1e3:.1f} ms); "
+        f"{len(lags)} event-loop stalls > 5 ms (longest {max(lags, default=0) / 1e3:.1f} ms)"
+    )
 
 
 def settle() -> None:
@@ -348,13 +410,16 @@ def paced_run(board: Board, slug: str, rate: int, seconds: float, label: str) ->
     v.done.wait(30)
     v.stop = True
     v.trial_id = tid
-    print(f"paced  ours ({label}): {rate:,} lines/s for {seconds:g} s: latency p50 {pct(v.latencies, 50):.1f} ms, "
-          f"p99 {pct(v.latencies, 99):.1f} ms, max {max(v.latencies):.1f} ms; stored {lines:,}, "
-          f"lost {lines - len(v.seen)}, duplicated {v.dups}")
+    print(
+        f"paced  ours ({label}): {rate:,} lines/s for {seconds:g} s: latency p50 {pct(v.latencies, 50):.1f} ms, "
+        f"p99 {pct(v.latencies, 99):.1f} ms, max {max(v.latencies):.1f} ms; stored {lines:,}, "
+        f"lost {lines - len(v.seen)}, duplicated {v.dups}"
+    )
     return v
 
 
 # ---- the floor: producer -> relay -> viewer, loopback websockets, no database ---------------------
+
 
 def relay_main(port: int) -> None:
     from websockets.asyncio.server import serve
@@ -411,8 +476,20 @@ def floor(script: str, expected: int | None, workdir: Path) -> Viewer:
         viewer.start()
         viewer.ready.wait(10)
         (workdir / "floor.py").write_text(script)
-        subprocess.run([sys.executable, __file__, "--role", "producer", "--port", str(port),
-                        "--script", str(workdir / "floor.py")], cwd=ROOT, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--role",
+                "producer",
+                "--port",
+                str(port),
+                "--script",
+                str(workdir / "floor.py"),
+            ],
+            cwd=ROOT,
+            check=True,
+        )
         viewer.done.wait(3 if expected is None else 30)
         viewer.stop = True
         return viewer
@@ -425,8 +502,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0, help="How long each trial prints.")
     ap.add_argument("--rate", type=int, default=10_000, help="Lines/s of the latency run.")
-    ap.add_argument("--trace", action="store_true",
-                    help="Per-hop latency of the paced runs (server and runner write timestamps; a little slower).")
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="Per-hop latency of the paced runs (server and runner write timestamps; a little slower).",
+    )
     ap.add_argument("--no-floor", action="store_true", help="Skip the bare-relay floor runs (quicker).")
     ap.add_argument("--no-stuck", action="store_true", help="Skip the stuck-viewer run (quicker).")
     ap.add_argument("--role", choices=["relay", "producer"], help=argparse.SUPPRESS)
@@ -475,17 +555,21 @@ def main() -> None:
         v.stop = True
         v.join(10)
         ours_rate = lines / span if span else float("nan")
-        print(f"flood  ours : {lines:,} lines stored in {span:.2f} s = {ours_rate:,.0f} lines/s, "
-              f"{nbytes / span / 1e6:.1f} MB/s; trial {t['state']}; viewer got {len(v.seen):,} lines, "
-              f"lost {lines - len(v.seen)}, duplicated {v.dups}, resynced {v.resyncs}x; "
-              f"server RSS peak {peak_flood / 2**20:.0f} MiB")
+        print(
+            f"flood  ours : {lines:,} lines stored in {span:.2f} s = {ours_rate:,.0f} lines/s, "
+            f"{nbytes / span / 1e6:.1f} MB/s; trial {t['state']}; viewer got {len(v.seen):,} lines, "
+            f"lost {lines - len(v.seen)}, duplicated {v.dups}, resynced {v.resyncs}x; "
+            f"server RSS peak {peak_flood / 2**20:.0f} MiB"
+        )
         release(v)
         if not args.no_floor:
             f = floor(flood, None, work)
             floor_span = (f.last - f.first) or float("nan")
             floor_rate = len(f.seen) / floor_span
-            print(f"flood  floor: {len(f.seen):,} lines relayed in {floor_span:.2f} s = {floor_rate:,.0f} lines/s, "
-                  f"{f.bytes / floor_span / 1e6:.1f} MB/s; duplicated {f.dups}")
+            print(
+                f"flood  floor: {len(f.seen):,} lines relayed in {floor_span:.2f} s = {floor_rate:,.0f} lines/s, "
+                f"{f.bytes / floor_span / 1e6:.1f} MB/s; duplicated {f.dups}"
+            )
             print(f"flood  ratio: ours/floor = {ours_rate / floor_rate:.2f}")
             release(f)
 
@@ -494,10 +578,14 @@ def main() -> None:
         if not args.no_floor:
             f = floor(paced, paced_lines, work)
             printed = max(f.seen) + 1 if f.seen else 0
-            print(f"paced  floor: latency p50 {pct(f.latencies, 50):.1f} ms, p99 {pct(f.latencies, 99):.1f} ms; "
-                  f"lost {printed - len(f.seen)}, duplicated {f.dups}")
-            print(f"paced  ratio (after the flood): p50 ours/floor = {pct(v.latencies, 50) / pct(f.latencies, 50):.2f}, "
-                  f"p99 ours/floor = {pct(v.latencies, 99) / pct(f.latencies, 99):.2f}")
+            print(
+                f"paced  floor: latency p50 {pct(f.latencies, 50):.1f} ms, p99 {pct(f.latencies, 99):.1f} ms; "
+                f"lost {printed - len(f.seen)}, duplicated {f.dups}"
+            )
+            print(
+                f"paced  ratio (after the flood): p50 ours/floor = {pct(v.latencies, 50) / pct(f.latencies, 50):.2f}, "
+                f"p99 ours/floor = {pct(v.latencies, 99) / pct(f.latencies, 99):.2f}"
+            )
 
         # 3. A stuck viewer (never reads) during a flood: the server's memory stays bounded.
         if args.no_stuck:
@@ -519,8 +607,10 @@ def main() -> None:
                 stuck.recv(timeout=2)
         except Exception as exc:
             closed = getattr(getattr(exc, "rcvd", None), "code", None)
-        print(f"stuck viewer: {lines:,} lines stored meanwhile; server RSS {rss_before / 2**20:.0f} MiB before, "
-              f"peak {peak / 2**20:.0f} MiB during; the viewer was closed with code {closed} (4000 = resync)")
+        print(
+            f"stuck viewer: {lines:,} lines stored meanwhile; server RSS {rss_before / 2**20:.0f} MiB before, "
+            f"peak {peak / 2**20:.0f} MiB during; the viewer was closed with code {closed} (4000 = resync)"
+        )
     finally:
         board.stop()
         if args.trace:

@@ -9,6 +9,7 @@ ASGI: no network) and the number of SQL statements each one ran.
 
 `build_campaign()` is also what tests/trials/test_page_queries.py grows its data with.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,26 +29,59 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import event, insert, select  # noqa: E402
 from sqlmodel import Session, col  # noqa: E402
 
-from app.models import (Approach, ApproachStatus, Attempt, Campaign, LogChunk, Metric, Runner,  # noqa: E402
-                        StatusChange, Trial, TrialState, utcnow)
+from app.models import (  # noqa: E402
+    Approach,
+    ApproachStatus,
+    Attempt,
+    Campaign,
+    LogChunk,
+    Metric,
+    Runner,
+    StatusChange,
+    Trial,
+    TrialState,
+    utcnow,
+)
 
-FINGERPRINT_OLD = {"hostname": "node-a", "gpu_count": 8, "sm": "9.0", "torch": "2.10.0", "cuda": "12.8",
-                   "nccl": "2.27.3", "sglang": "0.5.4", "driver": "570.124"}
+FINGERPRINT_OLD = {
+    "hostname": "node-a",
+    "gpu_count": 8,
+    "sm": "9.0",
+    "torch": "2.10.0",
+    "cuda": "12.8",
+    "nccl": "2.27.3",
+    "sglang": "0.5.4",
+    "driver": "570.124",
+}
 FINGERPRINT_NEW = {**FINGERPRINT_OLD, "hostname": "node-b", "torch": "2.11.0"}
-METRIC_NAMES = [("allreduce_latency_us", "us"), ("allreduce_in_situ_us", "us"), ("verify_time_ms", "ms"),
-                ("output_throughput_tok_s", "tok/s"), ("accept_length", "")]
+METRIC_NAMES = [
+    ("allreduce_latency_us", "us"),
+    ("allreduce_in_situ_us", "us"),
+    ("verify_time_ms", "ms"),
+    ("output_throughput_tok_s", "tok/s"),
+    ("accept_length", ""),
+]
 ENDED = [TrialState.succeeded, TrialState.failed, TrialState.timed_out, TrialState.cancelled]
 BATCH = 20_000
 
 
-def _bulk(session: Session, table, rows: list[dict]) -> None:  # noqa: ANN001
+def _bulk(session: Session, table, rows: list[dict]) -> None:
     for i in range(0, len(rows), BATCH):
-        session.execute(insert(table), rows[i:i + BATCH])
+        session.execute(insert(table), rows[i : i + BATCH])
 
 
-def build_campaign(engine, slug: str = "scale", *, approaches: int = 500, trials: int = 50_000,  # noqa: ANN001
-                   changes_per_trial: int = 3, chunks_per_trial: float = 4.5, metrics_per_trial: float = 10.38,
-                   runners: bool = True, seed: int = 1) -> int:
+def build_campaign(
+    engine,
+    slug: str = "scale",
+    *,
+    approaches: int = 500,
+    trials: int = 50_000,
+    changes_per_trial: int = 3,
+    chunks_per_trial: float = 4.5,
+    metrics_per_trial: float = 10.38,
+    runners: bool = True,
+    seed: int = 1,
+) -> int:
     """A campaign of this size (rows spread evenly over approaches); returns its id. Adds to the campaign
     when it exists (new approaches after the existing ones)."""
     rng = random.Random(seed)
@@ -55,75 +89,172 @@ def build_campaign(engine, slug: str = "scale", *, approaches: int = 500, trials
     with Session(engine) as session:
         campaign = session.execute(select(Campaign).where(col(Campaign.slug) == slug)).scalars().first()
         if campaign is None:
-            campaign = Campaign(slug=slug, name=f"Scale {slug}", baseline_tok_s=80.0, accept_length=2.4,
-                                draft_steps=3, draft_step_ms=1.2, verify_compute_ms=9.0)
+            campaign = Campaign(
+                slug=slug,
+                name=f"Scale {slug}",
+                baseline_tok_s=80.0,
+                accept_length=2.4,
+                draft_steps=3,
+                draft_step_ms=1.2,
+                verify_compute_ms=9.0,
+            )
             session.add(campaign)
             session.flush()
         cid = campaign.id
         assert cid is not None  # flushed
         if runners and not session.execute(select(col(Runner.id)).limit(1)).first():
-            _bulk(session, Runner, [dict(name=f"node-{n}", token_hash=uuid.uuid4().hex, labels=[],
-                                         fingerprint=fp, connected=True, last_seen_at=now, created_at=now)
-                                    for n, fp in (("a", FINGERPRINT_OLD), ("b", FINGERPRINT_NEW))])
+            _bulk(
+                session,
+                Runner,
+                [
+                    dict(
+                        name=f"node-{n}",
+                        token_hash=uuid.uuid4().hex,
+                        labels=[],
+                        fingerprint=fp,
+                        connected=True,
+                        last_seen_at=now,
+                        created_at=now,
+                    )
+                    for n, fp in (("a", FINGERPRINT_OLD), ("b", FINGERPRINT_NEW))
+                ],
+            )
         runner_ids = [r for (r,) in session.execute(select(col(Runner.id)).order_by(col(Runner.id)))]
-        start = session.execute(select(col(Approach.position)).where(col(Approach.campaign_id) == cid)
-                                .order_by(col(Approach.position).desc()).limit(1)).scalar() or 0
+        start = (
+            session.execute(
+                select(col(Approach.position))
+                .where(col(Approach.campaign_id) == cid)
+                .order_by(col(Approach.position).desc())
+                .limit(1)
+            ).scalar()
+            or 0
+        )
         statuses = [ApproachStatus.dead_end, ApproachStatus.deferred, ApproachStatus.promising, ApproachStatus.untested]
         rows = []
         for i in range(approaches):
             status = statuses[i % len(statuses)]
             bound = status in (ApproachStatus.dead_end, ApproachStatus.deferred) and i % 2 == 0
-            rows.append(dict(campaign_id=cid, key=f"a{start + i + 1:04d}", title=f"Approach {start + i + 1}",
-                             description="", position=start + i + 1, status=status, reason="measured" if status != "untested" else "",
-                             evidence="", effort="", prerequisites="",
-                             recipe={"kind": "command", "params": {"argv": ["true"]}, "timeout_s": 60},
-                             requirements={"gpus": 8, "min_sm": "9.0", "software": []},
-                             verdict_fingerprint=FINGERPRINT_OLD if bound else None,
-                             bound_to={"components": ["torch"]} if bound else None,
-                             created_at=now, updated_at=now))
+            rows.append(
+                dict(
+                    campaign_id=cid,
+                    key=f"a{start + i + 1:04d}",
+                    title=f"Approach {start + i + 1}",
+                    description="",
+                    position=start + i + 1,
+                    status=status,
+                    reason="measured" if status != "untested" else "",
+                    evidence="",
+                    effort="",
+                    prerequisites="",
+                    recipe={"kind": "command", "params": {"argv": ["true"]}, "timeout_s": 60},
+                    requirements={"gpus": 8, "min_sm": "9.0", "software": []},
+                    verdict_fingerprint=FINGERPRINT_OLD if bound else None,
+                    bound_to={"components": ["torch"]} if bound else None,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
         _bulk(session, Approach, rows)
-        ids = [a for (a,) in session.execute(select(col(Approach.id)).where(col(Approach.campaign_id) == cid,
-                                                                               col(Approach.position) > start)
-                                             .order_by(col(Approach.position)))]
+        ids = [
+            a
+            for (a,) in session.execute(
+                select(col(Approach.id))
+                .where(col(Approach.campaign_id) == cid, col(Approach.position) > start)
+                .order_by(col(Approach.position))
+            )
+        ]
         per = max(1, trials // max(1, len(ids)))
         t0 = now - timedelta(days=30)
         trial_rows = []
         for n in range(trials):
             approach_id = ids[min(n // per, len(ids) - 1)]
             at = t0 + timedelta(seconds=30 * n)
-            trial_rows.append(dict(campaign_id=cid, approach_id=approach_id, recipe={}, state=rng.choice(ENDED),
-                                   phase="done", runner_id=runner_ids[n % len(runner_ids)] if runner_ids else None,
-                                   attempt_id=uuid.uuid4().hex, attempt_count=1, requested_by="bench", error="",
-                                   gpu_note="", log_bytes=400, log_dropped_bytes=0, cancel_requested=False,
-                                   created_at=at, dispatched_at=at, started_at=at, finished_at=at + timedelta(seconds=20)))
+            trial_rows.append(
+                dict(
+                    campaign_id=cid,
+                    approach_id=approach_id,
+                    recipe={},
+                    state=rng.choice(ENDED),
+                    phase="done",
+                    runner_id=runner_ids[n % len(runner_ids)] if runner_ids else None,
+                    attempt_id=uuid.uuid4().hex,
+                    attempt_count=1,
+                    requested_by="bench",
+                    error="",
+                    gpu_note="",
+                    log_bytes=400,
+                    log_dropped_bytes=0,
+                    cancel_requested=False,
+                    created_at=at,
+                    dispatched_at=at,
+                    started_at=at,
+                    finished_at=at + timedelta(seconds=20),
+                )
+            )
         _bulk(session, Trial, trial_rows)
-        trials_made = list(session.execute(select(col(Trial.id), col(Trial.approach_id), col(Trial.attempt_id),
-                                                  col(Trial.created_at))
-                                           .where(col(Trial.approach_id).in_(ids)).order_by(col(Trial.id))))
-        _bulk(session, Attempt, [dict(id=a, trial_id=t, runner_id=None, number=1, state="succeeded", created_at=at)
-                                 for t, _, a, at in trials_made])
+        trials_made = list(
+            session.execute(
+                select(col(Trial.id), col(Trial.approach_id), col(Trial.attempt_id), col(Trial.created_at))
+                .where(col(Trial.approach_id).in_(ids))
+                .order_by(col(Trial.id))
+            )
+        )
+        _bulk(
+            session,
+            Attempt,
+            [
+                dict(id=a, trial_id=t, runner_id=None, number=1, state="succeeded", created_at=at)
+                for t, _, a, at in trials_made
+            ],
+        )
         changes, chunks, metrics = [], [], []
         flow = [("untested", "queued"), ("queued", "running"), ("running", "untested")]
         chunk_acc = metric_acc = 0.0
         for t, approach_id, attempt, at in trials_made:
             for k in range(changes_per_trial):
                 a, b = flow[k % len(flow)]
-                changes.append(dict(approach_id=approach_id, from_status=a, to_status=b, reason="", actor="bench",
-                                    trial_id=t, at=at + timedelta(seconds=k)))
+                changes.append(
+                    dict(
+                        approach_id=approach_id,
+                        from_status=a,
+                        to_status=b,
+                        reason="",
+                        actor="bench",
+                        trial_id=t,
+                        at=at + timedelta(seconds=k),
+                    )
+                )
             chunk_acc += chunks_per_trial
             n_chunks, chunk_acc = int(chunk_acc), chunk_acc - int(chunk_acc)
             for seq in range(n_chunks):
-                chunks.append(dict(trial_id=t, attempt_id=attempt, seq=seq, offset=seq * 100,
-                                   data=f"[{seq}] allreduce bench line ........................................\n",
-                                   created_at=at))
+                chunks.append(
+                    dict(
+                        trial_id=t,
+                        attempt_id=attempt,
+                        seq=seq,
+                        offset=seq * 100,
+                        data=f"[{seq}] allreduce bench line ........................................\n",
+                        created_at=at,
+                    )
+                )
             metric_acc += metrics_per_trial
             n_metrics, metric_acc = int(metric_acc), metric_acc - int(metric_acc)
             for m in range(n_metrics):
                 name, unit = METRIC_NAMES[m % len(METRIC_NAMES)]
-                metrics.append(dict(trial_id=t, approach_id=approach_id, campaign_id=cid, seq=m // 4, index=m % 4,
-                                    name=name, value=rng.uniform(1, 100), unit=unit,
-                                    tags={"backend": "nccl", "tokens": [1, 4, 16, 64][m % 4], "world_size": 8,
-                                          "mode": "graph"}, created_at=at))
+                metrics.append(
+                    dict(
+                        trial_id=t,
+                        approach_id=approach_id,
+                        campaign_id=cid,
+                        seq=m // 4,
+                        index=m % 4,
+                        name=name,
+                        value=rng.uniform(1, 100),
+                        unit=unit,
+                        tags={"backend": "nccl", "tokens": [1, 4, 16, 64][m % 4], "world_size": 8, "mode": "graph"},
+                        created_at=at,
+                    )
+                )
             if len(metrics) >= BATCH:
                 _bulk(session, Metric, metrics)
                 metrics.clear()
@@ -143,28 +274,35 @@ def build_campaign(engine, slug: str = "scale", *, approaches: int = 500, trials
 class StatementCounter:
     """SQL statements run on an engine while counting (all threads)."""
 
-    def __init__(self, engine) -> None:  # noqa: ANN001
+    def __init__(self, engine) -> None:
         self.count = 0
         event.listen(engine, "before_cursor_execute", self._on)
 
-    def _on(self, *args) -> None:  # noqa: ANN002
+    def _on(self, *args) -> None:
         self.count += 1
 
 
-def pages(client, slug: str, engine) -> list[tuple[str, str | None]]:  # noqa: ANN001
+def pages(client, slug: str, engine) -> list[tuple[str, str | None]]:
     """(label, path) of every page, fragment and API read of a campaign (exports last); the share
     page's path is None (the caller makes the link)."""
     with Session(engine) as session:
         cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar()
-        big = session.execute(select(col(Approach.key), col(Approach.id)).where(col(Approach.campaign_id) == cid)
-                              .order_by(col(Approach.position))).first()
+        big = session.execute(
+            select(col(Approach.key), col(Approach.id))
+            .where(col(Approach.campaign_id) == cid)
+            .order_by(col(Approach.position))
+        ).first()
         assert big is not None
-        trial_id = session.execute(select(col(Trial.id)).where(col(Trial.approach_id) == big[1])
-                                   .order_by(col(Trial.id).desc())).scalar()
+        trial_id = session.execute(
+            select(col(Trial.id)).where(col(Trial.approach_id) == big[1]).order_by(col(Trial.id).desc())
+        ).scalar()
         assert trial_id is not None
-        change_id = session.execute(select(col(StatusChange.id)).where(col(StatusChange.approach_id) == big[1])
-                                    .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
-                                    .offset(49)).scalar()
+        change_id = session.execute(
+            select(col(StatusChange.id))
+            .where(col(StatusChange.approach_id) == big[1])
+            .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
+            .offset(49)
+        ).scalar()
     key = big[0]
     return [
         ("campaigns list", "/"),
@@ -207,7 +345,7 @@ def _reset_peak() -> None:
         pass
 
 
-def csv_over_http(app, path: str, headers: dict[str, str]) -> None:  # noqa: ANN001
+def csv_over_http(app, path: str, headers: dict[str, str]) -> None:
     """The CSV through real uvicorn (in a thread), read as a stream and dropped: this process's peak RSS
     growth is the server's."""
     import socket
@@ -234,8 +372,10 @@ def csv_over_http(app, path: str, headers: dict[str, str]) -> None:  # noqa: ANN
                 rows += part.count(b"\n")
                 size += len(part)
         seconds = time.perf_counter() - t
-        print(f"  {'metrics CSV (uvicorn)':28} {seconds * 1000:10.1f} {'':8} {'':8} {size:10,d}  {(rows - 1) / seconds:,.0f} rows/s, "
-              f"peak memory growth {_status_mib('VmHWM') - base:.0f} MiB")
+        print(
+            f"  {'metrics CSV (uvicorn)':28} {seconds * 1000:10.1f} {'':8} {'':8} {size:10,d}  {(rows - 1) / seconds:,.0f} rows/s, "
+            f"peak memory growth {_status_mib('VmHWM') - base:.0f} MiB"
+        )
     finally:
         server.should_exit = True
         thread.join(10)
@@ -251,15 +391,23 @@ def measure(db_url: str, scale: float, repeat: int, skip: set[str]) -> None:
     from app.security import create_api_token
 
     data_dir = Path(tempfile.mkdtemp(prefix="pages-at-scale-"))
-    app = create_app(Settings(data_dir=data_dir, database_url=db_url, embedded_runner=False,
-                              secret_key="bench-" + uuid.uuid4().hex))
+    app = create_app(
+        Settings(data_dir=data_dir, database_url=db_url, embedded_runner=False, secret_key="bench-" + uuid.uuid4().hex)
+    )
     engine = app.state.engine
     t = time.perf_counter()
     build_campaign(engine, approaches=max(2, int(500 * scale)), trials=max(4, int(50_000 * scale)))
     with session_scope(engine, write=False) as session:
-        counts = {name: session.execute(select(__import__("sqlalchemy").func.count()).select_from(table)).scalar()
-                  for name, table in (("approaches", Approach), ("trials", Trial), ("status changes", StatusChange),
-                                      ("log chunks", LogChunk), ("metrics", Metric))}
+        counts = {
+            name: session.execute(select(__import__("sqlalchemy").func.count()).select_from(table)).scalar()
+            for name, table in (
+                ("approaches", Approach),
+                ("trials", Trial),
+                ("status changes", StatusChange),
+                ("log chunks", LogChunk),
+                ("metrics", Metric),
+            )
+        }
     print(f"  built in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{v:,} {k}" for k, v in counts.items()))
     if engine.dialect.name == "postgresql":
         with engine.begin() as conn:
@@ -304,12 +452,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="requests per page (the median is printed)")
     parser.add_argument("--skip", action="append", default=[], help="skip pages whose label contains this")
     args = parser.parse_args()
-    print(f"pages at scale x{args.scale}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
-          f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs")
+    print(
+        f"pages at scale x{args.scale}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+        f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs"
+    )
     if args.db in ("sqlite", "both"):
         print("SQLite")
-        measure(f"sqlite:///{tempfile.mkdtemp(prefix='pages-at-scale-')}/scale.db", args.scale, args.repeat,
-                set(args.skip))
+        measure(
+            f"sqlite:///{tempfile.mkdtemp(prefix='pages-at-scale-')}/scale.db", args.scale, args.repeat, set(args.skip)
+        )
     if args.db in ("postgres", "both"):
         import psycopg
 

@@ -12,6 +12,7 @@ cancelled through the API and the run goes on), a trial that fails or cannot be 
 recorded and the run goes on, no trial starts after `--deadline-s`, and the campaign file and
 metrics are exported whatever happened.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,9 +81,15 @@ class Shootout:
                 row["error"] = "did not end within 60 s of its cancel"
                 break
             time.sleep(0.5)
-        row.update({"state": view.get("state"), "seconds": round(time.monotonic() - t0, 1),
-                    "deadline_cancelled": cancelled, "gpu_released": view.get("gpu_released"),
-                    "gpu_note": view.get("gpu_note")})
+        row.update(
+            {
+                "state": view.get("state"),
+                "seconds": round(time.monotonic() - t0, 1),
+                "deadline_cancelled": cancelled,
+                "gpu_released": view.get("gpu_released"),
+                "gpu_note": view.get("gpu_note"),
+            }
+        )
         if view.get("state") not in TERMINAL:
             return row
         try:
@@ -94,11 +101,15 @@ class Shootout:
                 # A cancelled or lost trial proposes "untested", and run next would start it again:
                 # defer it, saying why, so the session moves on (a person can re-queue it).
                 status = "deferred"
-                reason = (f"{reason}; deferred by bench/shootout_on_node.py"
-                          + (f" (cancelled at its {self.trial_deadline_s:g}s deadline)" if cancelled else "")
-                          + (" (skipped: --skip)" if skipped else ""))
-            confirmed = self.api.post(f"/api/trials/{trial_id}/verdict", json={
-                "status": status, "reason": reason, "components": p["components"]})
+                reason = (
+                    f"{reason}; deferred by bench/shootout_on_node.py"
+                    + (f" (cancelled at its {self.trial_deadline_s:g}s deadline)" if cancelled else "")
+                    + (" (skipped: --skip)" if skipped else "")
+                )
+            confirmed = self.api.post(
+                f"/api/trials/{trial_id}/verdict",
+                json={"status": status, "reason": reason, "components": p["components"]},
+            )
             confirmed.raise_for_status()
             row.update({"verdict": status, "reason": reason})
         except (httpx.HTTPError, KeyError, ValueError) as exc:
@@ -124,13 +135,23 @@ def main() -> int:
     for key, value in SAFE_ENV.items():
         os.environ.setdefault(key, value)
     port = free_port()
-    env = {**os.environ, "CAMPAIGN_DATA_DIR": str(args.out / "data"), "CAMPAIGN_PORT": str(port),
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "CAMPAIGN_DATA_DIR": str(args.out / "data"),
+        "CAMPAIGN_PORT": str(port),
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("CAMPAIGN_DATABASE_URL", None)
     cli = [sys.executable, "-m", "app.cli"]
     server_log = open(args.out / "server.log", "w")
-    server = subprocess.Popen([*cli, "serve", "--demo"], env=env, cwd=ROOT, stdout=server_log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [*cli, "serve", "--demo"],
+        env=env,
+        cwd=ROOT,
+        stdout=server_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     started = time.monotonic()
     summary: dict = {"campaign": args.campaign, "trials": []}
     summary_path = args.out / "summary.json"
@@ -148,8 +169,19 @@ def main() -> int:
             if server.poll() is not None or time.monotonic() - started > 90:
                 raise SystemExit(f"server did not start; see {args.out / 'server.log'}")
             time.sleep(0.2)
-        token = subprocess.run([*cli, "token", "create", "shootout"], env=env, cwd=ROOT, check=True,
-                               capture_output=True, text=True, timeout=60).stdout.strip().splitlines()[-1]
+        token = (
+            subprocess.run(
+                [*cli, "token", "create", "shootout"],
+                env=env,
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
         while not any(r["connected"] for r in api.get("/api/runners").json()):
             if time.monotonic() - started > 120:
@@ -184,7 +216,7 @@ def main() -> int:
             current = nxt
             try:
                 row = shootout.one_trial(nxt, skipped)
-            except Exception as exc:  # noqa: BLE001 - one trial's trouble must not end the run
+            except Exception as exc:
                 row = {"trial": nxt["trial_id"], "approach": nxt["approach"], "error": repr(exc)[:300]}
             current = {}
             summary["trials"].append(row)
@@ -203,13 +235,21 @@ def main() -> int:
                     if api.get(f"/api/trials/{current['trial_id']}").json().get("state") in TERMINAL:
                         break
                     time.sleep(0.5)
-                summary["trials"].append({"trial": current["trial_id"], "approach": current["approach"],
-                                          "state": "cancelled", "error": "the session stopped during this trial"})
+                summary["trials"].append(
+                    {
+                        "trial": current["trial_id"],
+                        "approach": current["approach"],
+                        "state": "cancelled",
+                        "error": "the session stopped during this trial",
+                    }
+                )
             except httpx.HTTPError as exc:
                 summary.setdefault("export_errors", []).append(f"cancel of the trial in flight: {exc}")
         if api is not None:
-            for name, path in ((f"{args.campaign}.yaml", f"/api/campaigns/{args.campaign}/export"),
-                               (f"{args.campaign}-metrics.csv", f"/api/campaigns/{args.campaign}/metrics.csv")):
+            for name, path in (
+                (f"{args.campaign}.yaml", f"/api/campaigns/{args.campaign}/export"),
+                (f"{args.campaign}-metrics.csv", f"/api/campaigns/{args.campaign}/metrics.csv"),
+            ):
                 try:
                     response = api.get(path)
                     response.raise_for_status()

@@ -9,6 +9,7 @@ Prints per executor: "Run next" -> the trial's first line at the viewer (median 
 print -> viewer latency p50/p99 while a trial prints --rate lines/s for --seconds. Reuses the
 board, viewer and trial program of bench/log_pipeline.py. See docs/performance.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,10 +39,27 @@ def use_slurm_runner(board: Board) -> None:
     board.runner.wait(30)
     token = board.cli("runners", "create", "bench-slurm")
     log = open(board.dir / "runner-slurm.log", "w")
-    board.runner = subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server", board.url,
-                                     "--spool-dir", str(board.dir / "spool-slurm"), "--name", "bench-slurm",
-                                     "--executor", "slurm"], env={**board.env, "CAMPAIGN_RUNNER_TOKEN": token},
-                                    cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    board.runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "runner",
+            "--server",
+            board.url,
+            "--spool-dir",
+            str(board.dir / "spool-slurm"),
+            "--name",
+            "bench-slurm",
+            "--executor",
+            "slurm",
+        ],
+        env={**board.env, "CAMPAIGN_RUNNER_TOKEN": token},
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     board.procs.append(board.runner)
     import httpx
 
@@ -78,15 +96,19 @@ def main() -> int:
                 rows.append((executor, firsts, viewer))
         finally:
             board.stop()
-    print(f"\n{'executor':<8} {'run next -> first line at viewer (ms)':>40} {'run next -> print':>18} "
-          f"{'print -> viewer':>16} {'streaming p50 / p99 (ms)':>26}")
+    print(
+        f"\n{'executor':<8} {'run next -> first line at viewer (ms)':>40} {'run next -> print':>18} "
+        f"{'print -> viewer':>16} {'streaming p50 / p99 (ms)':>26}"
+    )
     for executor, firsts, viewer in rows:
         totals = [f[0] for f in firsts]
         starts = [f[1] for f in firsts]
         hops = [f[2] for f in firsts]
-        print(f"{executor:<8} {'median ' + format(statistics.median(totals), '.0f') + ', max ' + format(max(totals), '.0f'):>40} "
-              f"{statistics.median(starts):>18.0f} {statistics.median(hops):>16.0f} "
-              f"{format(pct(viewer.latencies, 50), '.1f') + ' / ' + format(pct(viewer.latencies, 99), '.1f'):>26}")
+        print(
+            f"{executor:<8} {'median ' + format(statistics.median(totals), '.0f') + ', max ' + format(max(totals), '.0f'):>40} "
+            f"{statistics.median(starts):>18.0f} {statistics.median(hops):>16.0f} "
+            f"{format(pct(viewer.latencies, 50), '.1f') + ' / ' + format(pct(viewer.latencies, 99), '.1f'):>26}"
+        )
     return 0
 
 
@@ -115,8 +137,11 @@ def paced_latency(board: Board, slug: str):
     viewer.expected = lines
     viewer.done.wait(30)
     viewer.stop = True
-    print(f"  {slug}: {lines} lines, print -> viewer p50 {pct(viewer.latencies, 50):.1f} ms, "
-          f"p99 {pct(viewer.latencies, 99):.1f} ms, lost {lines - len(viewer.seen)}, duplicated {viewer.dups}", flush=True)
+    print(
+        f"  {slug}: {lines} lines, print -> viewer p50 {pct(viewer.latencies, 50):.1f} ms, "
+        f"p99 {pct(viewer.latencies, 99):.1f} ms, lost {lines - len(viewer.seen)}, duplicated {viewer.dups}",
+        flush=True,
+    )
     return viewer
 
 

@@ -15,6 +15,7 @@ server gets each chunk at least once and stores it once (idempotent on attempt +
 Reconnects use exponential backoff with jitter (0.5 s doubling to 30 s). A token the server
 refuses (HTTP 401/403 at the handshake) ends the runner with exit code 3.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,23 +29,47 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from app.protocol import (Ack, AttemptRef, Cancel, Dispatch, Finished, FinishedAck, Heartbeat, Hello, LogChunkMsg,
-                          Phase, Reject, Started, Welcome, parse_server_message)
+from app.protocol import (
+    Ack,
+    AttemptRef,
+    Cancel,
+    Dispatch,
+    Finished,
+    FinishedAck,
+    Heartbeat,
+    Hello,
+    LogChunkMsg,
+    Phase,
+    Reject,
+    Started,
+    Welcome,
+    parse_server_message,
+)
 from runners import fingerprint as node
 from runners.executors import LocalExecutor, spooled_end
-from runners.process import (SECRET_ENV, OutputChunk, ProcessId, TrialProcess, check_gpus_released, gpu_memory_used,
-                             stop_attempt_leftovers, trace, withhold)
+from runners.process import (
+    SECRET_ENV,
+    OutputChunk,
+    ProcessId,
+    TrialProcess,
+    check_gpus_released,
+    gpu_memory_used,
+    stop_attempt_leftovers,
+    trace,
+    withhold,
+)
 from runners.recipes import RecipeError, build_launch
-from runners.spool import AttemptSpool, SpooledChunk, Spool, SpoolBusy
+from runners.spool import AttemptSpool, Spool, SpoolBusy, SpooledChunk
 
 log = logging.getLogger("campaign.runner")
 
@@ -162,9 +187,14 @@ class Agent:
         gc.freeze()
         try:
             if self.fingerprint is None:  # collected while the first connection is made
-                self._fingerprint_task = asyncio.create_task(asyncio.to_thread(
-                    lambda: {**node.collect(python=self.options.python, sglang_python=self.options.sglang_python),
-                             **self.executor.describe()}))
+                self._fingerprint_task = asyncio.create_task(
+                    asyncio.to_thread(
+                        lambda: {
+                            **node.collect(python=self.options.python, sglang_python=self.options.sglang_python),
+                            **self.executor.describe(),
+                        }
+                    )
+                )
             await self._recover_spool()
             connection = asyncio.create_task(self._connection_loop())
             helpers = [asyncio.create_task(self._stopping.wait())]
@@ -197,8 +227,11 @@ class Agent:
         await self._stop_all_attempts()
         # Give the server a moment to get the last chunks and finished messages.
         deadline = time.monotonic() + 5.0
-        while (time.monotonic() < deadline and self.connected.is_set()
-               and any(a.spool.has_unacked for a in self.attempts.values())):
+        while (
+            time.monotonic() < deadline
+            and self.connected.is_set()
+            and any(a.spool.has_unacked for a in self.attempts.values())
+        ):
             await asyncio.sleep(0.05)
         if self._ws is not None:
             with contextlib.suppress(Exception):
@@ -231,16 +264,21 @@ class Agent:
             self.attempts[attempt.attempt_id] = attempt
             if spooled.finished is not None:
                 continue
-            handle = self.executor.reattach(attempt.attempt_id, resume_offset=spooled_end(spooled),
-                                            grace_s=self.options.cancel_grace_s, **self._callbacks(attempt))
+            handle = self.executor.reattach(
+                attempt.attempt_id,
+                resume_offset=spooled_end(spooled),
+                grace_s=self.options.cancel_grace_s,
+                **self._callbacks(attempt),
+            )
             if handle is not None:
                 log.info("trial %s: re-attached to SLURM job %s", attempt.trial_id, handle.pid)
                 attempt.process, attempt.running = handle, True
                 attempt.task = asyncio.create_task(self._follow(attempt, handle))
                 continue
             leader = ProcessId(spooled.leader["pid"], spooled.leader["create_time"]) if spooled.leader else None
-            killed = await asyncio.to_thread(stop_attempt_leftovers, attempt.attempt_id, leader,
-                                             self.options.cancel_grace_s)
+            killed = await asyncio.to_thread(
+                stop_attempt_leftovers, attempt.attempt_id, leader, self.options.cancel_grace_s
+            )
             error = "the runner restarted while this attempt ran"
             if killed:
                 error += f"; stopped what it left running (pids {', '.join(map(str, killed))})"
@@ -254,8 +292,9 @@ class Agent:
         while True:
             began = time.monotonic()
             try:
-                async with connect(self.url, additional_headers=headers, open_timeout=15,
-                                   max_size=16 * 1024 * 1024) as ws:
+                async with connect(
+                    self.url, additional_headers=headers, open_timeout=15, max_size=16 * 1024 * 1024
+                ) as ws:
                     self._ws = ws
                     await self._session(ws)
             except InvalidStatus as exc:
@@ -263,12 +302,20 @@ class Agent:
                 if status in (401, 403):
                     raise RunnerFatal(
                         f"the server at {self.options.server_url} refused this runner's token (HTTP {status}); "
-                        f"check --token / {TOKEN_ENV}, or create a new runner token on the board", EXIT_TOKEN_REFUSED
+                        f"check --token / {TOKEN_ENV}, or create a new runner token on the board",
+                        EXIT_TOKEN_REFUSED,
                     ) from None
                 log.warning("server answered HTTP %s at %s", status, self.url)
             except InvalidURI as exc:
                 raise RunnerFatal(f"--server: {exc}", EXIT_USAGE) from None
-            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError, ValidationError, ProtocolViolation) as exc:
+            except (
+                OSError,
+                ConnectionClosed,
+                InvalidHandshake,
+                TimeoutError,
+                ValidationError,
+                ProtocolViolation,
+            ) as exc:
                 log.warning("connection to %s lost: %s", self.url, exc or type(exc).__name__)
             except Exception:  # a runner bug: say so, keep the trials' logs, try again
                 log.exception("connection to %s failed", self.url)
@@ -285,8 +332,15 @@ class Agent:
         if self.fingerprint is None and self._fingerprint_task is not None:
             self.fingerprint = await self._fingerprint_task
         held = [a.ref for a in self.attempts.values() if not a.rejected and (a.running or a.spool.has_unacked)]
-        await self._send(ws, Hello(runner_version=node.runner_version(), fingerprint=self.fingerprint or {},
-                                   labels=self.options.labels, attempts=held))
+        await self._send(
+            ws,
+            Hello(
+                runner_version=node.runner_version(),
+                fingerprint=self.fingerprint or {},
+                labels=self.options.labels,
+                attempts=held,
+            ),
+        )
         welcome = parse_server_message(await asyncio.wait_for(ws.recv(), WELCOME_TIMEOUT_S))
         if not isinstance(welcome, Welcome):
             raise ProtocolViolation(f"expected welcome, got {welcome.type}")
@@ -306,8 +360,11 @@ class Agent:
         log.info("connected to %s as runner %s (holding %d attempt(s))", self.url, welcome.runner_id, len(held))
         self.connected.set()
         self._wake.set()
-        tasks = [asyncio.create_task(self._receive(ws)), asyncio.create_task(self._sender(ws)),
-                 asyncio.create_task(self._heartbeat(ws))]
+        tasks = [
+            asyncio.create_task(self._receive(ws)),
+            asyncio.create_task(self._sender(ws)),
+            asyncio.create_task(self._heartbeat(ws)),
+        ]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -347,15 +404,27 @@ class Agent:
                 continue
             chunks = attempt.next_chunks(SEND_BATCH)
             for chunk in chunks:
-                await self._send(ws, LogChunkMsg(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id,
-                                                 seq=chunk.seq, offset=chunk.offset, data=chunk.data))
+                await self._send(
+                    ws,
+                    LogChunkMsg(
+                        trial_id=attempt.trial_id,
+                        attempt_id=attempt.attempt_id,
+                        seq=chunk.seq,
+                        offset=chunk.offset,
+                        data=chunk.data,
+                    ),
+                )
                 if trace.on:
                     trace("r_sent", attempt.trial_id, chunk.seq)
                 attempt.sent_seq = chunk.seq
                 sent = True
             finished = attempt.spool.finished
-            if (finished is not None and not attempt.finished_sent and attempt.sent_seq >= attempt.spool.last_seq
-                    and self.attempts.get(attempt.attempt_id) is attempt):
+            if (
+                finished is not None
+                and not attempt.finished_sent
+                and attempt.sent_seq >= attempt.spool.last_seq
+                and self.attempts.get(attempt.attempt_id) is attempt
+            ):
                 await self._send(ws, Finished.model_validate(finished))
                 attempt.finished_sent = True
                 sent = True
@@ -382,8 +451,12 @@ class Agent:
                 log.info("trial %s: cancel (%s)", attempt.trial_id, message.reason or "no reason given")
                 self._cancel_attempt(attempt)
             elif isinstance(message, Reject):
-                log.warning("trial %s attempt %s rejected by the server: %s", attempt.trial_id,
-                            attempt.attempt_id, message.reason)
+                log.warning(
+                    "trial %s attempt %s rejected by the server: %s",
+                    attempt.trial_id,
+                    attempt.attempt_id,
+                    message.reason,
+                )
                 attempt.rejected = True
                 if attempt.process is not None:
                     attempt.process.cancel(kill_now=True)
@@ -399,7 +472,9 @@ class Agent:
         self.attempts[attempt.attempt_id] = attempt
         busy = sum(1 for a in self.attempts.values() if a.running)
         if busy >= self.options.max_concurrent or self._stopping.is_set():
-            reason = "the runner is stopping" if self._stopping.is_set() else f"the runner is busy ({busy} trial(s) running)"
+            reason = (
+                "the runner is stopping" if self._stopping.is_set() else f"the runner is busy ({busy} trial(s) running)"
+            )
             self._finish(attempt, outcome="failed_to_start", error=reason)
             return
         attempt.running = True
@@ -407,22 +482,30 @@ class Agent:
 
     def _callbacks(self, attempt: Attempt) -> dict[str, Any]:
         loop = self._loop
-        return dict(on_chunk=lambda chunk: self._spool_chunk(attempt, chunk),
-                    on_phase=lambda name: loop.call_soon_threadsafe(self._queue_phase, attempt, name),
-                    on_teardown=lambda: loop.call_soon_threadsafe(self._queue_phase, attempt, "tearing down"))
+        return dict(
+            on_chunk=lambda chunk: self._spool_chunk(attempt, chunk),
+            on_phase=lambda name: loop.call_soon_threadsafe(self._queue_phase, attempt, name),
+            on_teardown=lambda: loop.call_soon_threadsafe(self._queue_phase, attempt, "tearing down"),
+        )
 
     async def _follow(self, attempt: Attempt, handle: Any) -> None:
         """A re-attached trial: wait for its end and report it."""
         try:
             result = await asyncio.to_thread(handle.wait)
             if result is not None:
-                self._finish(attempt, outcome=result.outcome, exit_code=result.exit_code, signal=result.signal,
-                             error=result.error)
+                self._finish(
+                    attempt,
+                    outcome=result.outcome,
+                    exit_code=result.exit_code,
+                    signal=result.signal,
+                    error=result.error,
+                )
         finally:
             attempt.running = False
 
-    async def _run_attempt(self, attempt: Attempt, recipe: dict[str, Any],
-                           requirements: dict[str, Any] | None = None) -> None:
+    async def _run_attempt(
+        self, attempt: Attempt, recipe: dict[str, Any], requirements: dict[str, Any] | None = None
+    ) -> None:
         label = f"trial {attempt.trial_id} attempt {attempt.attempt_id}"
         try:
             self._queue(Phase(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, phase="launching"))
@@ -436,17 +519,23 @@ class Agent:
                 self._finish(attempt, outcome="cancelled", error="cancelled before it started")
                 return
             try:
-                process = self.executor.trial(spec, attempt.attempt_id, trial_id=attempt.trial_id,
-                                              requirements=requirements, grace_s=self.options.cancel_grace_s,
-                                              **self._callbacks(attempt))
+                process = self.executor.trial(
+                    spec,
+                    attempt.attempt_id,
+                    trial_id=attempt.trial_id,
+                    requirements=requirements,
+                    grace_s=self.options.cancel_grace_s,
+                    **self._callbacks(attempt),
+                )
             except RecipeError as exc:
                 self._finish(attempt, outcome="failed_to_start", error=str(exc))
                 return
             try:
                 process.start()
             except OSError as exc:
-                self._finish(attempt, outcome="failed_to_start",
-                             error=f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}")
+                self._finish(
+                    attempt, outcome="failed_to_start", error=f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}"
+                )
                 return
             attempt.process = process
             if process.leader is not None:
@@ -460,20 +549,39 @@ class Agent:
             result = await asyncio.to_thread(process.wait)
             if result is None:
                 return  # detached from a SLURM job: the next runner process re-attaches
-            released, note = (await asyncio.to_thread(check_gpus_released, gpu_before) if self.executor.name == "local"
-                              else (None, "GPUs of a SLURM job are released by SLURM on its nodes"))
-            log.info("%s: %s (exit code %s, signal %s)%s", label, result.outcome, result.exit_code, result.signal,
-                     f"; {note}" if note else "")
-            self._finish(attempt, outcome=result.outcome, exit_code=result.exit_code, signal=result.signal,
-                         error=result.error, gpu_released=released, gpu_note=note)
+            released, note = (
+                await asyncio.to_thread(check_gpus_released, gpu_before)
+                if self.executor.name == "local"
+                else (None, "GPUs of a SLURM job are released by SLURM on its nodes")
+            )
+            log.info(
+                "%s: %s (exit code %s, signal %s)%s",
+                label,
+                result.outcome,
+                result.exit_code,
+                result.signal,
+                f"; {note}" if note else "",
+            )
+            self._finish(
+                attempt,
+                outcome=result.outcome,
+                exit_code=result.exit_code,
+                signal=result.signal,
+                error=result.error,
+                gpu_released=released,
+                gpu_note=note,
+            )
         except Exception as exc:  # a runner bug must not leave the trial hanging on the board
             log.exception("%s: the runner failed", label)
             if attempt.process is not None and attempt.process.popen and attempt.process.popen.returncode is None:
                 attempt.process.cancel(kill_now=True)
                 await asyncio.to_thread(attempt.process.wait)
             if attempt.spool.finished is None:
-                self._finish(attempt, outcome="failed_to_start" if attempt.process is None else "exited",
-                             error=f"runner error: {exc!r}"[:2000])
+                self._finish(
+                    attempt,
+                    outcome="failed_to_start" if attempt.process is None else "exited",
+                    error=f"runner error: {exc!r}"[:2000],
+                )
         finally:
             attempt.running = False
 
@@ -496,13 +604,30 @@ class Agent:
     def _queue_phase(self, attempt: Attempt, name: str) -> None:
         self._queue(Phase(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, phase=name[:40]))
 
-    def _finish(self, attempt: Attempt, *, outcome: str, exit_code: int | None = None, signal: int | None = None,
-                error: str = "", gpu_released: bool | None = None, gpu_note: str = "") -> None:
+    def _finish(
+        self,
+        attempt: Attempt,
+        *,
+        outcome: str,
+        exit_code: int | None = None,
+        signal: int | None = None,
+        error: str = "",
+        gpu_released: bool | None = None,
+        gpu_note: str = "",
+    ) -> None:
         if attempt.rejected:
             return
-        message = Finished(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, outcome=outcome,
-                           exit_code=exit_code, signal=signal, error=error, last_seq=attempt.spool.last_seq,
-                           gpu_released=gpu_released, gpu_note=gpu_note[:500])
+        message = Finished(
+            trial_id=attempt.trial_id,
+            attempt_id=attempt.attempt_id,
+            outcome=outcome,
+            exit_code=exit_code,
+            signal=signal,
+            error=error,
+            last_seq=attempt.spool.last_seq,
+            gpu_released=gpu_released,
+            gpu_note=gpu_note[:500],
+        )
         attempt.spool.set_finished(message.model_dump())
         self._wake.set()
 
@@ -524,14 +649,29 @@ class ProtocolViolation(Exception):
 
 # ---- entry points ---------------------------------------------------------------------------------
 
-def run(server_url: str, token: str, *, spool_dir: Path, labels: Sequence[str] = (), name: str = "",
-        python: str | None = None, sglang_python: str | None = None, cancel_grace_s: float = 10.0,
-        max_concurrent: int = 1, parent_pid: int | None = None, executor: Any = None) -> int:
+
+def run(
+    server_url: str,
+    token: str,
+    *,
+    spool_dir: Path,
+    labels: Sequence[str] = (),
+    name: str = "",
+    python: str | None = None,
+    sglang_python: str | None = None,
+    cancel_grace_s: float = 10.0,
+    max_concurrent: int = 1,
+    parent_pid: int | None = None,
+    executor: Any = None,
+) -> int:
     """Run the runner until SIGTERM/SIGINT (exit 0) or a fatal error (2: bad arguments,
     3: the server refused the token). Blocks; sets up logging to stderr when none is set."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s runner{' ' + name if name else ''}: %(message)s",
-                            datefmt="%H:%M:%S")
+        logging.basicConfig(
+            level=logging.INFO,
+            format=f"%(asctime)s runner{' ' + name if name else ''}: %(message)s",
+            datefmt="%H:%M:%S",
+        )
     if not token:
         log.error("no runner token: pass --token-file or set %s", TOKEN_ENV)
         return EXIT_USAGE
@@ -540,9 +680,19 @@ def run(server_url: str, token: str, *, spool_dir: Path, labels: Sequence[str] =
     withhold(token)
     os.environ.pop(TOKEN_ENV, None)
     _not_dumpable()
-    options = RunnerOptions(server_url=server_url, token=token, spool_dir=Path(spool_dir), labels=list(labels),
-                            name=name, python=python, sglang_python=sglang_python, cancel_grace_s=cancel_grace_s,
-                            max_concurrent=max_concurrent, parent_pid=parent_pid, executor=executor)
+    options = RunnerOptions(
+        server_url=server_url,
+        token=token,
+        spool_dir=Path(spool_dir),
+        labels=list(labels),
+        name=name,
+        python=python,
+        sglang_python=sglang_python,
+        cancel_grace_s=cancel_grace_s,
+        max_concurrent=max_concurrent,
+        parent_pid=parent_pid,
+        executor=executor,
+    )
 
     async def main() -> int:
         try:
@@ -568,8 +718,9 @@ def _not_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-def start_embedded(server_url: str, token: str, spool_dir: Path, *, name: str = "embedded",
-                   labels: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+def start_embedded(
+    server_url: str, token: str, spool_dir: Path, *, name: str = "embedded", labels: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
     """Start the local runner of `campaign serve` as a child process and return it.
 
     It runs `python -m app.cli runner --server URL --spool-dir DIR --name NAME --token-file -`
@@ -579,8 +730,22 @@ def start_embedded(server_url: str, token: str, spool_dir: Path, *, name: str = 
     runner's row and token first, starts it once the server listens (it reconnects with
     backoff until then anyway), and calls `stop_embedded` on shutdown.
     """
-    argv = [sys.executable, "-m", "app.cli", "runner", "--server", server_url, "--spool-dir", str(spool_dir),
-            "--name", name, "--parent-pid", str(os.getpid()), "--token-file", "-"]
+    argv = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "runner",
+        "--server",
+        server_url,
+        "--spool-dir",
+        str(spool_dir),
+        "--name",
+        name,
+        "--parent-pid",
+        str(os.getpid()),
+        "--token-file",
+        "-",
+    ]
     if labels:
         argv += ["--labels", ",".join(labels)]
     server_secrets = {"CAMPAIGN_SECRET_KEY", "CAMPAIGN_DATABASE_URL", TOKEN_ENV, *SECRET_ENV}

@@ -5,6 +5,7 @@ with a deadline (importing torch takes a second or two; a wedged driver can hang
 and whatever is absent or fails is None. `query_gpus()` / `query_compute_apps()` are the one
 place the runner asks nvidia-smi (or NVML) about GPUs; the GPU-release check uses them too.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -18,8 +19,20 @@ import sys
 import time
 from typing import Any
 
-FINGERPRINT_KEYS = ("hostname", "cpu_count", "python", "gpu_count", "gpus", "sm", "driver", "cuda",
-                    "torch", "nccl", "sglang", "flashinfer")
+FINGERPRINT_KEYS = (
+    "hostname",
+    "cpu_count",
+    "python",
+    "gpu_count",
+    "gpus",
+    "sm",
+    "driver",
+    "cuda",
+    "torch",
+    "nccl",
+    "sglang",
+    "flashinfer",
+)
 
 # Runs in the recipes' interpreter. Importing torch can take many seconds on a cold GPU node, so
 # versions come from package metadata and torch/version.py first (one line, printed at once);
@@ -34,7 +47,9 @@ def version(*names):
             pass
     return None
 """
-_TORCH_PROBE = _VERSION_FN + r"""
+_TORCH_PROBE = (
+    _VERSION_FN
+    + r"""
 out = {"sglang": version("sglang"), "flashinfer": version("flashinfer-python", "flashinfer"), "torch": version("torch")}
 try:
     spec = importlib.util.find_spec("torch")
@@ -57,17 +72,27 @@ if out.get("torch") and out.get("cuda") and not out.get("nccl"):
     except Exception:
         pass
 """
+)
 
 # Runs in the sglang interpreter (when it is another one): no torch import, just versions.
-_VERSION_PROBE = _VERSION_FN + r"""
+_VERSION_PROBE = (
+    _VERSION_FN
+    + r"""
 print("@@probe " + json.dumps({"sglang": version("sglang"), "flashinfer": version("flashinfer-python", "flashinfer")}))
 """
+)
 
 
 def _start(argv: list[str]) -> subprocess.Popen[str] | None:
     try:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
     except OSError:
         return None
 
@@ -91,7 +116,7 @@ def _probe_result(out: str | None) -> dict[str, Any]:
     for line in reversed((out or "").splitlines()):
         if line.startswith("@@probe "):
             try:
-                value = json.loads(line[len("@@probe "):])
+                value = json.loads(line[len("@@probe ") :])
                 return value if isinstance(value, dict) else {}
             except ValueError:
                 return {}
@@ -140,15 +165,22 @@ def query_gpus(timeout_s: float = 3.0) -> list[dict[str, Any]] | None:
     if nvml is None:
         return None
     try:
-        return [{"index": i, "memory_used_mib": nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used // 2**20}
-                for i in range(nvml.nvmlDeviceGetCount())]
+        return [
+            {
+                "index": i,
+                "memory_used_mib": nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used // 2**20,
+            }
+            for i in range(nvml.nvmlDeviceGetCount())
+        ]
     except Exception:
         return None
 
 
 def query_compute_apps(timeout_s: float = 3.0) -> list[dict[str, Any]]:
     """Processes using GPU memory: [{pid, name, used_mib}] (empty when unknown)."""
-    rows = _nvidia_smi(["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"], timeout_s)
+    rows = _nvidia_smi(
+        ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"], timeout_s
+    )
     apps = []
     for row in rows or []:
         try:
@@ -183,8 +215,13 @@ def _gpus_from_nvml() -> tuple[list[dict[str, Any]], str | None] | None:
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
             name = nvml.nvmlDeviceGetName(handle)
             major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            gpus.append({"name": name.decode() if isinstance(name, bytes) else name, "sm": f"{major}.{minor}",
-                         "memory_mib": nvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20})
+            gpus.append(
+                {
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "sm": f"{major}.{minor}",
+                    "memory_mib": nvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20,
+                }
+            )
         driver = nvml.nvmlSystemGetDriverVersion()
         return gpus, driver.decode() if isinstance(driver, bytes) else driver
     except Exception:
@@ -199,13 +236,21 @@ def collect(*, python: str | None = None, sglang_python: str | None = None, time
     """
     fingerprint: dict[str, Any] = {key: None for key in FINGERPRINT_KEYS}
     try:
-        fingerprint.update(hostname=socket.gethostname(), cpu_count=os.cpu_count(), python=platform.python_version(),
-                           gpu_count=0, gpus=[])
+        fingerprint.update(
+            hostname=socket.gethostname(),
+            cpu_count=os.cpu_count(),
+            python=platform.python_version(),
+            gpu_count=0,
+            gpus=[],
+        )
         deadline = time.monotonic() + timeout_s
         smi = shutil.which("nvidia-smi")
         # Start every probe first, then collect: they run in parallel under one deadline.
-        smi_proc = _start([smi, "--query-gpu=name,compute_cap,memory.total,driver_version",
-                           "--format=csv,noheader,nounits"]) if smi else None
+        smi_proc = (
+            _start([smi, "--query-gpu=name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"])
+            if smi
+            else None
+        )
         torch_proc = _start([python or sys.executable, "-c", _TORCH_PROBE])
         sglang_proc = _start([sglang_python, "-c", _VERSION_PROBE]) if sglang_python else None
 
@@ -257,8 +302,13 @@ def slurm_partition(config: Any) -> dict[str, Any]:
     `config` is a runners.executors.slurm.SlurmConfig."""
     out: dict[str, Any] = {}
     try:
-        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%P|%c|%G|%t"], capture_output=True, text=True,
-                              timeout=10, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N|%P|%c|%G|%t"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
         rows = [line.split("|") for line in done.stdout.splitlines() if line.count("|") == 4]
     except (OSError, subprocess.TimeoutExpired):
         rows = []
@@ -276,8 +326,14 @@ def slurm_partition(config: Any) -> dict[str, Any]:
         gres_gpus, gres_model = max(gres_gpus, count), gres_model or model
     gpus = config.gpus_per_node or gres_gpus
     model = config.gpu_model or gres_model
-    out["slurm"] = {"partition": wanted, "nodes": len(nodes), "cpus_per_node": cpus, "gpus_per_node": gpus,
-                    "gpu_model": model or None, "reachable": bool(rows)}
+    out["slurm"] = {
+        "partition": wanted,
+        "nodes": len(nodes),
+        "cpus_per_node": cpus,
+        "gpus_per_node": gpus,
+        "gpu_model": model or None,
+        "reachable": bool(rows),
+    }
     out["gpu_count"] = gpus
     out["gpus"] = [{"name": model or "GPU", "sm": config.sm or None} for _ in range(gpus)]
     out["sm"] = config.sm or None

@@ -22,6 +22,7 @@ Output: stdout and stderr merged into one pipe, read in binary as soon as data a
 (`os.read` up to 64 KiB) and cut into chunks by `LogChunker` (see there). Reading happens on
 its own thread and never waits for the network: the chunk callback writes to the spool.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import psutil
 
@@ -81,6 +82,7 @@ MAX_CARRY = 64 * 1024  # a partial line longer than this is sent without waiting
 
 
 # ---- output chunks --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class OutputChunk:
@@ -153,11 +155,15 @@ class PhaseScanner:
     def feed(self, text: str) -> list[str]:
         lines = (self._partial + text).split("\n")
         self._partial = lines.pop()[:200]  # only the start of a line can matter
-        return [line[len(PHASE_PREFIX):].strip()[:40] for line in lines
-                if line.startswith(PHASE_PREFIX) and line[len(PHASE_PREFIX):].strip()]
+        return [
+            line[len(PHASE_PREFIX) :].strip()[:40]
+            for line in lines
+            if line.startswith(PHASE_PREFIX) and line[len(PHASE_PREFIX) :].strip()
+        ]
 
 
 # ---- process bookkeeping ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ProcessId:
@@ -167,7 +173,7 @@ class ProcessId:
     create_time: float
 
     @classmethod
-    def of(cls, proc: psutil.Process) -> "ProcessId":
+    def of(cls, proc: psutil.Process) -> ProcessId:
         return cls(proc.pid, proc.create_time())
 
     def process(self) -> psutil.Process | None:
@@ -217,7 +223,7 @@ def kill_processes(targets: Iterable[ProcessId], sig: int) -> int:
 # ---- orphans adopted by the runner (child subreaper) -------------------------------------------
 
 PR_SET_CHILD_SUBREAPER = 36
-_live_leaders: dict[int, "TrialProcess"] = {}  # leader pid -> its running trial
+_live_leaders: dict[int, TrialProcess] = {}  # leader pid -> its running trial
 _adopted: set[int] = set()  # orphans attributed to a trial: ours to reap once they die
 _busy_since = [0.0]  # start time of the first trial since no trial was running
 _before_busy: set[ProcessId] = set()  # our other-session children then: not any trial's (same-tick starts)
@@ -267,7 +273,7 @@ def _identities(procs: list[psutil.Process]) -> set[ProcessId]:
     return found
 
 
-def orphans_of(trial: "TrialProcess") -> set[ProcessId]:
+def orphans_of(trial: TrialProcess) -> set[ProcessId]:
     """The adopted orphans that belong to `trial` (see the module docstring)."""
     with _leaders_lock:
         others = [t for t in _live_leaders.values() if t is not trial]
@@ -277,8 +283,12 @@ def orphans_of(trial: "TrialProcess") -> set[ProcessId]:
             ids = {os.getpgid(proc.pid), os.getsid(proc.pid)}
             owner = next((t for t in [trial, *others] if t.popen is not None and t.popen.pid in ids), None)
             # Unowned: started while trials ran (older ones are not any trial's), only trial running.
-            if owner is trial or (owner is None and not others and proc.create_time() >= _busy_since[0]
-                                  and ProcessId.of(proc) not in _before_busy):
+            if owner is trial or (
+                owner is None
+                and not others
+                and proc.create_time() >= _busy_since[0]
+                and ProcessId.of(proc) not in _before_busy
+            ):
                 found.add(ProcessId.of(proc))
                 found.update(ProcessId.of(c) for c in proc.children(recursive=True))
         except (OSError, psutil.Error):
@@ -304,6 +314,7 @@ def reap_orphans() -> None:
 
 # ---- a trial ---------------------------------------------------------------------------------
 
+
 @dataclass
 class TrialResult:
     outcome: str  # exited, timed_out, cancelled, failed_to_start
@@ -320,11 +331,18 @@ class TrialProcess:
     `cancel()` may be called from any thread.
     """
 
-    def __init__(self, spec: LaunchSpec, attempt_id: str, *, grace_s: float = 10.0,
-                 on_chunk: Callable[[OutputChunk], None] = lambda chunk: None,
-                 on_phase: Callable[[str], None] = lambda name: None,
-                 on_teardown: Callable[[], None] = lambda: None,
-                 poll_s: float = 0.2, flush_after_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        attempt_id: str,
+        *,
+        grace_s: float = 10.0,
+        on_chunk: Callable[[OutputChunk], None] = lambda chunk: None,
+        on_phase: Callable[[str], None] = lambda name: None,
+        on_teardown: Callable[[], None] = lambda: None,
+        poll_s: float = 0.2,
+        flush_after_s: float = 0.1,
+    ) -> None:
         self.spec = spec
         self.attempt_id = attempt_id
         self.grace_s = grace_s
@@ -353,8 +371,15 @@ class TrialProcess:
         before = _identities(adopted_orphans()) if not _live_leaders else None
         with _leaders_lock:
             self.popen = subprocess.Popen(
-                self.spec.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                cwd=self.spec.cwd or None, env=env, start_new_session=True, close_fds=True)
+                self.spec.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=self.spec.cwd or None,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
             try:
                 self.leader = ProcessId.of(psutil.Process(self.popen.pid))
             except psutil.Error:
@@ -407,9 +432,13 @@ class TrialProcess:
             self._kill_all(strays)
         reap_orphans()
         code = self.popen.returncode
-        return TrialResult(outcome=outcome, exit_code=code if code is not None and code >= 0 else None,
-                           signal=-code if code is not None and code < 0 else None, error=error,
-                           leftovers=leftovers)
+        return TrialResult(
+            outcome=outcome,
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            error=error,
+            leftovers=leftovers,
+        )
 
     # -- internals --
 
@@ -553,8 +582,9 @@ def gpu_memory_used() -> dict[int, int] | None:
     return None if gpus is None else {gpu["index"]: gpu["memory_used_mib"] for gpu in gpus}
 
 
-def check_gpus_released(before: dict[int, int] | None, *, wait_s: float = 5.0,
-                        poll_s: float = 0.5) -> tuple[bool | None, str]:
+def check_gpus_released(
+    before: dict[int, int] | None, *, wait_s: float = 5.0, poll_s: float = 0.5
+) -> tuple[bool | None, str]:
     """(gpu_released, gpu_note): is GPU memory back to what it was before the trial?
 
     Waits up to wait_s for the driver to free memory of processes that just ended."""
@@ -573,8 +603,12 @@ def check_gpus_released(before: dict[int, int] | None, *, wait_s: float = 5.0,
         if time.monotonic() >= deadline:
             break
         time.sleep(poll_s)
-    parts = [f"GPU {index}: {used} MiB used (before: {before.get(index, 0)} MiB)" for index, used in sorted(held.items())]
+    parts = [
+        f"GPU {index}: {used} MiB used (before: {before.get(index, 0)} MiB)" for index, used in sorted(held.items())
+    ]
     apps = query_compute_apps()
     if apps:
-        parts.append("compute apps: " + ", ".join(f"pid {app['pid']} {app['name']} {app['used_mib']} MiB" for app in apps))
+        parts.append(
+            "compute apps: " + ", ".join(f"pid {app['pid']} {app['name']} {app['used_mib']} MiB" for app in apps)
+        )
     return False, ("; ".join(parts))[:500]

@@ -14,6 +14,7 @@ No fsync per chunk: a crash can lose the tail the OS had not written, never corr
 before it (a torn last line is cut off on reopen). Acks are persisted lazily: after a crash
 the runner may resend chunks the server already has, which it stores idempotently.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -165,9 +166,17 @@ class AttemptSpool:
     def _persist(self) -> None:
         if self._removed:
             return
-        _write_json_atomic(self._meta_path, {
-            "trial_id": self.trial_id, "attempt_id": self.attempt_id, "acked_seq": self.acked_seq,
-            "base_seq": self._base_seq, "finished": self.finished, "leader": self.leader})
+        _write_json_atomic(
+            self._meta_path,
+            {
+                "trial_id": self.trial_id,
+                "attempt_id": self.attempt_id,
+                "acked_seq": self.acked_seq,
+                "base_seq": self._base_seq,
+                "finished": self.finished,
+                "leader": self.leader,
+            },
+        )
         self._last_persist = time.monotonic()
 
     def _load_chunks(self) -> None:
@@ -204,7 +213,9 @@ class Spool:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_file.close()
-            raise SpoolBusy(f"spool directory {self.root} is in use by another runner; give each runner its own --spool-dir") from None
+            raise SpoolBusy(
+                f"spool directory {self.root} is in use by another runner; give each runner its own --spool-dir"
+            ) from None
         self._open: dict[str, AttemptSpool] = {}
 
     def open(self, trial_id: int, attempt_id: str) -> AttemptSpool:

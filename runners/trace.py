@@ -4,6 +4,7 @@ Off unless CAMPAIGN_LOG_TRACE names a path prefix; then each process appends "ev
 time_ns" lines to <prefix>.<role>.<pid>.tsv. Off, callers test `trace.on` and skip it.
 Standard library only: the runner imports it as well as the server.
 """
+
 from __future__ import annotations
 
 import atexit

@@ -1,4 +1,5 @@
 """`campaign classify LOGFILE`: a fixture log through the real command (subprocess), its exit codes."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,15 @@ LOGS = ROOT / "tests" / "fixtures" / "logs"
 
 def classify(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "app.cli", "classify", *args], cwd=ROOT, env=env, input=input,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "classify", *args],
+        cwd=ROOT,
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def fields(stdout: str) -> dict[str, str]:

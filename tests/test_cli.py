@@ -1,4 +1,5 @@
 """The `campaign` command: demo, export/import with clear errors, tokens, login URLs."""
+
 import os
 import subprocess
 import sys
@@ -15,8 +16,16 @@ def run(tmp_path):
     env.pop("CAMPAIGN_DATABASE_URL", None)
 
     def _run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT, input=input,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli", *args],
+            env=env,
+            cwd=ROOT,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     return _run
 
 
@@ -37,7 +46,9 @@ def test_demo_export_import_round_trip(run, tmp_path):
 
 def test_bad_file_exits_nonzero_and_imports_nothing(run, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("format: campaign-board/v1\ncampaign: {slug: x, name: X}\napproaches:\n- key: a\n  title: A\n  status: nope\n")
+    bad.write_text(
+        "format: campaign-board/v1\ncampaign: {slug: x, name: X}\napproaches:\n- key: a\n  title: A\n  status: nope\n"
+    )
     r = run("import", str(bad))
     assert r.returncode == 1
     assert "line 6" in r.stderr and "status" in r.stderr and "nothing was imported" in r.stderr
@@ -58,7 +69,12 @@ def test_login_url_and_tokens(run):
 
 
 def test_serve_refuses_no_auth_on_a_public_address(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--no-runner"],
-                       env={**os.environ, "CAMPAIGN_AUTH_ENABLED": "false", "CAMPAIGN_DATA_DIR": str(tmp_path)},
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--no-runner"],
+        env={**os.environ, "CAMPAIGN_AUTH_ENABLED": "false", "CAMPAIGN_DATA_DIR": str(tmp_path)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and "only allowed on a loopback address" in r.stderr

@@ -1,4 +1,5 @@
 """Documentation that must not drift: every setting is described and listed in docs/configuration.md."""
+
 from pathlib import Path
 
 from app.config import Settings

@@ -1,4 +1,5 @@
 """Migrations upgrade an empty database (SQLite and PostgreSQL) to exactly what the models say."""
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect

@@ -1,4 +1,5 @@
 """JSON API for campaigns and approaches: the same operations as the pages, in OpenAPI."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -8,8 +9,17 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.campaign_files import export_campaign, import_campaign
-from app.schemas import (ApproachCreate, ApproachPublic, ApproachUpdate, CampaignCreate, CampaignPublic,
-                         CampaignUpdate, MoveRequest, StatusChangePublic, StatusChangeRequest)
+from app.schemas import (
+    ApproachCreate,
+    ApproachPublic,
+    ApproachUpdate,
+    CampaignCreate,
+    CampaignPublic,
+    CampaignUpdate,
+    MoveRequest,
+    StatusChangePublic,
+    StatusChangeRequest,
+)
 
 router = APIRouter(prefix="/api", tags=["campaigns"], dependencies=[Depends(require_operator)])
 
@@ -34,16 +44,21 @@ def update_campaign(slug: str, data: CampaignUpdate, session: SessionDep, operat
     return inventory.update_campaign(session, inventory.get_campaign(session, slug), data)
 
 
-@router.get("/campaigns/{slug}/export", response_class=Response,
-            responses={200: {"content": {"application/x-yaml": {}}}})
+@router.get(
+    "/campaigns/{slug}/export", response_class=Response, responses={200: {"content": {"application/x-yaml": {}}}}
+)
 def export(slug: str, session: SessionDep) -> Response:
     text = export_campaign(session, inventory.get_campaign(session, slug))
     return Response(text, media_type="application/x-yaml")
 
 
 @router.post("/campaigns/import", summary="Import a campaign file (YAML body); all or nothing")
-def import_file(session: SessionDep, operator: OperatorDep, replace: bool = False,
-                body: str = Body(..., media_type="application/x-yaml")) -> dict:
+def import_file(
+    session: SessionDep,
+    operator: OperatorDep,
+    replace: bool = False,
+    body: str = Body(..., media_type="application/x-yaml"),
+) -> dict:
     return {"summary": import_campaign(session, body, actor=operator.name, replace=replace)}
 
 
@@ -89,8 +104,13 @@ def move_approach(slug: str, key: str, data: MoveRequest, session: SessionDep, o
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/history", response_model=list[StatusChangePublic])
-def approach_history(slug: str, key: str, session: SessionDep, before: PageAfter = None,
-                     limit: Annotated[int, Query(ge=1, le=1000)] = 200):
+def approach_history(
+    slug: str,
+    key: str,
+    session: SessionDep,
+    before: PageAfter = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+):
     """Newest first, a page at a time: pass the last id you got as `before` for the next page."""
     approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
     return inventory.history(session, approach, before=before, limit=limit)

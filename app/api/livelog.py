@@ -12,6 +12,7 @@ Costs are per publish, not per viewer: a live frame is encoded once (live.Frame)
 to every viewer that is caught up; backlog pages are read and encoded on a worker thread. The socket
 is read for as long as it is open, so a viewer that leaves is cleaned up at once, ended trial or not.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,9 +34,9 @@ from app.models import Trial
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["trials"])
 
-BACKLOG_PAGE = 500                 # chunks per backlog read (and per message)
-BACKLOG_PAGE_BYTES = 1024 * 1024   # ... or this many bytes of text, whichever comes first
-PENDING_LIMIT = 2000               # chunks held out of order before the viewer is told to resync
+BACKLOG_PAGE = 500  # chunks per backlog read (and per message)
+BACKLOG_PAGE_BYTES = 1024 * 1024  # ... or this many bytes of text, whichever comes first
+PENDING_LIMIT = 2000  # chunks held out of order before the viewer is told to resync
 
 
 def browser_allowed(ws: WebSocket) -> bool:
@@ -103,7 +104,7 @@ class LogFollower:
             dequeued = time.time_ns() if trace.on else 0
             if not self.pending and frame.contiguous and frame.first == self.last + 1:
                 self.last = frame.last
-                await self.ws.send_text(frame.text())   # the shared bytes: no per-viewer encoding
+                await self.ws.send_text(frame.text())  # the shared bytes: no per-viewer encoding
                 out = frame.chunks
             else:
                 out = self._take(frame.chunks)

@@ -5,6 +5,7 @@ unknown or revoked), then `hello` -> `welcome`, then messages both ways (app/pro
 Received messages are processed in batches: whatever is already queued when the previous batch
 is done goes into one transaction (app/services/runners.py), and acks are sent after it commits.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,8 +25,8 @@ from app.services.runners import REFUSED_CLOSE_CODE, RunnerIngest
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["runners"])
 
-BATCH_MAX = 512          # messages per transaction
-RECEIVE_QUEUE = 256      # received, not yet processed (beyond this the runner's sends wait: TCP backpressure)
+BATCH_MAX = 512  # messages per transaction
+RECEIVE_QUEUE = 256  # received, not yet processed (beyond this the runner's sends wait: TCP backpressure)
 
 
 def _bearer(value: str | None) -> str | None:
@@ -119,8 +120,7 @@ class RunnerSession:
         try:
             out = await self.ingest.batch(raw)
         except Exception:
-            log.exception(
-                "runner %s: a batch of %d messages failed; closing so it resends", self.name, len(raw))
+            log.exception("runner %s: a batch of %d messages failed; closing so it resends", self.name, len(raw))
             await self.link.close(1011, "server error; reconnect and resend")
             raise
         if out.replies:

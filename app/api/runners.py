@@ -1,5 +1,6 @@
 """Runners, JSON: list, create (the token is shown once) and revoke. The runner's own websocket is
 app/api/runner_socket.py."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -41,4 +42,3 @@ async def create_runner(request: Request, body: RunnerCreate, operator: Operator
 async def revoke_runner(request: Request, runner_id: RowId, operator: OperatorDep) -> dict[str, Any]:
     await revoke(request.app, runner_id)
     return {"id": runner_id, "revoked": True}
-

@@ -1,6 +1,7 @@
 """Trials, JSON: run next candidate, cancel, read a trial, download its log. The browser's live-log
 websocket is app/api/livelog.py.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,21 +22,30 @@ router = APIRouter(tags=["trials"])
 
 
 def run_next_body(result: scheduling.RunNext) -> dict[str, Any]:
-    return {"started": result.started, "trial_id": result.trial.id if result.trial else None,
-            "approach": result.approach.key if result.approach else None,
-            "runner": result.runner.name if result.runner else None, "reason": result.reason}
+    return {
+        "started": result.started,
+        "trial_id": result.trial.id if result.trial else None,
+        "approach": result.approach.key if result.approach else None,
+        "runner": result.runner.name if result.runner else None,
+        "reason": result.reason,
+    }
 
 
 def trial_detail(session: Session, trial_id: int) -> dict[str, Any]:
     trial = scheduling.get_trial(session, trial_id)
     approach = session.get(Approach, trial.approach_id)
     campaign = session.get(Campaign, trial.campaign_id)
-    return {**scheduling.trial_view(trial), "approach": approach.key if approach else None,
-            "approach_title": approach.title if approach else None, "campaign": campaign.slug if campaign else None,
-            "recipe": trial.recipe}
+    return {
+        **scheduling.trial_view(trial),
+        "approach": approach.key if approach else None,
+        "approach_title": approach.title if approach else None,
+        "campaign": campaign.slug if campaign else None,
+        "recipe": trial.recipe,
+    }
 
 
 # ---- JSON routes ------------------------------------------------------------------------------
+
 
 @router.post("/api/campaigns/{slug}/run-next")
 async def run_next(request: Request, slug: str, operator: OperatorDep) -> dict[str, Any]:
@@ -72,5 +82,8 @@ async def download_log(request: Request, trial_id: RowId, operator: OperatorDep)
             for text in log_domain.iter_full_log(session, trial):
                 yield text.encode()
 
-    return StreamingResponse(body(), media_type="text/plain; charset=utf-8",
-                             headers={"Content-Disposition": f'attachment; filename="trial-{trial_id}.log"'})
+    return StreamingResponse(
+        body(),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="trial-{trial_id}.log"'},
+    )

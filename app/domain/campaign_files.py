@@ -16,10 +16,11 @@ Format (version 1):
     campaign.input_sources: {model input: where its value comes from}
     campaign.reported: figures reported elsewhere, each with its source (schemas.ReportedFigure)
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -48,7 +49,7 @@ class HistoryEntry(BaseModel):
     @field_validator("at")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class ApproachFile(ApproachCreate):
@@ -57,7 +58,7 @@ class ApproachFile(ApproachCreate):
     history: list[HistoryEntry] | None = None  # oldest first; used when the import creates the approach
 
     @model_validator(mode="after")
-    def _verdict_has_reason(self) -> "ApproachFile":
+    def _verdict_has_reason(self) -> ApproachFile:
         if self.status in inventory.NEEDS_REASON and not self.reason.strip():
             raise ValueError(f"status {self.status.value} needs a reason")
         if self.history:
@@ -73,7 +74,7 @@ class CampaignFile(BaseModel):
     approaches: list[ApproachFile] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _reported_approaches_exist(self) -> "CampaignFile":
+    def _reported_approaches_exist(self) -> CampaignFile:
         keys = {a.key for a in self.approaches}
         for i, figure in enumerate(self.campaign.reported or []):
             if figure.approach is not None and figure.approach not in keys:
@@ -82,6 +83,7 @@ class CampaignFile(BaseModel):
 
 
 # ---- export -------------------------------------------------------------------------------
+
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """libyaml's emitter when PyYAML has it (the same text, about 5x faster), else the pure-Python one."""
@@ -99,13 +101,20 @@ _Dumper.add_representer(str, _str_presenter)
 def _histories(session: Session, campaign: Campaign) -> dict[int, list[dict[str, Any]]]:
     """Every approach's status changes, oldest first, in one query."""
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    rows = session.execute(sa_select(col(StatusChange.approach_id), col(StatusChange.at), col(StatusChange.to_status),
-                                  col(StatusChange.reason), col(StatusChange.actor))
-                           .join(Approach, col(Approach.id) == col(StatusChange.approach_id))
-                           .where(col(Approach.campaign_id) == campaign.id)
-                           .order_by(col(StatusChange.at), col(StatusChange.id)))
+    rows = session.execute(
+        sa_select(
+            col(StatusChange.approach_id),
+            col(StatusChange.at),
+            col(StatusChange.to_status),
+            col(StatusChange.reason),
+            col(StatusChange.actor),
+        )
+        .join(Approach, col(Approach.id) == col(StatusChange.approach_id))
+        .where(col(Approach.campaign_id) == campaign.id)
+        .order_by(col(StatusChange.at), col(StatusChange.id))
+    )
     for approach_id, at, to, reason, actor in rows:
-        at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+        at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
         entry: dict[str, Any] = {"at": at.isoformat(), "to": to}
         if reason:
             entry["reason"] = reason
@@ -135,11 +144,13 @@ def campaign_document(session: Session, campaign: Campaign) -> dict[str, Any]:
 
 
 def export_campaign(session: Session, campaign: Campaign) -> str:
-    return yaml.dump(campaign_document(session, campaign), Dumper=_Dumper, sort_keys=False,
-                     allow_unicode=True, width=100)
+    return yaml.dump(
+        campaign_document(session, campaign), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100
+    )
 
 
 # ---- import -------------------------------------------------------------------------------
+
 
 def _parse_yaml(text: str) -> tuple[Any, yaml.Node | None]:
     try:
@@ -216,12 +227,27 @@ def _replace_history(session: Session, approach: Approach, item: ApproachFile, a
         session.delete(change)
     previous = ""
     for entry in item.history or []:
-        session.add(StatusChange(approach_id=approach.id, from_status=previous, to_status=entry.to.value,
-                                 reason=entry.reason, actor=entry.actor, at=entry.at))
+        session.add(
+            StatusChange(
+                approach_id=approach.id,
+                from_status=previous,
+                to_status=entry.to.value,
+                reason=entry.reason,
+                actor=entry.actor,
+                at=entry.at,
+            )
+        )
         previous = entry.to.value
     if previous != item.status.value:
-        session.add(StatusChange(approach_id=approach.id, from_status=previous, to_status=item.status.value,
-                                 reason=item.reason, actor=actor))
+        session.add(
+            StatusChange(
+                approach_id=approach.id,
+                from_status=previous,
+                to_status=item.status.value,
+                reason=item.reason,
+                actor=actor,
+            )
+        )
     session.flush()
 
 
@@ -249,8 +275,9 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
         values = item.model_dump(exclude={"key", "status", "reason", "requirements", "history"})
         values["requirements"] = item.requirements.model_dump() if item.requirements else None
         if approach is None:
-            approach = inventory.add_approach(session, campaign, ApproachCreate(**item.model_dump(
-                include=set(ApproachCreate.model_fields))), actor)
+            approach = inventory.add_approach(
+                session, campaign, ApproachCreate(**item.model_dump(include=set(ApproachCreate.model_fields))), actor
+            )
             for name in ("bound_to", "verdict_fingerprint"):
                 setattr(approach, name, values[name])
             if item.history:
@@ -280,5 +307,7 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
             session.add(approach)
     session.flush()
     verb = "created" if created else "updated"
-    return (f"{verb} campaign {campaign.slug!r}: {added} approach(es) added, {changed} changed, "
-            f"{removed} removed, {len(existing) - removed} kept that the file does not list")
+    return (
+        f"{verb} campaign {campaign.slug!r}: {added} approach(es) added, {changed} changed, "
+        f"{removed} removed, {len(existing) - removed} kept that the file does not list"
+    )

@@ -1,4 +1,5 @@
 """The demo campaigns, shipped as campaign files in app/demo/ and loaded through the importer."""
+
 from __future__ import annotations
 
 from pathlib import Path

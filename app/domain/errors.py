@@ -1,4 +1,5 @@
 """Domain errors. app/errors.py is the one place that maps them to HTTP responses."""
+
 from __future__ import annotations
 
 

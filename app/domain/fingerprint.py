@@ -8,6 +8,7 @@ the components whose version made the result (`KeyError: 12` is bound to torch a
 a runner's value of any bound component differs, the verdict deserves a re-test on it.
 Pure functions, no I/O.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -75,8 +76,9 @@ def describe_binding(bound_to: dict[str, Any] | None, fp: dict[str, Any] | None)
     return parts or where
 
 
-def stack_changes(verdict_fp: dict[str, Any] | None, runner_fp: dict[str, Any] | None,
-                  components: list[str] | None = None) -> list[tuple[str, str | None, str | None]]:
+def stack_changes(
+    verdict_fp: dict[str, Any] | None, runner_fp: dict[str, Any] | None, components: list[str] | None = None
+) -> list[tuple[str, str | None, str | None]]:
     """(component, verdict value, runner value) for each component whose value differs."""
     names = components if components is not None else list(STACK_COMPONENTS)
     changes = []
@@ -87,8 +89,9 @@ def stack_changes(verdict_fp: dict[str, Any] | None, runner_fp: dict[str, Any] |
     return changes
 
 
-def retest_reason(bound_to: dict[str, Any] | None, verdict_fp: dict[str, Any] | None,
-                  runner_fp: dict[str, Any] | None) -> str | None:
+def retest_reason(
+    bound_to: dict[str, Any] | None, verdict_fp: dict[str, Any] | None, runner_fp: dict[str, Any] | None
+) -> str | None:
     """'re-test: torch 2.10.0 -> 2.11.0' when a component the verdict is bound to differs on the runner.
 
     None when the verdict is not bound, or every bound component is the same. A runner that
@@ -101,4 +104,5 @@ def retest_reason(bound_to: dict[str, Any] | None, verdict_fp: dict[str, Any] | 
     if not changes:
         return None
     return "re-test: " + ", ".join(
-        f"{STACK_COMPONENTS[c]} {old if old is not None else 'unknown'} -> {new}" for c, old, new in changes)
+        f"{STACK_COMPONENTS[c]} {old if old is not None else 'unknown'} -> {new}" for c, old, new in changes
+    )

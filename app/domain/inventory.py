@@ -1,4 +1,5 @@
 """The approach inventory: campaigns, approaches in priority order, status transitions with history."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -48,13 +49,15 @@ def update_campaign(session: Session, campaign: Campaign, data: CampaignUpdate) 
 
 
 def approaches(session: Session, campaign: Campaign) -> list[Approach]:
-    return list(session.exec(select(Approach).where(Approach.campaign_id == campaign.id)
-                             .order_by(Approach.position, Approach.id)))
+    return list(
+        session.exec(
+            select(Approach).where(Approach.campaign_id == campaign.id).order_by(Approach.position, Approach.id)
+        )
+    )
 
 
 def get_approach(session: Session, campaign: Campaign, key: str) -> Approach:
-    approach = session.exec(select(Approach).where(Approach.campaign_id == campaign.id,
-                                                   Approach.key == key)).first()
+    approach = session.exec(select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == key)).first()
     if approach is None:
         raise NotFound(f"No approach {key!r} in campaign {campaign.slug!r}.")
     return approach
@@ -77,8 +80,9 @@ def status_counts(rows: list[Approach], *, awaiting: bool = False) -> dict[str, 
     return {s: counts.get(s, 0) for s in order}
 
 
-def history(session: Session, approach: Approach, *, before: int | None = None,
-            limit: int | None = None) -> list[StatusChange]:
+def history(
+    session: Session, approach: Approach, *, before: int | None = None, limit: int | None = None
+) -> list[StatusChange]:
     """The approach's status changes, newest first; a page: at most `limit`, older than change `before`."""
     query = select(StatusChange).where(StatusChange.approach_id == approach.id)
     if before is not None:
@@ -94,8 +98,10 @@ def history(session: Session, approach: Approach, *, before: int | None = None,
 
 def _check_reason(status: ApproachStatus, reason: str) -> None:
     if status in NEEDS_REASON and not reason.strip():
-        raise Invalid(f"Moving to {status.value.replace('_', ' ')} needs a reason: say what was tried and what happened.",
-                      field="reason")
+        raise Invalid(
+            f"Moving to {status.value.replace('_', ' ')} needs a reason: say what was tried and what happened.",
+            field="reason",
+        )
 
 
 def add_approach(session: Session, campaign: Campaign, data: ApproachCreate, actor: str) -> Approach:
@@ -104,12 +110,23 @@ def add_approach(session: Session, campaign: Campaign, data: ApproachCreate, act
     _check_reason(data.status, data.reason)
     last = session.exec(select(func.max(Approach.position)).where(Approach.campaign_id == campaign.id)).one()
     fields: dict[str, Any] = data.model_dump(exclude={"requirements"})
-    approach = Approach(campaign_id=campaign.id, position=(last or 0) + 1,
-                        requirements=data.requirements.model_dump() if data.requirements else None, **fields)
+    approach = Approach(
+        campaign_id=campaign.id,
+        position=(last or 0) + 1,
+        requirements=data.requirements.model_dump() if data.requirements else None,
+        **fields,
+    )
     session.add(approach)
     session.flush()
-    session.add(StatusChange(approach_id=approach.id, from_status="", to_status=approach.status,
-                             reason=data.reason or "added", actor=actor))
+    session.add(
+        StatusChange(
+            approach_id=approach.id,
+            from_status="",
+            to_status=approach.status,
+            reason=data.reason or "added",
+            actor=actor,
+        )
+    )
     session.flush()
     return approach
 
@@ -126,21 +143,36 @@ def update_approach(session: Session, approach: Approach, data: ApproachUpdate) 
     return approach
 
 
-def change_status(session: Session, approach: Approach, to: ApproachStatus | str, reason: str, actor: str, *,
-                  trial_id: int | None = None, by_trial: bool = False) -> StatusChange:
+def change_status(
+    session: Session,
+    approach: Approach,
+    to: ApproachStatus | str,
+    reason: str,
+    actor: str,
+    *,
+    trial_id: int | None = None,
+    by_trial: bool = False,
+) -> StatusChange:
     """Move an approach to a new status and keep the change as history.
 
     People may not set queued/running: those follow the approach's trial (by_trial=True).
     """
     to = ApproachStatus(to)
     if to in TRIAL_DRIVEN and not by_trial:
-        raise Invalid(f"{to.value} follows the approach's trial: use “Run next candidate” to start one.",
-                      field="status")
+        raise Invalid(
+            f"{to.value} follows the approach's trial: use “Run next candidate” to start one.", field="status"
+        )
     if approach.status == to.value:
         raise Invalid(f"The approach is already {to.value.replace('_', ' ')}.", field="status")
     _check_reason(to, reason)
-    change = StatusChange(approach_id=approach.id, from_status=approach.status, to_status=to.value,
-                          reason=reason.strip(), actor=actor, trial_id=trial_id)
+    change = StatusChange(
+        approach_id=approach.id,
+        from_status=approach.status,
+        to_status=to.value,
+        reason=reason.strip(),
+        actor=actor,
+        trial_id=trial_id,
+    )
     approach.status = to.value
     approach.reason = reason.strip()
     if not by_trial:

@@ -12,6 +12,7 @@ and metric lines read out of the stream.
   the line's end, its index among the metric lines ending there), which makes the live extraction
   and the rescan at the end of a trial agree, so each metric is stored once.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -26,8 +27,8 @@ from app.models import Attempt, LogChunk, Metric, Trial, utcnow
 from runners.recipes.metric import METRIC_PREFIX, parse_metric_line
 
 TOMBSTONE_OFFSET = -1
-CARRY_LIMIT = 64 * 1024       # a "line" longer than this is not a metric line; keep its end only
-PENDING_LIMIT = 512           # out-of-order chunks held for line cutting before giving up (rescan at the end)
+CARRY_LIMIT = 64 * 1024  # a "line" longer than this is not a metric line; keep its end only
+PENDING_LIMIT = 512  # out-of-order chunks held for line cutting before giving up (rescan at the end)
 READ_PAGE = 500
 
 
@@ -42,18 +43,20 @@ class Chunk:
 
 @dataclass
 class AppendResult:
-    stored: list[Chunk] = field(default_factory=list)      # new chunks, to fan out to viewers
-    acked: list[Chunk] = field(default_factory=list)       # stored now or before (ack these)
+    stored: list[Chunk] = field(default_factory=list)  # new chunks, to fan out to viewers
+    acked: list[Chunk] = field(default_factory=list)  # stored now or before (ack these)
     rejected: list[tuple[Chunk, str]] = field(default_factory=list)
     trials: dict[int, Trial] = field(default_factory=dict)
 
 
 def dropped_marker(dropped_bytes: int) -> str:
-    return (f"\n[… {dropped_bytes:,} bytes dropped here: the log passed its size cap; "
-            f"the head and the tail are kept …]\n")
+    return (
+        f"\n[… {dropped_bytes:,} bytes dropped here: the log passed its size cap; the head and the tail are kept …]\n"
+    )
 
 
 # ---- lines and metrics ------------------------------------------------------------------------
+
 
 class LineCursor:
     """Cuts complete lines out of one attempt's chunks fed in any order; yields metric lines."""
@@ -62,8 +65,8 @@ class LineCursor:
         self.next_seq = 0
         self.carry = ""
         self.pending: dict[int, str] = {}
-        self.broken = False      # gave up on a gap: the end-of-trial rescan decides
-        self.last_count = 0      # metric lines that ended in chunk next_seq - 1
+        self.broken = False  # gave up on a gap: the end-of-trial rescan decides
+        self.last_count = 0  # metric lines that ended in chunk next_seq - 1
 
     def feed(self, seq: int, data: str) -> list[tuple[int, int, dict]]:
         if seq < self.next_seq:
@@ -90,7 +93,7 @@ class LineCursor:
         if cut < 0:
             self.carry = text[-CARRY_LIMIT:]
             return []
-        self.carry = text[cut + 1:][-CARRY_LIMIT:]
+        self.carry = text[cut + 1 :][-CARRY_LIMIT:]
         if METRIC_PREFIX not in text:  # the fast path: most chunks hold no metric line
             return []
         out = []
@@ -146,9 +149,12 @@ class MetricExtractor:
 def _stored_chunks(session: Session, trial_id: int, attempt_id: str, after: int = -1) -> Iterator[LogChunk]:
     """Stored chunks (tombstones included) in seq order, read a page at a time."""
     while True:
-        page = session.exec(select(LogChunk).where(LogChunk.trial_id == trial_id, LogChunk.attempt_id == attempt_id,
-                                                   LogChunk.seq > after)
-                            .order_by(LogChunk.seq).limit(READ_PAGE)).all()
+        page = session.exec(
+            select(LogChunk)
+            .where(LogChunk.trial_id == trial_id, LogChunk.attempt_id == attempt_id, LogChunk.seq > after)
+            .order_by(LogChunk.seq)
+            .limit(READ_PAGE)
+        ).all()
         yield from page
         if len(page) < READ_PAGE:
             return
@@ -173,17 +179,31 @@ def _save_metrics(session: Session, trial: Trial, found: list[tuple[int, int, di
         have = set(session.exec(select(Metric.seq, Metric.index).where(Metric.trial_id == trial.id)).all())
         found = [f for f in found if (f[0], f[1]) not in have]
     now = utcnow()
-    rows = [{"trial_id": trial.id, "approach_id": trial.approach_id, "campaign_id": trial.campaign_id,
-             "seq": seq, "index": index, "name": m["name"][:120], "value": m["value"], "unit": m["unit"][:40],
-             "tags": m["tags"], "created_at": now} for seq, index, m in found]
+    rows = [
+        {
+            "trial_id": trial.id,
+            "approach_id": trial.approach_id,
+            "campaign_id": trial.campaign_id,
+            "seq": seq,
+            "index": index,
+            "name": m["name"][:120],
+            "value": m["value"],
+            "unit": m["unit"][:40],
+            "tags": m["tags"],
+            "created_at": now,
+        }
+        for seq, index, m in found
+    ]
     if rows:
         session.execute(insert(Metric), rows)
 
 
 # ---- append -----------------------------------------------------------------------------------
 
-def append_chunks(session: Session, chunks: Iterable[Chunk], *, runner_id: int, cap_bytes: int,
-                  metrics: MetricExtractor | None = None) -> AppendResult:
+
+def append_chunks(
+    session: Session, chunks: Iterable[Chunk], *, runner_id: int, cap_bytes: int, metrics: MetricExtractor | None = None
+) -> AppendResult:
     """Store a batch of chunks from one runner in the caller's transaction (ack them after commit)."""
     result = AppendResult()
     groups: dict[tuple[int, str], list[Chunk]] = {}
@@ -213,11 +233,23 @@ class _Ref:
     attempt_id: str
 
 
-def _append_attempt(session: Session, trial: Trial, attempt_id: str, by_seq: dict[int, Chunk], cap_bytes: int,
-                    metrics: MetricExtractor | None, result: AppendResult) -> None:
+def _append_attempt(
+    session: Session,
+    trial: Trial,
+    attempt_id: str,
+    by_seq: dict[int, Chunk],
+    cap_bytes: int,
+    metrics: MetricExtractor | None,
+    result: AppendResult,
+) -> None:
     seqs = sorted(by_seq)
-    have = set(session.exec(select(LogChunk.seq).where(LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id,
-                                                       LogChunk.seq.in_(seqs))).all())  # type: ignore[attr-defined]
+    have = set(
+        session.exec(
+            select(LogChunk.seq).where(
+                LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, LogChunk.seq.in_(seqs)
+            )
+        ).all()
+    )  # type: ignore[attr-defined]
     head_limit = cap_bytes // 2
     tomb_seq = _tombstone_seq(session, trial, attempt_id) if trial.log_dropped_bytes else None
     new = []
@@ -231,8 +263,20 @@ def _append_attempt(session: Session, trial: Trial, attempt_id: str, by_seq: dic
     if not new:
         return
     now = utcnow()
-    session.execute(insert(LogChunk), [{"trial_id": c.trial_id, "attempt_id": c.attempt_id, "seq": c.seq,
-                                        "offset": c.offset, "data": c.data, "created_at": now} for c in new])
+    session.execute(
+        insert(LogChunk),
+        [
+            {
+                "trial_id": c.trial_id,
+                "attempt_id": c.attempt_id,
+                "seq": c.seq,
+                "offset": c.offset,
+                "data": c.data,
+                "created_at": now,
+            }
+            for c in new
+        ],
+    )
     result.stored += new
     if metrics is not None:
         cursor = metrics.cursor(session, trial, attempt_id)
@@ -247,8 +291,11 @@ def _append_attempt(session: Session, trial: Trial, attempt_id: str, by_seq: dic
 
 
 def _tombstone_seq(session: Session, trial: Trial, attempt_id: str) -> int | None:
-    return session.exec(select(LogChunk.seq).where(LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id,
-                                                   LogChunk.offset == TOMBSTONE_OFFSET)).first()
+    return session.exec(
+        select(LogChunk.seq).where(
+            LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, LogChunk.offset == TOMBSTONE_OFFSET
+        )
+    ).first()
 
 
 def _drop_tail(session: Session, trial: Trial, attempt_id: str, cap_bytes: int, tomb_seq: int | None) -> None:
@@ -258,7 +305,8 @@ def _drop_tail(session: Session, trial: Trial, attempt_id: str, cap_bytes: int, 
     head_limit = cap_bytes // 2
     while freed < excess:
         query = sa_select(LogChunk.id, LogChunk.seq, LogChunk.data).where(
-            LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, LogChunk.offset >= head_limit)
+            LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, LogChunk.offset >= head_limit
+        )
         if last is not None:
             query = query.where(LogChunk.seq > last)
         rows = session.execute(query.order_by(LogChunk.seq).limit(256)).all()
@@ -274,18 +322,36 @@ def _drop_tail(session: Session, trial: Trial, attempt_id: str, cap_bytes: int, 
         return
     session.execute(delete(LogChunk).where(LogChunk.id.in_(ids)))  # type: ignore[union-attr]
     if tomb_seq is None:
-        session.execute(insert(LogChunk), [{"trial_id": trial.id, "attempt_id": attempt_id, "seq": last,
-                                            "offset": TOMBSTONE_OFFSET, "data": "", "created_at": utcnow()}])
+        session.execute(
+            insert(LogChunk),
+            [
+                {
+                    "trial_id": trial.id,
+                    "attempt_id": attempt_id,
+                    "seq": last,
+                    "offset": TOMBSTONE_OFFSET,
+                    "data": "",
+                    "created_at": utcnow(),
+                }
+            ],
+        )
     else:
-        session.execute(update(LogChunk).where(LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id,
-                                               LogChunk.offset == TOMBSTONE_OFFSET).values(seq=last))
+        session.execute(
+            update(LogChunk)
+            .where(
+                LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, LogChunk.offset == TOMBSTONE_OFFSET
+            )
+            .values(seq=last)
+        )
     trial.log_dropped_bytes += freed
 
 
 # ---- read -------------------------------------------------------------------------------------
 
-def read_after(session: Session, trial: Trial, after_seq: int = -1, limit: int | None = None,
-               max_bytes: int | None = None) -> list[tuple[int, str, bool]]:
+
+def read_after(
+    session: Session, trial: Trial, after_seq: int = -1, limit: int | None = None, max_bytes: int | None = None
+) -> list[tuple[int, str, bool]]:
     """(seq, text, is_marker) of the current attempt's stored chunks after `after_seq`, in seq order: at most
     `limit` chunks, and no more once `max_bytes` of text have been read (a page of large chunks stays small).
     The cap's tombstone reads as a marker (is_marker: the seqs before it were dropped, not missing)."""
@@ -296,9 +362,12 @@ def read_after(session: Session, trial: Trial, after_seq: int = -1, limit: int |
     # Bounded pages read only what they keep: about one chunk in 64 KiB of the byte budget per row.
     page = min(READ_PAGE, limit or READ_PAGE, max(1, (max_bytes or 0) // 65536) if max_bytes else READ_PAGE)
     while True:
-        rows = session.exec(select(LogChunk).where(LogChunk.trial_id == trial.id, LogChunk.attempt_id == trial.attempt_id,
-                                                   LogChunk.seq > after_seq)
-                            .order_by(LogChunk.seq).limit(page)).all()
+        rows = session.exec(
+            select(LogChunk)
+            .where(LogChunk.trial_id == trial.id, LogChunk.attempt_id == trial.attempt_id, LogChunk.seq > after_seq)
+            .order_by(LogChunk.seq)
+            .limit(page)
+        ).all()
         for row in rows:
             marker = row.offset == TOMBSTONE_OFFSET
             out.append((row.seq, dropped_marker(trial.log_dropped_bytes) if marker else row.data, marker))
@@ -339,8 +408,12 @@ def head_and_tail(session: Session, trial: Trial, head_bytes: int = 256 * 1024, 
         size += len(data)
         last_head = seq
     tail, size = [], 0
-    for seq, data in session.exec(select(LogChunk.seq, LogChunk.data).where(*where, LogChunk.seq > last_head)
-                                  .order_by(LogChunk.seq.desc()).limit(256)):  # type: ignore[attr-defined]
+    for seq, data in session.exec(
+        select(LogChunk.seq, LogChunk.data)
+        .where(*where, LogChunk.seq > last_head)
+        .order_by(LogChunk.seq.desc())
+        .limit(256)
+    ):  # type: ignore[attr-defined]
         if size >= tail_bytes:
             break
         tail.append(data)
@@ -351,8 +424,11 @@ def head_and_tail(session: Session, trial: Trial, head_bytes: int = 256 * 1024, 
 def last_contiguous_seq(session: Session, trial_id: int, attempt_id: str) -> int:
     """The highest seq S such that every chunk 0..S is stored or covered by the cap's tombstone (-1: none)."""
     expected = 0
-    for seq, offset in session.exec(select(LogChunk.seq, LogChunk.offset).where(
-            LogChunk.trial_id == trial_id, LogChunk.attempt_id == attempt_id).order_by(LogChunk.seq)):
+    for seq, offset in session.exec(
+        select(LogChunk.seq, LogChunk.offset)
+        .where(LogChunk.trial_id == trial_id, LogChunk.attempt_id == attempt_id)
+        .order_by(LogChunk.seq)
+    ):
         if offset == TOMBSTONE_OFFSET:
             expected = seq + 1
         elif seq == expected:
@@ -360,4 +436,3 @@ def last_contiguous_seq(session: Session, trial_id: int, attempt_id: str) -> int
         elif seq > expected:
             break
     return expected - 1
-

@@ -40,12 +40,14 @@ Scale: `profitability_report` reads the campaign's metrics in one pass (`load_ca
 grouped query for the trials that matter, one for their rows, as columns), then works in Python.
 No FastAPI here: routes call `profitability_report` and render what it returns.
 """
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from sqlalchemy import and_, func, or_, union
 from sqlalchemy.orm import aliased
@@ -58,12 +60,20 @@ from runners.recipes.metric import MetricName
 BYTES_PER_ELEMENT = 2  # bf16 activations
 
 # Every metric the model or its charts read.
-MODEL_METRICS = (MetricName.ALLREDUCE_LATENCY_US, MetricName.ALLREDUCE_IN_SITU_US, MetricName.VERIFY_COMPUTE_MS,
-                 MetricName.DECODE_STEP_MS, MetricName.DRAFT_STEP_MS, MetricName.MEDIAN_TPOT_MS,
-                 *MetricName.THROUGHPUT, *MetricName.ACCEPT_LENGTH)
+MODEL_METRICS = (
+    MetricName.ALLREDUCE_LATENCY_US,
+    MetricName.ALLREDUCE_IN_SITU_US,
+    MetricName.VERIFY_COMPUTE_MS,
+    MetricName.DECODE_STEP_MS,
+    MetricName.DRAFT_STEP_MS,
+    MetricName.MEDIAN_TPOT_MS,
+    *MetricName.THROUGHPUT,
+    *MetricName.ACCEPT_LENGTH,
+)
 
 
 # ---- the model ------------------------------------------------------------------------------
+
 
 def t_base_ms(baseline_tok_s: float) -> float:
     """Plain decode ms/token at batch 1."""
@@ -137,8 +147,11 @@ class BreakEvenCurve:
     @property
     def unknown(self) -> tuple[str, ...]:
         """The terms counted as zero, in words."""
-        return tuple(what for what, value in (("draft cost", self.draft_ms), ("verify compute", self.verify_compute_ms))
-                     if value is None)
+        return tuple(
+            what
+            for what, value in (("draft cost", self.draft_ms), ("verify compute", self.verify_compute_ms))
+            if value is None
+        )
 
     @property
     def fixed_ms(self) -> float:
@@ -156,6 +169,7 @@ class BreakEvenCurve:
 
 
 # ---- inputs ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Missing:
@@ -216,20 +230,32 @@ class ModelInputs:
         """The break-even curve, or None without T_base and N_ar."""
         if not self.t_base.value or not self.allreduces_per_verify.value:
             return None
-        return BreakEvenCurve(self.t_base.value, int(self.allreduces_per_verify.value), self.draft_ms,
-                              self.verify_compute_ms.value)
+        return BreakEvenCurve(
+            self.t_base.value, int(self.allreduces_per_verify.value), self.draft_ms, self.verify_compute_ms.value
+        )
 
     def costs(self, tau: float | None = None) -> CycleCosts | None:
         """The full cycle costs, or None while an input is missing. `tau` replaces the campaign's accept length."""
         tau = tau if tau is not None else self.accept_length.value
-        if (self.t_base.value is None or tau is None or self.draft_ms is None
-                or self.verify_compute_ms.value is None or self.allreduces_per_verify.value is None):
+        if (
+            self.t_base.value is None
+            or tau is None
+            or self.draft_ms is None
+            or self.verify_compute_ms.value is None
+            or self.allreduces_per_verify.value is None
+        ):
             return None
-        return CycleCosts(t_base_ms=self.t_base.value, tau=tau, draft_ms=self.draft_ms,
-                          verify_compute_ms=self.verify_compute_ms.value, n_ar=int(self.allreduces_per_verify.value))
+        return CycleCosts(
+            t_base_ms=self.t_base.value,
+            tau=tau,
+            draft_ms=self.draft_ms,
+            verify_compute_ms=self.verify_compute_ms.value,
+            n_ar=int(self.allreduces_per_verify.value),
+        )
 
 
 # ---- the campaign's metrics, in one pass ------------------------------------------------------
+
 
 def is_cpu_floor(tags: dict[str, Any]) -> bool:
     """Measured on a CPU or at a scaled-down geometry: a floor anyone can measure, never a model input."""
@@ -277,8 +303,12 @@ class CampaignMetrics:
         if approach_id is not None:
             found = [m for name, rows in self._by_approach.get(approach_id, []) if name in names for m in rows]
         else:
-            found = [m for name in names for m in self._by_name.get(name, [])
-                     if self._newest[(m.approach_id, name)][0].trial_id == m.trial_id]
+            found = [
+                m
+                for name in names
+                for m in self._by_name.get(name, [])
+                if self._newest[(m.approach_id, name)][0].trial_id == m.trial_id
+            ]
         return sorted(found, key=lambda m: (-m.trial_id, m.seq, m.index))
 
     def of_trial(self, trial_id: int, names: tuple[str, ...]) -> list[MetricRow]:
@@ -297,25 +327,43 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
     """Two queries whatever the campaign's size: the trials that matter, grouped in SQL (each approach's newest
     trial per metric name, its best-throughput trials, the baseline trial), then their rows as columns."""
     newest_m, best_m, tput_m = aliased(Metric), aliased(Metric), aliased(Metric)
-    newest = (select(func.max(newest_m.trial_id))
-              .where(newest_m.campaign_id == campaign.id, newest_m.name.in_(MODEL_METRICS), _accept_filter(newest_m))
-              .group_by(newest_m.approach_id, newest_m.name))
-    best_value = (select(tput_m.approach_id, tput_m.name, func.max(tput_m.value).label("best"))
-                  .where(tput_m.campaign_id == campaign.id, tput_m.name.in_(MetricName.THROUGHPUT))
-                  .group_by(tput_m.approach_id, tput_m.name).subquery())
-    best = (select(best_m.trial_id)
-            .join(best_value, and_(best_m.approach_id == best_value.c.approach_id, best_m.name == best_value.c.name,
-                                   best_m.value == best_value.c.best))
-            .where(best_m.campaign_id == campaign.id, best_m.name.in_(MetricName.THROUGHPUT)))
+    newest = (
+        select(func.max(newest_m.trial_id))
+        .where(newest_m.campaign_id == campaign.id, newest_m.name.in_(MODEL_METRICS), _accept_filter(newest_m))
+        .group_by(newest_m.approach_id, newest_m.name)
+    )
+    best_value = (
+        select(tput_m.approach_id, tput_m.name, func.max(tput_m.value).label("best"))
+        .where(tput_m.campaign_id == campaign.id, tput_m.name.in_(MetricName.THROUGHPUT))
+        .group_by(tput_m.approach_id, tput_m.name)
+        .subquery()
+    )
+    best = (
+        select(best_m.trial_id)
+        .join(
+            best_value,
+            and_(
+                best_m.approach_id == best_value.c.approach_id,
+                best_m.name == best_value.c.name,
+                best_m.value == best_value.c.best,
+            ),
+        )
+        .where(best_m.campaign_id == campaign.id, best_m.name.in_(MetricName.THROUGHPUT))
+    )
     trial_ids = {t for (t,) in session.execute(union(newest, best)) if t is not None}
     if campaign.baseline_trial_id is not None:
         trial_ids.add(campaign.baseline_trial_id)
     if not trial_ids:
         return CampaignMetrics([])
     columns = (Metric.trial_id, Metric.approach_id, Metric.name, Metric.value, Metric.tags, Metric.seq, Metric.index)
-    rows = session.execute(select(*columns).where(
-        Metric.trial_id.in_(sorted(trial_ids)), Metric.campaign_id == campaign.id,  # type: ignore[attr-defined]
-        Metric.name.in_(MODEL_METRICS), _accept_filter(Metric)))  # type: ignore[attr-defined]
+    rows = session.execute(
+        select(*columns).where(
+            Metric.trial_id.in_(sorted(trial_ids)),
+            Metric.campaign_id == campaign.id,  # type: ignore[attr-defined]
+            Metric.name.in_(MODEL_METRICS),
+            _accept_filter(Metric),
+        )
+    )  # type: ignore[attr-defined]
     return CampaignMetrics(MetricRow(*row[:4], row[4] or {}, *row[5:]) for row in rows)
 
 
@@ -347,8 +395,9 @@ def _gpu(rows: list[MetricRow]) -> list[MetricRow]:
     return [m for m in rows if not m.cpu_floor]
 
 
-def model_inputs(session: Session, campaign: Campaign, what_if: WhatIf | None = None,
-                 metrics: CampaignMetrics | None = None) -> ModelInputs:
+def model_inputs(
+    session: Session, campaign: Campaign, what_if: WhatIf | None = None, metrics: CampaignMetrics | None = None
+) -> ModelInputs:
     """The campaign's model inputs with their sources, what-if values laid over them."""
     what_if = what_if or WhatIf()
     metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
@@ -361,32 +410,46 @@ def model_inputs(session: Session, campaign: Campaign, what_if: WhatIf | None = 
 
     baseline_metric = None
     if campaign.baseline_trial_id is not None:
-        baseline_metric = _first_by_preference(metrics.of_trial(campaign.baseline_trial_id, MetricName.THROUGHPUT),
-                                               MetricName.THROUGHPUT)
-    baseline = pick("baseline_tok_s", _entered(campaign, "baseline_tok_s"),
-                    _from_metric(baseline_metric, "baseline trial"))
+        baseline_metric = _first_by_preference(
+            metrics.of_trial(campaign.baseline_trial_id, MetricName.THROUGHPUT), MetricName.THROUGHPUT
+        )
+    baseline = pick(
+        "baseline_tok_s", _entered(campaign, "baseline_tok_s"), _from_metric(baseline_metric, "baseline trial")
+    )
     if baseline.value:
-        t_base = Input(t_base_ms(baseline.value), f"1000 / {baseline.value:g} tok/s ({baseline.source})", baseline.trial_id)
+        t_base = Input(
+            t_base_ms(baseline.value), f"1000 / {baseline.value:g} tok/s ({baseline.source})", baseline.trial_id
+        )
     else:
         decode = min(_gpu(metrics.newest(MetricName.DECODE_STEP_MS)), key=lambda m: m.value, default=None)
         t_base = _from_metric(decode, "synthetic plain decode step, the fastest measured") or Input(None)
-    accept = pick("accept_length", _entered(campaign, "accept_length"),
-                  _from_metric(_first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH), MetricName.ACCEPT_LENGTH)))
+    accept = pick(
+        "accept_length",
+        _entered(campaign, "accept_length"),
+        _from_metric(_first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH), MetricName.ACCEPT_LENGTH)),
+    )
     verify_tokens = what_if.verify_tokens or campaign.verify_tokens
     compute_rows = _gpu(metrics.newest(MetricName.VERIFY_COMPUTE_MS))
-    compute_metric = next((m for m in compute_rows if m.tags.get("tokens") == verify_tokens), None) or \
-        (compute_rows[0] if compute_rows else None)
+    compute_metric = next((m for m in compute_rows if m.tags.get("tokens") == verify_tokens), None) or (
+        compute_rows[0] if compute_rows else None
+    )
     draft_rows = _gpu(metrics.newest(MetricName.DRAFT_STEP_MS))
-    draft_metric = next((m for m in draft_rows if m.tags.get("mode") == "graph"), None) or \
-        (draft_rows[0] if draft_rows else None)
+    draft_metric = next((m for m in draft_rows if m.tags.get("mode") == "graph"), None) or (
+        draft_rows[0] if draft_rows else None
+    )
     inputs = ModelInputs(
         baseline_tok_s=baseline,
         t_base=t_base,
         accept_length=accept,
         draft_steps=pick("draft_steps", _entered(campaign, "draft_steps")),
-        draft_step_ms=pick("draft_step_ms", _entered(campaign, "draft_step_ms"), _from_metric(draft_metric, "draft head")),
-        verify_compute_ms=pick("verify_compute_ms", _entered(campaign, "verify_compute_ms"),
-                               _from_metric(compute_metric, "synthetic verify step")),
+        draft_step_ms=pick(
+            "draft_step_ms", _entered(campaign, "draft_step_ms"), _from_metric(draft_metric, "draft head")
+        ),
+        verify_compute_ms=pick(
+            "verify_compute_ms",
+            _entered(campaign, "verify_compute_ms"),
+            _from_metric(compute_metric, "synthetic verify step"),
+        ),
         allreduces_per_verify=pick("allreduces_per_verify", _entered(campaign, "allreduces_per_verify")),
         verify_tokens=verify_tokens,
         hidden_size=campaign.hidden_size,
@@ -397,28 +460,49 @@ def model_inputs(session: Session, campaign: Campaign, what_if: WhatIf | None = 
 def _missing(inputs: ModelInputs) -> list[Missing]:
     out = []
     if not inputs.t_base.value:
-        out.append(Missing("plain decode step T_base (baseline tok/s at batch 1, or a measured decode step)",
-                           "run an sglang_server trial without speculation and mark it the baseline trial, "
-                           "enter the baseline tok/s on the campaign, or run the verify_step recipe at 1 token "
-                           "on a GPU node (it reports decode_step_ms)"))
+        out.append(
+            Missing(
+                "plain decode step T_base (baseline tok/s at batch 1, or a measured decode step)",
+                "run an sglang_server trial without speculation and mark it the baseline trial, "
+                "enter the baseline tok/s on the campaign, or run the verify_step recipe at 1 token "
+                "on a GPU node (it reports decode_step_ms)",
+            )
+        )
     if inputs.allreduces_per_verify.value is None:
-        out.append(Missing("allreduces per verify step",
-                           "enter it on the campaign: 2 per layer for tensor parallelism (122 for 61 layers)"))
+        out.append(
+            Missing(
+                "allreduces per verify step",
+                "enter it on the campaign: 2 per layer for tensor parallelism (122 for 61 layers)",
+            )
+        )
     if inputs.accept_length.value is None:
-        out.append(Missing("accept length (tau, incl. the bonus token)",
-                           "the one input that needs the real model: run an sglang_server trial with EAGLE-3 "
-                           "(--speculative-algorithm EAGLE3), or enter it on the campaign or in the what-if"))
+        out.append(
+            Missing(
+                "accept length (tau, incl. the bonus token)",
+                "the one input that needs the real model: run an sglang_server trial with EAGLE-3 "
+                "(--speculative-algorithm EAGLE3), or enter it on the campaign or in the what-if",
+            )
+        )
     if inputs.draft_steps.value is None or inputs.draft_step_ms.value is None:
-        out.append(Missing("draft cost (draft steps x ms per draft step)",
-                           "enter the draft steps (--speculative-num-steps; sglang picks 3 for DeepSeek-V3) "
-                           "and run the draft_step recipe on a GPU node, or enter the ms per draft step"))
+        out.append(
+            Missing(
+                "draft cost (draft steps x ms per draft step)",
+                "enter the draft steps (--speculative-num-steps; sglang picks 3 for DeepSeek-V3) "
+                "and run the draft_step recipe on a GPU node, or enter the ms per draft step",
+            )
+        )
     if inputs.verify_compute_ms.value is None:
-        out.append(Missing("verify compute (ms per verify step, without communication)",
-                           "run a verify_step trial on a GPU node (it reports verify_compute_ms), or enter it"))
+        out.append(
+            Missing(
+                "verify compute (ms per verify step, without communication)",
+                "run a verify_step trial on a GPU node (it reports verify_compute_ms), or enter it",
+            )
+        )
     return out
 
 
 # ---- allreduce latency per approach -----------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LatencyEstimate:
@@ -474,11 +558,20 @@ def latency_at(curve: list[LatencyPoint], nbytes: int) -> tuple[float, str, str]
         if lo.latency_us > 0 and hi.latency_us > 0:
             frac = (math.log(nbytes) - math.log(lo.bytes)) / (math.log(hi.bytes) - math.log(lo.bytes))
             value = math.exp(math.log(lo.latency_us) + frac * (math.log(hi.latency_us) - math.log(lo.latency_us)))
-            return value, "interpolated", (f"interpolated (log-log) between {_size(lo.bytes)} and "
-                                           f"{_size(hi.bytes)}; not measured at {_size(nbytes)}")
+            return (
+                value,
+                "interpolated",
+                (
+                    f"interpolated (log-log) between {_size(lo.bytes)} and "
+                    f"{_size(hi.bytes)}; not measured at {_size(nbytes)}"
+                ),
+            )
     nearest = min(curve, key=lambda p: abs(math.log(p.bytes) - math.log(nbytes)))
-    return nearest.latency_us, "nearest", (f"nearest measured size {_size(nearest.bytes)}; "
-                                           f"not measured at {_size(nbytes)}")
+    return (
+        nearest.latency_us,
+        "nearest",
+        (f"nearest measured size {_size(nearest.bytes)}; not measured at {_size(nbytes)}"),
+    )
 
 
 def _size(nbytes: int) -> str:
@@ -493,14 +586,22 @@ def approach_latency(metrics: CampaignMetrics, approach_id: int, inputs: ModelIn
     if found:
         value, method, note = found
         tags = curve[0].tags
-        how = ", ".join(f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None)
+        how = ", ".join(
+            f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None
+        )
         return LatencyEstimate(value, method, f"allreduce benchmark ({how}): {note}", curve[0].trial_id)
 
     in_situ = _gpu(metrics.newest(MetricName.ALLREDUCE_IN_SITU_US, approach_id))
     if in_situ:
         exact = [m for m in in_situ if m.tags.get("tokens") == inputs.verify_tokens]
-        metric = exact[0] if exact else min(
-            in_situ, key=lambda m: abs(math.log(max(int(m.tags.get("tokens") or 1), 1)) - math.log(inputs.verify_tokens)))
+        metric = (
+            exact[0]
+            if exact
+            else min(
+                in_situ,
+                key=lambda m: abs(math.log(max(int(m.tags.get("tokens") or 1), 1)) - math.log(inputs.verify_tokens)),
+            )
+        )
         note = "in situ in a synthetic verify step"
         if not exact:
             note += f" at {metric.tags.get('tokens')} tokens (not {inputs.verify_tokens})"
@@ -527,13 +628,17 @@ def _derived_latency(metrics: CampaignMetrics, approach_id: int, inputs: ModelIn
     comm_ms = tau.value * tpot - costs.draft_ms - costs.verify_compute_ms
     if comm_ms <= 0:
         return None
-    return LatencyEstimate(comm_ms / costs.n_ar * 1000.0, "derived",
-                           f"derived from SGLang trial #{tau.trial_id}: TPOT {tpot:.2f} ms x accept length "
-                           f"{tau.value:.2f}, minus draft and verify compute, over {costs.n_ar} allreduces",
-                           tau.trial_id)
+    return LatencyEstimate(
+        comm_ms / costs.n_ar * 1000.0,
+        "derived",
+        f"derived from SGLang trial #{tau.trial_id}: TPOT {tpot:.2f} ms x accept length "
+        f"{tau.value:.2f}, minus draft and verify compute, over {costs.n_ar} allreduces",
+        tau.trial_id,
+    )
 
 
 # ---- figures reported elsewhere ---------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ReferencePoint:
@@ -562,14 +667,26 @@ def reported_latencies(campaign: Campaign, inputs: ModelInputs) -> list[tuple[di
             step_ms = 1000.0 / float(f["tok_s"])
             t_ar = float(base["t_ar_us"]) + (step_ms - inputs.t_base.value) / n_ar * 1000.0
             if t_ar > 0:
-                out.append((f, LatencyEstimate(t_ar, "derived", (
-                    f"derived from a reported {f['tok_s']:g} tok/s plain decode ({f['source']}): "
-                    f"{base['t_ar_us']:g} us + ({step_ms:.2f} - {inputs.t_base.value:.2f}) ms over {int(n_ar)} "
-                    f"allreduces"), None)))
+                out.append(
+                    (
+                        f,
+                        LatencyEstimate(
+                            t_ar,
+                            "derived",
+                            (
+                                f"derived from a reported {f['tok_s']:g} tok/s plain decode ({f['source']}): "
+                                f"{base['t_ar_us']:g} us + ({step_ms:.2f} - {inputs.t_base.value:.2f}) ms over {int(n_ar)} "
+                                f"allreduces"
+                            ),
+                            None,
+                        ),
+                    )
+                )
     return out
 
 
 # ---- the report -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ApproachPoint:
@@ -677,9 +794,14 @@ def asks_speculation(campaign: Campaign, approaches: list[Approach], inputs: Mod
     return False
 
 
-def profitability_report(session: Session, campaign: Campaign, what_if: WhatIf | None = None, *,
-                         metrics: CampaignMetrics | None = None,
-                         approach_rows: list[Approach] | None = None) -> ProfitabilityReport:
+def profitability_report(
+    session: Session,
+    campaign: Campaign,
+    what_if: WhatIf | None = None,
+    *,
+    metrics: CampaignMetrics | None = None,
+    approach_rows: list[Approach] | None = None,
+) -> ProfitabilityReport:
     """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs.
     Pass `metrics` and `approach_rows` already read to compute a what-if without reading again."""
     from app.domain.inventory import approaches
@@ -697,39 +819,73 @@ def profitability_report(session: Session, campaign: Campaign, what_if: WhatIf |
         if estimate is None:
             unmeasured.append(approach.title)
             continue
-        own = _from_metric(_first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach.id),
-                                                MetricName.ACCEPT_LENGTH)) if own_tau_allowed else None
+        own = (
+            _from_metric(
+                _first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach.id), MetricName.ACCEPT_LENGTH)
+            )
+            if own_tau_allowed
+            else None
+        )
         tau = own.value if own else inputs.accept_length.value
         mine = inputs.costs(tau=tau) if tau is not None else None
         n_ar = int(inputs.allreduces_per_verify.value or 0)
-        points.append(ApproachPoint(
-            approach_id=approach.id, key=approach.key, title=approach.title, status=approach.status,  # type: ignore[arg-type]
-            reason=approach.reason, stack=stack_summary(approach.verdict_fingerprint), latency=estimate,
-            tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
-            tau=tau, tau_source=(own.source if own else inputs.accept_length.source),
-            comm_ms=n_ar * estimate.t_ar_us / 1000.0,
-            savings_ms=mine.savings_ms if mine else None,
-            speedup=mine.speedup(estimate.t_ar_us) if mine else None,
-        ))
+        points.append(
+            ApproachPoint(
+                approach_id=approach.id,
+                key=approach.key,
+                title=approach.title,
+                status=approach.status,  # type: ignore[arg-type]
+                reason=approach.reason,
+                stack=stack_summary(approach.verdict_fingerprint),
+                latency=estimate,
+                tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+                tau=tau,
+                tau_source=(own.source if own else inputs.accept_length.source),
+                comm_ms=n_ar * estimate.t_ar_us / 1000.0,
+                savings_ms=mine.savings_ms if mine else None,
+                speedup=mine.speedup(estimate.t_ar_us) if mine else None,
+            )
+        )
     titles = {a.key: a.title for a in rows}
     references = tuple(
-        ReferencePoint(label=f.get("label") or titles.get(f.get("approach") or "", "reported"),
-                       approach_key=f.get("approach"), latency=estimate,
-                       tau_star=curve.tau_star(estimate.t_ar_us) if curve else None, baseline=bool(f.get("baseline")),
-                       bytes=f.get("bytes") if estimate.method == "reported" else None)
-        for f, estimate in reported_latencies(campaign, inputs))
+        ReferencePoint(
+            label=f.get("label") or titles.get(f.get("approach") or "", "reported"),
+            approach_key=f.get("approach"),
+            latency=estimate,
+            tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+            baseline=bool(f.get("baseline")),
+            bytes=f.get("bytes") if estimate.method == "reported" else None,
+        )
+        for f, estimate in reported_latencies(campaign, inputs)
+    )
     by_id = {a.id: a.title for a in rows}
-    floor = tuple(CpuFloor(by_id.get(m.approach_id, "?"), m.name, m.value, "us" if m.name.endswith("_us") else "ms",
-                           m.trial_id)
-                  for m in metrics.newest((MetricName.ALLREDUCE_LATENCY_US, MetricName.ALLREDUCE_IN_SITU_US,
-                                           MetricName.VERIFY_COMPUTE_MS, MetricName.DECODE_STEP_MS,
-                                           MetricName.DRAFT_STEP_MS))
-                  if m.cpu_floor and (m.name != MetricName.ALLREDUCE_LATENCY_US or m.tags.get("bytes") == inputs.verify_bytes))
-    return ProfitabilityReport(inputs, curve, costs, tuple(points), references, floor, tuple(unmeasured),
-                               asks_speculation(campaign, rows, inputs))
+    floor = tuple(
+        CpuFloor(by_id.get(m.approach_id, "?"), m.name, m.value, "us" if m.name.endswith("_us") else "ms", m.trial_id)
+        for m in metrics.newest(
+            (
+                MetricName.ALLREDUCE_LATENCY_US,
+                MetricName.ALLREDUCE_IN_SITU_US,
+                MetricName.VERIFY_COMPUTE_MS,
+                MetricName.DECODE_STEP_MS,
+                MetricName.DRAFT_STEP_MS,
+            )
+        )
+        if m.cpu_floor and (m.name != MetricName.ALLREDUCE_LATENCY_US or m.tags.get("bytes") == inputs.verify_bytes)
+    )
+    return ProfitabilityReport(
+        inputs,
+        curve,
+        costs,
+        tuple(points),
+        references,
+        floor,
+        tuple(unmeasured),
+        asks_speculation(campaign, rows, inputs),
+    )
 
 
 # ---- measurements for the charts ------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LatencySeries:
@@ -748,8 +904,11 @@ def latency_series(metrics: CampaignMetrics, approach_rows: list[Approach]) -> l
     for approach in approach_rows:
         curve = allreduce_curve(by_approach.get(approach.id, []))  # type: ignore[arg-type]
         if curve:
-            out.append(LatencySeries(approach.title, approach.status, tuple(curve),
-                                     cpu_floor=any(is_cpu_floor(p.tags) for p in curve)))
+            out.append(
+                LatencySeries(
+                    approach.title, approach.status, tuple(curve), cpu_floor=any(is_cpu_floor(p.tags) for p in curve)
+                )
+            )
     return out
 
 
@@ -776,9 +935,16 @@ def throughput_rows(metrics: CampaignMetrics, approach_rows: list[Approach]) -> 
     out = []
     for approach in approach_rows:
         row = best.get(approach.id)  # type: ignore[arg-type]
-        out.append(ThroughputRow(approach.title, approach.status, approach.reason,
-                                 row.value if row else None, row.trial_id if row else None,
-                                 bool(row and row.trial_id in speculative_trials)))
+        out.append(
+            ThroughputRow(
+                approach.title,
+                approach.status,
+                approach.reason,
+                row.value if row else None,
+                row.trial_id if row else None,
+                bool(row and row.trial_id in speculative_trials),
+            )
+        )
     return out
 
 

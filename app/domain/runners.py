@@ -4,6 +4,7 @@ they are online, busy or offline.
 A runner is *online* while its websocket is open (Runner.connected), *busy* while it holds an
 active trial (queued/dispatched/running), *offline* otherwise; a revoked runner is refused.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -103,8 +104,12 @@ def mark_disconnected(session: Session, runner_id: int, last_seen_at: datetime |
 
 
 def active_trials_by_runner(session: Session) -> dict[int, Trial]:
-    rows = session.exec(select(Trial).where(Trial.state.in_(ACTIVE_TRIAL_STATES),  # type: ignore[attr-defined]
-                                            Trial.runner_id.is_not(None)))  # type: ignore[union-attr]
+    rows = session.exec(
+        select(Trial).where(
+            Trial.state.in_(ACTIVE_TRIAL_STATES),  # type: ignore[attr-defined]
+            Trial.runner_id.is_not(None),
+        )
+    )  # type: ignore[union-attr]
     return {t.runner_id: t for t in rows if t.runner_id is not None}
 
 
@@ -119,10 +124,16 @@ class RunnerView:
     def as_dict(self) -> dict[str, Any]:
         r = self.runner
         return {
-            "id": r.id, "name": r.name, "status": self.status, "embedded": r.embedded, "labels": r.labels,
-            "fingerprint": r.fingerprint, "connected": r.connected,
+            "id": r.id,
+            "name": r.name,
+            "status": self.status,
+            "embedded": r.embedded,
+            "labels": r.labels,
+            "fingerprint": r.fingerprint,
+            "connected": r.connected,
             "last_seen_at": r.last_seen_at.isoformat() if r.last_seen_at else None,
-            "revoked": r.revoked_at is not None, "trial_id": self.trial.id if self.trial else None,
+            "revoked": r.revoked_at is not None,
+            "trial_id": self.trial.id if self.trial else None,
         }
 
 
@@ -141,6 +152,7 @@ def list_runners(session: Session) -> list[RunnerView]:
 
 
 # ---- what a runner's fingerprint says (shape owned by runners/fingerprint.py) ----------------
+
 
 def gpu_count(fingerprint: dict[str, Any] | None) -> int:
     fp = fingerprint or {}
@@ -191,8 +203,11 @@ def components(fingerprint: dict[str, Any] | None) -> dict[str, str]:
     """Installed software by name (lowercase) -> version: the fingerprint's version keys (torch,
     cuda, nccl, sglang, ...; None = absent) and any `components` mapping or list."""
     fp = fingerprint or {}
-    out = {str(k).lower(): str(v) for k, v in fp.items()
-           if k not in _NOT_SOFTWARE and isinstance(v, (str, int, float)) and v not in ("", False)}
+    out = {
+        str(k).lower(): str(v)
+        for k, v in fp.items()
+        if k not in _NOT_SOFTWARE and isinstance(v, (str, int, float)) and v not in ("", False)
+    }
     raw = fp.get("components")
     if isinstance(raw, dict):
         out.update({str(k).lower(): "" if v is True else str(v) for k, v in raw.items() if v not in (None, False, "")})

@@ -5,12 +5,13 @@ Each dispatch is an Attempt with its own id; a report naming an attempt that is 
 current one is stale (`StaleAttempt`, answered with `Reject`). Functions flush, never commit:
 the caller commits, then pushes the returned protocol messages over the runner's socket.
 """
+
 from __future__ import annotations
 
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select as sa_select
@@ -20,14 +21,23 @@ from app.domain import runners as runner_domain
 from app.domain import verdicts
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import change_status
-from app.models import (ACTIVE_TRIAL_STATES, Approach, ApproachStatus, Attempt, Campaign, Runner, StatusChange,
-                        Trial, TrialState, utcnow)
+from app.models import (
+    ACTIVE_TRIAL_STATES,
+    Approach,
+    ApproachStatus,
+    Attempt,
+    Campaign,
+    Runner,
+    StatusChange,
+    Trial,
+    TrialState,
+    utcnow,
+)
 from app.protocol import AttemptRef, Cancel, Dispatch, Finished
 
 log = logging.getLogger(__name__)
 
-TERMINAL_STATES = (TrialState.succeeded, TrialState.failed, TrialState.cancelled, TrialState.timed_out,
-                   TrialState.lost)
+TERMINAL_STATES = (TrialState.succeeded, TrialState.failed, TrialState.cancelled, TrialState.timed_out, TrialState.lost)
 
 
 class StaleAttempt(Exception):
@@ -41,11 +51,12 @@ class StaleAttempt(Exception):
 def aware(ts: datetime | None) -> datetime | None:
     """SQLite returns naive datetimes for timezone-aware columns; they were written as UTC."""
     if ts is not None and ts.tzinfo is None:
-        return ts.replace(tzinfo=timezone.utc)
+        return ts.replace(tzinfo=UTC)
     return ts
 
 
 # ---- what can run where -----------------------------------------------------------------------
+
 
 def retest_candidates(session: Session, campaign: Campaign) -> list[Approach]:
     """Approaches whose verdict is bound to a stack component a connected runner now has differently."""
@@ -54,15 +65,24 @@ def retest_candidates(session: Session, campaign: Campaign) -> list[Approach]:
     flags = retest_flags(session, campaign)
     if not flags:
         return []
-    return list(session.exec(select(Approach).where(Approach.id.in_(flags))  # type: ignore[union-attr]
-                             .order_by(Approach.position, Approach.id)))
+    return list(
+        session.exec(
+            select(Approach)
+            .where(Approach.id.in_(flags))  # type: ignore[union-attr]
+            .order_by(Approach.position, Approach.id)
+        )
+    )
 
 
 def candidates(session: Session, campaign: Campaign) -> list[Approach]:
     """Approaches that may run next: untested ones by priority, then those flagged for re-test; each with a recipe."""
-    untested = list(session.exec(select(Approach).where(Approach.campaign_id == campaign.id,
-                                                        Approach.status == ApproachStatus.untested)
-                                 .order_by(Approach.position, Approach.id)))
+    untested = list(
+        session.exec(
+            select(Approach)
+            .where(Approach.campaign_id == campaign.id, Approach.status == ApproachStatus.untested)
+            .order_by(Approach.position, Approach.id)
+        )
+    )
     # Untested first, then the re-test flags; an approach whose last trial awaits a verdict waits too.
     seen = {a.id for a in untested}
     rows = untested + [a for a in retest_candidates(session, campaign) if a.id not in seen]
@@ -134,8 +154,9 @@ def _lock_runner_idle(session: Session, runner: Runner) -> bool:
     """Lock the runner row, then re-check that it holds no active trial (at most one per runner)."""
     if session.get_bind().dialect.name != "sqlite":
         session.execute(sa_select(Runner.id).where(Runner.id == runner.id).with_for_update())
-    busy = session.exec(select(Trial.id).where(Trial.runner_id == runner.id,
-                                               Trial.state.in_(ACTIVE_TRIAL_STATES))).first()  # type: ignore[attr-defined]
+    busy = session.exec(
+        select(Trial.id).where(Trial.runner_id == runner.id, Trial.state.in_(ACTIVE_TRIAL_STATES))
+    ).first()  # type: ignore[attr-defined]
     return busy is None
 
 
@@ -152,16 +173,22 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
     session.refresh(campaign)
     queue = candidates(session, campaign)
     if not queue:
-        untested = session.exec(select(Approach).where(Approach.campaign_id == campaign.id,
-                                                       Approach.status == ApproachStatus.untested)
-                                .order_by(Approach.position, Approach.id)).first()
-        waiting = session.exec(select(Approach).where(Approach.campaign_id == campaign.id,
-                                                      Approach.pending_trial_id.is_not(None))  # type: ignore[union-attr]
-                               .order_by(Approach.position)).all()
+        untested = session.exec(
+            select(Approach)
+            .where(Approach.campaign_id == campaign.id, Approach.status == ApproachStatus.untested)
+            .order_by(Approach.position, Approach.id)
+        ).first()
+        waiting = session.exec(
+            select(Approach)
+            .where(Approach.campaign_id == campaign.id, Approach.pending_trial_id.is_not(None))  # type: ignore[union-attr]
+            .order_by(Approach.position)
+        ).all()
         if waiting:
             names = ", ".join(a.title for a in waiting[:3]) + (" …" if len(waiting) > 3 else "")
-            return RunNext(reason=f"nothing to run until a verdict is confirmed: {names} "
-                                  f"{'waits' if len(waiting) == 1 else 'wait'} for yours")
+            return RunNext(
+                reason=f"nothing to run until a verdict is confirmed: {names} "
+                f"{'waits' if len(waiting) == 1 else 'wait'} for yours"
+            )
         if untested is not None:
             return RunNext(reason=f"nothing to run: the untested approaches have no recipe (next is {untested.title})")
         return RunNext(reason="nothing untested left")
@@ -177,7 +204,12 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
         for runner in able:
             if _lock_runner_idle(session, runner):
                 trial = create_trial(session, approach, runner, actor)
-                return RunNext(trial=trial, approach=approach, runner=runner, dispatch=dispatch_message(trial, requirements=approach.requirements))
+                return RunNext(
+                    trial=trial,
+                    approach=approach,
+                    runner=runner,
+                    dispatch=dispatch_message(trial, requirements=approach.requirements),
+                )
     first = queue[0]
     if any(not unmet_requirements(first.requirements, r.fingerprint) for r in connected):
         if not idle:
@@ -185,67 +217,109 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
         return RunNext(approach=first, reason=f"next is {first.title}: the runners that can run it are busy")
     fewest = min((unmet_requirements(first.requirements, r.fingerprint) for r in connected), key=len)
     if not idle:
-        return RunNext(approach=first, reason=f"every runner is busy (and next is {first.title}: "
-                                              f"needs {_join(fewest)}, no runner has them)")
+        return RunNext(
+            approach=first,
+            reason=f"every runner is busy (and next is {first.title}: needs {_join(fewest)}, no runner has them)",
+        )
     return RunNext(approach=first, reason=f"next is {first.title}: needs {_join(fewest)}, no runner has them")
 
 
 def _connected_runners(session: Session, online: set[int] | None) -> list[Runner]:
-    return [r for r in session.exec(select(Runner).where(Runner.connected.is_(True),  # type: ignore[attr-defined]
-                                                         Runner.revoked_at.is_(None)).order_by(Runner.id))  # type: ignore[union-attr]
-            if online is None or r.id in online]
+    return [
+        r
+        for r in session.exec(
+            select(Runner)
+            .where(
+                Runner.connected.is_(True),  # type: ignore[attr-defined]
+                Runner.revoked_at.is_(None),
+            )
+            .order_by(Runner.id)
+        )  # type: ignore[union-attr]
+        if online is None or r.id in online
+    ]
 
 
-def run_approach(session: Session, campaign: Campaign, approach: Approach, actor: str, *,
-                 online: set[int] | None = None) -> RunNext:
-    """"Run this approach": a person's choice, whatever its status or priority, on a connected idle
+def run_approach(
+    session: Session, campaign: Campaign, approach: Approach, actor: str, *, online: set[int] | None = None
+) -> RunNext:
+    """ "Run this approach": a person's choice, whatever its status or priority, on a connected idle
     runner that can run it; or the reason it cannot run now. Serialized with run_next per campaign."""
     _lock_campaign(session, campaign)
     session.refresh(approach)
     if not has_recipe(approach):
         return RunNext(approach=approach, reason=f"{approach.title} has no recipe: add one under Details › Edit")
-    active = session.exec(select(Trial).where(Trial.approach_id == approach.id,
-                                              Trial.state.in_(ACTIVE_TRIAL_STATES))).first()  # type: ignore[attr-defined]
+    active = session.exec(
+        select(Trial).where(Trial.approach_id == approach.id, Trial.state.in_(ACTIVE_TRIAL_STATES))
+    ).first()  # type: ignore[attr-defined]
     if active is not None:
-        return RunNext(approach=approach, reason=f"{approach.title} is already being tried: trial #{active.id} is {active.state}")
+        return RunNext(
+            approach=approach, reason=f"{approach.title} is already being tried: trial #{active.id} is {active.state}"
+        )
     if approach.pending_trial_id is not None:
-        return RunNext(approach=approach, reason=f"{approach.title} waits for your verdict on trial "
-                                                 f"#{approach.pending_trial_id}: confirm it first")
+        return RunNext(
+            approach=approach,
+            reason=f"{approach.title} waits for your verdict on trial #{approach.pending_trial_id}: confirm it first",
+        )
     connected = _connected_runners(session, online)
     if not connected:
         return RunNext(approach=approach, reason="no runner is connected")
     able = [r for r in connected if not unmet_requirements(approach.requirements, r.fingerprint)]
     if not able:
         fewest = min((unmet_requirements(approach.requirements, r.fingerprint) for r in connected), key=len)
-        return RunNext(approach=approach, reason=f"{approach.title} needs {_join(fewest)}: no connected runner has them")
+        return RunNext(
+            approach=approach, reason=f"{approach.title} needs {_join(fewest)}: no connected runner has them"
+        )
     busy = runner_domain.active_trials_by_runner(session)
     for runner in able:
         if runner.id not in busy and _lock_runner_idle(session, runner):
             trial = create_trial(session, approach, runner, actor)
-            return RunNext(trial=trial, approach=approach, runner=runner,
-                           dispatch=dispatch_message(trial, requirements=approach.requirements))
+            return RunNext(
+                trial=trial,
+                approach=approach,
+                runner=runner,
+                dispatch=dispatch_message(trial, requirements=approach.requirements),
+            )
     names = _join([r.name for r in able])
     return RunNext(approach=approach, reason=f"the runners that can run {approach.title} are busy ({names})")
 
 
 # ---- trials and attempts ----------------------------------------------------------------------
 
+
 def create_trial(session: Session, approach: Approach, runner: Runner, actor: str) -> Trial:
     """A trial of the approach on the runner, with its first attempt; the approach becomes queued."""
-    trial = Trial(campaign_id=approach.campaign_id, approach_id=approach.id, recipe=dict(approach.recipe or {}),
-                  state=TrialState.queued, phase="queued", requested_by=actor,
-                  fingerprint=runner.fingerprint)
+    trial = Trial(
+        campaign_id=approach.campaign_id,
+        approach_id=approach.id,
+        recipe=dict(approach.recipe or {}),
+        state=TrialState.queued,
+        phase="queued",
+        requested_by=actor,
+        fingerprint=runner.fingerprint,
+    )
     session.add(trial)
     session.flush()
-    change_status(session, approach, ApproachStatus.queued, f"trial #{trial.id} on {runner.name}", actor,
-                  trial_id=trial.id, by_trial=True)
+    change_status(
+        session,
+        approach,
+        ApproachStatus.queued,
+        f"trial #{trial.id} on {runner.name}",
+        actor,
+        trial_id=trial.id,
+        by_trial=True,
+    )
     new_attempt(session, trial, runner)
     return trial
 
 
 def new_attempt(session: Session, trial: Trial, runner: Runner) -> Attempt:
-    attempt = Attempt(id=uuid.uuid4().hex, trial_id=trial.id, runner_id=runner.id,  # type: ignore[arg-type]
-                      number=trial.attempt_count + 1, state=TrialState.dispatched)
+    attempt = Attempt(
+        id=uuid.uuid4().hex,
+        trial_id=trial.id,
+        runner_id=runner.id,  # type: ignore[arg-type]
+        number=trial.attempt_count + 1,
+        state=TrialState.dispatched,
+    )
     trial.attempt_id = attempt.id
     trial.attempt_count += 1
     trial.runner_id = runner.id
@@ -259,8 +333,13 @@ def new_attempt(session: Session, trial: Trial, runner: Runner) -> Attempt:
 
 
 def dispatch_message(trial: Trial, approach_key: str = "", requirements: dict[str, Any] | None = None) -> Dispatch:
-    return Dispatch(trial_id=trial.id, attempt_id=trial.attempt_id or "", recipe=trial.recipe,  # type: ignore[arg-type]
-                    approach_key=approach_key, requirements=requirements or {})
+    return Dispatch(
+        trial_id=trial.id,
+        attempt_id=trial.attempt_id or "",
+        recipe=trial.recipe,  # type: ignore[arg-type]
+        approach_key=approach_key,
+        requirements=requirements or {},
+    )
 
 
 def get_trial(session: Session, trial_id: int) -> Trial:
@@ -301,8 +380,15 @@ def mark_started(session: Session, trial: Trial) -> None:
         session.add(trial)
         approach = session.get(Approach, trial.approach_id)
         if approach is not None and approach.status == ApproachStatus.queued:
-            change_status(session, approach, ApproachStatus.running, f"trial #{trial.id} started",
-                          _runner_actor(session, trial.runner_id), trial_id=trial.id, by_trial=True)
+            change_status(
+                session,
+                approach,
+                ApproachStatus.running,
+                f"trial #{trial.id} started",
+                _runner_actor(session, trial.runner_id),
+                trial_id=trial.id,
+                by_trial=True,
+            )
         session.flush()
 
 
@@ -362,16 +448,28 @@ def _end(session: Session, trial: Trial, state: TrialState, *, log_text: str | N
             before = _status_before(session, approach, trial)
             if before is not None:
                 back_to, back_reason = before
-        change_status(session, approach, back_to, back_reason, _runner_actor(session, trial.runner_id),
-                      trial_id=trial.id, by_trial=True)
+        change_status(
+            session,
+            approach,
+            back_to,
+            back_reason,
+            _runner_actor(session, trial.runner_id),
+            trial_id=trial.id,
+            by_trial=True,
+        )
     for hook in TRIAL_ENDED_HOOKS:
         hook(session, trial)
 
 
 def _status_before(session: Session, approach: Approach, trial: Trial) -> tuple[ApproachStatus, str] | None:
     """The approach's status and reason from before this trial queued it (None when unknown)."""
-    changes = list(session.exec(select(StatusChange).where(StatusChange.approach_id == approach.id)
-                                .order_by(StatusChange.at, StatusChange.id)))  # type: ignore[arg-type]
+    changes = list(
+        session.exec(
+            select(StatusChange)
+            .where(StatusChange.approach_id == approach.id)
+            .order_by(StatusChange.at, StatusChange.id)
+        )
+    )  # type: ignore[arg-type]
     for index, change in enumerate(changes):
         if change.trial_id == trial.id and change.to_status == ApproachStatus.queued:
             earlier = changes[index - 1] if index > 0 else None
@@ -394,16 +492,22 @@ def propose(session: Session, trial: Trial, log_text: str) -> dict[str, Any] | N
     from dataclasses import asdict, is_dataclass
 
     from app.models import Metric
-    metrics = [{"name": m.name, "value": m.value, "unit": m.unit, "tags": m.tags}
-               for m in session.exec(select(Metric).where(Metric.trial_id == trial.id))]
+
+    metrics = [
+        {"name": m.name, "value": m.value, "unit": m.unit, "tags": m.tags}
+        for m in session.exec(select(Metric).where(Metric.trial_id == trial.id))
+    ]
     campaign = session.get(Campaign, trial.campaign_id)
     baseline = None
     if campaign is not None and campaign.baseline_tok_s and trial.id != campaign.baseline_trial_id:
-        baseline = {"output_throughput_tok_s": campaign.baseline_tok_s,
-                    "decode_log_gen_throughput_tok_s": campaign.baseline_tok_s}
+        baseline = {
+            "output_throughput_tok_s": campaign.baseline_tok_s,
+            "decode_log_gen_throughput_tok_s": campaign.baseline_tok_s,
+        }
     try:
-        result = classify(log_text, exit_code=trial.exit_code, signal=trial.exit_signal, metrics=metrics,
-                          baseline=baseline)
+        result = classify(
+            log_text, exit_code=trial.exit_code, signal=trial.exit_signal, metrics=metrics, baseline=baseline
+        )
     except Exception:  # a classifier bug must not keep a trial from ending
         log.exception("failure classification of trial #%s failed", trial.id)
         return None
@@ -436,6 +540,7 @@ def mark_lost(session: Session, trial: Trial, reason: str) -> None:
 
 # ---- a runner (re)connects, goes silent ------------------------------------------------------
 
+
 @dataclass
 class Reconnect:
     acked: dict[str, int] = field(default_factory=dict)
@@ -444,7 +549,7 @@ class Reconnect:
     lost: list[Trial] = field(default_factory=list)
 
 
-def reconcile(session: Session, runner: Runner, held: list[AttemptRef], last_seq) -> Reconnect:  # noqa: ANN001
+def reconcile(session: Session, runner: Runner, held: list[AttemptRef], last_seq) -> Reconnect:
     """Compare what a (re)connecting runner still holds with what the server thinks it runs.
 
     `last_seq(trial_id, attempt_id)` -> the last contiguously stored log seq (app.domain.logs).
@@ -454,13 +559,16 @@ def reconcile(session: Session, runner: Runner, held: list[AttemptRef], last_seq
     for ref in held:
         trial = session.get(Trial, ref.trial_id)
         out.acked[ref.attempt_id] = last_seq(ref.trial_id, ref.attempt_id) if trial else -1
-        if trial is None or trial.attempt_id != ref.attempt_id or trial.runner_id != runner.id \
-                or trial.state == TrialState.lost:
+        if (
+            trial is None
+            or trial.attempt_id != ref.attempt_id
+            or trial.runner_id != runner.id
+            or trial.state == TrialState.lost
+        ):
             out.cancel.append(ref.attempt_id)
         elif trial.cancel_requested and trial.state not in TERMINAL_STATES:
             out.cancel.append(ref.attempt_id)
-    mine = session.exec(select(Trial).where(Trial.runner_id == runner.id,
-                                            Trial.state.in_(ACTIVE_TRIAL_STATES))).all()  # type: ignore[attr-defined]
+    mine = session.exec(select(Trial).where(Trial.runner_id == runner.id, Trial.state.in_(ACTIVE_TRIAL_STATES))).all()  # type: ignore[attr-defined]
     for trial in mine:
         if trial.attempt_id in held_ids:
             continue
@@ -473,12 +581,15 @@ def reconcile(session: Session, runner: Runner, held: list[AttemptRef], last_seq
             out.lost.append(trial)
         else:  # dispatched but never started: the push may not have arrived; send it again
             approach = session.get(Approach, trial.approach_id)
-            out.redispatch.append(dispatch_message(trial, approach.key if approach else "",
-                                                  approach.requirements if approach else None))
+            out.redispatch.append(
+                dispatch_message(trial, approach.key if approach else "", approach.requirements if approach else None)
+            )
     return out
 
 
-def sweep_lost(session: Session, lost_after_s: float, online_seen: dict[int, datetime]) -> tuple[list[Trial], list[int]]:
+def sweep_lost(
+    session: Session, lost_after_s: float, online_seen: dict[int, datetime]
+) -> tuple[list[Trial], list[int]]:
     """Runners silent past `lost_after_s` are offline and their active trials lost.
 
     `online_seen`: runner id -> last message time for the sockets this server holds.
@@ -516,15 +627,28 @@ def sweep_lost(session: Session, lost_after_s: float, online_seen: dict[int, dat
 
 def trial_view(trial: Trial) -> dict[str, Any]:
     """The fields a trial page shows live (sent to browsers on every change)."""
+
     def iso(ts: datetime | None) -> str | None:
         ts = aware(ts)
         return ts.isoformat() if ts else None
+
     return {
-        "id": trial.id, "state": trial.state, "phase": trial.phase, "exit_code": trial.exit_code,
-        "exit_signal": trial.exit_signal, "error": trial.error, "runner_id": trial.runner_id,
-        "attempt_id": trial.attempt_id, "created_at": iso(trial.created_at), "dispatched_at": iso(trial.dispatched_at),
-        "started_at": iso(trial.started_at), "finished_at": iso(trial.finished_at),
-        "log_bytes": trial.log_bytes, "log_dropped_bytes": trial.log_dropped_bytes,
-        "cancel_requested": trial.cancel_requested, "proposal": trial.proposal,
-        "gpu_released": trial.gpu_released, "gpu_note": trial.gpu_note,
+        "id": trial.id,
+        "state": trial.state,
+        "phase": trial.phase,
+        "exit_code": trial.exit_code,
+        "exit_signal": trial.exit_signal,
+        "error": trial.error,
+        "runner_id": trial.runner_id,
+        "attempt_id": trial.attempt_id,
+        "created_at": iso(trial.created_at),
+        "dispatched_at": iso(trial.dispatched_at),
+        "started_at": iso(trial.started_at),
+        "finished_at": iso(trial.finished_at),
+        "log_bytes": trial.log_bytes,
+        "log_dropped_bytes": trial.log_dropped_bytes,
+        "cancel_requested": trial.cancel_requested,
+        "proposal": trial.proposal,
+        "gpu_released": trial.gpu_released,
+        "gpu_note": trial.gpu_note,
     }

@@ -8,18 +8,20 @@ The status is built from a whitelist of public fields: titles, statuses, verdict
 versions and measured figures. Recipes, commands, environment, evidence text, runner details and
 actor names never enter it.
 """
+
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+
 from itsdangerous import BadSignature, URLSafeSerializer
 from sqlmodel import Session, select
 
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
-from app.domain.scheduling import candidates
 from app.domain.inventory import status_counts
 from app.domain.profitability import ApproachPoint, CpuFloor, ProfitabilityReport, ThroughputRow, stack_summary
+from app.domain.scheduling import candidates
 from app.models import Approach, ApproachStatus, Campaign, ShareLink, utcnow
 
 _SALT = "campaign-board-share"
@@ -38,16 +40,22 @@ def create_share_link(session: Session, campaign: Campaign, name: str, actor: st
     name = name.strip()
     if len(name) > 120:
         raise Invalid("A share link's name is at most 120 characters.", field="name")
-    link = ShareLink(campaign_id=campaign.id, name=name or "status page", nonce=secrets.token_urlsafe(16),
-                     created_by=actor)
+    link = ShareLink(
+        campaign_id=campaign.id, name=name or "status page", nonce=secrets.token_urlsafe(16), created_by=actor
+    )
     session.add(link)
     session.flush()
     return link
 
 
 def list_share_links(session: Session, campaign: Campaign) -> list[ShareLink]:
-    return list(session.exec(select(ShareLink).where(ShareLink.campaign_id == campaign.id)
-                             .order_by(ShareLink.created_at.desc(), ShareLink.id.desc())))  # type: ignore[union-attr]
+    return list(
+        session.exec(
+            select(ShareLink)
+            .where(ShareLink.campaign_id == campaign.id)
+            .order_by(ShareLink.created_at.desc(), ShareLink.id.desc())
+        )
+    )  # type: ignore[union-attr]
 
 
 def get_share_link(session: Session, campaign: Campaign, link_id: int) -> ShareLink:
@@ -84,6 +92,7 @@ def resolve_share_token(session: Session, token: str, secret_key: str) -> tuple[
 
 
 # ---- what the status page shows ---------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ClosedApproach:
@@ -139,24 +148,46 @@ def _next_up(session: Session, campaign: Campaign, rows: list) -> str | None:
     return next((a.title for a in rows if a.status == ApproachStatus.untested), None)
 
 
-def status_report(session: Session, campaign: Campaign, profitability: ProfitabilityReport,
-                  throughput: list[ThroughputRow], rows: list[Approach]) -> StatusReport:
+def status_report(
+    session: Session,
+    campaign: Campaign,
+    profitability: ProfitabilityReport,
+    throughput: list[ThroughputRow],
+    rows: list[Approach],
+) -> StatusReport:
     baseline = profitability.inputs.baseline_tok_s.value
     best = max((r for r in throughput if r.tok_s is not None), key=lambda r: r.tok_s or 0, default=None)
     costs = profitability.costs
     curve = profitability.curve
 
     def closed(status: ApproachStatus) -> tuple[ClosedApproach, ...]:
-        return tuple(ClosedApproach(a.title, a.status, a.reason, stack_summary(a.verdict_fingerprint),
-                                    describe_binding(a.bound_to, a.verdict_fingerprint) or "") for a in rows if a.status == status)
+        return tuple(
+            ClosedApproach(
+                a.title,
+                a.status,
+                a.reason,
+                stack_summary(a.verdict_fingerprint),
+                describe_binding(a.bound_to, a.verdict_fingerprint) or "",
+            )
+            for a in rows
+            if a.status == status
+        )
 
     # The headline is today's state (the baseline's figure) when the campaign has one, else the best usable
     # measured approach; then where each other approach would move it, lowest first.
-    usable = sorted((PaysAbove(p.title, p.latency.t_ar_us, p.tau_star, p.latency.method, "")
-                     for p in profitability.points if p.tau_star is not None and p.status != ApproachStatus.dead_end),
-                    key=lambda p: p.tau_star)
-    refs = [(r.baseline, PaysAbove(r.label, r.latency.t_ar_us, r.tau_star, r.latency.method, r.latency.note))
-            for r in profitability.references if r.tau_star is not None]
+    usable = sorted(
+        (
+            PaysAbove(p.title, p.latency.t_ar_us, p.tau_star, p.latency.method, "")
+            for p in profitability.points
+            if p.tau_star is not None and p.status != ApproachStatus.dead_end
+        ),
+        key=lambda p: p.tau_star,
+    )
+    refs = [
+        (r.baseline, PaysAbove(r.label, r.latency.t_ar_us, r.tau_star, r.latency.method, r.latency.note))
+        for r in profitability.references
+        if r.tau_star is not None
+    ]
     baseline_refs = [p for is_base, p in refs if is_base]
     head = baseline_refs[:1] or usable[:1]
     rest = sorted([p for p in usable + [p for _, p in refs] if p not in head], key=lambda p: p.tau_star)

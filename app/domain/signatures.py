@@ -30,11 +30,13 @@ bound_to is {"components": [...]} naming the stack components (app.domain.finger
 verdict is only true for, or None when no stack change would change it.
 Pure Python: no web framework, no database.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from runners.preflight import parse_preflight_line
 from runners.recipes.metric import parse_metric_line
@@ -45,8 +47,10 @@ VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
 # The sglang_server recipe prints this (runners/recipes/sglang_server.py READY_TIMEOUT_MESSAGE):
 #   sglang_server: server not ready within 1800s: no 'The server is fired up and ready to roll!' line
 #   and GET /health never returned 200
-READINESS_TIMEOUT_RE = re.compile(r"sglang_server: server not ready within (?P<seconds>[0-9.]+)s\b"
-                                 r"(?:.*?; its last line came (?P<idle>[0-9.]+)s before)?")
+READINESS_TIMEOUT_RE = re.compile(
+    r"sglang_server: server not ready within (?P<seconds>[0-9.]+)s\b"
+    r"(?:.*?; its last line came (?P<idle>[0-9.]+)s before)?"
+)
 
 
 @dataclass(frozen=True)
@@ -107,11 +111,16 @@ def _preflight_failed(t: _Trial) -> Classification | None:
             output.append(previous)
         evidence = next((ln for ln in output if _PREFLIGHT_ERROR.search(ln)), output[0] if output else None)
         return Classification(
-            "preflight_failed", str(record["cause"]), record["verdict"],
+            "preflight_failed",
+            str(record["cause"]),
+            record["verdict"],
             f"Preflight check {record.get('check')!r} failed before the server loaded any weights: "
             f"{record.get('summary') or record['cause']}"
-            + (f" (sglang {version})" if version and "sglang" in components else "") + ".",
-            _bound(*components) if components else None, evidence)
+            + (f" (sglang {version})" if version and "sglang" in components else "")
+            + ".",
+            _bound(*components) if components else None,
+            evidence,
+        )
     return None
 
 
@@ -125,10 +134,14 @@ def _unknown_flag(t: _Trial) -> Classification | None:
     index, m = found
     flags = m.group("args").strip()
     return Classification(
-        "unknown_flag", f"flag not supported by this sglang: {flags}", "retest",
-        f"{m.group('prog')} rejected {flags} (\"{_quote(t.lines[index])}\"); the approach was not tried. "
+        "unknown_flag",
+        f"flag not supported by this sglang: {flags}",
+        "retest",
+        f'{m.group("prog")} rejected {flags} ("{_quote(t.lines[index])}"); the approach was not tried. '
         "Re-test with an sglang that has the flag, or with the flag this version spells differently.",
-        _bound("sglang"), t.lines[index])
+        _bound("sglang"),
+        t.lines[index],
+    )
 
 
 _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<module>[\w.]+)'")
@@ -141,9 +154,13 @@ def _module_not_installed(t: _Trial) -> Classification | None:
     index, m = found
     module = m.group("module")
     return Classification(
-        "module_not_installed", f"{module} not installed; needs a build", "deferred",
-        f"The trial stopped at \"{_quote(t.lines[index])}\": {module.split('.')[0]} is not installed on this node.",
-        None, t.lines[index])
+        "module_not_installed",
+        f"{module} not installed; needs a build",
+        "deferred",
+        f'The trial stopped at "{_quote(t.lines[index])}": {module.split(".")[0]} is not installed on this node.',
+        None,
+        t.lines[index],
+    )
 
 
 _KEYERROR_SM = re.compile(r"^\s*KeyError: \(?(?P<major>\d{1,3})(?:, ?(?P<minor>\d+)\))?\s*$")
@@ -157,7 +174,7 @@ def _symm_mem_sm_keyerror(t: _Trial) -> Classification | None:
     for index, line in enumerate(t.lines):
         m = _KEYERROR_SM.match(line)
         if m and int(m.group("major")) in _SM_MAJORS:
-            context = "\n".join(t.lines[max(0, index - 25): index])
+            context = "\n".join(t.lines[max(0, index - 25) : index])
             if not _SYMM_CONTEXT.search(context):
                 continue
         else:
@@ -166,11 +183,14 @@ def _symm_mem_sm_keyerror(t: _Trial) -> Classification | None:
                 continue
         sm = m.group("major")
         return Classification(
-            "symm_mem_sm_keyerror", f"torch symmetric memory has no entry for SM {sm} (GPU architecture not supported)",
+            "symm_mem_sm_keyerror",
+            f"torch symmetric memory has no entry for SM {sm} (GPU architecture not supported)",
             "dead_end",
-            f"Startup failed with \"{_quote(line)}\" in the torch symmetric-memory communicator: its per-architecture "
+            f'Startup failed with "{_quote(line)}" in the torch symmetric-memory communicator: its per-architecture '
             f"lookup table lacks SM {sm}. True for this torch on this GPU; a newer torch may add it.",
-            _bound("torch", "sm"), line)
+            _bound("torch", "sm"),
+            line,
+        )
     return None
 
 
@@ -180,7 +200,8 @@ _JIT_NO_TARGET = re.compile(
     r"(?:sm[_ ]?|SM ?|compute capability )(?P<sm>\d+(?:\.\d)?a?))"
     r"|(?:(?:FlashInfer|flashinfer)\b.*?\b(?:does not support|not supported on|unsupported)\b.*?"
     r"(?:sm[_ ]?|SM ?|compute capability )(?P<sm2>\d+(?:\.\d)?a?))",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def _jit_no_sm_target(t: _Trial) -> Classification | None:
@@ -188,24 +209,35 @@ def _jit_no_sm_target(t: _Trial) -> Classification | None:
     if found:
         index, m = found
         return Classification(
-            "jit_no_sm_target", f"the CUDA compiler cannot target {m.group('arch')}", "dead_end",
-            f"A JIT kernel build failed: \"{_quote(t.lines[index])}\". This nvcc does not know the GPU's architecture; "
-            "a newer CUDA toolkit may.", _bound("cuda", "sm"), t.lines[index])
+            "jit_no_sm_target",
+            f"the CUDA compiler cannot target {m.group('arch')}",
+            "dead_end",
+            f'A JIT kernel build failed: "{_quote(t.lines[index])}". This nvcc does not know the GPU\'s architecture; '
+            "a newer CUDA toolkit may.",
+            _bound("cuda", "sm"),
+            t.lines[index],
+        )
     found = _find(t.lines, _JIT_NO_TARGET)
     if found:
         index, m = found
         sm = m.group("sm") or m.group("sm2")
         return Classification(
-            "jit_no_sm_target", f"no kernel build target for SM {sm}", "dead_end",
-            f"The kernel JIT has no target for this GPU: \"{_quote(t.lines[index])}\". A newer FlashInfer/CUDA may add it.",
-            _bound("flashinfer", "cuda", "sm"), t.lines[index])
+            "jit_no_sm_target",
+            f"no kernel build target for SM {sm}",
+            "dead_end",
+            f'The kernel JIT has no target for this GPU: "{_quote(t.lines[index])}". A newer FlashInfer/CUDA may add it.',
+            _bound("flashinfer", "cuda", "sm"),
+            t.lines[index],
+        )
     return None
 
 
 # The error itself, not advice that mentions it ("lower --mem-fraction-static to avoid CUDA out of memory").
-_OOM = re.compile(r"OutOfMemoryError: CUDA out of memory\.?(?: Tried to allocate (?P<size>[\d.]+ [KMGT]i?B))?"
-                  r"|CUDA out of memory\. Tried to allocate (?P<size2>[\d.]+ [KMGT]i?B)"
-                  r"|CUDA error: out of memory|Cuda failure 'out of memory'|cudaErrorMemoryAllocation")
+_OOM = re.compile(
+    r"OutOfMemoryError: CUDA out of memory\.?(?: Tried to allocate (?P<size>[\d.]+ [KMGT]i?B))?"
+    r"|CUDA out of memory\. Tried to allocate (?P<size2>[\d.]+ [KMGT]i?B)"
+    r"|CUDA error: out of memory|Cuda failure 'out of memory'|cudaErrorMemoryAllocation"
+)
 
 
 def _cuda_oom(t: _Trial) -> Classification | None:
@@ -216,9 +248,14 @@ def _cuda_oom(t: _Trial) -> Classification | None:
     size = m.group("size") or m.group("size2")
     size = f" (tried to allocate {size})" if size else ""
     return Classification(
-        "cuda_oom", f"CUDA out of memory{size}", "dead_end",
-        f"The GPU ran out of memory: \"{_quote(t.lines[index])}\". The approach does not fit beside the model "
-        "at these settings.", None, t.lines[index])
+        "cuda_oom",
+        f"CUDA out of memory{size}",
+        "dead_end",
+        f'The GPU ran out of memory: "{_quote(t.lines[index])}". The approach does not fit beside the model '
+        "at these settings.",
+        None,
+        t.lines[index],
+    )
 
 
 _ILLEGAL = re.compile(r"an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS")
@@ -230,13 +267,20 @@ def _illegal_memory_access(t: _Trial) -> Classification | None:
         return None
     index, _ = found
     return Classification(
-        "illegal_memory_access", "a GPU kernel made an illegal memory access", "dead_end",
-        f"A kernel faulted: \"{_quote(t.lines[index])}\": a bug in this stack's kernels for this GPU, "
-        "which another torch/sglang build may not have.", _bound("torch", "sglang", "sm"), t.lines[index])
+        "illegal_memory_access",
+        "a GPU kernel made an illegal memory access",
+        "dead_end",
+        f'A kernel faulted: "{_quote(t.lines[index])}": a bug in this stack\'s kernels for this GPU, '
+        "which another torch/sglang build may not have.",
+        _bound("torch", "sglang", "sm"),
+        t.lines[index],
+    )
 
 
-_SEGFAULT = re.compile(r"Segmentation fault|\bcore dumped\b|Fatal Python error: Segmentation fault|"
-                       r"\bSIGSEGV\b|signal 11 \(SIGSEGV\)|received signal SIGSEGV")
+_SEGFAULT = re.compile(
+    r"Segmentation fault|\bcore dumped\b|Fatal Python error: Segmentation fault|"
+    r"\bSIGSEGV\b|signal 11 \(SIGSEGV\)|received signal SIGSEGV"
+)
 
 
 def _segfault(t: _Trial) -> Classification | None:
@@ -244,19 +288,24 @@ def _segfault(t: _Trial) -> Classification | None:
     if not found and t.signal != 11 and t.exit_code not in (139, -11):
         return None
     line = t.lines[found[0]] if found else None
-    evidence = f": \"{_quote(line)}\"" if line else f" (signal 11, exit code {t.exit_code})"
+    evidence = f': "{_quote(line)}"' if line else f" (signal 11, exit code {t.exit_code})"
     return Classification(
-        "segfault", "segmentation fault (a native crash)", "inconclusive",
+        "segfault",
+        "segmentation fault (a native crash)",
+        "inconclusive",
         f"A process crashed in native code{evidence}. A bug in this stack's native code (torch, sglang kernels, "
         "a driver library), not a verdict on the approach: re-run to see if it repeats, and on another stack.",
-        _bound("torch", "sglang"), line)
+        _bound("torch", "sglang"),
+        line,
+    )
 
 
 _GRAPH_CAPTURE = re.compile(
     r"CUDA graph capture failed|Capture cuda graph failed|cudaErrorStreamCaptureUnsupported|"
     r"cudaErrorStreamCaptureInvalidated|cudaErrorStreamCaptureImplicit|operation not permitted when stream is capturing|"
     r"operation failed due to a previous error during capture|Graph capture failed",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def _cuda_graph_capture(t: _Trial) -> Classification | None:
@@ -265,12 +314,19 @@ def _cuda_graph_capture(t: _Trial) -> Classification | None:
         return None
     index, _ = found
     return Classification(
-        "cuda_graph_capture", "incompatible with CUDA graphs (capture failed)", "dead_end",
-        f"CUDA graph capture failed: \"{_quote(t.lines[index])}\". The fast decode path needs CUDA graphs, so "
-        "this setting cannot be used with it on this stack.", _bound("nccl", "torch"), t.lines[index])
+        "cuda_graph_capture",
+        "incompatible with CUDA graphs (capture failed)",
+        "dead_end",
+        f'CUDA graph capture failed: "{_quote(t.lines[index])}". The fast decode path needs CUDA graphs, so '
+        "this setting cannot be used with it on this stack.",
+        _bound("nccl", "torch"),
+        t.lines[index],
+    )
 
 
-_PORT = re.compile(r"\[Errno 98\].*address already in use|EADDRINUSE|address already in use \(errno: 98\)", re.IGNORECASE)
+_PORT = re.compile(
+    r"\[Errno 98\].*address already in use|EADDRINUSE|address already in use \(errno: 98\)", re.IGNORECASE
+)
 
 
 def _port_in_use(t: _Trial) -> Classification | None:
@@ -279,14 +335,20 @@ def _port_in_use(t: _Trial) -> Classification | None:
         return None
     index, _ = found
     return Classification(
-        "port_in_use", "port already in use", "retest",
-        f"A port the trial needed was taken: \"{_quote(t.lines[index])}\" (a previous server still running?). "
-        "The approach was not tried; free the port and run again.", None, t.lines[index])
+        "port_in_use",
+        "port already in use",
+        "retest",
+        f'A port the trial needed was taken: "{_quote(t.lines[index])}" (a previous server still running?). '
+        "The approach was not tried; free the port and run again.",
+        None,
+        t.lines[index],
+    )
 
 
 _NCCL = re.compile(
     r"Watchdog caught collective operation timeout|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|"
-    r"ncclRemoteError|ncclInvalidUsage|NCCL error|DistBackendError")
+    r"ncclRemoteError|ncclInvalidUsage|NCCL error|DistBackendError"
+)
 
 
 def _nccl_error(t: _Trial) -> Classification | None:
@@ -296,17 +358,27 @@ def _nccl_error(t: _Trial) -> Classification | None:
     index, m = found
     timeout = "timeout" in m.group(0).lower()
     return Classification(
-        "nccl_error", "NCCL collective timed out" if timeout else "NCCL error", "inconclusive",
-        f"NCCL failed: \"{_quote(t.lines[index])}\". This may be the approach's setting or a hang elsewhere; "
-        "look at the lines before it (NCCL_DEBUG=INFO shows the transport).", _bound("nccl"), t.lines[index])
+        "nccl_error",
+        "NCCL collective timed out" if timeout else "NCCL error",
+        "inconclusive",
+        f'NCCL failed: "{_quote(t.lines[index])}". This may be the approach\'s setting or a hang elsewhere; '
+        "look at the lines before it (NCCL_DEBUG=INFO shows the transport).",
+        _bound("nccl"),
+        t.lines[index],
+    )
 
 
 # Startup phases a server can hang in, matched on its last output line (most specific first).
 _STALL_PHASES = (
-    (re.compile(r"Capturing batches\b[^|]*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"), "CUDA graph capture (Capturing batches {n}/{total})"),
+    (
+        re.compile(r"Capturing batches\b[^|]*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"),
+        "CUDA graph capture (Capturing batches {n}/{total})",
+    ),
     (re.compile(r"Capture (?:cuda|CUDA) graph begin"), "CUDA graph capture"),
-    (re.compile(r"Loading safetensors checkpoint shards:[^|]*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"),
-     "weight loading (checkpoint shards {n}/{total})"),
+    (
+        re.compile(r"Loading safetensors checkpoint shards:[^|]*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"),
+        "weight loading (checkpoint shards {n}/{total})",
+    ),
     (re.compile(r"Load weight begin"), "weight loading"),
     (re.compile(r"Init torch distributed begin"), "torch distributed init"),
     (re.compile(r"KV Cache is allocated|Memory pool end"), "after the KV cache allocation"),
@@ -336,10 +408,15 @@ def _readiness_stall(t: _Trial) -> Classification | None:
             phase = name.format(**pm.groupdict())
             quiet = f" and printed nothing for its last {idle:g}s"
             return Classification(
-                "readiness_stall", f"readiness stall at {phase}", "inconclusive",
-                f"The server never became ready{quiet}: it stopped at {phase} (\"{_quote(shown)}\"). "
+                "readiness_stall",
+                f"readiness stall at {phase}",
+                "inconclusive",
+                f'The server never became ready{quiet}: it stopped at {phase} ("{_quote(shown)}"). '
                 "A hang in that phase with this approach (a collective that never completes, a capture that "
-                "waits), not a slow load.", None, last)
+                "waits), not a slow load.",
+                None,
+                last,
+            )
     return None
 
 
@@ -349,9 +426,14 @@ def _readiness_timeout(t: _Trial) -> Classification | None:
         return None
     index, m = found
     return Classification(
-        "readiness_timeout", f"server not ready within {m.group('seconds')}s", "inconclusive",
-        f"The server never became ready (\"{_quote(t.lines[index])}\") and printed no recognized error: "
-        "it may hang at startup with this approach, or need longer to load.", None, t.lines[index])
+        "readiness_timeout",
+        f"server not ready within {m.group('seconds')}s",
+        "inconclusive",
+        f'The server never became ready ("{_quote(t.lines[index])}") and printed no recognized error: '
+        "it may hang at startup with this approach, or need longer to load.",
+        None,
+        t.lines[index],
+    )
 
 
 _KILLED = re.compile(r"^\s*Killed\s*$|\bKilled process \d+|Out of memory: Killed process|oom-kill")
@@ -366,16 +448,24 @@ def _killed_by_signal(t: _Trial) -> Classification | None:
         return None
     if sig is not None and sig != 9 and not found:
         return Classification(
-            "killed_by_signal", f"stopped by signal {sig}", "inconclusive",
+            "killed_by_signal",
+            f"stopped by signal {sig}",
+            "inconclusive",
             f"The trial was ended by signal {sig} with no error in its log (cancelled, or its time limit ran out).",
-            None, None)
+            None,
+            None,
+        )
     line = t.lines[found[0]] if found else None
-    evidence = f" (\"{_quote(line)}\")" if line else ""
+    evidence = f' ("{_quote(line)}")' if line else ""
     return Classification(
-        "killed_by_signal", "killed (SIGKILL) with no other cause: host out-of-memory killer or a time limit",
+        "killed_by_signal",
+        "killed (SIGKILL) with no other cause: host out-of-memory killer or a time limit",
         "inconclusive",
         f"The trial was killed by signal 9{evidence} and the log shows no error of its own; check the host's "
-        "memory (dmesg: oom-kill) and the trial's time limit.", None, line)
+        "memory (dmesg: oom-kill) and the trial's time limit.",
+        None,
+        line,
+    )
 
 
 # Higher is better for these; a finished trial below baseline by more than the margin is a dead end.
@@ -388,18 +478,23 @@ def _slower_than_baseline(t: _Trial) -> Classification | None:
         return None
     for name in THROUGHPUT_METRICS:
         base = t.baseline.get(name)
-        values = [m.get("value") for m in t.metrics if m.get("name") == name
-                  and isinstance(m.get("value"), (int, float))]
+        values = [
+            m.get("value") for m in t.metrics if m.get("name") == name and isinstance(m.get("value"), (int, float))
+        ]
         if not isinstance(base, (int, float)) or base <= 0 or not values:
             continue
         value = values[-1]
         if value < base * (1 - BASELINE_MARGIN):
             unit = next((m.get("unit") for m in t.metrics if m.get("name") == name and m.get("unit")), "tok/s")
             return Classification(
-                "slower_than_baseline", f"slower than baseline: {value:g} {unit} vs {base:g} {unit} baseline",
+                "slower_than_baseline",
+                f"slower than baseline: {value:g} {unit} vs {base:g} {unit} baseline",
                 "dead_end",
                 f"The trial finished but {name} was {value:g} {unit} against the baseline's {base:g} {unit} "
-                f"({value / base:.0%} of it).", None, None)
+                f"({value / base:.0%} of it).",
+                None,
+                None,
+            )
     return None
 
 
@@ -422,8 +517,14 @@ SIGNATURES: tuple[tuple[str, Callable[[_Trial], Classification | None]], ...] = 
 )
 
 
-def classify(log_text: str, *, exit_code: int | None = None, signal: int | None = None,
-             metrics: list[dict] | None = None, baseline: dict | None = None) -> Classification | None:
+def classify(
+    log_text: str,
+    *,
+    exit_code: int | None = None,
+    signal: int | None = None,
+    metrics: list[dict] | None = None,
+    baseline: dict | None = None,
+) -> Classification | None:
     """The first matching signature's proposed verdict, or None when nothing known matches.
 
     baseline maps metric names to the baseline's values, e.g. {"output_throughput_tok_s": 82.0}.
@@ -443,5 +544,7 @@ def metrics_from_log(log_text: str) -> list[dict]:
     if found:
         return found
     units = dict(SUMMARY_METRICS.values())
-    return [{"name": name, "value": value, "unit": units.get(name, ""), "tags": {"source": "bench_serving summary"}}
-            for name, value in parse_bench_stdout(log_text).items()]
+    return [
+        {"name": name, "value": value, "unit": units.get(name, ""), "tags": {"source": "bench_serving summary"}}
+        for name, value in parse_bench_stdout(log_text).items()
+    ]

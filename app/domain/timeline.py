@@ -5,10 +5,11 @@ each with its trials aggregated into one span per trial state and its latest sta
 (`changes_per_approach`). Three grouped queries, none per approach or per trial. Status changes
 carry the dates of the history itself (a campaign file can carry them), not the import time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import func
 from sqlmodel import Session, select
@@ -51,24 +52,46 @@ def _aware(ts: datetime | None) -> datetime | None:
     # SQLite hands back naive datetimes; they were written as UTC.
     if ts is None:
         return None
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
 
 
-def campaign_timeline(session: Session, campaign: Campaign, *, max_approaches: int = MAX_APPROACHES,
-                      changes_per_approach: int = CHANGES_PER_APPROACH) -> Timeline:
+def campaign_timeline(
+    session: Session,
+    campaign: Campaign,
+    *,
+    max_approaches: int = MAX_APPROACHES,
+    changes_per_approach: int = CHANGES_PER_APPROACH,
+) -> Timeline:
     titles = dict(session.execute(select(Approach.id, Approach.title).where(Approach.campaign_id == campaign.id)).all())
-    ranked = (select(StatusChange.approach_id, StatusChange.at, StatusChange.from_status, StatusChange.to_status,
-                     StatusChange.reason,
-                     func.row_number().over(partition_by=StatusChange.approach_id,
-                                            order_by=(StatusChange.at.desc(), StatusChange.id.desc())).label("n"))
-              .join(Approach, Approach.id == StatusChange.approach_id)
-              .where(Approach.campaign_id == campaign.id).subquery())
+    ranked = (
+        select(
+            StatusChange.approach_id,
+            StatusChange.at,
+            StatusChange.from_status,
+            StatusChange.to_status,
+            StatusChange.reason,
+            func.row_number()
+            .over(partition_by=StatusChange.approach_id, order_by=(StatusChange.at.desc(), StatusChange.id.desc()))
+            .label("n"),
+        )
+        .join(Approach, Approach.id == StatusChange.approach_id)
+        .where(Approach.campaign_id == campaign.id)
+        .subquery()
+    )
     changes = session.execute(select(ranked).where(ranked.c.n <= changes_per_approach)).all()
     start = func.coalesce(Trial.started_at, Trial.dispatched_at, Trial.created_at)
     spans = session.execute(
-        select(Trial.approach_id, Trial.state, func.count(), func.min(start), func.max(Trial.finished_at),
-               func.count(Trial.finished_at))
-        .where(Trial.campaign_id == campaign.id).group_by(Trial.approach_id, Trial.state)).all()
+        select(
+            Trial.approach_id,
+            Trial.state,
+            func.count(),
+            func.min(start),
+            func.max(Trial.finished_at),
+            func.count(Trial.finished_at),
+        )
+        .where(Trial.campaign_id == campaign.id)
+        .group_by(Trial.approach_id, Trial.state)
+    ).all()
 
     last: dict[int, datetime] = {}
     for c in changes:
@@ -79,11 +102,27 @@ def campaign_timeline(session: Session, campaign: Campaign, *, max_approaches: i
             last[approach_id] = max(last.get(approach_id, at), at)
     shown = set(sorted(last, key=lambda a: last[a], reverse=True)[:max_approaches])
     return Timeline(
-        status_events=tuple(sorted(
-            (StatusEvent(_aware(c.at), titles.get(c.approach_id, "?"), c.from_status, c.to_status, c.reason)  # type: ignore[arg-type]
-             for c in changes if c.approach_id in shown), key=lambda e: e.at)),
-        trials=tuple(TrialSpan(titles.get(approach_id, "?"), state, n, _aware(first),  # type: ignore[arg-type]
-                               _aware(end) if ended == n else None)
-                     for approach_id, state, n, first, end, ended in spans if approach_id in shown and first is not None),
-        approaches_shown=len(shown), approaches_total=len(titles),
+        status_events=tuple(
+            sorted(
+                (
+                    StatusEvent(_aware(c.at), titles.get(c.approach_id, "?"), c.from_status, c.to_status, c.reason)  # type: ignore[arg-type]
+                    for c in changes
+                    if c.approach_id in shown
+                ),
+                key=lambda e: e.at,
+            )
+        ),
+        trials=tuple(
+            TrialSpan(
+                titles.get(approach_id, "?"),
+                state,
+                n,
+                _aware(first),  # type: ignore[arg-type]
+                _aware(end) if ended == n else None,
+            )
+            for approach_id, state, n, first, end, ended in spans
+            if approach_id in shown and first is not None
+        ),
+        approaches_shown=len(shown),
+        approaches_total=len(titles),
     )

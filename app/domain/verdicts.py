@@ -6,6 +6,7 @@ the proposal. The confirmed verdict records the stack it was reached on (the tri
 fingerprint) and the components it is bound to. When a connected runner that could run the
 approach reports a different value for a bound component, the approach is flagged for re-test.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,11 +29,21 @@ SIGNATURE_STATUS = {
 }
 NO_VERDICT_STATES = {TrialState.cancelled, TrialState.lost}
 ENDED_STATES = {TrialState.succeeded, TrialState.failed, TrialState.timed_out, TrialState.cancelled, TrialState.lost}
-VERDICT_STATUSES = [ApproachStatus.promising, ApproachStatus.adopted, ApproachStatus.dead_end,
-                    ApproachStatus.deferred, ApproachStatus.untested]
+VERDICT_STATUSES = [
+    ApproachStatus.promising,
+    ApproachStatus.adopted,
+    ApproachStatus.dead_end,
+    ApproachStatus.deferred,
+    ApproachStatus.untested,
+]
 # Metrics worth naming in a success proposal, in order of interest.
-SUMMARY_METRICS = ("output_throughput_tok_s", "verify_time_ms", "allreduce_in_situ_us", "allreduce_latency_us",
-                   "accept_length")
+SUMMARY_METRICS = (
+    "output_throughput_tok_s",
+    "verify_time_ms",
+    "allreduce_in_situ_us",
+    "allreduce_latency_us",
+    "accept_length",
+)
 
 
 @dataclass
@@ -72,34 +83,56 @@ def propose(session: Session, trial: Trial) -> Proposal:
     found = trial.proposal or {}
     if found.get("verdict"):
         status = SIGNATURE_STATUS.get(found["verdict"], ApproachStatus.untested)
-        return Proposal(status=status, reason=found.get("reason") or found.get("cause", ""),
-                        components=stack.bound_components(found.get("bound_to")), cause=found.get("cause", ""),
-                        signature=found.get("signature", ""), evidence_line=found.get("evidence_line") or "")
+        return Proposal(
+            status=status,
+            reason=found.get("reason") or found.get("cause", ""),
+            components=stack.bound_components(found.get("bound_to")),
+            cause=found.get("cause", ""),
+            signature=found.get("signature", ""),
+            evidence_line=found.get("evidence_line") or "",
+        )
     if trial.state == TrialState.succeeded:
-        return Proposal(status=ApproachStatus.promising,
-                        reason=f"trial #{trial.id} succeeded: {_metric_summary(session, trial)}")
+        return Proposal(
+            status=ApproachStatus.promising, reason=f"trial #{trial.id} succeeded: {_metric_summary(session, trial)}"
+        )
     words = trial.state.replace("_", " ")
     detail = f" (exit code {trial.exit_code})" if trial.exit_code is not None else ""
-    return Proposal(status=ApproachStatus.untested,
-                    reason=f"trial #{trial.id} {words}{detail} with no known failure signature: read its log")
+    return Proposal(
+        status=ApproachStatus.untested,
+        reason=f"trial #{trial.id} {words}{detail} with no known failure signature: read its log",
+    )
 
 
-def confirm(session: Session, approach: Approach, trial: Trial, status: ApproachStatus | str, reason: str,
-            components: list[str], actor: str) -> None:
+def confirm(
+    session: Session,
+    approach: Approach,
+    trial: Trial,
+    status: ApproachStatus | str,
+    reason: str,
+    components: list[str],
+    actor: str,
+) -> None:
     """A person's verdict on a trial: the status with its reason, the stack it was reached on,
     and the stack components it is bound to ([] = not bound, e.g. physics of the topology)."""
     if trial.approach_id != approach.id:
         raise Invalid(f"trial #{trial.id} is not a trial of {approach.title}", field="trial_id")
     if trial.state not in ENDED_STATES:
-        raise Invalid(f"trial #{trial.id} has not ended ({trial.state}): confirm its verdict when it has",
-                      field="trial_id")
+        raise Invalid(
+            f"trial #{trial.id} has not ended ({trial.state}): confirm its verdict when it has", field="trial_id"
+        )
     if approach.status in (ApproachStatus.queued, ApproachStatus.running):
-        raise Invalid(f"{approach.title} is {approach.status} (another trial of it is active): "
-                      "confirm a verdict when that trial has ended", field="status")
+        raise Invalid(
+            f"{approach.title} is {approach.status} (another trial of it is active): "
+            "confirm a verdict when that trial has ended",
+            field="status",
+        )
     unknown = sorted(set(components) - set(stack.STACK_COMPONENTS))
     if unknown:
-        raise Invalid(f"components: unknown stack component(s) {', '.join(unknown)}; expected "
-                      f"{', '.join(stack.STACK_COMPONENTS)}", field="components")
+        raise Invalid(
+            f"components: unknown stack component(s) {', '.join(unknown)}; expected "
+            f"{', '.join(stack.STACK_COMPONENTS)}",
+            field="components",
+        )
     # Display order, each once, whatever order the form sent them in.
     components = [c for c in stack.STACK_COMPONENTS if c in set(components)]
     try:
@@ -113,8 +146,16 @@ def confirm(session: Session, approach: Approach, trial: Trial, status: Approach
     if approach.status == status.value:
         # Same status, new evidence: keep it in the history all the same.
         approach.reason = reason.strip() or approach.reason
-        session.add(StatusChange(approach_id=approach.id, from_status=status.value, to_status=status.value,
-                                 reason=f"confirmed: {approach.reason}", actor=actor, trial_id=trial.id))
+        session.add(
+            StatusChange(
+                approach_id=approach.id,
+                from_status=status.value,
+                to_status=status.value,
+                reason=f"confirmed: {approach.reason}",
+                actor=actor,
+                trial_id=trial.id,
+            )
+        )
     else:
         change_status(session, approach, status, reason, actor, trial_id=trial.id)
     approach.verdict_fingerprint = trial.fingerprint
@@ -126,8 +167,13 @@ def confirm(session: Session, approach: Approach, trial: Trial, status: Approach
 
 
 def _connected_runners(session: Session) -> list[Runner]:
-    return list(session.exec(select(Runner).where(Runner.connected.is_(True), Runner.revoked_at.is_(None))  # type: ignore[attr-defined,union-attr]
-                             .order_by(Runner.id)))
+    return list(
+        session.exec(
+            select(Runner)
+            .where(Runner.connected.is_(True), Runner.revoked_at.is_(None))  # type: ignore[attr-defined,union-attr]
+            .order_by(Runner.id)
+        )
+    )
 
 
 def _able(approach: Approach, runners: list[Runner]) -> list[Runner]:
@@ -149,9 +195,11 @@ def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
     runners = _connected_runners(session)  # one query, whatever the number of approaches
     if not runners:
         return flags
-    verdicts = session.exec(select(Approach).where(
-        Approach.campaign_id == campaign.id,
-        Approach.status.in_([ApproachStatus.dead_end, ApproachStatus.deferred])))  # type: ignore[attr-defined]
+    verdicts = session.exec(
+        select(Approach).where(
+            Approach.campaign_id == campaign.id, Approach.status.in_([ApproachStatus.dead_end, ApproachStatus.deferred])
+        )
+    )  # type: ignore[attr-defined]
     for approach in verdicts:
         if not stack.bound_components(approach.bound_to):
             continue
@@ -164,6 +212,10 @@ def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
 
 
 def pending(session: Session, campaign: Campaign) -> list[tuple[Approach, Trial]]:
-    rows = session.exec(select(Approach, Trial).join(Trial, Trial.id == Approach.pending_trial_id)
-                        .where(Approach.campaign_id == campaign.id).order_by(Approach.position))
+    rows = session.exec(
+        select(Approach, Trial)
+        .join(Trial, Trial.id == Approach.pending_trial_id)
+        .where(Approach.campaign_id == campaign.id)
+        .order_by(Approach.position)
+    )
     return list(rows)

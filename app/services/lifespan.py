@@ -1,5 +1,6 @@
 """What the server starts and stops with its lifespan: the live hub, the lost-runner sweeper, the
 embedded runner, gc.freeze, and tracing probes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -28,8 +29,10 @@ def install_state(app: FastAPI) -> None:
 
 
 def _needs_sweep(session: Session) -> bool:
-    return session.exec(select(Runner.id).where(col(Runner.connected).is_(True))).first() is not None or \
-        session.exec(select(Trial.id).where(col(Trial.state).in_(ACTIVE_TRIAL_STATES))).first() is not None
+    return (
+        session.exec(select(Runner.id).where(col(Runner.connected).is_(True))).first() is not None
+        or session.exec(select(Trial.id).where(col(Trial.state).in_(ACTIVE_TRIAL_STATES))).first() is not None
+    )
 
 
 async def _sweeper(app: FastAPI, period_s: float = 1.0) -> None:

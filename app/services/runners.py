@@ -6,6 +6,7 @@ attempts the AttemptGate already knows valid are published as soon as they are p
 commit), as `uncommitted` frames the hub hands to viewers that join meanwhile; the rest after the
 commit. Acks go out after the commit.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,19 @@ from app.domain import runners as runner_domain
 from app.domain import scheduling
 from app.live import Frame, LiveHub, get_hub, run_in_tx, trace
 from app.models import Runner, utcnow
-from app.protocol import (Cancel, Finished, FinishedAck, Heartbeat, Hello, LogChunkMsg, Phase, Reject, Started,
-                          Welcome, parse_runner_message)
+from app.protocol import (
+    Cancel,
+    Finished,
+    FinishedAck,
+    Heartbeat,
+    Hello,
+    LogChunkMsg,
+    Phase,
+    Reject,
+    Started,
+    Welcome,
+    parse_runner_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +47,7 @@ REFUSED_CLOSE_CODE = 4401
 
 async def revoke(app: FastAPI, runner_id: int) -> Runner:
     """Revoke a runner's token and close its live socket."""
+
     def work(session: Session) -> Runner:
         runner = runner_domain.get_runner(session, runner_id)
         runner_domain.revoke_runner(session, runner)
@@ -49,8 +62,9 @@ async def sweep_once(app: FastAPI) -> None:
     """Runners silent past runner_lost_after_s go offline and their trials are lost."""
     hub = get_hub(app)
     async with hub.attempts.exclusive():  # it may end trials whose chunks are being published early
-        lost, silent = await run_in_tx(app.state.engine, scheduling.sweep_lost,
-                                       app.state.settings.runner_lost_after_s, hub.last_seen())
+        lost, silent = await run_in_tx(
+            app.state.engine, scheduling.sweep_lost, app.state.settings.runner_lost_after_s, hub.last_seen()
+        )
         for trial in lost:
             hub.attempts.forget(trial.id)
     for trial in lost:
@@ -101,10 +115,12 @@ class RunnerIngest:
         runner = session.get(Runner, self.runner_id)
         assert runner is not None
         runner_domain.mark_connected(session, runner, hello.fingerprint, hello.labels)
-        result = scheduling.reconcile(session, runner, hello.attempts,
-                                      lambda t, a: log_domain.last_contiguous_seq(session, t, a))
-        welcome = Welcome(runner_id=self.runner_id, heartbeat_s=self.settings.heartbeat_s, acked=result.acked,
-                          cancel=result.cancel)
+        result = scheduling.reconcile(
+            session, runner, hello.attempts, lambda t, a: log_domain.last_contiguous_seq(session, t, a)
+        )
+        welcome = Welcome(
+            runner_id=self.runner_id, heartbeat_s=self.settings.heartbeat_s, acked=result.acked, cancel=result.cancel
+        )
         return welcome, result.redispatch, [scheduling.trial_view(t) for t in result.lost]
 
     async def batch(self, raw: list[str]) -> BatchOut:
@@ -127,6 +143,7 @@ class RunnerIngest:
                 stamps["s_early"] = time.time_ns()
 
         with gate.share() as validating:
+
             def work() -> tuple[list[Any], BatchOut]:
                 messages = self._parse(raw)
                 if trace.on:
@@ -187,11 +204,14 @@ class RunnerIngest:
         def flush_logs() -> None:
             if not pending:
                 return
-            result = log_domain.append_chunks(session, pending, runner_id=self.runner_id,
-                                              cap_bytes=self.settings.log_cap_bytes, metrics=self.metrics)
+            result = log_domain.append_chunks(
+                session, pending, runner_id=self.runner_id, cap_bytes=self.settings.log_cap_bytes, metrics=self.metrics
+            )
             out.replies.extend(_ack_text(c.trial_id, c.attempt_id, c.seq) for c in result.acked)
-            out.replies.extend(Reject(trial_id=c.trial_id, attempt_id=c.attempt_id, reason=why).model_dump_json()
-                               for c, why in result.rejected)
+            out.replies.extend(
+                Reject(trial_id=c.trial_id, attempt_id=c.attempt_id, reason=why).model_dump_json()
+                for c, why in result.rejected
+            )
             for c in result.stored:
                 trial = result.trials[c.trial_id]
                 if c.attempt_id == trial.attempt_id:
@@ -229,18 +249,24 @@ class RunnerIngest:
             try:
                 trial = scheduling.current_trial(session, ref, self.runner_id)
             except scheduling.StaleAttempt as exc:
-                out.replies.append(Cancel(trial_id=ref.trial_id, attempt_id=ref.attempt_id,
-                                          reason=exc.reason).model_dump_json())
+                out.replies.append(
+                    Cancel(trial_id=ref.trial_id, attempt_id=ref.attempt_id, reason=exc.reason).model_dump_json()
+                )
                 continue
             if trial.cancel_requested and trial.state not in scheduling.TERMINAL_STATES:
-                out.replies.append(Cancel(trial_id=ref.trial_id, attempt_id=ref.attempt_id,
-                                          reason="cancel requested").model_dump_json())
+                out.replies.append(
+                    Cancel(
+                        trial_id=ref.trial_id, attempt_id=ref.attempt_id, reason="cancel requested"
+                    ).model_dump_json()
+                )
 
     def _report(self, session: Session, msg: Started | Phase | Finished, out: BatchOut) -> None:
         try:
             trial = scheduling.current_trial(session, msg, self.runner_id)
         except scheduling.StaleAttempt as exc:
-            out.replies.append(Reject(trial_id=msg.trial_id, attempt_id=msg.attempt_id, reason=exc.reason).model_dump_json())
+            out.replies.append(
+                Reject(trial_id=msg.trial_id, attempt_id=msg.attempt_id, reason=exc.reason).model_dump_json()
+            )
             return
         if isinstance(msg, Started):
             scheduling.mark_started(session, trial)

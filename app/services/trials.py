@@ -1,4 +1,5 @@
 """Run next candidate and cancel: one transaction, then the push to the runner and the publish to viewers."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,6 +40,7 @@ async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | No
 
 async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
     """Ask a trial to stop: Cancel pushed to its runner, which reports Finished(cancelled)."""
+
     def work(session: Session) -> tuple[Trial, Any]:
         trial = scheduling.get_trial(session, trial_id)
         return trial, scheduling.request_cancel(session, trial, actor)

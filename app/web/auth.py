@@ -1,4 +1,5 @@
 """Login by one-time link (printed by `campaign serve` / `campaign login-url`) and logout."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
@@ -19,8 +20,9 @@ def _safe_next(target: str | None) -> str:
 
 
 @router.get("/login")
-def login(request: Request, session: WriteSessionDep, settings: SettingsDep,
-          token: str | None = None, next: str | None = None) -> Response:
+def login(
+    request: Request, session: WriteSessionDep, settings: SettingsDep, token: str | None = None, next: str | None = None
+) -> Response:
     templates = request.app.state.templates
     if not token:
         return templates.TemplateResponse(request, "login.html", {"error": None})
@@ -29,8 +31,12 @@ def login(request: Request, session: WriteSessionDep, settings: SettingsDep,
     wait_s = limiter.retry_after(client)
     if wait_s:
         return templates.TemplateResponse(
-            request, "login.html", {"error": f"Too many failed login attempts: wait {wait_s} s."},
-            status_code=429, headers={"Retry-After": str(wait_s)})
+            request,
+            "login.html",
+            {"error": f"Too many failed login attempts: wait {wait_s} s."},
+            status_code=429,
+            headers={"Retry-After": str(wait_s)},
+        )
     try:
         session_id = redeem_login_token(session, token, settings.session_max_age_s)
     except DomainError as exc:
@@ -38,9 +44,14 @@ def login(request: Request, session: WriteSessionDep, settings: SettingsDep,
         return templates.TemplateResponse(request, "login.html", {"error": exc.message}, status_code=403)
     session.commit()
     response = RedirectResponse(_safe_next(next), status_code=303)
-    response.set_cookie(SESSION_COOKIE, request.app.state.session_signer.issue(session_id),
-                        max_age=settings.session_max_age_s, httponly=True, samesite="lax",
-                        secure=request.url.scheme == "https")
+    response.set_cookie(
+        SESSION_COOKIE,
+        request.app.state.session_signer.issue(session_id),
+        max_age=settings.session_max_age_s,
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
     return response
 
 

@@ -1,5 +1,6 @@
 """Campaign and approach pages. Mutations answer htmx with the changed fragment and an
 HX-Trigger "campaign-changed" event; other fragments listen for it (hx-trigger from:body)."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ PERSON_STATUSES = [s for s in ApproachStatus if s not in inventory.TRIAL_DRIVEN]
 HISTORY_PAGE = 50
 
 
-def _validated(model, **values):  # noqa: ANN001, ANN202
+def _validated(model, **values):
     """Build a pydantic model from form values; a bad field becomes a DomainError naming it."""
     try:
         return model(**values)
@@ -45,12 +46,17 @@ def _json_field(text: str, field: str) -> dict | None:
     return value
 
 
-def _overview(request: Request, session: SessionDep, slug: str, block: str | None = None,
-              headers: dict | None = None) -> Response:
+def _overview(
+    request: Request, session: SessionDep, slug: str, block: str | None = None, headers: dict | None = None
+) -> Response:
     campaign = inventory.get_campaign(session, slug)
     rows = inventory.approaches(session, campaign)
-    ctx = {"campaign": campaign, "approaches": rows, "counts": inventory.status_counts(rows, awaiting=True),
-           "person_statuses": PERSON_STATUSES}
+    ctx = {
+        "campaign": campaign,
+        "approaches": rows,
+        "counts": inventory.status_counts(rows, awaiting=True),
+        "person_statuses": PERSON_STATUSES,
+    }
     return render(request, "campaign.html", ctx, block=block, headers=headers)
 
 
@@ -60,17 +66,28 @@ def campaigns_page(request: Request, session: SessionDep) -> Response:
 
 
 @router.post("/campaigns")
-def create_campaign(request: Request, session: SessionDep, operator: OperatorDep,
-                    slug: Annotated[str, Form()], name: Annotated[str, Form()],
-                    description: Annotated[str, Form()] = "") -> Response:
-    campaign = inventory.create_campaign(session, _validated(CampaignCreate, slug=slug, name=name,
-                                                             description=description))
+def create_campaign(
+    request: Request,
+    session: SessionDep,
+    operator: OperatorDep,
+    slug: Annotated[str, Form()],
+    name: Annotated[str, Form()],
+    description: Annotated[str, Form()] = "",
+) -> Response:
+    campaign = inventory.create_campaign(
+        session, _validated(CampaignCreate, slug=slug, name=name, description=description)
+    )
     return navigate(request, f"/campaigns/{campaign.slug}")
 
 
 @router.post("/campaigns/import")
-async def import_page(request: Request, session: SessionDep, operator: OperatorDep,
-                      file: UploadFile | None = None, text: Annotated[str, Form()] = "") -> Response:
+async def import_page(
+    request: Request,
+    session: SessionDep,
+    operator: OperatorDep,
+    file: UploadFile | None = None,
+    text: Annotated[str, Form()] = "",
+) -> Response:
     if file is not None and file.filename:
         raw = await file.read()
         try:
@@ -97,15 +114,25 @@ def inventory_fragment(request: Request, session: SessionDep, slug: str) -> Resp
 @router.get("/campaigns/{slug}/export.yaml")
 def export_file(session: SessionDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    return Response(export_campaign(session, campaign), media_type="application/x-yaml",
-                    headers={"Content-Disposition": f'attachment; filename="{campaign.slug}.yaml"'})
+    return Response(
+        export_campaign(session, campaign),
+        media_type="application/x-yaml",
+        headers={"Content-Disposition": f'attachment; filename="{campaign.slug}.yaml"'},
+    )
 
 
 @router.post("/campaigns/{slug}/approaches")
-def add_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str,
-                 key: Annotated[str, Form()], title: Annotated[str, Form()],
-                 effort: Annotated[str, Form()] = "", evidence: Annotated[str, Form()] = "",
-                 description: Annotated[str, Form()] = "") -> Response:
+def add_approach(
+    request: Request,
+    session: SessionDep,
+    operator: OperatorDep,
+    slug: str,
+    key: Annotated[str, Form()],
+    title: Annotated[str, Form()],
+    effort: Annotated[str, Form()] = "",
+    evidence: Annotated[str, Form()] = "",
+    description: Annotated[str, Form()] = "",
+) -> Response:
     campaign = inventory.get_campaign(session, slug)
     data = _validated(ApproachCreate, key=key, title=title, effort=effort, evidence=evidence, description=description)
     inventory.add_approach(session, campaign, data, operator.name)
@@ -113,11 +140,12 @@ def add_approach(request: Request, session: SessionDep, operator: OperatorDep, s
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/move")
-def move_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str,
-                  direction: Annotated[str, Form()]) -> Response:
+def move_approach(
+    request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str, direction: Annotated[str, Form()]
+) -> Response:
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    step = {"up": -1, "down": 1, "top": -10**6}.get(direction)
+    step = {"up": -1, "down": 1, "top": -(10**6)}.get(direction)
     if step is None:
         raise Invalid("direction: must be up, down or top", field="direction")
     inventory.move_approach(session, campaign, approach, approach.position + step)
@@ -125,9 +153,16 @@ def move_approach(request: Request, session: SessionDep, operator: OperatorDep, 
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/status")
-def change_status(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str,
-                  status: Annotated[str, Form()], reason: Annotated[str, Form()] = "",
-                  view: Annotated[str, Form()] = "approach") -> Response:
+def change_status(
+    request: Request,
+    session: SessionDep,
+    operator: OperatorDep,
+    slug: str,
+    key: str,
+    status: Annotated[str, Form()],
+    reason: Annotated[str, Form()] = "",
+    view: Annotated[str, Form()] = "approach",
+) -> Response:
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
     if status not in ApproachStatus.__members__:
@@ -138,18 +173,26 @@ def change_status(request: Request, session: SessionDep, operator: OperatorDep, 
     return _approach(request, session, slug, key, block="verdict", headers=CHANGED)
 
 
-def _history_page(session: SessionDep, approach, before: int | None = None) -> dict:  # noqa: ANN001
+def _history_page(session: SessionDep, approach, before: int | None = None) -> dict:
     """One page of the approach's history, newest first, and the id to ask the next page after (or None)."""
     rows = inventory.history(session, approach, before=before, limit=HISTORY_PAGE + 1)
-    return {"history": rows[:HISTORY_PAGE], "history_more": rows[HISTORY_PAGE - 1].id if len(rows) > HISTORY_PAGE else None}
+    return {
+        "history": rows[:HISTORY_PAGE],
+        "history_more": rows[HISTORY_PAGE - 1].id if len(rows) > HISTORY_PAGE else None,
+    }
 
 
-def _approach(request: Request, session: SessionDep, slug: str, key: str, block: str | None = None,
-              headers: dict | None = None) -> Response:
+def _approach(
+    request: Request, session: SessionDep, slug: str, key: str, block: str | None = None, headers: dict | None = None
+) -> Response:
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    ctx = {"campaign": campaign, "approach": approach, **_history_page(session, approach),
-           "person_statuses": PERSON_STATUSES}
+    ctx = {
+        "campaign": campaign,
+        "approach": approach,
+        **_history_page(session, approach),
+        "person_statuses": PERSON_STATUSES,
+    }
     return render(request, "approach.html", ctx, block=block, headers=headers)
 
 
@@ -168,20 +211,42 @@ def approach_page(request: Request, session: SessionDep, slug: str, key: str) ->
 
 
 @router.post("/campaigns/{slug}/approaches/{key}")
-def edit_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str,
-                  title: Annotated[str, Form()], effort: Annotated[str, Form()] = "",
-                  evidence: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
-                  prerequisites: Annotated[str, Form()] = "", recipe: Annotated[str, Form()] = "",
-                  gpus: Annotated[str, Form()] = "", min_sm: Annotated[str, Form()] = "",
-                  software: Annotated[str, Form()] = "") -> Response:
+def edit_approach(
+    request: Request,
+    session: SessionDep,
+    operator: OperatorDep,
+    slug: str,
+    key: str,
+    title: Annotated[str, Form()],
+    effort: Annotated[str, Form()] = "",
+    evidence: Annotated[str, Form()] = "",
+    description: Annotated[str, Form()] = "",
+    prerequisites: Annotated[str, Form()] = "",
+    recipe: Annotated[str, Form()] = "",
+    gpus: Annotated[str, Form()] = "",
+    min_sm: Annotated[str, Form()] = "",
+    software: Annotated[str, Form()] = "",
+) -> Response:
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
     requirements = None
     if gpus.strip() or min_sm.strip() or software.strip():
-        requirements = _validated(Requirements, gpus=gpus.strip() or 0, min_sm=min_sm.strip() or None,
-                                  software=[s.strip() for s in software.split(",") if s.strip()])
-    data = _validated(ApproachUpdate, title=title, effort=effort, evidence=evidence, description=description,
-                      prerequisites=prerequisites, recipe=_json_field(recipe, "recipe"), requirements=requirements)
+        requirements = _validated(
+            Requirements,
+            gpus=gpus.strip() or 0,
+            min_sm=min_sm.strip() or None,
+            software=[s.strip() for s in software.split(",") if s.strip()],
+        )
+    data = _validated(
+        ApproachUpdate,
+        title=title,
+        effort=effort,
+        evidence=evidence,
+        description=description,
+        prerequisites=prerequisites,
+        recipe=_json_field(recipe, "recipe"),
+        requirements=requirements,
+    )
     inventory.update_approach(session, approach, data)
     return _approach(request, session, slug, key, block="details", headers=CHANGED)
 

@@ -3,6 +3,7 @@
 The what-if is a GET: it computes with the values in the query and stores nothing. Only
 "save as campaign inputs" (a POST, operator + CSRF) writes them to the campaign.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,14 +18,23 @@ from app import charts
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.errors import Invalid
-from app.domain.profitability import (CampaignMetrics, ModelInputs, ProfitabilityReport, WhatIf,
-                                      latency_series, load_campaign_metrics, profitability_report, throughput_rows)
+from app.domain.profitability import (
+    CampaignMetrics,
+    ModelInputs,
+    ProfitabilityReport,
+    WhatIf,
+    latency_series,
+    load_campaign_metrics,
+    profitability_report,
+    throughput_rows,
+)
 from app.domain.timeline import campaign_timeline
 from app.models import Approach, Campaign
 from app.schemas import CampaignUpdate
 from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
+
 
 class WhatIfForm(BaseModel):
     """The what-if inputs as a form sends them: a blank field means "the campaign's value"."""
@@ -45,19 +55,30 @@ class WhatIfForm(BaseModel):
 
     def changes_from(self, inputs: ModelInputs) -> WhatIf:
         """Only the values that differ from what the campaign already uses are what-ifs."""
-        current = {"accept_length": inputs.accept_length.value, "draft_steps": inputs.draft_steps.value,
-                   "draft_step_ms": inputs.draft_step_ms.value, "verify_compute_ms": inputs.verify_compute_ms.value,
-                   "allreduces_per_verify": inputs.allreduces_per_verify.value,
-                   "verify_tokens": inputs.verify_tokens, "baseline_tok_s": inputs.baseline_tok_s.value}
-        return WhatIf(**{name: value for name, value in self.model_dump().items()
-                         if value is not None and value != current[name]})
+        current = {
+            "accept_length": inputs.accept_length.value,
+            "draft_steps": inputs.draft_steps.value,
+            "draft_step_ms": inputs.draft_step_ms.value,
+            "verify_compute_ms": inputs.verify_compute_ms.value,
+            "allreduces_per_verify": inputs.allreduces_per_verify.value,
+            "verify_tokens": inputs.verify_tokens,
+            "baseline_tok_s": inputs.baseline_tok_s.value,
+        }
+        return WhatIf(
+            **{name: value for name, value in self.model_dump().items() if value is not None and value != current[name]}
+        )
 
 
 def _form_values(inputs: ModelInputs) -> dict[str, Any]:
-    return {"accept_length": inputs.accept_length.value, "draft_steps": inputs.draft_steps.value,
-            "draft_step_ms": inputs.draft_step_ms.value, "verify_compute_ms": inputs.verify_compute_ms.value,
-            "allreduces_per_verify": inputs.allreduces_per_verify.value, "verify_tokens": inputs.verify_tokens,
-            "baseline_tok_s": inputs.baseline_tok_s.value}
+    return {
+        "accept_length": inputs.accept_length.value,
+        "draft_steps": inputs.draft_steps.value,
+        "draft_step_ms": inputs.draft_step_ms.value,
+        "verify_compute_ms": inputs.verify_compute_ms.value,
+        "allreduces_per_verify": inputs.allreduces_per_verify.value,
+        "verify_tokens": inputs.verify_tokens,
+        "baseline_tok_s": inputs.baseline_tok_s.value,
+    }
 
 
 @dataclass(frozen=True)
@@ -77,8 +98,9 @@ class CampaignAnswer:
             "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
             "chart_verify": charts.verify_comm_vs_savings(report) if report.speculative and report.costs else None,
             "chart_comparison": None if report.speculative else charts.latency_comparison(report),
-            "chart_latency": charts.allreduce_latency_vs_size(latency_series(self.metrics, self.approaches),
-                                                              report.inputs.verify_bytes, report.references),
+            "chart_latency": charts.allreduce_latency_vs_size(
+                latency_series(self.metrics, self.approaches), report.inputs.verify_bytes, report.references
+            ),
         }
 
 

@@ -1,5 +1,6 @@
 """/docs: Swagger UI for the JSON API, served from static/vendor (works offline), started by
 static/docs.js (no inline script), with the API-token Bearer scheme behind its Authorize button."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Request

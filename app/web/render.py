@@ -1,4 +1,5 @@
 """Render a page, or one block of it for an htmx request, with the context every page needs."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,8 +10,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app.deps import current_operator
 
 
-def render(request: Request, template: str, context: dict[str, Any], *, block: str | None = None,
-           status_code: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
+def render(
+    request: Request,
+    template: str,
+    context: dict[str, Any],
+    *,
+    block: str | None = None,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
     """`block` renders only that block (an htmx partial); otherwise the full page."""
     operator = current_operator(request)
     ctx = {"operator": operator, "csrf_token": operator.csrf_token if operator else None, **context}

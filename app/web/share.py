@@ -3,10 +3,10 @@
 Everything under /s/ is read-only: GET only (other methods get 405), no forms, no login, and
 headers that keep the token out of referrers, caches and search engines.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, HTTPException, Request
@@ -17,8 +17,15 @@ from app.config import resource_dir
 from app.deps import OperatorDep, RowId, SessionDep
 from app.domain import inventory
 from app.domain.profitability import throughput_rows
-from app.domain.sharing import (create_share_link, get_share_link, list_share_links, resolve_share_token,
-                                revoke_share_link, share_token, status_report)
+from app.domain.sharing import (
+    create_share_link,
+    get_share_link,
+    list_share_links,
+    resolve_share_token,
+    revoke_share_link,
+    share_token,
+    status_report,
+)
 from app.models import Campaign
 from app.templating import PLOTLY_JS
 from app.web.charts import campaign_answer, throughput_figure
@@ -33,13 +40,19 @@ PUBLIC_HEADERS = {
     "X-Robots-Tag": "noindex, nofollow",
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; "
-                                "img-src 'self' data: blob:; font-src data:; connect-src 'none'; "
-                                "form-action 'none'; base-uri 'none'; frame-ancestors 'none'"),
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; "
+        "img-src 'self' data: blob:; font-src data:; connect-src 'none'; "
+        "form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+    ),
 }
 # The one-file export opens offline, so plotly.js and the chart code are inlined into it.
-EXPORT_HEADERS = {**PUBLIC_HEADERS, "Content-Security-Policy": PUBLIC_HEADERS["Content-Security-Policy"].replace(
-    "script-src 'self'", "script-src 'unsafe-inline'")}
+EXPORT_HEADERS = {
+    **PUBLIC_HEADERS,
+    "Content-Security-Policy": PUBLIC_HEADERS["Content-Security-Policy"].replace(
+        "script-src 'self'", "script-src 'unsafe-inline'"
+    ),
+}
 
 
 def _secret(request: Request) -> str:
@@ -49,10 +62,13 @@ def _secret(request: Request) -> str:
 def _links(request: Request, session: Session, campaign: Campaign, created_id: int | None = None) -> Response:
     settings = request.app.state.settings
     base = (settings.public_url or str(request.base_url)).rstrip("/")
-    rows = [{"link": link, "url": None if link.revoked_at else f"{base}/s/{share_token(link, _secret(request))}"}
-            for link in list_share_links(session, campaign)]
-    return render(request, "_partials/share_links.html",
-                  {"campaign": campaign, "share_links": rows, "created_id": created_id})
+    rows = [
+        {"link": link, "url": None if link.revoked_at else f"{base}/s/{share_token(link, _secret(request))}"}
+        for link in list_share_links(session, campaign)
+    ]
+    return render(
+        request, "_partials/share_links.html", {"campaign": campaign, "share_links": rows, "created_id": created_id}
+    )
 
 
 @router.get("/campaigns/{slug}/share-links")
@@ -61,8 +77,9 @@ def share_links(request: Request, session: SessionDep, operator: OperatorDep, sl
 
 
 @router.post("/campaigns/{slug}/share-links")
-def create_link(request: Request, session: SessionDep, operator: OperatorDep, slug: str,
-                name: Annotated[str, Form()] = "") -> Response:
+def create_link(
+    request: Request, session: SessionDep, operator: OperatorDep, slug: str, name: Annotated[str, Form()] = ""
+) -> Response:
     campaign = inventory.get_campaign(session, slug)
     link = create_share_link(session, campaign, name, operator.name)
     return _links(request, session, campaign, created_id=link.id)
@@ -85,7 +102,7 @@ def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
         "chart_break_even": figures["chart_break_even"],
         "chart_comparison": figures["chart_comparison"],
         "chart_throughput": throughput_figure(answer),
-        "generated_at": datetime.now(timezone.utc),
+        "generated_at": datetime.now(UTC),
     }
 
 
@@ -102,8 +119,12 @@ def status_export(request: Request, session: SessionDep, token: str) -> Response
     _link, campaign = resolve_share_token(session, token, _secret(request))
     ctx = _status_context(session, campaign)
     html = request.app.state.templates.get_template("status.html").render(
-        **ctx, export=True, export_url=None, plotly_js=PLOTLY_JS.read_text(encoding="utf-8"),
-        charts_js=CHARTS_JS.read_text(encoding="utf-8"))
+        **ctx,
+        export=True,
+        export_url=None,
+        plotly_js=PLOTLY_JS.read_text(encoding="utf-8"),
+        charts_js=CHARTS_JS.read_text(encoding="utf-8"),
+    )
     filename = f"{campaign.slug}-status-{ctx['generated_at']:%Y%m%d}.html"
     return HTMLResponse(html, headers={**EXPORT_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'})
 

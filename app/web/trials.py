@@ -1,5 +1,6 @@
 """Trial pages: a trial with its live log, the runners page, and the campaign page's
 "Run next candidate" button (an htmx partial that sends `HX-Trigger: campaign-changed`)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,17 +28,25 @@ TRIAL_PAGE = 50
 
 def _trial_page(session: Session, trial_id: int) -> dict[str, Any]:
     trial = scheduling.get_trial(session, trial_id)
-    return {"trial": trial, "view": scheduling.trial_view(trial),
-            "approach": session.get(Approach, trial.approach_id), "campaign": session.get(Campaign, trial.campaign_id),
-            "runner": session.get(Runner, trial.runner_id) if trial.runner_id else None}
+    return {
+        "trial": trial,
+        "view": scheduling.trial_view(trial),
+        "approach": session.get(Approach, trial.approach_id),
+        "campaign": session.get(Campaign, trial.campaign_id),
+        "runner": session.get(Runner, trial.runner_id) if trial.runner_id else None,
+    }
 
 
 def _recent(session: Session, slug: str, approach_key: str | None = None, before: int | None = None) -> dict[str, Any]:
     """The campaign's latest trials, or one approach's a page at a time (newest first, older than `before`)."""
     campaign = get_campaign(session, slug)
-    query = (select(Trial, Approach, Runner.name).join(Approach, Approach.id == Trial.approach_id)
-             .outerjoin(Runner, Runner.id == Trial.runner_id)
-             .where(Trial.campaign_id == campaign.id).order_by(Trial.id.desc()))  # type: ignore[union-attr]
+    query = (
+        select(Trial, Approach, Runner.name)
+        .join(Approach, Approach.id == Trial.approach_id)
+        .outerjoin(Runner, Runner.id == Trial.runner_id)
+        .where(Trial.campaign_id == campaign.id)
+        .order_by(Trial.id.desc())
+    )  # type: ignore[union-attr]
     if approach_key is None:
         rows = list(session.exec(query.limit(RECENT_TRIALS)).all())
         return {"campaign": campaign, "rows": rows, "more_url": None}
@@ -79,8 +88,12 @@ async def run_next(request: Request, slug: str, operator: OperatorDep) -> HTMLRe
 async def run_this(request: Request, slug: str, key: str, operator: OperatorDep) -> HTMLResponse:
     result = await start_next(request.app, slug, operator.name, approach_key=key)
     campaign = await run_in_tx(request.app.state.engine, get_campaign, slug, write=False)
-    return render(request, "_partials/run_this.html", {"campaign": campaign, "approach": result.approach,
-                                                       "result": result}, headers=CHANGED)
+    return render(
+        request,
+        "_partials/run_this.html",
+        {"campaign": campaign, "approach": result.approach, "result": result},
+        headers=CHANGED,
+    )
 
 
 @router.get("/campaigns/{slug}/trials")
@@ -90,8 +103,9 @@ async def campaign_trials(request: Request, slug: str, operator: OperatorDep) ->
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/trials")
-async def approach_trials(request: Request, slug: str, key: str, operator: OperatorDep,
-                          before: PageAfter = None) -> HTMLResponse:
+async def approach_trials(
+    request: Request, slug: str, key: str, operator: OperatorDep, before: PageAfter = None
+) -> HTMLResponse:
     """The approach's trials, newest first; `before` (htmx, from the "more" row): the next page's rows only."""
     ctx = await run_in_tx(request.app.state.engine, _recent, slug, key, before, write=False)
     return render(request, "_partials/trial_rows.html", ctx, block="rows" if before is not None else None)

@@ -1,5 +1,6 @@
 """Verdicts, metrics and re-test flags: the trial page's proposal form and metrics table, the
 campaign page's "waiting for a verdict" and "re-test" lists, and the metrics CSV."""
+
 from __future__ import annotations
 
 import csv
@@ -15,7 +16,7 @@ from sqlalchemy import Text, cast
 from sqlmodel import Session, select
 
 from app.db import open_session
-from app.deps import OperatorDep, require_operator, RowId, SessionDep
+from app.deps import OperatorDep, RowId, SessionDep, require_operator
 from app.domain import fingerprint as stack
 from app.domain import inventory, verdicts
 from app.domain.errors import Invalid, NotFound
@@ -46,12 +47,19 @@ def _trial(session: Session, trial_id: int) -> tuple[Trial, Approach, Campaign]:
 
 def _verdict_fragment(request: Request, session: Session, trial_id: int, headers: dict | None = None) -> Response:
     trial, approach, campaign = _trial(session, trial_id)
-    ctx = {"trial": trial, "approach": approach, "campaign": campaign, "ended": trial.state in TERMINAL,
-           "proposal": verdicts.propose(session, trial) if trial.state in TERMINAL else None,
-           "pending": approach.pending_trial_id == trial.id, "statuses": verdicts.VERDICT_STATUSES,
-           "components": stack.STACK_COMPONENTS, "no_verdict": trial.state in verdicts.NO_VERDICT_STATES,
-           "values": {c: stack.component_value(trial.fingerprint, c) for c in stack.STACK_COMPONENTS},
-           "binding": stack.describe_binding(approach.bound_to, approach.verdict_fingerprint)}
+    ctx = {
+        "trial": trial,
+        "approach": approach,
+        "campaign": campaign,
+        "ended": trial.state in TERMINAL,
+        "proposal": verdicts.propose(session, trial) if trial.state in TERMINAL else None,
+        "pending": approach.pending_trial_id == trial.id,
+        "statuses": verdicts.VERDICT_STATUSES,
+        "components": stack.STACK_COMPONENTS,
+        "no_verdict": trial.state in verdicts.NO_VERDICT_STATES,
+        "values": {c: stack.component_value(trial.fingerprint, c) for c in stack.STACK_COMPONENTS},
+        "binding": stack.describe_binding(approach.bound_to, approach.verdict_fingerprint),
+    }
     return render(request, "_partials/verdict.html", ctx, headers=headers)
 
 
@@ -61,9 +69,15 @@ def verdict_fragment(request: Request, session: SessionDep, trial_id: RowId) -> 
 
 
 @router.post("/trials/{trial_id}/verdict", include_in_schema=False)
-def confirm_from_form(request: Request, session: SessionDep, operator: OperatorDep, trial_id: RowId,
-                      status: Annotated[str, Form()], reason: Annotated[str, Form()] = "",
-                      components: Annotated[list[str] | None, Form()] = None) -> Response:
+def confirm_from_form(
+    request: Request,
+    session: SessionDep,
+    operator: OperatorDep,
+    trial_id: RowId,
+    status: Annotated[str, Form()],
+    reason: Annotated[str, Form()] = "",
+    components: Annotated[list[str] | None, Form()] = None,
+) -> Response:
     if status not in ApproachStatus.__members__:
         raise Invalid(f"status: unknown status {status!r}", field="status")
     trial, approach, _ = _trial(session, trial_id)
@@ -75,8 +89,13 @@ def confirm_from_form(request: Request, session: SessionDep, operator: OperatorD
 def confirm_from_api(trial_id: RowId, data: VerdictRequest, session: SessionDep, operator: OperatorDep) -> dict:
     trial, approach, _ = _trial(session, trial_id)
     verdicts.confirm(session, approach, trial, data.status, data.reason, data.components, operator.name)
-    return {"approach": approach.key, "status": approach.status, "reason": approach.reason,
-            "bound_to": approach.bound_to, "verdict_fingerprint": approach.verdict_fingerprint}
+    return {
+        "approach": approach.key,
+        "status": approach.status,
+        "reason": approach.reason,
+        "bound_to": approach.bound_to,
+        "verdict_fingerprint": approach.verdict_fingerprint,
+    }
 
 
 @router.get("/api/trials/{trial_id}/proposal", tags=["trials"], summary="The verdict an ended trial proposes")
@@ -85,11 +104,17 @@ def proposal_api(trial_id: RowId, session: SessionDep) -> dict:
     if trial.state not in TERMINAL:
         raise Invalid(f"trial #{trial_id} has not ended ({trial.state})", field="trial_id")
     p = verdicts.propose(session, trial)
-    return {"status": p.status.value, "reason": p.reason, "components": p.components, "cause": p.cause,
-            "signature": p.signature, "evidence_line": p.evidence_line}
+    return {
+        "status": p.status.value,
+        "reason": p.reason,
+        "components": p.components,
+        "cause": p.cause,
+        "signature": p.signature,
+        "evidence_line": p.evidence_line,
+    }
 
 
-def _metrics(session: Session, where) -> list[Metric]:  # noqa: ANN001
+def _metrics(session: Session, where) -> list[Metric]:
     return list(session.exec(select(Metric).where(where).order_by(Metric.trial_id, Metric.seq, Metric.index)))
 
 
@@ -102,8 +127,13 @@ def metrics_fragment(request: Request, session: SessionDep, trial_id: RowId) -> 
 
 
 @router.get("/campaigns/{slug}/metrics.csv", include_in_schema=False)
-@router.get("/api/campaigns/{slug}/metrics.csv", tags=["campaigns"], summary="Every metric of a campaign's trials, as CSV",
-            response_class=StreamingResponse, responses={200: {"content": {"text/csv": {}}, "description": "CSV"}})
+@router.get(
+    "/api/campaigns/{slug}/metrics.csv",
+    tags=["campaigns"],
+    summary="Every metric of a campaign's trials, as CSV",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/csv": {}}, "description": "CSV"}},
+)
 def metrics_csv(request: Request, slug: str, session: SessionDep) -> StreamingResponse:
     """Streamed in constant memory: rows as columns (no ORM objects), read with a server-side cursor on
     PostgreSQL, written a batch at a time on a worker thread."""
@@ -124,22 +154,34 @@ def metrics_csv(request: Request, slug: str, session: SessionDep) -> StreamingRe
                 found = canonical[text] = json.dumps(json.loads(text), sort_keys=True)
             return found
 
-        query = (select(Metric.trial_id, Approach.key, Metric.name, Metric.value, Metric.unit,
-                        cast(Metric.tags, Text), Metric.created_at)  # type: ignore[arg-type]
-                 .join(Approach, Approach.id == Metric.approach_id)  # type: ignore[arg-type]
-                 .where(Metric.campaign_id == campaign_id)
-                 .order_by(Metric.trial_id, Metric.seq, Metric.index)  # type: ignore[arg-type]
-                 .execution_options(yield_per=CSV_BATCH))
+        query = (
+            select(
+                Metric.trial_id,
+                Approach.key,
+                Metric.name,
+                Metric.value,
+                Metric.unit,
+                cast(Metric.tags, Text),
+                Metric.created_at,
+            )  # type: ignore[arg-type]
+            .join(Approach, Approach.id == Metric.approach_id)  # type: ignore[arg-type]
+            .where(Metric.campaign_id == campaign_id)
+            .order_by(Metric.trial_id, Metric.seq, Metric.index)  # type: ignore[arg-type]
+            .execution_options(yield_per=CSV_BATCH)
+        )
         with open_session(engine, write=False) as reader:
             for rows in reader.connection().execute(query).partitions():
-                writer.writerows([trial_id, key, name, repr(value), unit, tags_json(tags), created_at.isoformat()]
-                                 for trial_id, key, name, value, unit, tags, created_at in rows)
+                writer.writerows(
+                    [trial_id, key, name, repr(value), unit, tags_json(tags), created_at.isoformat()]
+                    for trial_id, key, name, value, unit, tags, created_at in rows
+                )
                 yield out.getvalue().encode()
                 out.seek(0)
                 out.truncate()
 
-    return StreamingResponse(body(), media_type="text/csv",
-                             headers={"Content-Disposition": f'attachment; filename="{slug}-metrics.csv"'})
+    return StreamingResponse(
+        body(), media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{slug}-metrics.csv"'}
+    )
 
 
 @router.get("/campaigns/{slug}/verdicts", include_in_schema=False)

@@ -7,9 +7,11 @@ resources; returns at once for a local process), `cancel(kill_now=False)`, `wait
 `pid`, `leader`, `popen`. The agent drives both the same way; only the SLURM executor can
 re-attach to trials a previous runner process left running (`reattach`).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from runners.process import OutputChunk, TrialProcess, TrialResult
 from runners.recipes import LaunchSpec
@@ -27,8 +29,6 @@ class TrialHandle(Protocol):
     def wait(self) -> TrialResult: ...
 
 
-
-
 class LocalTrial(TrialProcess):
     """Today's process-group path: a local process has no queue to wait in."""
 
@@ -39,11 +39,21 @@ class LocalTrial(TrialProcess):
 class LocalExecutor:
     name = "local"
 
-    def trial(self, spec: LaunchSpec, attempt_id: str, *, trial_id: int, requirements: dict[str, Any] | None,
-              grace_s: float, on_chunk: Callable[[OutputChunk], None], on_phase: Callable[[str], None],
-              on_teardown: Callable[[], None]) -> LocalTrial:
-        return LocalTrial(spec, attempt_id, grace_s=grace_s, on_chunk=on_chunk, on_phase=on_phase,
-                          on_teardown=on_teardown)
+    def trial(
+        self,
+        spec: LaunchSpec,
+        attempt_id: str,
+        *,
+        trial_id: int,
+        requirements: dict[str, Any] | None,
+        grace_s: float,
+        on_chunk: Callable[[OutputChunk], None],
+        on_phase: Callable[[str], None],
+        on_teardown: Callable[[], None],
+    ) -> LocalTrial:
+        return LocalTrial(
+            spec, attempt_id, grace_s=grace_s, on_chunk=on_chunk, on_phase=on_phase, on_teardown=on_teardown
+        )
 
     def reattach(self, attempt_id: str, **_: Any) -> None:
         """A local process cannot be re-attached: its output pipe died with the old runner."""

@@ -5,6 +5,7 @@ Sets torch.distributed's env:// variables from SLURM's (runners.recipes._dist.ra
 and execs the recipe, which then runs as that rank (the same code as a rank started locally).
 Standard library only: it runs on the compute nodes with the recipes' interpreter.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,9 @@ def main(argv: list[str]) -> int:
         return 2
     missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
     if missing:
-        print(f"srun_task: {', '.join(missing)} not set (the batch script sets them from the allocation)",
-              file=sys.stderr)
+        print(
+            f"srun_task: {', '.join(missing)} not set (the batch script sets them from the allocation)", file=sys.stderr
+        )
         return 2
     os.environ.update(env)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

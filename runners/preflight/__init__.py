@@ -16,13 +16,15 @@ Checks are a registry a team can extend:
 Built-in checks live in runners/preflight/checks.py; the GPU probes they start run under the
 node's sglang interpreter (runners/preflight/probes.py). Standard library only here.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 PREFLIGHT_PREFIX = "@@campaign-preflight "
 VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
@@ -67,12 +69,19 @@ class Outcome:
     bound_to: list[str] = field(default_factory=list)
 
     @classmethod
-    def passed(cls, summary: str, output: str = "") -> "Outcome":
+    def passed(cls, summary: str, output: str = "") -> Outcome:
         return cls(True, summary, output)
 
     @classmethod
-    def failed(cls, verdict: str, cause: str, *, bound_to: list[str] | None = None, output: str = "",
-               summary: str | None = None) -> "Outcome":
+    def failed(
+        cls,
+        verdict: str,
+        cause: str,
+        *,
+        bound_to: list[str] | None = None,
+        output: str = "",
+        summary: str | None = None,
+    ) -> Outcome:
         if verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, not {verdict!r}")
         return cls(False, summary or cause, output, verdict, cause, list(bound_to or []))
@@ -91,13 +100,19 @@ REGISTRY: dict[str, Check] = {}
 
 def register(name: str | None = None, *, applies: Callable[[Context], bool] | None = None):
     """Decorator adding a check (a function Context -> Outcome) to the registry, in order."""
+
     def wrap(fn: Callable[[Context], Outcome]) -> Callable[[Context], Outcome]:
         check_name = name or fn.__name__
         if check_name in REGISTRY:
             raise ValueError(f"preflight check {check_name!r} is already registered")
-        REGISTRY[check_name] = Check(check_name, fn, applies or (lambda _ctx: True),
-                                     (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
+        REGISTRY[check_name] = Check(
+            check_name,
+            fn,
+            applies or (lambda _ctx: True),
+            (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+        )
         return fn
+
     return wrap
 
 
@@ -110,8 +125,7 @@ def run_checks(ctx: Context, *, skip: list[str] | tuple[str, ...] = (), out=None
     out = out or sys.stdout
     unknown = sorted(set(skip) - set(REGISTRY))
     if unknown:
-        raise ValueError(f"unknown preflight check(s) to skip: {', '.join(unknown)}; "
-                         f"known: {', '.join(REGISTRY)}")
+        raise ValueError(f"unknown preflight check(s) to skip: {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
     for check in REGISTRY.values():
         if check.name in skip:
             out.write(f"preflight: {check.name}: skipped (asked by the approach)\n")
@@ -122,7 +136,7 @@ def run_checks(ctx: Context, *, skip: list[str] | tuple[str, ...] = (), out=None
         started = time.monotonic()
         try:
             outcome = check.run(ctx)
-        except Exception as exc:  # noqa: BLE001 - a broken check must not look like a broken approach
+        except Exception as exc:
             outcome = Outcome.failed("inconclusive", f"the check itself failed: {type(exc).__name__}: {exc}")
         took = time.monotonic() - started
         if outcome.output:
@@ -133,11 +147,25 @@ def run_checks(ctx: Context, *, skip: list[str] | tuple[str, ...] = (), out=None
             out.flush()
             continue
         bound = ", ".join(_describe_bound(c, ctx) for c in outcome.bound_to)
-        out.write(f"preflight: {check.name}: FAILED in {took:.1f}s: {outcome.summary}"
-                  f"{' (bound to ' + bound + ')' if bound else ''}\n")
-        out.write(PREFLIGHT_PREFIX + json.dumps({
-            "check": check.name, "verdict": outcome.verdict, "cause": outcome.cause, "summary": outcome.summary,
-            "bound_to": outcome.bound_to, "sglang_version": ctx.sglang_version}, sort_keys=True) + "\n")
+        out.write(
+            f"preflight: {check.name}: FAILED in {took:.1f}s: {outcome.summary}"
+            f"{' (bound to ' + bound + ')' if bound else ''}\n"
+        )
+        out.write(
+            PREFLIGHT_PREFIX
+            + json.dumps(
+                {
+                    "check": check.name,
+                    "verdict": outcome.verdict,
+                    "cause": outcome.cause,
+                    "summary": outcome.summary,
+                    "bound_to": outcome.bound_to,
+                    "sglang_version": ctx.sglang_version,
+                },
+                sort_keys=True,
+            )
+            + "\n"
+        )
         out.flush()
         return outcome
     out.flush()
@@ -155,7 +183,7 @@ def parse_preflight_line(line: str) -> dict[str, Any] | None:
     if not line.startswith(PREFLIGHT_PREFIX):
         return None
     try:
-        obj = json.loads(line[len(PREFLIGHT_PREFIX):])
+        obj = json.loads(line[len(PREFLIGHT_PREFIX) :])
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None

@@ -3,6 +3,7 @@
 Takes the sglang_server recipe's own flags (model path, TP size, --server-arg=..., sglang python);
 exit 0 when every applicable check passed, 1 when one failed (its verdict proposal is printed).
 """
+
 from __future__ import annotations
 
 import sys

@@ -3,6 +3,7 @@
 GPU facts come from the node's sglang interpreter (`probes.py`), never from the runner's python:
 the server will run with that interpreter's torch, CUDA and sglang.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,16 @@ def run_probe(ctx: Context, *args: str) -> tuple[int, str]:
     env["PYTHONPATH"] = _ROOT + (os.pathsep + rest if rest else "")
     argv = [ctx.python, "-m", "runners.preflight.probes", *args]
     try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                              env=env, timeout=ctx.timeout_s, start_new_session=True)
+        done = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=env,
+            timeout=ctx.timeout_s,
+            start_new_session=True,
+        )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode("utf-8", "replace")
         return 124, out + f"\npreflight probe {args[0]} did not finish within {ctx.timeout_s:g}s"
@@ -40,11 +49,16 @@ def _no_gpu(output: str, what: str) -> Outcome | None:
     m = _NO_GPU.search(output)
     if not m:
         return None
-    return Outcome.failed("retest", f"{what} not checked: {m.group(1)} on this node", output=output,
-                          summary=f"{what} cannot be checked here ({m.group(1)}); run the approach on a node with GPUs")
+    return Outcome.failed(
+        "retest",
+        f"{what} not checked: {m.group(1)} on this node",
+        output=output,
+        summary=f"{what} cannot be checked here ({m.group(1)}); run the approach on a node with GPUs",
+    )
 
 
 # --- node-local facts --------------------------------------------------------------------------
+
 
 def _is_local_path(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~")) or os.path.exists(path)
@@ -108,14 +122,23 @@ def sglang_flags(ctx: Context) -> Outcome:
     if m:
         flags = m.group("args").strip()
         return Outcome.failed(
-            "retest", f"flag not supported by this sglang: {flags}", bound_to=["sglang"], output=output,
-            summary=f"sglang {version} does not know {flags}: re-test with an sglang that has it")
+            "retest",
+            f"flag not supported by this sglang: {flags}",
+            bound_to=["sglang"],
+            output=output,
+            summary=f"sglang {version} does not know {flags}: re-test with an sglang that has it",
+        )
     m = _ARG_ERROR.search(output)
     if m:
-        return Outcome.failed("retest", f"sglang {version} rejects the launch arguments: {m.group('msg')}",
-                              bound_to=["sglang"], output=output)
-    return Outcome.failed("retest", f"cannot check the flags against sglang with {ctx.python} (exit {code})",
-                          output=output)
+        return Outcome.failed(
+            "retest",
+            f"sglang {version} rejects the launch arguments: {m.group('msg')}",
+            bound_to=["sglang"],
+            output=output,
+        )
+    return Outcome.failed(
+        "retest", f"cannot check the flags against sglang with {ctx.python} (exit {code})", output=output
+    )
 
 
 # --- NCCL environment ---------------------------------------------------------------------------
@@ -123,22 +146,74 @@ def sglang_flags(ctx: Context) -> Outcome:
 # Names documented in NCCL's environment-variable reference (2.2x); a name outside it is a typo
 # NCCL silently ignores, so the trial would not test what the approach says.
 NCCL_NAMES = {
-    "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
-    "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_P2P_READ_ENABLE", "NCCL_P2P_NET_CHUNKSIZE",
-    "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_NVL_CHUNKSIZE", "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_SHM_DISABLE",
-    "NCCL_SHM_USE_CUDA_MEMCPY", "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ", "NCCL_NET", "NCCL_NET_PLUGIN",
-    "NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT",
-    "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD",
-    "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
-    "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE", "NCCL_LAUNCH_MODE",
-    "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_GRAPH_REGISTER", "NCCL_LOCAL_REGISTER", "NCCL_CROSS_NIC",
-    "NCCL_COLLNET_ENABLE", "NCCL_TOPO_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_IGNORE_CPU_AFFINITY",
-    "NCCL_CHECKS_DISABLE", "NCCL_CHECK_POINTERS", "NCCL_COMM_BLOCKING", "NCCL_RUNTIME_CONNECT",
-    "NCCL_NVB_DISABLE", "NCCL_PXN_DISABLE", "NCCL_P2P_PXN_LEVEL", "NCCL_WORK_FIFO_DEPTH",
-    "NCCL_SET_STACK_SIZE", "NCCL_SET_THREAD_NAME", "NCCL_GRAPH_FILE", "NCCL_GRAPH_DUMP_FILE",
-    "NCCL_NET_SHARED_BUFFERS", "NCCL_NET_SHARED_COMMS", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN",
-    "NCCL_NVLS_CHUNKSIZE", "NCCL_CONF_FILE", "NCCL_HOSTID", "NCCL_MNNVL_ENABLE", "NCCL_NCHANNELS_PER_NET_PEER",
-    "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT",  # read by torch's ProcessGroupNCCL, not NCCL
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_P2P_LEVEL",
+    "NCCL_P2P_DISABLE",
+    "NCCL_P2P_READ_ENABLE",
+    "NCCL_P2P_NET_CHUNKSIZE",
+    "NCCL_P2P_PCI_CHUNKSIZE",
+    "NCCL_P2P_NVL_CHUNKSIZE",
+    "NCCL_P2P_USE_CUDA_MEMCPY",
+    "NCCL_SHM_DISABLE",
+    "NCCL_SHM_USE_CUDA_MEMCPY",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_NET_GDR_READ",
+    "NCCL_NET",
+    "NCCL_NET_PLUGIN",
+    "NCCL_IB_DISABLE",
+    "NCCL_IB_HCA",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_SOCKET_FAMILY",
+    "NCCL_SOCKET_NTHREADS",
+    "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_BUFFSIZE",
+    "NCCL_NTHREADS",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_CUMEM_HOST_ENABLE",
+    "NCCL_LAUNCH_MODE",
+    "NCCL_GRAPH_MIXING_SUPPORT",
+    "NCCL_GRAPH_REGISTER",
+    "NCCL_LOCAL_REGISTER",
+    "NCCL_CROSS_NIC",
+    "NCCL_COLLNET_ENABLE",
+    "NCCL_TOPO_FILE",
+    "NCCL_TOPO_DUMP_FILE",
+    "NCCL_IGNORE_CPU_AFFINITY",
+    "NCCL_CHECKS_DISABLE",
+    "NCCL_CHECK_POINTERS",
+    "NCCL_COMM_BLOCKING",
+    "NCCL_RUNTIME_CONNECT",
+    "NCCL_NVB_DISABLE",
+    "NCCL_PXN_DISABLE",
+    "NCCL_P2P_PXN_LEVEL",
+    "NCCL_WORK_FIFO_DEPTH",
+    "NCCL_SET_STACK_SIZE",
+    "NCCL_SET_THREAD_NAME",
+    "NCCL_GRAPH_FILE",
+    "NCCL_GRAPH_DUMP_FILE",
+    "NCCL_NET_SHARED_BUFFERS",
+    "NCCL_NET_SHARED_COMMS",
+    "NCCL_TUNER_PLUGIN",
+    "NCCL_PROFILER_PLUGIN",
+    "NCCL_NVLS_CHUNKSIZE",
+    "NCCL_CONF_FILE",
+    "NCCL_HOSTID",
+    "NCCL_MNNVL_ENABLE",
+    "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT",  # read by torch's ProcessGroupNCCL, not NCCL
 }
 NCCL_ALGOS = {"ring", "tree", "collnet", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat"}
 NCCL_PROTOS = {"ll", "ll128", "simple"}
@@ -166,11 +241,13 @@ def nccl_env_problems(env: dict[str, str]) -> list[str]:
             problems.append(f"NCCL_ALGO={value}: unknown algorithm(s) {', '.join(bad)}")
         elif name == "NCCL_PROTO" and (bad := [t for t in _token_list(value) if t.lower() not in NCCL_PROTOS]):
             problems.append(f"NCCL_PROTO={value}: unknown protocol(s) {', '.join(bad)}")
-        elif name in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL") and value not in NCCL_P2P_LEVELS \
-                and not _INT.match(value):
+        elif (
+            name in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL") and value not in NCCL_P2P_LEVELS and not _INT.match(value)
+        ):
             problems.append(f"{name}={value}: expected one of {', '.join(sorted(NCCL_P2P_LEVELS))} or a number")
-        elif name.endswith(("_NCHANNELS", "_CTAS", "_BUFFSIZE", "_NTHREADS", "_DISABLE", "_ENABLE")) \
-                and not _INT.match(value):
+        elif name.endswith(("_NCHANNELS", "_CTAS", "_BUFFSIZE", "_NTHREADS", "_DISABLE", "_ENABLE")) and not _INT.match(
+            value
+        ):
             problems.append(f"{name}={value}: expected an integer")
     return problems
 
@@ -181,12 +258,14 @@ def nccl_env(ctx: Context) -> Outcome:
     names = sorted(k for k in ctx.env if k.startswith("NCCL_"))
     problems = nccl_env_problems(ctx.env)
     if problems:
-        return Outcome.failed("retest", "NCCL environment: " + "; ".join(problems), bound_to=["nccl"],
-                              output="\n".join(problems))
+        return Outcome.failed(
+            "retest", "NCCL environment: " + "; ".join(problems), bound_to=["nccl"], output="\n".join(problems)
+        )
     return Outcome.passed(", ".join(f"{k}={ctx.env[k]}" for k in names) or "no NCCL_* variables")
 
 
 # --- GPU checks (through the node's interpreter) -----------------------------------------------
+
 
 def _model_bytes(path: str | None) -> int:
     if not path or not os.path.isdir(os.path.expanduser(path)):
@@ -205,19 +284,25 @@ def gpu_memory(ctx: Context) -> Outcome:
     lines = [ln for ln in output.splitlines() if ln.startswith("{")]
     if code != 0 or not lines:
         return _no_gpu(output, "GPU memory") or Outcome.failed(
-            "retest", f"cannot list the node's GPUs with {ctx.python} (exit {code})", output=output)
+            "retest", f"cannot list the node's GPUs with {ctx.python} (exit {code})", output=output
+        )
     gpus = json.loads(lines[-1])["gpus"]
     if len(gpus) < ctx.tp_size:
-        return Outcome.failed("retest", f"TP {ctx.tp_size} needs {ctx.tp_size} GPUs; this node has {len(gpus)}",
-                              output=output)
+        return Outcome.failed(
+            "retest", f"TP {ctx.tp_size} needs {ctx.tp_size} GPUs; this node has {len(gpus)}", output=output
+        )
     weights = _model_bytes(ctx.values.get("model_path")) + _model_bytes(ctx.values.get("speculative_draft_model_path"))
     need = weights / ctx.tp_size
     short = [g for g in gpus[: ctx.tp_size] if g["free_bytes"] < need]
-    gib = 2 ** 30
+    gib = 2**30
     if short:
         detail = ", ".join(f"GPU {g['index']} {g['free_bytes'] / gib:.1f} GiB free" for g in short)
-        return Outcome.failed("retest", f"not enough free GPU memory for {weights / gib:.1f} GiB of weights at TP "
-                              f"{ctx.tp_size} ({need / gib:.1f} GiB per GPU): {detail}", output=output)
+        return Outcome.failed(
+            "retest",
+            f"not enough free GPU memory for {weights / gib:.1f} GiB of weights at TP "
+            f"{ctx.tp_size} ({need / gib:.1f} GiB per GPU): {detail}",
+            output=output,
+        )
     least = min(g["free_bytes"] for g in gpus[: ctx.tp_size])
     return Outcome.passed(f"{ctx.tp_size} GPUs, least free {least / gib:.1f} GiB, weights {need / gib:.1f} GiB per GPU")
 
@@ -235,14 +320,19 @@ def jit_target(ctx: Context) -> Outcome:
     code, output = run_probe(ctx, "jit_target")
     if code == 0:
         return Outcome.passed("nvcc targets the GPU", output)
-    if (failed := _no_gpu(output, "JIT targets")):
+    if failed := _no_gpu(output, "JIT targets"):
         return failed
     m = _NVCC_ARCH.search(output)
     if m:
-        return Outcome.failed("dead_end", f"the CUDA compiler cannot target {m.group('arch')}", bound_to=["cuda", "sm"],
-                              output=output)
-    return Outcome.failed("dead_end", "JIT kernels cannot be built for this GPU on this node",
-                          bound_to=["cuda", "flashinfer", "sm"], output=output)
+        return Outcome.failed(
+            "dead_end", f"the CUDA compiler cannot target {m.group('arch')}", bound_to=["cuda", "sm"], output=output
+        )
+    return Outcome.failed(
+        "dead_end",
+        "JIT kernels cannot be built for this GPU on this node",
+        bound_to=["cuda", "flashinfer", "sm"],
+        output=output,
+    )
 
 
 _KEYERROR = re.compile(r"^KeyError: (?P<sm>\d+)\s*$", re.MULTILINE)
@@ -258,15 +348,22 @@ def symm_mem(ctx: Context) -> Outcome:
     code, output = run_probe(ctx, "symm_mem", "--world-size", str(_rank_count(ctx)))
     if code == 0:
         return Outcome.passed("rendezvous and one_shot_all_reduce on 2 ranks", output)
-    if (failed := _no_gpu(output, "torch symmetric memory")):
+    if failed := _no_gpu(output, "torch symmetric memory"):
         return failed
     m = _KEYERROR.search(output)
     if m:
         return Outcome.failed(
-            "dead_end", f"torch symmetric memory has no entry for SM {m.group('sm')} (GPU architecture not supported)",
-            bound_to=["torch", "sm"], output=output)
-    return Outcome.failed("dead_end", "torch symmetric memory rendezvous or allreduce failed on this node",
-                          bound_to=["torch", "nccl", "sm"], output=output)
+            "dead_end",
+            f"torch symmetric memory has no entry for SM {m.group('sm')} (GPU architecture not supported)",
+            bound_to=["torch", "sm"],
+            output=output,
+        )
+    return Outcome.failed(
+        "dead_end",
+        "torch symmetric memory rendezvous or allreduce failed on this node",
+        bound_to=["torch", "nccl", "sm"],
+        output=output,
+    )
 
 
 @register(applies=lambda ctx: ctx.uses_cuda_graphs and ctx.tp_size > 1)
@@ -275,7 +372,8 @@ def graph_collective(ctx: Context) -> Outcome:
     code, output = run_probe(ctx, "graph_collective", "--world-size", str(_rank_count(ctx)))
     if code == 0:
         return Outcome.passed("captured and replayed one all_reduce", output)
-    if (failed := _no_gpu(output, "CUDA graph capture")):
+    if failed := _no_gpu(output, "CUDA graph capture"):
         return failed
-    return Outcome.failed("dead_end", "incompatible with CUDA graphs (capture failed)", bound_to=["nccl", "torch"],
-                          output=output)
+    return Outcome.failed(
+        "dead_end", "incompatible with CUDA graphs (capture failed)", bound_to=["nccl", "torch"], output=output
+    )

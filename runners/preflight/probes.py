@@ -10,6 +10,7 @@ Exit 0: passed; 1: failed (the output says why, in the words the underlying tool
 failure classifier recognizes it); 2: bad usage. Each probe is bounded by the caller's timeout.
 Imports torch / sglang only inside the probe that needs them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,10 @@ def _need_gpus(world_size: int):
         return None
 
     if not torch.cuda.is_available():
-        print(f"preflight probe: no CUDA GPU visible to torch {torch.__version__} "
-              f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+        print(
+            f"preflight probe: no CUDA GPU visible to torch {torch.__version__} "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+        )
         return None
     if torch.cuda.device_count() < world_size:
         print(f"preflight probe: needs {world_size} GPUs, torch sees {torch.cuda.device_count()}")
@@ -67,8 +70,13 @@ def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
     import torch.distributed._symmetric_memory as symm_mem
 
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            device_id=torch.device("cuda", rank))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        device_id=torch.device("cuda", rank),
+    )
     try:
         world = dist.group.WORLD
         assert world is not None  # init_process_group above created it
@@ -95,8 +103,10 @@ def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
         if float(out[0, 0]) != want:
             raise RuntimeError(f"symm_mem one_shot_all_reduce gave {float(out[0, 0])}, expected {want}")
         if rank == 0:
-            print(f"symm_mem rendezvous + one_shot_all_reduce ok on {world_size} ranks, SM {major}, "
-                  f"torch {torch.__version__}")
+            print(
+                f"symm_mem rendezvous + one_shot_all_reduce ok on {world_size} ranks, SM {major}, "
+                f"torch {torch.__version__}"
+            )
     finally:
         dist.destroy_process_group()
 
@@ -106,8 +116,13 @@ def _graph_rank(rank: int, world_size: int, port: int) -> None:
     import torch.distributed as dist
 
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            device_id=torch.device("cuda", rank))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        device_id=torch.device("cuda", rank),
+    )
     try:
         t = torch.full((1, HIDDEN), float(rank + 1), dtype=torch.bfloat16, device=f"cuda:{rank}")
         dist.all_reduce(t)  # warm-up outside the graph, as sglang does before capture
@@ -167,10 +182,13 @@ def probe_jit_target() -> int:
     major, minor = torch.cuda.get_device_capability(0)
     sm = f"{major}{minor}"
     arch = f"compute_{sm}a" if major >= 9 else f"compute_{sm}"
-    print(f"GPU SM {major}.{minor}; torch {torch.__version__} (CUDA {torch.version.cuda}) arch list: "
-          f"{' '.join(torch.cuda.get_arch_list())}")
-    nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
-                                    if os.environ.get("CUDA_HOME") else None)
+    print(
+        f"GPU SM {major}.{minor}; torch {torch.__version__} (CUDA {torch.version.cuda}) arch list: "
+        f"{' '.join(torch.cuda.get_arch_list())}"
+    )
+    nvcc = shutil.which("nvcc") or (
+        os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc") if os.environ.get("CUDA_HOME") else None
+    )
     if not nvcc or not os.path.exists(nvcc):
         print("nvcc not found (PATH, CUDA_HOME): JIT kernels (FlashInfer, sglang jit) cannot be built on this node")
         return 1
@@ -178,8 +196,14 @@ def probe_jit_target() -> int:
         src = os.path.join(tmp, "probe.cu")
         with open(src, "w") as fh:
             fh.write("__global__ void probe(float *x) { x[threadIdx.x] += 1.0f; }\n")
-        argv = [nvcc, f"-gencode=arch={arch},code=sm_{sm}{'a' if major >= 9 else ''}", "-c", src,
-                "-o", os.path.join(tmp, "probe.o")]
+        argv = [
+            nvcc,
+            f"-gencode=arch={arch},code=sm_{sm}{'a' if major >= 9 else ''}",
+            "-c",
+            src,
+            "-o",
+            os.path.join(tmp, "probe.o"),
+        ]
         print("$ " + " ".join(argv))
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         sys.stdout.write(done.stdout + done.stderr)
@@ -187,7 +211,8 @@ def probe_jit_target() -> int:
             return 1
     print(f"nvcc builds for {arch}")
     try:
-        import flashinfer  # noqa: F401
+        import flashinfer
+
         print(f"flashinfer {getattr(flashinfer, '__version__', '?')} importable")
     except ImportError:
         print("flashinfer not importable (only needed by FlashInfer approaches)")
@@ -205,8 +230,15 @@ def probe_gpus() -> int:
     for index in range(torch.cuda.device_count()):
         free, total = torch.cuda.mem_get_info(index)
         major, minor = torch.cuda.get_device_capability(index)
-        gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "sm": f"{major}.{minor}",
-                     "free_bytes": free, "total_bytes": total})
+        gpus.append(
+            {
+                "index": index,
+                "name": torch.cuda.get_device_name(index),
+                "sm": f"{major}.{minor}",
+                "free_bytes": free,
+                "total_bytes": total,
+            }
+        )
     print(json.dumps({"gpus": gpus}))
     return 0
 

@@ -5,14 +5,16 @@ A recipe is data, never a shell string:
 `build_launch` validates it and returns the argv/env/cwd/timeout the runner spawns.
 Every recipe module also runs alone: `python -m runners.recipes.<kind> --help`.
 """
+
 from __future__ import annotations
 
 import importlib
 import os
 import pkgutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 class RecipeError(ValueError):
@@ -64,7 +66,9 @@ def recipes() -> dict[str, Recipe]:
 
 def _common(recipe: dict[str, Any]) -> tuple[dict[str, str], str | None, float]:
     env = recipe.get("env") or {}
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in env.items()):
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in env.items()
+    ):
         raise RecipeError("env: must be a mapping of variable names to strings")
     cwd = recipe.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
@@ -109,5 +113,3 @@ def _module_env(env: dict[str, str], *, safe: bool = False) -> dict[str, str]:
     rest = out.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
     out["PYTHONPATH"] = _ROOT + (os.pathsep + rest if rest else "")
     return out
-
-

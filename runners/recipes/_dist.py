@@ -8,6 +8,7 @@ torch.multiprocessing so the launcher can bound and kill a rank that hangs (real
 in NCCL teardown). Standard library + torch only; torch is imported lazily so that
 `build_launch` can validate without it.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,14 +19,17 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
-from runners.recipes.metric import emit_phase
 from runners.recipes._params import Param
+from runners.recipes.metric import emit_phase
 
 # Parameters every collective recipe takes the same way.
-WORLD_SIZE = Param("world_size", "int", None, "ranks (gloo default 2; GPU backends default all visible GPUs)", minimum=1)
+WORLD_SIZE = Param(
+    "world_size", "int", None, "ranks (gloo default 2; GPU backends default all visible GPUs)", minimum=1
+)
 TIMEOUTS = (
     Param("init_timeout_s", "float", 120.0, "process-group init (and collective) timeout", minimum=1),
     Param("run_timeout_s", "float", 600.0, "the launcher stops ranks still running after this", minimum=1),
@@ -88,7 +92,7 @@ def machine_checks(prog: str, values: dict[str, Any]) -> int:
         usage_error(prog, f"world size {world} is more than the {gpus} GPU(s) visible (one rank per GPU)")
     if backend.startswith("symm_mem"):
         try:
-            import torch.distributed._symmetric_memory  # noqa: F401
+            import torch.distributed._symmetric_memory
         except ImportError as exc:
             usage_error(prog, f"backend {backend} needs torch.distributed._symmetric_memory: {exc}")
     return world
@@ -113,8 +117,9 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
             proc.wait()
 
 
-def launch_ranks(prog: str, module: str, argv: list[str], world_size: int, run_timeout_s: float,
-                 teardown_timeout_s: float) -> int:
+def launch_ranks(
+    prog: str, module: str, argv: list[str], world_size: int, run_timeout_s: float, teardown_timeout_s: float
+) -> int:
     """Start one process per rank (same module and argv), wait with a deadline, return an exit code.
 
     Ranks inherit stdout/stderr, so their lines reach the runner as they are printed. A rank
@@ -125,11 +130,18 @@ def launch_ranks(prog: str, module: str, argv: list[str], world_size: int, run_t
     procs: list[subprocess.Popen] = []
     for rank in range(world_size):
         env = dict(os.environ)
-        env.update({
-            WORKER_ENV: "1", "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
-            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                WORKER_ENV: "1",
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_WORLD_SIZE": str(world_size),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         procs.append(subprocess.Popen([sys.executable, "-m", module, *argv], env=env))
 
     def on_term(signum: int, _frame: Any) -> None:
@@ -155,16 +167,23 @@ def launch_ranks(prog: str, module: str, argv: list[str], world_size: int, run_t
             hung = [r for r, c in enumerate(codes) if c is None]
             _stop(procs)
             if codes[0] == 0:
-                print(f"{prog}: ranks {hung} did not exit within {teardown_timeout_s:g}s of the results; "
-                      "stopped them (teardown hang)", file=sys.stderr, flush=True)
+                print(
+                    f"{prog}: ranks {hung} did not exit within {teardown_timeout_s:g}s of the results; "
+                    "stopped them (teardown hang)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return 0
-            print(f"{prog}: ranks {hung} did not finish within {run_timeout_s:g}s; stopped them",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{prog}: ranks {hung} did not finish within {run_timeout_s:g}s; stopped them",
+                file=sys.stderr,
+                flush=True,
+            )
             return 124
         time.sleep(0.05)
 
 
-def run_rank(values: dict[str, Any], measure: Callable[["Rank", dict[str, Any]], int]) -> None:
+def run_rank(values: dict[str, Any], measure: Callable[[Rank, dict[str, Any]], int]) -> None:
     """A rank's whole life: join the group, measure, then leave within the teardown bound
     (NCCL teardown can hang; the results are printed before it starts)."""
     rank = Rank(values["backend"], values["init_timeout_s"])
@@ -193,8 +212,7 @@ class Rank:
         if self.on_gpu:
             self.device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
             torch.cuda.set_device(self.device)
-            dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=init_timeout_s),
-                                    device_id=self.device)
+            dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=init_timeout_s), device_id=self.device)
         else:
             self.device = torch.device("cpu")
             # Ranks share the cores: more threads than cores per rank makes compute spin, not run.
@@ -259,8 +277,12 @@ class Rank:
 
         threading.Thread(target=teardown, daemon=True).start()
         if not done.wait(teardown_timeout_s):
-            print(f"rank {self.rank}: process-group teardown did not finish within {teardown_timeout_s:g}s; "
-                  "exiting anyway", file=sys.stderr, flush=True)
+            print(
+                f"rank {self.rank}: process-group teardown did not finish within {teardown_timeout_s:g}s; "
+                "exiting anyway",
+                file=sys.stderr,
+                flush=True,
+            )
         os._exit(code)
 
 
@@ -360,8 +382,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def summarize(samples_us: list[float]) -> dict[str, float]:
     s = sorted(samples_us)
-    return {"median": percentile(s, 50), "p10": percentile(s, 10), "p90": percentile(s, 90),
-            "min": s[0], "max": s[-1]}
+    return {"median": percentile(s, 50), "p10": percentile(s, 10), "p90": percentile(s, 90), "min": s[0], "max": s[-1]}
 
 
 class PerfCounterTimer:
@@ -403,7 +424,7 @@ class CudaEventTimer:
         return start.elapsed_time(end) * 1000.0
 
 
-def timer_for(rank: "Rank"):
+def timer_for(rank: Rank):
     return CudaEventTimer(rank.device) if rank.on_gpu else PerfCounterTimer()
 
 
@@ -434,7 +455,7 @@ def time_per_call(fn: Callable[[], Any], timer, iters: int) -> list[float]:
     return [timer.elapsed_us(start, end) for start, end in marks]
 
 
-def warm(rank: "Rank", fn: Callable[[], Any], warmup: int) -> None:
+def warm(rank: Rank, fn: Callable[[], Any], warmup: int) -> None:
     """Untimed calls, then every rank lines up before timing starts."""
     for _ in range(warmup):
         fn()
@@ -442,7 +463,7 @@ def warm(rank: "Rank", fn: Callable[[], Any], warmup: int) -> None:
     rank.barrier()
 
 
-def time_eager(rank: "Rank", fn: Callable[[], Any], warmup: int, calls: int, samples: int) -> list[float]:
+def time_eager(rank: Rank, fn: Callable[[], Any], warmup: int, calls: int, samples: int) -> list[float]:
     """Headline eager timing (nccl-tests method, see time_back_to_back), us per call."""
     warm(rank, fn, warmup)
     return time_back_to_back(fn, timer_for(rank), calls, samples)
@@ -499,6 +520,11 @@ def rank_env_from_launcher(environ: dict[str, str] | os._Environ) -> dict[str, s
     if "SLURM_PROCID" not in environ or "SLURM_NTASKS" not in environ:
         return {}
     per_node = environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0].split(",")[0]
-    return {WORKER_ENV: "1", "RANK": environ["SLURM_PROCID"], "WORLD_SIZE": environ["SLURM_NTASKS"],
-            "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"), "LOCAL_WORLD_SIZE": per_node,
-            "NODE_RANK": environ.get("SLURM_NODEID", "0")}
+    return {
+        WORKER_ENV: "1",
+        "RANK": environ["SLURM_PROCID"],
+        "WORLD_SIZE": environ["SLURM_NTASKS"],
+        "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
+        "LOCAL_WORLD_SIZE": per_node,
+        "NODE_RANK": environ.get("SLURM_NODEID", "0"),
+    }

@@ -5,12 +5,14 @@ One validator serves both: the CLI parses every option as a string and hands the
 So a bad approach fails in `build_launch`, before anything is launched, with the same message
 the module would print. Standard library only.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from runners.recipes import RecipeError
 
@@ -96,9 +98,7 @@ def validate(params: dict[str, Any], spec: Sequence[Param]) -> dict[str, Any]:
     by_name = {p.name: p for p in spec}
     unknown = sorted(set(params) - set(by_name))
     if unknown:
-        raise RecipeError(
-            f"params.{unknown[0]}: unknown parameter; expected one of {', '.join(p.name for p in spec)}"
-        )
+        raise RecipeError(f"params.{unknown[0]}: unknown parameter; expected one of {', '.join(p.name for p in spec)}")
     values: dict[str, Any] = {}
     for param in spec:
         raw = params.get(param.name, _MISSING)
@@ -156,4 +156,3 @@ def usage_error(prog: str, message: str) -> None:
     sys.stderr.write(f"{prog}: error: {message}\n")
     sys.stderr.flush()
     sys.exit(2)
-

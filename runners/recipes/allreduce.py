@@ -13,15 +13,19 @@ sample is one replay of a CUDA graph of `--graph-allreduces` (default 122: one v
 61-layer model) allreduces, divided by N. Eager also reports per-call event timing as the
 separate metric allreduce_per_call_us (`--per-call-iters`, 0 = off); it is never the headline.
 """
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from runners.recipes import Recipe, _dist, module_argv
-from runners.recipes._params import Param, parse_cli, to_argv, validate as _validate
-from runners.recipes.metric import MetricName as M, emit
+from runners.recipes._params import Param, parse_cli, to_argv
+from runners.recipes._params import validate as _validate
+from runners.recipes.metric import MetricName as M
+from runners.recipes.metric import emit
 
 PROG = "runners.recipes.allreduce"
 
@@ -36,8 +40,7 @@ SPEC = (
     Param("warmup", "int", 10, "untimed calls (or replays) per size", minimum=0),
     Param("iters", "int", 20, "timed samples per size (R): the median and spread are over these", minimum=1),
     Param("calls", "int", 100, "eager: allreduces back to back per sample (K, the nccl-tests method)", minimum=1),
-    Param("per_call_iters", "int", 50, "eager: calls timed one by one for allreduce_per_call_us (0 = off)",
-          minimum=0),
+    Param("per_call_iters", "int", 50, "eager: calls timed one by one for allreduce_per_call_us (0 = off)", minimum=0),
     Param("seed", "int", 0, "seed of the known values used by the correctness check", minimum=0),
     *_dist.TIMEOUTS,
 )
@@ -50,9 +53,12 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-
-RECIPE = Recipe(spec=SPEC, validate=validate, argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
-                safe_env=True)
+RECIPE = Recipe(
+    spec=SPEC,
+    validate=validate,
+    argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
+    safe_env=True,
+)
 
 
 def worker(values: dict[str, Any]) -> None:
@@ -67,15 +73,24 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     elt = _dist.DTYPE_BYTES[values["dtype"]]
     graph = values["mode"] == "graph"
     timer = _dist.timer_for(rank)
-    base_tags = {"backend": values["backend"], "mode": values["mode"], "world_size": n,
-                 "dtype": values["dtype"], "hidden_size": values["hidden_size"],
-                 "scaled": _dist.scaled(values, SPEC, GEOMETRY), "timer": timer.name,
-                 **_dist.knob_tags(), **_dist.stack_tags(rank)}
+    base_tags = {
+        "backend": values["backend"],
+        "mode": values["mode"],
+        "world_size": n,
+        "dtype": values["dtype"],
+        "hidden_size": values["hidden_size"],
+        "scaled": _dist.scaled(values, SPEC, GEOMETRY),
+        "timer": timer.name,
+        **_dist.knob_tags(),
+        **_dist.stack_tags(rank),
+    }
     if graph:
         base_tags["graph_allreduces"] = values["graph_allreduces"]
-    rank.log(f"allreduce: backend={values['backend']} mode={values['mode']} world_size={n} "
-             f"dtype={values['dtype']} hidden={values['hidden_size']} device={rank.device.type} "
-             f"method={'graph-replay' if graph else 'nccl-tests'} timer={timer.name}")
+    rank.log(
+        f"allreduce: backend={values['backend']} mode={values['mode']} world_size={n} "
+        f"dtype={values['dtype']} hidden={values['hidden_size']} device={rank.device.type} "
+        f"method={'graph-replay' if graph else 'nccl-tests'} timer={timer.name}"
+    )
     rows = []
     for tokens in values["tokens"]:
         shape = (tokens, values["hidden_size"])
@@ -85,10 +100,16 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         ar = _dist.Allreduce(rank, shape, values["dtype"])
         ok, err, tol = _dist.check_allreduce(ar, values["seed"], values["dtype"])
         if not ok:
-            print(f"allreduce: CORRECTNESS FAILED rank {rank.rank} tokens={tokens}: "
-                  f"max abs error {err:.3g} > tolerance {tol:.3g}", file=sys.stderr, flush=True)
+            print(
+                f"allreduce: CORRECTNESS FAILED rank {rank.rank} tokens={tokens}: "
+                f"max abs error {err:.3g} > tolerance {tol:.3g}",
+                file=sys.stderr,
+                flush=True,
+            )
             return 1
-        rank.log(f"allreduce: correctness ok tokens={tokens} bytes={nbytes} (max abs error {err:.3g}, tolerance {tol:.3g})")
+        rank.log(
+            f"allreduce: correctness ok tokens={tokens} bytes={nbytes} (max abs error {err:.3g}, tolerance {tol:.3g})"
+        )
         if rank.rank == 0:
             emit(M.ALLREDUCE_CHECK_PASSED, 1, "", max_abs_error=err, **tags)
         per_call: list[float] = []
@@ -109,26 +130,57 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         algbw = nbytes / (stats["median"] * 1e-6) / 1e9
         busbw = algbw * (2 * (n - 1) / n)
         if rank.rank == 0:
-            emit(M.ALLREDUCE_LATENCY_US, stats["median"], "us", p10_us=stats["p10"], p90_us=stats["p90"],
-                 min_us=stats["min"], max_us=stats["max"], **timing, **tags)
+            emit(
+                M.ALLREDUCE_LATENCY_US,
+                stats["median"],
+                "us",
+                p10_us=stats["p10"],
+                p90_us=stats["p90"],
+                min_us=stats["min"],
+                max_us=stats["max"],
+                **timing,
+                **tags,
+            )
             emit(M.ALLREDUCE_ALGBW_GBPS, algbw, "GB/s", method=timing["method"], **tags)
             emit(M.ALLREDUCE_BUSBW_GBPS, busbw, "GB/s", method=timing["method"], **tags)
             if per_call:
                 pc = _dist.summarize(per_call)
-                emit(M.ALLREDUCE_PER_CALL_US, pc["median"], "us", p10_us=pc["p10"], p90_us=pc["p90"],
-                     min_us=pc["min"], max_us=pc["max"], method="per-call-events", samples=len(per_call), **tags)
+                emit(
+                    M.ALLREDUCE_PER_CALL_US,
+                    pc["median"],
+                    "us",
+                    p10_us=pc["p10"],
+                    p90_us=pc["p90"],
+                    min_us=pc["min"],
+                    max_us=pc["max"],
+                    method="per-call-events",
+                    samples=len(per_call),
+                    **tags,
+                )
         rows.append((tokens, nbytes, stats, algbw, busbw, _dist.summarize(per_call)["median"] if per_call else None))
         del ar
     if rank.rank == 0:
-        print(f"{'tokens':>7} {'bytes':>10} {'median_us':>10} {'p10_us':>9} {'p90_us':>9} "
-              f"{'min_us':>9} {'max_us':>9} {'algbw_GB/s':>11} {'busbw_GB/s':>11} {'per_call_us':>12}")
+        print(
+            f"{'tokens':>7} {'bytes':>10} {'median_us':>10} {'p10_us':>9} {'p90_us':>9} "
+            f"{'min_us':>9} {'max_us':>9} {'algbw_GB/s':>11} {'busbw_GB/s':>11} {'per_call_us':>12}"
+        )
         for tokens, nbytes, s, algbw, busbw, pc_med in rows:
             pc_text = f"{pc_med:>12.2f}" if pc_med is not None else f"{'-':>12}"
-            print(f"{tokens:>7} {nbytes:>10} {s['median']:>10.2f} {s['p10']:>9.2f} {s['p90']:>9.2f} "
-                  f"{s['min']:>9.2f} {s['max']:>9.2f} {algbw:>11.3f} {busbw:>11.3f} {pc_text}", flush=True)
-        print("median_us: " + ("one graph replay / N" if graph else
-                               f"{values['calls']} calls back to back / {values['calls']} (nccl-tests method)")
-              + f", over {values['iters']} samples, slowest rank; per_call_us: one event pair per call", flush=True)
+            print(
+                f"{tokens:>7} {nbytes:>10} {s['median']:>10.2f} {s['p10']:>9.2f} {s['p90']:>9.2f} "
+                f"{s['min']:>9.2f} {s['max']:>9.2f} {algbw:>11.3f} {busbw:>11.3f} {pc_text}",
+                flush=True,
+            )
+        print(
+            "median_us: "
+            + (
+                "one graph replay / N"
+                if graph
+                else f"{values['calls']} calls back to back / {values['calls']} (nccl-tests method)"
+            )
+            + f", over {values['iters']} samples, slowest rank; per_call_us: one event pair per call",
+            flush=True,
+        )
     return 0
 
 

@@ -8,6 +8,7 @@ wrapper's stdout and stderr; each line that matches a `--metric NAME=UNIT=REGEX`
 metric line (value = the regex's first group). SIGTERM/SIGINT are forwarded to the child.
 The exit code is the child's (128+N when a signal N ended it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from runners.recipes import Recipe, RecipeError, module_argv
 from runners.recipes.metric import emit
@@ -110,11 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
         at = argv.index("--")
-        own, child_argv = argv[:at], argv[at + 1:]
+        own, child_argv = argv[:at], argv[at + 1 :]
     else:
         own, child_argv = argv, []
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
-                                     usage=f"{PROG} [--metric NAME=UNIT=REGEX ...] -- ARGV...")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__.splitlines()[0], usage=f"{PROG} [--metric NAME=UNIT=REGEX ...] -- ARGV..."
+    )
     parser.add_argument("--metric", action="append", default=[], help="NAME=UNIT=REGEX; value = first group")
     ns = parser.parse_args(own)
     if not child_argv:
@@ -124,8 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecipeError as exc:
         parser.exit(2, f"{PROG}: error: {exc}\n")
     try:
-        child = subprocess.Popen(child_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 bufsize=1, errors="replace")
+        child = subprocess.Popen(
+            child_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, errors="replace"
+        )
     except OSError as exc:
         print(f"{PROG}: error: cannot start {child_argv[0]!r}: {exc}", file=sys.stderr, flush=True)
         return 127
@@ -137,8 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     lock = threading.Lock()
-    pumps = [threading.Thread(target=_pump, args=(child.stdout, sys.stdout, metrics, lock), daemon=True),
-             threading.Thread(target=_pump, args=(child.stderr, sys.stderr, metrics, lock), daemon=True)]
+    pumps = [
+        threading.Thread(target=_pump, args=(child.stdout, sys.stdout, metrics, lock), daemon=True),
+        threading.Thread(target=_pump, args=(child.stderr, sys.stderr, metrics, lock), daemon=True),
+    ]
     for pump in pumps:
         pump.start()
     code = child.wait()

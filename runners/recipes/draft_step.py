@@ -13,14 +13,18 @@ time is meant. Timing as the collective recipes: eager samples are `--calls` ste
 between two marks / calls (method "nccl-tests"); graph samples are one replay of the captured
 step (method "graph-replay"). Metric draft_step_ms (median, with p10/p90/min/max).
 """
+
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from runners.recipes import Recipe, RecipeError, module_argv
-from runners.recipes._params import Param, parse_cli, to_argv, usage_error, validate as _validate
-from runners.recipes.metric import MetricName as M, emit
+from runners.recipes._params import Param, parse_cli, to_argv, usage_error
+from runners.recipes._params import validate as _validate
+from runners.recipes.metric import MetricName as M
+from runners.recipes.metric import emit
 
 PROG = "runners.recipes.draft_step"
 
@@ -46,15 +50,20 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     """Validated params with defaults (raises RecipeError naming the parameter)."""
     values = _validate(params, SPEC)
     if values["hidden_size"] % values["heads"]:
-        raise RecipeError(f"params.heads (--heads): hidden size {values['hidden_size']} is not divisible "
-                          f"by {values['heads']} heads")
+        raise RecipeError(
+            f"params.heads (--heads): hidden size {values['hidden_size']} is not divisible by {values['heads']} heads"
+        )
     if values["device"] == "cpu" and values["mode"] == "graph":
         raise RecipeError("params.mode (--mode): graph mode needs CUDA graphs; device cpu has none")
     return values
 
 
-RECIPE = Recipe(spec=SPEC, validate=validate, argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
-                safe_env=True)
+RECIPE = Recipe(
+    spec=SPEC,
+    validate=validate,
+    argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
+    safe_env=True,
+)
 
 
 class DraftHead:
@@ -129,8 +138,12 @@ def run(values: dict[str, Any]) -> int:
     head = DraftHead(values, device, _dist.torch_dtype(values["dtype"]))
     out = head.step()
     if out.shape != (values["tokens"],) or not bool(((out >= 0) & (out < values["vocab_size"])).all()):
-        print(f"draft_step: the step produced {tuple(out.shape)} token ids, not {values['tokens']} in "
-              f"[0, {values['vocab_size']})", file=sys.stderr, flush=True)
+        print(
+            f"draft_step: the step produced {tuple(out.shape)} token ids, not {values['tokens']} in "
+            f"[0, {values['vocab_size']})",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     timer = _dist.CudaEventTimer(device) if device.type == "cuda" else _dist.PerfCounterTimer()
     graph = values["mode"] == "graph"
@@ -153,17 +166,39 @@ def run(values: dict[str, Any]) -> int:
     else:
         samples = _dist.time_back_to_back(head.step, timer, values["calls"], values["iters"])
     stats = _dist.summarize([s / 1000 for s in samples])
-    tags = {"mode": values["mode"], "device": device.type, "hidden_size": values["hidden_size"],
-            "vocab_size": values["vocab_size"], "ffn_size": values["ffn_size"], "heads": values["heads"],
-            "context_len": values["context_len"], "tokens": values["tokens"], "dtype": values["dtype"],
-            "scaled": _dist.scaled(values, SPEC, GEOMETRY), "timer": timer.name,
-            "method": "graph-replay" if graph else "nccl-tests", "samples": values["iters"],
-            "calls_per_sample": 1 if graph else values["calls"], "torch": torch.__version__}
-    emit(M.DRAFT_STEP_MS, stats["median"], "ms", p10_ms=stats["p10"], p90_ms=stats["p90"], min_ms=stats["min"],
-         max_ms=stats["max"], **tags)
-    print(f"draft step ({values['mode']}, {device.type}, hidden {values['hidden_size']}, vocab "
-          f"{values['vocab_size']}, {values['tokens']} token): median {stats['median']:.3f} ms "
-          f"(p10 {stats['p10']:.3f}, p90 {stats['p90']:.3f}) over {values['iters']} samples", flush=True)
+    tags = {
+        "mode": values["mode"],
+        "device": device.type,
+        "hidden_size": values["hidden_size"],
+        "vocab_size": values["vocab_size"],
+        "ffn_size": values["ffn_size"],
+        "heads": values["heads"],
+        "context_len": values["context_len"],
+        "tokens": values["tokens"],
+        "dtype": values["dtype"],
+        "scaled": _dist.scaled(values, SPEC, GEOMETRY),
+        "timer": timer.name,
+        "method": "graph-replay" if graph else "nccl-tests",
+        "samples": values["iters"],
+        "calls_per_sample": 1 if graph else values["calls"],
+        "torch": torch.__version__,
+    }
+    emit(
+        M.DRAFT_STEP_MS,
+        stats["median"],
+        "ms",
+        p10_ms=stats["p10"],
+        p90_ms=stats["p90"],
+        min_ms=stats["min"],
+        max_ms=stats["max"],
+        **tags,
+    )
+    print(
+        f"draft step ({values['mode']}, {device.type}, hidden {values['hidden_size']}, vocab "
+        f"{values['vocab_size']}, {values['tokens']} token): median {stats['median']:.3f} ms "
+        f"(p10 {stats['p10']:.3f}, p90 {stats['p90']:.3f}) over {values['iters']} samples",
+        flush=True,
+    )
     return 0
 
 

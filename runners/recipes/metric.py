@@ -3,6 +3,7 @@
 One line per result: the prefix, then a JSON object with name, value, unit and tags.
 Standard library only: recipes run on GPU nodes that have torch but not the server's packages.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,9 +59,7 @@ def emit_phase(name: str, *, stream: TextIO | None = None) -> None:
 
 def format_metric(name: str, value: float, unit: str = "", **tags: Any) -> str:
     """One metric line (without newline)."""
-    return METRIC_PREFIX + json.dumps(
-        {"name": name, "value": value, "unit": unit, "tags": tags}, sort_keys=True
-    )
+    return METRIC_PREFIX + json.dumps({"name": name, "value": value, "unit": unit, "tags": tags}, sort_keys=True)
 
 
 def emit(name: str, value: float, unit: str = "", *, stream: TextIO | None = None, **tags: Any) -> None:
@@ -76,7 +75,7 @@ def parse_metric_line(line: str) -> dict[str, Any] | None:
     if at < 0:
         return None
     try:
-        obj = json.loads(line[at + len(METRIC_PREFIX):])
+        obj = json.loads(line[at + len(METRIC_PREFIX) :])
     except ValueError:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
@@ -88,4 +87,3 @@ def parse_metric_line(line: str) -> dict[str, Any] | None:
     if not isinstance(tags, dict):
         return None
     return {"name": obj["name"], "value": float(value), "unit": str(obj.get("unit") or ""), "tags": tags}
-

@@ -14,6 +14,7 @@ Exit codes: 0 benchmarked; 1 the server exited during startup, or the benchmark 
 2 bad parameters; 3 the server was not ready in time (READY_TIMEOUT_MESSAGE); 4 a preflight check failed.
 Standard library only (it runs with the runner's python; sglang lives in `--sglang-python`).
 """
+
 from __future__ import annotations
 
 import collections
@@ -29,16 +30,20 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from runners.recipes import SAFE_ENV, Recipe, RecipeError, module_argv
-from runners.recipes._params import Param, parse_cli, validate as _validate
+from runners.recipes._params import Param, parse_cli
+from runners.recipes._params import validate as _validate
 from runners.recipes.metric import emit, emit_phase
 
 PROG = "runners.recipes.sglang_server"
 READY_LINE = "The server is fired up and ready to roll!"
 # The wording app/domain/signatures.py matches (its READINESS_TIMEOUT_RE); keep them together.
-READY_TIMEOUT_MESSAGE = "sglang_server: server not ready within {timeout:g}s: no '{ready_line}' line and GET /health never returned 200"
+READY_TIMEOUT_MESSAGE = (
+    "sglang_server: server not ready within {timeout:g}s: no '{ready_line}' line and GET /health never returned 200"
+)
 # Appended when the server printed anything: how long it had been quiet (a stall vs a slow load).
 READY_TIMEOUT_IDLE = "; its last line came {idle:.0f}s before"
 STARTUP_EXIT_MESSAGE = "sglang_server: server exited during startup with code {code}; its last {n} lines:"
@@ -79,12 +84,24 @@ _CLI_RENAMES = {"server_args": "--server-arg", "bench_args": "--bench-arg", "pre
 
 # The nested recipe shape -> flat parameter names.
 _NESTED = {
-    "speculative": {"algorithm": "speculative_algorithm", "draft_model_path": "speculative_draft_model_path",
-                    "num_steps": "speculative_num_steps", "eagle_topk": "speculative_eagle_topk",
-                    "num_draft_tokens": "speculative_num_draft_tokens"},
-    "bench": {"tool": "bench_tool", "num_prompts": "num_prompts", "input_len": "input_len",
-              "output_len": "output_len", "max_concurrency": "max_concurrency", "batch_size": "batch_size",
-              "extra_args": "bench_args", "timeout_s": "bench_timeout_s", "result_file": "result_file"},
+    "speculative": {
+        "algorithm": "speculative_algorithm",
+        "draft_model_path": "speculative_draft_model_path",
+        "num_steps": "speculative_num_steps",
+        "eagle_topk": "speculative_eagle_topk",
+        "num_draft_tokens": "speculative_num_draft_tokens",
+    },
+    "bench": {
+        "tool": "bench_tool",
+        "num_prompts": "num_prompts",
+        "input_len": "input_len",
+        "output_len": "output_len",
+        "max_concurrency": "max_concurrency",
+        "batch_size": "batch_size",
+        "extra_args": "bench_args",
+        "timeout_s": "bench_timeout_s",
+        "result_file": "result_file",
+    },
     "preflight": {"enabled": "preflight", "skip": "preflight_skip", "timeout_s": "preflight_timeout_s"},
 }
 
@@ -123,11 +140,14 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
 
         unknown = sorted(set(values["preflight_skip"]) - set(check_names()))
         if unknown:
-            raise RecipeError(f"params.preflight.skip: unknown check(s) {', '.join(unknown)}; "
-                              f"expected some of {', '.join(check_names())}")
+            raise RecipeError(
+                f"params.preflight.skip: unknown check(s) {', '.join(unknown)}; "
+                f"expected some of {', '.join(check_names())}"
+            )
     if values["speculative_draft_model_path"] and not values["speculative_algorithm"]:
-        raise RecipeError("params.speculative.algorithm (--speculative-algorithm): "
-                          "required when a draft model is given")
+        raise RecipeError(
+            "params.speculative.algorithm (--speculative-algorithm): required when a draft model is given"
+        )
     return values
 
 
@@ -147,19 +167,36 @@ def cli_argv(values: dict[str, Any]) -> list[str]:
 
 
 # The recipe contract: JSON params are nested ({"flags", "speculative", "bench"}), the CLI flat.
-RECIPE = Recipe(spec=SPEC, validate=lambda params: validate(flatten(params)),
-                argv=lambda values, python: module_argv(python, PROG, cli_argv(values)), safe_env=True)
+RECIPE = Recipe(
+    spec=SPEC,
+    validate=lambda params: validate(flatten(params)),
+    argv=lambda values, python: module_argv(python, PROG, cli_argv(values)),
+    safe_env=True,
+)
 
 
 def server_argv(values: dict[str, Any]) -> list[str]:
-    argv = [values["sglang_python"], "-m", "sglang.launch_server", "--model-path", values["model_path"],
-            "--tp-size", str(values["tp_size"]), "--host", values["host"], "--port", str(values["port"])]
+    argv = [
+        values["sglang_python"],
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        values["model_path"],
+        "--tp-size",
+        str(values["tp_size"]),
+        "--host",
+        values["host"],
+        "--port",
+        str(values["port"]),
+    ]
     argv += values["server_args"]
-    for name, flag in (("speculative_algorithm", "--speculative-algorithm"),
-                       ("speculative_draft_model_path", "--speculative-draft-model-path"),
-                       ("speculative_num_steps", "--speculative-num-steps"),
-                       ("speculative_eagle_topk", "--speculative-eagle-topk"),
-                       ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")):
+    for name, flag in (
+        ("speculative_algorithm", "--speculative-algorithm"),
+        ("speculative_draft_model_path", "--speculative-draft-model-path"),
+        ("speculative_num_steps", "--speculative-num-steps"),
+        ("speculative_eagle_topk", "--speculative-eagle-topk"),
+        ("speculative_num_draft_tokens", "--speculative-num-draft-tokens"),
+    ):
         if values[name] is not None:
             argv += [flag, str(values[name])]
     return argv
@@ -168,15 +205,47 @@ def server_argv(values: dict[str, Any]) -> list[str]:
 def bench_argv(values: dict[str, Any], result_file: str) -> list[str]:
     py, host, port = values["sglang_python"], values["host"], str(values["port"])
     if values["bench_tool"] == "bench_serving":
-        argv = [py, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", port,
-                "--dataset-name", "random-ids", "--num-prompts", str(values["num_prompts"]),
-                "--random-input-len", str(values["input_len"]), "--random-output-len", str(values["output_len"]),
-                "--max-concurrency", str(values["max_concurrency"]), "--output-file", result_file]
+        argv = [
+            py,
+            "-m",
+            "sglang.bench_serving",
+            "--backend",
+            "sglang",
+            "--host",
+            host,
+            "--port",
+            port,
+            "--dataset-name",
+            "random-ids",
+            "--num-prompts",
+            str(values["num_prompts"]),
+            "--random-input-len",
+            str(values["input_len"]),
+            "--random-output-len",
+            str(values["output_len"]),
+            "--max-concurrency",
+            str(values["max_concurrency"]),
+            "--output-file",
+            result_file,
+        ]
     else:
-        argv = [py, "-m", "sglang.bench_one_batch_server", "--model-path", values["model_path"],
-                "--base-url", f"http://{host}:{port}", "--batch-size", str(values["batch_size"]),
-                "--input-len", str(values["input_len"]), "--output-len", str(values["output_len"]),
-                "--result-filename", result_file]
+        argv = [
+            py,
+            "-m",
+            "sglang.bench_one_batch_server",
+            "--model-path",
+            values["model_path"],
+            "--base-url",
+            f"http://{host}:{port}",
+            "--batch-size",
+            str(values["batch_size"]),
+            "--input-len",
+            str(values["input_len"]),
+            "--output-len",
+            str(values["output_len"]),
+            "--result-filename",
+            result_file,
+        ]
     return argv + values["bench_args"]
 
 
@@ -199,7 +268,9 @@ JSON_METRICS = {
     "accept_length": ("accept_length", ""),
     "acc_length": ("accept_length", ""),
 }
-_DECODE_LINE = re.compile(r"Decode batch\b.*?accept len: (?P<accept>[0-9.]+).*?gen throughput \(token/s\): (?P<tput>[0-9.]+)")
+_DECODE_LINE = re.compile(
+    r"Decode batch\b.*?accept len: (?P<accept>[0-9.]+).*?gen throughput \(token/s\): (?P<tput>[0-9.]+)"
+)
 
 
 def parse_bench_stdout(text: str) -> dict[str, float]:
@@ -253,6 +324,7 @@ UNITS = {name: unit for name, unit in list(SUMMARY_METRICS.values()) + list(JSON
 
 # --- running ---------------------------------------------------------------------------------
 
+
 def phase(name: str) -> None:
     emit_phase(name)
 
@@ -261,8 +333,16 @@ class Server:
     """The launched server: its process group, a thread streaming its log, readiness and decode stats."""
 
     def __init__(self, argv: list[str], env: dict[str, str]):
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     bufsize=1, errors="replace", env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            errors="replace",
+            env=env,
+            start_new_session=True,
+        )
         self.pgid = self.proc.pid  # start_new_session: the server leads its own group
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.ready_line_seen = threading.Event()
@@ -358,7 +438,7 @@ def group_alive(pgid: int) -> bool:
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (local URL we built)
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read() if exc.fp else b""
@@ -368,8 +448,13 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 def sglang_version(python: str, env: dict[str, str]) -> str | None:
     try:
-        done = subprocess.run([python, "-c", "import sglang; print(sglang.__version__)"], capture_output=True,
-                              text=True, timeout=180, env=env)
+        done = subprocess.run(
+            [python, "-c", "import sglang; print(sglang.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(f"sglang_server: cannot run {python!r} to read the sglang version: {exc}", flush=True)
         return None
@@ -413,8 +498,12 @@ def gpu_release_check() -> None:
         print("sglang_server: GPU release not checked (no nvidia-smi on this node)", flush=True)
         return
     try:
-        done = subprocess.run([smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            [smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(f"sglang_server: GPU release not checked (nvidia-smi failed: {exc})", flush=True)
         return
@@ -422,7 +511,9 @@ def gpu_release_check() -> None:
     if done.returncode != 0:
         print(f"sglang_server: GPU release not checked (nvidia-smi exit {done.returncode})", flush=True)
     elif apps:
-        print(f"sglang_server: GPUs NOT released: {len(apps)} compute process(es) remain: {'; '.join(apps)}", flush=True)
+        print(
+            f"sglang_server: GPUs NOT released: {len(apps)} compute process(es) remain: {'; '.join(apps)}", flush=True
+        )
     else:
         print("sglang_server: GPUs released (no compute processes)", flush=True)
     if done.returncode == 0:
@@ -446,8 +537,11 @@ def run(values: dict[str, Any]) -> int:
     phase("version")
     version = sglang_version(values["sglang_python"], env)
     print(f"sglang_server: sglang version {version or 'unknown'}", flush=True)
-    tags: dict[str, Any] = {"sglang_version": version or "unknown", "tp_size": values["tp_size"],
-                            "bench_tool": values["bench_tool"]}
+    tags: dict[str, Any] = {
+        "sglang_version": version or "unknown",
+        "tp_size": values["tp_size"],
+        "bench_tool": values["bench_tool"],
+    }
     if values["speculative_algorithm"]:
         tags["speculative_algorithm"] = values["speculative_algorithm"]
 
@@ -456,8 +550,7 @@ def run(values: dict[str, Any]) -> int:
         from runners.preflight import Context, run_checks
 
         started = time.monotonic()
-        failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]),
-                            skip=values["preflight_skip"])
+        failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]), skip=values["preflight_skip"])
         emit("preflight_s", time.monotonic() - started, "s", passed=failed is None, **tags)
         if failed is not None:
             print("sglang_server: preflight failed; the server was not launched", flush=True)
@@ -484,10 +577,15 @@ def run(values: dict[str, Any]) -> int:
                 print("    " + line, flush=True)
             return EXIT_STARTUP
         if state == "timeout":
-            idle = (READY_TIMEOUT_IDLE.format(idle=time.monotonic() - server.last_line_at)
-                    if server.last_line_at is not None else "")
-            print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE) + idle,
-                  flush=True)
+            idle = (
+                READY_TIMEOUT_IDLE.format(idle=time.monotonic() - server.last_line_at)
+                if server.last_line_at is not None
+                else ""
+            )
+            print(
+                READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE) + idle,
+                flush=True,
+            )
             return EXIT_NOT_READY
         emit("server_ready_s", time.monotonic() - started, "s", **tags)
         if values["bench_tool"] == "none":
@@ -501,13 +599,14 @@ def run(values: dict[str, Any]) -> int:
         phase("tearing down")
         how = server.stop(values["teardown_grace_s"])
         alive = group_alive(server.pgid)
-        print(f"sglang_server: server process group {server.pgid} "
-              f"{'STILL ALIVE' if alive else 'stopped'} ({how})", flush=True)
+        print(
+            f"sglang_server: server process group {server.pgid} {'STILL ALIVE' if alive else 'stopped'} ({how})",
+            flush=True,
+        )
         gpu_release_check()
 
 
-def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[str, str],
-               tags: dict[str, Any]) -> int:
+def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[str, str], tags: dict[str, Any]) -> int:
     own_file = values["result_file"] is None
     result_file = values["result_file"] or tempfile.mkstemp(prefix="sglang-bench-", suffix=".jsonl")[1]
     try:
@@ -515,8 +614,15 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
         print("sglang_server: benchmark " + json.dumps(argv), flush=True)
         decode_before = len(server.decode)
         try:
-            bench = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors="replace", env=env, timeout=values["bench_timeout_s"])
+            bench = subprocess.run(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                env=env,
+                timeout=values["bench_timeout_s"],
+            )
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode("utf-8", "replace")
             sys.stdout.write(out)
@@ -543,8 +649,13 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
         decode = server.decode[decode_before:] or server.decode
         if decode:
             emit("decode_log_accept_len", sum(a for a, _ in decode) / len(decode), "", lines=len(decode), **tags)
-            emit("decode_log_gen_throughput_tok_s", sum(t for _, t in decode) / len(decode), "tok/s",
-                 lines=len(decode), **tags)
+            emit(
+                "decode_log_gen_throughput_tok_s",
+                sum(t for _, t in decode) / len(decode),
+                "tok/s",
+                lines=len(decode),
+                **tags,
+            )
         if not from_json and not from_stdout:
             print("sglang_server: benchmark finished but printed no recognizable results", flush=True)
             return 1
@@ -575,7 +686,7 @@ def _cli_alias(arg: str) -> str:
     for name, flag in _CLI_RENAMES.items():
         plural = "--" + name.replace("_", "-")
         if arg == flag or arg.startswith(flag + "="):
-            return plural + arg[len(flag):]
+            return plural + arg[len(flag) :]
     return arg
 
 

@@ -17,15 +17,19 @@ Timing: eager samples are `--calls` steps back to back between two marks / calls
 At `--tokens 1` the full step is also reported as decode_step_ms: the synthetic plain decode
 step (T_base) with the same backend and mode.
 """
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from runners.recipes import Recipe, _dist, module_argv
-from runners.recipes._params import Param, parse_cli, to_argv, validate as _validate
-from runners.recipes.metric import MetricName as M, emit
+from runners.recipes._params import Param, parse_cli, to_argv
+from runners.recipes._params import validate as _validate
+from runners.recipes.metric import MetricName as M
+from runners.recipes.metric import emit
 
 PROG = "runners.recipes.verify_step"
 
@@ -58,8 +62,9 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     ws = values["world_size"]
     for name in ("hidden_size", "ffn_size"):
         if ws is not None and values[name] % ws:
-            raise RecipeError(f"params.{name} (--{name.replace('_', '-')}): {values[name]} is not divisible "
-                              f"by world size {ws}")
+            raise RecipeError(
+                f"params.{name} (--{name.replace('_', '-')}): {values[name]} is not divisible by world size {ws}"
+            )
     return values
 
 
@@ -77,8 +82,12 @@ def _shard_weights(seed: int, layer: int, rank: int, ws: int, hidden: int, ffn: 
     def w(rows: int, cols: int, fan_in: int):
         return (torch.randn(rows, cols, generator=gen, device=device) / fan_in**0.5).to(dtype=dtype)
 
-    return {"w_in": w(hidden, h, hidden), "w_o": w(h, hidden, hidden),
-            "w_up": w(hidden, f, hidden), "w_down": w(f, hidden, ffn)}
+    return {
+        "w_in": w(hidden, h, hidden),
+        "w_o": w(h, hidden, hidden),
+        "w_up": w(hidden, f, hidden),
+        "w_down": w(f, hidden, ffn),
+    }
 
 
 def _norm(x):
@@ -102,17 +111,28 @@ def _reference(values: dict[str, Any], ws: int, x0):
 
     x = x0.float()
     for layer in range(values["layers"]):
-        shards = [_shard_weights(values["seed"], layer, r, ws, values["hidden_size"], values["ffn_size"],
-                                 torch.float32, x0.device) for r in range(ws)]
-        full = {"w_in": torch.cat([s["w_in"] for s in shards], 1), "w_o": torch.cat([s["w_o"] for s in shards], 0),
-                "w_up": torch.cat([s["w_up"] for s in shards], 1), "w_down": torch.cat([s["w_down"] for s in shards], 0)}
+        shards = [
+            _shard_weights(
+                values["seed"], layer, r, ws, values["hidden_size"], values["ffn_size"], torch.float32, x0.device
+            )
+            for r in range(ws)
+        ]
+        full = {
+            "w_in": torch.cat([s["w_in"] for s in shards], 1),
+            "w_o": torch.cat([s["w_o"] for s in shards], 0),
+            "w_up": torch.cat([s["w_up"] for s in shards], 1),
+            "w_down": torch.cat([s["w_down"] for s in shards], 0),
+        }
         x = _layer(x, full, lambda t: t)
     return x
 
 
-
-RECIPE = Recipe(spec=SPEC, validate=validate, argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
-                safe_env=True)
+RECIPE = Recipe(
+    spec=SPEC,
+    validate=validate,
+    argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
+    safe_env=True,
+)
 
 
 def worker(values: dict[str, Any]) -> None:
@@ -128,8 +148,9 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         print(f"verify_step: hidden {hidden} and ffn {ffn} must divide by world size {ws}", file=sys.stderr)
         return 2
     dtype = _dist.torch_dtype(values["dtype"])
-    weights = [_shard_weights(values["seed"], layer, rank.rank, ws, hidden, ffn, dtype, rank.device)
-               for layer in range(layers)]
+    weights = [
+        _shard_weights(values["seed"], layer, rank.rank, ws, hidden, ffn, dtype, rank.device) for layer in range(layers)
+    ]
     ar = _dist.Allreduce(rank, (tokens, hidden), values["dtype"])
 
     def reduce(t):
@@ -157,15 +178,29 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             ar()
 
     graph = values["mode"] == "graph"
-    tags = {"backend": rank.backend, "mode": values["mode"], "world_size": ws, "dtype": values["dtype"],
-            "hidden_size": hidden, "ffn_size": ffn, "layers": layers, "tokens": tokens,
-            "allreduces": 2 * layers, "bytes": tokens * hidden * _dist.DTYPE_BYTES[values["dtype"]],
-            "scaled": _dist.scaled(values, SPEC, GEOMETRY), "timer": _dist.timer_for(rank).name,
-            "method": "graph-replay" if graph else "nccl-tests", "samples": values["iters"],
-            "calls_per_sample": 1 if graph else values["calls"],
-            **_dist.knob_tags(), **_dist.stack_tags(rank)}
-    rank.log(f"verify_step: backend={rank.backend} mode={values['mode']} world_size={ws} layers={layers} "
-             f"tokens={tokens} hidden={hidden} ffn={ffn} dtype={values['dtype']} allreduces={2 * layers}")
+    tags = {
+        "backend": rank.backend,
+        "mode": values["mode"],
+        "world_size": ws,
+        "dtype": values["dtype"],
+        "hidden_size": hidden,
+        "ffn_size": ffn,
+        "layers": layers,
+        "tokens": tokens,
+        "allreduces": 2 * layers,
+        "bytes": tokens * hidden * _dist.DTYPE_BYTES[values["dtype"]],
+        "scaled": _dist.scaled(values, SPEC, GEOMETRY),
+        "timer": _dist.timer_for(rank).name,
+        "method": "graph-replay" if graph else "nccl-tests",
+        "samples": values["iters"],
+        "calls_per_sample": 1 if graph else values["calls"],
+        **_dist.knob_tags(),
+        **_dist.stack_tags(rank),
+    }
+    rank.log(
+        f"verify_step: backend={rank.backend} mode={values['mode']} world_size={ws} layers={layers} "
+        f"tokens={tokens} hidden={hidden} ffn={ffn} dtype={values['dtype']} allreduces={2 * layers}"
+    )
 
     out = full().float().cpu()
     rank.synchronize()
@@ -175,8 +210,11 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         rel = float((out - ref).norm() / ref.norm())
         limit = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}[values["dtype"]]
         ok = rel <= limit and bool(torch.isfinite(out).all())
-        print(f"verify_step: correctness {'ok' if ok else 'FAILED'} vs unsharded reference "
-              f"(relative error {rel:.3g}, limit {limit:g})", flush=True)
+        print(
+            f"verify_step: correctness {'ok' if ok else 'FAILED'} vs unsharded reference "
+            f"(relative error {rel:.3g}, limit {limit:g})",
+            flush=True,
+        )
     if not rank.all_true(ok):
         return 1
 
@@ -212,8 +250,11 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         for name, label in (("full", "verify step"), ("compute", "compute only"), ("comm", "allreduce only")):
             s = med[name]
             print(f"{label:<16} {s['median'] / 1000:>10.3f} {s['p10'] / 1000:>9.3f} {s['p90'] / 1000:>9.3f}")
-        print(f"communication in situ {comm_ms:.3f} ms = {share:.1%} of the verify step; "
-              f"{in_situ_us:.1f} us per allreduce x {2 * layers}", flush=True)
+        print(
+            f"communication in situ {comm_ms:.3f} ms = {share:.1%} of the verify step; "
+            f"{in_situ_us:.1f} us per allreduce x {2 * layers}",
+            flush=True,
+        )
         if tokens == 1:
             print(f"decode step (1 token, {values['backend']}, {values['mode']}): {verify_ms:.3f} ms", flush=True)
     return 0
@@ -236,8 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if values["hidden_size"] % world or values["ffn_size"] % world:
         from runners.recipes._params import usage_error
 
-        usage_error(PROG, f"hidden size {values['hidden_size']} and ffn size {values['ffn_size']} "
-                          f"must be divisible by the world size {world}")
+        usage_error(
+            PROG,
+            f"hidden size {values['hidden_size']} and ffn size {values['ffn_size']} "
+            f"must be divisible by the world size {world}",
+        )
     return _dist.launch_ranks(PROG, PROG, argv, world, values["run_timeout_s"], values["teardown_timeout_s"])
 
 

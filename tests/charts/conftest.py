@@ -1,4 +1,5 @@
 """Fixtures for the profitability, charts and share-link tests: the fixture campaign in a fresh app."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Each chart's figure data from the fixture campaign: traces, points, the break-even line."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,13 @@ import pytest
 
 from app import charts
 from app.domain import inventory
-from app.domain.profitability import (WhatIf, latency_series, load_campaign_metrics, profitability_report,
-                                      throughput_rows)
+from app.domain.profitability import (
+    WhatIf,
+    latency_series,
+    load_campaign_metrics,
+    profitability_report,
+    throughput_rows,
+)
 from app.domain.timeline import campaign_timeline
 from tests.support.charts import SLUG
 
@@ -39,11 +45,14 @@ def _trace(fig, name):
 
 def test_figures_are_plain_json(session, campaign):
     report = profitability_report(session, campaign)
-    for fig in (charts.verify_comm_vs_savings(report), charts.break_even_accept_length(report),
-                charts.latency_comparison(report),
-                charts.allreduce_latency_vs_size(_series(session, campaign), report.inputs.verify_bytes),
-                charts.throughput_vs_baseline(_throughput(session, campaign), 82.0),
-                charts.campaign_timeline(campaign_timeline(session, campaign))):
+    for fig in (
+        charts.verify_comm_vs_savings(report),
+        charts.break_even_accept_length(report),
+        charts.latency_comparison(report),
+        charts.allreduce_latency_vs_size(_series(session, campaign), report.inputs.verify_bytes),
+        charts.throughput_vs_baseline(_throughput(session, campaign), 82.0),
+        charts.campaign_timeline(campaign_timeline(session, campaign)),
+    ):
         assert json.loads(json.dumps(fig)) == fig
 
 
@@ -93,8 +102,11 @@ def test_chart3_bars_baseline_and_dead_ends(session, campaign):
     bars = next(t for t in fig["data"] if t["type"] == "bar")
     assert bars["orientation"] == "h"
     values = dict(zip(bars["y"], bars["x"]))
-    assert values == {"NCCL on PCIe (seed node)": 82.0, "FlashInfer PCIe-IPC allreduce": 117.6,
-                      "SGLang custom allreduce (IPC)": 38.0}
+    assert values == {
+        "NCCL on PCIe (seed node)": 82.0,
+        "FlashInfer PCIe-IPC allreduce": 117.6,
+        "SGLang custom allreduce (IPC)": 38.0,
+    }
     baseline = _trace(fig, "baseline 82 tok/s")
     assert set(baseline["x"]) == {82.0} and len(baseline["y"]) == 10  # across every approach
     dead = _trace(fig, "dead end")
@@ -111,7 +123,11 @@ def test_chart4_timeline(session, campaign):
     assert trials["x"].count(None) == 8
     assert "2 trials succeeded" in trials["text"]
     dead = _trace(fig, "→ dead end")
-    assert set(dead["y"]) == {"NCCL on PCIe (seed node)", "SGLang custom allreduce (IPC)", "FlashInfer allreduce fusion"}
+    assert set(dead["y"]) == {
+        "NCCL on PCIe (seed node)",
+        "SGLang custom allreduce (IPC)",
+        "FlashInfer allreduce fusion",
+    }
     assert all(x.startswith("2026-01-0") for x in dead["x"])
     assert fig["layout"]["xaxis"]["type"] == "date"
 
@@ -119,8 +135,12 @@ def test_chart4_timeline(session, campaign):
 def test_chart1_without_points_still_has_the_line():
     from app.domain.profitability import CycleCosts, Input, ModelInputs, ProfitabilityReport
 
-    inputs = ModelInputs(Input(82.0), Input(1000 / 82), Input(2.0), Input(0), Input(0.0), Input(0.0), Input(122), 4, 7168)
-    fig = charts.verify_comm_vs_savings(ProfitabilityReport(inputs, inputs.curve(), inputs.costs(), (), (), (), (), True))
+    inputs = ModelInputs(
+        Input(82.0), Input(1000 / 82), Input(2.0), Input(0), Input(0.0), Input(0.0), Input(122), 4, 7168
+    )
+    fig = charts.verify_comm_vs_savings(
+        ProfitabilityReport(inputs, inputs.curve(), inputs.costs(), (), (), (), (), True)
+    )
     assert [t["name"] for t in fig["data"]] == ["profitable region", "break-even (communication = savings)"]
     assert isinstance(inputs.costs(), CycleCosts)
 
@@ -128,12 +148,29 @@ def test_chart1_without_points_still_has_the_line():
 def test_many_approaches_draw_one_trace_per_status():
     from app.domain.profitability import ApproachPoint, Input, LatencyEstimate, ModelInputs, ProfitabilityReport
 
-    inputs = ModelInputs(Input(82.0), Input(1000 / 82), Input(None), Input(3), Input(None), Input(None), Input(122), 4, 7168)
+    inputs = ModelInputs(
+        Input(82.0), Input(1000 / 82), Input(None), Input(3), Input(None), Input(None), Input(122), 4, 7168
+    )
     curve = inputs.curve()
     assert curve is not None
-    points = tuple(ApproachPoint(i, f"a{i}", f"approach {i}", "promising" if i % 2 else "dead_end", "", "",
-                                 LatencyEstimate(10.0 + i, "measured", "", i), curve.tau_star(10.0 + i),
-                                 None, "", 122 * (10.0 + i) / 1000, None, None) for i in range(charts.MAX_TRACES + 10))
+    points = tuple(
+        ApproachPoint(
+            i,
+            f"a{i}",
+            f"approach {i}",
+            "promising" if i % 2 else "dead_end",
+            "",
+            "",
+            LatencyEstimate(10.0 + i, "measured", "", i),
+            curve.tau_star(10.0 + i),
+            None,
+            "",
+            122 * (10.0 + i) / 1000,
+            None,
+            None,
+        )
+        for i in range(charts.MAX_TRACES + 10)
+    )
     report = ProfitabilityReport(inputs, inputs.curve(), None, points, (), (), (), True)
     fig = figure(charts.break_even_accept_length(report))
     markers = [t for t in fig["data"] if t.get("mode") == "markers"]

@@ -1,4 +1,5 @@
 """The charts page and its what-if over HTTP: computed on GET, stored only by the operator's save."""
+
 from __future__ import annotations
 
 import json
@@ -68,23 +69,36 @@ def test_a_campaign_without_speculation_gets_a_latency_comparison(operator):
     assert _figure(html, "figure-comparison") is None and _figure(html, "figure-latency") is None
     assert _figure(html, "figure-throughput") is None and "Not drawn yet" in html
     # An accept length makes it a speculation campaign: with every input the full answer is drawn.
-    r = operator.get("/campaigns/bare/charts/whatif", params={"baseline_tok_s": "82", "accept_length": "2",
-                                                            "draft_steps": "0", "draft_step_ms": "0",
-                                                            "verify_compute_ms": "0"})
+    r = operator.get(
+        "/campaigns/bare/charts/whatif",
+        params={
+            "baseline_tok_s": "82",
+            "accept_length": "2",
+            "draft_steps": "0",
+            "draft_step_ms": "0",
+            "verify_compute_ms": "0",
+        },
+    )
     assert 'data-testid="latency-comparison"' not in r.text and _figure(r.text, "figure-verify")["data"]
     assert _figure(r.text, "figure-break-even")["data"]
 
 
 def test_missing_inputs_are_said_instead_of_drawn(operator):
-    assert operator.post("/api/campaigns", json={"slug": "spec", "name": "Spec", "accept_length": 2.2}).status_code == 201
+    assert (
+        operator.post("/api/campaigns", json={"slug": "spec", "name": "Spec", "accept_length": 2.2}).status_code == 201
+    )
     html = operator.get("/campaigns/spec/charts").text
     assert 'data-testid="missing"' in html and "plain decode step T_base" in html
     assert _figure(html, "figure-break-even") is None and _figure(html, "figure-verify") is None
 
 
 def test_save_as_campaign_inputs(operator):
-    r = operator.post(f"{WHATIF}/save", data={"accept_length": "3.1", "draft_steps": "", "verify_compute_ms": "8"},
-                      headers={"HX-Request": "true"}, follow_redirects=False)
+    r = operator.post(
+        f"{WHATIF}/save",
+        data={"accept_length": "3.1", "draft_steps": "", "verify_compute_ms": "8"},
+        headers={"HX-Request": "true"},
+        follow_redirects=False,
+    )
     # htmx navigates (HX-Redirect on a 200): a 303 would be followed by the XHR and nest the page.
     assert r.status_code == 200 and r.headers["HX-Redirect"] == f"/campaigns/{SLUG}/charts" and not r.text
     campaign = operator.get(f"/api/campaigns/{SLUG}").json()

@@ -1,5 +1,6 @@
 """The demo campaigns answer what they can from their own files: the Kimi-K2.5 campaign from the seed
 figures alone, the allreduce shootout as a latency comparison until speculation is measured."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -51,7 +52,9 @@ def test_kimi_demo_answers_from_the_seed_alone(session):
     custom = refs["SGLang custom allreduce (IPC)"]
     t_ar = 200 + (1000 / 38 - T_BASE) / 122 * 1000
     assert custom.latency.method == "derived" and custom.latency.t_ar_us == pytest.approx(t_ar)
-    assert custom.tau_star == pytest.approx(122 * t_ar / 1000 / T_BASE) and custom.tau_star == pytest.approx(3.16, abs=0.01)
+    assert custom.tau_star == pytest.approx(122 * t_ar / 1000 / T_BASE) and custom.tau_star == pytest.approx(
+        3.16, abs=0.01
+    )
     fig = figure(charts.break_even_accept_length(report))
     assert fig["layout"]["meta"]["lower_bound"] is True
     xs = [x for t in fig["data"] if t["mode"] == "markers" for x in t["x"]]
@@ -60,18 +63,26 @@ def test_kimi_demo_answers_from_the_seed_alone(session):
     # Axes fit the data: log x (5.3 to 316 us) holding every point, y from 0 above the highest tau*.
     assert fig["layout"]["xaxis"]["type"] == "log"
     lo, hi = fig["layout"]["xaxis"]["range"]
-    assert all(10 ** lo < x < 10 ** hi for x in xs) and hi - lo < 3
+    assert all(10**lo < x < 10**hi for x in xs) and hi - lo < 3
     assert fig["layout"]["yaxis"]["range"][0] == 0 and max(ys) < fig["layout"]["yaxis"]["range"][1] < 2 * max(ys)
     latency = figure(charts.allreduce_latency_vs_size([], report.inputs.verify_bytes, report.references))
-    assert [t["name"] for t in latency["data"] if t["mode"] == "markers"] == ["FlashInfer PCIe-IPC allreduce (reported)"]
+    assert [t["name"] for t in latency["data"] if t["mode"] == "markers"] == [
+        "FlashInfer PCIe-IPC allreduce (reported)"
+    ]
 
 
 def test_kimi_demo_history_carries_the_seed_order(session):
     campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
     timeline = campaign_timeline(session, campaign)
     verdicts = [e.approach_title for e in timeline.status_events if e.to_status != "untested"]
-    assert verdicts == ["FlashInfer allreduce fusion", "SGLang custom allreduce (IPC)", "NCCL Tree algorithm",
-                        "NCCL fewer channels", "MSCCL++", "torch symmetric memory (--enable-torch-symm-mem)"]
+    assert verdicts == [
+        "FlashInfer allreduce fusion",
+        "SGLang custom allreduce (IPC)",
+        "NCCL Tree algorithm",
+        "NCCL fewer channels",
+        "MSCCL++",
+        "torch symmetric memory (--enable-torch-symm-mem)",
+    ]
     assert {e.at.date().isoformat() for e in timeline.status_events} == {"2026-02-09", "2026-02-10"}
 
 
@@ -89,11 +100,18 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
     gloo = inventory.get_approach(session, campaign, "gloo-cpu")
     assert campaign.id is not None and symm.id is not None
     gpu = {"device": "cuda", "world_size": 2, "dtype": "bf16"}
-    rows = [(graph, [("allreduce_latency_us", 17.4, {**gpu, "backend": "nccl", "mode": "graph", "bytes": 57344})]),
-            (symm, [("allreduce_in_situ_us", 9.0, {**gpu, "backend": "symm_mem_two_shot", "tokens": 4}),
-                   ("verify_compute_ms", 9.08, {**gpu, "tokens": 4}),
-                   ("decode_step_ms", 10.0, {**gpu, "tokens": 1})]),
-            (gloo, [("allreduce_latency_us", 300.0, {"device": "cpu", "backend": "gloo", "bytes": 57344})])]
+    rows = [
+        (graph, [("allreduce_latency_us", 17.4, {**gpu, "backend": "nccl", "mode": "graph", "bytes": 57344})]),
+        (
+            symm,
+            [
+                ("allreduce_in_situ_us", 9.0, {**gpu, "backend": "symm_mem_two_shot", "tokens": 4}),
+                ("verify_compute_ms", 9.08, {**gpu, "tokens": 4}),
+                ("decode_step_ms", 10.0, {**gpu, "tokens": 1}),
+            ],
+        ),
+        (gloo, [("allreduce_latency_us", 300.0, {"device": "cpu", "backend": "gloo", "bytes": 57344})]),
+    ]
     for approach, metrics in rows:
         assert approach.id is not None and approach.recipe is not None
         trial = Trial(campaign_id=campaign.id, approach_id=approach.id, recipe=approach.recipe, state="succeeded")
@@ -101,13 +119,25 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
         session.flush()
         assert trial.id is not None
         for index, (name, value, tags) in enumerate(metrics):
-            session.add(Metric(trial_id=trial.id, approach_id=approach.id, campaign_id=campaign.id, seq=0,
-                               index=index, name=name, value=value, tags=tags))
+            session.add(
+                Metric(
+                    trial_id=trial.id,
+                    approach_id=approach.id,
+                    campaign_id=campaign.id,
+                    seq=0,
+                    index=index,
+                    name=name,
+                    value=value,
+                    tags=tags,
+                )
+            )
     session.flush()
     report = profitability_report(session, campaign)
     assert not report.speculative  # no draft head measured yet: still a comparison
     assert report.fastest is not None
-    assert report.fastest.key == "verify-step-symm-mem" and [f.title for f in report.cpu_floor] == ["gloo on CPU (2 processes)"]
+    assert report.fastest.key == "verify-step-symm-mem" and [f.title for f in report.cpu_floor] == [
+        "gloo on CPU (2 processes)"
+    ]
     fig = figure(charts.latency_comparison(report))
     assert fig["data"][0]["y"] == ["Verify step, symmetric memory two-shot, eager", "NCCL in a CUDA graph of 122"]
     assert fig["data"][1]["name"] == "reported elsewhere (not this node)"
@@ -115,8 +145,18 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
     assert fig["data"][2]["y"] == ["gloo on CPU (2 processes) (CPU floor)"]
     draft = session.exec(select(Trial).where(Trial.approach_id == symm.id)).first()
     assert draft is not None
-    session.add(Metric(trial_id=draft.id, approach_id=symm.id, campaign_id=campaign.id, seq=1, index=0,
-                       name="draft_step_ms", value=0.3, tags={**gpu, "mode": "graph"}))
+    session.add(
+        Metric(
+            trial_id=draft.id,
+            approach_id=symm.id,
+            campaign_id=campaign.id,
+            seq=1,
+            index=0,
+            name="draft_step_ms",
+            value=0.3,
+            tags={**gpu, "mode": "graph"},
+        )
+    )
     session.flush()
     report = profitability_report(session, campaign)
     assert report.curve is not None
@@ -140,5 +180,7 @@ def test_kimi_status_headline_is_todays_break_even(session):
     status = status_report(session, campaign, report, throughput_rows(metrics, rows), rows)
     assert status.speculative and status.lower_bound == "draft cost and verify compute"
     assert [(p.title, round(p.tau_star, 2)) for p in status.pays_above] == [
-        ("NCCL on PCIe (the baseline)", 2.0), ("FlashInfer PCIe-IPC allreduce", 0.05),
-        ("SGLang custom allreduce (IPC)", 3.16)]
+        ("NCCL on PCIe (the baseline)", 2.0),
+        ("FlashInfer PCIe-IPC allreduce", 0.05),
+        ("SGLang custom allreduce (IPC)", 3.16),
+    ]

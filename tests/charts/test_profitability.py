@@ -1,5 +1,6 @@
 """The profitability model (shared/domain.md "Is speculation profitable?") against hand-computed values,
 and where its inputs come from on a real database."""
+
 from __future__ import annotations
 
 import math
@@ -9,9 +10,18 @@ import pytest
 from sqlmodel import select
 
 from app.domain import inventory
-from app.domain.profitability import (CycleCosts, LatencyPoint, WhatIf, latency_at, leviathan_expected_tokens,
-                                      leviathan_speedup, model_inputs, profitability_report, stack_summary,
-                                      t_base_ms)
+from app.domain.profitability import (
+    CycleCosts,
+    LatencyPoint,
+    WhatIf,
+    latency_at,
+    leviathan_expected_tokens,
+    leviathan_speedup,
+    model_inputs,
+    profitability_report,
+    stack_summary,
+    t_base_ms,
+)
 from app.models import Campaign, Metric
 from tests.support.charts import SLUG
 
@@ -19,6 +29,7 @@ T_BASE = 1000 / 82  # 12.1951... ms
 
 
 # ---- the model, by hand ---------------------------------------------------------------------
+
 
 def test_seed_numbers():
     assert t_base_ms(82) == pytest.approx(12.195, abs=5e-4)
@@ -82,6 +93,7 @@ def test_stack_summary_reads_versions_only():
 
 # ---- inputs from the fixture campaign --------------------------------------------------------
 
+
 def _campaign(session) -> Campaign:
     return inventory.get_campaign(session, SLUG)
 
@@ -98,8 +110,14 @@ def test_report_points_by_hand(session):
     report = profitability_report(session, _campaign(session))
     assert report.costs.break_even_t_ar_us == pytest.approx(153.838, abs=1e-3)
     points = {p.key: p for p in report.points}
-    assert set(points) == {"nccl-pcie", "nccl-graph", "nccl-eager", "symm-mem-two-shot", "symm-mem-one-shot",
-                           "flashinfer-pcie-ipc"}
+    assert set(points) == {
+        "nccl-pcie",
+        "nccl-graph",
+        "nccl-eager",
+        "symm-mem-two-shot",
+        "symm-mem-one-shot",
+        "flashinfer-pcie-ipc",
+    }
     # 56 KiB lies between the measured 14 and 112 KiB: interpolated (8.8 us at both ends).
     two = points["symm-mem-two-shot"]
     assert two.latency.method == "interpolated" and two.latency.t_ar_us == pytest.approx(8.8)
@@ -122,8 +140,12 @@ def test_report_points_by_hand(session):
     assert ipc.savings_ms == pytest.approx(2.6 * T_BASE - 10.5)
     # Best usable (dead ends excluded) and the verdict.
     assert report.best.key == "symm-mem-two-shot" and report.profitable_now.key == "symm-mem-two-shot"
-    assert set(report.unmeasured) == {"SGLang custom allreduce (IPC)", "FlashInfer allreduce fusion",
-                                      "Expert parallelism", "MSCCL++"}
+    assert set(report.unmeasured) == {
+        "SGLang custom allreduce (IPC)",
+        "FlashInfer allreduce fusion",
+        "Expert parallelism",
+        "MSCCL++",
+    }
 
 
 def test_nearest_size_is_said_so(session):
@@ -184,8 +206,19 @@ def test_verify_compute_falls_back_to_the_verify_step_metric(session):
     session.add(campaign)
     pcie = inventory.get_approach(session, campaign, "nccl-pcie")
     trial_id = session.exec(select(Metric.trial_id).where(Metric.name == "allreduce_in_situ_us")).first()
-    session.add(Metric(trial_id=trial_id, approach_id=pcie.id, campaign_id=campaign.id, seq=1, index=0,
-                       name="verify_compute_ms", value=7.25, unit="ms", tags={"tokens": 4}))
+    session.add(
+        Metric(
+            trial_id=trial_id,
+            approach_id=pcie.id,
+            campaign_id=campaign.id,
+            seq=1,
+            index=0,
+            name="verify_compute_ms",
+            value=7.25,
+            unit="ms",
+            tags={"tokens": 4},
+        )
+    )
     session.flush()
     inputs = model_inputs(session, campaign)
     assert inputs.verify_compute_ms.value == 7.25 and "synthetic verify step" in inputs.verify_compute_ms.source
@@ -198,13 +231,25 @@ def test_an_accept_length_below_one_means_no_speculation(session):
     for metric in session.exec(select(Metric).where(Metric.name == "accept_length")):
         session.delete(metric)
     pcie = inventory.get_approach(session, campaign, "nccl-pcie")
-    session.add(Metric(trial_id=campaign.baseline_trial_id, approach_id=pcie.id, campaign_id=campaign.id, seq=2,
-                       index=0, name="server_avg_spec_accept_length", value=0.0, unit="", tags={}))
+    session.add(
+        Metric(
+            trial_id=campaign.baseline_trial_id,
+            approach_id=pcie.id,
+            campaign_id=campaign.id,
+            seq=2,
+            index=0,
+            name="server_avg_spec_accept_length",
+            value=0.0,
+            unit="",
+            tags={},
+        )
+    )
     session.flush()
     assert model_inputs(session, campaign).accept_length.value is None
 
 
 # ---- the break-even curve: a lower bound, tightened as draft and verify compute become known ----
+
 
 def test_lower_bound_then_tightened_by_hand():
     from app.domain.profitability import BreakEvenCurve
@@ -235,11 +280,27 @@ def test_inputs_build_the_curve_and_t_base_from_a_gpu_decode_step(session):
     trial_id = session.exec(select(Metric.trial_id).where(Metric.approach_id == graph.id)).first()
     gpu = {"device": "cuda", "backend": "nccl", "mode": "graph", "tokens": 1}
     cpu = {"device": "cpu", "scaled": True, "backend": "gloo", "tokens": 1}
-    for index, (name, value, tags) in enumerate([("decode_step_ms", 10.25, gpu), ("decode_step_ms", 0.5, cpu),
-                                                 ("draft_step_ms", 0.31, {**gpu, "mode": "graph"}),
-                                                 ("verify_compute_ms", 1033.0, {**cpu, "tokens": 4})]):
-        session.add(Metric(trial_id=trial_id, approach_id=graph.id, campaign_id=campaign.id, seq=9, index=index,
-                           name=name, value=value, unit="ms", tags=tags))
+    for index, (name, value, tags) in enumerate(
+        [
+            ("decode_step_ms", 10.25, gpu),
+            ("decode_step_ms", 0.5, cpu),
+            ("draft_step_ms", 0.31, {**gpu, "mode": "graph"}),
+            ("verify_compute_ms", 1033.0, {**cpu, "tokens": 4}),
+        ]
+    ):
+        session.add(
+            Metric(
+                trial_id=trial_id,
+                approach_id=graph.id,
+                campaign_id=campaign.id,
+                seq=9,
+                index=index,
+                name=name,
+                value=value,
+                unit="ms",
+                tags=tags,
+            )
+        )
     session.flush()
     report = profitability_report(session, campaign)
     inputs = report.inputs
@@ -258,9 +319,19 @@ def test_cpu_floor_latency_never_feeds_the_model(session):
     campaign = _campaign(session)
     ipc = inventory.get_approach(session, campaign, "mscclpp")
     trial_id = session.exec(select(Metric.trial_id)).first()
-    session.add(Metric(trial_id=trial_id, approach_id=ipc.id, campaign_id=campaign.id, seq=7, index=0,
-                       name="allreduce_latency_us", value=120.0, unit="us",
-                       tags={"backend": "gloo", "device": "cpu", "bytes": 57344, "tokens": 4}))
+    session.add(
+        Metric(
+            trial_id=trial_id,
+            approach_id=ipc.id,
+            campaign_id=campaign.id,
+            seq=7,
+            index=0,
+            name="allreduce_latency_us",
+            value=120.0,
+            unit="us",
+            tags={"backend": "gloo", "device": "cpu", "bytes": 57344, "tokens": 4},
+        )
+    )
     session.flush()
     report = profitability_report(session, campaign)
     assert "mscclpp" not in {p.key for p in report.points} and "MSCCL++" in report.unmeasured

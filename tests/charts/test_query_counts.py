@@ -1,12 +1,12 @@
 """Scale: the charts page, the what-if, the status page and its export read a campaign in a fixed number of
 SQL statements, whatever its number of approaches and trials (issue 12: no per-approach queries)."""
+
 from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlalchemy import event
 
 from app.db import session_scope
@@ -14,42 +14,86 @@ from app.domain import inventory
 from app.models import Metric, StatusChange, Trial
 from app.schemas import ApproachCreate, CampaignCreate
 
-T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def _build(engine, slug: str, approaches: int, trials_each: int) -> None:
     """A campaign of allreduce, verify-step and speculative SGLang approaches with trials, metrics and history."""
     with session_scope(engine) as s:
-        campaign = inventory.create_campaign(s, CampaignCreate(slug=slug, name=slug, baseline_tok_s=82.0,
-                                                               accept_length=2.4, draft_steps=3, draft_step_ms=0.5,
-                                                               verify_compute_ms=9.0))
+        campaign = inventory.create_campaign(
+            s,
+            CampaignCreate(
+                slug=slug,
+                name=slug,
+                baseline_tok_s=82.0,
+                accept_length=2.4,
+                draft_steps=3,
+                draft_step_ms=0.5,
+                verify_compute_ms=9.0,
+            ),
+        )
         assert campaign.id is not None
         for i in range(approaches):
-            approach = inventory.add_approach(s, campaign, ApproachCreate(
-                key=f"a{i}", title=f"approach {i}", recipe={"kind": "allreduce", "params": {}}), "t")
+            approach = inventory.add_approach(
+                s,
+                campaign,
+                ApproachCreate(key=f"a{i}", title=f"approach {i}", recipe={"kind": "allreduce", "params": {}}),
+                "t",
+            )
             assert approach.id is not None
             for j in range(trials_each):
                 at = T0 + timedelta(hours=i * trials_each + j)
-                trial = Trial(campaign_id=campaign.id, approach_id=approach.id, recipe={}, state="succeeded",
-                              created_at=at, started_at=at, finished_at=at + timedelta(minutes=5))
+                trial = Trial(
+                    campaign_id=campaign.id,
+                    approach_id=approach.id,
+                    recipe={},
+                    state="succeeded",
+                    created_at=at,
+                    started_at=at,
+                    finished_at=at + timedelta(minutes=5),
+                )
                 s.add(trial)
                 s.flush()
                 assert trial.id is not None
                 kind = i % 3
                 if kind == 0:
-                    metrics = [("allreduce_latency_us", 10.0 + i + j, {"bytes": b, "mode": "graph", "device": "cuda"})
-                               for b in (14336, 114688)]
+                    metrics = [
+                        ("allreduce_latency_us", 10.0 + i + j, {"bytes": b, "mode": "graph", "device": "cuda"})
+                        for b in (14336, 114688)
+                    ]
                 elif kind == 1:
-                    metrics = [("allreduce_in_situ_us", 20.0 + j, {"tokens": 4, "device": "cuda"}),
-                               ("verify_compute_ms", 9.0, {"tokens": 4, "device": "cuda"})]
+                    metrics = [
+                        ("allreduce_in_situ_us", 20.0 + j, {"tokens": 4, "device": "cuda"}),
+                        ("verify_compute_ms", 9.0, {"tokens": 4, "device": "cuda"}),
+                    ]
                 else:
-                    metrics = [("output_throughput_tok_s", 80.0 + j, {}), ("median_tpot_ms", 9.0, {}),
-                               ("accept_length", 2.5, {})]
+                    metrics = [
+                        ("output_throughput_tok_s", 80.0 + j, {}),
+                        ("median_tpot_ms", 9.0, {}),
+                        ("accept_length", 2.5, {}),
+                    ]
                 for index, (name, value, tags) in enumerate(metrics):
-                    s.add(Metric(trial_id=trial.id, approach_id=approach.id, campaign_id=campaign.id, seq=0,
-                                 index=index, name=name, value=value, tags=tags))
-                s.add(StatusChange(approach_id=approach.id, from_status="untested", to_status="promising",
-                                   reason=f"trial {j}", at=at + timedelta(minutes=6)))
+                    s.add(
+                        Metric(
+                            trial_id=trial.id,
+                            approach_id=approach.id,
+                            campaign_id=campaign.id,
+                            seq=0,
+                            index=index,
+                            name=name,
+                            value=value,
+                            tags=tags,
+                        )
+                    )
+                s.add(
+                    StatusChange(
+                        approach_id=approach.id,
+                        from_status="untested",
+                        to_status="promising",
+                        reason=f"trial {j}",
+                        at=at + timedelta(minutes=6),
+                    )
+                )
             s.flush()
 
 
@@ -63,8 +107,9 @@ def _counting(engine):
         text = " ".join(statement.split())
         if text.upper().startswith(("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")):
             return
-        if text.startswith(("SELECT runner.id FROM runner WHERE runner.connected",
-                            "SELECT trial.id FROM trial WHERE trial.state IN")):
+        if text.startswith(
+            ("SELECT runner.id FROM runner WHERE runner.connected", "SELECT trial.id FROM trial WHERE trial.state IN")
+        ):
             return
         statements.append(statement)
 
@@ -84,8 +129,12 @@ def _share_path(operator, slug: str) -> str:
 
 def _counts(app, operator, slug: str) -> dict[str, int]:
     share = _share_path(operator, slug)
-    pages = {"charts": f"/campaigns/{slug}/charts", "what-if": f"/campaigns/{slug}/charts/whatif?accept_length=3.1",
-             "status": share, "status export": share + "/export.html"}
+    pages = {
+        "charts": f"/campaigns/{slug}/charts",
+        "what-if": f"/campaigns/{slug}/charts/whatif?accept_length=3.1",
+        "status": share,
+        "status export": share + "/export.html",
+    }
     out = {}
     for name, path in pages.items():
         operator.get(path)  # warm: one-time work (session, caches) is not what is measured

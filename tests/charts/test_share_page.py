@@ -1,4 +1,5 @@
 """Share links and the stakeholder status page: read-only, no secrets, revocable, exportable."""
+
 from __future__ import annotations
 
 import re
@@ -28,7 +29,7 @@ def _create_link(operator, name="weekly review") -> tuple[str, int]:
     r = operator.post(f"/campaigns/{SLUG}/share-links", data={"name": name}, headers={"HX-Request": "true"})
     assert r.status_code == 200, r.text
     row = re.search(r'<tr id="share-link-(\d+)"[^>]*class="live created"', r.text)
-    url = re.search(r'class="share-url" readonly value="([^"]+)"', r.text[r.text.index(row.group(0)):]).group(1)
+    url = re.search(r'class="share-url" readonly value="([^"]+)"', r.text[r.text.index(row.group(0)) :]).group(1)
     assert url.startswith("http://127.0.0.1/s/")
     return url.removeprefix("http://127.0.0.1"), int(row.group(1))
 
@@ -41,17 +42,21 @@ def test_status_page_answers_the_stakeholder_questions(operator, anonymous):
     assert "FIXTURE: EAGLE-3 break-even" in html
     # Profitable now, with which approach; the best result vs the baseline; what runs next.
     assert re.search(r'id="profitable">.*?Yes, with torch symm-mem two-shot', html, re.S)
-    assert re.search(r'id="best">.*?117.6 tok/s.*?FlashInfer PCIe-IPC allreduce.*?\+43%.*?82 tok/s baseline', html, re.S)
+    assert re.search(
+        r'id="best">.*?117.6 tok/s.*?FlashInfer PCIe-IPC allreduce.*?\+43%.*?82 tok/s baseline', html, re.S
+    )
     assert re.search(r'id="next">.*?Expert parallelism', html, re.S)
     # Verdict counts and dead ends with reasons and the stack they were reached on.
     assert re.search(r'data-status="dead_end">.*?<b>3</b>', html)
-    dead = html[html.index('id="dead-ends"'):]
+    dead = html[html.index('id="dead-ends"') :]
     assert "FlashInfer JIT has no SM120 target" in dead and "torch 2.10.0+cu128 / CUDA 12.8 / SM 12.0" in dead
     assert "holds for FlashInfer unknown on SM 12.0" in dead
     # The break-even chart and chart 3, drawn with the locally served plotly.js.
     assert 'id="figure-break-even"' in html and 'id="figure-throughput"' in html
     assert '<script src="/static/vendor/plotly.min.js">' in html and "cdn" not in html.lower()
-    assert r.headers["referrer-policy"] == "no-referrer" and "form-action 'none'" in r.headers["content-security-policy"]
+    assert (
+        r.headers["referrer-policy"] == "no-referrer" and "form-action 'none'" in r.headers["content-security-policy"]
+    )
 
 
 def test_status_page_shows_no_secrets_and_no_forms(fixture_app, operator, anonymous):
@@ -61,8 +66,18 @@ def test_status_page_shows_no_secrets_and_no_forms(fixture_app, operator, anonym
     path, _ = _create_link(operator)
     token = path.removeprefix("/s/")
     for page in (anonymous.get(path).text, anonymous.get(path + "/export.html").text):
-        for secret in (*SECRETS.values(), runner_token, api, "NCCL_DEBUG", "HF_TOKEN", "sglang_server", "--api-key",
-                       "argv", "recipe", "/models/"):
+        for secret in (
+            *SECRETS.values(),
+            runner_token,
+            api,
+            "NCCL_DEBUG",
+            "HF_TOKEN",
+            "sglang_server",
+            "--api-key",
+            "argv",
+            "recipe",
+            "/models/",
+        ):
             assert secret not in page, secret
         assert "<form" not in page and "hx-post" not in page and "csrf" not in page.lower()
         assert "fixture" not in page.lower().replace("fixture: eagle-3", "")  # no actor names
@@ -87,9 +102,13 @@ def test_revoked_and_altered_links_404(operator, anonymous):
     assert anonymous.get(path).status_code == 200
     token = path.removeprefix("/s/")
     payload, signature = token.rsplit(".", 1)
-    altered = [payload[:-1] + ("A" if payload[-1] != "A" else "B") + "." + signature,
-               payload + "." + signature[:-2] + ("xy" if signature[-2:] != "xy" else "zz"),
-               token[:-1], "nothing", "eyJpZCI6MSwibiI6IngifQ.bogus"]
+    altered = [
+        payload[:-1] + ("A" if payload[-1] != "A" else "B") + "." + signature,
+        payload + "." + signature[:-2] + ("xy" if signature[-2:] != "xy" else "zz"),
+        token[:-1],
+        "nothing",
+        "eyJpZCI6MSwibiI6IngifQ.bogus",
+    ]
     for bad in altered:
         assert anonymous.get(f"/s/{bad}").status_code == 404, bad
         assert anonymous.get(f"/s/{bad}/export.html").status_code == 404

@@ -4,6 +4,7 @@ sglang never enters the test process: it is imported by child processes whose PY
 target directory (and tests/contract/importshims for torchvision, see its docstring). Set
 CAMPAIGN_SGLANG_DIR to use an existing install; SGLANG_VERSION picks another release to check.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,14 @@ SGLANG_VERSION = os.environ.get("SGLANG_VERSION", "0.5.23")
 def sglang_dir() -> Path:
     if os.environ.get("CAMPAIGN_SGLANG_DIR"):
         return Path(os.environ["CAMPAIGN_SGLANG_DIR"])
-    done = subprocess.run([str(ROOT / "scripts" / "ensure-sglang")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1800, env={**os.environ, "SGLANG_VERSION": SGLANG_VERSION, "PYTHON": sys.executable})
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "ensure-sglang")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "SGLANG_VERSION": SGLANG_VERSION, "PYTHON": sys.executable},
+    )
     assert done.returncode == 0, f"scripts/ensure-sglang failed:\n{done.stdout}\n{done.stderr}"
     return ROOT / done.stdout.strip().splitlines()[-1]
 

@@ -2,6 +2,7 @@
 
 These fail when the recipe's argv, its parsing or its readiness rules drift from what sglang does.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,15 @@ def demo_sglang_approaches() -> list[tuple[str, dict]]:
 
 
 def parse_with_sglang(env: dict, argvs: list[list[str]]) -> dict:
-    done = subprocess.run([sys.executable, "-c", PARSE], input=json.dumps(argvs), capture_output=True, text=True,
-                          env=env, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PARSE],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1]) | {"stderr": done.stderr}
 
@@ -75,7 +83,9 @@ def test_every_demo_approachs_argv_parses_with_sglangs_server_args(sglang_env):
     values = [validate(flatten(params)) for _, params in approaches]
     result = parse_with_sglang(sglang_env, [server_argv(v)[3:] for v in values])
     for (name, _), v, parsed in zip(approaches, values, result["parsed"]):
-        assert "error" not in parsed, f"{name}: sglang {result['version']} rejects {server_argv(v)[3:]}:\n{result['stderr']}"
+        assert "error" not in parsed, (
+            f"{name}: sglang {result['version']} rejects {server_argv(v)[3:]}:\n{result['stderr']}"
+        )
         assert parsed["model_path"] == v["model_path"] and parsed["tp_size"] == v["tp_size"], name
         assert parsed["port"] == v["port"] and parsed["host"] == v["host"], name
         assert parsed["speculative_algorithm"] == v["speculative_algorithm"], name
@@ -101,9 +111,21 @@ def test_the_parser_check_fails_on_drift(sglang_env):
 
 def test_preflight_flag_check_runs_the_real_parser(sglang_env):
     """The preflight check itself (its probe under an interpreter with the real sglang)."""
-    ctx = Context(validate({"model_path": "/m", "tp_size": 8, "sglang_python": sys.executable,
-                            "server_args": ["--enable-torch-symm-mem"], "speculative_algorithm": "EAGLE3",
-                            "speculative_draft_model_path": "/d"}), sglang_env, SGLANG_VERSION, timeout_s=300)
+    ctx = Context(
+        validate(
+            {
+                "model_path": "/m",
+                "tp_size": 8,
+                "sglang_python": sys.executable,
+                "server_args": ["--enable-torch-symm-mem"],
+                "speculative_algorithm": "EAGLE3",
+                "speculative_draft_model_path": "/d",
+            }
+        ),
+        sglang_env,
+        SGLANG_VERSION,
+        timeout_s=300,
+    )
     assert REGISTRY["sglang_flags"].run(ctx).ok
     ctx.values["server_args"] = ["--enable-foo"]
     failed = REGISTRY["sglang_flags"].run(ctx)
@@ -112,6 +134,7 @@ def test_preflight_flag_check_runs_the_real_parser(sglang_env):
 
 
 # --- what the server writes, read from sglang's source ------------------------------------------------
+
 
 def source(root: Path, rel: str) -> str:
     return (root / rel).read_text(encoding="utf-8")
@@ -126,7 +149,7 @@ def test_the_ready_line_is_the_one_sglang_logs(sglang_source):
 
 def test_health_is_503_while_starting_and_200_when_up(sglang_source):
     http = source(sglang_source, "srt/entrypoints/http_server.py")
-    health = http[http.index('@app.get("/health")'):]
+    health = http[http.index('@app.get("/health")') :]
     health = health[: health.index("\n@app.", health.index("\nasync def "))]
     assert "server_status == ServerStatus.Starting:\n        return Response(status_code=503)" in health
     assert "status_code=200" in health
@@ -135,7 +158,7 @@ def test_health_is_503_while_starting_and_200_when_up(sglang_source):
 def test_server_info_routes_and_the_accept_length_field(sglang_source):
     http = source(sglang_source, "srt/entrypoints/http_server.py")
     assert '@app.get("/server_info")' in http and '@app.get("/get_server_info")' in http
-    info = http[http.index('@app.get("/server_info")'):]
+    info = http[http.index('@app.get("/server_info")') :]
     assert '"internal_states": internal_states' in info[:3000] and '"version": __version__' in info[:3000]
     state = source(sglang_source, "srt/managers/scheduler_components/internal_state.py")
     assert 'state["avg_spec_accept_length"] = accept_length' in state
@@ -150,9 +173,13 @@ def test_the_decode_log_line_parses_as_sglang_formats_it(sglang_source):
     assert re.search(r'"cuda graph"', reporter) or "_graph_backend_label" in reporter
     # Rendered with sglang's own formats, then read by the recipe.
     spec_accept_length, spec_accept_rate, last_gen_throughput = 2.4137, 0.6034, 81.929
-    line = ("[2026-11-30 09:00:00 TP0] Decode batch, #running-req: 1, #token: 812, token usage: 0.01, "
-            + f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "
-            + "cuda graph: True, " + f"gen throughput (token/s): {last_gen_throughput:.2f}, " + "#queue-req: 0")
+    line = (
+        "[2026-11-30 09:00:00 TP0] Decode batch, #running-req: 1, #token: 812, token usage: 0.01, "
+        + f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "
+        + "cuda graph: True, "
+        + f"gen throughput (token/s): {last_gen_throughput:.2f}, "
+        + "#queue-req: 0"
+    )
     assert parse_decode_line(line) == (2.41, 81.93)
 
 
@@ -169,7 +196,8 @@ def mixed_python(tmp_path: Path, real: str) -> str:
         "import os, sys\n"
         f"if sys.argv[1:3] == ['-m', {real!r}] or sys.argv[1:2] == ['-c']:\n"
         f"    os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n"
-        f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(STANDIN)!r}, *sys.argv[1:]])\n")
+        f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(STANDIN)!r}, *sys.argv[1:]])\n"
+    )
     path.chmod(0o755)
     return str(path)
 
@@ -179,14 +207,35 @@ def run_recipe_with_real_bench(tmp_path: Path, sglang_env: dict, bench: dict, re
     from tests.support.net import free_port
     from tests.support.recipes import metrics
 
-    spec = build_launch({"kind": "sglang_server", "timeout_s": 600, "params": {
-        "model_path": str(MODEL), "tp_size": 1, "sglang_python": mixed_python(tmp_path, real), "port": free_port(),
-        "ready_timeout_s": 60, "teardown_grace_s": 2, "flags": ["--enable-metrics"],
-        "speculative": {"algorithm": "EAGLE3", "draft_model_path": str(MODEL)}, "bench": bench}})
-    spec.env.update({"PYTHONPATH": sglang_env["PYTHONPATH"], "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                     "SGLANG_STANDIN_READY_DELAY_S": "0.1", "SGLANG_STANDIN_VERSION": SGLANG_VERSION})
-    done = subprocess.run(spec.argv, env={**sglang_env, **spec.env}, capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)
+    spec = build_launch(
+        {
+            "kind": "sglang_server",
+            "timeout_s": 600,
+            "params": {
+                "model_path": str(MODEL),
+                "tp_size": 1,
+                "sglang_python": mixed_python(tmp_path, real),
+                "port": free_port(),
+                "ready_timeout_s": 60,
+                "teardown_grace_s": 2,
+                "flags": ["--enable-metrics"],
+                "speculative": {"algorithm": "EAGLE3", "draft_model_path": str(MODEL)},
+                "bench": bench,
+            },
+        }
+    )
+    spec.env.update(
+        {
+            "PYTHONPATH": sglang_env["PYTHONPATH"],
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "SGLANG_STANDIN_READY_DELAY_S": "0.1",
+            "SGLANG_STANDIN_VERSION": SGLANG_VERSION,
+        }
+    )
+    done = subprocess.run(
+        spec.argv, env={**sglang_env, **spec.env}, capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
     return done, {m["name"]: m for m in metrics(done.stdout)}
 
 
@@ -195,16 +244,23 @@ def test_the_real_bench_serving_runs_and_the_recipe_reads_its_output(tmp_path, s
 
     result_file = tmp_path / "bench.jsonl"
     done, found = run_recipe_with_real_bench(
-        tmp_path, sglang_env, {"tool": "bench_serving", "num_prompts": 4, "input_len": 32, "output_len": 8,
-                               "result_file": str(result_file)}, "sglang.bench_serving")
+        tmp_path,
+        sglang_env,
+        {"tool": "bench_serving", "num_prompts": 4, "input_len": 32, "output_len": 8, "result_file": str(result_file)},
+        "sglang.bench_serving",
+    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert "============ Serving Benchmark Result ============" in done.stdout  # sglang's own summary
     for label in SUMMARY_METRICS:  # every label the recipe reads is one sglang prints
         assert f"\n{label + ':':<40} " in done.stdout, label
     record = json.loads(result_file.read_text().splitlines()[-1])
-    for key, name in (("output_throughput", "output_throughput_tok_s"), ("median_tpot_ms", "median_tpot_ms"),
-                      ("median_itl_ms", "median_itl_ms"), ("median_ttft_ms", "median_ttft_ms"),
-                      ("accept_length", "accept_length")):
+    for key, name in (
+        ("output_throughput", "output_throughput_tok_s"),
+        ("median_tpot_ms", "median_tpot_ms"),
+        ("median_itl_ms", "median_itl_ms"),
+        ("median_ttft_ms", "median_ttft_ms"),
+        ("accept_length", "accept_length"),
+    ):
         assert found[name]["value"] == pytest.approx(record[key]), name
         assert found[name]["tags"]["source"] == "result_file"
     printed = parse_bench_stdout(done.stdout)
@@ -232,18 +288,38 @@ def test_bench_one_batch_server_argv_and_result_keys(sglang_env, sglang_source):
     takes the recipe's argv, and its result writer has the keys the recipe reads."""
     from runners.recipes.sglang_server import JSON_METRICS, bench_argv
 
-    values = validate({"model_path": "/models/K", "bench_tool": "bench_one_batch_server", "batch_size": 1,
-                       "input_len": 1024, "output_len": 16, "port": 30001})
+    values = validate(
+        {
+            "model_path": "/models/K",
+            "bench_tool": "bench_one_batch_server",
+            "batch_size": 1,
+            "input_len": 1024,
+            "output_len": 16,
+            "port": 30001,
+        }
+    )
     argv = bench_argv(values, "/tmp/r.jsonl")
     assert argv[1:3] == ["-m", "sglang.bench_one_batch_server"]
-    done = subprocess.run([sys.executable, "-c", ONE_BATCH_PARSE], input=json.dumps(argv[3:]), capture_output=True,
-                          text=True, env=sglang_env, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_BATCH_PARSE],
+        input=json.dumps(argv[3:]),
+        capture_output=True,
+        text=True,
+        env=sglang_env,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-        "model_path": "/models/K", "base_url": "http://127.0.0.1:30001", "batch_size": [1], "input_len": [1024],
-        "output_len": [16], "result_filename": "/tmp/r.jsonl"}
+        "model_path": "/models/K",
+        "base_url": "http://127.0.0.1:30001",
+        "batch_size": [1],
+        "input_len": [1024],
+        "output_len": [16],
+        "result_filename": "/tmp/r.jsonl",
+    }
     writer = source(sglang_source, "benchmark/one_batch_server.py")
-    dump = writer[writer.index("def dump_to_jsonl"):]
+    dump = writer[writer.index("def dump_to_jsonl") :]
     dump = dump[: dump.index("\n    def ", 10) if "\n    def " in dump[10:] else len(dump)]
     for key in ("output_throughput", "acc_length"):
         assert key in JSON_METRICS and f'"{key}": round(self.{key}, 2)' in dump, key

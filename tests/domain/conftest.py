@@ -1,4 +1,5 @@
 """Domain tests run on a migrated, empty database of each backend (db_url: SQLite and PostgreSQL)."""
+
 import pytest
 
 from app.db import make_engine, migrate

@@ -1,4 +1,5 @@
 """Campaign files: export/import round trip, and bad files leave the database unchanged."""
+
 import pytest
 import yaml
 
@@ -9,7 +10,6 @@ from app.domain.demo import demo_files, load_demo
 from app.domain.errors import Invalid
 
 DEMO_SLUG = "kimi-k25-eagle3"
-
 
 
 def _export(engine, slug=DEMO_SLUG) -> str:
@@ -34,7 +34,9 @@ def test_demo_has_the_nine_approaches_with_seed_verdicts(engine):
         got = {a.key: (a.status, a.reason) for a in rows}
     assert len(rows) == 9
     assert got["torch-symm-mem"][0] == "dead_end" and "KeyError: 12" in got["torch-symm-mem"][1]
-    assert got["sglang-custom-allreduce"][0] == "dead_end" and "38 tok/s vs 82 tok/s" in got["sglang-custom-allreduce"][1]
+    assert (
+        got["sglang-custom-allreduce"][0] == "dead_end" and "38 tok/s vs 82 tok/s" in got["sglang-custom-allreduce"][1]
+    )
     assert got["mscclpp"] == ("deferred", "not installed; needs a build")
     assert got["nccl-fewer-channels"] == ("dead_end", "out of memory")
     assert got["expert-parallelism"][0] == "untested"
@@ -93,7 +95,8 @@ def test_import_updates_status_and_order_with_history(engine):
 
 
 BAD_FILES = {
-    "unknown field": ("""format: campaign-board/v1
+    "unknown field": (
+        """format: campaign-board/v1
 campaign: {slug: x, name: X}
 approaches:
 - key: a
@@ -101,35 +104,58 @@ approaches:
 - key: b
   title: B
   colour: red
-""", "line 8", "colour"),
-    "unknown status": ("""format: campaign-board/v1
+""",
+        "line 8",
+        "colour",
+    ),
+    "unknown status": (
+        """format: campaign-board/v1
 campaign: {slug: x, name: X}
 approaches:
 - key: a
   title: A
   status: maybe
-""", "line 6", "status"),
-    "bad yaml": ("""format: campaign-board/v1
+""",
+        "line 6",
+        "status",
+    ),
+    "bad yaml": (
+        """format: campaign-board/v1
 campaign: {slug: x, name: X
 approaches: []
-""", "line 3", "not valid YAML"),
-    "dead end without reason": ("""format: campaign-board/v1
+""",
+        "line 3",
+        "not valid YAML",
+    ),
+    "dead end without reason": (
+        """format: campaign-board/v1
 campaign: {slug: x, name: X}
 approaches:
 - key: a
   title: A
   status: dead_end
-""", "line 4", "needs a reason"),
-    "wrong type": ("""format: campaign-board/v1
+""",
+        "line 4",
+        "needs a reason",
+    ),
+    "wrong type": (
+        """format: campaign-board/v1
 campaign: {slug: x, name: X, baseline_tok_s: fast}
 approaches: []
-""", "line 2", "baseline_tok_s"),
-    "duplicate key": ("""format: campaign-board/v1
+""",
+        "line 2",
+        "baseline_tok_s",
+    ),
+    "duplicate key": (
+        """format: campaign-board/v1
 campaign: {slug: x, name: X}
 approaches:
 - {key: a, title: A}
 - {key: a, title: B}
-""", "duplicate", "a"),
+""",
+        "duplicate",
+        "a",
+    ),
     "not a mapping": ("- just\n- a list\n", "line 1", "mapping"),
 }
 
@@ -173,9 +199,8 @@ def test_every_demo_file_parses():
 
 def test_demo_recipes_are_valid_launches():
     """Every demo approach carries a recipe the runner can launch (validated the way it will be)."""
-    from runners.recipes import build_launch
-
     from app.domain.campaign_files import parse_campaign_file
+    from runners.recipes import build_launch
 
     for path in demo_files():
         for approach in parse_campaign_file(path.read_text()).approaches:
@@ -201,11 +226,18 @@ approaches:
     with pytest.raises(Invalid, match=r"line 6: campaign.reported\[0\].*exactly one of t_ar_us and tok_s"):
         parse_campaign_file(base.replace("t_ar_us: 5.0", "t_ar_us: 5.0, tok_s: 40"))
     with pytest.raises(Invalid, match=r"input_sources.*Input should be 'baseline_tok_s'"):
-        parse_campaign_file(base.replace("  reported:\n  - {label: A, approach: nope, t_ar_us: 5.0, source: somewhere}\n",
-                                         "  input_sources: {colour: blue}\n"))
-    history = base.replace("approach: nope", "approach: a") + """  history:
+        parse_campaign_file(
+            base.replace(
+                "  reported:\n  - {label: A, approach: nope, t_ar_us: 5.0, source: somewhere}\n",
+                "  input_sources: {colour: blue}\n",
+            )
+        )
+    history = (
+        base.replace("approach: nope", "approach: a")
+        + """  history:
   - {at: '2026-02-09T10:00:00+00:00', to: untested}
   - {at: '2026-02-09T09:00:00+00:00', to: dead_end, reason: r}
 """
+    )
     with pytest.raises(Invalid, match="oldest first"):
         parse_campaign_file(history)

@@ -1,4 +1,5 @@
 """Stack fingerprint diff: re-test flags appear only when a bound component changes."""
+
 from __future__ import annotations
 
 import copy
@@ -15,10 +16,18 @@ from app.domain.fingerprint import (
 
 # The node the campaign ran on (domain.md): 8x RTX PRO 6000 Blackwell, torch 2.10.0+cu128.
 BLACKWELL = {
-    "hostname": "node-a", "cpu_count": 64, "python": "3.12.3", "gpu_count": 8,
+    "hostname": "node-a",
+    "cpu_count": 64,
+    "python": "3.12.3",
+    "gpu_count": 8,
     "gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "sm": "12.0", "memory_mib": 97887}] * 8,
-    "sm": "12.0", "driver": "575.57.08", "cuda": "12.8", "torch": "2.10.0+cu128", "nccl": "2.27.3",
-    "sglang": "0.5.9", "flashinfer": "0.5.3",
+    "sm": "12.0",
+    "driver": "575.57.08",
+    "cuda": "12.8",
+    "torch": "2.10.0+cu128",
+    "nccl": "2.27.3",
+    "sglang": "0.5.9",
+    "flashinfer": "0.5.3",
 }
 SYMM_MEM = {"components": ["torch", "sm"]}
 
@@ -50,7 +59,10 @@ def test_describe_binding():
 
 
 def test_bound_component_change_flags_retest():
-    assert retest_reason(SYMM_MEM, BLACKWELL, changed(torch="2.11.0+cu130")) == "re-test: torch 2.10.0+cu128 -> 2.11.0+cu130"
+    assert (
+        retest_reason(SYMM_MEM, BLACKWELL, changed(torch="2.11.0+cu130"))
+        == "re-test: torch 2.10.0+cu128 -> 2.11.0+cu130"
+    )
     hopper = changed(sm="9.0", gpus=[{"name": "NVIDIA H200", "sm": "9.0", "memory_mib": 143771}])
     assert retest_reason(SYMM_MEM, BLACKWELL, hopper) == "re-test: SM 12.0 -> 9.0"
     both = retest_reason(SYMM_MEM, BLACKWELL, changed(torch="2.11.0", sm="10.0"))
@@ -75,7 +87,8 @@ def test_runner_that_does_not_report_a_component_is_no_reason_to_retest():
     assert retest_reason(SYMM_MEM, BLACKWELL, changed(torch=None)) is None
     # A verdict reached where the component was unknown is re-tested once it is known.
     assert retest_reason({"components": ["flashinfer"]}, changed(flashinfer=None), BLACKWELL) == (
-        "re-test: FlashInfer unknown -> 0.5.3")
+        "re-test: FlashInfer unknown -> 0.5.3"
+    )
 
 
 def test_stack_changes_lists_every_difference():

@@ -1,4 +1,5 @@
 """Inventory rules: transitions, reasons, history, priority order. On SQLite and PostgreSQL."""
+
 import pytest
 from sqlmodel import Session
 
@@ -6,7 +7,6 @@ from app.db import session_scope
 from app.domain import inventory
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.schemas import ApproachCreate, CampaignCreate
-
 
 
 @pytest.fixture
@@ -59,7 +59,9 @@ def test_status_change_is_kept_as_history(engine, campaign_slug):
         a = inventory.get_approach(s, inventory.get_campaign(s, "c"), "a")
         rows = inventory.history(s, a)
         assert [(h.from_status, h.to_status, h.actor) for h in rows[:2]] == [
-            ("dead_end", "untested", "bob"), ("untested", "dead_end", "alice")]
+            ("dead_end", "untested", "bob"),
+            ("untested", "dead_end", "alice"),
+        ]
         assert rows[1].reason == "KeyError: 12 at startup"
         assert a.status == "untested" and a.reason == "new torch, try again"
 

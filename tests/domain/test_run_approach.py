@@ -1,6 +1,9 @@
-""""Run this approach" (scheduling.run_approach): the chosen approach, whatever its priority or status,
+# mypy: disable-error-code="union-attr, arg-type"
+# (each test asserts the optional parts it reads: `result.started`, a regex that must match)
+""" "Run this approach" (scheduling.run_approach): the chosen approach, whatever its priority or status,
 starts on a connected idle runner that can run it; otherwise a clear reason and nothing changes.
 On SQLite and PostgreSQL."""
+
 from __future__ import annotations
 
 from sqlmodel import select
@@ -8,9 +11,16 @@ from sqlmodel import select
 from app.db import session_scope
 from app.domain import scheduling
 from app.models import ApproachStatus, StatusChange, Trial
-
-from verdicts_support import (OLD_STACK, TWO_GPUS_NEW_TORCH, approach, campaign, dead_end_on_old_stack, end_trial,
-                              runner, seed)
+from tests.support.verdicts import (
+    OLD_STACK,
+    TWO_GPUS_NEW_TORCH,
+    approach,
+    campaign,
+    dead_end_on_old_stack,
+    end_trial,
+    runner,
+    seed,
+)
 
 
 def run(s, key: str, online: set[int] | None = None) -> scheduling.RunNext:
@@ -54,8 +64,12 @@ def refused(engine, key: str, online: set[int] | None = None) -> str:
 
 
 def test_refuses_with_the_reason(engine):
-    seed(engine, {"key": "a", "title": "Eight GPUs"}, {"key": "norecipe", "title": "No recipe", "recipe": None},
-         {"key": "b", "title": "Other"})
+    seed(
+        engine,
+        {"key": "a", "title": "Eight GPUs"},
+        {"key": "norecipe", "title": "No recipe", "recipe": None},
+        {"key": "b", "title": "Other"},
+    )
     assert refused(engine, "a") == "no runner is connected"
     assert refused(engine, "norecipe") == "No recipe has no recipe: add one under Details › Edit"
     with session_scope(engine) as s:

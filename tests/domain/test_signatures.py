@@ -1,4 +1,5 @@
 """Failure signatures against realistic logs (tests/fixtures/logs), with a negative case for each."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,28 +24,88 @@ def metrics_of(text: str) -> list[dict]:
     ("fixture", "exit_code", "signature", "verdict", "bound", "evidence"),
     [
         ("symm_mem_keyerror_sm120.log", 1, "symm_mem_sm_keyerror", "dead_end", ["torch", "sm"], "KeyError: 12"),
-        ("flashinfer_jit_sm120.log", 1, "jit_no_sm_target", "dead_end", ["cuda", "sm"],
-         "nvcc fatal   : Unsupported gpu architecture 'compute_120a'"),
-        ("cuda_oom_nccl_channels.log", 1, "cuda_oom", "dead_end", None,
-         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB."),
-        ("nccl_watchdog_timeout.log", 1, "nccl_error", "inconclusive", ["nccl"],
-         "Watchdog caught collective operation timeout"),
-        ("nccl_internal_error.log", 1, "nccl_error", "inconclusive", ["nccl"],
-         "NCCL WARN Cuda failure 'peer access is not supported"),
-        ("cuda_graph_capture_nccl_tree.log", 1, "cuda_graph_capture", "dead_end", ["nccl", "torch"],
-         "operation not permitted when stream is capturing"),
-        ("illegal_memory_access.log", 1, "illegal_memory_access", "dead_end", ["torch", "sglang", "sm"],
-         "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"),
-        ("unknown_flag_sglang059.log", 1, "unknown_flag", "retest", ["sglang"],
-         "launch_server.py: error: unrecognized arguments: --flashinfer-allreduce-fusion-backend auto"),
-        ("mscclpp_not_installed.log", 1, "module_not_installed", "deferred", None,
-         "ModuleNotFoundError: No module named 'mscclpp'"),
-        ("readiness_timeout.log", 3, "readiness_timeout", "inconclusive", None,
-         "sglang_server: server not ready within 1800s"),
+        (
+            "flashinfer_jit_sm120.log",
+            1,
+            "jit_no_sm_target",
+            "dead_end",
+            ["cuda", "sm"],
+            "nvcc fatal   : Unsupported gpu architecture 'compute_120a'",
+        ),
+        (
+            "cuda_oom_nccl_channels.log",
+            1,
+            "cuda_oom",
+            "dead_end",
+            None,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB.",
+        ),
+        (
+            "nccl_watchdog_timeout.log",
+            1,
+            "nccl_error",
+            "inconclusive",
+            ["nccl"],
+            "Watchdog caught collective operation timeout",
+        ),
+        (
+            "nccl_internal_error.log",
+            1,
+            "nccl_error",
+            "inconclusive",
+            ["nccl"],
+            "NCCL WARN Cuda failure 'peer access is not supported",
+        ),
+        (
+            "cuda_graph_capture_nccl_tree.log",
+            1,
+            "cuda_graph_capture",
+            "dead_end",
+            ["nccl", "torch"],
+            "operation not permitted when stream is capturing",
+        ),
+        (
+            "illegal_memory_access.log",
+            1,
+            "illegal_memory_access",
+            "dead_end",
+            ["torch", "sglang", "sm"],
+            "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+        ),
+        (
+            "unknown_flag_sglang059.log",
+            1,
+            "unknown_flag",
+            "retest",
+            ["sglang"],
+            "launch_server.py: error: unrecognized arguments: --flashinfer-allreduce-fusion-backend auto",
+        ),
+        (
+            "mscclpp_not_installed.log",
+            1,
+            "module_not_installed",
+            "deferred",
+            None,
+            "ModuleNotFoundError: No module named 'mscclpp'",
+        ),
+        (
+            "readiness_timeout.log",
+            3,
+            "readiness_timeout",
+            "inconclusive",
+            None,
+            "sglang_server: server not ready within 1800s",
+        ),
         ("port_in_use.log", 1, "port_in_use", "retest", None, "OSError: [Errno 98] Address already in use"),
         ("readiness_stall_capturing.log", 3, "readiness_stall", "inconclusive", None, "1/36"),
-        ("segfault_core_dumped.log", 1, "segfault", "inconclusive", ["torch", "sglang"],
-         "Fatal Python error: Segmentation fault"),
+        (
+            "segfault_core_dumped.log",
+            1,
+            "segfault",
+            "inconclusive",
+            ["torch", "sglang"],
+            "Fatal Python error: Segmentation fault",
+        ),
     ],
 )
 def test_fixture_is_classified(fixture, exit_code, signature, verdict, bound, evidence):
@@ -59,12 +120,15 @@ def test_fixture_is_classified(fixture, exit_code, signature, verdict, bound, ev
 
 def test_the_campaign_causes_read_as_the_campaign_recorded_them():
     assert classify(log("symm_mem_keyerror_sm120.log"), exit_code=1).cause.startswith(
-        "torch symmetric memory has no entry for SM 12")
+        "torch symmetric memory has no entry for SM 12"
+    )
     assert classify(log("unknown_flag_sglang059.log"), exit_code=2).cause == (
-        "flag not supported by this sglang: --flashinfer-allreduce-fusion-backend auto")
+        "flag not supported by this sglang: --flashinfer-allreduce-fusion-backend auto"
+    )
     assert classify(log("mscclpp_not_installed.log"), exit_code=1).cause == "mscclpp not installed; needs a build"
     assert classify(log("cuda_oom_nccl_channels.log"), exit_code=1).cause == (
-        "CUDA out of memory (tried to allocate 1.75 GiB)")
+        "CUDA out of memory (tried to allocate 1.75 GiB)"
+    )
 
 
 def test_slower_than_baseline_is_a_dead_end_not_bound_to_the_stack():
@@ -81,8 +145,15 @@ def test_faster_than_baseline_or_no_baseline_is_no_failure():
     slow = log("bench_custom_ar_pcie.log")
     assert classify(slow, exit_code=0, metrics=metrics_of(slow), baseline=None) is None
     # Within the 2% margin of the baseline is not "slower".
-    assert classify("", exit_code=0, metrics=[{"name": "output_throughput_tok_s", "value": 81.0}],
-                    baseline={"output_throughput_tok_s": 82.0}) is None
+    assert (
+        classify(
+            "",
+            exit_code=0,
+            metrics=[{"name": "output_throughput_tok_s", "value": 81.0}],
+            baseline={"output_throughput_tok_s": 82.0},
+        )
+        is None
+    )
 
 
 def test_killed_by_signal_without_other_cause():
@@ -94,6 +165,7 @@ def test_killed_by_signal_without_other_cause():
 
 
 # --- negative cases ---------------------------------------------------------------------------
+
 
 def test_healthy_run_is_not_a_failure():
     # It says "to avoid CUDA out of memory" in a hint: advice is not an error.
@@ -109,8 +181,10 @@ def test_a_jit_build_that_targets_sm120_and_succeeds_is_not_a_failure():
 
 
 def test_each_signature_needs_its_evidence():
-    assert classify("usage: launch_server.py [-h]\nerror: the following arguments are required: --model-path",
-                    exit_code=2) is None
+    assert (
+        classify("usage: launch_server.py [-h]\nerror: the following arguments are required: --model-path", exit_code=2)
+        is None
+    )
     assert classify("ModuleNotFoundError is raised when ...", exit_code=1) is None
     assert classify("NCCL INFO Channel 00/02 : 0 1\nNCCL INFO Connected all rings", exit_code=0) is None
     assert classify("sglang_server: phase waiting for ready\n", exit_code=0) is None
@@ -118,6 +192,7 @@ def test_each_signature_needs_its_evidence():
 
 
 # --- order: the most specific evidence wins -----------------------------------------------------
+
 
 def test_symm_mem_keyerror_wins_over_the_nccl_noise_and_readiness_it_causes():
     text = log("symm_mem_keyerror_sm120.log") + log("readiness_timeout.log") + log("nccl_watchdog_timeout.log")
@@ -162,6 +237,7 @@ def test_readiness_wording_is_the_recipes_own():
 
 # --- stalls, segfaults, preflight, the baseline from a bench summary ----------------------------
 
+
 def test_a_stall_names_the_phase_it_stopped_in():
     found = classify(log("readiness_stall_capturing.log"), exit_code=3)
     assert found.cause == "readiness stall at CUDA graph capture (Capturing batches 1/36)"
@@ -185,14 +261,19 @@ def test_segfault_from_the_exit_status_alone_and_negative_cases():
 
 
 def test_preflight_failure_carries_the_checks_own_proposal():
-    text = ("    launch_server.py: error: unrecognized arguments: --enable-torch-symm-mem\n"
-            "preflight: sglang_flags: FAILED in 3.0s: sglang 0.5.9 does not know --enable-torch-symm-mem\n"
-            '@@campaign-preflight {"bound_to": ["sglang"], "cause": "flag not supported by this sglang: '
-            '--enable-torch-symm-mem", "check": "sglang_flags", "sglang_version": "0.5.9", "summary": "s", '
-            '"verdict": "retest"}\n')
+    text = (
+        "    launch_server.py: error: unrecognized arguments: --enable-torch-symm-mem\n"
+        "preflight: sglang_flags: FAILED in 3.0s: sglang 0.5.9 does not know --enable-torch-symm-mem\n"
+        '@@campaign-preflight {"bound_to": ["sglang"], "cause": "flag not supported by this sglang: '
+        '--enable-torch-symm-mem", "check": "sglang_flags", "sglang_version": "0.5.9", "summary": "s", '
+        '"verdict": "retest"}\n'
+    )
     found = classify(text, exit_code=4)
-    assert (found.signature, found.verdict, found.bound_to) == ("preflight_failed", "retest",
-                                                                 {"components": ["sglang"]})
+    assert (found.signature, found.verdict, found.bound_to) == (
+        "preflight_failed",
+        "retest",
+        {"components": ["sglang"]},
+    )
     assert "(sglang 0.5.9)" in found.reason and "unrecognized arguments" in found.evidence_line
     # A malformed or verdict-less record is not a proposal.
     assert classify('@@campaign-preflight {"check": "x", "verdict": "maybe", "cause": "c"}\n', exit_code=4) is None
@@ -206,5 +287,8 @@ def test_baseline_read_from_the_bench_serving_summary():
     metrics = metrics_from_log(text)
     assert {m["name"]: m["value"] for m in metrics}["output_throughput_tok_s"] == 38.0
     found = classify(text, exit_code=0, metrics=metrics, baseline={"output_throughput_tok_s": 82.0})
-    assert found.signature == "slower_than_baseline" and found.cause == "slower than baseline: 38 tok/s vs 82 tok/s baseline"
+    assert (
+        found.signature == "slower_than_baseline"
+        and found.cause == "slower than baseline: 38 tok/s vs 82 tok/s baseline"
+    )
     assert classify(text, exit_code=0, metrics=metrics, baseline={"output_throughput_tok_s": 38.5}) is None

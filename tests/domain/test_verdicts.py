@@ -4,6 +4,7 @@ and how they steer "Run next candidate" (scheduling.candidates / run_next). On S
 Trials are ended through scheduling itself (create_trial, mark_started, finish with the log), so the
 proposal comes from the real classifier over the fixture logs of tests/fixtures/logs.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -13,22 +14,36 @@ from app.db import session_scope
 from app.domain import inventory, scheduling, verdicts
 from app.domain.errors import Invalid
 from app.models import ApproachStatus, Runner, Trial, utcnow
-
-from tests.support.verdicts import (NEW_NCCL, NEW_TORCH, NO_TORCH, OLD_STACK, TWO_GPUS_NEW_TORCH, approach, campaign,
-                               dead_end_on_old_stack, end_trial, fixture_log, run_to_end, runner, seed)
-
-
+from tests.support.verdicts import (
+    NEW_NCCL,
+    NEW_TORCH,
+    NO_TORCH,
+    OLD_STACK,
+    TWO_GPUS_NEW_TORCH,
+    approach,
+    campaign,
+    dead_end_on_old_stack,
+    end_trial,
+    fixture_log,
+    run_to_end,
+    runner,
+    seed,
+)
 
 # ---- proposals --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("log", "signature", "status", "components"), [
-    ("symm_mem_keyerror_sm120.log", "symm_mem_sm_keyerror", ApproachStatus.dead_end, ["torch", "sm"]),
-    ("mscclpp_not_installed.log", "module_not_installed", ApproachStatus.deferred, []),
-    # retest: the approach was not really tried (a flag this sglang lacks): parked, bound to sglang.
-    ("unknown_flag_sglang059.log", "unknown_flag", ApproachStatus.deferred, ["sglang"]),
-    # inconclusive: the approach goes back to untested.
-    ("nccl_watchdog_timeout.log", "nccl_error", ApproachStatus.untested, ["nccl"]),
-])
+
+@pytest.mark.parametrize(
+    ("log", "signature", "status", "components"),
+    [
+        ("symm_mem_keyerror_sm120.log", "symm_mem_sm_keyerror", ApproachStatus.dead_end, ["torch", "sm"]),
+        ("mscclpp_not_installed.log", "module_not_installed", ApproachStatus.deferred, []),
+        # retest: the approach was not really tried (a flag this sglang lacks): parked, bound to sglang.
+        ("unknown_flag_sglang059.log", "unknown_flag", ApproachStatus.deferred, ["sglang"]),
+        # inconclusive: the approach goes back to untested.
+        ("nccl_watchdog_timeout.log", "nccl_error", ApproachStatus.untested, ["nccl"]),
+    ],
+)
 def test_a_failure_signature_proposes_its_status(engine, log, signature, status, components):
     seed(engine, {"key": "a"})
     with session_scope(engine) as s:
@@ -48,18 +63,35 @@ def test_a_success_proposes_promising_with_a_metric_summary(engine):
     seed(engine, {"key": "a"}, {"key": "b"})
     with session_scope(engine) as s:
         node = runner(s, "node-a", OLD_STACK)
-        trial = end_trial(s, approach(s, "a"), node, metrics=[
-            {"name": "server_ready_s", "value": 41.0, "unit": "s"},
-            {"name": "output_throughput_tok_s", "value": 95.5, "unit": "tok/s", "tags": {"source": "bench"}}])
+        trial = end_trial(
+            s,
+            approach(s, "a"),
+            node,
+            metrics=[
+                {"name": "server_ready_s", "value": 41.0, "unit": "s"},
+                {"name": "output_throughput_tok_s", "value": 95.5, "unit": "tok/s", "tags": {"source": "bench"}},
+            ],
+        )
         assert trial.state == "succeeded"
         p = verdicts.propose(s, trial)
         assert p.status == ApproachStatus.promising and p.components == [] and not p.signature
         assert p.reason == f"trial #{trial.id} succeeded: output_throughput_tok_s 95.5 tok/s"
         assert approach(s, "a").pending_trial_id == trial.id
         # Several sizes: the verify size (4 tokens) is the one named.
-        trial = end_trial(s, approach(s, "b"), node, metrics=[
-            {"name": "allreduce_in_situ_us", "value": 30.0, "unit": "us", "tags": {"tokens": 1, "backend": "nccl"}},
-            {"name": "allreduce_in_situ_us", "value": 41.25, "unit": "us", "tags": {"tokens": 4, "backend": "nccl"}}])
+        trial = end_trial(
+            s,
+            approach(s, "b"),
+            node,
+            metrics=[
+                {"name": "allreduce_in_situ_us", "value": 30.0, "unit": "us", "tags": {"tokens": 1, "backend": "nccl"}},
+                {
+                    "name": "allreduce_in_situ_us",
+                    "value": 41.25,
+                    "unit": "us",
+                    "tags": {"tokens": 4, "backend": "nccl"},
+                },
+            ],
+        )
         assert verdicts.propose(s, trial).reason.endswith("allreduce_in_situ_us 41.25 us (backend=nccl, tokens=4)")
 
 
@@ -87,12 +119,14 @@ def test_cancelled_and_lost_trials_wait_for_nothing(engine):
 
 # ---- confirmation -------------------------------------------------------------------------------
 
+
 def test_confirm_records_status_reason_history_stack_and_binding(engine):
     seed(engine, {"key": "a"})
     with session_scope(engine) as s:
         a = approach(s, "a")
-        trial = end_trial(s, a, runner(s, "node-a", OLD_STACK), log=fixture_log("symm_mem_keyerror_sm120.log"),
-                          exit_code=1)
+        trial = end_trial(
+            s, a, runner(s, "node-a", OLD_STACK), log=fixture_log("symm_mem_keyerror_sm120.log"), exit_code=1
+        )
         p = verdicts.propose(s, trial)
         # The form sends components in any order, maybe twice: kept once each, in display order.
         verdicts.confirm(s, a, trial, p.status, p.reason, ["torch", "sm", "torch"], "alice")
@@ -103,7 +137,12 @@ def test_confirm_records_status_reason_history_stack_and_binding(engine):
         assert a.verdict_fingerprint == OLD_STACK == s.get(Trial, trial.id).fingerprint
         assert a.bound_to == {"components": ["sm", "torch"]}
         last = inventory.history(s, a)[0]
-        assert (last.from_status, last.to_status, last.trial_id, last.actor) == ("untested", "dead_end", trial.id, "alice")
+        assert (last.from_status, last.to_status, last.trial_id, last.actor) == (
+            "untested",
+            "dead_end",
+            trial.id,
+            "alice",
+        )
         assert last.reason == p.reason
 
 
@@ -111,8 +150,9 @@ def test_confirm_without_a_status_change_still_keeps_history(engine):
     seed(engine, {"key": "a"})
     with session_scope(engine) as s:
         a = approach(s, "a")
-        trial = end_trial(s, a, runner(s, "node-a", OLD_STACK), log=fixture_log("nccl_watchdog_timeout.log"),
-                          exit_code=1)
+        trial = end_trial(
+            s, a, runner(s, "node-a", OLD_STACK), log=fixture_log("nccl_watchdog_timeout.log"), exit_code=1
+        )
         verdicts.confirm(s, a, trial, "untested", "NCCL hang, not the approach: run it again", [], "alice")
         assert a.status == ApproachStatus.untested and a.pending_trial_id is None and a.bound_to is None
         last = inventory.history(s, a)[0]
@@ -167,6 +207,7 @@ def test_a_verdict_on_an_older_trial_leaves_the_newer_one_waiting(engine):
 
 # ---- re-test flags --------------------------------------------------------------------------
 
+
 def test_a_bound_verdict_is_flagged_when_a_capable_runner_has_another_version(engine):
     seed(engine, {"key": "a"})
     with session_scope(engine) as s:
@@ -176,8 +217,18 @@ def test_a_bound_verdict_is_flagged_when_a_capable_runner_has_another_version(en
         assert verdicts.retest_flags(s, campaign(s)) == {a.id: "re-test: torch 2.10.0+cu128 -> 2.11.0 (on node-b)"}
 
 
-@pytest.mark.parametrize("case", ["same stack", "unbound component changed", "runner does not report it",
-                                  "disconnected", "revoked", "cannot meet requirements", "not bound"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "same stack",
+        "unbound component changed",
+        "runner does not report it",
+        "disconnected",
+        "revoked",
+        "cannot meet requirements",
+        "not bound",
+    ],
+)
 def test_no_retest_flag(engine, case):
     seed(engine, {"key": "a"})
     with session_scope(engine) as s:
@@ -214,9 +265,17 @@ def test_an_unbound_change_next_to_a_bound_one_names_only_the_bound_one(engine):
 
 # ---- what runs next -------------------------------------------------------------------------
 
+
 def test_candidates_untested_by_priority_then_flagged_skipping_pending(engine):
-    seed(engine, {"key": "flagged"}, {"key": "u1"}, {"key": "waits"}, {"key": "norecipe", "recipe": None},
-         {"key": "u2"}, {"key": "done"})
+    seed(
+        engine,
+        {"key": "flagged"},
+        {"key": "u1"},
+        {"key": "waits"},
+        {"key": "norecipe", "recipe": None},
+        {"key": "u2"},
+        {"key": "done"},
+    )
     with session_scope(engine) as s:
         dead_end_on_old_stack(s, "flagged")
         dead_end_on_old_stack(s, "done", ["nccl"])  # bound to a component nobody changed

@@ -1,5 +1,6 @@
 """In Chromium with every request off this machine aborted: /docs renders Swagger UI from local
 assets, and its Authorize button takes an API token that the "Try it out" requests then carry."""
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit
@@ -25,8 +26,13 @@ def test_docs_render_offline_and_authorize_with_a_bearer_token(live_server, brow
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+
     # A Content-Security-Policy violation is a console error: Swagger UI must run under the board's CSP.
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    def on_console(message) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    page.on("console", on_console)
     try:
         page.goto(live_server.url + "/docs")
         expect(page.locator(".swagger-ui .info .title")).to_contain_text("Campaign Board")

@@ -3,6 +3,7 @@ what-if moves it without a reload, a share link opens without login, and its exp
 
 CAMPAIGN_SCREENSHOTS=1 also writes docs/charts.png and docs/status.png from the same server.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,6 @@ from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.browser
 T_BASE = 1000 / 82
-
-
 
 
 @pytest.fixture
@@ -35,21 +34,32 @@ def server(live_server):
 
 
 def _wait_drawn(page, div_id: str) -> None:
-    page.wait_for_function("id => { const d = document.getElementById(id);"
-                           " return d && d.data && d.data.length > 0 && d.querySelector('.main-svg'); }", arg=div_id)
+    page.wait_for_function(
+        "id => { const d = document.getElementById(id);"
+        " return d && d.data && d.data.length > 0 && d.querySelector('.main-svg'); }",
+        arg=div_id,
+    )
 
 
 def _chart_data(page, div_id: str) -> list[dict]:
-    return page.evaluate(f"document.getElementById('{div_id}').data"
-                         ".map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y), mode: t.mode}))")
+    return page.evaluate(
+        f"document.getElementById('{div_id}').data"
+        ".map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y), mode: t.mode}))"
+    )
 
 
 def _errors(page) -> list[str]:
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     # The browser's own favicon.ico probe is not the page's doing.
-    page.on("console", lambda msg: errors.append(f"{msg.text} {msg.location.get('url')}")
-            if msg.type == "error" and not msg.location.get("url", "").endswith("/favicon.ico") else None)
+    page.on(
+        "console",
+        lambda msg: (
+            errors.append(f"{msg.text} {msg.location.get('url')}")
+            if msg.type == "error" and not msg.location.get("url", "").endswith("/favicon.ico")
+            else None
+        ),
+    )
     page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
     return errors
 
@@ -78,12 +88,15 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
         assert before == pytest.approx((2.4 * T_BASE - 10.5) / 122 * 1000)
         page.fill("input[name=accept_length]", "3.2")
         # Predicates are functions, not expression strings: Playwright evals strings, which the CSP forbids.
-        page.wait_for_function("() => Math.abs(parseFloat(document.getElementById('break-even-t-ar').dataset.value)"
-                               f" - {before}) > 1e-6")
+        page.wait_for_function(
+            f"() => Math.abs(parseFloat(document.getElementById('break-even-t-ar').dataset.value) - {before}) > 1e-6"
+        )
         after = float(page.get_attribute("#break-even-t-ar", "data-value"))
         assert after == pytest.approx((3.2 * T_BASE - 10.5) / 122 * 1000)
-        page.wait_for_function("() => document.getElementById('chart-verify').data"
-                               ".some(t => t.name === 'NCCL eager' && Math.abs(t.y[0] - (3.2 * 1000 / 82 - 10.5)) < 1e-6)")
+        page.wait_for_function(
+            "() => document.getElementById('chart-verify').data"
+            ".some(t => t.name === 'NCCL eager' && Math.abs(t.y[0] - (3.2 * 1000 / 82 - 10.5)) < 1e-6)"
+        )
         assert page.evaluate("window.__sameDocument") is True
         assert "What-if" in page.inner_text("#whatif-result")
 
@@ -142,9 +155,12 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
 
 def _axis_ranges(page, div_id: str) -> dict:
     """The drawn axes' ranges, in data units (plotly keeps log axes' ranges in log10)."""
-    return page.evaluate("""id => { const l = document.getElementById(id)._fullLayout;
+    return page.evaluate(
+        """id => { const l = document.getElementById(id)._fullLayout;
         const r = a => a.type === 'log' ? a.range.map(v => Math.pow(10, v)) : a.range.map(Number);
-        return {x: r(l.xaxis), y: r(l.yaxis), xtype: l.xaxis.type}; }""", div_id)
+        return {x: r(l.xaxis), y: r(l.yaxis), xtype: l.xaxis.type}; }""",
+        div_id,
+    )
 
 
 def _points_inside(page, div_id: str) -> list[tuple[float, float]]:
@@ -182,7 +198,9 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
         assert any(n.startswith("lower bound on τ*") for n in names)
         assert "NCCL on PCIe (the baseline) (reported)" in names
         assert "FlashInfer PCIe-IPC allreduce (reported)" in names
-        baseline = next(t for t in _chart_data(page, "chart-break-even") if t["name"] == "NCCL on PCIe (the baseline) (reported)")
+        baseline = next(
+            t for t in _chart_data(page, "chart-break-even") if t["name"] == "NCCL on PCIe (the baseline) (reported)"
+        )
         assert baseline["x"] == [200] and abs(baseline["y"][0] - 122 * 0.2 / T_BASE) < 1e-9
         assert page.get_attribute("#break-even-tau", "data-lower-bound") == "true"
         answer = page.inner_text("#break-even-tau")

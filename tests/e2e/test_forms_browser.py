@@ -1,6 +1,7 @@
 """In Chromium, against a real `campaign serve --demo`: every form lands on one page (exactly one
 nav bar) with the new state; an error shows next to the field that caused it, in the viewport,
 and what was typed is still there; the key/slug patterns compile (Chromium uses the `v` flag)."""
+
 from __future__ import annotations
 
 import re
@@ -110,7 +111,12 @@ def test_add_approach_duplicate_key_keeps_title_and_evidence(page, live_server):
 def test_delete_approach_confirms_once_and_lands_on_the_campaign(page, live_server):
     page.goto(live_server.url + KIMI + "/approaches/expert-parallelism")
     dialogs = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+
+    def on_dialog(dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", on_dialog)
     page.click("details.edit summary")
     page.click("button.danger")
     page.wait_for_url(live_server.url + KIMI)

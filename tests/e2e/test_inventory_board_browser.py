@@ -1,10 +1,10 @@
 """In Chromium against `campaign serve --demo`: the inventory fits a 390 px phone, its search and
 status filters narrow the rows (and survive a reload), keyboard reorder keeps the focus on the moved
 row's arrow, and every status badge has its own computed colour."""
+
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect
 
 from app.models import ApproachStatus, TrialState
 
@@ -65,13 +65,17 @@ def test_keyboard_reorder_keeps_focus_on_the_moved_row(page, live_server):
     page.goto(live_server.url + KIMI)
     keys = lambda: page.locator("#inventory tr[data-key]").evaluate_all("rows => rows.map(r => r.dataset.key)")  # noqa: E731
     moving = keys()[1]
-    on_moved_row = (f"document.activeElement && document.activeElement.closest('#approach-{moving}') !== null"
-                    " && document.activeElement.value === '{}'")
+    on_moved_row = (
+        f"document.activeElement && document.activeElement.closest('#approach-{moving}') !== null"
+        " && document.activeElement.value === '{}'"
+    )
 
     def press_enter_and_settle(position: int) -> None:
         with page.expect_response(lambda r: r.url.endswith("/move")):
             page.keyboard.press("Enter")
-        page.wait_for_function(f"document.querySelectorAll('#inventory tr[data-key]')[{position}].dataset.key === '{moving}'")
+        page.wait_for_function(
+            f"document.querySelectorAll('#inventory tr[data-key]')[{position}].dataset.key === '{moving}'"
+        )
         page.wait_for_load_state("networkidle")  # the campaign-changed refresh swaps #inventory again
 
     page.focus(f"#approach-{moving} button[value=down]")
@@ -93,8 +97,11 @@ def test_keyboard_reorder_keeps_focus_on_the_moved_row(page, live_server):
 def test_every_badge_has_its_own_colour(page, live_server):
     page.goto(live_server.url + KIMI)
     names = sorted({s.value for s in ApproachStatus} | {s.value for s in TrialState} | {"awaiting"})
-    colours = page.evaluate("""names => names.map(n => {
+    colours = page.evaluate(
+        """names => names.map(n => {
         const el = document.createElement('span'); el.className = 'badge badge-' + n; el.textContent = n;
-        document.body.append(el); const c = getComputedStyle(el).backgroundColor; el.remove(); return c; })""", names)
+        document.body.append(el); const c = getComputedStyle(el).backgroundColor; el.remove(); return c; })""",
+        names,
+    )
     assert len(set(colours)) == len(names), dict(zip(names, colours))
     assert "rgba(0, 0, 0, 0)" not in colours

@@ -1,5 +1,6 @@
 """In Chromium: log in with the URL `campaign serve` printed, change a status with a reason
 through the htmx UI, reload, and see it persisted with a history entry."""
+
 import pytest
 
 pytestmark = pytest.mark.browser
@@ -26,7 +27,8 @@ def test_status_change_through_htmx_persists(live_server, browser):
         with page.expect_response(lambda r: r.url.endswith("/status") and r.status == 200):
             row.locator("button[type=submit]").click()
         page.wait_for_function(
-            "() => document.querySelector('#approach-expert-parallelism .badge').textContent === 'dead end'")
+            "() => document.querySelector('#approach-expert-parallelism .badge').textContent === 'dead end'"
+        )
         page.reload()
         assert page.locator("#approach-expert-parallelism .badge").inner_text() == "dead end"
         assert "all-to-all over PCIe" in page.locator("#approach-expert-parallelism .reason").inner_text()
@@ -47,7 +49,9 @@ def test_a_background_fragment_answering_late_keeps_the_error_flash(live_server,
     try:
         page.goto(live_server.login_url)
         page.wait_for_url(live_server.url + "/")
-        page.route("**/campaigns/*/verdicts", lambda route: held.append(route))  # answered only after the refusal is shown
+        page.route(
+            "**/campaigns/*/verdicts", lambda route: held.append(route)
+        )  # answered only after the refusal is shown
         page.click("text=Kimi-K2.5 + EAGLE-3 on 8x RTX PRO 6000 (PCIe)")
         row = page.locator("#approach-expert-parallelism")
         row.locator("summary").click()

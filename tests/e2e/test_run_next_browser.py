@@ -1,6 +1,7 @@
 """In Chromium: log in with a login URL, click "Run next candidate" on a campaign whose next
 approach runs a short command on the embedded runner of a real `campaign serve`, follow the
 trial link, see the lines appear live, then the final status."""
+
 from __future__ import annotations
 
 import sys
@@ -14,10 +15,12 @@ from tests.support.trials import command_recipe, seed_campaign
 
 pytestmark = pytest.mark.browser
 
-SCRIPT = ("import time\n"
-          "for i in range(1, 31):\n"
-          "    print(f'\\x1b[32mstep {i:02d}\\x1b[0m <b>not html</b>', flush=True)\n"
-          "    time.sleep(0.1)\n")
+SCRIPT = (
+    "import time\n"
+    "for i in range(1, 31):\n"
+    "    print(f'\\x1b[32mstep {i:02d}\\x1b[0m <b>not html</b>', flush=True)\n"
+    "    time.sleep(0.1)\n"
+)
 
 
 def test_run_next_candidate_shows_the_log_live(tmp_path, browser):
@@ -26,8 +29,11 @@ def test_run_next_candidate_shows_the_log_live(tmp_path, browser):
     engine = make_engine(db_url)
     page = browser.new_page()
     try:
-        seed_campaign(engine, "live", [{"key": "steps", "title": "Thirty steps",
-                                        "recipe": command_recipe(sys.executable, "-c", SCRIPT)}])
+        seed_campaign(
+            engine,
+            "live",
+            [{"key": "steps", "title": "Thirty steps", "recipe": command_recipe(sys.executable, "-c", SCRIPT)}],
+        )
         with session_scope(engine) as session:
             token = create_login_token(session, 600)
         page.goto(f"{server.url}/login?token={token}")
@@ -53,7 +59,7 @@ def test_run_next_candidate_shows_the_log_live(tmp_path, browser):
         page.wait_for_selector("#log:has-text('step 30')")
         text = page.inner_text("#log")
         assert [line for line in text.splitlines() if line] == [f"step {i:02d} <b>not html</b>" for i in range(1, 31)]
-        assert page.locator("#log b").count() == 0          # text, never HTML
+        assert page.locator("#log b").count() == 0  # text, never HTML
         assert page.locator("#log span.fg-2").count() == 30  # the ANSI colour became a class
         assert page.inner_text("[data-live=exit]") == "0"
     finally:

@@ -1,9 +1,9 @@
 """In Chromium: "Run this approach" on an approach page starts that approach (not the campaign's next
 candidate) on the embedded runner of a real `campaign serve`; the trial runs to its end."""
+
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,17 +15,29 @@ pytestmark = pytest.mark.browser
 
 
 def test_run_this_approach_from_its_page(tmp_path, browser):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trials"))
-    from trials_support import command_recipe, seed_campaign
+    from tests.support.trials import command_recipe, seed_campaign
 
     db_url = f"sqlite:///{tmp_path / 'e2e.db'}"
     server = start_live_server(tmp_path, db_url)  # with its embedded runner
     engine = make_engine(db_url)
     page = browser.new_page()
     try:
-        seed_campaign(engine, "live", [
-            {"key": "first", "title": "First in line", "recipe": command_recipe(sys.executable, "-c", "print('first')")},
-            {"key": "chosen", "title": "The chosen one", "recipe": command_recipe(sys.executable, "-c", "print('chosen ran')")}])
+        seed_campaign(
+            engine,
+            "live",
+            [
+                {
+                    "key": "first",
+                    "title": "First in line",
+                    "recipe": command_recipe(sys.executable, "-c", "print('first')"),
+                },
+                {
+                    "key": "chosen",
+                    "title": "The chosen one",
+                    "recipe": command_recipe(sys.executable, "-c", "print('chosen ran')"),
+                },
+            ],
+        )
         with session_scope(engine) as session:
             token = create_login_token(session, 600)
         page.goto(f"{server.url}/login?token={token}")

@@ -4,6 +4,7 @@ Real processes: the sglang_server recipe, its probes under the node's interprete
 the node is the stand-in (tests/standins/sglang_standin.py, $SGLANG_STANDIN_NODE); on this CPU machine
 the real probes run too and must fail cleanly ("no CUDA GPU visible").
 """
+
 from __future__ import annotations
 
 import io
@@ -31,8 +32,16 @@ SLOW_LOAD = {"SGLANG_STANDIN_READY_DELAY_S": "600"}
 
 
 def recipe(port: int, flags: list[str], **params):
-    base = {"model_path": MODEL, "tp_size": 8, "sglang_python": STANDIN, "port": port, "flags": flags,
-            "teardown_grace_s": 2, "ready_timeout_s": 900, "bench": {"tool": "none"}}
+    base = {
+        "model_path": MODEL,
+        "tp_size": 8,
+        "sglang_python": STANDIN,
+        "port": port,
+        "flags": flags,
+        "teardown_grace_s": 2,
+        "ready_timeout_s": 900,
+        "bench": {"tool": "none"},
+    }
     base.update(params)
     return {"kind": "sglang_server", "params": base, "timeout_s": 900}
 
@@ -66,19 +75,29 @@ def classified(text: str, exit_code: int) -> Classification:
 
 # --- the seed's three dead ends ------------------------------------------------------------------
 
+
 def test_unknown_torch_symm_mem_flag_on_an_old_sglang(tmp_path):
-    done = run(tmp_path, ["--enable-torch-symm-mem"],
-               {"SGLANG_STANDIN_VERSION": "0.5.9", "SGLANG_STANDIN_MISSING_FLAGS": "--enable-torch-symm-mem"})
+    done = run(
+        tmp_path,
+        ["--enable-torch-symm-mem"],
+        {"SGLANG_STANDIN_VERSION": "0.5.9", "SGLANG_STANDIN_MISSING_FLAGS": "--enable-torch-symm-mem"},
+    )
     assert_never_launched(done, tmp_path)
     assert "launch_server.py: error: unrecognized arguments: --enable-torch-symm-mem" in done.stdout
     assert "re-test with an sglang that has it" in done.stdout
     record = preflight_record(done.stdout)
     assert (record["check"], record["sglang_version"]) == ("sglang_flags", "0.5.9")
     found = classified(done.stdout, exit_code=4)
-    assert (found.signature, found.verdict, found.bound_to) == ("preflight_failed", "retest", {"components": ["sglang"]})
+    assert (found.signature, found.verdict, found.bound_to) == (
+        "preflight_failed",
+        "retest",
+        {"components": ["sglang"]},
+    )
     assert found.cause == "flag not supported by this sglang: --enable-torch-symm-mem"
     assert "(sglang 0.5.9)" in found.reason
-    assert (found.evidence_line or "").strip() == "launch_server.py: error: unrecognized arguments: --enable-torch-symm-mem"
+    assert (
+        found.evidence_line or ""
+    ).strip() == "launch_server.py: error: unrecognized arguments: --enable-torch-symm-mem"
 
 
 def test_symm_mem_keyerror_12_on_sm120(tmp_path):
@@ -87,8 +106,11 @@ def test_symm_mem_keyerror_12_on_sm120(tmp_path):
     assert "preflight: sglang_flags: ok" in done.stdout  # 0.5.9 stand-in knows the flag: it got further
     assert "    KeyError: 12" in done.stdout
     found = classified(done.stdout, exit_code=4)
-    assert (found.signature, found.verdict, found.bound_to) == ("preflight_failed", "dead_end",
-                                                                 {"components": ["torch", "sm"]})
+    assert (found.signature, found.verdict, found.bound_to) == (
+        "preflight_failed",
+        "dead_end",
+        {"components": ["torch", "sm"]},
+    )
     assert found.cause.startswith("torch symmetric memory has no entry for SM 12")
     assert (found.evidence_line or "").strip() == "KeyError: 12"
 
@@ -98,41 +120,66 @@ def test_flashinfer_jit_has_no_compute_120a_target(tmp_path):
     assert_never_launched(done, tmp_path)
     assert "nvcc fatal   : Unsupported gpu architecture 'compute_120a'" in done.stdout
     found = classified(done.stdout, exit_code=4)
-    assert (found.signature, found.verdict, found.bound_to) == ("preflight_failed", "dead_end",
-                                                                 {"components": ["cuda", "sm"]})
+    assert (found.signature, found.verdict, found.bound_to) == (
+        "preflight_failed",
+        "dead_end",
+        {"components": ["cuda", "sm"]},
+    )
     assert found.cause == "the CUDA compiler cannot target compute_120a"
     assert (found.evidence_line or "").strip() == "nvcc fatal   : Unsupported gpu architecture 'compute_120a'"
 
 
 def test_on_a_good_node_every_applicable_check_passes_then_the_server_launches(tmp_path):
-    done = run(tmp_path, ["--enable-torch-symm-mem", "--enable-flashinfer-allreduce-fusion"], {"SGLANG_STANDIN_READY_DELAY_S": "0.2"})
+    done = run(
+        tmp_path,
+        ["--enable-torch-symm-mem", "--enable-flashinfer-allreduce-fusion"],
+        {"SGLANG_STANDIN_READY_DELAY_S": "0.2"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("model_path", "port_free", "sglang_flags", "nccl_env", "gpu_memory", "jit_target", "symm_mem",
-                 "graph_collective"):
+    for name in (
+        "model_path",
+        "port_free",
+        "sglang_flags",
+        "nccl_env",
+        "gpu_memory",
+        "jit_target",
+        "symm_mem",
+        "graph_collective",
+    ):
         assert f"preflight: {name}: ok" in done.stdout, name
     assert done.stdout.index("@@campaign-phase preflight") < done.stdout.index("@@campaign-phase launching")
     assert (tmp_path / "pids").exists()
 
 
 def test_preflight_can_be_skipped_per_approach_and_per_check(tmp_path):
-    off = run(tmp_path, ["--enable-torch-symm-mem"], {"SGLANG_STANDIN_NODE": "rtxpro6000-torch210",
-                                                      "SGLANG_STANDIN_MODE": "crash"}, preflight={"enabled": "off"})
+    off = run(
+        tmp_path,
+        ["--enable-torch-symm-mem"],
+        {"SGLANG_STANDIN_NODE": "rtxpro6000-torch210", "SGLANG_STANDIN_MODE": "crash"},
+        preflight={"enabled": "off"},
+    )
     assert "@@campaign-phase preflight" not in off.stdout
     assert off.returncode == 1 and "KeyError: 12" in off.stdout  # the full launch found it instead
     (tmp_path / "pids").unlink()
-    skipped = run(tmp_path, ["--enable-torch-symm-mem"], {"SGLANG_STANDIN_NODE": "rtxpro6000-torch210",
-                                                          "SGLANG_STANDIN_READY_DELAY_S": "0.2"},
-                  preflight={"skip": ["symm_mem"]})
+    skipped = run(
+        tmp_path,
+        ["--enable-torch-symm-mem"],
+        {"SGLANG_STANDIN_NODE": "rtxpro6000-torch210", "SGLANG_STANDIN_READY_DELAY_S": "0.2"},
+        preflight={"skip": ["symm_mem"]},
+    )
     assert "preflight: symm_mem: skipped (asked by the approach)" in skipped.stdout
     assert skipped.returncode == 0, skipped.stdout
 
 
 def test_an_unknown_check_to_skip_is_refused_with_the_known_names():
-    with pytest.raises(RecipeError, match=r"params.preflight.skip: unknown check\(s\) symm_men; expected some of .*symm_mem"):
+    with pytest.raises(
+        RecipeError, match=r"params.preflight.skip: unknown check\(s\) symm_men; expected some of .*symm_mem"
+    ):
         build_launch(recipe(30000, [], preflight={"skip": ["symm_men"]}))
 
 
 # --- each check, pass and fail, on this machine ---------------------------------------------------
+
 
 def ctx_for(tmp_path: Path, python: str = STANDIN, env: dict | None = None, **values) -> Context:
     base = {"model_path": MODEL, "tp_size": 2, "sglang_python": python, "port": free_port()}
@@ -150,7 +197,9 @@ def test_model_path_check(tmp_path):
     missing = only(ctx_for(tmp_path, model_path=str(tmp_path / "nope")), "model_path")
     assert not missing.ok and missing.verdict == "retest" and "is not a directory" in (missing.cause or "")
     (tmp_path / "empty").mkdir()
-    assert "has no config.json" in (only(ctx_for(tmp_path, model_path=str(tmp_path / "empty")), "model_path").cause or "")
+    assert "has no config.json" in (
+        only(ctx_for(tmp_path, model_path=str(tmp_path / "empty")), "model_path").cause or ""
+    )
 
 
 def test_port_check(tmp_path):
@@ -164,13 +213,22 @@ def test_port_check(tmp_path):
 
 
 def test_nccl_env_check(tmp_path):
-    assert nccl_env_problems({"NCCL_ALGO": "^Tree", "NCCL_PROTO": "LL128,Simple", "NCCL_P2P_LEVEL": "SYS",
-                              "NCCL_MAX_NCHANNELS": "2", "NCCL_ALGO_X": "1"}) == [
-        "NCCL_ALGO_X: not a variable NCCL reads (a typo is silently ignored)"]
+    assert nccl_env_problems(
+        {
+            "NCCL_ALGO": "^Tree",
+            "NCCL_PROTO": "LL128,Simple",
+            "NCCL_P2P_LEVEL": "SYS",
+            "NCCL_MAX_NCHANNELS": "2",
+            "NCCL_ALGO_X": "1",
+        }
+    ) == ["NCCL_ALGO_X: not a variable NCCL reads (a typo is silently ignored)"]
     assert nccl_env_problems({"NCCL_ALGO": "allreduce:tree;broadcast:ring"}) == []
     bad = nccl_env_problems({"NCCL_ALGO": "Trees", "NCCL_P2P_LEVEL": "FAR", "NCCL_MAX_NCHANNELS": "two"})
-    assert bad == ["NCCL_ALGO=Trees: unknown algorithm(s) Trees", "NCCL_MAX_NCHANNELS=two: expected an integer",
-                   "NCCL_P2P_LEVEL=FAR: expected one of LOC, NVL, PHB, PIX, PXB, SYS or a number"]
+    assert bad == [
+        "NCCL_ALGO=Trees: unknown algorithm(s) Trees",
+        "NCCL_MAX_NCHANNELS=two: expected an integer",
+        "NCCL_P2P_LEVEL=FAR: expected one of LOC, NVL, PHB, PIX, PXB, SYS or a number",
+    ]
     failed = only(ctx_for(tmp_path, env={"NCCL_MAX_NCHANELS": "2"}), "nccl_env")
     assert not failed.ok and failed.bound_to == ["nccl"] and "NCCL_MAX_NCHANELS" in (failed.cause or "")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
@@ -219,10 +277,17 @@ def test_which_checks_apply():
     plain = Context(validate({"model_path": MODEL, "tp_size": 1, "sglang_python": STANDIN}), {}, None)
     assert not REGISTRY["symm_mem"].applies(plain) and not REGISTRY["jit_target"].applies(plain)
     assert not REGISTRY["graph_collective"].applies(plain)  # one rank: no collective to capture
-    tp2 = Context(validate({"model_path": MODEL, "tp_size": 2, "sglang_python": STANDIN,
-                            "server_args": ["--disable-cuda-graph"]}), {}, None)
+    tp2 = Context(
+        validate(
+            {"model_path": MODEL, "tp_size": 2, "sglang_python": STANDIN, "server_args": ["--disable-cuda-graph"]}
+        ),
+        {},
+        None,
+    )
     assert not REGISTRY["graph_collective"].applies(tp2)
-    ipc = Context(validate({"model_path": MODEL, "sglang_python": STANDIN}), {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, None)
+    ipc = Context(
+        validate({"model_path": MODEL, "sglang_python": STANDIN}), {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, None
+    )
     assert REGISTRY["jit_target"].applies(ipc)
 
 
@@ -264,9 +329,18 @@ def test_a_check_that_crashes_is_inconclusive_not_a_dead_end(tmp_path):
 
 # --- run alone --------------------------------------------------------------------------------------
 
+
 def test_python_m_runners_preflight_runs_the_checks_alone():
-    argv = [sys.executable, "-m", "runners.preflight", f"--model-path={MODEL}", "--tp-size=8",
-            f"--sglang-python={STANDIN}", f"--port={free_port()}", "--server-arg=--enable-torch-symm-mem"]
+    argv = [
+        sys.executable,
+        "-m",
+        "runners.preflight",
+        f"--model-path={MODEL}",
+        "--tp-size=8",
+        f"--sglang-python={STANDIN}",
+        f"--port={free_port()}",
+        "--server-arg=--enable-torch-symm-mem",
+    ]
     env = {**os.environ, "SGLANG_STANDIN_NODE": "rtxpro6000-torch210", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert done.returncode == 4 and "KeyError: 12" in done.stdout and "launching" not in done.stdout
@@ -277,13 +351,26 @@ def test_python_m_runners_preflight_runs_the_checks_alone():
 
 
 def test_campaign_preflight_approach_from_the_demo_campaign(tmp_path):
-    argv = [sys.executable, "-m", "app.cli", "preflight", "torch-symm-mem",
-            "--file", str(ROOT / "app" / "demo" / "kimi-k25-eagle3.yaml"), "--sglang-python", STANDIN,
-            "--model-path", MODEL, "--draft-model-path", MODEL]
+    argv = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "preflight",
+        "torch-symm-mem",
+        "--file",
+        str(ROOT / "app" / "demo" / "kimi-k25-eagle3.yaml"),
+        "--sglang-python",
+        STANDIN,
+        "--model-path",
+        MODEL,
+        "--draft-model-path",
+        MODEL,
+    ]
     env = {**os.environ, "SGLANG_STANDIN_NODE": "rtxpro6000-torch210", "NO_COLOR": "1"}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert done.returncode == 4, done.stdout + done.stderr
     assert classified(done.stdout, exit_code=4).cause.startswith("torch symmetric memory has no entry for SM 12")
-    bad = subprocess.run([*argv[:4], "no-such-approach", *argv[5:]], capture_output=True, text=True, timeout=60,
-                         env=env, cwd=ROOT)
+    bad = subprocess.run(
+        [*argv[:4], "no-such-approach", *argv[5:]], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT
+    )
     assert bad.returncode == 2 and "no approach 'no-such-approach'" in bad.stdout + bad.stderr

@@ -1,4 +1,5 @@
 """bench/shootout_on_node.py against a real `campaign serve --demo` with its embedded runner (CPU rows only)."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,22 @@ from tests.support.recipes import ROOT
 
 def test_a_trial_past_its_deadline_is_cancelled_and_the_run_goes_on(tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "shootout_on_node.py"), "--out", str(out),
-                           "--max-trials", "2", "--trial-deadline-s", "0.5"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=280)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "shootout_on_node.py"),
+            "--out",
+            str(out),
+            "--max-trials",
+            "2",
+            "--trial-deadline-s",
+            "0.5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["fingerprint"]["gpu_count"] == 0

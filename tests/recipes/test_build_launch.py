@@ -1,20 +1,25 @@
 """build_launch for every kind: argv lists, validation before launch, the env every trial gets."""
-from __future__ import annotations
 
-import sys
+from __future__ import annotations
 
 import pytest
 
 from runners.recipes import SAFE_ENV, RecipeError, build_launch
-
 from tests.support.recipes import run_module
 
 PY = "/envs/runner/bin/python"
 
 
 def test_collective_kinds_launch_their_module_with_validated_flags():
-    spec = build_launch({"kind": "allreduce", "params": {"backend": "nccl", "tokens": [1, 4, 8, 64], "mode": "graph"},
-                         "env": {"NCCL_ALGO": "Tree"}, "timeout_s": 300}, python=PY)
+    spec = build_launch(
+        {
+            "kind": "allreduce",
+            "params": {"backend": "nccl", "tokens": [1, 4, 8, 64], "mode": "graph"},
+            "env": {"NCCL_ALGO": "Tree"},
+            "timeout_s": 300,
+        },
+        python=PY,
+    )
     assert spec.argv[:3] == [PY, "-m", "runners.recipes.allreduce"]
     assert "--backend=nccl" in spec.argv and "--tokens=1,4,8,64" in spec.argv and "--mode=graph" in spec.argv
     assert "--graph-allreduces=122" in spec.argv and "--hidden-size=7168" in spec.argv
@@ -26,20 +31,39 @@ def test_collective_kinds_launch_their_module_with_validated_flags():
 
 
 def test_safe_env_is_a_default_not_an_override():
-    spec = build_launch({"kind": "allreduce", "params": {}, "env": {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1"}})
+    spec = build_launch(
+        {"kind": "allreduce", "params": {}, "env": {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1"}}
+    )
     assert spec.env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert set(SAFE_ENV) == {"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}
 
 
 def test_sglang_server_nested_params_become_flags():
-    spec = build_launch({"kind": "sglang_server", "params": {
-        "model_path": "/models/Kimi-K2.5", "tp_size": 8, "flags": ["--enable-torch-symm-mem"],
-        "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/eagle3", "num_draft_tokens": 4},
-        "sglang_python": "/envs/sglang/bin/python", "bench": {"tool": "bench_serving", "num_prompts": 8}}}, python=PY)
+    spec = build_launch(
+        {
+            "kind": "sglang_server",
+            "params": {
+                "model_path": "/models/Kimi-K2.5",
+                "tp_size": 8,
+                "flags": ["--enable-torch-symm-mem"],
+                "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/eagle3", "num_draft_tokens": 4},
+                "sglang_python": "/envs/sglang/bin/python",
+                "bench": {"tool": "bench_serving", "num_prompts": 8},
+            },
+        },
+        python=PY,
+    )
     assert spec.argv[:3] == [PY, "-m", "runners.recipes.sglang_server"]
-    for flag in ("--model-path=/models/Kimi-K2.5", "--tp-size=8", "--server-arg=--enable-torch-symm-mem",
-                 "--speculative-algorithm=EAGLE3", "--speculative-draft-model-path=/models/eagle3",
-                 "--speculative-num-draft-tokens=4", "--sglang-python=/envs/sglang/bin/python", "--num-prompts=8"):
+    for flag in (
+        "--model-path=/models/Kimi-K2.5",
+        "--tp-size=8",
+        "--server-arg=--enable-torch-symm-mem",
+        "--speculative-algorithm=EAGLE3",
+        "--speculative-draft-model-path=/models/eagle3",
+        "--speculative-num-draft-tokens=4",
+        "--sglang-python=/envs/sglang/bin/python",
+        "--num-prompts=8",
+    ):
         assert flag in spec.argv
     assert not any(a.startswith("--speculative-num-steps") for a in spec.argv)  # unset: sglang chooses
 
@@ -54,8 +78,10 @@ def test_sglang_server_nested_params_become_flags():
         ({"kind": "verify_step", "params": {"layer": 3}}, "params.layer: unknown parameter"),
         ({"kind": "verify_step", "params": {"world_size": 3, "hidden_size": 7168}}, "params.hidden_size"),
         ({"kind": "sglang_server", "params": {"tp_size": 8}}, "params.model_path (--model-path): is required"),
-        ({"kind": "sglang_server", "params": {"model_path": "m", "speculative": {"algo": "EAGLE3"}}},
-         "params.speculative.algo: unknown key"),
+        (
+            {"kind": "sglang_server", "params": {"model_path": "m", "speculative": {"algo": "EAGLE3"}}},
+            "params.speculative.algo: unknown key",
+        ),
         ({"kind": "sglang_server", "params": {"model_path": "m", "bench": {"tool": "ab"}}}, "params.bench_tool"),
         ({"kind": "sglang_server", "params": {"model_path": "m", "flags": "--enable-mscclpp"}}, None),
         ({"kind": "command", "params": {"argv": "ls -la"}}, "params.argv"),
@@ -104,7 +130,8 @@ def test_a_new_recipe_is_one_new_module(tmp_path, monkeypatch):
     (tmp_path / "echo_kind.py").write_text(
         "from runners.recipes import Recipe\n"
         "RECIPE = Recipe(spec=(), validate=lambda p: dict(p), argv=lambda v, py: [py, '-c', 'print(1)'],"
-        " safe_env=True)\n")
+        " safe_env=True)\n"
+    )
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
     spec = build_launch({"kind": "echo_kind", "params": {}}, python=PY)
     assert spec.argv == [PY, "-c", "print(1)"] and spec.env["NCCL_NVLS_ENABLE"] == "0"

@@ -1,4 +1,5 @@
 """The allreduce recipe, run for real on gloo with 2 processes."""
+
 from __future__ import annotations
 
 import math
@@ -6,14 +7,24 @@ import math
 import pytest
 
 from runners.recipes import build_launch
-
 from tests.support.recipes import by_name, metrics, run_module, run_spec
 
 
 def test_gloo_two_ranks_measure_and_report():
-    spec = build_launch({"kind": "allreduce", "params": {"backend": "gloo", "world_size": 2, "tokens": [1, 4],
-                                                          "hidden_size": 256, "warmup": 1, "iters": 5},
-                         "env": {"NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "2"}})
+    spec = build_launch(
+        {
+            "kind": "allreduce",
+            "params": {
+                "backend": "gloo",
+                "world_size": 2,
+                "tokens": [1, 4],
+                "hidden_size": 256,
+                "warmup": 1,
+                "iters": 5,
+            },
+            "env": {"NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "2"},
+        }
+    )
     done = run_spec(spec)
     assert done.returncode == 0, done.stderr
     found = metrics(done.stdout)
@@ -39,8 +50,23 @@ def test_gloo_two_ranks_measure_and_report():
 
 
 def test_three_ranks_busbw_differs_from_algbw():
-    done = run_module("runners.recipes.allreduce", "--backend", "gloo", "--world-size", "3", "--tokens", "2",
-                      "--hidden-size", "64", "--dtype", "fp32", "--warmup", "0", "--iters", "3")
+    done = run_module(
+        "runners.recipes.allreduce",
+        "--backend",
+        "gloo",
+        "--world-size",
+        "3",
+        "--tokens",
+        "2",
+        "--hidden-size",
+        "64",
+        "--dtype",
+        "fp32",
+        "--warmup",
+        "0",
+        "--iters",
+        "3",
+    )
     assert done.returncode == 0, done.stderr
     found = metrics(done.stdout)
     alg, bus = by_name(found, "allreduce_algbw_gbps")[0], by_name(found, "allreduce_busbw_gbps")[0]
@@ -67,7 +93,21 @@ def test_unsupported_or_bad_input_exits_2_with_a_message(args, message):
 
 
 def test_ranks_that_overrun_are_stopped():
-    done = run_module("runners.recipes.allreduce", "--backend", "gloo", "--tokens", "1", "--hidden-size", "8",
-                      "--warmup", "0", "--iters", "10000000", "--run-timeout-s", "4", timeout=60)
+    done = run_module(
+        "runners.recipes.allreduce",
+        "--backend",
+        "gloo",
+        "--tokens",
+        "1",
+        "--hidden-size",
+        "8",
+        "--warmup",
+        "0",
+        "--iters",
+        "10000000",
+        "--run-timeout-s",
+        "4",
+        timeout=60,
+    )
     assert done.returncode == 124
     assert "did not finish within 4s" in done.stderr

@@ -1,12 +1,22 @@
 """The EAGLE-3 draft-step recipe and the decode step (verify_step at 1 token), run for real on CPU."""
+
 from __future__ import annotations
 
 from runners.recipes import RecipeError, build_launch
-
 from tests.support.recipes import by_name, metrics, run_module, run_spec
 
-SMALL = {"device": "cpu", "hidden_size": 64, "vocab_size": 500, "ffn_size": 128, "heads": 4, "context_len": 16,
-         "dtype": "fp32", "warmup": 1, "iters": 4, "calls": 3}
+SMALL = {
+    "device": "cpu",
+    "hidden_size": 64,
+    "vocab_size": 500,
+    "ffn_size": 128,
+    "heads": 4,
+    "context_len": 16,
+    "dtype": "fp32",
+    "warmup": 1,
+    "iters": 4,
+    "calls": 3,
+}
 
 
 def test_draft_step_on_cpu_reports_ms_per_step_with_tags():
@@ -27,24 +37,51 @@ def test_draft_step_on_cpu_reports_ms_per_step_with_tags():
 def test_draft_step_defaults_to_the_kimi_geometry_and_refuses_what_cannot_run():
     spec = build_launch({"kind": "draft_step", "params": {}})
     assert "--hidden-size=7168" in spec.argv and "--vocab-size=163840" in spec.argv
-    for params, message in (({"device": "cpu", "mode": "graph"}, "params.mode (--mode)"),
-                            ({"hidden_size": 100, "heads": 3}, "params.heads (--heads)"),
-                            ({"vocab": 10}, "params.vocab: unknown parameter")):
+    for params, message in (
+        ({"device": "cpu", "mode": "graph"}, "params.mode (--mode)"),
+        ({"hidden_size": 100, "heads": 3}, "params.heads (--heads)"),
+        ({"vocab": 10}, "params.vocab: unknown parameter"),
+    ):
         try:
             build_launch({"kind": "draft_step", "params": params})
         except RecipeError as exc:
             assert message in str(exc)
         else:
             raise AssertionError(f"accepted {params}")
-    done = run_module("runners.recipes.draft_step", "--device", "cuda", "--hidden-size", "64", "--heads", "4",
-                      "--vocab-size", "10", "--ffn-size", "8", timeout=60)
+    done = run_module(
+        "runners.recipes.draft_step",
+        "--device",
+        "cuda",
+        "--hidden-size",
+        "64",
+        "--heads",
+        "4",
+        "--vocab-size",
+        "10",
+        "--ffn-size",
+        "8",
+        timeout=60,
+    )
     assert done.returncode == 2 and "no CUDA GPU" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_verify_step_at_one_token_is_the_decode_step():
-    spec = build_launch({"kind": "verify_step", "params": {"backend": "gloo", "world_size": 2, "hidden_size": 128,
-                                                            "ffn_size": 256, "layers": 2, "tokens": 1,
-                                                            "warmup": 1, "iters": 3, "calls": 2}})
+    spec = build_launch(
+        {
+            "kind": "verify_step",
+            "params": {
+                "backend": "gloo",
+                "world_size": 2,
+                "hidden_size": 128,
+                "ffn_size": 256,
+                "layers": 2,
+                "tokens": 1,
+                "warmup": 1,
+                "iters": 3,
+                "calls": 2,
+            },
+        }
+    )
     done = run_spec(spec)
     assert done.returncode == 0, done.stderr
     found = metrics(done.stdout)
@@ -59,7 +96,24 @@ def test_verify_step_at_one_token_is_the_decode_step():
 
 
 def test_verify_step_at_several_tokens_has_no_decode_step():
-    done = run_module("runners.recipes.verify_step", "--backend", "gloo", "--hidden-size", "64", "--ffn-size", "64",
-                      "--layers", "1", "--tokens", "2", "--warmup", "0", "--iters", "2", "--calls", "1")
+    done = run_module(
+        "runners.recipes.verify_step",
+        "--backend",
+        "gloo",
+        "--hidden-size",
+        "64",
+        "--ffn-size",
+        "64",
+        "--layers",
+        "1",
+        "--tokens",
+        "2",
+        "--warmup",
+        "0",
+        "--iters",
+        "2",
+        "--calls",
+        "1",
+    )
     assert done.returncode == 0, done.stderr
     assert by_name(metrics(done.stdout), "decode_step_ms") == []

@@ -3,12 +3,12 @@
 Real processes throughout: the recipe, the stand-in server (a real HTTP server), its helper
 child, and the stand-in benchmarks. Nothing here ran against a real SGLang (see docs/recipes.md).
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +25,6 @@ from runners.recipes.sglang_server import (
     server_argv,
     validate,
 )
-
 from tests.support.net import free_port
 from tests.support.paths import ROOT
 from tests.support.recipes import by_name, metrics, run_spec
@@ -36,9 +35,15 @@ MODEL = str(ROOT / "tests" / "fixtures" / "models" / "tiny")
 
 
 def recipe(port: int, **params):
-    base = {"model_path": MODEL, "tp_size": 8, "sglang_python": STANDIN, "port": port,
-            "teardown_grace_s": 2, "ready_timeout_s": 20,
-            "bench": {"tool": "bench_serving", "num_prompts": 4, "input_len": 128, "output_len": 16}}
+    base = {
+        "model_path": MODEL,
+        "tp_size": 8,
+        "sglang_python": STANDIN,
+        "port": port,
+        "teardown_grace_s": 2,
+        "ready_timeout_s": 20,
+        "bench": {"tool": "bench_serving", "num_prompts": 4, "input_len": 128, "output_len": 16},
+    }
     base.update(params)
     return {"kind": "sglang_server", "params": base, "timeout_s": 120}
 
@@ -75,9 +80,19 @@ def assert_gone(pid_list: list[int]) -> None:
 
 def test_ready_then_benchmark_metrics_parsed_exactly(tmp_path):
     port = free_port()
-    done = run(port, "ready", tmp_path, speculative={"algorithm": "EAGLE3", "draft_model_path": MODEL,
-                                                      "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
-               flags=["--enable-torch-symm-mem"])
+    done = run(
+        port,
+        "ready",
+        tmp_path,
+        speculative={
+            "algorithm": "EAGLE3",
+            "draft_model_path": MODEL,
+            "num_steps": 3,
+            "eagle_topk": 1,
+            "num_draft_tokens": 4,
+        },
+        flags=["--enable-torch-symm-mem"],
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for phase in ("version", "launching", "waiting for ready", "benchmarking", "tearing down"):
@@ -175,7 +190,12 @@ def test_teardown_kills_a_group_that_ignores_sigterm(tmp_path):
 def test_sigterm_to_the_recipe_tears_the_server_down(tmp_path):
     port = free_port()
     spec = build_launch(recipe(port, ready_timeout_s=60))
-    env = {**os.environ, **spec.env, "SGLANG_STANDIN_MODE": "never_ready", "SGLANG_STANDIN_PIDFILE": str(tmp_path / "pids")}
+    env = {
+        **os.environ,
+        **spec.env,
+        "SGLANG_STANDIN_MODE": "never_ready",
+        "SGLANG_STANDIN_PIDFILE": str(tmp_path / "pids"),
+    }
     proc = subprocess.Popen(spec.argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 20
     while not (tmp_path / "pids").exists() and time.monotonic() < deadline:
@@ -196,19 +216,51 @@ def test_sglang_not_installed_is_classified(tmp_path):
 
 # --- argv and parsers ------------------------------------------------------------------------
 
+
 def test_server_argv_is_a_list_with_every_flag_its_own_element():
-    values = validate({"model_path": "/m dir/K2.5", "tp_size": "8", "server_args": ["--ep-size", "8", "--enable-mscclpp"],
-                       "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "sglang_python": "/envs/sg/bin/python"})
+    values = validate(
+        {
+            "model_path": "/m dir/K2.5",
+            "tp_size": "8",
+            "server_args": ["--ep-size", "8", "--enable-mscclpp"],
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": 3,
+            "sglang_python": "/envs/sg/bin/python",
+        }
+    )
     assert server_argv(values) == [
-        "/envs/sg/bin/python", "-m", "sglang.launch_server", "--model-path", "/m dir/K2.5", "--tp-size", "8",
-        "--host", "127.0.0.1", "--port", "30000", "--ep-size", "8", "--enable-mscclpp",
-        "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
+        "/envs/sg/bin/python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/m dir/K2.5",
+        "--tp-size",
+        "8",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30000",
+        "--ep-size",
+        "8",
+        "--enable-mscclpp",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        "3",
+    ]
 
 
 def test_parse_bench_stdout_with_padded_labels():
-    text = ("{:<40} {:<10.2f}\n{:<40} {:<10.2f}\n{:<40} {:<10.2f}\n{:<40} {:<10}\n".format(
-        "Output token throughput (tok/s):", 81.93, "Median TPOT (ms):", 12.2, "Accept length:", 2.41,
-        "Backend:", "sglang"))
+    text = "{:<40} {:<10.2f}\n{:<40} {:<10.2f}\n{:<40} {:<10.2f}\n{:<40} {:<10}\n".format(
+        "Output token throughput (tok/s):",
+        81.93,
+        "Median TPOT (ms):",
+        12.2,
+        "Accept length:",
+        2.41,
+        "Backend:",
+        "sglang",
+    )
     assert parse_bench_stdout(text) == {"output_throughput_tok_s": 81.93, "median_tpot_ms": 12.2, "accept_length": 2.41}
     assert parse_bench_stdout("Output token throughput (tok/s): n/a\n") == {}
 
@@ -221,7 +273,9 @@ def test_parse_result_json_takes_the_last_line():
 
 
 def test_parse_decode_line():
-    line = ("[2026-01-14 10:05:41 TP0] Decode batch, #running-req: 1, #token: 812, token usage: 0.01, "
-            "accept len: 2.41, accept rate: 0.60, cuda graph: True, gen throughput (token/s): 81.93, #queue-req: 0")
+    line = (
+        "[2026-01-14 10:05:41 TP0] Decode batch, #running-req: 1, #token: 812, token usage: 0.01, "
+        "accept len: 2.41, accept rate: 0.60, cuda graph: True, gen throughput (token/s): 81.93, #queue-req: 0"
+    )
     assert parse_decode_line(line) == (2.41, 81.93)
     assert parse_decode_line("Prefill batch, #new-seq: 1, #new-token: 1024") is None

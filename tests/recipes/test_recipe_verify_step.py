@@ -1,23 +1,41 @@
 """The synthetic verify step, run for real on gloo with 2 processes at a small geometry."""
+
 from __future__ import annotations
 
 import math
 
 from runners.recipes import build_launch
-
-from tests.support.recipes import by_name, metrics, run_module, run_spec
+from tests.support.recipes import metrics, run_module, run_spec
 
 
 def test_gloo_verify_step_reports_comm_share():
-    spec = build_launch({"kind": "verify_step", "params": {"backend": "gloo", "world_size": 2, "hidden_size": 256,
-                                                            "ffn_size": 512, "layers": 3, "tokens": 4,
-                                                            "warmup": 1, "iters": 4}})
+    spec = build_launch(
+        {
+            "kind": "verify_step",
+            "params": {
+                "backend": "gloo",
+                "world_size": 2,
+                "hidden_size": 256,
+                "ffn_size": 512,
+                "layers": 3,
+                "tokens": 4,
+                "warmup": 1,
+                "iters": 4,
+            },
+        }
+    )
     done = run_spec(spec)
     assert done.returncode == 0, done.stderr
     assert "correctness ok vs unsharded reference" in done.stdout
     found = {m["name"]: m for m in metrics(done.stdout)}
-    for name in ("verify_time_ms", "verify_compute_ms", "verify_comm_ms", "verify_comm_isolated_ms",
-                 "verify_comm_share", "allreduce_in_situ_us"):
+    for name in (
+        "verify_time_ms",
+        "verify_compute_ms",
+        "verify_comm_ms",
+        "verify_comm_isolated_ms",
+        "verify_comm_share",
+        "allreduce_in_situ_us",
+    ):
         assert name in found, name
         assert found[name]["tags"]["allreduces"] == 6 and found[name]["tags"]["world_size"] == 2
     verify, compute, comm = (found[n]["value"] for n in ("verify_time_ms", "verify_compute_ms", "verify_comm_ms"))

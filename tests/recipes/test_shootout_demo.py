@@ -1,4 +1,5 @@
 """The allreduce shootout demo: every candidate launches, and GPU candidates never go to a CPU runner."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,12 +21,24 @@ def _needs_gpu(recipe: dict) -> bool:
 
 def test_symm_mem_in_graphs_and_the_answer_inputs_are_candidates():
     approaches = {a["key"]: a for a in yaml.safe_load(DEMO.read_text())["approaches"]}
-    for key, backend in (("symm-mem-two-shot-graph", "symm_mem_two_shot"), ("symm-mem-one-shot-graph", "symm_mem_one_shot")):
-        assert approaches[key]["recipe"]["params"]["backend"] == backend and approaches[key]["recipe"]["params"]["mode"] == "graph"
+    for key, backend in (
+        ("symm-mem-two-shot-graph", "symm_mem_two_shot"),
+        ("symm-mem-one-shot-graph", "symm_mem_one_shot"),
+    ):
+        assert (
+            approaches[key]["recipe"]["params"]["backend"] == backend
+            and approaches[key]["recipe"]["params"]["mode"] == "graph"
+        )
     for key in ("verify-step-symm-mem-two-shot-graph", "verify-step-symm-mem-one-shot-graph"):
-        assert approaches[key]["recipe"]["kind"] == "verify_step" and approaches[key]["recipe"]["params"]["mode"] == "graph"
+        assert (
+            approaches[key]["recipe"]["kind"] == "verify_step"
+            and approaches[key]["recipe"]["params"]["mode"] == "graph"
+        )
     assert approaches["decode-step-nccl-graph"]["recipe"]["params"]["tokens"] == 1
-    assert {approaches[k]["recipe"]["params"]["mode"] for k in ("draft-step-graph", "draft-step-eager")} == {"graph", "eager"}
+    assert {approaches[k]["recipe"]["params"]["mode"] for k in ("draft-step-graph", "draft-step-eager")} == {
+        "graph",
+        "eager",
+    }
 
 
 def test_gpu_candidates_stay_off_cpu_runners():

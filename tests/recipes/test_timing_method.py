@@ -1,5 +1,6 @@
 """The headline timing method (nccl-tests: K calls back to back between two marks / K) against a
 simulated device whose timer marks cost launch time, and its tags on a real gloo run."""
+
 from __future__ import annotations
 
 import statistics
@@ -7,7 +8,6 @@ import statistics
 import pytest
 
 from runners.recipes import _dist
-
 from tests.support.recipes import by_name, metrics, run_module
 
 
@@ -74,9 +74,27 @@ def test_a_launch_bound_collective_reports_its_launch_rate():
 
 
 def test_gloo_eager_headline_is_the_nccl_tests_method_with_spread_and_tags():
-    done = run_module("runners.recipes.allreduce", "--backend", "gloo", "--world-size", "2", "--tokens", "1,4",
-                      "--hidden-size", "128", "--warmup", "1", "--iters", "5", "--calls", "7",
-                      "--per-call-iters", "6", "--dtype", "fp32")
+    done = run_module(
+        "runners.recipes.allreduce",
+        "--backend",
+        "gloo",
+        "--world-size",
+        "2",
+        "--tokens",
+        "1,4",
+        "--hidden-size",
+        "128",
+        "--warmup",
+        "1",
+        "--iters",
+        "5",
+        "--calls",
+        "7",
+        "--per-call-iters",
+        "6",
+        "--dtype",
+        "fp32",
+    )
     assert done.returncode == 0, done.stderr
     found = metrics(done.stdout)
     latency = by_name(found, "allreduce_latency_us")
@@ -97,8 +115,23 @@ def test_gloo_eager_headline_is_the_nccl_tests_method_with_spread_and_tags():
 
 
 def test_per_call_timing_can_be_switched_off():
-    done = run_module("runners.recipes.allreduce", "--backend", "gloo", "--tokens", "1", "--hidden-size", "7168",
-                      "--warmup", "0", "--iters", "3", "--calls", "2", "--per-call-iters", "0")
+    done = run_module(
+        "runners.recipes.allreduce",
+        "--backend",
+        "gloo",
+        "--tokens",
+        "1",
+        "--hidden-size",
+        "7168",
+        "--warmup",
+        "0",
+        "--iters",
+        "3",
+        "--calls",
+        "2",
+        "--per-call-iters",
+        "0",
+    )
     assert done.returncode == 0, done.stderr
     found = metrics(done.stdout)
     assert by_name(found, "allreduce_per_call_us") == []

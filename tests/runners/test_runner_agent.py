@@ -1,6 +1,7 @@
 """The runner agent against a small fake board: a real websocket server on 127.0.0.1 that speaks
 app/protocol.py, stores chunks idempotently on (attempt, seq) and acks them, like the real one.
 Trials are real processes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,17 +15,31 @@ import sys
 import textwrap
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import psutil
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from app.protocol import (Ack, Cancel, Dispatch, Finished, FinishedAck, Heartbeat, Hello, LogChunkMsg, Phase, Reject,
-                          Started, Welcome, parse_runner_message)
+from app.protocol import (
+    Ack,
+    Cancel,
+    Dispatch,
+    Finished,
+    FinishedAck,
+    Heartbeat,
+    Hello,
+    LogChunkMsg,
+    Phase,
+    Reject,
+    Started,
+    Welcome,
+    parse_runner_message,
+)
 from runners.agent import EXIT_TOKEN_REFUSED, Agent, RunnerOptions, backoff_delays, ws_url
 from runners.fingerprint import FINGERPRINT_KEYS
 from runners.process import ATTEMPT_ENV
@@ -80,9 +95,12 @@ class FakeBoard:
         hello = parse_runner_message(await ws.recv())
         assert isinstance(hello, Hello)
         self.hellos.append(hello)
-        welcome = Welcome(runner_id=1, heartbeat_s=self.heartbeat_s,
-                          acked={a.attempt_id: self.last_stored(a.attempt_id) for a in hello.attempts},
-                          cancel=self.welcome_cancel)
+        welcome = Welcome(
+            runner_id=1,
+            heartbeat_s=self.heartbeat_s,
+            acked={a.attempt_id: self.last_stored(a.attempt_id) for a in hello.attempts},
+            cancel=self.welcome_cancel,
+        )
         self.welcomes.append(welcome)
         await ws.send(welcome.model_dump_json())
         self.ws = ws
@@ -99,8 +117,13 @@ class FakeBoard:
                 continue
             if isinstance(message, LogChunkMsg):
                 self.stored[message.attempt_id].setdefault(message.seq, message)
-                await ws.send(Ack(trial_id=message.trial_id, attempt_id=message.attempt_id,
-                                  seq=self.last_stored(message.attempt_id)).model_dump_json())
+                await ws.send(
+                    Ack(
+                        trial_id=message.trial_id,
+                        attempt_id=message.attempt_id,
+                        seq=self.last_stored(message.attempt_id),
+                    ).model_dump_json()
+                )
             elif isinstance(message, Finished):
                 self.finished[message.attempt_id] = message
                 await ws.send(FinishedAck(trial_id=message.trial_id, attempt_id=message.attempt_id).model_dump_json())
@@ -117,17 +140,33 @@ async def until(condition: Callable[[], bool], timeout: float = 15.0, what: str 
         await asyncio.sleep(0.02)
 
 
-def scenario(board: FakeBoard, spool_dir: Path, body: Callable[[FakeBoard, Agent], Awaitable[None]], *,
-             token: str = TOKEN, fingerprint: dict[str, Any] | None = FINGERPRINT, grace_s: float = 1.0,
-             timeout: float = 40.0, **serve_options: Any) -> int:
+def scenario(
+    board: FakeBoard,
+    spool_dir: Path,
+    body: Callable[[FakeBoard, Agent], Awaitable[None]],
+    *,
+    token: str = TOKEN,
+    fingerprint: dict[str, Any] | None = FINGERPRINT,
+    grace_s: float = 1.0,
+    timeout: float = 40.0,
+    **serve_options: Any,
+) -> int:
     """Run the fake board and an agent, then `body`; stop the agent and return its exit code."""
 
     async def main() -> int:
         where = {"sock": serve_options.pop("sock")} if "sock" in serve_options else {"host": "127.0.0.1", "port": 0}
         async with serve(board.handler, **where, process_request=board.process_request, **serve_options) as server:
             board.port = server.sockets[0].getsockname()[1]
-            agent = Agent(RunnerOptions(server_url=f"http://127.0.0.1:{board.port}", token=token, spool_dir=spool_dir,
-                                        labels=["test"], cancel_grace_s=grace_s), fingerprint=fingerprint)
+            agent = Agent(
+                RunnerOptions(
+                    server_url=f"http://127.0.0.1:{board.port}",
+                    token=token,
+                    spool_dir=spool_dir,
+                    labels=["test"],
+                    cancel_grace_s=grace_s,
+                ),
+                fingerprint=fingerprint,
+            )
             running = asyncio.create_task(agent.run())
             try:
                 await body(board, agent)
@@ -154,8 +193,9 @@ STREAM = """
         time.sleep(0.03)
     sys.stderr.write("done on stderr\\n")
 """
-STREAM_TEXT = ("@@campaign-phase warming up\n" + "".join(f"line {i:02d} café €\n" for i in range(40))
-               + "done on stderr\n")
+STREAM_TEXT = (
+    "@@campaign-phase warming up\n" + "".join(f"line {i:02d} café €\n" for i in range(40)) + "done on stderr\n"
+)
 
 
 def test_logs_arrive_in_order_and_survive_a_dropped_connection_exactly_once(tmp_path):
@@ -218,8 +258,10 @@ def test_a_refused_token_is_fatal_with_exit_code_3(tmp_path, caplog):
     async def main() -> int:
         async with serve(board.handler, "127.0.0.1", 0, process_request=board.process_request) as server:
             port = server.sockets[0].getsockname()[1]
-            agent = Agent(RunnerOptions(server_url=f"http://127.0.0.1:{port}", token="wrong", spool_dir=tmp_path),
-                          fingerprint=FINGERPRINT)
+            agent = Agent(
+                RunnerOptions(server_url=f"http://127.0.0.1:{port}", token="wrong", spool_dir=tmp_path),
+                fingerprint=FINGERPRINT,
+            )
             return await asyncio.wait_for(agent.run(), 10)
 
     assert asyncio.run(main()) == EXIT_TOKEN_REFUSED
@@ -231,9 +273,15 @@ def test_a_refused_token_is_fatal_with_exit_code_3(tmp_path, caplog):
 def test_a_bad_recipe_fails_to_start_with_the_recipe_error(tmp_path):
     async def body(board: FakeBoard, agent: Agent) -> None:
         await until(lambda: board.connections == 1)
-        await board.send(Dispatch(trial_id=1, attempt_id="bad", recipe={"kind": "command", "params": {"argv": "ls -l"}}))
+        await board.send(
+            Dispatch(trial_id=1, attempt_id="bad", recipe={"kind": "command", "params": {"argv": "ls -l"}})
+        )
         await until(lambda: "bad" in board.finished)
-        await board.send(Dispatch(trial_id=2, attempt_id="nothere", recipe={"kind": "command", "params": {"argv": ["/nonexistent/x"]}}))
+        await board.send(
+            Dispatch(
+                trial_id=2, attempt_id="nothere", recipe={"kind": "command", "params": {"argv": ["/nonexistent/x"]}}
+            )
+        )
         await until(lambda: {"bad", "nothere"} <= set(board.finished))
         await until(lambda: not agent.attempts)
 
@@ -249,7 +297,11 @@ def test_a_bad_recipe_fails_to_start_with_the_recipe_error(tmp_path):
 def test_cancel_stops_the_trial_and_reports_cancelled(tmp_path):
     async def body(board: FakeBoard, agent: Agent) -> None:
         await until(lambda: board.connections == 1)
-        await board.send(Dispatch(trial_id=3, attempt_id="c1", recipe=_recipe("import time; print('up', flush=True); time.sleep(60)")))
+        await board.send(
+            Dispatch(
+                trial_id=3, attempt_id="c1", recipe=_recipe("import time; print('up', flush=True); time.sleep(60)")
+            )
+        )
         await until(lambda: board.text("c1") == "up\n", what="output")
         await board.send(Cancel(trial_id=3, attempt_id="c1", reason="user clicked cancel"))
         await until(lambda: "c1" in board.finished, what="finished")
@@ -272,8 +324,10 @@ def test_reject_kills_the_trial_and_drops_its_spool(tmp_path):
         await until(lambda: board.text("r1") == "x\n")
         await board.send(Reject(trial_id=4, attempt_id="r1", reason="stale attempt"))
         pid = int(pid_file.read_text())
-        await until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-                    what="the rejected trial to be killed")
+        await until(
+            lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+            what="the rejected trial to be killed",
+        )
         await until(lambda: not agent.attempts)
         await asyncio.sleep(0.5)
 
@@ -306,8 +360,11 @@ def test_after_a_restart_the_runner_resends_the_spool_and_stops_what_the_old_one
         done.append(seq * 2, text)
     done.set_finished(Finished(trial_id=10, attempt_id="done", exit_code=0, last_seq=2).model_dump())
     # An attempt that was running when the old runner died: its process is still alive.
-    orphan = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], start_new_session=True,
-                              env=dict(os.environ, **{ATTEMPT_ENV: "orphaned"}))
+    orphan = subprocess.Popen(
+        [PY, "-c", "import time; time.sleep(60)"],
+        start_new_session=True,
+        env=dict(os.environ, **{ATTEMPT_ENV: "orphaned"}),
+    )
     running = old.open(11, "orphaned")
     running.append(0, "partial output\n")
     proc = psutil.Process(orphan.pid)
@@ -338,6 +395,7 @@ def test_after_a_restart_the_runner_resends_the_spool_and_stops_what_the_old_one
 
 
 # ---- small pieces ------------------------------------------------------------------------------
+
 
 def test_server_urls_become_the_runner_websocket_url():
     assert ws_url("http://127.0.0.1:8000") == "ws://127.0.0.1:8000/api/runners/ws"
@@ -426,9 +484,18 @@ def test_campaign_runner_exits_3_when_the_token_is_refused(tmp_path):
         async with serve(board.handler, "127.0.0.1", 0, process_request=board.process_request) as server:
             port = server.sockets[0].getsockname()[1]
             proc = await asyncio.create_subprocess_exec(
-                PY, "-m", "app.cli", "runner", "--server", f"http://127.0.0.1:{port}", "--spool-dir", str(tmp_path),
+                PY,
+                "-m",
+                "app.cli",
+                "runner",
+                "--server",
+                f"http://127.0.0.1:{port}",
+                "--spool-dir",
+                str(tmp_path),
                 env=dict(os.environ, CAMPAIGN_RUNNER_TOKEN="not-the-token"),
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             out, err = await asyncio.wait_for(proc.communicate(), 60)
             return subprocess.CompletedProcess([], proc.returncode, out.decode(), err.decode())
 
@@ -440,7 +507,11 @@ def test_campaign_runner_exits_3_when_the_token_is_refused(tmp_path):
 def test_a_running_attempt_the_welcome_lists_to_cancel_is_stopped_and_reported(tmp_path):
     async def body(board: FakeBoard, agent: Agent) -> None:
         await until(lambda: board.connections == 1)
-        await board.send(Dispatch(trial_id=8, attempt_id="w1", recipe=_recipe("import time; print('up', flush=True); time.sleep(60)")))
+        await board.send(
+            Dispatch(
+                trial_id=8, attempt_id="w1", recipe=_recipe("import time; print('up', flush=True); time.sleep(60)")
+            )
+        )
         await until(lambda: board.text("w1") == "up\n")
         board.welcome_cancel = ["w1"]  # e.g. cancelled on the board while the runner was away
         board.ws.transport.abort()

@@ -1,4 +1,5 @@
 """Node fingerprint on this GPU-less machine, and with a stand-in nvidia-smi and sglang interpreter."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -38,17 +39,27 @@ def test_without_gpu_tools_the_gpu_keys_are_empty(monkeypatch):
 
 
 def test_gpus_come_from_nvidia_smi_and_sglang_from_its_own_interpreter(tmp_path, monkeypatch):
-    _script(tmp_path / "bin" / "nvidia-smi", """\
+    _script(
+        tmp_path / "bin" / "nvidia-smi",
+        """\
         print("NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, 580.65.06")
         print("NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, 580.65.06")
-    """)
-    sglang_python = _script(tmp_path / "sglang-env" / "python", """\
+    """,
+    )
+    sglang_python = _script(
+        tmp_path / "sglang-env" / "python",
+        """\
         print('@@probe {"sglang": "0.5.23", "flashinfer": "0.5.3"}')
-    """)
+    """,
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     fingerprint = collect(sglang_python=str(sglang_python))
     assert fingerprint["gpu_count"] == 2 and fingerprint["sm"] == "12.0" and fingerprint["driver"] == "580.65.06"
-    assert fingerprint["gpus"][0] == {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm": "12.0", "memory_mib": 97887}
+    assert fingerprint["gpus"][0] == {
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "sm": "12.0",
+        "memory_mib": 97887,
+    }
     assert (fingerprint["sglang"], fingerprint["flashinfer"]) == ("0.5.23", "0.5.3")
 
 
@@ -67,9 +78,12 @@ def _fake_torch(root: Path, *, nccl_dist: str | None, import_s: float = 0.0) -> 
     """A torch package whose import is slow and visible, with the version.py real wheels ship."""
     package = root / "torch"
     package.mkdir(parents=True)
-    (package / "version.py").write_text("from typing import Optional\n\n__all__ = ['__version__']\n"
-                                        "__version__ = '2.10.0+cu128'\ndebug = False\ncuda: Optional[str] = '12.8'\n")
-    (package / "__init__.py").write_text(textwrap.dedent("""\
+    (package / "version.py").write_text(
+        "from typing import Optional\n\n__all__ = ['__version__']\n"
+        "__version__ = '2.10.0+cu128'\ndebug = False\ncuda: Optional[str] = '12.8'\n"
+    )
+    (package / "__init__.py").write_text(
+        textwrap.dedent("""\
         import os, time
         open(os.environ["TORCH_IMPORTED_MARK"], "w").write("imported")
         time.sleep(IMPORT_S)
@@ -79,7 +93,8 @@ def _fake_torch(root: Path, *, nccl_dist: str | None, import_s: float = 0.0) -> 
                 return (2, 21, 5)
         class cuda:
             nccl = _Nccl
-    """).replace("IMPORT_S", str(import_s)))
+    """).replace("IMPORT_S", str(import_s))
+    )
     if nccl_dist:
         info = root / f"nvidia_nccl_cu12-{nccl_dist}.dist-info"
         info.mkdir()

@@ -1,4 +1,5 @@
 """Trials as real process trees: groups, cancel with grace, escaped daemons, timeouts, output."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runners.process import (ATTEMPT_ENV, LogChunker, MAX_CARRY, OutputChunk, PhaseScanner, TrialProcess,
-                             check_gpus_released, gpu_memory_used, processes_with_marker)
+from runners.process import (
+    ATTEMPT_ENV,
+    MAX_CARRY,
+    LogChunker,
+    OutputChunk,
+    PhaseScanner,
+    TrialProcess,
+    check_gpus_released,
+    gpu_memory_used,
+    processes_with_marker,
+)
 from runners.recipes import LaunchSpec
 
 PY = sys.executable
@@ -56,8 +66,9 @@ def _kill_what_a_failed_test_left():
 
 def _run(spec: LaunchSpec, grace_s: float = 2.0, **kw):
     out = Collected()
-    trial = TrialProcess(spec, f"test-{uuid.uuid4().hex[:8]}", grace_s=grace_s, on_chunk=out.chunk,
-                         on_phase=out.phases.append, **kw)
+    trial = TrialProcess(
+        spec, f"test-{uuid.uuid4().hex[:8]}", grace_s=grace_s, on_chunk=out.chunk, on_phase=out.phases.append, **kw
+    )
     trial.start()
     _started.append(trial)
     return trial, out
@@ -81,11 +92,17 @@ def _wait_for_file(path: Path, timeout: float = 10.0) -> str:
 
 # ---- spawn, exit codes, signals, timeouts ---------------------------------------------------------
 
+
 def test_trial_runs_in_its_own_session_and_process_group_with_the_attempt_marker():
-    trial, out = _run(_spec("""
+    trial, out = _run(
+        _spec(
+            """
         import os
         print(os.getpid(), os.getpgid(0), os.getsid(0), os.environ.get("CAMPAIGN_ATTEMPT_ID"), os.environ.get("EXTRA"))
-    """, env={"EXTRA": "from-recipe"}))
+    """,
+            env={"EXTRA": "from-recipe"},
+        )
+    )
     result = trial.wait()
     pid, pgid, sid, marker, extra = out.text.split()
     assert int(pid) == trial.pid == int(pgid) == int(sid) != os.getpgid(0)
@@ -178,8 +195,11 @@ def test_marker_scan_finds_a_daemon_the_descendant_poll_never_saw(tmp_path):
     env = dict(os.environ, **{ATTEMPT_ENV: attempt})
     import subprocess
 
-    daemon = subprocess.Popen([PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"],
-                              env=env, start_new_session=True)
+    daemon = subprocess.Popen(
+        [PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"],
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 5
         while not any(p.pid == daemon.pid for p in processes_with_marker(attempt)):
@@ -199,19 +219,26 @@ def test_marker_scan_finds_a_daemon_the_descendant_poll_never_saw(tmp_path):
 
 
 def test_leftovers_of_a_trial_that_exited_are_killed():
-    trial, _ = _run(_spec("""
+    trial, _ = _run(
+        _spec("""
         import subprocess, sys
         p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.DEVNULL)
         print(p.pid, flush=True)
-    """), grace_s=2)
+    """),
+        grace_s=2,
+    )
     result = trial.wait()
     assert result.outcome == "exited" and result.exit_code == 0
     assert len(result.leftovers) == 1 and _gone(result.leftovers[0])
 
 
 def test_cancel_with_kill_now_does_not_wait_for_the_grace_period():
-    trial, out = _run(_spec("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('x', flush=True); time.sleep(60)"),
-                      grace_s=30)
+    trial, out = _run(
+        _spec(
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('x', flush=True); time.sleep(60)"
+        ),
+        grace_s=30,
+    )
     deadline = time.monotonic() + 10
     while not out.text:
         assert time.monotonic() < deadline
@@ -233,6 +260,7 @@ def test_never_kills_a_process_whose_pid_was_reused():
 
 
 # ---- output ---------------------------------------------------------------------------------------
+
 
 def test_output_bytes_offsets_and_multibyte_characters_survive_split_writes():
     # Each write ends mid-character; sleeps make each write its own read.
@@ -303,11 +331,13 @@ def test_a_lot_of_output_arrives_complete_and_in_order():
 
 
 def test_phase_lines_are_reported():
-    trial, out = _run(_spec("""
+    trial, out = _run(
+        _spec("""
         print("@@campaign-phase waiting for ready", flush=True)
         print("not a @@campaign-phase line")
         print("@@campaign-phase benchmarking")
-    """))
+    """)
+    )
     trial.wait()
     assert out.phases == ["waiting for ready", "benchmarking"]
 
@@ -320,6 +350,7 @@ def test_phase_scanner_handles_lines_split_across_chunks():
 
 # ---- GPUs ----------------------------------------------------------------------------------------
 
+
 def test_without_a_gpu_the_release_check_says_so(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert gpu_memory_used() is None
@@ -331,7 +362,8 @@ def _fake_nvidia_smi(tmp_path: Path, used: list[int]) -> Path:
     state.write_text(json.dumps(used))
     script = tmp_path / "bin" / "nvidia-smi"
     script.parent.mkdir()
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!{PY}
         import json, sys
         used = json.load(open({str(state)!r}))
@@ -340,7 +372,8 @@ def _fake_nvidia_smi(tmp_path: Path, used: list[int]) -> Path:
         else:
             for i, mib in enumerate(used):
                 print(f"{{i}}, {{mib}}")
-    """))
+    """)
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return state
 

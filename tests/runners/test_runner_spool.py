@@ -1,4 +1,5 @@
 """The on-disk log spool: order, acks, compaction, surviving a runner restart."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,16 @@ def test_chunks_get_seqs_in_order_and_are_read_back_exactly(tmp_path):
     spool = Spool(tmp_path)
     attempt = spool.open(7, "att-1")
     assert attempt.last_seq == -1 and not attempt.has_unacked
-    assert [attempt.append(0, "héllo\n"), attempt.append(7, 'quote " and \\ and \n\n'), attempt.append(30, "\u2028x")] == [0, 1, 2]
-    assert _texts(attempt.chunks_after(-1)) == [(0, 0, "héllo\n"), (1, 7, 'quote " and \\ and \n\n'), (2, 30, "\u2028x")]
+    assert [
+        attempt.append(0, "héllo\n"),
+        attempt.append(7, 'quote " and \\ and \n\n'),
+        attempt.append(30, "\u2028x"),
+    ] == [0, 1, 2]
+    assert _texts(attempt.chunks_after(-1)) == [
+        (0, 0, "héllo\n"),
+        (1, 7, 'quote " and \\ and \n\n'),
+        (2, 30, "\u2028x"),
+    ]
     assert _texts(attempt.chunks_after(0, limit=1)) == [(1, 7, 'quote " and \\ and \n\n')]
     assert attempt.chunks_after(2) == []
 

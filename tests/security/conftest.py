@@ -1,4 +1,5 @@
 """Fixtures for the security tests: a real `campaign serve` (uvicorn, embedded runner) per backend."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,4 +19,3 @@ def board_db(request, tmp_path):
         yield url.replace("://postgres@", f"://postgres:{DB_PASSWORD}@")
     finally:
         drop()
-

@@ -4,6 +4,7 @@ Bodies over a route's limit get 413 before the rest is read (declared or streame
 writes get 401 before their body is read; campaign files are capped; every numeric campaign field
 is bounded (2**63 is a 422 naming the field, never a 500), over the API, forms and campaign files.
 """
+
 from __future__ import annotations
 
 import socket
@@ -13,9 +14,8 @@ import httpx
 import psutil
 import pytest
 
+from tests.support.security import api_client, csrf_from_page, login
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
-from tests.support.security import api_client
-from tests.support.security import csrf_from_page, login
 
 HUGE = 100 * 1024 * 1024
 
@@ -64,8 +64,12 @@ def test_declared_huge_bodies_are_refused_before_reading(board):
     before = _server_rss(board)
     for auth in ({}, {"Authorization": token}):
         for path in ("/api/campaigns", "/api/campaigns/import", "/campaigns"):
-            status, _ = _raw_post(board.url, path, {"Content-Length": str(HUGE), "Content-Type": "application/json", **auth},
-                                  b"{" + b" " * 1000)
+            status, _ = _raw_post(
+                board.url,
+                path,
+                {"Content-Length": str(HUGE), "Content-Type": "application/json", **auth},
+                b"{" + b" " * 1000,
+            )
             assert status == 413, (path, auth, status)
     assert _server_rss(board) - before < 50 * 1024 * 1024
 
@@ -87,8 +91,9 @@ def test_streamed_bodies_stop_at_the_limit(board):
 
 def test_anonymous_writes_are_refused_before_the_body_is_read(board):
     body = b'{"slug": "anon", "name": "' + b"a" * 500_000 + b'"}'
-    status, data = _raw_post(board.url, "/api/campaigns", {"Content-Length": str(len(body)),
-                                                          "Content-Type": "application/json"}, body[:100])
+    status, data = _raw_post(
+        board.url, "/api/campaigns", {"Content-Length": str(len(body)), "Content-Type": "application/json"}, body[:100]
+    )
     assert status == 401, data  # answered with only 100 of the body's bytes sent
 
 
@@ -99,8 +104,19 @@ def test_campaign_files_are_capped(board):
     assert board.api.get("/api/campaigns/big").status_code == 404
 
 
-@pytest.mark.parametrize("field", ["verify_tokens", "hidden_size", "draft_steps", "allreduces_per_verify",
-                                   "baseline_tok_s", "accept_length", "draft_step_ms", "verify_compute_ms"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "verify_tokens",
+        "hidden_size",
+        "draft_steps",
+        "allreduces_per_verify",
+        "baseline_tok_s",
+        "accept_length",
+        "draft_step_ms",
+        "verify_compute_ms",
+    ],
+)
 def test_numeric_fields_are_bounded_everywhere(board, field):
     for value in (2**63, 2**64 + 5, 10**30):
         r = board.api.post("/api/campaigns", json={"slug": "n", "name": "N", field: value})
@@ -117,6 +133,7 @@ def test_numeric_fields_are_bounded_everywhere(board, field):
 def test_page_forms_are_bounded_too(board):
     client = login(board.url, board.login_url)
     token = csrf_from_page(client.get("/").text)
-    r = client.post("/campaigns", data={"slug": "f", "name": "x" * 2_000_000, "csrf_token": token},
-                    headers={"Origin": board.url})
+    r = client.post(
+        "/campaigns", data={"slug": "f", "name": "x" * 2_000_000, "csrf_token": token}, headers={"Origin": board.url}
+    )
     assert r.status_code == 413

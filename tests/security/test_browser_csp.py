@@ -3,6 +3,7 @@
 script, frame-ancestors 'none', a Referrer-Policy and nosniff, and loading and using the pages
 records zero CSP violations (the behaviour that was inline now lives in static/app.js).
 """
+
 from __future__ import annotations
 
 import sys
@@ -13,8 +14,8 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
-from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.security import api_client
+from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign
 
 pytestmark = pytest.mark.browser
@@ -24,9 +25,17 @@ window.__csp = [];
 document.addEventListener("securitypolicyviolation",
     (e) => window.__csp.push(e.violatedDirective + " " + e.blockedURI + " " + (e.sourceFile || "") + ":" + e.lineNumber));
 """
-MAIN_PAGES = ["/", "/campaigns/allreduce-shootout", "/campaigns/allreduce-shootout/approaches/nccl-eager",
-              "/campaigns/allreduce-shootout/trials", "/campaigns/allreduce-shootout/verdicts", "/runners",
-              "/campaigns/csp", "/campaigns/no-such-campaign", "/docs"]
+MAIN_PAGES = [
+    "/",
+    "/campaigns/allreduce-shootout",
+    "/campaigns/allreduce-shootout/approaches/nccl-eager",
+    "/campaigns/allreduce-shootout/trials",
+    "/campaigns/allreduce-shootout/verdicts",
+    "/runners",
+    "/campaigns/csp",
+    "/campaigns/no-such-campaign",
+    "/docs",
+]
 CHART_PAGES = ["/campaigns/allreduce-shootout/charts", "/campaigns/kimi-k25-eagle3/charts"]
 
 
@@ -45,8 +54,11 @@ def board(tmp_path_factory):
     db_url = f"sqlite:///{tmp / 'csp.db'}"
     server = _Server(start_live_server(tmp, db_url, "--demo"), db_url)
     engine = make_engine(db_url)
-    seed_campaign(engine, "csp", [{"key": "hello", "title": "Say hello",
-                                   "recipe": command_recipe(sys.executable, "-c", "print('hello')")}])
+    seed_campaign(
+        engine,
+        "csp",
+        [{"key": "hello", "title": "Say hello", "recipe": command_recipe(sys.executable, "-c", "print('hello')")}],
+    )
     engine.dispose()
     client = api_client(server)
     for _ in range(120):

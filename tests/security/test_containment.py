@@ -3,10 +3,10 @@ empty environment (so it carries no attempt marker, is in no trial group or sess
 trial leader's descendant any more) is still killed on cancel and when the trial exits; a process
 outside the trial is never touched. Real processes, the runner's own TrialProcess.
 """
+
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -57,8 +57,11 @@ def _alive(pid: int) -> bool:
 @pytest.fixture
 def bystander():
     """A process of the same user, in its own session, that no trial started: never touched."""
-    proc = subprocess.Popen([PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"],
-                            env={}, start_new_session=True)
+    proc = subprocess.Popen(
+        [PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"],
+        env={},
+        start_new_session=True,
+    )
     yield proc
     assert proc.poll() is None, "a process outside the trial was killed"
     proc.kill()
@@ -68,8 +71,12 @@ def bystander():
 def _trial(tmp_path: Path, mode: str) -> tuple[TrialProcess, int]:
     pid_file = tmp_path / f"escaped-{uuid.uuid4().hex[:6]}"
     # poll_s long: the descendant poll never sees the escape; only the containment can find it.
-    trial = TrialProcess(LaunchSpec(argv=[PY, "-c", textwrap.dedent(ESCAPE), str(pid_file), mode], timeout_s=120),
-                         f"escape-{uuid.uuid4().hex[:8]}", grace_s=0.5, poll_s=30.0)
+    trial = TrialProcess(
+        LaunchSpec(argv=[PY, "-c", textwrap.dedent(ESCAPE), str(pid_file), mode], timeout_s=120),
+        f"escape-{uuid.uuid4().hex[:8]}",
+        grace_s=0.5,
+        poll_s=30.0,
+    )
     trial.start()
     escaped = _wait_pid(pid_file)
     proc = psutil.Process(escaped)
@@ -96,8 +103,9 @@ def test_escaped_descendant_is_killed_when_the_trial_exits(tmp_path, bystander):
 
 def test_two_trials_each_kill_only_their_own(tmp_path):
     first, first_escaped = _trial(tmp_path, "stay")
-    second = TrialProcess(LaunchSpec(argv=[PY, "-c", "import time; time.sleep(300)"], timeout_s=120),
-                          "other", grace_s=0.5, poll_s=0.1)
+    second = TrialProcess(
+        LaunchSpec(argv=[PY, "-c", "import time; time.sleep(300)"], timeout_s=120), "other", grace_s=0.5, poll_s=0.1
+    )
     second.start()
     try:
         assert second.popen is not None

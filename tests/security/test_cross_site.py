@@ -3,13 +3,14 @@
 Against a real `campaign serve` (uvicorn) on SQLite: a cross-site form post, a post without the
 CSRF token, and any request or websocket with a foreign Host header are refused.
 """
+
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.security import csrf_from_page, login, websocket_status
+from tests.support.servers import LiveServer, start_live_server, stop_live_server
 
 EVIL = "http://evil.example:8000"
 
@@ -25,8 +26,10 @@ class _Server(LiveServer):
 @pytest.fixture(params=["login-disabled", "login-enabled"])
 def server(request, tmp_path):
     env = {"CAMPAIGN_AUTH_ENABLED": "false"} if request.param == "login-disabled" else {}
-    srv = _Server(start_live_server(tmp_path, f"sqlite:///{tmp_path / 'board.db'}", "--no-runner", env=env),
-                  auth=request.param == "login-enabled")
+    srv = _Server(
+        start_live_server(tmp_path, f"sqlite:///{tmp_path / 'board.db'}", "--no-runner", env=env),
+        auth=request.param == "login-enabled",
+    )
     try:
         yield srv
     finally:
@@ -58,8 +61,9 @@ def test_cross_site_form_post_is_refused(server):
     assert r.status_code == 403, r.text
     assert "pwned" not in _campaigns(client)
     # The page's own form, with its token and Origin, works.
-    r = client.post("/campaigns", data={**form, "csrf_token": token}, headers={"Origin": server.url},
-                    follow_redirects=False)
+    r = client.post(
+        "/campaigns", data={**form, "csrf_token": token}, headers={"Origin": server.url}, follow_redirects=False
+    )
     assert r.status_code == 303, r.text
     assert "pwned" in _campaigns(client)
 
@@ -67,8 +71,9 @@ def test_cross_site_form_post_is_refused(server):
 def test_run_next_cross_site_is_refused(server):
     client = _browser(server)
     token = csrf_from_page(client.get("/").text)
-    assert client.post("/campaigns", data={"slug": "c1", "name": "C1", "csrf_token": token},
-                       headers={"Origin": server.url}).status_code in (200, 303)
+    assert client.post(
+        "/campaigns", data={"slug": "c1", "name": "C1", "csrf_token": token}, headers={"Origin": server.url}
+    ).status_code in (200, 303)
     r = client.post("/campaigns/c1/run-next", headers={"Origin": EVIL, "HX-Request": "true"})
     assert r.status_code == 403, r.text
 
@@ -88,9 +93,15 @@ def test_foreign_host_is_refused_on_http_and_websockets(server, host):
 
 
 def test_allowed_hosts_and_public_url_are_accepted(tmp_path):
-    srv = start_live_server(tmp_path, f"sqlite:///{tmp_path / 'board.db'}", "--no-runner",
-                            env={"CAMPAIGN_ALLOWED_HOSTS": "board.example.org, other.example.org",
-                                 "CAMPAIGN_PUBLIC_URL": "https://public.example.net"})
+    srv = start_live_server(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'board.db'}",
+        "--no-runner",
+        env={
+            "CAMPAIGN_ALLOWED_HOSTS": "board.example.org, other.example.org",
+            "CAMPAIGN_PUBLIC_URL": "https://public.example.net",
+        },
+    )
     try:
         for host in ("board.example.org", "other.example.org:443", "public.example.net", "127.0.0.1"):
             assert httpx.get(srv.url + "/healthz", headers={"Host": host}, timeout=30).status_code == 200, host
@@ -98,9 +109,12 @@ def test_allowed_hosts_and_public_url_are_accepted(tmp_path):
         # Behind the TLS proxy the browser's Origin is the public URL: writes from it are accepted.
         client = login(srv.url, srv.login_url)
         token = csrf_from_page(client.get("/").text)
-        r = client.post("/campaigns", data={"slug": "p", "name": "P", "csrf_token": token},
-                        headers={"Origin": "https://public.example.net", "Host": "public.example.net"},
-                        follow_redirects=False)
+        r = client.post(
+            "/campaigns",
+            data={"slug": "p", "name": "P", "csrf_token": token},
+            headers={"Origin": "https://public.example.net", "Host": "public.example.net"},
+            follow_redirects=False,
+        )
         assert r.status_code == 303, r.text
     finally:
         stop_live_server(srv)

@@ -1,5 +1,6 @@
 """Property 10: `campaign login-url` prints the host and port the server actually listens on,
 also when `campaign serve` got them as options rather than settings; the printed link logs in."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,15 @@ from tests.support.paths import ROOT
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, check=True, timeout=120).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.strip()
 
 
 def test_login_url_names_the_listening_host_and_port(tmp_path):
@@ -24,9 +32,14 @@ def test_login_url_names_the_listening_host_and_port(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPAIGN_")}
     env.update(CAMPAIGN_DATA_DIR=str(tmp_path / "data"), CAMPAIGN_SECRET_KEY="k" * 40)
     # --port and --host on the command line; the settings still say the default 127.0.0.1:8000.
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--no-runner", "--host", "localhost",
-                             "--port", str(port)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--no-runner", "--host", "localhost", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -3,6 +3,7 @@
 falls silent (socket open, no heartbeat) goes offline; with the old 30 s default it would not
 within the wait below.
 """
+
 from __future__ import annotations
 
 import time
@@ -10,8 +11,8 @@ import time
 from app.config import Settings
 from app.db import make_engine, session_scope
 from app.domain import runners as runner_domain
-from tests.support.servers import start_live_server, stop_live_server
 from tests.support.security import api_client
+from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import ProtocolRunner
 
 

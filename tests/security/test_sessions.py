@@ -2,6 +2,7 @@
 
 Against a real `campaign serve` (uvicorn) on SQLite and PostgreSQL.
 """
+
 from __future__ import annotations
 
 import threading
@@ -14,8 +15,8 @@ from sqlmodel import select
 from app.db import make_engine, session_scope
 from app.models import BrowserSession
 from app.security import create_login_token
+from tests.support.security import csrf_from_page
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
-from tests.support.security import csrf_from_page, login
 
 
 class _Server(LiveServer):
@@ -51,8 +52,12 @@ def _replay(server, cookies: httpx.Cookies, token: str) -> tuple[int, int]:
     """(GET / status, POST status) for a client holding only the old cookie."""
     client = httpx.Client(base_url=server.url, timeout=30, cookies=cookies)
     page = client.get("/", follow_redirects=False).status_code
-    post = client.post("/campaigns", data={"slug": "after", "name": "After", "csrf_token": token},
-                       headers={"Origin": server.url}, follow_redirects=False).status_code
+    post = client.post(
+        "/campaigns",
+        data={"slug": "after", "name": "After", "csrf_token": token},
+        headers={"Origin": server.url},
+        follow_redirects=False,
+    ).status_code
     return page, post
 
 

@@ -5,21 +5,24 @@ is `env`: its output has the node's ordinary variables and the approach's own, a
 secrets (secret key, runner token, database URL and password, libpq password). A second trial
 finds no secret in the runner's environment through /proc either.
 """
+
 from __future__ import annotations
 
 import sys
 import time
 
 from app.db import make_engine
-from tests.support.servers import start_live_server, stop_live_server
 from tests.support.security import DB_PASSWORD, api_client
+from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import seed_campaign
 
-PROC_PEEK = ("import os\n"
-             "try:\n"
-             "    print('runner environ:', open(f'/proc/{os.getppid()}/environ', 'rb').read())\n"
-             "except OSError as exc:\n"
-             "    print('runner environ unreadable:', type(exc).__name__)\n")
+PROC_PEEK = (
+    "import os\n"
+    "try:\n"
+    "    print('runner environ:', open(f'/proc/{os.getppid()}/environ', 'rb').read())\n"
+    "except OSError as exc:\n"
+    "    print('runner environ unreadable:', type(exc).__name__)\n"
+)
 
 
 def _run_and_read_log(client, slug: str) -> str:
@@ -42,23 +45,47 @@ def _run_and_read_log(client, slug: str) -> str:
 
 def test_env_trial_prints_no_secret(tmp_path, board_db):
     secret_key = "secret-key-" + "5d8e0a41b2"
-    server = start_live_server(tmp_path, board_db, env={
-        "CAMPAIGN_SECRET_KEY": secret_key, "PGPASSWORD": "pg-env-password-77",
-        "NODE_ORDINARY_SETTING": "visible-42"})
+    server = start_live_server(
+        tmp_path,
+        board_db,
+        env={
+            "CAMPAIGN_SECRET_KEY": secret_key,
+            "PGPASSWORD": "pg-env-password-77",
+            "NODE_ORDINARY_SETTING": "visible-42",
+        },
+    )
     engine = make_engine(board_db)
     try:
-        seed_campaign(engine, "env", [
-            {"key": "env", "title": "Print the environment",
-             "recipe": {"kind": "command", "params": {"argv": ["env"]}, "env": {"DECLARED_BY_APPROACH": "yes"},
-                        "timeout_s": 60}},
-            {"key": "peek", "title": "Read the runner's environ",
-             "recipe": {"kind": "command", "params": {"argv": [sys.executable, "-c", PROC_PEEK]}, "timeout_s": 60}},
-        ])
+        seed_campaign(
+            engine,
+            "env",
+            [
+                {
+                    "key": "env",
+                    "title": "Print the environment",
+                    "recipe": {
+                        "kind": "command",
+                        "params": {"argv": ["env"]},
+                        "env": {"DECLARED_BY_APPROACH": "yes"},
+                        "timeout_s": 60,
+                    },
+                },
+                {
+                    "key": "peek",
+                    "title": "Read the runner's environ",
+                    "recipe": {
+                        "kind": "command",
+                        "params": {"argv": [sys.executable, "-c", PROC_PEEK]},
+                        "timeout_s": 60,
+                    },
+                },
+            ],
+        )
         client = api_client(server)
         log = _run_and_read_log(client, "env")
         variables = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
-        assert variables.get("NODE_ORDINARY_SETTING") == "visible-42"   # the node's ordinary environment
-        assert variables.get("DECLARED_BY_APPROACH") == "yes"           # what the approach declares
+        assert variables.get("NODE_ORDINARY_SETTING") == "visible-42"  # the node's ordinary environment
+        assert variables.get("DECLARED_BY_APPROACH") == "yes"  # what the approach declares
         assert "PATH" in variables
         for secret in (secret_key, DB_PASSWORD, "pg-env-password-77", "cbr_", "cbt_", "login_"):
             assert secret not in log, secret

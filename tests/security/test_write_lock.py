@@ -6,6 +6,7 @@ Structurally: app.db has one session factory; a transaction that may write says 
 takes the write lock first (BEGIN IMMEDIATE on SQLite); a read-only one refuses writes at once
 (`ReadOnlyTransaction`), which the last test checks.
 """
+
 from __future__ import annotations
 
 import threading
@@ -46,7 +47,7 @@ def test_logins_during_runner_connects_never_fail(tmp_path, board_db):
                     runner = ProtocolRunner(ws_url, token)
                     runner.heartbeat()
                     runner.close()
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=log_in, args=(u,)) for u in login_urls]

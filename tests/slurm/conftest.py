@@ -3,6 +3,7 @@
 The tests run against the real daemons. They skip only when the cluster cannot start here,
 and say why; with CAMPAIGN_REQUIRE_SLURM=1 (CI) that is a failure instead.
 """
+
 from __future__ import annotations
 
 import os

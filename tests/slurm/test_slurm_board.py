@@ -1,6 +1,7 @@
 """A board (real uvicorn, SQLite and PostgreSQL) with a real `campaign runner --executor slurm`
 process handing trials to the real SLURM daemons: run next, live log, pending reason, cancel, a
 failing job, a runner restart that re-attaches, and a two-node trial routed by its requirements."""
+
 from __future__ import annotations
 
 import json
@@ -16,19 +17,31 @@ import httpx
 import pytest
 from sqlmodel import select
 
-from tests.support.trials import (ROOT, ThreadServer, log_text, make_settings, new_runner_token, run_next,
-                            seed_campaign, trial, viewer_messages, wait_for)
-
 from app.db import session_scope
 from app.domain import logs as log_domain
 from app.models import Runner, Trial
+from tests.support.trials import (
+    ROOT,
+    ThreadServer,
+    log_text,
+    make_settings,
+    new_runner_token,
+    run_next,
+    seed_campaign,
+    trial,
+    viewer_messages,
+    wait_for,
+)
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 
 def _python(script: str, timeout_s: float = 120) -> dict:
-    return {"kind": "command", "params": {"argv": [sys.executable, "-u", "-c", textwrap.dedent(script)]},
-            "timeout_s": timeout_s}
+    return {
+        "kind": "command",
+        "params": {"argv": [sys.executable, "-u", "-c", textwrap.dedent(script)]},
+        "timeout_s": timeout_s,
+    }
 
 
 class SlurmNode:
@@ -37,12 +50,34 @@ class SlurmNode:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CAMPAIGN_RUNNER_TOKEN": self.token,
-               "CAMPAIGN_CANCEL_GRACE_S": str(self.srv.settings.cancel_grace_s)}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "CAMPAIGN_RUNNER_TOKEN": self.token,
+            "CAMPAIGN_CANCEL_GRACE_S": str(self.srv.settings.cancel_grace_s),
+        }
         log = open(self.spool.parent / f"runner-{uuid.uuid4().hex[:6]}.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server", self.srv.url,
-                                      "--spool-dir", str(self.spool), "--name", "slurm-node", "--executor", "slurm"],
-                                     cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "runner",
+                "--server",
+                self.srv.url,
+                "--spool-dir",
+                str(self.spool),
+                "--name",
+                "slurm-node",
+                "--executor",
+                "slurm",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_for(lambda: self.srv.app.state.live_hub.online(), timeout=60, what="the SLURM runner to connect")
 
     def stop(self) -> None:
@@ -81,14 +116,22 @@ def _stored(srv, trial_id: int) -> str:
 def test_live_log_through_slurm(board, tmp_path):
     srv, _ = board
     gate = tmp_path / "gate"
-    seed_campaign(srv.engine, "spec", [
-        {"key": "live", "title": "Live", "recipe": _python(f"""
+    seed_campaign(
+        srv.engine,
+        "spec",
+        [
+            {
+                "key": "live",
+                "title": "Live",
+                "recipe": _python(f"""
             import os, time
             print("hello from slurm", flush=True)
             while not os.path.exists({str(gate)!r}): time.sleep(0.05)
             for i in range(200): print(f"line {{i}}", flush=True)
-            """)},
-    ])
+            """),
+            },
+        ],
+    )
     with session_scope(srv.engine, write=False) as session:
         fingerprint = session.exec(select(Runner)).one().fingerprint
     assert fingerprint is not None
@@ -108,8 +151,17 @@ def test_live_log_through_slurm(board, tmp_path):
 
 def test_a_failing_job_fails_the_trial(board):
     srv, _ = board
-    seed_campaign(srv.engine, "spec", [
-        {"key": "fails", "title": "Fails", "recipe": _python("import sys; print('no luck', flush=True); sys.exit(4)")}])
+    seed_campaign(
+        srv.engine,
+        "spec",
+        [
+            {
+                "key": "fails",
+                "title": "Fails",
+                "recipe": _python("import sys; print('no luck', flush=True); sys.exit(4)"),
+            }
+        ],
+    )
     failed = run_next(srv)
     assert failed["started"], failed
     wait_for(lambda: trial(srv, failed["trial_id"])["state"] == "failed", timeout=60, what="the trial to fail")
@@ -119,8 +171,18 @@ def test_a_failing_job_fails_the_trial(board):
 
 def test_pending_job_shows_queued_with_reason_then_cancel(board):
     srv, _ = board
-    seed_campaign(srv.engine, "spec", [{"key": "later", "title": "Later", "recipe": _python("print('x')"),
-                                        "requirements": {"sbatch": ["--begin=now+1hour"]}}])
+    seed_campaign(
+        srv.engine,
+        "spec",
+        [
+            {
+                "key": "later",
+                "title": "Later",
+                "recipe": _python("print('x')"),
+                "requirements": {"sbatch": ["--begin=now+1hour"]},
+            }
+        ],
+    )
     started = run_next(srv)
     tid = started["trial_id"]
     wait_for(lambda: trial(srv, tid)["phase"] == "queued (BeginTime)", timeout=60, what="the queued phase")
@@ -132,12 +194,22 @@ def test_pending_job_shows_queued_with_reason_then_cancel(board):
 
 def test_cancel_running_job_from_the_board(board):
     srv, _ = board
-    seed_campaign(srv.engine, "spec", [{"key": "long", "title": "Long", "recipe": _python("""
+    seed_campaign(
+        srv.engine,
+        "spec",
+        [
+            {
+                "key": "long",
+                "title": "Long",
+                "recipe": _python("""
         import signal, sys, time
         signal.signal(signal.SIGTERM, lambda s, f: (print("terminated politely", flush=True), sys.exit(0)))
         print("working", flush=True)
         while True: time.sleep(0.1)
-        """)}])
+        """),
+            }
+        ],
+    )
     tid = run_next(srv)["trial_id"]
     viewer_messages(srv, tid, until=lambda m: "working\n" in log_text(m), timeout=60)
     r = httpx.post(f"{srv.url}/api/trials/{tid}/cancel", headers=srv.api_headers())
@@ -149,12 +221,22 @@ def test_cancel_running_job_from_the_board(board):
 def test_runner_restart_reattaches_to_its_running_job(board, tmp_path):
     srv, node = board
     gate = tmp_path / "gate"
-    seed_campaign(srv.engine, "spec", [{"key": "survivor", "title": "Survivor", "recipe": _python(f"""
+    seed_campaign(
+        srv.engine,
+        "spec",
+        [
+            {
+                "key": "survivor",
+                "title": "Survivor",
+                "recipe": _python(f"""
         import os, time
         for i in range(100): print(f"before {{i}}", flush=True)
         while not os.path.exists({str(gate)!r}): time.sleep(0.05)
         for i in range(100): print(f"after {{i}}", flush=True)
-        """)}])
+        """),
+            }
+        ],
+    )
     tid = run_next(srv)["trial_id"]
     viewer_messages(srv, tid, until=lambda m: "before 99\n" in log_text(m), timeout=60)
     node.stop()  # SIGTERM: the runner detaches; the job keeps running
@@ -170,10 +252,29 @@ def test_runner_restart_reattaches_to_its_running_job(board, tmp_path):
 
 def test_two_node_trial_is_routed_to_the_slurm_runner(board):
     srv, _ = board
-    seed_campaign(srv.engine, "spec", [{"key": "two-nodes", "title": "Two nodes", "requirements": {"nodes": 2},
-                                        "recipe": {"kind": "allreduce", "timeout_s": 240,
-                                                   "params": {"backend": "gloo", "tokens": [1], "hidden_size": 128,
-                                                              "dtype": "fp32", "iters": 3, "warmup": 1}}}])
+    seed_campaign(
+        srv.engine,
+        "spec",
+        [
+            {
+                "key": "two-nodes",
+                "title": "Two nodes",
+                "requirements": {"nodes": 2},
+                "recipe": {
+                    "kind": "allreduce",
+                    "timeout_s": 240,
+                    "params": {
+                        "backend": "gloo",
+                        "tokens": [1],
+                        "hidden_size": 128,
+                        "dtype": "fp32",
+                        "iters": 3,
+                        "warmup": 1,
+                    },
+                },
+            }
+        ],
+    )
     started = run_next(srv)
     assert started["started"], started
     tid = started["trial_id"]

@@ -1,5 +1,6 @@
 """The SLURM executor against the real daemons: submit, follow the output live, states, cancel,
 failure, re-attach, and a multi-node gloo allreduce across the two slurmd nodes."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 
 from runners.executors.slurm import SlurmConfig, SlurmExecutor, job_info
 from runners.process import OutputChunk
-from runners.recipes import build_launch, RecipeError
+from runners.recipes import RecipeError, build_launch
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -55,15 +56,25 @@ class Collector:
 
 
 def _python(script: str, timeout_s: float = 120) -> dict:
-    return {"kind": "command", "params": {"argv": [sys.executable, "-u", "-c", textwrap.dedent(script)]},
-            "timeout_s": timeout_s}
+    return {
+        "kind": "command",
+        "params": {"argv": [sys.executable, "-u", "-c", textwrap.dedent(script)]},
+        "timeout_s": timeout_s,
+    }
 
 
-def _trial(executor: SlurmExecutor, recipe: dict, collector: Collector, requirements: dict | None = None,
-           attempt: str = "a1", grace_s: float = 3.0):
+def _trial(
+    executor: SlurmExecutor,
+    recipe: dict,
+    collector: Collector,
+    requirements: dict | None = None,
+    attempt: str = "a1",
+    grace_s: float = 3.0,
+):
     spec = build_launch(recipe)
-    return executor.trial(spec, attempt, trial_id=1, requirements=requirements, grace_s=grace_s,
-                          **collector.callbacks())
+    return executor.trial(
+        spec, attempt, trial_id=1, requirements=requirements, grace_s=grace_s, **collector.callbacks()
+    )
 
 
 @pytest.fixture
@@ -86,12 +97,16 @@ def _wait(predicate, timeout: float = 60, what: str = "condition"):
 def test_output_streams_live_while_the_job_runs(executor, tmp_path):
     gate = tmp_path / "gate"
     collector = Collector()
-    trial = _trial(executor, _python(f"""
+    trial = _trial(
+        executor,
+        _python(f"""
         import os, time
         print("first line", flush=True)
         while not os.path.exists({str(gate)!r}): time.sleep(0.05)
         for i in range(500): print(f"line {{i}} é", flush=True)
-        """), collector)
+        """),
+        collector,
+    )
     trial.start()
     trial.wait_running()
     # The first line arrives while the job is still running (it waits for the gate).
@@ -117,14 +132,18 @@ def test_a_failing_job_reports_its_exit_code(executor):
 
 def test_cancel_running_signals_first_then_kills(executor):
     collector = Collector()
-    trial = _trial(executor, _python("""
+    trial = _trial(
+        executor,
+        _python("""
         import signal, sys, time
         def bye(signum, frame):
             print(f"got signal {signum}, cleaning up", flush=True); sys.exit(0)
         signal.signal(signal.SIGTERM, bye)
         print("ready", flush=True)
         while True: time.sleep(0.1)
-        """), collector)
+        """),
+        collector,
+    )
     trial.start()
     trial.wait_running()
     assert collector.got_chunk.wait(60)
@@ -138,12 +157,17 @@ def test_cancel_running_signals_first_then_kills(executor):
 
 def test_cancel_running_kills_after_grace_when_term_is_ignored(executor):
     collector = Collector()
-    trial = _trial(executor, _python("""
+    trial = _trial(
+        executor,
+        _python("""
         import signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("ignoring TERM", flush=True)
         while True: time.sleep(0.1)
-        """), collector, grace_s=1.0)
+        """),
+        collector,
+        grace_s=1.0,
+    )
     trial.start()
     trial.wait_running()
     assert collector.got_chunk.wait(60)
@@ -185,12 +209,17 @@ def test_job_cancelled_outside_the_runner_is_reported_so(executor):
 def test_reattach_resumes_the_output_where_the_spool_stopped(executor, tmp_path):
     gate = tmp_path / "gate"
     collector = Collector()
-    trial = _trial(executor, _python(f"""
+    trial = _trial(
+        executor,
+        _python(f"""
         import os, time
         for i in range(50): print(f"before {{i}}", flush=True)
         while not os.path.exists({str(gate)!r}): time.sleep(0.05)
         for i in range(50): print(f"after {{i}}", flush=True)
-        """), collector, attempt="reattach")
+        """),
+        collector,
+        attempt="reattach",
+    )
     trial.start()
     trial.wait_running()
     _wait(lambda: collector.text.endswith("before 49\n"), what="the first half")
@@ -209,22 +238,29 @@ def test_reattach_resumes_the_output_where_the_spool_stopped(executor, tmp_path)
     end = sum(c.nbytes for c in collector.chunks)
     assert second.chunks[0].offset == end and second.contiguous(end)
     assert collector.text + second.text == "".join(f"before {i}\n" for i in range(50)) + "".join(
-        f"after {i}\n" for i in range(50))
+        f"after {i}\n" for i in range(50)
+    )
     assert again.reattach("nothing-here", resume_offset=0, grace_s=1.0, **second.callbacks()) is None
 
 
 def test_multi_node_gloo_allreduce_across_two_slurmd_nodes(executor):
     collector = Collector()
-    recipe = {"kind": "allreduce", "params": {"backend": "gloo", "tokens": [1, 4], "hidden_size": 256,
-                                              "dtype": "fp32", "iters": 5, "warmup": 1}, "timeout_s": 240}
+    recipe = {
+        "kind": "allreduce",
+        "params": {"backend": "gloo", "tokens": [1, 4], "hidden_size": 256, "dtype": "fp32", "iters": 5, "warmup": 1},
+        "timeout_s": 240,
+    }
     trial = _trial(executor, recipe, collector, requirements={"nodes": 2})
     trial.start()
     result = trial.wait()
     assert (result.outcome, result.exit_code) == ("exited", 0), collector.text[-3000:]
     fields = subprocess.run(["scontrol", "show", "job", "-o", trial.job_id], capture_output=True, text=True).stdout
     assert "NumNodes=2" in fields and "NodeList=n[1-2]" in fields
-    metrics = [json.loads(line.split(" ", 1)[1]) for line in collector.text.splitlines()
-               if line.startswith("@@campaign-metric ")]
+    metrics = [
+        json.loads(line.split(" ", 1)[1])
+        for line in collector.text.splitlines()
+        if line.startswith("@@campaign-metric ")
+    ]
     latency = [m for m in metrics if m["name"] == "allreduce_latency_us"]
     assert {m["tags"]["tokens"] for m in latency} == {1, 4}, collector.text[-3000:]
     assert all(m["tags"]["world_size"] == 2 and m["value"] > 0 for m in latency)
@@ -236,8 +272,12 @@ def test_multi_node_gloo_allreduce_across_two_slurmd_nodes(executor):
 
 def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
     collector = Collector()
-    trial = _trial(executor, _python("import time; print('slow', flush=True); time.sleep(600)", timeout_s=2),
-                   collector, grace_s=1.0)
+    trial = _trial(
+        executor,
+        _python("import time; print('slow', flush=True); time.sleep(600)", timeout_s=2),
+        collector,
+        grace_s=1.0,
+    )
     trial.start()
     result = trial.wait()
     assert result.outcome == "timed_out" and "no result within 2s" in result.error

@@ -1,5 +1,6 @@
 """The pieces of the SLURM path that need no cluster: the batch script's quoting, the rank
 environment under srun, GRES parsing, and the nodes x GPUs "can run" rules."""
+
 from __future__ import annotations
 
 import subprocess
@@ -17,11 +18,15 @@ def test_batch_script_runs_hostile_argv_and_env_literally(tmp_path):
     marker = tmp_path / "pwned"
     argv = ["printf", "%s|", f"$(touch {marker})", "`id`", "a'b\"c", "; rm -rf /", "$HOME"]
     spec = LaunchSpec(argv=argv, env={"WEIRD": f"$(touch {marker}) 'q'"})
-    done = subprocess.run(["bash", "-c", batch_script(spec, "att'1", 7, 1, 1).replace("exec ", "")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", "-c", batch_script(spec, "att'1", 7, 1, 1).replace("exec ", "")], capture_output=True, text=True
+    )
     assert done.stdout == "|".join(argv[2:]) + "|"
-    env = subprocess.run(["bash", "-c", batch_script(LaunchSpec(argv=["printenv", "WEIRD"], env=spec.env), "a", 1, 1, 1)],
-                         capture_output=True, text=True)
+    env = subprocess.run(
+        ["bash", "-c", batch_script(LaunchSpec(argv=["printenv", "WEIRD"], env=spec.env), "a", 1, 1, 1)],
+        capture_output=True,
+        text=True,
+    )
     assert env.stdout == f"$(touch {marker}) 'q'\n"
     assert not marker.exists()
 
@@ -35,8 +40,10 @@ def test_multi_node_script_launches_one_task_per_gpu_through_srun_task():
     spec = LaunchSpec(argv=["/venv/bin/python", "-m", "runners.recipes.allreduce", "--backend=nccl"])
     script = batch_script(spec, "a", 1, nodes=2, tasks_per_node=8)
     last = script.strip().splitlines()[-1]
-    assert last == ("exec srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=8 /venv/bin/python -m "
-                    "runners.executors.srun_task -- /venv/bin/python -m runners.recipes.allreduce --backend=nccl")
+    assert last == (
+        "exec srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=8 /venv/bin/python -m "
+        "runners.executors.srun_task -- /venv/bin/python -m runners.recipes.allreduce --backend=nccl"
+    )
     assert "export MASTER_ADDR=" in script and "export MASTER_PORT=" in script
 
 
@@ -51,10 +58,21 @@ def test_job_shape_from_requirements_and_config():
 
 
 def test_rank_env_from_srun_and_torchrun():
-    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "4(x2)",
-             "SLURM_NODEID": "1"}
-    assert rank_env_from_launcher(slurm) == {"CAMPAIGN_RANK_WORKER": "1", "RANK": "5", "WORLD_SIZE": "8",
-                                             "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "NODE_RANK": "1"}
+    slurm = {
+        "SLURM_PROCID": "5",
+        "SLURM_NTASKS": "8",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS_PER_NODE": "4(x2)",
+        "SLURM_NODEID": "1",
+    }
+    assert rank_env_from_launcher(slurm) == {
+        "CAMPAIGN_RANK_WORKER": "1",
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "4",
+        "NODE_RANK": "1",
+    }
     assert rank_env_from_launcher({"RANK": "0", "WORLD_SIZE": "2", **slurm}) == {"CAMPAIGN_RANK_WORKER": "1"}
     assert rank_env_from_launcher({}) == {}
 

@@ -6,9 +6,10 @@ SGLang trial) are plausible values chosen for the tests and labelled FIXTURE. Se
 planted where the share page must never look (recipe env and argv, evidence, description,
 trial errors, the host name in a fingerprint, a runner) so tests can assert none leak.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session
 
@@ -18,7 +19,7 @@ from app.schemas import ApproachCreate, CampaignCreate
 
 SLUG = "fixture-h200"
 HIDDEN = 7168
-T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 SECRETS = {
     "env": "ENV-SECRET-7f3a9c",
     "argv": "ARGV-SECRET-91bd2e",
@@ -35,22 +36,45 @@ H200 = {
     "symm-mem-two-shot": {1: 8.8, 8: 8.8, 64: 11.4},
     "symm-mem-one-shot": {1: 12.5, 8: 12.8, 64: 14.2},
 }
-H200_FP = {"hostname": SECRETS["hostname"], "gpu_count": 2, "sm": "9.0", "torch": "2.11.0", "nccl": "2.27.5",
-           "cuda": "12.8", "gpus": [{"name": "NVIDIA H200", "sm": "9.0"}]}
-SEED_FP = {"hostname": SECRETS["hostname"], "gpu_count": 8, "sm": "12.0", "torch": "2.10.0+cu128", "cuda": "12.8",
-           "gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell", "sm": "12.0"}]}
+H200_FP = {
+    "hostname": SECRETS["hostname"],
+    "gpu_count": 2,
+    "sm": "9.0",
+    "torch": "2.11.0",
+    "nccl": "2.27.5",
+    "cuda": "12.8",
+    "gpus": [{"name": "NVIDIA H200", "sm": "9.0"}],
+}
+SEED_FP = {
+    "hostname": SECRETS["hostname"],
+    "gpu_count": 8,
+    "sm": "12.0",
+    "torch": "2.10.0+cu128",
+    "cuda": "12.8",
+    "gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell", "sm": "12.0"}],
+}
 
 
 def _sglang_recipe(flag: str | None = None) -> dict:
-    return {"kind": "sglang_server", "env": {"HF_TOKEN": SECRETS["env"]},
-            "params": {"model_path": SECRETS["model_path"], "tp_size": 8, "flags": [flag] if flag else [],
-                       "server_args": [f"--api-key={SECRETS['argv']}"],
-                       "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/draft"}}}
+    return {
+        "kind": "sglang_server",
+        "env": {"HF_TOKEN": SECRETS["env"]},
+        "params": {
+            "model_path": SECRETS["model_path"],
+            "tp_size": 8,
+            "flags": [flag] if flag else [],
+            "server_args": [f"--api-key={SECRETS['argv']}"],
+            "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/draft"},
+        },
+    }
 
 
 def _allreduce_recipe(mode: str, backend: str = "nccl") -> dict:
-    return {"kind": "allreduce", "env": {"NCCL_DEBUG": "INFO", "SECRET_TOKEN": SECRETS["env"]},
-            "params": {"backend": backend, "mode": mode, "tokens": [1, 8, 64, 256]}}
+    return {
+        "kind": "allreduce",
+        "env": {"NCCL_DEBUG": "INFO", "SECRET_TOKEN": SECRETS["env"]},
+        "params": {"backend": backend, "mode": mode, "tokens": [1, 8, 64, 256]},
+    }
 
 
 class Builder:
@@ -64,9 +88,18 @@ class Builder:
         return self.clock
 
     def approach(self, key: str, title: str, recipe: dict | None = None, **extra):
-        approach = inventory.add_approach(self.session, self.campaign, ApproachCreate(
-            key=key, title=title, recipe=recipe, evidence=f"notes {SECRETS['evidence']}",
-            description=f"how: {SECRETS['description']}"), actor="fixture")
+        approach = inventory.add_approach(
+            self.session,
+            self.campaign,
+            ApproachCreate(
+                key=key,
+                title=title,
+                recipe=recipe,
+                evidence=f"notes {SECRETS['evidence']}",
+                description=f"how: {SECRETS['description']}",
+            ),
+            actor="fixture",
+        )
         for name, value in extra.items():
             setattr(approach, name, value)
         self._stamp_last_change(approach)
@@ -78,24 +111,54 @@ class Builder:
         self.session.add(change)
         self.session.flush()
 
-    def trial(self, approach, metrics: list[tuple[str, float, str, dict]], *, fingerprint=None,
-              state: str = "succeeded", error: str = "") -> Trial:
+    def trial(
+        self,
+        approach,
+        metrics: list[tuple[str, float, str, dict]],
+        *,
+        fingerprint=None,
+        state: str = "succeeded",
+        error: str = "",
+    ) -> Trial:
         start = self.tick(1)
-        trial = Trial(campaign_id=self.campaign.id, approach_id=approach.id, recipe=approach.recipe or {},
-                      state=state, phase="done", requested_by="fixture", fingerprint=fingerprint,
-                      error=error, created_at=start, started_at=start, finished_at=self.tick(0.4))
+        trial = Trial(
+            campaign_id=self.campaign.id,
+            approach_id=approach.id,
+            recipe=approach.recipe or {},
+            state=state,
+            phase="done",
+            requested_by="fixture",
+            fingerprint=fingerprint,
+            error=error,
+            created_at=start,
+            started_at=start,
+            finished_at=self.tick(0.4),
+        )
         self.session.add(trial)
         self.session.flush()
         for index, (name, value, unit, tags) in enumerate(metrics):
-            self.session.add(Metric(trial_id=trial.id, approach_id=approach.id, campaign_id=self.campaign.id,
-                                    seq=0, index=index, name=name, value=value, unit=unit, tags=tags))
+            self.session.add(
+                Metric(
+                    trial_id=trial.id,
+                    approach_id=approach.id,
+                    campaign_id=self.campaign.id,
+                    seq=0,
+                    index=index,
+                    name=name,
+                    value=value,
+                    unit=unit,
+                    tags=tags,
+                )
+            )
         self.session.flush()
         return trial
 
-    def verdict(self, approach, status: str, reason: str, trial: Trial | None = None, *,
-                fingerprint=None, bound=None) -> StatusChange:
-        change = inventory.change_status(self.session, approach, status, reason, "fixture",
-                                         trial_id=trial.id if trial else None)
+    def verdict(
+        self, approach, status: str, reason: str, trial: Trial | None = None, *, fingerprint=None, bound=None
+    ) -> StatusChange:
+        change = inventory.change_status(
+            self.session, approach, status, reason, "fixture", trial_id=trial.id if trial else None
+        )
         change.at = self.tick(0.2)
         approach.verdict_fingerprint = fingerprint
         approach.bound_to = {"components": bound} if bound else None
@@ -108,9 +171,23 @@ def allreduce_metrics(latencies: dict[int, float], mode: str, backend: str = "nc
     out = []
     for tokens, us in latencies.items():
         nbytes = tokens * HIDDEN * 2
-        out.append(("allreduce_latency_us", us, "us", {"backend": backend, "mode": mode, "world_size": world_size,
-                                                       "bytes": nbytes, "tokens": tokens, "dtype": "bf16",
-                                                       "hidden_size": HIDDEN, "torch": "2.11.0"}))
+        out.append(
+            (
+                "allreduce_latency_us",
+                us,
+                "us",
+                {
+                    "backend": backend,
+                    "mode": mode,
+                    "world_size": world_size,
+                    "bytes": nbytes,
+                    "tokens": tokens,
+                    "dtype": "bf16",
+                    "hidden_size": HIDDEN,
+                    "torch": "2.11.0",
+                },
+            )
+        )
         out.append(("allreduce_busbw_gbps", nbytes / us / 1e3, "GB/s", {"bytes": nbytes, "tokens": tokens}))
     return out
 
@@ -119,13 +196,22 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
     """The fixture campaign: H200 allreduce curves, a PCIe in-situ figure, a speculative SGLang trial,
     throughput trials, dead ends with reasons and stacks, and an untested approach next in line."""
     b = Builder(session)
-    b.campaign = inventory.create_campaign(session, CampaignCreate(
-        slug=slug, name="FIXTURE: EAGLE-3 break-even (H200 allreduce measurements + seed inputs)",
-        description=f"Test fixture. {SECRETS['description']}",
-        baseline_tok_s=None, accept_length=2.4 if with_inputs else None,
-        draft_steps=3 if with_inputs else None, draft_step_ms=0.5 if with_inputs else None,
-        verify_compute_ms=9.0 if with_inputs else None, allreduces_per_verify=122, hidden_size=HIDDEN,
-        verify_tokens=4))
+    b.campaign = inventory.create_campaign(
+        session,
+        CampaignCreate(
+            slug=slug,
+            name="FIXTURE: EAGLE-3 break-even (H200 allreduce measurements + seed inputs)",
+            description=f"Test fixture. {SECRETS['description']}",
+            baseline_tok_s=None,
+            accept_length=2.4 if with_inputs else None,
+            draft_steps=3 if with_inputs else None,
+            draft_step_ms=0.5 if with_inputs else None,
+            verify_compute_ms=9.0 if with_inputs else None,
+            allreduces_per_verify=122,
+            hidden_size=HIDDEN,
+            verify_tokens=4,
+        ),
+    )
     campaign = b.campaign
     campaign.created_at = T0
 
@@ -134,42 +220,85 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
     eager = b.approach("nccl-eager", "NCCL eager", _allreduce_recipe("eager"))
     two_shot = b.approach("symm-mem-two-shot", "torch symm-mem two-shot", _allreduce_recipe("eager", "symm_mem"))
     one_shot = b.approach("symm-mem-one-shot", "torch symm-mem one-shot", _allreduce_recipe("eager", "symm_mem"))
-    pcie_ipc = b.approach("flashinfer-pcie-ipc", "FlashInfer PCIe-IPC allreduce",
-                          _sglang_recipe("--enable-flashinfer-allreduce-fusion"))
+    pcie_ipc = b.approach(
+        "flashinfer-pcie-ipc", "FlashInfer PCIe-IPC allreduce", _sglang_recipe("--enable-flashinfer-allreduce-fusion")
+    )
     custom = b.approach("custom-allreduce", "SGLang custom allreduce (IPC)", _sglang_recipe())
     fusion = b.approach("flashinfer-fusion", "FlashInfer allreduce fusion", _sglang_recipe())
     b.approach("expert-parallelism", "Expert parallelism", _sglang_recipe("--ep-size=8"))
     b.approach("mscclpp", "MSCCL++", None)
 
     # Baseline: plain decode on the seed node, 82 tok/s (domain.md).
-    baseline = b.trial(pcie, [("output_throughput_tok_s", 82.0, "tok/s", {"source": "result_file"}),
-                              ("median_tpot_ms", 12.2, "ms", {"source": "result_file"})], fingerprint=SEED_FP)
+    baseline = b.trial(
+        pcie,
+        [
+            ("output_throughput_tok_s", 82.0, "tok/s", {"source": "result_file"}),
+            ("median_tpot_ms", 12.2, "ms", {"source": "result_file"}),
+        ],
+        fingerprint=SEED_FP,
+    )
     campaign.baseline_trial_id = baseline.id
     # FIXTURE: in situ on PCIe, ~200 us per allreduce (domain.md's "~200 us each").
-    pcie_step = b.trial(pcie, [("allreduce_in_situ_us", 200.0, "us", {"tokens": 4, "allreduces": 122, "layers": 61,
-                                                                      "backend": "nccl", "mode": "graph"}),
-                               ("verify_comm_ms", 24.4, "ms", {"tokens": 4})], fingerprint=SEED_FP)
-    b.verdict(pcie, "dead_end", "24.4 ms of allreduce per verify: more than speculation saves", pcie_step,
-              fingerprint=SEED_FP, bound=["nccl", "sm"])
+    pcie_step = b.trial(
+        pcie,
+        [
+            (
+                "allreduce_in_situ_us",
+                200.0,
+                "us",
+                {"tokens": 4, "allreduces": 122, "layers": 61, "backend": "nccl", "mode": "graph"},
+            ),
+            ("verify_comm_ms", 24.4, "ms", {"tokens": 4}),
+        ],
+        fingerprint=SEED_FP,
+    )
+    b.verdict(
+        pcie,
+        "dead_end",
+        "24.4 ms of allreduce per verify: more than speculation saves",
+        pcie_step,
+        fingerprint=SEED_FP,
+        bound=["nccl", "sm"],
+    )
 
-    for approach, key, mode, backend in ((graph, "nccl-graph", "graph", "nccl"), (eager, "nccl-eager", "eager", "nccl"),
-                                         (two_shot, "symm-mem-two-shot", "eager", "symm_mem"),
-                                         (one_shot, "symm-mem-one-shot", "eager", "symm_mem")):
+    for approach, key, mode, backend in (
+        (graph, "nccl-graph", "graph", "nccl"),
+        (eager, "nccl-eager", "eager", "nccl"),
+        (two_shot, "symm-mem-two-shot", "eager", "symm_mem"),
+        (one_shot, "symm-mem-one-shot", "eager", "symm_mem"),
+    ):
         trial = b.trial(approach, allreduce_metrics(H200[key], mode, backend), fingerprint=H200_FP)
         b.verdict(approach, "promising", f"{H200[key][8]} us at 8 tokens on 2x H200", trial, fingerprint=H200_FP)
 
     # FIXTURE: a speculative SGLang trial: TPOT 8.5 ms at accept length 2.6.
-    spec = b.trial(pcie_ipc, [("output_throughput_tok_s", 117.6, "tok/s", {"speculative_algorithm": "EAGLE3"}),
-                              ("median_tpot_ms", 8.5, "ms", {"speculative_algorithm": "EAGLE3"}),
-                              ("accept_length", 2.6, "", {"speculative_algorithm": "EAGLE3"})], fingerprint=SEED_FP)
+    spec = b.trial(
+        pcie_ipc,
+        [
+            ("output_throughput_tok_s", 117.6, "tok/s", {"speculative_algorithm": "EAGLE3"}),
+            ("median_tpot_ms", 8.5, "ms", {"speculative_algorithm": "EAGLE3"}),
+            ("accept_length", 2.6, "", {"speculative_algorithm": "EAGLE3"}),
+        ],
+        fingerprint=SEED_FP,
+    )
     b.verdict(pcie_ipc, "promising", "117.6 tok/s with EAGLE-3", spec, fingerprint=SEED_FP)
 
     slow = b.trial(custom, [("output_throughput_tok_s", 38.0, "tok/s", {})], fingerprint=SEED_FP)
-    b.verdict(custom, "dead_end", "38 tok/s vs 82 tok/s NCCL: 56 concurrent cross-GPU reads saturate the PCIe switch",
-              slow, fingerprint=SEED_FP)
+    b.verdict(
+        custom,
+        "dead_end",
+        "38 tok/s vs 82 tok/s NCCL: 56 concurrent cross-GPU reads saturate the PCIe switch",
+        slow,
+        fingerprint=SEED_FP,
+    )
     failed = b.trial(fusion, [], fingerprint=SEED_FP, state="failed", error=f"JIT failed {SECRETS['error']}")
-    b.verdict(fusion, "dead_end", "FlashInfer JIT has no SM120 target", failed, fingerprint=SEED_FP,
-              bound=["flashinfer", "sm"])
+    b.verdict(
+        fusion,
+        "dead_end",
+        "FlashInfer JIT has no SM120 target",
+        failed,
+        fingerprint=SEED_FP,
+        bound=["flashinfer", "sm"],
+    )
     mscclpp = inventory.get_approach(session, campaign, "mscclpp")
     b.verdict(mscclpp, "deferred", "not installed; needs a build")
     session.add(campaign)

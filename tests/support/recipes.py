@@ -1,4 +1,5 @@
 """Helpers for recipe tests: run a LaunchSpec or a recipe module as a real subprocess."""
+
 from __future__ import annotations
 
 import os
@@ -8,18 +9,24 @@ import sys
 from runners.process import trial_env
 from runners.recipes import LaunchSpec
 from runners.recipes.metric import parse_metric_line
-
 from tests.support.paths import ROOT
 
 
 def run_spec(spec: LaunchSpec, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(spec.argv, env=trial_env(spec.env), cwd=spec.cwd or ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        spec.argv, env=trial_env(spec.env), cwd=spec.cwd or ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def run_module(module: str, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def metrics(text: str) -> list[dict]:

@@ -1,4 +1,5 @@
 """Helpers for the security tests: raw requests with any Host header, the CSRF token of a page, an API client."""
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,13 @@ def csrf_from_page(html: str) -> str:
 def websocket_status(url: str, path: str, headers: dict[str, str]) -> int:
     """Open a websocket handshake by hand (any Host header) and return the HTTP status answered."""
     parts = urlsplit(url)
-    lines = [f"GET {path} HTTP/1.1", "Upgrade: websocket", "Connection: Upgrade",
-             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"]
+    lines = [
+        f"GET {path} HTTP/1.1",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version: 13",
+    ]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())

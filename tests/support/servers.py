@@ -123,13 +123,20 @@ class ThreadServer:
         self.settings = settings
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                ws_max_size=16 * 1024 * 1024, lifespan="on", timeout_graceful_shutdown=2,
-                                ws_per_message_deflate=False)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            ws_max_size=16 * 1024 * 1024,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+            ws_per_message_deflate=False,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def start(self) -> "ThreadServer":
+    def start(self) -> ThreadServer:
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:

@@ -1,17 +1,15 @@
 """Helpers for trials tests: settings for a ThreadServer (tests.support.servers), seeded campaigns, runner
 tokens, a runner stand-in that speaks app/protocol.py over a real websocket, and the real runner
 (`campaign runner`) as its own process."""
+
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +20,22 @@ from app.config import Settings
 from app.db import session_scope
 from app.domain import runners as runner_domain
 from app.models import Approach, Campaign
-from app.protocol import (AttemptRef, Finished, Heartbeat, Hello, LogChunkMsg, Started, parse_server_message)
+from app.protocol import AttemptRef, Finished, Heartbeat, Hello, LogChunkMsg, Started, parse_server_message
 from app.security import SESSION_COOKIE
 from tests.support.paths import ROOT
 from tests.support.servers import ThreadServer
 
 
 def make_settings(tmp_path: Path, db_url: str | None = None, **overrides: Any) -> Settings:
-    values: dict[str, Any] = dict(data_dir=tmp_path / "data", database_url=db_url or f"sqlite:///{tmp_path / 'trials.db'}",
-                                  embedded_runner=False, secret_key="trials-" + uuid.uuid4().hex,
-                                  heartbeat_s=0.5, runner_lost_after_s=4.0, cancel_grace_s=1.0)
+    values: dict[str, Any] = dict(
+        data_dir=tmp_path / "data",
+        database_url=db_url or f"sqlite:///{tmp_path / 'trials.db'}",
+        embedded_runner=False,
+        secret_key="trials-" + uuid.uuid4().hex,
+        heartbeat_s=0.5,
+        runner_lost_after_s=4.0,
+        cancel_grace_s=1.0,
+    )
     values.update(overrides)
     return Settings(**values)
 
@@ -56,19 +60,40 @@ def new_runner_token(engine, name: str | None = None) -> tuple[int, str]:
         return runner.id, token  # type: ignore[return-value]
 
 
-FINGERPRINT = {"hostname": "stand-in", "gpu_count": 8, "gpus": [{"name": "H200", "sm": "9.0"}] * 8, "sm": "9.0",
-               "torch": "2.11.0", "nccl": "2.27.3", "cuda": "12.8", "sglang": None}
+FINGERPRINT = {
+    "hostname": "stand-in",
+    "gpu_count": 8,
+    "gpus": [{"name": "H200", "sm": "9.0"}] * 8,
+    "sm": "9.0",
+    "torch": "2.11.0",
+    "nccl": "2.27.3",
+    "cuda": "12.8",
+    "sglang": None,
+}
 
 
 class ProtocolRunner:
     """A runner stand-in over a real websocket: sends what a runner sends, records what it gets."""
 
-    def __init__(self, ws_url: str, token: str, fingerprint: dict[str, Any] | None = None,
-                 attempts: list[AttemptRef] | None = None) -> None:
-        self.ws = connect(f"{ws_url}/api/runners/ws", additional_headers={"Authorization": f"Bearer {token}"},
-                          open_timeout=10, max_size=16 * 1024 * 1024, max_queue=None).__enter__()
-        self.ws.send(Hello(runner_version="test", fingerprint=fingerprint or FINGERPRINT,
-                           attempts=attempts or []).model_dump_json())
+    def __init__(
+        self,
+        ws_url: str,
+        token: str,
+        fingerprint: dict[str, Any] | None = None,
+        attempts: list[AttemptRef] | None = None,
+    ) -> None:
+        self.ws = connect(
+            f"{ws_url}/api/runners/ws",
+            additional_headers={"Authorization": f"Bearer {token}"},
+            open_timeout=10,
+            max_size=16 * 1024 * 1024,
+            max_queue=None,
+        ).__enter__()
+        self.ws.send(
+            Hello(
+                runner_version="test", fingerprint=fingerprint or FINGERPRINT, attempts=attempts or []
+            ).model_dump_json()
+        )
         self.welcome = self.recv()
         assert self.welcome.type == "welcome", self.welcome
 
@@ -93,8 +118,11 @@ class ProtocolRunner:
         self.send(LogChunkMsg(trial_id=d.trial_id, attempt_id=d.attempt_id, seq=seq, offset=offset, data=data))
 
     def finished(self, d, exit_code: int = 0, last_seq: int = -1, outcome: str = "exited") -> None:
-        self.send(Finished(trial_id=d.trial_id, attempt_id=d.attempt_id, exit_code=exit_code, last_seq=last_seq,
-                           outcome=outcome))  # type: ignore[arg-type]
+        self.send(
+            Finished(
+                trial_id=d.trial_id, attempt_id=d.attempt_id, exit_code=exit_code, last_seq=last_seq, outcome=outcome
+            )
+        )  # type: ignore[arg-type]
 
     def heartbeat(self, attempts: list[AttemptRef] | None = None) -> None:
         self.send(Heartbeat(attempts=attempts or []))
@@ -136,8 +164,12 @@ def wait_for(predicate, timeout: float = 15, interval: float = 0.05, what: str =
 def viewer_messages(srv: ThreadServer, trial_id: int, after: int = -1, until=None, timeout: float = 15) -> list[dict]:
     """Follow a trial's live log as a browser would (session cookie, same Origin) until `until(msgs)`."""
     msgs: list[dict] = []
-    with connect(f"{srv.ws_url}/api/trials/{trial_id}/logs/ws?after={after}", origin=srv.url,  # type: ignore[arg-type]
-                 additional_headers={"Cookie": f"{SESSION_COOKIE}={srv.session_cookie()}"}, open_timeout=10) as ws:
+    with connect(
+        f"{srv.ws_url}/api/trials/{trial_id}/logs/ws?after={after}",
+        origin=srv.url,  # type: ignore[arg-type]
+        additional_headers={"Cookie": f"{SESSION_COOKIE}={srv.session_cookie()}"},
+        open_timeout=10,
+    ) as ws:
         deadline = time.monotonic() + timeout
         while not (until and until(msgs)):
             msgs.append(json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic()))))
@@ -158,9 +190,29 @@ def real_runner_available() -> bool:
 
 def start_real_runner(srv: ThreadServer, token: str, spool: Path) -> subprocess.Popen:
     """`campaign runner` as its own process (its own session, so tests can kill its whole group)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CAMPAIGN_RUNNER_TOKEN": token,
-           "CAMPAIGN_CANCEL_GRACE_S": str(srv.settings.cancel_grace_s)}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "CAMPAIGN_RUNNER_TOKEN": token,
+        "CAMPAIGN_CANCEL_GRACE_S": str(srv.settings.cancel_grace_s),
+    }
     log = open(spool.parent / f"runner-{uuid.uuid4().hex[:6]}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server", srv.url,
-                             "--spool-dir", str(spool), "--name", "test-node"], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "runner",
+            "--server",
+            srv.url,
+            "--spool-dir",
+            str(spool),
+            "--name",
+            "test-node",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )

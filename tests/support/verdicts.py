@@ -1,5 +1,6 @@
 """Verdict test helpers (tests/domain/test_verdicts.py, tests/web/test_verdict_routes.py): campaigns,
 runners with a stack fingerprint, and trials ended through scheduling the way a runner reports them."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +11,6 @@ from app.domain import inventory, scheduling, verdicts
 from app.domain import runners as runner_domain
 from app.models import Approach, Campaign, Metric, Runner, Trial
 from app.protocol import Finished
-
 from tests.support.paths import ROOT
 from tests.support.trials import FINGERPRINT, command_recipe, seed_campaign
 
@@ -26,8 +26,11 @@ RECIPE = command_recipe("true")
 
 def seed(engine, *approaches: dict[str, Any], slug: str = "c") -> None:
     """Approaches by key; each gets a recipe and 'needs 8 GPUs' unless it says otherwise."""
-    seed_campaign(engine, slug, [{"title": a["key"].upper(), "recipe": RECIPE, "requirements": {"gpus": 8}, **a}
-                                 for a in approaches])
+    seed_campaign(
+        engine,
+        slug,
+        [{"title": a["key"].upper(), "recipe": RECIPE, "requirements": {"gpus": 8}, **a} for a in approaches],
+    )
 
 
 def campaign(s: Session, slug: str = "c") -> Campaign:
@@ -46,23 +49,54 @@ def runner(s: Session, name: str, fingerprint: dict[str, Any], connected: bool =
     return r
 
 
-def end_trial(s: Session, a: Approach, r: Runner, *, log: str = "", exit_code: int | None = 0,
-              outcome: str = "exited", metrics: list[dict] = ()) -> Trial:
+def end_trial(
+    s: Session,
+    a: Approach,
+    r: Runner,
+    *,
+    log: str = "",
+    exit_code: int | None = 0,
+    outcome: str = "exited",
+    metrics: list[dict] = (),
+) -> Trial:
     """A trial of the approach on the runner, run to its end the way a runner reports it."""
-    return run_to_end(s, scheduling.create_trial(s, a, r, "tester"), log=log, exit_code=exit_code, outcome=outcome,
-                      metrics=metrics)
+    return run_to_end(
+        s, scheduling.create_trial(s, a, r, "tester"), log=log, exit_code=exit_code, outcome=outcome, metrics=metrics
+    )
 
 
-def run_to_end(s: Session, trial: Trial, *, log: str = "", exit_code: int | None = 0, outcome: str = "exited",
-               metrics: list[dict] = ()) -> Trial:
+def run_to_end(
+    s: Session,
+    trial: Trial,
+    *,
+    log: str = "",
+    exit_code: int | None = 0,
+    outcome: str = "exited",
+    metrics: list[dict] = (),
+) -> Trial:
     a = s.get(Approach, trial.approach_id)
     scheduling.mark_started(s, trial)
     for i, m in enumerate(metrics):
-        s.add(Metric(trial_id=trial.id, approach_id=a.id, campaign_id=a.campaign_id, seq=0, index=i,
-                     name=m["name"], value=m["value"], unit=m.get("unit", ""), tags=m.get("tags", {})))
+        s.add(
+            Metric(
+                trial_id=trial.id,
+                approach_id=a.id,
+                campaign_id=a.campaign_id,
+                seq=0,
+                index=i,
+                name=m["name"],
+                value=m["value"],
+                unit=m.get("unit", ""),
+                tags=m.get("tags", {}),
+            )
+        )
     s.flush()
-    assert scheduling.finish(s, trial, Finished(trial_id=trial.id, attempt_id=trial.attempt_id, exit_code=exit_code,
-                                                outcome=outcome), log_text=log)  # type: ignore[arg-type]
+    assert scheduling.finish(
+        s,
+        trial,
+        Finished(trial_id=trial.id, attempt_id=trial.attempt_id, exit_code=exit_code, outcome=outcome),
+        log_text=log,
+    )  # type: ignore[arg-type]
     s.refresh(a)
     return trial
 

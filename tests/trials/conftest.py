@@ -1,4 +1,5 @@
 """Fixtures for trials tests (helpers live in tests/support/)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -16,5 +17,3 @@ def server(tmp_path) -> Iterator[ThreadServer]:
         yield srv
     finally:
         srv.stop()
-
-

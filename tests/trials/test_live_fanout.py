@@ -6,6 +6,7 @@
   once (no subscriber, no task left); 1,000 viewer connections do not grow the server's memory; the
   server exits on SIGTERM whatever its viewers did.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,6 @@ from websockets.exceptions import ConnectionClosed
 from app.db import make_engine, session_scope
 from app.live import RESYNC_CLOSE_CODE
 from app.security import SESSION_COOKIE, create_api_token
-
 from tests.support.trials import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +36,11 @@ VIEWERS = 55
 
 
 def _seed(engine) -> None:
-    seed_campaign(engine, "spec", [{"key": "echo", "title": "Echo", "recipe": command_recipe("echo", "hi"),
-                                    "requirements": {"gpus": 1}}])
+    seed_campaign(
+        engine,
+        "spec",
+        [{"key": "echo", "title": "Echo", "recipe": command_recipe("echo", "hi"), "requirements": {"gpus": 1}}],
+    )
 
 
 def _stream(runner: ProtocolRunner, d, rng: random.Random, chunks: int = CHUNKS) -> None:
@@ -62,8 +65,13 @@ async def _follow(url: str, headers: dict[str, str], origin: str, want_last: int
     last = -1
     deadline = time.monotonic() + timeout
     while last < want_last:
-        async with aconnect(f"{url}?after={last}", origin=origin, additional_headers=headers,  # type: ignore[arg-type]
-                            open_timeout=30, compression=None) as ws:
+        async with aconnect(
+            f"{url}?after={last}",
+            origin=origin,  # type: ignore[arg-type]
+            additional_headers=headers,
+            open_timeout=30,
+            compression=None,
+        ) as ws:
             try:
                 while last < want_last:
                     remaining = deadline - time.monotonic()
@@ -74,7 +82,7 @@ async def _follow(url: str, headers: dict[str, str], origin: str, want_last: int
                         for seq, _ in msg["chunks"]:
                             seqs.append(seq)
                             last = seq
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return seqs
             except ConnectionClosed as exc:
                 if exc.rcvd is None or exc.rcvd.code != RESYNC_CLOSE_CODE:
@@ -82,8 +90,9 @@ async def _follow(url: str, headers: dict[str, str], origin: str, want_last: int
     return seqs
 
 
-async def _viewers_joining_at_random(srv, trial_id: int, rng: random.Random, count: int, span_s: float,
-                                     timeout: float) -> list[list[int]]:
+async def _viewers_joining_at_random(
+    srv, trial_id: int, rng: random.Random, count: int, span_s: float, timeout: float
+) -> list[list[int]]:
     url = f"{srv.ws_url}/api/trials/{trial_id}/logs/ws"
     headers = {"Cookie": f"{SESSION_COOKIE}={srv.session_cookie()}"}
 
@@ -108,7 +117,9 @@ def test_every_viewer_gets_every_chunk_in_order_whenever_it_joins(server, run):
     streamer.join(60)
     hub = server.app.state.live_hub
     stuck = [(i, seqs[-1] if seqs else None) for i, seqs in enumerate(results) if seqs != list(range(CHUNKS))]
-    assert not stuck, f"{len(stuck)} of {VIEWERS} viewers did not get seqs 0..{CHUNKS - 1} in order: (viewer, last seq) {stuck[:10]}"
+    assert not stuck, (
+        f"{len(stuck)} of {VIEWERS} viewers did not get seqs 0..{CHUNKS - 1} in order: (viewer, last seq) {stuck[:10]}"
+    )
     wait_for(lambda: not hub.subscribers and not hub.uncommitted, timeout=10, what="viewers cleaned up")
     runner.close()
 
@@ -175,10 +186,11 @@ def test_thousand_viewer_connections_do_not_grow_the_server_and_sigterm_exits(tm
                     got = 0
                     while got < 200:
                         got += len(json.loads(await ws.recv()).get("chunks", []))
+
             for _ in range(n // parallel):
                 await asyncio.gather(*(one() for _ in range(parallel)))
 
-        asyncio.run(views(200))   # warm up: caches, pools, allocator arenas
+        asyncio.run(views(200))  # warm up: caches, pools, allocator arenas
         before = _rss_kib(server.proc.pid)
         asyncio.run(views(1000))
         after = _rss_kib(server.proc.pid)
@@ -187,8 +199,10 @@ def test_thousand_viewer_connections_do_not_grow_the_server_and_sigterm_exits(tm
 
         async def linger_then_term() -> None:
             # Ten viewers that connect and then read nothing (their backlog waits in the socket) when SIGTERM comes.
-            open_ws = [await aconnect(url, origin=server.url, additional_headers=api, compression=None)  # type: ignore[arg-type]
-                       for _ in range(10)]
+            open_ws = [
+                await aconnect(url, origin=server.url, additional_headers=api, compression=None)  # type: ignore[arg-type]
+                for _ in range(10)
+            ]
             os.killpg(server.proc.pid, signal.SIGTERM)
             for ws in open_ws:  # the server closes every one of them (a TimeoutError here fails the test)
                 with contextlib.suppress(ConnectionClosed):
@@ -234,9 +248,13 @@ def test_a_viewer_that_falls_behind_resyncs_and_still_gets_every_chunk(server):
     producer.start()
     last, resyncs, stalled = -1, 0, 0
     while last < total - 1:
-        with connect(f"{server.ws_url}/api/trials/{started['trial_id']}/logs/ws?after={last}", origin=server.url,
-                     additional_headers={"Cookie": f"{SESSION_COOKIE}={server.session_cookie()}"}, max_size=None,
-                     max_queue=1) as ws:  # buffer little on this side: the stall must reach the server
+        with connect(
+            f"{server.ws_url}/api/trials/{started['trial_id']}/logs/ws?after={last}",
+            origin=server.url,
+            additional_headers={"Cookie": f"{SESSION_COOKIE}={server.session_cookie()}"},
+            max_size=None,
+            max_queue=1,
+        ) as ws:  # buffer little on this side: the stall must reach the server
             try:
                 while last < total - 1:
                     msg = json.loads(ws.recv(timeout=30))

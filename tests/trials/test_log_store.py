@@ -1,5 +1,6 @@
 """app.domain.logs on a real database (SQLite file and PostgreSQL): idempotent append, order, the
 cap with its marker, metrics from lines split across chunks."""
+
 from __future__ import annotations
 
 from sqlmodel import select
@@ -76,4 +77,7 @@ def test_metric_lines_split_across_chunks_are_stored_once(db_url):
         logs.MetricExtractor().finish(session, session.get(Trial, tid), last_seq=3)  # a rescan adds nothing
     with session_scope(engine, write=False) as session:
         rows = session.exec(select(Metric).where(Metric.trial_id == tid).order_by(Metric.seq)).all()
-        assert [(m.name, m.value, m.unit, m.seq) for m in rows] == [("tok_s", 81.9, "tok/s", 2), ("busbw", 12.5, "GB/s", 3)]
+        assert [(m.name, m.value, m.unit, m.seq) for m in rows] == [
+            ("tok_s", 81.9, "tok/s", 2),
+            ("busbw", 12.5, "GB/s", 3),
+        ]

@@ -1,6 +1,7 @@
 """Pages do not run a query per row: the number of SQL statements a page runs is the same for a small
 campaign and for one with 4x the approaches and 30x the trials and history (bench/pages_at_scale.py
 builds both with bulk inserts through the SQLModel tables)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,16 +34,33 @@ PAGES = [
 def _ids(engine, slug: str) -> dict[str, Any]:
     with Session(engine) as session:
         cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar()
-        first = session.execute(select(col(Approach.key), col(Approach.id)).where(col(Approach.campaign_id) == cid)
-                                .order_by(col(Approach.position))).first()
+        first = session.execute(
+            select(col(Approach.key), col(Approach.id))
+            .where(col(Approach.campaign_id) == cid)
+            .order_by(col(Approach.position))
+        ).first()
         assert first is not None
         key, approach_id = first
-        trials = list(session.execute(select(col(Trial.id)).where(col(Trial.approach_id) == approach_id)
-                                      .order_by(col(Trial.id).desc())).scalars())
-        changes = list(session.execute(select(col(StatusChange.id)).where(col(StatusChange.approach_id) == approach_id)
-                                       .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())).scalars())
-    return {"slug": slug, "key": key, "trial": trials[len(trials) // 2], "change": changes[len(changes) // 2],
-            "trials": len(trials), "changes": len(changes)}
+        trials = list(
+            session.execute(
+                select(col(Trial.id)).where(col(Trial.approach_id) == approach_id).order_by(col(Trial.id).desc())
+            ).scalars()
+        )
+        changes = list(
+            session.execute(
+                select(col(StatusChange.id))
+                .where(col(StatusChange.approach_id) == approach_id)
+                .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
+            ).scalars()
+        )
+    return {
+        "slug": slug,
+        "key": key,
+        "trial": trials[len(trials) // 2],
+        "change": changes[len(changes) // 2],
+        "trials": len(trials),
+        "changes": len(changes),
+    }
 
 
 def _count(client, counter: StatementCounter, path: str) -> int:
@@ -70,14 +88,22 @@ def test_query_counts_do_not_grow_with_approaches_and_trials(quiet_client, app):
     counter = StatementCounter(engine)
     grown = {}
     for page in PAGES:
-        counts = (_count(operator_client, counter, page.format(**small)), _count(operator_client, counter, page.format(**large)))
+        counts = (
+            _count(operator_client, counter, page.format(**small)),
+            _count(operator_client, counter, page.format(**large)),
+        )
         if counts[0] != counts[1]:
             grown[page] = counts
     assert not grown, f"statements per page grew with the campaign (small, large): {grown}"
 
 
-@pytest.mark.parametrize("path,rows", [("/campaigns/large/approaches/{key}", "<li><time"),
-                                       ("/campaigns/large/approaches/{key}/trials", '<tr id="trial-')])
+@pytest.mark.parametrize(
+    "path,rows",
+    [
+        ("/campaigns/large/approaches/{key}", "<li><time"),
+        ("/campaigns/large/approaches/{key}/trials", '<tr id="trial-'),
+    ],
+)
 def test_lists_are_paged_latest_first_and_more_loads_the_rest(operator_client, app, path, rows):
     engine = app.state.engine
     build_campaign(engine, "large", approaches=2, trials=240)
@@ -90,7 +116,7 @@ def test_lists_are_paged_latest_first_and_more_loads_the_rest(operator_client, a
         seen.append(page.count(rows))
         if 'class="more"' not in page:
             break
-        more = page[page.index('hx-get="', page.index('class="more"')) + 8:]
-        r = operator_client.get(more[:more.index('"')].replace("&amp;", "&"), headers={"HX-Request": "true"})
+        more = page[page.index('hx-get="', page.index('class="more"')) + 8 :]
+        r = operator_client.get(more[: more.index('"')].replace("&amp;", "&"), headers={"HX-Request": "true"})
     total = ids["changes"] if rows == "<li><time" else ids["trials"]
     assert sum(seen) == total and max(seen) <= 50 and len(seen) > 1, seen

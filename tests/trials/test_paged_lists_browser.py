@@ -1,5 +1,6 @@
 """In Chromium: an approach's long history and trial list show a page at a time, latest first, and
 "more" (htmx) appends the next page in place until there is none."""
+
 import pytest
 
 from app.db import make_engine
@@ -30,7 +31,10 @@ def test_more_loads_every_page_in_order(live_server, browser, tmp_path):
             assert rows.count() == total, kind
         times = [t.get_attribute("datetime") for t in page.locator(".history > li:not(.more) time").all()]
         assert times == sorted(times, reverse=True)  # latest first, across pages
-        ids = [int(t.inner_text().lstrip("#")) for t in page.locator("table.trials tbody tr:not(.more) td:first-child a").all()]
+        ids = [
+            int(t.inner_text().lstrip("#"))
+            for t in page.locator("table.trials tbody tr:not(.more) td:first-child a").all()
+        ]
         assert ids == sorted(ids, reverse=True) and len(set(ids)) == 70
     finally:
         page.close()

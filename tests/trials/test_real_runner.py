@@ -1,4 +1,5 @@
 """Trials end to end with real processes: uvicorn, `campaign runner`, and the trial's process tree."""
+
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +8,6 @@ import signal
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -16,14 +16,26 @@ from app.db import session_scope
 from app.domain import logs as log_domain
 from app.models import Trial
 from tests.support.servers import ThreadServer
-from tests.support.trials import (command_recipe, log_text, make_settings, new_runner_token,
-                            real_runner_available, run_next, seed_campaign, start_real_runner, trial,
-                            viewer_messages, wait_for)
+from tests.support.trials import (
+    command_recipe,
+    log_text,
+    make_settings,
+    new_runner_token,
+    real_runner_available,
+    run_next,
+    seed_campaign,
+    start_real_runner,
+    trial,
+    viewer_messages,
+    wait_for,
+)
 
 # serial: a real runner heartbeating every 0.5 s and declared lost after 3 s; starved of CPU by tests on
 # the other xdist workers (browsers, recipe subprocesses), it could be declared lost mid-test.
-pytestmark = [pytest.mark.skipif(not real_runner_available(), reason="runners.agent is not installed"),
-              pytest.mark.serial]
+pytestmark = [
+    pytest.mark.skipif(not real_runner_available(), reason="runners.agent is not installed"),
+    pytest.mark.serial,
+]
 
 
 def _alive(pid: int) -> bool:
@@ -66,7 +78,9 @@ def _stored(srv, trial_id: int) -> str:
 def test_output_arrives_complete_and_in_order(node):
     srv, _ = node
     script = "import sys\nfor i in range(20000): sys.stdout.write(f'line {i:06d}\\n')\n"
-    seed_campaign(srv.engine, "spec", [{"key": "print", "title": "Print", "recipe": command_recipe(sys.executable, "-c", script)}])
+    seed_campaign(
+        srv.engine, "spec", [{"key": "print", "title": "Print", "recipe": command_recipe(sys.executable, "-c", script)}]
+    )
     started = run_next(srv)
     assert started["started"], started
     tid = started["trial_id"]
@@ -97,7 +111,9 @@ def test_cancel_kills_the_process_tree_within_grace(node, tmp_path):
         print("ready", flush=True)
         while True: time.sleep(1)
     """)
-    seed_campaign(srv.engine, "spec", [{"key": "tree", "title": "Tree", "recipe": command_recipe(sys.executable, "-c", script)}])
+    seed_campaign(
+        srv.engine, "spec", [{"key": "tree", "title": "Tree", "recipe": command_recipe(sys.executable, "-c", script)}]
+    )
     tid = run_next(srv)["trial_id"]
     wait_for(lambda: (pids / "child").exists() and (pids / "daemon").exists(), timeout=30, what="the process tree")
     tree = [int((pids / n).read_text()) for n in ("child", "daemon")]
@@ -105,8 +121,12 @@ def test_cancel_kills_the_process_tree_within_grace(node, tmp_path):
     t0 = time.monotonic()
     r = httpx.post(f"{srv.url}/api/trials/{tid}/cancel", headers=srv.api_headers())
     assert r.status_code == 200, r.text
-    wait_for(lambda: not any(_alive(p) for p in tree), timeout=srv.settings.cancel_grace_s + 2,
-             interval=0.02, what="the process tree to die")
+    wait_for(
+        lambda: not any(_alive(p) for p in tree),
+        timeout=srv.settings.cancel_grace_s + 2,
+        interval=0.02,
+        what="the process tree to die",
+    )
     assert time.monotonic() - t0 <= srv.settings.cancel_grace_s + 2
     wait_for(lambda: trial(srv, tid)["state"] == "cancelled", timeout=10, what="the trial to be cancelled")
 
@@ -115,13 +135,18 @@ def test_runner_killed_mid_trial_loses_the_trial(node, tmp_path):
     srv, proc = node
     pidfile = tmp_path / "trial.pid"
     script = f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\nprint('working', flush=True)\ntime.sleep(60)\n"
-    seed_campaign(srv.engine, "spec", [{"key": "hang", "title": "Hang", "recipe": command_recipe(sys.executable, "-c", script)}])
+    seed_campaign(
+        srv.engine, "spec", [{"key": "hang", "title": "Hang", "recipe": command_recipe(sys.executable, "-c", script)}]
+    )
     tid = run_next(srv)["trial_id"]
     wait_for(lambda: trial(srv, tid)["state"] == "running" and pidfile.exists(), timeout=30, what="the trial to run")
     os.kill(proc.pid, signal.SIGKILL)
     try:
-        wait_for(lambda: trial(srv, tid)["state"] == "lost", timeout=srv.settings.runner_lost_after_s + 5,
-                 what="the trial to be lost")
+        wait_for(
+            lambda: trial(srv, tid)["state"] == "lost",
+            timeout=srv.settings.runner_lost_after_s + 5,
+            what="the trial to be lost",
+        )
         runners = httpx.get(f"{srv.url}/api/runners", headers=srv.api_headers()).json()
         assert [r["status"] for r in runners] == ["offline"]
     finally:
@@ -133,11 +158,17 @@ def test_runner_killed_mid_trial_loses_the_trial(node, tmp_path):
 
 def test_socket_cut_mid_stream_keeps_the_stored_log_exact(node):
     srv, _ = node
-    script = ("import sys, time\n"
-              "for i in range(30000):\n"
-              "    sys.stdout.write(f'n {i:06d}\\n')\n"
-              "    if i % 1000 == 0: sys.stdout.flush(); time.sleep(0.02)\n")
-    seed_campaign(srv.engine, "spec", [{"key": "stream", "title": "Stream", "recipe": command_recipe(sys.executable, "-c", script)}])
+    script = (
+        "import sys, time\n"
+        "for i in range(30000):\n"
+        "    sys.stdout.write(f'n {i:06d}\\n')\n"
+        "    if i % 1000 == 0: sys.stdout.flush(); time.sleep(0.02)\n"
+    )
+    seed_campaign(
+        srv.engine,
+        "spec",
+        [{"key": "stream", "title": "Stream", "recipe": command_recipe(sys.executable, "-c", script)}],
+    )
     tid = run_next(srv)["trial_id"]
     wait_for(lambda: trial(srv, tid)["log_bytes"] > 20000, timeout=30, what="some output")
     hub = srv.app.state.live_hub

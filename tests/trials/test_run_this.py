@@ -1,6 +1,7 @@
-""""Run this approach" over real HTTP against real uvicorn, with a runner on a real websocket, on
+""" "Run this approach" over real HTTP against real uvicorn, with a runner on a real websocket, on
 SQLite and PostgreSQL: the JSON route and the approach page's button start the chosen approach and
 push its Dispatch to the runner; with no runner able to run it, they say why and start nothing."""
+
 from __future__ import annotations
 
 import httpx
@@ -8,22 +9,39 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.models import Trial
-from trials_support import (FINGERPRINT, ProtocolRunner, ThreadServer, command_recipe, make_settings,
-                            new_runner_token, seed_campaign)
+from tests.support.trials import (
+    FINGERPRINT,
+    ProtocolRunner,
+    ThreadServer,
+    command_recipe,
+    make_settings,
+    new_runner_token,
+    seed_campaign,
+)
 
 
 def test_run_this_starts_the_chosen_approach_or_says_why_not(tmp_path, db_url):
     srv = ThreadServer(make_settings(tmp_path, db_url)).start()
     try:
-        seed_campaign(srv.engine, "spec", [
-            {"key": "first", "title": "First", "recipe": command_recipe("true")},
-            {"key": "second", "title": "Second", "recipe": command_recipe("true")},
-            {"key": "huge", "title": "Huge", "recipe": command_recipe("true"), "requirements": {"gpus": 16}}])
+        seed_campaign(
+            srv.engine,
+            "spec",
+            [
+                {"key": "first", "title": "First", "recipe": command_recipe("true")},
+                {"key": "second", "title": "Second", "recipe": command_recipe("true")},
+                {"key": "huge", "title": "Huge", "recipe": command_recipe("true"), "requirements": {"gpus": 16}},
+            ],
+        )
         headers = srv.api_headers()
         with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as client:
             r = client.post("/api/campaigns/spec/approaches/second/run")
-            assert r.status_code == 200 and r.json() == {"started": False, "trial_id": None, "approach": "second",
-                                                         "runner": None, "reason": "no runner is connected"}
+            assert r.status_code == 200 and r.json() == {
+                "started": False,
+                "trial_id": None,
+                "approach": "second",
+                "runner": None,
+                "reason": "no runner is connected",
+            }
             assert client.post("/api/campaigns/spec/approaches/nope/run").status_code == 404
 
             _, token = new_runner_token(srv.engine, "node-1")

@@ -1,28 +1,47 @@
 """The runner websocket against a real uvicorn server, with a runner stand-in speaking the protocol."""
+
 from __future__ import annotations
 
 import socket
 
 import httpx
 import pytest
+from sqlmodel import select
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from app.db import session_scope
 from app.domain import logs as log_domain
 from app.models import Approach, Metric, StatusChange, Trial
 from app.protocol import AttemptRef, Finished
-from sqlmodel import select
 from runners.recipes.metric import format_metric
-
-from tests.support.trials import (ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, trial,
-                       viewer_messages, log_text, wait_for)
+from tests.support.trials import (
+    ProtocolRunner,
+    command_recipe,
+    log_text,
+    new_runner_token,
+    run_next,
+    seed_campaign,
+    trial,
+    viewer_messages,
+    wait_for,
+)
 
 
 def _seed(srv, **extra) -> None:
-    seed_campaign(srv.engine, "spec", [
-        {"key": "mscclpp", "title": "MSCCL++", "recipe": command_recipe("true"), "requirements": {"gpus": 16}},
-        {"key": "echo", "title": "Echo", "recipe": command_recipe("echo", "hi"), "requirements": {"gpus": 1}, **extra},
-    ])
+    seed_campaign(
+        srv.engine,
+        "spec",
+        [
+            {"key": "mscclpp", "title": "MSCCL++", "recipe": command_recipe("true"), "requirements": {"gpus": 16}},
+            {
+                "key": "echo",
+                "title": "Echo",
+                "recipe": command_recipe("echo", "hi"),
+                "requirements": {"gpus": 1},
+                **extra,
+            },
+        ],
+    )
 
 
 def _stored(srv, trial_id: int) -> str:
@@ -79,8 +98,12 @@ def test_dispatch_logs_finish_and_approach_status(server):
         assert [(m.name, m.value, m.seq) for m in metrics] == [("tok_s", 81.9, 3)]
         echo = session.exec(select(Approach).where(Approach.key == "echo")).one()
         assert echo.status == "untested"
-        moves = [(c.from_status, c.to_status) for c in session.exec(
-            select(StatusChange).where(StatusChange.approach_id == echo.id).order_by(StatusChange.id))]
+        moves = [
+            (c.from_status, c.to_status)
+            for c in session.exec(
+                select(StatusChange).where(StatusChange.approach_id == echo.id).order_by(StatusChange.id)
+            )
+        ]
         assert moves == [("untested", "queued"), ("queued", "running"), ("running", "untested")]
     # The viewer reads the whole log back from the database.
     msgs = viewer_messages(server, d.trial_id, until=lambda m: log_text(m) == "".join(chunks))

@@ -1,4 +1,5 @@
 """JSON API: the inventory operations, validation as 4xx with a message (never 500)."""
+
 import pytest
 
 
@@ -12,7 +13,10 @@ def api(client, api_headers):
 
 
 def test_inventory_operations(api):
-    r = api.patch("/api/campaigns/c/approaches/b", json={"evidence": "205 us -> 5.3 us", "requirements": {"gpus": 8, "min_sm": "9.0"}})
+    r = api.patch(
+        "/api/campaigns/c/approaches/b",
+        json={"evidence": "205 us -> 5.3 us", "requirements": {"gpus": 8, "min_sm": "9.0"}},
+    )
     assert r.status_code == 200 and r.json()["requirements"] == {"gpus": 8, "min_sm": "9.0", "software": []}
     r = api.post("/api/campaigns/c/approaches/c/move", json={"position": 1})
     assert [a["key"] for a in r.json()] == ["c", "a", "b"]
@@ -24,36 +28,43 @@ def test_inventory_operations(api):
     assert [a["key"] for a in api.get("/api/campaigns/c/approaches").json()] == ["c", "a"]
     text = api.get("/api/campaigns/c/export").text
     assert "format: campaign-board/v1" in text and "needs a build" in text
-    r = api.post("/api/campaigns/import", content=text.replace("name: C", "name: C2"), headers={"Content-Type": "application/x-yaml"})
+    r = api.post(
+        "/api/campaigns/import",
+        content=text.replace("name: C", "name: C2"),
+        headers={"Content-Type": "application/x-yaml"},
+    )
     assert r.status_code == 200, r.text
     assert api.get("/api/campaigns/c").json()["name"] == "C2"
 
 
-@pytest.mark.parametrize("method,path,body,status", [
-    ("post", "/api/campaigns", {"slug": "Bad Slug", "name": "x"}, 422),
-    ("post", "/api/campaigns", {"slug": "ok"}, 422),
-    ("post", "/api/campaigns", {"slug": "ok", "name": "x", "surprise": 1}, 422),
-    ("post", "/api/campaigns", {"slug": "c", "name": "dup"}, 409),
-    ("post", "/api/campaigns", "not json", 422),
-    ("post", "/api/campaigns/c/approaches", {"key": "a", "title": "dup"}, 409),
-    ("post", "/api/campaigns/c/approaches", {"key": "z", "title": ""}, 422),
-    ("post", "/api/campaigns/c/approaches", {"key": "z", "title": "Z", "requirements": {"gpus": -1}}, 422),
-    ("post", "/api/campaigns/c/approaches", {"key": "z", "title": "Z", "requirements": {"min_sm": "twelve"}}, 422),
-    ("post", "/api/campaigns/c/approaches/a/status", {"status": "dead_end"}, 422),
-    ("post", "/api/campaigns/c/approaches/a/status", {"status": "exploded", "reason": "x"}, 422),
-    ("post", "/api/campaigns/c/approaches/a/status", {"status": "running"}, 422),
-    ("post", "/api/campaigns/c/approaches/a/move", {"position": 0}, 422),
-    ("patch", "/api/campaigns/c", {"baseline_tok_s": -5}, 422),
-    ("get", "/api/campaigns/nope", None, 404),
-    ("get", "/api/campaigns/c/approaches/nope", None, 404),
-    ("post", "/api/campaigns/import", None, 422),
-    # Found by schemathesis: nulls for NOT NULL columns, and ids past 64 bits, were 500s.
-    ("patch", "/api/campaigns/c", {"name": None}, 422),
-    ("patch", "/api/campaigns/c/approaches/a", {"title": None}, 422),
-    ("get", "/api/trials/2390027804674998068366540800", None, 422),
-    ("get", "/api/trials/-1/log", None, 422),
-    ("post", "/api/runners/322498690408431377973248/revoke", None, 422),
-])
+@pytest.mark.parametrize(
+    "method,path,body,status",
+    [
+        ("post", "/api/campaigns", {"slug": "Bad Slug", "name": "x"}, 422),
+        ("post", "/api/campaigns", {"slug": "ok"}, 422),
+        ("post", "/api/campaigns", {"slug": "ok", "name": "x", "surprise": 1}, 422),
+        ("post", "/api/campaigns", {"slug": "c", "name": "dup"}, 409),
+        ("post", "/api/campaigns", "not json", 422),
+        ("post", "/api/campaigns/c/approaches", {"key": "a", "title": "dup"}, 409),
+        ("post", "/api/campaigns/c/approaches", {"key": "z", "title": ""}, 422),
+        ("post", "/api/campaigns/c/approaches", {"key": "z", "title": "Z", "requirements": {"gpus": -1}}, 422),
+        ("post", "/api/campaigns/c/approaches", {"key": "z", "title": "Z", "requirements": {"min_sm": "twelve"}}, 422),
+        ("post", "/api/campaigns/c/approaches/a/status", {"status": "dead_end"}, 422),
+        ("post", "/api/campaigns/c/approaches/a/status", {"status": "exploded", "reason": "x"}, 422),
+        ("post", "/api/campaigns/c/approaches/a/status", {"status": "running"}, 422),
+        ("post", "/api/campaigns/c/approaches/a/move", {"position": 0}, 422),
+        ("patch", "/api/campaigns/c", {"baseline_tok_s": -5}, 422),
+        ("get", "/api/campaigns/nope", None, 404),
+        ("get", "/api/campaigns/c/approaches/nope", None, 404),
+        ("post", "/api/campaigns/import", None, 422),
+        # Found by schemathesis: nulls for NOT NULL columns, and ids past 64 bits, were 500s.
+        ("patch", "/api/campaigns/c", {"name": None}, 422),
+        ("patch", "/api/campaigns/c/approaches/a", {"title": None}, 422),
+        ("get", "/api/trials/2390027804674998068366540800", None, 422),
+        ("get", "/api/trials/-1/log", None, 422),
+        ("post", "/api/runners/322498690408431377973248/revoke", None, 422),
+    ],
+)
 def test_validation_errors_are_4xx_with_a_message(api, method, path, body, status):
     kwargs = {}
     if isinstance(body, str):

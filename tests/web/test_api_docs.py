@@ -1,4 +1,5 @@
 """/docs: Swagger UI from local, pinned assets (no CDN, no inline script) and a Bearer scheme in OpenAPI."""
+
 import re
 
 from app.templating import SWAGGER_UI_VERSION
@@ -20,7 +21,10 @@ def test_docs_page_uses_only_local_assets(client):
 def test_openapi_declares_bearer_on_operator_routes(client, api_headers):
     spec = client.get("/openapi.json").json()
     assert spec["components"]["securitySchemes"]["APIToken"] == {
-        "type": "http", "scheme": "bearer", "description": spec["components"]["securitySchemes"]["APIToken"]["description"]}
+        "type": "http",
+        "scheme": "bearer",
+        "description": spec["components"]["securitySchemes"]["APIToken"]["description"],
+    }
     assert spec["paths"]["/api/campaigns/{slug}/run-next"]["post"]["security"] == [{"APIToken": []}]
     assert client.get("/api/campaigns").status_code == 401
     assert client.get("/api/campaigns", headers=api_headers).status_code == 200

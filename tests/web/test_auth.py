@@ -1,4 +1,5 @@
 """Login on by default: every state-changing route refuses anonymous callers; CSRF and Origin checks."""
+
 import re
 
 import pytest
@@ -81,13 +82,17 @@ def test_csrf_token_required_for_cookie_writes(operator_client):
     # A form post may carry the token as a field instead of a header.
     r = operator_client.post("/campaigns", data={"slug": "c", "name": "C", "csrf_token": token}, follow_redirects=False)
     assert r.status_code == 303
-    r = operator_client.post("/campaigns", data={"slug": "d", "name": "D", "csrf_token": "nope"}, follow_redirects=False)
+    r = operator_client.post(
+        "/campaigns", data={"slug": "d", "name": "D", "csrf_token": "nope"}, follow_redirects=False
+    )
     assert r.status_code == 403
     assert [c["slug"] for c in operator_client.get("/api/campaigns").json()] == ["a", "c"]
 
 
 def test_cross_origin_write_is_refused(operator_client):
-    r = operator_client.post("/api/campaigns", json={"slug": "a", "name": "A"}, headers={"Origin": "http://evil.example"})
+    r = operator_client.post(
+        "/api/campaigns", json={"slug": "a", "name": "A"}, headers={"Origin": "http://evil.example"}
+    )
     assert r.status_code == 403 and "Cross-origin" in r.json()["detail"]
     r = operator_client.post("/api/campaigns", json={"slug": "a", "name": "A"}, headers={"Origin": "http://127.0.0.1"})
     assert r.status_code == 201

@@ -1,4 +1,5 @@
 """HTML pages and htmx fragments: user text is escaped, errors come back as a flash."""
+
 import json
 
 import pytest
@@ -8,7 +9,10 @@ import pytest
 def pages(operator_client):
     c = operator_client
     assert c.post("/api/campaigns", json={"slug": "c", "name": "C <b>bold</b>"}).status_code == 201
-    assert c.post("/api/campaigns/c/approaches", json={"key": "a", "title": "<script>alert(1)</script>"}).status_code == 201
+    assert (
+        c.post("/api/campaigns/c/approaches", json={"key": "a", "title": "<script>alert(1)</script>"}).status_code
+        == 201
+    )
     return c
 
 
@@ -19,8 +23,11 @@ def test_user_text_is_escaped(pages):
 
 
 def test_htmx_status_change_returns_the_fragment_and_an_event(pages):
-    r = pages.post("/campaigns/c/approaches/a/status", data={"status": "dead_end", "reason": "OOM at 8 channels"},
-                   headers={"HX-Request": "true"})
+    r = pages.post(
+        "/campaigns/c/approaches/a/status",
+        data={"status": "dead_end", "reason": "OOM at 8 channels"},
+        headers={"HX-Request": "true"},
+    )
     assert r.status_code == 200 and r.headers["HX-Trigger"] == "campaign-changed"
     assert 'id="verdict"' in r.text and "OOM at 8 channels" in r.text and "<html" not in r.text
     page = pages.get("/campaigns/c/approaches/a").text
@@ -28,8 +35,9 @@ def test_htmx_status_change_returns_the_fragment_and_an_event(pages):
 
 
 def test_htmx_error_is_a_flash_retargeted(pages):
-    r = pages.post("/campaigns/c/approaches/a/status", data={"status": "deferred", "reason": ""},
-                   headers={"HX-Request": "true"})
+    r = pages.post(
+        "/campaigns/c/approaches/a/status", data={"status": "deferred", "reason": ""}, headers={"HX-Request": "true"}
+    )
     assert r.status_code == 422 and r.headers["HX-Retarget"] == "#flash"
     assert "needs a reason" in r.text
     # The same message, with the field, as an event static/app.js shows next to that field.
@@ -50,17 +58,29 @@ def test_forms_that_change_page_navigate_htmx_and_redirect_plain_posts(pages):
 
 
 def test_add_reorder_and_edit_through_forms(pages):
-    r = pages.post("/campaigns/c/approaches", data={"key": "b", "title": "B", "effort": "low"}, headers={"HX-Request": "true"})
+    r = pages.post(
+        "/campaigns/c/approaches", data={"key": "b", "title": "B", "effort": "low"}, headers={"HX-Request": "true"}
+    )
     assert r.status_code == 200 and 'id="approach-b"' in r.text
     r = pages.post("/campaigns/c/approaches/b/move", data={"direction": "up"}, headers={"HX-Request": "true"})
     assert r.text.index('id="approach-b"') < r.text.index('id="approach-a"')
-    r = pages.post("/campaigns/c/approaches/b", data={"title": "B2", "recipe": '{"kind": "command", "params": {"argv": ["true"]}}',
-                                                      "gpus": "2", "min_sm": "9.0", "software": "torch, sglang"},
-                   headers={"HX-Request": "true"})
+    r = pages.post(
+        "/campaigns/c/approaches/b",
+        data={
+            "title": "B2",
+            "recipe": '{"kind": "command", "params": {"argv": ["true"]}}',
+            "gpus": "2",
+            "min_sm": "9.0",
+            "software": "torch, sglang",
+        },
+        headers={"HX-Request": "true"},
+    )
     assert r.status_code == 200, r.text
     b = pages.get("/api/campaigns/c/approaches/b").json()
     assert b["title"] == "B2" and b["requirements"] == {"gpus": 2, "min_sm": "9.0", "software": ["torch", "sglang"]}
-    r = pages.post("/campaigns/c/approaches/b", data={"title": "B3", "recipe": "{not json"}, headers={"HX-Request": "true"})
+    r = pages.post(
+        "/campaigns/c/approaches/b", data={"title": "B3", "recipe": "{not json"}, headers={"HX-Request": "true"}
+    )
     assert r.status_code == 422 and "recipe" in r.text
     assert pages.get("/api/campaigns/c/approaches/b").json()["title"] == "B2"
 

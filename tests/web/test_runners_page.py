@@ -1,4 +1,5 @@
 """The runners page: an operator creates a runner token (shown once), and revokes it."""
+
 import json
 import re
 

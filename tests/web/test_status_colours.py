@@ -1,13 +1,14 @@
 """Status colours: one per approach status and trial state (and "waiting for your verdict"), defined
 once in static/app.css, far enough apart to tell at a glance; a trial's state badge uses its own."""
+
 import itertools
 import math
 import re
 
-from app import PROJECT_ROOT
+from app.config import resource_dir
 from app.models import ApproachStatus, TrialState
 
-CSS = (PROJECT_ROOT / "static" / "app.css").read_text()
+CSS = (resource_dir("static") / "app.css").read_text()
 NAMES = sorted({s.value for s in ApproachStatus} | {s.value for s in TrialState} | {"awaiting"})
 
 
@@ -19,11 +20,16 @@ def colours() -> dict[str, str]:
 
 def lab(hex_colour: str) -> tuple[float, float, float]:
     """CIE L*a*b* (D65) of an sRGB colour."""
+
     def linear(c: float) -> float:
         return ((c + 0.055) / 1.055) ** 2.4 if c > 0.04045 else c / 12.92
-    r, g, b = (linear(int(hex_colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
-    x, y, z = ((0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b,
-               (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883)
+
+    r, g, b = (linear(int(hex_colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
+    x, y, z = (
+        (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047,
+        0.2126 * r + 0.7152 * g + 0.0722 * b,
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883,
+    )
     f = lambda v: v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116  # noqa: E731
     return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
 

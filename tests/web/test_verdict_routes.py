@@ -1,5 +1,6 @@
 """Verdict routes (app.web.verdicts): the trial page's htmx verdict form and JSON twin, CSRF, the
 metrics table and CSV, and the campaign page's "waiting for your verdict" / "re-test" fragment."""
+
 from __future__ import annotations
 
 import csv
@@ -11,8 +12,16 @@ import pytest
 from app.db import session_scope
 from app.models import Trial
 from app.security import CSRF_HEADER
-from tests.support.verdicts import (NEW_TORCH, OLD_STACK, approach, dead_end_on_old_stack, end_trial, fixture_log,
-                                    runner, seed)
+from tests.support.verdicts import (
+    NEW_TORCH,
+    OLD_STACK,
+    approach,
+    dead_end_on_old_stack,
+    end_trial,
+    fixture_log,
+    runner,
+    seed,
+)
 
 HTMX = {"HX-Request": "true"}
 
@@ -27,8 +36,13 @@ def failed_trial(engine) -> int:
     """Approach 'a' whose trial failed with torch symmetric memory's KeyError: 12 on OLD_STACK."""
     seed(engine, {"key": "a", "title": "Symmetric memory allreduce"}, {"key": "b"})
     with session_scope(engine) as s:
-        trial = end_trial(s, approach(s, "a"), runner(s, "node-a", OLD_STACK),
-                          log=fixture_log("symm_mem_keyerror_sm120.log"), exit_code=1)
+        trial = end_trial(
+            s,
+            approach(s, "a"),
+            runner(s, "node-a", OLD_STACK),
+            log=fixture_log("symm_mem_keyerror_sm120.log"),
+            exit_code=1,
+        )
         return trial.id
 
 
@@ -49,8 +63,15 @@ def test_the_verdict_form_proposes_and_confirms(operator_client, engine, failed_
     for shown in ("2.10.0+cu128", "H200", "9.0", "2.27.3"):
         assert f'<span class="muted">{shown}</span>' in html
 
-    r = operator_client.post(f"/trials/{failed_trial}/verdict", headers=HTMX, data={
-        "status": "dead_end", "reason": "KeyError: 12: no SM 12 entry in this torch", "components": ["torch", "sm"]})
+    r = operator_client.post(
+        f"/trials/{failed_trial}/verdict",
+        headers=HTMX,
+        data={
+            "status": "dead_end",
+            "reason": "KeyError: 12: no SM 12 entry in this torch",
+            "components": ["torch", "sm"],
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.headers["HX-Trigger"] == "campaign-changed"
     assert "Verdict recorded" in r.text and "bound to torch 2.10.0+cu128 on SM 9.0" in r.text
@@ -65,13 +86,26 @@ def test_the_json_api_confirms_with_a_bearer_token(operator_client, engine, fail
     r = operator_client.get(f"/api/trials/{failed_trial}/proposal", headers=api_headers)
     assert r.status_code == 200
     assert r.json() | {"reason": "", "cause": ""} == {
-        "status": "dead_end", "components": ["torch", "sm"], "signature": "symm_mem_sm_keyerror",
-        "evidence_line": "KeyError: 12", "reason": "", "cause": ""}
-    r = operator_client.post(f"/api/trials/{failed_trial}/verdict", headers=api_headers,
-                             json={"status": "deferred", "reason": "wait for torch 2.11", "components": ["torch"]})
+        "status": "dead_end",
+        "components": ["torch", "sm"],
+        "signature": "symm_mem_sm_keyerror",
+        "evidence_line": "KeyError: 12",
+        "reason": "",
+        "cause": "",
+    }
+    r = operator_client.post(
+        f"/api/trials/{failed_trial}/verdict",
+        headers=api_headers,
+        json={"status": "deferred", "reason": "wait for torch 2.11", "components": ["torch"]},
+    )
     assert r.status_code == 200, r.text
-    assert r.json() == {"approach": "a", "status": "deferred", "reason": "wait for torch 2.11",
-                        "bound_to": {"components": ["torch"]}, "verdict_fingerprint": OLD_STACK}
+    assert r.json() == {
+        "approach": "a",
+        "status": "deferred",
+        "reason": "wait for torch 2.11",
+        "bound_to": {"components": ["torch"]},
+        "verdict_fingerprint": OLD_STACK,
+    }
 
 
 def test_writes_need_the_sessions_csrf_token(operator_client, engine, failed_trial):
@@ -91,13 +125,17 @@ def test_writes_need_the_sessions_csrf_token(operator_client, engine, failed_tri
 
 
 def test_an_unknown_component_is_a_422_with_a_message(operator_client, engine, failed_trial):
-    r = operator_client.post(f"/trials/{failed_trial}/verdict", headers=HTMX,
-                             data={"status": "dead_end", "reason": "x", "components": ["torch", "kernel"]})
+    r = operator_client.post(
+        f"/trials/{failed_trial}/verdict",
+        headers=HTMX,
+        data={"status": "dead_end", "reason": "x", "components": ["torch", "kernel"]},
+    )
     assert r.status_code == 422
     assert r.headers["HX-Retarget"] == "#flash"
     assert "unknown stack component(s) kernel" in r.text
-    r = operator_client.post(f"/api/trials/{failed_trial}/verdict",
-                             json={"status": "dead_end", "reason": "x", "components": ["kernel"]})
+    r = operator_client.post(
+        f"/api/trials/{failed_trial}/verdict", json={"status": "dead_end", "reason": "x", "components": ["kernel"]}
+    )
     assert r.status_code == 422
     assert r.json()["field"] == "components" and "unknown stack component(s) kernel" in r.json()["detail"]
     for bad in ({"status": "exploded"}, {"status": "running", "reason": "x"}, {"status": "dead_end"}):
@@ -122,8 +160,12 @@ def test_a_running_trial_has_no_proposal_yet(operator_client, engine, failed_tri
 
 
 METRICS = [
-    {"name": "allreduce_latency_us", "value": 12.5, "unit": "us",
-     "tags": {"backend": "nccl", "tokens": 4, "bytes": 57344, "p10_us": 11.0}},
+    {
+        "name": "allreduce_latency_us",
+        "value": 12.5,
+        "unit": "us",
+        "tags": {"backend": "nccl", "tokens": 4, "bytes": 57344, "p10_us": 11.0},
+    },
     {"name": "allreduce_busbw_gbps", "value": 41.25, "unit": "GB/s", "tags": {"backend": "nccl", "tokens": 4}},
 ]
 
@@ -151,12 +193,21 @@ def test_metrics_csv_and_table(operator_client, engine):
 
 
 def test_campaign_fragment_lists_pending_and_flagged(operator_client, engine):
-    seed(engine, {"key": "flagged", "title": "Symmetric memory one-shot"}, {"key": "waits", "title": "NCCL tree"},
-         {"key": "quiet", "title": "Custom allreduce"})
+    seed(
+        engine,
+        {"key": "flagged", "title": "Symmetric memory one-shot"},
+        {"key": "waits", "title": "NCCL tree"},
+        {"key": "quiet", "title": "Custom allreduce"},
+    )
     with session_scope(engine) as s:
         dead_end_on_old_stack(s, "flagged")
-        waits = end_trial(s, approach(s, "waits"), runner(s, "node-x", OLD_STACK),
-                          log=fixture_log("nccl_watchdog_timeout.log"), exit_code=1)
+        waits = end_trial(
+            s,
+            approach(s, "waits"),
+            runner(s, "node-x", OLD_STACK),
+            log=fixture_log("nccl_watchdog_timeout.log"),
+            exit_code=1,
+        )
     r = operator_client.get("/campaigns/c/verdicts", headers=HTMX)
     assert r.status_code == 200
     assert "Waiting for your verdict" in r.text and "Re-test" not in r.text
@@ -173,8 +224,9 @@ def test_campaign_fragment_lists_pending_and_flagged(operator_client, engine):
 
     with session_scope(engine) as s:
         trial = s.get(Trial, waits.id)
-    r = operator_client.post(f"/trials/{trial.id}/verdict", headers=HTMX,
-                             data={"status": "untested", "reason": "NCCL hang: run again"})
+    r = operator_client.post(
+        f"/trials/{trial.id}/verdict", headers=HTMX, data={"status": "untested", "reason": "NCCL hang: run again"}
+    )
     assert r.status_code == 200
     r = operator_client.get("/campaigns/c/verdicts", headers=HTMX)
     assert "Waiting for your verdict" not in r.text and 'data-key="flagged"' in r.text

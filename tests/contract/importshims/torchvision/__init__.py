@@ -7,6 +7,7 @@ libc10_cuda.so) and its CPU build is not reachable from here, so the real packag
 imported next to the venv's CPU torch. Text benchmarks never call it: any attribute of any
 torchvision submodule raises when used, so a contract test can never pass through it.
 """
+
 import importlib.abc
 import importlib.machinery
 import sys
@@ -34,6 +35,7 @@ def _module_getattr(module_name: str):
         if name.startswith("__"):
             raise AttributeError(name)
         return _Unavailable(f"{module_name}.{name}")
+
     return __getattr__
 
 
