@@ -96,7 +96,26 @@ class ReportedFigure(BaseModel):
     it places an approach on the break-even chart before this campaign measures it. Exactly one of
     `t_ar_us` (one allreduce) and `tok_s` (plain decode throughput with the approach) is given."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    # The rule "exactly one of t_ar_us and tok_s; the baseline is a t_ar_us" stated in the schema too, so
+    # clients (and schemathesis) know it: one branch per figure, the other absent.
+    model_config = ConfigDict(
+        extra="forbid",
+        str_strip_whitespace=True,
+        json_schema_extra={
+            "oneOf": [
+                {
+                    "required": ["t_ar_us"],
+                    "properties": {"t_ar_us": {"type": "number"}},
+                    "not": {"required": ["tok_s"]},
+                },
+                {
+                    "required": ["tok_s"],
+                    "properties": {"tok_s": {"type": "number"}, "baseline": {"const": False}},
+                    "not": {"required": ["t_ar_us"]},
+                },
+            ]
+        },
+    )
     label: str = Field(min_length=1, max_length=200)
     approach: str | None = Field(None, pattern=SLUG_PATTERN, description="The approach (key) the figure is about.")
     t_ar_us: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False, description="One allreduce, microseconds.")

@@ -17,7 +17,13 @@ router = APIRouter(tags=["runners"])
 
 
 class RunnerCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=120, description="The node's name, e.g. its hostname.")
+    # At least one visible character (neither whitespace nor a control character), in the schema too.
+    name: str = Field(
+        min_length=1,
+        max_length=120,
+        pattern=r"[^\s\x00-\x1f\x7f-\x9f]",
+        description="The node's name, e.g. its hostname.",
+    )
 
 
 class RunnerCreated(BaseModel):

@@ -65,8 +65,9 @@ def test_keyboard_reorder_keeps_focus_on_the_moved_row(page, live_server):
     page.goto(live_server.url + KIMI)
     keys = lambda: page.locator("#inventory tr[data-key]").evaluate_all("rows => rows.map(r => r.dataset.key)")  # noqa: E731
     moving = keys()[1]
+    # Predicates are functions, not expression strings: the board's CSP forbids eval.
     on_moved_row = (
-        f"document.activeElement && document.activeElement.closest('#approach-{moving}') !== null"
+        f"() => document.activeElement && document.activeElement.closest('#approach-{moving}') !== null"
         " && document.activeElement.value === '{}'"
     )
 
@@ -74,7 +75,7 @@ def test_keyboard_reorder_keeps_focus_on_the_moved_row(page, live_server):
         with page.expect_response(lambda r: r.url.endswith("/move")):
             page.keyboard.press("Enter")
         page.wait_for_function(
-            f"document.querySelectorAll('#inventory tr[data-key]')[{position}].dataset.key === '{moving}'"
+            f"() => document.querySelectorAll('#inventory tr[data-key]')[{position}].dataset.key === '{moving}'"
         )
         page.wait_for_load_state("networkidle")  # the campaign-changed refresh swaps #inventory again
 
@@ -84,7 +85,7 @@ def test_keyboard_reorder_keeps_focus_on_the_moved_row(page, live_server):
         page.wait_for_function(on_moved_row.format("down"))
     assert keys().index(moving) == 3
     page.keyboard.press("Shift+Tab")  # from the down arrow to the up arrow of the same row
-    assert page.evaluate("document.activeElement.value") == "up"
+    assert page.evaluate("() => document.activeElement.value") == "up"
     for position in (2, 1):
         press_enter_and_settle(position)
         page.wait_for_function(on_moved_row.format("up"))

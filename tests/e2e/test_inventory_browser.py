@@ -43,7 +43,8 @@ def test_status_change_through_htmx_persists(live_server, browser):
 
 def test_a_background_fragment_answering_late_keeps_the_error_flash(live_server, browser):
     """The cause of the old flake: the campaign page loads fragments (trials, verdicts, share links) when
-    htmx starts; one answering after a refused status change used to clear the error the person just got."""
+    htmx starts; one answering after a refused status change used to clear the error the person just got
+    (now shown by the field that caused it)."""
     page = browser.new_page()
     held = []
     try:
@@ -57,11 +58,12 @@ def test_a_background_fragment_answering_late_keeps_the_error_flash(live_server,
         row.locator("summary").click()
         row.locator("select[name=status]").select_option("dead_end")
         row.locator("button[type=submit]").click()
-        page.wait_for_selector("#flash .flash-error")
+        error = row.locator(".field-error")
+        error.wait_for()
         assert held, "the verdicts fragment was not requested"
         for route in held:
             route.continue_()
         page.wait_for_selector("#campaign-verdicts", state="attached")  # the late fragment is swapped in
-        assert "needs a reason" in page.inner_text("#flash")
+        assert "needs a reason" in error.inner_text()
     finally:
         page.close()
