@@ -157,6 +157,8 @@
     if (TERMINAL.includes(view.state) || !metrics.length || (!force && metricsDrawn === metrics.length)) return;
     const box = document.getElementById("metrics");
     if (!box) return;
+    // The stored table can know more (a log whose head was dropped for size): then it stays.
+    if (!box.querySelector('[data-live="metrics"]') && box.querySelectorAll("tbody tr").length > metrics.length) return;
     const names = new Set();
     for (const m of metrics) for (const k of Object.keys(m.tags)) if (!k.endsWith("_us") || k === "median_us") names.add(k);
     const tagNames = [...names].sort();
@@ -242,7 +244,12 @@
 
   function tick() {
     const start = view.started_at || view.dispatched_at;
-    if (!start) { live("elapsed").textContent = "–"; return; }
+    if (!start) {
+      // Not started yet: how long it has waited, so the field moves from the first second.
+      const waiting = view.created_at && !TERMINAL.includes(view.state);
+      live("elapsed").textContent = waiting ? fmtElapsed(Date.now() - Date.parse(view.created_at)) + " waiting" : "–";
+      return;
+    }
     const end = view.finished_at ? Date.parse(view.finished_at) : Date.now();
     live("elapsed").textContent = fmtElapsed(end - Date.parse(start));
   }

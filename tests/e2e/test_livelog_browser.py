@@ -5,6 +5,7 @@ and the HTML stays text. The trial waits for a file the test writes, so "still r
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -92,6 +93,7 @@ def test_metric_lines_become_rows_and_leave_the_console(tmp_path, browser):
         assert second["mode"] == EVIL  # the split line was joined; the tag is text
         assert page.locator("#metrics img, #log img").count() == 0
         assert page.inner_text("[data-live=phase]") == "benchmarking"
+        assert re.fullmatch(r"(\d+min )?\d+s", page.inner_text("[data-live=elapsed]"))
 
         # The console shows only the normal lines by default.
         lines = [line for line in page.inner_text("#log").splitlines() if line]
