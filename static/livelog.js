@@ -1,6 +1,8 @@
 // Live trial log: follows /api/trials/{id}/logs/ws?after=<last seq we have>, reconnecting with
 // backoff (and at once when the server says we fell behind: close code 4000). Log text is only ever
 // inserted as text nodes (textContent); ANSI SGR colour codes become spans with fixed classes.
+// Metric lines (@@campaign-metric {json}) become rows of the live metrics table and, like phase lines
+// (@@campaign-phase name), are hidden from the console unless "show raw output" is on (localStorage).
 (function () {
   "use strict";
   const section = document.getElementById("trial");
@@ -16,6 +18,26 @@
   let retry = 0;
   let style = { bold: false, dim: false, italic: false, underline: false, fg: null };
   let trimmed = false;
+  const METRIC = "@@campaign-metric ";
+  const PHASE = "@@campaign-phase ";
+  const META = "@@campaign-";
+  let lineStart = true; // the next character starts a log line
+  let held = ""; // the start of a line that may be a metric or phase line, until its newline arrives
+  const metrics = []; // metrics parsed from the log, in order
+  let metricsDrawn = 0;
+  const RAW_KEY = "livelog.showRaw";
+  const rawToggle = document.getElementById("log-raw");
+  function setRaw(on) {
+    pre.classList.toggle("show-raw", on);
+    if (rawToggle) rawToggle.checked = on;
+  }
+  let rawStored = null;
+  try { rawStored = localStorage.getItem(RAW_KEY); } catch (e) { /* storage off: default */ }
+  setRaw(rawStored === "1");
+  if (rawToggle) rawToggle.addEventListener("change", () => {
+    setRaw(rawToggle.checked);
+    try { localStorage.setItem(RAW_KEY, rawToggle.checked ? "1" : "0"); } catch (e) { /* storage off */ }
+  });
 
   const live = (name) => section.querySelector('[data-live="' + name + '"]');
 
@@ -79,6 +101,95 @@
     emit(text.slice(at));
   }
 
+  // One complete metric or phase line: a hidden span in the console, a row or the phase on the page.
+  function meta(line, frag) {
+    const span = document.createElement("span");
+    span.className = "log-meta";
+    span.textContent = line;
+    frag.appendChild(span);
+    const body = line.replace(/\r?\n$/, "");
+    if (body.startsWith(METRIC)) {
+      try {
+        const m = JSON.parse(body.slice(METRIC.length));
+        if (m && typeof m.name === "string" && typeof m.value === "number") {
+          metrics.push({ name: m.name, value: m.value, unit: String(m.unit || ""),
+                         tags: m.tags && typeof m.tags === "object" ? m.tags : {} });
+        }
+      } catch (e) { /* not JSON: the line stays in the raw output only */ }
+    } else if (body.startsWith(PHASE) && !TERMINAL.includes(view.state)) {
+      const name = body.slice(PHASE.length).trim().slice(0, 40);
+      if (name) { view.phase = name; live("phase").textContent = name; }
+    }
+  }
+
+  // Log text split into lines only as far as metric and phase lines need it: other text shows at once.
+  function feed(text, frag) {
+    let s = held + text;
+    held = "";
+    while (s) {
+      const nl = s.indexOf("\n");
+      const piece = nl < 0 ? s : s.slice(0, nl + 1);
+      s = nl < 0 ? "" : s.slice(nl + 1);
+      if (lineStart && (piece.startsWith(META) || (nl < 0 && META.startsWith(piece)))) {
+        if (nl < 0) { held = piece; break; }
+        if (piece.startsWith(METRIC) || piece.startsWith(PHASE)) { meta(piece, frag); continue; }
+      }
+      render(piece, frag);
+      lineStart = nl >= 0;
+    }
+  }
+
+  // The same cells as _partials/metrics_table.html (tag columns: every tag but *_us ones, median_us kept).
+  function fmtValue(v) {
+    if (v !== 0 && (Math.abs(v) >= 1e4 || Math.abs(v) < 1e-4)) return v.toExponential(3).replace(/\.?0+e/, "e");
+    return String(parseFloat(v.toPrecision(4)));
+  }
+
+  function cell(tag, text, cls) {
+    const el = document.createElement(tag);
+    el.textContent = text;
+    if (cls) el.className = cls;
+    return el;
+  }
+
+  function drawMetrics(force) {
+    // Once the trial is over the server's table (stored metrics) is the record; until then the log is.
+    if (TERMINAL.includes(view.state) || !metrics.length || (!force && metricsDrawn === metrics.length)) return;
+    const box = document.getElementById("metrics");
+    if (!box) return;
+    // The stored table can know more (a log whose head was dropped for size): then it stays.
+    if (!box.querySelector('[data-live="metrics"]') && box.querySelectorAll("tbody tr").length > metrics.length) return;
+    const names = new Set();
+    for (const m of metrics) for (const k of Object.keys(m.tags)) if (!k.endsWith("_us") || k === "median_us") names.add(k);
+    const tagNames = [...names].sort();
+    const head = document.createElement("tr");
+    for (const t of ["Name", "Value", "Unit", ...tagNames]) head.appendChild(cell("th", t));
+    const tbody = document.createElement("tbody");
+    for (const m of metrics) {
+      const tr = document.createElement("tr");
+      tr.appendChild(cell("td", m.name));
+      tr.appendChild(cell("td", fmtValue(m.value), "num"));
+      tr.appendChild(cell("td", m.unit));
+      for (const t of tagNames) tr.appendChild(cell("td", t in m.tags ? String(m.tags[t]) : ""));
+      tbody.appendChild(tr);
+    }
+    const thead = document.createElement("thead");
+    thead.appendChild(head);
+    const table = document.createElement("table");
+    table.className = "metrics";
+    table.dataset.live = "metrics";
+    table.append(thead, tbody);
+    const wrap = document.createElement("div");
+    wrap.className = "table-scroll";
+    wrap.appendChild(table);
+    box.replaceChildren(cell("h2", "Metrics"), wrap);
+    metricsDrawn = metrics.length;
+  }
+  // The metrics fragment (htmx) arrives after the page: draw the live rows into it.
+  document.body.addEventListener("htmx:afterSettle", () => {
+    if (!document.querySelector('#metrics [data-live="metrics"]')) drawMetrics(true);
+  });
+
   function append(chunks) {
     const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
     const frag = document.createDocumentFragment();
@@ -91,10 +202,11 @@
         span.textContent = text;
         frag.appendChild(span);
       } else {
-        render(text, frag);
+        feed(text, frag);
       }
     }
     pre.appendChild(frag);
+    drawMetrics(false);
     let extra = pre.childNodes.length - MAX_NODES;
     if (extra > 0) {
       while (extra-- > 0) pre.removeChild(pre.firstChild);
@@ -118,7 +230,8 @@
     badge.dataset.state = view.state;
     badge.textContent = String(view.state || "").replace("_", " ");
     live("state").replaceChildren(badge);
-    live("phase").textContent = view.phase || "";
+    // Before the recipe names a phase, the state says where the trial is.
+    live("phase").textContent = view.phase || ({ queued: "queued", dispatched: "starting", running: "running" }[view.state] || "");
     live("exit").textContent = view.exit_code === null || view.exit_code === undefined
       ? (view.exit_signal ? "signal " + view.exit_signal : "–") : String(view.exit_code);
     live("error").textContent = view.error || "";
@@ -131,7 +244,12 @@
 
   function tick() {
     const start = view.started_at || view.dispatched_at;
-    if (!start) { live("elapsed").textContent = "–"; return; }
+    if (!start) {
+      // Not started yet: how long it has waited, so the field moves from the first second.
+      const waiting = view.created_at && !TERMINAL.includes(view.state);
+      live("elapsed").textContent = waiting ? fmtElapsed(Date.now() - Date.parse(view.created_at)) + " waiting" : "–";
+      return;
+    }
     const end = view.finished_at ? Date.parse(view.finished_at) : Date.now();
     live("elapsed").textContent = fmtElapsed(end - Date.parse(start));
   }
@@ -147,6 +265,12 @@
       else if (msg.type === "state") {
         const wasOver = TERMINAL.includes(view.state);
         view = msg; showState();
+        if (TERMINAL.includes(view.state) && held) { // a last line without its newline
+          const frag = document.createDocumentFragment();
+          const rest = held; held = "";
+          if (rest.startsWith(METRIC) || rest.startsWith(PHASE)) meta(rest, frag); else render(rest, frag);
+          pre.appendChild(frag);
+        }
         // The verdict and metrics fragments (htmx) reload when the trial ends.
         if (!wasOver && TERMINAL.includes(view.state) && window.htmx) htmx.trigger(document.body, "trial-ended");
       }

@@ -1,0 +1,127 @@
+"""In Chromium: a trial prints normal lines, phase lines and metric lines (one split across two writes,
+one with HTML in a tag). While it still runs, its metrics become rows of the trial page's metrics table,
+the console hides the metric and phase lines until "show raw output" is ticked (kept across a reload),
+and the HTML stays text. The trial waits for a file the test writes, so "still running" is certain."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from app.db import make_engine, session_scope
+from app.security import create_login_token
+from tests.support.servers import start_live_server, stop_live_server
+from tests.support.trials import command_recipe, seed_campaign
+
+pytestmark = pytest.mark.browser
+
+EVIL = "<img src=x onerror=alert(1)>"
+
+SCRIPT = """
+import json, os, sys, time
+go = sys.argv[1]
+def metric(name, value, unit, **tags):
+    return '@@campaign-metric ' + json.dumps({'name': name, 'value': value, 'unit': unit, 'tags': tags})
+def out(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()
+out('@@campaign-phase warming up\\n')
+out('hello from the recipe\\n')
+out(metric('allreduce_latency_us', 12.5, 'us', method='nccl-tests', backend='nccl', bytes=4096) + '\\n')
+line = metric('allreduce_busbw_gbps', 3.25, 'GB/s', method='graph-replay', mode='EVIL', tokens=8)
+out(line[:20])
+time.sleep(0.3)
+out(line[20:] + '\\n')
+out('@@campaign-phase benchmarking\\n')
+out('normal line two\\n')
+for _ in range(600):
+    if os.path.exists(go):
+        break
+    time.sleep(0.1)
+out('bye\\n')
+""".replace("'EVIL'", repr(EVIL))
+
+
+def test_metric_lines_become_rows_and_leave_the_console(tmp_path, browser):
+    db_url = f"sqlite:///{tmp_path / 'e2e.db'}"
+    server = start_live_server(tmp_path, db_url)  # with its embedded runner
+    engine = make_engine(db_url)
+    go = tmp_path / "go"
+    page = browser.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    try:
+        recipe = command_recipe(sys.executable, "-c", SCRIPT, str(go))
+        seed_campaign(engine, "live", [{"key": "metrics", "title": "Metric lines", "recipe": recipe}])
+        with session_scope(engine) as session:
+            token = create_login_token(session, 600)
+        page.goto(f"{server.url}/login?token={token}")
+        page.goto(f"{server.url}/campaigns/live")
+        for _ in range(60):
+            with page.expect_response(lambda r: r.url.endswith("/run-next")) as answer:
+                page.click("#run-next-button")
+            said = answer.value.text()
+            if "Started" in said:
+                page.wait_for_selector("#run-next-result:has-text('Started')")
+                break
+            assert "no runner is connected" in said
+            page.wait_for_timeout(500)
+        page.click("#run-next-result a")
+        page.wait_for_selector("#log:has-text('normal line two')")
+
+        # Live rows while the trial still runs; the "no metrics" text is gone.
+        rows = page.locator("#metrics tbody tr")
+        rows.nth(1).wait_for()
+        assert page.locator("[data-live=state] .badge").inner_text() == "running"
+        assert not go.exists()
+        assert rows.count() == 2
+        assert "No metric lines yet" not in page.inner_text("#metrics")
+        headers = page.locator("#metrics thead th").all_text_contents()  # (CSS upper-cases them)
+        assert headers[:3] == ["Name", "Value", "Unit"]
+        assert {"method", "mode", "backend", "tokens", "bytes"} <= set(headers)
+
+        def row(i: int) -> dict[str, str]:
+            return dict(zip(headers, rows.nth(i).locator("td").all_text_contents(), strict=True))
+
+        first, second = row(0), row(1)
+        assert (first["Name"], first["Value"], first["Unit"]) == ("allreduce_latency_us", "12.5", "us")
+        assert (first["method"], first["backend"], first["bytes"]) == ("nccl-tests", "nccl", "4096")
+        assert (second["Name"], second["Value"], second["Unit"]) == ("allreduce_busbw_gbps", "3.25", "GB/s")
+        assert (second["method"], second["tokens"]) == ("graph-replay", "8")
+        assert second["mode"] == EVIL  # the split line was joined; the tag is text
+        assert page.locator("#metrics img, #log img").count() == 0
+        assert page.inner_text("[data-live=phase]") == "benchmarking"
+        assert re.fullmatch(r"(\d+min )?\d+s", page.inner_text("[data-live=elapsed]"))
+
+        # The console shows only the normal lines by default.
+        lines = [line for line in page.inner_text("#log").splitlines() if line]
+        assert lines == ["hello from the recipe", "normal line two"]
+        toggle = page.locator("#log-raw")
+        assert toggle.is_visible() and not toggle.is_checked()
+        toggle.check()
+        raw = page.inner_text("#log")
+        assert "@@campaign-phase warming up" in raw
+        assert "@@campaign-metric" in raw and EVIL in raw
+        assert raw.count("@@campaign-metric") == 2
+        # The choice survives a reload.
+        page.reload()
+        page.wait_for_selector("#log:has-text('@@campaign-phase benchmarking')")
+        assert page.locator("#log-raw").is_checked()
+        page.locator("#log-raw").uncheck()
+        assert "@@campaign" not in page.inner_text("#log")
+
+        go.write_text("go")
+        page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
+        page.wait_for_selector("#log:has-text('bye')")
+        # The stored metrics (server fragment) replace the live rows: same rows, the tag still text.
+        page.wait_for_function("() => !document.querySelector('#metrics [data-live=metrics]')")
+        assert page.locator("#metrics tbody tr").count() == 2
+        assert EVIL in page.inner_text("#metrics")
+        assert page.locator("#metrics img, #log img").count() == 0
+        assert dialogs == []
+    finally:
+        page.close()
+        engine.dispose()
+        stop_live_server(server)
