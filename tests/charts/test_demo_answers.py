@@ -15,6 +15,7 @@ from app.domain.demo import load_demo
 from app.domain.profitability import profitability_report
 from app.domain.timeline import campaign_timeline
 from app.models import Metric, Trial
+from tests.support.charts import add_metrics
 
 T_BASE = 1000 / 82
 
@@ -117,20 +118,7 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
         trial = Trial(campaign_id=campaign.id, approach_id=approach.id, recipe=approach.recipe, state="succeeded")
         session.add(trial)
         session.flush()
-        assert trial.id is not None
-        for index, (name, value, tags) in enumerate(metrics):
-            session.add(
-                Metric(
-                    trial_id=trial.id,
-                    approach_id=approach.id,
-                    campaign_id=campaign.id,
-                    seq=0,
-                    index=index,
-                    name=name,
-                    value=value,
-                    tags=tags,
-                )
-            )
+        add_metrics(session, trial, metrics)
     session.flush()
     report = profitability_report(session, campaign)
     assert not report.speculative  # no draft head measured yet: still a comparison

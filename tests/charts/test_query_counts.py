@@ -11,8 +11,9 @@ from sqlalchemy import event
 
 from app.db import session_scope
 from app.domain import inventory
-from app.models import Metric, StatusChange, Trial
+from app.models import StatusChange, Trial
 from app.schemas import ApproachCreate, CampaignCreate
+from tests.support.charts import add_metrics
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -72,19 +73,7 @@ def _build(engine, slug: str, approaches: int, trials_each: int) -> None:
                         ("median_tpot_ms", 9.0, {}),
                         ("accept_length", 2.5, {}),
                     ]
-                for index, (name, value, tags) in enumerate(metrics):
-                    s.add(
-                        Metric(
-                            trial_id=trial.id,
-                            approach_id=approach.id,
-                            campaign_id=campaign.id,
-                            seq=0,
-                            index=index,
-                            name=name,
-                            value=value,
-                            tags=tags,
-                        )
-                    )
+                add_metrics(s, trial, metrics)
                 s.add(
                     StatusChange(
                         approach_id=approach.id,

@@ -136,20 +136,7 @@ class Builder:
         )
         self.session.add(trial)
         self.session.flush()
-        for index, (name, value, unit, tags) in enumerate(metrics):
-            self.session.add(
-                Metric(
-                    trial_id=trial.id,
-                    approach_id=approach.id,
-                    campaign_id=self.campaign.id,
-                    seq=0,
-                    index=index,
-                    name=name,
-                    value=value,
-                    unit=unit,
-                    tags=tags,
-                )
-            )
+        add_metrics(self.session, trial, metrics)
         self.session.flush()
         return trial
 
@@ -304,3 +291,23 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
     session.add(campaign)
     session.flush()
     return campaign
+
+
+def add_metrics(session: Session, trial: Trial, metrics: list[tuple], *, seq: int = 0) -> None:
+    """Store a trial's metric rows, as the log parser would: (name, value, tags) or (name, value, unit, tags)."""
+    assert trial.id is not None
+    for index, row in enumerate(metrics):
+        name, value, *unit, tags = row
+        session.add(
+            Metric(
+                trial_id=trial.id,
+                approach_id=trial.approach_id,
+                campaign_id=trial.campaign_id,
+                seq=seq,
+                index=index,
+                name=name,
+                value=value,
+                unit=unit[0] if unit else "",
+                tags=tags,
+            )
+        )
