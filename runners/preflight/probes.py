@@ -64,10 +64,10 @@ def _need_gpus(world_size: int):
     return torch
 
 
-def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
+def _join(rank: int, world_size: int, port: int) -> None:
+    """This rank's GPU and its NCCL process group (rendezvous over TCP on this node)."""
     import torch
     import torch.distributed as dist
-    import torch.distributed._symmetric_memory as symm_mem
 
     torch.cuda.set_device(rank)
     dist.init_process_group(
@@ -77,6 +77,14 @@ def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
         world_size=world_size,
         device_id=torch.device("cuda", rank),
     )
+
+
+def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    _join(rank, world_size, port)
     try:
         world = dist.group.WORLD
         assert world is not None  # init_process_group above created it
@@ -115,14 +123,7 @@ def _graph_rank(rank: int, world_size: int, port: int) -> None:
     import torch
     import torch.distributed as dist
 
-    torch.cuda.set_device(rank)
-    dist.init_process_group(
-        "nccl",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world_size,
-        device_id=torch.device("cuda", rank),
-    )
+    _join(rank, world_size, port)
     try:
         t = torch.full((1, HIDDEN), float(rank + 1), dtype=torch.bfloat16, device=f"cuda:{rank}")
         dist.all_reduce(t)  # warm-up outside the graph, as sglang does before capture
