@@ -55,21 +55,14 @@ class WhatIfForm(BaseModel):
 
     def changes_from(self, inputs: ModelInputs) -> WhatIf:
         """Only the values that differ from what the campaign already uses are what-ifs."""
-        current = {
-            "accept_length": inputs.accept_length.value,
-            "draft_steps": inputs.draft_steps.value,
-            "draft_step_ms": inputs.draft_step_ms.value,
-            "verify_compute_ms": inputs.verify_compute_ms.value,
-            "allreduces_per_verify": inputs.allreduces_per_verify.value,
-            "verify_tokens": inputs.verify_tokens,
-            "baseline_tok_s": inputs.baseline_tok_s.value,
-        }
+        current = _form_values(inputs)
         return WhatIf(
             **{name: value for name, value in self.model_dump().items() if value is not None and value != current[name]}
         )
 
 
 def _form_values(inputs: ModelInputs) -> dict[str, Any]:
+    """The values the campaign's model uses now, by what-if field."""
     return {
         "accept_length": inputs.accept_length.value,
         "draft_steps": inputs.draft_steps.value,
