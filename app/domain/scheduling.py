@@ -150,6 +150,20 @@ def _lock_campaign(session: Session, campaign: Campaign) -> None:
         session.execute(sa_select(Campaign.id).where(Campaign.id == campaign.id).with_for_update())
 
 
+def _start_on_first_idle(session: Session, approach: Approach, runners: list[Runner], actor: str) -> RunNext | None:
+    """A trial of the approach on the first of these runners that is still idle once locked, or None."""
+    for runner in runners:
+        if _lock_runner_idle(session, runner):
+            trial = create_trial(session, approach, runner, actor)
+            return RunNext(
+                trial=trial,
+                approach=approach,
+                runner=runner,
+                dispatch=dispatch_message(trial, requirements=approach.requirements),
+            )
+    return None
+
+
 def _lock_runner_idle(session: Session, runner: Runner) -> bool:
     """Lock the runner row, then re-check that it holds no active trial (at most one per runner)."""
     if session.get_bind().dialect.name != "sqlite":
@@ -201,15 +215,9 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
         able = [r for r in idle if not unmet_requirements(approach.requirements, r.fingerprint)]
         if approach.status != ApproachStatus.untested:  # a re-test: only where the bound stack differs
             able = [r for r in able if verdicts.retest_reason_on(approach, r.fingerprint)]
-        for runner in able:
-            if _lock_runner_idle(session, runner):
-                trial = create_trial(session, approach, runner, actor)
-                return RunNext(
-                    trial=trial,
-                    approach=approach,
-                    runner=runner,
-                    dispatch=dispatch_message(trial, requirements=approach.requirements),
-                )
+        started = _start_on_first_idle(session, approach, able, actor)
+        if started is not None:
+            return started
     first = queue[0]
     if any(not unmet_requirements(first.requirements, r.fingerprint) for r in connected):
         if not idle:
@@ -270,15 +278,9 @@ def run_approach(
             approach=approach, reason=f"{approach.title} needs {_join(fewest)}: no connected runner has them"
         )
     busy = runner_domain.active_trials_by_runner(session)
-    for runner in able:
-        if runner.id not in busy and _lock_runner_idle(session, runner):
-            trial = create_trial(session, approach, runner, actor)
-            return RunNext(
-                trial=trial,
-                approach=approach,
-                runner=runner,
-                dispatch=dispatch_message(trial, requirements=approach.requirements),
-            )
+    started = _start_on_first_idle(session, approach, [r for r in able if r.id not in busy], actor)
+    if started is not None:
+        return started
     names = _join([r.name for r in able])
     return RunNext(approach=approach, reason=f"the runners that can run {approach.title} are busy ({names})")
 
