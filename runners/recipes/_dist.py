@@ -11,6 +11,7 @@ in NCCL teardown). Standard library + torch only; torch is imported lazily so th
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import socket
@@ -19,7 +20,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
@@ -196,6 +198,129 @@ def run_rank(values: dict[str, Any], measure: Callable[[Rank, dict[str, Any]], i
         rank.finish(code, values["teardown_timeout_s"])
 
 
+# ---- nodes: which ranks share one ----------------------------------------------------------
+
+# The launcher's node id, best first: srun's SLURM_NODEID, then what srun_task or torchrun set.
+NODE_ID_VARS = ("SLURM_NODEID", "NODE_RANK", "GROUP_RANK")
+SCOPES = ("world", "node", "cross-node")
+
+
+def node_identity(environ: Mapping[str, str]) -> tuple[str | None, str]:
+    """(the launcher's node id or None, the node's name) of this process. The name is SLURM's node
+    name when srun started us (two slurmd "nodes" on one machine share a hostname), else the hostname."""
+    node_id = next((environ[v].strip() for v in NODE_ID_VARS if environ.get(v, "").strip()), None)
+    return node_id, environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Which node each rank is on. Nodes are numbered by their lowest rank (0 is rank 0's)."""
+
+    node_of: tuple[int, ...]  # rank -> node index
+    names: tuple[str, ...]  # node index -> name
+    source: str  # "launcher" (node ids from the launch environment) or "hostname"
+
+    @property
+    def nodes(self) -> int:
+        return len(self.names)
+
+    def members(self, node: int) -> list[int]:
+        return [r for r, n in enumerate(self.node_of) if n == node]
+
+    @property
+    def leaders(self) -> list[int]:
+        """The lowest rank of each node."""
+        return [self.members(node)[0] for node in range(self.nodes)]
+
+    @property
+    def ranks_per_node(self) -> int | str:
+        """Ranks on each node: a number when every node has as many, else them all ("2,1")."""
+        counts = [len(self.members(node)) for node in range(self.nodes)]
+        return counts[0] if len(set(counts)) == 1 else ",".join(map(str, counts))
+
+    @property
+    def has_leaders_scope(self) -> bool:
+        """A leaders-only allreduce differs from the world's only when some node has more than one rank."""
+        return self.nodes > 1 and len(self.node_of) > self.nodes
+
+    def tags(self) -> dict[str, Any]:
+        """What every metric of a multi-node world carries."""
+        return {"nodes": self.nodes, "ranks_per_node": self.ranks_per_node}
+
+
+def group_nodes(identities: list[tuple[str | None, str]]) -> Topology:
+    """Each rank's node from every rank's node_identity (rank order). The launcher's node ids decide
+    when every rank has one (robust where "nodes" share a host); else ranks are grouped by hostname."""
+    if identities and all(node_id is not None for node_id, _ in identities):
+        keys = [str(node_id) for node_id, _ in identities]
+        source = "launcher"
+    else:
+        keys = [name for _, name in identities]
+        source = "hostname"
+    index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+    node_of = tuple(index[key] for key in keys)
+    first_name = {index[key]: name for key, (_, name) in reversed(list(zip(keys, identities)))}
+    names = [first_name[i] for i in range(len(index))]
+    if len(set(names)) < len(names):  # nodes on one host without SLURM names: say which is which
+        names = [f"{name}/{key}" for key, name in zip(index, names)]
+    return Topology(node_of, tuple(names), source)
+
+
+@dataclass
+class Scope:
+    """One allreduce the world measures: the whole world, one node's ranks, or the leaders."""
+
+    name: str  # world | node | cross-node
+    members: list[int]  # global ranks in it
+    view: Rank | None  # this rank's place in it; None when this rank is not a member
+    node: int | None = None  # scope "node": which node
+
+    def tags(self, topology: Topology) -> dict[str, Any]:
+        tags: dict[str, Any] = {"scope": self.name, "ranks": len(self.members)}
+        if self.node is not None:
+            tags.update(node=self.node, node_name=topology.names[self.node])
+        return tags
+
+
+def time_scopes(
+    rank: Rank,
+    scopes: list[Scope],
+    prepare: Callable[[Rank], tuple[bool, Callable[[], Any]]],
+    graph: bool,
+    warmup: int,
+    calls: int,
+    iters: int,
+) -> list[tuple[Scope, list[float]]] | None:
+    """Time a body on the node and cross-node scopes, by the method of the world's figure (graph replay
+    of the body, or `calls` back to back): every node's ranks at once (as tensor parallelism inside
+    each node runs), then the leaders while the other ranks wait. `prepare(view)` checks and builds
+    the body for one scope ((False, _) when its check failed). Returns each scope's samples (slowest
+    rank of the scope, every rank gets them all), or None when a check failed on any rank."""
+    out: list[tuple[Scope, list[float]]] = []
+    for batch in ([s for s in scopes if s.name == "node"], [s for s in scopes if s.name == "cross-node"]):
+        if not batch:
+            continue
+        mine = next((i for i, s in enumerate(batch) if s.view is not None), None)
+        ok, samples = True, [0.0] * iters
+        if mine is not None:
+            view = batch[mine].view
+            assert view is not None
+            ok, body = prepare(view)
+            if ok:
+                if graph:
+                    captured = capture_graph(view, body)
+                    samples = time_graph(view, captured, warmup, iters)
+                    del captured
+                else:
+                    samples = time_eager(view, body, warmup, calls, iters)
+                samples = view.max_across(samples)
+            del body
+        if not rank.all_true(ok):
+            return None
+        out += zip(batch, rank.gather_rows(len(batch), mine, samples, iters))
+    return out
+
+
 class Rank:
     """This worker's place in the world, its device and process group."""
 
@@ -218,25 +343,72 @@ class Rank:
             # Ranks share the cores: more threads than cores per rank makes compute spin, not run.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=init_timeout_s))
+        self.global_rank = self.rank
         self.group = dist.group.WORLD
         self.group_name = self.group.group_name
+        # Which ranks share a node (one small all_gather); the node and leaders groups of a multi-node
+        # world, created by every rank in the same order as new_group requires.
+        identities: list[Any] = [None] * self.world_size
+        dist.all_gather_object(identities, node_identity(os.environ))
+        self.topology = group_nodes(identities)
+        self.node = self.topology.node_of[self.rank]
+        self._node_group: Any = None
+        self._leaders_group: Any = None
+        if self.topology.nodes > 1:
+            for node in range(self.topology.nodes):
+                group = dist.new_group(self.topology.members(node))
+                if node == self.node:
+                    self._node_group = group
+            if self.topology.has_leaders_scope:
+                group = dist.new_group(self.topology.leaders)
+                if self.rank in self.topology.leaders:
+                    self._leaders_group = group
+
+    def view(self, group: Any, members: list[int]) -> Rank:
+        """This rank as a member of a subgroup: the same interface (rank and world_size are the place in
+        the group), so Allreduce, check_allreduce and the timing functions run on it unchanged."""
+        view = copy.copy(self)
+        view.group = group
+        view.group_name = group.group_name
+        view.rank = members.index(self.global_rank)
+        view.world_size = len(members)
+        return view
+
+    def scopes(self) -> list[Scope]:
+        """Where this world measures an allreduce: the world; in a multi-node world also each node's
+        ranks and the leaders (one rank per node: what crosses the fabric without intra-node hops)."""
+        topo = self.topology
+        out = [Scope("world", list(range(self.world_size)), self)]
+        if topo.nodes == 1:
+            return out
+        for node in range(topo.nodes):
+            members = topo.members(node)
+            out.append(
+                Scope("node", members, self.view(self._node_group, members) if node == self.node else None, node)
+            )
+        if topo.has_leaders_scope:
+            leaders = topo.leaders
+            out.append(
+                Scope("cross-node", leaders, self.view(self._leaders_group, leaders) if self._leaders_group else None)
+            )
+        return out
 
     def log(self, text: str) -> None:
-        if self.rank == 0:
+        if self.global_rank == 0:
             print(text, flush=True)
 
     def phase(self, name: str) -> None:
         """Rank 0 announces what the trial is doing now (shown on the trial page)."""
-        if self.rank == 0:
+        if self.global_rank == 0:
             emit_phase(name)
 
     def barrier(self) -> None:
         import torch.distributed as dist
 
         if self.on_gpu:
-            dist.barrier(device_ids=[self.device.index])
+            dist.barrier(group=self.group, device_ids=[self.device.index])
         else:
-            dist.barrier()
+            dist.barrier(group=self.group)
 
     def max_across(self, values: list[float]) -> list[float]:
         """Elementwise max over ranks: a collective is as slow as its slowest rank."""
@@ -244,7 +416,7 @@ class Rank:
         import torch.distributed as dist
 
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return t.cpu().tolist()
 
     def all_true(self, flag: bool) -> bool:
@@ -252,8 +424,20 @@ class Rank:
         import torch.distributed as dist
 
         t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
         return bool(t.item())
+
+    def gather_rows(self, rows: int, mine: int | None, values: list[float], width: int) -> list[list[float]]:
+        """A rows x width table over the world, each rank filling its own row (or none): every rank
+        gets every row (MAX of non-negative figures with zeros elsewhere)."""
+        import torch
+        import torch.distributed as dist
+
+        t = torch.zeros((rows, width), dtype=torch.float64, device=self.device)
+        if mine is not None:
+            t[mine] = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return t.cpu().tolist()
 
     def synchronize(self) -> None:
         import torch
@@ -325,8 +509,10 @@ class Allreduce:
         if backend == "symm_mem_two_shot":
             return lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", name)
 
+        group = self.rank.group
+
         def in_place():
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, group=group)
             return buf
 
         return in_place

@@ -68,8 +68,39 @@ def worker(values: dict[str, Any]) -> None:
 GEOMETRY = ("hidden_size",)
 
 
+def _emit_figures(stats: dict[str, float], nbytes: int, ranks: int, timing: dict[str, Any], tags: dict[str, Any]):
+    """The latency headline and its bandwidths (busbw = algbw x 2(n-1)/n over the n ranks in the allreduce)."""
+    algbw = nbytes / (stats["median"] * 1e-6) / 1e9
+    busbw = algbw * (2 * (ranks - 1) / ranks)
+    emit(
+        M.ALLREDUCE_LATENCY_US,
+        stats["median"],
+        "us",
+        p10_us=stats["p10"],
+        p90_us=stats["p90"],
+        min_us=stats["min"],
+        max_us=stats["max"],
+        **timing,
+        **tags,
+    )
+    emit(M.ALLREDUCE_ALGBW_GBPS, algbw, "GB/s", method=timing["method"], **tags)
+    emit(M.ALLREDUCE_BUSBW_GBPS, busbw, "GB/s", method=timing["method"], **tags)
+    return algbw, busbw
+
+
 def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     n = rank.world_size
+    topo = rank.topology
+    multi = topo.nodes > 1
+    if multi and values["backend"].startswith("symm_mem"):
+        if rank.rank == 0:
+            print(
+                f"allreduce: backend {values['backend']} reaches only one node's GPUs (symmetric memory over "
+                f"NVLink); this world spans {topo.nodes} nodes: use nccl",
+                file=sys.stderr,
+                flush=True,
+            )
+        return 2
     elt = _dist.DTYPE_BYTES[values["dtype"]]
     graph = values["mode"] == "graph"
     timer = _dist.timer_for(rank)
@@ -86,11 +117,22 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     }
     if graph:
         base_tags["graph_allreduces"] = values["graph_allreduces"]
+    scopes = rank.scopes()
+    if multi:
+        # Single-node trials keep their tags as they were; a multi-node world says where each figure is from.
+        base_tags.update(topo.tags())
     rank.log(
         f"allreduce: backend={values['backend']} mode={values['mode']} world_size={n} "
         f"dtype={values['dtype']} hidden={values['hidden_size']} device={rank.device.type} "
         f"method={'graph-replay' if graph else 'nccl-tests'} timer={timer.name}"
     )
+    if multi:
+        rank.log(
+            f"allreduce: {topo.nodes} nodes x {topo.ranks_per_node} ranks (nodes from the {topo.source}: "
+            + ", ".join(f"{name}: ranks {topo.members(i)}" for i, name in enumerate(topo.names))
+            + "); scopes: "
+            + ", ".join(dict.fromkeys(s.name for s in scopes))
+        )
     rows = []
     for tokens in values["tokens"]:
         shape = (tokens, values["hidden_size"])
@@ -110,8 +152,9 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         rank.log(
             f"allreduce: correctness ok tokens={tokens} bytes={nbytes} (max abs error {err:.3g}, tolerance {tol:.3g})"
         )
+        world_tags = {**tags, **scopes[0].tags(topo)} if multi else tags
         if rank.rank == 0:
-            emit(M.ALLREDUCE_CHECK_PASSED, 1, "", max_abs_error=err, **tags)
+            emit(M.ALLREDUCE_CHECK_PASSED, 1, "", max_abs_error=err, **world_tags)
         per_call: list[float] = []
         if graph:
             per = values["graph_allreduces"]
@@ -125,24 +168,31 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             if values["per_call_iters"]:
                 rank.barrier()
                 per_call = rank.max_across(_dist.time_per_call(ar, timer, values["per_call_iters"]))
+        del ar
         samples = rank.max_across(samples)
         stats = _dist.summarize(samples)
-        algbw = nbytes / (stats["median"] * 1e-6) / 1e9
-        busbw = algbw * (2 * (n - 1) / n)
-        if rank.rank == 0:
-            emit(
-                M.ALLREDUCE_LATENCY_US,
-                stats["median"],
-                "us",
-                p10_us=stats["p10"],
-                p90_us=stats["p90"],
-                min_us=stats["min"],
-                max_us=stats["max"],
-                **timing,
-                **tags,
+        scoped: list[tuple[_dist.Scope, dict[str, float]]] = []
+        if multi:
+            rank.phase(f"measuring {tokens} token{'s' if tokens != 1 else ''} within each node, then across nodes")
+            found = _dist.time_scopes(
+                rank,
+                scopes,
+                lambda view: _prepared(view, shape, values, graph),
+                graph,
+                values["warmup"],
+                values["calls"],
+                values["iters"],
             )
-            emit(M.ALLREDUCE_ALGBW_GBPS, algbw, "GB/s", method=timing["method"], **tags)
-            emit(M.ALLREDUCE_BUSBW_GBPS, busbw, "GB/s", method=timing["method"], **tags)
+            if found is None:
+                print(
+                    f"allreduce: CORRECTNESS FAILED within a node or across the node leaders, tokens={tokens}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+            scoped = [(scope, _dist.summarize(s)) for scope, s in found]
+        if rank.rank == 0:
+            algbw, busbw = _emit_figures(stats, nbytes, n, timing, world_tags)
             if per_call:
                 pc = _dist.summarize(per_call)
                 emit(
@@ -155,33 +205,56 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
                     max_us=pc["max"],
                     method="per-call-events",
                     samples=len(per_call),
-                    **tags,
+                    **world_tags,
                 )
-        rows.append((tokens, nbytes, stats, algbw, busbw, _dist.summarize(per_call)["median"] if per_call else None))
-        del ar
+            label = "world" if multi else None
+            rows.append(
+                (label, tokens, nbytes, stats, algbw, busbw, _dist.summarize(per_call)["median"] if per_call else None)
+            )
+            for scope, s in scoped:
+                alg, bus = _emit_figures(s, nbytes, len(scope.members), timing, {**tags, **scope.tags(topo)})
+                where = f"node {topo.names[scope.node]}" if scope.node is not None else scope.name
+                rows.append((where, tokens, nbytes, s, alg, bus, None))
     if rank.rank == 0:
+        _print_table(rows, values, graph)
+    return 0
+
+
+def _prepared(view: _dist.Rank, shape: tuple[int, ...], values: dict[str, Any], graph: bool):
+    """The body timed on a node or leaders scope, after the same correctness check as the world's."""
+    ar = _dist.Allreduce(view, shape, values["dtype"])
+    ok, _, _ = _dist.check_allreduce(ar, values["seed"], values["dtype"])
+    if graph:
+        per = values["graph_allreduces"]
+        return ok, lambda: [ar() for _ in range(per)]
+    return ok, ar
+
+
+def _print_table(rows: list[tuple], values: dict[str, Any], graph: bool) -> None:
+    scoped = any(row[0] for row in rows)
+    head = f"{'scope':<22} " if scoped else ""
+    print(
+        f"{head}{'tokens':>7} {'bytes':>10} {'median_us':>10} {'p10_us':>9} {'p90_us':>9} "
+        f"{'min_us':>9} {'max_us':>9} {'algbw_GB/s':>11} {'busbw_GB/s':>11} {'per_call_us':>12}"
+    )
+    for label, tokens, nbytes, s, algbw, busbw, pc_med in rows:
+        pc_text = f"{pc_med:>12.2f}" if pc_med is not None else f"{'-':>12}"
+        lead = f"{label:<22} " if scoped else ""
         print(
-            f"{'tokens':>7} {'bytes':>10} {'median_us':>10} {'p10_us':>9} {'p90_us':>9} "
-            f"{'min_us':>9} {'max_us':>9} {'algbw_GB/s':>11} {'busbw_GB/s':>11} {'per_call_us':>12}"
-        )
-        for tokens, nbytes, s, algbw, busbw, pc_med in rows:
-            pc_text = f"{pc_med:>12.2f}" if pc_med is not None else f"{'-':>12}"
-            print(
-                f"{tokens:>7} {nbytes:>10} {s['median']:>10.2f} {s['p10']:>9.2f} {s['p90']:>9.2f} "
-                f"{s['min']:>9.2f} {s['max']:>9.2f} {algbw:>11.3f} {busbw:>11.3f} {pc_text}",
-                flush=True,
-            )
-        print(
-            "median_us: "
-            + (
-                "one graph replay / N"
-                if graph
-                else f"{values['calls']} calls back to back / {values['calls']} (nccl-tests method)"
-            )
-            + f", over {values['iters']} samples, slowest rank; per_call_us: one event pair per call",
+            f"{lead}{tokens:>7} {nbytes:>10} {s['median']:>10.2f} {s['p10']:>9.2f} {s['p90']:>9.2f} "
+            f"{s['min']:>9.2f} {s['max']:>9.2f} {algbw:>11.3f} {busbw:>11.3f} {pc_text}",
             flush=True,
         )
-    return 0
+    print(
+        "median_us: "
+        + (
+            "one graph replay / N"
+            if graph
+            else f"{values['calls']} calls back to back / {values['calls']} (nccl-tests method)"
+        )
+        + f", over {values['iters']} samples, slowest rank; per_call_us: one event pair per call",
+        flush=True,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
