@@ -62,6 +62,13 @@ class Requirements(BaseModel):
     gpus_per_node: int = Field(
         0, ge=0, le=1024, description="GPUs per node of a multi-node trial (0: one rank per node)."
     )
+    tasks_per_node: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Ranks per node of a multi-node trial (0: one per GPU, or one per node without GPUs); "
+        "CPU (gloo) trials set it to run several ranks per node.",
+    )
     sbatch: list[Annotated[str, Field(pattern=r"^--?[A-Za-z][^\n\x00]*$", max_length=300)]] = Field(
         default_factory=list,
         max_length=50,
@@ -72,7 +79,7 @@ class Requirements(BaseModel):
     def _allocation_only_when_asked(self, handler: Any) -> dict[str, Any]:
         # The allocation fields appear only when set, so single-node requirements read as before.
         data = handler(self)
-        for name, default in (("nodes", 1), ("gpus_per_node", 0), ("sbatch", [])):
+        for name, default in (("nodes", 1), ("gpus_per_node", 0), ("tasks_per_node", 0), ("sbatch", [])):
             if data.get(name) == default:
                 data.pop(name)
         return data

@@ -34,6 +34,8 @@ Where each input comes from (first that exists wins; `docs/profitability.md` say
                       the baseline's reported t_ar
 Figures measured on a CPU or at a scaled-down geometry (tags `device: cpu`, `scaled: true`, or the
 gloo backend) are a *CPU floor*: shown, labelled so, and never fed to the model.
+Multi-node trials also report allreduces within each node and among the node leaders (`scope: node`,
+`scope: cross-node`); the model and the charts read the world's figures only (`is_world_figure`).
 A missing input is reported as a `Missing` (what, and how to get it) instead of being guessed.
 
 Scale: `profitability_report` reads the campaign's metrics in one pass (`load_campaign_metrics`: one
@@ -262,6 +264,12 @@ def is_cpu_floor(tags: dict[str, Any]) -> bool:
     return tags.get("device") == "cpu" or bool(tags.get("scaled")) or tags.get("backend") == "gloo"
 
 
+def is_world_figure(tags: dict[str, Any]) -> bool:
+    """A figure of the trial's whole world: untagged (single node) or `scope: world` (multi-node trials
+    also report `scope: node` and `scope: cross-node` figures, which describe part of the world)."""
+    return tags.get("scope", "world") == "world"
+
+
 @dataclass(frozen=True)
 class MetricRow:
     trial_id: int
@@ -282,6 +290,9 @@ class CampaignMetrics:
     newest trial, the trials holding each approach's best throughput, and the baseline trial's rows."""
 
     def __init__(self, rows: Iterable[MetricRow]) -> None:
+        # A multi-node trial also reports allreduces within each node and among the node leaders
+        # (tag scope: node | cross-node); the model and the charts read the world's figures only.
+        rows = [m for m in rows if is_world_figure(m.tags)]
         self.rows = sorted(rows, key=lambda m: (-m.trial_id, m.seq, m.index))  # newest trial first
         self._newest: dict[tuple[int, str], list[MetricRow]] = {}  # (approach, name) -> its newest trial's rows
         self._by_trial: dict[int, list[MetricRow]] = defaultdict(list)

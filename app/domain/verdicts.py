@@ -17,6 +17,7 @@ from sqlmodel import Session, select
 from app.domain import fingerprint as stack
 from app.domain.errors import Invalid
 from app.domain.inventory import change_status
+from app.domain.profitability import is_world_figure
 from app.models import Approach, ApproachStatus, Campaign, Metric, Runner, StatusChange, Trial, TrialState, utcnow
 
 # What a failure signature's verdict means for the approach's status.
@@ -70,7 +71,7 @@ def on_trial_ended(session: Session, trial: Trial) -> None:
 def _metric_summary(session: Session, trial: Trial) -> str:
     rows = list(session.exec(select(Metric).where(Metric.trial_id == trial.id).order_by(Metric.seq, Metric.index)))
     for name in SUMMARY_METRICS:
-        picked = [m for m in rows if m.name == name]
+        picked = [m for m in rows if m.name == name and is_world_figure(m.tags)]
         if picked:
             m = min(picked, key=lambda m: m.tags.get("tokens", 0) != 4)  # the verify size when there is one
             where = ", ".join(f"{k}={m.tags[k]}" for k in ("backend", "mode", "tokens", "world_size") if k in m.tags)

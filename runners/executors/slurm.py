@@ -9,9 +9,10 @@ grace period. The job id and output path are kept in `<spool>/slurm/<attempt>.js
 restarted runner re-attaches to its jobs instead of losing them.
 
 Multi-node trials (requirements `nodes` > 1): the batch script exports MASTER_ADDR (the first node
-of the allocation) and MASTER_PORT, then `srun` starts one task per GPU (`gpus_per_node`, or one
-per node) running `runners.executors.srun_task`, which maps SLURM_PROCID / SLURM_NTASKS /
-SLURM_LOCALID to torch.distributed's env:// variables and execs the recipe as a rank.
+of the allocation) and MASTER_PORT, then `srun` starts `tasks_per_node` tasks per node (when set: several CPU ranks per node, say),
+else one per GPU (`gpus_per_node`), else one, running `runners.executors.srun_task`, which maps
+SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / SLURM_NODEID to torch.distributed's env:// variables
+and execs the recipe as a rank.
 """
 
 from __future__ import annotations
@@ -134,6 +135,20 @@ def job_shape(requirements: dict[str, Any] | None, config: SlurmConfig) -> tuple
     if nodes < 1 or gpus < 0:
         raise RecipeError("requirements.nodes must be >= 1 and gpus_per_node >= 0")
     return nodes, gpus, check_options(req.get("sbatch"), "requirements.sbatch")
+
+
+def tasks_per_node(requirements: dict[str, Any] | None, nodes: int, gpus: int) -> int:
+    """Ranks (srun tasks) per node: requirements.tasks_per_node, else one per GPU, else one. A
+    single-node trial is one task (the recipe's own launcher starts its ranks)."""
+    if nodes == 1:
+        return 1
+    try:
+        tasks = int((requirements or {}).get("tasks_per_node") or 0)
+    except (TypeError, ValueError):
+        raise RecipeError("requirements.tasks_per_node: must be a whole number") from None
+    if tasks < 0:
+        raise RecipeError("requirements.tasks_per_node must be >= 0")
+    return tasks or max(1, gpus)
 
 
 def time_limit(spec: LaunchSpec, config: SlurmConfig) -> str:
@@ -482,7 +497,7 @@ class SlurmExecutor:
     ) -> SlurmTrial:
         """Raises RecipeError for requirements SLURM cannot be asked for."""
         nodes, gpus, extra = job_shape(requirements, self.config)
-        tasks = max(1, gpus) if nodes > 1 else 1
+        tasks = tasks_per_node(requirements, nodes, gpus)
         return SlurmTrial(
             self,
             attempt_id,

@@ -239,6 +239,11 @@ class Topology:
         return counts[0] if len(set(counts)) == 1 else ",".join(map(str, counts))
 
     @property
+    def shared_nodes(self) -> list[int]:
+        """The nodes with more than one rank: those that have an allreduce of their own."""
+        return [node for node in range(self.nodes) if len(self.members(node)) > 1]
+
+    @property
     def has_leaders_scope(self) -> bool:
         """A leaders-only allreduce differs from the world's only when some node has more than one rank."""
         return self.nodes > 1 and len(self.node_of) > self.nodes
@@ -355,7 +360,7 @@ class Rank:
         self._node_group: Any = None
         self._leaders_group: Any = None
         if self.topology.nodes > 1:
-            for node in range(self.topology.nodes):
+            for node in self.topology.shared_nodes:
                 group = dist.new_group(self.topology.members(node))
                 if node == self.node:
                     self._node_group = group
@@ -381,7 +386,7 @@ class Rank:
         out = [Scope("world", list(range(self.world_size)), self)]
         if topo.nodes == 1:
             return out
-        for node in range(topo.nodes):
+        for node in topo.shared_nodes:  # a node of one rank has no allreduce of its own
             members = topo.members(node)
             out.append(
                 Scope("node", members, self.view(self._node_group, members) if node == self.node else None, node)

@@ -19,7 +19,10 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import logs as log_domain
-from app.models import Runner, Trial
+from app.domain.profitability import load_campaign_metrics
+from app.models import Campaign, Metric, Runner, Trial
+from app.security import SESSION_COOKIE
+from runners.recipes.metric import MetricName
 from tests.support.trials import (
     ROOT,
     ThreadServer,
@@ -251,6 +254,8 @@ def test_runner_restart_reattaches_to_its_running_job(board, tmp_path):
 
 
 def test_two_node_trial_is_routed_to_the_slurm_runner(board):
+    """2 nodes x 2 ranks through the real runner: the board stores the world's figures and each node's
+    and the leaders', tagged; the trial page tells them apart; the model and the charts read the world's."""
     srv, _ = board
     seed_campaign(
         srv.engine,
@@ -259,7 +264,7 @@ def test_two_node_trial_is_routed_to_the_slurm_runner(board):
             {
                 "key": "two-nodes",
                 "title": "Two nodes",
-                "requirements": {"nodes": 2},
+                "requirements": {"nodes": 2, "tasks_per_node": 2},
                 "recipe": {
                     "kind": "allreduce",
                     "timeout_s": 240,
@@ -270,6 +275,8 @@ def test_two_node_trial_is_routed_to_the_slurm_runner(board):
                         "dtype": "fp32",
                         "iters": 3,
                         "warmup": 1,
+                        "calls": 5,
+                        "per_call_iters": 0,
                     },
                 },
             }
@@ -278,7 +285,43 @@ def test_two_node_trial_is_routed_to_the_slurm_runner(board):
     started = run_next(srv)
     assert started["started"], started
     tid = started["trial_id"]
-    wait_for(lambda: trial(srv, tid)["state"] in ("succeeded", "failed"), timeout=120, what="the trial to end")
+    wait_for(lambda: trial(srv, tid)["state"] in ("succeeded", "failed"), timeout=180, what="the trial to end")
     text = _stored(srv, tid)
     assert trial(srv, tid)["state"] == "succeeded", text[-3000:]
-    assert "@@campaign-metric" in text
+    assert "2 nodes x 2 ranks (nodes from the launcher: n1: ranks [0, 1], n2: ranks [2, 3])" in text
+
+    with session_scope(srv.engine, write=False) as session:
+        stored = list(session.exec(select(Metric).where(Metric.trial_id == tid).order_by(Metric.seq, Metric.index)))
+        campaign = session.exec(select(Campaign).where(Campaign.slug == "spec")).one()
+        model_rows = load_campaign_metrics(session, campaign).newest(MetricName.ALLREDUCE_LATENCY_US)
+    latency = [m for m in stored if m.name == MetricName.ALLREDUCE_LATENCY_US]
+    # One per node, the world, and the leaders (one rank per node).
+    assert sorted((m.tags["scope"], m.tags.get("node_name")) for m in latency) == [
+        ("cross-node", None),
+        ("node", "n1"),
+        ("node", "n2"),
+        ("world", None),
+    ]
+    for m in latency:
+        assert m.tags["nodes"] == 2 and m.tags["ranks_per_node"] == 2 and m.tags["world_size"] == 4
+        assert m.tags["method"] == "nccl-tests" and m.tags["backend"] == "gloo" and m.value > 0
+        assert m.tags["ranks"] == {"world": 4, "node": 2, "cross-node": 2}[m.tags["scope"]]
+    assert {m.tags["node"] for m in latency if m.tags["scope"] == "node"} == {0, 1}
+    for name in (MetricName.ALLREDUCE_ALGBW_GBPS, MetricName.ALLREDUCE_BUSBW_GBPS):
+        assert sorted(m.tags["scope"] for m in stored if m.name == name) == ["cross-node", "node", "node", "world"]
+    checks = [m for m in stored if m.name == MetricName.ALLREDUCE_CHECK_PASSED]
+    assert [(m.value, m.tags["scope"]) for m in checks] == [(1.0, "world")]
+
+    # The profitability model and the charts read the world's figure only.
+    assert [(m.trial_id, m.tags["scope"]) for m in model_rows] == [(tid, "world")]
+
+    # The trial page's metrics table has the columns that tell the rows apart.
+    page = httpx.get(
+        f"{srv.url}/trials/{tid}/metrics",
+        headers={"Cookie": f"{SESSION_COOKIE}={srv.session_cookie()}", "HX-Request": "true"},
+        timeout=10,
+    )
+    assert page.status_code == 200
+    for column in ("scope", "node", "node_name", "nodes", "ranks_per_node"):
+        assert f"<th>{column}</th>" in page.text
+    assert "<td>cross-node</td>" in page.text and "<td>n2</td>" in page.text

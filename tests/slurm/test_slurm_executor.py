@@ -243,7 +243,12 @@ def test_reattach_resumes_the_output_where_the_spool_stopped(executor, tmp_path)
     assert again.reattach("nothing-here", resume_offset=0, grace_s=1.0, **second.callbacks()) is None
 
 
+def _metrics_of(text: str) -> list[dict]:
+    return [json.loads(line.split(" ", 1)[1]) for line in text.splitlines() if line.startswith("@@campaign-metric ")]
+
+
 def test_multi_node_gloo_allreduce_across_two_slurmd_nodes(executor):
+    """One rank per node: the world allreduce is the leaders' one, so it is the only scope measured."""
     collector = Collector()
     recipe = {
         "kind": "allreduce",
@@ -256,18 +261,66 @@ def test_multi_node_gloo_allreduce_across_two_slurmd_nodes(executor):
     assert (result.outcome, result.exit_code) == ("exited", 0), collector.text[-3000:]
     fields = subprocess.run(["scontrol", "show", "job", "-o", trial.job_id], capture_output=True, text=True).stdout
     assert "NumNodes=2" in fields and "NodeList=n[1-2]" in fields
-    metrics = [
-        json.loads(line.split(" ", 1)[1])
-        for line in collector.text.splitlines()
-        if line.startswith("@@campaign-metric ")
-    ]
-    latency = [m for m in metrics if m["name"] == "allreduce_latency_us"]
-    assert {m["tags"]["tokens"] for m in latency} == {1, 4}, collector.text[-3000:]
-    assert all(m["tags"]["world_size"] == 2 and m["value"] > 0 for m in latency)
+    latency = [m for m in _metrics_of(collector.text) if m["name"] == "allreduce_latency_us"]
+    assert sorted(m["tags"]["tokens"] for m in latency) == [1, 4], collector.text[-3000:]
+    for m in latency:
+        assert m["value"] > 0
+        tags = m["tags"]
+        assert (tags["world_size"], tags["scope"], tags["nodes"], tags["ranks_per_node"], tags["ranks"]) == (
+            2,
+            "world",
+            2,
+            1,
+            2,
+        )
     # Both slurmd "nodes" launched a task of the job's srun step (one rank each).
     state_dir = Path(os.environ["SLURM_CONF"]).parent
     for node in ("n1", "n2"):
         assert f"launch task StepId={trial.job_id}.0 " in (state_dir / f"slurmd-{node}.log").read_text()
+
+
+def test_two_ranks_per_node_report_per_node_and_cross_node_figures(executor):
+    """2 slurmd nodes x 2 ranks (tasks_per_node): each node's allreduce, the world's and the leaders'."""
+    collector = Collector()
+    recipe = {
+        "kind": "allreduce",
+        "params": {
+            "backend": "gloo",
+            "tokens": [1, 4],
+            "hidden_size": 256,
+            "dtype": "fp32",
+            "iters": 4,
+            "warmup": 1,
+            "calls": 10,
+            "per_call_iters": 0,
+        },
+        "timeout_s": 240,
+    }
+    trial = _trial(executor, recipe, collector, requirements={"nodes": 2, "tasks_per_node": 2})
+    trial.start()
+    result = trial.wait()
+    assert (result.outcome, result.exit_code) == ("exited", 0), collector.text[-3000:]
+    fields = subprocess.run(["scontrol", "show", "job", "-o", trial.job_id], capture_output=True, text=True).stdout
+    assert "NumNodes=2" in fields and "NumTasks=4" in fields
+    assert "2 nodes x 2 ranks (nodes from the launcher: n1: ranks [0, 1], n2: ranks [2, 3])" in collector.text
+    found = _metrics_of(collector.text)
+    for tokens in (1, 4):
+        latency = [m for m in found if m["name"] == "allreduce_latency_us" and m["tags"]["tokens"] == tokens]
+        by_scope = sorted((m["tags"]["scope"], m["tags"].get("node"), m["tags"].get("node_name")) for m in latency)
+        assert by_scope == [("cross-node", None, None), ("node", 0, "n1"), ("node", 1, "n2"), ("world", None, None)]
+        for m in latency:
+            tags = m["tags"]
+            assert m["value"] > 0 and tags["method"] == "nccl-tests" and tags["world_size"] == 4
+            assert (tags["nodes"], tags["ranks_per_node"]) == (2, 2)
+            assert tags["ranks"] == (4 if tags["scope"] == "world" else 2)
+        busbw = {
+            (m["tags"]["scope"], m["tags"].get("node")): m
+            for m in found
+            if m["name"] == "allreduce_busbw_gbps" and m["tags"]["tokens"] == tokens
+        }
+        assert len(busbw) == 4
+        assert busbw[("world", None)]["tags"]["scope"] == "world"
+    assert "node n2" in collector.text and "cross-node" in collector.text  # the human table
 
 
 def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
