@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlmodel import select
+from sqlmodel import col, select
 
 from app.db import session_scope
 from app.domain import logs as log_domain
@@ -291,7 +291,9 @@ def test_two_node_trial_is_routed_to_the_slurm_runner(board):
     assert "2 nodes x 2 ranks (nodes from the launcher: n1: ranks [0, 1], n2: ranks [2, 3])" in text
 
     with session_scope(srv.engine, write=False) as session:
-        stored = list(session.exec(select(Metric).where(Metric.trial_id == tid).order_by(Metric.seq, Metric.index)))
+        stored = list(
+            session.exec(select(Metric).where(Metric.trial_id == tid).order_by(col(Metric.seq), col(Metric.index)))
+        )
         campaign = session.exec(select(Campaign).where(Campaign.slug == "spec")).one()
         model_rows = load_campaign_metrics(session, campaign).newest(MetricName.ALLREDUCE_LATENCY_US)
     latency = [m for m in stored if m.name == MetricName.ALLREDUCE_LATENCY_US]
