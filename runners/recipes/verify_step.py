@@ -197,6 +197,22 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         **_dist.knob_tags(),
         **_dist.stack_tags(rank),
     }
+    topo = rank.topology
+    multi = topo.nodes > 1
+    if multi and rank.backend.startswith("symm_mem"):
+        if rank.rank == 0:
+            print(
+                f"verify_step: backend {rank.backend} reaches only one node's GPUs (symmetric memory over NVLink); "
+                f"this world spans {topo.nodes} nodes: use nccl",
+                file=sys.stderr,
+                flush=True,
+            )
+        return 2
+    scopes = rank.scopes()
+    if multi:
+        # Single-node trials keep their tags as they were; a multi-node world says where each figure is from.
+        tags.update(topo.tags())
+    world_tags = {**tags, **scopes[0].tags(topo)} if multi else tags
     rank.log(
         f"verify_step: backend={rank.backend} mode={values['mode']} world_size={ws} layers={layers} "
         f"tokens={tokens} hidden={hidden} ffn={ffn} dtype={values['dtype']} allreduces={2 * layers}"
@@ -228,6 +244,25 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         else:
             times[name] = _dist.time_eager(rank, body, values["warmup"], values["calls"], values["iters"])
         times[name] = rank.max_across(times[name])
+    scoped: list[tuple[_dist.Scope, list[float]]] = []
+    if multi:
+        rank.phase("timing allreduce only within each node, then across nodes")
+
+        def prepare(view: _dist.Rank):
+            part = _dist.Allreduce(view, (tokens, hidden), values["dtype"])
+            ok, _, _ = _dist.check_allreduce(part, values["seed"], values["dtype"])
+
+            def comm_in_scope():
+                for _ in range(2 * layers):
+                    part()
+
+            return ok, comm_in_scope
+
+        found = _dist.time_scopes(rank, scopes, prepare, graph, values["warmup"], values["calls"], values["iters"])
+        if found is None:
+            print("verify_step: allreduce check FAILED within a node or across the node leaders", file=sys.stderr)
+            return 1
+        scoped = found
     med = {name: _dist.summarize(samples) for name, samples in times.items()}
     verify_ms = med["full"]["median"] / 1000
     compute_ms = med["compute"]["median"] / 1000
@@ -237,19 +272,29 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     in_situ_us = comm_ms * 1000 / (2 * layers)
     if rank.rank == 0:
         spread: dict[str, Any] = {"p10_ms": med["full"]["p10"] / 1000, "p90_ms": med["full"]["p90"] / 1000}
-        emit(M.VERIFY_TIME_MS, verify_ms, "ms", **spread, **tags)
+        emit(M.VERIFY_TIME_MS, verify_ms, "ms", **spread, **world_tags)
         if tokens == 1:
-            emit(M.DECODE_STEP_MS, verify_ms, "ms", **spread, **tags)
-        emit(M.VERIFY_COMPUTE_MS, compute_ms, "ms", **tags)
-        emit(M.VERIFY_COMM_MS, comm_ms, "ms", derived="verify_time - compute_only", **tags)
-        emit(M.VERIFY_COMM_ISOLATED_MS, isolated_ms, "ms", **tags)
-        emit(M.VERIFY_COMM_SHARE, share, "", **tags)
-        emit(M.ALLREDUCE_IN_SITU_US, in_situ_us, "us", **tags)
-        emit(M.ALLREDUCE_ISOLATED_US, isolated_ms * 1000 / (2 * layers), "us", **tags)
-        print(f"{'variant':<16} {'median_ms':>10} {'p10_ms':>9} {'p90_ms':>9}")
-        for name, label in (("full", "verify step"), ("compute", "compute only"), ("comm", "allreduce only")):
-            s = med[name]
-            print(f"{label:<16} {s['median'] / 1000:>10.3f} {s['p10'] / 1000:>9.3f} {s['p90'] / 1000:>9.3f}")
+            emit(M.DECODE_STEP_MS, verify_ms, "ms", **spread, **world_tags)
+        emit(M.VERIFY_COMPUTE_MS, compute_ms, "ms", **world_tags)
+        emit(M.VERIFY_COMM_MS, comm_ms, "ms", derived="verify_time - compute_only", **world_tags)
+        emit(M.VERIFY_COMM_ISOLATED_MS, isolated_ms, "ms", **world_tags)
+        emit(M.VERIFY_COMM_SHARE, share, "", **world_tags)
+        emit(M.ALLREDUCE_IN_SITU_US, in_situ_us, "us", **world_tags)
+        emit(M.ALLREDUCE_ISOLATED_US, isolated_ms * 1000 / (2 * layers), "us", **world_tags)
+        lines = [("verify step", med["full"]), ("compute only", med["compute"]), ("allreduce only", med["comm"])]
+        # The same allreduces alone within each node and among the leaders: the world's communication
+        # split into what stays on a node and what crosses the fabric.
+        for scope, samples in scoped:
+            s = _dist.summarize(samples)
+            scope_tags = {**tags, **scope.tags(topo)}
+            emit(M.VERIFY_COMM_ISOLATED_MS, s["median"] / 1000, "ms", **scope_tags)
+            emit(M.ALLREDUCE_ISOLATED_US, s["median"] / (2 * layers), "us", **scope_tags)
+            where = f"node {topo.names[scope.node]}" if scope.node is not None else scope.name
+            lines.append((f"allreduce only, {where}", s))
+        width = max(16, *(len(label) for label, _ in lines))
+        print(f"{'variant':<{width}} {'median_ms':>10} {'p10_ms':>9} {'p90_ms':>9}")
+        for label, s in lines:
+            print(f"{label:<{width}} {s['median'] / 1000:>10.3f} {s['p10'] / 1000:>9.3f} {s['p90'] / 1000:>9.3f}")
         print(
             f"communication in situ {comm_ms:.3f} ms = {share:.1%} of the verify step; "
             f"{in_situ_us:.1f} us per allreduce x {2 * layers}",
