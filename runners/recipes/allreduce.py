@@ -12,6 +12,9 @@ Eager (method "nccl-tests"): a sample is `--calls` allreduces back to back betwe
 sample is one replay of a CUDA graph of `--graph-allreduces` (default 122: one verify step of a
 61-layer model) allreduces, divided by N. Eager also reports per-call event timing as the
 separate metric allreduce_per_call_us (`--per-call-iters`, 0 = off); it is never the headline.
+A world spanning nodes (started by srun) also measures, by the same method, each node's ranks
+(tag scope "node") and the node leaders (scope "cross-node") beside the world (scope "world"):
+see docs/recipes.md, "Across nodes".
 """
 
 from __future__ import annotations

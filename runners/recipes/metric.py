@@ -21,7 +21,9 @@ class MetricName:
 
     Collective and model recipes tag every metric with `device` ("cuda" or "cpu") and `scaled`
     (true when the geometry is smaller than the full model's): readers treat device=cpu or
-    scaled=true as a CPU floor, never as a model input.
+    scaled=true as a CPU floor, never as a model input. A multi-node world also emits allreduce
+    figures within each node and among the node leaders under the same names, told apart by the tag
+    `scope` (world | node | cross-node; absent = world): readers of model inputs take the world's.
     """
 
     # allreduce recipe

@@ -16,6 +16,8 @@ Timing: eager samples are `--calls` steps back to back between two marks / calls
 "nccl-tests"); graph samples are one replay of the captured step (method "graph-replay").
 At `--tokens 1` the full step is also reported as decode_step_ms: the synthetic plain decode
 step (T_base) with the same backend and mode.
+Across nodes the figures are the world's (tag scope "world"), and the allreduce-only stack is
+also timed within each node and among the node leaders (docs/recipes.md, "Across nodes").
 """
 
 from __future__ import annotations
