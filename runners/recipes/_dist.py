@@ -100,6 +100,40 @@ def machine_checks(prog: str, values: dict[str, Any]) -> int:
     return world
 
 
+def launch_nodes(environ: Mapping[str, str]) -> int:
+    """Nodes the launcher says this world spans (SLURM_NNODES under srun; 1 when it says nothing)."""
+    try:
+        return max(1, int(environ.get("SLURM_NNODES", "1")))
+    except ValueError:
+        return 1
+
+
+def _across_nodes_refusal(backend: str, nodes: int) -> str | None:
+    if nodes > 1 and backend.startswith("symm_mem"):
+        return (
+            f"backend {backend} reaches only one node's GPUs (symmetric memory over NVLink); "
+            f"this world spans {nodes} nodes: use nccl"
+        )
+    return None
+
+
+def node_checks(prog: str, values: dict[str, Any], nodes: int) -> None:
+    """What a rank can refuse before joining a world the launcher says spans `nodes` nodes (exits 2)."""
+    from runners.recipes._params import usage_error
+
+    refusal = _across_nodes_refusal(values["backend"], nodes)
+    if refusal:
+        usage_error(prog, refusal)
+
+
+def refused_across_nodes(rank: Rank, prog: str) -> bool:
+    """The same refusal once the world's nodes are known (a launcher that did not say): rank 0 says why."""
+    refusal = _across_nodes_refusal(rank.backend, rank.topology.nodes)
+    if refusal and rank.rank == 0:
+        print(f"{prog}: error: {refusal}", file=sys.stderr, flush=True)
+    return refusal is not None
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

@@ -201,14 +201,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     }
     topo = rank.topology
     multi = topo.nodes > 1
-    if multi and rank.backend.startswith("symm_mem"):
-        if rank.rank == 0:
-            print(
-                f"verify_step: backend {rank.backend} reaches only one node's GPUs (symmetric memory over NVLink); "
-                f"this world spans {topo.nodes} nodes: use nccl",
-                file=sys.stderr,
-                flush=True,
-            )
+    if _dist.refused_across_nodes(rank, PROG):
         return 2
     scopes = rank.scopes()
     if multi:
@@ -318,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         usage_error(PROG, str(exc))
     _dist.apply_safe_env(os.environ)
     if _dist.is_worker():
+        _dist.node_checks(PROG, values, _dist.launch_nodes(os.environ))
         worker(values)
         return 0  # not reached: worker exits through Rank.finish
     world = _dist.machine_checks(PROG, values)

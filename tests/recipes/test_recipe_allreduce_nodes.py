@@ -158,6 +158,21 @@ def test_two_nodes_of_one_rank_report_the_world_only():
     assert all((m["tags"]["nodes"], m["tags"]["ranks_per_node"], m["tags"]["ranks"]) == (2, 1, 2) for m in latency)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runners.recipes.allreduce", "--backend=symm_mem_two_shot", "--hidden-size=64"),
+        ("runners.recipes.verify_step", "--backend=symm_mem_one_shot", "--hidden-size=64", "--ffn-size=128"),
+    ],
+)
+def test_symmetric_memory_across_nodes_is_refused_before_joining(args):
+    ranks = _two_node_world(1, *args)
+    for done in ranks:
+        assert done.returncode == 2, done.stderr
+        assert "reaches only one node's GPUs" in done.stderr and "this world spans 2 nodes: use nccl" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
 def test_verify_step_across_two_nodes_reports_the_step_and_each_nodes_communication():
     ranks = _two_node_world(
         2,

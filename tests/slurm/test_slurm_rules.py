@@ -6,9 +6,11 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from pydantic import ValidationError
 
 from app.domain.scheduling import unmet_requirements
-from runners.executors.slurm import SlurmConfig, batch_script, job_shape, parse_exit_code
+from app.schemas import Requirements
+from runners.executors.slurm import SlurmConfig, batch_script, job_shape, parse_exit_code, tasks_per_node
 from runners.fingerprint import gres_gpus_of
 from runners.recipes import LaunchSpec, RecipeError
 from runners.recipes._dist import rank_env_from_launcher
@@ -55,6 +57,31 @@ def test_job_shape_from_requirements_and_config():
         job_shape({"nodes": 0}, config)
     with pytest.raises(RecipeError, match="set by the runner"):
         job_shape({"sbatch": ["-o", "x"]}, config)
+
+
+def test_tasks_per_node_from_requirements():
+    assert tasks_per_node({"nodes": 2, "tasks_per_node": 2}, 2, 0) == 2  # 2 CPU ranks per node
+    assert tasks_per_node({"nodes": 2, "tasks_per_node": 4}, 2, 8) == 4  # asked: wins over one per GPU
+    assert tasks_per_node({"nodes": 2}, 2, 8) == 8  # one per GPU
+    assert tasks_per_node({"nodes": 2}, 2, 0) == 1
+    assert tasks_per_node({"tasks_per_node": 4}, 1, 8) == 1  # one node: the recipe launches its ranks
+    with pytest.raises(RecipeError, match="tasks_per_node"):
+        tasks_per_node({"tasks_per_node": "two"}, 2, 0)
+    with pytest.raises(RecipeError, match="tasks_per_node"):
+        tasks_per_node({"tasks_per_node": -1}, 2, 0)
+
+
+def test_tasks_per_node_in_approach_requirements():
+    assert Requirements.model_validate({"nodes": 2, "tasks_per_node": 2}).model_dump() == {
+        "gpus": 0,
+        "min_sm": None,
+        "software": [],
+        "nodes": 2,
+        "tasks_per_node": 2,
+    }
+    assert "tasks_per_node" not in Requirements.model_validate({"nodes": 2}).model_dump()
+    with pytest.raises(ValidationError):
+        Requirements.model_validate({"tasks_per_node": -1})
 
 
 def test_rank_env_from_srun_and_torchrun():
