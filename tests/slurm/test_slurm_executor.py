@@ -323,6 +323,42 @@ def test_two_ranks_per_node_report_per_node_and_cross_node_figures(executor):
     assert "node n2" in collector.text and "cross-node" in collector.text  # the human table
 
 
+def test_verify_step_across_two_slurmd_nodes_splits_its_communication(executor):
+    collector = Collector()
+    recipe = {
+        "kind": "verify_step",
+        "params": {
+            "backend": "gloo",
+            "hidden_size": 64,
+            "ffn_size": 128,
+            "layers": 2,
+            "tokens": 2,
+            "dtype": "fp32",
+            "iters": 3,
+            "warmup": 1,
+            "calls": 2,
+        },
+        "timeout_s": 240,
+    }
+    trial = _trial(executor, recipe, collector, requirements={"nodes": 2, "tasks_per_node": 2})
+    trial.start()
+    result = trial.wait()
+    assert (result.outcome, result.exit_code) == ("exited", 0), collector.text[-3000:]
+    found = _metrics_of(collector.text)
+    (share,) = [m for m in found if m["name"] == "verify_comm_share"]
+    assert 0 <= share["value"] <= 1
+    assert (share["tags"]["scope"], share["tags"]["nodes"], share["tags"]["ranks_per_node"]) == ("world", 2, 2)
+    isolated = [m for m in found if m["name"] == "verify_comm_isolated_ms"]
+    assert [(m["tags"]["scope"], m["tags"].get("node_name")) for m in isolated] == [
+        ("world", None),
+        ("node", "n1"),
+        ("node", "n2"),
+        ("cross-node", None),
+    ]
+    assert all(m["value"] > 0 for m in isolated)
+    assert "allreduce only, node n2" in collector.text
+
+
 def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
     collector = Collector()
     trial = _trial(
