@@ -236,7 +236,6 @@ def run_rank(values: dict[str, Any], measure: Callable[[Rank, dict[str, Any]], i
 
 # The launcher's node id, best first: srun's SLURM_NODEID, then what srun_task or torchrun set.
 NODE_ID_VARS = ("SLURM_NODEID", "NODE_RANK", "GROUP_RANK")
-SCOPES = ("world", "node", "cross-node")
 
 
 def node_identity(environ: Mapping[str, str]) -> tuple[str | None, str]:
