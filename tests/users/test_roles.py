@@ -19,10 +19,11 @@ VIEWER_MAY = {"/login", "/invite/{token}", "/logout", "/sessions/{session_row_id
 
 
 def unsafe_routes(app) -> list[tuple[str, str]]:
-    routes = []
+    routes: list[tuple[str, str]] = []
     for ctx in iter_route_contexts(app.routes):
-        if isinstance(ctx.route, APIRoute) and ctx.path not in VIEWER_MAY and not ctx.path.startswith("/s/"):
-            routes += [(method, ctx.path) for method in sorted(set(ctx.methods) & UNSAFE)]
+        path, methods = ctx.path or "", ctx.methods or set()
+        if isinstance(ctx.route, APIRoute) and path not in VIEWER_MAY and not path.startswith("/s/"):
+            routes += [(method, path) for method in sorted(set(methods) & UNSAFE)]
     return routes
 
 
