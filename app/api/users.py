@@ -7,11 +7,12 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from app.deps import AdminDep, RowId, SessionDep, UserDep, require_user
 from app.domain import users
 from app.domain.errors import Invalid
+from app.domain.scheduling import aware
 from app.models import Invite, Role, User
 from app.security import (
     create_api_token,
@@ -27,13 +28,14 @@ from app.security import (
 from app.web.users import invite_url
 
 router = APIRouter(prefix="/api", tags=["users"], dependencies=[Depends(require_user)])
+Utc = Annotated[datetime, BeforeValidator(aware)]  # SQLite hands back naive UTC
 
 
 class UserPublic(BaseModel):
     id: int
     name: str
     role: Role
-    created_at: datetime
+    created_at: Utc
     disabled: bool
 
     @classmethod
@@ -61,7 +63,12 @@ class UserUpdate(BaseModel):
 
 class InviteCreate(BaseModel):
     role: Role = Role.operator
-    name: str = Field("", max_length=40, description="Suggested display name; the invitee may change it.")
+    name: str = Field(
+        "",
+        max_length=users.NAME_MAX,
+        pattern=f"^$|{users.NAME_PATTERN}",
+        description="Suggested display name (letters, digits, spaces, . - ' _); the invitee may change it.",
+    )
     expires_in_days: int = Field(7, ge=1, le=30)
 
 
@@ -70,8 +77,8 @@ class InvitePublic(BaseModel):
     role: Role
     name: str
     state: str = Field(description="open, used, revoked or expired")
-    created_at: datetime
-    expires_at: datetime
+    created_at: Utc
+    expires_at: Utc
     used_by_id: int | None
 
     @classmethod
@@ -96,8 +103,8 @@ class SessionPublic(BaseModel):
     id: int
     user_id: int | None
     user_name: str
-    created_at: datetime
-    expires_at: datetime
+    created_at: Utc
+    expires_at: Utc
     user_agent: str
     current: bool = Field(description="The session making this request.")
 
@@ -113,7 +120,7 @@ class TokenPublic(BaseModel):
     user_id: int | None
     user_name: str
     role: Role
-    created_at: datetime
+    created_at: Utc
 
 
 class TokenCreated(TokenPublic):

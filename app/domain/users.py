@@ -18,7 +18,8 @@ from app.models import Role, User, utcnow
 ROLE_RANK = {Role.viewer: 0, Role.operator: 1, Role.admin: 2}
 NAME_MAX = 40
 # Letters (any script), digits, and a few separators; starts with a letter or digit.
-_NAME = re.compile(r"^[^\W_][\w .'-]*$")
+NAME_PATTERN = r"^[^\W_][\w .'-]*$"
+_NAME = re.compile(NAME_PATTERN)
 
 
 def role_at_least(role: str, wanted: Role) -> bool:
