@@ -452,7 +452,7 @@ class Operator:
     name: str
     csrf_token: str | None  # None for bearer-token callers
     session_id: str | None = None  # the server-side session of a logged-in browser
-    role: str = Role.admin
+    role: str = Role.viewer  # least privilege unless the database says otherwise
     user_id: int | None = None
     token_name: str | None = None
 

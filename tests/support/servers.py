@@ -167,7 +167,8 @@ class ThreadServer:
 
     def session_cookie(self) -> str:
         from app.security import create_login_token, redeem_login_token
+        from tests.support.auth import ensure_admin
 
         with session_scope(self.engine) as session:
-            session_id = redeem_login_token(session, create_login_token(session, 60), 3600)
+            session_id = redeem_login_token(session, create_login_token(session, 60, ensure_admin(session)), 3600)
         return self.app.state.session_signer.issue(session_id)

@@ -81,11 +81,14 @@ def test_a_viewer_follows_a_live_log_and_is_refused_every_change(tmp_path, brows
         page.wait_for_selector("#log:has-text('last line after go')", timeout=30000)  # live, no reload
         page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
 
-        # The campaign page: no write control is shown.
-        page.goto(f"{server.url}/campaigns/live")
+        # The campaign, approach and runners pages: no write control is shown (log out is the one form).
+        for path in ("/campaigns/live/approaches/wait", "/runners", "/campaigns/live"):
+            page.goto(server.url + path)
+            writes = page.locator(
+                "form[method=post]:visible, [hx-post]:visible, [hx-delete]:visible, details.edit:visible"
+            )
+            assert writes.count() == 1 and writes.first.get_attribute("action") == "/logout", path
         assert page.locator("#run-next-button").is_hidden()
-        visible_writes = page.locator("form[method=post]:visible, [hx-post]:visible, [hx-delete]:visible")
-        assert visible_writes.count() == 1 and visible_writes.first.get_attribute("action") == "/logout"
         # A form forced back into view: the refusal shows in the form, and nothing runs.
         page.evaluate("() => { document.body.dataset.role = 'operator'; }")
         with page.expect_response(lambda r: r.url.endswith("/run-next")) as answer:
