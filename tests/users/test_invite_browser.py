@@ -68,6 +68,22 @@ def test_an_invited_teammate_logs_in_and_appears_in_history(live_server, browser
             assert "already been used" in late.inner_text("main")
         finally:
             third.close()
+
+        # The admin makes her a viewer from the Users page: her next page is read-only.
+        with admin.expect_response(lambda r: r.url.endswith("/role") and r.status == 200):
+            admin.locator("tr[data-name='Grace Hopper'] select[name=role]").select_option("viewer")
+        mate.reload()
+        assert mate.locator(".viewer-banner").is_visible()
+        assert mate.url.endswith("/approaches/expert-parallelism")
+        assert mate.locator("details.edit").count() == 1 and mate.locator("details.edit").is_hidden()
+        # The admin ends her session from the Sessions page: her next request goes to the login page.
+        admin.click("nav >> text=Sessions")
+        grace_row = admin.locator("tr", has_text="Grace Hopper")
+        admin.once("dialog", lambda dialog: dialog.accept())
+        with admin.expect_response(lambda r: r.url.endswith("/revoke") and r.status == 200):
+            grace_row.locator("button", has_text="Revoke").click()
+        mate.reload()
+        assert mate.url.startswith(live_server.url + "/login")
     finally:
         admin_ctx.close()
         mate_ctx.close()
