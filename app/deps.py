@@ -103,6 +103,12 @@ def same_origin(conn: HTTPConnection) -> bool:
     return origin_ok(conn.headers.get("origin"), conn.headers.get("host"), conn.app.state.settings.public_url)
 
 
+def public_base_url(conn: HTTPConnection) -> str:
+    """This board's address as people reach it (the public URL behind a proxy), for links to hand out."""
+    public_url = conn.app.state.settings.public_url
+    return public_url.rstrip("/") if public_url else str(conn.base_url).rstrip("/")
+
+
 def socket_operator(conn: HTTPConnection, *, writes: bool) -> Operator | None:
     """Who a browser websocket comes from (this server's Origin required), or None to refuse it.
     Any role may follow a socket that only reads (a viewer follows live logs); a socket that

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, BeforeValidator, Field
 
-from app.deps import AdminDep, RowId, SessionDep, UserDep, require_user
+from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url, require_user
 from app.domain import users
 from app.domain.errors import Invalid
 from app.domain.scheduling import aware
@@ -25,7 +25,6 @@ from app.security import (
     revoke_invite,
     revoke_session,
 )
-from app.web.users import invite_url
 
 router = APIRouter(prefix="/api", tags=["users"], dependencies=[Depends(require_user)])
 Utc = Annotated[datetime, BeforeValidator(aware)]  # SQLite hands back naive UTC
@@ -156,7 +155,7 @@ def invites(session: SessionDep, operator: AdminDep) -> list[InvitePublic]:
 @router.post("/invites", response_model=InviteCreated, status_code=201)
 def new_invite(request: Request, data: InviteCreate, session: SessionDep, operator: AdminDep) -> InviteCreated:
     invite, token = create_invite(session, operator, data.role, data.name, data.expires_in_days * 24 * 3600)
-    return InviteCreated(invite=InvitePublic.of(invite), url=invite_url(request, token))
+    return InviteCreated(invite=InvitePublic.of(invite), url=f"{public_base_url(request)}/invite/{token}")
 
 
 @router.delete("/invites/{invite_id}", response_model=InvitePublic)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.deps import AdminDep, RowId, SessionDep, UserDep
+from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url
 from app.domain import users
 from app.security import (
     create_api_token,
@@ -29,19 +29,17 @@ router = APIRouter(include_in_schema=False)
 INVITE_DAYS = (1, 3, 7, 14, 30)
 
 
-def invite_url(request: Request, token: str) -> str:
-    settings = request.app.state.settings
-    base = settings.public_url.rstrip("/") if settings.public_url else str(request.base_url).rstrip("/")
-    return f"{base}/invite/{token}"
-
-
 def _answer(request: Request, page: str, template: str, context: dict[str, Any]) -> Response:
     if request.headers.get("hx-request"):
         return render(request, template, context, block="panel")
     return RedirectResponse(page, status_code=303)
 
 
-def _users_context(request: Request, session: Any, created: dict[str, str] | None = None) -> dict[str, Any]:
+def _block(request: Request) -> str | None:
+    return "panel" if request.headers.get("hx-request") else None
+
+
+def _users_context(session: Any, created: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "users": users.list_users(session),
         "invites": [(invite, invite_state(invite)) for invite in list_invites(session)],
@@ -53,7 +51,7 @@ def _users_context(request: Request, session: Any, created: dict[str, str] | Non
 
 @router.get("/users")
 def users_page(request: Request, session: SessionDep, operator: AdminDep) -> Response:
-    return render(request, "users.html", _users_context(request, session))
+    return render(request, "users.html", _users_context(session))
 
 
 @router.post("/users/{user_id}/role")
@@ -61,19 +59,19 @@ def users_role(
     request: Request, session: SessionDep, operator: AdminDep, user_id: RowId, role: Annotated[str, Form()]
 ) -> Response:
     users.change_role(session, users.get_user(session, user_id), role)
-    return _answer(request, "/users", "users.html", _users_context(request, session))
+    return _answer(request, "/users", "users.html", _users_context(session))
 
 
 @router.post("/users/{user_id}/disable")
 def users_disable(request: Request, session: SessionDep, operator: AdminDep, user_id: RowId) -> Response:
     users.set_disabled(session, users.get_user(session, user_id), True)
-    return _answer(request, "/users", "users.html", _users_context(request, session))
+    return _answer(request, "/users", "users.html", _users_context(session))
 
 
 @router.post("/users/{user_id}/enable")
 def users_enable(request: Request, session: SessionDep, operator: AdminDep, user_id: RowId) -> Response:
     users.set_disabled(session, users.get_user(session, user_id), False)
-    return _answer(request, "/users", "users.html", _users_context(request, session))
+    return _answer(request, "/users", "users.html", _users_context(session))
 
 
 @router.post("/invites")
@@ -86,19 +84,15 @@ def invites_create(
     days: Annotated[int, Form(ge=1, le=30)] = 7,
 ) -> Response:
     invite, token = create_invite(session, operator, role, name, days * 24 * 3600)
-    created = {"url": invite_url(request, token), "role": invite.role, "name": invite.name}
+    created = {"url": f"{public_base_url(request)}/invite/{token}", "role": invite.role, "name": invite.name}
     # The link is shown once, so this answer is the panel even for a plain form post.
-    return render(request, "users.html", _users_context(request, session, created), block=_block(request))
+    return render(request, "users.html", _users_context(session, created), block=_block(request))
 
 
 @router.post("/invites/{invite_id}/revoke")
 def invites_revoke(request: Request, session: SessionDep, operator: AdminDep, invite_id: RowId) -> Response:
     revoke_invite(session, invite_id)
-    return _answer(request, "/users", "users.html", _users_context(request, session))
-
-
-def _block(request: Request) -> str | None:
-    return "panel" if request.headers.get("hx-request") else None
+    return _answer(request, "/users", "users.html", _users_context(session))
 
 
 def _tokens_context(session: Any, created: dict[str, str] | None = None) -> dict[str, Any]:

@@ -187,3 +187,35 @@ def test_users_api_is_in_openapi_with_the_error_shape(client):
         for code in ("401", "403", "404", "409", "422"):
             assert responses[code]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
         assert "role" in responses["403"]["description"]
+
+
+def test_people_pages_disable_users_and_make_tokens(app, client, login_as):
+    admin = login_as()
+    admin.headers["accept"] = "text/html"
+    htmx = {"HX-Request": "true"}
+    uid = add_user(app, "Dora", Role.operator)
+    dora = login_as("Dora")
+    assert 'data-name="Dora"' in admin.get("/users").text
+    # Disabled from the page: her session is refused at once; enabled again, a new login works.
+    r = admin.post(f"/users/{uid}/disable", headers=htmx)
+    assert r.status_code == 200 and 'id="panel"' in r.text and "disabled" in r.text
+    assert dora.get("/api/campaigns").status_code == 401
+    admin.post(f"/users/{uid}/enable", headers=htmx)
+    assert login_as("Dora").get("/api/me").json()["name"] == "Dora"
+    # A token made on the Tokens page is shown once, acts as its user, and is revoked from the page.
+    r = admin.post("/tokens", data={"name": "dora-ci", "user_id": str(uid)}, headers=htmx)
+    assert r.status_code == 200
+    secret = re.search(r'id="new-token" readonly value="(cbt_[^"]+)"', r.text)
+    assert secret, r.text
+    bearer = {"Authorization": f"Bearer {secret.group(1)}"}
+    assert client.get("/api/me", headers=bearer).json()["name"] == "Dora"
+    assert secret.group(1) not in admin.get("/tokens").text  # never shown again
+    token_id = next(t["id"] for t in admin.get("/api/tokens").json() if t["name"] == "dora-ci")
+    assert admin.post(f"/tokens/{token_id}/revoke", headers=htmx).status_code == 200
+    assert client.get("/api/me", headers=bearer).status_code == 401
+    r = admin.post("/tokens", data={"name": "x", "user_id": "999"}, headers=htmx)
+    assert r.status_code == 404 and "No user with id 999" in r.text
+    # A viewer's Sessions page lists only their own sessions.
+    viewer = login_as("Val", Role.viewer)
+    page = viewer.get("/sessions", headers={"accept": "text/html"}).text
+    assert "Your sessions" in page and page.count('id="session-') == 1
