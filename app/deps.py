@@ -123,7 +123,9 @@ def socket_operator(conn: HTTPConnection, *, writes: bool) -> Operator | None:
 
 # Declares the Bearer scheme in OpenAPI (the Authorize button of /docs); current_operator reads the header.
 bearer_scheme = HTTPBearer(
-    auto_error=False, scheme_name="APIToken", description="An API token: `campaign token create NAME` prints one."
+    auto_error=False,
+    scheme_name="APIToken",
+    description="An API token; it acts as its user, with their role (Tokens page, or `campaign token create NAME --user NAME`).",
 )
 
 
