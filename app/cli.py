@@ -31,6 +31,8 @@ token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...)
 cli.add_typer(token_cli, name="token")
 sessions_cli = typer.Typer(help="Browser sessions: list them, or end them all at once.", no_args_is_help=True)
 cli.add_typer(sessions_cli, name="sessions")
+users_cli = typer.Typer(help="People on the board (invites, roles and sessions: the Users page).", no_args_is_help=True)
+cli.add_typer(users_cli, name="users")
 runners_cli = typer.Typer(help="Runner tokens: one per GPU node (`campaign runner --token ...`).", no_args_is_help=True)
 cli.add_typer(runners_cli, name="runners")
 console = Console(soft_wrap=True)  # long URLs and summaries stay on one line
@@ -74,7 +76,6 @@ def serve(
     import uvicorn
 
     from app.main import create_app
-    from app.security import create_login_token
 
     settings = get_settings()
     configure_logging(settings.log_level)
@@ -93,10 +94,10 @@ def serve(
     if demo:
         _load_demo(engine)
     with session_scope(engine) as session:
-        token = create_login_token(session, settings.login_token_ttl_s)
+        token, who = _login_link(session, settings, None)
     engine.dispose()
     console.print(f"Campaign Board on [bold]{settings.base_url()}[/bold]  (database: {_safe_url(settings)})")
-    console.print(f"Log in (one-time link): [bold]{settings.base_url()}/login?token={token}[/bold]", soft_wrap=True)
+    console.print(f"{who} (one-time link): [bold]{settings.base_url()}/login?token={token}[/bold]", soft_wrap=True)
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
         console.print(
@@ -175,24 +176,53 @@ def demo() -> None:
     _load_demo(_engine(get_settings()))
 
 
-@cli.command("login-url")
-def login_url() -> None:
-    """Print a new one-time login URL."""
+def _login_link(session: Any, settings: Settings, user_name: str | None) -> tuple[str, str]:
+    """A one-time login token for a user (default: the first admin) and who it logs in; on a
+    board with no users, the first-admin link (its first login names the admin)."""
+    from app.domain import users
     from app.security import create_login_token
 
+    user = users.user_by_name(session, user_name) if user_name else users.first_admin(session)
+    token = create_login_token(session, settings.login_token_ttl_s, user)
+    if user is None:
+        return token, "First login, makes the board's admin"
+    return token, f"Log in as {user.name}"
+
+
+UserOption = Annotated[
+    str | None, typer.Option("--user", help="The user's display name (default: the board's first admin).")
+]
+
+
+@cli.command("login-url")
+def login_url(user: UserOption = None) -> None:
+    """Print a new one-time login URL for a user (on a new board: the link that makes its admin)."""
+    from app.domain.errors import DomainError
+
     settings = get_settings()
-    with session_scope(_engine(settings)) as session:
-        token = create_login_token(session, settings.login_token_ttl_s)
+    try:
+        with session_scope(_engine(settings)) as session:
+            token, _who = _login_link(session, settings, user)
+    except DomainError as exc:
+        _fail(exc.message)
     console.print(f"{_serving_url(settings)}/login?token={token}", soft_wrap=True)
 
 
 @token_cli.command("create")
-def token_create(name: Annotated[str, typer.Argument(help="What the token is for, e.g. 'ci'.")]) -> None:
-    """Create an API token and print it once."""
+def token_create(
+    name: Annotated[str, typer.Argument(help="What the token is for, e.g. 'ci'.")], user: UserOption = None
+) -> None:
+    """Create an API token acting as a user, with their role, and print it once."""
+    from app.domain import users
+    from app.domain.errors import DomainError
     from app.security import create_api_token
 
-    with session_scope(_engine(get_settings())) as session:
-        console.print(create_api_token(session, name), soft_wrap=True)
+    try:
+        with session_scope(_engine(get_settings())) as session:
+            owner = users.user_by_name(session, user) if user else None
+            console.print(create_api_token(session, name, owner), soft_wrap=True)
+    except DomainError as exc:
+        _fail(exc.message)
 
 
 @token_cli.command("revoke")
@@ -216,10 +246,23 @@ def sessions_list() -> None:
         rows = live_sessions(session)
     for row in rows:
         console.print(
-            f"#{row.id}  {row.name}  since {row.created_at:%Y-%m-%d %H:%M} UTC  until {row.expires_at:%Y-%m-%d %H:%M} UTC"
+            f"#{row.id}  {row.user_name}  since {row.created_at:%Y-%m-%d %H:%M} UTC  until {row.expires_at:%Y-%m-%d %H:%M} UTC"
         )
     if not rows:
         console.print("no live sessions")
+
+
+@users_cli.command("list")
+def users_list() -> None:
+    """The board's users: name, role, and whether disabled (invite people from the Users page)."""
+    from app.domain import users
+
+    with session_scope(_engine(get_settings()), write=False) as session:
+        rows = users.list_users(session)
+    for row in rows:
+        console.print(f"#{row.id}  {row.name}  {row.role}{'  (disabled)' if row.disabled_at else ''}", highlight=False)
+    if not rows:
+        console.print("no users yet: the login link `campaign serve` prints makes the first admin")
 
 
 @sessions_cli.command("revoke")

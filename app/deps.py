@@ -12,15 +12,16 @@ from starlette.requests import HTTPConnection
 
 from app.config import Settings
 from app.db import open_session, session_scope
+from app.models import Role
 from app.security import (
     CSRF_FORM_FIELD,
     CSRF_HEADER,
     SESSION_COOKIE,
     Operator,
-    api_token_name,
     csrf_ok,
     origin_ok,
-    session_is_live,
+    session_user,
+    token_operator,
 )
 
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
@@ -65,25 +66,33 @@ def _bearer(request: HTTPConnection) -> str | None:
 
 
 def operator_from(conn: HTTPConnection) -> Operator | None:
-    """The operator an HTTP request or a websocket comes from, by bearer token or by a live
-    server-side session (not CSRF). With login disabled a browser is the "local" operator, who
-    still carries a CSRF token: cross-site requests are refused either way."""
+    """Who an HTTP request or a websocket comes from, with their user's current role: by bearer
+    token or by a live server-side session (not CSRF). Read from the database every time, so a
+    revoked session, a disabled user or a changed role takes effect at once. With login disabled
+    a browser is the "local" admin, who still carries a CSRF token: cross-site requests are
+    refused either way."""
     app = conn.app
     token = _bearer(conn)
     if token:
         with open_session(app.state.engine, write=False) as session:
-            name = api_token_name(session, token)
-        if name:
-            return Operator(name=f"token:{name}", csrf_token=None)
+            operator = token_operator(session, token)
+        if operator is not None:
+            return operator
         if app.state.settings.auth_enabled:
             return None
     if not app.state.settings.auth_enabled:
-        return Operator(name="local", csrf_token=app.state.session_signer.local_csrf_token())
-    operator = app.state.session_signer.read(conn.cookies.get(SESSION_COOKIE))
-    if operator is None or operator.session_id is None:
+        return Operator(name="local", csrf_token=app.state.session_signer.local_csrf_token(), role=Role.admin)
+    cookie = app.state.session_signer.read(conn.cookies.get(SESSION_COOKIE))
+    if cookie is None or cookie.session_id is None:
         return None
     with open_session(app.state.engine, write=False) as session:
-        return operator if session_is_live(session, operator.session_id) else None
+        found = session_user(session, cookie.session_id)
+    if found is None:
+        return None
+    _row, user = found
+    return Operator(
+        name=user.name, csrf_token=cookie.csrf_token, session_id=cookie.session_id, role=user.role, user_id=user.id
+    )
 
 
 def current_operator(request: Request) -> Operator | None:
@@ -94,19 +103,39 @@ def same_origin(conn: HTTPConnection) -> bool:
     return origin_ok(conn.headers.get("origin"), conn.headers.get("host"), conn.app.state.settings.public_url)
 
 
+def public_base_url(conn: HTTPConnection) -> str:
+    """This board's address as people reach it (the public URL behind a proxy), for links to hand out."""
+    public_url = conn.app.state.settings.public_url
+    return public_url.rstrip("/") if public_url else str(conn.base_url).rstrip("/")
+
+
+def socket_operator(conn: HTTPConnection, *, writes: bool) -> Operator | None:
+    """Who a browser websocket comes from (this server's Origin required), or None to refuse it.
+    Any role may follow a socket that only reads (a viewer follows live logs); a socket that
+    accepts writes passes writes=True and needs operator or above, as unsafe HTTP methods do."""
+    if not same_origin(conn):
+        return None
+    operator = operator_from(conn)
+    if operator is None or (writes and not operator.can_change):
+        return None
+    return operator
+
+
 # Declares the Bearer scheme in OpenAPI (the Authorize button of /docs); current_operator reads the header.
 bearer_scheme = HTTPBearer(
-    auto_error=False, scheme_name="APIToken", description="An API token: `campaign token create NAME` prints one."
+    auto_error=False,
+    scheme_name="APIToken",
+    description="An API token; it acts as its user, with their role (Tokens page, or `campaign token create NAME --user NAME`).",
 )
 
 
-async def require_operator(
+async def require_user(
     request: Request,
     _bearer_token: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)] = None,
 ) -> Operator:
-    """Every non-public route depends on this. Unsafe methods from a browser (a session, or any
-    browser when login is disabled) must also carry the CSRF token (header or form field) and a
-    same-origin Origin. Runs before the body is parsed (FastAPI resolves dependencies first)."""
+    """Anyone logged in, whatever their role: for the few routes a viewer may write to (log out,
+    end their own sessions). Unsafe methods from a browser (a session, or any browser when login
+    is disabled) must also carry the CSRF token (header or form field) and a same-origin Origin."""
     operator = current_operator(request)
     if operator is None:
         raise NotLoggedIn()
@@ -123,4 +152,27 @@ async def require_operator(
     return operator
 
 
+VIEWER_REFUSED = "You are a viewer on this board: you can look, not change. Ask an admin for the operator role."
+ADMIN_ONLY = "Only an admin can do this."
+
+
+async def require_operator(request: Request, operator: Annotated[Operator, Depends(require_user)]) -> Operator:
+    """Every non-public route depends on this (directly or through its router), and this is the
+    one place roles meet methods: any role may read (GET), an unsafe method (POST, PUT, PATCH,
+    DELETE) needs operator or above, so a route added anywhere gets the rule without code of
+    its own. Runs before the body is parsed (FastAPI resolves dependencies first)."""
+    if request.method in UNSAFE_METHODS and not operator.can_change:
+        raise HTTPException(403, VIEWER_REFUSED)
+    return operator
+
+
+async def require_admin(operator: Annotated[Operator, Depends(require_operator)]) -> Operator:
+    """Admin-only routes declare this (users, invites, others' sessions, API tokens, runners)."""
+    if not operator.is_admin:
+        raise HTTPException(403, ADMIN_ONLY)
+    return operator
+
+
 OperatorDep = Annotated[Operator, Depends(require_operator)]
+UserDep = Annotated[Operator, Depends(require_user)]
+AdminDep = Annotated[Operator, Depends(require_admin)]

@@ -61,7 +61,8 @@ class ErrorBody(BaseModel):
 # on every operation so that the schema says what the server really sends.
 ERROR_RESPONSES = {
     "401": "Login required: no session, API token or a revoked one.",
-    "403": "Refused: cross-origin request or missing CSRF token.",
+    "403": "Refused: cross-origin request, missing CSRF token, or your role does not allow it "
+    "(a viewer's change, an admin-only route).",
     "404": "No such campaign, approach, trial or runner.",
     "409": "Conflicts with the current state (a duplicate slug or key, a trial that already ended, ...).",
     "422": "Invalid input: the detail names the field.",

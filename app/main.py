@@ -14,6 +14,7 @@ from app.api import campaigns as api_campaigns
 from app.api import livelog, runner_socket
 from app.api import runners as api_runners
 from app.api import trials as api_trials
+from app.api import users as api_users
 from app.config import Settings, get_settings, resource_dir
 from app.db import make_engine, migrate
 from app.errors import install_error_handlers, install_openapi
@@ -27,6 +28,7 @@ from app.web import charts as web_charts
 from app.web import docs as web_docs
 from app.web import share as web_share
 from app.web import trials as web_trials
+from app.web import users as web_users
 from app.web import verdicts as web_verdicts
 
 # Order matters only for overlapping paths.
@@ -43,6 +45,8 @@ ROUTERS = [
     web_charts.router,
     web_share.router,
     web_verdicts.router,
+    web_users.router,
+    api_users.router,
 ]
 
 

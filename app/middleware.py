@@ -30,6 +30,10 @@ SECURITY_HEADERS = [
 ]
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 PUBLIC_PREFIXES = ("/s/",)  # share pages: read-only, no route takes a body (unsafe methods get 405)
+# The writes a stranger may send: the first-admin form and accepting an invite (the one-time
+# secret in the form is the credential; app/web/auth.py checks the Origin).
+PUBLIC_WRITES = ("/login",)
+PUBLIC_WRITE_PREFIXES = ("/invite/",)
 
 
 class SecurityHeaders:
@@ -148,7 +152,8 @@ class AuthenticateFirst:
         if (
             scope["type"] == "http"
             and scope["method"] in UNSAFE_METHODS
-            and not scope["path"].startswith(PUBLIC_PREFIXES)
+            and not scope["path"].startswith(PUBLIC_PREFIXES + PUBLIC_WRITE_PREFIXES)
+            and scope["path"] not in PUBLIC_WRITES
         ):
             from app.deps import operator_from
 

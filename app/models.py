@@ -213,14 +213,54 @@ class Metric(SQLModel, table=True):
     created_at: datetime = _created()
 
 
+class Role(StrEnum):
+    """What a person may do, each including the one before: read, change, administer."""
+
+    viewer = "viewer"  # sees everything an operator sees, changes nothing
+    operator = "operator"  # runs trials, edits approaches, decides verdicts
+    admin = "admin"  # also invites, disables, revokes sessions, manages runners and API tokens
+
+
+class User(SQLModel, table=True):
+    """A person on the board. Never deleted (history names them): disabled instead."""
+
+    __tablename__ = "board_user"  # "user" is a reserved word in PostgreSQL
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=40, unique=True, description="Display name, shown in history.")
+    role: str = Field(default=Role.operator, max_length=20)
+    created_at: datetime = _created()
+    disabled_at: datetime | None = _ts()
+
+
+class Invite(SQLModel, table=True):
+    """A one-time link an admin hands a teammate: opening it creates their user with this role."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    token_hash: str = Field(max_length=128, unique=True)
+    role: str = Field(max_length=20)
+    name: str = Field(default="", max_length=40, description="Suggested display name (the invitee may change it).")
+    created_by_id: int | None = Field(default=None, foreign_key="board_user.id", ondelete="SET NULL")
+    created_at: datetime = _created()
+    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    used_at: datetime | None = _ts()
+    used_by_id: int | None = Field(default=None, foreign_key="board_user.id", ondelete="SET NULL")
+    revoked_at: datetime | None = _ts()
+
+
 class AuthToken(SQLModel, table=True):
-    """A secret someone presents: a one-time login link or an API token for scripts."""
+    """A secret someone presents: a one-time login link or an API token for scripts.
+
+    Both belong to a user and act with that user's role. A login link without a user is the
+    first-admin link of a board that has no users yet; an API token without one was made from
+    the server's shell before the board had users and acts as an admin."""
 
     __tablename__ = "auth_token"
 
     id: int | None = Field(default=None, primary_key=True)
     kind: str = Field(max_length=20, description="login (one-time) or api")
     name: str = Field(default="", max_length=120)
+    user_id: int | None = Field(default=None, foreign_key="board_user.id", index=True, ondelete="CASCADE")
     token_hash: str = Field(max_length=128, unique=True)
     created_at: datetime = _created()
     expires_at: datetime | None = _ts()
@@ -238,7 +278,11 @@ class BrowserSession(SQLModel, table=True):
     session_hash: str = Field(max_length=128, unique=True)
     # One login link makes at most one session, enforced by the database (concurrent redeems).
     login_token_id: int | None = Field(default=None, foreign_key="auth_token.id", unique=True)
+    # One invite makes at most one session too.
+    invite_id: int | None = Field(default=None, foreign_key="invite.id", unique=True)
+    user_id: int | None = Field(default=None, foreign_key="board_user.id", index=True, ondelete="CASCADE")
     name: str = Field(default="operator", max_length=120)
+    user_agent: str = Field(default="", max_length=200)
     created_at: datetime = _created()
     expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
     revoked_at: datetime | None = _ts()

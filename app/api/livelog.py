@@ -1,6 +1,6 @@
 """The browser's live-log websocket: /api/trials/{id}/logs/ws?after=N.
 
-It needs the operator's session cookie (or an API token) and a same-origin Origin. It sends the
+It needs a session cookie (or an API token) of any role, viewers included, and a same-origin Origin. It sends the
 trial's state, the stored chunks after seq N, then live chunks and state changes, always in seq
 order without repeats:
     {"type": "state", ...trial fields...}
@@ -25,7 +25,7 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from sqlmodel import Session
 
-from app.deps import RowId, operator_from, same_origin
+from app.deps import RowId, socket_operator
 from app.domain import logs as log_domain
 from app.domain import scheduling
 from app.live import RESYNC_CLOSE_CODE, Frame, Subscriber, get_hub, run_in_tx, trace
@@ -40,8 +40,9 @@ PENDING_LIMIT = 2000  # chunks held out of order before the viewer is told to re
 
 
 def browser_allowed(ws: WebSocket) -> bool:
-    """A live session (or an API token) and, from a browser, this server's Origin."""
-    return same_origin(ws) and operator_from(ws) is not None
+    """A live session (or an API token) of any role and, from a browser, this server's Origin:
+    the socket only reads, so a viewer may follow it."""
+    return socket_operator(ws, writes=False) is not None
 
 
 def _backlog_page(session: Session, trial_id: int, after: int) -> tuple[list[tuple[int, str, bool]], bool]:

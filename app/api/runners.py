@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from app.deps import OperatorDep, RowId
+from app.deps import AdminDep, OperatorDep, RowId
 from app.domain import runners as runner_domain
 from app.live import run_in_tx
 from app.services.runners import revoke
@@ -39,12 +39,12 @@ async def list_runners(request: Request, operator: OperatorDep) -> list[dict[str
 
 
 @router.post("/api/runners", status_code=201)
-async def create_runner(request: Request, body: RunnerCreate, operator: OperatorDep) -> RunnerCreated:
+async def create_runner(request: Request, body: RunnerCreate, operator: AdminDep) -> RunnerCreated:
     runner, token = await run_in_tx(request.app.state.engine, runner_domain.create_runner, body.name)
     return RunnerCreated(id=runner.id, name=runner.name, token=token)
 
 
 @router.post("/api/runners/{runner_id}/revoke")
-async def revoke_runner(request: Request, runner_id: RowId, operator: OperatorDep) -> dict[str, Any]:
+async def revoke_runner(request: Request, runner_id: RowId, operator: AdminDep) -> dict[str, Any]:
     await revoke(request.app, runner_id)
     return {"id": runner_id, "revoked": True}

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session, select
 
-from app.deps import OperatorDep, PageAfter, RowId
+from app.deps import AdminDep, OperatorDep, PageAfter, RowId
 from app.domain import runners as runner_domain
 from app.domain import scheduling
 from app.domain.inventory import get_campaign
@@ -119,7 +119,7 @@ async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
 
 
 @router.post("/runners")
-async def runners_create(request: Request, operator: OperatorDep, name: str = Form("")) -> HTMLResponse:
+async def runners_create(request: Request, operator: AdminDep, name: str = Form("")) -> HTMLResponse:
     # An error (duplicate or empty name) goes through app/errors.py: shown by the name field, input kept.
     engine = request.app.state.engine
     runner, token = await run_in_tx(engine, runner_domain.create_runner, name)
@@ -128,7 +128,7 @@ async def runners_create(request: Request, operator: OperatorDep, name: str = Fo
 
 
 @router.post("/runners/{runner_id}/revoke")
-async def runners_revoke(request: Request, runner_id: RowId, operator: OperatorDep) -> HTMLResponse:
+async def runners_revoke(request: Request, runner_id: RowId, operator: AdminDep) -> HTMLResponse:
     await revoke(request.app, runner_id)
     ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
     return render(request, "runners.html", {**ctx, "created": None}, block="runners")

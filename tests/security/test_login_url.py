@@ -51,7 +51,16 @@ def test_login_url_names_the_listening_host_and_port(tmp_path):
                 time.sleep(0.2)
         url = _cli(env, "login-url")
         assert url.startswith(f"http://localhost:{port}/login?token="), url
+        # A new board: the link is the first-admin link; its form makes the admin and logs in.
         r = httpx.get(url, follow_redirects=False, timeout=30)
+        assert r.status_code == 200 and "name this board's admin" in r.text
+        token = url.split("token=", 1)[1]
+        r = httpx.post(
+            f"http://localhost:{port}/login", data={"token": token, "name": "admin"}, follow_redirects=False, timeout=30
+        )
+        assert r.status_code == 303 and r.cookies.get("cb_session")
+        # From now on a printed link logs straight in as that admin.
+        r = httpx.get(_cli(env, "login-url"), follow_redirects=False, timeout=30)
         assert r.status_code == 303 and r.cookies.get("cb_session")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

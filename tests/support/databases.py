@@ -2,6 +2,10 @@
 test gets a copy (a file copy for SQLite, `CREATE DATABASE ... TEMPLATE` for PostgreSQL) instead of
 running the migrations again.
 
+Each template holds the board's first admin (`TEST_ADMIN`, as if someone had completed the first
+login), so a login link or API token made without naming a user acts as that admin; tests of the
+first login itself start from `empty_db_url` or a fresh `campaign serve`.
+
 PostgreSQL: CAMPAIGN_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test).
 """
 
@@ -13,9 +17,26 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from app.db import migrate
+from sqlmodel import select
+
+from app.db import make_engine, migrate, session_scope
+from app.models import Role, User
 
 PG_ADMIN_URL = os.environ.get("CAMPAIGN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+TEST_ADMIN = "admin"
+
+
+def seed_admin(url: str) -> None:
+    """The board's first admin, as the first login would have made it (idempotent)."""
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            if session.get(User, 1) is None and not session.exec(select(User)).first():
+                session.add(User(name=TEST_ADMIN, role=Role.admin))
+    finally:
+        engine.dispose()  # SQLite: the WAL is checkpointed; PostgreSQL: a template must have no connections
 
 
 def pg_conninfo(url: str) -> str:
@@ -47,6 +68,7 @@ class SqliteTemplate:
     def __init__(self, directory: Path) -> None:
         self.path = directory / "template.db"
         migrate(f"sqlite:///{self.path}")  # its engine is disposed: the WAL is checkpointed into the file
+        seed_admin(f"sqlite:///{self.path}")
         assert not self.path.with_name("template.db-wal").exists(), "the template's WAL was not checkpointed"
 
     def copy(self, directory: Path) -> str:
@@ -63,6 +85,7 @@ class PostgresTemplate:
         url, self._drop = make_postgres_db(admin_url)
         self.name = url.rsplit("/", 1)[1]
         migrate(url)  # its engine is disposed: a template must have no connections
+        seed_admin(url)
 
     def copy(self) -> tuple[str, Callable[[], None]]:
         return make_postgres_db(self.admin_url, template=self.name)

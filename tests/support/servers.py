@@ -21,6 +21,7 @@ import uvicorn
 from app.config import Settings
 from app.db import session_scope
 from app.security import create_api_token
+from tests.support.databases import seed_admin
 from tests.support.net import free_port
 from tests.support.paths import ROOT
 
@@ -50,8 +51,13 @@ def start_live_server(
     env: dict[str, str] | None = None,
     command: Sequence[str] = (sys.executable, "-m", "app.cli"),
     cwd: Path = ROOT,
+    first_login_done: bool = True,
 ) -> LiveServer:
-    """Start `<command> serve <extra>` (by default this checkout's) and wait for its login URL and /healthz."""
+    """Start `<command> serve <extra>` (by default this checkout's) and wait for its login URL and /healthz.
+
+    With `first_login_done` the board gets its first admin (`TEST_ADMIN`) as soon as it is up, so
+    the printed link logs in as that admin; without, the link is the first-admin link (it asks
+    for the admin's name)."""
     port = free_port()
     run_env = {
         **os.environ,
@@ -81,6 +87,8 @@ def start_live_server(
         if login_url:
             try:
                 if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    if first_login_done:
+                        seed_admin(db_url)
                     return LiveServer(proc, url, login_url, run_env, log_path)
             except httpx.HTTPError:
                 pass
@@ -159,7 +167,8 @@ class ThreadServer:
 
     def session_cookie(self) -> str:
         from app.security import create_login_token, redeem_login_token
+        from tests.support.auth import ensure_admin
 
         with session_scope(self.engine) as session:
-            session_id = redeem_login_token(session, create_login_token(session, 60), 3600)
+            session_id = redeem_login_token(session, create_login_token(session, 60, ensure_admin(session)), 3600)
         return self.app.state.session_signer.issue(session_id)

@@ -8,8 +8,9 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from app.security import CSRF_HEADER
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
-# Routes anyone may call. Share pages are read-only (GET); login spends a one-time token.
-PUBLIC_WRITES: set[str] = set()
+# Routes anyone may call. Share pages are read-only (GET); the first-admin form and accepting an
+# invite spend a one-time secret carried in the form (tests/users covers them).
+PUBLIC_WRITES: set[str] = {"/login", "/invite/{token}"}
 
 
 def _fill(path: str) -> str:
