@@ -639,6 +639,8 @@ def trial_comparison(comparison: Comparison) -> dict[str, Any] | None:
     for g, group in enumerate(groups):
         for t, trial in enumerate(comparison.trials):
             rows = [r for r in group.rows if r.values[t] is not None]
+            if not rows:
+                continue  # this trial did not measure the metric: no empty legend entry
             name = escape(_short(trial.label, 50))
             unit = f" {escape(group.unit)}" if group.unit else ""
             common = dict(
@@ -669,7 +671,7 @@ def trial_comparison(comparison: Comparison) -> dict[str, Any] | None:
         }
 
     first = view(0)
-    layout = _layout(first["title.text"], barmode="group")
+    layout = _layout(first["title.text"], barmode="group", showlegend=True)
     layout["xaxis"] = {"type": first["xaxis.type"], "title": {"text": first["xaxis.title.text"]}}
     layout["yaxis"] = {"title": {"text": first["yaxis.title.text"]}, "rangemode": "tozero"}
     if len(groups) > 1:
