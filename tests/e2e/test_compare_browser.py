@@ -38,6 +38,7 @@ def server(live_server):
             approach = session.exec(
                 select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == "nccl-eager")
             ).one()
+            assert approach.id is not None
             eager = session.exec(select(Trial).where(Trial.approach_id == approach.id)).one()
             at = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
             rerun = Trial(
