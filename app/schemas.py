@@ -360,7 +360,10 @@ class RunnerPublic(BaseModel):
 
 class ShareLinkCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    name: str = Field("", max_length=120, description="Who the link is for; empty: 'status page'.")
+    # No control characters (PostgreSQL text cannot hold NUL; a name is one line).
+    name: str = Field(
+        "", max_length=120, pattern=r"^[^\x00-\x1f\x7f]*$", description="Who the link is for; empty: 'status page'."
+    )
 
 
 class ShareLinkPublic(BaseModel):

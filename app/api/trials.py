@@ -44,7 +44,8 @@ TrialIds = Annotated[
     Query(
         min_length=comparison_domain.MIN_TRIALS,
         max_length=comparison_domain.MAX_TRIALS,
-        description="The trials to compare, in column order: `?trial=12&trial=15`.",
+        description="Different trials to compare, in column order: `?trial=12&trial=15`.",
+        json_schema_extra={"uniqueItems": True},
     ),
 ]
 
@@ -166,9 +167,11 @@ async def list_trials(
     request: Request,
     operator: OperatorDep,
     campaign: Annotated[Slug | None, Query(description="A campaign's slug.")] = None,
-    approach: Annotated[Slug | None, Query(description="An approach's key (needs `campaign`).")] = None,
+    approach: Annotated[Slug | None, Query(description="An approach's key (in `campaign`, or in any).")] = None,
     state: TrialState | None = None,
-    runner: Annotated[str | None, Query(min_length=1, max_length=120, description="A runner's name.")] = None,
+    runner: Annotated[
+        str | None, Query(min_length=1, max_length=120, pattern=r"^[^\x00-\x1f\x7f]+$", description="A runner's name.")
+    ] = None,
     before: PageAfter = None,
     limit: Annotated[int, Query(ge=1, le=trial_domain.MAX_PAGE)] = 50,
 ) -> TrialPage:

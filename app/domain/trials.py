@@ -56,11 +56,10 @@ def list_trials(
     limit: int = 50,
 ) -> TrialPage:
     """Trials newest first (by id), at most `limit`, older than `before`: filtered by campaign slug, approach
-    key (within that campaign), state and runner name. An unknown campaign, approach or runner is NotFound."""
+    key (within that campaign; without one, in any campaign), state and runner name. An unknown campaign, an
+    approach not in the given campaign or an unknown runner is NotFound."""
     if not 1 <= limit <= MAX_PAGE:
         raise Invalid(f"limit must be between 1 and {MAX_PAGE}.", field="limit")
-    if approach is not None and campaign is None:
-        raise Invalid("An approach key is unique within a campaign: give the campaign too.", field="approach")
     query = (
         select(Trial, Approach, Campaign.slug, Runner.name)
         .join(Approach, Approach.id == Trial.approach_id)  # type: ignore[arg-type]
@@ -74,6 +73,8 @@ def list_trials(
             query = query.where(Trial.approach_id == get_approach(session, found, approach).id)
         else:
             query = query.where(Trial.campaign_id == found.id)
+    elif approach is not None:  # the key in every campaign that has it
+        query = query.where(Approach.key == approach)
     if state is not None:
         query = query.where(Trial.state == TrialState(state).value)
     if runner is not None:

@@ -55,6 +55,8 @@ def test_share_links_create_list_revoke(api, seeded, client):
         ("post", "/api/campaigns/c/share-links", {"name": "x" * 121}, 422),
         ("post", "/api/campaigns/c/share-links", {"name": "ok", "extra": 1}, 422),
         ("post", "/api/campaigns/c/share-links", {"name": 5}, 422),
+        ("post", "/api/campaigns/c/share-links", {"name": "a\x00b"}, 422),
+        ("post", "/api/campaigns/c/share-links", {"name": "two\nlines"}, 422),
         ("post", "/api/campaigns/nope/share-links", {"name": "x"}, 404),
         ("get", "/api/campaigns/nope/share-links", None, 404),
         ("post", "/api/campaigns/c/share-links/424242/revoke", None, 404),

@@ -32,6 +32,8 @@ def test_list_is_newest_first_and_filters(api, seeded):
 
     only_b = _ids(api.get("/api/trials", params={"campaign": "c", "approach": "b"}).json())
     assert only_b == [i for i in reversed(ids) if ids.index(i) % 2 == 1]
+    assert _ids(api.get("/api/trials", params={"approach": "x"}).json()) == [seeded.other_trial]  # any campaign
+    assert _ids(api.get("/api/trials", params={"approach": "zzz"}).json()) == []
     assert _ids(api.get("/api/trials", params={"state": "failed"}).json()) == [ids[-2]]
     assert _ids(api.get("/api/trials", params={"state": "running"}).json()) == [ids[-1]]
     on_node_1 = _ids(api.get("/api/trials", params={"runner": "node-1"}).json())
@@ -108,8 +110,9 @@ def test_log_download_is_the_stored_log(api, seeded):
         ("/api/trials?campaign=Not%20A%20Slug", 422, "campaign"),
         ("/api/trials?campaign=nope", 404, "nope"),
         ("/api/trials?campaign=c&approach=nope", 404, "nope"),
-        ("/api/trials?approach=a", 422, "campaign"),
         ("/api/trials?runner=ghost", 404, "ghost"),
+        ("/api/trials?runner=a%00b", 422, "runner"),
+        ("/api/trials?runner=", 422, "runner"),
         ("/api/trials/99999999999999999999999", 422, "trial_id"),
         ("/api/trials/0", 422, "trial_id"),
         ("/api/trials/123456789", 404, "#123456789"),
