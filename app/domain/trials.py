@@ -129,13 +129,6 @@ def trial_metrics(session: Session, trial_ids: list[int]) -> list[Metric]:
     )
 
 
-def runner_names(session: Session, runner_ids: set[int]) -> dict[int, str]:
-    if not runner_ids:
-        return {}
-    rows = session.exec(select(Runner.id, Runner.name).where(Runner.id.in_(runner_ids))).all()  # type: ignore[union-attr]
-    return {rid: name for rid, name in rows if rid is not None}
-
-
 def metric_dict(metric: Metric) -> dict[str, Any]:
     return {
         "name": metric.name,
