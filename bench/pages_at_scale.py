@@ -363,8 +363,16 @@ def add_long_log(engine, trial_id: int, megabytes: int) -> int:
         data = line * 42 + "y" * 64 + "\n"  # ~4 KiB
         count = megabytes * 1024 * 1024 // len(data)
         start = (last or 0) + 1
+        now = utcnow()
         rows = [
-            {"trial_id": trial_id, "attempt_id": attempt, "seq": start + i, "offset": i * len(data), "data": data}
+            {
+                "trial_id": trial_id,
+                "attempt_id": attempt,
+                "seq": start + i,
+                "offset": i * len(data),
+                "data": data,
+                "created_at": now,
+            }
             for i in range(count)
         ]
         _bulk(session, LogChunk, rows)
@@ -408,7 +416,7 @@ def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: 
         thread.join(10)
 
 
-def measure(db_url: str, scale: float, repeat: int, skip: set[str], log_mib: int = 256) -> None:
+def measure(db_url: str, scale: float, repeat: int, skip: set[str], log_mib: int = 64) -> None:
     from fastapi.testclient import TestClient
 
     from app.config import Settings
@@ -484,7 +492,7 @@ def main() -> None:
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--repeat", type=int, default=5, help="requests per page (the median is printed)")
     parser.add_argument("--skip", action="append", default=[], help="skip pages whose label contains this")
-    parser.add_argument("--log-mib", type=int, default=256, help="MiB of log added to one trial for its download")
+    parser.add_argument("--log-mib", type=int, default=64, help="MiB of log added to one trial for its download")
     args = parser.parse_args()
     print(
         f"pages at scale x{args.scale}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
