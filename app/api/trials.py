@@ -81,7 +81,7 @@ def _summary(row: trial_domain.TrialRow) -> dict[str, Any]:
     }
 
 
-def trial_detail(session: Session, trial_id: int) -> TrialPublic:
+def _trial_public(session: Session, trial_id: int) -> TrialPublic:
     d = trial_domain.trial_detail(session, trial_id)
     t = d.trial
     row = trial_domain.TrialRow(t, d.approach, d.campaign.slug, d.runner.name if d.runner else None)
@@ -186,7 +186,7 @@ async def list_trials(
 @router.get("/api/trials/{trial_id}", response_model=TrialPublic)
 async def get_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> TrialPublic:
     """A trial: state, phase, attempts, runner, stack, timings, the verdict it proposes."""
-    return await run_in_tx(request.app.state.engine, trial_detail, trial_id, write=False)
+    return await run_in_tx(request.app.state.engine, _trial_public, trial_id, write=False)
 
 
 @router.get("/api/trials/{trial_id}/metrics", response_model=list[MetricPublic])
