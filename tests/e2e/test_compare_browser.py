@@ -97,6 +97,15 @@ def test_compare_two_trials_from_the_campaign_page(server, browser):
         compare = page.locator("#recent-trials button.compare-selected")
         page.check(f"#recent-trials input[name=trial][value='{server.eager}']")
         page.check(f"#recent-trials input[name=trial][value='{server.rerun}']")
+        # The list reloads itself when the campaign changes: the ticks survive it.
+        page.evaluate(
+            "() => { window.__reloaded = false;"
+            " document.body.addEventListener('htmx:afterSwap', () => { window.__reloaded = true; });"
+            " htmx.trigger(document.body, 'campaign-changed'); }"
+        )
+        page.wait_for_function("() => window.__reloaded === true")
+        assert page.is_checked(f"#recent-trials input[name=trial][value='{server.eager}']")
+        assert page.is_checked(f"#recent-trials input[name=trial][value='{server.rerun}']")
         compare.click()
         page.wait_for_url(f"**/campaigns/{SLUG}/compare?trial=*")
         page.wait_for_function(
