@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import timedelta
+from html import escape as _html_escape
 from typing import Any
 
 import plotly.graph_objects as go
 
+from app.domain.comparison import Comparison, MetricGroup
 from app.domain.profitability import LatencySeries, ProfitabilityReport, ReferencePoint, ThroughputRow
 from app.domain.timeline import Timeline
 from app.templating import STATUS_LABELS
@@ -604,3 +606,93 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
     fig.update_xaxes(**x_axis)
     fig.update_yaxes(type="category", automargin=True)
     return _out(fig)
+
+
+# One colour per compared trial, the same in every metric's traces and in the page's table headers.
+TRIAL_COLORS = ["#2563eb", "#d97706", "#059669", "#dc2626", "#7c3aed", "#0891b2", "#db2777", "#4b5563"]
+
+
+def escape(text: str) -> str:
+    """Plotly draws a subset of HTML in names, titles and labels: data text is escaped (quotes need not be)."""
+    return _html_escape(str(text), quote=False)
+
+
+def _x_axis(group: MetricGroup) -> tuple[str, str]:
+    """(axis type, title) for a metric's x: its numeric tag (log when it spans 16x or more), else categories."""
+    if group.x_tag is None:
+        return "category", ""
+    xs = [float(dict(r.point)[group.x_tag]) for r in group.rows]
+    log = min(xs) > 0 and max(xs) / min(xs) >= 16
+    return ("log" if log else "linear"), escape(group.x_tag)
+
+
+def trial_comparison(comparison: Comparison) -> dict[str, Any] | None:
+    """The compared trials' metrics overlaid: a trace per trial for each metric name, one metric shown at a
+    time (a dropdown picks it). A metric measured along a numeric tag (an allreduce sweep over `tokens`) is
+    a line per trial along that tag; any other is grouped bars. None when no trial has a metric.
+    Trial titles and tag values are escaped: Plotly reads a subset of HTML in names and labels."""
+    groups = comparison.metrics
+    if not groups:
+        return None
+    traces: list[dict[str, Any]] = []
+    owner: list[int] = []  # the group index of each trace
+    for g, group in enumerate(groups):
+        for t, trial in enumerate(comparison.trials):
+            rows = [r for r in group.rows if r.values[t] is not None]
+            if not rows:
+                continue  # this trial did not measure the metric: no empty legend entry
+            name = escape(_short(trial.label, 50))
+            unit = f" {escape(group.unit)}" if group.unit else ""
+            common = dict(
+                name=name,
+                legendgroup=f"trial-{trial.id}",
+                visible=g == 0,
+                marker=dict(color=TRIAL_COLORS[t % len(TRIAL_COLORS)]),
+                meta={"trial_id": trial.id, "metric": group.name},
+                hovertemplate=f"<b>{name}</b><br>%{{x}}: %{{y:.4g}}{unit}<extra></extra>",
+            )
+            if group.x_tag is not None:
+                xs = [dict(r.point)[group.x_tag] for r in rows]
+                traces.append(_scatter(x=xs, y=[r.values[t] for r in rows], mode="lines+markers", **common))
+            else:
+                labels = [escape(r.label) or escape(group.name) for r in rows]
+                traces.append({"type": "bar", "x": labels, "y": [r.values[t] for r in rows], **common})
+            owner.append(g)
+
+    def view(g: int) -> dict[str, Any]:
+        group = groups[g]
+        unit = f" ({escape(group.unit)})" if group.unit else ""
+        x_type, x_title = _x_axis(group)
+        return {
+            "title.text": f"{escape(group.name)}{unit}",
+            "xaxis.type": x_type,
+            "xaxis.title.text": x_title,
+            "yaxis.title.text": escape(group.unit),
+        }
+
+    first = view(0)
+    layout = _layout(first["title.text"], barmode="group", showlegend=True)
+    layout["xaxis"] = {"type": first["xaxis.type"], "title": {"text": first["xaxis.title.text"]}}
+    layout["yaxis"] = {"title": {"text": first["yaxis.title.text"]}, "rangemode": "tozero"}
+    if len(groups) > 1:
+        layout["margin"]["t"] = 90
+        layout["updatemenus"] = [
+            {
+                "type": "dropdown",
+                "direction": "down",
+                "x": 1,
+                "xanchor": "right",
+                "y": 1.18,
+                "yanchor": "top",
+                "showactive": True,
+                "buttons": [
+                    {
+                        "label": escape(group.name),
+                        "method": "update",
+                        "args": [{"visible": [o == g for o in owner]}, view(g)],
+                    }
+                    for g, group in enumerate(groups)
+                ],
+            }
+        ]
+    return {"data": traces, "layout": layout}

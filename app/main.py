@@ -13,6 +13,7 @@ from app import __version__
 from app.api import campaigns as api_campaigns
 from app.api import livelog, runner_socket
 from app.api import runners as api_runners
+from app.api import share_links as api_share_links
 from app.api import trials as api_trials
 from app.api import users as api_users
 from app.config import Settings, get_settings, resource_dir
@@ -25,6 +26,7 @@ from app.templating import PLOTLY_JS, make_templates
 from app.web import auth as web_auth
 from app.web import campaigns as web_campaigns
 from app.web import charts as web_charts
+from app.web import compare as web_compare
 from app.web import docs as web_docs
 from app.web import share as web_share
 from app.web import trials as web_trials
@@ -38,11 +40,13 @@ ROUTERS = [
     web_campaigns.router,
     api_campaigns.router,
     api_runners.router,
+    api_share_links.router,
     runner_socket.router,
     api_trials.router,
     livelog.router,
     web_trials.router,
     web_charts.router,
+    web_compare.router,
     web_share.router,
     web_verdicts.router,
     web_users.router,

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from app.models import ApproachStatus
+from app.models import ApproachStatus, TrialState
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
@@ -265,3 +265,159 @@ class ApproachPublic(ApproachCreate):
     updated_at: datetime
 
     _utc = field_validator("created_at", "updated_at", mode="before")(_utc)
+
+
+# ---- trials, runners, share links and comparisons (read by scripts through /api) ---------------------
+
+
+class AttemptPublic(BaseModel):
+    """One dispatch of a trial to a runner; a retry after a lost runner is a new attempt."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    number: int
+    state: str
+    runner_id: int | None
+    created_at: datetime
+    ended_at: datetime | None
+
+    _utc = field_validator("created_at", "ended_at", mode="before")(_utc)
+
+
+class TrialSummary(BaseModel):
+    """A trial as a list row."""
+
+    id: int
+    campaign: str = Field(description="The campaign's slug.")
+    approach: str = Field(description="The approach's key.")
+    approach_title: str
+    state: TrialState
+    phase: str
+    runner_id: int | None
+    runner: str | None = Field(description="The runner's name (null until dispatched, or once it is deleted).")
+    attempt_count: int
+    requested_by: str
+    exit_code: int | None
+    created_at: datetime
+    dispatched_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    _utc = field_validator("created_at", "dispatched_at", "started_at", "finished_at", mode="before")(_utc)
+
+
+class TrialPublic(TrialSummary):
+    """A trial in full: its attempts, the stack it ran on, timings, the verdict it proposes."""
+
+    exit_signal: int | None
+    error: str
+    attempt_id: str | None = Field(description="The current attempt; reports from any other are stale.")
+    attempts: list[AttemptPublic]
+    duration_s: float | None = Field(description="Start to end (to now while it runs); null before it starts.")
+    fingerprint: dict[str, Any] | None = Field(description="The runner's stack when the trial was created.")
+    recipe: dict[str, Any]
+    proposal: dict[str, Any] | None = Field(description="The verdict its log proposes, once it has ended.")
+    log_bytes: int
+    log_dropped_bytes: int
+    cancel_requested: bool
+    gpu_released: bool | None
+    gpu_note: str
+
+
+class TrialPage(BaseModel):
+    items: list[TrialSummary]
+    next_before: int | None = Field(description="Pass as `before` for the next (older) page; null on the last page.")
+
+
+class MetricPublic(BaseModel):
+    """One metric line of a trial's log (`@@campaign-metric {json}`), as stored."""
+
+    name: str
+    value: float
+    unit: str
+    tags: dict[str, Any]
+    seq: int = Field(description="The log chunk the line was read from.")
+    index: int = Field(description="The line's position among the chunk's metric lines.")
+    recorded_at: datetime
+
+    _utc = field_validator("recorded_at", mode="before")(_utc)
+
+
+class RunnerTrial(BaseModel):
+    id: int
+    state: TrialState
+    phase: str
+
+
+class RunnerPublic(BaseModel):
+    id: int
+    name: str
+    status: Literal["online", "busy", "offline", "revoked"]
+    embedded: bool
+    connected: bool
+    labels: list[str]
+    fingerprint: dict[str, Any] | None
+    summary: str = Field(description="The fingerprint in one line: GPUs, SM, software versions.")
+    trial: RunnerTrial | None = Field(description="The trial it runs now.")
+    last_seen_at: datetime | None
+    revoked_at: datetime | None
+
+    _utc = field_validator("last_seen_at", "revoked_at", mode="before")(_utc)
+
+
+class ShareLinkCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    # No control characters (PostgreSQL text cannot hold NUL; a name is one line).
+    name: str = Field(
+        "", max_length=120, pattern=r"^[^\x00-\x1f\x7f]*$", description="Who the link is for; empty: 'status page'."
+    )
+
+
+class ShareLinkPublic(BaseModel):
+    id: int
+    name: str
+    created_by: str
+    created_at: datetime
+    revoked_at: datetime | None
+    url: str | None = Field(description="The read-only status page; null once revoked.")
+
+    _utc = field_validator("created_at", "revoked_at", mode="before")(_utc)
+
+
+class ComparedTrialPublic(BaseModel):
+    id: int
+    approach: str
+    approach_title: str
+    state: TrialState
+    runner: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    _utc = field_validator("started_at", "finished_at", mode="before")(_utc)
+
+
+class ComparedMetricRow(BaseModel):
+    point: dict[str, Any] = Field(description="The tags that tell this row from the metric's other rows.")
+    values: list[float | None] = Field(description="One per compared trial, in their order; null: not measured.")
+    differs: bool
+
+
+class ComparedMetric(BaseModel):
+    name: str
+    unit: str
+    x_tag: str | None = Field(description="The numeric tag the rows run along (the chart's x), if any.")
+    rows: list[ComparedMetricRow]
+
+
+class ComparedComponent(BaseModel):
+    component: str
+    label: str
+    values: list[str | None] = Field(description="One per compared trial; null: not reported.")
+    differs: bool
+
+
+class ComparisonPublic(BaseModel):
+    campaign: str
+    trials: list[ComparedTrialPublic]
+    metrics: list[ComparedMetric]
+    stack: list[ComparedComponent]

@@ -1,7 +1,8 @@
 """Every page at the size of a real campaign: builds 500 approaches / 50,000 trials / 150,000 status
 changes / 225,000 log chunks / ~519,000 metrics with bulk inserts through the SQLModel tables, on
 SQLite and PostgreSQL, then prints the server time per page (median of --repeat requests, in-process
-ASGI: no network) and the number of SQL statements each one ran.
+ASGI: no network) and the number of SQL statements each one ran. The metrics CSV and one trial's log
+(--log-mib of it added first) are read through real uvicorn as streams, with the server's peak memory growth.
 
     .venv/bin/python bench/pages_at_scale.py                 # full size, SQLite and PostgreSQL
     .venv/bin/python bench/pages_at_scale.py --scale 0.1     # a tenth (a few minutes on 2 cores)
@@ -323,10 +324,16 @@ def pages(client, slug: str, engine) -> list[tuple[str, str | None]]:
         ("API history", f"/api/campaigns/{slug}/approaches/{key}/history"),
         ("API trial", f"/api/trials/{trial_id}"),
         ("API runners", "/api/runners"),
+        ("API trials (200, campaign)", f"/api/trials?campaign={slug}&limit=200"),
+        ("API trials (approach)", f"/api/trials?campaign={slug}&approach={key}"),
+        ("API trial metrics", f"/api/trials/{trial_id}/metrics"),
+        ("API compare (2 trials)", f"/api/campaigns/{slug}/compare?trial={trial_id}&trial={trial_id - 1}"),
+        ("compare page (2 trials)", f"/campaigns/{slug}/compare?trial={trial_id}&trial={trial_id - 1}"),
         ("charts page", f"/campaigns/{slug}/charts"),
         ("status page (share)", None),
         ("export YAML", f"/campaigns/{slug}/export.yaml"),
         ("metrics CSV", f"/campaigns/{slug}/metrics.csv"),
+        ("trial log", f"/api/trials/{trial_id}/log"),
     ]
 
 
@@ -345,9 +352,37 @@ def _reset_peak() -> None:
         pass
 
 
-def csv_over_http(app, path: str, headers: dict[str, str]) -> None:
-    """The CSV through real uvicorn (in a thread), read as a stream and dropped: this process's peak RSS
-    growth is the server's."""
+def add_long_log(engine, trial_id: int, megabytes: int) -> int:
+    """Append `megabytes` MiB of 4 KiB log chunks to the trial's current attempt (after its own); returns the bytes."""
+    with Session(engine) as session:
+        attempt = session.execute(select(col(Trial.attempt_id)).where(col(Trial.id) == trial_id)).scalar_one()
+        last = session.execute(
+            select(__import__("sqlalchemy").func.max(LogChunk.seq)).where(col(LogChunk.trial_id) == trial_id)
+        ).scalar()
+        line = "step 0000123 loss 2.3456 tok/s 81.93 " + "x" * 57 + "\n"  # 96 bytes
+        data = line * 42 + "y" * 64 + "\n"  # ~4 KiB
+        count = megabytes * 1024 * 1024 // len(data)
+        start = (last or 0) + 1
+        now = utcnow()
+        rows = [
+            {
+                "trial_id": trial_id,
+                "attempt_id": attempt,
+                "seq": start + i,
+                "offset": i * len(data),
+                "data": data,
+                "created_at": now,
+            }
+            for i in range(count)
+        ]
+        _bulk(session, LogChunk, rows)
+        session.commit()
+    return count * len(data)
+
+
+def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: str) -> None:
+    """A streamed body (the metrics CSV, a trial's log) through real uvicorn (in a thread), read as a stream
+    and dropped: this process's peak RSS growth is the server's. `unit`: what a line is (rows, lines)."""
     import socket
     import threading
 
@@ -373,7 +408,7 @@ def csv_over_http(app, path: str, headers: dict[str, str]) -> None:
                 size += len(part)
         seconds = time.perf_counter() - t
         print(
-            f"  {'metrics CSV (uvicorn)':28} {seconds * 1000:10.1f} {'':8} {'':8} {size:10,d}  {(rows - 1) / seconds:,.0f} rows/s, "
+            f"  {label + ' (uvicorn)':28} {seconds * 1000:10.1f} {'':8} {'':8} {size:10,d}  {(rows - 1) / seconds:,.0f} {unit}/s, "
             f"peak memory growth {_status_mib('VmHWM') - base:.0f} MiB"
         )
     finally:
@@ -381,7 +416,7 @@ def csv_over_http(app, path: str, headers: dict[str, str]) -> None:
         thread.join(10)
 
 
-def measure(db_url: str, scale: float, repeat: int, skip: set[str]) -> None:
+def measure(db_url: str, scale: float, repeat: int, skip: set[str], log_mib: int = 64) -> None:
     from fastapi.testclient import TestClient
 
     from app.config import Settings
@@ -426,7 +461,13 @@ def measure(db_url: str, scale: float, repeat: int, skip: set[str]) -> None:
                 print(f"  {label:28} {'skipped':>10}")
                 continue
             if label == "metrics CSV":
-                csv_over_http(app, path, headers)
+                stream_over_http(app, label, path, headers, "rows")
+                continue
+            if label == "trial log":
+                trial_id = int(path.split("/")[3])
+                size = add_long_log(engine, trial_id, log_mib)
+                print(f"  (added {size / 2**20:.0f} MiB of log to trial #{trial_id})")
+                stream_over_http(app, label, path, headers, "lines")
                 continue
             times, size = [], 0
             reps = 1 if label.startswith(("export", "metrics")) else repeat
@@ -451,6 +492,7 @@ def main() -> None:
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--repeat", type=int, default=5, help="requests per page (the median is printed)")
     parser.add_argument("--skip", action="append", default=[], help="skip pages whose label contains this")
+    parser.add_argument("--log-mib", type=int, default=64, help="MiB of log added to one trial for its download")
     args = parser.parse_args()
     print(
         f"pages at scale x{args.scale}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
@@ -459,7 +501,11 @@ def main() -> None:
     if args.db in ("sqlite", "both"):
         print("SQLite")
         measure(
-            f"sqlite:///{tempfile.mkdtemp(prefix='pages-at-scale-')}/scale.db", args.scale, args.repeat, set(args.skip)
+            f"sqlite:///{tempfile.mkdtemp(prefix='pages-at-scale-')}/scale.db",
+            args.scale,
+            args.repeat,
+            set(args.skip),
+            args.log_mib,
         )
     if args.db in ("postgres", "both"):
         import psycopg
@@ -471,7 +517,7 @@ def main() -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
         try:
             print("PostgreSQL")
-            measure(admin.rsplit("/", 1)[0] + "/" + name, args.scale, args.repeat, set(args.skip))
+            measure(admin.rsplit("/", 1)[0] + "/" + name, args.scale, args.repeat, set(args.skip), args.log_mib)
         finally:
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -1,4 +1,4 @@
-"""Runners, JSON: list, create (the token is shown once) and revoke. The runner's own websocket is
+"""Runners, JSON: list, read one, create (the token is shown once) and revoke. The runner's own websocket is
 app/api/runner_socket.py."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from app.deps import AdminDep, OperatorDep, RowId
 from app.domain import runners as runner_domain
 from app.live import run_in_tx
+from app.schemas import RunnerPublic
 from app.services.runners import revoke
 
 router = APIRouter(tags=["runners"])
@@ -32,10 +33,17 @@ class RunnerCreated(BaseModel):
     token: str = Field(description="Shown once: give it to `campaign runner --token ...`.")
 
 
-@router.get("/api/runners")
+@router.get("/api/runners", response_model=list[RunnerPublic])
 async def list_runners(request: Request, operator: OperatorDep) -> list[dict[str, Any]]:
+    """Every runner: online, busy (with its trial), offline or revoked, and its stack in one line."""
     views = await run_in_tx(request.app.state.engine, runner_domain.list_runners, write=False)
     return [v.as_dict() for v in views]
+
+
+@router.get("/api/runners/{runner_id}", response_model=RunnerPublic)
+async def get_runner(request: Request, runner_id: RowId, operator: OperatorDep) -> dict[str, Any]:
+    view = await run_in_tx(request.app.state.engine, runner_domain.runner_view, runner_id, write=False)
+    return view.as_dict()
 
 
 @router.post("/api/runners", status_code=201)

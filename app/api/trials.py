@@ -1,24 +1,53 @@
-"""Trials, JSON: run next candidate, cancel, read a trial, download its log. The browser's live-log
-websocket is app/api/livelog.py.
-"""
+"""Trials, JSON: run next candidate, cancel, list and read trials, their metrics, download a log, compare
+trials. The browser's live-log websocket is app/api/livelog.py."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime
+from functools import partial
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import Field
 from sqlmodel import Session
 
 from app.db import open_session
-from app.deps import OperatorDep, RowId
+from app.deps import OperatorDep, PageAfter, RowId
+from app.domain import comparison as comparison_domain
 from app.domain import logs as log_domain
 from app.domain import scheduling
+from app.domain import trials as trial_domain
+from app.domain.inventory import get_campaign
 from app.live import run_in_tx
-from app.models import Approach, Campaign
+from app.models import TrialState
+from app.schemas import (
+    SLUG_PATTERN,
+    AttemptPublic,
+    ComparedComponent,
+    ComparedMetric,
+    ComparedMetricRow,
+    ComparedTrialPublic,
+    ComparisonPublic,
+    MetricPublic,
+    TrialPage,
+    TrialPublic,
+    TrialSummary,
+)
 from app.services.trials import cancel, start_next
 
 router = APIRouter(tags=["trials"])
+
+Slug = Annotated[str, Field(pattern=SLUG_PATTERN)]
+TrialIds = Annotated[
+    list[Annotated[int, Field(ge=1, le=2**63 - 1)]],
+    Query(
+        min_length=comparison_domain.MIN_TRIALS,
+        max_length=comparison_domain.MAX_TRIALS,
+        description="Different trials to compare, in column order: `?trial=12&trial=15`.",
+        json_schema_extra={"uniqueItems": True},
+    ),
+]
 
 
 def run_next_body(result: scheduling.RunNext) -> dict[str, Any]:
@@ -31,17 +60,91 @@ def run_next_body(result: scheduling.RunNext) -> dict[str, Any]:
     }
 
 
-def trial_detail(session: Session, trial_id: int) -> dict[str, Any]:
-    trial = scheduling.get_trial(session, trial_id)
-    approach = session.get(Approach, trial.approach_id)
-    campaign = session.get(Campaign, trial.campaign_id)
+def _summary(row: trial_domain.TrialRow) -> dict[str, Any]:
+    t = row.trial
     return {
-        **scheduling.trial_view(trial),
-        "approach": approach.key if approach else None,
-        "approach_title": approach.title if approach else None,
-        "campaign": campaign.slug if campaign else None,
-        "recipe": trial.recipe,
+        "id": t.id,
+        "campaign": row.campaign_slug,
+        "approach": row.approach.key,
+        "approach_title": row.approach.title,
+        "state": t.state,
+        "phase": t.phase,
+        "runner_id": t.runner_id,
+        "runner": row.runner_name,
+        "attempt_count": t.attempt_count,
+        "requested_by": t.requested_by,
+        "exit_code": t.exit_code,
+        "created_at": t.created_at,
+        "dispatched_at": t.dispatched_at,
+        "started_at": t.started_at,
+        "finished_at": t.finished_at,
     }
+
+
+def _trial_public(session: Session, trial_id: int) -> TrialPublic:
+    d = trial_domain.trial_detail(session, trial_id)
+    t = d.trial
+    row = trial_domain.TrialRow(t, d.approach, d.campaign.slug, d.runner.name if d.runner else None)
+    return TrialPublic(
+        **_summary(row),
+        exit_signal=t.exit_signal,
+        error=t.error,
+        attempt_id=t.attempt_id,
+        attempts=[AttemptPublic.model_validate(a) for a in d.attempts],
+        duration_s=d.duration_s(datetime.now(UTC)),
+        fingerprint=t.fingerprint,
+        recipe=t.recipe or {},
+        proposal=t.proposal,
+        log_bytes=t.log_bytes,
+        log_dropped_bytes=t.log_dropped_bytes,
+        cancel_requested=t.cancel_requested,
+        gpu_released=t.gpu_released,
+        gpu_note=t.gpu_note,
+    )
+
+
+def _trial_page(session: Session, **filters: Any) -> TrialPage:
+    page = trial_domain.list_trials(session, **filters)
+    return TrialPage(items=[TrialSummary(**_summary(r)) for r in page.rows], next_before=page.next_before)
+
+
+def _metrics(session: Session, trial_id: int) -> list[MetricPublic]:
+    scheduling.get_trial(session, trial_id)  # 404 for an unknown trial, not an empty list
+    return [MetricPublic(**trial_domain.metric_dict(m)) for m in trial_domain.trial_metrics(session, [trial_id])]
+
+
+def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
+    return ComparisonPublic(
+        campaign=c.campaign.slug,
+        trials=[
+            ComparedTrialPublic(
+                id=t.id,
+                approach=t.approach_key,
+                approach_title=t.approach_title,
+                state=TrialState(t.state),
+                runner=t.runner_name,
+                started_at=t.started_at,
+                finished_at=t.finished_at,
+            )
+            for t in c.trials
+        ],
+        metrics=[
+            ComparedMetric(
+                name=g.name,
+                unit=g.unit,
+                x_tag=g.x_tag,
+                rows=[ComparedMetricRow(point=dict(r.point), values=r.values, differs=r.differs) for r in g.rows],
+            )
+            for g in c.metrics
+        ],
+        stack=[
+            ComparedComponent(component=s.component, label=s.label, values=s.values, differs=s.differs) for s in c.stack
+        ],
+    )
+
+
+def _compare(session: Session, slug: str, trial_ids: list[int]) -> ComparisonPublic:
+    return comparison_body(comparison_domain.compare_trials(session, get_campaign(session, slug), trial_ids))
 
 
 # ---- JSON routes ------------------------------------------------------------------------------
@@ -59,9 +162,37 @@ async def run_approach(request: Request, slug: str, key: str, operator: Operator
     return run_next_body(await start_next(request.app, slug, operator.name, approach_key=key))
 
 
-@router.get("/api/trials/{trial_id}")
-async def get_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> dict[str, Any]:
-    return await run_in_tx(request.app.state.engine, trial_detail, trial_id, write=False)
+@router.get("/api/trials", response_model=TrialPage)
+async def list_trials(
+    request: Request,
+    operator: OperatorDep,
+    campaign: Annotated[Slug | None, Query(description="A campaign's slug.")] = None,
+    approach: Annotated[Slug | None, Query(description="An approach's key (in `campaign`, or in any).")] = None,
+    state: TrialState | None = None,
+    runner: Annotated[
+        str | None, Query(min_length=1, max_length=120, pattern=r"^[^\x00-\x1f\x7f]+$", description="A runner's name.")
+    ] = None,
+    before: PageAfter = None,
+    limit: Annotated[int, Query(ge=1, le=trial_domain.MAX_PAGE)] = 50,
+) -> TrialPage:
+    """Trials, newest first, a page at a time: pass `next_before` back as `before` for the next page.
+    An unknown campaign, approach or runner is a 404."""
+    read = partial(
+        _trial_page, campaign=campaign, approach=approach, state=state, runner=runner, before=before, limit=limit
+    )
+    return await run_in_tx(request.app.state.engine, read, write=False)
+
+
+@router.get("/api/trials/{trial_id}", response_model=TrialPublic)
+async def get_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> TrialPublic:
+    """A trial: state, phase, attempts, runner, stack, timings, the verdict it proposes."""
+    return await run_in_tx(request.app.state.engine, _trial_public, trial_id, write=False)
+
+
+@router.get("/api/trials/{trial_id}/metrics", response_model=list[MetricPublic])
+async def trial_metrics(request: Request, trial_id: RowId, operator: OperatorDep) -> list[MetricPublic]:
+    """The trial's metric rows, in the order its log printed them."""
+    return await run_in_tx(request.app.state.engine, _metrics, trial_id, write=False)
 
 
 @router.post("/api/trials/{trial_id}/cancel")
@@ -70,9 +201,14 @@ async def cancel_trial(request: Request, trial_id: RowId, operator: OperatorDep)
     return scheduling.trial_view(trial)
 
 
-@router.get("/api/trials/{trial_id}/log", response_class=StreamingResponse)
+@router.get(
+    "/api/trials/{trial_id}/log",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "The log"}},
+)
 async def download_log(request: Request, trial_id: RowId, operator: OperatorDep) -> StreamingResponse:
-    """The full stored log (text/plain, as an attachment)."""
+    """The full stored log (text/plain, as an attachment), every attempt in order, streamed a page of
+    chunks at a time from a worker thread (constant memory, however long the log)."""
     engine = request.app.state.engine
     await run_in_tx(engine, scheduling.get_trial, trial_id, write=False)  # 404 before streaming starts
 
@@ -87,3 +223,9 @@ async def download_log(request: Request, trial_id: RowId, operator: OperatorDep)
         media_type="text/plain; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="trial-{trial_id}.log"'},
     )
+
+
+@router.get("/api/campaigns/{slug}/compare", response_model=ComparisonPublic)
+async def compare(request: Request, slug: str, trial: TrialIds, operator: OperatorDep) -> ComparisonPublic:
+    """Trials of a campaign side by side: metric rows aligned by name and varying tags, stacks diffed."""
+    return await run_in_tx(request.app.state.engine, _compare, slug, trial, write=False)

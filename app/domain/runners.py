@@ -122,18 +122,20 @@ class RunnerView:
     trial: Trial | None
 
     def as_dict(self) -> dict[str, Any]:
-        r = self.runner
+        """The fields of schemas.RunnerPublic (GET /api/runners)."""
+        r, t = self.runner, self.trial
         return {
             "id": r.id,
             "name": r.name,
             "status": self.status,
             "embedded": r.embedded,
+            "connected": r.connected,
             "labels": r.labels,
             "fingerprint": r.fingerprint,
-            "connected": r.connected,
-            "last_seen_at": r.last_seen_at.isoformat() if r.last_seen_at else None,
-            "revoked": r.revoked_at is not None,
-            "trial_id": self.trial.id if self.trial else None,
+            "summary": summary(r.fingerprint) if r.fingerprint else "",
+            "trial": {"id": t.id, "state": t.state, "phase": t.phase} if t is not None else None,
+            "last_seen_at": r.last_seen_at,
+            "revoked_at": r.revoked_at,
         }
 
 
@@ -143,6 +145,15 @@ def runner_status(runner: Runner, trial: Trial | None) -> str:
     if not runner.connected:
         return "offline"
     return "busy" if trial is not None else "online"
+
+
+def runner_view(session: Session, runner_id: int) -> RunnerView:
+    """One runner with the trial it runs now (two queries)."""
+    runner = get_runner(session, runner_id)
+    trial = session.exec(
+        select(Trial).where(Trial.runner_id == runner.id, Trial.state.in_(ACTIVE_TRIAL_STATES))  # type: ignore[attr-defined]
+    ).first()
+    return RunnerView(runner, runner_status(runner, trial), trial)
 
 
 def list_runners(session: Session) -> list[RunnerView]:

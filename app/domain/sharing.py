@@ -36,6 +36,11 @@ def share_token(link: ShareLink, secret_key: str) -> str:
     return _serializer(secret_key).dumps({"id": link.id, "n": link.nonce})
 
 
+def share_url(link: ShareLink, secret_key: str, base_url: str) -> str | None:
+    """The status page's address, or None once the link is revoked."""
+    return None if link.revoked_at is not None else f"{base_url.rstrip('/')}/s/{share_token(link, secret_key)}"
+
+
 def create_share_link(session: Session, campaign: Campaign, name: str, actor: str) -> ShareLink:
     name = name.strip()
     if len(name) > 120:

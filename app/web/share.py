@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
 from app.config import resource_dir
-from app.deps import OperatorDep, RowId, SessionDep
+from app.deps import OperatorDep, RowId, SessionDep, public_base_url
 from app.domain import inventory
 from app.domain.profitability import throughput_rows
 from app.domain.sharing import (
@@ -23,7 +23,7 @@ from app.domain.sharing import (
     list_share_links,
     resolve_share_token,
     revoke_share_link,
-    share_token,
+    share_url,
     status_report,
 )
 from app.models import Campaign
@@ -60,11 +60,9 @@ def _secret(request: Request) -> str:
 
 
 def _links(request: Request, session: Session, campaign: Campaign, created_id: int | None = None) -> Response:
-    settings = request.app.state.settings
-    base = (settings.public_url or str(request.base_url)).rstrip("/")
+    base = public_base_url(request)
     rows = [
-        {"link": link, "url": None if link.revoked_at else f"{base}/s/{share_token(link, _secret(request))}"}
-        for link in list_share_links(session, campaign)
+        {"link": link, "url": share_url(link, _secret(request), base)} for link in list_share_links(session, campaign)
     ]
     return render(
         request, "_partials/share_links.html", {"campaign": campaign, "share_links": rows, "created_id": created_id}

@@ -7,14 +7,15 @@ from typing import Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from app.deps import AdminDep, OperatorDep, PageAfter, RowId
 from app.domain import runners as runner_domain
 from app.domain import scheduling
+from app.domain import trials as trial_domain
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
-from app.models import Approach, Campaign, Runner, Trial
+from app.models import Approach, Campaign, Runner
 from app.services.runners import revoke
 from app.services.trials import cancel, start_next
 from app.web.render import render
@@ -40,24 +41,12 @@ def _trial_page(session: Session, trial_id: int) -> dict[str, Any]:
 def _recent(session: Session, slug: str, approach_key: str | None = None, before: int | None = None) -> dict[str, Any]:
     """The campaign's latest trials, or one approach's a page at a time (newest first, older than `before`)."""
     campaign = get_campaign(session, slug)
-    query = (
-        select(Trial, Approach, Runner.name)
-        .join(Approach, Approach.id == Trial.approach_id)
-        .outerjoin(Runner, Runner.id == Trial.runner_id)
-        .where(Trial.campaign_id == campaign.id)
-        .order_by(Trial.id.desc())
-    )  # type: ignore[union-attr]
-    if approach_key is None:
-        rows = list(session.exec(query.limit(RECENT_TRIALS)).all())
-        return {"campaign": campaign, "rows": rows, "more_url": None}
-    query = query.where(Approach.key == approach_key)
-    if before is not None:
-        query = query.where(Trial.id < before)
-    rows = list(session.exec(query.limit(TRIAL_PAGE + 1)).all())
+    limit = RECENT_TRIALS if approach_key is None else TRIAL_PAGE
+    page = trial_domain.list_trials(session, campaign=slug, approach=approach_key, before=before, limit=limit)
     more_url = None
-    if len(rows) > TRIAL_PAGE:
-        rows = rows[:TRIAL_PAGE]
-        more_url = f"/campaigns/{campaign.slug}/approaches/{approach_key}/trials?before={rows[-1][0].id}"
+    if approach_key is not None and page.next_before is not None:
+        more_url = f"/campaigns/{campaign.slug}/approaches/{approach_key}/trials?before={page.next_before}"
+    rows = [(r.trial, r.approach, r.runner_name) for r in page.rows]
     return {"campaign": campaign, "rows": rows, "more_url": more_url}
 
 

@@ -20,6 +20,7 @@ from app.deps import OperatorDep, RowId, SessionDep, require_operator
 from app.domain import fingerprint as stack
 from app.domain import inventory, verdicts
 from app.domain.errors import Invalid, NotFound
+from app.domain.trials import trial_metrics
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
 from app.web.render import render
 
@@ -114,14 +115,10 @@ def proposal_api(trial_id: RowId, session: SessionDep) -> dict:
     }
 
 
-def _metrics(session: Session, where) -> list[Metric]:
-    return list(session.exec(select(Metric).where(where).order_by(Metric.trial_id, Metric.seq, Metric.index)))
-
-
 @router.get("/trials/{trial_id}/metrics", include_in_schema=False)
 def metrics_fragment(request: Request, session: SessionDep, trial_id: RowId) -> Response:
     trial, approach, campaign = _trial(session, trial_id)
-    rows = _metrics(session, Metric.trial_id == trial_id)
+    rows = trial_metrics(session, [trial_id])
     tag_names = sorted({k for m in rows for k in m.tags if not k.endswith("_us") or k == "median_us"})
     return render(request, "_partials/metrics_table.html", {"trial": trial, "metrics": rows, "tag_names": tag_names})
 

@@ -28,6 +28,14 @@ PAGES = [
     "/api/campaigns/{slug}/approaches/{key}/history?before={change}&limit=20",
     "/campaigns/{slug}/metrics.csv",
     "/campaigns/{slug}/export.yaml",
+    "/api/trials",
+    "/api/trials?campaign={slug}&limit=200",
+    "/api/trials?campaign={slug}&approach={key}&state=succeeded&before={trial}",
+    "/api/trials/{trial}/metrics",
+    "/api/runners",
+    "/api/campaigns/{slug}/share-links",
+    "/api/campaigns/{slug}/compare?trial={trial}&trial={newest_trial}",
+    "/campaigns/{slug}/compare?trial={trial}&trial={newest_trial}",
 ]
 
 
@@ -57,6 +65,7 @@ def _ids(engine, slug: str) -> dict[str, Any]:
         "slug": slug,
         "key": key,
         "trial": trials[len(trials) // 2],
+        "newest_trial": trials[0],
         "change": changes[len(changes) // 2],
         "trials": len(trials),
         "changes": len(changes),

@@ -33,7 +33,7 @@ def test_more_loads_every_page_in_order(live_server, browser, tmp_path):
         assert times == sorted(times, reverse=True)  # latest first, across pages
         ids = [
             int(t.inner_text().lstrip("#"))
-            for t in page.locator("table.trials tbody tr:not(.more) td:first-child a").all()
+            for t in page.locator("table.trials tbody tr:not(.more) a[href^='/trials/']").all()
         ]
         assert ids == sorted(ids, reverse=True) and len(set(ids)) == 70
     finally:

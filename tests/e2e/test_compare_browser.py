@@ -1,0 +1,154 @@
+"""In Chromium against a real `campaign serve` with the fixture campaign: tick two trials on the campaign
+page (an allreduce sweep and its re-run after a stack upgrade), press "Compare selected", and read the
+comparison: Plotly's traces (from the chart div) hold both trials' measured values, the metric menu switches
+the chart, and the stack diff highlights the components that differ.
+
+CAMPAIGN_SCREENSHOTS=1 also writes docs/compare.png."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlmodel import select
+
+from app.db import make_engine, session_scope
+from app.models import Approach, Trial
+from app.security import create_login_token
+from tests.support.charts import H200, H200_FP, SLUG, add_metrics, allreduce_metrics, build_fixture_campaign
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.browser
+
+
+# The NCCL eager sweep re-run after a stack upgrade (FIXTURE values): the question a comparison answers.
+UPGRADED_FP = {**H200_FP, "torch": "2.12.0", "nccl": "2.28.3"}
+RERUN_US = {1: 41.2, 8: 43.0, 64: 45.9, 256: 47.1}
+
+
+@pytest.fixture
+def server(live_server):
+    """The live server plus the fixture campaign and a re-run of its NCCL eager trial on an upgraded stack
+    (torch 2.12.0, NCCL 2.28.3; same GPUs); the ids of both trials."""
+    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
+    try:
+        with session_scope(engine) as session:
+            campaign = build_fixture_campaign(session)
+            approach = session.exec(
+                select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == "nccl-eager")
+            ).one()
+            assert approach.id is not None
+            eager = session.exec(select(Trial).where(Trial.approach_id == approach.id)).one()
+            at = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
+            rerun = Trial(
+                campaign_id=campaign.id,
+                approach_id=approach.id,
+                recipe=approach.recipe or {},
+                state="succeeded",
+                phase="done",
+                requested_by="fixture",
+                fingerprint=UPGRADED_FP,
+                created_at=at,
+                started_at=at,
+                finished_at=at + timedelta(minutes=20),
+            )
+            session.add(rerun)
+            session.flush()
+            add_metrics(session, rerun, allreduce_metrics(RERUN_US, "eager"))
+            live_server.eager, live_server.rerun = eager.id, rerun.id
+            token = create_login_token(session, 3600)
+    finally:
+        engine.dispose()
+    live_server.login = f"{live_server.url}/login?token={token}&next=/campaigns/{SLUG}"
+    return live_server
+
+
+def _errors(page) -> list[str]:
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on(
+        "console",
+        lambda msg: (
+            errors.append(msg.text)
+            if msg.type == "error" and not msg.location.get("url", "").endswith("/favicon.ico")
+            else None
+        ),
+    )
+    page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    return errors
+
+
+def _traces(page) -> list[dict]:
+    return page.evaluate(
+        "() => document.getElementById('compare-chart').data.map(t => ({trial: t.meta.trial_id,"
+        " metric: t.meta.metric, name: t.name, x: Array.from(t.x), y: Array.from(t.y), visible: t.visible}))"
+    )
+
+
+def test_compare_two_trials_from_the_campaign_page(server, browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors = _errors(page)
+    try:
+        page.goto(server.login)
+        page.wait_for_url(f"**/campaigns/{SLUG}")
+        page.wait_for_selector("#recent-trials input[name=trial]")
+        compare = page.locator("#recent-trials button.compare-selected")
+        page.check(f"#recent-trials input[name=trial][value='{server.eager}']")
+        page.check(f"#recent-trials input[name=trial][value='{server.rerun}']")
+        # The list reloads itself when the campaign changes: the ticks survive it.
+        page.evaluate(
+            "() => { window.__reloaded = false;"
+            " document.body.addEventListener('htmx:afterSwap', () => { window.__reloaded = true; });"
+            " htmx.trigger(document.body, 'campaign-changed'); }"
+        )
+        page.wait_for_function("() => window.__reloaded === true")
+        assert page.is_checked(f"#recent-trials input[name=trial][value='{server.eager}']")
+        assert page.is_checked(f"#recent-trials input[name=trial][value='{server.rerun}']")
+        compare.click()
+        page.wait_for_url(f"**/campaigns/{SLUG}/compare?trial=*")
+        page.wait_for_function(
+            "() => { const d = document.getElementById('compare-chart');"
+            " return d && d.data && d.data.length > 0 && d.querySelector('.main-svg'); }"
+        )
+        tokens = (1, 8, 64, 256)
+        by = {(t["trial"], t["metric"]): t for t in _traces(page)}
+        before, after = by[(server.eager, "allreduce_latency_us")], by[(server.rerun, "allreduce_latency_us")]
+        # The sweep's varying tags are bytes and tokens: the rows run along the first (tokens x 7168 x 2).
+        assert before["x"] == after["x"] == [t * 7168 * 2 for t in tokens]
+        assert before["y"] == [H200["nccl-eager"][t] for t in tokens] and after["y"] == [RERUN_US[t] for t in tokens]
+        assert before["name"] == f"#{server.eager} NCCL eager" and after["name"] == f"#{server.rerun} NCCL eager"
+        assert {t["metric"] for t in _traces(page)} == {"allreduce_latency_us", "allreduce_busbw_gbps"}
+
+        # The metric menu shows one metric's traces at a time: both trials' latency curves.
+        page.locator("#compare-chart .updatemenu-header-group").click()
+        page.locator("#compare-chart .updatemenu-dropdown-button", has_text="allreduce_latency_us").click()
+        page.wait_for_function(
+            "() => document.getElementById('compare-chart').data"
+            ".filter(t => t.visible === true).every(t => t.meta.metric === 'allreduce_latency_us')"
+        )
+        shown = [t["trial"] for t in _traces(page) if t["visible"] is True]
+        assert shown == [server.eager, server.rerun] or shown == [server.rerun, server.eager]
+        assert page.locator("#compare-chart .scatterlayer .trace").count() == 2
+
+        # The stack diff: torch and NCCL differ (highlighted and marked), the GPU does not.
+        torch = page.locator("#compare-stack tr[data-component=torch]")
+        text = torch.text_content() or ""
+        assert torch.get_attribute("class") == "differs" and "≠ differs" in text
+        assert "2.11.0" in text and "2.12.0" in text
+        assert page.locator("#compare-stack tr[data-component=nccl]").get_attribute("class") == "differs"
+        highlighted = torch.locator("td").first.evaluate("td => getComputedStyle(td).backgroundColor")
+        gpu = page.locator("#compare-stack tr[data-component=gpu]")
+        assert gpu.get_attribute("class") == "same" and "differs" not in (gpu.text_content() or "")
+        plain = gpu.locator("td").first.evaluate("td => getComputedStyle(td).backgroundColor")
+        assert highlighted != plain
+
+        # The side-by-side table has each trial's value on the same row.
+        row = page.locator("#compare-values tr", has_text="bytes=114688, tokens=8").filter(has_text="us").first
+        assert "47.4" in row.inner_text() and "43" in row.inner_text()
+        if os.environ.get("CAMPAIGN_SCREENSHOTS"):
+            page.screenshot(path=str(ROOT / "docs" / "compare.png"), full_page=True)
+    finally:
+        context.close()
+    assert errors == []

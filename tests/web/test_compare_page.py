@@ -1,0 +1,79 @@
+"""The compare page (server-rendered) on SQLite and PostgreSQL: the chart's figure JSON carries every
+trial's values, the stack table marks differing components, text is escaped, bad picks are 4xx pages;
+the campaign's trial list and the trial page lead to it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.api.conftest import seed_trials
+
+
+@pytest.fixture
+def page_client(operator_client, app):
+    seeded = seed_trials(app.state.engine)
+    return operator_client, seeded
+
+
+def _figure(html: str) -> dict:
+    found = re.search(r'<script type="application/json" id="figure-compare">(.*?)</script>', html, re.S)
+    assert found, "no figure JSON on the page"
+    return json.loads(found.group(1))
+
+
+def test_compare_page_overlays_metrics_and_diffs_stacks(page_client):
+    client, seeded = page_client
+    a, b = seeded.trial_ids[0], seeded.trial_ids[3]
+    r = client.get(f"/campaigns/c/compare?trial={a}&trial={b}")
+    assert r.status_code == 200, r.text
+    figure = _figure(r.text)
+    traces = {t["meta"]["trial_id"]: t for t in figure["data"]}
+    assert traces[a]["y"] == [1.0, 8.0, 64.0] and traces[b]["y"] == [31.0, 38.0, 94.0]
+    assert traces[a]["x"] == [1, 8, 64] and figure["layout"]["xaxis"]["type"] == "log"
+    # Titles go to Plotly escaped (it reads a subset of HTML in names) and to the page escaped by Jinja.
+    assert traces[a]["name"] == f"#{a} Approach &lt;A&gt;"
+    assert "Approach <A>" not in r.text and "Approach &lt;A&gt;" in r.text
+    torch = re.search(r'<tr data-component="torch" class="(\w+)">(.*?)</tr>', r.text, re.S)
+    assert (
+        torch and torch.group(1) == "differs" and "2.10.0+cu128" in torch.group(2) and "2.11.0+cu130" in torch.group(2)
+    )
+    gpu = re.search(r'<tr data-component="gpu" class="(\w+)">', r.text)
+    assert gpu and gpu.group(1) == "same"
+    assert '<script src="/static/compare.js" defer></script>' in r.text
+    assert not re.search(r"<script>(?!</script>)", r.text)  # no inline code: data islands only
+
+
+def test_one_trial_shows_the_picker_with_it_ticked(page_client):
+    client, seeded = page_client
+    tid = seeded.trial_ids[2]
+    r = client.get(f"/campaigns/c/compare?trial={tid}")
+    assert r.status_code == 200 and "figure-compare" not in r.text
+    assert f'name="trial" value="{tid}" checked' in r.text
+    assert r.text.count('name="trial"') == len(seeded.trial_ids)
+
+
+@pytest.mark.parametrize(
+    "query,status,words",
+    [
+        ("trial=1&trial=424242", 404, "#424242"),
+        ("trial=1&trial=x", 422, "trial"),
+        ("trial=1&trial=2&trial=3&trial=4&trial=5&trial=6&trial=7&trial=8&trial=9", 422, "between 2 and 8"),
+    ],
+)
+def test_bad_picks_are_error_pages(page_client, query, status, words):
+    client, _ = page_client
+    r = client.get(f"/campaigns/c/compare?{query}")
+    assert r.status_code == status and words in r.text
+
+
+def test_campaign_trials_and_trial_page_lead_to_compare(page_client):
+    client, seeded = page_client
+    rows = client.get("/campaigns/c/trials").text
+    assert 'action="/campaigns/c/compare"' in rows
+    for tid in seeded.trial_ids:
+        assert f'name="trial" value="{tid}"' in rows
+    page = client.get(f"/trials/{seeded.trial_ids[0]}").text
+    assert f'href="/campaigns/c/compare?trial={seeded.trial_ids[0]}"' in page
