@@ -99,11 +99,6 @@ def current_operator(request: Request) -> Operator | None:
     return operator_from(request)
 
 
-def public_base_url(request: Request) -> str:
-    """Where browsers reach this server: CAMPAIGN_PUBLIC_URL when set (behind a proxy), else the request's own."""
-    return (request.app.state.settings.public_url or str(request.base_url)).rstrip("/")
-
-
 def same_origin(conn: HTTPConnection) -> bool:
     return origin_ok(conn.headers.get("origin"), conn.headers.get("host"), conn.app.state.settings.public_url)
 
