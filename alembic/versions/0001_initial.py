@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-01 03:50:08.030793
+Create Date: 2026-12-01 05:43:28.072913
 """
 from typing import Sequence, Union
 
@@ -213,6 +213,7 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_metric_approach_id'), ['approach_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_campaign_id'), ['campaign_id'], unique=False)
         batch_op.create_index('ix_metric_campaign_name_approach_trial', ['campaign_id', 'name', 'approach_id', 'trial_id', 'value'], unique=False)
+        batch_op.create_index('ix_metric_campaign_name_approach_value', ['campaign_id', 'name', 'approach_id', 'value', 'trial_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_name'), ['name'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_trial_id'), ['trial_id'], unique=False)
 
@@ -246,6 +247,7 @@ def downgrade() -> None:
     with op.batch_alter_table('metric', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_metric_trial_id'))
         batch_op.drop_index(batch_op.f('ix_metric_name'))
+        batch_op.drop_index('ix_metric_campaign_name_approach_value')
         batch_op.drop_index('ix_metric_campaign_name_approach_trial')
         batch_op.drop_index(batch_op.f('ix_metric_campaign_id'))
         batch_op.drop_index(batch_op.f('ix_metric_approach_id'))

@@ -28,6 +28,8 @@ PAGES = [
     "/api/campaigns/{slug}/approaches/{key}/history?before={change}&limit=20",
     "/campaigns/{slug}/metrics.csv",
     "/campaigns/{slug}/export.yaml",
+    "/campaigns/{slug}/charts",
+    "/campaigns/{slug}/charts/whatif?accept_length=3.5&verify_tokens=8",
 ]
 
 
