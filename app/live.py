@@ -79,6 +79,17 @@ class Frame:
             self.contiguous = False
             self.size = 512
 
+    LOG_PREFIX = '{"type": "log", "chunks": ['  # what text() of a log frame starts with; it ends with "]}"
+
+    @staticmethod
+    def joined(frames: list[Frame]) -> str:
+        """One log message holding the chunks of these log frames, in order, from their shared encodings (no
+        JSON encoding: slices of text already encoded once for every viewer)."""
+        if len(frames) == 1:
+            return frames[0].text()
+        start = len(Frame.LOG_PREFIX)
+        return Frame.LOG_PREFIX + ", ".join(f.text()[start:-2] for f in frames) + "]}"
+
     def text(self) -> str:
         if self._text is None:
             if self.kind == "log":
@@ -123,6 +134,15 @@ class Subscriber:
         frame = await self.queue.get()
         self.queued_bytes -= frame.size
         return frame
+
+    def ready(self, limit: int) -> list[Frame]:
+        """Up to `limit` frames already queued, without waiting (a viewer that fell behind sends them as one)."""
+        out: list[Frame] = []
+        while len(out) < limit and not self.queue.empty():
+            frame = self.queue.get_nowait()
+            self.queued_bytes -= frame.size
+            out.append(frame)
+        return out
 
 
 class RunnerLink:

@@ -195,9 +195,10 @@ class LogChunk(SQLModel, table=True):
 class Metric(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("trial_id", "seq", "index", name="uq_metric_trial_seq_index"),
-        # The profitability report's grouped pass: newest trial / best value per (approach, name) in a campaign,
-        # answered from the index alone.
+        # The profitability report: per (approach, name) of a campaign, the newest trial and the best value are
+        # each one seek into an index (profitability.load_campaign_metrics), whatever the number of trials.
         Index("ix_metric_campaign_name_approach_trial", "campaign_id", "name", "approach_id", "trial_id", "value"),
+        Index("ix_metric_campaign_name_approach_value", "campaign_id", "name", "approach_id", "value", "trial_id"),
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-01 05:37:52.517441
+Create Date: 2026-12-01 06:38:01.270619
 """
 from typing import Sequence, Union
 
@@ -252,6 +252,7 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_metric_approach_id'), ['approach_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_campaign_id'), ['campaign_id'], unique=False)
         batch_op.create_index('ix_metric_campaign_name_approach_trial', ['campaign_id', 'name', 'approach_id', 'trial_id', 'value'], unique=False)
+        batch_op.create_index('ix_metric_campaign_name_approach_value', ['campaign_id', 'name', 'approach_id', 'value', 'trial_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_name'), ['name'], unique=False)
         batch_op.create_index(batch_op.f('ix_metric_trial_id'), ['trial_id'], unique=False)
 
@@ -285,6 +286,7 @@ def downgrade() -> None:
     with op.batch_alter_table('metric', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_metric_trial_id'))
         batch_op.drop_index(batch_op.f('ix_metric_name'))
+        batch_op.drop_index('ix_metric_campaign_name_approach_value')
         batch_op.drop_index('ix_metric_campaign_name_approach_trial')
         batch_op.drop_index(batch_op.f('ix_metric_campaign_id'))
         batch_op.drop_index(batch_op.f('ix_metric_approach_id'))

@@ -37,6 +37,7 @@ router = APIRouter(tags=["trials"])
 BACKLOG_PAGE = 500  # chunks per backlog read (and per message)
 BACKLOG_PAGE_BYTES = 1024 * 1024  # ... or this many bytes of text, whichever comes first
 PENDING_LIMIT = 2000  # chunks held out of order before the viewer is told to resync
+COALESCE_FRAMES = 64  # queued frames a viewer that fell behind sends as one message, at most
 
 
 def browser_allowed(ws: WebSocket) -> bool:
@@ -98,31 +99,54 @@ class LogFollower:
 
     async def live(self) -> None:
         while True:
-            frame = await self.sub.next()
-            if frame.kind != "log":
+            frames = [await self.sub.next()]
+            # A viewer that fell behind (a slow reader, a busy loop) has several frames queued: it sends the
+            # log frames among them as one message, so the sends per viewer fall as the load rises.
+            frames += self.sub.ready(COALESCE_FRAMES - 1)
+            run: list[Frame] = []
+            for frame in frames:
+                if frame.kind == "log":
+                    run.append(frame)
+                    continue
+                await self._send_log(run)
+                run = []
                 await self.ws.send_text(frame.text())
-                continue
-            dequeued = time.time_ns() if trace.on else 0
-            if not self.pending and frame.contiguous and frame.first == self.last + 1:
-                self.last = frame.last
-                await self.ws.send_text(frame.text())  # the shared bytes: no per-viewer encoding
-                out = frame.chunks
-            else:
-                out = self._take(frame.chunks)
-                if out:
-                    await self.ws.send_text(Frame("log", out).text())
-                if self.pending and self._gap_checked_at != self.last:
-                    # A gap: chunks stored but never seen live (the cap dropped them, or a publish raced
-                    # this viewer's join). The database has them once committed; read after the last seq.
-                    self._gap_checked_at = self.last
-                    await self.backlog()
-                if len(self.pending) > PENDING_LIMIT:
-                    raise Resync("too many chunks out of order")
-            if trace.on and out:
-                sent = time.time_ns()
-                for seq, _ in out:
-                    trace("s_dequeued", self.sub.trial_id, seq, dequeued)
-                    trace("s_sent", self.sub.trial_id, seq, sent)
+            await self._send_log(run)
+
+    def _follows(self, frames: list[Frame]) -> int | None:
+        """The last seq of these frames when they continue this viewer's seqs without a gap, else None."""
+        last = self.last
+        for f in frames:
+            if not f.contiguous or f.first != last + 1:
+                return None
+            last = f.last
+        return last
+
+    async def _send_log(self, frames: list[Frame]) -> None:
+        if not frames:
+            return
+        dequeued = time.time_ns() if trace.on else 0
+        last = None if self.pending else self._follows(frames)
+        if last is not None:
+            self.last = last
+            await self.ws.send_text(Frame.joined(frames))  # the shared bytes: no per-viewer encoding
+            out = [c for f in frames for c in f.chunks] if trace.on else []
+        else:
+            out = self._take([c for f in frames for c in f.chunks])
+            if out:
+                await self.ws.send_text(Frame("log", out).text())
+            if self.pending and self._gap_checked_at != self.last:
+                # A gap: chunks stored but never seen live (the cap dropped them, or a publish raced
+                # this viewer's join). The database has them once committed; read after the last seq.
+                self._gap_checked_at = self.last
+                await self.backlog()
+            if len(self.pending) > PENDING_LIMIT:
+                raise Resync("too many chunks out of order")
+        if trace.on and out:
+            sent = time.time_ns()
+            for seq, _ in out:
+                trace("s_dequeued", self.sub.trial_id, seq, dequeued)
+                trace("s_sent", self.sub.trial_id, seq, sent)
 
 
 class Resync(Exception):

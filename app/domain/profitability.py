@@ -45,14 +45,14 @@ No FastAPI here: routes call `profitability_report` and render what it returns.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import and_, func, or_, union
-from sqlalchemy.orm import aliased
+from sqlalchemy import Text, cast, exists, or_
 from sqlmodel import Session, select
 
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
@@ -334,48 +334,78 @@ def _accept_filter(table: Any) -> Any:
     return or_(table.name.not_in(MetricName.ACCEPT_LENGTH), table.value >= 1)  # type: ignore[attr-defined]
 
 
+def _newest_trial(campaign_id: int, name: str) -> Any:
+    """The newest trial of the outer approach reporting `name`: one index seek (campaign, name, approach,
+    trial) per approach, not a scan of the campaign's metrics."""
+    m = Metric.__table__.alias()  # type: ignore[attr-defined]
+    query = select(m.c.trial_id).where(m.c.campaign_id == campaign_id, m.c.name == name, m.c.approach_id == Approach.id)
+    if name in MetricName.ACCEPT_LENGTH:
+        query = query.where(m.c.value >= 1)  # as _accept_filter
+    return query.order_by(m.c.trial_id.desc()).limit(1).scalar_subquery()
+
+
+def _best_trial(campaign_id: int, name: str) -> Any:
+    """The trial holding the outer approach's highest `name` (the newest of equal ones): one seek into the
+    (campaign, name, approach, value, trial) index, read backwards."""
+    m = Metric.__table__.alias()  # type: ignore[attr-defined]
+    return (
+        select(m.c.trial_id)
+        .where(m.c.campaign_id == campaign_id, m.c.name == name, m.c.approach_id == Approach.id)
+        .order_by(m.c.value.desc(), m.c.trial_id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetrics:
-    """Two queries whatever the campaign's size: the trials that matter, grouped in SQL (each approach's newest
-    trial per metric name, its best-throughput trials, the baseline trial), then their rows as columns."""
-    newest_m, best_m, tput_m = aliased(Metric), aliased(Metric), aliased(Metric)
-    newest = (
-        select(func.max(newest_m.trial_id))
-        .where(newest_m.campaign_id == campaign.id, newest_m.name.in_(MODEL_METRICS), _accept_filter(newest_m))
-        .group_by(newest_m.approach_id, newest_m.name)
-    )
-    best_value = (
-        select(tput_m.approach_id, tput_m.name, func.max(tput_m.value).label("best"))
-        .where(tput_m.campaign_id == campaign.id, tput_m.name.in_(MetricName.THROUGHPUT))
-        .group_by(tput_m.approach_id, tput_m.name)
-        .subquery()
-    )
-    best = (
-        select(best_m.trial_id)
-        .join(
-            best_value,
-            and_(
-                best_m.approach_id == best_value.c.approach_id,
-                best_m.name == best_value.c.name,
-                best_m.value == best_value.c.best,
-            ),
-        )
-        .where(best_m.campaign_id == campaign.id, best_m.name.in_(MetricName.THROUGHPUT))
-    )
-    trial_ids = {t for (t,) in session.execute(union(newest, best)) if t is not None}
+    """Three queries whatever the campaign's size: which model metrics the campaign has, the trials that matter
+    (per approach, its newest trial for each of those names and its best-throughput trials: correlated
+    subqueries, each an index seek), then those trials' rows as columns."""
+    assert campaign.id is not None
+    m = Metric.__table__  # type: ignore[attr-defined]
+    reported = session.execute(
+        select(*[exists().where(m.c.campaign_id == campaign.id, m.c.name == name) for name in MODEL_METRICS])
+    ).one()  # one index seek per name: the per-approach seeks below are only for names the campaign has
+    names = [name for name, present in zip(MODEL_METRICS, reported, strict=True) if present]
+    columns = [_newest_trial(campaign.id, name) for name in names]
+    columns += [_best_trial(campaign.id, name) for name in MetricName.THROUGHPUT if name in names]
+    found = session.execute(select(*columns).where(Approach.campaign_id == campaign.id)) if columns else []
+    trial_ids = {t for row in found for t in row if t is not None}
     if campaign.baseline_trial_id is not None:
         trial_ids.add(campaign.baseline_trial_id)
     if not trial_ids:
         return CampaignMetrics([])
-    columns = (Metric.trial_id, Metric.approach_id, Metric.name, Metric.value, Metric.tags, Metric.seq, Metric.index)
-    rows = session.execute(
-        select(*columns).where(
-            Metric.trial_id.in_(sorted(trial_ids)),
-            Metric.campaign_id == campaign.id,  # type: ignore[attr-defined]
-            Metric.name.in_(MODEL_METRICS),
-            _accept_filter(Metric),
-        )
-    )  # type: ignore[attr-defined]
-    return CampaignMetrics(MetricRow(*row[:4], row[4] or {}, *row[5:]) for row in rows)
+    # By trial id alone, so that both databases read the trial index (with the campaign or the names in the
+    # WHERE, SQLite reads the campaign's whole (campaign, name, ...) index instead); filtered here. Columns
+    # through Core (no ORM row processing); tags as text, parsed once per distinct text (few tag sets repeat).
+    rows = session.connection().execute(
+        select(
+            m.c.trial_id,
+            m.c.approach_id,
+            m.c.name,
+            m.c.value,
+            cast(m.c.tags, Text),
+            m.c.seq,
+            m.c.index,
+            m.c.campaign_id,
+        ).where(m.c.trial_id.in_(sorted(trial_ids)))
+    )
+    wanted = set(MODEL_METRICS)
+    parsed: dict[str | None, dict[str, Any]] = {None: {}}
+
+    def tags_of(text: str | None) -> dict[str, Any]:
+        found = parsed.get(text)
+        if found is None:
+            found = parsed[text] = json.loads(text) or {}  # type: ignore[arg-type]
+        return found
+
+    return CampaignMetrics(
+        MetricRow(trial_id, approach_id, name, value, tags_of(tags), seq, index)
+        for trial_id, approach_id, name, value, tags, seq, index, campaign_id in rows
+        if campaign_id == campaign.id
+        and name in wanted
+        and (value >= 1 or name not in MetricName.ACCEPT_LENGTH)  # as _accept_filter
+    )
 
 
 def _first_by_preference(rows: list[MetricRow], names: tuple[str, ...]) -> MetricRow | None:

@@ -2,14 +2,17 @@
 
 Bounded whatever the campaign's size: the most recently active approaches only (`max_approaches`),
 each with its trials aggregated into one span per trial state and its latest status changes
-(`changes_per_approach`). Three grouped queries, none per approach or per trial. Status changes
-carry the dates of the history itself (a campaign file can carry them), not the import time.
+(`changes_per_approach`). Three queries, none per approach or per trial: each approach's last activity
+(its newest status change, and its newest trial's last timestamp: index seeks per approach, not a scan
+of the campaign's history), then the changes and trial spans of the approaches shown only. Status
+changes carry the dates of the history itself (a campaign file can carry them), not the import time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func
 from sqlmodel import Session, select
@@ -62,45 +65,59 @@ def campaign_timeline(
     max_approaches: int = MAX_APPROACHES,
     changes_per_approach: int = CHANGES_PER_APPROACH,
 ) -> Timeline:
-    titles = dict(session.execute(select(Approach.id, Approach.title).where(Approach.campaign_id == campaign.id)).all())
-    ranked = (
-        select(
-            StatusChange.approach_id,
-            StatusChange.at,
-            StatusChange.from_status,
-            StatusChange.to_status,
-            StatusChange.reason,
-            func.row_number()
-            .over(partition_by=StatusChange.approach_id, order_by=(StatusChange.at.desc(), StatusChange.id.desc()))
-            .label("n"),
-        )
-        .join(Approach, Approach.id == StatusChange.approach_id)
-        .where(Approach.campaign_id == campaign.id)
-        .subquery()
-    )
-    changes = session.execute(select(ranked).where(ranked.c.n <= changes_per_approach)).all()
-    start = func.coalesce(Trial.started_at, Trial.dispatched_at, Trial.created_at)
-    spans = session.execute(
-        select(
-            Trial.approach_id,
-            Trial.state,
-            func.count(),
-            func.min(start),
-            func.max(Trial.finished_at),
-            func.count(Trial.finished_at),
-        )
-        .where(Trial.campaign_id == campaign.id)
-        .group_by(Trial.approach_id, Trial.state)
+    last_change = (
+        select(func.max(StatusChange.at)).where(StatusChange.approach_id == Approach.id).scalar_subquery()
+    )  # the (approach, at, id) index: one seek per approach
+    last_trial = (
+        select(func.coalesce(Trial.finished_at, Trial.started_at, Trial.dispatched_at, Trial.created_at))
+        .where(Trial.approach_id == Approach.id)
+        .order_by(Trial.id.desc())  # type: ignore[union-attr]
+        .limit(1)
+        .scalar_subquery()
+    )  # the newest trial (the (approach, id) index), its latest timestamp
+    activity = session.execute(
+        select(Approach.id, Approach.title, last_change, last_trial).where(Approach.campaign_id == campaign.id)
     ).all()
-
+    titles = {approach_id: title for approach_id, title, _, _ in activity}
     last: dict[int, datetime] = {}
-    for c in changes:
-        last[c.approach_id] = max(last.get(c.approach_id, _aware(c.at)), _aware(c.at))  # type: ignore[type-var]
-    for approach_id, _state, _n, first, end, _ended in spans:
-        at = _aware(end) or _aware(first)
-        if at is not None:
-            last[approach_id] = max(last.get(approach_id, at), at)
+    for approach_id, _title, changed, tried in activity:
+        times = [t for t in (_aware(changed), _aware(tried)) if t is not None]
+        if times:
+            last[approach_id] = max(times)
     shown = set(sorted(last, key=lambda a: last[a], reverse=True)[:max_approaches])
+    changes: list[Any] = []
+    spans: list[Any] = []
+    if shown:
+        ranked = (
+            select(
+                StatusChange.approach_id,
+                StatusChange.at,
+                StatusChange.from_status,
+                StatusChange.to_status,
+                StatusChange.reason,
+                func.row_number()
+                .over(partition_by=StatusChange.approach_id, order_by=(StatusChange.at.desc(), StatusChange.id.desc()))  # type: ignore[union-attr]
+                .label("n"),
+            )
+            .where(StatusChange.approach_id.in_(sorted(shown)))  # type: ignore[attr-defined]
+            .subquery()
+        )
+        changes = list(session.execute(select(ranked).where(ranked.c.n <= changes_per_approach)).all())
+        start = func.coalesce(Trial.started_at, Trial.dispatched_at, Trial.created_at)
+        spans = list(
+            session.execute(
+                select(
+                    Trial.approach_id,
+                    Trial.state,
+                    func.count(),
+                    func.min(start),
+                    func.max(Trial.finished_at),
+                    func.count(Trial.finished_at),
+                )
+                .where(Trial.approach_id.in_(sorted(shown)))  # type: ignore[attr-defined]
+                .group_by(Trial.approach_id, Trial.state)
+            ).all()
+        )
     return Timeline(
         status_events=tuple(
             sorted(

@@ -36,6 +36,8 @@ PAGES = [
     "/api/campaigns/{slug}/share-links",
     "/api/campaigns/{slug}/compare?trial={trial}&trial={newest_trial}",
     "/campaigns/{slug}/compare?trial={trial}&trial={newest_trial}",
+    "/campaigns/{slug}/charts",
+    "/campaigns/{slug}/charts/whatif?accept_length=3.5&verify_tokens=8",
 ]
 
 
