@@ -33,7 +33,7 @@ def test_share_links_create_list_revoke(api, seeded, client):
     r = api.post("/api/campaigns/c/share-links", json={"name": "  weekly review  "})
     assert r.status_code == 201, r.text
     link = r.json()
-    assert link["name"] == "weekly review" and link["created_by"].startswith("token:") and link["revoked_at"] is None
+    assert link["name"] == "weekly review" and link["created_by"] == "admin" and link["revoked_at"] is None
     assert link["url"].startswith("http://127.0.0.1/s/")
     second = api.post("/api/campaigns/c/share-links", json={}).json()
     assert second["name"] == "status page"
