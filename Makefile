@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint install services browser bench clean
+.PHONY: run test lint install services browser sglang bench clean
 
 $(BIN)/campaign: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,12 @@ services:
 browser:
 	scripts/ensure-chromium
 
-test: install services browser
+# The pinned sglang (Python code only, into .cache/) for tests/contract: installed here, not inside a test's
+# timeout; the fixture then only checks it.
+sglang: install
+	scripts/ensure-sglang >/dev/null
+
+test: install services browser sglang
 	scripts/run-tests
 
 # The lint baseline (per-file ignores, mypy overrides) is in pyproject.toml: shrink it, never grow it.
