@@ -11,7 +11,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import __version__
 from app.api import campaigns as api_campaigns
-from app.api import livelog, runner_socket
+from app.api import livelog, pagefeed, runner_socket
 from app.api import runners as api_runners
 from app.api import trials as api_trials
 from app.config import Settings, get_settings, resource_dir
@@ -39,6 +39,7 @@ ROUTERS = [
     runner_socket.router,
     api_trials.router,
     livelog.router,
+    pagefeed.router,
     web_trials.router,
     web_charts.router,
     web_share.router,

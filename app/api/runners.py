@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from app.deps import OperatorDep, RowId
 from app.domain import runners as runner_domain
 from app.live import run_in_tx
+from app.services import events
 from app.services.runners import revoke
 
 router = APIRouter(tags=["runners"])
@@ -41,6 +42,7 @@ async def list_runners(request: Request, operator: OperatorDep) -> list[dict[str
 @router.post("/api/runners", status_code=201)
 async def create_runner(request: Request, body: RunnerCreate, operator: OperatorDep) -> RunnerCreated:
     runner, token = await run_in_tx(request.app.state.engine, runner_domain.create_runner, body.name)
+    events.publish(request.app, events.RUNNERS)
     return RunnerCreated(id=runner.id, name=runner.name, token=token)
 
 
