@@ -44,6 +44,7 @@ class FeedResponse(Response):
             media_type=self.media_type,
             headers={"Cache-Control": "no-cache, no-store", "X-Accel-Buffering": "no"},
         )
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]  # endless
         self.feed, self.stream, self.first = feed, stream, first
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
