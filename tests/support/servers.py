@@ -50,9 +50,11 @@ def start_live_server(
     env: dict[str, str] | None = None,
     command: Sequence[str] = (sys.executable, "-m", "app.cli"),
     cwd: Path = ROOT,
+    port: int | None = None,
 ) -> LiveServer:
-    """Start `<command> serve <extra>` (by default this checkout's) and wait for its login URL and /healthz."""
-    port = free_port()
+    """Start `<command> serve <extra>` (by default this checkout's) and wait for its login URL and /healthz.
+    `port`: a given one (a restart on the same address), else a free one."""
+    port = port or free_port()
     run_env = {
         **os.environ,
         "CAMPAIGN_DATA_DIR": str(tmp_path / "data"),
