@@ -3,8 +3,9 @@
 // HTML always comes from the server's templates. This file adds two things:
 //  - the last notice's id goes into the feed URL (since=...), so a reconnect (the extension opens a
 //    new EventSource) is sent only the topics it missed;
-//  - a fragment the person is editing in (focus in a field, an open <details> with a form) is not
-//    swapped under their hands: the refresh waits until they leave it ("feed-stale").
+//  - a fragment the person is editing in (focus in a field, a field they changed, an open <details>
+//    with a form) is not swapped under their hands: the refresh waits until they leave it and nothing
+//    typed is pending ("feed-stale"); submitting the form swaps it anyway.
 (function () {
   "use strict";
   if (!window.htmx) return;
@@ -31,10 +32,21 @@
     if (feed) feed.dataset.feed = "reconnecting";
   });
 
+  const FIELDS = "input:not([type=hidden]):not([type=submit]):not([type=button]), select, textarea";
+
+  function changed(field) {
+    if (field.type === "checkbox" || field.type === "radio") return field.checked !== field.defaultChecked;
+    if (field.tagName === "SELECT") {
+      return Array.from(field.options).some(function (o) { return o.selected !== o.defaultSelected; });
+    }
+    return field.value !== field.defaultValue;
+  }
+
   function editing(el) {
     const active = document.activeElement;
-    if (active && el.contains(active) && active.matches("input:not([type=hidden]), select, textarea")) return true;
-    return !!el.querySelector("details[open] form");
+    if (active && el.contains(active) && active.matches(FIELDS)) return true;
+    if (el.querySelector("details[open] form")) return true;
+    return Array.from(el.querySelectorAll("form " + FIELDS.split(", ").join(", form "))).some(changed);
   }
 
   document.body.addEventListener("htmx:confirm", function (evt) {
@@ -54,7 +66,8 @@
       htmx.trigger(el, "feed-stale");
     });
   }
-  // Focus moves on (after the browser settled where it went), or a <details> closes.
+  // Focus moves on (after the browser settled where it went), a field is emptied, or a <details> closes.
   document.addEventListener("focusout", function () { setTimeout(refreshStale, 0); });
+  document.addEventListener("change", function () { setTimeout(refreshStale, 0); });
   document.addEventListener("toggle", refreshStale, true);
 })();

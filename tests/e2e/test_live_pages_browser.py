@@ -239,3 +239,46 @@ def test_a_page_whose_feed_dropped_catches_up_when_it_reconnects(tmp_path, brows
             context.close()
         engine.dispose()
         stop_live_server(server)
+
+
+def test_the_approach_page_follows_changes_but_never_under_the_typing_hand(tmp_path, browser):
+    """Another person changes the approach's status while this one types a reason in the status form:
+    the status block waits while the typed text is there (focused or not), then refreshes once the
+    form holds nothing typed and they left it."""
+    db_url = f"sqlite:///{tmp_path / 'approach.db'}"
+    server = start_live_server(tmp_path, db_url, "--no-runner")
+    engine = make_engine(db_url)
+    context = None
+    try:
+        seed_campaign(engine, "spec", [{"key": "alpha", "title": "Alpha"}])
+        api = {"Authorization": "Bearer " + server.cli("token", "create", "other").stdout.strip()}
+        context, page = _login(browser, server, engine)
+        page.goto(f"{server.url}/campaigns/spec/approaches/alpha")
+        page.wait_for_selector(".page-feed[data-feed=open]")
+        page.evaluate(MARK)
+        page.fill("#verdict input[name=reason]", "half-typed reason")
+
+        r = httpx.post(
+            f"{server.url}/api/campaigns/spec/approaches/alpha/status",
+            json={"status": "deferred", "reason": "decided elsewhere"},
+            headers=api,
+        )
+        assert r.status_code == 200, r.text
+        page.wait_for_selector("#verdict[data-feed-stale]", state="attached")  # held, not swapped
+        assert page.input_value("#verdict input[name=reason]") == "half-typed reason"
+        assert "decided elsewhere" not in page.inner_text("#verdict")
+
+        page.click("h1")  # they leave the field: what they typed is still pending, so it still waits
+        page.evaluate("() => new Promise((done) => setTimeout(done, 0))")  # after pagefeed.js's focusout check
+        assert page.locator("#verdict[data-feed-stale]").count() == 1  # still held: it did not refresh
+        assert page.input_value("#verdict input[name=reason]") == "half-typed reason"
+        page.fill("#verdict input[name=reason]", "")
+        page.click("h1")  # an empty form, left: the block refreshes
+        page.wait_for_selector("#verdict .status-line:has-text('decided elsewhere')")
+        page.wait_for_selector("#verdict .history:has-text('decided elsewhere')")
+        assert page.evaluate(NOT_RELOADED)
+    finally:
+        if context is not None:
+            context.close()
+        engine.dispose()
+        stop_live_server(server)
