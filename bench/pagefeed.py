@@ -107,6 +107,7 @@ def seed(board: Board, approaches: int) -> None:
         campaign = Campaign(slug="storm", name="storm")
         session.add(campaign)
         session.flush()
+        assert campaign.id is not None
         for i in range(approaches):
             recipe = {"kind": "command", "params": {"argv": [sys.executable, "-c", STORM]}, "timeout_s": 600}
             session.add(
