@@ -80,12 +80,8 @@ class FeedResponse(Response):
                 await watcher
 
 
-@router.get(
-    "/api/pages/feed",
-    summary="Change notices for open pages (server-sent events)",
-    response_class=Response,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "An endless event stream"}},
-)
+# Not in OpenAPI: a browser page's endless stream (like the live-log socket), not an API for scripts.
+@router.get("/api/pages/feed", include_in_schema=False)
 async def page_feed(
     request: Request,
     topic: Annotated[
