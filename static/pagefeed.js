@@ -37,7 +37,12 @@
   function changed(field) {
     if (field.type === "checkbox" || field.type === "radio") return field.checked !== field.defaultChecked;
     if (field.tagName === "SELECT") {
-      return Array.from(field.options).some(function (o) { return o.selected !== o.defaultSelected; });
+      // With no option marked selected, a single select starts on its first option.
+      const options = Array.from(field.options);
+      const marked = options.some(function (o) { return o.defaultSelected; });
+      return options.some(function (o, i) {
+        return o.selected !== (marked ? o.defaultSelected : (!field.multiple && i === 0));
+      });
     }
     return field.value !== field.defaultValue;
   }
