@@ -98,7 +98,7 @@ async def page_feed(
     if not topics or len(topics) > events.MAX_TOPICS:
         raise HTTPException(422, f"topic: give 1 to {events.MAX_TOPICS} topics")
     for t in topics:
-        if not events.TOPIC.match(t):
+        if not events.TOPIC.fullmatch(t):
             raise HTTPException(422, f"topic: {t[:80]!r} is not campaign:<id>, approach:<id>, trial:<id> or runners")
     feed = events.get_feed(request.app)
     stream = feed.open(topics)  # before reading the mark: a publish in between is sent, not lost

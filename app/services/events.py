@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 COALESCE_S = 0.2  # at most one notice per topic per this many seconds (a burst's first at once)
 RUNNERS = "runners"
-TOPIC = re.compile(r"^(?:(campaign|approach|trial):([1-9][0-9]{0,18})|runners)$")
+TOPIC = re.compile(r"(?:(campaign|approach|trial):([1-9][0-9]{0,18})|runners)")  # fullmatch
 MAX_TOPICS = 8  # per stream
 
 

@@ -10,6 +10,7 @@ import queue
 import signal
 import threading
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -101,7 +102,7 @@ def _seed(srv: ThreadServer) -> tuple[int, int]:
 
 
 def _feed_url(srv: ThreadServer, *topics: str, since: str = "") -> str:
-    query = "&".join(f"topic={t}" for t in topics)
+    query = urlencode([("topic", t) for t in topics])
     return f"{srv.url}/api/pages/feed?{query}" + (f"&since={since}" if since else "")
 
 
@@ -123,7 +124,7 @@ def test_the_feed_needs_a_session_and_this_origin(srv):
         r = c.get(url, headers={"Origin": "http://evil.example"})
         assert r.status_code == 403 and "Cross-origin" in r.json()["detail"]
         assert c.get(url, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
-        for bad in ("campaign:x", "campaign:0", "users", "trial:1;drop", "campaign:" + "9" * 30):
+        for bad in ("campaign:x", "campaign:0", "users", "trial:1;drop", "campaign:" + "9" * 30, "runners\n"):
             r = c.get(_feed_url(srv, bad), headers=headers)
             assert r.status_code == 422 and "topic" in r.json()["detail"], bad
         r = c.get(_feed_url(srv, *[f"trial:{i}" for i in range(1, 10)]), headers=headers)
