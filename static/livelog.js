@@ -255,6 +255,15 @@
     requestAnimationFrame(() => { plotQueued = false; if (!plotsStored) drawSeries(seriesFromLog(), false); });
   }
 
+  // plotly.js loads after this script (the log must not wait for 3.5 MB): draw what came meanwhile.
+  const plotlyTag = document.querySelector("script[data-plotly]");
+  if (plotlyTag && !window.Plotly) {
+    plotlyTag.addEventListener("load", () => {
+      if (plotsStored || TERMINAL.includes(view.state)) plotStored();
+      if (!plotsStored) schedulePlots();
+    });
+  }
+
   function plotStored() {
     const island = document.getElementById("metric-series");
     if (!island) return;
