@@ -33,8 +33,12 @@ def get_settings_dep(request: Request) -> Settings:
 
 def get_session(request: Request) -> Iterator[Session]:
     """One transaction per request. Unsafe methods get a write transaction (the write lock up
-    front, see app.db); safe methods a read-only one, where a write raises at once."""
+    front, see app.db); safe methods a read-only one, where a write raises at once. The page feed's
+    mark is taken first (a page knows what it may have missed) and writes may publish after commit."""
+    feed = request.app.state.page_feed
+    request.state.feed_mark = feed.mark()
     with session_scope(request.app.state.engine, write=request.method in UNSAFE_METHODS) as session:
+        session.info["page_feed"] = feed  # app/services/events.after_commit
         yield session
 
 

@@ -11,7 +11,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import __version__
 from app.api import campaigns as api_campaigns
-from app.api import livelog, runner_socket
+from app.api import livelog, pagefeed, runner_socket
 from app.api import runners as api_runners
 from app.api import share_links as api_share_links
 from app.api import trials as api_trials
@@ -44,6 +44,7 @@ ROUTERS = [
     runner_socket.router,
     api_trials.router,
     livelog.router,
+    pagefeed.router,
     web_trials.router,
     web_charts.router,
     web_compare.router,

@@ -14,6 +14,7 @@ from app.config import resource_dir
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 
 HTMX_VERSION = "2.0.11"
+HTMX_EXT_SSE_VERSION = "2.2.4"  # static/vendor/htmx-ext-sse-*: scripts/vendor-htmx-ext-sse
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 STATUS_LABELS = {
@@ -54,6 +55,7 @@ def make_templates() -> Jinja2Blocks:
     env.globals.update(
         app_version=__version__,
         htmx_version=HTMX_VERSION,
+        htmx_ext_sse_version=HTMX_EXT_SSE_VERSION,
         swagger_ui_version=SWAGGER_UI_VERSION,
         plotly_version=plotly.__version__,
         csrf_header=CSRF_HEADER,

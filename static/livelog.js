@@ -3,6 +3,9 @@
 // inserted as text nodes (textContent); ANSI SGR colour codes become spans with fixed classes.
 // Metric lines (@@campaign-metric {json}) become rows of the live metrics table and, like phase lines
 // (@@campaign-phase name), are hidden from the console unless "show raw output" is on (localStorage).
+// Each metric name also gets a small Plotly chart in #metric-plots that grows as values stream; once
+// the trial has ended the charts show the stored values (the metrics fragment's #metric-series).
+// The status next to "Log" says "live" while the trial runs and the socket is open, "trial ended" after.
 (function () {
   "use strict";
   const section = document.getElementById("trial");
@@ -185,10 +188,90 @@
     box.replaceChildren(cell("h2", "Metrics"), wrap);
     metricsDrawn = metrics.length;
   }
-  // The metrics fragment (htmx) arrives after the page: draw the live rows into it.
+  // The metrics fragment (htmx) arrives after the page: draw the live rows into it. Once the trial
+  // has ended, its stored series (#metric-series) are what the plots show.
   document.body.addEventListener("htmx:afterSettle", () => {
     if (!document.querySelector('#metrics [data-live="metrics"]')) drawMetrics(true);
+    if (TERMINAL.includes(view.state)) plotStored();
   });
+
+  // ---- one small chart per metric name (Plotly, served locally) ----
+  const plotBox = document.getElementById("metric-plots");
+  const plotArea = plotBox ? plotBox.querySelector(".metric-plots") : null;
+  const MAX_PLOTS = 24;
+  const plots = new Map(); // name -> {div, n: points drawn}
+  let plotQueued = false;
+  let plotsStored = false; // the stored values are drawn: the log no longer drives the charts
+
+  function seriesFromLog() {
+    const out = new Map();
+    for (const m of metrics) {
+      if (!out.has(m.name)) out.set(m.name, { unit: m.unit, values: [] });
+      out.get(m.name).values.push(m.value);
+    }
+    return out;
+  }
+
+  function plotLayout(name, unit) {
+    return {
+      title: { text: name + (unit ? " (" + unit + ")" : ""), font: { size: 12 } },
+      height: 180, margin: { l: 50, r: 10, t: 28, b: 28 }, showlegend: false,
+      xaxis: { title: { text: "" }, automargin: true }, yaxis: { automargin: true },
+    };
+  }
+
+  function drawSeries(series, replace) {
+    if (!window.Plotly || !plotArea) return;
+    for (const [name, s] of series) {
+      let p = plots.get(name);
+      if (!p) {
+        if (plots.size >= MAX_PLOTS) continue;
+        const div = document.createElement("div");
+        div.className = "metric-plot";
+        div.dataset.metric = name;
+        plotArea.appendChild(div);
+        p = { div: div, n: 0 };
+        plots.set(name, p);
+        Plotly.newPlot(div, [{ x: [], y: [], type: "scatter", mode: "lines+markers", name: name }],
+                       plotLayout(name, s.unit), { displayModeBar: false, responsive: true });
+      }
+      if (replace) {
+        Plotly.react(p.div, [{ x: s.values.map((_, i) => i + 1), y: s.values, type: "scatter",
+                                 mode: "lines+markers", name: name }], plotLayout(name, s.unit),
+                     { displayModeBar: false, responsive: true });
+        p.n = s.values.length;
+      } else if (s.values.length > p.n) {
+        const ys = s.values.slice(p.n);
+        Plotly.extendTraces(p.div, { x: [ys.map((_, i) => p.n + i + 1)], y: [ys] }, [0]);
+        p.n = s.values.length;
+      }
+    }
+    if (plots.size) plotBox.hidden = false;
+  }
+
+  function schedulePlots() {
+    if (plotQueued || plotsStored || !metrics.length) return;
+    plotQueued = true;
+    requestAnimationFrame(() => { plotQueued = false; if (!plotsStored) drawSeries(seriesFromLog(), false); });
+  }
+
+  // plotly.js loads after this script (the log must not wait for 3.5 MB): draw what came meanwhile.
+  const plotlyTag = document.querySelector("script[data-plotly]");
+  if (plotlyTag && !window.Plotly) {
+    plotlyTag.addEventListener("load", () => {
+      if (plotsStored || TERMINAL.includes(view.state)) plotStored();
+      if (!plotsStored) schedulePlots();
+    });
+  }
+
+  function plotStored() {
+    const island = document.getElementById("metric-series");
+    if (!island) return;
+    let stored;
+    try { stored = JSON.parse(island.textContent); } catch (e) { return; }
+    plotsStored = true;
+    drawSeries(new Map(Object.entries(stored)), true);
+  }
 
   function append(chunks) {
     const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
@@ -207,6 +290,7 @@
     }
     pre.appendChild(frag);
     drawMetrics(false);
+    schedulePlots();
     let extra = pre.childNodes.length - MAX_NODES;
     if (extra > 0) {
       while (extra-- > 0) pre.removeChild(pre.firstChild);
@@ -239,7 +323,16 @@
       ? view.log_dropped_bytes.toLocaleString() + " bytes of the log were dropped (size cap): the head and tail are kept" : "";
     const cancel = document.getElementById("cancel-trial");
     if (cancel) cancel.hidden = TERMINAL.includes(view.state);
+    if (TERMINAL.includes(view.state) || statusEl.dataset.live === "live") showLive();
     tick();
+  }
+
+  // "live" only while the trial runs and its log socket is open.
+  function showLive() {
+    const over = TERMINAL.includes(view.state);
+    statusEl.dataset.live = over ? "ended" : "live";
+    statusEl.classList.toggle("is-live", !over);
+    statusEl.textContent = over ? "trial ended" : "live";
   }
 
   function tick() {
@@ -258,7 +351,7 @@
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(scheme + location.host + "/api/trials/" + trialId + "/logs/ws?after=" + lastSeq);
-    ws.onopen = () => { retry = 0; statusEl.textContent = "live"; };
+    ws.onopen = () => { retry = 0; showLive(); };
     ws.onmessage = (ev) => {
       const msg = JSON.parse(ev.data);
       if (msg.type === "log") append(msg.chunks);
@@ -276,6 +369,7 @@
       }
     };
     ws.onclose = (ev) => {
+      if (statusEl.dataset.live === "live") { statusEl.dataset.live = "off"; statusEl.classList.remove("is-live"); }
       if (ev.code === 4000) { statusEl.textContent = "catching up…"; setTimeout(connect, 50); return; }
       if (ev.code === 4403 || ev.code === 1008) { statusEl.textContent = "log in again to follow the log"; return; }
       const wait = Math.min(10000, 500 * Math.pow(2, retry++));

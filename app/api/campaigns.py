@@ -20,6 +20,7 @@ from app.schemas import (
     StatusChangePublic,
     StatusChangeRequest,
 )
+from app.services import events
 
 router = APIRouter(prefix="/api", tags=["campaigns"], dependencies=[Depends(require_operator)])
 
@@ -69,7 +70,9 @@ def list_approaches(slug: str, session: SessionDep):
 
 @router.post("/campaigns/{slug}/approaches", response_model=ApproachPublic, status_code=201)
 def add_approach(slug: str, data: ApproachCreate, session: SessionDep, operator: OperatorDep):
-    return inventory.add_approach(session, inventory.get_campaign(session, slug), data, operator.name)
+    campaign = inventory.get_campaign(session, slug)
+    events.after_commit(session, events.campaign(campaign.id))
+    return inventory.add_approach(session, campaign, data, operator.name)
 
 
 @router.get("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
@@ -80,19 +83,23 @@ def get_approach(slug: str, key: str, session: SessionDep):
 @router.patch("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
 def update_approach(slug: str, key: str, data: ApproachUpdate, session: SessionDep, operator: OperatorDep):
     approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    events.after_commit(session, events.campaign(approach.campaign_id), events.approach(approach.id))
     return inventory.update_approach(session, approach, data)
 
 
 @router.delete("/campaigns/{slug}/approaches/{key}", status_code=204)
 def delete_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    inventory.delete_approach(session, campaign, inventory.get_approach(session, campaign, key))
+    approach = inventory.get_approach(session, campaign, key)
+    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    inventory.delete_approach(session, campaign, approach)
     return Response(status_code=204)
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/status", response_model=StatusChangePublic)
 def change_status(slug: str, key: str, data: StatusChangeRequest, session: SessionDep, operator: OperatorDep):
     approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    events.after_commit(session, events.campaign(approach.campaign_id), events.approach(approach.id))
     return inventory.change_status(session, approach, data.status, data.reason, operator.name)
 
 
@@ -100,6 +107,7 @@ def change_status(slug: str, key: str, data: StatusChangeRequest, session: Sessi
 def move_approach(slug: str, key: str, data: MoveRequest, session: SessionDep, operator: OperatorDep):
     campaign = inventory.get_campaign(session, slug)
     inventory.move_approach(session, campaign, inventory.get_approach(session, campaign, key), data.position)
+    events.after_commit(session, events.campaign(campaign.id))
     return inventory.approaches(session, campaign)
 
 

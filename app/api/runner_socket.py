@@ -79,7 +79,7 @@ class RunnerSession:
             self.ingest.gone()
             if self.hub.unregister_runner(self.link):
                 with contextlib.suppress(Exception):
-                    await run_in_tx(self.engine, runner_domain.mark_disconnected, self.runner_id, self.link.last_seen)
+                    await self.ingest.disconnected(self.link.last_seen)
 
     async def _read(self) -> None:
         try:

@@ -12,6 +12,7 @@ from app.deps import AdminDep, OperatorDep, RowId
 from app.domain import runners as runner_domain
 from app.live import run_in_tx
 from app.schemas import RunnerPublic
+from app.services import events
 from app.services.runners import revoke
 
 router = APIRouter(tags=["runners"])
@@ -49,6 +50,7 @@ async def get_runner(request: Request, runner_id: RowId, operator: OperatorDep) 
 @router.post("/api/runners", status_code=201)
 async def create_runner(request: Request, body: RunnerCreate, operator: AdminDep) -> RunnerCreated:
     runner, token = await run_in_tx(request.app.state.engine, runner_domain.create_runner, body.name)
+    events.publish(request.app, events.RUNNERS)
     return RunnerCreated(id=runner.id, name=runner.name, token=token)
 
 

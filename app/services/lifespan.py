@@ -1,5 +1,5 @@
-"""What the server starts and stops with its lifespan: the live hub, the lost-runner sweeper, the
-embedded runner, gc.freeze, and tracing probes."""
+"""What the server starts and stops with its lifespan: the live hub, the page feed (app/services/events.py),
+the lost-runner sweeper, the embedded runner, gc.freeze, and tracing probes."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
 from app.live import LiveHub, get_hub, run_in_tx, trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
+from app.services import events
 from app.services.runners import sweep_once
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ def install_state(app: FastAPI) -> None:
     """The live hub and the metric extractor: app state every socket and service uses."""
     app.state.live_hub = LiveHub()
     app.state.metric_extractor = log_domain.MetricExtractor()
+    events.install(app)
 
 
 def _needs_sweep(session: Session) -> bool:
@@ -58,6 +60,7 @@ def _all_offline(session: Session) -> None:
 
 
 async def start(app: FastAPI) -> None:
+    await events.start(app)
     await run_in_tx(app.state.engine, _all_offline)
     # Modules, routes, the engine: they live as long as the process. Keep them out of the collector's full
     # passes, which otherwise stall the event loop (and the live logs) for tens of ms now and then.
@@ -76,6 +79,7 @@ async def start(app: FastAPI) -> None:
 
 
 async def stop(app: FastAPI) -> None:
+    events.stop(app)
     for name in ("runner_sweeper", "trace_probes"):
         task = getattr(app.state, name, None)
         if task is not None:

@@ -39,6 +39,7 @@ from app.protocol import (
     Welcome,
     parse_runner_message,
 )
+from app.services import events
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ async def revoke(app: FastAPI, runner_id: int) -> Runner:
 
     runner = await run_in_tx(app.state.engine, work)
     await get_hub(app).disconnect_runner(runner_id, REFUSED_CLOSE_CODE, "runner token revoked")
+    events.publish(app, events.RUNNERS)
     return runner
 
 
@@ -69,6 +71,8 @@ async def sweep_once(app: FastAPI) -> None:
             hub.attempts.forget(trial.id)
     for trial in lost:
         hub.publish_state(trial.id, scheduling.trial_view(trial))
+    if lost or silent:
+        events.publish(app, events.RUNNERS, *(t for trial in lost for t in events.of_trial(trial)))
     for runner_id in silent:
         await hub.disconnect_runner(runner_id, 4408, "silent past the heartbeat limit")
 
@@ -79,6 +83,7 @@ class BatchOut:
     chunks: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     states: dict[int, dict[str, Any]] = field(default_factory=dict)
     validated: dict[int, str] = field(default_factory=dict)  # trial -> its current attempt, checked for this runner
+    topics: set[str] = field(default_factory=set)  # page events (app/services/events.py) after the commit
     refuse: bool = False  # the runner was revoked (e.g. by the CLI): close its socket
 
 
@@ -96,6 +101,7 @@ class RunnerIngest:
         self.settings = app.state.settings
         self.engine = app.state.engine
         self.hub: LiveHub = get_hub(app)
+        self.feed = events.get_feed(app)
         self.metrics: log_domain.MetricExtractor = app.state.metric_extractor
         self.received_ns: deque[int] = deque()  # tracing only: when each message was received
 
@@ -103,15 +109,21 @@ class RunnerIngest:
         """The welcome and the dispatches to send again; trials the runner no longer has end."""
         async with self.hub.attempts.exclusive():  # it may end this runner's trials (AttemptGate)
             self.hub.attempts.forget_runner(self.runner_id)
-            welcome, redispatch, ended = await run_in_tx(self.engine, self._on_hello, hello)
+            welcome, redispatch, ended, topics = await run_in_tx(self.engine, self._on_hello, hello)
         for view in ended:
             self.hub.publish_state(view["id"], view)
+        self.feed.publish(events.RUNNERS, *topics)
         return welcome, redispatch
 
     def gone(self) -> None:
         self.hub.attempts.forget_runner(self.runner_id)
 
-    def _on_hello(self, session: Session, hello: Hello) -> tuple[Welcome, list[Any], list[dict[str, Any]]]:
+    async def disconnected(self, last_seen: Any) -> None:
+        """The runner's socket closed (it was this runner's current one): offline now."""
+        await run_in_tx(self.engine, runner_domain.mark_disconnected, self.runner_id, last_seen)
+        self.feed.publish(events.RUNNERS)
+
+    def _on_hello(self, session: Session, hello: Hello) -> tuple[Welcome, list[Any], list[dict[str, Any]], list[str]]:
         runner = session.get(Runner, self.runner_id)
         assert runner is not None
         runner_domain.mark_connected(session, runner, hello.fingerprint, hello.labels)
@@ -121,7 +133,8 @@ class RunnerIngest:
         welcome = Welcome(
             runner_id=self.runner_id, heartbeat_s=self.settings.heartbeat_s, acked=result.acked, cancel=result.cancel
         )
-        return welcome, result.redispatch, [scheduling.trial_view(t) for t in result.lost]
+        topics = [topic for t in result.lost for topic in events.of_trial(t)]
+        return welcome, result.redispatch, [scheduling.trial_view(t) for t in result.lost], topics
 
     async def batch(self, raw: list[str]) -> BatchOut:
         """Parse and apply a batch of raw messages (worker thread, one transaction), publishing chunks."""
@@ -175,6 +188,7 @@ class RunnerIngest:
                 self.hub.publish_chunks(trial_id, chunks)
             for trial_id, view in out.states.items():
                 self.hub.publish_state(trial_id, view)
+            self.feed.publish(*out.topics)
             if validating:
                 for trial_id, attempt_id in out.validated.items():
                     gate.remember(trial_id, attempt_id, self.runner_id)
@@ -278,6 +292,7 @@ class RunnerIngest:
                 scheduling.finish(session, trial, msg, log_text=log_domain.head_and_tail(session, trial))
             out.replies.append(FinishedAck(trial_id=msg.trial_id, attempt_id=msg.attempt_id).model_dump_json())
         out.states[trial.id] = scheduling.trial_view(trial)  # type: ignore[index]
+        out.topics.update(events.of_trial(trial))
 
     # ---- tracing (bench/log_pipeline.py --trace) ----
 

@@ -11,6 +11,7 @@ from app.domain import scheduling
 from app.domain.inventory import get_approach, get_campaign
 from app.live import get_hub, run_in_tx
 from app.models import Trial
+from app.services import events
 
 
 async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | None = None) -> scheduling.RunNext:
@@ -35,6 +36,7 @@ async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | No
         # (scheduling.reconcile), or the trial is lost after runner_lost_after_s.
         await hub.send_to_runner(result.runner.id, result.dispatch)  # type: ignore[arg-type]
         hub.publish_state(result.trial.id, scheduling.trial_view(result.trial))  # type: ignore[arg-type]
+        events.publish(app, *events.of_trial(result.trial))
     return result
 
 
@@ -50,4 +52,5 @@ async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
     if message is not None and trial.runner_id is not None:
         await hub.send_to_runner(trial.runner_id, message)
     hub.publish_state(trial.id, scheduling.trial_view(trial))
+    events.publish(app, *events.of_trial(trial))
     return trial

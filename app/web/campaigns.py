@@ -16,6 +16,7 @@ from app.domain.campaign_files import export_campaign, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements
+from app.services import events
 from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
@@ -136,6 +137,7 @@ def add_approach(
     campaign = inventory.get_campaign(session, slug)
     data = _validated(ApproachCreate, key=key, title=title, effort=effort, evidence=evidence, description=description)
     inventory.add_approach(session, campaign, data, operator.name)
+    events.after_commit(session, events.campaign(campaign.id))
     return _overview(request, session, slug, block="inventory", headers=CHANGED)
 
 
@@ -149,6 +151,7 @@ def move_approach(
     if step is None:
         raise Invalid("direction: must be up, down or top", field="direction")
     inventory.move_approach(session, campaign, approach, approach.position + step)
+    events.after_commit(session, events.campaign(campaign.id))
     return _overview(request, session, slug, block="inventory", headers=CHANGED)
 
 
@@ -168,6 +171,7 @@ def change_status(
     if status not in ApproachStatus.__members__:
         raise Invalid(f"status: unknown status {status!r}", field="status")
     inventory.change_status(session, approach, status, reason, operator.name)
+    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
     if view == "inventory":
         return _overview(request, session, slug, block="inventory", headers=CHANGED)
     return _approach(request, session, slug, key, block="verdict", headers=CHANGED)
@@ -203,6 +207,17 @@ def history_rows(request: Request, session: SessionDep, slug: str, key: str, bef
     approach = inventory.get_approach(session, campaign, key)
     ctx = {"campaign": campaign, "approach": approach, **_history_page(session, approach, before)}
     return render(request, "approach.html", ctx, block="history_rows")
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/status")
+def status_fragment(request: Request, session: SessionDep, slug: str, key: str) -> Response:
+    """The status block (status, verdict link, history): re-fetched on the page feed's notices."""
+    return _approach(request, session, slug, key, block="verdict")
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/details")
+def details_fragment(request: Request, session: SessionDep, slug: str, key: str) -> Response:
+    return _approach(request, session, slug, key, block="details")
 
 
 @router.get("/campaigns/{slug}/approaches/{key}")
@@ -248,11 +263,14 @@ def edit_approach(
         requirements=requirements,
     )
     inventory.update_approach(session, approach, data)
+    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
     return _approach(request, session, slug, key, block="details", headers=CHANGED)
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/delete")
 def delete_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    inventory.delete_approach(session, campaign, inventory.get_approach(session, campaign, key))
+    approach = inventory.get_approach(session, campaign, key)
+    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    inventory.delete_approach(session, campaign, approach)
     return navigate(request, f"/campaigns/{slug}")

@@ -21,7 +21,13 @@ def render(
 ) -> HTMLResponse:
     """`block` renders only that block (an htmx partial); otherwise the full page."""
     operator = current_operator(request)
-    ctx = {"operator": operator, "csrf_token": operator.csrf_token if operator else None, **context}
+    ctx = {
+        "operator": operator,
+        "csrf_token": operator.csrf_token if operator else None,
+        # The page feed's mark, taken before the page read the database (app/deps.get_session).
+        "feed_mark": getattr(request.state, "feed_mark", ""),
+        **context,
+    }
     return request.app.state.templates.TemplateResponse(
         request, template, ctx, block_name=block, status_code=status_code, headers=headers
     )

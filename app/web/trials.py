@@ -16,6 +16,7 @@ from app.domain import trials as trial_domain
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import Approach, Campaign, Runner
+from app.services import events
 from app.services.runners import revoke
 from app.services.trials import cancel, start_next
 from app.web.render import render
@@ -102,9 +103,17 @@ async def approach_trials(
 
 @router.get("/runners")
 async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
+    request.state.feed_mark = events.get_feed(request.app).mark()  # before the read: see app/api/pagefeed.py
     ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
     block = "runners" if request.headers.get("hx-request") else None
     return render(request, "runners.html", {**ctx, "created": None}, block=block)
+
+
+@router.get("/runners/table")
+async def runners_table(request: Request, operator: OperatorDep) -> HTMLResponse:
+    """The runners table alone: re-fetched on the page feed's "runners" notices."""
+    ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
+    return render(request, "runners.html", {**ctx, "created": None}, block="runner_table")
 
 
 @router.post("/runners")
@@ -112,6 +121,7 @@ async def runners_create(request: Request, operator: AdminDep, name: str = Form(
     # An error (duplicate or empty name) goes through app/errors.py: shown by the name field, input kept.
     engine = request.app.state.engine
     runner, token = await run_in_tx(engine, runner_domain.create_runner, name)
+    events.publish(request.app, events.RUNNERS)
     ctx = await run_in_tx(engine, _runners, write=False)
     return render(request, "runners.html", {**ctx, "created": {"name": runner.name, "token": token}}, block="runners")
 

@@ -4,6 +4,7 @@ campaign page's "waiting for a verdict" and "re-test" lists, and the metrics CSV
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
@@ -19,6 +20,7 @@ from app.domain import inventory, verdicts
 from app.domain.errors import Invalid, NotFound
 from app.domain.trials import trial_metrics
 from app.models import Approach, ApproachStatus, Campaign, Trial
+from app.services import events
 from app.web.render import render
 
 router = APIRouter(dependencies=[Depends(require_operator)])
@@ -80,6 +82,7 @@ def confirm_from_form(
         raise Invalid(f"status: unknown status {status!r}", field="status")
     trial, approach, _ = _trial(session, trial_id)
     verdicts.confirm(session, approach, trial, status, reason, components or [], operator.name)
+    events.after_commit(session, *events.of_trial(trial))
     return _verdict_fragment(request, session, trial_id, headers=CHANGED)
 
 
@@ -87,6 +90,7 @@ def confirm_from_form(
 def confirm_from_api(trial_id: RowId, data: VerdictRequest, session: SessionDep, operator: OperatorDep) -> dict:
     trial, approach, _ = _trial(session, trial_id)
     verdicts.confirm(session, approach, trial, data.status, data.reason, data.components, operator.name)
+    events.after_commit(session, *events.of_trial(trial))
     return {
         "approach": approach.key,
         "status": approach.status,
@@ -117,7 +121,13 @@ def metrics_fragment(request: Request, session: SessionDep, trial_id: RowId) -> 
     trial, approach, campaign = _trial(session, trial_id)
     rows = trial_metrics(session, [trial_id])
     tag_names = sorted({k for m in rows for k in m.tags if not k.endswith("_us") or k == "median_us"})
-    return render(request, "_partials/metrics_table.html", {"trial": trial, "metrics": rows, "tag_names": tag_names})
+    series: dict[str, dict] = {}
+    for m in rows:
+        series.setdefault(m.name, {"unit": m.unit, "values": []})["values"].append(
+            m.value if math.isfinite(m.value) else None
+        )
+    ctx = {"trial": trial, "metrics": rows, "tag_names": tag_names, "series": series}
+    return render(request, "_partials/metrics_table.html", ctx)
 
 
 CSV_SQL = (

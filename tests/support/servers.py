@@ -52,13 +52,14 @@ def start_live_server(
     command: Sequence[str] = (sys.executable, "-m", "app.cli"),
     cwd: Path = ROOT,
     first_login_done: bool = True,
+    port: int | None = None,
 ) -> LiveServer:
     """Start `<command> serve <extra>` (by default this checkout's) and wait for its login URL and /healthz.
 
     With `first_login_done` the board gets its first admin (`TEST_ADMIN`) as soon as it is up, so
     the printed link logs in as that admin; without, the link is the first-admin link (it asks
-    for the admin's name)."""
-    port = free_port()
+    for the admin's name). `port`: a given one (a restart on the same address), else a free one."""
+    port = port or free_port()
     run_env = {
         **os.environ,
         "CAMPAIGN_DATA_DIR": str(tmp_path / "data"),

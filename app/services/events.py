@@ -1,0 +1,250 @@
+"""Page events: small "X changed" notices pushed to open pages (server-sent events, app/api/pagefeed.py),
+published only after the transaction that made the change has committed.
+
+A topic names what changed: `campaign:<id>`, `approach:<id>`, `trial:<id>` or `runners`. A page
+subscribes to the topics it shows; on a notice it re-fetches its fragments with htmx (the same
+templates as on load). Log chunks are never page events: only state changes are.
+
+Costs are per publish, not per viewer: a topic's notices are coalesced (the first goes out at once,
+the rest of a burst at most once per COALESCE_S, as one notice), each notice is one shared
+pre-encoded string, and handing it to a viewer only marks that viewer's stream to wake up.
+
+Where publishes come from (one line at each place that commits):
+- services (`trials.py`, `runners.py`): `publish(app, *topics)` after `run_in_tx` returns;
+- routes on a request session (SessionDep, committed by the dependency): `after_commit(session,
+  request.app, *topics)`, which publishes from SQLAlchemy's after_commit hook (nothing on rollback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+import threading
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import event
+from sqlmodel import Session
+
+log = logging.getLogger(__name__)
+
+COALESCE_S = 0.2  # at most one notice per topic per this many seconds (a burst's first at once)
+RUNNERS = "runners"
+TOPIC = re.compile(r"(?:(campaign|approach|trial):([1-9][0-9]{0,18})|runners)")  # fullmatch
+MAX_TOPICS = 8  # per stream
+
+
+def campaign(campaign_id: int | None) -> str:
+    return f"campaign:{campaign_id}"
+
+
+def approach(approach_id: int | None) -> str:
+    return f"approach:{approach_id}"
+
+
+def trial(trial_id: int | None) -> str:
+    return f"trial:{trial_id}"
+
+
+def of_trial(t: Any) -> tuple[str, ...]:
+    """What a trial's change touches: its campaign's and approach's pages, its own, and the runners
+    (busy / idle, current trial and phase)."""
+    return campaign(t.campaign_id), approach(t.approach_id), trial(t.id), RUNNERS
+
+
+def kind(topic: str) -> str:
+    """The SSE event name of a topic: what a page's fragments listen for (hx-trigger="sse:campaign")."""
+    return topic.split(":", 1)[0]
+
+
+class Stream:
+    """One open page feed: the topics it follows, the notices not yet written (a set: a burst of the
+    same topic is one write) and an event that wakes its writer."""
+
+    __slots__ = ("topics", "pending", "wake", "closed")
+
+    def __init__(self, topics: Iterable[str]) -> None:
+        self.topics = frozenset(topics)
+        self.pending: dict[str, str] = {}  # topic -> the encoded notice (the latest one)
+        self.wake = asyncio.Event()
+        self.closed = False
+
+    def offer(self, topic: str, text: str) -> None:
+        self.pending[topic] = text
+        self.wake.set()
+
+    def take(self) -> list[str]:
+        out = list(self.pending.values())
+        self.pending.clear()
+        self.wake.clear()
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
+
+
+class PageFeed:
+    """Topic -> open streams; per-topic coalescing; a sequence number per publish (the SSE event id,
+    with this process's boot id) so a reconnecting page learns what it missed."""
+
+    def __init__(self, coalesce_s: float = COALESCE_S) -> None:
+        self.coalesce_s = coalesce_s
+        self.boot = uuid.uuid4().hex[:12]
+        self.seq = 0
+        self.last_seq: dict[str, int] = {}  # topic -> seq of its latest publish
+        self.streams: dict[str, set[Stream]] = {}
+        self._window: dict[str, bool] = {}  # topic -> dirty (published again inside its window)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.closing = False
+        self.delivered = 0  # notices handed to streams (tests and the bench read it)
+
+    # ---- marks: what a page has seen ----
+    def mark(self) -> str:
+        """`<boot>.<seq>`: taken before a page reads the database, so any change it cannot see is later."""
+        return f"{self.boot}.{self.seq}"
+
+    def missed(self, topics: Iterable[str], since: str | None) -> list[str]:
+        """The topics published after `since` (all of them when it is unknown or from another boot)."""
+        boot, _, number = (since or "").partition(".")
+        if boot != self.boot or not number.isdigit():
+            return list(topics)
+        seen = int(number)
+        return [t for t in topics if self.last_seq.get(t, 0) > seen]
+
+    # ---- streams ----
+    def open(self, topics: Iterable[str]) -> Stream:
+        stream = Stream(topics)
+        if self.closing:
+            stream.close()
+        for topic in stream.topics:
+            self.streams.setdefault(topic, set()).add(stream)
+        return stream
+
+    def release(self, stream: Stream) -> None:
+        stream.closed = True
+        for topic in stream.topics:
+            subs = self.streams.get(topic)
+            if subs is not None:
+                subs.discard(stream)
+                if not subs:
+                    del self.streams[topic]
+
+    def close_all(self) -> None:
+        """Shutdown: every open stream ends (uvicorn waits for open responses before it exits)."""
+        self.closing = True
+        for subs in list(self.streams.values()):
+            for stream in list(subs):
+                stream.close()
+
+    def count(self) -> int:
+        return len({s for subs in self.streams.values() for s in subs})
+
+    # ---- publishing (event loop thread) ----
+    def publish(self, *topics: str) -> None:
+        for topic in topics:
+            self.seq += 1
+            self.last_seq[topic] = self.seq
+            if topic in self._window:
+                self._window[topic] = True  # sent at the window's end, once
+                continue
+            self._deliver(topic)
+            self._window[topic] = False
+            asyncio.get_running_loop().call_later(self.coalesce_s, self._window_end, topic)
+
+    def _window_end(self, topic: str) -> None:
+        if self._window.pop(topic, False):
+            self._deliver(topic)
+            self._window[topic] = False
+            asyncio.get_running_loop().call_later(self.coalesce_s, self._window_end, topic)
+
+    def _deliver(self, topic: str) -> None:
+        subs = self.streams.get(topic)
+        if not subs:
+            return
+        text = f"id: {self.boot}.{self.last_seq[topic]}\nevent: {kind(topic)}\ndata: {topic}\n\n"
+        for stream in subs:
+            stream.offer(topic, text)
+        self.delivered += len(subs)
+
+    def publish_threadsafe(self, *topics: str) -> None:
+        """From a worker thread (a sync route's commit): hand the publish to the event loop."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self.publish(*topics)
+        else:
+            loop.call_soon_threadsafe(self.publish, *topics)
+
+
+def get_feed(app: Any) -> PageFeed:
+    return app.state.page_feed
+
+
+def publish(app: Any, *topics: str) -> None:
+    """After a commit, on the event loop: tell open pages that these topics changed."""
+    get_feed(app).publish(*topics)
+
+
+def after_commit(session: Session, *topics: str) -> None:
+    """Publish `topics` once `session`'s transaction commits (from the thread that commits); nothing
+    if it rolls back. For routes on the request session (app/deps.get_session), which the
+    dependency commits before the response is sent."""
+    feed: PageFeed | None = session.info.get("page_feed")
+    if feed is None:
+        return  # a session outside a request (CLI, tests): no open pages to tell
+    if "page_topics" not in session.info:
+        session.info["page_topics"] = set()
+    session.info["page_topics"].update(topics)
+    if session.info.get("page_listening"):
+        return
+    session.info["page_listening"] = True
+
+    def committed(sess: Session) -> None:
+        found = sess.info.pop("page_topics", None)
+        if found:
+            feed.publish_threadsafe(*sorted(found))
+
+    def rolled_back(sess: Session, previous_transaction: Any) -> None:
+        if previous_transaction.parent is None:  # the whole transaction, not a savepoint inside it
+            sess.info.pop("page_topics", None)
+
+    event.listen(session, "after_commit", committed)
+    event.listen(session, "after_soft_rollback", rolled_back)
+
+
+def install(app: Any) -> None:
+    app.state.page_feed = PageFeed()
+
+
+async def start(app: Any) -> None:
+    """On the server's event loop: remember it (for publishes from worker threads) and end every page
+    feed as soon as SIGTERM or SIGINT arrives. uvicorn handles those signals by waiting for open
+    responses to finish, and a page feed never finishes by itself."""
+    feed = get_feed(app)
+    loop = asyncio.get_running_loop()
+    feed.loop = loop
+    if threading.current_thread() is not threading.main_thread():
+        return  # a server run in a thread (tests): it has no signal handlers to chain
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        if not callable(previous):
+            continue
+
+        def on_signal(signum: int, frame: Any, previous: Any = previous) -> None:
+            loop.call_soon_threadsafe(feed.close_all)
+            previous(signum, frame)
+
+        signal.signal(sig, on_signal)
+
+
+def stop(app: Any) -> None:
+    get_feed(app).close_all()

@@ -1,0 +1,312 @@
+"""The page feed (/api/pages/feed, server-sent events): who may open it, what it sends after which
+commits, coalescing, catching up after a reconnect, and shutdown with feeds open. Real uvicorn
+(ThreadServer, or `campaign serve` for SIGTERM), real HTTP streams."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import signal
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+
+from app.db import make_engine, session_scope
+from app.models import Approach, Campaign
+from app.security import SESSION_COOKIE, create_api_token
+from app.services.events import PageFeed
+from tests.support.servers import ThreadServer, start_live_server
+from tests.support.trials import ProtocolRunner, command_recipe, make_settings, new_runner_token, seed_campaign
+
+
+@dataclass
+class Notice:
+    id: str
+    event: str
+    data: str
+
+
+class FeedReader:
+    """One open feed, read on a thread: its notices in a queue, `ended` once the server ended it cleanly."""
+
+    def __init__(self, url: str, headers: dict[str, str], cookies: dict[str, str] | None = None) -> None:
+        self.notices: queue.Queue[Notice] = queue.Queue()
+        self.opened = threading.Event()
+        self.ended = threading.Event()
+        self.error: BaseException | None = None
+        self.status = 0
+        self.client = httpx.Client(timeout=httpx.Timeout(60, read=60), cookies=cookies)
+        self.thread = threading.Thread(target=self._run, args=(url, headers), daemon=True)
+        self.thread.start()
+        assert self.opened.wait(30), "the feed did not answer"
+
+    def _run(self, url: str, headers: dict[str, str]) -> None:
+        try:
+            with self.client.stream("GET", url, headers=headers) as r:
+                self.status = r.status_code
+                self.opened.set()
+                if r.status_code != 200:
+                    return
+                fields: dict[str, str] = {}
+                for line in r.iter_lines():
+                    if not line:
+                        if "event" in fields:
+                            self.notices.put(Notice(fields.get("id", ""), fields["event"], fields.get("data", "")))
+                        fields = {}
+                    elif not line.startswith(":"):
+                        name, _, value = line.partition(":")
+                        fields[name] = value.strip()
+            self.ended.set()
+        except BaseException as exc:
+            self.error = exc
+            self.opened.set()
+
+    def next(self, timeout: float = 15) -> Notice:
+        return self.notices.get(timeout=timeout)
+
+    def until(self, data: str, timeout: float = 15) -> Notice:
+        while True:
+            n = self.next(timeout)
+            if n.data == data:
+                return n
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@pytest.fixture
+def srv(tmp_path, db_url):
+    server = ThreadServer(make_settings(tmp_path, db_url)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _ids(srv: ThreadServer, slug: str = "spec") -> tuple[int, int]:
+    with session_scope(srv.engine) as s:
+        from sqlmodel import select
+
+        campaign = s.exec(select(Campaign).where(Campaign.slug == slug)).one()
+        approach = s.exec(select(Approach).where(Approach.campaign_id == campaign.id)).first()
+        return campaign.id, approach.id  # type: ignore[return-value,union-attr]
+
+
+def _seed(srv: ThreadServer) -> tuple[int, int]:
+    seed_campaign(srv.engine, "spec", [{"key": "echo", "title": "Echo", "recipe": command_recipe("echo", "hi")}])
+    return _ids(srv)
+
+
+def _feed_url(srv: ThreadServer, *topics: str, since: str = "") -> str:
+    query = urlencode([("topic", t) for t in topics])
+    return f"{srv.url}/api/pages/feed?{query}" + (f"&since={since}" if since else "")
+
+
+def _browser(srv: ThreadServer) -> tuple[dict[str, str], dict[str, str]]:
+    """Headers and cookies of a logged-in same-origin browser."""
+    return {"Origin": srv.url, "Sec-Fetch-Site": "same-origin"}, {SESSION_COOKIE: srv.session_cookie()}
+
+
+def test_the_feed_needs_a_session_and_this_origin(srv):
+    cid, _ = _seed(srv)
+    url = _feed_url(srv, f"campaign:{cid}")
+    headers, cookies = _browser(srv)
+    with httpx.Client(timeout=10) as c:
+        r = c.get(url)
+        assert r.status_code == 401 and "Log in" in r.json()["detail"]
+        c.cookies.set(SESSION_COOKIE, "forged-" + "x" * 40)
+        assert c.get(url).status_code == 401
+    with httpx.Client(timeout=10, cookies=cookies) as c:
+        r = c.get(url, headers={"Origin": "http://evil.example"})
+        assert r.status_code == 403 and "Cross-origin" in r.json()["detail"]
+        assert c.get(url, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+        for bad in ("campaign:x", "campaign:0", "users", "trial:1;drop", "campaign:" + "9" * 30, "runners\n"):
+            r = c.get(_feed_url(srv, bad), headers=headers)
+            assert r.status_code == 422 and "topic" in r.json()["detail"], bad
+        r = c.get(_feed_url(srv, *[f"trial:{i}" for i in range(1, 10)]), headers=headers)
+        assert r.status_code == 422
+        assert c.get(f"{srv.url}/api/pages/feed", headers=headers).status_code == 422  # no topic
+    # It is read-only: nothing but GET.
+    with httpx.Client(timeout=10, cookies=cookies) as c:
+        assert c.post(url, headers=headers).status_code in (403, 405)
+    assert srv.app.state.page_feed.count() == 0  # refused requests leave no stream behind
+
+
+def test_writes_publish_after_commit_and_failed_writes_do_not(srv):
+    cid, aid = _seed(srv)
+    headers, cookies = _browser(srv)
+    feed = FeedReader(_feed_url(srv, f"campaign:{cid}", f"approach:{aid}"), headers, cookies)
+    api = srv.api_headers()
+    try:
+        assert feed.status == 200
+        r = httpx.post(
+            f"{srv.url}/api/campaigns/spec/approaches/echo/status",
+            json={"status": "deferred", "reason": "later"},
+            headers=api,
+        )
+        assert r.status_code == 200, r.text
+        got = {feed.next().data, feed.next().data}
+        assert got == {f"campaign:{cid}", f"approach:{aid}"}
+        hub: PageFeed = srv.app.state.page_feed
+        before = hub.last_seq[f"approach:{aid}"]
+        # A write that fails (a dead end needs a reason) rolls back: it publishes nothing.
+        r = httpx.post(
+            f"{srv.url}/api/campaigns/spec/approaches/echo/status",
+            json={"status": "dead_end", "reason": ""},
+            headers=api,
+        )
+        assert r.status_code in (400, 409, 422), r.text
+        r = httpx.post(f"{srv.url}/api/campaigns/spec/approaches", json={"key": "two", "title": "Two"}, headers=api)
+        assert r.status_code == 201, r.text
+        assert feed.until(f"campaign:{cid}").event == "campaign"
+        # A sentinel after it on another approach: once seen, every earlier publish has run.
+        two = FeedReader(_feed_url(srv, f"approach:{r.json()['id']}"), headers, cookies)
+        try:
+            r = httpx.post(
+                f"{srv.url}/api/campaigns/spec/approaches/two/status",
+                json={"status": "deferred", "reason": "sentinel"},
+                headers=api,
+            )
+            assert r.status_code == 200, r.text
+            two.next()
+        finally:
+            two.close()
+        assert hub.last_seq[f"approach:{aid}"] == before
+    finally:
+        feed.close()
+
+
+def test_a_trial_and_a_runner_notify_campaign_and_runners_pages(srv):
+    cid, aid = _seed(srv)
+    headers, cookies = _browser(srv)
+    campaign_feed = FeedReader(_feed_url(srv, f"campaign:{cid}"), headers, cookies)
+    runners_feed = FeedReader(_feed_url(srv, "runners"), headers, cookies)
+    _, token = new_runner_token(srv.engine)
+    runner = ProtocolRunner(srv.ws_url, token)
+    try:
+        assert runners_feed.until("runners").event == "runners"  # hello: online
+        r = httpx.post(f"{srv.url}/api/campaigns/spec/run-next", headers=srv.api_headers(), timeout=30)
+        assert r.json()["started"], r.text
+        d = runner.expect("dispatch")
+        assert campaign_feed.until(f"campaign:{cid}").event == "campaign"  # dispatched
+        runner.started(d)
+        runner.finished(d, exit_code=0, last_seq=-1)
+        runner.expect("finished_ack", skip=("ack",))
+        campaign_feed.until(f"campaign:{cid}")
+        runners_feed.until("runners")
+        runner.close()
+        runners_feed.until("runners")  # the runner's socket closed: offline
+    finally:
+        runner.close()
+        campaign_feed.close()
+        runners_feed.close()
+
+
+def test_a_reconnecting_feed_is_sent_what_it_missed(srv):
+    cid, aid = _seed(srv)
+    headers, cookies = _browser(srv)
+    feed: PageFeed = srv.app.state.page_feed
+    mark = feed.mark()
+    r = httpx.post(
+        f"{srv.url}/api/campaigns/spec/approaches/echo/status",
+        json={"status": "deferred", "reason": "later"},
+        headers=srv.api_headers(),
+    )
+    assert r.status_code == 200
+    # Nothing changed on the runners topic since the mark; the campaign did.
+    reader = FeedReader(_feed_url(srv, f"campaign:{cid}", "runners", since=mark), headers, cookies)
+    try:
+        first = reader.next()
+        assert (first.event, first.data) == ("campaign", f"campaign:{cid}")
+        assert first.id.startswith(feed.boot + ".")
+    finally:
+        reader.close()
+    # Up to date: nothing to catch up on. A mark from another boot (a restarted server): everything.
+    up_to_date = FeedReader(_feed_url(srv, f"campaign:{cid}", since=feed.mark()), headers, cookies)
+    other_boot = FeedReader(_feed_url(srv, f"campaign:{cid}", "runners", since="0123456789ab.5"), headers, cookies)
+    # Last-Event-ID (an EventSource reconnecting by itself) counts as the mark.
+    by_header = FeedReader(
+        _feed_url(srv, f"campaign:{cid}", since=mark), {**headers, "Last-Event-ID": feed.mark()}, cookies
+    )
+    try:
+        assert {other_boot.next().data, other_boot.next().data} == {f"campaign:{cid}", "runners"}
+        httpx.post(
+            f"{srv.url}/api/campaigns/spec/approaches", json={"key": "two", "title": "Two"}, headers=srv.api_headers()
+        )
+        assert up_to_date.next().data == f"campaign:{cid}"  # the first notice is the new change, not a catch-up
+        assert up_to_date.notices.empty()
+        assert by_header.next().data == f"campaign:{cid}"
+        assert by_header.notices.empty()
+    finally:
+        for r_ in (up_to_date, other_boot, by_header):
+            r_.close()
+
+
+def test_bursts_are_coalesced_per_topic():
+    """A burst on one topic: the first notice at once, the rest as one notice at the window's end.
+    Other topics are not held back. Each notice is one shared string for every stream."""
+
+    async def scenario() -> None:
+        feed = PageFeed(coalesce_s=0.05)
+        streams = [feed.open(["campaign:1", "runners"]) for _ in range(50)]
+        for _ in range(200):
+            feed.publish("campaign:1")
+        feed.publish("runners")
+        assert all(len(s.pending) == 2 for s in streams)  # first campaign notice and runners, at once
+        first = [s.take() for s in streams]
+        assert all(len(t) == 2 for t in first)
+        assert len({id(t[0]) for t in first}) == 1  # the same encoded notice for everyone
+        assert feed.delivered == 100
+        await asyncio.sleep(0.2)  # the window ends: the rest of the burst is one more notice
+        assert all(list(s.pending) == ["campaign:1"] for s in streams)
+        assert feed.delivered == 150
+        await asyncio.sleep(0.2)
+        assert feed.delivered == 150  # quiet: nothing more
+        for s in streams:
+            feed.release(s)
+        assert feed.streams == {}
+        feed.publish("campaign:1")  # nobody listens: costs nothing per (absent) viewer
+        feed.close_all()
+        assert feed.open(["runners"]).closed  # after shutdown began, a new stream ends at once
+
+    asyncio.run(scenario())
+
+
+def test_sigterm_ends_open_page_feeds_and_the_server_exits(tmp_path):
+    """A real `campaign serve`: twenty browsers' page feeds open when SIGTERM comes. The server ends
+    every stream itself (a clean end of each response, not a connection cut after uvicorn's graceful
+    timeout) and exits."""
+    db_url = f"sqlite:///{tmp_path / 'feeds.db'}"
+    server = start_live_server(tmp_path, db_url, "--no-runner")
+    engine = make_engine(db_url)
+    readers: list[FeedReader] = []
+    try:
+        seed_campaign(engine, "spec", [{"key": "echo", "title": "Echo"}])
+        with session_scope(engine) as session:
+            token = create_api_token(session, "feeds")
+        headers = {"Authorization": f"Bearer {token}", "Origin": server.url}
+        with session_scope(engine) as session:
+            from sqlmodel import select
+
+            cid = session.exec(select(Campaign.id)).one()
+        for i in range(20):
+            topics = f"topic=campaign:{cid}&topic=runners" if i % 2 else "topic=runners"
+            readers.append(FeedReader(f"{server.url}/api/pages/feed?{topics}", headers))
+        assert all(r.status == 200 for r in readers)
+        os.killpg(server.proc.pid, signal.SIGTERM)
+        for r in readers:
+            assert r.ended.wait(30), f"a feed was not ended by the server: {r.error!r}"
+            assert r.error is None
+        server.proc.wait(timeout=30)  # a hang on SIGTERM fails here
+        log = server.log.read_text()
+        assert "timeout graceful shutdown exceeded" not in log, log
+    finally:
+        for r in readers:
+            r.close()
+        engine.dispose()
+        if server.proc.poll() is None:
+            os.killpg(server.proc.pid, signal.SIGKILL)
