@@ -22,8 +22,12 @@ import sys
 import tempfile
 import traceback
 
+from runners.recipes._dist import exit_after_teardown
+
 # The verify step's allreduce message: 1 token x hidden 7168, bf16 (shared/domain.md).
 HIDDEN = 7168
+# Bound on leaving the process group once a probe has printed its verdict.
+TEARDOWN_TIMEOUT_S = 10.0
 
 
 def probe_flags(argv: list[str]) -> int:
@@ -85,38 +89,35 @@ def _symm_mem_rank(rank: int, world_size: int, port: int) -> None:
     import torch.distributed._symmetric_memory as symm_mem
 
     _join(rank, world_size, port)
-    try:
-        world = dist.group.WORLD
-        assert world is not None  # init_process_group above created it
-        group_name = world.group_name
-        major = torch.cuda.get_device_capability(rank)[0]
-        try:  # the table sglang's torch_symm_mem communicator indexes (the seed's `KeyError: 12`)
-            from sglang.srt.distributed.device_communicators.all_reduce_utils import (
-                TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES as sizes,
-            )
-        except ImportError:
-            sizes = None
-        if sizes is not None:
-            max_size = sizes[major][world_size]  # raises KeyError: <major> where sglang lacks the SM
-            if rank == 0:
-                print(f"sglang symm_mem table: SM {major}, world size {world_size}: max {max_size} bytes")
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.8, a no-op after
-            symm_mem.enable_symm_mem_for_group(group_name)
-        t = symm_mem.empty((1, HIDDEN), dtype=torch.bfloat16, device=torch.device("cuda", rank))
-        symm_mem.rendezvous(t, group_name)
-        t.fill_(rank + 1)
-        out = torch.ops.symm_mem.one_shot_all_reduce(t, "sum", group_name)
-        torch.cuda.synchronize()
-        want = world_size * (world_size + 1) / 2
-        if float(out[0, 0]) != want:
-            raise RuntimeError(f"symm_mem one_shot_all_reduce gave {float(out[0, 0])}, expected {want}")
+    # No finally/destroy here: _worker leaves the process group within a bound.
+    world = dist.group.WORLD
+    assert world is not None  # init_process_group above created it
+    group_name = world.group_name
+    major = torch.cuda.get_device_capability(rank)[0]
+    try:  # the table sglang's torch_symm_mem communicator indexes (the seed's `KeyError: 12`)
+        from sglang.srt.distributed.device_communicators.all_reduce_utils import (
+            TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES as sizes,
+        )
+    except ImportError:
+        sizes = None
+    if sizes is not None:
+        max_size = sizes[major][world_size]  # raises KeyError: <major> where sglang lacks the SM
         if rank == 0:
-            print(
-                f"symm_mem rendezvous + one_shot_all_reduce ok on {world_size} ranks, SM {major}, "
-                f"torch {torch.__version__}"
-            )
-    finally:
-        dist.destroy_process_group()
+            print(f"sglang symm_mem table: SM {major}, world size {world_size}: max {max_size} bytes")
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.8, a no-op after
+        symm_mem.enable_symm_mem_for_group(group_name)
+    t = symm_mem.empty((1, HIDDEN), dtype=torch.bfloat16, device=torch.device("cuda", rank))
+    symm_mem.rendezvous(t, group_name)
+    t.fill_(rank + 1)
+    out = torch.ops.symm_mem.one_shot_all_reduce(t, "sum", group_name)
+    torch.cuda.synchronize()
+    want = world_size * (world_size + 1) / 2
+    if float(out[0, 0]) != want:
+        raise RuntimeError(f"symm_mem one_shot_all_reduce gave {float(out[0, 0])}, expected {want}")
+    if rank == 0:
+        print(
+            f"symm_mem rendezvous + one_shot_all_reduce ok on {world_size} ranks, SM {major}, torch {torch.__version__}"
+        )
 
 
 def _graph_rank(rank: int, world_size: int, port: int) -> None:
@@ -124,35 +125,35 @@ def _graph_rank(rank: int, world_size: int, port: int) -> None:
     import torch.distributed as dist
 
     _join(rank, world_size, port)
-    try:
-        t = torch.full((1, HIDDEN), float(rank + 1), dtype=torch.bfloat16, device=f"cuda:{rank}")
-        dist.all_reduce(t)  # warm-up outside the graph, as sglang does before capture
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-            dist.all_reduce(t)
-        t.fill_(float(rank + 1))
-        graph.replay()
-        torch.cuda.synchronize()
-        want = world_size * (world_size + 1) / 2
-        if float(t[0, 0]) != want:
-            raise RuntimeError(f"graph-captured all_reduce gave {float(t[0, 0])}, expected {want}")
-        if rank == 0:
-            knobs = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
-            print(f"CUDA graph capture + replay of one NCCL all_reduce ok on {world_size} ranks ({knobs})")
-    finally:
-        dist.destroy_process_group()
+    # No finally/destroy here: _worker leaves the process group within a bound.
+    t = torch.full((1, HIDDEN), float(rank + 1), dtype=torch.bfloat16, device=f"cuda:{rank}")
+    dist.all_reduce(t)  # warm-up outside the graph, as sglang does before capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        dist.all_reduce(t)
+    t.fill_(float(rank + 1))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = world_size * (world_size + 1) / 2
+    if float(t[0, 0]) != want:
+        raise RuntimeError(f"graph-captured all_reduce gave {float(t[0, 0])}, expected {want}")
+    if rank == 0:
+        knobs = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+        print(f"CUDA graph capture + replay of one NCCL all_reduce ok on {world_size} ranks ({knobs})")
 
 
 def _worker(target, rank: int, world_size: int, port: int) -> None:
+    """One rank: run the probe, then leave the process group within a bound and exit. The verdict is
+    printed before teardown, which can hang after a graph-captured NCCL collective (seen on 2x H200,
+    torch 2.11, NCCL 2.28): a hung teardown must not turn a pass into a timeout."""
     try:
         target(rank, world_size, port)
     except BaseException:
         traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        exit_after_teardown(1, TEARDOWN_TIMEOUT_S, f"preflight probe rank {rank}")
+    exit_after_teardown(0, TEARDOWN_TIMEOUT_S, f"preflight probe rank {rank}")
 
 
 def _two_ranks(target, world_size: int) -> int:

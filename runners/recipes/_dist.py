@@ -22,7 +22,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
 from runners.recipes._params import Param
@@ -385,9 +385,13 @@ class Rank:
         self.group = dist.group.WORLD
         self.group_name = self.group.group_name
         # Which ranks share a node (one small all_gather); the node and leaders groups of a multi-node
-        # world, created by every rank in the same order as new_group requires.
+        # world, created by every rank in the same order as new_group requires. On GPUs the exchange goes
+        # over a gloo group: the NCCL group's settings are what a trial tests, and some leave NCCL without
+        # an AllGather (NCCL_ALGO=Tree: "no algorithm/protocol available for function AllGather", seen
+        # on 2x H200 with NCCL 2.28.9), which would fail the trial before it measured anything.
+        bookkeeping = dist.new_group(backend="gloo") if self.on_gpu else None
         identities: list[Any] = [None] * self.world_size
-        dist.all_gather_object(identities, node_identity(os.environ))
+        dist.all_gather_object(identities, node_identity(os.environ), group=bookkeeping)
         self.topology = group_nodes(identities)
         self.node = self.topology.node_of[self.rank]
         self._node_group: Any = None
@@ -485,27 +489,33 @@ class Rank:
 
     def finish(self, code: int, teardown_timeout_s: float) -> None:
         """Flush, destroy the process group within a bound, and exit even if teardown hangs."""
-        import torch.distributed as dist
+        exit_after_teardown(code, teardown_timeout_s, f"rank {self.rank}")
 
-        sys.stdout.flush()
-        sys.stderr.flush()
-        done = threading.Event()
 
-        def teardown() -> None:
-            try:
+def exit_after_teardown(code: int, teardown_timeout_s: float, who: str) -> NoReturn:
+    """Flush, destroy the process group (if any) within a bound, then `os._exit(code)`: NCCL teardown
+    can hang (after a graph-captured collective, typically), and by then the result is already out."""
+    import torch.distributed as dist
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    done = threading.Event()
+
+    def teardown() -> None:
+        try:
+            if dist.is_initialized():
                 dist.destroy_process_group()
-            finally:
-                done.set()
+        finally:
+            done.set()
 
-        threading.Thread(target=teardown, daemon=True).start()
-        if not done.wait(teardown_timeout_s):
-            print(
-                f"rank {self.rank}: process-group teardown did not finish within {teardown_timeout_s:g}s; "
-                "exiting anyway",
-                file=sys.stderr,
-                flush=True,
-            )
-        os._exit(code)
+    threading.Thread(target=teardown, daemon=True).start()
+    if not done.wait(teardown_timeout_s):
+        print(
+            f"{who}: process-group teardown did not finish within {teardown_timeout_s:g}s; exiting anyway",
+            file=sys.stderr,
+            flush=True,
+        )
+    os._exit(code)
 
 
 def torch_dtype(name: str):
