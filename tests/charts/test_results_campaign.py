@@ -1,0 +1,56 @@
+"""The committed 2x H200 results campaign (docs/results/, made by bench/results_campaign.py from the
+shootout that ran through the product on the node) imports and answers with no further input: every
+model input but the accept length is measured, the break-even curve is exact (not a lower bound), and
+each measured allreduce sits on it at the tau* the model gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app import charts
+from app.db import session_scope
+from app.domain import inventory
+from app.domain.campaign_files import import_campaign
+from app.domain.profitability import profitability_report
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "allreduce-shootout-h200x2.yaml"
+
+
+@pytest.fixture
+def report(app):
+    with session_scope(app.state.engine) as session:
+        import_campaign(session, RESULTS.read_text(), actor="test")
+        session.flush()
+        campaign = inventory.get_campaign(session, "allreduce-shootout-h200x2")
+        yield profitability_report(session, campaign)
+
+
+def test_the_results_campaign_answers_on_import(report):
+    assert report.speculative
+    inputs = report.inputs
+    # The accept length is the one input that needs the real model; everything else was measured.
+    assert [m.what for m in inputs.missing] == ["accept length (tau, incl. the bonus token)"]
+    assert inputs.t_base.value == pytest.approx(1000 / inputs.baseline_tok_s.value)
+    assert "decode step" in inputs.baseline_tok_s.source and "2x H200" in inputs.baseline_tok_s.source
+    curve = report.curve
+    assert curve is not None and not curve.lower_bound
+    refs = {r.label: r for r in report.references}
+    one_shot = refs["torch symmetric memory one-shot, in a CUDA graph of 122, measured"]
+    nccl_eager = refs["NCCL, eager, measured"]
+    # tau* = (T_draft + T_verify_compute + 122 x t_ar) / T_base, from the file's own inputs.
+    for ref in (one_shot, nccl_eager):
+        assert ref.tau_star == pytest.approx(curve.tau_star(ref.latency.t_ar_us))
+    # What the node measured: symmetric memory in a graph beats eager NCCL by several times at 56 KiB.
+    assert one_shot.latency.t_ar_us * 3 < nccl_eager.latency.t_ar_us
+    assert 1.0 < one_shot.tau_star < nccl_eager.tau_star < 2.0
+
+
+def test_the_results_campaign_draws_its_break_even_chart(report):
+    fig = charts.break_even_accept_length(report)
+    assert fig is not None and fig["layout"]["meta"]["lower_bound"] is False
+    xs = [x for trace in fig["data"] for x in (trace.get("x") or []) if isinstance(x, (int, float))]
+    assert len(xs) >= 10
+    lo, hi = fig["layout"]["xaxis"]["range"]
+    assert all(lo <= x <= hi for x in xs)
