@@ -75,6 +75,23 @@ def _trace_groups(
     return [(f"{_label(k)} ({len(v)} approaches)", v) for k, v in groups.items()]
 
 
+# Past this many reported figures a chart draws them as one trace (each point named in its hover): a
+# results campaign reports one figure per measured approach, and a legend entry each crushes the plot.
+MAX_REFERENCE_TRACES = 6
+# Points labelled on the break-even chart (the rest are named in their hover).
+MAX_LABELS = 6
+
+
+def _reference_groups(refs: list[ReferencePoint]) -> list[tuple[str | None, list[ReferencePoint]]]:
+    """(trace name or None for "name it after its one figure", figures): one trace per figure, or the
+    baseline alone and the rest together past MAX_REFERENCE_TRACES."""
+    if len(refs) <= MAX_REFERENCE_TRACES:
+        return [(None, [r]) for r in refs]
+    baseline = [r for r in refs if r.baseline]
+    others = [r for r in refs if not r.baseline]
+    return [(None, [r]) for r in baseline] + [(f"reported figures ({len(others)}, hover for each)", others)]
+
+
 @functools.cache
 def _template() -> dict[str, Any]:
     """The "plotly_white" template as JSON, built once: given to the figure itself, plotly validates and
@@ -166,22 +183,22 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
                 ),
             )
         )
-    for r in report.references:
+    for group_name, refs in _reference_groups(list(report.references)):
         fig.add_trace(
             go.Scatter(
-                x=[r.latency.t_ar_us],
-                y=[r.tau_star],
+                x=[r.latency.t_ar_us for r in refs],
+                y=[r.tau_star for r in refs],
                 mode="markers",
-                name=f"{r.label} ({r.latency.method})",
+                name=group_name or f"{refs[0].label} ({refs[0].latency.method})",
                 marker=dict(
                     size=13,
                     symbol="diamond-open",
                     line=dict(width=2),
-                    color=BREAK_EVEN_COLOR if r.baseline else "#1a73e8",
+                    color=BREAK_EVEN_COLOR if refs[0].baseline else "#1a73e8",
                 ),
-                customdata=[[_short(r.latency.note, 160)]],
+                customdata=[[r.label, r.latency.method, _short(r.latency.note, 160)] for r in refs],
                 hovertemplate=(
-                    "<b>%{fullData.name}</b><br>t_ar %{x:.1f} us: %{customdata[0]}"
+                    "<b>%{customdata[0]}</b> (%{customdata[1]})<br>t_ar %{x:.1f} us: %{customdata[2]}"
                     "<br>speculation pays above τ* = %{y:.3f}<extra></extra>"
                 ),
             )
@@ -202,6 +219,18 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
             return (math.log(x) - math.log(x_lo)) / (math.log(x_hi) - math.log(x_lo)) > 0.6
         return (x - x_lo) / (x_hi - x_lo) > 0.6
 
+    def _frac(x: float) -> float:  # the point's place across the x axis, 0..1
+        if log_x:
+            return (math.log(x) - math.log(x_lo)) / (math.log(x_hi) - math.log(x_lo))
+        return (x - x_lo) / (x_hi - x_lo)
+
+    # Labels for the lowest tau* first (the best approaches), skipping a point too close to one already
+    # labelled: overlapping labels are unreadable, and every point keeps its hover.
+    shown: list[tuple[str, float, float]] = []
+    known = [(name, x, y) for name, x, y in labelled if y is not None]
+    for name, x, y in sorted(known, key=lambda item: item[2]):
+        if len(shown) < MAX_LABELS and all(abs(_frac(x) - _frac(sx)) > 0.12 for _, sx, _ in shown):
+            shown.append((name, x, y))
     annotations = [
         dict(
             x=math.log10(x) if log_x else x,
@@ -213,8 +242,7 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
             yshift=8,
             font=dict(size=11, color="#344054"),
         )
-        for name, x, y in labelled[:12]
-        if y is not None
+        for name, x, y in shown
     ]
     fig.update_layout(
         **_layout(
@@ -229,7 +257,10 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
         type="log" if log_x else "linear",
         range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi],
     )
-    fig.update_yaxes(title_text="break-even accept length τ*", range=[0, top * 1.15], rangemode="tozero")
+    floor = min([m for m in marks if m is not None] + taus)
+    # tau counts the bonus token, so it is never below 1: when every tau* is above 1 the axis starts there.
+    y_lo = 1.0 if floor >= 1.0 and marks else 0.0
+    fig.update_yaxes(title_text="break-even accept length τ*", range=[y_lo, y_lo + (top - y_lo) * 1.15])
     return _out(fig, traces)
 
 
@@ -463,19 +494,18 @@ def allreduce_latency_vs_size(
             )
         )
     sized = [r for r in references if r.latency.method == "reported" and r.bytes]
-    for r in sized:
-        assert r.bytes is not None  # `sized` keeps only references with a message size
-        xs.append(r.bytes)
-        ys.append(r.latency.t_ar_us)
+    for group_name, refs in _reference_groups(sized):
+        xs += [r.bytes for r in refs if r.bytes]
+        ys += [r.latency.t_ar_us for r in refs]
         fig.add_trace(
             go.Scatter(
-                x=[r.bytes],
-                y=[r.latency.t_ar_us],
+                x=[r.bytes for r in refs],
+                y=[r.latency.t_ar_us for r in refs],
                 mode="markers",
-                name=f"{r.label} (reported)",
+                name=group_name or f"{refs[0].label} (reported)",
                 marker=dict(size=12, symbol="diamond-open", line=dict(width=2)),
-                customdata=[[_short(r.latency.note, 140)]],
-                hovertemplate="<b>%{fullData.name}</b><br>%{x:,} bytes: %{y:.1f} us<br>%{customdata[0]}<extra></extra>",
+                customdata=[[r.label, _short(r.latency.note, 140)] for r in refs],
+                hovertemplate="<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>%{customdata[1]}<extra></extra>",
             )
         )
     y_range = _log_range(ys)

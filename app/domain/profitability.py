@@ -811,6 +811,14 @@ class ProfitabilityReport:
         return next((r for r in self.references if r.baseline), None)
 
     @property
+    def best_reference(self) -> ReferencePoint | None:
+        """The reported figure with the lowest tau* (a results campaign imported from a node reports its
+        measurements this way, before any trial of its own)."""
+        return min(
+            (r for r in self.references if r.tau_star is not None), key=lambda r: r.tau_star or 0.0, default=None
+        )
+
+    @property
     def communication_only_tau(self) -> tuple[float, float] | None:
         """(tau*, t_ar us) with zero draft and verify compute at the best known t_ar: a lower bound on the
         acceptance speculation needs, known from T_base and one allreduce figure alone."""

@@ -98,10 +98,11 @@ class CampaignAnswer:
 
 
 def throughput_figure(answer: CampaignAnswer) -> dict[str, Any] | None:
-    """Chart 3, or None while there is neither a measured throughput nor a baseline (no empty axes)."""
+    """Chart 3, or None while no approach has a measured throughput or a dead end to mark: a baseline
+    line alone across empty rows says nothing (no empty axes)."""
     rows = throughput_rows(answer.metrics, answer.approaches)
     baseline = answer.report.inputs.baseline_tok_s.value
-    if not baseline and all(r.tok_s is None for r in rows):
+    if all(r.tok_s is None and r.status != "dead_end" for r in rows):
         return None
     return charts.throughput_vs_baseline(rows, baseline)
 
