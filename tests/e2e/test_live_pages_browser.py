@@ -3,7 +3,9 @@ themselves through the page feed (server-sent events), never reloaded, never pol
 
 - Two people at once: a trial one starts (Run next) appears, runs and ends on the other's open
   campaign page ("waiting for your verdict" included); the starter's trial page goes from running to
-  succeeded, its "live" badge ends, and a small chart per metric grows, then shows the stored values.
+  succeeded, its "live" badge ends, and a small chart per metric grows, then shows the stored values;
+  its verdict box turns to the proposal with its decide form, and to "Verdict recorded" when the other
+  person confirms the verdict (by API), on both pages.
 - A runner killed with SIGKILL turns offline on an open Runners page within its lost timeout.
 - A page whose feed dropped (the server restarted) catches up with what changed meanwhile.
 
@@ -108,6 +110,8 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         # The starter's trial page: running, "live", a chart per metric name growing with the log.
         starter.wait_for_selector("[data-live=state] [data-state=running]")
         starter.wait_for_selector("#log-status[data-live=live]")
+        starter.wait_for_selector("#verdict-box[data-verdict=not-ended]")
+        starter.wait_for_selector(".page-feed[data-feed=open]")
         starter.wait_for_function(  # the log's order: five step_ms, then total_ms (maybe in a later chunk)
             "() => { const d = document.querySelector('.metric-plot[data-metric=\"total_ms\"]');"
             " return d && d.data && d.data[0].y.length === 1; }"
@@ -137,6 +141,24 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         watcher.wait_for_selector("#approach-steps[data-status=awaiting]")
         assert watcher.locator("#recent-trials [data-state=running]").count() == 0
         assert watcher.evaluate(NOT_RELOADED)
+
+        # The starter's verdict box: the proposal and its decide form, without a reload.
+        starter.wait_for_selector("#verdict-box[data-verdict=pending] form.verdict-form button[type=submit]")
+        assert "Proposed" in starter.inner_text("#verdict-box")
+        # The other person decides (through the API): both pages follow.
+        trial_id = int(starter.get_attribute("#trial", "data-trial-id"))
+        api = {"Authorization": "Bearer " + server.cli("token", "create", "watcher").stdout.strip()}
+        r = httpx.post(
+            f"{server.url}/api/trials/{trial_id}/verdict",
+            json={"status": "promising", "reason": "decided by the watcher", "components": []},
+            headers=api,
+        )
+        assert r.status_code == 200, r.text
+        starter.wait_for_selector("#verdict-box[data-verdict=recorded]:has-text('decided by the watcher')")
+        assert starter.locator("#verdict-box form").count() == 0
+        watcher.wait_for_selector("#approach-steps[data-status=promising]")
+        assert "Waiting for your verdict" not in watcher.inner_text("#campaign-verdicts")
+        assert starter.evaluate(NOT_RELOADED) and watcher.evaluate(NOT_RELOADED)
     finally:
         for ctx in contexts:
             ctx.close()
