@@ -6,7 +6,8 @@ themselves through the page feed (server-sent events), never reloaded, never pol
   succeeded, its "live" badge ends, and a small chart per metric grows, then shows the stored values;
   its verdict box turns to the proposal with its decide form, and to "Verdict recorded" when the other
   person confirms the verdict (by API), on both pages.
-- A runner killed with SIGKILL turns offline on an open Runners page within its lost timeout.
+- A runner's "last seen" moves with its heartbeats (coalesced notices) on an open Runners page, and a
+  runner killed with SIGKILL turns offline there within its lost timeout.
 - A page whose feed dropped (the server restarted) catches up with what changed meanwhile.
 
 Trials wait for a file the test writes, so "still running" is certain; every wait is a DOM wait.
@@ -173,7 +174,11 @@ def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser
         tmp_path,
         db_url,
         "--no-runner",
-        env={"CAMPAIGN_HEARTBEAT_S": "0.5", "CAMPAIGN_RUNNER_LOST_AFTER_S": str(lost_after_s)},
+        env={
+            "CAMPAIGN_HEARTBEAT_S": "0.5",
+            "CAMPAIGN_HEARTBEAT_NOTICE_S": "1",
+            "CAMPAIGN_RUNNER_LOST_AFTER_S": str(lost_after_s),
+        },
     )
     engine = make_engine(db_url)
     runner = None
@@ -197,6 +202,15 @@ def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser
             start_new_session=True,
         )
         page.wait_for_selector(f"{row}[data-status=online]", timeout=30000)  # it connected: the page says so
+        # Its heartbeats move "last seen" on the open page (the table re-fetched on a "heartbeats" notice).
+        seen = page.get_attribute(f"{row} .last-seen", "data-last-seen")
+        page.wait_for_function(
+            "([sel, seen]) => { const td = document.querySelector(sel);"
+            " return td && td.dataset.lastSeen && td.dataset.lastSeen !== seen; }",
+            arg=[f"{row} .last-seen", seen],
+            timeout=15000,
+        )
+        assert page.get_attribute(row, "data-status") == "online"
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait(timeout=10)
         page.wait_for_selector(f"{row}[data-status=offline]", timeout=int(lost_after_s * 1000) + 3000)
