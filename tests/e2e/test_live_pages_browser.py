@@ -26,8 +26,8 @@ import pytest
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
-from app.domain import inventory
-from app.models import Approach
+from app.domain import inventory, users
+from app.models import Approach, Role
 from app.security import create_login_token
 from tests.support.paths import ROOT
 from tests.support.servers import start_live_server, stop_live_server
@@ -57,11 +57,13 @@ MARK = "() => { window.__notReloaded = 'yes'; return true; }"
 NOT_RELOADED = "() => window.__notReloaded === 'yes'"
 
 
-def _login(browser, server, engine):
+def _login(browser, server, engine, name: str | None = None):
+    """A browser context logged in as the board's admin, or as the operator `name` (made if new)."""
     context = browser.new_context()
     page = context.new_page()
     with session_scope(engine) as session:
-        token = create_login_token(session, 600)
+        user = users.create_user(session, name, Role.operator) if name else None
+        token = create_login_token(session, 600, user)
     page.goto(f"{server.url}/login?token={token}")
     return context, page
 
@@ -83,8 +85,8 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
     try:
         recipe = command_recipe(sys.executable, "-c", SCRIPT, str(go))
         seed_campaign(engine, "live", [{"key": "steps", "title": "Steps", "recipe": recipe}])
-        ctx_a, starter = _login(browser, server, engine)
-        ctx_b, watcher = _login(browser, server, engine)
+        ctx_a, starter = _login(browser, server, engine, "ada")
+        ctx_b, watcher = _login(browser, server, engine, "bob")
         contexts = [ctx_a, ctx_b]
 
         watcher.goto(f"{server.url}/campaigns/live")
@@ -112,6 +114,7 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         starter.wait_for_selector("[data-live=state] [data-state=running]")
         starter.wait_for_selector("#log-status[data-live=live]")
         starter.wait_for_selector("#verdict-box[data-verdict=not-ended]")
+        assert "ada" in starter.inner_text("#trial")  # requested by the starter
         starter.wait_for_selector(".page-feed[data-feed=open]")
         starter.wait_for_function(  # the log's order: five step_ms, then total_ms (maybe in a later chunk)
             "() => { const d = document.querySelector('.metric-plot[data-metric=\"total_ms\"]');"
@@ -148,7 +151,7 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         assert "Proposed" in starter.inner_text("#verdict-box")
         # The other person decides (through the API): both pages follow.
         trial_id = int(starter.get_attribute("#trial", "data-trial-id"))
-        api = {"Authorization": "Bearer " + server.cli("token", "create", "watcher").stdout.strip()}
+        api = {"Authorization": "Bearer " + server.cli("token", "create", "watcher", "--user", "bob").stdout.strip()}
         r = httpx.post(
             f"{server.url}/api/trials/{trial_id}/verdict",
             json={"status": "promising", "reason": "decided by the watcher", "components": []},
@@ -160,6 +163,8 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         watcher.wait_for_selector("#approach-steps[data-status=promising]")
         assert "Waiting for your verdict" not in watcher.inner_text("#campaign-verdicts")
         assert starter.evaluate(NOT_RELOADED) and watcher.evaluate(NOT_RELOADED)
+        watcher.goto(f"{server.url}/campaigns/live/approaches/steps")  # the history names who decided
+        assert "bob" in watcher.inner_text(".history")
     finally:
         for ctx in contexts:
             ctx.close()
