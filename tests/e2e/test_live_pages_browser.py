@@ -165,6 +165,9 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         assert starter.evaluate(NOT_RELOADED) and watcher.evaluate(NOT_RELOADED)
         watcher.goto(f"{server.url}/campaigns/live/approaches/steps")  # the history names who decided
         assert "bob" in watcher.inner_text(".history")
+        # The trial page (log, metrics, plots, verdict) fits a 390 px phone.
+        starter.set_viewport_size({"width": 390, "height": 844})
+        starter.wait_for_function("() => document.scrollingElement.scrollWidth <= 390", timeout=5000)
     finally:
         for ctx in contexts:
             ctx.close()
