@@ -181,7 +181,7 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> N
     reader: asyncio.Task | None = None
     ended = asyncio.Event()  # its session or token ended
     watched = access.watch(ws.app, access.credential(ws), ended.set)
-    revoked: asyncio.Task | None = asyncio.create_task(ended.wait())
+    revoked = asyncio.create_task(ended.wait())
     try:
         trial = await run_in_tx(engine, lambda s: s.get(Trial, trial_id), write=False)
         if trial is None:

@@ -17,6 +17,7 @@ import pytest
 from sqlmodel import select
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from app.db import session_scope
 from app.models import AuthToken, BrowserSession
@@ -68,7 +69,7 @@ def _log_socket(stack: contextlib.ExitStack, srv: ThreadServer, trial_id: int, c
     ws = stack.enter_context(
         connect(
             f"{srv.ws_url}/api/trials/{trial_id}/logs/ws",
-            origin=srv.url,  # type: ignore[arg-type]
+            origin=Origin(srv.url),
             additional_headers={"Cookie": f"{SESSION_COOKIE}={cookie}"},
             open_timeout=10,
         )
