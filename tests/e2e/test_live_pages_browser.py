@@ -7,7 +7,7 @@ themselves through the page feed (server-sent events), never reloaded, never pol
   its verdict box turns to the proposal with its decide form, and to "Verdict recorded" when the other
   person confirms the verdict (by API), on both pages.
 - A runner's "last seen" moves with its heartbeats (coalesced notices) on an open Runners page, and a
-  runner killed with SIGKILL turns offline there within its lost timeout.
+  runner killed with SIGKILL, or hung with SIGSTOP, turns offline there within its lost timeout.
 - A page whose feed dropped (the server restarted) catches up with what changed meanwhile.
 
 Trials wait for a file the test writes, so "still running" is certain; every wait is a DOM wait.
@@ -175,7 +175,15 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         stop_live_server(server)
 
 
-def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser):
+@pytest.mark.parametrize(
+    "how",
+    [
+        signal.SIGKILL,  # its process is gone: the socket closes
+        signal.SIGSTOP,  # hung: the socket stays open, the heartbeats stop; the lost-runner sweep decides
+    ],
+    ids=["killed", "hung"],
+)
+def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser, how):
     lost_after_s = 2.0
     db_url = f"sqlite:///{tmp_path / 'runners.db'}"
     server = start_live_server(
@@ -216,11 +224,12 @@ def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser
             "([sel, seen]) => { const td = document.querySelector(sel);"
             " return td && td.dataset.lastSeen && td.dataset.lastSeen !== seen; }",
             arg=[f"{row} .last-seen", seen],
-            timeout=15000,
+            timeout=30000,
         )
         assert page.get_attribute(row, "data-status") == "online"
-        os.killpg(runner.pid, signal.SIGKILL)
-        runner.wait(timeout=10)
+        os.killpg(runner.pid, how)
+        if how == signal.SIGKILL:
+            runner.wait(timeout=10)
         page.wait_for_selector(f"{row}[data-status=offline]", timeout=int(lost_after_s * 1000) + 3000)
         assert page.evaluate(NOT_RELOADED)
     finally:
