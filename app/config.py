@@ -49,6 +49,20 @@ class Settings(BaseSettings):
         32 * 1024 * 1024, description="Stored log bytes per trial; past it the head and tail are kept."
     )
     heartbeat_s: float = Field(5.0, gt=0, le=3600, description="Runner heartbeat period.")
+    heartbeat_notice_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description='Open Runners pages are told of runners\' heartbeats (their "last seen") at most once per this '
+        "many seconds, however many runners beat.",
+    )
+    access_recheck_s: float = Field(
+        3.0,
+        gt=0,
+        le=3600,
+        description="How often open page feeds and live-log sockets check that their session or API token is still "
+        "live (revoked elsewhere, expired, user disabled); a revoke on this server closes them at once.",
+    )
     runner_lost_after_s: float | None = Field(
         None,
         gt=0,

@@ -39,6 +39,7 @@ def get_session(request: Request) -> Iterator[Session]:
     request.state.feed_mark = feed.mark()
     with session_scope(request.app.state.engine, write=request.method in UNSAFE_METHODS) as session:
         session.info["page_feed"] = feed  # app/services/events.after_commit
+        session.info["access_watch"] = request.app.state.access_watch  # app/services/access.recheck_after_commit
         yield session
 
 
@@ -62,7 +63,7 @@ class NotLoggedIn(Exception):
     """Raised for a request that needs an operator; app/errors.py turns it into 401 or a login redirect."""
 
 
-def _bearer(request: HTTPConnection) -> str | None:
+def bearer_token(request: HTTPConnection) -> str | None:
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
@@ -76,7 +77,7 @@ def operator_from(conn: HTTPConnection) -> Operator | None:
     a browser is the "local" admin, who still carries a CSRF token: cross-site requests are
     refused either way."""
     app = conn.app
-    token = _bearer(conn)
+    token = bearer_token(conn)
     if token:
         with open_session(app.state.engine, write=False) as session:
             operator = token_operator(session, token)

@@ -371,7 +371,11 @@
     ws.onclose = (ev) => {
       if (statusEl.dataset.live === "live") { statusEl.dataset.live = "off"; statusEl.classList.remove("is-live"); }
       if (ev.code === 4000) { statusEl.textContent = "catching up…"; setTimeout(connect, 50); return; }
-      if (ev.code === 4403 || ev.code === 1008) { statusEl.textContent = "log in again to follow the log"; return; }
+      if (ev.code === 4403 || ev.code === 4401 || ev.code === 1008) {  // 4401: the session was revoked
+        statusEl.dataset.live = "ended-session";
+        statusEl.textContent = "log in again to follow the log";
+        return;
+      }
       const wait = Math.min(10000, 500 * Math.pow(2, retry++));
       statusEl.textContent = TERMINAL.includes(view.state) ? "trial ended" : "disconnected; retrying…";
       setTimeout(connect, TERMINAL.includes(view.state) && retry > 3 ? 30000 : wait);

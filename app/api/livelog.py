@@ -6,7 +6,8 @@ order without repeats:
     {"type": "state", ...trial fields...}
     {"type": "log", "chunks": [[seq, text], ...]}
 A viewer that falls behind is closed with code 4000 (live.RESYNC_CLOSE_CODE): reconnect with the
-last seq you have.
+last seq you have. A socket whose session or API token ends (revoked, logged out, expired, user
+disabled: app/services/access.py) is closed with code 4401 (SESSION_ENDED_CLOSE_CODE): log in again.
 
 Costs are per publish, not per viewer: a live frame is encoded once (live.Frame) and sent as it is
 to every viewer that is caught up; backlog pages are read and encoded on a worker thread. The socket
@@ -30,6 +31,7 @@ from app.domain import logs as log_domain
 from app.domain import scheduling
 from app.live import RESYNC_CLOSE_CODE, Frame, Subscriber, get_hub, run_in_tx, trace
 from app.models import Trial
+from app.services import access
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["trials"])
@@ -38,6 +40,7 @@ BACKLOG_PAGE = 500  # chunks per backlog read (and per message)
 BACKLOG_PAGE_BYTES = 1024 * 1024  # ... or this many bytes of text, whichever comes first
 PENDING_LIMIT = 2000  # chunks held out of order before the viewer is told to resync
 COALESCE_FRAMES = 64  # queued frames a viewer that fell behind sends as one message, at most
+SESSION_ENDED_CLOSE_CODE = 4401
 
 
 def browser_allowed(ws: WebSocket) -> bool:
@@ -176,6 +179,9 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> N
     sub = hub.subscribe(trial_id)  # before reading the database, so no chunk falls in between
     sender: asyncio.Task | None = None
     reader: asyncio.Task | None = None
+    ended = asyncio.Event()  # its session or token ended
+    watched = access.watch(ws.app, access.credential(ws), ended.set)
+    revoked = asyncio.create_task(ended.wait())
     try:
         trial = await run_in_tx(engine, lambda s: s.get(Trial, trial_id), write=False)
         if trial is None:
@@ -188,9 +194,13 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> N
         sub.on_drop = sender.cancel  # fell behind: stop sending (even mid-send to a stuck viewer)
         if sub.dropped:  # already, by what was in flight when it subscribed
             sender.cancel()
-        await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({sender, reader, revoked}, return_when=asyncio.FIRST_COMPLETED)
         if reader.done():
             return  # the viewer left (or the server is shutting down)
+        if ended.is_set():
+            sender.cancel()
+            await _close(ws, SESSION_ENDED_CLOSE_CODE, "your session ended: log in again")
+            return
         try:
             await sender
         except asyncio.CancelledError:
@@ -202,8 +212,9 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> N
     except (WebSocketDisconnect, RuntimeError):
         pass
     finally:
+        access.unwatch(ws.app, watched)
         hub.unsubscribe(sub)
-        for task in (sender, reader):
+        for task in (sender, reader, revoked):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):

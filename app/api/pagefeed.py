@@ -11,7 +11,8 @@ a notice that a topic changed (app/services/events.py), never the data itself:
 The page's fragments re-fetch themselves on it (`hx-trigger="sse:campaign"`, htmx-ext-sse), so
 the HTML always comes from the same templates as on load. On (re)connect the stream first sends
 one notice for every topic published after `since` (the page's mark, or the Last-Event-ID a
-reconnecting EventSource sends): a page that was away catches up. Streams end at shutdown.
+reconnecting EventSource sends): a page that was away catches up. Streams end at shutdown, and
+when the session or API token they were opened with ends (app/services/access.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.deps import operator_from, same_origin
-from app.services import events
+from app.services import access, events
 
 router = APIRouter(tags=["pages"])
 
@@ -38,14 +39,16 @@ class FeedResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, feed: events.PageFeed, stream: events.Stream, first: str) -> None:
+    def __init__(
+        self, feed: events.PageFeed, stream: events.Stream, first: str, credential: tuple[str, str] | None
+    ) -> None:
         super().__init__(
             content=None,
             media_type=self.media_type,
             headers={"Cache-Control": "no-cache, no-store", "X-Accel-Buffering": "no"},
         )
         self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]  # endless
-        self.feed, self.stream, self.first = feed, stream, first
+        self.feed, self.stream, self.first, self.credential = feed, stream, first, credential
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = self.stream
@@ -56,6 +59,7 @@ class FeedResponse(Response):
             stream.close()
 
         watcher = asyncio.create_task(until_disconnect())
+        watched = access.watch(scope["app"], self.credential, stream.close)  # a revoked session ends it
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             await send({"type": "http.response.body", "body": self.first.encode(), "more_body": True})
@@ -74,6 +78,7 @@ class FeedResponse(Response):
         except OSError:
             pass  # the client went away mid-write
         finally:
+            access.unwatch(scope["app"], watched)
             self.feed.release(stream)
             watcher.cancel()
             with contextlib.suppress(BaseException):
@@ -86,7 +91,7 @@ async def page_feed(
     request: Request,
     topic: Annotated[
         list[str],
-        Query(description="campaign:<id>, approach:<id>, trial:<id> or runners; repeat for several"),
+        Query(description="campaign:<id>, approach:<id>, trial:<id>, runners or heartbeats; repeat for several"),
     ],
     since: Annotated[str, Query(max_length=64, description="The page's mark: notices after it are sent first")] = "",
 ) -> Response:
@@ -99,7 +104,9 @@ async def page_feed(
         raise HTTPException(422, f"topic: give 1 to {events.MAX_TOPICS} topics")
     for t in topics:
         if not events.TOPIC.fullmatch(t):
-            raise HTTPException(422, f"topic: {t[:80]!r} is not campaign:<id>, approach:<id>, trial:<id> or runners")
+            raise HTTPException(
+                422, f"topic: {t[:80]!r} is not campaign:<id>, approach:<id>, trial:<id>, runners or heartbeats"
+            )
     feed = events.get_feed(request.app)
     stream = feed.open(topics)  # before reading the mark: a publish in between is sent, not lost
     last_id = request.headers.get("last-event-id", "")[:64]
@@ -110,4 +117,4 @@ async def page_feed(
         + "".join(f"id: {mark}\nevent: {events.kind(t)}\ndata: {t}\n\n" for t in missed)
         + ": open\n\n"
     )
-    return FeedResponse(feed, stream, first)
+    return FeedResponse(feed, stream, first, access.credential(request))

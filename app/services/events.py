@@ -1,7 +1,8 @@
 """Page events: small "X changed" notices pushed to open pages (server-sent events, app/api/pagefeed.py),
 published only after the transaction that made the change has committed.
 
-A topic names what changed: `campaign:<id>`, `approach:<id>`, `trial:<id>` or `runners`. A page
+A topic names what changed: `campaign:<id>`, `approach:<id>`, `trial:<id>`, `runners` (a runner's state)
+or `heartbeats` (runners' "last seen": only the Runners page follows it, and its window is long). A page
 subscribes to the topics it shows; on a notice it re-fetches its fragments with htmx (the same
 templates as on load). Log chunks are never page events: only state changes are.
 
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 
 COALESCE_S = 0.2  # at most one notice per topic per this many seconds (a burst's first at once)
 RUNNERS = "runners"
-TOPIC = re.compile(r"(?:(campaign|approach|trial):([1-9][0-9]{0,18})|runners)")  # fullmatch
+HEARTBEATS = "heartbeats"  # every runner's heartbeat: coalesced over Settings.heartbeat_notice_s
+TOPIC = re.compile(r"(?:(campaign|approach|trial):([1-9][0-9]{0,18})|runners|heartbeats)")  # fullmatch
 MAX_TOPICS = 8  # per stream
 
 
@@ -91,8 +93,9 @@ class PageFeed:
     """Topic -> open streams; per-topic coalescing; a sequence number per publish (the SSE event id,
     with this process's boot id) so a reconnecting page learns what it missed."""
 
-    def __init__(self, coalesce_s: float = COALESCE_S) -> None:
+    def __init__(self, coalesce_s: float = COALESCE_S, windows: dict[str, float] | None = None) -> None:
         self.coalesce_s = coalesce_s
+        self.windows = windows or {}  # topic -> its own coalescing window (heartbeats: seconds, not 200 ms)
         self.boot = uuid.uuid4().hex[:12]
         self.seq = 0
         self.last_seq: dict[str, int] = {}  # topic -> seq of its latest publish
@@ -153,13 +156,13 @@ class PageFeed:
                 continue
             self._deliver(topic)
             self._window[topic] = False
-            asyncio.get_running_loop().call_later(self.coalesce_s, self._window_end, topic)
+            asyncio.get_running_loop().call_later(self.windows.get(topic, self.coalesce_s), self._window_end, topic)
 
     def _window_end(self, topic: str) -> None:
         if self._window.pop(topic, False):
             self._deliver(topic)
             self._window[topic] = False
-            asyncio.get_running_loop().call_later(self.coalesce_s, self._window_end, topic)
+            asyncio.get_running_loop().call_later(self.windows.get(topic, self.coalesce_s), self._window_end, topic)
 
     def _deliver(self, topic: str) -> None:
         subs = self.streams.get(topic)
@@ -221,8 +224,8 @@ def after_commit(session: Session, *topics: str) -> None:
     event.listen(session, "after_soft_rollback", rolled_back)
 
 
-def install(app: Any) -> None:
-    app.state.page_feed = PageFeed()
+def install(app: Any, heartbeat_notice_s: float = 5.0) -> None:
+    app.state.page_feed = PageFeed(windows={HEARTBEATS: heartbeat_notice_s})
 
 
 async def start(app: Any) -> None:

@@ -1,5 +1,5 @@
 """What the server starts and stops with its lifespan: the live hub, the page feed (app/services/events.py),
-the lost-runner sweeper, the embedded runner, gc.freeze, and tracing probes."""
+the open streams' credential check (app/services/access.py), the lost-runner sweeper, the embedded runner, gc.freeze, and tracing probes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
 from app.live import LiveHub, get_hub, run_in_tx, trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
-from app.services import events
+from app.services import access, events
 from app.services.runners import sweep_once
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,8 @@ def install_state(app: FastAPI) -> None:
     """The live hub and the metric extractor: app state every socket and service uses."""
     app.state.live_hub = LiveHub()
     app.state.metric_extractor = log_domain.MetricExtractor()
-    events.install(app)
+    events.install(app, heartbeat_notice_s=app.state.settings.heartbeat_notice_s)
+    access.install(app)
 
 
 def _needs_sweep(session: Session) -> bool:
@@ -67,6 +68,7 @@ async def start(app: FastAPI) -> None:
     gc.collect()
     gc.freeze()
     app.state.runner_sweeper = asyncio.create_task(_sweeper(app))
+    app.state.access_checker = asyncio.create_task(access.get_watch(app).run())
     app.state.trace_probes = asyncio.create_task(trace_probes()) if trace.on else None
     settings = app.state.settings
     app.state.embedded_runner = None
@@ -80,7 +82,7 @@ async def start(app: FastAPI) -> None:
 
 async def stop(app: FastAPI) -> None:
     events.stop(app)
-    for name in ("runner_sweeper", "trace_probes"):
+    for name in ("runner_sweeper", "access_checker", "trace_probes"):
         task = getattr(app.state, name, None)
         if task is not None:
             task.cancel()

@@ -259,6 +259,7 @@ class RunnerIngest:
         runner.last_seen_at = utcnow()
         runner.connected = True
         session.add(runner)
+        out.topics.add(events.HEARTBEATS)  # the Runners page's "last seen" (one notice per window, all runners)
         for ref in msg.attempts:
             try:
                 trial = scheduling.current_trial(session, ref, self.runner_id)

@@ -25,6 +25,7 @@ from app.security import (
     redeem_login_token,
     redeem_setup_token,
 )
+from app.services import access
 
 router = APIRouter(include_in_schema=False)
 DEFAULT_ADMIN_NAME = "admin"
@@ -146,6 +147,7 @@ def invite_accept(
 def logout(session: SessionDep, operator: UserDep) -> Response:
     if operator.session_id:
         end_session(session, operator.session_id)
+        access.recheck_after_commit(session)  # its open page feeds and live logs close
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE)
     return response

@@ -57,6 +57,7 @@ def _runners(session: Session) -> dict[str, Any]:
 
 @router.get("/trials/{trial_id}")
 async def trial_page(request: Request, trial_id: RowId, operator: OperatorDep) -> HTMLResponse:
+    request.state.feed_mark = events.get_feed(request.app).mark()  # before the read: see app/api/pagefeed.py
     ctx = await run_in_tx(request.app.state.engine, _trial_page, trial_id, write=False)
     return render(request, "trial.html", ctx)
 

@@ -1,19 +1,16 @@
 """In Chromium against a real `campaign serve`: the charts page draws the break-even chart, the
 what-if moves it without a reload, a share link opens without login, and its export opens offline.
 
-CAMPAIGN_SCREENSHOTS=1 also writes docs/charts.png and docs/status.png from the same server.
+scripts/screenshots retakes docs/charts.png and docs/status.png the same way.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
 from tests.support.charts import SLUG, build_fixture_campaign
-from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.browser
 T_BASE = 1000 / 82
@@ -231,9 +228,9 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
 
 
 def test_screenshots(live_server, browser, tmp_path):
-    """The Kimi-K2.5 demo's charts and its status page render whole into screenshots; with
-    CAMPAIGN_SCREENSHOTS=1 the images replace docs/charts.png and docs/status.png (the real demo, no fixture)."""
-    out = ROOT / "docs" if os.environ.get("CAMPAIGN_SCREENSHOTS") else tmp_path
+    """The Kimi-K2.5 demo's charts and its status page render whole into screenshots (scripts/screenshots
+    writes the docs' images the same way)."""
+    out = tmp_path
     slug = "kimi-k25-eagle3"
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
     page = context.new_page()

@@ -3,28 +3,17 @@ page (an allreduce sweep and its re-run after a stack upgrade), press "Compare s
 comparison: Plotly's traces (from the chart div) hold both trials' measured values, the metric menu switches
 the chart, and the stack diff highlights the components that differ.
 
-CAMPAIGN_SCREENSHOTS=1 also writes docs/compare.png."""
+scripts/screenshots draws docs/compare.png from the same campaign."""
 
 from __future__ import annotations
 
-import os
-from datetime import UTC, datetime, timedelta
-
 import pytest
-from sqlmodel import select
 
 from app.db import make_engine, session_scope
-from app.models import Approach, Trial
 from app.security import create_login_token
-from tests.support.charts import H200, H200_FP, SLUG, add_metrics, allreduce_metrics, build_fixture_campaign
-from tests.support.paths import ROOT
+from tests.support.charts import H200, RERUN_US, SLUG, build_fixture_rerun
 
 pytestmark = pytest.mark.browser
-
-
-# The NCCL eager sweep re-run after a stack upgrade (FIXTURE values): the question a comparison answers.
-UPGRADED_FP = {**H200_FP, "torch": "2.12.0", "nccl": "2.28.3"}
-RERUN_US = {1: 41.2, 8: 43.0, 64: 45.9, 256: 47.1}
 
 
 @pytest.fixture
@@ -34,29 +23,7 @@ def server(live_server):
     engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
     try:
         with session_scope(engine) as session:
-            campaign = build_fixture_campaign(session)
-            approach = session.exec(
-                select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == "nccl-eager")
-            ).one()
-            assert approach.id is not None
-            eager = session.exec(select(Trial).where(Trial.approach_id == approach.id)).one()
-            at = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
-            rerun = Trial(
-                campaign_id=campaign.id,
-                approach_id=approach.id,
-                recipe=approach.recipe or {},
-                state="succeeded",
-                phase="done",
-                requested_by="fixture",
-                fingerprint=UPGRADED_FP,
-                created_at=at,
-                started_at=at,
-                finished_at=at + timedelta(minutes=20),
-            )
-            session.add(rerun)
-            session.flush()
-            add_metrics(session, rerun, allreduce_metrics(RERUN_US, "eager"))
-            live_server.eager, live_server.rerun = eager.id, rerun.id
+            live_server.eager, live_server.rerun = build_fixture_rerun(session)
             token = create_login_token(session, 3600)
     finally:
         engine.dispose()
@@ -147,8 +114,6 @@ def test_compare_two_trials_from_the_campaign_page(server, browser):
         # The side-by-side table has each trial's value on the same row.
         row = page.locator("#compare-values tr", has_text="bytes=114688, tokens=8").filter(has_text="us").first
         assert "47.4" in row.inner_text() and "43" in row.inner_text()
-        if os.environ.get("CAMPAIGN_SCREENSHOTS"):
-            page.screenshot(path=str(ROOT / "docs" / "compare.png"), full_page=True)
     finally:
         context.close()
     assert errors == []

@@ -1,4 +1,5 @@
-"""In Chromium, against a real `campaign serve --demo`: every form lands on one page (exactly one
+"""In Chromium, against a real `campaign serve --demo`: every form (the four of issue 13: create campaign,
+import, delete approach, "Save as campaign inputs" on the charts page; and the rest) lands on one page (exactly one
 nav bar) with the new state; an error shows next to the field that caused it, in the viewport,
 and what was typed is still there; the key/slug patterns compile (Chromium uses the `v` flag)."""
 
@@ -177,4 +178,42 @@ def test_share_link_form_swaps_in_place(page, live_server):
     page.fill("form.share-create input[name=name]", "weekly review")
     page.click("form.share-create button[type=submit]")
     expect(page.locator("#share-links tr.created")).to_contain_text("weekly review")
+    one_page(page)
+
+
+def test_save_as_campaign_inputs_confirms_once_and_lands_on_the_charts(page, live_server):
+    campaign = KIMI
+    page.goto(live_server.url + campaign + "/charts")
+    dialogs = []
+
+    def on_dialog(dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", on_dialog)
+    page.fill("#whatif-form input[name=accept_length]", "3.3")
+    expect(page.locator("[data-testid=whatif-active]")).to_be_visible()  # a what-if: nothing stored yet
+    page.click("#whatif-form button:has-text('Save as campaign inputs')")
+    expect(page.locator("[data-testid=whatif-active]")).to_have_count(0)  # the stored inputs, freshly loaded
+    assert page.url == live_server.url + campaign + "/charts"
+    assert len(dialogs) == 1 and "model inputs" in dialogs[0]
+    one_page(page)
+    assert page.input_value("#whatif-form input[name=accept_length]") == "3.3"  # the stored value
+    page.reload()
+    assert page.input_value("#whatif-form input[name=accept_length]") == "3.3"
+    assert page.console_errors == []
+
+
+def test_save_as_campaign_inputs_error_is_by_the_field_and_keeps_the_input(page, live_server):
+    campaign = KIMI
+    page.goto(live_server.url + campaign + "/charts")
+    page.set_viewport_size({"width": 1280, "height": 600})
+    page.on("dialog", lambda dialog: dialog.accept())
+    field = page.locator("#whatif-form input[name=accept_length]")
+    field.fill("0.5")  # below 1: refused by the server (the browser's min is not checked on a button post)
+    page.click("#whatif-form button:has-text('Save as campaign inputs')")
+    error = page.locator("#whatif-form .field-error")
+    expect(error).to_contain_text("accept_length")
+    expect(error).to_be_in_viewport()
+    assert field.input_value() == "0.5"
     one_page(page)

@@ -24,7 +24,15 @@ def page(live_server, browser):
 
 def test_pages_fit_a_390px_phone(page, live_server):
     page.set_viewport_size({"width": 390, "height": 844})
-    for path in ("/", KIMI, "/campaigns/allreduce-shootout", KIMI + "/approaches/torch-symm-mem", "/runners"):
+    pages: tuple[str, ...] = (
+        "/",
+        KIMI,
+        "/campaigns/allreduce-shootout",
+        KIMI + "/approaches/torch-symm-mem",
+        "/runners",
+    )
+    pages += (KIMI + "/charts", "/users", "/tokens", "/sessions")  # a trial page: test_live_pages_browser.py
+    for path in pages:
         page.goto(live_server.url + path)
         page.wait_for_load_state("networkidle")
         width = page.evaluate("document.scrollingElement.scrollWidth")

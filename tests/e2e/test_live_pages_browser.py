@@ -3,8 +3,11 @@ themselves through the page feed (server-sent events), never reloaded, never pol
 
 - Two people at once: a trial one starts (Run next) appears, runs and ends on the other's open
   campaign page ("waiting for your verdict" included); the starter's trial page goes from running to
-  succeeded, its "live" badge ends, and a small chart per metric grows, then shows the stored values.
-- A runner killed with SIGKILL turns offline on an open Runners page within its lost timeout.
+  succeeded, its "live" badge ends, and a small chart per metric grows, then shows the stored values;
+  its verdict box turns to the proposal with its decide form, and to "Verdict recorded" when the other
+  person confirms the verdict (by API), on both pages.
+- A runner's "last seen" moves with its heartbeats (coalesced notices) on an open Runners page, and a
+  runner killed with SIGKILL, or hung with SIGSTOP, turns offline there within its lost timeout.
 - A page whose feed dropped (the server restarted) catches up with what changed meanwhile.
 
 Trials wait for a file the test writes, so "still running" is certain; every wait is a DOM wait.
@@ -23,8 +26,8 @@ import pytest
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
-from app.domain import inventory
-from app.models import Approach
+from app.domain import inventory, users
+from app.models import Approach, Role
 from app.security import create_login_token
 from tests.support.paths import ROOT
 from tests.support.servers import start_live_server, stop_live_server
@@ -54,11 +57,13 @@ MARK = "() => { window.__notReloaded = 'yes'; return true; }"
 NOT_RELOADED = "() => window.__notReloaded === 'yes'"
 
 
-def _login(browser, server, engine):
+def _login(browser, server, engine, name: str | None = None):
+    """A browser context logged in as the board's admin, or as the operator `name` (made if new)."""
     context = browser.new_context()
     page = context.new_page()
     with session_scope(engine) as session:
-        token = create_login_token(session, 600)
+        user = users.create_user(session, name, Role.operator) if name else None
+        token = create_login_token(session, 600, user)
     page.goto(f"{server.url}/login?token={token}")
     return context, page
 
@@ -80,8 +85,8 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
     try:
         recipe = command_recipe(sys.executable, "-c", SCRIPT, str(go))
         seed_campaign(engine, "live", [{"key": "steps", "title": "Steps", "recipe": recipe}])
-        ctx_a, starter = _login(browser, server, engine)
-        ctx_b, watcher = _login(browser, server, engine)
+        ctx_a, starter = _login(browser, server, engine, "ada")
+        ctx_b, watcher = _login(browser, server, engine, "bob")
         contexts = [ctx_a, ctx_b]
 
         watcher.goto(f"{server.url}/campaigns/live")
@@ -108,6 +113,9 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         # The starter's trial page: running, "live", a chart per metric name growing with the log.
         starter.wait_for_selector("[data-live=state] [data-state=running]")
         starter.wait_for_selector("#log-status[data-live=live]")
+        starter.wait_for_selector("#verdict-box[data-verdict=not-ended]")
+        assert "ada" in starter.inner_text("#trial")  # requested by the starter
+        starter.wait_for_selector(".page-feed[data-feed=open]")
         starter.wait_for_function(  # the log's order: five step_ms, then total_ms (maybe in a later chunk)
             "() => { const d = document.querySelector('.metric-plot[data-metric=\"total_ms\"]');"
             " return d && d.data && d.data[0].y.length === 1; }"
@@ -137,6 +145,29 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         watcher.wait_for_selector("#approach-steps[data-status=awaiting]")
         assert watcher.locator("#recent-trials [data-state=running]").count() == 0
         assert watcher.evaluate(NOT_RELOADED)
+
+        # The starter's verdict box: the proposal and its decide form, without a reload.
+        starter.wait_for_selector("#verdict-box[data-verdict=pending] form.verdict-form button[type=submit]")
+        assert "Proposed" in starter.inner_text("#verdict-box")
+        # The other person decides (through the API): both pages follow.
+        trial_id = int(starter.get_attribute("#trial", "data-trial-id"))
+        api = {"Authorization": "Bearer " + server.cli("token", "create", "watcher", "--user", "bob").stdout.strip()}
+        r = httpx.post(
+            f"{server.url}/api/trials/{trial_id}/verdict",
+            json={"status": "promising", "reason": "decided by the watcher", "components": []},
+            headers=api,
+        )
+        assert r.status_code == 200, r.text
+        starter.wait_for_selector("#verdict-box[data-verdict=recorded]:has-text('decided by the watcher')")
+        assert starter.locator("#verdict-box form").count() == 0
+        watcher.wait_for_selector("#approach-steps[data-status=promising]")
+        assert "Waiting for your verdict" not in watcher.inner_text("#campaign-verdicts")
+        assert starter.evaluate(NOT_RELOADED) and watcher.evaluate(NOT_RELOADED)
+        watcher.goto(f"{server.url}/campaigns/live/approaches/steps")  # the history names who decided
+        assert "bob" in watcher.inner_text(".history")
+        # The trial page (log, metrics, plots, verdict) fits a 390 px phone.
+        starter.set_viewport_size({"width": 390, "height": 844})
+        starter.wait_for_function("() => document.scrollingElement.scrollWidth <= 390", timeout=5000)
     finally:
         for ctx in contexts:
             ctx.close()
@@ -144,14 +175,26 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         stop_live_server(server)
 
 
-def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser):
+@pytest.mark.parametrize(
+    "how",
+    [
+        signal.SIGKILL,  # its process is gone: the socket closes
+        signal.SIGSTOP,  # hung: the socket stays open, the heartbeats stop; the lost-runner sweep decides
+    ],
+    ids=["killed", "hung"],
+)
+def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser, how):
     lost_after_s = 2.0
     db_url = f"sqlite:///{tmp_path / 'runners.db'}"
     server = start_live_server(
         tmp_path,
         db_url,
         "--no-runner",
-        env={"CAMPAIGN_HEARTBEAT_S": "0.5", "CAMPAIGN_RUNNER_LOST_AFTER_S": str(lost_after_s)},
+        env={
+            "CAMPAIGN_HEARTBEAT_S": "0.5",
+            "CAMPAIGN_HEARTBEAT_NOTICE_S": "1",
+            "CAMPAIGN_RUNNER_LOST_AFTER_S": str(lost_after_s),
+        },
     )
     engine = make_engine(db_url)
     runner = None
@@ -175,8 +218,18 @@ def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser
             start_new_session=True,
         )
         page.wait_for_selector(f"{row}[data-status=online]", timeout=30000)  # it connected: the page says so
-        os.killpg(runner.pid, signal.SIGKILL)
-        runner.wait(timeout=10)
+        # Its heartbeats move "last seen" on the open page (the table re-fetched on a "heartbeats" notice).
+        seen = page.get_attribute(f"{row} .last-seen", "data-last-seen")
+        page.wait_for_function(
+            "([sel, seen]) => { const td = document.querySelector(sel);"
+            " return td && td.dataset.lastSeen && td.dataset.lastSeen !== seen; }",
+            arg=[f"{row} .last-seen", seen],
+            timeout=30000,
+        )
+        assert page.get_attribute(row, "data-status") == "online"
+        os.killpg(runner.pid, how)
+        if how == signal.SIGKILL:
+            runner.wait(timeout=10)
         page.wait_for_selector(f"{row}[data-status=offline]", timeout=int(lost_after_s * 1000) + 3000)
         assert page.evaluate(NOT_RELOADED)
     finally:

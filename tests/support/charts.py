@@ -311,3 +311,40 @@ def add_metrics(session: Session, trial: Trial, metrics: list[tuple], *, seq: in
                 tags=tags,
             )
         )
+
+
+# The NCCL eager sweep re-run after a stack upgrade (FIXTURE values): the question a comparison answers.
+UPGRADED_FP = {**H200_FP, "torch": "2.12.0", "nccl": "2.28.3"}
+RERUN_US = {1: 41.2, 8: 43.0, 64: 45.9, 256: 47.1}
+
+
+def build_fixture_rerun(session: Session) -> tuple[int, int]:
+    """The fixture campaign plus a re-run of its NCCL eager trial on an upgraded stack (torch 2.12.0,
+    NCCL 2.28.3; same GPUs): the ids of both trials (the compare page's test and screenshot)."""
+    from sqlmodel import select
+
+    from app.models import Approach
+
+    campaign = build_fixture_campaign(session)
+    approach = session.exec(
+        select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == "nccl-eager")
+    ).one()
+    eager = session.exec(select(Trial).where(Trial.approach_id == approach.id)).one()
+    at = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
+    rerun = Trial(
+        campaign_id=campaign.id,
+        approach_id=approach.id,
+        recipe=approach.recipe or {},
+        state="succeeded",
+        phase="done",
+        requested_by="fixture",
+        fingerprint=UPGRADED_FP,
+        created_at=at,
+        started_at=at,
+        finished_at=at + timedelta(minutes=20),
+    )
+    session.add(rerun)
+    session.flush()
+    add_metrics(session, rerun, allreduce_metrics(RERUN_US, "eager"))
+    assert eager.id is not None and rerun.id is not None
+    return eager.id, rerun.id

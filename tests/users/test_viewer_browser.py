@@ -1,7 +1,8 @@
 """In Chromium and over the API, against a real server with its embedded runner: a viewer follows a
 running trial's live log, finds no write control on the pages, and is refused every change: a
 control forced back into the page gets the server's 403 in the flash, and the viewer's API token
-gets 403 from every unsafe route of the app."""
+gets 403 from every unsafe route of the app. When an admin revokes the viewer's session, the open
+trial page's live log and page feed end at once."""
 
 from __future__ import annotations
 
@@ -80,6 +81,21 @@ def test_a_viewer_follows_a_live_log_and_is_refused_every_change(tmp_path, brows
         go.write_text("go")
         page.wait_for_selector("#log:has-text('last line after go')", timeout=30000)  # live, no reload
         page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
+        # The verdict box turns to the proposal by itself; its decide form is not the viewer's to see.
+        page.evaluate("() => { document.body.dataset.role = 'viewer'; }")  # as the server drew it
+        page.wait_for_selector("#verdict-box[data-verdict=pending]", timeout=30000)
+        assert page.locator("#verdict-box form").count() == 1 and page.locator("#verdict-box form").is_hidden()
+
+        # An admin revokes Vera's session: her open trial page loses its live log and page feed at once.
+        page.wait_for_selector(".page-feed[data-feed=open]")
+        (row,) = [s for s in admin.get("/api/sessions").json() if s["user_name"] == "Vera"]
+        assert admin.delete(f"/api/sessions/{row['id']}").status_code == 204
+        page.wait_for_selector("#log-status[data-live=ended-session]", timeout=15000)
+        assert page.inner_text("#log-status") == "log in again to follow the log"
+        page.wait_for_selector(".page-feed[data-feed=reconnecting]", timeout=15000)
+        with session_scope(engine) as session:
+            viewer_link = create_login_token(session, 600, users.user_by_name(session, "Vera"))
+        page.goto(f"{server.url}/login?token={viewer_link}")
 
         # The campaign, approach and runners pages: no write control is shown (log out is the one form).
         for path in ("/campaigns/live/approaches/wait", "/runners", "/campaigns/live"):

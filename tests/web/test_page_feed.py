@@ -6,76 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import signal
-import threading
-from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import httpx
 import pytest
+from sqlmodel import select
 
 from app.db import make_engine, session_scope
-from app.models import Approach, Campaign
+from app.models import Approach, Campaign, Runner
 from app.security import SESSION_COOKIE, create_api_token
 from app.services.events import PageFeed
+from tests.support.feeds import FeedReader
 from tests.support.servers import ThreadServer, start_live_server
-from tests.support.trials import ProtocolRunner, command_recipe, make_settings, new_runner_token, seed_campaign
-
-
-@dataclass
-class Notice:
-    id: str
-    event: str
-    data: str
-
-
-class FeedReader:
-    """One open feed, read on a thread: its notices in a queue, `ended` once the server ended it cleanly."""
-
-    def __init__(self, url: str, headers: dict[str, str], cookies: dict[str, str] | None = None) -> None:
-        self.notices: queue.Queue[Notice] = queue.Queue()
-        self.opened = threading.Event()
-        self.ended = threading.Event()
-        self.error: BaseException | None = None
-        self.status = 0
-        self.client = httpx.Client(timeout=httpx.Timeout(60, read=60), cookies=cookies)
-        self.thread = threading.Thread(target=self._run, args=(url, headers), daemon=True)
-        self.thread.start()
-        assert self.opened.wait(30), "the feed did not answer"
-
-    def _run(self, url: str, headers: dict[str, str]) -> None:
-        try:
-            with self.client.stream("GET", url, headers=headers) as r:
-                self.status = r.status_code
-                self.opened.set()
-                if r.status_code != 200:
-                    return
-                fields: dict[str, str] = {}
-                for line in r.iter_lines():
-                    if not line:
-                        if "event" in fields:
-                            self.notices.put(Notice(fields.get("id", ""), fields["event"], fields.get("data", "")))
-                        fields = {}
-                    elif not line.startswith(":"):
-                        name, _, value = line.partition(":")
-                        fields[name] = value.strip()
-            self.ended.set()
-        except BaseException as exc:
-            self.error = exc
-            self.opened.set()
-
-    def next(self, timeout: float = 15) -> Notice:
-        return self.notices.get(timeout=timeout)
-
-    def until(self, data: str, timeout: float = 15) -> Notice:
-        while True:
-            n = self.next(timeout)
-            if n.data == data:
-                return n
-
-    def close(self) -> None:
-        self.client.close()
+from tests.support.trials import (
+    ProtocolRunner,
+    command_recipe,
+    make_settings,
+    new_runner_token,
+    seed_campaign,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -310,3 +261,66 @@ def test_sigterm_ends_open_page_feeds_and_the_server_exits(tmp_path):
         engine.dispose()
         if server.proc.poll() is None:
             os.killpg(server.proc.pid, signal.SIGKILL)
+
+
+def test_heartbeats_reach_the_runners_page_coalesced_over_their_own_window():
+    """Every runner's heartbeat publishes "heartbeats": the first notice goes out at once, the rest of
+    the window's beats (from any number of runners) as one notice when it ends; other topics keep
+    their short window."""
+
+    async def scenario() -> None:
+        feed = PageFeed(coalesce_s=0.05, windows={"heartbeats": 0.3})
+        page = feed.open(["runners", "heartbeats"])
+        for _ in range(500):  # 50 runners, 10 beats each
+            feed.publish("heartbeats")
+        assert page.take() == [f"id: {feed.boot}.1\nevent: heartbeats\ndata: heartbeats\n\n"]
+        feed.publish("runners")  # another topic is not held back by the beats' window
+        assert page.take() == [f"id: {feed.boot}.501\nevent: runners\ndata: runners\n\n"]
+        while feed.delivered < 3:  # the beats' window ends: the other 499 beats are one notice
+            await asyncio.sleep(0.02)
+        assert page.take() == [f"id: {feed.boot}.500\nevent: heartbeats\ndata: heartbeats\n\n"]
+        await asyncio.sleep(0.7)  # a quiet window: nothing more
+        assert feed.delivered == 3 and page.take() == []
+        feed.close_all()
+
+    asyncio.run(scenario())
+
+
+def test_runners_heartbeats_are_one_notice_per_window_on_a_real_server(tmp_path, db_url):
+    """Three runners beating fast: an open Runners feed hears of the first beat at once and of the
+    others only when the (long) window ends: never one notice per beat."""
+    server = ThreadServer(make_settings(tmp_path, db_url, heartbeat_notice_s=3600.0)).start()
+    runners: list[ProtocolRunner] = []
+    feed: PageFeed = server.app.state.page_feed
+    headers, cookies = _browser(server)
+    reader = FeedReader(_feed_url(server, "heartbeats", "runners", since=feed.mark()), headers, cookies)
+    try:
+        for i in range(3):
+            _, token = new_runner_token(server.engine, f"beating-{i}")
+            runners.append(ProtocolRunner(server.ws_url, token))
+        for _ in range(10):
+            for runner in runners:
+                runner.heartbeat()
+        assert reader.until("heartbeats").event == "heartbeats"
+        for runner in runners:  # each socket's messages are applied in order: its close comes after its beats
+            runner.close()
+
+        def offline() -> bool:
+            with session_scope(server.engine) as s:
+                return not any(r.connected for r in s.exec(select(Runner)).all())
+
+        wait_for(offline, what="the runners to go offline")
+        last_beat = feed.last_seq["heartbeats"]
+        assert last_beat >= 2  # several batches carried beats
+        heard = []  # until a "runners" notice published after the last beat: what was sent before it is here
+        while True:
+            notice = reader.next()
+            heard.append(notice.event)
+            if notice.event == "runners" and int(notice.id.split(".")[1]) > last_beat:
+                break
+        assert "heartbeats" not in heard  # the rest of the window's beats: not yet, and then as one
+    finally:
+        reader.close()
+        for runner in runners:
+            runner.close()
+        server.stop()
