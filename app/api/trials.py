@@ -68,7 +68,7 @@ def _queue(session: Session, slug: str) -> list[QueuedTrialPublic]:
     return [
         QueuedTrialPublic(
             position=q.position,
-            trial_id=q.trial.id,  # type: ignore[arg-type]
+            trial_id=q.trial.id,
             approach=q.approach.key,
             approach_title=q.approach.title,
             priority=q.approach.position,

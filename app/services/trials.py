@@ -4,7 +4,7 @@ and the publish to viewers."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import FastAPI
 from sqlmodel import Session
@@ -14,8 +14,6 @@ from app.domain.inventory import get_approach, get_campaign
 from app.live import get_hub, run_in_tx
 from app.models import Trial
 from app.services import events
-
-R = TypeVar("R", scheduling.RunNext, scheduling.RunNext | None)
 
 
 async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | None = None) -> scheduling.RunNext:
@@ -31,6 +29,7 @@ async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | No
         return scheduling.run_next(session, campaign, actor, online=hub.online())
 
     result = await _dispatch(app, work)
+    assert result is not None  # run_next / run_approach always answer
     if result.queued:
         # A runner that freed up (or was welcomed) while this transaction ran looked at the queue before
         # this trial was in it: now that it is, each connected runner looks again (idle ones take work).
@@ -55,22 +54,23 @@ async def start_queued_anywhere(app: FastAPI) -> None:
         await start_queued(app, runner_id)
 
 
-async def _dispatch(app: FastAPI, work: Callable[[Session], R]) -> R:
+async def _dispatch(app: FastAPI, work: Callable[[Session], scheduling.RunNext | None]) -> scheduling.RunNext | None:
     """Run `work` in a write transaction; push the Dispatch of the trial it started (if any) to its
     runner and publish the trial's change to viewers (a trial it queued: the publish only)."""
     hub = get_hub(app)
     with hub.attempts.share() as validating:
-        result = await run_in_tx(app.state.engine, work)
-        if validating and result is not None and result.started:
-            hub.attempts.remember(result.trial.id, result.dispatch.attempt_id, result.runner.id)  # type: ignore[union-attr, arg-type]
-    if result is None or result.trial is None:
+        result: scheduling.RunNext | None = await run_in_tx(app.state.engine, work)
+        if validating and result is not None and result.trial is not None and result.runner is not None:
+            if result.dispatch is not None:
+                hub.attempts.remember(result.dispatch.trial_id, result.dispatch.attempt_id, result.runner.id)  # type: ignore[arg-type]
+    if result is None or result.trial is None or result.trial.id is None:
         return result
-    if result.started and result.runner is not None and result.dispatch is not None:
+    if result.runner is not None and result.runner.id is not None and result.dispatch is not None:
         result.dispatch.approach_key = result.approach.key if result.approach else ""
         # If the push fails (the socket just closed), the runner gets it again when it reconnects
         # (scheduling.reconcile), or the trial is lost after runner_lost_after_s.
-        await hub.send_to_runner(result.runner.id, result.dispatch)  # type: ignore[arg-type]
-    hub.publish_state(result.trial.id, scheduling.trial_view(result.trial))  # type: ignore[arg-type]
+        await hub.send_to_runner(result.runner.id, result.dispatch)
+    hub.publish_state(result.trial.id, scheduling.trial_view(result.trial))
     events.publish(app, *events.of_trial(result.trial))
     return result
 

@@ -70,16 +70,16 @@ def test_queued_trials_start_in_priority_order_not_the_order_they_were_queued(en
         change = s.exec(select(StatusChange).order_by(StatusChange.id.desc())).first()
         assert change.reason.endswith("waits for a free runner") and change.actor == "alice"
 
-    order = []
+    order: list[str] = []
     trial_id = first.trial.id
     while True:
-        key = free(engine, trial_id, node)
-        if key is None:
+        started = free(engine, trial_id, node)
+        if started is None:
             break
-        order.append(key)
+        order.append(started)
         with session_scope(engine, write=False) as s:
             trial_id = s.exec(select(Trial).where(Trial.state == TrialState.dispatched)).one().id
-            assert approach(s, key).status == ApproachStatus.queued  # running once the runner says started
+            assert approach(s, started).status == ApproachStatus.queued  # running once the runner says started
     assert order == ["p1", "p2", "p3"]
     assert queued_keys(engine) == []
 
@@ -118,7 +118,12 @@ def test_campaigns_take_turns_by_their_oldest_queued_trial(engine):
 
 
 def test_a_queued_trial_is_cancelled_without_a_runner(engine):
-    seed(engine, {"key": "a", "requirements": None}, {"key": "b", "requirements": None}, {"key": "c", "requirements": None})
+    seed(
+        engine,
+        {"key": "a", "requirements": None},
+        {"key": "b", "requirements": None},
+        {"key": "c", "requirements": None},
+    )
     with session_scope(engine) as s:
         node = runner(s, "node-a", OLD_STACK).id
     holding = run_this(engine, "a").trial.id
