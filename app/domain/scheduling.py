@@ -152,8 +152,11 @@ class RunNext:
 
 def _lock_campaign(session: Session, campaign: Campaign) -> None:
     # Serializes "run next" per campaign. SQLite: the write session already holds BEGIN IMMEDIATE.
+    # PostgreSQL: FOR NO KEY UPDATE, not FOR UPDATE: rows that reference the campaign (a runner's batch
+    # inserting metrics) go on meanwhile, so that batch, holding its runner's row, never waits for this
+    # transaction while this one waits for that runner's row (_lock_runners).
     if session.get_bind().dialect.name != "sqlite":
-        session.execute(sa_select(Campaign.id).where(Campaign.id == campaign.id).with_for_update())
+        session.execute(sa_select(Campaign.id).where(Campaign.id == campaign.id).with_for_update(key_share=True))
 
 
 def _start_on_first_idle(session: Session, approach: Approach, runners: list[Runner], actor: str) -> RunNext | None:
@@ -219,12 +222,12 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
     busy = runner_domain.active_trials_by_runner(session)
     idle = [r for r in connected if r.id not in busy]
     for approach in queue:
-        started = _start_on_first_idle(session, approach, [r for r in _able(approach, idle)], actor)
+        started = _start_on_first_idle(session, approach, _able_for(approach, idle), actor)
         if started is not None:
             return started
     # No idle runner can run any candidate: the first that a connected (busy) runner can run waits in the queue.
     for approach in queue:
-        able = _able(approach, connected)
+        able = _able_for(approach, connected)
         if able:
             return _start_or_queue(session, approach, able, actor)
     first = queue[0]
@@ -241,7 +244,7 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
     return RunNext(approach=first, reason=f"next is {first.title}: needs {_join(fewest)}, no runner has them")
 
 
-def _able(approach: Approach, runners: list[Runner]) -> list[Runner]:
+def _able_for(approach: Approach, runners: list[Runner]) -> list[Runner]:
     """The runners that meet the approach's requirements; for a re-test, only where the bound stack differs."""
     able = [r for r in runners if not unmet_requirements(approach.requirements, r.fingerprint)]
     if approach.status != ApproachStatus.untested:

@@ -89,4 +89,8 @@ async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
         await hub.send_to_runner(trial.runner_id, message)
     hub.publish_state(trial.id, scheduling.trial_view(trial))
     events.publish(app, *events.of_trial(trial))
+    if trial.runner_id is None:
+        # A runner that freed up while this cancel held the queued trial's row skipped it (SKIP LOCKED)
+        # and may have found nothing else: it looks at the queue again.
+        await start_queued_anywhere(app)
     return trial

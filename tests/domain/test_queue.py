@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from app.db import session_scope
 from app.domain import queue, scheduling
@@ -178,3 +178,61 @@ def test_the_lost_runner_sweep_leaves_queued_trials_alone(engine):
         assert (queued.state, queued.runner_id, queued.error) == (TrialState.queued, None, "")
         assert approach(s, "b").status == ApproachStatus.queued
     assert queued_keys(engine) == [(1, "b")]
+
+
+def _take(engine, barrier, outcomes: dict, node: int) -> None:
+    barrier.wait()
+    with session_scope(engine) as s:
+        started = queue.start_queued(s, node)
+        outcomes[f"runner {node}"] = started.trial.id if started else None
+
+
+def _cancel(engine, barrier, outcomes: dict, trial_id: int) -> None:
+    barrier.wait()
+    with session_scope(engine) as s:
+        trial = queue.lock_trial(s, trial_id)
+        outcomes["cancel"] = scheduling.request_cancel(s, trial, "bob") if trial.state == "queued" else "late"
+
+
+def test_runners_freeing_at_once_and_a_cancel_never_share_a_queued_trial(engine):
+    """Concurrent transactions (threads, a session each): two runners take the queue at once while a
+    person cancels its first trial. Each trial ends up with one outcome: started on one runner, or
+    cancelled with no runner, never both and never on two runners (row locks, SKIP LOCKED on PostgreSQL;
+    BEGIN IMMEDIATE on SQLite)."""
+    import threading
+
+    seed(engine, *({"key": f"q{n}", "requirements": None} for n in range(1, 8)))
+    seed(engine, {"key": "x", "requirements": None}, {"key": "y", "requirements": None}, slug="hold")
+    with session_scope(engine) as s:
+        nodes = [runner(s, "node-a", OLD_STACK).id, runner(s, "node-b", OLD_STACK).id]
+    for round_ in range(3):
+        held = [run_this(engine, key, slug="hold").trial.id for key in ("x", "y")]
+        waiting = [run_this(engine, f"q{n}").trial.id for n in (2 * round_ + 1, 2 * round_ + 2)]
+        with session_scope(engine) as s:
+            for trial_id in held:  # both runners free up at once
+                run_to_end(s, s.get(Trial, trial_id))
+        barrier = threading.Barrier(3)
+        outcomes: dict[str, object] = {}
+        threads = [threading.Thread(target=_take, args=(engine, barrier, outcomes, n)) for n in nodes]
+        threads.append(threading.Thread(target=_cancel, args=(engine, barrier, outcomes, waiting[0])))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        taken = [outcomes[f"runner {n}"] for n in nodes]
+        assert len([t for t in taken if t is not None]) == len({t for t in taken if t is not None}), outcomes
+        with session_scope(engine) as s:
+            for trial_id in waiting:
+                trial = s.get(Trial, trial_id)
+                if trial.state == TrialState.cancelled:
+                    assert trial.runner_id is None and trial_id not in taken, outcomes
+                else:
+                    assert trial.state == TrialState.dispatched and taken.count(trial_id) == 1, outcomes
+            # Clear the board for the next round: end what started, cancel what still waits.
+            for trial in s.exec(select(Trial).where(col(Trial.state).in_(["dispatched", "queued"]))).all():
+                if trial.state == "queued":
+                    scheduling.request_cancel(s, trial, "bob")
+                else:
+                    run_to_end(s, trial)
+            for a in s.exec(select(Approach)).all():
+                a.pending_trial_id = None  # no verdicts needed here: "run this" may take them again
