@@ -116,6 +116,9 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
         operator.click("#recent-trials a[href^='/trials/'], .trials a[href^='/trials/']")
         operator.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         operator.wait_for_selector("#log:has-text('next ran')")
+    except Exception:
+        print(server.log.read_text()[-6000:])  # the server's and its runner's side of a failure
+        raise
     finally:
         for context in contexts:
             context.close()
