@@ -82,7 +82,7 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
             assert "no runner is connected" in said
             operator.wait_for_timeout(500)
         operator.wait_for_selector("#run-next-result:has-text('Started')")
-        viewer.wait_for_selector("#approach-long[data-status=running]", timeout=20000)
+        operator.wait_for_selector("#recent-trials [data-state=running]", timeout=30000)
 
         # The runner is busy: two more clicks queue the next two candidates.
         assert "Queued" in _run_next(operator)
