@@ -48,7 +48,7 @@ def make_engine(url: str) -> Engine:
         def _sqlite_begin(conn):
             # A write transaction takes the write lock up front (BEGIN IMMEDIATE): two writers never
             # both read-then-write stale rows, nor fail upgrading a read lock under WAL. This is what
-            # serializes "run next candidate" on SQLite the way SELECT ... FOR UPDATE does on PostgreSQL.
+            # serializes "run next candidate" on SQLite the way SELECT ... FOR NO KEY UPDATE does on PostgreSQL.
             mode = "IMMEDIATE" if conn.get_execution_options().get("write") else "DEFERRED"
             conn.exec_driver_sql(f"BEGIN {mode}")
 

@@ -306,6 +306,33 @@ class TrialSummary(BaseModel):
     _utc = field_validator("created_at", "dispatched_at", "started_at", "finished_at", mode="before")(_utc)
 
 
+class RunResultPublic(BaseModel):
+    """What "run next candidate" and "run this approach" did: started a trial, queued one, or neither (why)."""
+
+    started: bool = Field(description="A trial was dispatched to a runner now.")
+    queued: bool = Field(
+        description="A trial was made but waits in the campaign's queue: the runners that can run it are busy."
+    )
+    trial_id: int | None = Field(description="The trial started or queued (null when neither).")
+    approach: str | None = Field(description="The approach's key.")
+    runner: str | None = Field(description="The runner it was dispatched to (null unless started).")
+    reason: str = Field(description="Why nothing started (empty when a trial started).")
+
+
+class QueuedTrialPublic(BaseModel):
+    """A trial waiting in a campaign's queue for a free runner."""
+
+    position: int = Field(ge=1, description="1 = the next of this campaign's queued trials to start.")
+    trial_id: int
+    approach: str = Field(description="The approach's key.")
+    approach_title: str
+    priority: int = Field(description="The approach's position in the campaign (queued trials start in this order).")
+    requested_by: str = Field(description="Who queued it.")
+    queued_at: datetime
+
+    _utc = field_validator("queued_at", mode="before")(_utc)
+
+
 class TrialPublic(TrialSummary):
     """A trial in full: its attempts, the stack it ran on, timings, the verdict it proposes."""
 

@@ -51,9 +51,10 @@ class Shootout:
         return any(r.get("connected") and r.get("status") == "busy" for r in self.api.get("/api/runners").json())
 
     def run_next(self) -> dict:
-        """run-next; when the runner is still busy (a cancelled trial tearing down), wait for it once."""
+        """run-next; while the runner is still busy (a cancelled trial tearing down) the trial waits in the
+        board's queue and starts when it frees up: followed like a started one."""
         nxt = self.api.post(f"/api/campaigns/{self.campaign}/run-next").json()
-        if not nxt.get("started") and self.runner_busy():
+        if not nxt.get("started") and not nxt.get("queued") and self.runner_busy():
             end = time.monotonic() + 90
             while self.runner_busy() and time.monotonic() < end:
                 time.sleep(1)
@@ -204,7 +205,7 @@ def main() -> int:
                 summary["stopped_because"] = f"run next failed: {exc}"
                 code = 1
                 break
-            if not nxt.get("started"):
+            if not nxt.get("started") and not nxt.get("queued"):
                 log(f"run next: {nxt.get('reason')}")
                 summary["stopped_because"] = nxt.get("reason")
                 break

@@ -5,7 +5,8 @@
 //    new EventSource) is sent only the topics it missed;
 //  - a fragment the person is editing in (focus in a field, a field they changed, an open <details>
 //    with a form) is not swapped under their hands: the refresh waits until they leave it and nothing
-//    typed is pending ("feed-stale"); submitting the form swaps it anyway.
+//    typed is pending ("feed-stale"); submitting the form swaps it anyway;
+//  - a notice that arrives while a fragment that replaces itself is re-fetching is not lost.
 (function () {
   "use strict";
   if (!window.htmx) return;
@@ -62,6 +63,33 @@
       evt.preventDefault();
       el.dataset.feedStale = "1";
     }
+  });
+
+  // A notice that arrives while a fragment is re-fetching itself: htmx queues the new request on that
+  // element, but the answer in flight replaces the element (hx-swap="outerHTML") and htmx drops the
+  // requests of an element no longer in the page, so the newer change would never show (a trial that
+  // ended while the inventory was reloading for its start). The fragment's id is remembered, and the
+  // element that replaced it re-fetches once more.
+  const refetch = new Map(); // fragment id -> the element whose request was in flight
+  document.body.addEventListener("htmx:beforeRequest", function (evt) { evt.detail.elt.feedBusy = true; });
+  document.body.addEventListener("htmx:afterRequest", function (evt) { evt.detail.elt.feedBusy = false; });
+  document.body.addEventListener("htmx:confirm", function (evt) {
+    const trigger = evt.detail.triggeringEvent;
+    const el = evt.detail.elt;
+    if (trigger && typeof trigger.type === "string" && trigger.type.startsWith("sse:") && el.feedBusy && el.id) {
+      refetch.set(el.id, el);
+    }
+  });
+  document.body.addEventListener("htmx:afterSettle", function () {
+    refetch.forEach(function (busy, id) {
+      const now = document.getElementById(id);
+      if (busy.isConnected && !busy.feedBusy) {
+        refetch.delete(id); // still in the page: htmx runs its queued request itself
+      } else if (now && now !== busy) {
+        refetch.delete(id);
+        htmx.trigger(now, "feed-stale");
+      }
+    });
   });
 
   function refreshStale() {

@@ -67,6 +67,7 @@ class RunnerSession:
             for message in redispatch:
                 await self.link.send(message)
             self.link.ready = True
+            await self.ingest.welcomed()
             reader = asyncio.create_task(self._read())
             try:
                 await self._process()

@@ -1,4 +1,4 @@
-"""Trials, JSON: run next candidate, cancel, list and read trials, their metrics, download a log, compare
+"""Trials, JSON: run next candidate, run this approach, a campaign's queue, cancel, list and read trials, their metrics, download a log, compare
 trials. The browser's live-log websocket is app/api/livelog.py."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from app.db import open_session
 from app.deps import OperatorDep, PageAfter, RowId
 from app.domain import comparison as comparison_domain
 from app.domain import logs as log_domain
+from app.domain import queue as queue_domain
 from app.domain import scheduling
 from app.domain import trials as trial_domain
 from app.domain.inventory import get_campaign
@@ -30,6 +31,8 @@ from app.schemas import (
     ComparedTrialPublic,
     ComparisonPublic,
     MetricPublic,
+    QueuedTrialPublic,
+    RunResultPublic,
     TrialPage,
     TrialPublic,
     TrialSummary,
@@ -50,14 +53,30 @@ TrialIds = Annotated[
 ]
 
 
-def run_next_body(result: scheduling.RunNext) -> dict[str, Any]:
-    return {
-        "started": result.started,
-        "trial_id": result.trial.id if result.trial else None,
-        "approach": result.approach.key if result.approach else None,
-        "runner": result.runner.name if result.runner else None,
-        "reason": result.reason,
-    }
+def run_next_body(result: scheduling.RunNext) -> RunResultPublic:
+    return RunResultPublic(
+        started=result.started,
+        queued=result.queued,
+        trial_id=result.trial.id if result.trial else None,
+        approach=result.approach.key if result.approach else None,
+        runner=result.runner.name if result.runner else None,
+        reason=result.reason,
+    )
+
+
+def _queue(session: Session, slug: str) -> list[QueuedTrialPublic]:
+    return [
+        QueuedTrialPublic(
+            position=q.position,
+            trial_id=q.trial.id,
+            approach=q.approach.key,
+            approach_title=q.approach.title,
+            priority=q.approach.position,
+            requested_by=q.trial.requested_by,
+            queued_at=q.trial.created_at,
+        )
+        for q in queue_domain.campaign_queue(session, get_campaign(session, slug))
+    ]
 
 
 def _summary(row: trial_domain.TrialRow) -> dict[str, Any]:
@@ -150,16 +169,25 @@ def _compare(session: Session, slug: str, trial_ids: list[int]) -> ComparisonPub
 # ---- JSON routes ------------------------------------------------------------------------------
 
 
-@router.post("/api/campaigns/{slug}/run-next")
-async def run_next(request: Request, slug: str, operator: OperatorDep) -> dict[str, Any]:
-    """Start the next candidate on a runner that can run it, or say why nothing can run."""
+@router.post("/api/campaigns/{slug}/run-next", response_model=RunResultPublic)
+async def run_next(request: Request, slug: str, operator: OperatorDep) -> RunResultPublic:
+    """Start the next candidate on a runner that can run it; when the runners that can run it are all
+    busy, queue it (it starts when one frees up); else say why nothing can run."""
     return run_next_body(await start_next(request.app, slug, operator.name))
 
 
-@router.post("/api/campaigns/{slug}/approaches/{key}/run")
-async def run_approach(request: Request, slug: str, key: str, operator: OperatorDep) -> dict[str, Any]:
-    """Start this approach (any status) on a runner that can run it, or say why it cannot run now."""
+@router.post("/api/campaigns/{slug}/approaches/{key}/run", response_model=RunResultPublic)
+async def run_approach(request: Request, slug: str, key: str, operator: OperatorDep) -> RunResultPublic:
+    """Start this approach (any status) on a runner that can run it, or queue it while those runners
+    are busy, or say why it cannot run."""
     return run_next_body(await start_next(request.app, slug, operator.name, approach_key=key))
+
+
+@router.get("/api/campaigns/{slug}/queue", response_model=list[QueuedTrialPublic])
+async def campaign_queue(request: Request, slug: Slug, operator: OperatorDep) -> list[QueuedTrialPublic]:
+    """The campaign's queued trials in the order they will start (approach priority, then when queued).
+    Cancel one with `POST /api/trials/{trial_id}/cancel`."""
+    return await run_in_tx(request.app.state.engine, _queue, slug, write=False)
 
 
 @router.get("/api/trials", response_model=TrialPage)

@@ -37,6 +37,7 @@ from app.protocol import AttemptRef, Cancel, Dispatch, Finished
 
 log = logging.getLogger(__name__)
 
+QUEUED_PHASE = "waiting for a free runner"
 TERMINAL_STATES = (TrialState.succeeded, TrialState.failed, TrialState.cancelled, TrialState.timed_out, TrialState.lost)
 
 
@@ -141,13 +142,21 @@ class RunNext:
 
     @property
     def started(self) -> bool:
-        return self.trial is not None
+        return self.trial is not None and self.dispatch is not None
+
+    @property
+    def queued(self) -> bool:
+        """A trial was made but waits in the queue for a free runner (app/domain/queue.py)."""
+        return self.trial is not None and self.dispatch is None
 
 
 def _lock_campaign(session: Session, campaign: Campaign) -> None:
     # Serializes "run next" per campaign. SQLite: the write session already holds BEGIN IMMEDIATE.
+    # PostgreSQL: FOR NO KEY UPDATE, not FOR UPDATE: rows that reference the campaign (a runner's batch
+    # inserting metrics) go on meanwhile, so that batch, holding its runner's row, never waits for this
+    # transaction while this one waits for that runner's row (_lock_runners).
     if session.get_bind().dialect.name != "sqlite":
-        session.execute(sa_select(Campaign.id).where(Campaign.id == campaign.id).with_for_update())
+        session.execute(sa_select(Campaign.id).where(Campaign.id == campaign.id).with_for_update(key_share=True))
 
 
 def _start_on_first_idle(session: Session, approach: Approach, runners: list[Runner], actor: str) -> RunNext | None:
@@ -167,7 +176,7 @@ def _start_on_first_idle(session: Session, approach: Approach, runners: list[Run
 def _lock_runner_idle(session: Session, runner: Runner) -> bool:
     """Lock the runner row, then re-check that it holds no active trial (at most one per runner)."""
     if session.get_bind().dialect.name != "sqlite":
-        session.execute(sa_select(Runner.id).where(Runner.id == runner.id).with_for_update())
+        session.execute(sa_select(Runner.id).where(Runner.id == runner.id).with_for_update(key_share=True))
     busy = session.exec(
         select(Trial.id).where(Trial.runner_id == runner.id, Trial.state.in_(ACTIVE_TRIAL_STATES))
     ).first()  # type: ignore[attr-defined]
@@ -209,15 +218,18 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
     connected = _connected_runners(session, online)
     if not connected:
         return RunNext(approach=queue[0], reason="no runner is connected")
+    _lock_runners(session, connected)
     busy = runner_domain.active_trials_by_runner(session)
     idle = [r for r in connected if r.id not in busy]
     for approach in queue:
-        able = [r for r in idle if not unmet_requirements(approach.requirements, r.fingerprint)]
-        if approach.status != ApproachStatus.untested:  # a re-test: only where the bound stack differs
-            able = [r for r in able if verdicts.retest_reason_on(approach, r.fingerprint)]
-        started = _start_on_first_idle(session, approach, able, actor)
+        started = _start_on_first_idle(session, approach, _able_for(approach, idle), actor)
         if started is not None:
             return started
+    # No idle runner can run any candidate: the first that a connected (busy) runner can run waits in the queue.
+    for approach in queue:
+        able = _able_for(approach, connected)
+        if able:
+            return _start_or_queue(session, approach, able, actor)
     first = queue[0]
     if any(not unmet_requirements(first.requirements, r.fingerprint) for r in connected):
         if not idle:
@@ -230,6 +242,43 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
             reason=f"every runner is busy (and next is {first.title}: needs {_join(fewest)}, no runner has them)",
         )
     return RunNext(approach=first, reason=f"next is {first.title}: needs {_join(fewest)}, no runner has them")
+
+
+def _able_for(approach: Approach, runners: list[Runner]) -> list[Runner]:
+    """The runners that meet the approach's requirements; for a re-test, only where the bound stack differs."""
+    able = [r for r in runners if not unmet_requirements(approach.requirements, r.fingerprint)]
+    if approach.status != ApproachStatus.untested:
+        able = [r for r in able if verdicts.retest_reason_on(approach, r.fingerprint)]
+    return able
+
+
+def _start_or_queue(session: Session, approach: Approach, able: list[Runner], actor: str) -> RunNext:
+    """Start the approach on the first of `able` that is idle once locked (one may have freed up since it
+    was read), else queue a trial of it: it starts when one of them frees up (app/domain/queue.py)."""
+    started = _start_on_first_idle(session, approach, able, actor)
+    if started is not None:
+        return started
+    trial = create_trial(session, approach, None, actor)
+    names = _join([r.name for r in able])
+    return RunNext(
+        trial=trial,
+        approach=approach,
+        reason=f"{approach.title} waits in the queue for a free runner ({names} {'is' if len(able) == 1 else 'are'} busy)",
+    )
+
+
+def _lock_runners(session: Session, runners: list[Runner]) -> None:
+    """Lock these runner rows in id order (PostgreSQL: FOR NO KEY UPDATE, so inserts that reference them
+    proceed), after the campaign lock: the busy / idle read that follows is then the truth until commit,
+    and a runner freeing up meanwhile (app/domain/queue.start_queued locks its row first) sees what this
+    transaction queued."""
+    if runners and session.get_bind().dialect.name != "sqlite":
+        session.execute(
+            sa_select(Runner.id)
+            .where(Runner.id.in_([r.id for r in runners]))  # type: ignore[union-attr]
+            .order_by(Runner.id)
+            .with_for_update(key_share=True)
+        ).all()
 
 
 def _connected_runners(session: Session, online: set[int] | None) -> list[Runner]:
@@ -277,27 +326,25 @@ def run_approach(
         return RunNext(
             approach=approach, reason=f"{approach.title} needs {_join(fewest)}: no connected runner has them"
         )
-    busy = runner_domain.active_trials_by_runner(session)
-    started = _start_on_first_idle(session, approach, [r for r in able if r.id not in busy], actor)
-    if started is not None:
-        return started
-    names = _join([r.name for r in able])
-    return RunNext(approach=approach, reason=f"the runners that can run {approach.title} are busy ({names})")
+    _lock_runners(session, able)
+    return _start_or_queue(session, approach, able, actor)
 
 
 # ---- trials and attempts ----------------------------------------------------------------------
 
 
-def create_trial(session: Session, approach: Approach, runner: Runner, actor: str) -> Trial:
-    """A trial of the approach on the runner, with its first attempt; the approach becomes queued."""
+def create_trial(session: Session, approach: Approach, runner: Runner | None, actor: str) -> Trial:
+    """A trial of the approach on the runner, with its first attempt; the approach becomes queued.
+    Without a runner the trial waits in the queue (state queued, no attempt) until
+    app/domain/queue.start_queued gives it one."""
     trial = Trial(
         campaign_id=approach.campaign_id,
         approach_id=approach.id,
         recipe=dict(approach.recipe or {}),
         state=TrialState.queued,
-        phase="queued",
+        phase="queued" if runner is not None else QUEUED_PHASE,
         requested_by=actor,
-        fingerprint=runner.fingerprint,
+        fingerprint=runner.fingerprint if runner is not None else None,
     )
     session.add(trial)
     session.flush()
@@ -305,12 +352,13 @@ def create_trial(session: Session, approach: Approach, runner: Runner, actor: st
         session,
         approach,
         ApproachStatus.queued,
-        f"trial #{trial.id} on {runner.name}",
+        f"trial #{trial.id} on {runner.name}" if runner is not None else f"trial #{trial.id} waits for a free runner",
         actor,
         trial_id=trial.id,
         by_trial=True,
     )
-    new_attempt(session, trial, runner)
+    if runner is not None:
+        new_attempt(session, trial, runner)
     return trial
 
 

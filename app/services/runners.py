@@ -1,5 +1,6 @@
 """Runner-side orchestration: a runner's hello and its message batches (transaction, then publish to
-viewers and reply), revoking a runner (transaction, then close its socket), the lost-runner sweep.
+viewers and reply), revoking a runner (transaction, then close its socket), the lost-runner sweep. A runner
+just welcomed, or freed by a trial's end, takes the queue's next trial (app/services/trials.start_queued).
 
 Batches: the raw texts are parsed and applied on a worker thread, in one transaction. Chunks of
 attempts the AttemptGate already knows valid are published as soon as they are parsed (before the
@@ -40,6 +41,7 @@ from app.protocol import (
     parse_runner_message,
 )
 from app.services import events
+from app.services.trials import start_queued
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ class RunnerIngest:
     """What one connected runner's messages do to the database and the hub."""
 
     def __init__(self, app: FastAPI, runner_id: int, name: str) -> None:
+        self.app = app
         self.runner_id = runner_id
         self.name = name
         self.settings = app.state.settings
@@ -114,6 +117,10 @@ class RunnerIngest:
             self.hub.publish_state(view["id"], view)
         self.feed.publish(events.RUNNERS, *topics)
         return welcome, redispatch
+
+    async def welcomed(self) -> None:
+        """The welcome (and the dispatches sent again) went out: the runner may take queued work."""
+        await start_queued(self.app, self.runner_id)
 
     def gone(self) -> None:
         self.hub.attempts.forget_runner(self.runner_id)
@@ -195,6 +202,9 @@ class RunnerIngest:
             for trial_id, view in out.states.items():
                 if view.get("state") in scheduling.TERMINAL_STATES:
                     gate.forget(trial_id)
+        if any(view.get("state") in scheduling.TERMINAL_STATES for view in out.states.values()):
+            # A trial of this runner ended (committed): it is free for the queue's next trial.
+            await start_queued(self.app, self.runner_id)
         if trace.on:
             stamps["s_published"] = time.time_ns()
             self._trace(raw, messages, stamps)

@@ -1,13 +1,15 @@
-"""Run next candidate and cancel: one transaction, then the push to the runner and the publish to viewers."""
+"""Run next candidate, run this approach, the queue and cancel: one transaction, then the push to the runner
+and the publish to viewers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
 from sqlmodel import Session
 
-from app.domain import scheduling
+from app.domain import queue, scheduling
 from app.domain.inventory import get_approach, get_campaign
 from app.live import get_hub, run_in_tx
 from app.models import Trial
@@ -16,7 +18,7 @@ from app.services import events
 
 async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | None = None) -> scheduling.RunNext:
     """Run next candidate (or, with `approach_key`, "run this approach"): one transaction (serialized
-    per campaign), then push the Dispatch."""
+    per campaign), then push the Dispatch; or the trial waits in the queue (app/domain/queue.py)."""
     hub = get_hub(app)
 
     def work(session: Session) -> scheduling.RunNext:
@@ -26,25 +28,59 @@ async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | No
             return scheduling.run_approach(session, campaign, approach, actor, online=hub.online())
         return scheduling.run_next(session, campaign, actor, online=hub.online())
 
+    result = await _dispatch(app, work)
+    assert result is not None  # run_next / run_approach always answer
+    if result.queued:
+        # A runner that freed up (or was welcomed) while this transaction ran looked at the queue before
+        # this trial was in it: now that it is, each connected runner looks again (idle ones take work).
+        await start_queued_anywhere(app)
+    return result
+
+
+async def start_queued(app: FastAPI, runner_id: int) -> scheduling.RunNext | None:
+    """A runner may have freed up (a trial of its ended, or it was welcomed): it takes the first queued
+    trial it can run, if any (one transaction, then the push and the publish)."""
+    hub = get_hub(app)
+
+    def work(session: Session) -> scheduling.RunNext | None:
+        return queue.start_queued(session, runner_id, online=hub.online())
+
+    return await _dispatch(app, work)
+
+
+async def start_queued_anywhere(app: FastAPI) -> None:
+    """Each connected runner looks at the queue (a no-op for the busy ones)."""
+    for runner_id in sorted(get_hub(app).online()):
+        await start_queued(app, runner_id)
+
+
+async def _dispatch(app: FastAPI, work: Callable[[Session], scheduling.RunNext | None]) -> scheduling.RunNext | None:
+    """Run `work` in a write transaction; push the Dispatch of the trial it started (if any) to its
+    runner and publish the trial's change to viewers (a trial it queued: the publish only)."""
+    hub = get_hub(app)
     with hub.attempts.share() as validating:
-        result: scheduling.RunNext = await run_in_tx(app.state.engine, work)
-        if validating and result.trial is not None and result.runner is not None and result.dispatch is not None:
-            hub.attempts.remember(result.trial.id, result.dispatch.attempt_id, result.runner.id)  # type: ignore[arg-type]
-    if result.trial is not None and result.runner is not None and result.dispatch is not None:
+        result: scheduling.RunNext | None = await run_in_tx(app.state.engine, work)
+        if validating and result is not None and result.trial is not None and result.runner is not None:
+            if result.dispatch is not None:
+                hub.attempts.remember(result.dispatch.trial_id, result.dispatch.attempt_id, result.runner.id)  # type: ignore[arg-type]
+    if result is None or result.trial is None or result.trial.id is None:
+        return result
+    if result.runner is not None and result.runner.id is not None and result.dispatch is not None:
         result.dispatch.approach_key = result.approach.key if result.approach else ""
         # If the push fails (the socket just closed), the runner gets it again when it reconnects
         # (scheduling.reconcile), or the trial is lost after runner_lost_after_s.
-        await hub.send_to_runner(result.runner.id, result.dispatch)  # type: ignore[arg-type]
-        hub.publish_state(result.trial.id, scheduling.trial_view(result.trial))  # type: ignore[arg-type]
-        events.publish(app, *events.of_trial(result.trial))
+        await hub.send_to_runner(result.runner.id, result.dispatch)
+    hub.publish_state(result.trial.id, scheduling.trial_view(result.trial))
+    events.publish(app, *events.of_trial(result.trial))
     return result
 
 
 async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
-    """Ask a trial to stop: Cancel pushed to its runner, which reports Finished(cancelled)."""
+    """Ask a trial to stop: Cancel pushed to its runner, which reports Finished(cancelled). A queued
+    trial (no runner yet) ends cancelled here, with no message to any runner."""
 
     def work(session: Session) -> tuple[Trial, Any]:
-        trial = scheduling.get_trial(session, trial_id)
+        trial = queue.lock_trial(session, trial_id)  # a queued one is not started meanwhile
         return trial, scheduling.request_cancel(session, trial, actor)
 
     trial, message = await run_in_tx(app.state.engine, work)
@@ -53,4 +89,8 @@ async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
         await hub.send_to_runner(trial.runner_id, message)
     hub.publish_state(trial.id, scheduling.trial_view(trial))
     events.publish(app, *events.of_trial(trial))
+    if trial.runner_id is None:
+        # A runner that freed up while this cancel held the queued trial's row skipped it (SKIP LOCKED)
+        # and may have found nothing else: it looks at the queue again.
+        await start_queued_anywhere(app)
     return trial

@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
 from app.deps import AdminDep, OperatorDep, PageAfter, RowId
+from app.domain import queue as queue_domain
 from app.domain import runners as runner_domain
 from app.domain import scheduling
 from app.domain import trials as trial_domain
@@ -51,6 +52,11 @@ def _recent(session: Session, slug: str, approach_key: str | None = None, before
     return {"campaign": campaign, "rows": rows, "more_url": more_url}
 
 
+def _queue(session: Session, slug: str) -> dict[str, Any]:
+    campaign = get_campaign(session, slug)
+    return {"campaign": campaign, "queue": queue_domain.campaign_queue(session, campaign)}
+
+
 def _runners(session: Session) -> dict[str, Any]:
     return {"runners": runner_domain.list_runners(session), "summary": runner_domain.summary}
 
@@ -85,6 +91,13 @@ async def run_this(request: Request, slug: str, key: str, operator: OperatorDep)
         {"campaign": campaign, "approach": result.approach, "result": result},
         headers=CHANGED,
     )
+
+
+@router.get("/campaigns/{slug}/queue")
+async def campaign_queue(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
+    """The campaign's queue (an htmx fragment, empty when nothing waits)."""
+    ctx = await run_in_tx(request.app.state.engine, _queue, slug, write=False)
+    return render(request, "_partials/queue.html", ctx)
 
 
 @router.get("/campaigns/{slug}/trials")

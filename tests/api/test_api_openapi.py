@@ -10,6 +10,8 @@ ROUTES = {
     ("/api/runners/{runner_id}", "get"): "RunnerPublic",
     ("/api/campaigns/{slug}/share-links/{link_id}/revoke", "post"): "ShareLinkPublic",
     ("/api/campaigns/{slug}/compare", "get"): "ComparisonPublic",
+    ("/api/campaigns/{slug}/run-next", "post"): "RunResultPublic",
+    ("/api/campaigns/{slug}/approaches/{key}/run", "post"): "RunResultPublic",
 }
 
 
@@ -30,6 +32,9 @@ def test_new_routes_declare_their_models_and_errors(client):
     assert paths["/api/runners"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["items"] == {
         "$ref": "#/components/schemas/RunnerPublic"
     }
+    assert paths["/api/campaigns/{slug}/queue"]["get"]["responses"]["200"]["content"]["application/json"]["schema"][
+        "items"
+    ] == {"$ref": "#/components/schemas/QueuedTrialPublic"}
     assert "text/plain" in paths["/api/trials/{trial_id}/log"]["get"]["responses"]["200"]["content"]
     params = {p["name"]: p for p in paths["/api/trials"]["get"]["parameters"]}
     assert set(params) == {"campaign", "approach", "state", "runner", "before", "limit"}

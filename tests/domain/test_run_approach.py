@@ -80,8 +80,13 @@ def test_refuses_with_the_reason(engine):
     assert refused(engine, "a", online={small}) == "Eight GPUs needs 8 GPUs: no connected runner has them"
     with session_scope(engine) as s:
         trial_id = run(s, "b").trial.id  # takes "big", the one runner that can run "a"
-    assert refused(engine, "a") == "the runners that can run Eight GPUs are busy (big)"
     assert refused(engine, "b") == f"Other is already being tried: trial #{trial_id} is dispatched"
+    with session_scope(engine) as s:  # "big" is busy: "a" waits in the queue (tests/domain/test_queue.py)
+        result = run(s, "a")
+        assert result.queued and not result.started and result.trial.state == "queued"
+        assert result.reason == "Eight GPUs waits in the queue for a free runner (big is busy)"
+        queued_id = result.trial.id
+    assert refused(engine, "a") == f"Eight GPUs is already being tried: trial #{queued_id} is queued"
     assert big != small
 
 

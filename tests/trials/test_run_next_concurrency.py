@@ -1,11 +1,13 @@
-"""Twenty "run next" clicks at once start one trial, not twenty: real HTTP against real uvicorn,
-on SQLite and on PostgreSQL (tests/conftest.py's db_url runs the test once per backend)."""
+"""Concurrent "run next" clicks with one free runner dispatch exactly one trial; the next candidates wait in
+the queue, one trial each, and the rest say nothing is left: real HTTP against real uvicorn, on SQLite and
+on PostgreSQL (tests/conftest.py's db_url runs the test once per backend)."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 from sqlmodel import select
 
 from app.db import session_scope
@@ -14,7 +16,8 @@ from tests.support.servers import ThreadServer
 from tests.support.trials import ProtocolRunner, command_recipe, make_settings, new_runner_token, seed_campaign
 
 
-def test_twenty_concurrent_run_next_create_exactly_one_trial(tmp_path, db_url):
+@pytest.mark.parametrize("clicks", [2, 20])
+def test_concurrent_run_next_dispatch_one_trial_and_queue_the_next(tmp_path, db_url, clicks):
     srv = ThreadServer(make_settings(tmp_path, db_url)).start()
     try:
         seed_campaign(
@@ -32,16 +35,23 @@ def test_twenty_concurrent_run_next_create_exactly_one_trial(tmp_path, db_url):
                 assert r.status_code == 200, r.text
                 return r.json()
 
-            with ThreadPoolExecutor(20) as pool:
-                results = list(pool.map(click, range(20)))
+            with ThreadPoolExecutor(clicks) as pool:
+                results = list(pool.map(click, range(clicks)))
         started = [r for r in results if r["started"]]
+        queued = [r for r in results if r["queued"]]
         assert len(started) == 1, results
-        assert {r["reason"] for r in results if not r["started"]} == {"every runner is busy"}
+        # Each click that found the runner busy queued the next candidate (a different one each time).
+        assert len(queued) == min(clicks - 1, 2), results
+        assert all(r["runner"] is None and "waits in the queue" in r["reason"] for r in queued), queued
+        assert {r["reason"] for r in results if not r["started"] and not r["queued"]} <= {"nothing untested left"}
+        assert len({r["approach"] for r in started + queued}) == 1 + len(queued)
         with session_scope(srv.engine, write=False) as session:
-            assert len(session.exec(select(Trial)).all()) == 1
-            assert len(session.exec(select(Attempt)).all()) == 1
+            trials = session.exec(select(Trial).order_by(Trial.id)).all()
+            assert len(trials) == 1 + len(queued)
+            assert sorted(t.state for t in trials) == ["dispatched"] + ["queued"] * len(queued)
+            assert len(session.exec(select(Attempt)).all()) == 1  # a queued trial has no attempt yet
             statuses = [a.status for a in session.exec(select(Approach).order_by(Approach.position))]
-            assert statuses == ["queued", "untested", "untested"]
+            assert statuses.count("queued") == 1 + len(queued)
         assert runner.expect("dispatch").trial_id == started[0]["trial_id"]
         runner.close()
     finally:

@@ -1,6 +1,7 @@
 """ "Run this approach" over real HTTP against real uvicorn, with a runner on a real websocket, on
 SQLite and PostgreSQL: the JSON route and the approach page's button start the chosen approach and
-push its Dispatch to the runner; with no runner able to run it, they say why and start nothing."""
+push its Dispatch to the runner; with no runner able to run it, they say why and start nothing; while the
+runner is busy, it waits in the queue and is dispatched when the runner's trial ends."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def test_run_this_starts_the_chosen_approach_or_says_why_not(tmp_path, db_url):
             r = client.post("/api/campaigns/spec/approaches/second/run")
             assert r.status_code == 200 and r.json() == {
                 "started": False,
+                "queued": False,
                 "trial_id": None,
                 "approach": "second",
                 "runner": None,
@@ -60,8 +62,18 @@ def test_run_this_starts_the_chosen_approach_or_says_why_not(tmp_path, db_url):
                 assert (trial.id, trial.attempt_id) == (dispatch.trial_id, dispatch.attempt_id)
             assert f'href="/trials/{trial.id}"' in r.text
 
+            # The one runner is busy: "first" waits in the queue, and starts when the runner frees up.
             r = client.post("/campaigns/spec/approaches/first/run", headers={"HX-Request": "true"})
-            assert "Cannot run it now: the runners that can run First are busy (node-1)." in r.text
+            assert "Queued" in r.text and "First waits in the queue for a free runner (node-1 is busy)." in r.text
+            queue = client.get("/api/campaigns/spec/queue").json()
+            assert [(q["position"], q["approach"], q["requested_by"]) for q in queue] == [(1, "first", "admin")]
+            assert client.get(f"/api/trials/{queue[0]['trial_id']}").json()["state"] == "queued"
+            runner.started(dispatch)
+            runner.finished(dispatch, exit_code=0)
+            queued = runner.expect("dispatch", skip=("ack", "finished_ack"))
+            assert (queued.trial_id, queued.approach_key) == (queue[0]["trial_id"], "first")
+            assert client.get("/api/campaigns/spec/queue").json() == []
+            assert client.get(f"/api/trials/{queued.trial_id}").json()["runner"] == "node-1"
             runner.close()
     finally:
         srv.stop()

@@ -1,0 +1,132 @@
+"""The queue: trials waiting for a free runner.
+
+"Run next candidate" and "Run this approach" queue a trial (state queued, no runner, no attempt:
+scheduling.create_trial without a runner) when connected runners can run it but every one of them is
+busy; when no connected runner could run it they refuse with the reason, as before. A queued trial
+starts (`start_queued`) when a runner frees up: a trial of its ends, or it connects / reconnects.
+
+Order: within a campaign by priority (the approach's position), then by when it was queued; across
+campaigns, the campaign whose oldest queued trial waits longest goes first (positions of two campaigns
+say nothing about each other, and no campaign starves another). A runner takes the first queued trial
+whose requirements it meets, so a trial no free runner can run does not hold up those behind it.
+
+Locks on PostgreSQL: `start_queued` locks the runner row, then the queued trial's row, both
+FOR NO KEY UPDATE (an insert that references them, such as the new attempt, still proceeds); it never
+takes the campaign row, and it skips a trial row another transaction holds (SKIP LOCKED): it waits only
+for its runner row, holding nothing, so it cannot deadlock with run next (campaign, then runners in id
+order) or a cancel (the trial row, `lock_trial`). On SQLite every write transaction is BEGIN IMMEDIATE.
+Functions flush, never commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import Session, col, select
+
+from app.domain import scheduling
+from app.domain.errors import NotFound
+from app.models import ACTIVE_TRIAL_STATES, Approach, Campaign, Runner, Trial, TrialState
+
+
+@dataclass
+class QueuedTrial:
+    """A trial in the queue as the campaign page and GET /api/campaigns/{slug}/queue show it."""
+
+    position: int  # 1 = the next of this campaign's queued trials to start
+    trial: Trial
+    approach: Approach
+
+    @property
+    def queued_at(self) -> datetime | None:
+        return scheduling.aware(self.trial.created_at)
+
+
+def _waiting(session: Session, campaign_id: int | None = None) -> list[tuple[Trial, Approach]]:
+    """Queued trials with their approaches, in the order they start (see the module's docstring)."""
+    query = (
+        select(Trial, Approach)
+        .join(Approach, col(Approach.id) == col(Trial.approach_id))
+        .where(Trial.state == TrialState.queued, col(Trial.runner_id).is_(None))
+        .order_by(col(Approach.position), col(Trial.id))
+    )
+    if campaign_id is not None:
+        query = query.where(Trial.campaign_id == campaign_id)
+    rows = [(t, a) for t, a in session.exec(query)]
+    oldest: dict[int, int] = {}
+    for trial, _ in rows:
+        oldest[trial.campaign_id] = min(oldest.get(trial.campaign_id, trial.id or 0), trial.id or 0)
+    # A stable sort keeps position, then id, within each campaign.
+    return sorted(rows, key=lambda row: oldest[row[0].campaign_id])
+
+
+def campaign_queue(session: Session, campaign: Campaign) -> list[QueuedTrial]:
+    """The campaign's queued trials in the order they will start."""
+    return [QueuedTrial(n, t, a) for n, (t, a) in enumerate(_waiting(session, campaign.id), start=1)]
+
+
+def lock_trial(session: Session, trial_id: int) -> Trial:
+    """The trial with its row locked (PostgreSQL: FOR NO KEY UPDATE) and re-read: a cancel takes it
+    before deciding whether the trial is still queued, so it never races `start_queued`."""
+    trial = session.exec(
+        select(Trial)
+        .where(Trial.id == trial_id)
+        .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)
+    ).first()
+    if trial is None:
+        raise NotFound(f"No trial #{trial_id}.")
+    return trial
+
+
+def _lock_runner(session: Session, runner_id: int) -> Runner | None:
+    return session.exec(
+        select(Runner)
+        .where(Runner.id == runner_id)
+        .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)
+    ).first()
+
+
+def _lock_if_queued(session: Session, trial_id: int) -> Trial | None:
+    """The trial, locked, if it is still queued and no other transaction holds it (it is being started
+    on another runner or cancelled)."""
+    return session.exec(
+        select(Trial)
+        .where(Trial.id == trial_id, Trial.state == TrialState.queued, col(Trial.runner_id).is_(None))
+        .with_for_update(key_share=True, skip_locked=True)
+        .execution_options(populate_existing=True)
+    ).first()
+
+
+def start_queued(session: Session, runner_id: int, *, online: set[int] | None = None) -> scheduling.RunNext | None:
+    """Give a runner that may have freed up the first queued trial it can run: a new attempt on it, and
+    the Dispatch to push after the commit. None when the runner is busy, offline, revoked, or can run
+    nothing in the queue. `online`: ids of runners whose socket this server holds (None: trust
+    Runner.connected)."""
+    runner = _lock_runner(session, runner_id)
+    if runner is None or not runner.connected or runner.revoked_at is not None:
+        return None
+    if online is not None and runner_id not in online:
+        return None
+    busy = session.exec(
+        select(Trial.id).where(Trial.runner_id == runner_id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
+    ).first()
+    if busy is not None:
+        return None
+    for trial, approach in _waiting(session):
+        if scheduling.unmet_requirements(approach.requirements, runner.fingerprint):
+            continue
+        locked = _lock_if_queued(session, trial.id)  # type: ignore[arg-type]
+        if locked is None:
+            continue
+        locked.fingerprint = runner.fingerprint
+        scheduling.new_attempt(session, locked, runner)
+        return scheduling.RunNext(
+            trial=locked,
+            approach=approach,
+            runner=runner,
+            dispatch=scheduling.dispatch_message(locked, approach.key, approach.requirements),
+        )
+    return None
