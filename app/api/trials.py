@@ -16,8 +16,7 @@ from app.db import open_session
 from app.deps import OperatorDep, PageAfter, RowId
 from app.domain import comparison as comparison_domain
 from app.domain import logs as log_domain
-from app.domain import scheduling
-from app.domain import trials as trial_domain
+from app.domain import scheduling, trial_reads
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import TrialState
@@ -60,7 +59,7 @@ def run_next_body(result: scheduling.RunNext) -> dict[str, Any]:
     }
 
 
-def _summary(row: trial_domain.TrialRow) -> dict[str, Any]:
+def _summary(row: trial_reads.TrialRow) -> dict[str, Any]:
     t = row.trial
     return {
         "id": t.id,
@@ -82,9 +81,9 @@ def _summary(row: trial_domain.TrialRow) -> dict[str, Any]:
 
 
 def _trial_public(session: Session, trial_id: int) -> TrialPublic:
-    d = trial_domain.trial_detail(session, trial_id)
+    d = trial_reads.trial_detail(session, trial_id)
     t = d.trial
-    row = trial_domain.TrialRow(t, d.approach, d.campaign.slug, d.runner.name if d.runner else None)
+    row = trial_reads.TrialRow(t, d.approach, d.campaign.slug, d.runner.name if d.runner else None)
     return TrialPublic(
         **_summary(row),
         exit_signal=t.exit_signal,
@@ -104,13 +103,13 @@ def _trial_public(session: Session, trial_id: int) -> TrialPublic:
 
 
 def _trial_page(session: Session, **filters: Any) -> TrialPage:
-    page = trial_domain.list_trials(session, **filters)
+    page = trial_reads.list_trials(session, **filters)
     return TrialPage(items=[TrialSummary(**_summary(r)) for r in page.rows], next_before=page.next_before)
 
 
 def _metrics(session: Session, trial_id: int) -> list[MetricPublic]:
     scheduling.get_trial(session, trial_id)  # 404 for an unknown trial, not an empty list
-    return [MetricPublic(**trial_domain.metric_dict(m)) for m in trial_domain.trial_metrics(session, [trial_id])]
+    return [MetricPublic(**trial_reads.metric_dict(m)) for m in trial_reads.trial_metrics(session, [trial_id])]
 
 
 def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
@@ -173,7 +172,7 @@ async def list_trials(
         str | None, Query(min_length=1, max_length=120, pattern=r"^[^\x00-\x1f\x7f]+$", description="A runner's name.")
     ] = None,
     before: PageAfter = None,
-    limit: Annotated[int, Query(ge=1, le=trial_domain.MAX_PAGE)] = 50,
+    limit: Annotated[int, Query(ge=1, le=trial_reads.MAX_PAGE)] = 50,
 ) -> TrialPage:
     """Trials, newest first, a page at a time: pass `next_before` back as `before` for the next page.
     An unknown campaign, approach or runner is a 404."""

@@ -18,7 +18,7 @@ from app.deps import OperatorDep, RowId, SessionDep, require_operator
 from app.domain import fingerprint as stack
 from app.domain import inventory, verdicts
 from app.domain.errors import Invalid, NotFound
-from app.domain.trials import trial_metrics
+from app.domain.trial_reads import trial_metrics
 from app.models import Approach, ApproachStatus, Campaign, Trial
 from app.services import events
 from app.web.render import render
