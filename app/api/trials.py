@@ -16,7 +16,7 @@ from app.db import open_session
 from app.deps import OperatorDep, PageAfter, RowId
 from app.domain import comparison as comparison_domain
 from app.domain import logs as log_domain
-from app.domain import scheduling, trial_reads
+from app.domain import scheduling, trial_reads, trials
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import TrialState
@@ -108,7 +108,7 @@ def _trial_page(session: Session, **filters: Any) -> TrialPage:
 
 
 def _metrics(session: Session, trial_id: int) -> list[MetricPublic]:
-    scheduling.get_trial(session, trial_id)  # 404 for an unknown trial, not an empty list
+    trials.get_trial(session, trial_id)  # 404 for an unknown trial, not an empty list
     return [MetricPublic(**trial_reads.metric_dict(m)) for m in trial_reads.trial_metrics(session, [trial_id])]
 
 
@@ -197,7 +197,7 @@ async def trial_metrics(request: Request, trial_id: RowId, operator: OperatorDep
 @router.post("/api/trials/{trial_id}/cancel")
 async def cancel_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> dict[str, Any]:
     trial = await cancel(request.app, trial_id, operator.name)
-    return scheduling.trial_view(trial)
+    return trial_reads.trial_view(trial)
 
 
 @router.get(
@@ -209,11 +209,11 @@ async def download_log(request: Request, trial_id: RowId, operator: OperatorDep)
     """The full stored log (text/plain, as an attachment), every attempt in order, streamed a page of
     chunks at a time from a worker thread (constant memory, however long the log)."""
     engine = request.app.state.engine
-    await run_in_tx(engine, scheduling.get_trial, trial_id, write=False)  # 404 before streaming starts
+    await run_in_tx(engine, trials.get_trial, trial_id, write=False)  # 404 before streaming starts
 
     def body():  # runs on a worker thread (Starlette iterates sync bodies off the event loop)
         with open_session(engine, write=False) as session:
-            trial = scheduling.get_trial(session, trial_id)
+            trial = trials.get_trial(session, trial_id)
             for text in log_domain.iter_full_log(session, trial):
                 yield text.encode()
 

@@ -1,4 +1,5 @@
-"""Reading trials: the filtered, paged list (newest first), one trial with its attempts, and its metric rows.
+"""Reading trials: the filtered, paged list (newest first), one trial with its attempts, its metric rows, and
+the fields a trial page shows live (`trial_view`).
 
 Every read here is a fixed number of statements, whatever the number of trials: the list is one joined
 query (trial, approach, campaign, runner name) after at most one lookup per filter; a trial's detail is
@@ -16,8 +17,8 @@ from sqlmodel import Session, select
 
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import get_approach, get_campaign
-from app.domain.scheduling import aware, get_trial
-from app.models import Approach, Attempt, Campaign, Metric, Runner, Trial, TrialState
+from app.domain.trials import get_trial
+from app.models import Approach, Attempt, Campaign, Metric, Runner, Trial, TrialState, aware
 
 MAX_PAGE = 200
 
@@ -138,4 +139,33 @@ def metric_dict(metric: Metric) -> dict[str, Any]:
         "seq": metric.seq,
         "index": metric.index,
         "recorded_at": aware(metric.created_at),
+    }
+
+
+def trial_view(trial: Trial) -> dict[str, Any]:
+    """The fields a trial page shows live (sent to browsers on every change)."""
+
+    def iso(ts: datetime | None) -> str | None:
+        ts = aware(ts)
+        return ts.isoformat() if ts else None
+
+    return {
+        "id": trial.id,
+        "state": trial.state,
+        "phase": trial.phase,
+        "exit_code": trial.exit_code,
+        "exit_signal": trial.exit_signal,
+        "error": trial.error,
+        "runner_id": trial.runner_id,
+        "attempt_id": trial.attempt_id,
+        "created_at": iso(trial.created_at),
+        "dispatched_at": iso(trial.dispatched_at),
+        "started_at": iso(trial.started_at),
+        "finished_at": iso(trial.finished_at),
+        "log_bytes": trial.log_bytes,
+        "log_dropped_bytes": trial.log_dropped_bytes,
+        "cancel_requested": trial.cancel_requested,
+        "proposal": trial.proposal,
+        "gpu_released": trial.gpu_released,
+        "gpu_note": trial.gpu_note,
     }

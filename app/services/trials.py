@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 from sqlmodel import Session
 
-from app.domain import scheduling
+from app.domain import scheduling, trial_reads, trials
 from app.domain.inventory import get_approach, get_campaign
 from app.live import get_hub, run_in_tx
 from app.models import Trial
@@ -35,7 +35,7 @@ async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | No
         # If the push fails (the socket just closed), the runner gets it again when it reconnects
         # (scheduling.reconcile), or the trial is lost after runner_lost_after_s.
         await hub.send_to_runner(result.runner.id, result.dispatch)  # type: ignore[arg-type]
-        hub.publish_state(result.trial.id, scheduling.trial_view(result.trial))  # type: ignore[arg-type]
+        hub.publish_state(result.trial.id, trial_reads.trial_view(result.trial))  # type: ignore[arg-type]
         events.publish(app, *events.of_trial(result.trial))
     return result
 
@@ -44,13 +44,13 @@ async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
     """Ask a trial to stop: Cancel pushed to its runner, which reports Finished(cancelled)."""
 
     def work(session: Session) -> tuple[Trial, Any]:
-        trial = scheduling.get_trial(session, trial_id)
-        return trial, scheduling.request_cancel(session, trial, actor)
+        trial = trials.get_trial(session, trial_id)
+        return trial, trials.request_cancel(session, trial, actor)
 
     trial, message = await run_in_tx(app.state.engine, work)
     hub = get_hub(app)
     if message is not None and trial.runner_id is not None:
         await hub.send_to_runner(trial.runner_id, message)
-    hub.publish_state(trial.id, scheduling.trial_view(trial))
+    hub.publish_state(trial.id, trial_reads.trial_view(trial))
     events.publish(app, *events.of_trial(trial))
     return trial

@@ -11,7 +11,7 @@ from sqlmodel import Session
 
 from app.deps import AdminDep, OperatorDep, PageAfter, RowId
 from app.domain import runners as runner_domain
-from app.domain import scheduling, trial_reads
+from app.domain import trial_reads, trials
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import Approach, Campaign, Runner
@@ -28,10 +28,10 @@ TRIAL_PAGE = 50
 
 
 def _trial_page(session: Session, trial_id: int) -> dict[str, Any]:
-    trial = scheduling.get_trial(session, trial_id)
+    trial = trials.get_trial(session, trial_id)
     return {
         "trial": trial,
-        "view": scheduling.trial_view(trial),
+        "view": trial_reads.trial_view(trial),
         "approach": session.get(Approach, trial.approach_id),
         "campaign": session.get(Campaign, trial.campaign_id),
         "runner": session.get(Runner, trial.runner_id) if trial.runner_id else None,
