@@ -46,6 +46,7 @@ from app.models import (
     utcnow,
 )
 from app.protocol import AttemptRef, Cancel, Finished
+from runners.recipes.metric import MetricName
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def _runner_actor(session: Session, runner_id: int | None) -> str:
 
 def mark_started(session: Session, trial: Trial) -> None:
     """The runner started the trial (a resent report, or one for a trial past starting, changes nothing)."""
-    if trial.state in (TrialState.queued, TrialState.dispatched):
+    if can(trial.state, TrialEvent.start):
         advance(trial, TrialEvent.start)
         trial.phase = "launching"
         trial.started_at = utcnow()
@@ -268,10 +269,7 @@ def classify_failure(session: Session, trial: Trial, log_text: str) -> dict[str,
     campaign = session.get(Campaign, trial.campaign_id)
     baseline = None
     if campaign is not None and campaign.baseline_tok_s and trial.id != campaign.baseline_trial_id:
-        baseline = {
-            "output_throughput_tok_s": campaign.baseline_tok_s,
-            "decode_log_gen_throughput_tok_s": campaign.baseline_tok_s,
-        }
+        baseline = dict.fromkeys(MetricName.THROUGHPUT, campaign.baseline_tok_s)
     try:
         result = classify(
             log_text, exit_code=trial.exit_code, signal=trial.exit_signal, metrics=metrics, baseline=baseline

@@ -32,6 +32,7 @@ from app.models import (
     TrialState,
     utcnow,
 )
+from runners.recipes.metric import MetricName
 
 # What a failure signature's verdict means for the approach's status.
 SIGNATURE_STATUS = {
@@ -50,11 +51,11 @@ VERDICT_STATUSES = [
 ]
 # Metrics worth naming in a success proposal, in order of interest.
 SUMMARY_METRICS = (
-    "output_throughput_tok_s",
-    "verify_time_ms",
-    "allreduce_in_situ_us",
-    "allreduce_latency_us",
-    "accept_length",
+    MetricName.OUTPUT_THROUGHPUT,
+    MetricName.VERIFY_TIME_MS,
+    MetricName.ALLREDUCE_IN_SITU_US,
+    MetricName.ALLREDUCE_LATENCY_US,
+    MetricName.BENCH_ACCEPT_LENGTH,
 )
 
 
