@@ -1,4 +1,9 @@
-"""`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...)."""
+"""`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...).
+
+Each subcommand imports what it runs, inside its function (tests/test_import_graph.py allows it for this
+file): `campaign runner` on a GPU node and `campaign --help` start without the web app, the database layer
+or plotly.
+"""
 
 from __future__ import annotations
 

@@ -33,8 +33,9 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from runners.preflight import Context, check_names, run_checks
 from runners.recipes import SAFE_ENV, Recipe, RecipeError, module_argv
-from runners.recipes._params import Param, parse_cli
+from runners.recipes._params import Param, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit, emit_phase
@@ -137,8 +138,6 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
             if "\n" in item or "\x00" in item:
                 raise RecipeError(f"params.{name}: argv elements cannot contain newlines or NUL: {item!r}")
     if values["preflight_skip"]:
-        from runners.preflight import check_names
-
         unknown = sorted(set(values["preflight_skip"]) - set(check_names()))
         if unknown:
             raise RecipeError(
@@ -549,8 +548,6 @@ def run(values: dict[str, Any]) -> int:
 
     if values["preflight"] == "on" or values["only_preflight"] == "on":
         phase("preflight")
-        from runners.preflight import Context, run_checks
-
         started = time.monotonic()
         failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]), skip=values["preflight_skip"])
         emit(M.PREFLIGHT_S, time.monotonic() - started, "s", passed=failed is None, **tags)
@@ -677,8 +674,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         values = validate(values)
     except RecipeError as exc:
-        from runners.recipes._params import usage_error
-
         usage_error(PROG, str(exc))
     return run(values)
 
