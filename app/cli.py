@@ -1,4 +1,9 @@
-"""`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...)."""
+"""`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...).
+
+Each subcommand imports what it runs, inside its function (tests/test_import_graph.py allows it for this
+file): `campaign runner` on a GPU node and `campaign --help` start without the web app, the database layer
+or plotly.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import typer
 from rich.console import Console
 
 from app.logconfig import configure_logging
+from runners.recipes.metric import MetricName
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -394,7 +400,7 @@ def classify(
     except OSError as exc:
         _fail(f"cannot read {logfile}: {exc.strerror or exc}", code=2)
     metrics = metrics_from_log(text) if baseline is not None else None
-    if baseline is not None and not any(m["name"] == "output_throughput_tok_s" for m in metrics):
+    if baseline is not None and not any(m["name"] == MetricName.OUTPUT_THROUGHPUT for m in metrics):
         _fail(
             f"--baseline: no output throughput in {'stdin' if logfile == '-' else logfile} "
             "(no metric line and no bench_serving 'Output token throughput (tok/s):' summary)",
@@ -405,7 +411,7 @@ def classify(
         exit_code=exit_code,
         signal=signal,
         metrics=metrics,
-        baseline={"output_throughput_tok_s": baseline} if baseline is not None else None,
+        baseline={MetricName.OUTPUT_THROUGHPUT: baseline} if baseline is not None else None,
     )
     if found is None:
         console.print(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import time
@@ -20,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.db import session_scope
 from app.models import utcnow
 from runners.trace import Trace
 
@@ -31,8 +33,6 @@ trace = Trace("server")
 async def trace_probes(period_s: float = 0.005) -> None:
     """While tracing: event-loop stalls ("loop_lag", seq = lateness in microseconds, past 5 ms) and
     garbage collections ("gc", trial = generation, seq = duration in microseconds)."""
-    import gc
-
     started: dict[str, int] = {}
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
@@ -353,7 +353,6 @@ def get_hub(app: Any) -> LiveHub:
 async def run_in_tx(engine: Any, fn: Callable[..., Any], *args: Any, write: bool = True) -> Any:
     """Run `fn(session, *args)` in one transaction on a worker thread (the event loop never waits on
     the database lock), committing on success. Async routes use this, then push over sockets."""
-    from app.db import session_scope
 
     def work() -> Any:
         with session_scope(engine, write=write) as session:

@@ -15,6 +15,9 @@ from fastapi import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.deps import operator_from
+from app.errors import login_required
+
 # Pages load scripts and styles from this server only; no inline script anywhere (htmx reads its
 # config from a <meta> tag). Inline style attributes stay allowed: Plotly sets them.
 CONTENT_SECURITY_POLICY = (
@@ -155,11 +158,7 @@ class AuthenticateFirst:
             and not scope["path"].startswith(PUBLIC_PREFIXES + PUBLIC_WRITE_PREFIXES)
             and scope["path"] not in PUBLIC_WRITES
         ):
-            from app.deps import operator_from
-
             if await to_thread.run_sync(operator_from, HTTPConnection(scope)) is None:
-                from app.errors import login_required
-
                 await login_required(Request(scope, receive))(scope, receive, send)
                 return
         await self.app(scope, receive, send)

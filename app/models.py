@@ -19,6 +19,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def aware(ts: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes for timezone-aware columns; they were written as UTC."""
+    if ts is not None and ts.tzinfo is None:
+        return ts.replace(tzinfo=UTC)
+    return ts
+
+
 def _ts(nullable: bool = True, **kw: Any) -> Any:
     return Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=nullable), **kw)
 
@@ -54,7 +61,17 @@ class TrialState(StrEnum):
     lost = "lost"
 
 
+# The one home of these sets: a trial is active (holds its runner, may change) or has ended for good.
 ACTIVE_TRIAL_STATES = (TrialState.queued, TrialState.dispatched, TrialState.running)
+TERMINAL_TRIAL_STATES = (
+    TrialState.succeeded,
+    TrialState.failed,
+    TrialState.cancelled,
+    TrialState.timed_out,
+    TrialState.lost,
+)
+# Ended without measuring anything: no verdict is asked for.
+NO_VERDICT_TRIAL_STATES = (TrialState.cancelled, TrialState.lost)
 
 
 class Campaign(SQLModel, table=True):

@@ -11,6 +11,7 @@ from jinja2_fragments.fastapi import Jinja2Blocks
 
 from app import __version__
 from app.config import resource_dir
+from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 
 HTMX_VERSION = "2.0.11"
@@ -61,6 +62,8 @@ def make_templates() -> Jinja2Blocks:
         csrf_header=CSRF_HEADER,
         csrf_field=CSRF_FORM_FIELD,
         status_labels=STATUS_LABELS,
+        active_trial_states=ACTIVE_TRIAL_STATES,
+        terminal_trial_states=TERMINAL_TRIAL_STATES,
     )
     env.filters["ago"] = _ago
     env.filters["utc"] = _utc

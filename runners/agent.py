@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import logging
 import os
@@ -711,8 +712,6 @@ def run(
 def _not_dumpable() -> None:
     if sys.platform != "linux":
         return
-    import ctypes
-
     PR_SET_DUMPABLE = 4
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)

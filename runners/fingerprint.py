@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+from app import __version__
+
 FINGERPRINT_KEYS = (
     "hostname",
     "cpu_count",
@@ -281,8 +283,6 @@ def runner_version() -> str:
     try:
         return importlib.metadata.version("campaign-board")
     except importlib.metadata.PackageNotFoundError:
-        from app import __version__
-
         return __version__
 
 

@@ -25,6 +25,7 @@ its own thread and never waits for the network: the chunk callback writes to the
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from runners.fingerprint import query_compute_apps, query_gpus
 from runners.recipes import LaunchSpec
 from runners.recipes.metric import PHASE_PREFIX  # a recipe line naming the trial's phase
 from runners.trace import Trace
@@ -234,8 +236,6 @@ def become_subreaper() -> bool:
     """Make this process the child subreaper of everything it starts (Linux); idempotent."""
     if not sys.platform.startswith("linux"):
         return False
-    import ctypes
-
     try:
         return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
@@ -576,8 +576,6 @@ GPU_SLACK_MIB = 256  # memory other tenants or the driver may take meanwhile
 
 def gpu_memory_used() -> dict[int, int] | None:
     """MiB used per GPU index now; None when this node has no GPU."""
-    from runners.fingerprint import query_gpus
-
     gpus = query_gpus()
     return None if gpus is None else {gpu["index"]: gpu["memory_used_mib"] for gpu in gpus}
 
@@ -588,8 +586,6 @@ def check_gpus_released(
     """(gpu_released, gpu_note): is GPU memory back to what it was before the trial?
 
     Waits up to wait_s for the driver to free memory of processes that just ended."""
-    from runners.fingerprint import query_compute_apps
-
     if before is None:
         return None, "no GPU on this node"
     deadline = time.monotonic() + wait_s

@@ -15,7 +15,7 @@
   const statusEl = document.getElementById("log-status");
   const follow = document.getElementById("log-follow");
   const MAX_NODES = 20000; // keep the page responsive on huge logs: older nodes leave the view
-  const TERMINAL = ["succeeded", "failed", "cancelled", "timed_out", "lost"];
+  const TERMINAL = section.dataset.terminalStates.split(" "); // app/models.py TERMINAL_TRIAL_STATES
   let lastSeq = -1;
   let view = JSON.parse(section.dataset.view || "{}");
   let retry = 0;

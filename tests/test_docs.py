@@ -18,3 +18,11 @@ def test_readme_names_the_two_commands_that_ci_runs():
     readme = (ROOT / "README.md").read_text()
     assert "make run" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_architecture_names_every_module():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    modules = sorted(p.relative_to(ROOT).as_posix() for top in ("app", "runners") for p in (ROOT / top).rglob("*.py"))
+    assert "app/domain/trials.py" in modules
+    missing = [m for m in modules if f"`{m}`" not in doc]
+    assert missing == [], f"docs/architecture.md does not name {missing}"

@@ -28,7 +28,7 @@ from sqlmodel import Session
 
 from app.deps import RowId, socket_operator
 from app.domain import logs as log_domain
-from app.domain import scheduling
+from app.domain import trial_reads
 from app.live import RESYNC_CLOSE_CODE, Frame, Subscriber, get_hub, run_in_tx, trace
 from app.models import Trial
 from app.services import access
@@ -81,7 +81,7 @@ class LogFollower:
         return out
 
     async def run(self, trial: Trial) -> None:
-        await self.ws.send_text(json.dumps({"type": "state", **scheduling.trial_view(trial)}))
+        await self.ws.send_text(json.dumps({"type": "state", **trial_reads.trial_view(trial)}))
         await self.backlog()
         await self.live()
 

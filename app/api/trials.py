@@ -17,8 +17,7 @@ from app.deps import OperatorDep, PageAfter, RowId
 from app.domain import comparison as comparison_domain
 from app.domain import logs as log_domain
 from app.domain import queue as queue_domain
-from app.domain import scheduling
-from app.domain import trials as trial_domain
+from app.domain import scheduling, trial_reads, trials
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import TrialState
@@ -79,7 +78,7 @@ def _queue(session: Session, slug: str) -> list[QueuedTrialPublic]:
     ]
 
 
-def _summary(row: trial_domain.TrialRow) -> dict[str, Any]:
+def _summary(row: trial_reads.TrialRow) -> dict[str, Any]:
     t = row.trial
     return {
         "id": t.id,
@@ -101,9 +100,9 @@ def _summary(row: trial_domain.TrialRow) -> dict[str, Any]:
 
 
 def _trial_public(session: Session, trial_id: int) -> TrialPublic:
-    d = trial_domain.trial_detail(session, trial_id)
+    d = trial_reads.trial_detail(session, trial_id)
     t = d.trial
-    row = trial_domain.TrialRow(t, d.approach, d.campaign.slug, d.runner.name if d.runner else None)
+    row = trial_reads.TrialRow(t, d.approach, d.campaign.slug, d.runner.name if d.runner else None)
     return TrialPublic(
         **_summary(row),
         exit_signal=t.exit_signal,
@@ -123,13 +122,13 @@ def _trial_public(session: Session, trial_id: int) -> TrialPublic:
 
 
 def _trial_page(session: Session, **filters: Any) -> TrialPage:
-    page = trial_domain.list_trials(session, **filters)
+    page = trial_reads.list_trials(session, **filters)
     return TrialPage(items=[TrialSummary(**_summary(r)) for r in page.rows], next_before=page.next_before)
 
 
 def _metrics(session: Session, trial_id: int) -> list[MetricPublic]:
-    scheduling.get_trial(session, trial_id)  # 404 for an unknown trial, not an empty list
-    return [MetricPublic(**trial_domain.metric_dict(m)) for m in trial_domain.trial_metrics(session, [trial_id])]
+    trials.get_trial(session, trial_id)  # 404 for an unknown trial, not an empty list
+    return [MetricPublic(**trial_reads.metric_dict(m)) for m in trial_reads.trial_metrics(session, [trial_id])]
 
 
 def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
@@ -201,7 +200,7 @@ async def list_trials(
         str | None, Query(min_length=1, max_length=120, pattern=r"^[^\x00-\x1f\x7f]+$", description="A runner's name.")
     ] = None,
     before: PageAfter = None,
-    limit: Annotated[int, Query(ge=1, le=trial_domain.MAX_PAGE)] = 50,
+    limit: Annotated[int, Query(ge=1, le=trial_reads.MAX_PAGE)] = 50,
 ) -> TrialPage:
     """Trials, newest first, a page at a time: pass `next_before` back as `before` for the next page.
     An unknown campaign, approach or runner is a 404."""
@@ -226,7 +225,7 @@ async def trial_metrics(request: Request, trial_id: RowId, operator: OperatorDep
 @router.post("/api/trials/{trial_id}/cancel")
 async def cancel_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> dict[str, Any]:
     trial = await cancel(request.app, trial_id, operator.name)
-    return scheduling.trial_view(trial)
+    return trial_reads.trial_view(trial)
 
 
 @router.get(
@@ -238,11 +237,11 @@ async def download_log(request: Request, trial_id: RowId, operator: OperatorDep)
     """The full stored log (text/plain, as an attachment), every attempt in order, streamed a page of
     chunks at a time from a worker thread (constant memory, however long the log)."""
     engine = request.app.state.engine
-    await run_in_tx(engine, scheduling.get_trial, trial_id, write=False)  # 404 before streaming starts
+    await run_in_tx(engine, trials.get_trial, trial_id, write=False)  # 404 before streaming starts
 
     def body():  # runs on a worker thread (Starlette iterates sync bodies off the event loop)
         with open_session(engine, write=False) as session:
-            trial = scheduling.get_trial(session, trial_id)
+            trial = trials.get_trial(session, trial_id)
             for text in log_domain.iter_full_log(session, trial):
                 yield text.encode()
 

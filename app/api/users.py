@@ -12,8 +12,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url, require_user
 from app.domain import users
 from app.domain.errors import Invalid
-from app.domain.scheduling import aware
-from app.models import Invite, Role, User
+from app.models import Invite, Role, User, aware
 from app.security import (
     create_api_token,
     create_invite,

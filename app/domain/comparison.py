@@ -18,9 +18,8 @@ from sqlmodel import Session, select
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
 from app.domain.runners import gpu_count
-from app.domain.scheduling import aware
-from app.domain.trials import trial_metrics
-from app.models import Approach, Campaign, Runner, Trial
+from app.domain.trial_reads import trial_metrics
+from app.models import Approach, Campaign, Runner, Trial, aware
 
 MIN_TRIALS = 2
 MAX_TRIALS = 8

@@ -22,7 +22,7 @@ from sqlalchemy import delete, insert, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
-from app.domain.scheduling import StaleAttempt, current_trial
+from app.domain.trials import StaleAttempt, current_trial
 from app.models import Attempt, LogChunk, Metric, Trial, utcnow
 from runners.recipes.metric import METRIC_PREFIX, parse_metric_line
 

@@ -56,6 +56,7 @@ from sqlalchemy import Text, cast, exists, or_
 from sqlmodel import Session, select
 
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
+from app.domain.inventory import approaches
 from app.models import Approach, ApproachStatus, Campaign, Metric
 from runners.recipes.metric import MetricName
 
@@ -853,8 +854,6 @@ def profitability_report(
 ) -> ProfitabilityReport:
     """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs.
     Pass `metrics` and `approach_rows` already read to compute a what-if without reading again."""
-    from app.domain.inventory import approaches
-
     metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
     rows = approach_rows if approach_rows is not None else approaches(session, campaign)
     inputs = model_inputs(session, campaign, what_if, metrics)

@@ -27,7 +27,8 @@ from sqlmodel import Session, col, select
 
 from app.domain import scheduling
 from app.domain.errors import NotFound
-from app.models import ACTIVE_TRIAL_STATES, Approach, Campaign, Runner, Trial, TrialState
+from app.domain.runners import unmet_requirements
+from app.models import ACTIVE_TRIAL_STATES, Approach, Campaign, Runner, Trial, TrialState, aware
 
 
 @dataclass
@@ -40,7 +41,7 @@ class QueuedTrial:
 
     @property
     def queued_at(self) -> datetime | None:
-        return scheduling.aware(self.trial.created_at)
+        return aware(self.trial.created_at)
 
 
 def _waiting(session: Session, campaign_id: int | None = None) -> list[tuple[Trial, Approach]]:
@@ -116,7 +117,7 @@ def start_queued(session: Session, runner_id: int, *, online: set[int] | None = 
     if busy is not None:
         return None
     for trial, approach in _waiting(session):
-        if scheduling.unmet_requirements(approach.requirements, runner.fingerprint):
+        if unmet_requirements(approach.requirements, runner.fingerprint):
             continue
         locked = _lock_if_queued(session, trial.id)  # type: ignore[arg-type]
         if locked is None:

@@ -93,7 +93,7 @@ def mark_connected(session: Session, runner: Runner, fingerprint: dict[str, Any]
 
 
 def mark_disconnected(session: Session, runner_id: int, last_seen_at: datetime | None = None) -> None:
-    """The socket closed: the lost-after clock starts now (see scheduling.sweep_lost)."""
+    """The socket closed: the lost-after clock starts now (see trials.sweep_lost)."""
     runner = session.get(Runner, runner_id)
     if runner is None:
         return
@@ -225,6 +225,45 @@ def components(fingerprint: dict[str, Any] | None) -> dict[str, str]:
     elif isinstance(raw, list):
         out.update({str(k).lower(): "" for k in raw})
     return out
+
+
+# ---- requirement matching: what an approach needs against what a runner's fingerprint has --------
+
+
+def unmet_requirements(requirements: dict[str, Any] | None, fingerprint: dict[str, Any] | None) -> list[str]:
+    """What a runner with this fingerprint lacks for these requirements, in words ([] = it can run)."""
+    req = requirements or {}
+    missing: list[str] = []
+    gpus = int(req.get("gpus") or 0)
+    if gpus and gpu_count(fingerprint) < gpus:
+        missing.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
+    missing += _unmet_allocation(req, fingerprint)
+    min_sm = _sm_tuple(req.get("min_sm"))
+    if min_sm:
+        have = sm(fingerprint)
+        if have is None or have < min_sm:
+            missing.append(f"SM {min_sm[0]}.{min_sm[1]} or newer")
+    installed = components(fingerprint)
+    for name in req.get("software") or []:
+        if str(name).lower() not in installed:
+            missing.append(str(name))
+    return missing
+
+
+def _unmet_allocation(req: dict[str, Any], fingerprint: dict[str, Any] | None) -> list[str]:
+    """N nodes x G GPUs: only a runner that hands trials to a scheduler (its fingerprint's `slurm`
+    partition) can give more than one node; G GPUs per node must fit the partition's nodes."""
+    nodes = int(req.get("nodes") or 1)
+    per_node = int(req.get("gpus_per_node") or 0)
+    missing: list[str] = []
+    if per_node and gpu_count(fingerprint) < per_node:
+        missing.append(f"{per_node} GPU{'s' if per_node != 1 else ''} per node")
+    if nodes > 1:
+        partition = (fingerprint or {}).get("slurm")
+        have = partition.get("nodes", 0) if isinstance(partition, dict) else 0
+        if have < nodes:
+            missing.append(f"{nodes} nodes (a SLURM partition with {nodes} or more)")
+    return missing
 
 
 def summary(fingerprint: dict[str, Any] | None) -> str:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runners.preflight import parse_preflight_line
-from runners.recipes.metric import parse_metric_line
+from runners.recipes.metric import MetricName, parse_metric_line
 from runners.recipes.sglang_server import SUMMARY_METRICS, parse_bench_stdout
 
 VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
@@ -468,15 +468,14 @@ def _killed_by_signal(t: _Trial) -> Classification | None:
     )
 
 
-# Higher is better for these; a finished trial below baseline by more than the margin is a dead end.
-THROUGHPUT_METRICS = ("output_throughput_tok_s", "decode_log_gen_throughput_tok_s")
+# Higher is better for MetricName.THROUGHPUT; a finished trial below baseline by more than the margin is a dead end.
 BASELINE_MARGIN = 0.02
 
 
 def _slower_than_baseline(t: _Trial) -> Classification | None:
     if not t.baseline or t.exit_code not in (0, None) or t.signal is not None:
         return None
-    for name in THROUGHPUT_METRICS:
+    for name in MetricName.THROUGHPUT:
         base = t.baseline.get(name)
         values = [
             m.get("value") for m in t.metrics if m.get("name") == name and isinstance(m.get("value"), (int, float))

@@ -18,7 +18,21 @@ from app.domain import fingerprint as stack
 from app.domain.errors import Invalid
 from app.domain.inventory import change_status
 from app.domain.profitability import is_world_figure
-from app.models import Approach, ApproachStatus, Campaign, Metric, Runner, StatusChange, Trial, TrialState, utcnow
+from app.domain.runners import unmet_requirements
+from app.models import (
+    NO_VERDICT_TRIAL_STATES,
+    TERMINAL_TRIAL_STATES,
+    Approach,
+    ApproachStatus,
+    Campaign,
+    Metric,
+    Runner,
+    StatusChange,
+    Trial,
+    TrialState,
+    utcnow,
+)
+from runners.recipes.metric import MetricName
 
 # What a failure signature's verdict means for the approach's status.
 SIGNATURE_STATUS = {
@@ -28,8 +42,6 @@ SIGNATURE_STATUS = {
     "retest": ApproachStatus.deferred,
     "inconclusive": ApproachStatus.untested,
 }
-NO_VERDICT_STATES = {TrialState.cancelled, TrialState.lost}
-ENDED_STATES = {TrialState.succeeded, TrialState.failed, TrialState.timed_out, TrialState.cancelled, TrialState.lost}
 VERDICT_STATUSES = [
     ApproachStatus.promising,
     ApproachStatus.adopted,
@@ -39,11 +51,11 @@ VERDICT_STATUSES = [
 ]
 # Metrics worth naming in a success proposal, in order of interest.
 SUMMARY_METRICS = (
-    "output_throughput_tok_s",
-    "verify_time_ms",
-    "allreduce_in_situ_us",
-    "allreduce_latency_us",
-    "accept_length",
+    MetricName.OUTPUT_THROUGHPUT,
+    MetricName.VERIFY_TIME_MS,
+    MetricName.ALLREDUCE_IN_SITU_US,
+    MetricName.ALLREDUCE_LATENCY_US,
+    MetricName.BENCH_ACCEPT_LENGTH,
 )
 
 
@@ -59,7 +71,7 @@ class Proposal:
 
 def on_trial_ended(session: Session, trial: Trial) -> None:
     """scheduling's trial-ended hook: the approach now waits for a person's verdict."""
-    if trial.state in NO_VERDICT_STATES:
+    if trial.state in NO_VERDICT_TRIAL_STATES:
         return
     approach = session.get(Approach, trial.approach_id)
     if approach is not None:
@@ -117,7 +129,7 @@ def confirm(
     and the stack components it is bound to ([] = not bound, e.g. physics of the topology)."""
     if trial.approach_id != approach.id:
         raise Invalid(f"trial #{trial.id} is not a trial of {approach.title}", field="trial_id")
-    if trial.state not in ENDED_STATES:
+    if trial.state not in TERMINAL_TRIAL_STATES:
         raise Invalid(
             f"trial #{trial.id} has not ended ({trial.state}): confirm its verdict when it has", field="trial_id"
         )
@@ -178,8 +190,6 @@ def _connected_runners(session: Session) -> list[Runner]:
 
 
 def _able(approach: Approach, runners: list[Runner]) -> list[Runner]:
-    from app.domain.scheduling import unmet_requirements
-
     return [r for r in runners if r.fingerprint and not unmet_requirements(approach.requirements, r.fingerprint)]
 
 

@@ -19,6 +19,7 @@ from app.live import LiveHub, get_hub, run_in_tx, trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
 from app.services import access, events
 from app.services.runners import sweep_once
+from runners.agent import start_embedded, stop_embedded
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,6 @@ async def start(app: FastAPI) -> None:
     settings = app.state.settings
     app.state.embedded_runner = None
     if settings.embedded_runner:
-        from runners.agent import start_embedded
-
         _, token = await run_in_tx(app.state.engine, runner_domain.ensure_embedded_runner)
         # The runner retries its connection with backoff, so starting it before the server listens is fine.
         app.state.embedded_runner = start_embedded(settings.base_url(), token, settings.data_dir / "spool")
@@ -90,8 +89,6 @@ async def stop(app: FastAPI) -> None:
                 await task
     proc: subprocess.Popen | None = getattr(app.state, "embedded_runner", None)
     if proc is not None:
-        from runners.agent import stop_embedded
-
         # SIGTERM: it cancels its running trial and reports it while the server still listens.
         await asyncio.to_thread(stop_embedded, proc, app.state.settings.cancel_grace_s + 5)
     for link in list(get_hub(app).runners.values()):

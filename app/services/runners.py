@@ -24,9 +24,9 @@ from sqlmodel import Session
 from app.db import session_scope
 from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
-from app.domain import scheduling
+from app.domain import scheduling, trial_reads, trials
 from app.live import Frame, LiveHub, get_hub, run_in_tx, trace
-from app.models import Runner, utcnow
+from app.models import TERMINAL_TRIAL_STATES, Runner, utcnow
 from app.protocol import (
     Cancel,
     Finished,
@@ -67,12 +67,12 @@ async def sweep_once(app: FastAPI) -> None:
     hub = get_hub(app)
     async with hub.attempts.exclusive():  # it may end trials whose chunks are being published early
         lost, silent = await run_in_tx(
-            app.state.engine, scheduling.sweep_lost, app.state.settings.runner_lost_after_s, hub.last_seen()
+            app.state.engine, trials.sweep_lost, app.state.settings.runner_lost_after_s, hub.last_seen()
         )
         for trial in lost:
             hub.attempts.forget(trial.id)
     for trial in lost:
-        hub.publish_state(trial.id, scheduling.trial_view(trial))
+        hub.publish_state(trial.id, trial_reads.trial_view(trial))
     if lost or silent:
         events.publish(app, events.RUNNERS, *(t for trial in lost for t in events.of_trial(trial)))
     for runner_id in silent:
@@ -141,7 +141,7 @@ class RunnerIngest:
             runner_id=self.runner_id, heartbeat_s=self.settings.heartbeat_s, acked=result.acked, cancel=result.cancel
         )
         topics = [topic for t in result.lost for topic in events.of_trial(t)]
-        return welcome, result.redispatch, [scheduling.trial_view(t) for t in result.lost], topics
+        return welcome, result.redispatch, [trial_reads.trial_view(t) for t in result.lost], topics
 
     async def batch(self, raw: list[str]) -> BatchOut:
         """Parse and apply a batch of raw messages (worker thread, one transaction), publishing chunks."""
@@ -200,9 +200,9 @@ class RunnerIngest:
                 for trial_id, attempt_id in out.validated.items():
                     gate.remember(trial_id, attempt_id, self.runner_id)
             for trial_id, view in out.states.items():
-                if view.get("state") in scheduling.TERMINAL_STATES:
+                if view.get("state") in TERMINAL_TRIAL_STATES:
                     gate.forget(trial_id)
-        if any(view.get("state") in scheduling.TERMINAL_STATES for view in out.states.values()):
+        if any(view.get("state") in TERMINAL_TRIAL_STATES for view in out.states.values()):
             # A trial of this runner ended (committed): it is free for the queue's next trial.
             await start_queued(self.app, self.runner_id)
         if trace.on:
@@ -240,11 +240,11 @@ class RunnerIngest:
                 trial = result.trials[c.trial_id]
                 if c.attempt_id == trial.attempt_id:
                     out.chunks.setdefault(c.trial_id, []).append((c.seq, c.data))
-            for trial in result.trials.values():  # each passed scheduling.current_trial for this runner
+            for trial in result.trials.values():  # each passed trials.current_trial for this runner
                 assert trial.id is not None and trial.attempt_id is not None  # a stored trial, current attempt
                 out.validated[trial.id] = trial.attempt_id
                 if trial.log_dropped_bytes:
-                    out.states[trial.id] = scheduling.trial_view(trial)
+                    out.states[trial.id] = trial_reads.trial_view(trial)
             pending.clear()
 
         for msg in messages:
@@ -272,13 +272,13 @@ class RunnerIngest:
         out.topics.add(events.HEARTBEATS)  # the Runners page's "last seen" (one notice per window, all runners)
         for ref in msg.attempts:
             try:
-                trial = scheduling.current_trial(session, ref, self.runner_id)
-            except scheduling.StaleAttempt as exc:
+                trial = trials.current_trial(session, ref, self.runner_id)
+            except trials.StaleAttempt as exc:
                 out.replies.append(
                     Cancel(trial_id=ref.trial_id, attempt_id=ref.attempt_id, reason=exc.reason).model_dump_json()
                 )
                 continue
-            if trial.cancel_requested and trial.state not in scheduling.TERMINAL_STATES:
+            if trial.cancel_requested and trial.state not in TERMINAL_TRIAL_STATES:
                 out.replies.append(
                     Cancel(
                         trial_id=ref.trial_id, attempt_id=ref.attempt_id, reason="cancel requested"
@@ -287,22 +287,22 @@ class RunnerIngest:
 
     def _report(self, session: Session, msg: Started | Phase | Finished, out: BatchOut) -> None:
         try:
-            trial = scheduling.current_trial(session, msg, self.runner_id)
-        except scheduling.StaleAttempt as exc:
+            trial = trials.current_trial(session, msg, self.runner_id)
+        except trials.StaleAttempt as exc:
             out.replies.append(
                 Reject(trial_id=msg.trial_id, attempt_id=msg.attempt_id, reason=exc.reason).model_dump_json()
             )
             return
         if isinstance(msg, Started):
-            scheduling.mark_started(session, trial)
+            trials.mark_started(session, trial)
         elif isinstance(msg, Phase):
-            scheduling.record_phase(session, trial, msg.phase)
+            trials.record_phase(session, trial, msg.phase)
         else:
-            if trial.state not in scheduling.TERMINAL_STATES:
+            if trial.state not in TERMINAL_TRIAL_STATES:
                 self.metrics.finish(session, trial, msg.last_seq)
-                scheduling.finish(session, trial, msg, log_text=log_domain.head_and_tail(session, trial))
+                trials.finish(session, trial, msg, log_text=log_domain.head_and_tail(session, trial))
             out.replies.append(FinishedAck(trial_id=msg.trial_id, attempt_id=msg.attempt_id).model_dump_json())
-        out.states[trial.id] = scheduling.trial_view(trial)  # type: ignore[index]
+        out.states[trial.id] = trial_reads.trial_view(trial)  # type: ignore[index]
         out.topics.update(events.of_trial(trial))
 
     # ---- tracing (bench/log_pipeline.py --trace) ----

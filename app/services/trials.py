@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from sqlmodel import Session
 
-from app.domain import queue, scheduling
+from app.domain import queue, scheduling, trial_reads, trials
 from app.domain.inventory import get_approach, get_campaign
 from app.live import get_hub, run_in_tx
 from app.models import Trial
@@ -70,7 +70,7 @@ async def _dispatch(app: FastAPI, work: Callable[[Session], scheduling.RunNext |
         # If the push fails (the socket just closed), the runner gets it again when it reconnects
         # (scheduling.reconcile), or the trial is lost after runner_lost_after_s.
         await hub.send_to_runner(result.runner.id, result.dispatch)
-    hub.publish_state(result.trial.id, scheduling.trial_view(result.trial))
+    hub.publish_state(result.trial.id, trial_reads.trial_view(result.trial))
     events.publish(app, *events.of_trial(result.trial))
     return result
 
@@ -81,13 +81,13 @@ async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
 
     def work(session: Session) -> tuple[Trial, Any]:
         trial = queue.lock_trial(session, trial_id)  # a queued one is not started meanwhile
-        return trial, scheduling.request_cancel(session, trial, actor)
+        return trial, trials.request_cancel(session, trial, actor)
 
     trial, message = await run_in_tx(app.state.engine, work)
     hub = get_hub(app)
     if message is not None and trial.runner_id is not None:
         await hub.send_to_runner(trial.runner_id, message)
-    hub.publish_state(trial.id, scheduling.trial_view(trial))
+    hub.publish_state(trial.id, trial_reads.trial_view(trial))
     events.publish(app, *events.of_trial(trial))
     if trial.runner_id is None:
         # A runner that freed up while this cancel held the queued trial's row skipped it (SKIP LOCKED)

@@ -14,7 +14,7 @@ from sqlmodel import Session
 from app.charts import TRIAL_COLORS, trial_comparison
 from app.deps import OperatorDep
 from app.domain import comparison as comparison_domain
-from app.domain import trials as trial_domain
+from app.domain import trial_reads
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.web.render import render
@@ -33,7 +33,7 @@ def _compare_page(session: Session, slug: str, trial_ids: list[int]) -> dict[str
     comparison = None
     if len(selected) >= comparison_domain.MIN_TRIALS:
         comparison = comparison_domain.compare_trials(session, campaign, selected)
-    recent = trial_domain.list_trials(session, campaign=slug, limit=PICKER_TRIALS).rows
+    recent = trial_reads.list_trials(session, campaign=slug, limit=PICKER_TRIALS).rows
     listed = {r.trial.id for r in recent}
     return {
         "campaign": campaign,

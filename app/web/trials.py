@@ -12,8 +12,7 @@ from sqlmodel import Session
 from app.deps import AdminDep, OperatorDep, PageAfter, RowId
 from app.domain import queue as queue_domain
 from app.domain import runners as runner_domain
-from app.domain import scheduling
-from app.domain import trials as trial_domain
+from app.domain import trial_reads, trials
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.models import Approach, Campaign, Runner
@@ -30,10 +29,10 @@ TRIAL_PAGE = 50
 
 
 def _trial_page(session: Session, trial_id: int) -> dict[str, Any]:
-    trial = scheduling.get_trial(session, trial_id)
+    trial = trials.get_trial(session, trial_id)
     return {
         "trial": trial,
-        "view": scheduling.trial_view(trial),
+        "view": trial_reads.trial_view(trial),
         "approach": session.get(Approach, trial.approach_id),
         "campaign": session.get(Campaign, trial.campaign_id),
         "runner": session.get(Runner, trial.runner_id) if trial.runner_id else None,
@@ -44,7 +43,7 @@ def _recent(session: Session, slug: str, approach_key: str | None = None, before
     """The campaign's latest trials, or one approach's a page at a time (newest first, older than `before`)."""
     campaign = get_campaign(session, slug)
     limit = RECENT_TRIALS if approach_key is None else TRIAL_PAGE
-    page = trial_domain.list_trials(session, campaign=slug, approach=approach_key, before=before, limit=limit)
+    page = trial_reads.list_trials(session, campaign=slug, approach=approach_key, before=before, limit=limit)
     more_url = None
     if approach_key is not None and page.next_before is not None:
         more_url = f"/campaigns/{campaign.slug}/approaches/{approach_key}/trials?before={page.next_before}"

@@ -18,15 +18,14 @@ from app.deps import OperatorDep, RowId, SessionDep, require_operator
 from app.domain import fingerprint as stack
 from app.domain import inventory, verdicts
 from app.domain.errors import Invalid, NotFound
-from app.domain.trials import trial_metrics
-from app.models import Approach, ApproachStatus, Campaign, Trial
+from app.domain.trial_reads import trial_metrics
+from app.models import NO_VERDICT_TRIAL_STATES, TERMINAL_TRIAL_STATES, Approach, ApproachStatus, Campaign, Trial
 from app.services import events
 from app.web.render import render
 
 router = APIRouter(dependencies=[Depends(require_operator)])
 CHANGED = {"HX-Trigger": "campaign-changed"}
 CSV_BATCH = 5000  # metric rows per fetch and per write of the CSV stream
-TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "lost"}
 
 
 class VerdictRequest(BaseModel):
@@ -51,12 +50,12 @@ def _verdict_fragment(request: Request, session: Session, trial_id: int, headers
         "trial": trial,
         "approach": approach,
         "campaign": campaign,
-        "ended": trial.state in TERMINAL,
-        "proposal": verdicts.propose(session, trial) if trial.state in TERMINAL else None,
+        "ended": trial.state in TERMINAL_TRIAL_STATES,
+        "proposal": verdicts.propose(session, trial) if trial.state in TERMINAL_TRIAL_STATES else None,
         "pending": approach.pending_trial_id == trial.id,
         "statuses": verdicts.VERDICT_STATUSES,
         "components": stack.STACK_COMPONENTS,
-        "no_verdict": trial.state in verdicts.NO_VERDICT_STATES,
+        "no_verdict": trial.state in NO_VERDICT_TRIAL_STATES,
         "values": {c: stack.component_value(trial.fingerprint, c) for c in stack.STACK_COMPONENTS},
         "binding": stack.describe_binding(approach.bound_to, approach.verdict_fingerprint),
     }
@@ -103,7 +102,7 @@ def confirm_from_api(trial_id: RowId, data: VerdictRequest, session: SessionDep,
 @router.get("/api/trials/{trial_id}/proposal", tags=["trials"], summary="The verdict an ended trial proposes")
 def proposal_api(trial_id: RowId, session: SessionDep) -> dict:
     trial, _, _ = _trial(session, trial_id)
-    if trial.state not in TERMINAL:
+    if trial.state not in TERMINAL_TRIAL_STATES:
         raise Invalid(f"trial #{trial_id} has not ended ({trial.state})", field="trial_id")
     p = verdicts.propose(session, trial)
     return {

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runners.fingerprint import slurm_partition
 from runners.process import ATTEMPT_ENV, LogChunker, OutputChunk, PhaseScanner, TrialResult, trial_env
 from runners.recipes import LaunchSpec, RecipeError
 
@@ -388,7 +389,8 @@ class SlurmTrial:
                 if deadline is not None and now > deadline and not self._cancel.is_set():
                     timed_out = True
                     self._cancel.set()
-                if self._cancel.is_set() and not killed:
+                # Detached while polling: leave the job alone (detach also sets _cancel to wake the wait).
+                if self._cancel.is_set() and not killed and not self._detached.is_set():
                     if self.state in WAITING or self._kill_now:
                         _run(["scancel", self.job_id], check=False)
                         killed = True
@@ -567,6 +569,4 @@ class SlurmExecutor:
             (self.state_dir / f"{attempt_id}{suffix}").unlink(missing_ok=True)
 
     def describe(self) -> dict[str, Any]:
-        from runners.fingerprint import slurm_partition
-
         return slurm_partition(self.config)

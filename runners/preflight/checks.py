@@ -105,6 +105,7 @@ _ARG_ERROR = re.compile(r"error: (?P<msg>.+)$", re.MULTILINE)
 
 
 def launch_args(ctx: Context) -> list[str]:
+    # At call time: sglang_server imports runners.preflight, whose import registers these checks (a cycle).
     from runners.recipes.sglang_server import server_argv
 
     argv = server_argv(ctx.values)

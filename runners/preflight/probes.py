@@ -14,6 +14,7 @@ Imports torch / sglang only inside the probe that needs them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -223,8 +224,6 @@ def probe_jit_target() -> int:
 
 def probe_gpus() -> int:
     """One JSON line: the GPUs torch sees, their SM and free memory."""
-    import json
-
     torch = _need_gpus(1)
     if torch is None:
         return 1

@@ -12,6 +12,7 @@ in NCCL teardown). Standard library + torch only; torch is imported lazily so th
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 import signal
 import socket
@@ -24,8 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
-from runners.recipes._params import Param
+from runners.recipes import (
+    SAFE_ENV,  # defaulted (never overridden) for every rank we start
+    RecipeError,
+)
+from runners.recipes._params import Param, usage_error
 from runners.recipes.metric import emit_phase
 
 # Parameters every collective recipe takes the same way.
@@ -67,8 +71,6 @@ def is_worker() -> bool:
 
 def static_checks(values: dict[str, Any]) -> None:
     """Combinations that can be refused without looking at the machine (raises RecipeError)."""
-    from runners.recipes import RecipeError
-
     if values["backend"] == "gloo" and values["mode"] == "graph":
         raise RecipeError("params.mode (--mode): graph mode needs CUDA graphs; backend gloo runs on CPU")
     if values.get("world_size") is not None and values["world_size"] < 2:
@@ -77,8 +79,6 @@ def static_checks(values: dict[str, Any]) -> None:
 
 def machine_checks(prog: str, values: dict[str, Any]) -> int:
     """Checks that need torch and the GPUs. Returns the world size to launch, or exits 2."""
-    from runners.recipes._params import usage_error
-
     backend = values["backend"]
     if backend == "gloo":
         return values["world_size"] or 2
@@ -119,8 +119,6 @@ def _across_nodes_refusal(backend: str, nodes: int) -> str | None:
 
 def node_checks(prog: str, values: dict[str, Any], nodes: int) -> None:
     """What a rank can refuse before joining a world the launcher says spans `nodes` nodes (exits 2)."""
-    from runners.recipes._params import usage_error
-
     refusal = _across_nodes_refusal(values["backend"], nodes)
     if refusal:
         usage_error(prog, refusal)
@@ -363,8 +361,6 @@ class Rank:
     """This worker's place in the world, its device and process group."""
 
     def __init__(self, backend: str, init_timeout_s: float):
-        import datetime
-
         import torch
         import torch.distributed as dist
 

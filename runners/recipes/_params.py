@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runners.recipes import RecipeError
+from runners.recipes import Recipe, RecipeError, module_argv
 
 _MISSING = object()
 
@@ -156,3 +156,13 @@ def usage_error(prog: str, message: str) -> None:
     sys.stderr.write(f"{prog}: error: {message}\n")
     sys.stderr.flush()
     sys.exit(2)
+
+
+def module_recipe(prog: str, spec: Sequence[Param], validate: Callable[[dict[str, Any]], dict[str, Any]]) -> Recipe:
+    """The RECIPE of a module launched as `python -m PROG` with its spec's flags (SAFE_ENV defaulted)."""
+    return Recipe(
+        spec=tuple(spec),
+        validate=validate,
+        argv=lambda values, python: module_argv(python, prog, to_argv(values, spec)),
+        safe_env=True,
+    )

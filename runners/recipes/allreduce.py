@@ -24,8 +24,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import Recipe, _dist, module_argv
-from runners.recipes._params import Param, parse_cli, to_argv
+from runners.recipes import _dist
+from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit
@@ -56,12 +56,7 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-RECIPE = Recipe(
-    spec=SPEC,
-    validate=validate,
-    argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
-    safe_env=True,
-)
+RECIPE = module_recipe(PROG, SPEC, validate)
 
 
 def worker(values: dict[str, Any]) -> None:
@@ -259,8 +254,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _dist.static_checks(values)
     except ValueError as exc:
-        from runners.recipes._params import usage_error
-
         usage_error(PROG, str(exc))
     _dist.apply_safe_env(os.environ)
     if _dist.is_worker():

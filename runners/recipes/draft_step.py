@@ -12,6 +12,7 @@ One draft step = that, for `--tokens` tokens (top-k 1: one). The weights are ran
 time is meant. Timing as the collective recipes: eager samples are `--calls` steps back to back
 between two marks / calls (method "nccl-tests"); graph samples are one replay of the captured
 step (method "graph-replay"). Metric draft_step_ms (median, with p10/p90/min/max).
+torch is imported inside the functions that use it, so that `build_launch` validates without it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import Recipe, RecipeError, module_argv
-from runners.recipes._params import Param, parse_cli, to_argv, usage_error
+from runners.recipes import RecipeError, _dist
+from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit
@@ -58,12 +59,7 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-RECIPE = Recipe(
-    spec=SPEC,
-    validate=validate,
-    argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
-    safe_env=True,
-)
+RECIPE = module_recipe(PROG, SPEC, validate)
 
 
 class DraftHead:
@@ -122,8 +118,6 @@ class DraftHead:
 
 def run(values: dict[str, Any]) -> int:
     import torch
-
-    from runners.recipes import _dist
 
     device_name = values["device"]
     if device_name == "auto":

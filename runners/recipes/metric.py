@@ -47,8 +47,16 @@ class MetricName:
     OUTPUT_THROUGHPUT = "output_throughput_tok_s"  # bench_serving / bench_one_batch_server
     GEN_THROUGHPUT_LOG = "decode_log_gen_throughput_tok_s"  # from Decode batch log lines
     MEDIAN_TPOT_MS = "median_tpot_ms"
+    MEDIAN_ITL_MS = "median_itl_ms"
+    MEDIAN_TTFT_MS = "median_ttft_ms"
+    BENCH_ACCEPT_LENGTH = "accept_length"  # the benchmark's own figure
+    SERVER_ACCEPT_LENGTH = "server_avg_spec_accept_length"  # the server's cumulative one (/get_server_info)
+    DECODE_LOG_ACCEPT_LEN = "decode_log_accept_len"  # the mean over Decode batch log lines
+    PREFLIGHT_S = "preflight_s"  # tag passed
+    SERVER_READY_S = "server_ready_s"
+    GPU_PROCESSES_AFTER_TEARDOWN = "gpu_processes_after_teardown"
     # Accept length, best source first: the benchmark's figure, the server's cumulative one, decode log lines.
-    ACCEPT_LENGTH = ("accept_length", "server_avg_spec_accept_length", "decode_log_accept_len")
+    ACCEPT_LENGTH = (BENCH_ACCEPT_LENGTH, SERVER_ACCEPT_LENGTH, DECODE_LOG_ACCEPT_LEN)
     THROUGHPUT = (OUTPUT_THROUGHPUT, GEN_THROUGHPUT_LOG)
 
 

@@ -33,9 +33,11 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from runners.preflight import Context, check_names, run_checks
 from runners.recipes import SAFE_ENV, Recipe, RecipeError, module_argv
-from runners.recipes._params import Param, parse_cli
+from runners.recipes._params import Param, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
+from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit, emit_phase
 
 PROG = "runners.recipes.sglang_server"
@@ -136,8 +138,6 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
             if "\n" in item or "\x00" in item:
                 raise RecipeError(f"params.{name}: argv elements cannot contain newlines or NUL: {item!r}")
     if values["preflight_skip"]:
-        from runners.preflight import check_names
-
         unknown = sorted(set(values["preflight_skip"]) - set(check_names()))
         if unknown:
             raise RecipeError(
@@ -253,20 +253,21 @@ def bench_argv(values: dict[str, Any], result_file: str) -> list[str]:
 
 # bench_serving summary: label padded to 40 columns, then the value (.2f).
 _SUMMARY_LINE = re.compile(r"^(?P<label>[A-Za-z][^:\n]*?):\s+(?P<value>-?\d+(?:\.\d+)?)\s*$")
+# The benchmark's printed labels and its result file's keys -> (metric name, unit).
 SUMMARY_METRICS = {
-    "Output token throughput (tok/s)": ("output_throughput_tok_s", "tok/s"),
-    "Median TPOT (ms)": ("median_tpot_ms", "ms"),
-    "Median ITL (ms)": ("median_itl_ms", "ms"),
-    "Median TTFT (ms)": ("median_ttft_ms", "ms"),
-    "Accept length": ("accept_length", ""),
+    "Output token throughput (tok/s)": (M.OUTPUT_THROUGHPUT, "tok/s"),
+    "Median TPOT (ms)": (M.MEDIAN_TPOT_MS, "ms"),
+    "Median ITL (ms)": (M.MEDIAN_ITL_MS, "ms"),
+    "Median TTFT (ms)": (M.MEDIAN_TTFT_MS, "ms"),
+    "Accept length": (M.BENCH_ACCEPT_LENGTH, ""),
 }
 JSON_METRICS = {
-    "output_throughput": ("output_throughput_tok_s", "tok/s"),
-    "median_tpot_ms": ("median_tpot_ms", "ms"),
-    "median_itl_ms": ("median_itl_ms", "ms"),
-    "median_ttft_ms": ("median_ttft_ms", "ms"),
-    "accept_length": ("accept_length", ""),
-    "acc_length": ("accept_length", ""),
+    "output_throughput": (M.OUTPUT_THROUGHPUT, "tok/s"),
+    "median_tpot_ms": (M.MEDIAN_TPOT_MS, "ms"),
+    "median_itl_ms": (M.MEDIAN_ITL_MS, "ms"),
+    "median_ttft_ms": (M.MEDIAN_TTFT_MS, "ms"),
+    "accept_length": (M.BENCH_ACCEPT_LENGTH, ""),
+    "acc_length": (M.BENCH_ACCEPT_LENGTH, ""),
 }
 _DECODE_LINE = re.compile(
     r"Decode batch\b.*?accept len: (?P<accept>[0-9.]+).*?gen throughput \(token/s\): (?P<tput>[0-9.]+)"
@@ -299,7 +300,7 @@ def parse_result_json(text: str) -> dict[str, float]:
     for key, (name, _unit) in JSON_METRICS.items():
         value = obj.get(key) if isinstance(obj, dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if name == "accept_length" and value < 0:
+            if name == M.BENCH_ACCEPT_LENGTH and value < 0:
                 continue
             out[name] = float(value)
     return out
@@ -517,7 +518,7 @@ def gpu_release_check() -> None:
     else:
         print("sglang_server: GPUs released (no compute processes)", flush=True)
     if done.returncode == 0:
-        emit("gpu_processes_after_teardown", len(apps), "")
+        emit(M.GPU_PROCESSES_AFTER_TEARDOWN, len(apps), "")
 
 
 class _Terminated(Exception):
@@ -547,11 +548,9 @@ def run(values: dict[str, Any]) -> int:
 
     if values["preflight"] == "on" or values["only_preflight"] == "on":
         phase("preflight")
-        from runners.preflight import Context, run_checks
-
         started = time.monotonic()
         failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]), skip=values["preflight_skip"])
-        emit("preflight_s", time.monotonic() - started, "s", passed=failed is None, **tags)
+        emit(M.PREFLIGHT_S, time.monotonic() - started, "s", passed=failed is None, **tags)
         if failed is not None:
             print("sglang_server: preflight failed; the server was not launched", flush=True)
             return EXIT_PREFLIGHT
@@ -587,7 +586,7 @@ def run(values: dict[str, Any]) -> int:
                 flush=True,
             )
             return EXIT_NOT_READY
-        emit("server_ready_s", time.monotonic() - started, "s", **tags)
+        emit(M.SERVER_READY_S, time.monotonic() - started, "s", **tags)
         if values["bench_tool"] == "none":
             return 0
         phase("benchmarking")
@@ -645,12 +644,12 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
         server.settle()
         accept = accept_length_from_server_info(info)
         if accept is not None:
-            emit("server_avg_spec_accept_length", accept, "", source="server_info", **tags)
+            emit(M.SERVER_ACCEPT_LENGTH, accept, "", source="server_info", **tags)
         decode = server.decode[decode_before:] or server.decode
         if decode:
-            emit("decode_log_accept_len", sum(a for a, _ in decode) / len(decode), "", lines=len(decode), **tags)
+            emit(M.DECODE_LOG_ACCEPT_LEN, sum(a for a, _ in decode) / len(decode), "", lines=len(decode), **tags)
             emit(
-                "decode_log_gen_throughput_tok_s",
+                M.GEN_THROUGHPUT_LOG,
                 sum(t for _, t in decode) / len(decode),
                 "tok/s",
                 lines=len(decode),
@@ -675,8 +674,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         values = validate(values)
     except RecipeError as exc:
-        from runners.recipes._params import usage_error
-
         usage_error(PROG, str(exc))
     return run(values)
 

@@ -18,6 +18,7 @@ At `--tokens 1` the full step is also reported as decode_step_ms: the synthetic 
 step (T_base) with the same backend and mode.
 Across nodes the figures are the world's (tag scope "world"), and the allreduce-only stack is
 also timed within each node and among the node leaders (docs/recipes.md, "Across nodes").
+torch is imported inside the functions that use it, so that `build_launch` validates without it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import Recipe, _dist, module_argv
-from runners.recipes._params import Param, parse_cli, to_argv
+from runners.recipes import RecipeError, _dist
+from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit
@@ -57,8 +58,6 @@ GEOMETRY = ("hidden_size", "ffn_size", "layers")
 
 def validate(params: dict[str, Any]) -> dict[str, Any]:
     """Validated params with defaults (raises RecipeError naming the parameter)."""
-    from runners.recipes import RecipeError
-
     values = _validate(params, SPEC)
     _dist.static_checks(values)
     ws = values["world_size"]
@@ -129,12 +128,7 @@ def _reference(values: dict[str, Any], ws: int, x0):
     return x
 
 
-RECIPE = Recipe(
-    spec=SPEC,
-    validate=validate,
-    argv=lambda values, python: module_argv(python, PROG, to_argv(values, SPEC)),
-    safe_env=True,
-)
+RECIPE = module_recipe(PROG, SPEC, validate)
 
 
 def worker(values: dict[str, Any]) -> None:
@@ -306,8 +300,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         validate(values)
     except ValueError as exc:
-        from runners.recipes._params import usage_error
-
         usage_error(PROG, str(exc))
     _dist.apply_safe_env(os.environ)
     if _dist.is_worker():
@@ -316,8 +308,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0  # not reached: worker exits through Rank.finish
     world = _dist.machine_checks(PROG, values)
     if values["hidden_size"] % world or values["ffn_size"] % world:
-        from runners.recipes._params import usage_error
-
         usage_error(
             PROG,
             f"hidden size {values['hidden_size']} and ffn size {values['ffn_size']} "

@@ -12,7 +12,7 @@ from datetime import timedelta
 from sqlmodel import col, select
 
 from app.db import session_scope
-from app.domain import queue, scheduling
+from app.domain import queue, scheduling, trials
 from app.domain import runners as runner_domain
 from app.models import Approach, ApproachStatus, Attempt, Runner, StatusChange, Trial, TrialState, utcnow
 from tests.support.verdicts import (
@@ -131,7 +131,7 @@ def test_a_queued_trial_is_cancelled_without_a_runner(engine):
     assert run_this(engine, "c").queued
     with session_scope(engine) as s:
         trial = queue.lock_trial(s, b)
-        assert scheduling.request_cancel(s, trial, "bob") is None  # nothing to push: no runner holds it
+        assert trials.request_cancel(s, trial, "bob") is None  # nothing to push: no runner holds it
         assert trial.state == TrialState.cancelled and trial.runner_id is None and trial.attempt_id is None
         assert approach(s, "b").status == ApproachStatus.untested  # back to what it was
         assert approach(s, "b").pending_trial_id is None  # a cancelled trial asks no verdict
@@ -171,7 +171,7 @@ def test_the_lost_runner_sweep_leaves_queued_trials_alone(engine):
     queued_id = run_this(engine, "b").trial.id
     with session_scope(engine) as s:
         s.get(Trial, queued_id).created_at = utcnow() - timedelta(hours=1)  # waiting long: still not lost
-        lost, _ = scheduling.sweep_lost(s, 60, {})
+        lost, _ = trials.sweep_lost(s, 60, {})
         assert [t.id for t in lost] == [holding]
     with session_scope(engine, write=False) as s:
         queued = s.get(Trial, queued_id)
@@ -191,7 +191,7 @@ def _cancel(engine, barrier, outcomes: dict, trial_id: int) -> None:
     barrier.wait()
     with session_scope(engine) as s:
         trial = queue.lock_trial(s, trial_id)
-        outcomes["cancel"] = scheduling.request_cancel(s, trial, "bob") if trial.state == "queued" else "late"
+        outcomes["cancel"] = trials.request_cancel(s, trial, "bob") if trial.state == "queued" else "late"
 
 
 def test_runners_freeing_at_once_and_a_cancel_never_share_a_queued_trial(engine):
@@ -231,7 +231,7 @@ def test_runners_freeing_at_once_and_a_cancel_never_share_a_queued_trial(engine)
             # Clear the board for the next round: end what started, cancel what still waits.
             for trial in s.exec(select(Trial).where(col(Trial.state).in_(["dispatched", "queued"]))).all():
                 if trial.state == "queued":
-                    scheduling.request_cancel(s, trial, "bob")
+                    trials.request_cancel(s, trial, "bob")
                 else:
                     run_to_end(s, trial)
             for a in s.exec(select(Approach)).all():

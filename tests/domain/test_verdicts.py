@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory, scheduling, verdicts
+from app.domain import inventory, scheduling, trials, verdicts
 from app.domain.errors import Invalid
 from app.models import ApproachStatus, Runner, Trial, utcnow
 from tests.support.verdicts import (
@@ -112,7 +112,7 @@ def test_cancelled_and_lost_trials_wait_for_nothing(engine):
         trial = end_trial(s, a, node, exit_code=None, outcome="cancelled")
         assert trial.state == "cancelled" and a.pending_trial_id is None
         trial = scheduling.create_trial(s, a, node, "tester")
-        scheduling.mark_lost(s, trial, "runner went away")
+        trials.mark_lost(s, trial, "runner went away")
         s.refresh(a)
         assert trial.state == "lost" and a.pending_trial_id is None and a.status == ApproachStatus.untested
 
@@ -325,7 +325,7 @@ def test_a_retest_that_measured_nothing_keeps_the_verdict(engine, outcome):
         if outcome == "cancelled":
             run_to_end(s, started.trial, exit_code=None, outcome="cancelled")
         else:
-            scheduling.mark_lost(s, started.trial, "runner stopped answering")
+            trials.mark_lost(s, started.trial, "runner stopped answering")
         a = approach(s, "a")
         assert (a.status, a.reason) == ("dead_end", "KeyError: 12 in symmetric memory")
         assert a.pending_trial_id is None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from app.domain.scheduling import unmet_requirements
+from app.domain.runners import unmet_requirements
 from runners.recipes import build_launch
 
 DEMO = Path(__file__).resolve().parents[2] / "app" / "demo" / "allreduce-shootout.yaml"

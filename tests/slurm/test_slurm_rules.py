@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from pydantic import ValidationError
 
-from app.domain.scheduling import unmet_requirements
+from app.domain.runners import unmet_requirements
 from app.schemas import Requirements
 from runners.executors.slurm import SlurmConfig, batch_script, job_shape, parse_exit_code, tasks_per_node
 from runners.fingerprint import gres_gpus_of

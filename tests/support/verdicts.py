@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from app.domain import inventory, scheduling, verdicts
+from app.domain import inventory, scheduling, trials, verdicts
 from app.domain import runners as runner_domain
 from app.models import Approach, Campaign, Metric, Runner, Trial
 from app.protocol import Finished
@@ -75,7 +75,7 @@ def run_to_end(
     metrics: list[dict] = (),
 ) -> Trial:
     a = s.get(Approach, trial.approach_id)
-    scheduling.mark_started(s, trial)
+    trials.mark_started(s, trial)
     for i, m in enumerate(metrics):
         s.add(
             Metric(
@@ -91,7 +91,7 @@ def run_to_end(
             )
         )
     s.flush()
-    assert scheduling.finish(
+    assert trials.finish(
         s,
         trial,
         Finished(trial_id=trial.id, attempt_id=trial.attempt_id, exit_code=exit_code, outcome=outcome),
