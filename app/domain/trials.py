@@ -201,14 +201,22 @@ def finish(session: Session, trial: Trial, msg: Finished, *, log_text: str | Non
 
 
 def end_trial(
-    session: Session, trial: Trial, state: TrialState, *, log_text: str | None = None, reason: str = ""
+    session: Session,
+    trial: Trial,
+    state: TrialState,
+    *,
+    log_text: str | None = None,
+    reason: str = "",
+    actor: str | None = None,
 ) -> None:
     """End an active trial in `state` (a terminal one): its attempt ends too, `log_text` (when given)
-    is classified into its proposal, its approach leaves queued / running, and the verdict hook runs."""
+    is classified into its proposal, its approach leaves queued / running, and the verdict hook runs.
+    `actor`: who ended it, for the approach's history (default: its runner)."""
+    never_ran = trial.state == TrialState.queued  # cancelled while waiting for a runner
     advance(trial, ENDING_EVENT[state])
     trial.phase = state.value.replace("_", " ")
     trial.finished_at = utcnow()
-    if trial.started_at is None and state != TrialState.lost:
+    if trial.started_at is None and state != TrialState.lost and not never_ran:
         trial.started_at = trial.finished_at
     attempt = session.get(Attempt, trial.attempt_id) if trial.attempt_id else None
     if attempt is not None:
@@ -235,7 +243,7 @@ def end_trial(
             approach,
             back_to,
             back_reason,
-            _runner_actor(session, trial.runner_id),
+            actor or _runner_actor(session, trial.runner_id),
             trial_id=trial.id,
             by_trial=True,
         )
@@ -291,7 +299,7 @@ def request_cancel(session: Session, trial: Trial, actor: str) -> Cancel | None:
     trial.cancel_requested = True
     session.add(trial)
     if trial.state == TrialState.queued or trial.runner_id is None:
-        end_trial(session, trial, TrialState.cancelled, reason=f"cancelled by {actor}")
+        end_trial(session, trial, TrialState.cancelled, reason=f"cancelled by {actor}", actor=actor)
         return None
     trial.phase = "cancelling"
     session.flush()

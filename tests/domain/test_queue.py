@@ -133,7 +133,12 @@ def test_a_queued_trial_is_cancelled_without_a_runner(engine):
         trial = queue.lock_trial(s, b)
         assert trials.request_cancel(s, trial, "bob") is None  # nothing to push: no runner holds it
         assert trial.state == TrialState.cancelled and trial.runner_id is None and trial.attempt_id is None
+        assert trial.started_at is None and trial.finished_at is not None  # it never ran
         assert approach(s, "b").status == ApproachStatus.untested  # back to what it was
+        back = s.exec(
+            select(StatusChange).where(StatusChange.trial_id == b).order_by(col(StatusChange.id).desc())
+        ).first()
+        assert back is not None and back.actor == "bob"  # the person who cancelled, not "runner"
         assert approach(s, "b").pending_trial_id is None  # a cancelled trial asks no verdict
     assert queued_keys(engine) == [(1, "c")]
     assert free(engine, holding, node) == "c"
