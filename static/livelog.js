@@ -215,13 +215,16 @@
   function plotLayout(name, unit) {
     return {
       title: { text: name + (unit ? " (" + unit + ")" : ""), font: { size: 12 } },
-      height: 180, margin: { l: 50, r: 10, t: 28, b: 28 }, showlegend: false,
+      height: 180, autosize: true, margin: { l: 50, r: 10, t: 28, b: 28 }, showlegend: false,
       xaxis: { title: { text: "" }, automargin: true }, yaxis: { automargin: true },
     };
   }
 
   function drawSeries(series, replace) {
     if (!window.Plotly || !plotArea) return;
+    // Shown before the first chart is made: Plotly sizes a chart by its container, and a chart made in
+    // a hidden one takes Plotly's default 700 px and spills out of the grid.
+    if (series.size) plotBox.hidden = false;
     for (const [name, s] of series) {
       let p = plots.get(name);
       if (!p) {
@@ -246,7 +249,6 @@
         p.n = s.values.length;
       }
     }
-    if (plots.size) plotBox.hidden = false;
   }
 
   function schedulePlots() {

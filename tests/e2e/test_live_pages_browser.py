@@ -123,6 +123,12 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         assert _plot_points(starter, "step_ms") == [10.0, 11.0, 12.0, 13.0, 14.0]
         assert _plot_points(starter, "total_ms") == [99.5]
         assert starter.locator(".metric-plot").count() == 2
+        # Each chart fits its grid cell (made while the section was hidden, Plotly took 700 px and spilled).
+        assert starter.evaluate(
+            "() => [...document.querySelectorAll('.metric-plot')].every(d => {"
+            " const svg = d.querySelector('.main-svg'); return svg && svg.getBoundingClientRect().width"
+            " <= d.getBoundingClientRect().width + 1; })"
+        )
         starter.evaluate(MARK)
 
         go.write_text("go")
