@@ -6,7 +6,8 @@
 //  - a fragment the person is editing in (focus in a field, a field they changed, an open <details>
 //    with a form) is not swapped under their hands: the refresh waits until they leave it and nothing
 //    typed is pending ("feed-stale"); submitting the form swaps it anyway;
-//  - a notice that arrives while a fragment that replaces itself is re-fetching is not lost.
+//  - a notice that arrives while a fragment re-fetches itself, or before its replacement is live, is
+//    not lost: the fragment re-fetches once more.
 (function () {
   "use strict";
   if (!window.htmx) return;
@@ -65,31 +66,32 @@
     }
   });
 
-  // A notice that arrives while a fragment is re-fetching itself: htmx queues the new request on that
-  // element, but the answer in flight replaces the element (hx-swap="outerHTML") and htmx drops the
-  // requests of an element no longer in the page, so the newer change would never show (a trial that
-  // ended while the inventory was reloading for its start). The fragment's id is remembered, and the
-  // element that replaced it re-fetches once more.
-  const refetch = new Map(); // fragment id -> the element whose request was in flight
-  document.body.addEventListener("htmx:beforeRequest", function (evt) { evt.detail.elt.feedBusy = true; });
-  document.body.addEventListener("htmx:afterRequest", function (evt) { evt.detail.elt.feedBusy = false; });
-  document.body.addEventListener("htmx:confirm", function (evt) {
-    const trigger = evt.detail.triggeringEvent;
-    const el = evt.detail.elt;
-    if (trigger && typeof trigger.type === "string" && trigger.type.startsWith("sse:") && el.feedBusy && el.id) {
-      refetch.set(el.id, el);
-    }
+  // A notice must never be lost between a fragment's request and its replacement being live. Two
+  // windows lose one with htmx alone: a notice that arrives while the fragment is re-fetching (htmx
+  // queues the request on the element, but the answer in flight replaces it, hx-swap="outerHTML", and
+  // htmx drops the requests of an element no longer in the page), and one that arrives after the swap
+  // but before the new element is processed at settle (it has no sse listener yet). So: the time of
+  // each topic's last notice is kept, and a fragment that settles re-fetches once more when a notice
+  // of a topic it follows came after its request started (a trial that ended while the campaign page
+  // was reloading for its start).
+  const lastNotice = new Map(); // topic -> performance.now() of its last notice
+  const requested = new Map(); // fragment id -> performance.now() when its last request started
+  document.body.addEventListener("htmx:sseMessage", function (evt) {
+    if (evt.detail && evt.detail.type) lastNotice.set(evt.detail.type, performance.now());
   });
-  document.body.addEventListener("htmx:afterSettle", function () {
-    refetch.forEach(function (busy, id) {
-      const now = document.getElementById(id);
-      if (busy.isConnected && !busy.feedBusy) {
-        refetch.delete(id); // still in the page: htmx runs its queued request itself
-      } else if (now && now !== busy) {
-        refetch.delete(id);
-        htmx.trigger(now, "feed-stale");
-      }
-    });
+  document.body.addEventListener("htmx:beforeRequest", function (evt) {
+    const el = evt.detail.elt;
+    if (el && el.id) requested.set(el.id, performance.now());
+  });
+  document.body.addEventListener("htmx:afterSettle", function (evt) {
+    const el = evt.target;
+    if (!el || !el.id || !requested.has(el.id) || !el.isConnected) return;
+    const started = requested.get(el.id);
+    requested.delete(el.id);
+    const topics = (el.getAttribute("hx-trigger") || "").match(/sse:[\w-]+/g) || [];
+    if (topics.some(function (t) { return (lastNotice.get(t.slice(4)) || -1) > started; })) {
+      htmx.trigger(el, "feed-stale");
+    }
   });
 
   function refreshStale() {
