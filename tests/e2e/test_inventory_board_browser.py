@@ -86,6 +86,12 @@ def test_keyboard_reorder_keeps_focus_on_the_moved_row(page, live_server):
             f"() => document.querySelectorAll('#inventory tr[data-key]')[{position}].dataset.key === '{moving}'"
         )
         page.wait_for_load_state("networkidle")  # the campaign-changed refresh swaps #inventory again
+        # ... and so does the page feed's notice of the move (coalesced, then re-fetched): the table is
+        # settled once it stays the same element for a while, and only then may the next key go to it.
+        page.wait_for_function(
+            "() => new Promise(done => { const table = document.getElementById('inventory');"
+            " setTimeout(() => done(document.getElementById('inventory') === table), 700); })"
+        )
 
     page.focus(f"#approach-{moving} button[value=down]")
     for position in (2, 3):
