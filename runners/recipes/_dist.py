@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -29,7 +29,7 @@ from runners.recipes import (
     SAFE_ENV,  # defaulted (never overridden) for every rank we start
     RecipeError,
 )
-from runners.recipes._params import Param, usage_error
+from runners.recipes._params import Param, parse_cli, usage_error
 from runners.recipes.metric import emit_phase
 
 # Parameters every collective recipe takes the same way.
@@ -758,3 +758,35 @@ def rank_env_from_launcher(environ: dict[str, str] | os._Environ) -> dict[str, s
         "LOCAL_WORLD_SIZE": per_node,
         "NODE_RANK": environ.get("SLURM_NODEID", "0"),
     }
+
+
+def recipe_main(
+    prog: str,
+    description: str,
+    spec: Sequence[Param],
+    argv: Sequence[str],
+    *,
+    validate: Callable[[dict[str, Any]], Any],
+    worker: Callable[[dict[str, Any]], Any],
+    world_check: Callable[[dict[str, Any], int], str | None] | None = None,
+) -> int:
+    """A distributed recipe's `main`: parse and validate its flags (exit 2 with a usage error), then
+    either run this rank (a worker started by `launch_ranks` here or by srun on a node; it exits
+    through `Rank.finish`) or check the machine and launch the ranks. `world_check(values, world)`
+    returns a usage problem that depends on the world size, if any."""
+    argv = list(argv)
+    values = parse_cli(prog, description, spec, argv)
+    try:
+        validate(values)
+    except ValueError as exc:
+        usage_error(prog, str(exc))
+    apply_safe_env(os.environ)
+    if is_worker():
+        node_checks(prog, values, launch_nodes(os.environ))
+        worker(values)
+        return 0  # not reached: the worker exits through Rank.finish
+    world = machine_checks(prog, values)
+    problem = world_check(values, world) if world_check is not None else None
+    if problem:
+        usage_error(prog, problem)
+    return launch_ranks(prog, prog, argv, world, values["run_timeout_s"], values["teardown_timeout_s"])

@@ -19,13 +19,12 @@ see docs/recipes.md, "Across nodes".
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from runners.recipes import _dist
-from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
+from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit
@@ -249,19 +248,14 @@ def _print_table(rows: list[tuple], values: dict[str, Any], graph: bool) -> None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
-    try:
-        _dist.static_checks(values)
-    except ValueError as exc:
-        usage_error(PROG, str(exc))
-    _dist.apply_safe_env(os.environ)
-    if _dist.is_worker():
-        _dist.node_checks(PROG, values, _dist.launch_nodes(os.environ))
-        worker(values)
-        return 0  # not reached: worker exits through Rank.finish
-    world = _dist.machine_checks(PROG, values)
-    return _dist.launch_ranks(PROG, PROG, argv, world, values["run_timeout_s"], values["teardown_timeout_s"])
+    return _dist.recipe_main(
+        PROG,
+        (__doc__ or PROG).splitlines()[0],
+        SPEC,
+        sys.argv[1:] if argv is None else argv,
+        validate=_dist.static_checks,
+        worker=worker,
+    )
 
 
 if __name__ == "__main__":

@@ -23,13 +23,12 @@ torch is imported inside the functions that use it, so that `build_launch` valid
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from runners.recipes import RecipeError, _dist
-from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
+from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit
@@ -294,26 +293,25 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
-    try:
-        validate(values)
-    except ValueError as exc:
-        usage_error(PROG, str(exc))
-    _dist.apply_safe_env(os.environ)
-    if _dist.is_worker():
-        _dist.node_checks(PROG, values, _dist.launch_nodes(os.environ))
-        worker(values)
-        return 0  # not reached: worker exits through Rank.finish
-    world = _dist.machine_checks(PROG, values)
+def _divisible(values: dict[str, Any], world: int) -> str | None:
     if values["hidden_size"] % world or values["ffn_size"] % world:
-        usage_error(
-            PROG,
+        return (
             f"hidden size {values['hidden_size']} and ffn size {values['ffn_size']} "
-            f"must be divisible by the world size {world}",
+            f"must be divisible by the world size {world}"
         )
-    return _dist.launch_ranks(PROG, PROG, argv, world, values["run_timeout_s"], values["teardown_timeout_s"])
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _dist.recipe_main(
+        PROG,
+        (__doc__ or PROG).splitlines()[0],
+        SPEC,
+        sys.argv[1:] if argv is None else argv,
+        validate=validate,
+        worker=worker,
+        world_check=_divisible,
+    )
 
 
 if __name__ == "__main__":
