@@ -20,6 +20,10 @@ from tests.support.trials import (
     trial,
 )
 
+# The protocol runners here send no heartbeats: a loaded machine must not let the sweeper take them for
+# lost (4408) in the middle of a test about the queue (the sweeper has its own tests).
+LOST_AFTER_S = 120.0
+
 APPROACHES = [{"key": f"a{i}", "title": f"Approach {i}", "recipe": command_recipe("true")} for i in range(1, 5)]
 
 
@@ -30,7 +34,7 @@ def queue(client: httpx.Client) -> list[tuple[int, str]]:
 
 
 def test_runners_that_connect_or_reconnect_take_the_queue_in_priority_order(tmp_path, db_url):
-    srv = ThreadServer(make_settings(tmp_path, db_url)).start()
+    srv = ThreadServer(make_settings(tmp_path, db_url, runner_lost_after_s=LOST_AFTER_S)).start()
     try:
         seed_campaign(srv.engine, "spec", APPROACHES)
         _, token_a = new_runner_token(srv.engine, "node-a")
@@ -68,7 +72,7 @@ def test_runners_that_connect_or_reconnect_take_the_queue_in_priority_order(tmp_
 
 
 def test_the_queue_is_listed_and_cancelled_and_viewers_only_read_it(tmp_path, db_url):
-    srv = ThreadServer(make_settings(tmp_path, db_url)).start()
+    srv = ThreadServer(make_settings(tmp_path, db_url, runner_lost_after_s=LOST_AFTER_S)).start()
     try:
         seed_campaign(srv.engine, "spec", APPROACHES)
         add_user(srv.app, "Vera", Role.viewer)
