@@ -7,6 +7,7 @@ active trial (queued/dispatched/running), *offline* otherwise; a revoked runner 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -92,10 +93,24 @@ def mark_connected(session: Session, runner: Runner, fingerprint: dict[str, Any]
     session.flush()
 
 
-def mark_disconnected(session: Session, runner_id: int, last_seen_at: datetime | None = None) -> None:
-    """The socket closed: the lost-after clock starts now (see trials.sweep_lost)."""
-    runner = session.get(Runner, runner_id)
-    if runner is None:
+def mark_disconnected(
+    session: Session,
+    runner_id: int,
+    last_seen_at: datetime | None = None,
+    *,
+    reconnected: Callable[[], bool] = lambda: False,
+) -> None:
+    """The socket closed: the lost-after clock starts now (see trials.sweep_lost). `reconnected()` says
+    whether a newer socket of the runner has registered meanwhile; it is asked with the runner's row
+    locked, so a fast reconnect's hello (which sets `connected` on the same row, after registering)
+    cannot be overwritten by the old socket's late "offline"."""
+    runner = session.exec(
+        select(Runner)
+        .where(Runner.id == runner_id)
+        .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)
+    ).first()
+    if runner is None or reconnected():
         return
     runner.connected = False
     runner.last_seen_at = last_seen_at or utcnow()

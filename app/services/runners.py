@@ -11,6 +11,7 @@ commit. Acks go out after the commit.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -127,7 +128,15 @@ class RunnerIngest:
 
     async def disconnected(self, last_seen: Any) -> None:
         """The runner's socket closed (it was this runner's current one): offline now."""
-        await run_in_tx(self.engine, runner_domain.mark_disconnected, self.runner_id, last_seen)
+        await run_in_tx(
+            self.engine,
+            functools.partial(
+                runner_domain.mark_disconnected,
+                reconnected=lambda: self.runner_id in self.hub.runners,  # a newer link registered
+            ),
+            self.runner_id,
+            last_seen,
+        )
         self.feed.publish(events.RUNNERS)
 
     def _on_hello(self, session: Session, hello: Hello) -> tuple[Welcome, list[Any], list[dict[str, Any]], list[str]]:
