@@ -27,8 +27,8 @@ from sqlmodel import Session, col, select
 
 from app.domain import scheduling
 from app.domain.errors import NotFound
-from app.domain.runners import unmet_requirements
-from app.models import ACTIVE_TRIAL_STATES, Approach, Campaign, Runner, Trial, TrialState, aware
+from app.domain.runners import lock_runner, unmet_requirements
+from app.models import ACTIVE_TRIAL_STATES, Approach, Campaign, Trial, TrialState, aware
 
 
 @dataclass
@@ -81,15 +81,6 @@ def lock_trial(session: Session, trial_id: int) -> Trial:
     return trial
 
 
-def _lock_runner(session: Session, runner_id: int) -> Runner | None:
-    return session.exec(
-        select(Runner)
-        .where(Runner.id == runner_id)
-        .with_for_update(key_share=True)
-        .execution_options(populate_existing=True)
-    ).first()
-
-
 def _lock_if_queued(session: Session, trial_id: int) -> Trial | None:
     """The trial, locked, if it is still queued and no other transaction holds it (it is being started
     on another runner or cancelled)."""
@@ -106,7 +97,7 @@ def start_queued(session: Session, runner_id: int, *, online: set[int] | None = 
     the Dispatch to push after the commit. None when the runner is busy, offline, revoked, or can run
     nothing in the queue. `online`: ids of runners whose socket this server holds (None: trust
     Runner.connected)."""
-    runner = _lock_runner(session, runner_id)
+    runner = lock_runner(session, runner_id)
     if runner is None or not runner.connected or runner.revoked_at is not None:
         return None
     if online is not None and runner_id not in online:

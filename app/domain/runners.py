@@ -93,6 +93,17 @@ def mark_connected(session: Session, runner: Runner, fingerprint: dict[str, Any]
     session.flush()
 
 
+def lock_runner(session: Session, runner_id: int) -> Runner | None:
+    """The runner with its row locked (PostgreSQL: FOR NO KEY UPDATE; SQLite: the write transaction's
+    BEGIN IMMEDIATE) and re-read, or None."""
+    return session.exec(
+        select(Runner)
+        .where(Runner.id == runner_id)
+        .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)
+    ).first()
+
+
 def mark_disconnected(
     session: Session,
     runner_id: int,
@@ -104,12 +115,7 @@ def mark_disconnected(
     whether a newer socket of the runner has registered meanwhile; it is asked with the runner's row
     locked, so a fast reconnect's hello (which sets `connected` on the same row, after registering)
     cannot be overwritten by the old socket's late "offline"."""
-    runner = session.exec(
-        select(Runner)
-        .where(Runner.id == runner_id)
-        .with_for_update(key_share=True)
-        .execution_options(populate_existing=True)
-    ).first()
+    runner = lock_runner(session, runner_id)
     if runner is None or reconnected():
         return
     runner.connected = False

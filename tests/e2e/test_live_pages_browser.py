@@ -26,9 +26,9 @@ import pytest
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
-from app.domain import inventory, users
-from app.models import Approach, Role
-from app.security import create_login_token
+from app.domain import inventory
+from app.models import Approach
+from tests.support.browser import MARK, NOT_RELOADED, login_context
 from tests.support.paths import ROOT
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, new_runner_token, seed_campaign
@@ -53,19 +53,10 @@ for i in range(3):
 print('done', flush=True)
 """
 
-MARK = "() => { window.__notReloaded = 'yes'; return true; }"
-NOT_RELOADED = "() => window.__notReloaded === 'yes'"
-
 
 def _login(browser, server, engine, name: str | None = None):
-    """A browser context logged in as the board's admin, or as the operator `name` (made if new)."""
-    context = browser.new_context()
-    page = context.new_page()
-    with session_scope(engine) as session:
-        user = users.create_user(session, name, Role.operator) if name else None
-        token = create_login_token(session, 600, user)
-    page.goto(f"{server.url}/login?token={token}")
-    return context, page
+    """The board's admin, or the operator `name` (made if new)."""
+    return login_context(browser, server.url, engine, name)
 
 
 def _plot_points(page, name: str) -> list[float]:

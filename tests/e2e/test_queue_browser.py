@@ -11,28 +11,20 @@ import sys
 
 import pytest
 
-from app.db import make_engine, session_scope
-from app.domain import users
+from app.db import make_engine
 from app.models import Role
-from app.security import create_login_token
+from tests.support.browser import MARK, NOT_RELOADED, login_context
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign
 
 pytestmark = pytest.mark.browser
 
 WAIT_FOR_FILE = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.05)\nprint('released')"
-MARK = "() => { window.__notReloaded = 'yes'; return true; }"
-NOT_RELOADED = "() => window.__notReloaded === 'yes'"
 
 
 def _login(browser, server, engine, user: str | None = None):
-    context = browser.new_context()
-    page = context.new_page()
-    with session_scope(engine) as session:
-        person = users.create_user(session, user, Role.viewer) if user else None
-        token = create_login_token(session, 600, person)
-    page.goto(f"{server.url}/login?token={token}")
-    return context, page
+    """The admin, or the viewer `user`."""
+    return login_context(browser, server.url, engine, user, Role.viewer)
 
 
 def _run_next(page) -> str:

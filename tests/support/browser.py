@@ -2,6 +2,11 @@
 
 import os
 
+from app.db import session_scope
+from app.domain import users
+from app.models import Role
+from app.security import create_login_token
+
 CHROMIUM = os.environ.get("CAMPAIGN_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -12,3 +17,19 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+# A page marked by MARK still answers NOT_RELOADED after live updates: it changed without a reload.
+MARK = "() => { window.__notReloaded = 'yes'; return true; }"
+NOT_RELOADED = "() => window.__notReloaded === 'yes'"
+
+
+def login_context(browser, server_url: str, engine, name: str | None = None, role=None):
+    """A new browser context logged in through a one-time link: as the board's admin, or as the person
+    `name` (made with `role`, operator by default)."""
+    context = browser.new_context()
+    page = context.new_page()
+    with session_scope(engine) as session:
+        person = users.create_user(session, name, role or Role.operator) if name else None
+        token = create_login_token(session, 600, person)
+    page.goto(f"{server_url}/login?token={token}")
+    return context, page
