@@ -77,6 +77,10 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (default 8000).")] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Load the demo campaigns first (idempotent).")] = False,
     no_runner: Annotated[bool, typer.Option("--no-runner", help="Pure server: no embedded local runner.")] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", min=0, max=32, help="Page-worker processes beside the hub (default 1; 0: none)."),
+    ] = None,
 ) -> None:
     """Migrate the database, print a one-time login URL and run the server."""
     import uvicorn
@@ -91,6 +95,8 @@ def serve(
         settings.port = port
     if no_runner:
         settings.embedded_runner = False
+    if workers is not None:
+        settings.page_workers = workers
     if not settings.auth_enabled and settings.host not in ("127.0.0.1", "localhost", "::1"):
         _fail(
             "CAMPAIGN_AUTH_ENABLED=false is only allowed on a loopback address: anyone who can reach "
@@ -112,7 +118,7 @@ def serve(
             soft_wrap=True,
             highlight=False,
         )
-    app = create_app(settings, run_migrations=False)
+    app = create_app(settings, run_migrations=False, page_workers=settings.page_workers)
     listening = _listening_file(settings)
     listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
     lifespan = app.router.lifespan_context

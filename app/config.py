@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     session_max_age_s: int = Field(14 * 24 * 3600, description="Lifetime of a login session cookie.")
     login_token_ttl_s: int = Field(24 * 3600, description="How long a printed one-time login URL stays valid.")
     embedded_runner: bool = Field(True, description="`campaign serve` also starts a local runner on this machine.")
+    page_workers: int = Field(
+        1,
+        ge=0,
+        le=32,
+        description="Processes that serve pages and reads beside the hub (sockets, writes), so a log flood never "
+        "slows a page; 0 serves everything from one process.",
+    )
     log_cap_bytes: int = Field(
         32 * 1024 * 1024, description="Stored log bytes per trial; past it the head and tail are kept."
     )

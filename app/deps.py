@@ -23,6 +23,7 @@ from app.security import (
     session_user,
     token_operator,
 )
+from app.services.events import page_mark
 
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -36,7 +37,7 @@ def get_session(request: Request) -> Iterator[Session]:
     front, see app.db); safe methods a read-only one, where a write raises at once. The page feed's
     mark is taken first (a page knows what it may have missed) and writes may publish after commit."""
     feed = request.app.state.page_feed
-    request.state.feed_mark = feed.mark()
+    request.state.feed_mark = page_mark(request)  # the hub's, when a page worker serves the read
     with session_scope(request.app.state.engine, write=request.method in UNSAFE_METHODS) as session:
         session.info["page_feed"] = feed  # app/services/events.after_commit
         session.info["access_watch"] = request.app.state.access_watch  # app/services/access.recheck_after_commit

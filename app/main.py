@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 from contextlib import asynccontextmanager
+from typing import Literal
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
@@ -20,6 +22,7 @@ from app.config import Settings, get_settings, resource_dir
 from app.db import make_engine, migrate
 from app.errors import install_error_handlers, install_openapi
 from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
+from app.pageworkers import FromHub, PageProxy, PageWorkerPool
 from app.security import LoginLimiter, SessionSigner
 from app.services import lifespan as server_lifespan
 from app.templating import PLOTLY_JS, make_templates
@@ -55,7 +58,15 @@ ROUTERS = [
 ]
 
 
-def create_app(settings: Settings | None = None, *, run_migrations: bool = True) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    run_migrations: bool = True,
+    role: Literal["hub", "pages"] = "hub",
+    page_workers: int = 0,
+) -> FastAPI:
+    """The hub (sockets, writes, the live hub; with `page_workers`, reads go to that many page-worker
+    processes) or a page worker (reads only, behind a hub): app/pageworkers.py."""
     settings = settings or get_settings()
     url = settings.resolved_database_url()
     if run_migrations:
@@ -65,8 +76,20 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         try:
-            async with server_lifespan.lifespan(app):
+            if role == "pages":
+                gc.collect()
+                gc.freeze()  # as the hub does (app/services/lifespan.py)
                 yield
+                return
+            async with server_lifespan.lifespan(app):
+                pool = app.state.page_workers
+                if pool is not None:
+                    pool.start()
+                try:
+                    yield
+                finally:
+                    if pool is not None:
+                        await pool.stop()
         finally:
             engine.dispose()
 
@@ -79,6 +102,8 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
         redoc_url=None,  # /docs is app/web/docs.py: Swagger UI from static/vendor, no CDN, no inline script
     )
     app.state.settings = settings
+    app.state.role = role
+    app.state.page_workers = PageWorkerPool(settings, page_workers) if role == "hub" and page_workers > 0 else None
     app.state.engine = engine
     app.state.templates = make_templates()
     app.state.session_signer = SessionSigner(settings.resolved_secret_key(), settings.session_max_age_s)
@@ -94,6 +119,10 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
     )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_allowlist(), www_redirect=False)
     app.add_middleware(SecurityHeaders)
+    if app.state.page_workers is not None:
+        app.add_middleware(PageProxy)  # outermost: a forwarded read runs none of this process's stack
+    if role == "pages":
+        app.add_middleware(FromHub)
 
     @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:
@@ -104,7 +133,10 @@ def create_app(settings: Settings | None = None, *, run_migrations: bool = True)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:
-        return {"ok": True, "version": __version__}
+        pool = app.state.page_workers
+        return {"ok": True, "version": __version__, "role": role} | (
+            {"page_workers": pool.health()} if pool is not None else {}
+        )
 
     app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     for router in ROUTERS:

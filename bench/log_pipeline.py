@@ -179,7 +179,7 @@ def pct(values: list[float], p: float) -> float:
 class Board:
     """`campaign serve` + `campaign runner` in their own processes on a fresh data dir."""
 
-    def __init__(self, workdir: Path, trace: bool = False) -> None:
+    def __init__(self, workdir: Path, trace: bool = False, page_workers: int | None = None) -> None:
         self.dir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -194,6 +194,8 @@ class Board:
             # Throughput runs measure ingest, not the cap: keep every line.
             "CAMPAIGN_LOG_CAP_BYTES": str(4 * 2**30),
         }
+        if page_workers is not None:  # processes serving pages beside the hub (app/pageworkers.py)
+            self.env["CAMPAIGN_PAGE_WORKERS"] = str(page_workers)
         if trace:  # per-hop timestamps from the server and the runner (app/live.py Trace)
             self.env["CAMPAIGN_LOG_TRACE"] = str(workdir / "trace")
         self.procs: list[subprocess.Popen] = []
@@ -221,10 +223,13 @@ class Board:
         self.procs.append(self.server)
         for _ in range(300):
             try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                health = httpx.get(self.url + "/healthz", timeout=1)
+                workers = health.json().get("page_workers")
+                if health.status_code == 200 and (workers is None or workers["ready"] == workers["of"]):
                     break
             except httpx.HTTPError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         self.api = {"Authorization": "Bearer " + self.cli("token", "create", "bench")}
         token = self.cli("runners", "create", "bench-node")
         rlog = open(self.dir / "runner.log", "w")
@@ -250,6 +255,13 @@ class Board:
         self.procs.append(self.runner)
         login = self.cli("login-url").split("token=", 1)[1]
         r = httpx.get(f"{self.url}/login?token={login}", follow_redirects=False)
+        if "cb_session" not in r.cookies:  # a new board's first login names its admin first
+            r = httpx.post(
+                f"{self.url}/login",
+                data={"token": login, "name": "bench"},
+                headers={"Origin": self.url},
+                follow_redirects=False,
+            )
         self.cookie = {"Cookie": f"cb_session={r.cookies['cb_session']}"}
         for _ in range(300):
             if [x for x in httpx.get(self.url + "/api/runners", headers=self.api).json() if x["status"] == "online"]:

@@ -192,6 +192,15 @@ def get_feed(app: Any) -> PageFeed:
     return app.state.page_feed
 
 
+FORWARDED_MARK = "forwarded_feed_mark"  # request.state key: the hub's mark, in a page worker (app/pageworkers.py)
+
+
+def page_mark(request: Any) -> str:
+    """The mark a page read takes first: the hub's, forwarded with the request, in a page worker; this
+    process's own otherwise."""
+    return request.scope.get("state", {}).get(FORWARDED_MARK) or get_feed(request.app).mark()
+
+
 def publish(app: Any, *topics: str) -> None:
     """After a commit, on the event loop: tell open pages that these topics changed."""
     get_feed(app).publish(*topics)

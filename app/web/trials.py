@@ -62,7 +62,7 @@ def _runners(session: Session) -> dict[str, Any]:
 
 @router.get("/trials/{trial_id}")
 async def trial_page(request: Request, trial_id: RowId, operator: OperatorDep) -> HTMLResponse:
-    request.state.feed_mark = events.get_feed(request.app).mark()  # before the read: see app/api/pagefeed.py
+    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
     ctx = await run_in_tx(request.app.state.engine, _trial_page, trial_id, write=False)
     return render(request, "trial.html", ctx)
 
@@ -116,7 +116,7 @@ async def approach_trials(
 
 @router.get("/runners")
 async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
-    request.state.feed_mark = events.get_feed(request.app).mark()  # before the read: see app/api/pagefeed.py
+    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
     ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
     block = "runners" if request.headers.get("hx-request") else None
     return render(request, "runners.html", {**ctx, "created": None}, block=block)

@@ -1,0 +1,328 @@
+"""Page workers: pages, fragments, exports and read-only API calls served by other processes, so they
+never wait behind the live hub (ingest, log fan-out) for the GIL.
+
+`campaign serve --workers N` (default 1, `CAMPAIGN_PAGE_WORKERS`) runs the *hub* process, which holds the
+public port, the runner and viewer sockets, the page feed, the sweeper and every write, plus N page
+workers: the same app (`create_app(role="pages")`), each a uvicorn on a Unix socket in a private folder,
+started by `python -m app.pageworker`. The hub's outermost middleware (`PageProxy`) hands a request to a
+worker when it is a GET or HEAD outside `HUB_ONLY` (the login link, which spends a token and counts failed
+attempts in this process; the page feed; the health check); everything else, websockets and writes
+included, runs in the hub as before. Reads need nothing from the hub but the database, with one
+exception, carried in a header: the page feed's mark, which the hub takes before it forwards (a page
+knows what it may have missed, app/api/pagefeed.py).
+
+A worker that dies is started again; while none is ready the hub serves the request itself, so a page
+never fails because a worker is gone. Workers exit with the hub (parent-death signal, and a check of the
+parent process) and are stopped on shutdown after the hub's open requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.cookiejar
+import itertools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.services.events import FORWARDED_MARK, get_feed
+
+if TYPE_CHECKING:
+    from app.config import Settings
+
+log = logging.getLogger(__name__)
+
+# Requests the hub always answers itself (paths of GET routes with an effect or a stream in the hub).
+HUB_ONLY = frozenset({"/login", "/api/pages/feed", "/healthz"})
+FORWARDED = (b"x-campaign-feed-mark", b"x-campaign-client", b"x-campaign-scheme")  # set by the hub only
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade"}
+)
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Worker:
+    index: int
+    path: Path
+    proc: subprocess.Popen | None = None
+    client: httpx.AsyncClient | None = None
+    ready: bool = False
+    in_flight: int = 0
+    starts: int = 0
+    served: int = 0
+
+
+@dataclass
+class PageWorkerPool:
+    """N page-worker processes and one keep-alive HTTP client per worker's Unix socket."""
+
+    settings: Settings
+    count: int
+    workers: list[Worker] = field(default_factory=list)
+    folder: Path | None = None
+    stopping: bool = False
+    fallbacks: int = 0  # requests served by the hub because no worker was ready (tests and the bench read it)
+    _monitor: asyncio.Task | None = None
+    _turn: itertools.count = field(default_factory=itertools.count)
+
+    def environment(self) -> dict[str, str]:
+        """The hub's effective settings (CLI flags included) for the workers; the secret key stays where it is
+        (the environment or the data folder, which the hub created)."""
+        env = dict(os.environ)
+        for name in type(self.settings).model_fields:
+            value = getattr(self.settings, name)
+            if value is None or name == "secret_key":
+                continue
+            env[f"CAMPAIGN_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+        env["CAMPAIGN_EMBEDDED_RUNNER"] = "false"
+        return env
+
+    def start(self) -> None:
+        """Spawn the workers; they become ready in the background (the hub serves reads meanwhile)."""
+        self.folder = Path(tempfile.mkdtemp(prefix="campaign-pages-"))  # 0700: only this user reaches the sockets
+        self.workers = [Worker(i, self.folder / f"{i}.sock") for i in range(self.count)]
+        for worker in self.workers:
+            self._spawn(worker)
+        self._monitor = asyncio.create_task(self._run())
+
+    def health(self) -> dict[str, int]:
+        """Ready workers, and reads served by the workers and by the hub (none ready, or one failed)."""
+        served = sum(w.served for w in self.workers)
+        return {
+            "ready": sum(w.ready for w in self.workers),
+            "of": self.count,
+            "served": served,
+            "by_hub": self.fallbacks,
+        }
+
+    def _spawn(self, worker: Worker) -> None:
+        worker.path.unlink(missing_ok=True)
+        worker.ready = False
+        worker.starts += 1
+        worker.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.pageworker", "--uds", str(worker.path), "--parent", str(os.getpid())],
+            env=self.environment(),
+            stdin=subprocess.DEVNULL,
+        )
+
+    async def _wait_ready(self, worker: Worker) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT_S
+        client = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(worker.path)),
+            timeout=httpx.Timeout(300.0, connect=5.0),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            # A relay, not a browser: no cookie jar (one person's Set-Cookie must never ride along with
+            # another's request) and none of httpx's default headers (the client's own go through).
+            cookies=http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+        )
+        client.headers = httpx.Headers()
+        while loop.time() < deadline and not self.stopping:
+            if worker.proc is None or worker.proc.poll() is not None:
+                break
+            if worker.path.exists():
+                try:
+                    r = await client.get("http://localhost/healthz", timeout=2.0)
+                    if r.status_code == 200:
+                        if worker.client is not None:
+                            await worker.client.aclose()
+                        worker.client = client
+                        worker.ready = True
+                        return
+                except httpx.HTTPError:
+                    pass
+            await asyncio.sleep(0.05)
+        await client.aclose()
+        code = worker.proc.poll() if worker.proc else None
+        log.warning("page worker %d did not start (exit code %s); the hub serves its pages", worker.index, code)
+
+    async def _run(self) -> None:
+        """Wait for the workers, then start one again when it exits (at most once a second each)."""
+        await asyncio.gather(*(self._wait_ready(w) for w in self.workers))
+        log.info("page workers: %d of %d ready", sum(w.ready for w in self.workers), self.count)
+        while not self.stopping:
+            await asyncio.sleep(1.0)
+            for worker in self.workers:
+                if self.stopping or worker.proc is None or worker.proc.poll() is None:
+                    continue
+                log.warning("page worker %d exited (code %s): starting it again", worker.index, worker.proc.returncode)
+                worker.ready = False
+                self._spawn(worker)
+                await self._wait_ready(worker)
+
+    def pick(self) -> Worker | None:
+        ready = [w for w in self.workers if w.ready and w.client is not None]
+        if not ready:
+            return None
+        least = min(w.in_flight for w in ready)
+        candidates = [w for w in ready if w.in_flight == least]
+        return candidates[next(self._turn) % len(candidates)]
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(BaseException):
+                await self._monitor
+        for worker in self.workers:
+            worker.ready = False
+            if worker.proc is not None and worker.proc.poll() is None:
+                worker.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(self._reap)
+        for worker in self.workers:
+            if worker.client is not None:
+                await worker.client.aclose()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _reap(self) -> None:
+        for worker in self.workers:
+            if worker.proc is None:
+                continue
+            try:
+                worker.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                worker.proc.kill()
+                worker.proc.wait()
+
+
+def forwarded(scope: Scope) -> bool:
+    return scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and scope["path"] not in HUB_ONLY
+
+
+class PageProxy:
+    """The hub's outermost middleware: a read goes to the least busy ready page worker, with the page
+    feed's mark taken now; anything else, or any read while no worker is ready, runs here."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pool: PageWorkerPool | None = getattr(scope["app"].state, "page_workers", None) if "app" in scope else None
+        worker = pool.pick() if pool is not None and forwarded(scope) else None
+        if worker is None:
+            if pool is not None and forwarded(scope):
+                pool.fallbacks += 1
+            await self.app(scope, receive, send)
+            return
+        assert worker.client is not None
+        request = self._request(scope, worker.client)
+        worker.in_flight += 1
+        try:
+            try:
+                response = await worker.client.send(request, stream=True)
+            except httpx.TransportError as exc:  # the worker is gone or stuck: answer here, it is restarted
+                log.warning("page worker %d did not answer (%s): served by the hub", worker.index, exc)
+                worker.ready = False
+                if worker.proc is not None and worker.proc.poll() is None:
+                    worker.proc.kill()
+                pool.fallbacks += 1  # type: ignore[union-attr]
+                await self.app(scope, receive, send)
+                return
+            worker.served += 1
+            await self._relay(response, receive, send)
+        finally:
+            worker.in_flight -= 1
+
+    @staticmethod
+    def _request(scope: Scope, client: httpx.AsyncClient) -> httpx.Request:
+        headers = [(k, v) for k, v in scope["headers"] if k not in FORWARDED and k not in HOP_BY_HOP]
+        headers.append((b"x-campaign-feed-mark", get_feed(scope["app"]).mark().encode()))
+        if scope.get("client"):
+            host, port = scope["client"][:2]
+            headers.append((b"x-campaign-client", f"{host}:{port}".encode()))
+        headers.append((b"x-campaign-scheme", scope.get("scheme", "http").encode()))
+        path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"")
+        target = path + (b"?" + query if query else b"")
+        url = httpx.URL("http://page-worker").copy_with(raw_path=target)
+        if not any(k == b"host" for k, _ in headers):
+            headers.append((b"host", b"localhost"))
+        return client.build_request(scope["method"], url, headers=headers)
+
+    @staticmethod
+    async def _relay(response: httpx.Response, receive: Receive, send: Send) -> None:
+        """Stream the worker's answer; stop reading it as soon as the client goes away."""
+
+        async def body() -> None:
+            headers = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def disconnected() -> None:
+            while True:
+                message: Message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+
+        relay = asyncio.create_task(body())
+        watch = asyncio.create_task(disconnected())
+        try:
+            await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not relay.done():
+                relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+            try:
+                await relay
+            except asyncio.CancelledError:
+                pass
+            finally:
+                await response.aclose()
+
+
+class FromHub:
+    """A page worker's outermost middleware: the client address, scheme and page-feed mark the hub
+    forwarded (the worker's socket is in a 0700 folder: only the hub reaches it). A write or a
+    websocket that reaches a worker is refused: those belong to the hub."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008, "reason": "page workers take reads only"})
+                return
+            await _misdirected(send)
+            return
+        found = {k.decode(): v.decode("latin-1") for k, v in scope["headers"] if k in FORWARDED}
+        scope = dict(scope)
+        client = found.get("x-campaign-client", "")
+        host, _, port = client.rpartition(":")
+        if host and port.isdigit():
+            scope["client"] = (host, int(port))
+        if found.get("x-campaign-scheme") in ("http", "https"):
+            scope["scheme"] = found["x-campaign-scheme"]
+        mark = found.get("x-campaign-feed-mark", "")
+        if mark and len(mark) <= 64:
+            scope.setdefault("state", {})
+            scope["state"] = {**scope["state"], FORWARDED_MARK: mark}
+        await self.app(scope, receive, send)
+
+
+async def _misdirected(send: Send) -> None:
+    body = b'{"detail":"Page workers take reads only: send writes to the server\'s public address."}'
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 421, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
