@@ -135,11 +135,15 @@ def _inline_scalar(value: str, column: int) -> str | None:
 
 
 _inline_repeated = lru_cache(maxsize=1024)(_inline_scalar)  # for values that repeat: statuses, actors
+# What `_history_entry` makes of a datetime: `_inline_scalar` single-quotes it (a timestamp to the resolver, no
+# space to fold at), checked here once per value for speed.
+_UTC_ISO = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{6})?\+00:00")
 
 
 def _history_entry(at: datetime, to: str, reason: str, actor: str) -> dict[str, Any]:
-    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    entry: dict[str, Any] = {"at": at.isoformat(), "to": to}
+    # Stored in UTC; SQLite gives it back naive.
+    iso = at.isoformat() + "+00:00" if at.tzinfo is None else at.astimezone(UTC).isoformat()
+    entry: dict[str, Any] = {"at": iso, "to": to}
     if reason:
         entry["reason"] = reason
     if actor:
@@ -178,7 +182,7 @@ def _history_text(entry: dict[str, Any], pieces: _Pieces) -> str:
     """One history entry's lines as they stand in the file (an item of the `history:` list of an approach of
     `approaches:`): written directly when every value is `_inline_scalar`, else by the dumper in the same
     context (a one-approach list whose mapping starts with `history:`, that first line cut)."""
-    at = _inline_scalar(entry["at"], 8)  # "  - at: "
+    at = f"'{entry['at']}'" if _UTC_ISO.fullmatch(entry["at"]) else _inline_scalar(entry["at"], 8)  # "  - at: "
     to = _inline_repeated(entry["to"], 8)  # "    to: "
     reason = _inline_scalar(entry["reason"], 12) if "reason" in entry else ""  # "    reason: "
     actor = _inline_repeated(entry["actor"], 11) if "actor" in entry else ""  # "    actor: "

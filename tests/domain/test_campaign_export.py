@@ -346,6 +346,19 @@ def test_inline_scalar_is_what_the_dumper_writes(column):
     assert inlined > len(values) // 3  # the fast path is taken, not just refused
 
 
+def test_the_timestamp_shortcut_is_the_general_path():
+    """`_history_text` single-quotes what `_history_entry` makes of a datetime without asking `_inline_scalar`:
+    the same text, for any date and time, with and without microseconds."""
+    rng = random.Random(3)
+    for _ in range(3000):
+        moment = datetime(1, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randrange(315_537_897_599))
+        moment = moment.replace(microsecond=rng.choice([0, rng.randrange(1_000_000)]))
+        iso = campaign_files._history_entry(moment.replace(tzinfo=None), "untested", "", "")["at"]
+        assert iso == moment.isoformat() and campaign_files._UTC_ISO.fullmatch(iso)
+        assert _inline_scalar(iso, 8) == f"'{iso}'"
+    assert not campaign_files._UTC_ISO.fullmatch("٢٠٢٥-03-01T10:00:00+00:00")  # other digits read back as a string
+
+
 def test_history_entries_are_what_the_dumper_writes():
     rng = random.Random(12)
     values = TRICKY + _generated(rng, 3000)
