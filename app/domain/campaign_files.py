@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -90,7 +89,9 @@ class CampaignFile(BaseModel):
 
 # ---- export -------------------------------------------------------------------------------
 
-EXPORT_BATCH = 100  # approaches per read (with their histories: one query) and per piece of the stream
+EXPORT_BATCH = 100  # approaches per read (their histories: one more query)
+HISTORY_FETCH = 2000  # history rows per fetch
+PIECE_ENTRIES = 2000  # history entries per piece of the stream, at most
 WIDTH = 100  # the dumper's line width: libyaml folds a long plain or quoted scalar at a space past it
 
 
@@ -226,10 +227,11 @@ def _approach_batches(session: Session, campaign: Campaign) -> Iterator[list[App
         after = (batch[-1].position, batch[-1].id)  # type: ignore[assignment]
 
 
-def _histories(session: Session, approach_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
-    """These approaches' status changes as file entries, oldest first, in one query."""
-    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    rows = session.execute(
+def _history_rows(session: Session, batch: list[Approach]) -> Iterator[tuple[int, datetime, str, str, str]]:
+    """The batch's status changes in file order (approach by approach, each oldest first) in one query,
+    fetched HISTORY_FETCH rows at a time (a server-side cursor on PostgreSQL): a long history is never
+    held whole."""
+    result = session.connection().execute(  # Core rows: no ORM loading step per row
         sa_select(
             col(StatusChange.approach_id),
             col(StatusChange.at),
@@ -237,18 +239,19 @@ def _histories(session: Session, approach_ids: list[int]) -> dict[int, list[dict
             col(StatusChange.reason),
             col(StatusChange.actor),
         )
-        .where(col(StatusChange.approach_id).in_(approach_ids))
-        .order_by(col(StatusChange.approach_id), col(StatusChange.at), col(StatusChange.id))
+        .join(Approach, col(Approach.id) == col(StatusChange.approach_id))
+        .where(col(StatusChange.approach_id).in_([a.id for a in batch]))
+        .order_by(col(Approach.position), col(Approach.id), col(StatusChange.at), col(StatusChange.id))
+        .execution_options(yield_per=HISTORY_FETCH)
     )
-    for approach_id, at, to, reason, actor in rows:
-        out[approach_id].append(_history_entry(at, to, reason, actor))
-    return out
+    return chain.from_iterable(result.partitions())
 
 
 def export_stream(session: Session, slug: str) -> Iterator[str]:
     """The campaign file in pieces, in constant memory: the format and campaign, then EXPORT_BATCH approaches
-    at a time (two queries each): the text that dumping the whole file as one structure gives (tests compare).
-    Each approach is dumped as a one-item list (`_Pieces`), then its history (its last key) by `_history_text`."""
+    at a time (two queries each), a piece at most every PIECE_ENTRIES history entries: the text that dumping
+    the whole file as one structure gives (tests compare). Each approach is dumped as a one-item list
+    (`_Pieces`), then its history (its last key) by `_history_text`."""
     campaign = inventory.get_campaign(session, slug)
     header = {"format": FORMAT, "campaign": _campaign_mapping(campaign)}
     batches = _approach_batches(session, campaign)
@@ -259,14 +262,20 @@ def export_stream(session: Session, slug: str) -> Iterator[str]:
     pieces = _Pieces()
     yield pieces.dump(header) + "approaches:\n"
     for batch in chain([first], batches):
-        histories = _histories(session, [a.id for a in batch])  # type: ignore[misc]
+        rows = _history_rows(session, batch)
+        row = next(rows, None)
         parts = []
         for a in batch:
             parts.append(pieces.dump([_approach_mapping(a)]))
-            entries = histories.pop(a.id, None)  # type: ignore[arg-type]
-            if entries:
+            approach_id = a.id
+            if row is not None and row[0] == approach_id:
                 parts.append("  history:\n")
-                parts.extend(_history_text(entry, pieces) for entry in entries)
+            while row is not None and row[0] == approach_id:
+                parts.append(_history_text(_history_entry(*row[1:]), pieces))
+                if len(parts) >= PIECE_ENTRIES:
+                    yield "".join(parts)
+                    parts = []
+                row = next(rows, None)
         yield "".join(parts)
     if end := pieces.end():
         yield end

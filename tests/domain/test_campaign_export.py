@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import event
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
@@ -236,6 +237,34 @@ def test_stream_is_the_whole_document_dump_byte_for_byte(engine, monkeypatch, ba
     # The content reached every style: literal blocks, single and double quotes, folded long lines.
     for mark in (": |", ": |-", ": |+", " '", ' "', "'yes'", "'2025-03-01T10:00:00+00:00'"):
         assert mark in expected, mark
+
+
+def test_long_histories_stream_in_pieces_with_two_queries_per_batch(engine, monkeypatch):
+    """No piece holds more than PIECE_ENTRIES history entries (a long history is never held whole), and the
+    statements are one for the campaign, then two per batch of approaches (and one that finds no more),
+    whatever the number of approaches and history entries."""
+    monkeypatch.setattr(campaign_files, "EXPORT_BATCH", 4)
+    monkeypatch.setattr(campaign_files, "PIECE_ENTRIES", 10)
+    with session_scope(engine) as s:
+        _tricky_campaign(s)
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        with session_scope(engine, write=False) as s:
+            pieces = list(export_stream(s, "tricky"))
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    with session_scope(engine, write=False) as s:
+        expected = reference_export(s, inventory.get_campaign(s, "tricky"))
+    assert "".join(pieces) == expected
+    assert max(piece.count("\n  - at: ") for piece in pieces) <= 10
+    assert max(len(a.get("history", [])) for a in yaml.safe_load(expected)["approaches"]) > 50
+    batches = -(-len(yaml.safe_load(expected)["approaches"]) // 4)
+    assert len([q for q in statements if q.lstrip().upper().startswith("SELECT")]) == 1 + 2 * batches + 1
 
 
 def test_a_campaign_without_approaches(engine):
