@@ -386,8 +386,8 @@ def add_long_log(engine, trial_id: int, megabytes: int) -> int:
 
 def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: str) -> None:
     """A streamed body (the campaign YAML, the metrics CSV, a trial's log) through real uvicorn (in a thread), read as
-    a stream by curl (or httpx without it) and dropped: this process's peak RSS growth is the server's. `unit`: what
-    a line is (rows, lines)."""
+    a stream by curl (or httpx without it) and dropped: this process's CPU time and peak RSS growth are the
+    server's (with curl reading). `unit`: what a line is (rows, lines)."""
     import socket
     import threading
 
@@ -406,7 +406,7 @@ def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: 
         _reset_peak()
         base = _status_mib("VmRSS")
         rows = size = 0
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         url = f"http://127.0.0.1:{port}{path}"
         curl = shutil.which("curl")
         if curl:  # read by another process: this one (and its GIL) is the server's alone
@@ -423,10 +423,11 @@ def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: 
                 for part in r.iter_bytes():
                     rows += part.count(b"\n")
                     size += len(part)
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         print(
             f"  {label + ' (uvicorn)':28} {seconds * 1000:10.1f} {'':8} {'':8} {size:10,d}  {(rows - 1) / seconds:,.0f} {unit}/s, "
-            f"{size / 2**20 / seconds:.1f} MiB/s, peak memory growth {_status_mib('VmHWM') - base:.0f} MiB"
+            f"{size / 2**20 / seconds:.1f} MiB/s, server CPU {cpu:.2f} s, peak memory growth "
+            f"{_status_mib('VmHWM') - base:.0f} MiB"
         )
     finally:
         server.should_exit = True

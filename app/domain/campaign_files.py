@@ -91,7 +91,7 @@ class CampaignFile(BaseModel):
 
 EXPORT_BATCH = 100  # approaches per read (their histories: one more query)
 HISTORY_FETCH = 2000  # history rows per fetch
-PIECE_ENTRIES = 2000  # history entries per piece of the stream, at most
+PIECE_ENTRIES = 2000  # history entries (and approaches) per piece of the stream, at most
 WIDTH = 100  # the dumper's line width: libyaml folds a long plain or quoted scalar at a space past it
 
 
@@ -155,10 +155,12 @@ def _history_entry(at: datetime, to: str, reason: str, actor: str) -> dict[str, 
 class _Pieces:
     """Dumps a document a piece at a time, as the dumper writes it whole: the top-level keys before
     `approaches:`, then lists whose items stand where they stand in the document (a block list under a
-    top-level key is not indented, so an item of `approaches:` stands at the same columns in a one-item list). One thing differs: libyaml ends a document
-    with a "..." line when the last literal block in it keeps its final line breaks (`|+`: the end is not
-    visible otherwise); a piece dumped alone says so about itself only, so the marker is cut from the pieces
-    and written once by `end()` when the last literal block of the whole document asks for it."""
+    top-level key is not indented, so an item of `approaches:` stands at the same columns in a one-item
+    list). Values read from the database are never one shared object, so the whole dump has no anchors
+    (`&id001`) that pieces would number apart. One thing differs: libyaml ends a document with a "..."
+    line when its last literal block keeps its final line breaks (`|+`: the end is not visible otherwise);
+    a piece dumped alone says so about itself only, so the marker is cut from the pieces and written once
+    by `end()` when the last literal block of the whole document asks for it."""
 
     KEEP = "\n\n"  # a string libyaml writes as a `|+` block
 
