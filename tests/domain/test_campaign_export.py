@@ -5,6 +5,7 @@ batches read in one snapshot."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import string
 from collections import defaultdict
@@ -337,6 +338,24 @@ def test_the_stream_reads_one_snapshot(engine, monkeypatch):
     with session_scope(engine, write=False) as s:
         after = _streamed(s, "snap")
     assert after != before and "- key: a5" in after.split("- key: a0")[0]
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 4])
+def test_pieces_end_the_document_as_the_whole_dump_does(length):
+    """Every order of approaches whose last literal block keeps its line breaks (|+), strips them (|-),
+    has line breaks but no literal block (double-quoted), or none: the pieces, joined and ended, are the
+    whole document's dump ("..." after the text exactly when the whole document's last literal block is |+)."""
+    kinds = [
+        {"key": "keep", "evidence": "kept\n\n"},
+        {"key": "strip", "evidence": "one\ntwo"},
+        {"key": "quoted", "evidence": "trailing space \nnext"},
+        {"key": "plain", "evidence": "no break"},
+    ]
+    for combo in itertools.product(kinds, repeat=length):
+        items = [dict(item, title=str(i)) for i, item in enumerate(combo)]
+        whole = yaml.dump({"approaches": items}, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+        pieces = _Pieces()
+        assert "approaches:\n" + "".join(pieces.dump([item]) for item in items) + pieces.end() == whole, combo
 
 
 # ---- the history fast path against the dumper, value by value ---------------------------------------------
