@@ -12,7 +12,8 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -52,10 +53,10 @@ def get_settings() -> Settings:
     return load()
 
 
-def session_scope(engine: Any, *, write: bool = True) -> Any:
+def session_scope(engine: Any, *, write: bool = True, snapshot: bool = False) -> Any:
     from app.db import session_scope as scope
 
-    return scope(engine, write=write)
+    return scope(engine, write=write, snapshot=snapshot)
 
 
 def _engine(settings: Settings):
@@ -327,20 +328,20 @@ def export_cmd(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="File to write (default: stdout).")] = None,
 ) -> None:
     """Export a campaign to YAML (keep it in git; `campaign import` reads it back)."""
-    from app.domain.campaign_files import export_campaign
+    from app.domain.campaign_files import export_stream
     from app.domain.errors import DomainError
-    from app.domain.inventory import get_campaign
 
-    with session_scope(_engine(get_settings()), write=False) as session:
+    with session_scope(_engine(get_settings()), write=False, snapshot=True) as session:
+        pieces = export_stream(session, slug)
         try:
-            text = export_campaign(session, get_campaign(session, slug))
+            first = next(pieces)  # an unknown campaign fails here, before a file is written
         except DomainError as exc:
             _fail(exc.message)
+        with output.open("w", encoding="utf-8") if output else nullcontext(sys.stdout) as out:
+            for piece in chain([first], pieces):
+                out.write(piece)
     if output:
-        output.write_text(text)
         err.print(f"wrote {output}")
-    else:
-        sys.stdout.write(text)
 
 
 @cli.command("import")

@@ -12,9 +12,10 @@ forgotten `write=True` fails loudly in tests instead of intermittently in produc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from alembic.config import Config
 from sqlalchemy import event
@@ -24,6 +25,8 @@ from sqlmodel import Session, create_engine
 
 from alembic import command
 from app.config import resource_dir
+
+T = TypeVar("T")
 
 
 def make_engine(url: str) -> Engine:
@@ -89,21 +92,34 @@ def _refuse_dml(state: ORMExecuteState) -> None:
         raise ReadOnlyTransaction("write in a read-only transaction: open it with write=True")
 
 
-def open_session(engine: Engine, *, write: bool) -> Session:
+def open_session(engine: Engine, *, write: bool, snapshot: bool = False) -> Session:
     """The one session factory. `write=True`: a transaction that may write, which takes the write
-    lock up front (BEGIN IMMEDIATE on SQLite); `write=False`: a read-only one (writes raise)."""
+    lock up front (BEGIN IMMEDIATE on SQLite); `write=False`: a read-only one (writes raise).
+    `snapshot=True` (read-only): every statement reads the same snapshot, which a read in several
+    statements needs (a streamed export): REPEATABLE READ on PostgreSQL, where each statement would
+    otherwise see what committed meanwhile; a SQLite transaction already reads one snapshot."""
     if write:
         return Session(engine.execution_options(write=True), expire_on_commit=False)
+    if snapshot and engine.dialect.name == "postgresql":
+        return ReadSession(engine.execution_options(isolation_level="REPEATABLE READ"), expire_on_commit=False)
     return ReadSession(engine, expire_on_commit=False)
 
 
 @contextmanager
-def session_scope(engine: Engine, *, write: bool = True) -> Iterator[Session]:
+def session_scope(engine: Engine, *, write: bool = True, snapshot: bool = False) -> Iterator[Session]:
     """One unit of work: commit on success, roll back on any error."""
-    with open_session(engine, write=write) as session:
+    with open_session(engine, write=write, snapshot=snapshot) as session:
         try:
             yield session
             session.commit()
         except BaseException:
             session.rollback()
             raise
+
+
+def stream_in_session(engine: Engine, produce: Callable[..., Iterator[T]], *args: Any) -> Iterator[T]:
+    """`produce(session, *args)`'s pieces, read in one snapshot by a session of their own that lives as long
+    as the iteration: a streamed response's body, which Starlette iterates on worker threads after the
+    request's session has closed."""
+    with session_scope(engine, write=False, snapshot=True) as session:
+        yield from produce(session, *args)

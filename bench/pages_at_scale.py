@@ -1,12 +1,14 @@
 """Every page at the size of a real campaign: builds 500 approaches / 50,000 trials / 150,000 status
 changes / 225,000 log chunks / ~519,000 metrics with bulk inserts through the SQLModel tables, on
 SQLite and PostgreSQL, then prints the server time per page (median of --repeat requests, in-process
-ASGI: no network) and the number of SQL statements each one ran. The metrics CSV and one trial's log
-(--log-mib of it added first) are read through real uvicorn as streams, with the server's peak memory growth.
+ASGI: no network) and the number of SQL statements each one ran. The campaign YAML, the metrics CSV and one
+trial's log (--log-mib of it added first) are read through real uvicorn as streams, with the server's peak memory
+growth.
 
     .venv/bin/python bench/pages_at_scale.py                 # full size, SQLite and PostgreSQL
     .venv/bin/python bench/pages_at_scale.py --scale 0.1     # a tenth (a few minutes on 2 cores)
     .venv/bin/python bench/pages_at_scale.py --db sqlite
+    .venv/bin/python bench/pages_at_scale.py --only YAML     # only the pages whose label contains "YAML"
 
 `build_campaign()` is also what tests/trials/test_page_queries.py grows its data with.
 """
@@ -383,8 +385,9 @@ def add_long_log(engine, trial_id: int, megabytes: int) -> int:
 
 
 def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: str) -> None:
-    """A streamed body (the metrics CSV, a trial's log) through real uvicorn (in a thread), read as a stream by
-    curl (or httpx without it) and dropped: this process's peak RSS growth is the server's. `unit`: what a line is (rows, lines)."""
+    """A streamed body (the campaign YAML, the metrics CSV, a trial's log) through real uvicorn (in a thread), read as
+    a stream by curl (or httpx without it) and dropped: this process's CPU time and peak RSS growth are the
+    server's (with curl reading). `unit`: what a line is (rows, lines)."""
     import socket
     import threading
 
@@ -403,7 +406,7 @@ def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: 
         _reset_peak()
         base = _status_mib("VmRSS")
         rows = size = 0
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         url = f"http://127.0.0.1:{port}{path}"
         curl = shutil.which("curl")
         if curl:  # read by another process: this one (and its GIL) is the server's alone
@@ -420,17 +423,20 @@ def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: 
                 for part in r.iter_bytes():
                     rows += part.count(b"\n")
                     size += len(part)
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         print(
             f"  {label + ' (uvicorn)':28} {seconds * 1000:10.1f} {'':8} {'':8} {size:10,d}  {(rows - 1) / seconds:,.0f} {unit}/s, "
-            f"peak memory growth {_status_mib('VmHWM') - base:.0f} MiB"
+            f"{size / 2**20 / seconds:.1f} MiB/s, server CPU {cpu:.2f} s, peak memory growth "
+            f"{_status_mib('VmHWM') - base:.0f} MiB"
         )
     finally:
         server.should_exit = True
         thread.join(10)
 
 
-def measure(db_url: str, scale: float, repeat: int, skip: set[str], log_mib: int = 64) -> None:
+def measure(
+    db_url: str, scale: float, repeat: int, skip: set[str], log_mib: int = 64, only: set[str] | None = None
+) -> None:
     from fastapi.testclient import TestClient
 
     from app.config import Settings
@@ -473,8 +479,13 @@ def measure(db_url: str, scale: float, repeat: int, skip: set[str], log_mib: int
         for label, path in pages(client, "scale", engine):
             if path is None:
                 path = share_path
+            if only and not any(s in label for s in only):
+                continue
             if any(s in label for s in skip):
                 print(f"  {label:28} {'skipped':>10}")
+                continue
+            if label == "export YAML":
+                stream_over_http(app, label, path, headers, "lines")
                 continue
             if label == "metrics CSV":
                 stream_over_http(app, label, path, headers, "rows")
@@ -508,6 +519,7 @@ def main() -> None:
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--repeat", type=int, default=5, help="requests per page (the median is printed)")
     parser.add_argument("--skip", action="append", default=[], help="skip pages whose label contains this")
+    parser.add_argument("--only", action="append", default=[], help="only pages whose label contains this")
     parser.add_argument("--log-mib", type=int, default=64, help="MiB of log added to one trial for its download")
     args = parser.parse_args()
     print(
@@ -522,6 +534,7 @@ def main() -> None:
             args.repeat,
             set(args.skip),
             args.log_mib,
+            set(args.only),
         )
     if args.db in ("postgres", "both"):
         import psycopg
@@ -533,7 +546,14 @@ def main() -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
         try:
             print("PostgreSQL")
-            measure(admin.rsplit("/", 1)[0] + "/" + name, args.scale, args.repeat, set(args.skip), args.log_mib)
+            measure(
+                admin.rsplit("/", 1)[0] + "/" + name,
+                args.scale,
+                args.repeat,
+                set(args.skip),
+                args.log_mib,
+                set(args.only),
+            )
         finally:
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

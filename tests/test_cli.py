@@ -54,6 +54,8 @@ def test_bad_file_exits_nonzero_and_imports_nothing(run, tmp_path):
     assert "line 6" in r.stderr and "status" in r.stderr and "nothing was imported" in r.stderr
     r = run("export", "x")
     assert r.returncode == 1 and "No campaign named 'x'" in r.stderr
+    r = run("export", "x", "-o", str(tmp_path / "x.yaml"))
+    assert r.returncode == 1 and not (tmp_path / "x.yaml").exists()
     r = run("import", str(tmp_path / "missing.yaml"))
     assert r.returncode == 1 and "cannot read" in r.stderr
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
+from app.db import stream_in_session
 from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
 from app.domain import inventory
-from app.domain.campaign_files import export_campaign, import_campaign
+from app.domain.campaign_files import export_stream, import_campaign
 from app.schemas import (
     ApproachCreate,
     ApproachPublic,
@@ -46,11 +48,15 @@ def update_campaign(slug: str, data: CampaignUpdate, session: SessionDep, operat
 
 
 @router.get(
-    "/campaigns/{slug}/export", response_class=Response, responses={200: {"content": {"application/x-yaml": {}}}}
+    "/campaigns/{slug}/export",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/x-yaml": {}}, "description": "The campaign file"}},
 )
-def export(slug: str, session: SessionDep) -> Response:
-    text = export_campaign(session, inventory.get_campaign(session, slug))
-    return Response(text, media_type="application/x-yaml")
+def export(request: Request, slug: str, session: SessionDep) -> StreamingResponse:
+    """The campaign file (YAML), streamed in constant memory: see `campaign_files.export_stream`."""
+    inventory.get_campaign(session, slug)  # 404 before streaming starts
+    body = stream_in_session(request.app.state.engine, export_stream, slug)
+    return StreamingResponse(body, media_type="application/x-yaml")
 
 
 @router.post("/campaigns/import", summary="Import a campaign file (YAML body); all or nothing")

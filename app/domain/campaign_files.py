@@ -19,13 +19,18 @@ Format (version 1):
 
 from __future__ import annotations
 
-from collections import defaultdict
+import io
+import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy import select as sa_select  # typed for five columns (sqlmodel's select stops at four)
+from sqlalchemy import tuple_
 from sqlmodel import Session, col, select
 
 from app.domain import inventory
@@ -84,6 +89,11 @@ class CampaignFile(BaseModel):
 
 # ---- export -------------------------------------------------------------------------------
 
+EXPORT_BATCH = 100  # approaches per read (their histories: one more query)
+HISTORY_FETCH = 2000  # history rows per fetch
+PIECE_ENTRIES = 2000  # history entries (and approaches) per piece of the stream, at most
+WIDTH = 100  # the dumper's line width: libyaml folds a long plain or quoted scalar at a space past it
+
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """libyaml's emitter when PyYAML has it (the same text, about 5x faster), else the pure-Python one."""
@@ -96,12 +106,134 @@ def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 
 _Dumper.add_representer(str, _str_presenter)
+_RESOLVER = _Dumper(io.StringIO())  # the dumper's own resolver: which plain strings read back as str
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
-def _histories(session: Session, campaign: Campaign) -> dict[int, list[dict[str, Any]]]:
-    """Every approach's status changes, oldest first, in one query."""
-    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    rows = session.execute(
+def _dump(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=WIDTH)
+
+
+# Printable ASCII without a leading or trailing space: one line, which libyaml writes plain or single-quoted.
+_ONE_LINE = re.compile(r"[!-~](?:[ -~]*[!-~])?")
+# What makes libyaml refuse such a string plain in block context (emitter.c, yaml_emitter_analyze_scalar):
+# "---" or "..." first, an indicator first, "?", ":" or "-" first followed by a space or the end, then
+# anywhere ": ", a final ":", or " #".
+_NOT_PLAIN = re.compile(r"---|\.\.\.|[#,\[\]{}&*!|>'\"%@`]|[?:-](?: |$)|.*(?:: |:$| #)")
+
+
+def _inline_scalar(value: str, column: int) -> str | None:
+    """`value` exactly as the dumper writes it as a block mapping's value that starts at `column`, when that
+    is provably one unfolded line; None otherwise (the caller dumps it). Plain unless libyaml's analysis
+    refuses it (`_NOT_PLAIN`) or the resolver reads it back as something else than a string ("true", "12",
+    "2025-03-01", "null"): then single-quoted, with ' doubled. libyaml breaks a line only at a space past
+    WIDTH, so text that ends by WIDTH is never folded."""
+    if not _ONE_LINE.fullmatch(value):
+        return None
+    if _NOT_PLAIN.match(value) or _RESOLVER.resolve(yaml.ScalarNode, value, (True, False)) != _STR_TAG:
+        value = "'" + value.replace("'", "''") + "'"
+    return value if column + len(value) <= WIDTH else None
+
+
+_inline_repeated = lru_cache(maxsize=1024)(_inline_scalar)  # for values that repeat: statuses, actors
+# What `_history_entry` makes of a datetime: `_inline_scalar` single-quotes it (a timestamp to the resolver, no
+# space to fold at), checked here once per value for speed.
+_UTC_ISO = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{6})?\+00:00")
+
+
+def _history_entry(at: datetime, to: str, reason: str, actor: str) -> dict[str, Any]:
+    # Stored in UTC; SQLite gives it back naive.
+    iso = at.isoformat() + "+00:00" if at.tzinfo is None else at.astimezone(UTC).isoformat()
+    entry: dict[str, Any] = {"at": iso, "to": to}
+    if reason:
+        entry["reason"] = reason
+    if actor:
+        entry["actor"] = actor
+    return entry
+
+
+class _Pieces:
+    """Dumps a document a piece at a time, as the dumper writes it whole: the top-level keys before
+    `approaches:`, then lists whose items stand where they stand in the document (a block list under a
+    top-level key is not indented, so an item of `approaches:` stands at the same columns in a one-item
+    list). Values read from the database are never one shared object, so the whole dump has no anchors
+    (`&id001`) that pieces would number apart. One thing differs: libyaml ends a document with a "..."
+    line when its last literal block keeps its final line breaks (`|+`: the end is not visible otherwise);
+    a piece dumped alone says so about itself only, so the marker is cut from the pieces and written once
+    by `end()` when the last literal block of the whole document asks for it."""
+
+    KEEP = "\n\n"  # a string libyaml writes as a `|+` block
+
+    def __init__(self) -> None:
+        self.open_ended = False
+
+    def dump(self, data: Any) -> str:
+        text = _dump(data)
+        if text.endswith("\n...\n"):  # a line "..." at column 0: the marker, never content
+            self.open_ended = True
+            return text[:-4]
+        if self.open_ended and "\\n" in repr(data):  # a literal block may have closed the open end:
+            # dumped after a `|+` block, the piece still ends open only if it has no literal block itself
+            self.open_ended = _dump([self.KEEP, data]).endswith("\n...\n")
+        return text
+
+    def end(self) -> str:
+        return "...\n" if self.open_ended else ""
+
+
+def _history_text(entry: dict[str, Any], pieces: _Pieces) -> str:
+    """One history entry's lines as they stand in the file (an item of the `history:` list of an approach of
+    `approaches:`): written directly when every value is `_inline_scalar`, else by the dumper in the same
+    context (a one-approach list whose mapping starts with `history:`, that first line cut)."""
+    at = f"'{entry['at']}'" if _UTC_ISO.fullmatch(entry["at"]) else _inline_scalar(entry["at"], 8)  # "  - at: "
+    to = _inline_repeated(entry["to"], 8)  # "    to: "
+    reason = _inline_scalar(entry["reason"], 12) if "reason" in entry else ""  # "    reason: "
+    actor = _inline_repeated(entry["actor"], 11) if "actor" in entry else ""  # "    actor: "
+    if at is None or to is None or reason is None or actor is None:
+        return pieces.dump([{"history": [entry]}]).removeprefix("- history:\n")
+    text = f"  - at: {at}\n    to: {to}\n"
+    if reason:
+        text += f"    reason: {reason}\n"
+    if actor:
+        text += f"    actor: {actor}\n"
+    return text
+
+
+def _campaign_mapping(campaign: Campaign) -> dict[str, Any]:
+    return {name: getattr(campaign, name) for name in CAMPAIGN_FIELDS}
+
+
+def _approach_mapping(approach: Approach) -> dict[str, Any]:
+    """An approach's fields in the file, without its history (which comes last)."""
+    item: dict[str, Any] = {"key": approach.key, "title": approach.title, "status": approach.status}
+    for name in ("reason", "description", "evidence", "effort", "prerequisites"):
+        if getattr(approach, name):
+            item[name] = getattr(approach, name)
+    for name in ("recipe", "requirements", "bound_to", "verdict_fingerprint"):
+        if getattr(approach, name) is not None:
+            item[name] = getattr(approach, name)
+    return item
+
+
+def _approach_batches(session: Session, campaign: Campaign) -> Iterator[list[Approach]]:
+    """The campaign's approaches in priority order, EXPORT_BATCH at a time (keyset on position, id)."""
+    after: tuple[int, int] | None = None
+    while True:
+        query = select(Approach).where(Approach.campaign_id == campaign.id)
+        if after is not None:
+            query = query.where(tuple_(col(Approach.position), col(Approach.id)) > after)
+        batch = list(session.exec(query.order_by(col(Approach.position), col(Approach.id)).limit(EXPORT_BATCH)))
+        if not batch:
+            return
+        yield batch
+        after = (batch[-1].position, batch[-1].id)  # type: ignore[assignment]
+
+
+def _history_rows(session: Session, batch: list[Approach]) -> Iterator[tuple[int, datetime, str, str, str]]:
+    """The batch's status changes in file order (approach by approach, each oldest first) in one query,
+    fetched HISTORY_FETCH rows at a time (a server-side cursor on PostgreSQL): a long history is never
+    held whole."""
+    result = session.connection().execute(  # Core rows: no ORM loading step per row
         sa_select(
             col(StatusChange.approach_id),
             col(StatusChange.at),
@@ -110,43 +242,50 @@ def _histories(session: Session, campaign: Campaign) -> dict[int, list[dict[str,
             col(StatusChange.actor),
         )
         .join(Approach, col(Approach.id) == col(StatusChange.approach_id))
-        .where(col(Approach.campaign_id) == campaign.id)
-        .order_by(col(StatusChange.at), col(StatusChange.id))
+        .where(col(StatusChange.approach_id).in_([a.id for a in batch]))
+        .order_by(col(Approach.position), col(Approach.id), col(StatusChange.at), col(StatusChange.id))
+        .execution_options(yield_per=HISTORY_FETCH)
     )
-    for approach_id, at, to, reason, actor in rows:
-        at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-        entry: dict[str, Any] = {"at": at.isoformat(), "to": to}
-        if reason:
-            entry["reason"] = reason
-        if actor:
-            entry["actor"] = actor
-        out[approach_id].append(entry)
-    return out
+    return chain.from_iterable(result.partitions())
 
 
-def campaign_document(session: Session, campaign: Campaign) -> dict[str, Any]:
-    rows = inventory.approaches(session, campaign)
-    histories = _histories(session, campaign)
-    doc_campaign = {name: getattr(campaign, name) for name in CAMPAIGN_FIELDS}
-    doc_approaches = []
-    for a in rows:
-        item: dict[str, Any] = {"key": a.key, "title": a.title, "status": a.status}
-        for name in ("reason", "description", "evidence", "effort", "prerequisites"):
-            if getattr(a, name):
-                item[name] = getattr(a, name)
-        for name in ("recipe", "requirements", "bound_to", "verdict_fingerprint"):
-            if getattr(a, name) is not None:
-                item[name] = getattr(a, name)
-        if histories.get(a.id):  # type: ignore[arg-type]
-            item["history"] = histories[a.id]  # type: ignore[index]
-        doc_approaches.append(item)
-    return {"format": FORMAT, "campaign": doc_campaign, "approaches": doc_approaches}
+def export_stream(session: Session, slug: str) -> Iterator[str]:
+    """The campaign file in pieces, in constant memory: the format and campaign, then EXPORT_BATCH approaches
+    at a time (two queries each), a piece at most every PIECE_ENTRIES history entries: the text that dumping
+    the whole file as one structure gives (tests compare). Each approach is dumped as a one-item list
+    (`_Pieces`), then its history (its last key) by `_history_text`."""
+    campaign = inventory.get_campaign(session, slug)
+    header = {"format": FORMAT, "campaign": _campaign_mapping(campaign)}
+    batches = _approach_batches(session, campaign)
+    first = next(batches, None)
+    if first is None:
+        yield _dump({**header, "approaches": []})
+        return
+    pieces = _Pieces()
+    yield pieces.dump(header) + "approaches:\n"
+    for batch in chain([first], batches):
+        rows = _history_rows(session, batch)
+        row = next(rows, None)
+        parts = []
+        for a in batch:
+            parts.append(pieces.dump([_approach_mapping(a)]))
+            approach_id = a.id
+            if row is not None and row[0] == approach_id:
+                parts.append("  history:\n")
+            while row is not None and row[0] == approach_id:
+                parts.append(_history_text(_history_entry(*row[1:]), pieces))
+                if len(parts) >= PIECE_ENTRIES:
+                    yield "".join(parts)
+                    parts = []
+                row = next(rows, None)
+        yield "".join(parts)
+    if end := pieces.end():
+        yield end
 
 
 def export_campaign(session: Session, campaign: Campaign) -> str:
-    return yaml.dump(
-        campaign_document(session, campaign), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100
-    )
+    """The whole campaign file as one string (small campaigns, tests); routes and the CLI stream it."""
+    return "".join(export_stream(session, campaign.slug))
 
 
 # ---- import -------------------------------------------------------------------------------

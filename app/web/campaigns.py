@@ -7,12 +7,13 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Request, UploadFile
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 
+from app.db import stream_in_session
 from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
 from app.domain import inventory
-from app.domain.campaign_files import export_campaign, import_campaign
+from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements
@@ -113,10 +114,10 @@ def inventory_fragment(request: Request, session: SessionDep, slug: str) -> Resp
 
 
 @router.get("/campaigns/{slug}/export.yaml")
-def export_file(session: SessionDep, slug: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    return Response(
-        export_campaign(session, campaign),
+def export_file(request: Request, session: SessionDep, slug: str) -> StreamingResponse:
+    campaign = inventory.get_campaign(session, slug)  # 404 before streaming starts
+    return StreamingResponse(
+        stream_in_session(request.app.state.engine, export_stream, slug),
         media_type="application/x-yaml",
         headers={"Content-Disposition": f'attachment; filename="{campaign.slug}.yaml"'},
     )

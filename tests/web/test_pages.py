@@ -4,6 +4,10 @@ import json
 
 import pytest
 
+from app.db import session_scope
+from app.domain import campaign_files, inventory
+from app.domain.campaign_files import export_campaign
+
 
 @pytest.fixture
 def pages(operator_client):
@@ -92,3 +96,23 @@ def test_export_download_and_import_upload(pages):
     r = pages.post("/campaigns/import", files={"file": ("c.yaml", text, "application/x-yaml")}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/campaigns/c-copy"
     assert len(pages.get("/api/campaigns/c-copy/approaches").json()) == 1
+
+
+def test_both_export_routes_stream_the_campaign_file(pages, app, monkeypatch):
+    """The page's download and the API send the text `export_campaign` writes, read in batches; an unknown
+    campaign is a 404 before the stream starts."""
+    monkeypatch.setattr(campaign_files, "EXPORT_BATCH", 2)
+    for key in ("b", "c", "d", "e"):
+        assert pages.post("/api/campaigns/c/approaches", json={"key": key, "title": f"{key}: yes"}).status_code == 201
+    r = pages.post("/api/campaigns/c/approaches/d/status", json={"status": "deferred", "reason": "needs\na build"})
+    assert r.status_code == 200
+    with session_scope(app.state.engine, write=False) as s:
+        expected = export_campaign(s, inventory.get_campaign(s, "c"))
+    assert "- key: e" in expected and "reason: |-" in expected
+    for path in ("/campaigns/c/export.yaml", "/api/campaigns/c/export"):
+        r = pages.get(path)
+        assert r.status_code == 200 and r.headers["content-type"] == "application/x-yaml"
+        assert r.text == expected
+    assert pages.get("/api/campaigns/nope/export").status_code == 404
+    r = pages.get("/campaigns/nope/export.yaml")
+    assert r.status_code == 404 and "content-disposition" not in r.headers
