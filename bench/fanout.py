@@ -270,11 +270,13 @@ def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
         for _ in range(n // parallel):
             await asyncio.gather(*(one() for _ in range(parallel)))
 
-    before, during, after = asyncio.run(idle_viewers())
-    print(
-        f"memory: {viewers} viewers connected to an ended trial: {(during - before) / viewers * 1024:,.0f} KiB per viewer "
-        f"(RSS {before:.0f} -> {during:.0f} MiB), {after:.0f} MiB after they left"
-    )
+    for round_ in ("first", "second"):  # the second shows whether what stayed is reused or leaked
+        before, during, after = asyncio.run(idle_viewers())
+        print(
+            f"memory ({round_} round): {viewers} viewers connected to an ended trial: "
+            f"{(during - before) / viewers * 1024:,.0f} KiB per viewer (RSS {before:.0f} -> {during:.0f} MiB), "
+            f"{after:.0f} MiB after they left"
+        )
     asyncio.run(churn(100))
     start = rss_mib(board.server.pid)
     t = time.perf_counter()

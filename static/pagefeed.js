@@ -16,18 +16,32 @@
     return el && el.closest ? el.closest("[sse-connect]") : null;
   }
 
-  document.body.addEventListener("htmx:sseMessage", function (evt) {
-    const id = evt.detail && evt.detail.lastEventId;
-    const feed = feedOf(evt.target);
-    if (!id || !feed) return;
+  const lastNotice = new Map(); // topic kind -> performance.now() of its last notice (see below)
+
+  // Every notice is seen on the EventSource itself, not through a fragment's listener: a fragment
+  // being swapped has none (the old element left the page, the new one is not processed yet), and htmx
+  // then fires nothing the page could see.
+  function watch(feed, source) {
+    if (source.pageFeedWatched) return;
+    source.pageFeedWatched = true;
     const url = new URL(feed.getAttribute("sse-connect"), location.href);
-    url.searchParams.set("since", id);
-    feed.setAttribute("sse-connect", url.pathname + url.search);
-  });
+    const kinds = new Set(url.searchParams.getAll("topic").map(function (t) { return t.split(":")[0]; }));
+    kinds.forEach(function (kind) {
+      source.addEventListener(kind, function (evt) {
+        lastNotice.set(kind, performance.now());
+        if (!evt.lastEventId) return;
+        const next = new URL(feed.getAttribute("sse-connect"), location.href);
+        next.searchParams.set("since", evt.lastEventId);
+        feed.setAttribute("sse-connect", next.pathname + next.search);
+      });
+    });
+  }
 
   document.body.addEventListener("htmx:sseOpen", function (evt) {
     const feed = feedOf(evt.target);
-    if (feed) feed.dataset.feed = "open";
+    if (!feed) return;
+    feed.dataset.feed = "open";
+    if (evt.detail && evt.detail.source) watch(feed, evt.detail.source);
   });
   document.body.addEventListener("htmx:sseError", function (evt) {
     const feed = feedOf(evt.target);
@@ -71,14 +85,11 @@
   // queues the request on the element, but the answer in flight replaces it, hx-swap="outerHTML", and
   // htmx drops the requests of an element no longer in the page), and one that arrives after the swap
   // but before the new element is processed at settle (it has no sse listener yet). So: the time of
-  // each topic's last notice is kept, and a fragment that settles re-fetches once more when a notice
-  // of a topic it follows came after its request started (a trial that ended while the campaign page
-  // was reloading for its start).
-  const lastNotice = new Map(); // topic -> performance.now() of its last notice
+  // each topic's last notice is kept (from the EventSource, above), and a fragment that settles
+  // re-fetches once more when a notice of a topic it follows came after its request started (a trial
+  // that ended while the campaign page was reloading for its start; a runner killed while the Runners
+  // table was swapping in its last heartbeat).
   const requested = new Map(); // fragment id -> performance.now() when its last request started
-  document.body.addEventListener("htmx:sseMessage", function (evt) {
-    if (evt.detail && evt.detail.type) lastNotice.set(evt.detail.type, performance.now());
-  });
   document.body.addEventListener("htmx:beforeRequest", function (evt) {
     const el = evt.detail.elt;
     if (el && el.id) requested.set(el.id, performance.now());
