@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import gc
 import json
 import logging
@@ -261,6 +263,20 @@ class _Share:
                 self.gate._idle.set()
 
 
+def _malloc_trim() -> Callable[[], Any] | None:
+    """glibc's malloc_trim(0), where there is one: hands freed heap pages back to the system."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+    return None if trim is None else lambda: trim(0)
+
+
+MALLOC_TRIM = _malloc_trim()
+TRIM_AFTER_S = 1.0
+
+
 class LiveHub:
     """Subscribers per trial, and the chunks published before their commit ("uncommitted"): a viewer
     that subscribes while such a batch is in flight gets those frames first, because its backlog read
@@ -271,6 +287,7 @@ class LiveHub:
         self.uncommitted: dict[int, list[Frame]] = {}
         self.runners: dict[int, RunnerLink] = {}
         self.attempts = AttemptGate()
+        self._trim: asyncio.TimerHandle | None = None
 
     # ---- browsers ----
     def subscribe(self, trial_id: int, limit_bytes: int = SUBSCRIBER_QUEUE_BYTES) -> Subscriber:
@@ -286,6 +303,23 @@ class LiveHub:
             subs.discard(sub)
             if not subs:
                 del self.subscribers[sub.trial_id]
+        if not self.subscribers:
+            self._release_memory_soon()
+
+    def _release_memory_soon(self) -> None:
+        """The last viewer left: a second later, give the memory their backlogs used back to the system.
+        Python frees it, but glibc keeps it in its per-thread arenas (the backlog pages are read and
+        encoded on worker threads), so the server's RSS would stay at its peak (docs/performance.md)."""
+        if MALLOC_TRIM is None or self._trim is not None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def trim() -> None:
+            self._trim = None
+            if not self.subscribers:
+                loop.run_in_executor(None, MALLOC_TRIM)
+
+        self._trim = loop.call_later(TRIM_AFTER_S, trim)
 
     def publish_chunks(self, trial_id: int, chunks: list[tuple[int, str]], *, committed: bool = True) -> Frame | None:
         """New log chunks [(seq, text)] of the trial's current attempt; never blocks. One frame, shared by

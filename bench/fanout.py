@@ -229,26 +229,26 @@ def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
 
     async def idle_viewers() -> tuple[float, float, float]:
         before = rss_mib(board.server.pid)
-        socks = [
-            await connect(
+
+        async def viewer() -> Any:
+            """Connects and reads its backlog (the whole log) at once, as a browser does, until nothing more
+            comes (the trial has ended): a socket left unread meanwhile would be a stuck viewer, dropped."""
+            s = await connect(
                 f"{ws}?after=-1",
                 origin=board.url,  # type: ignore[arg-type]
                 additional_headers=board.cookie,
                 max_size=None,
                 compression=None,
                 ping_interval=None,
+                open_timeout=60,
             )
-            for _ in range(viewers)
-        ]
-
-        async def drain(s) -> None:
-            while True:  # each has its backlog (the whole log), then nothing: the trial has ended
+            while True:
                 try:
                     await asyncio.wait_for(s.recv(), 2.0)
                 except TimeoutError:
-                    return
+                    return s
 
-        await asyncio.gather(*(drain(s) for s in socks))
+        socks = await asyncio.gather(*(viewer() for _ in range(viewers)))
         during = rss_mib(board.server.pid)
         for s in socks:
             await s.close()
@@ -296,6 +296,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--trace", action="store_true", help="also the server's share of the paced latency")
     parser.add_argument(
+        "--parts", default="paced,memory,flood", help="which parts to run (comma-separated): paced, memory, flood"
+    )
+    parser.add_argument(
         "--page-workers",
         default="1,0",
         help="the flood's page probe once per value (CAMPAIGN_PAGE_WORKERS), each on a fresh board",
@@ -313,11 +316,15 @@ def main() -> None:
                     ("flood", FLOOD.format(seconds=args.seconds)),
                 ]
             )
-            tid = paced(board, args.viewers, args.rate, args.seconds)
-            memory(board, tid, args.viewers, args.connections)
+            parts = set(args.parts.split(","))
+            if parts & {"paced", "memory"}:
+                tid = paced(board, args.viewers, args.rate, args.seconds)
+            if "memory" in parts:
+                memory(board, tid, args.viewers, args.connections)
         finally:
             board.stop()
-        for n, workers in enumerate(int(w) for w in args.page_workers.split(",") if w.strip()):
+        flood_runs = args.page_workers.split(",") if "flood" in parts else []
+        for n, workers in enumerate(int(w) for w in flood_runs if w.strip()):
             other = Board(Path(tmp) / f"flood-{n}", page_workers=workers)
             other.dir.mkdir()
             try:
@@ -326,7 +333,7 @@ def main() -> None:
                 flood_pages(other, args.seconds)
             finally:
                 other.stop()
-        if args.trace:
+        if args.trace and "paced" in parts:
             server_side(board, tid)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
