@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -114,51 +115,152 @@ def probe_pages(url: str, headers: dict[str, str], slug: str, stop: Any, out: An
     out.put(times)
 
 
-def paced(board: Board, viewers: int, rate: int, seconds: float) -> int:
-    tid = board.run_next("paced")
-    ws = board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws"
-    stats = Stats()
-    peak = [rss_mib(board.server.pid)]
-    procs = {
-        "server": psutil.Process(board.server.pid),
-        "runner+trial": psutil.Process(board.runner.pid),
-        "viewers (this process)": psutil.Process(),
-    }
+def read_pages(url: str, headers: dict[str, str], path: str, stop: Any, out: Any) -> None:
+    """Its own process: someone reading a big page over and over, as fast as the server answers."""
+    count = 0
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+        while not stop.is_set():
+            client.get(path).raise_for_status()
+            count += 1
+    out.put(count)
 
-    def cpu() -> dict[str, float]:
-        out = {}
-        for name, proc in procs.items():
-            t = proc.cpu_times()
-            out[name] = (
-                t.user
-                + t.system
-                + (
-                    sum(c.cpu_times().user + c.cpu_times().system for c in proc.children(recursive=True))
-                    if name == "runner+trial"
-                    else 0
+
+def seed_big_campaign(board: Board, approaches: int) -> None:
+    from app.db import make_engine, session_scope
+    from app.models import Approach, Campaign
+
+    engine = make_engine(f"sqlite:///{board.db}")
+    with session_scope(engine) as session:
+        campaign = Campaign(slug="big", name="A big campaign")
+        session.add(campaign)
+        session.flush()
+        for i in range(approaches):
+            session.add(
+                Approach(
+                    campaign_id=campaign.id,
+                    key=f"approach-{i}",
+                    title=f"Approach number {i}",
+                    position=i + 1,
+                    description="An allreduce setting to try " * 4,
                 )
             )
-        return out
+    engine.dispose()
 
-    cpu_before, wall = cpu(), time.monotonic()
+
+def logs_while_reading(
+    board: Board, viewers: int, rate: int, seconds: float, readers: int, viewer_procs: int = 5
+) -> None:
+    """Live logs while `readers` people re-load a 500-approach campaign page: does rendering pages slow the
+    live hub? (With page workers, the hub only relays them.)"""
+    ctx = multiprocessing.get_context("spawn")
+    stop, counts = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=read_pages, args=(board.url, board.api, "/campaigns/big", stop, counts), daemon=True)
+        for _ in range(readers)
+    ]
+    for proc in procs:
+        proc.start()
+    time.sleep(1.0)
+    try:
+        paced(board, viewers, rate, seconds, viewer_procs)
+    finally:
+        stop.set()
+        pages = sum(counts.get(timeout=60) for _ in procs)
+        for proc in procs:
+            proc.join(30)
+    health = httpx.get(board.url + "/healthz").json().get("page_workers")
+    where = f"{health['of']} page worker(s)" if health else "no page workers"
+    print(f"  ^ while {readers} readers loaded the 500-approach campaign page {pages:,} times ({where})")
+
+
+def viewer_process(
+    urls: Any, ready: Any, headers: dict[str, str], origin: str, n: int, stop: Any, expected: Any, out: Any
+) -> None:
+    """Its own process: `n` viewers (asyncio websocket clients), like browsers each parsing every message. In
+    one process, 50 viewers' JSON parsing alone took most of a core and their own queueing was measured."""
+    stats = Stats()
+    ready.put(os.getpid())  # imported and waiting: the trial starts only once every viewer process is here
+    ws = urls.get(timeout=120)
 
     async def run() -> None:
         until = asyncio.Event()
         expect: list[int] = []
-        tasks = [asyncio.create_task(follow(ws, board.cookie, board.url, stats, until, expect)) for _ in range(viewers)]
-        while True:
-            await asyncio.sleep(0.5)
-            peak.append(rss_mib(board.server.pid))
-            t = await asyncio.to_thread(httpx.get, f"{board.url}/api/trials/{tid}", headers=board.api, timeout=30)
-            if t.json()["state"] not in ("queued", "dispatched", "running"):
-                break
-        expect.append(board.stored(tid)[0])
+        tasks = [asyncio.create_task(follow(ws, headers, origin, stats, until, expect)) for _ in range(n)]
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+        expect.append(expected.value)
         until.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 120)
 
     asyncio.run(run())
+    out.put((array("d", stats.latencies).tobytes(), stats.lines, stats.lost, stats.dups))
+
+
+def paced(board: Board, viewers: int, rate: int, seconds: float, viewer_procs: int = 5) -> int:
+    stats = Stats()
+    peak = [rss_mib(board.server.pid)]
+    ctx = multiprocessing.get_context("spawn")
+    stop, expected, results, urls, ready = ctx.Event(), ctx.Value("q", 0), ctx.Queue(), ctx.Queue(), ctx.Queue()
+    shares = [viewers // viewer_procs + (1 if i < viewers % viewer_procs else 0) for i in range(viewer_procs)]
+    clients = [
+        ctx.Process(
+            target=viewer_process,
+            args=(urls, ready, board.cookie, board.url, n, stop, expected, results),
+            daemon=True,
+        )
+        for n in shares
+        if n
+    ]
+    for client in clients:
+        client.start()
+    for _ in clients:
+        ready.get(timeout=120)
+    tid = board.run_next("paced")
+    for _ in clients:
+        urls.put(board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws")
+    procs = {
+        "server": [psutil.Process(board.server.pid)],
+        "runner+trial": [psutil.Process(board.runner.pid)],
+        f"viewers ({len(clients)} processes)": [psutil.Process(c.pid) for c in clients],
+    }
+
+    def cpu() -> dict[str, float]:
+        out = {}
+        for name, group in procs.items():
+            total = 0.0
+            for proc in group:
+                t = proc.cpu_times()
+                total += t.user + t.system
+                if name == "runner+trial":
+                    total += sum(c.cpu_times().user + c.cpu_times().system for c in proc.children(recursive=True))
+            out[name] = total
+        return out
+
+    cpu_before, wall = cpu(), time.monotonic()
+
+    def run() -> None:
+        while True:
+            time.sleep(0.5)
+            peak.append(rss_mib(board.server.pid))
+            t = httpx.get(f"{board.url}/api/trials/{tid}", headers=board.api, timeout=30)
+            if t.json()["state"] not in ("queued", "dispatched", "running"):
+                break
+        cpu_after.update(cpu())
+        expected.value = board.stored(tid)[0]
+        stop.set()
+        for _ in clients:
+            lat, lines, lost, dups = results.get(timeout=180)
+            stats.latencies.extend(array("d", lat))
+            stats.lines += lines
+            stats.lost += lost
+            stats.dups += dups
+        for client in clients:
+            client.join(30)
+
+    cpu_after: dict[str, float] = {}
+    run()
     wall = time.monotonic() - wall
-    used = {name: t - cpu_before.get(name, 0) for name, t in cpu().items()}
+    used = {name: t - cpu_before.get(name, 0) for name, t in cpu_after.items()}
     stored = board.stored(tid)[0]
     print(
         f"paced: {viewers} viewers, {rate:,} lines/s for {seconds:g} s: print -> viewer p50 {pct(stats.latencies, 50):.1f} ms, "
@@ -296,8 +398,15 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--trace", action="store_true", help="also the server's share of the paced latency")
     parser.add_argument(
-        "--parts", default="paced,memory,flood", help="which parts to run (comma-separated): paced, memory, flood"
+        "--parts",
+        default="paced,memory,flood,reads",
+        help="which parts to run (comma-separated): paced, memory, flood (pages during a flood, once per "
+        "--page-workers value), reads (live logs while pages are read, once per --page-workers value)",
     )
+    parser.add_argument(
+        "--viewer-procs", type=int, default=5, help="processes the viewers are spread over (browsers are separate)"
+    )
+    parser.add_argument("--readers", type=int, default=2, help="processes re-loading a big page in the reads part")
     parser.add_argument(
         "--page-workers",
         default="1,0",
@@ -318,7 +427,7 @@ def main() -> None:
             )
             parts = set(args.parts.split(","))
             if parts & {"paced", "memory"}:
-                tid = paced(board, args.viewers, args.rate, args.seconds)
+                tid = paced(board, args.viewers, args.rate, args.seconds, args.viewer_procs)
             if "memory" in parts:
                 memory(board, tid, args.viewers, args.connections)
         finally:
@@ -331,6 +440,17 @@ def main() -> None:
                 other.start()
                 other.seed([("flood", FLOOD.format(seconds=args.seconds))])
                 flood_pages(other, args.seconds)
+            finally:
+                other.stop()
+        read_runs = args.page_workers.split(",") if "reads" in parts else []
+        for n, workers in enumerate(int(w) for w in read_runs if w.strip()):
+            other = Board(Path(tmp) / f"reads-{n}", page_workers=workers)
+            other.dir.mkdir()
+            try:
+                other.start()
+                other.seed([("paced", PACED.format(rate=args.rate, seconds=args.seconds))])
+                seed_big_campaign(other, 500)
+                logs_while_reading(other, args.viewers, args.rate, args.seconds, args.readers, args.viewer_procs)
             finally:
                 other.stop()
         if args.trace and "paced" in parts:
