@@ -134,6 +134,7 @@ def seed_big_campaign(board: Board, approaches: int) -> None:
         campaign = Campaign(slug="big", name="A big campaign")
         session.add(campaign)
         session.flush()
+        assert campaign.id is not None
         for i in range(approaches):
             session.add(
                 Approach(
