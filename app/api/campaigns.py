@@ -44,7 +44,9 @@ def get_campaign(slug: str, session: SessionDep):
 
 @router.patch("/campaigns/{slug}", response_model=CampaignPublic)
 def update_campaign(slug: str, data: CampaignUpdate, session: SessionDep, operator: OperatorDep):
-    return inventory.update_campaign(session, inventory.get_campaign(session, slug), data)
+    campaign = inventory.get_campaign(session, slug)
+    events.after_commit(session, events.campaign(campaign.id))  # its pages show the name and the model inputs
+    return inventory.update_campaign(session, campaign, data)
 
 
 @router.get(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from urllib.parse import urlencode
 
 import httpx
@@ -127,6 +128,13 @@ def test_writes_publish_after_commit_and_failed_writes_do_not(srv):
         finally:
             two.close()
         assert hub.last_seq[f"approach:{aid}"] == before
+        # The campaign's own fields (its name, the profitability inputs) through the API: its pages hear of it.
+        time.sleep(0.5)  # past every coalescing window above: nothing more is due
+        while not feed.notices.empty():
+            feed.notices.get()
+        r = httpx.patch(f"{srv.url}/api/campaigns/spec", json={"accept_length": 2.5}, headers=api)
+        assert r.status_code == 200, r.text
+        assert feed.until(f"campaign:{cid}").event == "campaign"
     finally:
         feed.close()
 
