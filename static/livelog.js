@@ -310,6 +310,18 @@
     return (h ? h + "h " : "") + (h || m ? m + "min " : "") + r + "s";
   }
 
+  // A queued trial gets its runner when it starts: the state names the runner's id, the name is asked once.
+  function showRunner() {
+    const el = live("runner");
+    if (!el || !view.runner_id || el.dataset.runnerId === String(view.runner_id)) return;
+    const id = String(view.runner_id);
+    el.dataset.runnerId = id;
+    fetch("/api/runners/" + id, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (runner) { if (runner && el.dataset.runnerId === id) el.textContent = runner.name; })
+      .catch(function () { el.textContent = "runner #" + id; });
+  }
+
   function showState() {
     const badge = document.createElement("span");
     badge.className = "badge badge-" + view.state;  // one colour per state: static/app.css --status-*
@@ -323,6 +335,7 @@
     live("error").textContent = view.error || "";
     live("dropped").textContent = view.log_dropped_bytes
       ? view.log_dropped_bytes.toLocaleString() + " bytes of the log were dropped (size cap): the head and tail are kept" : "";
+    showRunner();
     const cancel = document.getElementById("cancel-trial");
     if (cancel) cancel.hidden = TERMINAL.includes(view.state);
     if (TERMINAL.includes(view.state) || statusEl.dataset.live === "live") showLive();

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from app.db import make_engine
+from app.domain.runners import EMBEDDED_RUNNER_NAME
 from app.models import Role
 from tests.support.browser import MARK, NOT_RELOADED, login_context
 from tests.support.servers import start_live_server, stop_live_server
@@ -97,8 +98,23 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
         viewer.wait_for_selector("#approach-later[data-status=untested]")
         assert viewer.locator("#queue tbody tr").count() == 1
 
-        # The runner frees up: the queued trial starts and runs; the queue disappears from the viewer's page.
+        # The viewer opens the queued trial's page: no runner yet.
+        viewer.click("#queue tr[data-approach=next] a[href^='/trials/']")
+        viewer.wait_for_selector("[data-live=state] [data-state=queued]")
+        assert viewer.inner_text("[data-live=runner]") == "–"
+        viewer.evaluate(MARK)
+
+        # The runner frees up: the queued trial starts and runs; its open page names the runner.
         release.write_text("go")
+        viewer.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
+        viewer.wait_for_selector("[data-live=runner]:not(:has-text('–'))")
+        assert viewer.inner_text("[data-live=runner]") == EMBEDDED_RUNNER_NAME
+        assert viewer.evaluate(NOT_RELOADED)
+        viewer.go_back()
+        viewer.wait_for_selector(".page-feed[data-feed=open]")
+        viewer.evaluate(MARK)
+
+        # The queue has disappeared from the viewer's campaign page.
         viewer.wait_for_selector("#queue tr", state="detached", timeout=30000)
         viewer.wait_for_selector("#approach-next[data-status=awaiting]", timeout=30000)
         viewer.wait_for_selector("#approach-long[data-status=awaiting]")
