@@ -126,26 +126,13 @@ def read_pages(url: str, headers: dict[str, str], path: str, stop: Any, out: Any
 
 
 def seed_big_campaign(board: Board, approaches: int) -> None:
-    from app.db import make_engine, session_scope
-    from app.models import Approach, Campaign
-
-    engine = make_engine(f"sqlite:///{board.db}")
-    with session_scope(engine) as session:
-        campaign = Campaign(slug="big", name="A big campaign")
-        session.add(campaign)
-        session.flush()
-        assert campaign.id is not None
-        for i in range(approaches):
-            session.add(
-                Approach(
-                    campaign_id=campaign.id,
-                    key=f"approach-{i}",
-                    title=f"Approach number {i}",
-                    position=i + 1,
-                    description="An allreduce setting to try " * 4,
-                )
-            )
-    engine.dispose()
+    board.add_campaign(
+        "big",
+        [
+            {"key": f"approach-{i}", "title": f"Approach number {i}", "description": "An allreduce setting " * 8}
+            for i in range(approaches)
+        ],
+    )
 
 
 def logs_while_reading(
@@ -433,27 +420,24 @@ def main() -> None:
                 memory(board, tid, args.viewers, args.connections)
         finally:
             board.stop()
-        flood_runs = args.page_workers.split(",") if "flood" in parts else []
-        for n, workers in enumerate(int(w) for w in flood_runs if w.strip()):
-            other = Board(Path(tmp) / f"flood-{n}", page_workers=workers)
-            other.dir.mkdir()
-            try:
-                other.start()
-                other.seed([("flood", FLOOD.format(seconds=args.seconds))])
-                flood_pages(other, args.seconds)
-            finally:
-                other.stop()
-        read_runs = args.page_workers.split(",") if "reads" in parts else []
-        for n, workers in enumerate(int(w) for w in read_runs if w.strip()):
-            other = Board(Path(tmp) / f"reads-{n}", page_workers=workers)
-            other.dir.mkdir()
-            try:
-                other.start()
-                other.seed([("paced", PACED.format(rate=args.rate, seconds=args.seconds))])
-                seed_big_campaign(other, 500)
-                logs_while_reading(other, args.viewers, args.rate, args.seconds, args.readers, args.viewer_procs)
-            finally:
-                other.stop()
+        for kind in ("flood", "reads"):  # each on a fresh board per --page-workers value
+            runs = [int(w) for w in args.page_workers.split(",") if w.strip()] if kind in parts else []
+            for n, workers in enumerate(runs):
+                other = Board(Path(tmp) / f"{kind}-{n}", page_workers=workers)
+                other.dir.mkdir()
+                try:
+                    other.start()
+                    if kind == "flood":
+                        other.seed([("flood", FLOOD.format(seconds=args.seconds))])
+                        flood_pages(other, args.seconds)
+                    else:
+                        other.seed([("paced", PACED.format(rate=args.rate, seconds=args.seconds))])
+                        seed_big_campaign(other, 500)
+                        logs_while_reading(
+                            other, args.viewers, args.rate, args.seconds, args.readers, args.viewer_procs
+                        )
+                finally:
+                    other.stop()
         if args.trace and "paced" in parts:
             server_side(board, tid)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

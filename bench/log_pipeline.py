@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -293,6 +294,21 @@ class Board:
                         },
                     )
                 )
+        engine.dispose()
+
+    def add_campaign(self, slug: str, approaches: list[dict[str, Any]]) -> None:
+        """A campaign with these approaches (Approach fields; positions in list order)."""
+        from app.db import make_engine, session_scope
+        from app.models import Approach, Campaign
+
+        engine = make_engine(f"sqlite:///{self.db}")
+        with session_scope(engine) as session:
+            campaign = Campaign(slug=slug, name=slug)
+            session.add(campaign)
+            session.flush()
+            assert campaign.id is not None
+            for i, fields in enumerate(approaches):
+                session.add(Approach(campaign_id=campaign.id, position=i + 1, **fields))
         engine.dispose()
 
     def run_next(self, slug: str) -> int:

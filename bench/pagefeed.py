@@ -99,21 +99,10 @@ async def run(board: Board, slug: str, campaign_id: int, feeds: int, trials: int
 
 def seed(board: Board, approaches: int) -> None:
     """One campaign, one approach per trial (run next takes the next untested one each time)."""
-    from app.db import make_engine, session_scope
-    from app.models import Approach, Campaign
-
-    engine = make_engine(f"sqlite:///{board.db}")
-    with session_scope(engine) as session:
-        campaign = Campaign(slug="storm", name="storm")
-        session.add(campaign)
-        session.flush()
-        assert campaign.id is not None
-        for i in range(approaches):
-            recipe = {"kind": "command", "params": {"argv": [sys.executable, "-c", STORM]}, "timeout_s": 600}
-            session.add(
-                Approach(campaign_id=campaign.id, key=f"storm-{i}", title=f"storm {i}", position=i + 1, recipe=recipe)
-            )
-    engine.dispose()
+    recipe = {"kind": "command", "params": {"argv": [sys.executable, "-c", STORM]}, "timeout_s": 600}
+    board.add_campaign(
+        "storm", [{"key": f"storm-{i}", "title": f"storm {i}", "recipe": recipe} for i in range(approaches)]
+    )
 
 
 def main() -> None:
