@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +52,8 @@ HOP_BY_HOP = frozenset(
 )
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
+MIN_LIFE_S = 10.0  # a worker that exits sooner after its start counts as failing to start
+MAX_BACKOFF_S = 60.0
 
 
 @dataclass
@@ -63,6 +66,9 @@ class Worker:
     in_flight: int = 0
     starts: int = 0
     served: int = 0
+    started_at: float = 0.0
+    backoff_s: float = 0.0  # a worker that keeps dying at start is started again less and less often
+    retry_at: float = 0.0
 
 
 @dataclass
@@ -108,12 +114,16 @@ class PageWorkerPool:
             "by_hub": self.fallbacks,
         }
 
+    def argv(self, worker: Worker) -> list[str]:
+        return [sys.executable, "-m", "app.pageworker", "--uds", str(worker.path), "--parent", str(os.getpid())]
+
     def _spawn(self, worker: Worker) -> None:
         worker.path.unlink(missing_ok=True)
         worker.ready = False
         worker.starts += 1
+        worker.started_at = time.monotonic()
         worker.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.pageworker", "--uds", str(worker.path), "--parent", str(os.getpid())],
+            self.argv(worker),
             env=self.environment(),
             stdin=subprocess.DEVNULL,
         )
@@ -158,8 +168,21 @@ class PageWorkerPool:
             for worker in self.workers:
                 if self.stopping or worker.proc is None or worker.proc.poll() is None:
                     continue
-                log.warning("page worker %d exited (code %s): starting it again", worker.index, worker.proc.returncode)
-                worker.ready = False
+                now = time.monotonic()
+                if worker.ready or worker.retry_at == 0.0:  # it had been running: note when, decide the wait
+                    worker.ready = False
+                    short = now - worker.started_at < MIN_LIFE_S
+                    worker.backoff_s = min(MAX_BACKOFF_S, max(1.0, worker.backoff_s * 2)) if short else 0.0
+                    worker.retry_at = now + worker.backoff_s
+                    log.warning(
+                        "page worker %d exited (code %s): starting it again%s",
+                        worker.index,
+                        worker.proc.returncode,
+                        f" in {worker.backoff_s:.0f} s" if worker.backoff_s else "",
+                    )
+                if now < worker.retry_at:
+                    continue
+                worker.retry_at = 0.0
                 self._spawn(worker)
                 await self._wait_ready(worker)
 

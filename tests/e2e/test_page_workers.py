@@ -4,9 +4,12 @@ with the hub, however it ends."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from app.db import make_engine, session_scope
 from app.main import create_app
+from app.pageworkers import PageWorkerPool
 from app.security import create_api_token
 from tests.support.feeds import FeedReader
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
@@ -183,3 +187,21 @@ def test_the_relay_carries_no_one_elses_cookies_or_credentials(board):
             assert anonymous.status_code in (303, 307) and "/login" in anonymous.headers["location"]
             assert stranger.get("/api/campaigns").status_code == 401
     assert health(server)["page_workers"]["served"] >= 15
+
+
+def test_a_worker_that_keeps_failing_to_start_is_retried_less_and_less_often(tmp_path, caplog):
+    """Started again after 1 s, then 2 s, ... (not every second forever), and meanwhile the hub serves."""
+    pool = PageWorkerPool(make_settings(tmp_path), 1)
+    pool.argv = lambda worker: [sys.executable, "-c", "import sys; sys.exit(3)"]  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        pool.start()
+        await asyncio.sleep(3.5)
+        assert pool.pick() is None  # never ready: every read is the hub's
+        await pool.stop()
+
+    with caplog.at_level(logging.WARNING, logger="app.pageworkers"):
+        asyncio.run(scenario())
+    assert 2 <= pool.workers[0].starts <= 3  # every second would be 4
+    assert "starting it again in 2 s" in caplog.text or "starting it again in 1 s" in caplog.text
+    assert not pool.folder or not pool.folder.exists()
