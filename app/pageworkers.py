@@ -11,8 +11,8 @@ included, runs in the hub as before. Reads need nothing from the hub but the dat
 exception, carried in a header: the page feed's mark, which the hub takes before it forwards (a page
 knows what it may have missed, app/api/pagefeed.py).
 
-A worker that dies is started again; while none is ready the hub serves the request itself, so a page
-never fails because a worker is gone. Workers exit with the hub (parent-death signal, and a check of the
+A worker that dies is started again (after 1, 2, 4 ... 60 s when it keeps dying within 10 s of its start);
+while none is ready the hub serves the request itself, so a page never fails because a worker is gone. Workers exit with the hub (parent-death signal, and a check of the
 parent process) and are stopped on shutdown after the hub's open requests.
 """
 
