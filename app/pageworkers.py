@@ -160,7 +160,8 @@ class PageWorkerPool:
         log.warning("page worker %d did not start (exit code %s); the hub serves its pages", worker.index, code)
 
     async def _run(self) -> None:
-        """Wait for the workers, then start one again when it exits (at most once a second each)."""
+        """Wait for the workers, then start one again when it exits (checked every second; backing off, 1 to
+        60 s, while it keeps dying soon after its start)."""
         await asyncio.gather(*(self._wait_ready(w) for w in self.workers))
         log.info("page workers: %d of %d ready", sum(w.ready for w in self.workers), self.count)
         while not self.stopping:
