@@ -49,8 +49,8 @@ class Settings(BaseSettings):
         1,
         ge=0,
         le=32,
-        description="Processes that serve pages and reads beside the hub (sockets, writes), so a log flood never "
-        "slows a page; 0 serves everything from one process.",
+        description="Processes that serve pages and reads beside the hub (sockets, writes), so rendering pages "
+        "never takes CPU from the live logs; 0 serves everything from one process.",
     )
     log_cap_bytes: int = Field(
         32 * 1024 * 1024, description="Stored log bytes per trial; past it the head and tail are kept."

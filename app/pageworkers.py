@@ -1,5 +1,6 @@
-"""Page workers: pages, fragments, exports and read-only API calls served by other processes, so they
-never wait behind the live hub (ingest, log fan-out) for the GIL.
+"""Page workers: pages, fragments, exports and read-only API calls rendered by other processes, so the live
+hub's event loop and GIL (ingest, log fan-out) are not spent on them, and they do not wait for those to render
+(they still pass the hub's loop to be relayed: docs/performance.md measures both).
 
 `campaign serve --workers N` (default 1, `CAMPAIGN_PAGE_WORKERS`) runs the *hub* process, which holds the
 public port, the runner and viewer sockets, the page feed, the sweeper and every write, plus N page
