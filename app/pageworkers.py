@@ -236,11 +236,13 @@ class PageProxy:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pool: PageWorkerPool | None = getattr(scope["app"].state, "page_workers", None) if "app" in scope else None
-        worker = pool.pick() if pool is not None and forwarded(scope) else None
+        pool: PageWorkerPool | None = scope["app"].state.page_workers if "app" in scope else None
+        if pool is None or not forwarded(scope):
+            await self.app(scope, receive, send)
+            return
+        worker = pool.pick()
         if worker is None:
-            if pool is not None and forwarded(scope):
-                pool.fallbacks += 1
+            pool.fallbacks += 1
             await self.app(scope, receive, send)
             return
         assert worker.client is not None
@@ -254,7 +256,7 @@ class PageProxy:
                 worker.ready = False
                 if worker.proc is not None and worker.proc.poll() is None:
                     worker.proc.kill()
-                pool.fallbacks += 1  # type: ignore[union-attr]
+                pool.fallbacks += 1
                 await self.app(scope, receive, send)
                 return
             worker.served += 1

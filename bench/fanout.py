@@ -50,6 +50,20 @@ class Stats:
         self.dups = 0
 
 
+def open_viewer(url: str, origin: str, headers: dict[str, str]) -> Any:
+    """A browser's live-log socket (its session cookie and Origin), with whole messages, no compression and
+    no pings; `await` it or use it with `async with`."""
+    return connect(
+        url,
+        origin=origin,  # type: ignore[arg-type]
+        additional_headers=headers,
+        max_size=None,
+        compression=None,
+        open_timeout=60,
+        ping_interval=None,
+    )
+
+
 async def follow(
     url: str, headers: dict[str, str], origin: str, stats: Stats, until: asyncio.Event, expect_lines: list[int]
 ) -> None:
@@ -59,15 +73,7 @@ async def follow(
     numbers: list[tuple[int, int]] = []  # (first, last) line number per chunk
     while not until.is_set():
         try:
-            async with connect(
-                f"{url}?after={last}",
-                origin=origin,  # type: ignore[arg-type]
-                additional_headers=headers,
-                max_size=None,
-                compression=None,
-                open_timeout=60,
-                ping_interval=None,
-            ) as ws:
+            async with open_viewer(f"{url}?after={last}", origin, headers) as ws:
                 while True:
                     try:
                         raw = await asyncio.wait_for(ws.recv(), 0.5)
@@ -323,15 +329,7 @@ def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
         async def viewer() -> Any:
             """Connects and reads its backlog (the whole log) at once, as a browser does, until nothing more
             comes (the trial has ended): a socket left unread meanwhile would be a stuck viewer, dropped."""
-            s = await connect(
-                f"{ws}?after=-1",
-                origin=board.url,  # type: ignore[arg-type]
-                additional_headers=board.cookie,
-                max_size=None,
-                compression=None,
-                ping_interval=None,
-                open_timeout=60,
-            )
+            s = await open_viewer(f"{ws}?after=-1", board.url, board.cookie)
             while True:
                 try:
                     await asyncio.wait_for(s.recv(), 2.0)
@@ -347,13 +345,7 @@ def memory(board: Board, tid: int, viewers: int, connections: int) -> None:
 
     async def churn(n: int, parallel: int = 20) -> None:
         async def one() -> None:
-            async with connect(
-                f"{ws}?after=-1",
-                origin=board.url,  # type: ignore[arg-type]
-                additional_headers=board.cookie,
-                max_size=None,
-                compression=None,
-            ) as s:
+            async with open_viewer(f"{ws}?after=-1", board.url, board.cookie) as s:
                 await s.recv()  # the state
                 await s.recv()  # the first backlog page
 

@@ -3,6 +3,7 @@ trials. The browser's live-log websocket is app/api/livelog.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import partial
 from typing import Annotated, Any
@@ -12,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field
 from sqlmodel import Session
 
-from app.db import open_session
+from app.db import stream_in_session
 from app.deps import OperatorDep, PageAfter, RowId
 from app.domain import comparison as comparison_domain
 from app.domain import logs as log_domain
@@ -228,6 +229,12 @@ async def cancel_trial(request: Request, trial_id: RowId, operator: OperatorDep)
     return trial_reads.trial_view(trial)
 
 
+def _log_bytes(session: Session, trial_id: int) -> Iterator[bytes]:
+    trial = trials.get_trial(session, trial_id)
+    for text in log_domain.iter_full_log(session, trial):
+        yield text.encode()
+
+
 @router.get(
     "/api/trials/{trial_id}/log",
     response_class=StreamingResponse,
@@ -239,14 +246,8 @@ async def download_log(request: Request, trial_id: RowId, operator: OperatorDep)
     engine = request.app.state.engine
     await run_in_tx(engine, trials.get_trial, trial_id, write=False)  # 404 before streaming starts
 
-    def body():  # runs on a worker thread (Starlette iterates sync bodies off the event loop)
-        with open_session(engine, write=False) as session:
-            trial = trials.get_trial(session, trial_id)
-            for text in log_domain.iter_full_log(session, trial):
-                yield text.encode()
-
     return StreamingResponse(
-        body(),
+        stream_in_session(engine, _log_bytes, trial_id),  # iterated on worker threads, in its own session
         media_type="text/plain; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="trial-{trial_id}.log"'},
     )

@@ -762,9 +762,9 @@ def rank_env_from_launcher(environ: dict[str, str] | os._Environ) -> dict[str, s
 
 def recipe_main(
     prog: str,
-    description: str,
+    doc: str | None,
     spec: Sequence[Param],
-    argv: Sequence[str],
+    argv: Sequence[str] | None,
     *,
     validate: Callable[[dict[str, Any]], Any],
     worker: Callable[[dict[str, Any]], Any],
@@ -773,9 +773,10 @@ def recipe_main(
     """A distributed recipe's `main`: parse and validate its flags (exit 2 with a usage error), then
     either run this rank (a worker started by `launch_ranks` here or by srun on a node; it exits
     through `Rank.finish`) or check the machine and launch the ranks. `world_check(values, world)`
-    returns a usage problem that depends on the world size, if any."""
-    argv = list(argv)
-    values = parse_cli(prog, description, spec, argv)
+    returns a usage problem that depends on the world size, if any. `doc`: the recipe's docstring (its first
+    line describes it in --help); `argv`: sys.argv[1:] when None."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    values = parse_cli(prog, (doc or prog).splitlines()[0], spec, argv)
     try:
         validate(values)
     except ValueError as exc:

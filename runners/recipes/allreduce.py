@@ -250,9 +250,9 @@ def _print_table(rows: list[tuple], values: dict[str, Any], graph: bool) -> None
 def main(argv: Sequence[str] | None = None) -> int:
     return _dist.recipe_main(
         PROG,
-        (__doc__ or PROG).splitlines()[0],
+        __doc__,
         SPEC,
-        sys.argv[1:] if argv is None else argv,
+        argv,
         validate=_dist.static_checks,
         worker=worker,
     )

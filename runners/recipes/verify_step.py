@@ -305,9 +305,9 @@ def _divisible(values: dict[str, Any], world: int) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     return _dist.recipe_main(
         PROG,
-        (__doc__ or PROG).splitlines()[0],
+        __doc__,
         SPEC,
-        sys.argv[1:] if argv is None else argv,
+        argv,
         validate=validate,
         worker=worker,
         world_check=_divisible,
