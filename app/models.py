@@ -228,6 +228,8 @@ class Metric(SQLModel, table=True):
     value: float
     unit: str = Field(default="", max_length=40)
     tags: dict[str, Any] = _json(dict)
+    # The raw samples the line's value summarises (recipes emit their R repetitions; at most 1,000), or None.
+    samples: list[float] | None = _json()
     created_at: datetime = _created()
 
 

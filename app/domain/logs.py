@@ -190,6 +190,7 @@ def _save_metrics(session: Session, trial: Trial, found: list[tuple[int, int, di
             "value": m["value"],
             "unit": m["unit"][:40],
             "tags": m["tags"],
+            "samples": m.get("samples"),
             "created_at": now,
         }
         for seq, index, m in found

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 METRIC_PREFIX = "@@campaign-metric "
@@ -67,16 +68,48 @@ def emit_phase(name: str, *, stream: TextIO | None = None) -> None:
     out.flush()
 
 
-def format_metric(name: str, value: float, unit: str = "", **tags: Any) -> str:
-    """One metric line (without newline)."""
-    return METRIC_PREFIX + json.dumps({"name": name, "value": value, "unit": unit, "tags": tags}, sort_keys=True)
+# A metric line may carry the raw samples its value summarises (the comparisons' bootstrap reads them).
+MAX_SAMPLES = 1000
 
 
-def emit(name: str, value: float, unit: str = "", *, stream: TextIO | None = None, **tags: Any) -> None:
+def format_metric(
+    name: str, value: float, unit: str = "", *, samples: Sequence[float] | None = None, **tags: Any
+) -> str:
+    """One metric line (without newline); `samples` (at most MAX_SAMPLES finite numbers) travel with it."""
+    obj: dict[str, Any] = {"name": name, "value": value, "unit": unit, "tags": tags}
+    if samples is not None:
+        kept = [float(x) for x in samples]
+        if len(kept) > MAX_SAMPLES:
+            raise ValueError(f"a metric line carries at most {MAX_SAMPLES} samples, not {len(kept)}")
+        obj["samples"] = kept
+    return METRIC_PREFIX + json.dumps(obj, sort_keys=True)
+
+
+def emit(
+    name: str,
+    value: float,
+    unit: str = "",
+    *,
+    stream: TextIO | None = None,
+    samples: Sequence[float] | None = None,
+    **tags: Any,
+) -> None:
     """Print one metric line and flush, so it reaches the runner when it is measured."""
     out = stream or sys.stdout
-    out.write(format_metric(name, value, unit, **tags) + "\n")
+    out.write(format_metric(name, value, unit, samples=samples, **tags) + "\n")
     out.flush()
+
+
+def valid_samples(raw: Any) -> list[float] | None:
+    """A line's `samples` when they are a list of at most MAX_SAMPLES finite numbers, else None."""
+    if not isinstance(raw, list) or len(raw) > MAX_SAMPLES:
+        return None
+    out: list[float] = []
+    for x in raw:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            return None
+        out.append(float(x))
+    return out
 
 
 def parse_metric_line(line: str) -> dict[str, Any] | None:
@@ -96,4 +129,12 @@ def parse_metric_line(line: str) -> dict[str, Any] | None:
     tags = obj.get("tags") or {}
     if not isinstance(tags, dict):
         return None
-    return {"name": obj["name"], "value": float(value), "unit": str(obj.get("unit") or ""), "tags": tags}
+    # Samples that break the contract (not numbers, not finite, over MAX_SAMPLES) are left out; the value stays.
+    samples = valid_samples(obj["samples"]) if "samples" in obj else None
+    return {
+        "name": obj["name"],
+        "value": float(value),
+        "unit": str(obj.get("unit") or ""),
+        "tags": tags,
+        "samples": samples,
+    }

@@ -3,6 +3,7 @@ cap with its marker, metrics from lines split across chunks."""
 
 from __future__ import annotations
 
+import pytest
 from sqlmodel import select
 
 from app.db import make_engine, migrate, session_scope
@@ -81,3 +82,27 @@ def test_metric_lines_split_across_chunks_are_stored_once(db_url):
             ("tok_s", 81.9, "tok/s", 2),
             ("busbw", 12.5, "GB/s", 3),
         ]
+
+
+def test_a_metric_lines_samples_are_stored_with_it_and_bad_samples_are_left_out(db_url):
+    engine, tid, att, rid = _setup(db_url)
+    good = format_metric("allreduce_latency_us", 6.5, "us", samples=[6.4, 6.5, 6.7], tokens=4) + "\n"
+    too_many = format_metric("allreduce_latency_us", 7.0, "us", tokens=8).replace(
+        '"tags"', '"samples": ' + str([1.0] * 1001) + ', "tags"'
+    )
+    not_numbers = format_metric("allreduce_latency_us", 8.0, "us", tokens=16).replace(
+        '"tags"', '"samples": [1, "x"], "tags"'
+    )
+    text = good + too_many + "\n" + not_numbers + "\n"
+    extractor = logs.MetricExtractor()
+    _append(engine, tid, att, rid, [(0, 0, text)], metrics=extractor)
+    with session_scope(engine) as session:
+        extractor.finish(session, session.get(Trial, tid), last_seq=0)
+    with session_scope(engine, write=False) as session:
+        rows = session.exec(select(Metric).where(Metric.trial_id == tid).order_by(Metric.index)).all()
+        assert [(m.value, m.samples) for m in rows] == [(6.5, [6.4, 6.5, 6.7]), (7.0, None), (8.0, None)]
+
+
+def test_format_metric_refuses_more_samples_than_a_line_may_carry():
+    with pytest.raises(ValueError, match="at most 1000 samples"):
+        format_metric("x", 1.0, samples=[1.0] * 1001)
