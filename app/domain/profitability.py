@@ -165,6 +165,17 @@ class BreakEvenCurve:
         return (self.fixed_ms + self.n_ar * t_ar_us / 1000.0) / self.t_base_ms
 
     @property
+    def contains(self) -> str:
+        """What tau* counts, in words: the page says "tau* (communication only)" rather than a bare tau*."""
+        if self.draft_ms is None and self.verify_compute_ms is None:
+            return "communication only"
+        if self.verify_compute_ms is None:
+            return "communication and draft"
+        if self.draft_ms is None:
+            return "communication and verify compute"
+        return "the full break-even"
+
+    @property
     def label(self) -> str:
         if not self.lower_bound:
             return "break-even accept length τ*"
@@ -769,6 +780,104 @@ class CpuFloor:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """Does speculation pay with one allreduce (a measured approach or a figure reported elsewhere)?
+
+    Decided whenever the inputs allow it: with every cost known, tau against the full tau*; while the draft
+    cost or the verify compute is unknown (counted as 0, so tau* is a lower bound) only "no" is certain."""
+
+    label: str
+    approach_key: str | None
+    status: str | None  # the approach's status; None for a figure of no approach (the baseline's own)
+    latency: LatencyEstimate
+    measured: bool  # an approach of this campaign measured here (else a figure reported elsewhere)
+    baseline: bool  # the baseline's own reported figure: the state the campaign is in today
+    tau: float | None  # the approach's own accept length, else the campaign's (stored or what-if)
+    tau_source: str
+    tau_star: float
+    contains: str  # what tau* counts (BreakEvenCurve.contains)
+    exact: bool  # tau* is the full break-even, not a lower bound
+    t_base_ms: float
+
+    @property
+    def t_ar_us(self) -> float:
+        return self.latency.t_ar_us
+
+    @property
+    def profitable(self) -> bool | None:
+        """S > 1 iff tau > tau*; None while the accept length, or (above a lower bound) a cost, is unknown."""
+        if self.tau is None:
+            return None
+        if self.tau <= self.tau_star:
+            return False
+        return True if self.exact else None
+
+    @property
+    def margin(self) -> float | None:
+        """tau - tau*: how far the accept length is above (+) or below (-) the break-even."""
+        return None if self.tau is None else self.tau - self.tau_star
+
+    @property
+    def margin_ms(self) -> float | None:
+        """Savings - communication per cycle, (tau - tau*) x T_base; only with every cost known."""
+        return self.margin * self.t_base_ms if self.margin is not None and self.exact else None
+
+    @property
+    def speedup(self) -> float | None:
+        """S = tau / tau* (= tau x T_base / cycle time); only with every cost known."""
+        return self.tau / self.tau_star if self.tau is not None and self.exact and self.tau_star > 0 else None
+
+    @property
+    def usable(self) -> bool:
+        return self.status != ApproachStatus.dead_end
+
+
+def answers_for(
+    curve: BreakEvenCurve | None,
+    points: Iterable[ApproachPoint],
+    references: Iterable[ReferencePoint],
+    accept: Input,
+    statuses: dict[str, str],
+) -> tuple[Answer, ...]:
+    """Every measured approach and reported figure answered against the break-even curve, lowest tau* first
+    (none without the curve). A reported figure is answered with the campaign's accept length."""
+    if curve is None:
+        return ()
+    common = {"contains": curve.contains, "exact": not curve.lower_bound, "t_base_ms": curve.t_base_ms}
+    out = [
+        Answer(
+            label=p.title,
+            approach_key=p.key,
+            status=p.status,
+            latency=p.latency,
+            measured=True,
+            baseline=False,
+            tau=p.tau,
+            tau_source=p.tau_source,
+            tau_star=curve.tau_star(p.latency.t_ar_us),
+            **common,
+        )
+        for p in points
+    ]
+    out += [
+        Answer(
+            label=r.label,
+            approach_key=r.approach_key,
+            status=statuses.get(r.approach_key or ""),
+            latency=r.latency,
+            measured=False,
+            baseline=r.baseline,
+            tau=accept.value,
+            tau_source=accept.source,
+            tau_star=curve.tau_star(r.latency.t_ar_us),
+            **common,
+        )
+        for r in references
+    ]
+    return tuple(sorted(out, key=lambda a: a.tau_star))
+
+
+@dataclass(frozen=True)
 class ProfitabilityReport:
     inputs: ModelInputs
     curve: BreakEvenCurve | None
@@ -778,6 +887,33 @@ class ProfitabilityReport:
     cpu_floor: tuple[CpuFloor, ...]
     unmeasured: tuple[str, ...]  # approach titles without a t_ar at the verify size
     speculative: bool  # does the campaign ask the speculation question (see asks_speculation)
+    answers: tuple[Answer, ...] = ()  # every approach and reported figure, lowest tau* first
+
+    @property
+    def headline(self) -> Answer | None:
+        """The answer to "does speculation pay now?": a measured usable approach that pays, else today's state
+        (the baseline's reported figure), else the best usable measured approach, else the lowest tau*."""
+        measured = {a.approach_key: a for a in self.answers if a.measured}
+        if self.profitable_now is not None:
+            return measured.get(self.profitable_now.key)
+        baseline = next((a for a in self.answers if a.baseline), None)
+        if baseline is not None:
+            return baseline
+        if self.best is not None:
+            return measured.get(self.best.key)
+        return next((a for a in self.answers if a.usable), next(iter(self.answers), None))
+
+    def answer_of(self, item: ApproachPoint | ReferencePoint) -> Answer | None:
+        """The answer for one row of the points or the reported table."""
+        if isinstance(item, ApproachPoint):
+            return next((a for a in self.answers if a.measured and a.approach_key == item.key), None)
+        return next((a for a in self.answers if not a.measured and a.label == item.label), None)
+
+    @property
+    def others(self) -> tuple[Answer, ...]:
+        """The answers other than the headline, lowest tau* first: where each approach would move it."""
+        head = self.headline
+        return tuple(a for a in self.answers if a is not head)
 
     @property
     def missing(self) -> tuple[Missing, ...]:
@@ -929,6 +1065,7 @@ def profitability_report(
         floor,
         tuple(unmeasured),
         asks_speculation(campaign, rows, inputs),
+        answers_for(curve, points, references, inputs.accept_length, {a.key: a.status for a in rows}),
     )
 
 

@@ -20,7 +20,7 @@ from sqlmodel import Session, select
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
 from app.domain.inventory import status_counts
-from app.domain.profitability import ApproachPoint, CpuFloor, ProfitabilityReport, ThroughputRow, stack_summary
+from app.domain.profitability import Answer, ApproachPoint, CpuFloor, ProfitabilityReport, ThroughputRow, stack_summary
 from app.domain.scheduling import candidates
 from app.models import Approach, ApproachStatus, Campaign, ShareLink, utcnow
 
@@ -119,12 +119,12 @@ class StatusReport:
     best: ThroughputRow | None
     best_vs_baseline: float | None  # best / baseline - 1
     speculative: bool  # the campaign asks "is EAGLE-3 profitable?"; else it is a latency comparison
-    profitable_with: ApproachPoint | None
-    closest: ApproachPoint | None  # the best usable approach, profitable or not
+    headline: Answer | None  # does speculation pay now (ProfitabilityReport.headline)
+    others: tuple[Answer, ...]  # where each other approach or reported figure would move that, lowest tau* first
     break_even_t_ar_us: float | None
-    pays_above: tuple[PaysAbove, ...]  # the headline tau* (baseline, else best usable), then the others, lowest first
-    lower_bound: str  # "" when tau* is exact, else what is counted as zero
+    unknown: tuple[str, ...]  # the costs tau* counts as zero while they are unknown
     accept_length: float | None
+    accept_source: str
     fastest: ApproachPoint | None  # the lowest measured t_ar (latency comparison)
     verify_kib: int
     cpu_floor: tuple[CpuFloor, ...]
@@ -132,17 +132,6 @@ class StatusReport:
     next_up: str | None
     dead_ends: tuple[ClosedApproach, ...]
     deferred: tuple[ClosedApproach, ...]
-
-
-@dataclass(frozen=True)
-class PaysAbove:
-    """Speculation pays with this approach only when the accept length exceeds tau_star."""
-
-    title: str
-    t_ar_us: float
-    tau_star: float
-    how: str  # measured | interpolated | in situ | derived | reported
-    source: str  # for reported figures: where the figure comes from
 
 
 def _next_up(session: Session, campaign: Campaign, rows: list) -> str | None:
@@ -178,25 +167,6 @@ def status_report(
             if a.status == status
         )
 
-    # The headline is today's state (the baseline's figure) when the campaign has one, else the best usable
-    # measured approach; then where each other approach would move it, lowest first.
-    usable = sorted(
-        (
-            PaysAbove(p.title, p.latency.t_ar_us, p.tau_star, p.latency.method, "")
-            for p in profitability.points
-            if p.tau_star is not None and p.status != ApproachStatus.dead_end
-        ),
-        key=lambda p: p.tau_star,
-    )
-    refs = [
-        (r.baseline, PaysAbove(r.label, r.latency.t_ar_us, r.tau_star, r.latency.method, r.latency.note))
-        for r in profitability.references
-        if r.tau_star is not None
-    ]
-    baseline_refs = [p for is_base, p in refs if is_base]
-    head = baseline_refs[:1] or usable[:1]
-    rest = sorted([p for p in usable + [p for _, p in refs] if p not in head], key=lambda p: p.tau_star)
-    pays = head + rest
     return StatusReport(
         campaign_name=campaign.name,
         counts=status_counts(rows),
@@ -205,12 +175,12 @@ def status_report(
         best=best,
         best_vs_baseline=(best.tok_s / baseline - 1) if best and best.tok_s and baseline else None,
         speculative=profitability.speculative,
-        profitable_with=profitability.profitable_now,
-        closest=profitability.best if costs else None,
+        headline=profitability.headline,
+        others=profitability.others,
         break_even_t_ar_us=costs.break_even_t_ar_us if costs else None,
-        pays_above=tuple(pays),
-        lower_bound=" and ".join(curve.unknown) if curve and curve.lower_bound else "",
+        unknown=curve.unknown if curve else (),
         accept_length=profitability.inputs.accept_length.value,
+        accept_source=profitability.inputs.accept_length.source,
         fastest=profitability.fastest,
         verify_kib=profitability.inputs.verify_bytes // 1024,
         cpu_floor=profitability.cpu_floor,

@@ -15,6 +15,7 @@ from app.domain.demo import load_demo
 from app.domain.profitability import profitability_report
 from app.domain.timeline import campaign_timeline
 from app.models import Metric, Trial
+from app.schemas import CampaignUpdate
 from tests.support.charts import add_metrics
 
 T_BASE = 1000 / 82
@@ -157,18 +158,71 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
     assert any(m.what.startswith("accept length") for m in report.missing)
 
 
-def test_kimi_status_headline_is_todays_break_even(session):
+def _status(session, campaign, what_if=None):
     from app.domain.profitability import load_campaign_metrics, throughput_rows
     from app.domain.sharing import status_report
 
-    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
     rows = inventory.approaches(session, campaign)
     metrics = load_campaign_metrics(session, campaign)
-    report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
-    status = status_report(session, campaign, report, throughput_rows(metrics, rows), rows)
-    assert status.speculative and status.lower_bound == "draft cost and verify compute"
-    assert [(p.title, round(p.tau_star, 2)) for p in status.pays_above] == [
-        ("NCCL on PCIe (the baseline)", 2.0),
+    report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
+    return report, status_report(session, campaign, report, throughput_rows(metrics, rows), rows)
+
+
+def test_kimi_status_headline_is_todays_break_even(session):
+    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    report, status = _status(session, campaign)
+    assert status.speculative and status.unknown == ("draft cost", "verify compute")
+    head = status.headline
+    assert head is not None and head.baseline and head.label == "NCCL on PCIe (the baseline)"
+    # Nothing but communication is known: tau* counts communication only, a lower bound; no accept length yet.
+    assert head.contains == "communication only" and not head.exact
+    assert round(head.tau_star, 2) == 2.0 and head.profitable is None and head.margin is None
+    assert [(a.label, round(a.tau_star, 2)) for a in status.others] == [
         ("FlashInfer PCIe-IPC allreduce", 0.05),
         ("SGLang custom allreduce (IPC)", 3.16),
     ]
+
+
+def test_kimi_answer_with_every_input_known(session):
+    """Issue 21's numbers: tau 2.4, 3 draft steps x 0.8 ms, verify compute 9.5 ms, 122 allreduces at the
+    82 tok/s baseline. NCCL's 200 us: tau* = (2.4 + 9.5 + 24.4) / 12.195 = 2.98 > 2.4, not profitable;
+    FlashInfer PCIe-IPC's 5.3 us: tau* = (11.9 + 0.647) / 12.195 = 1.03, it would pay."""
+    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    inventory.update_campaign(
+        session, campaign, CampaignUpdate(accept_length=2.4, draft_steps=3, draft_step_ms=0.8, verify_compute_ms=9.5)
+    )
+    report, status = _status(session, campaign)
+    answers = {a.label: a for a in report.answers}
+    nccl = answers["NCCL on PCIe (the baseline)"]
+    assert nccl.contains == "the full break-even" and nccl.exact
+    assert nccl.tau_star == pytest.approx((2.4 + 9.5 + 24.4) / T_BASE) and round(nccl.tau_star, 2) == 2.98
+    assert nccl.tau == 2.4 and nccl.tau_source.startswith("entered") and nccl.profitable is False
+    assert nccl.margin == pytest.approx(2.4 - nccl.tau_star)
+    # The margin in ms is savings - communication: 2.4 x 12.195 - 11.9 - 24.4 = -7.03 ms; S = 0.81.
+    assert nccl.margin_ms == pytest.approx(2.4 * T_BASE - 11.9 - 24.4)
+    assert nccl.speedup == pytest.approx(2.4 * T_BASE / 36.3)
+    ipc = answers["FlashInfer PCIe-IPC allreduce"]
+    assert round(ipc.tau_star, 2) == 1.03 and ipc.profitable is True and ipc.usable
+    assert ipc.speedup == pytest.approx(2.4 * T_BASE / (11.9 + 122 * 5.3 / 1000))
+    custom = answers["SGLang custom allreduce (IPC)"]
+    assert custom.profitable is False and not custom.usable  # a dead end: never offered as "would pay"
+    assert status.headline == nccl and status.accept_length == 2.4
+    assert [a.label for a in status.others] == ["FlashInfer PCIe-IPC allreduce", "SGLang custom allreduce (IPC)"]
+
+
+def test_kimi_answer_decides_no_from_a_lower_bound(session):
+    """With the draft cost and verify compute still unknown, an accept length below the communication-only
+    tau* is already a "no" (unknown costs only raise tau*); above it, the answer waits for them."""
+    from app.domain.profitability import WhatIf
+
+    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    report, status = _status(session, campaign, WhatIf(accept_length=1.8))
+    assert status.headline is not None and status.headline.contains == "communication only"
+    assert status.headline.profitable is False and status.headline.margin == pytest.approx(1.8 - 24.4 / T_BASE)
+    assert status.headline.margin_ms is None  # the ms margin needs every cost
+    report, status = _status(session, campaign, WhatIf(accept_length=2.4, draft_steps=3, draft_step_ms=0.8))
+    head = status.headline
+    assert head is not None and head.contains == "communication and draft" and head.profitable is None
+    assert head.tau_star == pytest.approx((2.4 + 24.4) / T_BASE)
+    _, status = _status(session, campaign, WhatIf(accept_length=2.4, verify_compute_ms=9.5))
+    assert status.headline is not None and status.headline.contains == "communication and verify compute"

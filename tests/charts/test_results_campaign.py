@@ -73,7 +73,8 @@ def test_the_results_campaign_page_says_its_answer(app, operator_client):
     html = operator_client.get("/campaigns/allreduce-shootout-h200x2/charts").text
     text = " ".join(re.sub(r"<[^>]+>", "", html).split())
     assert (
-        "from the reported figures, speculation pays only above τ* = 1.318 with torch symmetric memory one-shot, "
-        "in a CUDA graph of 122, measured (tar 6.5 us, reported)"
+        "from the reported figures, speculation pays only above τ* = 1.32 with torch symmetric memory one-shot, "
+        "in a CUDA graph of 122, measured (tar 6.5 us, reported): the full break-even (communication, draft and "
+        "verify compute)"
     ) in text
     assert 'id="figure-throughput">null' in html  # no throughput measured: no empty bar chart
