@@ -379,6 +379,9 @@ def classify(
     logfile: Annotated[str, typer.Argument(metavar="LOGFILE", help="A trial's log ('-' for stdin).")],
     exit_code: Annotated[int | None, typer.Option("--exit-code", help="The trial's exit code.")] = None,
     signal: Annotated[int | None, typer.Option("--signal", help="The signal that ended the trial.")] = None,
+    timed_out: Annotated[
+        bool, typer.Option("--timed-out", help="The trial ran past its time limit (the runner stopped it).")
+    ] = False,
     baseline: Annotated[
         float | None,
         typer.Option(
@@ -419,6 +422,7 @@ def classify(
         signal=signal,
         metrics=metrics,
         baseline={MetricName.OUTPUT_THROUGHPUT: baseline} if baseline is not None else None,
+        timed_out=timed_out,
     )
     if found is None:
         console.print(

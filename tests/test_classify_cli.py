@@ -64,6 +64,16 @@ def test_signal_and_unbound_verdict():
     assert got["bound to"].startswith("not bound")
 
 
+def test_a_raw_sglang_log_killed_while_capturing_cuda_graphs_is_a_readiness_stall():
+    for flag in (("--signal", "9"), ("--timed-out",)):
+        r = classify(str(LOGS / "sglang_raw_stall_capturing.log"), *flag)
+        assert r.returncode == 0, r.stdout + r.stderr
+        got = fields(r.stdout)
+        assert got["cause"] == "readiness stall at CUDA graph capture (Capturing batches 1/36)", flag
+        assert got["signature"] == "readiness_stall"
+        assert got["proposed"].startswith("inconclusive")
+
+
 def test_brackets_in_a_log_line_are_not_markup():
     r = classify("-", input="[rank0]: torch symm_mem init\n[bold]x[/bold]\nKeyError: 12\n")
     assert r.returncode == 0, r.stderr

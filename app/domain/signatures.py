@@ -17,7 +17,9 @@ its readiness deadline; an out-of-memory error often surfaces again as an NCCL e
   8. port_in_use           `[Errno 98] Address already in use`                  retest
   9. nccl_error            `NCCL WARN`, `ncclInternalError`, watchdog timeout   inconclusive (nccl)
  10. readiness_stall       not ready, and the server's last line was a startup  inconclusive
-                           phase (e.g. "Capturing batches 1/36") it never left
+                           phase (e.g. "Capturing batches 1/36") it never left:
+                           the recipe's not-ready message, or a raw server log
+                           killed or timed out in that phase
  10b. readiness_timeout    the sglang_server recipe's own not-ready message     inconclusive
  11. killed_by_signal      signal 9 / `Killed` with no other cause              inconclusive
  12. slower_than_baseline  finished, but a throughput metric below the baseline dead_end  (not bound)
@@ -70,6 +72,7 @@ class _Trial:
     signal: int | None
     metrics: list[dict]
     baseline: dict | None
+    timed_out: bool = False
 
 
 def _find(lines: list[str], pattern: re.Pattern[str]) -> tuple[int, re.Match[str]] | None:
@@ -368,56 +371,88 @@ def _nccl_error(t: _Trial) -> Classification | None:
     )
 
 
-# Startup phases a server can hang in, matched on its last output line (most specific first).
+# The host's OOM killer (or a shell) saying it killed the process.
+_KILLED = re.compile(r"^\s*Killed\s*$|\bKilled process \d+|Out of memory: Killed process|oom-kill")
+
+# Startup phases a server can hang in, matched on its last output line (most specific first). The texts are
+# SGLang's own (0.5.23: model_runner.py, cuda_graph_setup.py, decode_cuda_graph_runner.py, weight_utils.py,
+# distributed/bootstrap.py; 0.5.9's older names kept); a progress bar's n/total is read with or without its bar.
 _STALL_PHASES = (
     (
-        re.compile(r"Capturing batches\b[^|]*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"),
+        re.compile(r"Capturing batches\b.*?(?P<n>\d+)/(?P<total>\d+)"),
         "CUDA graph capture (Capturing batches {n}/{total})",
     ),
-    (re.compile(r"Capture (?:cuda|CUDA) graph begin"), "CUDA graph capture"),
+    (re.compile(r"Capture (?:[\w-]+ )*(?:cuda|CUDA) graph begin"), "CUDA graph capture"),
     (
-        re.compile(r"Loading safetensors checkpoint shards:[^|]*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"),
+        re.compile(r"Loading safetensors checkpoint shards:.*?(?P<n>\d+)/(?P<total>\d+)"),
         "weight loading (checkpoint shards {n}/{total})",
     ),
     (re.compile(r"Load weight begin"), "weight loading"),
-    (re.compile(r"Init torch distributed begin"), "torch distributed init"),
+    (re.compile(r"Init (?:torch distributed|parallel) begin"), "torch distributed init"),
     (re.compile(r"KV Cache is allocated|Memory pool end"), "after the KV cache allocation"),
 )
 # Lines that are the recipe's or the runner's, not the server's own output.
 _OWN_LINE = re.compile(r"^(?:sglang_server: |@@campaign-|preflight: |    )")
 STALL_MIN_IDLE_S = 60.0
+# Signals that end a trial from outside (the runner's time limit or a cancel: SIGTERM, then SIGKILL).
+_STOP_SIGNALS = {2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}
 
 
-def _readiness_stall(t: _Trial) -> Classification | None:
-    found = _find(t.lines, READINESS_TIMEOUT_RE)
-    if not found:
-        return None
-    index, m = found
-    if not m.group("idle") or float(m.group("idle")) < STALL_MIN_IDLE_S:
-        return None  # still printing (slow, not stalled), or a log that does not say how quiet it was
-    idle = float(m.group("idle"))
-    last = next((ln for ln in reversed(t.lines[:index]) if ln.strip() and not _OWN_LINE.match(ln)), None)
+def _stall_phase(lines: list[str]) -> tuple[str, str, str] | None:
+    """(phase, the line as last drawn, the line) when the server's last output line is a startup phase."""
+    last = next((ln for ln in reversed(lines) if ln.strip() and not _OWN_LINE.match(ln)), None)
     if last is None:
         return None
     # A progress bar redraws in place (\r, or its states run together in a captured log): the last state counts.
     shown = last.rsplit("\r", 1)[-1]
     for pattern, name in _STALL_PHASES:
         matches = list(pattern.finditer(shown))
-        pm = matches[-1] if matches else None
-        if pm:
-            phase = name.format(**pm.groupdict())
-            quiet = f" and printed nothing for its last {idle:g}s"
-            return Classification(
-                "readiness_stall",
-                f"readiness stall at {phase}",
-                "inconclusive",
-                f'The server never became ready{quiet}: it stopped at {phase} ("{_quote(shown)}"). '
-                "A hang in that phase with this approach (a collective that never completes, a capture that "
-                "waits), not a slow load.",
-                None,
-                last,
-            )
+        if matches:
+            return name.format(**matches[-1].groupdict()), shown, last
     return None
+
+
+def _stopped_by(t: _Trial) -> str | None:
+    """How the trial was stopped from outside, in words, or None when it ended by itself."""
+    sig = t.signal
+    if sig is None and t.exit_code is not None and t.exit_code in (137, -9, 143, -15):
+        sig = 9 if t.exit_code in (137, -9) else 15
+    if sig in _STOP_SIGNALS:
+        return f"killed ({_STOP_SIGNALS[sig]})" + (" at its time limit" if t.timed_out else "")
+    return "stopped at its time limit" if t.timed_out else None
+
+
+def _readiness_stall(t: _Trial) -> Classification | None:
+    """The server never left a startup phase: from the recipe's not-ready message (with how long the server
+    was quiet), or from a raw server log whose last line is a startup phase when the trial was killed or
+    timed out (a host OOM kill says so itself and is left to killed_by_signal)."""
+    found = _find(t.lines, READINESS_TIMEOUT_RE)
+    if found:
+        index, m = found
+        if not m.group("idle") or float(m.group("idle")) < STALL_MIN_IDLE_S:
+            return None  # still printing (slow, not stalled), or a log that does not say how quiet it was
+        stall = _stall_phase(t.lines[:index])
+        how = f"printed nothing for its last {float(m.group('idle')):g}s"
+        hang = "not a slow load."
+    else:
+        stopped = _stopped_by(t)
+        if stopped is None or _find(t.lines, _KILLED):
+            return None
+        stall = _stall_phase(t.lines)
+        how = f"was {stopped} while still in it"
+        hang = "or a load slower than the limit: compare with how long that phase takes on this node."
+    if stall is None:
+        return None
+    phase, shown, last = stall
+    return Classification(
+        "readiness_stall",
+        f"readiness stall at {phase}",
+        "inconclusive",
+        f'The server never became ready and {how}: it stopped at {phase} ("{_quote(shown)}"). '
+        f"A hang in that phase with this approach (a collective that never completes, a capture that waits), {hang}",
+        None,
+        last,
+    )
 
 
 def _readiness_timeout(t: _Trial) -> Classification | None:
@@ -434,9 +469,6 @@ def _readiness_timeout(t: _Trial) -> Classification | None:
         None,
         t.lines[index],
     )
-
-
-_KILLED = re.compile(r"^\s*Killed\s*$|\bKilled process \d+|Out of memory: Killed process|oom-kill")
 
 
 def _killed_by_signal(t: _Trial) -> Classification | None:
@@ -523,13 +555,15 @@ def classify(
     signal: int | None = None,
     metrics: list[dict] | None = None,
     baseline: dict | None = None,
+    timed_out: bool = False,
 ) -> Classification | None:
     """The first matching signature's proposed verdict, or None when nothing known matches.
 
     baseline maps metric names to the baseline's values, e.g. {"output_throughput_tok_s": 82.0}.
-    metrics are parsed metric lines ({"name", "value", "unit", "tags"}).
+    metrics are parsed metric lines ({"name", "value", "unit", "tags"}). timed_out: the trial ran past its
+    time limit (a raw server log stopped in a startup phase is then a readiness stall).
     """
-    trial = _Trial(log_text.splitlines(), exit_code, signal, list(metrics or []), baseline)
+    trial = _Trial(log_text.splitlines(), exit_code, signal, list(metrics or []), baseline, timed_out)
     for _name, match in SIGNATURES:
         found = match(trial)
         if found is not None:

@@ -280,7 +280,12 @@ def classify_failure(session: Session, trial: Trial, log_text: str) -> dict[str,
         baseline = dict.fromkeys(MetricName.THROUGHPUT, campaign.baseline_tok_s)
     try:
         result = classify(
-            log_text, exit_code=trial.exit_code, signal=trial.exit_signal, metrics=metrics, baseline=baseline
+            log_text,
+            exit_code=trial.exit_code,
+            signal=trial.exit_signal,
+            metrics=metrics,
+            baseline=baseline,
+            timed_out=trial.state == TrialState.timed_out,
         )
     except Exception:  # a classifier bug must not keep a trial from ending
         log.exception("failure classification of trial #%s failed", trial.id)

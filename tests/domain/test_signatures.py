@@ -253,6 +253,39 @@ def test_a_server_still_printing_when_time_ran_out_is_a_timeout_not_a_stall():
     assert classify(odd, exit_code=3).signature == "readiness_timeout"
 
 
+def test_a_raw_server_log_killed_in_a_startup_phase_is_a_readiness_stall():
+    """A log pasted straight from SGLang 0.5.23 (no recipe lines): killed or timed out while its last line is
+    a startup phase, it names that phase; the same log ending by itself, or killed by the host's OOM killer,
+    does not."""
+    raw = log("sglang_raw_stall_capturing.log")
+    for how in ({"signal": 9}, {"signal": 15}, {"exit_code": 137}, {"timed_out": True}):
+        found = classify(raw, **how)
+        assert found is not None and found.signature == "readiness_stall", how
+        assert found.cause == "readiness stall at CUDA graph capture (Capturing batches 1/36)"
+        assert found.verdict == "inconclusive" and found.evidence_line.startswith("Capturing batches (bs=64")
+    assert "killed (SIGKILL)" in classify(raw, signal=9).reason
+    assert "at its time limit" in classify(raw, signal=15, timed_out=True).reason
+    assert classify(raw, exit_code=1) is None  # ended by itself: nothing says it stalled
+    oom = raw + "Killed\n"
+    assert classify(oom, signal=9).signature == "killed_by_signal"
+    # Each earlier startup phase, as SGLang prints it, names itself when it is the last line.
+    lines = raw.splitlines()
+    for last, phase in (
+        ("Capture target verify CUDA graph begin", "CUDA graph capture"),
+        ("Memory pool end", "after the KV cache allocation"),
+        ("Load weight end", None),  # weights loaded: not a phase the server can be stuck in by this line
+        ("Loading safetensors checkpoint shards:   0%", "weight loading (checkpoint shards 0/64)"),
+        ("Load weight begin", "weight loading"),
+        ("Init parallel begin", "torch distributed init"),
+    ):
+        cut = next(i for i, line in enumerate(lines) if last in line)
+        found = classify("\n".join(lines[: cut + 1]) + "\n", signal=9)
+        if phase is None:
+            assert found.signature == "killed_by_signal", last
+        else:
+            assert found.cause == f"readiness stall at {phase}", last
+
+
 def test_segfault_from_the_exit_status_alone_and_negative_cases():
     assert classify("step 3\n", exit_code=139).signature == "segfault"
     assert classify("step 3\n", signal=11).signature == "segfault"
