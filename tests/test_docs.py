@@ -26,3 +26,28 @@ def test_architecture_names_every_module():
     assert "app/domain/trials.py" in modules
     missing = [m for m in modules if f"`{m}`" not in doc]
     assert missing == [], f"docs/architecture.md does not name {missing}"
+
+
+def test_readme_counts_the_kimi_demo_as_the_board_shows_it():
+    """The README's counts come from the demo file: its verdicts (every status but untested, by status) and
+    its untested approaches, those added after the seed's first day being the candidates found since."""
+    import yaml
+
+    from app.models import ApproachStatus
+
+    demo = yaml.safe_load((ROOT / "app" / "demo" / "kimi-k25-eagle3.yaml").read_text())
+    approaches = demo["approaches"]
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+    by_status = {s: sum(a["status"] == s for a in approaches) for s in ApproachStatus}
+    untested = [a for a in approaches if a["status"] == ApproachStatus.untested]
+    first_day = min(a["history"][0]["at"][:10] for a in approaches)
+    later = [a for a in untested if a["history"][0]["at"][:10] > first_day]
+    verdicts = len(approaches) - len(untested)
+    assert verdicts == by_status["dead_end"] + by_status["deferred"]  # the phrase names every verdict status
+    phrase = (
+        f"the Kimi-K2.5 + EAGLE-3 campaign with its {words[verdicts]} verdicts ({words[by_status['dead_end']]} "
+        f"dead ends, {words[by_status['deferred']]} deferred) and {words[len(untested)]} untested approaches, "
+        f"{words[len(later)]} of them candidates found since"
+    )
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert phrase in readme
