@@ -21,14 +21,18 @@ def _wants_json(request: Request) -> bool:
     return request.url.path.startswith("/api/") or "application/json" in request.headers.get("accept", "")
 
 
+def form_error_headers(message: str, field: str | None = None) -> dict[str, str]:
+    """The "form-error" event static/app.js shows next to the field it names (in the form that sent it)."""
+    return {"HX-Trigger": json.dumps({"form-error": {"message": message, "field": field or ""}})}  # ASCII: a header
+
+
 def _htmx_error(message: str, status: int, field: str | None = None) -> Response:
     # htmx does not swap error responses by default; static/app.js lets 4xx swap into #flash,
     # or, when a form sent the request, shows the "form-error" event next to the field it names.
-    trigger = json.dumps({"form-error": {"message": message, "field": field or ""}})  # ASCII: a header
     return HTMLResponse(
         f'<div class="flash flash-error" role="alert">{escape(message)}</div>',
         status_code=status,
-        headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", "HX-Trigger": trigger},
+        headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", **form_error_headers(message, field)},
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Column, DateTime, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
@@ -74,21 +74,80 @@ TERMINAL_TRIAL_STATES = (
 NO_VERDICT_TRIAL_STATES = (TrialState.cancelled, TrialState.lost)
 
 
-class Campaign(SQLModel, table=True):
+def _input(default: Any, title: str, description: str, step: float, placeholder: str = "", **bounds: Any) -> Any:
+    """A model input's field: its bounds (the schemas validate them; a table does not), its label, and how the
+    what-if form shows it (`x-form`: the input's step and placeholder)."""
+    form = {"step": step, "placeholder": placeholder}
+    extra: dict[str, Any] = {"json_schema_extra": {"x-form": form}}
+    if isinstance(step, float):
+        extra["allow_inf_nan"] = False
+    return Field(default, title=title, description=description, schema_extra=extra, **bounds)
+
+
+class ModelInputFields(SQLModel):
+    """The profitability model's inputs (domain.md "Is speculation profitable?"), declared once: the Campaign
+    table, CampaignCreate / CampaignUpdate, the what-if (its form, `WhatIf`, the charts template) all derive
+    from these fields, their bounds and labels. None = not known yet. Every bound is one a real campaign never
+    reaches: 2**63 is a 422, never an overflow 500, and inf/NaN are refused."""
+
+    # The inputs a what-if may try (the geometry's hidden size is the model's, not a what-if).
+    WHAT_IF: ClassVar[tuple[str, ...]] = (
+        "accept_length",
+        "draft_steps",
+        "draft_step_ms",
+        "verify_compute_ms",
+        "allreduces_per_verify",
+        "verify_tokens",
+        "baseline_tok_s",
+    )
+
+    baseline_tok_s: float | None = _input(
+        None, "Baseline tok/s", "Plain decode throughput at batch 1 (tokens per second).", 0.1, gt=0, le=1e9
+    )
+    accept_length: float | None = _input(
+        None,
+        "Accept length τ",
+        "Mean accepted length per speculative cycle, bonus token included (SGLang's accept len).",
+        0.01,
+        "e.g. 2.4",
+        ge=1,
+        le=1024,
+    )
+    draft_steps: int | None = _input(
+        None, "Draft steps", "Draft steps per cycle (--speculative-num-steps).", 1, "e.g. 3", ge=0, le=1024
+    )
+    draft_step_ms: float | None = _input(
+        None, "ms per draft step", "One draft head step, milliseconds.", 0.01, "e.g. 0.8", ge=0, le=1e7
+    )
+    verify_compute_ms: float | None = _input(
+        None,
+        "Verify compute (ms)",
+        "One verify step without its communication, milliseconds.",
+        0.01,
+        "e.g. 9.5",
+        ge=0,
+        le=1e7,
+    )
+    allreduces_per_verify: int | None = _input(
+        122,
+        "Allreduces per verify",
+        "Allreduces in one verify step (2 per layer with tensor parallelism).",
+        1,
+        ge=0,
+        le=1_000_000,
+    )
+    hidden_size: int = _input(7168, "Hidden size", "The target model's hidden size.", 1, gt=0, le=1_048_576)
+    verify_tokens: int = _input(
+        4, "Verify tokens", "Tokens per verify step (--speculative-num-draft-tokens).", 1, gt=0, le=65_536
+    )
+
+
+class Campaign(ModelInputFields, table=True):
     id: int | None = Field(default=None, primary_key=True)
     slug: str = Field(max_length=80, unique=True, index=True)
     name: str = Field(max_length=200)
     description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    # Profitability model inputs (domain.md "Is speculation profitable?"); None = not known yet.
-    baseline_tok_s: float | None = None
     baseline_trial_id: int | None = None
-    accept_length: float | None = None
-    draft_steps: int | None = None
-    draft_step_ms: float | None = None
-    verify_compute_ms: float | None = None
-    allreduces_per_verify: int | None = 122
-    hidden_size: int = 7168
-    verify_tokens: int = 4
     input_sources: dict[str, str] | None = _json()  # model input -> where its entered value comes from
     reported: list[dict[str, Any]] | None = _json()  # schemas.ReportedFigure: figures reported elsewhere
     created_at: datetime = _created()

@@ -5,24 +5,16 @@ A family per concept: XBase (shared fields), XCreate, XUpdate (all optional), XP
 
 from __future__ import annotations
 
+from copy import copy
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from sqlmodel import SQLModel
 
-from app.models import ApproachStatus, TrialState
+from app.models import ApproachStatus, ModelInputFields, TrialState
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
-
-# Every number has bounds a real campaign never reaches: 2**63 is a 422, never an overflow 500,
-# and inf/NaN are refused. (The database's BIGINT holds them all.)
-TokS = Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False, description="Tokens per second.")]
-AcceptLength = Annotated[float, Field(ge=1, le=1024, allow_inf_nan=False)]
-DraftSteps = Annotated[int, Field(ge=0, le=1024)]
-Millis = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False, description="Milliseconds.")]
-AllreduceCount = Annotated[int, Field(ge=0, le=1_000_000)]
-HiddenSize = Annotated[int, Field(gt=0, le=1_048_576)]
-VerifyTokens = Annotated[int, Field(gt=0, le=65_536)]
 
 
 def _strip(v: Any) -> Any:
@@ -85,17 +77,25 @@ class Requirements(BaseModel):
         return data
 
 
-ModelInput = Literal[
-    "baseline_tok_s",
-    "accept_length",
-    "draft_steps",
-    "draft_step_ms",
-    "verify_compute_ms",
-    "allreduces_per_verify",
-    "hidden_size",
-    "verify_tokens",
-]
-MODEL_INPUT_FIELDS: tuple[str, ...] = get_args(ModelInput)
+MODEL_INPUT_FIELDS: tuple[str, ...] = tuple(ModelInputFields.model_fields)
+ModelInput = Literal[MODEL_INPUT_FIELDS]  # type: ignore[valid-type]  # the names of ModelInputFields
+
+
+def optional_inputs(names: tuple[str, ...]) -> dict[str, Any]:
+    """`create_model` field definitions: each named model input with its bounds and label, optional (None: not
+    given). For shapes where every input may be left out, such as the what-if form."""
+    fields: dict[str, Any] = {}
+    for name in names:
+        info = copy(ModelInputFields.model_fields[name])
+        info.default = None
+        fields[name] = (info.annotation | None, info)
+    return fields
+
+
+def _no_defaults(schema: dict[str, Any]) -> None:
+    # An update's left-out field keeps the stored value: the inherited creation defaults are not the update's.
+    for prop in schema.get("properties", {}).values():
+        prop.pop("default", None)
 
 
 class ReportedFigure(BaseModel):
@@ -147,18 +147,15 @@ class ReportedFigure(BaseModel):
         return {k: v for k, v in handler(self).items() if v is not None and not (k == "baseline" and v is False)}
 
 
-class CampaignBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+class CampaignText(SQLModel):
     name: str = Field(min_length=1, max_length=200)
     description: str = Field("", max_length=20000)
-    baseline_tok_s: TokS | None = None
-    accept_length: AcceptLength | None = None
-    draft_steps: DraftSteps | None = None
-    draft_step_ms: Millis | None = None
-    verify_compute_ms: Millis | None = None
-    allreduces_per_verify: AllreduceCount | None = 122
-    hidden_size: HiddenSize = 7168
-    verify_tokens: VerifyTokens = 4
+
+
+class CampaignBase(ModelInputFields, CampaignText):
+    """Name and description, then the model inputs (ModelInputFields), then where they come from."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     input_sources: dict[ModelInput, Annotated[str, Field(max_length=2000)]] | None = Field(
         None,
         max_length=50,
@@ -173,19 +170,14 @@ class CampaignCreate(CampaignBase):
     slug: str = Field(pattern=SLUG_PATTERN, description="URL name: lowercase letters, digits, dashes.")
 
 
-class CampaignUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+class CampaignUpdate(ModelInputFields):
+    """Any of the campaign's text and model inputs; a field left out keeps its stored value (applied with
+    `exclude_unset`, so the inputs' creation defaults never apply here)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, json_schema_extra=_no_defaults)
     # Fields whose columns are NOT NULL: may be left out, never null (the schema says so too).
     name: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
     description: str = Field(None, max_length=20000)  # type: ignore[assignment]
-    baseline_tok_s: TokS | None = None
-    accept_length: AcceptLength | None = None
-    draft_steps: DraftSteps | None = None
-    draft_step_ms: Millis | None = None
-    verify_compute_ms: Millis | None = None
-    allreduces_per_verify: AllreduceCount | None = None
-    hidden_size: HiddenSize = None  # type: ignore[assignment]
-    verify_tokens: VerifyTokens = None  # type: ignore[assignment]
 
     _not_null = _not_null("name", "description", "hidden_size", "verify_tokens")
 

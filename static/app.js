@@ -63,12 +63,13 @@
     p.scrollIntoView({ block: "nearest" });
   });
 
-  // A form's error is shown inside the form (above), not in #flash at the top of the page.
+  // A form's error is shown inside the form (above), not in #flash at the top of the page. An element with
+  // data-swap-errors (the what-if form) swaps its 4xx answer into its target: it replaces a stale result.
   document.body.addEventListener("htmx:beforeSwap", function (evt) {
     const xhr = evt.detail.xhr;
     const source = evt.detail.requestConfig && evt.detail.requestConfig.elt;  // detail.elt is the target here
     if (xhr && xhr.status >= 400 && xhr.status < 500 && source && source.closest("form")
-        && xhr.getResponseHeader("HX-Trigger")) {
+        && xhr.getResponseHeader("HX-Trigger") && !source.hasAttribute("data-swap-errors")) {
       evt.detail.shouldSwap = false;
     }
   });

@@ -38,7 +38,7 @@ def test_readme_counts_the_kimi_demo_as_the_board_shows_it():
     demo = yaml.safe_load((ROOT / "app" / "demo" / "kimi-k25-eagle3.yaml").read_text())
     approaches = demo["approaches"]
     words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
-    by_status = {s: sum(a["status"] == s for a in approaches) for s in ApproachStatus}
+    by_status = {str(s): sum(a["status"] == s for a in approaches) for s in ApproachStatus}
     untested = [a for a in approaches if a["status"] == ApproachStatus.untested]
     first_day = min(a["history"][0]["at"][:10] for a in approaches)
     later = [a for a in untested if a["history"][0]["at"][:10] > first_day]

@@ -57,7 +57,7 @@ from sqlmodel import Session, select
 
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
 from app.domain.inventory import approaches
-from app.models import Approach, ApproachStatus, Campaign, Metric
+from app.models import Approach, ApproachStatus, Campaign, Metric, ModelInputFields
 from runners.recipes.metric import MetricName
 
 BYTES_PER_ELEMENT = 2  # bf16 activations
@@ -200,20 +200,31 @@ class Input:
     trial_id: int | None = None
 
 
-@dataclass(frozen=True)
 class WhatIf:
-    """Values to try instead of the campaign's; computing with them changes nothing stored."""
+    """Values to try instead of the campaign's, by input name (any of `ModelInputFields.WHAT_IF`, read as
+    attributes; a left-out one is None); computing with them changes nothing stored."""
 
-    accept_length: float | None = None
-    draft_steps: int | None = None
-    draft_step_ms: float | None = None
-    verify_compute_ms: float | None = None
-    allreduces_per_verify: int | None = None
-    verify_tokens: int | None = None
-    baseline_tok_s: float | None = None
+    def __init__(self, **values: float | None) -> None:
+        unknown = sorted(set(values) - set(ModelInputFields.WHAT_IF))
+        if unknown:
+            raise TypeError(f"not a what-if input: {', '.join(unknown)}")
+        self.values: dict[str, float] = {name: v for name, v in values.items() if v is not None}
+
+    def __getattr__(self, name: str) -> float | None:
+        if name in ModelInputFields.WHAT_IF:
+            return self.values.get(name)
+        raise AttributeError(name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WhatIf) and other.values == self.values
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"WhatIf({', '.join(f'{k}={v!r}' for k, v in self.values.items())})"
 
     def any(self) -> bool:
-        return any(v is not None for v in self.__dict__.values())
+        return bool(self.values)
 
 
 @dataclass(frozen=True)
@@ -228,6 +239,18 @@ class ModelInputs:
     verify_tokens: int
     hidden_size: int
     missing: tuple[Missing, ...] = ()
+
+    def sources(self) -> list[tuple[str, Input]]:
+        """Each input the model reads, labelled as its field is (ModelInputFields), with T_base after the
+        baseline it comes from."""
+        out = []
+        for name, info in ModelInputFields.model_fields.items():
+            found = getattr(self, name, None)
+            if isinstance(found, Input):
+                out.append((info.title or name, found))
+                if name == "baseline_tok_s":
+                    out.append(("T_base ms", self.t_base))
+        return out
 
     @property
     def verify_bytes(self) -> int:
@@ -481,7 +504,7 @@ def model_inputs(
         _entered(campaign, "accept_length"),
         _from_metric(_first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH), MetricName.ACCEPT_LENGTH)),
     )
-    verify_tokens = what_if.verify_tokens or campaign.verify_tokens
+    verify_tokens = int(what_if.verify_tokens or campaign.verify_tokens)
     compute_rows = _gpu(metrics.newest(MetricName.VERIFY_COMPUTE_MS))
     compute_metric = next((m for m in compute_rows if m.tags.get("tokens") == verify_tokens), None) or (
         compute_rows[0] if compute_rows else None

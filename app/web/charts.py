@@ -7,11 +7,12 @@ The what-if is a GET: it computes with the values in the query and stores nothin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from functools import cache
+from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
 from sqlmodel import Session
 
 from app import charts
@@ -20,6 +21,7 @@ from app.domain import inventory
 from app.domain.errors import Invalid
 from app.domain.profitability import (
     CampaignMetrics,
+    Input,
     ModelInputs,
     ProfitabilityReport,
     WhatIf,
@@ -29,49 +31,93 @@ from app.domain.profitability import (
     throughput_rows,
 )
 from app.domain.timeline import campaign_timeline
-from app.models import Approach, Campaign
-from app.schemas import CampaignUpdate
+from app.errors import form_error_headers
+from app.models import Approach, Campaign, ModelInputFields
+from app.schemas import CampaignUpdate, optional_inputs
 from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
 
 
-class WhatIfForm(BaseModel):
-    """The what-if inputs as a form sends them: a blank field means "the campaign's value"."""
+def _blank_is_none(cls: Any, value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
 
-    model_config = ConfigDict(extra="ignore")
-    accept_length: float | None = Field(None, ge=1, le=64)
-    draft_steps: int | None = Field(None, ge=0, le=64)
-    draft_step_ms: float | None = Field(None, ge=0, le=10_000)
-    verify_compute_ms: float | None = Field(None, ge=0, le=100_000)
-    allreduces_per_verify: int | None = Field(None, ge=0, le=100_000)
-    verify_tokens: int | None = Field(None, ge=1, le=4096)
-    baseline_tok_s: float | None = Field(None, gt=0, le=1_000_000)
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _blank_is_none(cls, value: Any) -> Any:
-        return None if isinstance(value, str) and not value.strip() else value
+# The what-if inputs as a form sends them, each as ModelInputFields declares it (bounds, label); a blank field
+# means "the campaign's value".
+WhatIfForm: type[BaseModel] = create_model(
+    "WhatIfForm",
+    __config__=ConfigDict(extra="ignore"),
+    __validators__={"blank_is_none": field_validator("*", mode="before")(_blank_is_none)},
+    **optional_inputs(ModelInputFields.WHAT_IF),
+)
 
-    def changes_from(self, inputs: ModelInputs) -> WhatIf:
-        """Only the values that differ from what the campaign already uses are what-ifs."""
-        current = _form_values(inputs)
-        return WhatIf(
-            **{name: value for name, value in self.model_dump().items() if value is not None and value != current[name]}
-        )
+
+def what_if_form(values: dict[str, Any]) -> BaseModel:
+    """The what-if values validated against the inputs' declared bounds; a bad one is Invalid naming its field."""
+    try:
+        return WhatIfForm.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0])
+        label = ModelInputFields.model_fields[field].title or field
+        raise Invalid(f"{label}: {err['msg']}", field=field) from None
+
+
+def what_if_changes(form: BaseModel, inputs: ModelInputs) -> WhatIf:
+    """Only the values that differ from what the campaign already uses are what-ifs."""
+    current = _form_values(inputs)
+    return WhatIf(**{name: v for name, v in form.model_dump().items() if v is not None and v != current[name]})
 
 
 def _form_values(inputs: ModelInputs) -> dict[str, Any]:
     """The values the campaign's model uses now, by what-if field."""
-    return {
-        "accept_length": inputs.accept_length.value,
-        "draft_steps": inputs.draft_steps.value,
-        "draft_step_ms": inputs.draft_step_ms.value,
-        "verify_compute_ms": inputs.verify_compute_ms.value,
-        "allreduces_per_verify": inputs.allreduces_per_verify.value,
-        "verify_tokens": inputs.verify_tokens,
-        "baseline_tok_s": inputs.baseline_tok_s.value,
-    }
+    found = {name: getattr(inputs, name) for name in ModelInputFields.WHAT_IF}
+    return {name: v.value if isinstance(v, Input) else v for name, v in found.items()}
+
+
+@dataclass(frozen=True)
+class FormInput:
+    """One what-if field as the form draws it, from its ModelInputFields declaration."""
+
+    name: str
+    label: str
+    step: float
+    min: float | None  # the declared ge (or gt: the server refuses the bound itself)
+    max: float | None
+    placeholder: str
+    value: str
+
+
+@cache
+def _input_properties() -> dict[str, Any]:
+    return ModelInputFields.model_json_schema()["properties"]
+
+
+def form_inputs(inputs: ModelInputs) -> list[FormInput]:
+    """The what-if form's fields with the campaign's current values, read from the inputs' JSON schema (the
+    API's own: its bounds, titles and `x-form`), in declaration order."""
+    current = _form_values(inputs)
+    properties = _input_properties()
+    out = []
+    for name in ModelInputFields.WHAT_IF:
+        prop = properties[name]
+        number = next(b for b in prop.get("anyOf", [prop]) if b.get("type") != "null")
+        form = prop.get("x-form", {})
+        value = current[name]
+        shown = "" if value is None else str(int(value)) if number["type"] == "integer" else repr(float(value))
+        out.append(
+            FormInput(
+                name=name,
+                label=prop.get("title", name),
+                step=form.get("step", 1),
+                min=number.get("minimum", number.get("exclusiveMinimum")),
+                max=number.get("maximum"),
+                placeholder=form.get("placeholder", ""),
+                value=shown,
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -107,12 +153,12 @@ def throughput_figure(answer: CampaignAnswer) -> dict[str, Any] | None:
     return charts.throughput_vs_baseline(rows, baseline)
 
 
-def campaign_answer(session: Session, campaign: Campaign, form: WhatIfForm | None = None) -> CampaignAnswer:
+def campaign_answer(session: Session, campaign: Campaign, form: BaseModel | None = None) -> CampaignAnswer:
     """One pass over the campaign's metrics and approaches, however many approaches and trials it has."""
     metrics = load_campaign_metrics(session, campaign)
     rows = inventory.approaches(session, campaign)
     report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
-    what_if = form.changes_from(report.inputs) if form else WhatIf()
+    what_if = what_if_changes(form, report.inputs) if form is not None else WhatIf()
     if what_if.any():
         report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
     return CampaignAnswer(metrics, rows, report, what_if)
@@ -128,26 +174,34 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     answer = campaign_answer(session, campaign)
     ctx = _profitability(answer, campaign)
-    ctx["form"] = _form_values(answer.report.inputs)
+    ctx["form_inputs"] = form_inputs(answer.report.inputs)
     ctx["chart_throughput"] = throughput_figure(answer)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     return render(request, "charts.html", ctx)
 
 
 @router.get("/campaigns/{slug}/charts/whatif")
-def what_if(request: Request, session: SessionDep, slug: str, form: Annotated[WhatIfForm, Query()]) -> Response:
+def what_if(request: Request, session: SessionDep, slug: str) -> Response:
+    """The answer with the form's values. A value out of its bounds answers nothing: the partial says which
+    field (and the form marks it), so no earlier result stays on the page as if it were this one's."""
     campaign = inventory.get_campaign(session, slug)
+    try:
+        form = what_if_form(dict(request.query_params))
+    except Invalid as exc:
+        return render(
+            request,
+            "_partials/whatif.html",
+            {"campaign": campaign, "invalid": exc.message},
+            status_code=422,
+            headers=form_error_headers(exc.message, exc.field),
+        )
     return render(request, "_partials/whatif.html", _profitability(campaign_answer(session, campaign, form), campaign))
 
 
 @router.post("/campaigns/{slug}/charts/whatif/save")
 async def save_what_if(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    try:
-        form = WhatIfForm.model_validate(dict((await request.form()).items()))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise Invalid(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}", field=str(err["loc"][0])) from None
+    form = what_if_form(dict((await request.form()).items()))
     values = {k: v for k, v in form.model_dump().items() if v is not None}
     inventory.update_campaign(session, campaign, CampaignUpdate(**values))
     url = f"/campaigns/{campaign.slug}/charts"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import re
 
@@ -54,9 +55,84 @@ def test_what_if_with_blank_and_unchanged_fields_is_the_campaign(operator):
     assert _value(r.text, "break-even-t-ar") == pytest.approx(153.838, abs=1e-3)
 
 
-def test_what_if_rejects_nonsense_as_a_flash(operator):
-    r = operator.get(WHATIF, params={"accept_length": "0.5"}, headers={"HX-Request": "true"})
-    assert r.status_code == 422 and r.headers["HX-Retarget"] == "#flash" and "accept_length" in r.text
+def test_a_what_if_value_out_of_bounds_answers_nothing_and_names_its_field(operator):
+    """tau = -1: a 422 partial that replaces the last result (no answer, no figures left stale) and the
+    form-error event that marks the field; saving it is refused the same way and stores nothing."""
+    for bad in ("-1", "0.5", "1025", "nan", "x"):
+        r = operator.get(WHATIF, params={"accept_length": bad, "draft_steps": "3"}, headers={"HX-Request": "true"})
+        assert r.status_code == 422, bad
+        assert 'data-testid="whatif-invalid"' in r.text and "Accept length τ" in r.text, bad
+        assert 'id="verdict"' not in r.text and "figure-break-even" not in r.text, bad
+        event = json.loads(r.headers["HX-Trigger"])["form-error"]
+        assert event["field"] == "accept_length" and event["message"].startswith("Accept length τ: "), bad
+        assert "HX-Retarget" not in r.headers  # it is the what-if result, not a flash
+    r = operator.post(f"{WHATIF}/save", data={"accept_length": "-1"}, headers={"HX-Request": "true"})
+    assert r.status_code == 422 and json.loads(r.headers["HX-Trigger"])["form-error"]["field"] == "accept_length"
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_length"] == 2.4
+
+
+def test_the_what_if_form_has_the_schemas_bounds(operator):
+    """One set of bounds: each what-if input's min and max on the page are the API schema's."""
+    from app.models import ModelInputFields
+    from app.schemas import CampaignCreate
+
+    html = operator.get(f"/campaigns/{SLUG}/charts").text
+    start = html.index('id="whatif-form"')
+    form = html[start : html.index("</form>", start)]
+    schema = CampaignCreate.model_json_schema()["properties"]
+    assert ModelInputFields.WHAT_IF and set(ModelInputFields.WHAT_IF) <= set(schema)
+    for name in ModelInputFields.WHAT_IF:
+        tag = re.search(rf'<input type="number" name="{name}"[^>]*>', form)
+        assert tag, name
+        attrs = dict(re.findall(r'(\w+)="([^"]*)"', tag.group(0)))
+        prop = next(b for b in schema[name].get("anyOf", [schema[name]]) if b.get("type") != "null")
+        low = prop.get("minimum", prop.get("exclusiveMinimum"))
+        assert float(attrs["min"]) == low and float(attrs["max"]) == prop["maximum"], name
+        assert schema[name]["title"] in form  # its label, from the same declaration
+    assert len(re.findall(r'<input type="number"', form)) == len(ModelInputFields.WHAT_IF)
+    assert "novalidate" in form  # the server's bounds decide, and say so next to the field
+
+
+def test_kimi_demo_answers_once_every_input_is_known(app, operator_client):
+    """Issue 21's numbers on the shipped demo, in the what-if, after saving them, and on the status page."""
+    from app.db import session_scope
+    from app.domain.demo import load_demo
+
+    with session_scope(app.state.engine) as session:
+        load_demo(session)
+    inputs = {"accept_length": "2.4", "draft_steps": "3", "draft_step_ms": "0.8", "verify_compute_ms": "9.5"}
+    expected = (
+        "not profitable with NCCL on PCIe (the baseline) (2.40 < τ* 2.98, margin -0.58, -7.0 ms per cycle): "
+        "0.81× plain decoding; FlashInfer PCIe-IPC allreduce would pay (τ* 1.03, margin +1.37, +16.7 ms per cycle)"
+    )
+    r = operator_client.get("/campaigns/kimi-k25-eagle3/charts/whatif", params=inputs, headers={"HX-Request": "true"})
+    assert expected in _text(r.text, "verdict")
+    assert "the full break-even" in _text(r.text, "break-even-tau") and "lower bound" not in r.text
+    r = operator_client.post(
+        "/campaigns/kimi-k25-eagle3/charts/whatif/save", data=inputs, headers={"HX-Request": "true"}
+    )
+    assert r.status_code == 200
+    page = operator_client.get("/campaigns/kimi-k25-eagle3/charts").text
+    assert expected in _text(page, "verdict") and 'data-testid="whatif-active"' not in page
+    r = operator_client.post(
+        "/campaigns/kimi-k25-eagle3/share-links", data={"name": "s"}, headers={"HX-Request": "true"}
+    )
+    path = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text).group(1)
+    status = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", operator_client.get(path).text)).split())
+    assert "No, not with NCCL on PCIe (the baseline)" in status and "Only if the accept length" not in status
+    assert (
+        "The accept length τ = 2.40 (entered on the campaign) is below τ* = 2.98, the full break-even (communication, "
+        "draft and verify compute): margin -0.58, -7.0 ms per cycle, 0.81× plain decoding; speculation pays below "
+        "142.4 us per allreduce."
+    ) in status
+    assert "FlashInfer PCIe-IPC allreduce: 5.3 us (reported) → would pay (τ* 1.03, margin +1.37" in status
+
+
+def _text(html: str, element_id: str) -> str:
+    """The text of the element with that id (up to its closing tag), tags stripped, spaces collapsed."""
+    start = html.index(f'id="{element_id}"')
+    body = html[html.index(">", start) + 1 : html.index("</dd>", start)]
+    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", body)).split())
 
 
 def test_a_campaign_without_speculation_gets_a_latency_comparison(operator):
