@@ -227,6 +227,88 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
     assert errors == []
 
 
+def test_kimi_answer_with_every_input_known_and_a_value_out_of_bounds(live_server, browser):
+    """Issue 21: the Kimi demo's what-if with accept length 2.4, 3 draft steps x 0.8 ms and 9.5 ms verify
+    compute answers "not profitable with NCCL (2.40 < tau* 2.98); FlashInfer PCIe-IPC would pay (tau* 1.03)",
+    before and after "Save as campaign inputs", and the status page says the same from the stored values.
+    tau = -1 on the way is sent, named next to its field, and clears the old answer."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors = _errors(page)
+    page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm on "Save as campaign inputs"
+    verdict = "#whatif-result #verdict"
+    expected = (
+        "not profitable with NCCL on PCIe (the baseline) (2.40 < τ* 2.98",
+        "0.81× plain decoding",
+        "FlashInfer PCIe-IPC allreduce would pay (τ* 1.03",
+    )
+    try:
+        page.goto(_login(live_server, "/campaigns/kimi-k25-eagle3/charts"))
+        page.wait_for_url("**/campaigns/kimi-k25-eagle3/charts")
+        _wait_drawn(page, "chart-break-even")
+        for name, value in (
+            ("accept_length", "2.4"),
+            ("draft_steps", "3"),
+            ("draft_step_ms", "0.8"),
+            ("verify_compute_ms", "9.5"),
+        ):
+            page.fill(f"input[name={name}]", value)
+        page.wait_for_selector(f"{verdict}[data-profitable=false]")
+        page.wait_for_function(
+            "() => document.getElementById('break-even-tau').dataset.contains === 'the full break-even'"
+        )
+        text = page.inner_text(verdict)
+        assert all(part in text for part in expected), text
+        assert "lower bound" not in page.inner_text("#break-even-tau")
+        _wait_drawn(page, "chart-verify")  # every input known: chart 1b is drawn too
+
+        # tau = -1: sent (the form is novalidate), answered next to the field, the old answer gone.
+        page.fill("input[name=accept_length]", "-1")
+        page.wait_for_selector("#whatif-result [data-testid=whatif-invalid]")
+        assert page.locator(verdict).count() == 0
+        assert "Accept length τ" in page.inner_text("#whatif-result")
+        page.wait_for_selector("#whatif-form .field-error")
+        assert page.get_attribute("input[name=accept_length]", "aria-invalid") == "true"
+        assert "greater than or equal to 1" in page.inner_text("#whatif-form .field-error")
+        page.wait_for_function("() => document.getElementById('chart-break-even').hidden")
+        page.fill("input[name=accept_length]", "2.4")
+        page.wait_for_selector(f"{verdict}[data-profitable=false]")
+        assert page.locator("#whatif-form .field-error").count() == 0
+
+        page.click("text=Save as campaign inputs")
+        page.wait_for_function(
+            "() => !document.querySelector('[data-testid=whatif-active]')"
+            " && document.querySelector('#whatif-result #verdict[data-profitable=false]')"
+        )
+        assert page.input_value("input[name=verify_compute_ms]") == "9.5"
+        text = page.inner_text(verdict)
+        assert all(part in text for part in expected), text
+
+        page.goto(f"{live_server.url}/campaigns/kimi-k25-eagle3")
+        page.click("#share-links button[type=submit]")
+        page.wait_for_selector("#share-links tr.created .share-url")
+        share_url = page.input_value("#share-links tr.created .share-url")
+    finally:
+        context.close()
+    # The one 422 is the what-if's answer to tau = -1 (the XHR and the console line Chromium logs for it).
+    assert [e for e in errors if "/charts/whatif?" not in e or "422" not in e] == [], errors
+    assert any(e.startswith("422 ") for e in errors)
+
+    viewer = browser.new_context()
+    status = viewer.new_page()
+    status_errors = _errors(status)
+    try:
+        status.goto(share_url)
+        answer = status.inner_text("#profitable")
+        assert "No, not with NCCL on PCIe (the baseline)" in answer and "Only if the accept length" not in answer
+        assert "τ = 2.40 (entered on the campaign) is below τ* = 2.98, the full break-even" in answer
+        assert "FlashInfer PCIe-IPC allreduce: 5.3 us (reported) → would pay (τ* 1.03" in answer
+        _wait_drawn(status, "chart-break-even")
+    finally:
+        viewer.close()
+    assert status_errors == []
+
+
 def test_screenshots(live_server, browser, tmp_path):
     """The Kimi-K2.5 demo's charts and its status page render whole into screenshots (scripts/screenshots
     writes the docs' images the same way)."""

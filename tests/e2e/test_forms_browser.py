@@ -213,7 +213,7 @@ def test_save_as_campaign_inputs_error_is_by_the_field_and_keeps_the_input(page,
     field.fill("0.5")  # below 1: refused by the server (the browser's min is not checked on a button post)
     page.click("#whatif-form button:has-text('Save as campaign inputs')")
     error = page.locator("#whatif-form .field-error")
-    expect(error).to_contain_text("accept_length")
+    expect(error).to_contain_text("Accept length τ")  # the field's label (ModelInputFields)
     expect(error).to_be_in_viewport()
     assert field.input_value() == "0.5"
     one_page(page)
