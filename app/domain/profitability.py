@@ -866,34 +866,44 @@ def answers_for(
     (none without the curve). A reported figure is answered with the campaign's accept length."""
     if curve is None:
         return ()
-    common = {"contains": curve.contains, "exact": not curve.lower_bound, "t_base_ms": curve.t_base_ms}
-    out = [
-        Answer(
-            label=p.title,
-            approach_key=p.key,
-            status=p.status,
-            latency=p.latency,
-            measured=True,
-            baseline=False,
-            tau=p.tau,
-            tau_source=p.tau_source,
-            tau_star=curve.tau_star(p.latency.t_ar_us),
-            **common,
+    found = curve
+
+    def answer(
+        label: str,
+        key: str | None,
+        status: str | None,
+        latency: LatencyEstimate,
+        measured: bool,
+        baseline: bool,
+        tau: float | None,
+        tau_source: str,
+    ) -> Answer:
+        return Answer(
+            label=label,
+            approach_key=key,
+            status=status,
+            latency=latency,
+            measured=measured,
+            baseline=baseline,
+            tau=tau,
+            tau_source=tau_source,
+            tau_star=found.tau_star(latency.t_ar_us),
+            contains=found.contains,
+            exact=not found.lower_bound,
+            t_base_ms=found.t_base_ms,
         )
-        for p in points
-    ]
+
+    out = [answer(p.title, p.key, p.status, p.latency, True, False, p.tau, p.tau_source) for p in points]
     out += [
-        Answer(
-            label=r.label,
-            approach_key=r.approach_key,
-            status=statuses.get(r.approach_key or ""),
-            latency=r.latency,
-            measured=False,
-            baseline=r.baseline,
-            tau=accept.value,
-            tau_source=accept.source,
-            tau_star=curve.tau_star(r.latency.t_ar_us),
-            **common,
+        answer(
+            r.label,
+            r.approach_key,
+            statuses.get(r.approach_key or ""),
+            r.latency,
+            False,
+            r.baseline,
+            accept.value,
+            accept.source,
         )
         for r in references
     ]
