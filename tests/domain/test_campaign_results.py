@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
-from sqlmodel import func, select
+from sqlmodel import col, func, select
 
 from app.db import session_scope
 from app.domain import inventory
@@ -56,8 +56,10 @@ def _measure(engine, slug: str = "sweep") -> None:
             ("draft-graph", "failed", []),
             ("decode-graph", "running", []),  # just started: nothing measured yet
         ]
+        assert campaign.id is not None
         for n, (key, state, metrics) in enumerate(specs):
             approach = by_key[key]
+            assert approach.id is not None
             trial = Trial(
                 campaign_id=campaign.id,
                 approach_id=approach.id,
@@ -75,6 +77,7 @@ def _measure(engine, slug: str = "sweep") -> None:
             )
             s.add(trial)
             s.flush()
+            assert trial.id is not None
             for i, (name, value, samples) in enumerate(metrics):
                 tags = {"batch": 8 * i or 1, "draft_tokens": 0, "context": 1024, "method": "graph-replay"}
                 s.add(
@@ -105,8 +108,10 @@ def _rows(engine, slug: str) -> list[tuple]:
         campaign = inventory.get_campaign(s, slug)
         keys = {a.id: a.key for a in inventory.approaches(s, campaign)}
         out = []
-        for t in s.exec(select(Trial).where(Trial.campaign_id == campaign.id).order_by(Trial.id)):
-            metrics = s.exec(select(Metric).where(Metric.trial_id == t.id).order_by(Metric.seq, Metric.index)).all()
+        for t in s.exec(select(Trial).where(Trial.campaign_id == campaign.id).order_by(col(Trial.id))):
+            metrics = s.exec(
+                select(Metric).where(Metric.trial_id == t.id).order_by(col(Metric.seq), col(Metric.index))
+            ).all()
             out.append(
                 (
                     keys[t.approach_id],
