@@ -147,7 +147,8 @@ def _time_point(head: DraftHead, b: int, values: dict[str, Any], device, timer) 
         return None
     for _ in range(values["warmup"]):
         head.step(b)
-    torch.cuda.synchronize(device) if device.type == "cuda" else None
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     if values["mode"] == "graph":
         side = torch.cuda.Stream(device=device)
         side.wait_stream(torch.cuda.current_stream(device))
