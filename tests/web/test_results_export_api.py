@@ -32,3 +32,14 @@ def test_a_results_campaign_travels_through_the_api(client, api_headers):
     assert trial["fingerprint"] == doc["results"][0]["fingerprint"]
     assert trial["fingerprint"]["gpus"][0]["name"] == "NVIDIA H200"
     assert client.get("/api/campaigns/nope/export?with_results=true").status_code == 404
+
+
+def test_the_imported_results_campaign_draws_its_pages(operator_client):
+    text = RESULTS.read_text()
+    r = operator_client.post("/api/campaigns/import", content=text, headers={"Content-Type": "application/x-yaml"})
+    assert r.status_code == 200, r.text
+    for path in (f"/campaigns/{SLUG}", f"/campaigns/{SLUG}/charts", f"/campaigns/{SLUG}/trials"):
+        page = operator_client.get(path)
+        assert page.status_code == 200, (path, page.text[:500])
+    trials = operator_client.get(f"/campaigns/{SLUG}/trials").text
+    assert "Verify step compute, 1 GPU, in a CUDA graph" in trials and "imported" in trials
