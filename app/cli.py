@@ -326,13 +326,16 @@ def runners_revoke(name: str) -> None:
 def export_cmd(
     slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="File to write (default: stdout).")] = None,
+    with_results: Annotated[
+        bool, typer.Option("--with-results", help="Also the ended trials with their metrics, samples and stack.")
+    ] = False,
 ) -> None:
     """Export a campaign to YAML (keep it in git; `campaign import` reads it back)."""
     from app.domain.campaign_files import export_stream
     from app.domain.errors import DomainError
 
     with session_scope(_engine(get_settings()), write=False, snapshot=True) as session:
-        pieces = export_stream(session, slug)
+        pieces = export_stream(session, slug, with_results)
         try:
             first = next(pieces)  # an unknown campaign fails here, before a file is written
         except DomainError as exc:

@@ -4,7 +4,12 @@
 #       (bench/shootout_on_node.py: run next until done, verdicts confirmed, campaign + metrics exported);
 #   (b) bench/harness_overhead.py: the recipe's method vs a bare loop's per-call-events and wall-clock.
 #
-#   OUT=/some/dir PYTHONPATH=/tmp/site bash bench/gpu_session.sh [all|shootout|harness]
+#   OUT=/some/dir PYTHONPATH=/tmp/site bash bench/gpu_session.sh [all|shootout|harness|sweep]
+#
+# `sweep` (one GPU is enough): imports bench/campaigns/speculation-sweep-h200x1.yaml (or $SWEEP_FILE)
+# into a real server and runs it through its runner like the shootout: T_base(b), verify compute over
+# (batch, draft tokens) and the draft step over batch; $OUT gets the run's SQLite database too
+# (campaign.db), so that `campaign export --with-results` can be run on it afterwards.
 #
 # `all` fits both in 9 minutes (the shootout then covers the candidates it reaches in 200 s, in
 # priority order); `shootout` alone gives it 400 s; `harness` alone takes about 3 minutes.
@@ -66,6 +71,22 @@ if [ "$STEPS" = all ] || [ "$STEPS" = shootout ]; then
     [ -f "$WORK/shootout/$f" ] && cp "$WORK/shootout/$f" "$OUT/$f"
   done
   [ -f "$WORK/shootout/server.log" ] && cp "$WORK/shootout/server.log" "$WORK/files/server.log"
+fi
+
+if [ "$STEPS" = sweep ]; then
+  SWEEP_FILE="${SWEEP_FILE:-bench/campaigns/speculation-sweep-h200x1.yaml}"
+  SWEEP_SLUG="$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["campaign"]["slug"])' "$SWEEP_FILE")"
+  SWEEP_DEADLINE_S="${SWEEP_DEADLINE_S:-420}"
+  step "(c) sweep $SWEEP_SLUG through a real server and runner (deadline ${SWEEP_DEADLINE_S}s, ${TRIAL_DEADLINE_S}s per trial)"
+  timeout -k 30 "$((SWEEP_DEADLINE_S + TRIAL_DEADLINE_S + 60))" "$PY" bench/shootout_on_node.py \
+    --campaign "$SWEEP_SLUG" --import "$SWEEP_FILE" --out "$WORK/sweep" \
+    --deadline-s "$SWEEP_DEADLINE_S" --trial-deadline-s "$TRIAL_DEADLINE_S" --skip "$SHOOTOUT_SKIP"
+  echo "sweep exit code $?"
+  for f in summary.json "$SWEEP_SLUG.yaml" "$SWEEP_SLUG-metrics.csv"; do
+    [ -f "$WORK/sweep/$f" ] && cp "$WORK/sweep/$f" "$OUT/$f"
+  done
+  for db in "$WORK"/sweep/data/*.db; do [ -f "$db" ] && cp "$db" "$OUT/campaign.db"; done
+  [ -f "$WORK/sweep/server.log" ] && cp "$WORK/sweep/server.log" "$WORK/files/server.log"
 fi
 
 if [ "$STEPS" = all ] || [ "$STEPS" = harness ]; then

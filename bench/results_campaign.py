@@ -55,10 +55,10 @@ def one(rows: list[dict[str, Any]], name: str, **tags: Any) -> dict[str, Any] | 
 
 def spread(tags: dict[str, Any], unit: str) -> str:
     if "p10_us" in tags:
-        return f"p10 {tags['p10_us']:.2f}, p90 {tags['p90_us']:.2f} {unit}, {tags.get('samples', '?')} samples"
+        return f"p10 {tags['p10_us']:.2f}, p90 {tags['p90_us']:.2f} {unit}, {tags.get('sample_count', tags.get('samples', '?'))} samples"
     if "p10_ms" in tags:
-        return f"p10 {tags['p10_ms']:.3f}, p90 {tags['p90_ms']:.3f} {unit}, {tags.get('samples', '?')} samples"
-    return f"{tags.get('samples', '?')} samples"
+        return f"p10 {tags['p10_ms']:.3f}, p90 {tags['p90_ms']:.3f} {unit}, {tags.get('sample_count', tags.get('samples', '?'))} samples"
+    return f"{tags.get('sample_count', tags.get('samples', '?'))} samples"
 
 
 def main() -> int:

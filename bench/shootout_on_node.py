@@ -126,6 +126,7 @@ def main() -> int:
     ap.add_argument("--deadline-s", type=float, default=500, help="stop starting trials after this")
     ap.add_argument("--trial-deadline-s", type=float, default=240, help="cancel a trial running longer")
     ap.add_argument("--skip", default="", help="approach keys to leave untested (comma-separated)")
+    ap.add_argument("--import", dest="import_file", type=Path, help="a campaign file to import before running it")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -184,6 +185,19 @@ def main() -> int:
             .splitlines()[-1]
         )
         api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        if args.import_file:
+            imported = subprocess.run(
+                [*cli, "import", str(args.import_file.resolve())],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            output = (imported.stdout + imported.stderr).strip()[-500:]
+            log(f"import {args.import_file}: exit {imported.returncode} {output}")
+            if imported.returncode:
+                raise SystemExit(f"campaign import failed: {imported.stderr.strip()[-500:]}")
         while not any(r["connected"] for r in api.get("/api/runners").json()):
             if time.monotonic() - started > 120:
                 raise SystemExit("the embedded runner did not connect")

@@ -54,10 +54,11 @@ def update_campaign(slug: str, data: CampaignUpdate, session: SessionDep, operat
     response_class=StreamingResponse,
     responses={200: {"content": {"application/x-yaml": {}}, "description": "The campaign file"}},
 )
-def export(request: Request, slug: str, session: SessionDep) -> StreamingResponse:
-    """The campaign file (YAML), streamed in constant memory: see `campaign_files.export_stream`."""
+def export(request: Request, slug: str, session: SessionDep, with_results: bool = False) -> StreamingResponse:
+    """The campaign file (YAML), streamed in constant memory: see `campaign_files.export_stream`.
+    `with_results`: also the ended trials with their metrics, samples and stack fingerprint."""
     inventory.get_campaign(session, slug)  # 404 before streaming starts
-    body = stream_in_session(request.app.state.engine, export_stream, slug)
+    body = stream_in_session(request.app.state.engine, export_stream, slug, with_results)
     return StreamingResponse(body, media_type="application/x-yaml")
 
 

@@ -15,6 +15,8 @@ Format (version 1):
         ...
     campaign.input_sources: {model input: where its value comes from}
     campaign.reported: figures reported elsewhere, each with its source (schemas.ReportedFigure)
+    results:                # optional (export --with-results): ended trials with their metrics,
+      - {approach, state, recipe, fingerprint, dates, metrics: [...]}   # see campaign_results
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from sqlalchemy import select as sa_select  # typed for five columns (sqlmodel's
 from sqlalchemy import tuple_
 from sqlmodel import Session, col, select
 
-from app.domain import inventory
+from app.domain import campaign_results, inventory
 from app.domain.errors import Invalid
 from app.models import Approach, ApproachStatus, Campaign, StatusChange, utcnow
 from app.schemas import ApproachCreate, CampaignCreate
@@ -77,6 +79,7 @@ class CampaignFile(BaseModel):
     format: str = Field(FORMAT, pattern=r"^campaign-board/v1$")
     campaign: CampaignCreate
     approaches: list[ApproachFile] = Field(default_factory=list)
+    results: list[campaign_results.ResultTrial] | None = None  # trials with their metrics (campaign_results)
 
     @model_validator(mode="after")
     def _reported_approaches_exist(self) -> CampaignFile:
@@ -249,11 +252,12 @@ def _history_rows(session: Session, batch: list[Approach]) -> Iterator[tuple[int
     return chain.from_iterable(result.partitions())
 
 
-def export_stream(session: Session, slug: str) -> Iterator[str]:
+def export_stream(session: Session, slug: str, with_results: bool = False) -> Iterator[str]:
     """The campaign file in pieces, in constant memory: the format and campaign, then EXPORT_BATCH approaches
     at a time (two queries each), a piece at most every PIECE_ENTRIES history entries: the text that dumping
     the whole file as one structure gives (tests compare). Each approach is dumped as a one-item list
-    (`_Pieces`), then its history (its last key) by `_history_text`."""
+    (`_Pieces`), then its history (its last key) by `_history_text`. `with_results`: then the ended trials
+    with their metrics (`campaign_results.export_pieces`)."""
     campaign = inventory.get_campaign(session, slug)
     header = {"format": FORMAT, "campaign": _campaign_mapping(campaign)}
     batches = _approach_batches(session, campaign)
@@ -279,6 +283,8 @@ def export_stream(session: Session, slug: str) -> Iterator[str]:
                     parts = []
                 row = next(rows, None)
         yield "".join(parts)
+    if with_results:
+        yield from campaign_results.export_pieces(session, campaign, pieces)
     if end := pieces.end():
         yield end
 
@@ -355,6 +361,7 @@ def parse_campaign_file(text: str) -> CampaignFile:
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
         raise Invalid(f"approaches: duplicate key(s) {', '.join(dupes)}", field="approaches")
+    campaign_results.check_approaches(parsed.results or [], set(keys), lambda loc: _line_of(node, loc))
     return parsed
 
 
@@ -446,7 +453,11 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
             session.add(approach)
     session.flush()
     verb = "created" if created else "updated"
-    return (
+    summary = (
         f"{verb} campaign {campaign.slug!r}: {added} approach(es) added, {changed} changed, "
         f"{removed} removed, {len(existing) - removed} kept that the file does not list"
     )
+    if parsed.results is not None:
+        trials, metrics, kept = campaign_results.import_results(session, campaign, parsed.results)
+        summary += f"; results: {trials} trial(s) with {metrics} metric(s) added, {kept} already here"
+    return summary

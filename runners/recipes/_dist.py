@@ -41,6 +41,12 @@ TIMEOUTS = (
     Param("run_timeout_s", "float", 600.0, "the launcher stops ranks still running after this", minimum=1),
     Param("teardown_timeout_s", "float", 30.0, "bound on process-group teardown after results", minimum=0.1),
 )
+# Which clock times a GPU sample: CUDA events (the headline), or the host's wall clock with a
+# synchronize at each mark (an independent check of the same figure; tag timer "wall-sync").
+CLOCKS = ("events", "wall")
+CLOCK = Param(
+    "clock", "choice", "events", "GPU samples timed by CUDA events, or wall clock + synchronize", choices=CLOCKS
+)
 
 # NCCL knobs arrive through the environment (the recipe's env); recipes only record them.
 NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_P2P_LEVEL")
@@ -69,15 +75,16 @@ def is_worker() -> bool:
     return os.environ.get(WORKER_ENV) == "1"
 
 
-def static_checks(values: dict[str, Any]) -> None:
-    """Combinations that can be refused without looking at the machine (raises RecipeError)."""
+def static_checks(values: dict[str, Any], min_world: int = 2) -> None:
+    """Combinations that can be refused without looking at the machine (raises RecipeError).
+    `min_world`: 2 for an allreduce; 1 for a step that runs without one at world size 1."""
     if values["backend"] == "gloo" and values["mode"] == "graph":
         raise RecipeError("params.mode (--mode): graph mode needs CUDA graphs; backend gloo runs on CPU")
-    if values.get("world_size") is not None and values["world_size"] < 2:
+    if values.get("world_size") is not None and values["world_size"] < min_world:
         raise RecipeError("params.world_size (--world-size): an allreduce needs at least 2 ranks")
 
 
-def machine_checks(prog: str, values: dict[str, Any]) -> int:
+def machine_checks(prog: str, values: dict[str, Any], min_world: int = 2) -> int:
     """Checks that need torch and the GPUs. Returns the world size to launch, or exits 2."""
     backend = values["backend"]
     if backend == "gloo":
@@ -88,7 +95,7 @@ def machine_checks(prog: str, values: dict[str, Any]) -> int:
     if gpus == 0:
         usage_error(prog, f"backend {backend} needs CUDA GPUs; none is visible to torch {torch.__version__}")
     world = values["world_size"] or gpus
-    if world < 2:
+    if world < min_world:
         usage_error(prog, f"backend {backend} needs at least 2 GPUs for an allreduce; {gpus} visible")
     if world > gpus:
         usage_error(prog, f"world size {world} is more than the {gpus} GPU(s) visible (one rank per GPU)")
@@ -630,6 +637,28 @@ class PerfCounterTimer:
         return (end - start) * 1e6
 
 
+class SyncWallTimer:
+    """The host's wall clock, the device synchronized at each mark: independent of CUDA events (it
+    adds one synchronize per mark, so it reads a little high on short samples)."""
+
+    name = "wall-sync"
+
+    def __init__(self, device):
+        self.device = device
+
+    def mark(self) -> float:
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_us(self, start: float, end: float) -> float:
+        return (end - start) * 1e6
+
+
 class CudaEventTimer:
     """CUDA events recorded on the current stream; read after one synchronize."""
 
@@ -654,8 +683,16 @@ class CudaEventTimer:
         return start.elapsed_time(end) * 1000.0
 
 
-def timer_for(rank: Rank):
-    return CudaEventTimer(rank.device) if rank.on_gpu else PerfCounterTimer()
+def device_timer(device, clock: str = "events"):
+    """The timer of a device: CUDA events (or the synchronized wall clock, clock "wall") on a GPU,
+    perf_counter on the CPU."""
+    if device.type != "cuda":
+        return PerfCounterTimer()
+    return SyncWallTimer(device) if clock == "wall" else CudaEventTimer(device)
+
+
+def timer_for(rank: Rank, clock: str = "events"):
+    return device_timer(rank.device, clock) if rank.on_gpu else PerfCounterTimer()
 
 
 def time_back_to_back(fn: Callable[[], Any], timer, calls: int, samples: int) -> list[float]:
@@ -693,10 +730,12 @@ def warm(rank: Rank, fn: Callable[[], Any], warmup: int) -> None:
     rank.barrier()
 
 
-def time_eager(rank: Rank, fn: Callable[[], Any], warmup: int, calls: int, samples: int) -> list[float]:
+def time_eager(
+    rank: Rank, fn: Callable[[], Any], warmup: int, calls: int, samples: int, clock: str = "events"
+) -> list[float]:
     """Headline eager timing (nccl-tests method, see time_back_to_back), us per call."""
     warm(rank, fn, warmup)
-    return time_back_to_back(fn, timer_for(rank), calls, samples)
+    return time_back_to_back(fn, timer_for(rank, clock), calls, samples)
 
 
 def capture_graph(rank: Rank, body: Callable[[], Any]):
@@ -717,10 +756,10 @@ def capture_graph(rank: Rank, body: Callable[[], Any]):
     return graph
 
 
-def time_graph(rank: Rank, graph, warmup: int, iters: int) -> list[float]:
+def time_graph(rank: Rank, graph, warmup: int, iters: int, clock: str = "events") -> list[float]:
     """Times of whole replays in microseconds (one event pair per replay)."""
     warm(rank, graph.replay, warmup)
-    return time_per_call(graph.replay, timer_for(rank), iters)
+    return time_per_call(graph.replay, timer_for(rank, clock), iters)
 
 
 def scaled(values: dict[str, Any], spec, names: tuple[str, ...]) -> bool:
@@ -769,11 +808,12 @@ def recipe_main(
     validate: Callable[[dict[str, Any]], Any],
     worker: Callable[[dict[str, Any]], Any],
     world_check: Callable[[dict[str, Any], int], str | None] | None = None,
+    min_world: int = 2,
 ) -> int:
     """A distributed recipe's `main`: parse and validate its flags (exit 2 with a usage error), then
     either run this rank (a worker started by `launch_ranks` here or by srun on a node; it exits
     through `Rank.finish`) or check the machine and launch the ranks. `world_check(values, world)`
-    returns a usage problem that depends on the world size, if any. `doc`: the recipe's docstring (its first
+    returns a usage problem that depends on the world size, if any; `min_world` the fewest ranks it runs on. `doc`: the recipe's docstring (its first
     line describes it in --help); `argv`: sys.argv[1:] when None."""
     argv = list(sys.argv[1:] if argv is None else argv)
     values = parse_cli(prog, (doc or prog).splitlines()[0], spec, argv)
@@ -786,7 +826,7 @@ def recipe_main(
         node_checks(prog, values, launch_nodes(os.environ))
         worker(values)
         return 0  # not reached: the worker exits through Rank.finish
-    world = machine_checks(prog, values)
+    world = machine_checks(prog, values, min_world)
     problem = world_check(values, world) if world_check is not None else None
     if problem:
         usage_error(prog, problem)

@@ -1,17 +1,21 @@
-"""One EAGLE-3 draft step on one device: a decoder layer plus the LM head, in ms per step.
+"""One EAGLE-3 draft step on one device over a batch of sequences: a decoder layer plus the LM head.
 
     python -m runners.recipes.draft_step                       # Kimi-K2.5 geometry, CUDA, eager
-    python -m runners.recipes.draft_step --mode graph
+    python -m runners.recipes.draft_step --mode graph --batches 1,8,64,128
     python -m runners.recipes.draft_step --device cpu --hidden-size 256 --vocab-size 1000 --ffn-size 512 --heads 4
 
 The EAGLE-3 draft head (Li et al. 2025) fuses low, middle and high target features
 (fc: 3 x hidden -> hidden), runs one decoder layer whose attention input is the token
-embedding concatenated with that feature (2 x hidden), attends over a KV cache of
-`--context-len` positions, and ends in the LM head (hidden -> vocab) and a greedy pick.
-One draft step = that, for `--tokens` tokens (top-k 1: one). The weights are random: only the
+embedding concatenated with that feature (2 x hidden), attends over the sequence's KV cache of
+`--context-len` positions (the step's own key and value written in place at the next one), and
+ends in the LM head (hidden -> vocab) and a greedy pick. One draft step = that for a batch of b
+sequences, one token each (top-k 1), each sequence over its own cache. `--batches` is swept:
+every b is its own point and metric line (tags batch, context). The weights are random: only the
 time is meant. Timing as the collective recipes: eager samples are `--calls` steps back to back
 between two marks / calls (method "nccl-tests"); graph samples are one replay of the captured
-step (method "graph-replay"). Metric draft_step_ms (median, with p10/p90/min/max).
+step (method "graph-replay"); marks are CUDA events, or with `--clock wall` the host clock after
+a synchronize (tag timer "wall-sync"). Metric draft_step_ms (median, with p10/p90/min/max and
+its R samples).
 torch is imported inside the functions that use it, so that `build_launch` validates without it.
 """
 
@@ -25,7 +29,7 @@ from runners.recipes import RecipeError, _dist
 from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit
+from runners.recipes.metric import emit, emit_phase
 
 PROG = "runners.recipes.draft_step"
 
@@ -36,12 +40,14 @@ SPEC = (
     Param("vocab_size", "int", 163840, "LM head vocabulary", minimum=1),
     Param("ffn_size", "int", 18432, "draft MLP intermediate size", minimum=1),
     Param("heads", "int", 64, "attention heads (head dim = hidden / heads)", minimum=1),
-    Param("context_len", "int", 1024, "positions in the KV cache attended over", minimum=1),
-    Param("tokens", "int", 1, "tokens per draft step (top-k 1: 1)", minimum=1),
+    Param("context_len", "int", 1024, "KV-cache positions per sequence", minimum=1),
+    Param("tokens", "int", None, "one point: sequences per draft step, one token each (default 1)", minimum=1),
+    Param("batches", "int_list", None, "sequences per draft step, swept (comma-separated)", minimum=1),
     Param("dtype", "choice", "bf16", "element type", choices=("bf16", "fp16", "fp32")),
     Param("warmup", "int", 5, "untimed steps", minimum=0),
     Param("iters", "int", 20, "timed samples (R)", minimum=1),
     Param("calls", "int", 10, "eager: steps back to back per sample (K)", minimum=1),
+    _dist.CLOCK,
     Param("seed", "int", 0, "weights seed", minimum=0),
 )
 GEOMETRY = ("hidden_size", "vocab_size", "ffn_size")
@@ -56,20 +62,29 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
         )
     if values["device"] == "cpu" and values["mode"] == "graph":
         raise RecipeError("params.mode (--mode): graph mode needs CUDA graphs; device cpu has none")
+    if values["tokens"] is not None and values["batches"] is not None:
+        raise RecipeError("params.tokens (--tokens): give tokens (one point) or batches (a sweep), not both")
     return values
+
+
+def batches(values: dict[str, Any]) -> list[int]:
+    """The batch sizes of a validated run, in the order given, each once."""
+    return list(dict.fromkeys(values["batches"] or [values["tokens"] or 1]))
 
 
 RECIPE = module_recipe(PROG, SPEC, validate)
 
 
 class DraftHead:
-    """Random weights of one EAGLE-3 draft head; `step()` runs one draft step on static buffers."""
+    """Random weights of one EAGLE-3 draft head, and per-sequence KV caches for up to `max_batch`
+    sequences; `step(b)` runs one draft step for the first b sequences on static buffers."""
 
-    def __init__(self, values: dict[str, Any], device, dtype):
+    def __init__(self, values: dict[str, Any], device, dtype, max_batch: int = 1):
         import torch
 
-        h, f, v, t = values["hidden_size"], values["ffn_size"], values["vocab_size"], values["tokens"]
+        h, f, v = values["hidden_size"], values["ffn_size"], values["vocab_size"]
         self.heads, self.head_dim = values["heads"], h // values["heads"]
+        self.context = values["context_len"]
         gen = torch.Generator(device=device).manual_seed(values["seed"])
 
         def w(rows: int, cols: int):
@@ -82,11 +97,12 @@ class DraftHead:
         self.down = w(f, h)
         self.lm_head = w(h, v)
         self.embed = w(v, h)
-        shape = (1, self.heads, values["context_len"], self.head_dim)
+        # Each sequence's own cache: `context` positions written before, one more for this step's token.
+        shape = (max_batch, self.heads, self.context + 1, self.head_dim)
         self.k_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
         self.v_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
-        self.features = torch.randn(t, 3 * h, generator=gen, device=device).to(dtype)  # target low/mid/high
-        self.token_ids = torch.zeros(t, dtype=torch.long, device=device)
+        self.features = torch.randn(max_batch, 3 * h, generator=gen, device=device).to(dtype)  # low/mid/high
+        self.token_ids = torch.zeros(max_batch, dtype=torch.long, device=device)
 
     @staticmethod
     def _norm(x):
@@ -94,26 +110,62 @@ class DraftHead:
 
         return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
-    def step(self):
+    def step(self, b: int = 1):
         import torch
         import torch.nn.functional as F
 
-        t = self.token_ids.shape[0]
-        hidden = self.features @ self.fc
-        x = torch.cat([self._norm(self.embed[self.token_ids]), self._norm(hidden)], dim=-1)
+        hidden = self.features[:b] @ self.fc
+        x = torch.cat([self._norm(self.embed[self.token_ids[:b]]), self._norm(hidden)], dim=-1)
         q, k, v = (x @ self.qkv).split(hidden.shape[-1], dim=-1)
 
-        def heads(z):
-            return z.view(t, self.heads, self.head_dim).transpose(0, 1).unsqueeze(0)
+        def heads(z):  # [b, hidden] -> [b, heads, 1, head_dim]
+            return z.view(b, self.heads, 1, self.head_dim)
 
-        keys = torch.cat([self.k_cache, heads(k)], dim=2)
-        vals = torch.cat([self.v_cache, heads(v)], dim=2)
+        keys, vals = self.k_cache[:b], self.v_cache[:b]
+        keys[:, :, self.context : self.context + 1] = heads(k)
+        vals[:, :, self.context : self.context + 1] = heads(v)
         att = F.scaled_dot_product_attention(heads(q), keys, vals)
-        hidden = hidden + att.squeeze(0).transpose(0, 1).reshape(t, -1) @ self.o
+        hidden = hidden + att.reshape(b, -1) @ self.o
         gate, up = (self._norm(hidden) @ self.gate_up).chunk(2, dim=-1)
         hidden = hidden + (F.silu(gate) * up) @ self.down
         logits = self._norm(hidden) @ self.lm_head
         return logits.argmax(-1)
+
+
+def _time_point(head: DraftHead, b: int, values: dict[str, Any], device, timer) -> list[float] | None:
+    """R samples (ms per step) at batch b, after a check of the step's output; None when it is wrong."""
+    import torch
+
+    out = head.step(b)
+    if out.shape != (b,) or not bool(((out >= 0) & (out < values["vocab_size"])).all()):
+        print(
+            f"draft_step: the step at batch {b} produced {tuple(out.shape)} token ids, not {b} in "
+            f"[0, {values['vocab_size']})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    for _ in range(values["warmup"]):
+        head.step(b)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    if values["mode"] == "graph":
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            head.step(b)
+        torch.cuda.current_stream(device).wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            head.step(b)
+        for _ in range(values["warmup"]):
+            captured.replay()
+        torch.cuda.synchronize(device)
+        samples = _dist.time_per_call(captured.replay, timer, values["iters"])
+        del captured
+    else:
+        samples = _dist.time_back_to_back(lambda: head.step(b), timer, values["calls"], values["iters"])
+    return [s / 1000 for s in samples]
 
 
 def run(values: dict[str, Any]) -> int:
@@ -129,37 +181,10 @@ def run(values: dict[str, Any]) -> int:
     device = torch.device(device_name, 0) if device_name == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    head = DraftHead(values, device, _dist.torch_dtype(values["dtype"]))
-    out = head.step()
-    if out.shape != (values["tokens"],) or not bool(((out >= 0) & (out < values["vocab_size"])).all()):
-        print(
-            f"draft_step: the step produced {tuple(out.shape)} token ids, not {values['tokens']} in "
-            f"[0, {values['vocab_size']})",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 1
-    timer = _dist.CudaEventTimer(device) if device.type == "cuda" else _dist.PerfCounterTimer()
+    sizes = batches(values)
+    head = DraftHead(values, device, _dist.torch_dtype(values["dtype"]), max(sizes))
+    timer = _dist.device_timer(device, values["clock"])
     graph = values["mode"] == "graph"
-    for _ in range(values["warmup"]):
-        head.step()
-    timer.synchronize()
-    if graph:
-        side = torch.cuda.Stream(device=device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            head.step()
-        torch.cuda.current_stream(device).wait_stream(side)
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured):
-            head.step()
-        for _ in range(values["warmup"]):
-            captured.replay()
-        timer.synchronize()
-        samples = _dist.time_per_call(captured.replay, timer, values["iters"])
-    else:
-        samples = _dist.time_back_to_back(head.step, timer, values["calls"], values["iters"])
-    stats = _dist.summarize([s / 1000 for s in samples])
     tags = {
         "mode": values["mode"],
         "device": device.type,
@@ -168,31 +193,40 @@ def run(values: dict[str, Any]) -> int:
         "ffn_size": values["ffn_size"],
         "heads": values["heads"],
         "context_len": values["context_len"],
-        "tokens": values["tokens"],
+        "context": values["context_len"],
         "dtype": values["dtype"],
         "scaled": _dist.scaled(values, SPEC, GEOMETRY),
         "timer": timer.name,
         "method": "graph-replay" if graph else "nccl-tests",
-        "samples": values["iters"],
+        "sample_count": values["iters"],
         "calls_per_sample": 1 if graph else values["calls"],
         "torch": torch.__version__,
     }
-    emit(
-        M.DRAFT_STEP_MS,
-        stats["median"],
-        "ms",
-        p10_ms=stats["p10"],
-        p90_ms=stats["p90"],
-        min_ms=stats["min"],
-        max_ms=stats["max"],
-        **tags,
-    )
-    print(
-        f"draft step ({values['mode']}, {device.type}, hidden {values['hidden_size']}, vocab "
-        f"{values['vocab_size']}, {values['tokens']} token): median {stats['median']:.3f} ms "
-        f"(p10 {stats['p10']:.3f}, p90 {stats['p90']:.3f}) over {values['iters']} samples",
-        flush=True,
-    )
+    for b in sizes:
+        emit_phase(f"batch {b}: timing")
+        samples = _time_point(head, b, values, device, timer)
+        if samples is None:
+            return 1
+        stats = _dist.summarize(samples)
+        emit(
+            M.DRAFT_STEP_MS,
+            stats["median"],
+            "ms",
+            p10_ms=stats["p10"],
+            p90_ms=stats["p90"],
+            min_ms=stats["min"],
+            max_ms=stats["max"],
+            samples=samples,
+            batch=b,
+            tokens=b,
+            **tags,
+        )
+        print(
+            f"draft step ({values['mode']}, {device.type}, hidden {values['hidden_size']}, vocab "
+            f"{values['vocab_size']}, batch {b}, context {values['context_len']}): median {stats['median']:.3f} ms "
+            f"(p10 {stats['p10']:.3f}, p90 {stats['p90']:.3f}) over {values['iters']} samples",
+            flush=True,
+        )
     return 0
 
 

@@ -1,21 +1,36 @@
-"""A synthetic tensor-parallel verify step: how much of it is allreduce?
+"""A synthetic tensor-parallel verify step over a batch of sequences: how much of it is allreduce?
 
     python -m runners.recipes.verify_step --backend gloo --world-size 2 --hidden-size 1024 --layers 4
     python -m runners.recipes.verify_step --backend nccl --mode graph            # 61 layers, 7168, 4 tokens
+    python -m runners.recipes.verify_step --backend nccl --world-size 1 --mode graph \
+        --batches 1,8,64 --draft-tokens 0,3,7                                    # one GPU, no allreduce
 
 Per layer, sharded over the ranks as tensor parallelism shards a transformer layer:
-  attention-like: x[tokens x hidden] @ W_in[hidden x hidden/ws] -> x_shard @ W_o[hidden/ws x hidden] -> allreduce
+  attention-like: h = norm(x); h @ W_in[hidden x hidden/ws] @ W_o[hidden/ws x hidden]
+                  + the MLA cache read (below) -> allreduce
   MLP-like:       x @ W_up[hidden x ffn/ws] -> silu -> @ W_down[ffn/ws x hidden] -> allreduce
-so 2 allreduces per layer (122 for 61 layers). Three variants are timed over the same stack:
-full (compute + allreduce), compute only (no allreduce) and allreduce only. In-situ
-communication = full - compute only; its share of the verify time and its cost per allreduce
-are reported as metric lines, beside the isolated allreduce-only time. The full variant is
-checked once against an unsharded float32 reference before timing.
+so 2 allreduces per layer (122 for 61 layers). A step verifies a batch of b sequences, each with
+k draft tokens plus one (b x (k+1) tokens), and each sequence attends over its own KV cache of
+`--context` positions in the MLA layout of DeepSeek-V3 / Kimi-K2.5: kv_lora_rank 512 + rope 64 =
+576 values per token per layer, the same on every rank. The read is attention-like (absorbed MLA,
+as a serving engine decodes): q = h @ W_q[hidden x 576] for each of the rank's heads, scores =
+q . cache^T over the context, softmax, p @ cache[:, :512], summed over heads, @ W_kv[512 x hidden].
+So a step reads b x context x 576 values per layer besides the weights.
+
+`--batches` and `--draft-tokens` are swept: every (b, k) is its own point, with its own metric
+lines tagged batch, draft_tokens, tokens = b(k+1) and context. k = 0 is the plain decode step
+(T_base(b), metric decode_step_ms). Without them: one point, batch 1, k = --tokens - 1.
+Three variants are timed per point over the same stack: full (compute + allreduce), compute
+only (no allreduce) and allreduce only. In-situ communication = full - compute only; its share
+of the verify time and its cost per allreduce are reported beside the isolated allreduce-only
+time. At world size 1 there is no allreduce: full = compute, and no communication figure is
+emitted. The full variant is checked once (at the smallest point) against an unsharded float32
+reference before timing.
 
 Timing: eager samples are `--calls` steps back to back between two marks / calls (method
 "nccl-tests"); graph samples are one replay of the captured step (method "graph-replay").
-At `--tokens 1` the full step is also reported as decode_step_ms: the synthetic plain decode
-step (T_base) with the same backend and mode.
+Marks are CUDA events, or with `--clock wall` the host clock after a synchronize (an
+independent check; tag timer "wall-sync"). Headline lines carry their R samples.
 Across nodes the figures are the world's (tag scope "world"), and the allreduce-only stack is
 also timed within each node and among the node leaders (docs/recipes.md, "Across nodes").
 torch is imported inside the functions that use it, so that `build_launch` validates without it.
@@ -42,25 +57,44 @@ SPEC = (
     Param("hidden_size", "int", 7168, "model hidden size", minimum=1),
     Param("ffn_size", "int", 18432, "MLP intermediate size (sharded over ranks)", minimum=1),
     Param("layers", "int", 61, "transformer layers (2 allreduces each)", minimum=1),
-    Param("tokens", "int", 4, "tokens verified per step (draft tokens)", minimum=1),
+    Param("tokens", "int", None, "one point at batch 1: tokens verified per step, k + 1 (default 4)", minimum=1),
+    Param("batches", "int_list", None, "sequences per step, swept (comma-separated; default 1)", minimum=1),
+    Param("draft_tokens", "int_list", None, "draft tokens k per sequence, swept (0: the plain decode step)", minimum=0),
+    Param("context", "int", 1024, "KV-cache positions per sequence (0: no cache read)", minimum=0),
+    Param("heads", "int", 64, "attention heads reading the cache (sharded over ranks)", minimum=1),
+    Param("kv_lora_rank", "int", 512, "MLA latent values cached per token per layer", minimum=1),
+    Param("kv_rope_dim", "int", 64, "MLA rope values cached per token per layer", minimum=0),
     Param("dtype", "choice", "bf16", "element type", choices=tuple(_dist.DTYPE_BYTES)),
     Param("warmup", "int", 3, "untimed steps per variant", minimum=0),
     Param("iters", "int", 20, "timed samples per variant (R)", minimum=1),
     Param("calls", "int", 3, "eager: steps back to back per sample (K)", minimum=1),
+    _dist.CLOCK,
     Param("seed", "int", 0, "weights and input seed", minimum=0),
     *_dist.TIMEOUTS,
 )
 
 
-GEOMETRY = ("hidden_size", "ffn_size", "layers")
+GEOMETRY = ("hidden_size", "ffn_size", "layers", "heads", "kv_lora_rank", "kv_rope_dim")
+SHARDED = ("hidden_size", "ffn_size", "heads")
+
+
+def points(values: dict[str, Any]) -> list[tuple[int, int]]:
+    """The (batch, draft tokens) points of a validated run, in the order given, each once."""
+    batches = values["batches"] or [1]
+    ks = values["draft_tokens"] if values["draft_tokens"] is not None else [(values["tokens"] or 4) - 1]
+    return list(dict.fromkeys((b, k) for b in batches for k in ks))
 
 
 def validate(params: dict[str, Any]) -> dict[str, Any]:
     """Validated params with defaults (raises RecipeError naming the parameter)."""
     values = _validate(params, SPEC)
-    _dist.static_checks(values)
+    _dist.static_checks(values, min_world=1)
+    if values["tokens"] is not None and values["draft_tokens"] is not None:
+        raise RecipeError(
+            "params.tokens (--tokens): give tokens (one point at batch 1) or draft_tokens (a sweep), not both"
+        )
     ws = values["world_size"]
-    for name in ("hidden_size", "ffn_size"):
+    for name in SHARDED:
         if ws is not None and values[name] % ws:
             raise RecipeError(
                 f"params.{name} (--{name.replace('_', '-')}): {values[name]} is not divisible by world size {ws}"
@@ -68,8 +102,9 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _shard_weights(seed: int, layer: int, rank: int, ws: int, hidden: int, ffn: int, dtype, device):
+def _shard_weights(seed: int, layer: int, rank: int, ws: int, hidden: int, ffn: int, dtype, device, kv=None):
     """This rank's shards of one layer, regenerable by any rank (the reference check needs them).
+    `kv` = (kv_lora_rank, cached values per token) adds the cache read's W_q and W_kv.
 
     Drawn on the device itself (the same seed gives the same values on every GPU of a kind),
     so regenerating 61 layers for the reference stays fast."""
@@ -82,12 +117,41 @@ def _shard_weights(seed: int, layer: int, rank: int, ws: int, hidden: int, ffn: 
     def w(rows: int, cols: int, fan_in: int):
         return (torch.randn(rows, cols, generator=gen, device=device) / fan_in**0.5).to(dtype=dtype)
 
-    return {
+    out = {
         "w_in": w(hidden, h, hidden),
         "w_o": w(h, hidden, hidden),
         "w_up": w(hidden, f, hidden),
         "w_down": w(f, hidden, ffn),
     }
+    if kv is not None:
+        lora, dim = kv
+        out["w_q"] = w(hidden, dim, hidden)
+        out["w_kv"] = w(lora, hidden, lora)
+    return out
+
+
+def _kv_cache(seed: int, layer: int, batch: int, context: int, dim: int, dtype, device):
+    """One layer's MLA cache: `batch` sequences x `context` positions x `dim` values, the same on every
+    rank (MLA caches one latent per token, not per head, so tensor parallelism replicates it)."""
+    import torch
+
+    gen = torch.Generator(device=torch.device(device)).manual_seed(seed * 104729 + layer * 7 + 3)
+    return torch.randn(batch, context, dim, generator=gen, device=device).to(dtype)
+
+
+def _cache_read(h, w, cache, heads: int, lora: int):
+    """Absorbed-MLA attention of the step's tokens over their own sequence's cache: per head, scores
+    q . cache^T over the context, softmax, p @ the cache's latent part; the heads' mean @ W_kv.
+    h: [b x (k+1), hidden], sequence-major; cache: [b, context, dim]."""
+    import torch
+
+    b, _, dim = cache.shape
+    t = h.shape[0]
+    per = t // b
+    q = (h @ w["w_q"]).view(b, per, 1, dim).expand(b, per, heads, dim).reshape(b, per * heads, dim)
+    p = torch.softmax(torch.bmm(q, cache.transpose(1, 2)) * dim**-0.5, dim=-1)
+    out = torch.bmm(p, cache[:, :, :lora]).view(t, heads, lora).mean(1)
+    return out @ w["w_kv"]
 
 
 def _norm(x):
@@ -96,24 +160,32 @@ def _norm(x):
     return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
 
-def _layer(x, w, allreduce):
+def _layer(x, w, allreduce, read=None):
+    """One layer; `read(h)` adds the KV-cache read to the attention-like output before its allreduce."""
     import torch.nn.functional as F
 
-    a = _norm(x) @ w["w_in"]
-    x = x + allreduce(a @ w["w_o"])
+    h = _norm(x)
+    a = h @ w["w_in"] @ w["w_o"]
+    if read is not None:
+        a = a + read(h)
+    x = x + allreduce(a)
     m = F.silu(_norm(x) @ w["w_up"])
     return x + allreduce(m @ w["w_down"])
 
 
-def _reference(values: dict[str, Any], ws: int, x0):
-    """The same stack unsharded, in float32 on x0's device: full weight = concatenation of the shards."""
+def _reference(values: dict[str, Any], ws: int, x0, caches):
+    """The same stack unsharded, in float32 on x0's device: full weight = concatenation of the shards;
+    the cache read is the sum of every rank's heads' reads (over the same caches, in float32)."""
     import torch
 
     x = x0.float()
+    lora = values["kv_lora_rank"]
+    kv = (lora, lora + values["kv_rope_dim"]) if values["context"] else None
+    heads = values["heads"] // ws
     for layer in range(values["layers"]):
         shards = [
             _shard_weights(
-                values["seed"], layer, r, ws, values["hidden_size"], values["ffn_size"], torch.float32, x0.device
+                values["seed"], layer, r, ws, values["hidden_size"], values["ffn_size"], torch.float32, x0.device, kv
             )
             for r in range(ws)
         ]
@@ -123,7 +195,14 @@ def _reference(values: dict[str, Any], ws: int, x0):
             "w_up": torch.cat([s["w_up"] for s in shards], 1),
             "w_down": torch.cat([s["w_down"] for s in shards], 0),
         }
-        x = _layer(x, full, lambda t: t)
+        read = None
+        if caches[layer] is not None:
+            cache = caches[layer].float()
+
+            def read(h, cache=cache, shards=shards):
+                return sum(_cache_read(h, s, cache, heads, lora) for s in shards)
+
+        x = _layer(x, full, lambda t: t, read)
     return x
 
 
@@ -138,41 +217,62 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     import torch
 
     ws = rank.world_size
-    hidden, ffn, layers, tokens = values["hidden_size"], values["ffn_size"], values["layers"], values["tokens"]
-    if hidden % ws or ffn % ws:
-        print(f"verify_step: hidden {hidden} and ffn {ffn} must divide by world size {ws}", file=sys.stderr)
+    hidden, ffn, layers = values["hidden_size"], values["ffn_size"], values["layers"]
+    if any(values[name] % ws for name in SHARDED):
+        print(f"verify_step: {_divisible(values, ws)}", file=sys.stderr)
         return 2
     dtype = _dist.torch_dtype(values["dtype"])
+    elt = _dist.DTYPE_BYTES[values["dtype"]]
+    context, lora = values["context"], values["kv_lora_rank"]
+    dim = lora + values["kv_rope_dim"]
+    kv = (lora, dim) if context else None
+    heads = values["heads"] // ws
+    pts = points(values)
+    max_batch = max(b for b, _ in pts)
+    max_tokens = max(b * (k + 1) for b, k in pts)
     weights = [
-        _shard_weights(values["seed"], layer, rank.rank, ws, hidden, ffn, dtype, rank.device) for layer in range(layers)
+        _shard_weights(values["seed"], layer, rank.rank, ws, hidden, ffn, dtype, rank.device, kv)
+        for layer in range(layers)
     ]
-    ar = _dist.Allreduce(rank, (tokens, hidden), values["dtype"])
-
-    def reduce(t):
-        ar.buffer.copy_(t)
-        return ar().clone()  # the buffer is reused by the next allreduce
-
+    caches = [
+        _kv_cache(values["seed"], layer, max_batch, context, dim, dtype, rank.device) if context else None
+        for layer in range(layers)
+    ]
     gen = torch.Generator().manual_seed(values["seed"] + 17)
-    x0 = torch.randn(tokens, hidden, generator=gen).to(dtype=dtype, device=rank.device)
-    inp = x0.clone()
-
-    def full():
-        x = inp
-        for w in weights:
-            x = _layer(x, w, reduce)
-        return x
-
-    def compute_only():
-        x = inp
-        for w in weights:
-            x = _layer(x, w, lambda t: t)
-        return x
-
-    def comm_only():
-        for _ in range(2 * layers):
-            ar()
-
+    x_all = torch.randn(max_tokens, hidden, generator=gen).to(dtype=dtype, device=rank.device)
     graph = values["mode"] == "graph"
+    timer = _dist.timer_for(rank, values["clock"])
+
+    def build(b: int, k: int):
+        """The point's three bodies over static buffers: full, compute only, allreduce only (None at ws 1)."""
+        t = b * (k + 1)
+        inp = x_all[:t]
+        reads = [
+            (lambda h, w=w, c=c[:b]: _cache_read(h, w, c, heads, lora)) if c is not None else None
+            for w, c in zip(weights, caches)
+        ]
+        ar = _dist.Allreduce(rank, (t, hidden), values["dtype"]) if ws > 1 else None
+
+        def reduce(x):
+            assert ar is not None
+            ar.buffer.copy_(x)
+            return ar().clone()  # the buffer is reused by the next allreduce
+
+        def run(allreduce):
+            x = inp
+            for w, read in zip(weights, reads):
+                x = _layer(x, w, allreduce, read)
+            return x
+
+        def comm_only():
+            assert ar is not None
+            for _ in range(2 * layers):
+                ar()
+
+        if ar is None:
+            return (lambda: run(lambda x: x)), (lambda: run(lambda x: x)), None
+        return (lambda: run(reduce)), (lambda: run(lambda x: x)), comm_only
+
     tags = {
         "backend": rank.backend,
         "mode": values["mode"],
@@ -181,13 +281,13 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "hidden_size": hidden,
         "ffn_size": ffn,
         "layers": layers,
-        "tokens": tokens,
-        "allreduces": 2 * layers,
-        "bytes": tokens * hidden * _dist.DTYPE_BYTES[values["dtype"]],
+        "heads": values["heads"],
+        "kv_dim": dim if context else 0,
+        "allreduces": 2 * layers if ws > 1 else 0,
         "scaled": _dist.scaled(values, SPEC, GEOMETRY),
-        "timer": _dist.timer_for(rank).name,
+        "timer": timer.name,
         "method": "graph-replay" if graph else "nccl-tests",
-        "samples": values["iters"],
+        "sample_count": values["iters"],
         "calls_per_sample": 1 if graph else values["calls"],
         **_dist.knob_tags(),
         **_dist.stack_tags(rank),
@@ -203,100 +303,160 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     world_tags = {**tags, **scopes[0].tags(topo)} if multi else tags
     rank.log(
         f"verify_step: backend={rank.backend} mode={values['mode']} world_size={ws} layers={layers} "
-        f"tokens={tokens} hidden={hidden} ffn={ffn} dtype={values['dtype']} allreduces={2 * layers}"
+        f"hidden={hidden} ffn={ffn} dtype={values['dtype']} allreduces={tags['allreduces']} "
+        f"context={context} heads={values['heads']} kv_dim={tags['kv_dim']} timer={timer.name}; "
+        f"{len(pts)} point(s) (batch, draft tokens): " + " ".join(f"({b},{k})" for b, k in pts)
     )
 
-    out = full().float().cpu()
+    cb, ck = min(pts, key=lambda p: p[0] * (p[1] + 1))
+    rank.phase(f"checking batch {cb}, {ck} draft tokens against the float32 reference")
+    out = build(cb, ck)[0]().float().cpu()
     rank.synchronize()
     ok = True
     if rank.rank == 0:
-        ref = _reference(values, ws, x0).cpu()
+        ref = _reference(values, ws, x_all[: cb * (ck + 1)], [c[:cb] if c is not None else None for c in caches])
+        ref = ref.cpu()
         rel = float((out - ref).norm() / ref.norm())
         limit = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}[values["dtype"]]
         ok = rel <= limit and bool(torch.isfinite(out).all())
         print(
-            f"verify_step: correctness {'ok' if ok else 'FAILED'} vs unsharded reference "
-            f"(relative error {rel:.3g}, limit {limit:g})",
+            f"verify_step: correctness {'ok' if ok else 'FAILED'} vs unsharded reference at batch {cb}, "
+            f"{ck} draft tokens (relative error {rel:.3g}, limit {limit:g})",
             flush=True,
         )
     if not rank.all_true(ok):
         return 1
 
-    times: dict[str, list[float]] = {}
-    for name, body in (("full", full), ("compute", compute_only), ("comm", comm_only)):
-        rank.phase(f"timing {name}")
-        if graph:
-            captured = _dist.capture_graph(rank, body)
-            times[name] = _dist.time_graph(rank, captured, values["warmup"], values["iters"])
-            del captured
-        else:
-            times[name] = _dist.time_eager(rank, body, values["warmup"], values["calls"], values["iters"])
-        times[name] = rank.max_across(times[name])
-    scoped: list[tuple[_dist.Scope, list[float]]] = []
-    if multi:
-        rank.phase("timing allreduce only within each node, then across nodes")
+    rows = []
+    for b, k in pts:
+        t = b * (k + 1)
+        full, compute_only, comm_only = build(b, k)
+        variants = [("full", full), ("compute", compute_only), ("comm", comm_only)] if comm_only else []
+        variants = variants or [("compute", compute_only)]
+        times: dict[str, list[float]] = {}
+        for name, body in variants:
+            rank.phase(f"batch {b}, {k} draft tokens ({t} tokens): timing {name}")
+            if graph:
+                captured = _dist.capture_graph(rank, body)
+                times[name] = _dist.time_graph(rank, captured, values["warmup"], values["iters"], values["clock"])
+                del captured
+            else:
+                times[name] = _dist.time_eager(
+                    rank, body, values["warmup"], values["calls"], values["iters"], values["clock"]
+                )
+            times[name] = rank.max_across(times[name])
+        times.setdefault("full", times["compute"])  # world size 1: no allreduce, the step is its compute
+        scoped: list[tuple[_dist.Scope, list[float]]] = []
+        if multi:
+            rank.phase(f"batch {b}, {k} draft tokens: timing allreduce only within each node, then across nodes")
 
-        def prepare(view: _dist.Rank):
-            part = _dist.Allreduce(view, (tokens, hidden), values["dtype"])
-            ok, _, _ = _dist.check_allreduce(part, values["seed"], values["dtype"])
+            def prepare(view: _dist.Rank, t=t):
+                part = _dist.Allreduce(view, (t, hidden), values["dtype"])
+                ok, _, _ = _dist.check_allreduce(part, values["seed"], values["dtype"])
 
-            def comm_in_scope():
-                for _ in range(2 * layers):
-                    part()
+                def comm_in_scope():
+                    for _ in range(2 * layers):
+                        part()
 
-            return ok, comm_in_scope
+                return ok, comm_in_scope
 
-        found = _dist.time_scopes(rank, scopes, prepare, graph, values["warmup"], values["calls"], values["iters"])
-        if found is None:
-            print("verify_step: allreduce check FAILED within a node or across the node leaders", file=sys.stderr)
-            return 1
-        scoped = found
-    med = {name: _dist.summarize(samples) for name, samples in times.items()}
-    verify_ms = med["full"]["median"] / 1000
-    compute_ms = med["compute"]["median"] / 1000
-    comm_ms = max(verify_ms - compute_ms, 0.0)
-    isolated_ms = med["comm"]["median"] / 1000
-    share = comm_ms / verify_ms if verify_ms > 0 else 0.0
-    in_situ_us = comm_ms * 1000 / (2 * layers)
+            found = _dist.time_scopes(rank, scopes, prepare, graph, values["warmup"], values["calls"], values["iters"])
+            if found is None:
+                print("verify_step: allreduce check FAILED within a node or across the node leaders", file=sys.stderr)
+                return 1
+            scoped = found
+        del full, compute_only, comm_only
+        point = {
+            "batch": b,
+            "draft_tokens": k,
+            "tokens": t,
+            "context": context,
+            "bytes": t * hidden * elt,
+            "kv_bytes": b * context * dim * elt * layers,
+        }
+        if rank.rank == 0:
+            rows.append(_emit_point(values, ws, point, times, scoped, tags, world_tags, topo))
     if rank.rank == 0:
-        spread: dict[str, Any] = {"p10_ms": med["full"]["p10"] / 1000, "p90_ms": med["full"]["p90"] / 1000}
-        emit(M.VERIFY_TIME_MS, verify_ms, "ms", **spread, **world_tags)
-        if tokens == 1:
-            emit(M.DECODE_STEP_MS, verify_ms, "ms", **spread, **world_tags)
-        emit(M.VERIFY_COMPUTE_MS, compute_ms, "ms", **world_tags)
-        emit(M.VERIFY_COMM_MS, comm_ms, "ms", derived="verify_time - compute_only", **world_tags)
-        emit(M.VERIFY_COMM_ISOLATED_MS, isolated_ms, "ms", **world_tags)
-        emit(M.VERIFY_COMM_SHARE, share, "", **world_tags)
-        emit(M.ALLREDUCE_IN_SITU_US, in_situ_us, "us", **world_tags)
-        emit(M.ALLREDUCE_ISOLATED_US, isolated_ms * 1000 / (2 * layers), "us", **world_tags)
-        lines = [("verify step", med["full"]), ("compute only", med["compute"]), ("allreduce only", med["comm"])]
-        # The same allreduces alone within each node and among the leaders: the world's communication
-        # split into what stays on a node and what crosses the fabric.
-        for scope, samples in scoped:
-            s = _dist.summarize(samples)
-            scope_tags = {**tags, **scope.tags(topo)}
-            emit(M.VERIFY_COMM_ISOLATED_MS, s["median"] / 1000, "ms", **scope_tags)
-            emit(M.ALLREDUCE_ISOLATED_US, s["median"] / (2 * layers), "us", **scope_tags)
-            where = f"node {topo.names[scope.node]}" if scope.node is not None else scope.name
-            lines.append((f"allreduce only, {where}", s))
-        width = max(16, *(len(label) for label, _ in lines))
-        print(f"{'variant':<{width}} {'median_ms':>10} {'p10_ms':>9} {'p90_ms':>9}")
-        for label, s in lines:
-            print(f"{label:<{width}} {s['median'] / 1000:>10.3f} {s['p10'] / 1000:>9.3f} {s['p90'] / 1000:>9.3f}")
-        print(
-            f"communication in situ {comm_ms:.3f} ms = {share:.1%} of the verify step; "
-            f"{in_situ_us:.1f} us per allreduce x {2 * layers}",
-            flush=True,
-        )
-        if tokens == 1:
-            print(f"decode step (1 token, {values['backend']}, {values['mode']}): {verify_ms:.3f} ms", flush=True)
+        _print_table(rows, values, ws)
     return 0
 
 
+def _ms(samples_us: list[float]) -> list[float]:
+    return [s / 1000 for s in samples_us]
+
+
+def _emit_point(values, ws, point, times, scoped, tags, world_tags, topo) -> dict[str, Any]:
+    """The metric lines of one (batch, draft tokens) point (rank 0); returns its row of the table."""
+    layers = values["layers"]
+    pt = {**world_tags, **point}
+    full, compute = _ms(times["full"]), _ms(times["compute"])
+    f, c = _dist.summarize(full), _dist.summarize(compute)
+    emit(M.VERIFY_TIME_MS, f["median"], "ms", p10_ms=f["p10"], p90_ms=f["p90"], samples=full, **pt)
+    if point["draft_tokens"] == 0:
+        emit(M.DECODE_STEP_MS, f["median"], "ms", p10_ms=f["p10"], p90_ms=f["p90"], samples=full, **pt)
+    emit(M.VERIFY_COMPUTE_MS, c["median"], "ms", p10_ms=c["p10"], p90_ms=c["p90"], samples=compute, **pt)
+    row: dict[str, Any] = {**point, "full": f, "compute": c, "comm": None}
+    if ws == 1:
+        return row  # no allreduce: no communication figure (not a zero)
+    comm_ms = max(f["median"] - c["median"], 0.0)
+    isolated = _ms(times["comm"])
+    i = _dist.summarize(isolated)
+    share = comm_ms / f["median"] if f["median"] > 0 else 0.0
+    in_situ_us = comm_ms * 1000 / (2 * layers)
+    emit(M.VERIFY_COMM_MS, comm_ms, "ms", derived="verify_time - compute_only", **pt)
+    emit(M.VERIFY_COMM_ISOLATED_MS, i["median"], "ms", p10_ms=i["p10"], p90_ms=i["p90"], samples=isolated, **pt)
+    emit(M.VERIFY_COMM_SHARE, share, "", **pt)
+    emit(M.ALLREDUCE_IN_SITU_US, in_situ_us, "us", **pt)
+    per_ar = [s * 1000 / (2 * layers) for s in isolated]
+    emit(M.ALLREDUCE_ISOLATED_US, i["median"] * 1000 / (2 * layers), "us", samples=per_ar, **pt)
+    row.update(comm=i, comm_ms=comm_ms, share=share, in_situ_us=in_situ_us, scoped=[])
+    # The same allreduces alone within each node and among the leaders: the world's communication
+    # split into what stays on a node and what crosses the fabric.
+    for scope, samples in scoped:
+        s_ms = _ms(samples)
+        s = _dist.summarize(s_ms)
+        scope_tags = {**tags, **point, **scope.tags(topo)}
+        emit(M.VERIFY_COMM_ISOLATED_MS, s["median"], "ms", samples=s_ms, **scope_tags)
+        emit(M.ALLREDUCE_ISOLATED_US, s["median"] * 1000 / (2 * layers), "us", **scope_tags)
+        where = f"node {topo.names[scope.node]}" if scope.node is not None else scope.name
+        row["scoped"].append((f"allreduce only, {where}", s))
+    return row
+
+
+def _print_table(rows: list[dict[str, Any]], values: dict[str, Any], ws: int) -> None:
+    layers = values["layers"]
+    print(
+        f"{'batch':>5} {'k':>2} {'tokens':>6} {'verify_ms':>10} {'p10_ms':>9} {'p90_ms':>9} {'compute_ms':>10}"
+        + (f" {'comm_ms':>8} {'share':>6} {'ar_us':>7} {'isolated_ms':>11}" if ws > 1 else "")
+    )
+    for r in rows:
+        f, c = r["full"], r["compute"]
+        line = (
+            f"{r['batch']:>5} {r['draft_tokens']:>2} {r['tokens']:>6} {f['median']:>10.3f} {f['p10']:>9.3f} "
+            f"{f['p90']:>9.3f} {c['median']:>10.3f}"
+        )
+        if r["comm"] is not None:
+            line += f" {r['comm_ms']:>8.3f} {r['share']:>6.1%} {r['in_situ_us']:>7.1f} {r['comm']['median']:>11.3f}"
+        print(line)
+        for label, s in r.get("scoped", []):
+            print(f"      {label}: {s['median']:.3f} ms (p10 {s['p10']:.3f}, p90 {s['p90']:.3f})")
+    if ws > 1:
+        print(f"communication in situ = verify - compute only; ar_us: per allreduce x {2 * layers}", flush=True)
+    else:
+        print("world size 1: no allreduce; the verify step is its compute", flush=True)
+    for r in rows:
+        if r["draft_tokens"] == 0:
+            print(
+                f"decode step (batch {r['batch']}, {values['backend']}, {values['mode']}): "
+                f"{r['full']['median']:.3f} ms",
+                flush=True,
+            )
+
+
 def _divisible(values: dict[str, Any], world: int) -> str | None:
-    if values["hidden_size"] % world or values["ffn_size"] % world:
+    if any(values[name] % world for name in SHARDED):
         return (
-            f"hidden size {values['hidden_size']} and ffn size {values['ffn_size']} "
+            f"hidden size {values['hidden_size']}, ffn size {values['ffn_size']} and heads {values['heads']} "
             f"must be divisible by the world size {world}"
         )
     return None
@@ -311,6 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         validate=validate,
         worker=worker,
         world_check=_divisible,
+        min_world=1,
     )
 
 

@@ -34,7 +34,7 @@ def test_symm_mem_in_graphs_and_the_answer_inputs_are_candidates():
             approaches[key]["recipe"]["kind"] == "verify_step"
             and approaches[key]["recipe"]["params"]["mode"] == "graph"
         )
-    assert approaches["decode-step-nccl-graph"]["recipe"]["params"]["tokens"] == 1
+    assert approaches["decode-step-nccl-graph"]["recipe"]["params"]["draft_tokens"] == [0]
     assert {approaches[k]["recipe"]["params"]["mode"] for k in ("draft-step-graph", "draft-step-eager")} == {
         "graph",
         "eager",
@@ -55,3 +55,25 @@ def test_gpu_candidates_stay_off_cpu_runners():
             assert not unmet_cpu, approach["key"]
             cpu_runnable.append(approach["key"])
     assert cpu_runnable == ["gloo-cpu", "verify-step-gloo-cpu", "draft-step-cpu"]
+
+
+def test_gpu_steps_sweep_batch_1_to_128_and_draft_tokens_1_to_7():
+    approaches = {a["key"]: a for a in yaml.safe_load(DEMO.read_text())["approaches"]}
+    batches = [1, 2, 4, 8, 16, 32, 64, 128]
+    for key, approach in approaches.items():
+        recipe = approach["recipe"]
+        if recipe["kind"] not in ("verify_step", "draft_step") or not _needs_gpu(recipe):
+            continue
+        values = build_launch(recipe).argv
+        params = recipe["params"]
+        assert params["batches"] == batches, key
+        assert "tokens" not in params, key  # the sweep, not the old single point
+        if recipe["kind"] == "verify_step":
+            assert params["context"] == 1024 and f"--batches={','.join(map(str, batches))}" in values, key
+            expected = (
+                [0] if key.startswith("decode-step") else [1, 3, 7] if params["mode"] == "eager" else list(range(1, 8))
+            )
+            assert params["draft_tokens"] == expected, key
+            assert max(batches) * (max(expected) + 1) <= 1024, key  # verify up to 1,024 tokens
+        else:
+            assert params["context_len"] == 1024, key
