@@ -320,3 +320,68 @@ class ShareLink(SQLModel, table=True):
     created_by: str = Field(default="", max_length=120)
     created_at: datetime = _created()
     revoked_at: datetime | None = _ts()
+
+
+class NotificationEvent(StrEnum):
+    """What a destination can be told (docs/notifications.md)."""
+
+    trial_ended = "trial.ended"
+    verdict_waiting = "verdict.waiting"
+    verdict_confirmed = "verdict.confirmed"
+    retest_flagged = "retest.flagged"
+    regression_detected = "regression.detected"
+    runner_lost = "runner.lost"
+    queue_drained = "queue.drained"
+    replay_finished = "replay.finished"
+    test = "test"  # "Send a test message": always delivered, whatever the destination's events
+
+
+class DeliveryState(StrEnum):
+    pending = "pending"
+    sending = "sending"  # claimed by the hub's notifier; back to pending if the server died meanwhile
+    retrying = "retrying"
+    sent = "sent"
+    failed = "failed"  # given up after MAX_ATTEMPTS
+
+
+class NotificationTarget(SQLModel, table=True):
+    """A destination (an Apprise URL: Slack, Teams, Discord, ntfy, a JSON webhook, email, ...), for one
+    campaign or (campaign_id None) the whole board. The URL holds secrets: only `redacted` is ever shown."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int | None = Field(default=None, foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    url: str = Field(sa_column=Column(Text, nullable=False))
+    redacted: str = Field(max_length=500)
+    events: list[str] = _json(list)
+    waiting_hours: float = Field(default=4.0, description="verdict.waiting: after this many hours without a verdict.")
+    created_by: str = Field(default="", max_length=120)
+    created_at: datetime = _created()
+    disabled_at: datetime | None = _ts()
+    last_sent_at: datetime | None = _ts()  # the coalescing window starts here
+
+
+class NotificationOutbox(SQLModel, table=True):
+    """One event for one destination, written in the transaction of the event itself; the hub's notifier
+    delivers it (retried with backoff, coalesced into digests) and keeps it as the delivery log."""
+
+    __table_args__ = (
+        UniqueConstraint("target_id", "dedupe_key", name="uq_outbox_target_dedupe"),
+        Index("ix_outbox_state_due", "state", "next_attempt_at"),
+        Index("ix_outbox_target_created", "target_id", "created_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    target_id: int = Field(foreign_key="notificationtarget.id", ondelete="CASCADE")
+    event: str = Field(max_length=40)
+    dedupe_key: str = Field(max_length=200)
+    title: str = Field(max_length=300)
+    body: str = Field(sa_column=Column(Text, nullable=False))
+    link: str = Field(default="", max_length=500)
+    state: str = Field(default=DeliveryState.pending, max_length=20)
+    attempts: int = 0
+    next_attempt_at: datetime = _created()
+    claimed_at: datetime | None = _ts()
+    last_error: str = Field(default="", sa_column=Column(Text, nullable=False))
+    batch_size: int = Field(default=0, description="How many events the message that carried this one held.")
+    created_at: datetime = _created()
+    sent_at: datetime | None = _ts()
