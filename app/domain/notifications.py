@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import apprise
 from sqlalchemy import func, insert, update
 from sqlmodel import Session, col, select
 
@@ -56,8 +57,6 @@ MAX_URL = 2000
 def redact(url: str) -> str:
     """What may be shown of a destination URL: Apprise's own privacy form (passwords and tokens masked),
     without the query string, and any path segment that looks like a token (a webhook's secret) masked to its ends."""
-    import apprise
-
     plugin = apprise.Apprise.instantiate(url)
     if plugin is None:
         raise Invalid("not a notification URL Apprise knows (e.g. slack://, msteams://, json://, ntfy://)", field="url")

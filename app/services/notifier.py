@@ -13,6 +13,7 @@ import asyncio
 import logging
 from datetime import datetime
 
+import apprise
 from fastapi import FastAPI
 
 from app.domain import notifications
@@ -28,8 +29,6 @@ SEND_TIMEOUT_S = 15.0
 
 def send(message: notifications.Message) -> str | None:
     """Send one message; None when every destination took it, else the error Apprise gave."""
-    import apprise
-
     errors: list[str] = []
 
     def keep(entry: object, _plugin: object = None) -> None:
