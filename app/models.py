@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, Index, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -385,3 +385,26 @@ class NotificationOutbox(SQLModel, table=True):
     batch_size: int = Field(default=0, description="How many events the message that carried this one held.")
     created_at: datetime = _created()
     sent_at: datetime | None = _ts()
+
+
+class Artifact(SQLModel, table=True):
+    """A file a trial left (results, profiles, traces), stored content-addressed by the board's artifact store
+    (app/domain/artifacts.py). `removed_at`: deleted by the campaign's retention limit (the row stays, so the
+    trial page says so)."""
+
+    __table_args__ = (
+        UniqueConstraint("trial_id", "name", name="uq_artifact_trial_name"),
+        Index("ix_artifact_campaign_created", "campaign_id", "created_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    trial_id: int = Field(foreign_key="trial.id", index=True, ondelete="CASCADE")
+    campaign_id: int = Field(foreign_key="campaign.id", ondelete="CASCADE")
+    name: str = Field(max_length=255, description="Path within the trial's artifacts directory, '/'-separated.")
+    size: int = Field(sa_column=Column(BigInteger, nullable=False))
+    sha256: str = Field(max_length=64, index=True)
+    content_type: str = Field(max_length=100)
+    uploaded_by: str = Field(default="", max_length=120)
+    created_at: datetime = _created()
+    removed_at: datetime | None = _ts()
+    removed_reason: str = Field(default="", max_length=200)

@@ -17,6 +17,7 @@ What is counted:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import ijson
+
+from app.domain.errors import Invalid
 
 # Collective implementations by kernel (or span) name, most specific first.
 COLLECTIVES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -102,8 +105,11 @@ class TraceSummary:
         ]
 
 
-class TraceError(ValueError):
+class TraceError(Invalid):
     """The file is not a Chrome / Kineto trace (said in words)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="trace")
 
 
 def _events(stream: IO[bytes]) -> Iterable[dict[str, Any]]:
@@ -115,6 +121,12 @@ def _events(stream: IO[bytes]) -> Iterable[dict[str, Any]]:
         yield from ijson.items(stream, prefix, use_float=True)
     except ijson.JSONError as exc:
         raise TraceError(f"not a Chrome trace (JSON): {exc}") from None
+
+
+@functools.lru_cache(maxsize=32)
+def read_stored(path: Path, sha256: str) -> TraceSummary:
+    """read_trace of a stored artifact, once per content (its hash is the key: an object never changes)."""
+    return read_trace(path)
 
 
 def read_trace(source: Path, step_names: Iterable[str] = DEFAULT_STEPS) -> TraceSummary:
