@@ -9,7 +9,6 @@ uploader are checked in a read transaction first, the row is written in a short 
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from app.domain import traces
 from app.domain.errors import NotFound
 from app.live import run_in_tx
 from app.models import Artifact, Runner, Trial
+from app.services.artifacts import complete_upload
 
 router = APIRouter(prefix="/api", tags=["artifacts"])
 # The upload routes take the trial's runner token as well as a person's credential (AuthenticateFirst lets a
@@ -187,15 +187,8 @@ async def upload_complete(request: Request, trial_id: RowId, data: UploadComplet
     retention limit the oldest artifacts are removed (the list says so)."""
     trial, who = await _who(request, trial_id)
     name = store_domain.check_name(data.name)
-    store = store_of(request)
-    size, sha = await asyncio.to_thread(store.finish_checked, trial_id, name, data.size, data.sha256)
-    row, _removed = await run_in_tx(
-        request.app.state.engine,
-        functools.partial(store_domain.record, store=store, caps=_caps(request), actor=who),
-        trial,
-        name,
-        size,
-        sha,
+    row, _removed = await complete_upload(
+        request.app, trial, name, data.size, data.sha256, store=store_of(request), caps=_caps(request), actor=who
     )
     return ArtifactPublic.of(row)
 
