@@ -87,6 +87,17 @@ class Settings(BaseSettings):
     login_attempts_per_minute: int = Field(
         10, ge=1, description="Failed login-link attempts allowed per client address per minute; then 429."
     )
+    artifact_max_file_bytes: int = Field(
+        4 * 1024**3, ge=1, description="Largest artifact file a trial may upload (413 past it)."
+    )
+    artifact_max_trial_bytes: int = Field(
+        8 * 1024**3, ge=1, description="Most artifact bytes one trial may keep, all its files together."
+    )
+    artifact_retention_bytes: int = Field(
+        50 * 1024**3,
+        ge=1,
+        description="Most artifact bytes a campaign keeps; past it the oldest artifacts are removed first.",
+    )
     cancel_grace_s: float = Field(10.0, description="SIGTERM to SIGKILL grace when a trial is cancelled or times out.")
     log_level: str = Field(
         "INFO", description="Level of the server's and the runner's logs on stderr: DEBUG, INFO, WARNING or ERROR."

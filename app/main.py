@@ -12,8 +12,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import __version__
+from app.api import artifacts as api_artifacts
 from app.api import campaigns as api_campaigns
 from app.api import livelog, pagefeed, runner_socket
+from app.api import notifications as api_notifications
 from app.api import runners as api_runners
 from app.api import share_links as api_share_links
 from app.api import trials as api_trials
@@ -21,16 +23,18 @@ from app.api import users as api_users
 from app.config import Settings, get_settings, resource_dir
 from app.db import make_engine, migrate
 from app.errors import install_error_handlers, install_openapi
-from app.middleware import AuthenticateFirst, BodyLimit, SecurityHeaders
+from app.middleware import RUNNER_UPLOADS, AuthenticateFirst, BodyLimit, SecurityHeaders
 from app.pageworkers import FromHub, PageProxy, PageWorkerPool
 from app.security import LoginLimiter, SessionSigner
 from app.services import lifespan as server_lifespan
 from app.templating import PLOTLY_JS, make_templates
+from app.web import artifacts as web_artifacts
 from app.web import auth as web_auth
 from app.web import campaigns as web_campaigns
 from app.web import charts as web_charts
 from app.web import compare as web_compare
 from app.web import docs as web_docs
+from app.web import notifications as web_notifications
 from app.web import share as web_share
 from app.web import trials as web_trials
 from app.web import users as web_users
@@ -55,6 +59,10 @@ ROUTERS = [
     web_verdicts.router,
     web_users.router,
     api_users.router,
+    api_notifications.router,
+    api_artifacts.router,
+    web_artifacts.router,
+    web_notifications.router,
 ]
 
 
@@ -116,6 +124,7 @@ def create_app(
         BodyLimit,
         default=settings.max_body_bytes,
         limits={"/campaigns/import": settings.max_campaign_file_bytes + 64 * 1024},
+        patterns={RUNNER_UPLOADS: api_artifacts.MAX_CHUNK},
     )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_allowlist(), www_redirect=False)
     app.add_middleware(SecurityHeaders)

@@ -9,6 +9,7 @@ before their body is read.
 from __future__ import annotations
 
 import json
+import re
 
 from anyio import to_thread
 from fastapi import HTTPException
@@ -94,14 +95,20 @@ def _plain(status: int, detail: str, headers: list[tuple[bytes, bytes]] | None =
 class BodyLimit:
     """Refuses request bodies over the route's limit with 413: at once when Content-Length says
     so, else as soon as the streamed bytes pass it (nothing past the limit is read).
-    `limits` maps a path suffix to its own limit (the campaign-file import)."""
+    `limits` maps a path suffix to its own limit (the campaign-file import), `patterns` a full-path pattern
+    (an artifact upload's chunk)."""
 
-    def __init__(self, app: ASGIApp, default: int, limits: dict[str, int]) -> None:
-        self.app, self.default, self.limits = app, default, limits
+    def __init__(
+        self, app: ASGIApp, default: int, limits: dict[str, int], patterns: dict[re.Pattern[str], int] | None = None
+    ) -> None:
+        self.app, self.default, self.limits, self.patterns = app, default, limits, patterns or {}
 
     def limit_for(self, path: str) -> int:
         for suffix, limit in self.limits.items():
             if path.endswith(suffix):
+                return limit
+        for pattern, limit in self.patterns.items():
+            if pattern.fullmatch(path):
                 return limit
         return self.default
 
@@ -144,6 +151,15 @@ class BodyLimit:
                 await too_large(send)
 
 
+# Trial artifact uploads (app/api/artifacts.py) take a runner's token too: the route checks it, before the body.
+RUNNER_UPLOADS = re.compile(r"/api/trials/[0-9]+/(uploads/.+|artifacts)")
+
+
+def _runner_upload(scope: Scope) -> bool:
+    has_bearer = any(k == b"authorization" and v[:7].lower() == b"bearer " for k, v in scope.get("headers", []))
+    return has_bearer and RUNNER_UPLOADS.fullmatch(scope["path"]) is not None
+
+
 class AuthenticateFirst:
     """Unsafe methods need an operator before their body is read or parsed: an anonymous
     100 MB POST costs a header check, not 100 MB of memory. The routes check again (with CSRF)."""
@@ -157,6 +173,7 @@ class AuthenticateFirst:
             and scope["method"] in UNSAFE_METHODS
             and not scope["path"].startswith(PUBLIC_PREFIXES + PUBLIC_WRITE_PREFIXES)
             and scope["path"] not in PUBLIC_WRITES
+            and not _runner_upload(scope)
         ):
             if await to_thread.run_sync(operator_from, HTTPConnection(scope)) is None:
                 await login_required(Request(scope, receive))(scope, receive, send)

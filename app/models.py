@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Column, DateTime, Index, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -379,3 +379,91 @@ class ShareLink(SQLModel, table=True):
     created_by: str = Field(default="", max_length=120)
     created_at: datetime = _created()
     revoked_at: datetime | None = _ts()
+
+
+class NotificationEvent(StrEnum):
+    """What a destination can be told (docs/notifications.md)."""
+
+    trial_ended = "trial.ended"
+    verdict_waiting = "verdict.waiting"
+    verdict_confirmed = "verdict.confirmed"
+    retest_flagged = "retest.flagged"
+    regression_detected = "regression.detected"
+    runner_lost = "runner.lost"
+    queue_drained = "queue.drained"
+    replay_finished = "replay.finished"
+    test = "test"  # "Send a test message": always delivered, whatever the destination's events
+
+
+class DeliveryState(StrEnum):
+    pending = "pending"
+    sending = "sending"  # claimed by the hub's notifier; back to pending if the server died meanwhile
+    retrying = "retrying"
+    sent = "sent"
+    failed = "failed"  # given up after MAX_ATTEMPTS
+
+
+class NotificationTarget(SQLModel, table=True):
+    """A destination (an Apprise URL: Slack, Teams, Discord, ntfy, a JSON webhook, email, ...), for one
+    campaign or (campaign_id None) the whole board. The URL holds secrets: only `redacted` is ever shown."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int | None = Field(default=None, foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    url: str = Field(sa_column=Column(Text, nullable=False))
+    redacted: str = Field(max_length=500)
+    events: list[str] = _json(list)
+    waiting_hours: float = Field(default=4.0, description="verdict.waiting: after this many hours without a verdict.")
+    created_by: str = Field(default="", max_length=120)
+    created_at: datetime = _created()
+    disabled_at: datetime | None = _ts()
+    last_sent_at: datetime | None = _ts()  # the coalescing window starts here
+
+
+class NotificationOutbox(SQLModel, table=True):
+    """One event for one destination, written in the transaction of the event itself; the hub's notifier
+    delivers it (retried with backoff, coalesced into digests) and keeps it as the delivery log."""
+
+    __table_args__ = (
+        UniqueConstraint("target_id", "dedupe_key", name="uq_outbox_target_dedupe"),
+        Index("ix_outbox_state_due", "state", "next_attempt_at"),
+        Index("ix_outbox_target_created", "target_id", "created_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    target_id: int = Field(foreign_key="notificationtarget.id", ondelete="CASCADE")
+    event: str = Field(max_length=40)
+    dedupe_key: str = Field(max_length=200)
+    title: str = Field(max_length=300)
+    body: str = Field(sa_column=Column(Text, nullable=False))
+    link: str = Field(default="", max_length=500)
+    state: str = Field(default=DeliveryState.pending, max_length=20)
+    attempts: int = 0
+    next_attempt_at: datetime = _created()
+    claimed_at: datetime | None = _ts()
+    last_error: str = Field(default="", sa_column=Column(Text, nullable=False))
+    batch_size: int = Field(default=0, description="How many events the message that carried this one held.")
+    created_at: datetime = _created()
+    sent_at: datetime | None = _ts()
+
+
+class Artifact(SQLModel, table=True):
+    """A file a trial left (results, profiles, traces), stored content-addressed by the board's artifact store
+    (app/domain/artifacts.py). `removed_at`: deleted by the campaign's retention limit (the row stays, so the
+    trial page says so)."""
+
+    __table_args__ = (
+        UniqueConstraint("trial_id", "name", name="uq_artifact_trial_name"),
+        Index("ix_artifact_campaign_created", "campaign_id", "created_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    trial_id: int = Field(foreign_key="trial.id", index=True, ondelete="CASCADE")
+    campaign_id: int = Field(foreign_key="campaign.id", ondelete="CASCADE")
+    name: str = Field(max_length=255, description="Path within the trial's artifacts directory, '/'-separated.")
+    size: int = Field(sa_column=Column(BigInteger, nullable=False))
+    sha256: str = Field(max_length=64, index=True)
+    content_type: str = Field(max_length=100)
+    uploaded_by: str = Field(default="", max_length=120)
+    created_at: datetime = _created()
+    removed_at: datetime | None = _ts()
+    removed_reason: str = Field(default="", max_length=200)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import gc
 import logging
 import os
@@ -56,6 +57,7 @@ from app.protocol import (
     Welcome,
     parse_server_message,
 )
+from runners import artifacts
 from runners import fingerprint as node
 from runners.executors import LocalExecutor, spooled_end
 from runners.process import (
@@ -177,6 +179,7 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ws: ClientConnection | None = None
         self._fingerprint_task: asyncio.Task[dict[str, Any]] | None = None
+        self._uploads: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -197,6 +200,8 @@ class Agent:
                     )
                 )
             await self._recover_spool()
+            for trial_id, _ in artifacts.pending_dirs(self.options.spool_dir):  # left by a runner that died
+                self._upload_artifacts(trial_id)
             connection = asyncio.create_task(self._connection_loop())
             helpers = [asyncio.create_task(self._stopping.wait())]
             if self.options.parent_pid:
@@ -515,6 +520,10 @@ class Agent:
             except RecipeError as exc:
                 self._finish(attempt, outcome="failed_to_start", error=str(exc))
                 return
+            # Whatever the trial writes there is uploaded to the board when it ends (runners/artifacts.py).
+            artifacts_dir = artifacts.trial_dir(self.options.spool_dir, attempt.trial_id)
+            artifacts_dir.mkdir(parents=True, exist_ok=True)
+            spec = dataclasses.replace(spec, env={**spec.env, artifacts.ARTIFACTS_ENV: str(artifacts_dir)})
             gpu_before = await asyncio.to_thread(gpu_memory_used)
             if attempt.cancel_requested:
                 self._finish(attempt, outcome="cancelled", error="cancelled before it started")
@@ -572,6 +581,7 @@ class Agent:
                 gpu_released=released,
                 gpu_note=note,
             )
+            self._upload_artifacts(attempt.trial_id)
         except Exception as exc:  # a runner bug must not leave the trial hanging on the board
             log.exception("%s: the runner failed", label)
             if attempt.process is not None and attempt.process.popen and attempt.process.popen.returncode is None:
@@ -585,6 +595,31 @@ class Agent:
                 )
         finally:
             attempt.running = False
+
+    def _upload_artifacts(self, trial_id: int) -> None:
+        """Upload the trial's artifact directory in the background (the trial has ended on the board)."""
+        directory = artifacts.trial_dir(self.options.spool_dir, trial_id)
+        if directory.is_dir():
+            task = asyncio.create_task(self._upload(trial_id, directory))
+            self._uploads.add(task)
+            task.add_done_callback(self._uploads.discard)
+
+    async def _upload(self, trial_id: int, directory: Path, tries: int = 8) -> None:
+        delays = backoff_delays()
+        for attempt in range(1, tries + 1):
+            try:
+                done = await asyncio.to_thread(
+                    artifacts.upload_dir, self.options.server_url, self.options.token, trial_id, directory
+                )
+            except artifacts.UploadError as exc:
+                log.warning("trial %s: artifact upload failed (try %s of %s): %s", trial_id, attempt, tries, exc)
+                await asyncio.sleep(next(delays))
+                continue
+            if done:
+                total = sum(u.size for u in done)
+                log.info("trial %s: uploaded %s artifact(s), %s bytes", trial_id, len(done), total)
+            return
+        log.warning("trial %s: artifacts left in %s; the next runner start uploads them", trial_id, directory)
 
     def _spool_chunk(self, attempt: Attempt, chunk: OutputChunk) -> None:
         """Called on the output reader thread: to disk first, then wake the sender."""

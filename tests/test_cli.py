@@ -80,3 +80,14 @@ def test_serve_refuses_no_auth_on_a_public_address(tmp_path):
         timeout=60,
     )
     assert r.returncode == 1 and "only allowed on a loopback address" in r.stderr
+
+
+def test_notify_add_and_list_show_the_url_redacted_and_refuse_unknown_events(run):
+    run("demo")
+    added = run("notify", "add", "json://ops:hunter2@127.0.0.1:9/hook", "--event", "trial.ended", "-e", "runner.lost")
+    assert added.returncode == 0, added.stderr
+    assert "json://ops:****@127.0.0.1:9/hook <- runner.lost, trial.ended" in added.stdout
+    listed = run("notify", "list")
+    assert "hunter2" not in listed.stdout and "[every campaign] runner.lost, trial.ended: nothing sent" in listed.stdout
+    bad = run("notify", "add", "json://127.0.0.1:9/hook", "--event", "trial.started")
+    assert bad.returncode != 0 and "unknown event 'trial.started'" in bad.stderr + bad.stdout

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from sqlmodel import Session, select
 
-from app.domain import verdicts
+from app.domain import notifications, verdicts
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.domain.inventory import change_status
 from app.domain.signatures import classify
@@ -248,6 +248,7 @@ def end_trial(
             by_trial=True,
         )
     verdicts.on_trial_ended(session, trial)
+    notifications.trial_ended(session, trial)
 
 
 def _status_before(session: Session, approach: Approach, trial: Trial) -> tuple[ApproachStatus, str] | None:
@@ -329,7 +330,10 @@ def sweep_lost(
     limit = now - timedelta(seconds=lost_after_s)
     silent = [rid for rid, seen in online_seen.items() if seen < limit]
     lost: list[Trial] = []
+    went_silent: list[Runner] = []
     for runner in session.exec(select(Runner).where(Runner.connected.is_(True))):  # type: ignore[attr-defined]
+        if runner.id in silent:
+            went_silent.append(runner)
         if runner.id not in online_seen or runner.id in silent:
             # Its socket is not held here (a previous server process) or it went silent.
             runner.connected = False
@@ -352,4 +356,8 @@ def sweep_lost(
         if seen < limit:
             mark_lost(session, trial, f"runner {holder.name} silent for more than {lost_after_s:g} s")
             lost.append(trial)
+            if holder not in went_silent:
+                went_silent.append(holder)
+    for runner in went_silent:
+        notifications.runner_lost(session, runner.name, runner.id or 0, [t for t in lost if t.runner_id == runner.id])
     return lost, silent

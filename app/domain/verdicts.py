@@ -15,6 +15,7 @@ from typing import Any
 from sqlmodel import Session, select
 
 from app.domain import fingerprint as stack
+from app.domain import notifications
 from app.domain.errors import Invalid
 from app.domain.inventory import change_status
 from app.domain.profitability import is_world_figure
@@ -177,6 +178,7 @@ def confirm(
     approach.updated_at = utcnow()
     session.add(approach)
     session.flush()
+    notifications.verdict_confirmed(session, approach, trial, actor)
 
 
 def _connected_runners(session: Session) -> list[Runner]:

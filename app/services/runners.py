@@ -24,8 +24,8 @@ from sqlmodel import Session
 
 from app.db import session_scope
 from app.domain import logs as log_domain
+from app.domain import notifications, scheduling, trial_reads, trials
 from app.domain import runners as runner_domain
-from app.domain import scheduling, trial_reads, trials
 from app.live import Frame, LiveHub, get_hub, run_in_tx, trace
 from app.models import TERMINAL_TRIAL_STATES, Runner, utcnow
 from app.protocol import (
@@ -143,6 +143,7 @@ class RunnerIngest:
         runner = session.get(Runner, self.runner_id)
         assert runner is not None
         runner_domain.mark_connected(session, runner, hello.fingerprint, hello.labels)
+        notifications.retest_on_connect(session, runner)
         result = scheduling.reconcile(
             session, runner, hello.attempts, lambda t, a: log_domain.last_contiguous_seq(session, t, a)
         )
