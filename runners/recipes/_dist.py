@@ -756,6 +756,38 @@ def capture_graph(rank: Rank, body: Callable[[], Any]):
     return graph
 
 
+PROFILE_STEPS = 3
+ARTIFACTS_ENV = "CAMPAIGN_ARTIFACTS_DIR"  # runners/artifacts.py sets it for every trial
+
+
+def profile_steps(
+    label: str, body: Callable[[], Any], *, cuda: bool, synchronize: Callable[[], None], record: bool = True
+) -> str | None:
+    """A short profiled run of `body` after the timed ones, never a timing sample: PROFILE_STEPS calls, each in
+    a `record_function(label)` span (the board counts a step per span), written as a torch.profiler Chrome
+    trace `<label>.trace.json` into $CAMPAIGN_ARTIFACTS_DIR (else the working directory). With `record` False
+    (the other ranks of a world) the same calls run unprofiled, so every rank takes part in the collectives.
+    Returns the trace's path (None when not recorded)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    emit_phase(f"profiling {label} ({PROFILE_STEPS} steps, not timed)")
+    if not record:
+        for _ in range(PROFILE_STEPS):
+            body()
+            synchronize()
+        return None
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(PROFILE_STEPS):
+            with record_function(label):
+                body()
+                synchronize()
+    out = os.path.join(os.environ.get(ARTIFACTS_ENV) or os.getcwd(), f"{label}.trace.json")
+    prof.export_chrome_trace(out)
+    print(f"{label}: profiled {PROFILE_STEPS} steps (not timed) into {out}", flush=True)
+    return out
+
+
 def time_graph(rank: Rank, graph, warmup: int, iters: int, clock: str = "events") -> list[float]:
     """Times of whole replays in microseconds (one event pair per replay)."""
     warm(rank, graph.replay, warmup)

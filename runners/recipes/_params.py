@@ -21,7 +21,7 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class Param:
-    """One recipe parameter. kind: int, float, str, choice, int_list, str_list."""
+    """One recipe parameter. kind: int, float, bool, str, choice, int_list, str_list."""
 
     name: str
     kind: str
@@ -63,7 +63,16 @@ def _number(param: Param, raw: Any, cast: type) -> float:
     return value
 
 
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
 def _coerce(param: Param, raw: Any) -> Any:
+    if param.kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in TRUE + FALSE:
+            return raw.strip().lower() in TRUE
+        raise _fail(param, f"must be true or false, got {raw!r}")
     if param.kind == "int":
         return _number(param, raw, int)
     if param.kind == "float":
@@ -123,6 +132,8 @@ def to_argv(values: dict[str, Any], spec: Sequence[Param]) -> list[str]:
         elif param.kind == "str_list":
             # `--flag=value` keeps argparse from reading a value like "--enable-foo" as an option.
             argv.extend(f"{param.flag}={item}" for item in value)
+        elif param.kind == "bool":
+            argv.append(f"{param.flag}={'true' if value else 'false'}")
         else:
             argv.append(f"{param.flag}={value}")
     return argv

@@ -49,6 +49,7 @@ SPEC = (
     Param("calls", "int", 10, "eager: steps back to back per sample (K)", minimum=1),
     _dist.CLOCK,
     Param("seed", "int", 0, "weights seed", minimum=0),
+    Param("profile", "bool", False, "after the timing, profile 3 steps of the first batch into a Chrome trace"),
 )
 GEOMETRY = ("hidden_size", "vocab_size", "ffn_size")
 
@@ -227,6 +228,14 @@ def run(values: dict[str, Any]) -> int:
             f"(p10 {stats['p10']:.3f}, p90 {stats['p90']:.3f}) over {values['iters']} samples",
             flush=True,
         )
+    if values["profile"]:
+        b = sizes[0]
+
+        def sync() -> None:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+
+        _dist.profile_steps("draft_step", lambda: head.step(b), cuda=device.type == "cuda", synchronize=sync)
     return 0
 
 

@@ -70,6 +70,7 @@ SPEC = (
     Param("calls", "int", 3, "eager: steps back to back per sample (K)", minimum=1),
     _dist.CLOCK,
     Param("seed", "int", 0, "weights and input seed", minimum=0),
+    Param("profile", "bool", False, "after the timing, profile 3 steps of the first point into a Chrome trace"),
     *_dist.TIMEOUTS,
 )
 
@@ -378,6 +379,12 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             rows.append(_emit_point(values, ws, point, times, scoped, tags, world_tags, topo))
     if rank.rank == 0:
         _print_table(rows, values, ws)
+    if values["profile"]:
+        b, k = pts[0]
+        full = build(b, k)[0]
+        body = _dist.capture_graph(rank, full).replay if graph else full
+        _dist.profile_steps("verify_step", body, cuda=rank.on_gpu, synchronize=rank.synchronize, record=rank.rank == 0)
+        rank.barrier()
     return 0
 
 
