@@ -86,6 +86,10 @@ if [ "$STEPS" = sweep ]; then
     [ -f "$WORK/sweep/$f" ] && cp "$WORK/sweep/$f" "$OUT/$f"
   done
   for db in "$WORK"/sweep/data/*.db; do [ -f "$db" ] && cp "$db" "$OUT/campaign.db"; done
+  if [ -d "$WORK/sweep/data/artifacts/objects" ]; then  # profiled trials left traces: their kernel tables
+    timeout 300 "$PY" bench/kernel_tables.py --data-dir "$WORK/sweep/data" --json "$OUT/kernels.json" \
+      | tee "$OUT/kernels.md"
+  fi
   [ -f "$WORK/sweep/server.log" ] && cp "$WORK/sweep/server.log" "$WORK/files/server.log"
 fi
 
