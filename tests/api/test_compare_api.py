@@ -41,7 +41,11 @@ def test_a_trial_without_a_point_shows_null(api, seeded, app):
         "/api/campaigns/c/compare", params=[("trial", seeded.trial_ids[0]), ("trial", seeded.trial_ids[1])]
     ).json()
     rows = body["metrics"][0]["rows"]
-    assert rows[-1] == {"point": {"tokens": 256}, "values": [None, 99.0], "differs": True}
+    last = rows[-1]
+    assert (last["point"], last["values"], last["differs"]) == ({"tokens": 256}, [None, 99.0], True)
+    # Nothing to compare where one side did not measure: no verdict, and why.
+    assert last["stats"]["verdict"] is None and last["stats"]["not_compared"] == "not measured on both"
+    assert last["stats"]["n"] == [0, 1]
 
 
 @pytest.mark.parametrize(
