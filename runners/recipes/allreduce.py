@@ -27,7 +27,7 @@ from runners.recipes import _dist
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit
+from runners.recipes.metric import bounded, emit
 
 PROG = "runners.recipes.allreduce"
 
@@ -65,8 +65,16 @@ def worker(values: dict[str, Any]) -> None:
 GEOMETRY = ("hidden_size",)
 
 
-def _emit_figures(stats: dict[str, float], nbytes: int, ranks: int, timing: dict[str, Any], tags: dict[str, Any]):
-    """The latency headline and its bandwidths (busbw = algbw x 2(n-1)/n over the n ranks in the allreduce)."""
+def _emit_figures(
+    stats: dict[str, float],
+    samples: list[float],
+    nbytes: int,
+    ranks: int,
+    timing: dict[str, Any],
+    tags: dict[str, Any],
+):
+    """The latency headline with its raw samples, and its bandwidths (busbw = algbw x 2(n-1)/n over the n
+    ranks in the allreduce)."""
     algbw = nbytes / (stats["median"] * 1e-6) / 1e9
     busbw = algbw * (2 * (ranks - 1) / ranks)
     emit(
@@ -77,6 +85,7 @@ def _emit_figures(stats: dict[str, float], nbytes: int, ranks: int, timing: dict
         p90_us=stats["p90"],
         min_us=stats["min"],
         max_us=stats["max"],
+        samples=bounded(samples),
         **timing,
         **tags,
     )
@@ -151,17 +160,17 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             captured = _dist.capture_graph(rank, lambda: [ar() for _ in range(per)])
             samples = [t / per for t in _dist.time_graph(rank, captured, values["warmup"], values["iters"])]
             del captured
-            timing = {"method": "graph-replay", "samples": values["iters"], "calls_per_sample": per}
+            timing = {"method": "graph-replay", "iters": values["iters"], "calls_per_sample": per}
         else:
             samples = _dist.time_eager(rank, ar, values["warmup"], values["calls"], values["iters"])
-            timing = {"method": "nccl-tests", "samples": values["iters"], "calls_per_sample": values["calls"]}
+            timing = {"method": "nccl-tests", "iters": values["iters"], "calls_per_sample": values["calls"]}
             if values["per_call_iters"]:
                 rank.barrier()
                 per_call = rank.max_across(_dist.time_per_call(ar, timer, values["per_call_iters"]))
         del ar
         samples = rank.max_across(samples)
         stats = _dist.summarize(samples)
-        scoped: list[tuple[_dist.Scope, dict[str, float]]] = []
+        scoped: list[tuple[_dist.Scope, dict[str, float], list[float]]] = []
         if multi:
             rank.phase(f"measuring {tokens} token{'s' if tokens != 1 else ''} within each node, then across nodes")
             found = _dist.time_scopes(
@@ -180,9 +189,9 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
                     flush=True,
                 )
                 return 1
-            scoped = [(scope, _dist.summarize(s)) for scope, s in found]
+            scoped = [(scope, _dist.summarize(s), s) for scope, s in found]
         if rank.rank == 0:
-            algbw, busbw = _emit_figures(stats, nbytes, n, timing, world_tags)
+            algbw, busbw = _emit_figures(stats, samples, nbytes, n, timing, world_tags)
             if per_call:
                 pc = _dist.summarize(per_call)
                 emit(
@@ -194,15 +203,16 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
                     min_us=pc["min"],
                     max_us=pc["max"],
                     method="per-call-events",
-                    samples=len(per_call),
+                    iters=len(per_call),
+                    samples=bounded(per_call),
                     **world_tags,
                 )
             label = "world" if multi else None
             rows.append(
                 (label, tokens, nbytes, stats, algbw, busbw, _dist.summarize(per_call)["median"] if per_call else None)
             )
-            for scope, s in scoped:
-                alg, bus = _emit_figures(s, nbytes, len(scope.members), timing, {**tags, **scope.tags(topo)})
+            for scope, s, raw in scoped:
+                alg, bus = _emit_figures(s, raw, nbytes, len(scope.members), timing, {**tags, **scope.tags(topo)})
                 where = f"node {topo.names[scope.node]}" if scope.node is not None else scope.name
                 rows.append((where, tokens, nbytes, s, alg, bus, None))
     if rank.rank == 0:

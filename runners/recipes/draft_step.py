@@ -25,7 +25,7 @@ from runners.recipes import RecipeError, _dist
 from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit
+from runners.recipes.metric import bounded, emit
 
 PROG = "runners.recipes.draft_step"
 
@@ -173,7 +173,7 @@ def run(values: dict[str, Any]) -> int:
         "scaled": _dist.scaled(values, SPEC, GEOMETRY),
         "timer": timer.name,
         "method": "graph-replay" if graph else "nccl-tests",
-        "samples": values["iters"],
+        "iters": values["iters"],
         "calls_per_sample": 1 if graph else values["calls"],
         "torch": torch.__version__,
     }
@@ -185,6 +185,7 @@ def run(values: dict[str, Any]) -> int:
         p90_ms=stats["p90"],
         min_ms=stats["min"],
         max_ms=stats["max"],
+        samples=bounded([s / 1000 for s in samples]),
         **tags,
     )
     print(

@@ -31,7 +31,7 @@ from runners.recipes import RecipeError, _dist
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit
+from runners.recipes.metric import bounded, emit
 
 PROG = "runners.recipes.verify_step"
 
@@ -187,7 +187,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "scaled": _dist.scaled(values, SPEC, GEOMETRY),
         "timer": _dist.timer_for(rank).name,
         "method": "graph-replay" if graph else "nccl-tests",
-        "samples": values["iters"],
+        "iters": values["iters"],
         "calls_per_sample": 1 if graph else values["calls"],
         **_dist.knob_tags(),
         **_dist.stack_tags(rank),
@@ -260,10 +260,11 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     in_situ_us = comm_ms * 1000 / (2 * layers)
     if rank.rank == 0:
         spread: dict[str, Any] = {"p10_ms": med["full"]["p10"] / 1000, "p90_ms": med["full"]["p90"] / 1000}
-        emit(M.VERIFY_TIME_MS, verify_ms, "ms", **spread, **world_tags)
+        full = bounded([t / 1000 for t in times["full"]])
+        emit(M.VERIFY_TIME_MS, verify_ms, "ms", samples=full, **spread, **world_tags)
         if tokens == 1:
-            emit(M.DECODE_STEP_MS, verify_ms, "ms", **spread, **world_tags)
-        emit(M.VERIFY_COMPUTE_MS, compute_ms, "ms", **world_tags)
+            emit(M.DECODE_STEP_MS, verify_ms, "ms", samples=full, **spread, **world_tags)
+        emit(M.VERIFY_COMPUTE_MS, compute_ms, "ms", samples=bounded([t / 1000 for t in times["compute"]]), **world_tags)
         emit(M.VERIFY_COMM_MS, comm_ms, "ms", derived="verify_time - compute_only", **world_tags)
         emit(M.VERIFY_COMM_ISOLATED_MS, isolated_ms, "ms", **world_tags)
         emit(M.VERIFY_COMM_SHARE, share, "", **world_tags)

@@ -133,7 +133,8 @@ def test_two_nodes_of_two_ranks_report_each_node_the_world_and_the_leaders():
         for m in latency:
             tags = m["tags"]
             assert (tags["nodes"], tags["ranks_per_node"], tags["world_size"]) == (2, 2, 4)
-            assert tags["method"] == "nccl-tests" and tags["calls_per_sample"] == 5 and tags["samples"] == 3
+            assert tags["method"] == "nccl-tests" and tags["calls_per_sample"] == 5 and tags["iters"] == 3
+            assert len(m["samples"]) == 3 and min(m["samples"]) == tags["min_us"]
             assert tags["bytes"] == tokens * 64 * 4 and tags["backend"] == "gloo" and m["value"] > 0
             assert 0 < tags["min_us"] <= tags["p10_us"] <= m["value"] <= tags["p90_us"] <= tags["max_us"]
         assert [m["tags"]["ranks"] for m in latency] == [4, 2, 2, 2]
@@ -226,7 +227,7 @@ SINGLE_NODE_LATENCY_TAGS = {
     "min_us",
     "max_us",
     "method",
-    "samples",
+    "iters",
     "calls_per_sample",
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from runners.recipes import RecipeError, build_launch
 from tests.support.recipes import by_name, metrics, run_module, run_spec
 
@@ -29,7 +31,8 @@ def test_draft_step_on_cpu_reports_ms_per_step_with_tags():
     assert draft["unit"] == "ms" and draft["value"] > 0
     assert tags["mode"] == "eager" and tags["device"] == "cpu" and tags["scaled"] is True
     assert tags["hidden_size"] == 64 and tags["vocab_size"] == 500 and tags["method"] == "nccl-tests"
-    assert tags["timer"] == "perf_counter" and tags["samples"] == 4 and tags["calls_per_sample"] == 3
+    assert tags["timer"] == "perf_counter" and tags["iters"] == 4 and tags["calls_per_sample"] == 3
+    assert len(draft["samples"]) == 4 and min(draft["samples"]) == pytest.approx(tags["min_ms"])
     assert tags["min_ms"] <= tags["p10_ms"] <= draft["value"] <= tags["p90_ms"] <= tags["max_ms"]
     assert "draft step (eager, cpu, hidden 64, vocab 500" in done.stdout
 

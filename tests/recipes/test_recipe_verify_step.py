@@ -44,6 +44,10 @@ def test_gloo_verify_step_reports_comm_share():
     assert math.isclose(found["verify_comm_share"]["value"], comm / verify, rel_tol=1e-9, abs_tol=1e-12)
     assert math.isclose(found["allreduce_in_situ_us"]["value"], comm * 1000 / 6, rel_tol=1e-9, abs_tol=1e-12)
     assert found["verify_time_ms"]["tags"]["bytes"] == 4 * 256 * 2
+    # The step's raw samples travel with it (the comparisons read them); derived figures have none.
+    iters = found["verify_time_ms"]["tags"]["iters"]
+    assert len(found["verify_time_ms"]["samples"]) == iters == len(found["verify_compute_ms"]["samples"])
+    assert found["verify_comm_ms"]["samples"] is None
     assert "per allreduce x 6" in done.stdout
 
 

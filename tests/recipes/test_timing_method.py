@@ -103,13 +103,16 @@ def test_gloo_eager_headline_is_the_nccl_tests_method_with_spread_and_tags():
     for lat in latency:
         tags = lat["tags"]
         assert tags["method"] == "nccl-tests" and tags["timer"] == "perf_counter"
-        assert tags["samples"] == 5 and tags["calls_per_sample"] == 7
+        assert tags["iters"] == 5 and tags["calls_per_sample"] == 7
+        # The raw samples travel with the line (the comparisons' bootstrap reads them): the value is their median.
+        assert len(lat["samples"]) == 5 and statistics.median(lat["samples"]) == pytest.approx(lat["value"])
         assert tags["device"] == "cpu" and tags["scaled"] is True and tags["mode"] == "eager"
         assert tags["backend"] == "gloo" and tags["world_size"] == 2 and tags["dtype"] == "fp32"
         assert tags["bytes"] == tags["tokens"] * 128 * 4
         assert 0 < tags["min_us"] <= tags["p10_us"] <= lat["value"] <= tags["p90_us"] <= tags["max_us"]
     for pc in per_call:
-        assert pc["tags"]["method"] == "per-call-events" and pc["tags"]["samples"] == 6 and pc["unit"] == "us"
+        assert pc["tags"]["method"] == "per-call-events" and pc["tags"]["iters"] == 6 and pc["unit"] == "us"
+        assert len(pc["samples"]) == 6
     for metric in found:  # the CPU floor contract: every metric says where it ran and whether it is scaled
         assert metric["tags"]["device"] == "cpu" and metric["tags"]["scaled"] is True, metric["name"]
 
