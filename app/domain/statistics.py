@@ -156,7 +156,7 @@ def compare_rows(
     if any(len(r) < 2 for r in rows):
         raise ValueError("a row compares at least two sides")
     rng = np.random.default_rng(rule.seed)
-    sets = [[np.sort(np.asarray(s, dtype=float)) for s in row] for row in rows]
+    sets = _sorted([[np.asarray(s, dtype=float) for s in row] for row in rows])
     boot = _median_resamples(sets, rule.n_resamples, rng)
     alpha = 1 - rule.confidence
     pair_index = [(r, c) for r, row in enumerate(sets) for c in range(1, len(row))]
@@ -173,6 +173,20 @@ def compare_rows(
             pairs.append(_pair(ratio, p_values[at], sides[0], sides[c], lower_better[r], rule))
             at += 1
         out.append(RowStats(sides, pairs))
+    return out
+
+
+def _sorted(sets: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """Each set sorted: one sort per sample size over the stacked sets (each set a view of its row)."""
+    by_size: dict[int, list[tuple[int, int]]] = {}
+    for r, row in enumerate(sets):
+        for c, s in enumerate(row):
+            by_size.setdefault(int(s.size), []).append((r, c))
+    out = [list(row) for row in sets]
+    for members in by_size.values():
+        stacked = np.sort(np.stack([sets[r][c] for r, c in members]), axis=1)
+        for i, (r, c) in enumerate(members):
+            out[r][c] = stacked[i]
     return out
 
 
@@ -202,9 +216,10 @@ def _sides(sets: list[list[np.ndarray]], rule: Rule) -> list[list[Side]]:
 def _median_resamples(sets: list[list[np.ndarray]], n_resamples: int, rng: np.random.Generator) -> dict:
     """(row, side) -> n_resamples bootstrap medians, for every set of 2 samples or more.
 
-    Sets of one size share one pool of order-statistic draws; each set reads the pool at its own cyclic
-    offset, and the sides of one row at distinct offsets, so the two medians of a ratio never come from
-    the same draw (their resamples stay independent, as a two-sample bootstrap's)."""
+    Sets of one size share one pool of order-statistic draws (one column gather for all of them); each
+    side's medians are then rolled by an offset of its own (side c by c x n_resamples / sides), so the two
+    medians of a ratio never come from the same draw (their resamples stay independent, as in a
+    two-sample bootstrap)."""
     by_size: dict[int, list[tuple[int, int]]] = {}
     width = max((len(row) for row in sets), default=1)
     for r, row in enumerate(sets):
@@ -212,20 +227,21 @@ def _median_resamples(sets: list[list[np.ndarray]], n_resamples: int, rng: np.ra
             if s.size >= 2:
                 by_size.setdefault(int(s.size), []).append((r, c))
     step = max(1, n_resamples // width)
-    base = rng.integers(0, n_resamples, size=len(sets))
     out: dict[tuple[int, int], np.ndarray] = {}
     for n, members in by_size.items():
         k = (n + 1) // 2  # the (lower) median's rank, 1-based
         u = rng.beta(k, n - k + 1, size=n_resamples)
         lo = np.minimum((u * n).astype(np.intp), n - 1)
-        hi = lo
+        data = np.stack([sets[r][c] for r, c in members])
+        medians = data[:, lo]
         if n % 2 == 0:  # the next order statistic, given this one: u + (1 - u) x the least of n - k uniforms
             v = u + (1 - u) * rng.beta(1, n - k, size=n_resamples)
-            hi = np.minimum((v * n).astype(np.intp), n - 1)
-        data = np.stack([sets[r][c] for r, c in members])
-        offsets = np.array([(base[r] + c * step) % n_resamples for r, c in members])
-        take = (np.arange(n_resamples)[None, :] + offsets[:, None]) % n_resamples
-        medians = 0.5 * (np.take_along_axis(data, lo[take], axis=1) + np.take_along_axis(data, hi[take], axis=1))
+            medians = 0.5 * (medians + data[:, np.minimum((v * n).astype(np.intp), n - 1)])
+        rolled = [i for i, (_, c) in enumerate(members) if c]  # the reference sides (c = 0) keep the pool's order
+        if rolled:
+            offsets = np.array([members[i][1] * step for i in rolled])
+            take = (np.arange(n_resamples)[None, :] + offsets[:, None]) % n_resamples
+            medians[rolled] = np.take_along_axis(medians[rolled], take, axis=1)
         for i, key in enumerate(members):
             out[key] = medians[i]
     return out
@@ -241,11 +257,14 @@ def _intervals(
         return out
     reference = np.stack([boot[(pairs[i][0], 0)] for i in usable])
     other = np.stack([boot[pairs[i]] for i in usable])
+    b = reference.shape[1]
+    # The percentile interval's ends as order statistics of the resampled ratios (outward-rounded ranks):
+    # one partition, where np.quantile would interpolate between four.
+    k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
     with np.errstate(divide="ignore", invalid="ignore"):  # a reference median of 0: no interval (below)
-        ratios = other / reference
-        bounds = np.quantile(ratios, [alpha / 2, 1 - alpha / 2], axis=1)
+        ratios = np.partition(other / reference, [k_low, k_high], axis=1)
     for j, i in enumerate(usable):
-        low, high = float(bounds[0, j]), float(bounds[1, j])
+        low, high = float(ratios[j, k_low]), float(ratios[j, k_high])
         if np.all(reference[j] > 0) and math.isfinite(low) and math.isfinite(high):
             out[i] = (low, high)
     return out
