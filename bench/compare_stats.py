@@ -37,6 +37,7 @@ def build(engine, trials: int, points: int, samples: int) -> list[int]:
         campaign = Campaign(slug="bench", name="Compare bench")
         s.add(campaign)
         s.flush()
+        assert campaign.id is not None
         approach = Approach(campaign_id=campaign.id, key="a", title="A", position=1, recipe={"kind": "command"})
         runner = Runner(name="node", token_hash="h", connected=False, fingerprint=FINGERPRINT)
         s.add_all([approach, runner])
@@ -44,7 +45,7 @@ def build(engine, trials: int, points: int, samples: int) -> list[int]:
         ids = []
         for n in range(trials):
             trial = Trial(
-                campaign_id=campaign.id,  # type: ignore[arg-type]
+                campaign_id=campaign.id,
                 approach_id=approach.id,  # type: ignore[arg-type]
                 state=TrialState.succeeded,
                 runner_id=runner.id,

@@ -260,10 +260,10 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     in_situ_us = comm_ms * 1000 / (2 * layers)
     if rank.rank == 0:
         spread: dict[str, Any] = {"p10_ms": med["full"]["p10"] / 1000, "p90_ms": med["full"]["p90"] / 1000}
-        full = bounded([t / 1000 for t in times["full"]])
-        emit(M.VERIFY_TIME_MS, verify_ms, "ms", samples=full, **spread, **world_tags)
+        full_samples = bounded([t / 1000 for t in times["full"]])
+        emit(M.VERIFY_TIME_MS, verify_ms, "ms", samples=full_samples, **spread, **world_tags)
         if tokens == 1:
-            emit(M.DECODE_STEP_MS, verify_ms, "ms", samples=full, **spread, **world_tags)
+            emit(M.DECODE_STEP_MS, verify_ms, "ms", samples=full_samples, **spread, **world_tags)
         emit(M.VERIFY_COMPUTE_MS, compute_ms, "ms", samples=bounded([t / 1000 for t in times["compute"]]), **world_tags)
         emit(M.VERIFY_COMM_MS, comm_ms, "ms", derived="verify_time - compute_only", **world_tags)
         emit(M.VERIFY_COMM_ISOLATED_MS, isolated_ms, "ms", **world_tags)

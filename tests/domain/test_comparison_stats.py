@@ -45,7 +45,7 @@ def test_two_gloo_trials_line_up_by_tokens_not_by_spread_tags(engine):
         ]
         first = end_trial(s, a, node, metrics=lines(1.0, 100))
         second = end_trial(s, a, node, metrics=lines(0.9, 200))
-        result = comparison.compare_trials(s, campaign(s), [first.id, second.id])
+        result = comparison.compare_trials(s, campaign(s), [first.id, second.id])  # type: ignore[list-item]
         assert [g.name for g in result.metrics] == ["allreduce_latency_us", "allreduce_per_call_us"]
         for group in result.metrics:
             assert [r.point for r in group.rows] == [(("tokens", t),) for t in (1, 4, 8, 64)]
@@ -63,7 +63,7 @@ def test_trials_on_different_stacks_are_compared_only_when_asked(engine):
         a = approach(s, "a")
         old = end_trial(s, a, runner(s, "node-a", OLD_STACK), metrics=[_latency(4, 50.0, 1)])
         new = end_trial(s, a, runner(s, "node-b", NEW_TORCH), metrics=[_latency(4, 40.0, 2)])
-        result = comparison.compare_trials(s, campaign(s), [old.id, new.id])
+        result = comparison.compare_trials(s, campaign(s), [old.id, new.id])  # type: ignore[list-item]
         (row,) = result.metrics[0].rows
         pair = row.stats.pairs[0]  # type: ignore[union-attr]
         assert pair.stats is None and pair.not_compared == "different stack: torch 2.10.0+cu128 -> 2.11.0"
@@ -71,7 +71,7 @@ def test_trials_on_different_stacks_are_compared_only_when_asked(engine):
         # The spread is still shown for each side.
         assert [side.n for side in row.stats.sides] == [20, 20]  # type: ignore[union-attr]
 
-        asked = comparison.compare_trials(s, campaign(s), [old.id, new.id], across_stacks=True)
+        asked = comparison.compare_trials(s, campaign(s), [old.id, new.id], across_stacks=True)  # type: ignore[list-item]
         pair = asked.metrics[0].rows[0].stats.pairs[0]  # type: ignore[union-attr]
         assert pair.stats is not None and pair.stats.verdict == Verdict.faster
         assert pair.stack_difference == "torch 2.10.0+cu128 -> 2.11.0" and pair.not_compared == ""

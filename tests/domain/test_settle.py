@@ -29,6 +29,7 @@ def _drain(s, runner_id: int, centers: dict[str, tuple[float, float, int]], limi
         started = queue.start_queued(s, runner_id)
         if started is None:
             return ran
+        assert started.approach is not None and started.trial is not None
         key = started.approach.key
         center, cv, count = centers[key]
         run_to_end(s, started.trial, metrics=_line(center, cv, count, seed=n))
@@ -44,7 +45,11 @@ def test_settle_queues_interleaved_trials_and_stops_when_decided(engine):
         assert [t.state for t in first] == [TrialState.queued] * 2 and all(t.runner_id is None for t in first)
         assert [t.settle_id for t in first] == [settle.id] * 2
         # Clear: B is 10% faster at 1% noise over 10 samples a trial: one round decides it.
-        ran = _drain(s, node.id, {"a": (10.0, 0.01, 10), "b": (9.0, 0.01, 10)})
+        ran = _drain(
+            s,
+            node.id,  # type: ignore[arg-type]
+            {"a": (10.0, 0.01, 10), "b": (9.0, 0.01, 10)},
+        )
         assert ran == ["a", "b"]
         s.refresh(settle)
         assert settle.state == SettleState.decided and settle.ended_at is not None
@@ -58,7 +63,11 @@ def test_an_undecided_settle_interleaves_rounds_until_its_budget_is_spent(engine
         node = runner(s, "node-a", OLD_STACK)
         settle, _ = repeats.start(s, campaign(s), approach(s, "a"), approach(s, "b"), 3, "alice")
         # The same distribution at 12% noise, 3 samples a trial: it would need hundreds of samples.
-        ran = _drain(s, node.id, {"a": (10.0, 0.12, 3), "b": (10.0, 0.12, 3)})
+        ran = _drain(
+            s,
+            node.id,  # type: ignore[arg-type]
+            {"a": (10.0, 0.12, 3), "b": (10.0, 0.12, 3)},
+        )
         assert ran == ["a", "b"] * 3
         s.refresh(settle)
         assert settle.state == SettleState.spent and settle.outcome == "3 trial(s) per approach spent, undecided"
@@ -71,7 +80,14 @@ def test_repeat_runs_one_approach_n_times(engine):
     with session_scope(engine) as s:
         node = runner(s, "node-a", OLD_STACK)
         settle, _ = repeats.start(s, campaign(s), approach(s, "a"), None, 4, "alice")
-        assert _drain(s, node.id, {"a": (10.0, 0.01, 5)}) == ["a"] * 4
+        assert (
+            _drain(
+                s,
+                node.id,  # type: ignore[arg-type]
+                {"a": (10.0, 0.01, 5)},
+            )
+            == ["a"] * 4
+        )
         s.refresh(settle)
         assert settle.state == SettleState.spent
 

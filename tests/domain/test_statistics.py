@@ -33,10 +33,11 @@ def test_no_shift_is_indistinguishable_with_the_samples_needed():
     a, b = _noise(3, 10.0, 0.02, 30), _noise(4, 10.0, 0.02, 30)
     ref, other, pair = st.compare(a, b)
     assert pair.verdict == Verdict.indistinguishable
-    assert pair.ratio is not None and pair.ratio.low is not None and pair.ratio.low < 1 < pair.ratio.high
+    assert pair.ratio is not None and pair.ratio.low is not None and pair.ratio.high is not None
+    assert pair.ratio.low < 1 < pair.ratio.high
     assert pair.p_value is not None and pair.p_value > 0.05
     assert pair.samples_needed == st.samples_needed(ref.cv, other.cv)  # type: ignore[arg-type]
-    assert 2 <= pair.samples_needed < 100
+    assert pair.samples_needed is not None and 2 <= pair.samples_needed < 100
 
 
 def test_a_shift_hidden_by_fifteen_percent_noise_is_unstable_and_needs_many_samples():
