@@ -16,9 +16,9 @@ samples its metric lines carry, else their values. Between a side and the first 
 The bootstrap is vectorized over every sample set of a comparison at once (8 trials x 200 points in one
 pass). Resampling n values with replacement and taking the median is the same, in distribution, as
 taking the k-th order statistic of the sorted values at floor(n U_(k)), U_(k) ~ Beta(k, n - k + 1) the
-k-th of n uniform order statistics: so a resample's median costs O(1), not O(n), and the intervals equal
-`scipy.stats.bootstrap(..., method="percentile")`'s (tests/domain/test_statistics.py checks it). Seeded:
-the same samples give the same interval on every page load.
+k-th of n uniform order statistics: so a resample's median costs O(1), not O(n), and the intervals match
+`scipy.stats.bootstrap(..., method="percentile")`'s within Monte Carlo error (tests/domain/test_statistics.py
+checks it). Seeded: the same samples give the same interval on every page load.
 
 Pure functions over numbers (numpy, scipy); no database, no web. `compare` is the one-pair call;
 `compare_rows` the vectorized one; both answer with the same dataclasses.
