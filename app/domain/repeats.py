@@ -155,7 +155,7 @@ def advance(session: Session, settle: Settle) -> bool:
 
 
 def decision(session: Session, campaign: Campaign, a: Approach, b: Approach, metric: str | None) -> str | None:
-    """'B faster than A at every point of M (x0.95 ...)' once decided, else None."""
+    """'B vs A on M: faster at 4 of 4 point(s)' once decided (see the module's docstring), else None."""
     result = comparison.compare_approaches(session, campaign, [a.key, b.key])
     group = comparison.deciding_group(result, metric)
     if group is None:
