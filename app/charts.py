@@ -680,18 +680,18 @@ def trial_comparison(comparison: Comparison) -> dict[str, Any] | None:
     traces: list[dict[str, Any]] = []
     owner: list[int] = []  # the group index of each trace
     for g, group in enumerate(groups):
-        for t, trial in enumerate(comparison.trials):
+        for t, column in enumerate(comparison.columns):
             rows = [r for r in group.rows if r.values[t] is not None]
             if not rows:
-                continue  # this trial did not measure the metric: no empty legend entry
-            name = escape(_short(trial.label, 50))
+                continue  # this column did not measure the metric: no empty legend entry
+            name = escape(_short(column.label, 50))
             unit = f" {escape(group.unit)}" if group.unit else ""
             common = dict(
                 name=name,
-                legendgroup=f"trial-{trial.id}",
+                legendgroup=column.key,
                 visible=g == 0,
                 marker=dict(color=TRIAL_COLORS[t % len(TRIAL_COLORS)]),
-                meta={"trial_id": trial.id, "metric": group.name},
+                meta={"trial_id": column.trial_id, "column": column.key, "metric": group.name},
                 hovertemplate=f"<b>{name}</b><br>%{{x}}: %{{y:.4g}}{unit}<extra></extra>",
             )
             if group.x_tag is not None:

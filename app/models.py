@@ -150,6 +150,9 @@ class Campaign(ModelInputFields, table=True):
     baseline_trial_id: int | None = None
     input_sources: dict[str, str] | None = _json()  # model input -> where its entered value comes from
     reported: list[dict[str, Any]] | None = _json()  # schemas.ReportedFigure: figures reported elsewhere
+    # The comparisons' decision rule (app/domain/statistics.py): interval level and minimum effect.
+    stats_confidence: float = 0.95
+    stats_min_effect: float = 0.03
     created_at: datetime = _created()
     updated_at: datetime = _created()
 
@@ -195,6 +198,30 @@ class StatusChange(SQLModel, table=True):
     at: datetime = _created()
 
 
+class SettleState(StrEnum):
+    open = "open"  # a round is queued or running, or the next one is due
+    decided = "decided"  # the deciding metric's rows are faster / slower, or have the samples they need
+    spent = "spent"  # the budget is spent, still undecided
+    stopped = "stopped"  # a trial of it was cancelled or lost
+
+
+class Settle(SQLModel, table=True):
+    """ "Settle A vs B" (or "Repeat A", without B): rounds of interleaved trials queued until the comparison
+    decides or `budget` trials per approach are spent (app/domain/repeats.py)."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    approach_a_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")
+    approach_b_id: int | None = Field(default=None, foreign_key="approach.id", index=True, ondelete="CASCADE")
+    budget: int = Field(description="Trials per approach at most.")
+    metric: str | None = Field(default=None, max_length=120, description="The deciding metric (None: the headline).")
+    state: str = Field(default=SettleState.open, max_length=20, index=True)
+    outcome: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    requested_by: str = Field(default="", max_length=120)
+    created_at: datetime = _created()
+    ended_at: datetime | None = _ts()
+
+
 class Runner(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(max_length=120, unique=True)
@@ -221,6 +248,7 @@ class Trial(SQLModel, table=True):
     state: str = Field(default=TrialState.queued, max_length=20, index=True)
     phase: str = Field(default="queued", max_length=40)
     runner_id: int | None = Field(default=None, foreign_key="runner.id", index=True, ondelete="SET NULL")
+    settle_id: int | None = Field(default=None, foreign_key="settle.id", index=True, ondelete="SET NULL")
     attempt_id: str | None = Field(
         default=None, max_length=64, description="The current attempt; writes from others are stale."
     )

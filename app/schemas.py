@@ -147,6 +147,16 @@ class ReportedFigure(BaseModel):
         return {k: v for k, v in handler(self).items() if v is not None and not (k == "baseline" and v is False)}
 
 
+# The comparisons' decision rule (docs/statistics.md): a verdict needs the interval at this level to
+# exclude 1 and an effect of at least this share.
+StatsConfidence = Annotated[
+    float, Field(ge=0.5, le=0.999, description="Confidence level of the comparisons' intervals (default 0.95).")
+]
+StatsMinEffect = Annotated[
+    float, Field(ge=0.001, le=0.5, description="Smallest effect a comparison calls faster or slower (default 0.03).")
+]
+
+
 class CampaignText(SQLModel):
     name: str = Field(min_length=1, max_length=200)
     description: str = Field("", max_length=20000)
@@ -164,6 +174,8 @@ class CampaignBase(ModelInputFields, CampaignText):
     reported: list[ReportedFigure] | None = Field(
         None, max_length=500, description="Figures reported elsewhere, with their sources."
     )
+    stats_confidence: StatsConfidence = 0.95
+    stats_min_effect: StatsMinEffect = 0.03
 
 
 class CampaignCreate(CampaignBase):
@@ -178,8 +190,10 @@ class CampaignUpdate(ModelInputFields):
     # Fields whose columns are NOT NULL: may be left out, never null (the schema says so too).
     name: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
     description: str = Field(None, max_length=20000)  # type: ignore[assignment]
+    stats_confidence: StatsConfidence = None  # type: ignore[assignment]
+    stats_min_effect: StatsMinEffect = None  # type: ignore[assignment]
 
-    _not_null = _not_null("name", "description", "hidden_size", "verify_tokens")
+    _not_null = _not_null("name", "description", "hidden_size", "verify_tokens", "stats_confidence", "stats_min_effect")
 
 
 class CampaignPublic(CampaignCreate):
@@ -296,6 +310,29 @@ class TrialSummary(BaseModel):
     finished_at: datetime | None
 
     _utc = field_validator("created_at", "dispatched_at", "started_at", "finished_at", mode="before")(_utc)
+
+
+class SettleRequest(BaseModel):
+    """ "Settle A vs B" (with b) or "Repeat A N times" (without): interleaved trials through the queue."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    a: str = Field(pattern=SLUG_PATTERN, description="The first approach (the reference).")
+    b: str | None = Field(None, pattern=SLUG_PATTERN, description="The approach settled against A; none: Repeat A.")
+    budget: int = Field(10, ge=1, le=50, description="Trials per approach at most.")
+    metric: str | None = Field(
+        None, min_length=1, max_length=120, description="The deciding metric (default: the headline one both measured)."
+    )
+
+
+class SettlePublic(BaseModel):
+    id: int
+    a: str
+    b: str | None
+    budget: int
+    metric: str | None
+    state: Literal["open", "decided", "spent", "stopped"]
+    outcome: str
+    queued: list[int] = Field(description="The trials this request queued (the first round).")
 
 
 class RunResultPublic(BaseModel):
@@ -415,17 +452,68 @@ class ComparedTrialPublic(BaseModel):
     _utc = field_validator("started_at", "finished_at", mode="before")(_utc)
 
 
+class RatioPublic(BaseModel):
+    value: float = Field(description="The column's median over the first column's.")
+    low: float | None = Field(description="The bootstrap interval's low end; null when a side has one sample.")
+    high: float | None
+
+
+class PairStatsPublic(BaseModel):
+    """One column against the first at this point."""
+
+    column: int = Field(description="The column's index (1 = the second column).")
+    ratio: RatioPublic | None
+    p_value: float | None = Field(description="Mann-Whitney U, two-sided; null below 6 samples on a side.")
+    verdict: Literal["faster", "slower", "indistinguishable"] | None = Field(
+        description="null: not compared (see not_compared)."
+    )
+    samples_needed: int | None = Field(
+        description="Samples a side would need to resolve the campaign's minimum effect at the observed spread."
+    )
+    stack_difference: str | None = Field(
+        description="The column's stack against the first's, e.g. 'torch 2.10 -> 2.11'."
+    )
+    not_compared: str = Field("", description="Why no verdict: a different stack (not asked), not measured on both.")
+
+
+class RowStatsPublic(BaseModel):
+    """The row's statistics: the top-level ratio, p_value, verdict and samples_needed are the second column's
+    against the first's; `each` holds every column after the first."""
+
+    ratio: RatioPublic | None
+    p_value: float | None
+    verdict: Literal["faster", "slower", "indistinguishable"] | None
+    cv: list[float | None] = Field(description="Each column's coefficient of variation.")
+    unstable: list[bool] = Field(description="Each column: coefficient of variation over 10%.")
+    samples_needed: int | None
+    n: list[int] = Field(description="Each column's number of samples at this point.")
+    stack_difference: str | None
+    not_compared: str = ""
+    each: list[PairStatsPublic]
+
+
 class ComparedMetricRow(BaseModel):
-    point: dict[str, Any] = Field(description="The tags that tell this row from the metric's other rows.")
-    values: list[float | None] = Field(description="One per compared trial, in their order; null: not measured.")
+    point: dict[str, Any] = Field(description="The tags that place this row (tokens, batch, ...; never spread tags).")
+    values: list[float | None] = Field(description="One per compared column, in their order; null: not measured.")
     differs: bool
+    stats: RowStatsPublic | None = Field(description="null with a single column.")
 
 
 class ComparedMetric(BaseModel):
     name: str
     unit: str
     x_tag: str | None = Field(description="The numeric tag the rows run along (the chart's x), if any.")
+    lower_is_better: bool = Field(description="The metric's direction: 'faster' is a ratio below 1 when true.")
     rows: list[ComparedMetricRow]
+
+
+class ComparedColumnPublic(BaseModel):
+    key: str = Field(description="'trial-12' or 'approach-nccl'.")
+    label: str
+    approach: str
+    trials: list[int] = Field(description="The trials whose samples the column pools.")
+    stack_difference: str | None
+    left_out: int = Field(description="Succeeded trials of the approach on another stack, not pooled.")
 
 
 class ComparedComponent(BaseModel):
@@ -435,8 +523,19 @@ class ComparedComponent(BaseModel):
     differs: bool
 
 
+class ComparisonRulePublic(BaseModel):
+    confidence: float
+    min_effect: float
+    unstable_cv: float
+    min_mwu_samples: int
+
+
 class ComparisonPublic(BaseModel):
     campaign: str
+    by: Literal["trial", "approach"]
+    across_stacks: bool
+    rule: ComparisonRulePublic
+    columns: list[ComparedColumnPublic]
     trials: list[ComparedTrialPublic]
     metrics: list[ComparedMetric]
     stack: list[ComparedComponent]

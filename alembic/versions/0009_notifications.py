@@ -1,7 +1,7 @@
 """notification destinations and their outbox
 
 Revision ID: 0009
-Revises: 0002
+Revises: 0008
 """
 
 from collections.abc import Sequence
@@ -11,7 +11,7 @@ import sqlmodel
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0002"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

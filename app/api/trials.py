@@ -25,31 +25,51 @@ from app.models import TrialState
 from app.schemas import (
     SLUG_PATTERN,
     AttemptPublic,
+    ComparedColumnPublic,
     ComparedComponent,
     ComparedMetric,
     ComparedMetricRow,
     ComparedTrialPublic,
     ComparisonPublic,
+    ComparisonRulePublic,
     MetricPublic,
+    PairStatsPublic,
     QueuedTrialPublic,
+    RatioPublic,
+    RowStatsPublic,
     RunResultPublic,
+    SettlePublic,
+    SettleRequest,
     TrialPage,
     TrialPublic,
     TrialSummary,
 )
-from app.services.trials import cancel, start_next
+from app.services.trials import cancel, start_next, start_settle
 
 router = APIRouter(tags=["trials"])
 
 Slug = Annotated[str, Field(pattern=SLUG_PATTERN)]
 TrialIds = Annotated[
-    list[Annotated[int, Field(ge=1, le=2**63 - 1)]],
+    list[Annotated[int, Field(ge=1, le=2**63 - 1)]] | None,
     Query(
         min_length=comparison_domain.MIN_TRIALS,
         max_length=comparison_domain.MAX_TRIALS,
         description="Different trials to compare, in column order: `?trial=12&trial=15`.",
         json_schema_extra={"uniqueItems": True},
     ),
+]
+ApproachKeys = Annotated[
+    list[Annotated[str, Field(pattern=SLUG_PATTERN, max_length=80)]] | None,
+    Query(
+        min_length=comparison_domain.MIN_TRIALS,
+        max_length=comparison_domain.MAX_COLUMNS,
+        description="Or different approaches to compare over their succeeded trials: `?approach=nccl&approach=symm`.",
+        json_schema_extra={"uniqueItems": True},
+    ),
+]
+AcrossStacks = Annotated[
+    bool,
+    Query(description="Compare columns whose stacks (GPU, driver, CUDA, torch, NCCL, sglang) differ from the first's."),
 ]
 
 
@@ -132,9 +152,65 @@ def _metrics(session: Session, trial_id: int) -> list[MetricPublic]:
     return [MetricPublic(**trial_reads.metric_dict(m)) for m in trial_reads.trial_metrics(session, [trial_id])]
 
 
+def _ratio_body(ratio: Any) -> RatioPublic | None:
+    return None if ratio is None else RatioPublic(value=ratio.value, low=ratio.low, high=ratio.high)
+
+
+def _pair_body(column: int, pair: comparison_domain.PairVerdict) -> PairStatsPublic:
+    st = pair.stats
+    return PairStatsPublic(
+        column=column,
+        ratio=_ratio_body(st.ratio) if st else None,
+        p_value=st.p_value if st else None,
+        verdict=st.verdict.value if st else None,
+        samples_needed=st.samples_needed if st else None,
+        stack_difference=pair.stack_difference,
+        not_compared=pair.not_compared,
+    )
+
+
+def row_stats_body(stats: comparison_domain.RowStats | None) -> RowStatsPublic | None:
+    """The contract of docs/statistics.md: the second column against the first at the top level."""
+    if stats is None:
+        return None
+    each = [_pair_body(c, p) for c, p in enumerate(stats.pairs, start=1)]
+    head = each[0]
+    return RowStatsPublic(
+        ratio=head.ratio,
+        p_value=head.p_value,
+        verdict=head.verdict,
+        cv=[s.cv for s in stats.sides],
+        unstable=[s.unstable for s in stats.sides],
+        samples_needed=head.samples_needed,
+        n=[s.n for s in stats.sides],
+        stack_difference=head.stack_difference,
+        not_compared=head.not_compared,
+        each=each,
+    )
+
+
 def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
     return ComparisonPublic(
         campaign=c.campaign.slug,
+        by=c.by,
+        across_stacks=c.across_stacks,
+        rule=ComparisonRulePublic(
+            confidence=c.rule.confidence,
+            min_effect=c.rule.min_effect,
+            unstable_cv=c.rule.unstable_cv,
+            min_mwu_samples=c.rule.min_mwu_samples,
+        ),
+        columns=[
+            ComparedColumnPublic(
+                key=col.key,
+                label=col.label,
+                approach=col.approach_key,
+                trials=col.trial_ids,
+                stack_difference=col.stack_difference,
+                left_out=col.left_out,
+            )
+            for col in c.columns
+        ],
         trials=[
             ComparedTrialPublic(
                 id=t.id,
@@ -152,7 +228,13 @@ def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
                 name=g.name,
                 unit=g.unit,
                 x_tag=g.x_tag,
-                rows=[ComparedMetricRow(point=dict(r.point), values=r.values, differs=r.differs) for r in g.rows],
+                lower_is_better=g.lower_is_better,
+                rows=[
+                    ComparedMetricRow(
+                        point=dict(r.point), values=r.values, differs=r.differs, stats=row_stats_body(r.stats)
+                    )
+                    for r in g.rows
+                ],
             )
             for g in c.metrics
         ],
@@ -162,8 +244,11 @@ def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
     )
 
 
-def _compare(session: Session, slug: str, trial_ids: list[int]) -> ComparisonPublic:
-    return comparison_body(comparison_domain.compare_trials(session, get_campaign(session, slug), trial_ids))
+def _compare(
+    session: Session, slug: str, trial_ids: list[int], approach_keys: list[str], across_stacks: bool
+) -> ComparisonPublic:
+    campaign = get_campaign(session, slug)
+    return comparison_body(comparison_domain.compare(session, campaign, trial_ids, approach_keys, across_stacks))
 
 
 # ---- JSON routes ------------------------------------------------------------------------------
@@ -181,6 +266,25 @@ async def run_approach(request: Request, slug: str, key: str, operator: Operator
     """Start this approach (any status) on a runner that can run it, or queue it while those runners
     are busy, or say why it cannot run."""
     return run_next_body(await start_next(request.app, slug, operator.name, approach_key=key))
+
+
+@router.post("/api/campaigns/{slug}/settle", response_model=SettlePublic)
+async def settle(request: Request, slug: Slug, data: SettleRequest, operator: OperatorDep) -> SettlePublic:
+    """Settle A vs B (or, without b, repeat A): queue interleaved trials (A B A B ...) through the normal
+    queue until the comparison on the deciding metric is decided (faster / slower, or the samples it
+    needs reached) or `budget` trials per approach are spent. Follow it on
+    `GET /api/campaigns/{slug}/compare?approach=A&approach=B`."""
+    row, queued = await start_settle(request.app, slug, data.a, data.b, data.budget, operator.name, data.metric)
+    return SettlePublic(
+        id=row.id,
+        a=data.a,
+        b=data.b,
+        budget=row.budget,
+        metric=row.metric,
+        state=row.state,
+        outcome=row.outcome,
+        queued=[t.id for t in queued],
+    )
 
 
 @router.get("/api/campaigns/{slug}/queue", response_model=list[QueuedTrialPublic])
@@ -254,6 +358,19 @@ async def download_log(request: Request, trial_id: RowId, operator: OperatorDep)
 
 
 @router.get("/api/campaigns/{slug}/compare", response_model=ComparisonPublic)
-async def compare(request: Request, slug: str, trial: TrialIds, operator: OperatorDep) -> ComparisonPublic:
-    """Trials of a campaign side by side: metric rows aligned by name and varying tags, stacks diffed."""
-    return await run_in_tx(request.app.state.engine, _compare, slug, trial, write=False)
+async def compare(
+    request: Request,
+    slug: str,
+    operator: OperatorDep,
+    trial: TrialIds = None,
+    approach: ApproachKeys = None,
+    across_stacks: AcrossStacks = False,
+) -> ComparisonPublic:
+    """Trials (or approaches, over their succeeded trials) of a campaign side by side: metric rows aligned
+    by name and point, each row's statistics against the first column (ratio of medians with its
+    bootstrap interval, Mann-Whitney U p-value, verdict, coefficients of variation, samples needed;
+    docs/statistics.md), stacks diffed. Columns on another stack are compared only with `across_stacks`."""
+    read = partial(
+        _compare, slug=slug, trial_ids=trial or [], approach_keys=approach or [], across_stacks=across_stacks
+    )
+    return await run_in_tx(request.app.state.engine, read, write=False)

@@ -1,28 +1,56 @@
-"""Two or more trials of a campaign side by side: their metrics aligned row by row, their stacks diffed.
+"""Two or more trials of a campaign side by side, or two or more approaches over their repeated trials:
+their metrics aligned row by row, each row's statistics (app/domain/statistics.py), their stacks diffed.
 
-A metric name's rows are told apart within a trial by the tags whose values vary there (the message
-size of an allreduce sweep, `tokens` or `bytes`); those tags make a row's point, so trial A's 8-token
-latency sits beside trial B's. Tags that are the same within each trial (backend, mode, torch) describe
-the trial, not the point, and are left out of the alignment. Two queries, whatever the trials hold.
+A row is a metric's **point**: the tags that say where it was measured (POINT_TAGS: tokens, batch,
+draft_tokens, scope; bytes when there are no tokens), plus any other tag that varies within a trial,
+except spread tags (p10_us, max_ms, ...: they describe the samples, not the point). Tags that are the
+same within each trial (backend, mode, torch) describe the trial and are left out of the alignment, so
+trial A's 8-token latency sits beside trial B's.
+
+A column (a trial, or an approach) holds, per point, the raw samples of its metric rows (a row without
+samples counts its value once), pooled over the column's trials. Columns are compared with the first
+one only on the same stack (SAME_STACK components): a column on another stack is compared when asked
+(`across_stacks`), its stack difference named beside the verdict. A handful of queries, whatever the
+trials hold.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, select
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col, select
 
+from app.domain import statistics
 from app.domain.errors import Invalid, NotFound
-from app.domain.fingerprint import STACK_COMPONENTS, component_value
+from app.domain.fingerprint import STACK_COMPONENTS, component_value, stack_changes
 from app.domain.runners import gpu_count
-from app.domain.trial_reads import trial_metrics
-from app.models import Approach, Campaign, Runner, Trial, aware
+from app.models import Approach, Campaign, Metric, Runner, Trial, TrialState, aware
+from runners.recipes.metric import MetricName
 
 MIN_TRIALS = 2
 MAX_TRIALS = 8
+MAX_COLUMNS = MAX_TRIALS  # approaches side by side, as many as trials
+# Tags that place a metric row (its point) whenever a row has them; `bytes` only where `tokens` is absent
+# (the two say the same thing for one geometry, and trials of two geometries should still line up by tokens).
+POINT_TAGS = ("tokens", "bytes", "batch", "draft_tokens", "scope", "node")
+# Tags that describe a row's samples, never its point: p10_us, p90_ms, min_us, max_ms, median_us, ...
+SPREAD_TAG = re.compile(r"(p\d{1,2}|min|max|median|mean|std|stdev|iqr)(_[a-z]+)?")
+# Two trials are "on the same stack" when these components are equal (fingerprint.component_value).
+SAME_STACK = ("gpu", "driver", "cuda", "torch", "nccl", "sglang")
+# A comparison's deciding metric when none is named: the first of these both sides measured, else the
+# first in name order (a Settle's stop rule and a success proposal read it).
+HEADLINE_METRICS = (
+    MetricName.OUTPUT_THROUGHPUT,
+    MetricName.VERIFY_TIME_MS,
+    MetricName.ALLREDUCE_LATENCY_US,
+    MetricName.ALLREDUCE_IN_SITU_US,
+    MetricName.DRAFT_STEP_MS,
+)
 
 
 @dataclass(frozen=True)
@@ -42,11 +70,45 @@ class ComparedTrial:
 
 
 @dataclass(frozen=True)
+class Column:
+    """One compared side: a trial, or an approach's trials on the compared stack."""
+
+    key: str  # "trial-12" or "approach-nccl": unique among the columns
+    label: str
+    approach_key: str
+    trial_ids: list[int]
+    fingerprint: dict[str, Any] | None  # the stack the column's trials ran on (the newest one's)
+    stack_difference: str | None  # against the first column; None: the same stack
+    left_out: int = 0  # an approach's succeeded trials on another stack than the compared one
+
+    @property
+    def trial_id(self) -> int | None:
+        return self.trial_ids[0] if self.key.startswith("trial-") else None
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """A column against the first one at a point: the statistics, or why they were not computed."""
+
+    stats: statistics.PairStats | None
+    stack_difference: str | None = None  # named beside the verdict (compared across stacks when asked)
+    not_compared: str = ""  # "different stack: torch 2.10 -> 2.11", "not measured on both"
+
+
+@dataclass(frozen=True)
+class RowStats:
+    sides: list[statistics.Side]
+    pairs: list[PairVerdict]  # pairs[i]: column i + 1 against column 0
+
+
+@dataclass(frozen=True)
 class MetricRow:
-    """One point of a metric (its varying tags), with each compared trial's value (None: not measured)."""
+    """One point of a metric, with each column's value (None: not measured) and the row's statistics."""
 
     point: tuple[tuple[str, Any], ...]
     values: list[float | None]
+    samples: list[list[float]]
+    stats: RowStats | None = None
 
     @property
     def label(self) -> str:
@@ -65,6 +127,7 @@ class MetricGroup:
     unit: str
     x_tag: str | None
     rows: list[MetricRow]
+    lower_is_better: bool = True
 
 
 @dataclass(frozen=True)
@@ -81,9 +144,13 @@ class StackRow:
 @dataclass(frozen=True)
 class Comparison:
     campaign: Campaign
-    trials: list[ComparedTrial]
+    columns: list[Column]
+    trials: list[ComparedTrial]  # every compared trial (trial mode: one per column, in column order)
     metrics: list[MetricGroup]
     stack: list[StackRow]
+    rule: statistics.Rule
+    across_stacks: bool = False
+    by: str = "trial"  # "trial" or "approach"
 
 
 def parse_trial_ids(ids: list[int]) -> list[int]:
@@ -97,21 +164,40 @@ def parse_trial_ids(ids: list[int]) -> list[int]:
     return distinct
 
 
-def compare_trials(session: Session, campaign: Campaign, trial_ids: list[int]) -> Comparison:
-    ids = parse_trial_ids(trial_ids)
+def rule_of(campaign: Campaign) -> statistics.Rule:
+    """The campaign's decision rule (its confidence and minimum effect; the other settings are defaults)."""
+    return statistics.Rule(confidence=campaign.stats_confidence, min_effect=campaign.stats_min_effect)
+
+
+def same_stack_difference(reference: dict[str, Any] | None, other: dict[str, Any] | None) -> str | None:
+    """'torch 2.10.0 -> 2.11.0, NCCL 2.27 -> 2.28' over SAME_STACK, or None when those are equal."""
+    changes = stack_changes(reference, other, list(SAME_STACK))
+    if not changes:
+        return None
+    return ", ".join(f"{STACK_COMPONENTS[c]} {old or 'unknown'} -> {new or 'unknown'}" for c, old, new in changes)
+
+
+def compare(
+    session: Session, campaign: Campaign, trial_ids: list[int], approach_keys: list[str], across_stacks: bool = False
+) -> Comparison:
+    """Trials or approaches (exactly one of the two lists), as the page and the API take them."""
+    if trial_ids and approach_keys:
+        raise Invalid("Compare trials or approaches, not both.", field="approach")
+    if approach_keys:
+        return compare_approaches(session, campaign, approach_keys, across_stacks=across_stacks)
+    return compare_trials(session, campaign, trial_ids, across_stacks=across_stacks)
+
+
+def _compared_trials(session: Session, campaign: Campaign, ids: list[int]) -> dict[int, ComparedTrial]:
     found = session.exec(
         select(Trial, Approach.key, Approach.title, Runner.name)
         .join(Approach, Approach.id == Trial.approach_id)  # type: ignore[arg-type]
         .outerjoin(Runner, Runner.id == Trial.runner_id)  # type: ignore[arg-type]
         .where(Trial.id.in_(ids), Trial.campaign_id == campaign.id)  # type: ignore[union-attr]
     ).all()
-    by_id = {t.id: (t, key, title, runner) for t, key, title, runner in found}
-    missing = [i for i in ids if i not in by_id]
-    if missing:
-        raise NotFound(f"No trial {', '.join(f'#{i}' for i in missing)} in campaign {campaign.slug!r}.", field="trial")
-    trials = [
-        ComparedTrial(
-            id=i,
+    return {
+        t.id: ComparedTrial(  # type: ignore[misc]
+            id=t.id,  # type: ignore[arg-type]
             approach_key=key,
             approach_title=title,
             state=t.state,
@@ -120,10 +206,119 @@ def compare_trials(session: Session, campaign: Campaign, trial_ids: list[int]) -
             started_at=aware(t.started_at),
             finished_at=aware(t.finished_at),
         )
-        for i in ids
-        for t, key, title, runner in [by_id[i]]
+        for t, key, title, runner in found
+    }
+
+
+def compare_trials(
+    session: Session, campaign: Campaign, trial_ids: list[int], *, across_stacks: bool = False
+) -> Comparison:
+    """Trial against trial: a column per trial, in the order given."""
+    ids = parse_trial_ids(trial_ids)
+    by_id = _compared_trials(session, campaign, ids)
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise NotFound(f"No trial {', '.join(f'#{i}' for i in missing)} in campaign {campaign.slug!r}.", field="trial")
+    trials = [by_id[i] for i in ids]
+    reference = trials[0].fingerprint
+    columns = [
+        Column(
+            key=f"trial-{t.id}",
+            label=t.label,
+            approach_key=t.approach_key,
+            trial_ids=[t.id],
+            fingerprint=t.fingerprint,
+            stack_difference=same_stack_difference(reference, t.fingerprint) if n else None,
+        )
+        for n, t in enumerate(trials)
     ]
-    return Comparison(campaign, trials, metric_groups(ids, trial_metrics(session, ids)), stack_rows(trials))
+    return _comparison(session, campaign, columns, trials, across_stacks, "trial")
+
+
+def compare_approaches(
+    session: Session, campaign: Campaign, keys: list[str], *, across_stacks: bool = False
+) -> Comparison:
+    """Approach against approach: a column per approach, pooling its succeeded trials on the stack of the
+    first approach's newest succeeded trial (every succeeded trial with `across_stacks`)."""
+    distinct = list(dict.fromkeys(keys))
+    if not MIN_TRIALS <= len(distinct) <= MAX_COLUMNS:
+        raise Invalid(
+            f"Pick between {MIN_TRIALS} and {MAX_COLUMNS} different approaches to compare ({len(distinct)} given).",
+            field="approach",
+        )
+    approaches = {
+        a.key: a
+        for a in session.exec(
+            select(Approach).where(Approach.campaign_id == campaign.id, col(Approach.key).in_(distinct))
+        )
+    }
+    missing = [k for k in distinct if k not in approaches]
+    if missing:
+        raise NotFound(f"No approach {', '.join(missing)} in campaign {campaign.slug!r}.", field="approach")
+    done = session.exec(
+        select(Trial)
+        .where(
+            col(Trial.approach_id).in_([approaches[k].id for k in distinct]),
+            Trial.state == TrialState.succeeded,
+        )
+        .order_by(col(Trial.id))
+    ).all()
+    of: dict[int, list[Trial]] = {}
+    for t in done:
+        of.setdefault(t.approach_id, []).append(t)
+    first = of.get(approaches[distinct[0]].id, [])  # type: ignore[arg-type]
+    reference = first[-1].fingerprint if first else None
+    columns = []
+    for key in distinct:
+        mine = of.get(approaches[key].id, [])  # type: ignore[arg-type]
+        same = [t for t in mine if same_stack_difference(reference, t.fingerprint) is None]
+        kept = mine if across_stacks else same
+        differences = sorted({d for t in kept if (d := same_stack_difference(reference, t.fingerprint))})
+        columns.append(
+            Column(
+                key=f"approach-{key}",
+                label=approaches[key].title,
+                approach_key=key,
+                trial_ids=[t.id for t in kept],  # type: ignore[misc]
+                fingerprint=kept[-1].fingerprint if kept else reference,
+                stack_difference="; ".join(differences) or None,
+                left_out=len(mine) - len(kept),
+            )
+        )
+    ids = [i for c in columns for i in c.trial_ids]
+    by_id = _compared_trials(session, campaign, ids) if ids else {}
+    trials = [by_id[i] for i in ids]
+    return _comparison(session, campaign, columns, trials, across_stacks, "approach")
+
+
+def _comparison(
+    session: Session,
+    campaign: Campaign,
+    columns: list[Column],
+    trials: list[ComparedTrial],
+    across_stacks: bool,
+    by: str,
+) -> Comparison:
+    rule = rule_of(campaign)
+    ids = [i for c in columns for i in c.trial_ids]
+    column_of = {i: n for n, c in enumerate(columns) for i in c.trial_ids}
+    groups = metric_groups(column_of, len(columns), _metric_rows(session, ids))
+    groups = with_statistics(groups, columns, rule, across_stacks)
+    return Comparison(campaign, columns, trials, groups, stack_rows(columns), rule, across_stacks, by)
+
+
+def _metric_rows(session: Session, trial_ids: list[int]) -> list[Any]:
+    """The columns of these trials' metric rows a comparison reads, in logged order: plain rows, not ORM
+    objects (8 trials x 200 points: the objects' bookkeeping would cost as much as the statistics)."""
+    if not trial_ids:
+        return []
+    return list(
+        session.execute(
+            sa_select(Metric.trial_id, Metric.name, Metric.value, Metric.unit, Metric.tags, Metric.samples)  # type: ignore[call-overload]
+            .where(col(Metric.trial_id).in_(trial_ids))
+            .order_by(col(Metric.trial_id), col(Metric.seq), col(Metric.index))
+        )
+    )
 
 
 def _hashable(value: Any) -> Any:
@@ -137,41 +332,103 @@ def _sort_key(value: Any) -> tuple[int, float, str]:
     return (1, 0.0, str(value))
 
 
-def metric_groups(ids: list[int], metrics: list[Any]) -> list[MetricGroup]:
-    """Metric rows (in logged order) aligned by name and point; a later row for the same point wins."""
+def point_tags(rows: list[Any]) -> list[str]:
+    """The tags that make a point for these rows of one metric name (see the module's docstring)."""
+    present = {k for m in rows for k in (m.tags or {})}
+    keyed = {k for k in POINT_TAGS if k in present}
+    if "tokens" in keyed:
+        keyed.discard("bytes")
+    seen: dict[tuple[int, str], set[str]] = {}
+    for m in rows:
+        for k, v in (m.tags or {}).items():
+            seen.setdefault((m.trial_id, k), set()).add(repr(v))
+    for (_, k), values in seen.items():
+        if len(values) > 1 and not SPREAD_TAG.fullmatch(k) and not (k == "bytes" and "tokens" in keyed):
+            keyed.add(k)
+    return sorted(keyed)
+
+
+def metric_groups(column_of: dict[int, int], width: int, metrics: list[Any]) -> list[MetricGroup]:
+    """Metric rows (in logged order) aligned by name and point. Within a trial a later row for the same
+    point wins; a column of several trials pools each trial's samples."""
     by_name: dict[str, list[Any]] = {}
     for m in metrics:
         by_name.setdefault(m.name, []).append(m)
-    column = {trial_id: i for i, trial_id in enumerate(ids)}
     groups = []
     for name in sorted(by_name):
         rows = by_name[name]
-        varying: list[str] = []
-        for trial_id in ids:
-            seen: dict[str, set[str]] = {}
-            for m in rows:
-                if m.trial_id == trial_id:
-                    for k, v in (m.tags or {}).items():
-                        seen.setdefault(k, set()).add(repr(v))
-            varying += [k for k, values in seen.items() if len(values) > 1 and k not in varying]
-        varying.sort()
-        points: dict[tuple, list[float | None]] = {}
+        keyed = point_tags(rows)
+        latest: dict[tuple, dict[int, Any]] = {}
         for m in rows:
             tags = m.tags or {}
-            point = tuple((k, _hashable(tags.get(k))) for k in varying)
-            points.setdefault(point, [None] * len(ids))[column[m.trial_id]] = m.value
-        numeric = [k for k in varying if all(_sort_key(dict(p)[k])[0] == 0 for p in points)]
-        ordered = sorted(points, key=lambda p: [_sort_key(v) for _, v in p])
+            point = tuple((k, _hashable(tags.get(k))) for k in keyed)
+            latest.setdefault(point, {})[m.trial_id] = m
+        numeric = [k for k in keyed if all(_sort_key(dict(p)[k])[0] == 0 for p in latest)]
+        metric_rows = []
+        for point in sorted(latest, key=lambda p: [_sort_key(v) for _, v in p]):
+            values: list[float | None] = [None] * width
+            samples: list[list[float]] = [[] for _ in range(width)]
+            counts = [0] * width
+            for trial_id, m in latest[point].items():
+                c = column_of[trial_id]
+                samples[c] += m.samples if m.samples else [m.value]
+                counts[c] += 1
+                values[c] = m.value
+            for c in range(width):
+                if counts[c] > 1:  # pooled over trials: the pooled median
+                    values[c] = statistics.side(samples[c]).median
+            metric_rows.append(MetricRow(point, values, samples))
         unit = next((m.unit for m in rows if m.unit), "")
         groups.append(
-            MetricGroup(name, unit, numeric[0] if numeric else None, [MetricRow(p, points[p]) for p in ordered])
+            MetricGroup(
+                name, unit, numeric[0] if numeric else None, metric_rows, statistics.lower_is_better(name, unit)
+            )
         )
     return groups
 
 
-def stack_rows(trials: list[ComparedTrial]) -> list[StackRow]:
-    """The stack components any of the trials reported (GPU count first), each trial's value."""
-    rows = [StackRow("gpu_count", "GPUs", [str(gpu_count(t.fingerprint)) if t.fingerprint else None for t in trials])]
+def with_statistics(
+    groups: list[MetricGroup], columns: list[Column], rule: statistics.Rule, across_stacks: bool
+) -> list[MetricGroup]:
+    """Each row with its statistics: every column against the first, one vectorized pass for the lot."""
+    flat = [(g, r) for g, group in enumerate(groups) for r in range(len(group.rows))]
+    if not flat or len(columns) < 2:
+        return groups
+    computed = statistics.compare_rows(
+        [groups[g].rows[r].samples for g, r in flat],
+        lower_better=[groups[g].lower_is_better for g, _ in flat],
+        rule=rule,
+    )
+    out = [MetricGroup(g.name, g.unit, g.x_tag, list(g.rows), g.lower_is_better) for g in groups]
+    for (g, r), row_stats in zip(flat, computed, strict=True):
+        row = out[g].rows[r]
+        pairs = []
+        for c, pair in enumerate(row_stats.pairs, start=1):
+            difference = columns[c].stack_difference
+            if not row.samples[0] or not row.samples[c]:
+                pairs.append(PairVerdict(None, difference, "not measured on both"))
+            elif difference and not across_stacks:
+                pairs.append(PairVerdict(None, difference, f"different stack: {difference}"))
+            else:
+                pairs.append(PairVerdict(pair, difference))
+        out[g].rows[r] = MetricRow(row.point, row.values, row.samples, RowStats(row_stats.sides, pairs))
+    return out
+
+
+def deciding_group(result: Comparison, metric: str | None = None) -> MetricGroup | None:
+    """The metric that decides between the first two columns: `metric` if both measured it, else the
+    first of HEADLINE_METRICS both measured, else the first both measured (None: nothing in common)."""
+    both = [g for g in result.metrics if any(r.values[0] is not None and r.values[1] is not None for r in g.rows)]
+    if metric is not None:
+        return next((g for g in both if g.name == metric), None)
+    by_name = {g.name: g for g in both}
+    return next((by_name[n] for n in HEADLINE_METRICS if n in by_name), both[0] if both else None)
+
+
+def stack_rows(columns: list[Column]) -> list[StackRow]:
+    """The stack components any of the columns reported (GPU count first), each column's value."""
+    fps = [c.fingerprint for c in columns]
+    rows = [StackRow("gpu_count", "GPUs", [str(gpu_count(fp)) if fp else None for fp in fps])]
     for component, label in STACK_COMPONENTS.items():
-        rows.append(StackRow(component, label, [component_value(t.fingerprint, component) for t in trials]))
+        rows.append(StackRow(component, label, [component_value(fp, component) for fp in fps]))
     return [r for r in rows if any(v is not None for v in r.values)]

@@ -1,4 +1,4 @@
-"""Verdicts: what an ended trial proposes, a person's confirmation, and re-test flags.
+"""Verdicts: a person's confirmation of what an ended trial proposes (app/domain/proposals.py), and re-test flags.
 
 A trial that ends (succeeded, failed, timed out) leaves its approach waiting for a verdict
 (`Approach.pending_trial_id`); "Run next candidate" skips it until a person confirms or edits
@@ -9,7 +9,6 @@ approach reports a different value for a bound component, the approach is flagge
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlmodel import Session, select
@@ -18,7 +17,6 @@ from app.domain import fingerprint as stack
 from app.domain import notifications
 from app.domain.errors import Invalid
 from app.domain.inventory import change_status
-from app.domain.profitability import is_world_figure
 from app.domain.runners import unmet_requirements
 from app.models import (
     NO_VERDICT_TRIAL_STATES,
@@ -26,11 +24,9 @@ from app.models import (
     Approach,
     ApproachStatus,
     Campaign,
-    Metric,
     Runner,
     StatusChange,
     Trial,
-    TrialState,
     utcnow,
 )
 from runners.recipes.metric import MetricName
@@ -60,16 +56,6 @@ SUMMARY_METRICS = (
 )
 
 
-@dataclass
-class Proposal:
-    status: ApproachStatus
-    reason: str
-    components: list[str] = field(default_factory=list)
-    cause: str = ""
-    signature: str = ""
-    evidence_line: str = ""
-
-
 def on_trial_ended(session: Session, trial: Trial) -> None:
     """scheduling's trial-ended hook: the approach now waits for a person's verdict."""
     if trial.state in NO_VERDICT_TRIAL_STATES:
@@ -79,42 +65,6 @@ def on_trial_ended(session: Session, trial: Trial) -> None:
         approach.pending_trial_id = trial.id
         session.add(approach)
         session.flush()
-
-
-def _metric_summary(session: Session, trial: Trial) -> str:
-    rows = list(session.exec(select(Metric).where(Metric.trial_id == trial.id).order_by(Metric.seq, Metric.index)))
-    for name in SUMMARY_METRICS:
-        picked = [m for m in rows if m.name == name and is_world_figure(m.tags)]
-        if picked:
-            m = min(picked, key=lambda m: m.tags.get("tokens", 0) != 4)  # the verify size when there is one
-            where = ", ".join(f"{k}={m.tags[k]}" for k in ("backend", "mode", "tokens", "world_size") if k in m.tags)
-            return f"{name} {m.value:.4g} {m.unit}" + (f" ({where})" if where else "")
-    return f"{len(rows)} metric(s) recorded" if rows else "no metrics recorded"
-
-
-def propose(session: Session, trial: Trial) -> Proposal:
-    """The verdict a trial suggests: its failure signature, or its measurements on success."""
-    found = trial.proposal or {}
-    if found.get("verdict"):
-        status = SIGNATURE_STATUS.get(found["verdict"], ApproachStatus.untested)
-        return Proposal(
-            status=status,
-            reason=found.get("reason") or found.get("cause", ""),
-            components=stack.bound_components(found.get("bound_to")),
-            cause=found.get("cause", ""),
-            signature=found.get("signature", ""),
-            evidence_line=found.get("evidence_line") or "",
-        )
-    if trial.state == TrialState.succeeded:
-        return Proposal(
-            status=ApproachStatus.promising, reason=f"trial #{trial.id} succeeded: {_metric_summary(session, trial)}"
-        )
-    words = trial.state.replace("_", " ")
-    detail = f" (exit code {trial.exit_code})" if trial.exit_code is not None else ""
-    return Proposal(
-        status=ApproachStatus.untested,
-        reason=f"trial #{trial.id} {words}{detail} with no known failure signature: read its log",
-    )
 
 
 def confirm(

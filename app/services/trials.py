@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from sqlmodel import Session
 
-from app.domain import queue, scheduling, trial_reads, trials
+from app.domain import queue, repeats, scheduling, trial_reads, trials
 from app.domain.inventory import get_approach, get_campaign
 from app.live import get_hub, run_in_tx
 from app.models import Trial
@@ -41,11 +41,36 @@ async def start_queued(app: FastAPI, runner_id: int) -> scheduling.RunNext | Non
     """A runner may have freed up (a trial of its ended, or it was welcomed): it takes the first queued
     trial it can run, if any (one transaction, then the push and the publish)."""
     hub = get_hub(app)
+    settled: list[int] = []
 
     def work(session: Session) -> scheduling.RunNext | None:
+        # Settles whose round ended queue their next round first (or end), so this runner can take it.
+        settled[:] = repeats.advance_open(session)
         return queue.start_queued(session, runner_id, online=hub.online())
 
-    return await _dispatch(app, work)
+    result = await _dispatch(app, work)
+    if settled:
+        events.publish(app, *(events.campaign(c) for c in dict.fromkeys(settled)))
+    return result
+
+
+async def start_settle(
+    app: FastAPI, slug: str, a_key: str, b_key: str | None, budget: int, actor: str, metric: str | None = None
+) -> tuple[Any, list[Trial]]:
+    """ "Settle A vs B" (or "Repeat A" without b_key): the settle and its first round, queued in one
+    transaction; then every connected runner looks at the queue."""
+
+    def work(session: Session) -> tuple[Any, list[Trial]]:
+        campaign = get_campaign(session, slug)
+        a = get_approach(session, campaign, a_key)
+        b = get_approach(session, campaign, b_key) if b_key else None
+        return repeats.start(session, campaign, a, b, budget, actor, metric)
+
+    settle, queued = await run_in_tx(app.state.engine, work)
+    for trial in queued:
+        events.publish(app, *events.of_trial(trial))
+    await start_queued_anywhere(app)
+    return settle, queued
 
 
 async def start_queued_anywhere(app: FastAPI) -> None:

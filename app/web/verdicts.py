@@ -16,7 +16,7 @@ from sqlmodel import Session
 
 from app.deps import OperatorDep, RowId, SessionDep, require_operator
 from app.domain import fingerprint as stack
-from app.domain import inventory, verdicts
+from app.domain import inventory, proposals, verdicts
 from app.domain.errors import Invalid, NotFound
 from app.domain.trial_reads import trial_metrics
 from app.models import NO_VERDICT_TRIAL_STATES, TERMINAL_TRIAL_STATES, Approach, ApproachStatus, Campaign, Trial
@@ -51,7 +51,7 @@ def _verdict_fragment(request: Request, session: Session, trial_id: int, headers
         "approach": approach,
         "campaign": campaign,
         "ended": trial.state in TERMINAL_TRIAL_STATES,
-        "proposal": verdicts.propose(session, trial) if trial.state in TERMINAL_TRIAL_STATES else None,
+        "proposal": proposals.propose(session, trial) if trial.state in TERMINAL_TRIAL_STATES else None,
         "pending": approach.pending_trial_id == trial.id,
         "statuses": verdicts.VERDICT_STATUSES,
         "components": stack.STACK_COMPONENTS,
@@ -104,7 +104,7 @@ def proposal_api(trial_id: RowId, session: SessionDep) -> dict:
     trial, _, _ = _trial(session, trial_id)
     if trial.state not in TERMINAL_TRIAL_STATES:
         raise Invalid(f"trial #{trial_id} has not ended ({trial.state})", field="trial_id")
-    p = verdicts.propose(session, trial)
+    p = proposals.propose(session, trial)
     return {
         "status": p.status.value,
         "reason": p.reason,
@@ -112,6 +112,8 @@ def proposal_api(trial_id: RowId, session: SessionDep) -> dict:
         "cause": p.cause,
         "signature": p.signature,
         "evidence_line": p.evidence_line,
+        "label": p.label,
+        "settle": list(p.settle) if p.settle else None,
     }
 
 

@@ -100,6 +100,11 @@ def emit(
     out.flush()
 
 
+def bounded(samples: Sequence[float]) -> list[float] | None:
+    """The samples a recipe attaches to its line: all of them, or None past MAX_SAMPLES (the value stays)."""
+    return [float(x) for x in samples] if len(samples) <= MAX_SAMPLES else None
+
+
 def valid_samples(raw: Any) -> list[float] | None:
     """A line's `samples` when they are a list of at most MAX_SAMPLES finite numbers, else None."""
     if not isinstance(raw, list) or len(raw) > MAX_SAMPLES:

@@ -3,7 +3,11 @@ stacks diffed, bad picks refused with a message."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+
+from app.db import session_scope
+from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, end_trial, runner, seed
 
 
 def test_two_trials_side_by_side(api, seeded):
@@ -29,7 +33,6 @@ def test_two_trials_side_by_side(api, seeded):
 
 
 def test_a_trial_without_a_point_shows_null(api, seeded, app):
-    from app.db import session_scope
     from app.models import Trial
     from tests.support.charts import add_metrics
 
@@ -41,7 +44,11 @@ def test_a_trial_without_a_point_shows_null(api, seeded, app):
         "/api/campaigns/c/compare", params=[("trial", seeded.trial_ids[0]), ("trial", seeded.trial_ids[1])]
     ).json()
     rows = body["metrics"][0]["rows"]
-    assert rows[-1] == {"point": {"tokens": 256}, "values": [None, 99.0], "differs": True}
+    last = rows[-1]
+    assert (last["point"], last["values"], last["differs"]) == ({"tokens": 256}, [None, 99.0], True)
+    # Nothing to compare where one side did not measure: no verdict, and why.
+    assert last["stats"]["verdict"] is None and last["stats"]["not_compared"] == "not measured on both"
+    assert last["stats"]["n"] == [0, 1]
 
 
 @pytest.mark.parametrize(
@@ -67,3 +74,102 @@ def test_a_trial_of_another_campaign_is_not_compared(api, seeded):
     r = api.get("/api/campaigns/c/compare", params=[("trial", seeded.trial_ids[0]), ("trial", seeded.other_trial)])
     assert r.status_code == 404 and f"#{seeded.other_trial}" in r.json()["detail"]
     assert api.get("/api/campaigns/nope/compare?trial=1&trial=2").status_code == 404
+
+
+# ---- statistics: the contract of docs/statistics.md --------------------------------------------------------
+
+
+def _timed(center: float, seed: int, n: int = 12) -> list[dict]:
+    samples = [float(x) for x in np.random.default_rng(seed).normal(center, center * 0.01, n)]
+    return [
+        {
+            "name": "allreduce_latency_us",
+            "value": float(np.median(samples)),
+            "unit": "us",
+            "tags": {"tokens": 4, "p10_us": min(samples), "p90_us": max(samples)},
+            "samples": samples,
+        }
+    ]
+
+
+@pytest.fixture
+def timed(app):
+    """Campaign `s`: approach a (two trials at 10 us), b (one at 9 us) on one stack, b once more on another."""
+    seed(app.state.engine, {"key": "a"}, {"key": "b"}, slug="s")
+    with session_scope(app.state.engine) as s:
+        node, other = runner(s, "node-a", OLD_STACK), runner(s, "node-b", NEW_TORCH)
+        a, b = approach(s, "a", "s"), approach(s, "b", "s")
+        ids = [end_trial(s, a, node, metrics=_timed(10.0, 1)).id, end_trial(s, a, node, metrics=_timed(10.0, 2)).id]
+        ids.append(end_trial(s, b, node, metrics=_timed(9.0, 3)).id)
+        ids.append(end_trial(s, b, other, metrics=_timed(8.0, 4)).id)
+    return ids
+
+
+def test_each_row_carries_its_stats(api, timed):
+    body = api.get("/api/campaigns/s/compare", params=[("trial", timed[0]), ("trial", timed[2])]).json()
+    assert body["by"] == "trial" and body["rule"]["confidence"] == 0.95 and body["rule"]["min_effect"] == 0.03
+    (group,) = body["metrics"]
+    assert group["lower_is_better"] is True
+    (row,) = group["rows"]
+    assert row["point"] == {"tokens": 4}  # the spread tags place nothing
+    stats = row["stats"]
+    assert set(stats) == {
+        "ratio", "p_value", "verdict", "cv", "unstable", "samples_needed", "n", "stack_difference", "not_compared",
+        "each",
+    }  # fmt: skip
+    assert stats["verdict"] == "faster" and stats["samples_needed"] is None and stats["n"] == [12, 12]
+    assert stats["ratio"]["low"] < stats["ratio"]["value"] < stats["ratio"]["high"] < 1
+    assert 0 <= stats["p_value"] < 0.001
+    assert len(stats["cv"]) == 2 and all(0 < cv < 0.1 for cv in stats["cv"]) and stats["unstable"] == [False, False]
+    (head,) = stats["each"]  # every column after the first; the top level is the second column's
+    assert head["column"] == 1
+    assert all(head[k] == stats[k] for k in ("ratio", "p_value", "verdict", "samples_needed", "not_compared"))
+
+
+def test_a_trial_on_another_stack_gets_no_verdict_unless_asked(api, timed):
+    pick = [("trial", timed[0]), ("trial", timed[3])]
+    stats = api.get("/api/campaigns/s/compare", params=pick).json()["metrics"][0]["rows"][0]["stats"]
+    assert stats["verdict"] is None and stats["not_compared"].startswith("different stack: torch")
+    stats = api.get("/api/campaigns/s/compare", params=[*pick, ("across_stacks", "true")]).json()
+    stats = stats["metrics"][0]["rows"][0]["stats"]
+    assert stats["verdict"] == "faster" and stats["stack_difference"].startswith("torch 2.10.0+cu128 -> ")
+
+
+def test_approaches_pool_their_trials_on_one_stack(api, timed):
+    body = api.get("/api/campaigns/s/compare?approach=a&approach=b").json()
+    assert body["by"] == "approach" and [c["trials"] for c in body["columns"]] == [timed[:2], timed[2:3]]
+    assert body["columns"][1]["left_out"] == 1
+    stats = body["metrics"][0]["rows"][0]["stats"]
+    assert stats["n"] == [24, 12] and stats["verdict"] == "faster"
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "words"),
+    [
+        ("approach=a", 422, "approach"),
+        ("approach=a&approach=zz", 404, "zz"),
+        ("approach=a&approach=b&trial=1&trial=2", 422, "not both"),
+        ("approach=A&approach=b", 422, "approach"),
+    ],
+)
+def test_bad_approach_picks_are_4xx_with_a_message(api, timed, query, status, words):
+    r = api.get(f"/api/campaigns/s/compare?{query}")
+    assert r.status_code == status, r.text
+    assert words in r.text
+
+
+def test_settle_queues_a_first_round_and_refuses_bad_requests(api, timed):
+    r = api.post("/api/campaigns/s/settle", json={"a": "a", "b": "b", "budget": 4})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["state"] == "open" and body["budget"] == 4 and len(body["queued"]) == 2
+    queued = api.get("/api/campaigns/s/queue").json()
+    assert [q["trial_id"] for q in queued] == body["queued"] and [q["approach"] for q in queued] == ["a", "b"]
+    for payload, status, words in [
+        ({"a": "a", "b": "b", "budget": 0}, 422, "budget"),
+        ({"a": "a", "b": "nope"}, 404, "nope"),
+        ({"a": "b", "b": "b"}, 422, "different"),
+        ({"a": "a", "b": "b"}, 422, "already being tried"),
+    ]:
+        r = api.post("/api/campaigns/s/settle", json=payload)
+        assert r.status_code == status and words in r.text, (payload, r.text)

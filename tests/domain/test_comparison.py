@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from app.charts import trial_comparison
-from app.domain.comparison import ComparedTrial, Comparison, metric_groups, parse_trial_ids, stack_rows
+from app.domain.comparison import Column, ComparedTrial, Comparison, metric_groups, parse_trial_ids, stack_rows
 from app.domain.errors import Invalid
+from app.domain.statistics import Rule
 from app.models import Campaign, Metric
 
 
@@ -21,6 +22,15 @@ def _trial(trial_id: int, title: str, fingerprint=None) -> ComparedTrial:
     return ComparedTrial(trial_id, "k", title, "succeeded", None, fingerprint, None, None)
 
 
+def _column(trial_id: int, title: str, fingerprint=None) -> Column:
+    return Column(f"trial-{trial_id}", _trial(trial_id, title).label, "k", [trial_id], fingerprint, None)
+
+
+def _groups(rows: list[Metric], ids=(1, 2)):
+    """Trial columns in this order."""
+    return metric_groups({trial_id: n for n, trial_id in enumerate(ids)}, len(ids), rows)
+
+
 def test_rows_align_on_the_tags_that_vary_within_a_trial():
     rows = [
         _m(1, "lat", 10, "us", tokens=1, mode="graph"),
@@ -30,7 +40,7 @@ def test_rows_align_on_the_tags_that_vary_within_a_trial():
         _m(2, "tput", 80.0, "tok/s", source="file"),
         _m(1, "tput", 70.0, "tok/s", source="log"),
     ]
-    lat, tput = metric_groups([1, 2], rows)
+    lat, tput = _groups(rows)
     assert (lat.name, lat.unit, lat.x_tag) == ("lat", "us", "tokens")
     assert [(r.point, r.values) for r in lat.rows] == [
         ((("tokens", 1),), [10, None]),
@@ -49,7 +59,7 @@ def test_a_repeated_point_keeps_the_latest_value_and_odd_tags_do_not_break_it():
         _m(1, "x", 4.0, shape=[4], kind="a"),
         _m(2, "x", 5.0, shape=[4], kind="a"),
     ]
-    (group,) = metric_groups([1, 2], rows)
+    (group,) = _groups(rows)
     assert group.x_tag is None  # neither kind nor shape is numeric
     assert {r.label: r.values for r in group.rows} == {
         "kind=a, shape=[1, 2]": [1.0, None],
@@ -61,11 +71,11 @@ def test_a_repeated_point_keeps_the_latest_value_and_odd_tags_do_not_break_it():
 def test_stack_rows_flag_what_differs_and_drop_what_nobody_reported():
     old = {"gpu_count": 8, "sm": "12.0", "torch": "2.10.0", "cuda": "12.8", "gpus": [{"name": "RTX PRO 6000"}]}
     new = {**old, "torch": "2.11.0", "nccl": "2.27.5"}
-    rows = {r.component: r for r in stack_rows([_trial(1, "a", old), _trial(2, "b", new), _trial(3, "c", None)])}
+    rows = {r.component: r for r in stack_rows([_column(1, "a", old), _column(2, "b", new), _column(3, "c", None)])}
     assert set(rows) == {"gpu_count", "gpu", "sm", "cuda", "torch", "nccl"}
     assert rows["torch"].values == ["2.10.0", "2.11.0", None] and rows["torch"].differs
     assert rows["nccl"].values == [None, "2.27.5", None]
-    same = stack_rows([_trial(1, "a", old), _trial(2, "b", old)])
+    same = stack_rows([_column(1, "a", old), _column(2, "b", old)])
     assert not any(r.differs for r in same)
 
 
@@ -78,9 +88,10 @@ def test_two_to_eight_different_trials(ids):
 
 def test_the_figure_has_a_trace_per_trial_and_metric_and_escapes_text():
     trials = [_trial(1, "<img src=x onerror=alert(1)>"), _trial(2, "B & C")]
+    columns = [_column(1, "<img src=x onerror=alert(1)>"), _column(2, "B & C")]
     rows = [_m(1, "lat", 10, "us", tokens=1), _m(1, "lat", 12, "us", tokens=64), _m(2, "lat", 7, "us", tokens=64)]
     rows += [_m(2, "<b>x</b>", 1.0, "<i>", tag="<script>"), _m(2, "<b>x</b>", 2.0, "<i>", tag="ok")]
-    figure = trial_comparison(Comparison(Campaign(slug="c", name="C"), trials, metric_groups([1, 2], rows), []))
+    figure = trial_comparison(Comparison(Campaign(slug="c", name="C"), columns, trials, _groups(rows), [], Rule()))
     assert figure is not None
     traces = [(t["meta"]["trial_id"], t["meta"]["metric"], t["name"], t["type"], t["visible"]) for t in figure["data"]]
     assert (
@@ -100,4 +111,4 @@ def test_the_figure_has_a_trace_per_trial_and_metric_and_escapes_text():
     menu = figure["layout"]["updatemenus"][0]["buttons"]
     assert [b["label"] for b in menu] == ["&lt;b&gt;x&lt;/b&gt;", "lat"]
     assert menu[1]["args"][0]["visible"] == [False, True, True] and menu[1]["args"][1]["xaxis.type"] == "log"
-    assert trial_comparison(Comparison(Campaign(slug="c", name="C"), trials, [], [])) is None
+    assert trial_comparison(Comparison(Campaign(slug="c", name="C"), columns, trials, [], [], Rule())) is None

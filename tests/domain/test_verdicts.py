@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory, scheduling, trials, verdicts
+from app.domain import inventory, proposals, scheduling, trials, verdicts
 from app.domain.errors import Invalid
 from app.models import ApproachStatus, Runner, Trial, utcnow
 from tests.support.verdicts import (
@@ -53,13 +53,13 @@ def test_a_failure_signature_proposes_its_status(engine, log, signature, status,
         assert trial.proposal and trial.proposal["signature"] == signature
         # The trial now waits for a person; the approach is untested until one confirms.
         assert a.pending_trial_id == trial.id and a.status == ApproachStatus.untested
-        p = verdicts.propose(s, trial)
+        p = proposals.propose(s, trial)
         assert (p.signature, p.status, p.components) == (signature, status, components)
         assert p.cause == trial.proposal["cause"] and p.reason == trial.proposal["reason"]
         assert p.evidence_line and p.evidence_line in fixture_log(log)
 
 
-def test_a_success_proposes_promising_with_a_metric_summary(engine):
+def test_a_success_without_a_reference_is_measured_with_a_metric_summary(engine):
     seed(engine, {"key": "a"}, {"key": "b"})
     with session_scope(engine) as s:
         node = runner(s, "node-a", OLD_STACK)
@@ -73,9 +73,13 @@ def test_a_success_proposes_promising_with_a_metric_summary(engine):
             ],
         )
         assert trial.state == "succeeded"
-        p = verdicts.propose(s, trial)
-        assert p.status == ApproachStatus.promising and p.components == [] and not p.signature
-        assert p.reason == f"trial #{trial.id} succeeded: output_throughput_tok_s 95.5 tok/s"
+        p = proposals.propose(s, trial)
+        # No baseline, nothing adopted: the success is "measured", the approach stays open (untested).
+        assert p.label == "measured" and p.status == ApproachStatus.untested and not p.signature
+        assert p.reason == (
+            f"trial #{trial.id} succeeded: output_throughput_tok_s 95.5 tok/s; "
+            "measured: no baseline or adopted approach to compare with"
+        )
         assert approach(s, "a").pending_trial_id == trial.id
         # Several sizes: the verify size (4 tokens) is the one named.
         trial = end_trial(
@@ -92,7 +96,7 @@ def test_a_success_proposes_promising_with_a_metric_summary(engine):
                 },
             ],
         )
-        assert verdicts.propose(s, trial).reason.endswith("allreduce_in_situ_us 41.25 us (backend=nccl, tokens=4)")
+        assert "allreduce_in_situ_us 41.25 us (backend=nccl, tokens=4); measured" in proposals.propose(s, trial).reason
 
 
 def test_a_failure_without_signature_proposes_untested(engine):
@@ -100,7 +104,7 @@ def test_a_failure_without_signature_proposes_untested(engine):
     with session_scope(engine) as s:
         trial = end_trial(s, approach(s, "a"), runner(s, "node-a", OLD_STACK), log="starting\nbye\n", exit_code=3)
         assert trial.proposal is None
-        p = verdicts.propose(s, trial)
+        p = proposals.propose(s, trial)
         assert p.status == ApproachStatus.untested and p.components == []
         assert p.reason == f"trial #{trial.id} failed (exit code 3) with no known failure signature: read its log"
 
@@ -127,7 +131,7 @@ def test_confirm_records_status_reason_history_stack_and_binding(engine):
         trial = end_trial(
             s, a, runner(s, "node-a", OLD_STACK), log=fixture_log("symm_mem_keyerror_sm120.log"), exit_code=1
         )
-        p = verdicts.propose(s, trial)
+        p = proposals.propose(s, trial)
         # The form sends components in any order, maybe twice: kept once each, in display order.
         verdicts.confirm(s, a, trial, p.status, p.reason, ["torch", "sm", "torch"], "alice")
     with session_scope(engine) as s:

@@ -82,8 +82,8 @@ def test_compare_two_trials_from_the_campaign_page(server, browser):
         tokens = (1, 8, 64, 256)
         by = {(t["trial"], t["metric"]): t for t in _traces(page)}
         before, after = by[(server.eager, "allreduce_latency_us")], by[(server.rerun, "allreduce_latency_us")]
-        # The sweep's varying tags are bytes and tokens: the rows run along the first (tokens x 7168 x 2).
-        assert before["x"] == after["x"] == [t * 7168 * 2 for t in tokens]
+        # The sweep's points are its tokens (bytes say the same for one geometry): the rows run along them.
+        assert before["x"] == after["x"] == list(tokens)
         assert before["y"] == [H200["nccl-eager"][t] for t in tokens] and after["y"] == [RERUN_US[t] for t in tokens]
         assert before["name"] == f"#{server.eager} NCCL eager" and after["name"] == f"#{server.rerun} NCCL eager"
         assert {t["metric"] for t in _traces(page)} == {"allreduce_latency_us", "allreduce_busbw_gbps"}
@@ -112,8 +112,10 @@ def test_compare_two_trials_from_the_campaign_page(server, browser):
         assert highlighted != plain
 
         # The side-by-side table has each trial's value on the same row.
-        row = page.locator("#compare-values tr", has_text="bytes=114688, tokens=8").filter(has_text="us").first
+        row = page.locator("#compare-values tr[data-metric=allreduce_latency_us][data-point='tokens=8']")
         assert "47.4" in row.inner_text() and "43" in row.inner_text()
+        # The re-run is on another stack: no verdict unless asked, and why.
+        assert "different stack: torch" in (row.locator("td.verdict-cell").text_content() or "")
     finally:
         context.close()
     assert errors == []

@@ -88,6 +88,7 @@ def run_to_end(
                 value=m["value"],
                 unit=m.get("unit", ""),
                 tags=m.get("tags", {}),
+                samples=m.get("samples"),
             )
         )
     s.flush()

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
+from app.db import session_scope
 from tests.api.conftest import seed_trials
+from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
 
 
 @pytest.fixture
@@ -77,3 +80,34 @@ def test_campaign_trials_and_trial_page_lead_to_compare(page_client):
         assert f'name="trial" value="{tid}"' in rows
     page = client.get(f"/trials/{seeded.trial_ids[0]}").text
     assert f'href="/campaigns/c/compare?trial={seeded.trial_ids[0]}"' in page
+
+
+def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_client, app):
+    """?approach=a&approach=b pools each approach's succeeded trials; the Settle form queues a first round
+    and shows the comparison; the page feed's refresh (HX-Request) gets the metrics block alone."""
+    seed(app.state.engine, {"key": "a"}, {"key": "b"}, slug="p")
+    with session_scope(app.state.engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        for key, center in (("a", 10.0), ("a", 10.0), ("b", 9.0)):
+            raw = [float(x) for x in np.random.default_rng(int(center * 10)).normal(center, 0.05, 10)]
+            line = {"name": "verify_time_ms", "value": float(np.median(raw)), "unit": "ms", "samples": raw}
+            end_trial(s, approach(s, key, "p"), node, metrics=[line])
+    r = operator_client.get("/campaigns/p/compare?approach=a&approach=b")
+    assert r.status_code == 200, r.text
+    assert 'id="compare-columns"' in r.text and "2 trial(s)" in r.text and "1 trial(s)" in r.text
+    assert 'data-verdict="faster"' in r.text and "n=20" in r.text and "n=10" in r.text
+    assert "Settle a vs b" in r.text
+
+    r = operator_client.get("/campaigns/p/compare?approach=a&approach=b", headers={"HX-Request": "true"})
+    assert r.text.lstrip().startswith('<section class="card" id="compare-metrics"') and "<html" not in r.text
+    assert 'hx-trigger="sse:campaign, feed-stale"' in r.text
+
+    r = operator_client.post("/campaigns/p/settle", data={"a": "a", "b": "b", "budget": "3"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/campaigns/p/compare?approach=a&approach=b"
+    queued = operator_client.get("/api/campaigns/p/queue").json()
+    assert [q["approach"] for q in queued] == ["a", "b"]
+    page = operator_client.get(r.headers["location"]).text
+    assert 'data-settle-state="open"' in page and "0 trial(s) of 3" not in page and "2 trial(s) of 3" in page
+
+    r = operator_client.post("/campaigns/p/settle", data={"a": "a", "budget": "99"}, follow_redirects=False)
+    assert r.status_code == 422

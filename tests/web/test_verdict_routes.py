@@ -93,6 +93,8 @@ def test_the_json_api_confirms_with_a_bearer_token(operator_client, engine, fail
         "evidence_line": "KeyError: 12",
         "reason": "",
         "cause": "",
+        "label": "",  # a failure's signature, not a success's label
+        "settle": None,
     }
     r = operator_client.post(
         f"/api/trials/{failed_trial}/verdict",

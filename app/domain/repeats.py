@@ -1,0 +1,197 @@
+"""Repeat to decide: "Settle A vs B" and "Repeat A N times" queue rounds of trials through the normal queue.
+
+A Settle holds a budget (trials per approach). Each round queues one trial of A, then one of B (so trials
+land interleaved, A B A B ...: drift in the node hits both alike), with no runner: the queue starts them
+(app/domain/queue.py). When every trial of a round has ended, `advance_open` (called in the transaction
+in which a runner looks at the queue, app/services/trials.start_queued) compares A and B over their
+succeeded trials on the same stack (app/domain/comparison.compare_approaches) on the deciding metric:
+
+- **decided** when each of its rows measured on both is "faster" or "slower", or already has the samples
+  it needs on both sides (then indistinguishable is the answer at the campaign's minimum effect);
+- **spent** when A (or B) has had `budget` trials of this settle;
+- **stopped** when one of its trials was cancelled or lost (a person stopped it, or its runner went);
+- else the next round is queued.
+
+"Repeat A N times" is a Settle without B: rounds of one trial, until N are spent. Functions flush, never
+commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlmodel import Session, col, select
+
+from app.domain import comparison, scheduling, statistics
+from app.domain.errors import Invalid
+from app.models import (
+    ACTIVE_TRIAL_STATES,
+    Approach,
+    Campaign,
+    Settle,
+    SettleState,
+    Trial,
+    TrialState,
+    utcnow,
+)
+
+DEFAULT_BUDGET = 10  # Google Benchmark's U test wants about 9 repetitions a side
+MAX_BUDGET = 50
+
+
+@dataclass(frozen=True)
+class SettleView:
+    settle: Settle
+    a: Approach
+    b: Approach | None
+    trials: int  # trials of this settle so far
+
+
+def start(
+    session: Session,
+    campaign: Campaign,
+    a: Approach,
+    b: Approach | None,
+    budget: int,
+    actor: str,
+    metric: str | None = None,
+) -> tuple[Settle, list[Trial]]:
+    """A new Settle of A vs B (Repeat when b is None) and its first round, queued."""
+    if not 1 <= budget <= MAX_BUDGET:
+        raise Invalid(f"budget: between 1 and {MAX_BUDGET} trials per approach, not {budget}", field="budget")
+    if b is not None and b.id == a.id:
+        raise Invalid("Settle compares two different approaches.", field="b")
+    for approach in (a, b):
+        if approach is None:
+            continue
+        if not scheduling.has_recipe(approach):
+            raise Invalid(f"{approach.title} has no recipe: add one under Details › Edit", field="a")
+        active = session.exec(
+            select(Trial.id).where(Trial.approach_id == approach.id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
+        ).first()
+        if active is not None:
+            raise Invalid(f"{approach.title} is already being tried: trial #{active} has not ended", field="a")
+    settle = Settle(
+        campaign_id=campaign.id,  # type: ignore[arg-type]
+        approach_a_id=a.id,  # type: ignore[arg-type]
+        approach_b_id=b.id if b is not None else None,
+        budget=budget,
+        metric=metric,
+        requested_by=actor,
+    )
+    session.add(settle)
+    session.flush()
+    return settle, _queue_round(session, settle, actor)
+
+
+def _approaches(session: Session, settle: Settle) -> list[Approach]:
+    ids = [settle.approach_a_id] + ([settle.approach_b_id] if settle.approach_b_id is not None else [])
+    return [session.get(Approach, i) for i in ids]  # type: ignore[misc]
+
+
+def _queue_round(session: Session, settle: Settle, actor: str) -> list[Trial]:
+    queued = []
+    for approach in _approaches(session, settle):
+        trial = scheduling.create_trial(session, approach, None, actor)
+        trial.settle_id = settle.id
+        session.add(trial)
+        queued.append(trial)
+    session.flush()
+    return queued
+
+
+def _end(session: Session, settle: Settle, state: SettleState, outcome: str) -> bool:
+    settle.state = state
+    settle.outcome = outcome
+    settle.ended_at = utcnow()
+    session.add(settle)
+    session.flush()
+    return True
+
+
+def advance_open(session: Session) -> list[int]:
+    """Move every open settle whose round has ended on: decide, spend, stop, or queue the next round.
+    Returns the campaign ids whose settles changed (their pages refresh). A settle another transaction
+    holds is skipped (PostgreSQL: SKIP LOCKED): that transaction advances it."""
+    changed = []
+    open_ids = session.exec(select(Settle.id).where(Settle.state == SettleState.open)).all()
+    for settle_id in open_ids:
+        settle = session.exec(
+            select(Settle)
+            .where(Settle.id == settle_id, Settle.state == SettleState.open)
+            .with_for_update(skip_locked=True)
+            .execution_options(populate_existing=True)
+        ).first()
+        if settle is not None and advance(session, settle):
+            changed.append(settle.campaign_id)
+    return changed
+
+
+def advance(session: Session, settle: Settle) -> bool:
+    """One settle's step (see the module's docstring); False when its round is still running."""
+    mine = list(session.exec(select(Trial).where(Trial.settle_id == settle.id).order_by(col(Trial.id))))
+    if any(t.state in ACTIVE_TRIAL_STATES for t in mine):
+        return False
+    gone = [t for t in mine if t.state in (TrialState.cancelled, TrialState.lost)]
+    if gone:
+        return _end(session, settle, SettleState.stopped, f"trial #{gone[0].id} {gone[0].state}: settle stopped")
+    approaches = _approaches(session, settle)
+    rounds = max(sum(1 for t in mine if t.approach_id == a.id) for a in approaches)
+    if len(approaches) == 2:
+        campaign = session.get(Campaign, settle.campaign_id)
+        assert campaign is not None
+        decided = decision(session, campaign, approaches[0], approaches[1], settle.metric)
+        if decided is not None:
+            return _end(session, settle, SettleState.decided, decided)
+    if rounds >= settle.budget:
+        return _end(
+            session,
+            settle,
+            SettleState.spent,
+            f"{rounds} trial(s) per approach spent" + ("" if len(approaches) == 1 else ", undecided"),
+        )
+    _queue_round(session, settle, settle.requested_by or "settle")
+    return True
+
+
+def decision(session: Session, campaign: Campaign, a: Approach, b: Approach, metric: str | None) -> str | None:
+    """'B vs A on M: faster at 4 of 4 point(s)' once decided (see the module's docstring), else None."""
+    result = comparison.compare_approaches(session, campaign, [a.key, b.key])
+    group = comparison.deciding_group(result, metric)
+    if group is None:
+        return None
+    verdicts: list[str] = []
+    for row in group.rows:
+        if row.stats is None or row.stats.pairs[0].stats is None:
+            continue
+        pair = row.stats.pairs[0].stats
+        sides = row.stats.sides
+        if pair.verdict != statistics.Verdict.indistinguishable:
+            verdicts.append(pair.verdict.value)
+        elif pair.samples_needed is not None and min(s.n for s in sides) >= pair.samples_needed:
+            verdicts.append("indistinguishable")
+        else:
+            return None
+    if not verdicts:
+        return None
+    counts = ", ".join(f"{v} at {verdicts.count(v)}" for v in dict.fromkeys(verdicts))
+    return f"{b.title} vs {a.title} on {group.name}: {counts} of {len(verdicts)} point(s)"
+
+
+def settle_pair(result: comparison.Comparison) -> tuple[str, str] | None:
+    """The (A, B) approach keys a comparison of two columns of different approaches could settle."""
+    keys = list(dict.fromkeys(c.approach_key for c in result.columns))
+    return (keys[0], keys[1]) if len(keys) == 2 else None
+
+
+def open_settles(session: Session, campaign: Campaign) -> list[SettleView]:
+    """The campaign's settles, newest first (open ones and the last few ended)."""
+    settles = session.exec(
+        select(Settle).where(Settle.campaign_id == campaign.id).order_by(col(Settle.id).desc()).limit(10)
+    ).all()
+    out = []
+    for s in settles:
+        a, *rest = _approaches(session, s)
+        count = len(session.exec(select(Trial.id).where(Trial.settle_id == s.id)).all())
+        out.append(SettleView(s, a, rest[0] if rest else None, count))
+    return out

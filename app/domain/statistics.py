@@ -1,0 +1,308 @@
+"""Is a difference real? The board's one home for comparison statistics (docs/statistics.md).
+
+Per metric point, each side (a trial, or an approach's repeated trials) is a set of samples: the raw
+samples its metric lines carry, else their values. Between a side and the first (the reference) side:
+
+- the **ratio of medians** (other / reference) with a bootstrap percentile interval at `Rule.confidence`;
+- a **Mann-Whitney U** two-sided p-value (`scipy.stats.mannwhitneyu`) when each side has at least
+  `Rule.min_mwu_samples` samples (Google Benchmark's U test asks for about 9 repetitions), else None;
+- a **verdict**: "faster" / "slower" when the interval excludes 1 and the effect |ratio - 1| is at least
+  `Rule.min_effect` (asv's rule: a change is called only when its interval allows it and it is larger
+  than a threshold), else "indistinguishable" with **samples_needed**: how many samples a side would
+  need to resolve an effect of `min_effect` at the observed spread (80% power, the medians' efficiency);
+- each side's **coefficient of variation**; over `Rule.unstable_cv` the side is **unstable** (pyperf
+  warns about unstable benchmarks the same way).
+
+The bootstrap is vectorized over every sample set of a comparison at once (8 trials x 200 points in one
+pass). Resampling n values with replacement and taking the median is the same, in distribution, as
+taking the k-th order statistic of the sorted values at floor(n U_(k)), U_(k) ~ Beta(k, n - k + 1) the
+k-th of n uniform order statistics: so a resample's median costs O(1), not O(n), and the intervals match
+`scipy.stats.bootstrap(..., method="percentile")`'s within Monte Carlo error (tests/domain/test_statistics.py
+checks it). Seeded: the same samples give the same interval on every page load.
+
+Pure functions over numbers (numpy, scipy); no database, no web. `compare` is the one-pair call;
+`compare_rows` the vectorized one; both answer with the same dataclasses.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from scipy import stats as sps
+
+from runners.recipes.metric import MetricName
+
+
+class Verdict(StrEnum):
+    faster = "faster"
+    slower = "slower"
+    indistinguishable = "indistinguishable"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The decision rule; `confidence` and `min_effect` are per campaign (Campaign.stats_confidence,
+    Campaign.stats_min_effect), the rest fixed defaults named in docs/statistics.md."""
+
+    confidence: float = 0.95
+    min_effect: float = 0.03
+    unstable_cv: float = 0.10
+    min_mwu_samples: int = 6
+    power: float = 0.80
+    n_resamples: int = 1000
+    seed: int = 20261201
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.confidence < 1:
+            raise ValueError(f"confidence must be in [0.5, 1), not {self.confidence}")
+        if not 0 < self.min_effect < 1:
+            raise ValueError(f"min_effect must be in (0, 1), not {self.min_effect}")
+        if not 10 <= self.n_resamples <= 100_000:
+            raise ValueError(f"n_resamples must be in [10, 100000], not {self.n_resamples}")
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Other side's median over the reference side's; low / high None when a side has one sample."""
+
+    value: float
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class Side:
+    n: int
+    median: float | None
+    cv: float | None  # standard deviation (ddof 1) over |mean|; None below 2 samples or at mean 0
+    unstable: bool
+
+
+@dataclass(frozen=True)
+class PairStats:
+    """One side against the reference side (the ratio is theirs over the reference's)."""
+
+    ratio: Ratio | None  # None: no samples on a side, or a reference median of 0 or below
+    p_value: float | None
+    verdict: Verdict
+    samples_needed: int | None  # only for "indistinguishable" with a known spread on both sides
+
+
+@dataclass(frozen=True)
+class RowStats:
+    sides: list[Side]
+    pairs: list[PairStats]  # pairs[i]: side i + 1 against side 0
+
+
+# Higher is better for rates (tok/s, GB/s) and for these counts; everything else measured here is a
+# time or a cost (us, ms, s, a share of the step, processes left behind): lower is better.
+_HIGHER_IS_BETTER = frozenset((*MetricName.ACCEPT_LENGTH, *MetricName.THROUGHPUT, MetricName.ALLREDUCE_CHECK_PASSED))
+
+
+def lower_is_better(name: str, unit: str) -> bool:
+    """The one place a metric's direction is named: "faster" means a ratio below 1 where this is True."""
+    return not (name in _HIGHER_IS_BETTER or unit.strip().endswith("/s"))
+
+
+def side(samples: Sequence[float], rule: Rule = Rule()) -> Side:
+    values = np.asarray(samples, dtype=float)
+    if values.size == 0:
+        return Side(0, None, None, False)
+    cv = _cv(values)
+    return Side(int(values.size), float(np.median(values)), cv, cv is not None and cv > rule.unstable_cv)
+
+
+def _cv(values: np.ndarray) -> float | None:
+    mean = float(np.mean(values))
+    if values.size < 2 or mean == 0:
+        return None
+    return float(np.std(values, ddof=1) / abs(mean))
+
+
+@functools.lru_cache(maxsize=64)
+def _z(confidence: float, power: float) -> float:
+    return float(sps.norm.ppf(1 - (1 - confidence) / 2) + sps.norm.ppf(power))
+
+
+def samples_needed(cv_reference: float, cv_other: float, rule: Rule = Rule()) -> int:
+    """Samples per side to tell medians `rule.min_effect` apart (two-sided, at `rule.confidence`, with
+    `rule.power`), at these coefficients of variation. The median's variance is pi/2 times the mean's
+    for normal noise, hence the factor."""
+    z = _z(rule.confidence, rule.power)
+    need = (math.pi / 2) * (z / rule.min_effect) ** 2 * (cv_reference**2 + cv_other**2)
+    return max(2, math.ceil(need))
+
+
+def compare(
+    reference: Sequence[float], other: Sequence[float], *, lower_better: bool = True, rule: Rule = Rule()
+) -> tuple[Side, Side, PairStats]:
+    """One pair: the reference side, the other side, and the other against the reference."""
+    row = compare_rows([[reference, other]], lower_better=[lower_better], rule=rule)[0]
+    return row.sides[0], row.sides[1], row.pairs[0]
+
+
+def compare_rows(
+    rows: Sequence[Sequence[Sequence[float]]], *, lower_better: Sequence[bool], rule: Rule = Rule()
+) -> list[RowStats]:
+    """Every row's sides against its first side, in one vectorized pass. rows[r][c]: the samples of side
+    c at point r (2 sides or more; a side may be empty); lower_better[r]: row r's direction."""
+    if len(lower_better) != len(rows):
+        raise ValueError("one direction per row")
+    if any(len(r) < 2 for r in rows):
+        raise ValueError("a row compares at least two sides")
+    rng = np.random.default_rng(rule.seed)
+    sets = _sorted([[np.asarray(s, dtype=float) for s in row] for row in rows])
+    boot = _median_resamples(sets, rule.n_resamples, rng)
+    alpha = 1 - rule.confidence
+    pair_index = [(r, c) for r, row in enumerate(sets) for c in range(1, len(row))]
+    intervals = _intervals(sets, boot, pair_index, alpha)
+    p_values = _mann_whitney(sets, pair_index, rule.min_mwu_samples)
+    every_side = _sides(sets, rule)
+    out: list[RowStats] = []
+    at = 0
+    for r, row in enumerate(sets):
+        sides = every_side[r]
+        pairs: list[PairStats] = []
+        for c in range(1, len(row)):
+            ratio = _ratio(sides[0], sides[c], intervals[at])
+            pairs.append(_pair(ratio, p_values[at], sides[0], sides[c], lower_better[r], rule))
+            at += 1
+        out.append(RowStats(sides, pairs))
+    return out
+
+
+def _sorted(sets: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """Each set sorted: one sort per sample size over the stacked sets (each set a view of its row)."""
+    by_size: dict[int, list[tuple[int, int]]] = {}
+    for r, row in enumerate(sets):
+        for c, s in enumerate(row):
+            by_size.setdefault(int(s.size), []).append((r, c))
+    out = [list(row) for row in sets]
+    for members in by_size.values():
+        stacked = np.sort(np.stack([sets[r][c] for r, c in members]), axis=1)
+        for i, (r, c) in enumerate(members):
+            out[r][c] = stacked[i]
+    return out
+
+
+def _sides(sets: list[list[np.ndarray]], rule: Rule) -> list[list[Side]]:
+    """side() of every set, vectorized over the sets of one size (the page's hot path)."""
+    out: list[list[Side | None]] = [[None] * len(row) for row in sets]
+    by_size: dict[int, list[tuple[int, int]]] = {}
+    for r, row in enumerate(sets):
+        for c, s in enumerate(row):
+            by_size.setdefault(int(s.size), []).append((r, c))
+    for n, members in by_size.items():
+        if n < 2:
+            for r, c in members:
+                out[r][c] = side([float(x) for x in sets[r][c]], rule)
+            continue
+        data = np.stack([sets[r][c] for r, c in members])  # each row sorted
+        medians = 0.5 * (data[:, (n - 1) // 2] + data[:, n // 2])
+        means = data.mean(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cvs = data.std(axis=1, ddof=1) / np.abs(means)
+        for i, (r, c) in enumerate(members):
+            cv = float(cvs[i]) if means[i] != 0 else None
+            out[r][c] = Side(n, float(medians[i]), cv, cv is not None and cv > rule.unstable_cv)
+    return out  # type: ignore[return-value]
+
+
+def _median_resamples(sets: list[list[np.ndarray]], n_resamples: int, rng: np.random.Generator) -> dict:
+    """(row, side) -> n_resamples bootstrap medians, for every set of 2 samples or more.
+
+    Sets of one size share one pool of order-statistic draws (one column gather for all of them); each
+    side's medians are then rolled by an offset of its own (side c by c x n_resamples / sides), so the two
+    medians of a ratio never come from the same draw (their resamples stay independent, as in a
+    two-sample bootstrap)."""
+    by_size: dict[int, list[tuple[int, int]]] = {}
+    width = max((len(row) for row in sets), default=1)
+    for r, row in enumerate(sets):
+        for c, s in enumerate(row):
+            if s.size >= 2:
+                by_size.setdefault(int(s.size), []).append((r, c))
+    step = max(1, n_resamples // width)
+    out: dict[tuple[int, int], np.ndarray] = {}
+    for n, members in by_size.items():
+        k = (n + 1) // 2  # the (lower) median's rank, 1-based
+        u = rng.beta(k, n - k + 1, size=n_resamples)
+        lo = np.minimum((u * n).astype(np.intp), n - 1)
+        data = np.stack([sets[r][c] for r, c in members])
+        medians = data[:, lo]
+        if n % 2 == 0:  # the next order statistic, given this one: u + (1 - u) x the least of n - k uniforms
+            v = u + (1 - u) * rng.beta(1, n - k, size=n_resamples)
+            medians = 0.5 * (medians + data[:, np.minimum((v * n).astype(np.intp), n - 1)])
+        rolled = [i for i, (_, c) in enumerate(members) if c]  # the reference sides (c = 0) keep the pool's order
+        if rolled:
+            offsets = np.array([members[i][1] * step for i in rolled])
+            take = (np.arange(n_resamples)[None, :] + offsets[:, None]) % n_resamples
+            medians[rolled] = np.take_along_axis(medians[rolled], take, axis=1)
+        for i, key in enumerate(members):
+            out[key] = medians[i]
+    return out
+
+
+def _intervals(
+    sets: list[list[np.ndarray]], boot: dict, pairs: list[tuple[int, int]], alpha: float
+) -> list[tuple[float, float] | None]:
+    """Percentile interval of other / reference over the paired resamples (None where a side has < 2)."""
+    usable = [i for i, (r, c) in enumerate(pairs) if (r, 0) in boot and (r, c) in boot]
+    out: list[tuple[float, float] | None] = [None] * len(pairs)
+    if not usable:
+        return out
+    reference = np.stack([boot[(pairs[i][0], 0)] for i in usable])
+    other = np.stack([boot[pairs[i]] for i in usable])
+    b = reference.shape[1]
+    # The percentile interval's ends as order statistics of the resampled ratios (outward-rounded ranks):
+    # one partition, where np.quantile would interpolate between four.
+    k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a reference median of 0: no interval (below)
+        ratios = np.partition(other / reference, [k_low, k_high], axis=1)
+    for j, i in enumerate(usable):
+        low, high = float(ratios[j, k_low]), float(ratios[j, k_high])
+        if np.all(reference[j] > 0) and math.isfinite(low) and math.isfinite(high):
+            out[i] = (low, high)
+    return out
+
+
+def _mann_whitney(sets: list[list[np.ndarray]], pairs: list[tuple[int, int]], minimum: int) -> list[float | None]:
+    """Two-sided U-test p-values, one vectorized call per pair of sample sizes."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (r, c) in enumerate(pairs):
+        a, b = sets[r][0], sets[r][c]
+        if a.size >= minimum and b.size >= minimum:
+            groups.setdefault((a.size, b.size), []).append(i)
+    out: list[float | None] = [None] * len(pairs)
+    for members in groups.values():
+        x = np.stack([sets[pairs[i][0]][0] for i in members])
+        y = np.stack([sets[pairs[i][0]][pairs[i][1]] for i in members])
+        p = np.atleast_1d(sps.mannwhitneyu(x, y, alternative="two-sided", axis=1).pvalue)
+        for i, value in zip(members, p, strict=True):
+            out[i] = float(value) if math.isfinite(value) else None
+    return out
+
+
+def _ratio(reference: Side, other: Side, interval: tuple[float, float] | None) -> Ratio | None:
+    if reference.median is None or other.median is None or reference.median <= 0:
+        return None
+    value = other.median / reference.median
+    return Ratio(value, *interval) if interval is not None else Ratio(value, None, None)
+
+
+def _pair(
+    ratio: Ratio | None, p_value: float | None, reference: Side, other: Side, lower_better: bool, rule: Rule
+) -> PairStats:
+    if ratio is not None and ratio.low is not None and ratio.high is not None:
+        excludes_one = ratio.high < 1 or ratio.low > 1
+        if excludes_one and abs(ratio.value - 1) >= rule.min_effect:
+            better = ratio.value < 1 if lower_better else ratio.value > 1
+            return PairStats(ratio, p_value, Verdict.faster if better else Verdict.slower, None)
+    needed = None
+    if reference.cv is not None and other.cv is not None:
+        needed = samples_needed(reference.cv, other.cv, rule)
+    return PairStats(ratio, p_value, Verdict.indistinguishable, needed)
