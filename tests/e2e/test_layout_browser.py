@@ -160,5 +160,10 @@ def test_charts_fit_their_text_at_390_px(board, browser):
                 for p in parts:
                     inside = -1 <= p["left"] and p["right"] <= p["width"] + 1 and -1 <= p["top"] <= p["height"]
                     assert inside, f"{path} #{div_id}: {p}"
+                # Top down, nothing on top of anything: the heading above the plot's axis title, the legend below it.
+                x_title = [p for p in parts if p["cls"] == "xtitle"]
+                legend = [p for p in parts if p["cls"] == "legendtext"]
+                if x_title and legend:
+                    assert x_title[0]["bottom"] <= min(p["top"] for p in legend) + 1, (path, div_id, x_title, legend)
     finally:
         context.close()
