@@ -58,7 +58,10 @@ _hashes: dict[tuple[str, int, int], str] = {}
 def asset_hash(path: str) -> str:
     """The first 12 hex digits of the SHA-256 of static/<path>, kept per (path, mtime, size): an edited
     file gets a new hash without a restart. A missing file raises FileNotFoundError (a typo fails a test)."""
-    file = resource_dir("static") / path
+    root = resource_dir("static").resolve()
+    file = (root / path).resolve()
+    if not file.is_relative_to(root):
+        raise FileNotFoundError(path)  # ../ out of static/: never read, never served
     stat = file.stat()
     key = (path, stat.st_mtime_ns, stat.st_size)
     if key not in _hashes:

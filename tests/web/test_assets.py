@@ -12,7 +12,7 @@ import plotly
 import pytest
 
 from app.config import resource_dir
-from app.templating import IMMUTABLE, PLOTLY_JS, PLOTLY_JS_ASSET, PLOTLY_JS_VERSION, asset_url
+from app.templating import IMMUTABLE, PLOTLY_JS, PLOTLY_JS_ASSET, PLOTLY_JS_VERSION, asset_hash, asset_url
 from tests.support.charts import build_fixture_campaign
 
 STATIC = resource_dir("static")
@@ -68,6 +68,12 @@ def test_versioned_assets_are_immutable_and_a_stale_hash_is_not_found(client):
     assert client.get(stale).status_code == 404  # never caches other content under an old name
     assert client.get("/static/v/" + url.split("/")[3] + "/no-such-file.js").status_code == 404
     assert client.get("/static/v/" + url.split("/")[3] + "/../main.py").status_code == 404
+
+
+def test_no_versioned_url_reaches_outside_static():
+    assert (STATIC.parent / "app" / "main.py").exists()
+    with pytest.raises(FileNotFoundError):
+        asset_hash("../app/main.py")  # so VersionedStatic answers 404 before reading it
 
 
 def test_plain_static_urls_are_revalidated(client):
