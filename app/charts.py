@@ -30,6 +30,7 @@ from app.domain.timeline import Timeline
 from app.templating import STATUS_COLORS, STATUS_LABELS
 
 BREAK_EVEN_COLOR = "#5f6368"
+CATEGORY_LABEL = 28  # characters of a category label (an approach's title) on an axis
 REPORTED_COLOR = "#1a73e8"
 _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
 
@@ -61,6 +62,21 @@ def _bar(**attributes: Any) -> dict[str, Any]:
 def _axis(title: str, **attributes: Any) -> dict[str, Any]:
     """An axis with its title; automargin keeps tick labels and the title inside the figure at any width."""
     return {"title": {"text": title, "standoff": 8}, "automargin": True, **attributes}
+
+
+def _category_axis(categories: list[str], **attributes: Any) -> dict[str, Any]:
+    """A category axis in the given order, its labels shortened (the hover keeps the whole name): a long
+    approach title would otherwise take the plot's width and push its axis title out of the figure."""
+    return _axis(
+        "",
+        type="category",
+        categoryorder="array",
+        categoryarray=categories,
+        tickmode="array",
+        tickvals=categories,
+        ticktext=[_short(c, CATEGORY_LABEL) for c in categories],
+        **attributes,
+    )
 
 
 def _log_axis(title: str, values: Sequence[float], pad: float = 1.6, **attributes: Any) -> dict[str, Any]:
@@ -389,7 +405,7 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
             subtitle="lower is better · graph mode preferred where measured",
             bargap=0.3,
             xaxis=x_axis,
-            yaxis=_axis("", categoryorder="array", categoryarray=titles, autorange="reversed"),
+            yaxis=_category_axis(titles, autorange="reversed"),
         ),
     )
 
@@ -668,7 +684,7 @@ def throughput_vs_baseline(
             "Decode throughput per approach vs baseline",
             bargap=0.35,
             xaxis=_axis("output tokens/s (batch 1)", range=[0, top * 1.9]),
-            yaxis=_axis("", categoryorder="array", categoryarray=titles, autorange="reversed"),
+            yaxis=_category_axis(titles, autorange="reversed"),
         ),
     )
 
@@ -738,7 +754,7 @@ def campaign_timeline(timeline: Timeline) -> Figure:
             "Campaign timeline: status changes and trials",
             subtitle=subtitle,
             xaxis=x_axis,
-            yaxis=_axis("", type="category"),
+            yaxis=_category_axis(list(dict.fromkeys(y for t in traces for y in t["y"] if y is not None))),
         ),
     )
 

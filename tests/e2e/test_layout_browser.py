@@ -140,8 +140,11 @@ CHART_PARTS = """id => {
 }"""
 
 
-def test_charts_fit_their_text_at_390_px(board, browser):
-    context, page = _page(board, browser, 390)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_charts_fit_their_text(board, browser, width):
+    """Titles, subtitles, legend entries, axis titles and point labels lie inside each chart (none cut, as the
+    throughput chart's axis title was), the axis title above the legend."""
+    context, page = _page(board, browser, width)
     try:
         for path in (board.paths["kimi charts"], board.paths["charts"], board.paths["status page"]):
             page.goto(board.url + path)
