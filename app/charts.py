@@ -283,10 +283,15 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
     # Labels for the lowest tau* first (the best approaches), skipping a point too close to one already
     # labelled: overlapping labels are unreadable, and every point keeps its hover.
     shown: list[tuple[str, float, float]] = []
-    known = [(_short(name, 28) + size, x, y) for name, size, x, y in labelled if y is not None]
-    for name, x, y in sorted(known, key=lambda item: item[2]):
-        if len(shown) < MAX_LABELS and all(abs(_frac(x) - _frac(sx)) > 0.12 for _, sx, _ in shown):
-            shown.append((name, x, y))
+    known = sorted(((name, size, x, y) for name, size, x, y in labelled if y is not None), key=lambda item: item[3])
+    places: list[float] = []  # the labelled points' places across the axis
+    for name, size, x, y in known:
+        if len(shown) == MAX_LABELS:
+            break
+        place = _frac(x)
+        if all(abs(place - other) > 0.12 for other in places):
+            shown.append((_short(name, 28) + size, x, y))
+            places.append(place)
     annotations = [
         {
             "x": math.log10(x) if log_x else x,
