@@ -48,14 +48,9 @@ def _chart_data(page, div_id: str) -> list[dict]:
 def _errors(page) -> list[str]:
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    # The browser's own favicon.ico probe is not the page's doing.
+    # Every page links a favicon (issue 21): a favicon.ico 404 counts too.
     page.on(
-        "console",
-        lambda msg: (
-            errors.append(f"{msg.text} {msg.location.get('url')}")
-            if msg.type == "error" and not msg.location.get("url", "").endswith("/favicon.ico")
-            else None
-        ),
+        "console", lambda msg: errors.append(f"{msg.text} {msg.location.get('url')}") if msg.type == "error" else None
     )
     page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
     return errors
