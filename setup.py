@@ -13,7 +13,7 @@ setup(
     package_data={
         "app": ["demo/*.yaml"],
         "app.templates": ["*.html", "**/*.html"],
-        "app.static": ["*.css", "*.js", "vendor/*"],
+        "app.static": ["*.css", "*.js", "*.svg", "vendor/*"],
         "app.alembic": ["script.py.mako", "versions/*.py"],
     },
     include_package_data=False,

@@ -1,56 +1,127 @@
-"""Plotly figure builders: domain data in, a JSON-ready figure dict out (no database, no web).
+"""Plotly figure builders: domain data in, a figure out as a plain dict in Plotly's JSON schema (no
+database, no web, no `plotly.graph_objects`: its validation was most of the charts page's server time).
 
-The page embeds the dict as JSON and draws it with the locally served plotly.js.
+Every builder has one shape: traces from `_trace("scatter" | "bar" | "heatmap", ...)`, axes from
+`_axis(title, ...)`, then `_figure(traces, _layout(title, subtitle, xaxis=..., yaxis=...))`. The dicts
+follow plotly.js's attribute names exactly (nested, no `title_text` magic underscores);
+tests/charts/test_chart_schema.py validates every builder's output against Plotly's schema. The page embeds
+the dict as JSON and static/charts.js draws it with the vendored plotly.js bundle (app/templating.py).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from html import escape as _html_escape
 from typing import Any
 
-import plotly.graph_objects as go
-import plotly.io as pio
-
 from app.domain.comparison import Comparison, MetricGroup
-from app.domain.profitability import LatencySeries, ProfitabilityReport, ReferencePoint, ThroughputRow
+from app.domain.profitability import (
+    LatencySeries,
+    ProfitabilityReport,
+    ReferencePoint,
+    ThroughputRow,
+    _size,  # a message size as the model's notes say it (56 KiB)
+)
 from app.domain.timeline import Timeline
-from app.templating import STATUS_LABELS
+from app.templating import STATUS_COLORS, STATUS_LABELS
 
-# The badge colors of static/app.css, so a status looks the same on charts and pages.
-STATUS_COLORS = {
-    "untested": "#6b7280",
-    "queued": "#8b5cf6",
-    "running": "#0ea5e9",
-    "promising": "#d97706",
-    "adopted": "#15803d",
-    "dead_end": "#b42318",
-    "deferred": "#7c6f57",
-}
 BREAK_EVEN_COLOR = "#5f6368"
-_FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=13)
+CATEGORY_LABEL = 28  # characters of a category label (an approach's title) on an axis
+REPORTED_COLOR = "#1a73e8"
+_FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
+
+Figure = dict[str, Any]
 
 
 def _label(status: str) -> str:
     return "CPU floor" if status == "cpu_floor" else STATUS_LABELS.get(status, status)
 
 
-def _layout(title: str, subtitle: str = "", **kw: Any) -> dict[str, Any]:
-    heading: dict[str, Any] = dict(text=title, x=0, xanchor="left", font=dict(size=15))
-    if subtitle:
-        heading["subtitle"] = dict(text=subtitle, font=dict(size=12, color="#667085"))
-    return dict(
-        title=heading,
-        font=_FONT,
-        margin=dict(l=60, r=20, t=75 if subtitle else 50, b=40),
-        height=440,
-        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0),
-        hoverlabel=dict(align="left"),
-        **kw,
+def _color(status: str) -> str:
+    """A status's colour: the page's badge colour (static/app.css, read once by app.templating)."""
+    return STATUS_COLORS.get(status, "#000")
+
+
+def _trace(kind: str, **attributes: Any) -> dict[str, Any]:
+    """A trace of `kind` ("scatter", "bar", "heatmap": what the vendored bundle draws)."""
+    return {"type": kind, **attributes}
+
+
+def _scatter(**attributes: Any) -> dict[str, Any]:
+    return _trace("scatter", **attributes)
+
+
+def _bar(**attributes: Any) -> dict[str, Any]:
+    return _trace("bar", **attributes)
+
+
+def _axis(title: str, **attributes: Any) -> dict[str, Any]:
+    """An axis with its title; automargin keeps tick labels and the title inside the figure at any width."""
+    return {"title": {"text": title, "standoff": 8}, "automargin": True, **attributes}
+
+
+def _category_axis(categories: list[str], **attributes: Any) -> dict[str, Any]:
+    """A category axis in the given order, its labels shortened (the hover keeps the whole name): a long
+    approach title would otherwise take the plot's width and push its axis title out of the figure."""
+    return _axis(
+        "",
+        type="category",
+        categoryorder="array",
+        categoryarray=categories,
+        tickmode="array",
+        tickvals=categories,
+        ticktext=[_short(c, CATEGORY_LABEL) for c in categories],
+        **attributes,
     )
+
+
+def _log_axis(title: str, values: Sequence[float], pad: float = 1.6, **attributes: Any) -> dict[str, Any]:
+    """A log axis that holds every value with some room, its ticks as plain numbers (not 1.82e+03)."""
+    return _axis(title, type="log", range=_log_range(list(values), pad), exponentformat="none", **attributes)
+
+
+def _spans_decades(values: Sequence[float], ratio: float = 20.0) -> bool:
+    """Do these (positive) values span enough that a linear axis squashes the small ones?"""
+    positive = [v for v in values if v > 0]
+    return bool(positive) and len(positive) == len(values) and max(positive) / min(positive) > ratio
+
+
+def _layout(title: str, subtitle: str = "", **attributes: Any) -> dict[str, Any]:
+    heading: dict[str, Any] = {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}}
+    if subtitle:
+        heading["subtitle"] = {"text": subtitle, "font": {"size": 12, "color": "#667085"}}
+    return {
+        "title": heading,
+        "font": _FONT,
+        "margin": {"l": 10, "r": 20, "t": 75 if subtitle else 50, "b": 10},
+        "height": 440,
+        "legend": {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0},
+        "hoverlabel": {"align": "left"},
+        **attributes,
+    }
+
+
+@functools.cache
+def _template() -> dict[str, Any]:
+    """The "plotly_white" template as JSON, read once from the plotly package (the only use of it at run
+    time: the figures themselves are plain dicts)."""
+    import plotly.io as pio
+
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> Figure:
+    """The figure, with the page's template (shared, read-only: the page serializes it)."""
+    return {"data": data, "layout": {**layout, "template": _template()}}
+
+
+def _us(value: float) -> str:
+    """A latency as a reader writes it: 6.5 us, 38 us, 1,819 us (never 1.82e+03)."""
+    return f"{value:,.0f} us" if value >= 100 else f"{value:.1f} us"
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -92,37 +163,26 @@ def _reference_groups(refs: list[ReferencePoint]) -> list[tuple[str | None, list
     return [(None, [r]) for r in baseline] + [(f"reported figures ({len(others)}, hover for each)", others)]
 
 
-@functools.cache
-def _template() -> dict[str, Any]:
-    """The "plotly_white" template as JSON, built once: given to the figure itself, plotly validates and
-    deep-copies the whole template for every figure (a third of a figure's cost)."""
-    return pio.templates["plotly_white"].to_plotly_json()
+def _reference_size(ref: ReferencePoint, verify_bytes: int) -> str:
+    """ " at 12 KiB" when a reported t_ar was measured at another message size than the chart's, else ""."""
+    return f" at {_size(ref.bytes)}" if ref.bytes and ref.bytes != verify_bytes else ""
 
 
-def _out(fig: go.Figure, traces: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The figure as a JSON-ready dict, with the page's template. `traces` are per-approach data traces built
-    as plain dicts: plotly's validation deep-copies every value, which costs seconds at hundreds of
-    approaches; they go first."""
-    out = fig.to_plotly_json()
-    if traces:
-        out["data"] = traces + out["data"]
-    out["layout"]["template"] = _template()  # shared, read-only: the page serializes it
-    return out
+def _point_size(method: str) -> str:
+    """What a measured point's label says when its t_ar is not at the verify size itself."""
+    return " (nearest measured size)" if method == "nearest" else ""
 
 
-def _scatter(**kw: Any) -> dict[str, Any]:
-    return {"type": "scatter", **kw}
-
-
-def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | None:
+def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
     """Chart 1: the accept length speculation must exceed, tau*(t_ar) = (T_draft + T_verify_compute + N_ar t_ar) /
     T_base, against the per-allreduce latency; each approach at its t_ar (measured: filled, reported: open).
+    A point whose t_ar is at another message size than the verify step's says its size in its name and label.
     A lower bound (dashed, said in its name) while draft cost or verify compute is unknown. None without
     T_base and N_ar."""
     curve = report.curve
     if curve is None:
         return None
-    fig = go.Figure()
+    verify_bytes = report.inputs.verify_bytes
     t_ars = [p.latency.t_ar_us for p in report.points] + [r.latency.t_ar_us for r in report.references]
     lo, hi = (min(t_ars), max(t_ars)) if t_ars else (1.0, 1000.0)
     log_x = hi / lo > 20
@@ -133,39 +193,38 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
         x_lo, x_hi = 0.0, hi * 1.15
         grid = [x_lo, x_hi]
     taus = [curve.tau_star(x) for x in grid]
-    fig.add_trace(
-        go.Scatter(
+    traces = [
+        _scatter(
             x=grid,
             y=taus,
             mode="lines",
             name=curve.label,
-            line=dict(color=BREAK_EVEN_COLOR, width=2, dash="dash" if curve.lower_bound else "solid"),
+            line={"color": BREAK_EVEN_COLOR, "width": 2, "dash": "dash" if curve.lower_bound else "solid"},
             hovertemplate="t_ar %{x:.1f} us → τ* %{y:.3f}<extra></extra>",
         )
-    )
+    ]
     accept = report.inputs.accept_length
     if accept.value is not None:
-        fig.add_trace(
-            go.Scatter(
+        traces.append(
+            _scatter(
                 x=[grid[0], grid[-1]],
                 y=[accept.value, accept.value],
                 mode="lines",
                 name=f"accept length τ = {accept.value:.2f} ({_short(accept.source, 40)})",
-                line=dict(color="#067647", width=2, dash="dot"),
+                line={"color": "#067647", "width": 2, "dash": "dot"},
                 hoverinfo="name",
             )
         )
-    traces = []
-    for name, group in _trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
+    for name, group in _trace_groups(
+        list(report.points), lambda p: p.title + _point_size(p.latency.method), lambda p: p.status
+    ):
         traces.append(
             _scatter(
                 x=[p.latency.t_ar_us for p in group],
                 y=[p.tau_star for p in group],
                 mode="markers",
                 name=name,
-                marker=dict(
-                    size=13, color=STATUS_COLORS.get(group[0].status, "#000"), line=dict(width=1, color="#202124")
-                ),
+                marker={"size": 13, "color": _color(group[0].status), "line": {"width": 1, "color": "#202124"}},
                 customdata=[
                     [
                         p.title,
@@ -184,18 +243,19 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
             )
         )
     for group_name, refs in _reference_groups(list(report.references)):
-        fig.add_trace(
-            go.Scatter(
+        traces.append(
+            _scatter(
                 x=[r.latency.t_ar_us for r in refs],
                 y=[r.tau_star for r in refs],
                 mode="markers",
-                name=group_name or f"{refs[0].label} ({refs[0].latency.method})",
-                marker=dict(
-                    size=13,
-                    symbol="diamond-open",
-                    line=dict(width=2),
-                    color=BREAK_EVEN_COLOR if refs[0].baseline else "#1a73e8",
-                ),
+                name=group_name
+                or f"{refs[0].label} ({refs[0].latency.method}{_reference_size(refs[0], verify_bytes)})",
+                marker={
+                    "size": 13,
+                    "symbol": "diamond-open",
+                    "line": {"width": 2},
+                    "color": BREAK_EVEN_COLOR if refs[0].baseline else REPORTED_COLOR,
+                },
                 customdata=[[r.label, r.latency.method, _short(r.latency.note, 160)] for r in refs],
                 hovertemplate=(
                     "<b>%{customdata[0]}</b> (%{customdata[1]})<br>t_ar %{x:.1f} us: %{customdata[2]}"
@@ -210,14 +270,10 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
         parts.append(f"a lower bound: {' and '.join(curve.unknown)} counted as 0")
     else:
         parts.append(f"draft + verify compute {curve.fixed_ms:.2f} ms")
-    labelled = [(p.title, p.latency.t_ar_us, p.tau_star) for p in report.points] + [
-        (r.label, r.latency.t_ar_us, r.tau_star) for r in report.references
+    # (name, the size it was measured at when not the axis', t_ar, tau*): the size always shows in full.
+    labelled = [(p.title, _point_size(p.latency.method), p.latency.t_ar_us, p.tau_star) for p in report.points] + [
+        (r.label, _reference_size(r, verify_bytes), r.latency.t_ar_us, r.tau_star) for r in report.references
     ]
-
-    def _right_half(x: float) -> bool:
-        if log_x:
-            return (math.log(x) - math.log(x_lo)) / (math.log(x_hi) - math.log(x_lo)) > 0.6
-        return (x - x_lo) / (x_hi - x_lo) > 0.6
 
     def _frac(x: float) -> float:  # the point's place across the x axis, 0..1
         if log_x:
@@ -227,130 +283,148 @@ def break_even_accept_length(report: ProfitabilityReport) -> dict[str, Any] | No
     # Labels for the lowest tau* first (the best approaches), skipping a point too close to one already
     # labelled: overlapping labels are unreadable, and every point keeps its hover.
     shown: list[tuple[str, float, float]] = []
-    known = [(name, x, y) for name, x, y in labelled if y is not None]
-    for name, x, y in sorted(known, key=lambda item: item[2]):
-        if len(shown) < MAX_LABELS and all(abs(_frac(x) - _frac(sx)) > 0.12 for _, sx, _ in shown):
-            shown.append((name, x, y))
+    known = sorted(((name, size, x, y) for name, size, x, y in labelled if y is not None), key=lambda item: item[3])
+    places: list[float] = []  # the labelled points' places across the axis
+    for name, size, x, y in known:
+        if len(shown) == MAX_LABELS:
+            break
+        place = _frac(x)
+        if all(abs(place - other) > 0.12 for other in places):
+            shown.append((_short(name, 28) + size, x, y))
+            places.append(place)
     annotations = [
-        dict(
-            x=math.log10(x) if log_x else x,
-            y=y,
-            text=f"{_short(name, 28)}: τ* {y:.2f}",
-            showarrow=False,
-            xanchor="right" if _right_half(x) else "left",
-            xshift=-10 if _right_half(x) else 10,
-            yshift=8,
-            font=dict(size=11, color="#344054"),
-        )
+        {
+            "x": math.log10(x) if log_x else x,
+            "y": y,
+            "text": f"{name}: τ* {y:.2f}",
+            "showarrow": False,
+            "xanchor": "right" if _frac(x) > 0.6 else "left",
+            "xshift": -10 if _frac(x) > 0.6 else 10,
+            "yshift": 8,
+            "font": {"size": 11, "color": "#344054"},
+        }
         for name, x, y in shown
     ]
-    fig.update_layout(
-        **_layout(
+    floor = min([m for m in marks if m is not None] + taus)
+    # tau counts the bonus token, so it is never below 1: when every tau* is above 1 the axis starts there.
+    y_lo = 1.0 if floor >= 1.0 and marks else 0.0
+    x_title = f"per-allreduce latency t_ar (us) at {_size(verify_bytes)}"
+    if any(_reference_size(r, verify_bytes) for r in report.references) or any(
+        _point_size(p.latency.method) for p in report.points
+    ):
+        x_title += ", unless a point names its size"
+    return _figure(
+        traces,
+        _layout(
             "Break-even accept length τ* vs allreduce latency",
             subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
             meta={"lower_bound": curve.lower_bound},
             annotations=annotations,
-        )
+            xaxis=_axis(
+                x_title,
+                type="log" if log_x else "linear",
+                range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi],
+                exponentformat="none",
+            ),
+            yaxis=_axis("break-even accept length τ*", range=[y_lo, y_lo + (top - y_lo) * 1.15]),
+        ),
     )
-    fig.update_xaxes(
-        title_text=f"per-allreduce latency t_ar at {report.inputs.verify_bytes // 1024} KiB (us)",
-        type="log" if log_x else "linear",
-        range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi],
-    )
-    floor = min([m for m in marks if m is not None] + taus)
-    # tau counts the bonus token, so it is never below 1: when every tau* is above 1 the axis starts there.
-    y_lo = 1.0 if floor >= 1.0 and marks else 0.0
-    fig.update_yaxes(title_text="break-even accept length τ*", range=[y_lo, y_lo + (top - y_lo) * 1.15])
-    return _out(fig, traces)
 
 
-def latency_comparison(report: ProfitabilityReport) -> dict[str, Any] | None:
+def latency_comparison(report: ProfitabilityReport) -> Figure | None:
     """For a campaign without speculation: each approach's t_ar at the verify message size (bars, fastest
     first); figures reported elsewhere and CPU-floor figures come after, apart and labelled, never mixed
-    with this node's GPU measurements. None with nothing to draw."""
-    fig = go.Figure()
+    with this node's GPU measurements. A log axis when the values span decades (a CPU floor of 3,829 us
+    beside GPU figures of 6.5 us). None with nothing to draw."""
+    verify_bytes = report.inputs.verify_bytes
     points = sorted(report.points, key=lambda p: p.latency.t_ar_us)
     refs = sorted(report.references, key=lambda r: r.latency.t_ar_us)
     floor = [f for f in report.cpu_floor if f.name.endswith("_us")]
     if not points and not refs and not floor:
         return None
+    traces: list[dict[str, Any]] = []
     titles: list[str] = []
     values: list[float] = []
     if points:
-        names = [p.title for p in points]
-        fig.add_trace(
-            go.Bar(
+        names = [p.title + _point_size(p.latency.method) for p in points]
+        traces.append(
+            _bar(
                 y=names,
                 x=[p.latency.t_ar_us for p in points],
                 orientation="h",
                 name="measured here (GPU)",
-                marker=dict(color=[STATUS_COLORS.get(p.status, "#000") for p in points]),
-                text=[f"{p.latency.t_ar_us:.1f} us" for p in points],
+                marker={"color": [_color(p.status) for p in points]},
+                text=[_us(p.latency.t_ar_us) for p in points],
                 textposition="auto",
                 customdata=[[p.latency.method, _short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
-                hovertemplate="<b>%{y}</b><br>%{x:.2f} us (%{customdata[0]})<br>%{customdata[1]}<br>trial %{customdata[2]}"
-                "<extra></extra>",
+                hovertemplate="<b>%{y}</b><br>%{x:,.2f} us (%{customdata[0]})<br>%{customdata[1]}"
+                "<br>trial %{customdata[2]}<extra></extra>",
             )
         )
         titles += names
         values += [p.latency.t_ar_us for p in points]
     if refs:
-        names = [f"{r.label} (reported)" for r in refs]
-        fig.add_trace(
-            go.Bar(
+        names = [f"{r.label} (reported{_reference_size(r, verify_bytes)})" for r in refs]
+        traces.append(
+            _bar(
                 y=names,
                 x=[r.latency.t_ar_us for r in refs],
                 orientation="h",
                 name="reported elsewhere (not this node)",
-                marker=dict(color="rgba(26,115,232,0.25)", line=dict(color="#1a73e8", width=1)),
-                text=[f"{r.latency.t_ar_us:.1f} us" for r in refs],
+                marker={"color": "rgba(26,115,232,0.25)", "line": {"color": REPORTED_COLOR, "width": 1}},
+                text=[_us(r.latency.t_ar_us) for r in refs],
                 textposition="auto",
                 customdata=[[_short(r.latency.note, 160)] for r in refs],
-                hovertemplate="<b>%{y}</b><br>%{x:.2f} us<br>%{customdata[0]}<extra></extra>",
+                hovertemplate="<b>%{y}</b><br>%{x:,.2f} us<br>%{customdata[0]}<extra></extra>",
             )
         )
         titles += names
         values += [r.latency.t_ar_us for r in refs]
     if floor:
         names = [f"{f.title} (CPU floor)" for f in floor]
-        fig.add_trace(
-            go.Bar(
+        traces.append(
+            _bar(
                 y=names,
                 x=[f.value for f in floor],
                 orientation="h",
                 name="CPU floor (not comparable)",
-                marker=dict(color="#d0d5dd", line=dict(color="#667085", width=1)),
-                text=[f"{f.value:.1f} us" for f in floor],
+                marker={"color": "#d0d5dd", "line": {"color": "#667085", "width": 1}},
+                text=[_us(f.value) for f in floor],
                 textposition="auto",
-                hovertemplate="<b>%{y}</b><br>%{x:.2f} us on a CPU / scaled-down geometry: never fed to the model"
+                hovertemplate="<b>%{y}</b><br>%{x:,.2f} us on a CPU / scaled-down geometry: never fed to the model"
                 "<extra></extra>",
             )
         )
         titles += names
         values += [f.value for f in floor]
-    fig.update_layout(
-        **_layout(
-            f"Allreduce latency at the verify message size ({report.inputs.verify_bytes // 1024} KiB)",
+    title = "per-allreduce latency (us)"
+    if _spans_decades(values):
+        # Bars on a log axis start at the axis' left end: the range starts below the smallest value.
+        x_axis = _log_axis(title + ", log scale", values, pad=2.0)
+    else:
+        x_axis = _axis(title, range=[0, max(values) * 1.2])
+    return _figure(
+        traces,
+        _layout(
+            f"Allreduce latency at the verify message size ({_size(verify_bytes)})",
             subtitle="lower is better · graph mode preferred where measured",
             bargap=0.3,
-        )
+            xaxis=x_axis,
+            yaxis=_category_axis(titles, autorange="reversed"),
+        ),
     )
-    fig.update_yaxes(categoryorder="array", categoryarray=titles, autorange="reversed", automargin=True)
-    fig.update_xaxes(title_text="per-allreduce latency (us)", range=[0, max(values) * 1.2])
-    return _out(fig)
 
 
-def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
+def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure:
     """Chart 1: verify-step communication N_ar x t_ar (x) against speculation savings (y), one point
     per approach with a measured t_ar, and the break-even line y = x: points above it are profitable."""
-    fig = go.Figure()
     xs = [p.comm_ms for p in report.points]
     ys = [p.savings_ms for p in report.points if p.savings_ms is not None]
     top = max([*xs, *ys, 1.0]) * 1.15
     bottom = min([*ys, 0.0])
     bottom = bottom * 1.15 if bottom < 0 else 0.0
-    fig.add_trace(
-        go.Scatter(
+    traces = [
+        _scatter(
             x=[0, top, 0],
             y=[0, top, top],
             fill="toself",
@@ -359,19 +433,16 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
             name="profitable region",
             hoverinfo="skip",
             showlegend=True,
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
+        ),
+        _scatter(
             x=[min(bottom, 0.0), top],
             y=[min(bottom, 0.0), top],
             mode="lines",
             name="break-even (communication = savings)",
-            line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2),
+            line={"color": BREAK_EVEN_COLOR, "dash": "dash", "width": 2},
             hoverinfo="skip",
-        )
-    )
-    traces = []
+        ),
+    ]
     for name, group in _trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
         traces.append(
             _scatter(
@@ -379,12 +450,12 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
                 y=[p.savings_ms for p in group],
                 mode="markers",
                 name=name,
-                marker=dict(
-                    size=13,
-                    color=STATUS_COLORS.get(group[0].status, "#000"),
-                    symbol=["circle" if p.profitable else "x" for p in group],
-                    line=dict(width=1, color="#202124"),
-                ),
+                marker={
+                    "size": 13,
+                    "color": _color(group[0].status),
+                    "symbol": ["circle" if p.profitable else "x" for p in group],
+                    "line": {"width": 1, "color": "#202124"},
+                },
                 customdata=[
                     [
                         p.title,
@@ -414,23 +485,19 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> dict[str, Any]:
     if costs is not None and costs.break_even_t_ar_us is not None:
         subtitle = (
             f"break-even t_ar* = {costs.break_even_t_ar_us:.1f} us per allreduce at "
-            f"{report.inputs.verify_bytes // 1024} KiB · above the line: speculation pays"
+            f"{_size(report.inputs.verify_bytes)} · above the line: speculation pays"
         )
-    fig.update_layout(
-        **_layout(
+    axis_range = [min(bottom, 0.0), top]
+    return _figure(
+        traces,
+        _layout(
             "Verify communication vs speculation savings",
             subtitle=subtitle,
             meta={"break_even_t_ar_us": costs.break_even_t_ar_us if costs else None},
-        )
+            xaxis=_axis("verify communication N_ar × t_ar (ms)", range=axis_range, zeroline=True),
+            yaxis=_axis("speculation savings (ms)", range=axis_range, zeroline=True),
+        ),
     )
-    fig.update_xaxes(
-        title_text="verify communication N_ar × t_ar (ms)",
-        range=[min(bottom, 0.0), top],
-        zeroline=True,
-        title_standoff=8,
-    )
-    fig.update_yaxes(title_text="speculation savings (ms)", range=[min(bottom, 0.0), top], zeroline=True)
-    return _out(fig, traces)
 
 
 def _log_range(values: list[float], pad: float = 1.6) -> list[float]:
@@ -441,13 +508,12 @@ def _log_range(values: list[float], pad: float = 1.6) -> list[float]:
 
 def allreduce_latency_vs_size(
     series: list[LatencySeries], verify_bytes: int, references: tuple[ReferencePoint, ...] = ()
-) -> dict[str, Any] | None:
+) -> Figure | None:
     """Chart 2: allreduce latency against message size per approach (log-log), the verify size marked.
     CPU-floor curves are dotted and labelled; reported figures with a size are open diamonds. None when
     there is nothing to draw (no empty axes)."""
     if not series and not any(r.latency.method == "reported" and r.bytes for r in references):
         return None
-    fig = go.Figure()
     xs: list[float] = [verify_bytes]
     ys: list[float] = []
 
@@ -483,8 +549,8 @@ def allreduce_latency_vs_size(
                 mode="lines+markers",
                 name=name,
                 connectgaps=False,
-                marker=dict(size=8),
-                line=dict(width=2, dash="dot" if floor else "solid"),
+                marker={"size": 8},
+                line={"width": 2, "dash": "dot" if floor else "solid"},
                 customdata=info[:-1],
                 hovertemplate=(
                     "<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>backend %{customdata[1]}, "
@@ -497,49 +563,73 @@ def allreduce_latency_vs_size(
     for group_name, refs in _reference_groups(sized):
         xs += [r.bytes for r in refs if r.bytes]
         ys += [r.latency.t_ar_us for r in refs]
-        fig.add_trace(
-            go.Scatter(
+        traces.append(
+            _scatter(
                 x=[r.bytes for r in refs],
                 y=[r.latency.t_ar_us for r in refs],
                 mode="markers",
                 name=group_name or f"{refs[0].label} (reported)",
-                marker=dict(size=12, symbol="diamond-open", line=dict(width=2)),
+                marker={"size": 12, "symbol": "diamond-open", "line": {"width": 2}},
                 customdata=[[r.label, _short(r.latency.note, 140)] for r in refs],
                 hovertemplate="<b>%{customdata[0]}</b><br>%{x:,} bytes: %{y:.1f} us<br>%{customdata[1]}<extra></extra>",
             )
         )
-    y_range = _log_range(ys)
-    fig.add_trace(
-        go.Scatter(
+    y_axis = _log_axis("latency per allreduce (us)", ys)
+    traces.append(
+        _scatter(
             x=[verify_bytes, verify_bytes],
-            y=[10 ** y_range[0], 10 ** y_range[1]],
+            y=[10 ** y_axis["range"][0], 10 ** y_axis["range"][1]],
             mode="lines",
-            name=f"verify message ({verify_bytes // 1024} KiB)",
-            line=dict(color=BREAK_EVEN_COLOR, dash="dot", width=2),
+            name=f"verify message ({_size(verify_bytes)})",
+            line={"color": BREAK_EVEN_COLOR, "dash": "dot", "width": 2},
             hoverinfo="name",
         )
     )
-    fig.update_layout(**_layout("Allreduce latency vs message size"))
-    fig.update_xaxes(type="log", title_text="message size (bytes)", range=_log_range(xs))
-    fig.update_yaxes(type="log", title_text="latency per allreduce (us)", range=y_range)
-    return _out(fig, traces)
+    return _figure(
+        traces,
+        _layout("Allreduce latency vs message size", xaxis=_log_axis("message size (bytes)", xs), yaxis=y_axis),
+    )
 
 
-def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | None) -> dict[str, Any]:
-    """Chart 3: each approach's best decode throughput as a (horizontal) bar, the baseline as a line;
-    dead ends are marked (✕) with their reason, measured or not. Priority order, top down."""
-    fig = go.Figure()
-    traces: list[dict[str, Any]] = []  # plain dicts: one row per approach (see _out)
+@dataclass(frozen=True)
+class ReportedRate:
+    """A decode throughput reported elsewhere (the campaign's `reported` figures with a `tok_s`), on the
+    row of the approach it is about (or a row of its own)."""
+
+    row: str  # the approach's title, or the figure's label when it names no approach of the campaign
+    tok_s: float
+    label: str
+    source: str
+
+
+def reported_rates(reported: list[dict[str, Any]] | None, approach_titles: dict[str, str]) -> list[ReportedRate]:
+    """The reported decode throughputs of a campaign's `reported` figures (schemas.ReportedFigure)."""
+    return [
+        ReportedRate(
+            approach_titles.get(f.get("approach") or "", f["label"]), float(f["tok_s"]), f["label"], f["source"]
+        )
+        for f in reported or []
+        if f.get("tok_s")
+    ]
+
+
+def throughput_vs_baseline(
+    rows: list[ThroughputRow], baseline_tok_s: float | None, reported: Sequence[ReportedRate] = ()
+) -> Figure:
+    """Chart 3: each approach's best decode throughput as a (horizontal) bar, figures reported elsewhere as
+    open diamonds, the baseline as a line; dead ends are marked (✕) with their reason at their measured or
+    reported throughput, or at the axis' start (drawn whole) when they have neither. Priority order, top
+    down; rows of reported figures about no approach of the campaign come last."""
     titles = [r.approach_title for r in rows]
+    titles += [r.row for r in reported if r.row not in titles]
     measured = [r for r in rows if r.tok_s is not None]
-    traces.append(
-        dict(
-            type="bar",
+    traces = [
+        _bar(
             y=[r.approach_title for r in measured],
             x=[r.tok_s for r in measured],
             orientation="h",
-            name="decode throughput",
-            marker=dict(color=[STATUS_COLORS.get(r.status, "#000") for r in measured]),
+            name="decode throughput (measured here)",
+            marker={"color": [_color(r.status) for r in measured]},
             text=[f"{r.tok_s:.0f}" for r in measured],
             textposition="inside",
             insidetextanchor="end",
@@ -550,19 +640,33 @@ def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | No
             hovertemplate="<b>%{y}</b><br>%{x:.1f} tok/s (%{customdata[2]})<br>status: %{customdata[0]}"
             "<br>trial %{customdata[1]}<extra></extra>",
         )
-    )
+    ]
+    if reported:
+        traces.append(
+            _scatter(
+                y=[r.row for r in reported],
+                x=[r.tok_s for r in reported],
+                mode="markers",
+                name="reported elsewhere (not measured here)",
+                marker={"symbol": "diamond-open", "size": 13, "color": REPORTED_COLOR, "line": {"width": 2}},
+                customdata=[[r.label, _short(r.source, 160)] for r in reported],
+                hovertemplate="<b>%{customdata[0]}</b><br>%{x:.1f} tok/s reported: %{customdata[1]}<extra></extra>",
+            )
+        )
     dead = [r for r in rows if r.status == "dead_end"]
     if dead:
+        figures = {r.row: r.tok_s for r in reported}
         traces.append(
             _scatter(
                 y=[r.approach_title for r in dead],
-                x=[r.tok_s or 0 for r in dead],
+                x=[r.tok_s if r.tok_s is not None else figures.get(r.approach_title, 0) for r in dead],
                 mode="markers+text",
                 name="dead end",
-                marker=dict(symbol="x", size=13, color=STATUS_COLORS["dead_end"], line=dict(width=1, color="#fff")),
+                cliponaxis=False,  # a marker at 0 tok/s is drawn whole, not cut by the axis
+                marker={"symbol": "x", "size": 13, "color": _color("dead_end"), "line": {"width": 1, "color": "#fff"}},
                 text=[_short(r.reason, 44) for r in dead],
                 textposition="middle right",
-                textfont=dict(size=10),
+                textfont={"size": 10},
                 customdata=[[r.reason or "no reason recorded"] for r in dead],
                 hovertemplate="<b>%{y}</b>: dead end<br>%{customdata[0]}<extra></extra>",
             )
@@ -574,22 +678,26 @@ def throughput_vs_baseline(rows: list[ThroughputRow], baseline_tok_s: float | No
                 x=[baseline_tok_s] * len(titles),
                 mode="lines",
                 name=f"baseline {baseline_tok_s:.0f} tok/s",
-                line=dict(color=BREAK_EVEN_COLOR, dash="dash", width=2),
+                line={"color": BREAK_EVEN_COLOR, "dash": "dash", "width": 2},
                 hoverinfo="name",
             )
         )
-    top = max([r.tok_s or 0 for r in rows] + [baseline_tok_s or 0, 1.0])
-    fig.update_layout(**_layout("Decode throughput per approach vs baseline", bargap=0.35))
-    fig.update_yaxes(categoryorder="array", categoryarray=titles, autorange="reversed", automargin=True)
-    fig.update_xaxes(title_text="output tokens/s (batch 1)", range=[0, top * 1.9], title_standoff=8)
-    return _out(fig, traces)
+    top = max([r.tok_s or 0 for r in rows] + [r.tok_s for r in reported] + [baseline_tok_s or 0, 1.0])
+    return _figure(
+        traces,
+        _layout(
+            "Decode throughput per approach vs baseline",
+            bargap=0.35,
+            xaxis=_axis("output tokens/s (batch 1)", range=[0, top * 1.9]),
+            yaxis=_category_axis(titles, autorange="reversed"),
+        ),
+    )
 
 
-def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
+def campaign_timeline(timeline: Timeline) -> Figure:
     """Chart 4: trials (one span per approach and trial state, with the count) and status changes (markers,
     colored by the new status) over time, at the dates the history carries."""
-    fig = go.Figure()
-    traces: list[dict[str, Any]] = []  # plain dicts (see _out)
+    traces: list[dict[str, Any]] = []
     xs: list[Any] = []
     ys: list[Any] = []
     hover: list[Any] = []
@@ -607,8 +715,8 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
                 mode="lines+markers",
                 name="trials",
                 text=hover,
-                line=dict(width=8, color="rgba(26,115,232,0.45)"),
-                marker=dict(size=6),
+                line={"width": 8, "color": "rgba(26,115,232,0.45)"},
+                marker={"size": 6},
                 hovertemplate="<b>%{y}</b><br>%{text}<br>%{x}<extra></extra>",
             )
         )
@@ -622,7 +730,7 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
                 y=[e.approach_title for e in events],
                 mode="markers",
                 name=f"→ {_label(status)}",
-                marker=dict(size=11, color=STATUS_COLORS.get(status, "#000"), symbol="diamond"),
+                marker={"size": 11, "color": _color(status), "symbol": "diamond"},
                 customdata=[
                     [_label(e.from_status) or "new", _label(e.to_status), _short(e.reason, 120)] for e in events
                 ],
@@ -640,15 +748,20 @@ def campaign_timeline(timeline: Timeline) -> dict[str, Any]:
         + [t.start for t in timeline.trials]
         + [t.end for t in timeline.trials if t.end]
     )
-    fig.update_layout(**_layout("Campaign timeline: status changes and trials", subtitle=subtitle))
-    x_axis: dict[str, Any] = dict(type="date", title_text="time (UTC)")
+    x_axis = _axis("time (UTC)", type="date")
     if times:
         lo, hi = min(times), max(times)
         pad = max((hi - lo) * 0.05, timedelta(minutes=30))
         x_axis["range"] = [(lo - pad).isoformat(), (hi + pad).isoformat()]
-    fig.update_xaxes(**x_axis)
-    fig.update_yaxes(type="category", automargin=True)
-    return _out(fig, traces)
+    return _figure(
+        traces,
+        _layout(
+            "Campaign timeline: status changes and trials",
+            subtitle=subtitle,
+            xaxis=x_axis,
+            yaxis=_category_axis(list(dict.fromkeys(y for t in traces for y in t["y"] if y is not None))),
+        ),
+    )
 
 
 # One colour per compared trial, the same in every metric's traces and in the page's table headers.
@@ -714,9 +827,13 @@ def trial_comparison(comparison: Comparison) -> dict[str, Any] | None:
         }
 
     first = view(0)
-    layout = _layout(first["title.text"], barmode="group", showlegend=True)
-    layout["xaxis"] = {"type": first["xaxis.type"], "title": {"text": first["xaxis.title.text"]}}
-    layout["yaxis"] = {"title": {"text": first["yaxis.title.text"]}, "rangemode": "tozero"}
+    layout = _layout(
+        first["title.text"],
+        barmode="group",
+        showlegend=True,
+        xaxis=_axis(first["xaxis.title.text"], type=first["xaxis.type"]),
+        yaxis=_axis(first["yaxis.title.text"], rangemode="tozero"),
+    )
     if len(groups) > 1:
         layout["margin"]["t"] = 90
         layout["updatemenus"] = [
@@ -738,4 +855,4 @@ def trial_comparison(comparison: Comparison) -> dict[str, Any] | None:
                 ],
             }
         ]
-    return {"data": traces, "layout": layout}
+    return {"data": traces, "layout": layout}  # no template: the compare page draws with plotly.js defaults

@@ -8,7 +8,6 @@ from typing import Literal
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
-from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import __version__
@@ -27,7 +26,7 @@ from app.middleware import RUNNER_UPLOADS, AuthenticateFirst, BodyLimit, Securit
 from app.pageworkers import FromHub, PageProxy, PageWorkerPool
 from app.security import LoginLimiter, SessionSigner
 from app.services import lifespan as server_lifespan
-from app.templating import PLOTLY_JS, make_templates
+from app.templating import ASSET_PREFIX, RevalidatedStatic, VersionedStatic, make_templates
 from app.web import artifacts as web_artifacts
 from app.web import auth as web_auth
 from app.web import campaigns as web_campaigns
@@ -133,11 +132,13 @@ def create_app(
     if role == "pages":
         app.add_middleware(FromHub)
 
-    @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
-    def plotly_js() -> FileResponse:
-        # Served from the installed plotly package, so the JS always matches the figure JSON.
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        # Pages link static/favicon.svg; this answers a browser's (or a JSON page's) own probe instead of a 404.
         return FileResponse(
-            PLOTLY_JS, media_type="application/javascript", headers={"Cache-Control": "public, max-age=86400"}
+            resource_dir("static") / "favicon.svg",
+            media_type="image/svg+xml",
+            headers={"Cache-Control": "public, max-age=86400"},
         )
 
     @app.get("/healthz", include_in_schema=False)
@@ -147,7 +148,9 @@ def create_app(
             {"page_workers": pool.health()} if pool is not None else {}
         )
 
-    app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
+    # Versioned URLs first: the plain mount would also match /static/v/... (app.templating.asset_url).
+    app.mount(ASSET_PREFIX, VersionedStatic(directory=str(resource_dir("static"))), name="static-versioned")
+    app.mount("/static", RevalidatedStatic(directory=str(resource_dir("static"))), name="static")
     for router in ROUTERS:
         app.include_router(router)
     install_openapi(app)

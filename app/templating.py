@@ -1,13 +1,17 @@
-"""Jinja2 templates (full pages or one block for htmx) and the pinned front-end assets."""
+"""Jinja2 templates (full pages or one block for htmx), the pinned front-end assets and their versioned URLs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from datetime import UTC, datetime
-from pathlib import Path
 
-import plotly
 from jinja2_fragments.fastapi import Jinja2Blocks
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from app import __version__
 from app.config import resource_dir
@@ -17,7 +21,15 @@ from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 HTMX_VERSION = "2.0.11"
 HTMX_EXT_SSE_VERSION = "2.2.4"  # static/vendor/htmx-ext-sse-*: scripts/vendor-htmx-ext-sse
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# static/vendor/plotly-cartesian-*: scripts/vendor-plotly-cartesian (scatter, bar, heatmap: every chart's trace
+# type), the plotly.js version the installed plotly package bundles (tests/web/test_assets.py).
+PLOTLY_JS_VERSION = "4.1.1"
+PLOTLY_JS_ASSET = f"vendor/plotly-cartesian-{PLOTLY_JS_VERSION}.min.js"
+PLOTLY_JS = resource_dir("static") / PLOTLY_JS_ASSET
+# Versioned asset URLs: /static/v/<content hash>/<path>, cached for a year and never revalidated
+# (app.main mounts them); a changed file gets a new URL. Plain /static/<path> stays, revalidated.
+ASSET_PREFIX = "/static/v"
+IMMUTABLE = "public, max-age=31536000, immutable"
 STATUS_LABELS = {
     "untested": "untested",
     "queued": "queued",
@@ -28,6 +40,65 @@ STATUS_LABELS = {
     "deferred": "deferred",
     "awaiting": "waiting for your verdict",  # not a status: an approach whose trial ended, verdict not confirmed
 }
+
+
+def _css_status_colours() -> dict[str, str]:
+    """The status colours, defined once as `--status-<name>: #rrggbb` custom properties in static/app.css
+    (the badges use them); the charts read them from here so a status looks the same on both."""
+    css = (resource_dir("static") / "app.css").read_text()
+    return dict(re.findall(r"--status-([a-z_]+):\s*(#[0-9a-fA-F]{6})\b", css))
+
+
+STATUS_COLORS = _css_status_colours()
+
+
+_hashes: dict[tuple[str, int, int], str] = {}
+
+
+def asset_hash(path: str) -> str:
+    """The first 12 hex digits of the SHA-256 of static/<path>, kept per (path, mtime, size): an edited
+    file gets a new hash without a restart. A missing file raises FileNotFoundError (a typo fails a test)."""
+    root = resource_dir("static").resolve()
+    file = (root / path).resolve()
+    if not file.is_relative_to(root):
+        raise FileNotFoundError(path)  # ../ out of static/: never read, never served
+    stat = file.stat()
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _hashes:
+        _hashes[key] = hashlib.sha256(file.read_bytes()).hexdigest()[:12]
+    return _hashes[key]
+
+
+def asset_url(path: str) -> str:
+    """The versioned URL of static/<path>, e.g. asset_url("app.css") == "/static/v/3f2a.../app.css"."""
+    return f"{ASSET_PREFIX}/{asset_hash(path)}/{path}"
+
+
+class VersionedStatic(StaticFiles):
+    """Serves /static/v/<hash>/<path> (asset_url's URLs) as immutable for a year; a hash that is not the
+    file's current one is 404, so an old URL never caches new content under its name."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        digest, _, rest = path.partition("/")
+        try:
+            current = asset_hash(rest)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError) as exc:
+            raise HTTPException(404) from exc
+        if not rest or digest != current:
+            raise HTTPException(404)
+        response = await super().get_response(rest, scope)
+        response.headers["cache-control"] = IMMUTABLE
+        return response
+
+
+class RevalidatedStatic(StaticFiles):
+    """Serves plain /static/<path>: the browser revalidates each time (ETag / Last-Modified: a 304 when
+    unchanged), so an unversioned URL never shows a stale file."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.setdefault("cache-control", "no-cache")
+        return response
 
 
 def _ago(ts: datetime | None) -> str:
@@ -58,7 +129,9 @@ def make_templates() -> Jinja2Blocks:
         htmx_version=HTMX_VERSION,
         htmx_ext_sse_version=HTMX_EXT_SSE_VERSION,
         swagger_ui_version=SWAGGER_UI_VERSION,
-        plotly_version=plotly.__version__,
+        plotly_asset=PLOTLY_JS_ASSET,
+        status_colors=STATUS_COLORS,
+        asset=asset_url,
         csrf_header=CSRF_HEADER,
         csrf_field=CSRF_FORM_FIELD,
         status_labels=STATUS_LABELS,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -133,9 +134,13 @@ def test_the_installed_wheel_serves_the_demo_from_another_directory(wheel, tmp_p
             page = browser.get(server.login_url, follow_redirects=True)
             assert page.status_code == 200, page.text
             assert "Kimi-K2.5 + EAGLE-3 on 8x RTX PRO 6000 (PCIe)" in page.text  # a demo campaign, from app/demo/
-            assert 'href="/static/app.css' in page.text
-            for asset in ("/static/app.css", "/static/vendor/htmx-2.0.11.min.js", "/static/vendor/plotly.min.js"):
+            assets = re.findall(r'(?:href|src)="(/static/v/[0-9a-f]{12}/[^"]+)"', page.text)
+            assert {a.split("/", 4)[4] for a in assets} >= {"app.css", "vendor/htmx-2.0.11.min.js", "favicon.svg"}
+            for asset in assets:  # the installed package's files, under their versioned URLs
                 assert browser.get(asset).status_code == 200, asset
+            charts = browser.get("/campaigns/kimi-k25-eagle3/charts").text
+            plotly_js = re.search(r'src="(/static/v/[0-9a-f]{12}/vendor/plotly-cartesian-[0-9.]+\.min\.js)"', charts)
+            assert plotly_js and browser.get(plotly_js.group(1)).status_code == 200, charts[:2000]
     finally:
         stop_live_server(server)
     log = server.log.read_text()

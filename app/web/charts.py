@@ -143,14 +143,15 @@ class CampaignAnswer:
         }
 
 
-def throughput_figure(answer: CampaignAnswer) -> dict[str, Any] | None:
-    """Chart 3, or None while no approach has a measured throughput or a dead end to mark: a baseline
-    line alone across empty rows says nothing (no empty axes)."""
+def throughput_figure(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any] | None:
+    """Chart 3, or None while no approach has a measured or reported throughput or a dead end to mark: a
+    baseline line alone across empty rows says nothing (no empty axes)."""
     rows = throughput_rows(answer.metrics, answer.approaches)
+    reported = charts.reported_rates(campaign.reported, {a.key: a.title for a in answer.approaches})
     baseline = answer.report.inputs.baseline_tok_s.value
-    if all(r.tok_s is None and r.status != "dead_end" for r in rows):
+    if not reported and all(r.tok_s is None and r.status != "dead_end" for r in rows):
         return None
-    return charts.throughput_vs_baseline(rows, baseline)
+    return charts.throughput_vs_baseline(rows, baseline, reported)
 
 
 def campaign_answer(session: Session, campaign: Campaign, form: BaseModel | None = None) -> CampaignAnswer:
@@ -175,7 +176,7 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     answer = campaign_answer(session, campaign)
     ctx = _profitability(answer, campaign)
     ctx["form_inputs"] = form_inputs(answer.report.inputs)
-    ctx["chart_throughput"] = throughput_figure(answer)
+    ctx["chart_throughput"] = throughput_figure(answer, campaign)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     return render(request, "charts.html", ctx)
 

@@ -99,7 +99,7 @@ def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
         "status": status_report(session, campaign, report, rows, answer.approaches),
         "chart_break_even": figures["chart_break_even"],
         "chart_comparison": figures["chart_comparison"],
-        "chart_throughput": throughput_figure(answer),
+        "chart_throughput": throughput_figure(answer, campaign),
         "generated_at": datetime.now(UTC),
     }
 

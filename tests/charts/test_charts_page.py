@@ -9,6 +9,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+from app.templating import PLOTLY_JS_ASSET, asset_url
 from tests.support.charts import SLUG
 
 WHATIF = f"/campaigns/{SLUG}/charts/whatif"
@@ -31,7 +32,7 @@ def test_charts_page_embeds_four_figures_and_local_plotly(operator):
     html = operator.get(f"/campaigns/{SLUG}/charts").text
     for name in ("figure-verify", "figure-latency", "figure-throughput", "figure-timeline"):
         assert _figure(html, name)["data"], name
-    assert '<script src="/static/vendor/plotly.min.js"></script>' in html and "cdn" not in html.lower()
+    assert f'<script src="{asset_url(PLOTLY_JS_ASSET)}" defer></script>' in html and "cdn" not in html.lower()
     assert _value(html, "break-even-t-ar") == pytest.approx(153.838, abs=1e-3)
     assert 'value="2.4"' in html  # the form starts from the campaign's inputs
     assert "profitable</b> with torch symm-mem two-shot" in html

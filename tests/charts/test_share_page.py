@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from app.db import session_scope
 from app.domain.runners import create_runner
 from app.security import create_api_token
-from app.templating import PLOTLY_JS
+from app.templating import PLOTLY_JS, PLOTLY_JS_ASSET, asset_url
 from tests.support.charts import SECRETS, SLUG
 
 
@@ -53,7 +53,7 @@ def test_status_page_answers_the_stakeholder_questions(operator, anonymous):
     assert "holds for FlashInfer unknown on SM 12.0" in dead
     # The break-even chart and chart 3, drawn with the locally served plotly.js.
     assert 'id="figure-break-even"' in html and 'id="figure-throughput"' in html
-    assert '<script src="/static/vendor/plotly.min.js">' in html and "cdn" not in html.lower()
+    assert f'<script src="{asset_url(PLOTLY_JS_ASSET)}">' in html and "cdn" not in html.lower()
     assert (
         r.headers["referrer-policy"] == "no-referrer" and "form-action 'none'" in r.headers["content-security-policy"]
     )

@@ -2,18 +2,18 @@
 
 import re
 
-from app.templating import SWAGGER_UI_VERSION
+from app.templating import SWAGGER_UI_VERSION, asset_url
 
 
 def test_docs_page_uses_only_local_assets(client):
     r = client.get("/docs")
     assert r.status_code == 200
     sources = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', r.text)
-    assert f"/static/vendor/swagger-ui-bundle-{SWAGGER_UI_VERSION}.js" in sources
-    assert f"/static/vendor/swagger-ui-{SWAGGER_UI_VERSION}.css" in sources and "/static/docs.js" in sources
+    assert asset_url(f"vendor/swagger-ui-bundle-{SWAGGER_UI_VERSION}.js") in sources
+    assert asset_url(f"vendor/swagger-ui-{SWAGGER_UI_VERSION}.css") in sources and asset_url("docs.js") in sources
     assert all(s.startswith(("/", "data:")) for s in sources), sources
     assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", r.text)  # every script is a file
-    for path in (f"/static/vendor/swagger-ui-bundle-{SWAGGER_UI_VERSION}.js", "/static/docs.js"):
+    for path in (asset_url(f"vendor/swagger-ui-bundle-{SWAGGER_UI_VERSION}.js"), asset_url("docs.js")):
         assert client.get(path).status_code == 200
     assert client.get("/redoc").status_code == 404  # the CDN-only ReDoc page is gone
 

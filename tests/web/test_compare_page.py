@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from app.db import session_scope
+from app.templating import asset_url
 from tests.api.conftest import seed_trials
 from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
 
@@ -45,7 +46,7 @@ def test_compare_page_overlays_metrics_and_diffs_stacks(page_client):
     )
     gpu = re.search(r'<tr data-component="gpu" class="(\w+)">', r.text)
     assert gpu and gpu.group(1) == "same"
-    assert '<script src="/static/compare.js" defer></script>' in r.text
+    assert f'<script src="{asset_url("compare.js")}" defer></script>' in r.text
     assert not re.search(r"<script>(?!</script>)", r.text)  # no inline code: data islands only
 
 
