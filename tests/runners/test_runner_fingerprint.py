@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import socket
 import stat
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import psutil
 
-from runners.fingerprint import FINGERPRINT_KEYS, collect
+from runners.fingerprint import FINGERPRINT_KEYS, collect, interpreter_summary, probe_interpreter
+from tests.support.paths import ROOT
 
 
 def _script(path: Path, body: str) -> Path:
@@ -156,3 +159,74 @@ def test_a_torch_import_past_the_deadline_keeps_what_was_read_before_it(tmp_path
     assert not (tmp_path / "imported.done").exists()
     if (tmp_path / "imported").exists():
         assert _gone(int((tmp_path / "imported").read_text()))
+
+
+# ---- the recipes' interpreter, as `campaign runner` says it at start ---------------------------------
+
+
+def test_the_recipes_interpreter_is_probed_for_python_torch_and_cuda(tmp_path, monkeypatch):
+    _fake_torch(tmp_path / "site", nccl_dist=None, import_s=600)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("TORCH_IMPORTED_MARK", str(tmp_path / "imported"))
+    info = probe_interpreter(sys.executable)
+    assert info == {
+        "executable": sys.executable,
+        "python": ".".join(map(str, sys.version_info[:3])),
+        "torch": "2.10.0+cu128",
+        "cuda": "12.8",
+    }
+    assert not (tmp_path / "imported").exists()  # versions only: torch was not imported
+    assert interpreter_summary(sys.executable, info) == (
+        True,
+        f"recipes run with {sys.executable}, Python {info['python']}: torch 2.10.0+cu128, CUDA 12.8",
+    )
+
+
+def test_an_interpreter_without_torch_or_that_cannot_run_is_said_clearly(tmp_path, monkeypatch):
+    bare = _script(
+        tmp_path / "bare" / "python", 'print(\'@@probe {"python": "3.12.3", "executable": "/envs/bare/python"}\')\n'
+    )
+    has_torch, said = interpreter_summary(str(bare), probe_interpreter(str(bare)))
+    assert not has_torch
+    assert said == (
+        f"recipes run with {bare} (/envs/bare/python), Python 3.12.3, which has no torch: the recipes that measure "
+        "with torch will fail; pass --python with the interpreter of the node's torch (or SGLang) environment"
+    )
+    missing = str(tmp_path / "nowhere" / "python")
+    assert probe_interpreter(missing) == {"error": "does not exist or is not executable"}
+    assert interpreter_summary(missing, probe_interpreter(missing))[1].startswith(
+        f"recipes run with {missing}, which does not exist or is not executable: trials will fail to start; "
+        "pass --python"
+    )
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("PROBE_MARKS", str(marks))
+    hanging = _script(tmp_path / "hanging" / "python", HANGING)
+    info = probe_interpreter(str(hanging), timeout_s=0.5)
+    assert info == {"error": "did not answer within 0.5 s, or failed"}
+    assert all(_gone(pid) for pid in _probes(marks, "started")) and _probes(marks, "finished") == []
+
+
+def test_campaign_runner_says_at_start_which_interpreter_its_recipes_use(tmp_path):
+    bare = _script(tmp_path / "bare" / "python", 'print(\'@@probe {"python": "3.12.3"}\')\n')
+    env = {**os.environ, "CAMPAIGN_RUNNER_TOKEN": "not-checked-here", "CAMPAIGN_DATA_DIR": str(tmp_path / "data")}
+    with socket.socket() as closed:  # a port nothing listens on: the runner keeps retrying until stopped
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "runner", "--server", f"http://127.0.0.1:{port}", "--python", str(bare)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        first = proc.stdout.readline()
+        while first and "recipes run with" not in first:
+            first = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "WARNING" in first and f"recipes run with {bare}, Python 3.12.3, which has no torch" in first
