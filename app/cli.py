@@ -187,13 +187,17 @@ async def _announce_login(app: Any, server: Any, block: str) -> None:
     while not server.started:
         await asyncio.sleep(0.05)
     console.print(block, highlight=False, markup=False)
-    settings, pool = app.state.settings, app.state.page_workers
+    runner, pool = app.state.settings.embedded_runner, app.state.page_workers
+    if not runner and pool is None:
+        return  # nothing else starts: the block is the last line already
+
+    def started_up() -> bool:
+        workers = pool.health() if pool is not None else {"ready": 0, "of": 0}
+        return (not runner or bool(get_hub(app).runners)) and workers["ready"] == workers["of"]
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + STARTUP_WAIT_S
-    while loop.time() < deadline and not (
-        (not settings.embedded_runner or get_hub(app).runners)
-        and (pool is None or pool.health()["ready"] == pool.health()["of"])
-    ):
+    while loop.time() < deadline and not started_up():
         await asyncio.sleep(0.1)
     await asyncio.sleep(STARTUP_QUIET_S)
     console.print(block, highlight=False, markup=False)

@@ -80,7 +80,7 @@ def test_a_torch_recipes_first_line_is_on_the_page_before_its_import_ends(tmp_pa
         assert reached.exists() and not opened.exists()
         first = page.inner_text("#log").splitlines()[0]
         assert first.startswith(f"{STARTED_PREFIX}started pid ")
-        assert f": {sys.executable} -m runners.recipes.draft_step --device=cpu" in first  # with its interpreter
+        assert f": {sys.executable} -m runners.recipes.draft_step " in first and "--device=cpu" in first
         assert "imported in" not in page.inner_text("#log")
         assert page.locator("[data-live=state] .badge").inner_text() == "running"
 
