@@ -26,3 +26,15 @@ def test_architecture_names_every_module():
     assert "app/domain/trials.py" in modules
     missing = [m for m in modules if f"`{m}`" not in doc]
     assert missing == [], f"docs/architecture.md does not name {missing}"
+
+
+def test_readme_counts_the_kimi_demos_verdicts_and_untested_candidates_as_the_demo_file_has_them():
+    import yaml
+
+    approaches = yaml.safe_load((ROOT / "app" / "demo" / "kimi-k25-eagle3.yaml").read_text())["approaches"]
+    statuses = [a["status"] for a in approaches]
+    words = "no one two three four five six seven eight nine ten eleven twelve".split()
+    decided = sum(s != "untested" for s in statuses)
+    untested = statuses.count("untested")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"with its {words[decided]} verdicts and {words[untested]} untested candidates" in readme
