@@ -82,7 +82,8 @@ def test_a_torch_recipes_first_line_is_on_the_page_before_its_import_ends(tmp_pa
         assert first.startswith(f"{STARTED_PREFIX}started pid ")
         assert f": {sys.executable} -m runners.recipes.draft_step " in first and "--device=cpu" in first
         assert "imported in" not in page.inner_text("#log")
-        assert page.locator("[data-live=state] .badge").inner_text() == "running"
+        page.wait_for_selector("[data-live=state] [data-state=running]")  # still inside the import: the gate is shut
+        assert not opened.exists() and "imported in" not in page.inner_text("#log")
 
         opened.write_text("open")
         page.wait_for_selector("#log:has-text('imported in')", timeout=120000)
