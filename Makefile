@@ -5,12 +5,19 @@ BIN := $(VENV)/bin
 
 .PHONY: run test lint install services browser sglang bench clean
 
+# pip shows its own progress. torch is pinned here, in the same install as the extras (the package asks
+# only for a range: a looser requirement on this machine kind pulls a multi-GB CUDA build, not the CPU one).
+TORCH_PIN := torch==2.13.0
+
 $(BIN)/campaign: pyproject.toml setup.py
+	@echo "==> [1/3] creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	# torch is the runner's extra, pinned to the CPU build this machine kind has on disk.
-	$(BIN)/pip install --quiet -e '.[runner,dev]'
+	@echo "==> [2/3] upgrading pip"
+	$(BIN)/pip install --upgrade pip
+	@echo "==> [3/3] installing Campaign Board with $(TORCH_PIN) and the dev tools (a few minutes on a fresh clone)"
+	$(BIN)/pip install '$(TORCH_PIN)' -e '.[runner,dev]'
 	touch $@
+	@echo "==> installed into $(VENV)"
 
 install: $(BIN)/campaign
 

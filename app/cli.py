@@ -7,6 +7,7 @@ or plotly.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -114,7 +115,7 @@ def serve(
         token, who = _login_link(session, settings, None)
     engine.dispose()
     console.print(f"Campaign Board on [bold]{settings.base_url()}[/bold]  (database: {_safe_url(settings)})")
-    console.print(f"{who} (one-time link): [bold]{settings.base_url()}/login?token={token}[/bold]", soft_wrap=True)
+    link = f"{settings.base_url()}/login?token={token}"
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
         console.print(
@@ -127,22 +128,10 @@ def serve(
     listening = _listening_file(settings)
     listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
     lifespan = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def forget_listening_on_exit(app_: Any) -> AsyncIterator[None]:
-        # uvicorn re-raises SIGTERM after its shutdown, so the `finally` below may not run: forget here.
-        try:
-            async with lifespan(app_):
-                yield
-        finally:
-            listening.unlink(missing_ok=True)
-
-    app.router.lifespan_context = forget_listening_on_exit
-    log.info("serving on %s:%s (embedded runner: %s)", settings.host, settings.port, settings.embedded_runner)
-    try:
-        # No per-message deflate: live-log frames are encoded once and sent as they are to every viewer
-        # (compressing per viewer cost a third of the event loop in a flood). A bounded graceful shutdown.
-        uvicorn.run(
+    # No per-message deflate: live-log frames are encoded once and sent as they are to every viewer
+    # (compressing per viewer cost a third of the event loop in a flood). A bounded graceful shutdown.
+    server = uvicorn.Server(
+        uvicorn.Config(
             app,
             host=settings.host,
             port=settings.port,
@@ -151,8 +140,71 @@ def serve(
             ws_per_message_deflate=False,
             timeout_graceful_shutdown=5,
         )
+    )
+
+    @asynccontextmanager
+    async def forget_listening_on_exit(app_: Any) -> AsyncIterator[None]:
+        # uvicorn re-raises SIGTERM after its shutdown, so the `finally` below may not run: forget here.
+        announcer = asyncio.create_task(_announce_login(app_, server, login_block(link, who, settings)))
+        try:
+            async with lifespan(app_):
+                yield
+        finally:
+            announcer.cancel()
+            listening.unlink(missing_ok=True)
+
+    app.router.lifespan_context = forget_listening_on_exit
+    log.info("serving on %s:%s (embedded runner: %s)", settings.host, settings.port, settings.embedded_runner)
+    try:
+        server.run()
     finally:
         listening.unlink(missing_ok=True)
+
+
+def login_block(link: str, who: str, settings: Settings) -> str:
+    """The login link as `campaign serve` prints it: a framed block, the link alone on its line (a
+    triple-click copies exactly it)."""
+    ttl = settings.login_token_ttl_s
+    valid = f"{ttl // 3600} h" if ttl % 3600 == 0 else f"{ttl // 60} min" if ttl % 60 == 0 else f"{ttl} s"
+    rule = "=" * max(60, len(link) + 4)
+    return "\n".join(
+        [
+            rule,
+            f"  Campaign Board is ready on {settings.base_url()}",
+            f"  {who} (one-time link, valid {valid}):",
+            "",
+            f"  {link}",
+            rule,
+        ]
+    )
+
+
+STARTUP_WAIT_S = 30.0  # the most the repeat of the login block waits for the runner and page workers
+STARTUP_QUIET_S = 1.0  # then a moment for their own start-up lines, so the block comes after them
+
+
+async def _announce_login(app: Any, server: Any, block: str) -> None:
+    """Print the login block once the server listens, and again at the end of start-up (the embedded
+    runner connected, the page workers ready), so it is not left among their log lines."""
+    from app.live import get_hub
+
+    while not server.started:
+        await asyncio.sleep(0.05)
+    console.print(block, highlight=False, markup=False)
+    runner, pool = app.state.settings.embedded_runner, app.state.page_workers
+    if not runner and pool is None:
+        return  # nothing else starts: the block is the last line already
+
+    def started_up() -> bool:
+        workers = pool.health() if pool is not None else {"ready": 0, "of": 0}
+        return (not runner or bool(get_hub(app).runners)) and workers["ready"] == workers["of"]
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STARTUP_WAIT_S
+    while loop.time() < deadline and not started_up():
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(STARTUP_QUIET_S)
+    console.print(block, highlight=False, markup=False)
 
 
 def _listening_file(settings: Settings) -> Path:
@@ -589,7 +641,13 @@ def runner(
     name: Annotated[
         str | None, typer.Option(help="Name in logs and the default spool dir (default: hostname).")
     ] = None,
-    python: Annotated[str | None, typer.Option(help="Interpreter for recipes (default: this one).")] = None,
+    python: Annotated[
+        str | None,
+        typer.Option(
+            help="Interpreter the recipes run with: the node's torch or SGLang environment, e.g. "
+            "/envs/sglang/bin/python (default: the runner's own). The runner says at start what it holds."
+        ),
+    ] = None,
     sglang_python: Annotated[
         str | None, typer.Option(help="Interpreter SGLang is installed in, if another one.")
     ] = None,

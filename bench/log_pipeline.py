@@ -376,8 +376,12 @@ def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
                 probes[event].append((int(trial), int(seq)))
             elif int(trial) == trial_id and event in events:
                 events[event].setdefault(int(seq), int(t))
+    from runners.process import STARTED_PREFIX as runner_line
+
     con = sqlite3.connect(board.db)
     for seq, data in con.execute('select seq, data from log_chunk where trial_id=? and "offset">=0', (trial_id,)):
+        if data.startswith(runner_line):
+            continue  # the runner's own first line, written as it spawned the program
         events["print"][seq] = int(data.split(" ", 2)[1])  # the chunk's first (earliest printed) line
     con.close()
     events["viewer"] = dict(viewer.chunk_times)

@@ -121,7 +121,9 @@ def measure_first(board: Board, slug: str) -> tuple[float, float, float]:
         raise RuntimeError(f"trial {tid}: the first line did not reach the viewer")
     viewer.stop = True
     print_to_viewer = viewer.latencies[0]  # the line carries its print time
-    arrived_ns = min(viewer.chunk_times.values())
+    # The chunk that brought the program's first line: the last one in when the viewer had it (before it,
+    # a local trial's log has the runner's own line, written as it spawned the program).
+    arrived_ns = viewer.chunk_times[max(viewer.chunk_times)]
     total = (arrived_ns - t0) / 1e6
     board.wait_done(tid)
     print(f"  {slug}: run next -> viewer {total:.0f} ms (print -> viewer {print_to_viewer:.0f} ms)", flush=True)

@@ -716,6 +716,7 @@ def run(
     withhold(token)
     os.environ.pop(TOKEN_ENV, None)
     _not_dumpable()
+    say_recipe_interpreter(python or sys.executable)
     options = RunnerOptions(
         server_url=server_url,
         token=token,
@@ -742,6 +743,14 @@ def run(
         return await agent.run()
 
     return asyncio.run(main())
+
+
+def say_recipe_interpreter(python: str) -> bool:
+    """Log which interpreter, torch and CUDA the recipes will use (a warning when it has no torch, or
+    cannot be run); returns whether it has torch. Asked in a subprocess with a deadline."""
+    has_torch, summary = node.interpreter_summary(python, node.probe_interpreter(python))
+    log.log(logging.INFO if has_torch else logging.WARNING, "%s", summary)
+    return has_torch
 
 
 def _not_dumpable() -> None:

@@ -38,9 +38,10 @@ FINGERPRINT_KEYS = (
 
 # Runs in the recipes' interpreter. Importing torch can take many seconds on a cold GPU node, so
 # versions come from package metadata and torch/version.py first (one line, printed at once);
-# only when NCCL's version is not known that way is torch imported, and a second line printed.
+# only when NCCL's version is not known that way is torch imported, and a second line printed
+# (not with the argument --versions-only).
 _VERSION_FN = r"""
-import importlib.metadata as m, importlib.util, json, os, re
+import importlib.metadata as m, importlib.util, json, os, platform, re, sys
 def version(*names):
     for name in names:
         try:
@@ -52,7 +53,8 @@ def version(*names):
 _TORCH_PROBE = (
     _VERSION_FN
     + r"""
-out = {"sglang": version("sglang"), "flashinfer": version("flashinfer-python", "flashinfer"), "torch": version("torch")}
+out = {"sglang": version("sglang"), "flashinfer": version("flashinfer-python", "flashinfer"), "torch": version("torch"),
+       "executable": sys.executable, "python": platform.python_version()}
 try:
     spec = importlib.util.find_spec("torch")
     text = open(os.path.join(os.path.dirname(spec.origin), "version.py")).read()
@@ -66,7 +68,7 @@ for dist in m.distributions():
     if (dist.metadata["Name"] or "").lower().startswith("nvidia-nccl-cu"):
         out["nccl"] = dist.version
 print("@@probe " + json.dumps(out), flush=True)
-if out.get("torch") and out.get("cuda") and not out.get("nccl"):
+if out.get("torch") and out.get("cuda") and not out.get("nccl") and "--versions-only" not in sys.argv:
     try:
         import torch
         out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
@@ -277,6 +279,38 @@ def collect(*, python: str | None = None, sglang_python: str | None = None, time
     except Exception:  # a fingerprint with gaps beats a runner that does not start
         pass
     return fingerprint
+
+
+def probe_interpreter(python: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """What the recipes' interpreter is, asked in a subprocess with a deadline (torch is not imported):
+    {"executable", "python", "torch", "cuda"} (None where absent), or {"error": why} when it cannot
+    be run or does not answer in time."""
+    proc = _start([python, "-c", _TORCH_PROBE, "--versions-only"])
+    if proc is None:
+        return {"error": "does not exist or is not executable" if shutil.which(python) is None else "cannot be started"}
+    out = _finish(proc, time.monotonic() + timeout_s)
+    if out is None:
+        return {"error": f"did not answer within {timeout_s:g} s, or failed"}
+    probe = _probe_result(out)
+    return {key: probe.get(key) or None for key in ("executable", "python", "torch", "cuda")}
+
+
+def interpreter_summary(python: str, info: dict[str, Any]) -> tuple[bool, str]:
+    """(has torch, the sentence `campaign runner` says at start about the recipes' interpreter)."""
+    if info.get("error"):
+        return False, (
+            f"recipes run with {python}, which {info['error']}: trials will fail to start; "
+            "pass --python with the interpreter of the node's torch (or SGLang) environment"
+        )
+    where = python if info.get("executable") in (None, python) else f"{python} ({info['executable']})"
+    named = f"recipes run with {where}, Python {info.get('python') or 'of unknown version'}"
+    if not info.get("torch"):
+        return False, (
+            f"{named}, which has no torch: the recipes that measure with torch will fail; "
+            "pass --python with the interpreter of the node's torch (or SGLang) environment"
+        )
+    cuda = f"CUDA {info['cuda']}" if info.get("cuda") else "no CUDA (a CPU-only build)"
+    return True, f"{named}: torch {info['torch']}, {cuda}"
 
 
 def runner_version() -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -162,6 +163,35 @@ class PhaseScanner:
             for line in lines
             if line.startswith(PHASE_PREFIX) and line[len(PHASE_PREFIX) :].strip()
         ]
+
+
+# ---- the runner's line ------------------------------------------------------------------------
+
+STARTED_PREFIX = "[runner] "
+MAX_SHOWN_ARG = 120  # characters of one argument the line shows whole
+MAX_SHOWN_COMMAND = 1000
+
+
+def _shown_arg(arg: str) -> str:
+    """An argument as the runner's line shows it: quoted as a shell would, a script (`-c` code) or
+    another long or multi-line one by its first line and its size."""
+    lines = arg.splitlines()
+    if len(arg) <= MAX_SHOWN_ARG and len(lines) <= 1:
+        return shlex.quote(arg)
+    head = next((line.strip() for line in lines if line.strip()), "")[:60]
+    size = f"{len(lines)} lines" if len(lines) > 1 else f"{len(arg)} characters"
+    return f"{shlex.quote(head + ' ...')} ({size})"
+
+
+def started_line(spec: LaunchSpec, pid: int) -> str:
+    """The line the runner writes first into a trial's output: what it started (for a recipe, argv[0]
+    is the recipes' interpreter), its pid and where. One line: control characters show escaped."""
+    command = " ".join(_shown_arg(arg) for arg in spec.argv)
+    command = "".join(c if c.isprintable() else repr(c)[1:-1] for c in command)
+    if len(command) > MAX_SHOWN_COMMAND:
+        command = command[:MAX_SHOWN_COMMAND] + f" ... ({len(command) - MAX_SHOWN_COMMAND} more characters)"
+    where = f" in {spec.cwd}" if spec.cwd else ""
+    return f"{STARTED_PREFIX}started pid {pid}{where}: {command}\n"
 
 
 # ---- process bookkeeping ----------------------------------------------------------------------
@@ -389,6 +419,10 @@ class TrialProcess:
                 _before_busy.clear()
                 _before_busy.update(before or ())
             _live_leaders[self.popen.pid] = self
+        # The trial's first line is the runner's own, at once: a recipe may print nothing for seconds
+        # (torch imports); the reader is not started yet, so this chunk is the output's first bytes.
+        for chunk in self.chunker.feed(started_line(self.spec, self.popen.pid).encode()):
+            self.on_chunk(chunk)
         self._reader = threading.Thread(target=self._read_output, name=f"output-{self.attempt_id}", daemon=True)
         self._reader.start()
 

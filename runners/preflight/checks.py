@@ -13,15 +13,14 @@ import socket
 import subprocess
 
 from runners.preflight import Context, Outcome, register
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from runners.recipes import runners_path
 
 
 def run_probe(ctx: Context, *args: str) -> tuple[int, str]:
     """Run `python -m runners.preflight.probes ARGS` with the node's sglang interpreter; (exit code, output)."""
     env = dict(ctx.env)
     rest = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = _ROOT + (os.pathsep + rest if rest else "")
+    env["PYTHONPATH"] = runners_path() + (os.pathsep + rest if rest else "")
     argv = [ctx.python, "-m", "runners.preflight.probes", *args]
     try:
         done = subprocess.run(

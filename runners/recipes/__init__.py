@@ -8,6 +8,7 @@ Every recipe module also runs alone: `python -m runners.recipes.<kind> --help`.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import pkgutil
@@ -104,6 +105,29 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def runners_path(root: str = _ROOT) -> str:
+    """The PYTHONPATH entry through which another interpreter (the node's torch or SGLang environment)
+    imports this `runners` package: the checkout or install root, except when that is a site-packages
+    directory (the runner installed in a venv of its own). Then the root would put every package of the
+    runner's venv ahead of the node's own (its pydantic, jinja2, ... in torch and in SGLang started from a
+    recipe), so the entry is a directory that holds only a link to `runners` (in the user's cache
+    directory, which a SLURM job's nodes share with the runner's as they share the home directory)."""
+    if os.path.basename(root) not in ("site-packages", "dist-packages"):
+        return root
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    entry = os.path.join(cache, "campaign-board", "runners-" + hashlib.sha256(root.encode()).hexdigest()[:16])
+    link, target = os.path.join(entry, "runners"), os.path.join(root, "runners")
+    try:
+        if os.path.realpath(link) != os.path.realpath(target):
+            os.makedirs(entry, exist_ok=True)
+            fresh = f"{link}.{os.getpid()}"
+            os.symlink(target, fresh)
+            os.replace(fresh, link)
+    except OSError:
+        return root  # no cache directory to write: the whole root, as before
+    return entry
+
+
 def _module_env(env: dict[str, str], *, safe: bool = False) -> dict[str, str]:
     """The recipe's env, plus what `python -m runners.recipes.X` needs from any cwd."""
     out = dict(env)
@@ -111,5 +135,5 @@ def _module_env(env: dict[str, str], *, safe: bool = False) -> dict[str, str]:
         for key, value in SAFE_ENV.items():
             out.setdefault(key, value)
     rest = out.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
-    out["PYTHONPATH"] = _ROOT + (os.pathsep + rest if rest else "")
+    out["PYTHONPATH"] = runners_path() + (os.pathsep + rest if rest else "")
     return out

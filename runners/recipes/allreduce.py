@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runners.recipes import _dist
+from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
@@ -256,6 +257,7 @@ def _print_table(rows: list[tuple], values: dict[str, Any], graph: bool) -> None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    announce_import("torch")  # the page shows "importing torch" while it loads
     return _dist.recipe_main(
         PROG,
         __doc__,

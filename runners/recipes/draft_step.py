@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runners.recipes import RecipeError, _dist
+from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
@@ -240,6 +241,7 @@ def run(values: dict[str, Any]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    announce_import("torch")  # the page shows "importing torch" while it loads
     argv = list(sys.argv[1:] if argv is None else argv)
     values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
     try:

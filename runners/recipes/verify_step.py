@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runners.recipes import RecipeError, _dist
+from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
@@ -470,6 +471,7 @@ def _divisible(values: dict[str, Any], world: int) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    announce_import("torch")  # the page shows "importing torch" while it loads
     return _dist.recipe_main(
         PROG,
         __doc__,

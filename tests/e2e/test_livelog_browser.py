@@ -12,6 +12,7 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
+from runners.process import STARTED_PREFIX
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign
 
@@ -102,7 +103,8 @@ def test_metric_lines_become_rows_and_leave_the_console(tmp_path, browser):
 
         # The console shows only the normal lines by default.
         lines = [line for line in page.inner_text("#log").splitlines() if line]
-        assert lines == ["hello from the recipe", "normal line two"]
+        assert lines[0].startswith(STARTED_PREFIX + "started pid ")  # the runner's line, then the trial's
+        assert lines[1:] == ["hello from the recipe", "normal line two"]
         toggle = page.locator("#log-raw")
         assert toggle.is_visible() and not toggle.is_checked()
         toggle.check()

@@ -10,6 +10,7 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
+from runners.process import STARTED_PREFIX
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign
 
@@ -58,7 +59,9 @@ def test_run_next_candidate_shows_the_log_live(tmp_path, browser):
         page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         page.wait_for_selector("#log:has-text('step 30')")
         text = page.inner_text("#log")
-        assert [line for line in text.splitlines() if line] == [f"step {i:02d} <b>not html</b>" for i in range(1, 31)]
+        lines = [line for line in text.splitlines() if line]
+        assert lines[0].startswith(STARTED_PREFIX + "started pid ")  # the runner's line, then the trial's
+        assert lines[1:] == [f"step {i:02d} <b>not html</b>" for i in range(1, 31)]
         assert page.locator("#log b").count() == 0  # text, never HTML
         assert page.locator("#log span.fg-2").count() == 30  # the ANSI colour became a class
         assert page.inner_text("[data-live=exit]") == "0"

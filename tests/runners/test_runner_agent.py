@@ -44,6 +44,7 @@ from runners.agent import EXIT_TOKEN_REFUSED, Agent, RunnerOptions, backoff_dela
 from runners.fingerprint import FINGERPRINT_KEYS
 from runners.process import ATTEMPT_ENV
 from runners.spool import Spool
+from tests.support.trials import trial_output
 
 PY = sys.executable
 TOKEN = "runner-token-1"
@@ -59,6 +60,7 @@ class FakeBoard:
 
     def __init__(self, heartbeat_s: float = 5.0) -> None:
         self.heartbeat_s = heartbeat_s
+        self.handshakes = 0  # websocket handshakes asked for, refused or not
         self.stored: dict[str, dict[int, LogChunkMsg]] = defaultdict(dict)
         self.hellos: list[Hello] = []
         self.welcomes: list[Welcome] = []
@@ -78,6 +80,10 @@ class FakeBoard:
         return seq
 
     def text(self, attempt_id: str) -> str:
+        """The trial's own output as stored (after the runner's first line)."""
+        return trial_output(self.log(attempt_id))
+
+    def log(self, attempt_id: str) -> str:
         chunks = self.stored[attempt_id]
         return "".join(chunks[seq].data for seq in sorted(chunks))
 
@@ -85,6 +91,7 @@ class FakeBoard:
         return [m for n, m in self.messages if isinstance(m, kind) and connection in (None, n)]
 
     def process_request(self, connection: ServerConnection, request: Any) -> Any:
+        self.handshakes += 1
         if request.path != "/api/runners/ws":
             return connection.respond(HTTPStatus.NOT_FOUND, "not here\n")
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
@@ -252,7 +259,6 @@ def test_logs_arrive_in_order_and_survive_a_dropped_connection_exactly_once(tmp_
 
 def test_a_refused_token_is_fatal_with_exit_code_3(tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="campaign.runner")
-    started = time.monotonic()
     board = FakeBoard()
 
     async def main() -> int:
@@ -265,7 +271,7 @@ def test_a_refused_token_is_fatal_with_exit_code_3(tmp_path, caplog):
             return await asyncio.wait_for(agent.run(), 10)
 
     assert asyncio.run(main()) == EXIT_TOKEN_REFUSED
-    assert time.monotonic() - started < 5
+    assert board.handshakes == 1  # no retry with a token the board refused
     assert "refused this runner's token (HTTP 401)" in caplog.text
     assert board.connections == 0
 
@@ -307,11 +313,10 @@ def test_cancel_stops_the_trial_and_reports_cancelled(tmp_path):
         await until(lambda: "c1" in board.finished, what="finished")
 
     board = FakeBoard()
-    started = time.monotonic()
     scenario(board, tmp_path / "spool", body)
     finished = board.finished["c1"]
+    # Stopped in its 60 s sleep by the runner's SIGTERM.
     assert (finished.outcome, finished.signal, finished.exit_code) == ("cancelled", signal.SIGTERM, None)
-    assert time.monotonic() - started < 20
 
 
 def test_reject_kills_the_trial_and_drops_its_spool(tmp_path):
@@ -387,10 +392,10 @@ def test_after_a_restart_the_runner_resends_the_spool_and_stops_what_the_old_one
             orphan.wait()
     assert sorted(a.attempt_id for a in board.hellos[0].attempts) == ["done", "orphaned"]
     assert [m.seq for m in board.of_type(LogChunkMsg) if m.attempt_id == "done"] == [1, 2]  # not 0: it was stored
-    assert board.text("done") == "a\nb\nc\n" and board.finished["done"].exit_code == 0
+    assert board.log("done") == "a\nb\nc\n" and board.finished["done"].exit_code == 0
     lost = board.finished["orphaned"]
     assert lost.outcome == "cancelled" and "runner restarted" in lost.error and str(orphan.pid) in lost.error
-    assert board.text("orphaned") == "partial output\n" and lost.last_seq == 0
+    assert board.log("orphaned") == "partial output\n" and lost.last_seq == 0
     assert _attempt_dirs(spool_dir) == []
 
 

@@ -33,3 +33,19 @@ def login_context(browser, server_url: str, engine, name: str | None = None, rol
         token = create_login_token(session, 600, person)
     page.goto(f"{server_url}/login?token={token}")
     return context, page
+
+
+def start_next_trial(page, tries: int = 60) -> None:
+    """Click "Run next candidate" on the open campaign page until a trial starts: the embedded runner
+    connects on its own, and until then the answer says no runner is connected. Each answer is read
+    from its response (the fragment is swapped in a moment later)."""
+    for _ in range(tries):
+        with page.expect_response(lambda r: r.url.endswith("/run-next")) as answer:
+            page.click("#run-next-button")
+        said = answer.value.text()
+        if "Started" in said:
+            page.wait_for_selector("#run-next-result:has-text('Started')")
+            return
+        assert "no runner is connected" in said, said
+        page.wait_for_timeout(500)
+    raise AssertionError(f"no trial started after {tries} clicks")

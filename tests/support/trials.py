@@ -22,6 +22,7 @@ from app.domain import runners as runner_domain
 from app.models import Approach, Campaign
 from app.protocol import AttemptRef, Finished, Heartbeat, Hello, LogChunkMsg, Started, parse_server_message
 from app.security import SESSION_COOKIE
+from runners.process import STARTED_PREFIX
 from tests.support.paths import ROOT
 from tests.support.servers import ThreadServer
 
@@ -178,6 +179,16 @@ def viewer_messages(srv: ThreadServer, trial_id: int, after: int = -1, until=Non
 
 def log_text(msgs: list[dict]) -> str:
     return "".join(text for m in msgs if m["type"] == "log" for _, text in m["chunks"])
+
+
+def trial_output(log: str, pid: int | None = None) -> str:
+    """A local trial's own output: its log after the line the runner writes first (which must be there,
+    naming `pid` when given); "" while that line is not complete yet."""
+    first, newline, rest = log.partition("\n")
+    if not newline:
+        return ""
+    assert first.startswith(f"{STARTED_PREFIX}started pid {'' if pid is None else pid}"), first
+    return rest
 
 
 def real_runner_available() -> bool:

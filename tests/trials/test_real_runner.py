@@ -26,6 +26,7 @@ from tests.support.trials import (
     seed_campaign,
     start_real_runner,
     trial,
+    trial_output,
     viewer_messages,
     wait_for,
 )
@@ -71,8 +72,9 @@ def node(tmp_path):
 
 
 def _stored(srv, trial_id: int) -> str:
+    """The trial's own output as stored (after the runner's first line)."""
     with session_scope(srv.engine, write=False) as session:
-        return log_domain.full_text(session, session.get(Trial, trial_id))
+        return trial_output(log_domain.full_text(session, session.get(Trial, trial_id)))
 
 
 def test_output_arrives_complete_and_in_order(node):
@@ -87,8 +89,8 @@ def test_output_arrives_complete_and_in_order(node):
     wait_for(lambda: trial(srv, tid)["state"] == "succeeded", timeout=60, what="trial to succeed")
     expected = "".join(f"line {i:06d}\n" for i in range(20000))
     assert _stored(srv, tid) == expected
-    msgs = viewer_messages(srv, tid, until=lambda m: len(log_text(m)) >= len(expected))
-    assert log_text(msgs) == expected
+    msgs = viewer_messages(srv, tid, until=lambda m: len(trial_output(log_text(m))) >= len(expected))
+    assert trial_output(log_text(msgs)) == expected
 
 
 def test_cancel_kills_the_process_tree_within_grace(node, tmp_path):
