@@ -18,6 +18,8 @@ from datetime import timedelta
 from html import escape as _html_escape
 from typing import Any
 
+import plotly.io as pio
+
 from app.domain.comparison import Comparison, MetricGroup
 from app.domain.profitability import (
     LatencySeries,
@@ -109,8 +111,6 @@ def _layout(title: str, subtitle: str = "", **attributes: Any) -> dict[str, Any]
 def _template() -> dict[str, Any]:
     """The "plotly_white" template as JSON, read once from the plotly package (the only use of it at run
     time: the figures themselves are plain dicts)."""
-    import plotly.io as pio
-
     return pio.templates["plotly_white"].to_plotly_json()
 
 

@@ -597,12 +597,17 @@ class Agent:
             attempt.running = False
 
     def _upload_artifacts(self, trial_id: int) -> None:
-        """Upload the trial's artifact directory in the background (the trial has ended on the board)."""
+        """Upload the trial's artifact directory in the background (the trial has ended on the board); one
+        the trial left empty is removed at once."""
         directory = artifacts.trial_dir(self.options.spool_dir, trial_id)
-        if directory.is_dir():
-            task = asyncio.create_task(self._upload(trial_id, directory))
-            self._uploads.add(task)
-            task.add_done_callback(self._uploads.discard)
+        if not directory.is_dir():
+            return
+        if not artifacts.files_of(directory):
+            artifacts.remove_dir(directory)
+            return
+        task = asyncio.create_task(self._upload(trial_id, directory))
+        self._uploads.add(task)
+        task.add_done_callback(self._uploads.discard)
 
     async def _upload(self, trial_id: int, directory: Path, tries: int = 8) -> None:
         delays = backoff_delays()

@@ -9,6 +9,7 @@ The board's side, and the protocol, are app/domain/artifacts.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -139,5 +140,12 @@ def upload_dir(server_url: str, token: str, trial_id: int, directory: Path) -> l
                 raise
             log.warning("trial %s: artifact %s refused by the board: %s", trial_id, name, exc)
         path.unlink(missing_ok=True)
-    shutil.rmtree(directory, ignore_errors=True)
+    remove_dir(directory)
     return done
+
+
+def remove_dir(directory: Path) -> None:
+    """The trial's directory, and the artifacts folder when no other trial's is left in it."""
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        directory.parent.rmdir()
