@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import __version__
+from app.api import answer as api_answer
 from app.api import campaigns as api_campaigns
 from app.api import livelog, pagefeed, runner_socket
 from app.api import runners as api_runners
@@ -42,6 +43,7 @@ ROUTERS = [
     web_docs.router,
     web_campaigns.router,
     api_campaigns.router,
+    api_answer.router,
     api_runners.router,
     api_share_links.router,
     runner_socket.router,

@@ -91,6 +91,12 @@ class Campaign(SQLModel, table=True):
     verify_tokens: int = 4
     input_sources: dict[str, str] | None = _json()  # model input -> where its entered value comes from
     reported: list[dict[str, Any]] | None = _json()  # schemas.ReportedFigure: figures reported elsewhere
+    # The model over (batch, draft tokens) (app/domain/speculation.py, migration 0007): accept length per
+    # draft length ({"3": 2.4}), per-position acceptance rates alpha_i, and the grid to answer over.
+    accept_length_by_k: dict[str, float] | None = _json()
+    accept_alphas: list[float] | None = _json()
+    speculation_batches: list[int] | None = _json()
+    speculation_draft_tokens: list[int] | None = _json()
     created_at: datetime = _created()
     updated_at: datetime = _created()
 

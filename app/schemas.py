@@ -23,6 +23,27 @@ Millis = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False, description="
 AllreduceCount = Annotated[int, Field(ge=0, le=1_000_000)]
 HiddenSize = Annotated[int, Field(gt=0, le=1_048_576)]
 VerifyTokens = Annotated[int, Field(gt=0, le=65_536)]
+# The model over (batch, draft tokens) (app/domain/speculation.py): tau per k, alpha_i, the grid.
+AcceptLengthByK = Annotated[
+    dict[Annotated[str, Field(pattern=r"^[1-9][0-9]?$")], AcceptLength],
+    Field(max_length=64, description="Accept length tau (incl. the bonus token) per draft length k, e.g. {'3': 2.4}."),
+]
+AcceptAlphas = Annotated[
+    list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]],
+    Field(
+        min_length=1,
+        max_length=64,
+        description="Per-position acceptance rates alpha_i (position i accepted given all before it were).",
+    ),
+]
+BatchGrid = Annotated[
+    list[Annotated[int, Field(ge=1, le=65_536)]],
+    Field(min_length=1, max_length=32, description="Batch sizes to answer over (default: the measured ones)."),
+]
+DraftTokenGrid = Annotated[
+    list[Annotated[int, Field(ge=1, le=64)]],
+    Field(min_length=1, max_length=64, description="Draft lengths k to answer over (default: the measured ones)."),
+]
 
 
 def _strip(v: Any) -> Any:
@@ -83,6 +104,19 @@ class Requirements(BaseModel):
             if data.get(name) == default:
                 data.pop(name)
         return data
+
+
+def _increasing(value: list[int] | None) -> list[int] | None:
+    if value is not None and any(b <= a for a, b in zip(value, value[1:], strict=False)):
+        raise ValueError("list the values in increasing order, each once")
+    return value
+
+
+def _tau_within_k(value: dict[str, float] | None) -> dict[str, float] | None:
+    for k, tau in (value or {}).items():
+        if tau > int(k) + 1:
+            raise ValueError(f"an accept length at {k} draft tokens is at most {int(k) + 1}, not {tau:g}")
+    return value
 
 
 ModelInput = Literal[
@@ -167,6 +201,13 @@ class CampaignBase(BaseModel):
     reported: list[ReportedFigure] | None = Field(
         None, max_length=500, description="Figures reported elsewhere, with their sources."
     )
+    accept_length_by_k: AcceptLengthByK | None = None
+    accept_alphas: AcceptAlphas | None = None
+    speculation_batches: BatchGrid | None = None
+    speculation_draft_tokens: DraftTokenGrid | None = None
+
+    _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_increasing)
+    _tau_by_k = field_validator("accept_length_by_k")(_tau_within_k)
 
 
 class CampaignCreate(CampaignBase):
@@ -186,7 +227,13 @@ class CampaignUpdate(BaseModel):
     allreduces_per_verify: AllreduceCount | None = None
     hidden_size: HiddenSize = None  # type: ignore[assignment]
     verify_tokens: VerifyTokens = None  # type: ignore[assignment]
+    accept_length_by_k: AcceptLengthByK | None = None
+    accept_alphas: AcceptAlphas | None = None
+    speculation_batches: BatchGrid | None = None
+    speculation_draft_tokens: DraftTokenGrid | None = None
 
+    _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_increasing)
+    _tau_by_k = field_validator("accept_length_by_k")(_tau_within_k)
     _not_null = _not_null("name", "description", "hidden_size", "verify_tokens")
 
 
