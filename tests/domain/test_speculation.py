@@ -1,0 +1,209 @@
+"""The model over (batch, draft tokens): cases worked by hand, refusal to extrapolate, indistinguishable
+approaches, and the bootstrap's coverage (seeded). Pure: inputs built directly, no database."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.domain.profitability import Input, ModelInputs
+from app.domain.speculation import (
+    ApproachInputs,
+    Measured,
+    SpeculationInputs,
+    accept_length_from_alphas,
+    bracket,
+    measured,
+    speculation_answer,
+)
+
+HIDDEN = 1024  # bytes per allreduce = b (k + 1) x 1024 x 2 = 4096 b at k = 1
+
+
+def batch1(draft_steps: int | None = 1) -> ModelInputs:
+    none = Input(None)
+    return ModelInputs(
+        baseline_tok_s=none,
+        t_base=none,
+        accept_length=none,
+        draft_steps=Input(draft_steps),
+        draft_step_ms=none,
+        verify_compute_ms=none,
+        allreduces_per_verify=Input(10),
+        verify_tokens=2,
+        hidden_size=HIDDEN,
+    )
+
+
+def approach(key, batches, ks, *, base=10.0, draft=1.0, verify=11.0, curve=None, world=2, status="promising"):
+    """Constant compute (the same figure at every batch) and an allreduce curve {bytes: us}."""
+    return ApproachInputs(
+        approach_id=hash(key) % 1000,
+        key=key,
+        title=key.replace("-", " "),
+        status=status,
+        t_base={b: base if isinstance(base, Measured) else Measured(base) for b in batches},
+        draft_step={b: draft if isinstance(draft, Measured) else Measured(draft) for b in batches},
+        verify_compute={
+            (b, k): verify if isinstance(verify, Measured) else Measured(verify) for b in batches for k in ks
+        },
+        curve=sorted(
+            (nbytes, us if isinstance(us, Measured) else Measured(us)) for nbytes, us in (curve or {}).items()
+        ),
+        curve_how="",
+        world_size=world,
+    )
+
+
+def spec(approaches, batches, ks, tau, n_ar=10):
+    return SpeculationInputs(
+        batches=tuple(batches),
+        draft_tokens=tuple(ks),
+        n_ar=n_ar,
+        hidden_size=HIDDEN,
+        tau={k: v if isinstance(v, Measured) else Measured(v) for k, v in tau.items()},
+        approaches=tuple(approaches),
+        batch1=batch1(),
+    )
+
+
+def linear_curve(us_per_byte: float, sizes) -> dict[int, float]:
+    return {int(n): us_per_byte * n for n in sizes}
+
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def test_break_even_batch_in_closed_form():
+    # By hand (docs/profitability.md, worked example): T_base = 10, draft 1, verify compute 11 ms at every
+    # batch; t_ar = bytes / 4096 us, so at k = 1 one allreduce takes b us and N_ar = 10 of them b / 100 ms.
+    # tau(1) = 2: speedup(b) = 20 / (12 + b / 100) > 1  <=>  b < 800, so B* = 512 on this grid and 1024 loses.
+    curve = linear_curve(1 / 4096, [4096, 4096 * 64, 4096 * 2048])
+    answer = speculation_answer(spec([approach("nccl", BATCHES, [1], curve=curve)], BATCHES, [1], {1: 2.0}))
+    a = answer.approaches[0]
+    assert a.break_even_batch == 512
+    assert a.first_losing_batch == 1024
+    assert a.best_draft_tokens[512] == 1 and a.best_draft_tokens[1024] == 0
+    cell = a.cell(512, 1)
+    assert cell.t_ar_us == pytest.approx(512.0)  # log-log interpolation is exact on a power law
+    assert cell.t_verify_ms == pytest.approx(11 + 5.12)
+    assert cell.tau_star.value == pytest.approx((1 + 11 + 5.12) / 10)
+    assert cell.speedup.value == pytest.approx(20 / 17.12)
+    assert a.cell(1024, 1).speedup.value == pytest.approx(20 / 22.24)
+    assert cell.speedup.no_samples and cell.speedup.low is None  # no samples: a point estimate, said so
+    assert answer.sentence == (
+        "On this node EAGLE-3 pays up to batch 512 with 1 draft token using nccl; above batch 512 turn it off "
+        "(at batch 1024 it does not pay)."
+    )
+
+
+def test_best_draft_length_per_batch_from_alphas():
+    # tau(k) from alpha = 0.8, 0.5, 0.25: 1.8, 2.2, 2.3. World size 1 (no allreduce): cycle = k + 11 ms.
+    # speedup(k) = 10 tau(k) / (k + 11): 18/12 = 1.5, 22/13 = 1.692, 23/14 = 1.643: k = 2 everywhere.
+    taus = {k: accept_length_from_alphas([0.8, 0.5, 0.25], k) for k in (1, 2, 3)}
+    assert taus == pytest.approx({1: 1.8, 2: 2.2, 3: 2.3})
+    answer = speculation_answer(spec([approach("tp1", [1, 8], [1, 2, 3], world=1)], [1, 8], [1, 2, 3], taus))
+    a = answer.approaches[0]
+    assert a.best_draft_tokens == {1: 2, 8: 2}
+    assert a.cell(8, 3).speedup.value == pytest.approx(23 / 14)
+    assert a.cell(8, 3).note == "world size 1: no allreduce"
+    with pytest.raises(ValueError, match="cannot give tau at 4"):
+        accept_length_from_alphas([0.8, 0.5, 0.25], 4)
+
+
+def test_outside_the_measured_sizes_is_refused_and_said():
+    assert bracket([4096, 65536], 1 << 20).outside.endswith("not extrapolated")
+    curve = linear_curve(1 / 4096, [4096, 4096 * 4])  # measured up to batch 4 at k = 1
+    answer = speculation_answer(spec([approach("symm", [1, 4, 16], [1], curve=curve)], [1, 4, 16], [1], {1: 2.0}))
+    a = answer.approaches[0]
+    assert a.cell(4, 1).speedup is not None
+    open_cell = a.cell(16, 1)
+    assert open_cell.speedup is None and open_cell.tau_star is None and open_cell.t_verify_ms is None
+    assert "64 KiB is outside the measured allreduce sizes (4 KiB-16 KiB): not extrapolated" in open_cell.note
+    assert 16 not in a.best_draft_tokens
+    assert any(m.approach == "symm" and m.what == "allreduce latency at 64 KiB" for m in answer.missing)
+    assert a.break_even_batch == 4
+    assert answer.sentence.endswith("above batch 4 it is not measured.")
+
+
+def _noisy(rng, mean, sd, n=20):
+    return measured(mean, rng.normal(mean, sd, n).tolist(), "synthetic")
+
+
+def test_overlapping_approaches_are_indistinguishable_not_ranked():
+    rng = np.random.default_rng(3)
+    sizes = [4096, 4096 * 8]
+    # Two allreduces 2% apart with 10% noise per sample: their intervals overlap. A third is far slower.
+    a1 = approach("one-shot", [1], [1], verify=_noisy(rng, 11.0, 1.1), curve={n: _noisy(rng, 100.0, 10) for n in sizes})
+    a2 = approach("two-shot", [1], [1], verify=_noisy(rng, 11.0, 1.1), curve={n: _noisy(rng, 102.0, 10) for n in sizes})
+    a3 = approach(
+        "nccl-eager", [1], [1], verify=_noisy(rng, 11.0, 1.1), curve={n: _noisy(rng, 400.0, 10) for n in sizes}
+    )
+    answer = speculation_answer(spec([a3, a2, a1], [1], [1], {1: 2.0}))
+    assert answer.tiers[0] == tuple(sorted(answer.tiers[0], key=lambda k: -answer.approach(k).headline.value))
+    assert set(answer.tiers[0]) == {"one-shot", "two-shot"}
+    assert answer.tiers[1] == ("nccl-eager",)
+    assert "indistinguishable from it on this node" in answer.sentence
+    s1, s2 = (answer.approach(k).cell(1, 1).speedup for k in ("one-shot", "two-shot"))
+    assert s1.overlaps(s2) and s1.low < s1.value < s1.high
+    slow = answer.approach("nccl-eager").cell(1, 1).speedup
+    assert not slow.overlaps(s1)
+
+
+def test_a_dead_end_is_never_the_one_to_deploy():
+    curve = linear_curve(1 / 4096, [4096, 4096 * 64])
+    fast = approach("fast", [1], [1], curve=curve, status="dead_end")
+    slow = approach("slow", [1], [1], curve=linear_curve(2 / 4096, [4096, 4096 * 64]))
+    answer = speculation_answer(spec([fast, slow], [1], [1], {1: 2.0}))
+    assert answer.tiers[0] == ("fast",)
+    assert answer.chosen.key == "slow"
+
+
+def test_unstable_inputs_are_marked():
+    rng = np.random.default_rng(5)
+    noisy = measured(11.0, rng.normal(11.0, 2.2, 30).tolist(), "noisy")  # CV ~ 20%
+    assert noisy.unstable
+    a = approach("tp1", [1], [1], verify=noisy, world=1)
+    answer = speculation_answer(spec([a], [1], [1], {1: 2.0}))
+    cell = answer.approaches[0].cell(1, 1)
+    assert cell.speedup.unstable and cell.tau_star.unstable
+    assert answer.approaches[0].unstable_inputs == ("verify compute at batch 1, 1 draft tokens",)
+    figure = next(f for f in answer.inputs if f.name.startswith("verify compute"))
+    assert figure.figure.unstable and figure.figure.low < figure.figure.value < figure.figure.high
+
+
+def test_no_accept_length_gives_tau_star_only_and_asks_for_it():
+    curve = linear_curve(1 / 4096, [4096, 4096 * 64])
+    answer = speculation_answer(spec([approach("nccl", [1, 4], [1, 2], curve=curve)], [1, 4], [1, 2], {}))
+    a = answer.approaches[0]
+    assert all(c.speedup is None for c in a.cells) and a.break_even_batch is None
+    # The campaign's draft steps (1) at the smallest batch: 4 KiB per allreduce, 1 us each, 10 of them.
+    assert a.headline_k == 1
+    assert a.tau_star.value == pytest.approx((1 + 11 + 10 * 1.0 / 1000) / 10)
+    assert answer.sentence.startswith("On this node EAGLE-3 needs an accept length above")
+    assert any(m.what == "accept length tau at 1, 2 draft tokens" for m in answer.missing)
+
+
+def test_bootstrap_interval_covers_the_true_speedup():
+    """200 seeded runs: samples from known distributions (normal decode and verify steps, a lognormal
+    allreduce), the speedup's 95% interval must cover the true speedup in at least 90% of them."""
+    t_base, verify, t_ar, n_ar, tau = 10.0, 11.0, 50.0, 10, 2.0
+    lognormal_mean = t_ar  # lognormal with this mean: mu = log(mean) - s^2 / 2
+    s = 0.3
+    true = tau * t_base / (1.0 + verify + n_ar * t_ar / 1000.0)
+    covered = 0
+    for run in range(200):
+        rng = np.random.default_rng(run)
+        ar = rng.lognormal(np.log(lognormal_mean) - s**2 / 2, s, 25).tolist()
+        a = approach(
+            "x",
+            [1],
+            [1],
+            base=measured(0, rng.normal(t_base, 1.0, 25).tolist(), ""),
+            verify=measured(0, rng.normal(verify, 1.5, 25).tolist(), ""),
+            curve={4096: measured(0, ar, ""), 4096 * 8: Measured(t_ar)},
+        )
+        answer = speculation_answer(spec([a], [1], [1], {1: tau}, n_ar=n_ar), seed=run)
+        cell = answer.approaches[0].cell(1, 1)
+        covered += cell.speedup.low <= true <= cell.speedup.high
+    assert covered >= 180, f"covered {covered} of 200"
