@@ -6,70 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.domain.profitability import Input, ModelInputs
 from app.domain.speculation import (
-    ApproachInputs,
     Measured,
-    SpeculationInputs,
     accept_length_from_alphas,
     bracket,
     measured,
     speculation_answer,
 )
-
-HIDDEN = 1024  # bytes per allreduce = b (k + 1) x 1024 x 2 = 4096 b at k = 1
-
-
-def batch1(draft_steps: int | None = 1) -> ModelInputs:
-    none = Input(None)
-    return ModelInputs(
-        baseline_tok_s=none,
-        t_base=none,
-        accept_length=none,
-        draft_steps=Input(draft_steps),
-        draft_step_ms=none,
-        verify_compute_ms=none,
-        allreduces_per_verify=Input(10),
-        verify_tokens=2,
-        hidden_size=HIDDEN,
-    )
-
-
-def approach(key, batches, ks, *, base=10.0, draft=1.0, verify=11.0, curve=None, world=2, status="promising"):
-    """Constant compute (the same figure at every batch) and an allreduce curve {bytes: us}."""
-    return ApproachInputs(
-        approach_id=hash(key) % 1000,
-        key=key,
-        title=key.replace("-", " "),
-        status=status,
-        t_base={b: base if isinstance(base, Measured) else Measured(base) for b in batches},
-        draft_step={b: draft if isinstance(draft, Measured) else Measured(draft) for b in batches},
-        verify_compute={
-            (b, k): verify if isinstance(verify, Measured) else Measured(verify) for b in batches for k in ks
-        },
-        curve=sorted(
-            (nbytes, us if isinstance(us, Measured) else Measured(us)) for nbytes, us in (curve or {}).items()
-        ),
-        curve_how="",
-        world_size=world,
-    )
-
-
-def spec(approaches, batches, ks, tau, n_ar=10):
-    return SpeculationInputs(
-        batches=tuple(batches),
-        draft_tokens=tuple(ks),
-        n_ar=n_ar,
-        hidden_size=HIDDEN,
-        tau={k: v if isinstance(v, Measured) else Measured(v) for k, v in tau.items()},
-        approaches=tuple(approaches),
-        batch1=batch1(),
-    )
-
-
-def linear_curve(us_per_byte: float, sizes) -> dict[int, float]:
-    return {int(n): us_per_byte * n for n in sizes}
-
+from tests.support.speculation import approach, linear_curve, spec
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
