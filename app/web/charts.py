@@ -14,9 +14,10 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlmodel import Session
 
-from app import charts
+from app import charts, charts_speculation
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
+from app.domain.engine_config import ENGINES, EngineConfig, engine_config
 from app.domain.errors import Invalid
 from app.domain.profitability import (
     CampaignMetrics,
@@ -28,6 +29,7 @@ from app.domain.profitability import (
     profitability_report,
     throughput_rows,
 )
+from app.domain.speculation import SpeculationAnswer, campaign_speculation
 from app.domain.timeline import campaign_timeline
 from app.models import Approach, Campaign
 from app.schemas import CampaignUpdate
@@ -118,6 +120,42 @@ def campaign_answer(session: Session, campaign: Campaign, form: WhatIfForm | Non
     return CampaignAnswer(metrics, rows, report, what_if)
 
 
+@dataclass(frozen=True)
+class DeployOption:
+    """One engine's launch settings for the decision, or why there are none yet."""
+
+    engine: str
+    label: str
+    config: EngineConfig | None
+    error: str
+
+
+ENGINE_LABELS = {"sglang": "SGLang (launch flags)", "vllm": "vLLM (--speculative-config)"}
+
+
+def speculation_context(session: Session, campaign: Campaign, answer: CampaignAnswer) -> dict[str, Any]:
+    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens), its charts and the
+    Deploy panel, from the metrics the page already read (one more query, for the samples)."""
+    found: SpeculationAnswer = campaign_speculation(session, campaign, answer.metrics, answer.approaches)
+    deploy = []
+    for engine in ENGINES:
+        try:
+            deploy.append(
+                DeployOption(engine, ENGINE_LABELS[engine], engine_config(engine, found, answer.approaches), "")
+            )
+        except Invalid as exc:
+            deploy.append(DeployOption(engine, ENGINE_LABELS[engine], None, exc.message))
+    return {
+        "speculation": found,
+        "speculation_charts": {
+            "speedup": charts_speculation.speedup_vs_batch(found),
+            "heatmap": charts_speculation.speedup_heatmap(found),
+            "break_even": charts_speculation.break_even_batches(found),
+        },
+        "deploy": deploy,
+    }
+
+
 def _profitability(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any]:
     """Context of the what-if partial: the report and the figures that depend on its inputs."""
     return {"campaign": campaign, "report": answer.report, "what_if": answer.what_if, **answer.figures()}
@@ -131,6 +169,7 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     ctx["form"] = _form_values(answer.report.inputs)
     ctx["chart_throughput"] = throughput_figure(answer)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
+    ctx.update(speculation_context(session, campaign, answer))
     return render(request, "charts.html", ctx)
 
 
