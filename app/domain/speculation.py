@@ -23,9 +23,11 @@ trial per metric), plus one query for those rows' samples. No FastAPI here.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +49,7 @@ from app.domain.profitability import (
     model_inputs,
 )
 from app.models import Approach, ApproachStatus, Campaign, Metric
+from app.schemas import MODEL_INPUT_FIELDS
 from runners.recipes.metric import MetricName
 
 CONFIDENCE = 0.95
@@ -85,10 +88,11 @@ def measured(value: float, samples: Sequence[float] | None, source: str, trial_i
     """A figure from a metric row: with two or more samples its value is their mean (the model adds
     expected times), else the row's own value."""
     kept = tuple(float(x) for x in samples or () if math.isfinite(x))
-    if len(kept) >= 2:
-        mean = float(np.mean(kept))
-        cv = float(np.std(kept, ddof=1) / abs(mean)) if mean else None
-        return Measured(mean, kept, source, trial_id, cv)
+    n = len(kept)
+    if n >= 2:  # plain Python: faster than numpy for the ten-odd samples a row carries
+        mean = math.fsum(kept) / n
+        sd = math.sqrt(math.fsum((x - mean) ** 2 for x in kept) / (n - 1))
+        return Measured(mean, kept, source, trial_id, sd / abs(mean) if mean else None)
     return Measured(float(value), (), source, trial_id)
 
 
@@ -144,7 +148,7 @@ def bracket(curve_bytes: Sequence[int], nbytes: int) -> Bracket:
             f"{size_label(nbytes)} is outside the measured allreduce sizes "
             f"({size_label(curve_bytes[0])}-{size_label(curve_bytes[-1])}): not extrapolated",
         )
-    hi = int(np.searchsorted(curve_bytes, nbytes))
+    hi = bisect.bisect_left(curve_bytes, nbytes)
     if curve_bytes[hi] == nbytes:
         return Bracket(hi, hi, 0.0)
     lo = hi - 1
@@ -163,6 +167,13 @@ def size_label(nbytes: int) -> str:
     if nbytes >= 1024:
         return f"{nbytes / 1024:.3g} KiB"
     return f"{nbytes} B"
+
+
+class _Size(int):
+    """A byte count that formats as its label (only when a name is made)."""
+
+    def __format__(self, spec: str) -> str:
+        return size_label(int(self))
 
 
 def accept_length_from_alphas(alphas: Sequence[float], k: int) -> float:
@@ -353,24 +364,17 @@ def speculation_inputs(
         world = max((int(tags.get("world_size") or 0) for tags in tag_sets), default=0)
         if not own_verify and not curve_points:
             continue  # nothing of this approach measured: it is not on the grid
+        rows_by_tags = {
+            json.dumps(m.tags, sort_keys=True): m
+            for m in metrics.newest(MetricName.ALLREDUCE_LATENCY_US, a.id)
+            if curve_points and m.trial_id == curve_points[0].trial_id
+        }
         curve = []
         for p in curve_points:
-            row_samples = None
-            for m in metrics.newest(MetricName.ALLREDUCE_LATENCY_US, a.id):
-                if m.trial_id == p.trial_id and m.tags == p.tags:
-                    row_samples = samples.get((m.trial_id, m.seq, m.index))
-                    break
-            curve.append(
-                (
-                    p.bytes,
-                    measured(
-                        p.latency_us,
-                        row_samples,
-                        f"trial #{p.trial_id} (allreduce_latency_us at {size_label(p.bytes)})",
-                        p.trial_id,
-                    ),
-                )
-            )
+            row = rows_by_tags.get(json.dumps(p.tags, sort_keys=True))
+            row_samples = samples.get((row.trial_id, row.seq, row.index)) if row else None
+            label = f"trial #{p.trial_id} (allreduce_latency_us at {size_label(p.bytes)})"
+            curve.append((p.bytes, measured(p.latency_us, row_samples, label, p.trial_id)))
         tags = curve_points[0].tags if curve_points else {}
         how = ", ".join(
             f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None
@@ -525,11 +529,13 @@ class _Model:
     names: list[str] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(Measured) -> position
 
-    def add(self, m: Measured, name: str) -> int:
+    def add(self, m: Measured, kind: str, where: str, *args: Any) -> int:
+        """The figure's position, adding it (named "<kind> at <where formatted with args>") the first time."""
         key = id(m)
         found = self.index.get(key)
         if found is not None:
             return found
+        name = f"{kind} at {where.format(*args)}"
         pos = len(self.values)
         self.index[key] = pos
         self.values.append(m.value)
@@ -540,14 +546,13 @@ class _Model:
             self.samples.append(np.asarray(m.samples, dtype=float))
         return pos
 
-    def vector(self, means: Sequence[Any]) -> np.ndarray:
-        """The figures with the sampled ones replaced by `means` (scalars, or replicate arrays)."""
-        if not means:
+    def vector(self, means: np.ndarray) -> np.ndarray:
+        """The figures with the sampled ones replaced by `means`: shape (S,), or (S, R) replicates."""
+        if not len(means):
             return np.asarray(self.values, dtype=float)
-        shape = np.shape(means[0])
-        out = np.empty((len(self.values), *shape))
-        out[...] = np.asarray(self.values, dtype=float).reshape((-1,) + (1,) * len(shape))
-        out[self.sampled] = np.stack([np.asarray(x) for x in means])
+        out = np.empty((len(self.values), *means.shape[1:]))
+        out[...] = np.asarray(self.values, dtype=float).reshape((-1,) + (1,) * (means.ndim - 1))
+        out[self.sampled] = means
         return out
 
 
@@ -629,11 +634,14 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                 gaps.extend(why)
                 continue
             assert base and draft and verify
-            positions = [model.add(base, f"{DECODE} at batch {b}"), model.add(draft, f"{DRAFT} at batch {b}")]
-            positions.append(model.add(verify, f"{VERIFY} at batch {b}, {k} draft tokens"))
+            positions = [
+                model.add(base, DECODE, "batch {}", b),
+                model.add(draft, DRAFT, "batch {}", b),
+                model.add(verify, VERIFY, "batch {}, {} draft tokens", b, k),
+            ]
             if ai.world_size > 1:
-                lo = model.add(ai.curve[br.lo][1], f"{ALLREDUCE} at {size_label(curve_bytes[br.lo])}")
-                hi = model.add(ai.curve[br.hi][1], f"{ALLREDUCE} at {size_label(curve_bytes[br.hi])}")
+                lo = model.add(ai.curve[br.lo][1], ALLREDUCE, "{}", _Size(curve_bytes[br.lo]))
+                hi = model.add(ai.curve[br.hi][1], ALLREDUCE, "{}", _Size(curve_bytes[br.hi]))
                 positions += [lo, hi]
                 notes[(b, k)] = (
                     f"t_ar measured at {size_label(nbytes)}"
@@ -645,7 +653,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                 lo = hi = positions[0]
                 notes[(b, k)] = "world size 1: no allreduce"
             tau = spec.tau.get(k)
-            tau_pos = model.add(tau, f"{ACCEPT} at {k} draft tokens") if tau is not None else -1
+            tau_pos = model.add(tau, ACCEPT, "{} draft tokens", k) if tau is not None else -1
             valid.append((b, k))
             cols["base"].append(positions[0])
             cols["draft"].append(positions[1])
@@ -676,6 +684,30 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
     return plan, open_cells, gaps
 
 
+def _merge(plans: list[_Plan]) -> _Plan:
+    """Every approach's cells as one plan, so one evaluation covers the whole answer."""
+
+    def cat(name: str, dtype: Any) -> np.ndarray:
+        parts = [getattr(p, name) for p in plans]
+        return np.concatenate(parts).astype(dtype) if parts else np.array([], dtype=dtype)
+
+    return _Plan(
+        cells=[c for p in plans for c in p.cells],
+        base=cat("base", int),
+        draft=cat("draft", int),
+        k=cat("k", float),
+        verify=cat("verify", int),
+        ar_lo=cat("ar_lo", int),
+        ar_hi=cat("ar_hi", int),
+        ar_frac=cat("ar_frac", float),
+        has_ar=cat("has_ar", bool),
+        tau=cat("tau", int),
+        unstable=[u for p in plans for u in p.unstable],
+        notes={},
+        positions=[],
+    )
+
+
 def _intervals(model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int) -> list[tuple[Any, ...]]:
     """Per plan: (tau* point, low, high, speedup point, low, high, T_verify point), and the figures' own
     (point, low, high) last.
@@ -686,26 +718,31 @@ def _intervals(model: _Model, plans: list[_Plan], n_ar: int, resamples: int, see
     every sweep point is the r-th pass of the same recipe run, so a drift of the node between passes stays
     in the intervals); figures with other sample counts are resampled independently. One resampling per
     sample count instead of one per figure keeps the answer cheap at 20 approaches x 56 cells."""
-    speed_masks = [p.tau >= 0 for p in plans]
+    merged = _merge(plans)
+    # Speedup = tau / tau*: with a constant tau (no samples) its percentile interval is tau over tau*'s, exactly
+    # (percentile intervals follow monotone maps), so only cells with a sampled tau resample speedup too.
+    sampled = np.zeros(len(model.values), dtype=bool)
+    sampled[model.sampled] = True
+    known = merged.tau >= 0
+    mask = known & sampled[np.maximum(merged.tau, 0)]
+    constant = known & ~mask
     groups: dict[int, list[int]] = defaultdict(list)  # sample count -> indexes into model.samples
     for i, samples in enumerate(model.samples):
         groups[len(samples)].append(i)
     order = [i for n in sorted(groups) for i in groups[n]]
-    arrays = tuple(np.stack([model.samples[i] for i in groups[n]]) for n in sorted(groups))
+    arrays = tuple(np.array([model.samples[i] for i in groups[n]], dtype=float) for n in sorted(groups))
     undo = np.argsort(np.asarray(order, dtype=int)) if order else np.array([], dtype=int)
 
     def statistic(*xs: np.ndarray, axis: int = -1) -> np.ndarray:
         means = np.concatenate([x.mean(axis=axis) for x in xs], axis=0)[undo]  # back in model.samples order
-        v = model.vector(list(means))
-        parts = []
-        for plan, mask in zip(plans, speed_masks, strict=True):
-            tau_star, speedup, _verify = _evaluate(plan, v, n_ar)
-            parts += [tau_star, speedup[mask]]
-        parts.append(v[model.sampled])
-        return np.concatenate(parts)
+        v = model.vector(means)
+        tau_star, speedup, _verify = _evaluate(merged, v, n_ar)
+        return np.concatenate([tau_star, speedup[mask], v[model.sampled]])
 
-    point_v = model.vector([s.mean() for s in model.samples])
-    low = high = None
+    means = np.concatenate([a.mean(axis=-1) for a in arrays])[undo] if arrays else np.array([])
+    point_v = model.vector(means)
+    n_cells, n_speed = len(merged.cells), int(mask.sum())
+    low = high = np.full(2 * n_cells + len(model.sampled), np.nan)
     if arrays:
         result = stats.bootstrap(
             arrays,
@@ -718,31 +755,20 @@ def _intervals(model: _Model, plans: list[_Plan], n_ar: int, resamples: int, see
             rng=np.random.default_rng(seed),
         )
         low, high = result.confidence_interval.low, result.confidence_interval.high
+    tau_star, speedup, verify = _evaluate(merged, point_v, n_ar)
+    t_low, t_high = low[:n_cells], high[:n_cells]
+    s_low, s_high = np.full(n_cells, np.nan), np.full(n_cells, np.nan)
+    s_low[mask], s_high[mask] = low[n_cells : n_cells + n_speed], high[n_cells : n_cells + n_speed]
+    tau_c = point_v[merged.tau[constant]]
+    s_low[constant], s_high[constant] = tau_c / t_high[constant], tau_c / t_low[constant]
     out: list[tuple[Any, ...]] = []
     at = 0
-    for plan, mask in zip(plans, speed_masks, strict=True):
-        tau_star, speedup, verify = _evaluate(plan, point_v, n_ar)
-        n, m = len(plan.cells), int(mask.sum())
-        sl_t, sl_s = slice(at, at + n), slice(at + n, at + n + m)
-        at += n + m
-        full = np.full(n, np.nan)
-        s_low, s_high = full.copy(), full.copy()
-        if low is not None and high is not None:
-            s_low[mask], s_high[mask] = low[sl_s], high[sl_s]
-        out.append(
-            (
-                tau_star,
-                low[sl_t] if low is not None else full,
-                high[sl_t] if high is not None else full,
-                speedup,
-                s_low,
-                s_high,
-                verify,
-            )
-        )
-    f_low = low[at:] if low is not None else np.array([])
-    f_high = high[at:] if high is not None else np.array([])
-    out.append((point_v, f_low, f_high))
+    for plan in plans:
+        sl = slice(at, at + len(plan.cells))
+        at = sl.stop
+        out.append((tau_star[sl], t_low[sl], t_high[sl], speedup[sl], s_low[sl], s_high[sl], verify[sl]))
+    rest = slice(n_cells + n_speed, None)
+    out.append((point_v, low[rest] if arrays else np.array([]), high[rest] if arrays else np.array([])))
     return out
 
 
@@ -916,7 +942,7 @@ def speculation_answer(
     """The model over (batch, draft tokens) for every approach, with intervals, tiers and the sentence."""
     model = _Model()
     for k, tau in sorted(spec.tau.items()):
-        model.add(tau, f"{ACCEPT} at {k} draft tokens")
+        model.add(tau, ACCEPT, "{} draft tokens", k)
     plans: list[_Plan] = []
     open_cells: list[list[Cell]] = []
     gaps: dict[str, list[str]] = {}
@@ -1044,6 +1070,31 @@ def _sources(spec: SpeculationInputs, model: _Model) -> list[str]:
     return [by_id.get(m_id, "") for m_id in model.index]
 
 
+# The answer is a pure function of the campaign's model inputs, its approaches and the metric rows it reads
+# (rows never change once stored), so a process keeps the last few: a page shown again with nothing new skips
+# the bootstrap and the samples query. Keyed by everything the answer reads; bounded; shared by threads.
+_CACHE: OrderedDict[str, SpeculationAnswer] = OrderedDict()
+_CACHE_SIZE = 16
+_CACHE_LOCK = threading.Lock()
+_CAMPAIGN_KEY_FIELDS = (
+    *MODEL_INPUT_FIELDS,
+    "id",
+    "baseline_trial_id",
+    "input_sources",
+    "accept_length_by_k",
+    "accept_alphas",
+    "speculation_batches",
+    "speculation_draft_tokens",
+)
+
+
+def _cache_key(campaign: Campaign, metrics: CampaignMetrics, approach_rows: list[Approach], resamples: int) -> str:
+    fields = {name: getattr(campaign, name) for name in _CAMPAIGN_KEY_FIELDS}
+    rows = [(a.id, a.key, a.title, a.status, (a.recipe or {}).get("kind")) for a in approach_rows]
+    read = [(m.trial_id, m.seq, m.index) for m in metrics.rows]
+    return json.dumps([fields, rows, read, resamples], default=str, sort_keys=True)
+
+
 def campaign_speculation(
     session: Session,
     campaign: Campaign,
@@ -1052,12 +1103,24 @@ def campaign_speculation(
     *,
     resamples: int = RESAMPLES,
 ) -> SpeculationAnswer:
-    """The answer over (batch, draft tokens) for a campaign, from metrics already read."""
+    """The answer over (batch, draft tokens) for a campaign, from metrics already read (the same inputs in
+    this process give the answer computed before)."""
+    key = _cache_key(campaign, metrics, approach_rows, resamples)
+    with _CACHE_LOCK:
+        found = _CACHE.get(key)
+        if found is not None:
+            _CACHE.move_to_end(key)
+            return found
     spec = speculation_inputs(session, campaign, metrics, approach_rows)
     measurer = next(
         (a.key for a in approach_rows if isinstance(a.recipe, dict) and a.recipe.get("kind") == "sglang_server"), None
     )
-    return speculation_answer(spec, resamples=resamples, measurer=measurer)
+    found = speculation_answer(spec, resamples=resamples, measurer=measurer)
+    with _CACHE_LOCK:
+        _CACHE[key] = found
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return found
 
 
 def read_campaign_speculation(session: Session, campaign: Campaign) -> tuple[SpeculationAnswer, list[Approach]]:

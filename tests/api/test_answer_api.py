@@ -114,3 +114,25 @@ def test_cli_answer(swept, settings):
 
 def _env(settings) -> dict[str, str]:
     return {"CAMPAIGN_DATABASE_URL": settings.resolved_database_url(), "CAMPAIGN_DATA_DIR": str(settings.data_dir)}
+
+
+def test_a_new_measurement_changes_the_answer(client, api_headers, swept):
+    """The answer is kept per process while nothing it reads changes; a new trial's rows change it."""
+    from sqlmodel import select
+
+    from app.models import Approach, Campaign
+    from tests.support.speculation import ALLREDUCES, SweepBuilder
+
+    def cell_128_7() -> dict:
+        body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+        two = next(a for a in body["approaches"] if a["key"] == "symm-two-shot")
+        return next(c for c in two["by_batch"] if c["batch"] == 128 and c["draft_tokens"] == 7)
+
+    assert cell_128_7()["speedup"] is None
+    with session_scope(swept.state.engine) as session:
+        builder = SweepBuilder(session)
+        builder.campaign = session.exec(select(Campaign).where(Campaign.slug == SLUG)).one()
+        builder.allreduces = {**ALLREDUCES, "symm-two-shot": (*ALLREDUCES["symm-two-shot"][:3], 1024)}
+        approach = session.exec(select(Approach).where(Approach.key == "symm-two-shot")).one()
+        builder.allreduce_sweep(approach, "symm-two-shot")  # now measured up to 14 MiB
+    assert cell_128_7()["speedup"] is not None
