@@ -136,3 +136,32 @@ def test_a_new_measurement_changes_the_answer(client, api_headers, swept):
         approach = session.exec(select(Approach).where(Approach.key == "symm-two-shot")).one()
         builder.allreduce_sweep(approach, "symm-two-shot")  # now measured up to 14 MiB
     assert cell_128_7()["speedup"] is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("speculation_batches", [4, 2], "increasing order"),
+        ("speculation_draft_tokens", [0, 1], "greater than or equal to 1"),
+        ("accept_alphas", [0.8, 1.2], "less than or equal to 1"),
+        ("accept_length_by_k", {"3": 4.5}, "at most 4"),
+        ("accept_length_by_k", {"x": 2.0}, "should match pattern"),
+    ],
+)
+def test_bad_speculation_inputs_are_refused_clearly(client, api_headers, swept, field, value, message):
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={field: value})
+    assert r.status_code == 422 and message in r.text, r.text
+
+
+def test_entered_inputs_steer_the_answer(client, api_headers, swept):
+    r = client.patch(
+        f"/api/campaigns/{SLUG}",
+        headers=api_headers,
+        json={"accept_length_by_k": {"2": 2.9}, "speculation_batches": [1, 8, 64], "speculation_draft_tokens": [1, 2]},
+    )
+    assert r.status_code == 200, r.text
+    body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+    assert body["batches"] == [1, 8, 64] and body["draft_tokens"] == [1, 2]
+    tau = {t["draft_tokens"]: t for t in body["accept_length"]}
+    assert tau[2]["value"] == 2.9 and tau[2]["source"].startswith("entered on the campaign")
+    assert tau[1]["value"] == pytest.approx(1.8)  # still from the alphas
