@@ -468,7 +468,7 @@ def time_answer(engine, slug: str, repeat: int) -> None:
     """The answer over (batch, draft tokens) alone, in process: what it adds to the charts and status pages,
     computed afresh (its per-process cache cleared) and then as a page shown again with nothing new gets it."""
     from app.db import session_scope
-    from app.domain import speculation
+    from app.domain import speculation_inputs as speculation
     from app.domain.inventory import approaches
     from app.domain.profitability import load_campaign_metrics
 

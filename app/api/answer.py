@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from app.deps import SessionDep, require_operator
 from app.domain import inventory
 from app.domain.engine_config import engine_config
-from app.domain.speculation import answer_json, read_campaign_speculation
+from app.domain.speculation import answer_json
+from app.domain.speculation_inputs import read_campaign_speculation
 
 router = APIRouter(prefix="/api", tags=["answer"], dependencies=[Depends(require_operator)])
 

@@ -29,7 +29,8 @@ from app.domain.profitability import (
     profitability_report,
     throughput_rows,
 )
-from app.domain.speculation import SpeculationAnswer, campaign_speculation
+from app.domain.speculation import SpeculationAnswer
+from app.domain.speculation_inputs import campaign_speculation
 from app.domain.timeline import campaign_timeline
 from app.models import Approach, Campaign
 from app.schemas import CampaignUpdate

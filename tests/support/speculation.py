@@ -15,7 +15,6 @@ import numpy as np
 from sqlmodel import Session
 
 from app.domain import inventory
-from app.domain.profitability import Input, ModelInputs
 from app.domain.speculation import ApproachInputs, Measured, SpeculationInputs
 from app.models import Metric, Trial
 from app.schemas import ApproachCreate, CampaignCreate
@@ -188,21 +187,6 @@ def build_sweep_campaign(
 HAND_HIDDEN = 1024  # (pure cases) bytes per allreduce = b (k + 1) x 1024 x 2 = 4096 b at k = 1
 
 
-def batch1(draft_steps: int | None = 1) -> ModelInputs:
-    none = Input(None)
-    return ModelInputs(
-        baseline_tok_s=none,
-        t_base=none,
-        accept_length=none,
-        draft_steps=Input(draft_steps),
-        draft_step_ms=none,
-        verify_compute_ms=none,
-        allreduces_per_verify=Input(10),
-        verify_tokens=2,
-        hidden_size=HAND_HIDDEN,
-    )
-
-
 def approach(key, batches, ks, *, base=10.0, draft=1.0, verify=11.0, curve=None, world=2, status="promising"):
     """Constant compute (the same figure at every batch) and an allreduce curve {bytes: us}."""
     return ApproachInputs(
@@ -220,6 +204,7 @@ def approach(key, batches, ks, *, base=10.0, draft=1.0, verify=11.0, curve=None,
         ),
         curve_how="",
         world_size=world,
+        deployable=status != "dead_end",
     )
 
 
@@ -231,7 +216,8 @@ def spec(approaches, batches, ks, tau, n_ar=10):
         hidden_size=HAND_HIDDEN,
         tau={k: v if isinstance(v, Measured) else Measured(v) for k, v in tau.items()},
         approaches=tuple(approaches),
-        batch1=batch1(),
+        bytes_per_element=2,
+        draft_steps=1,
     )
 
 
