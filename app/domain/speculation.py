@@ -688,11 +688,9 @@ def _sentence(
     by_key = {a.key: a for a in answer_approaches}
     tier = next((t for t in tiers if chosen.key in t), (chosen.key,))
     peers = [by_key[k].title for k in tier if k != chosen.key]
-    tail = (
-        f" ({' and '.join(peers)} {'is' if len(peers) == 1 else 'are'} indistinguishable from it on this node)"
-        if peers
-        else ""
-    )
+    named = peers if len(peers) <= 3 else [*peers[:3], f"{len(peers) - 3} more"]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+    tail = f" ({listed} {'is' if len(peers) == 1 else 'are'} indistinguishable from it on this node)" if peers else ""
     if not chosen.best_speedup:
         t = chosen.tau_star
         b0 = min(c.batch for c in chosen.cells if c.tau_star is not None)
