@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.errors import Invalid
+from app.domain.errors import Conflict, Invalid
 from app.domain.speculation import ApproachAnswer, SpeculationAnswer
 from app.models import Approach
 
@@ -61,15 +61,15 @@ def _decision(answer: SpeculationAnswer) -> tuple[ApproachAnswer, int, int]:
     """(approach, break-even batch, draft tokens there), or Invalid saying what is missing."""
     chosen = answer.chosen
     if chosen is None:
-        raise Invalid("no approach is measured over batch sizes yet: nothing to deploy", field="engine")
+        raise Conflict("no approach is measured over batch sizes yet: nothing to deploy", field="engine")
     if not chosen.best_speedup:
-        raise Invalid(
+        raise Conflict(
             f"the accept length per draft length is not known, so no speedup of {chosen.title} is: "
             "enter it or measure it (GET /api/campaigns/{slug}/answer lists what is missing)",
             field="engine",
         )
     if chosen.break_even_batch is None:
-        raise Invalid(
+        raise Conflict(
             f"speculation does not pay at any measured batch with {chosen.title}: deploy it off", field="engine"
         )
     return chosen, chosen.break_even_batch, chosen.best_draft_tokens[chosen.break_even_batch]

@@ -195,6 +195,7 @@ class SpeculationInputs:
     approaches: tuple[ApproachInputs, ...]
     bytes_per_element: int  # of the activations an allreduce carries (bf16: 2)
     draft_steps: int | None = None  # the campaign's: the draft length tau* is quoted at without a speedup
+    set_aside: tuple[tuple[str, str], ...] = ()  # (what, why) of entered inputs the loader could not use
 
 
 # ---- the grid ---------------------------------------------------------------------------------------
@@ -595,7 +596,7 @@ def _batches_text(values: Sequence[int]) -> str:
 
 
 def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str | None) -> list[MissingInput]:
-    out: list[MissingInput] = []
+    out: list[MissingInput] = [MissingInput(what, None, why) for what, why in spec.set_aside]
     if spec.n_ar is None:
         out.append(MissingInput("allreduces per verify step", None, "enter it on the campaign (2 per layer for TP)"))
     if not spec.approaches:
@@ -689,7 +690,7 @@ def _sentence(
     tier = next((t for t in tiers if chosen.key in t), (chosen.key,))
     peers = [by_key[k].title for k in tier if k != chosen.key]
     named = peers if len(peers) <= 3 else [*peers[:3], f"{len(peers) - 3} more"]
-    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}" if named else ""
     tail = f" ({listed} {'is' if len(peers) == 1 else 'are'} indistinguishable from it on this node)" if peers else ""
     if not chosen.best_speedup:
         t = chosen.tau_star

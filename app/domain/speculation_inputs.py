@@ -77,8 +77,14 @@ def _verify_points(rows: list[MetricRow], samples: dict[tuple[int, int, int], li
     return out
 
 
+# A figure timed by the wall clock around a synchronize (`timer: wall-sync`, the recipes' `clock: wall`) is an
+# independent check of the CUDA-event figure, not another model input (the recipes' contract).
+CHECK_TIMERS = frozenset({"wall-sync"})
+
+
 def _gpu(rows: list[MetricRow]) -> list[MetricRow]:
-    return [m for m in rows if not is_cpu_floor(m.tags)]
+    """The rows that may feed the model: measured on a GPU at full geometry, by the headline timer."""
+    return [m for m in rows if not is_cpu_floor(m.tags) and m.tags.get("timer") not in CHECK_TIMERS]
 
 
 def _newest_trial_rows(rows: list[MetricRow]) -> list[MetricRow]:
@@ -117,7 +123,12 @@ def load_samples(session: Session, metrics: CampaignMetrics) -> dict[tuple[int, 
 
 
 def _accept_lengths(
-    campaign: Campaign, metrics: CampaignMetrics, samples: dict, batch1: ModelInputs, grid_k: Sequence[int]
+    campaign: Campaign,
+    metrics: CampaignMetrics,
+    samples: dict,
+    batch1: ModelInputs,
+    grid_k: Sequence[int],
+    set_aside: list[tuple[str, str]],
 ) -> dict[int, Measured]:
     """tau(k) per draft length, first found wins: entered per k on the campaign, measured by a speculative
     trial at that k (tag `draft_tokens`; untagged = the campaign's draft steps), derived from the entered
@@ -125,6 +136,15 @@ def _accept_lengths(
     out: dict[int, Measured] = {}
     entered = campaign.accept_length_by_k or {}
     for k_text, tau in entered.items():
+        if tau > int(k_text) + 1:  # k drafts and the bonus token: tau <= k + 1
+            set_aside.append(
+                (
+                    f"accept length at {k_text} draft tokens (the entered {tau:g} is above {int(k_text) + 1}, "
+                    "the most k draft tokens and the bonus token can give: set aside)",
+                    "correct accept_length_by_k on the campaign",
+                )
+            )
+            continue
         out.setdefault(int(k_text), Measured(float(tau), (), "entered on the campaign (accept length by draft tokens)"))
     steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else None
     for m in metrics.newest(MetricName.ACCEPT_LENGTH):  # newest trial first
@@ -191,6 +211,8 @@ def speculation_inputs(
         curve_points = allreduce_curve(_gpu(metrics.newest(MetricName.ALLREDUCE_LATENCY_US, a.id)))
         tag_sets = [m.tags for m in verify_rows] + [p.tags for p in curve_points]
         world = max((int(tags.get("world_size") or 0) for tags in tag_sets), default=0)
+        if verify_rows and all(m.tags.get("allreduces") == 0 for m in verify_rows):
+            world = 1  # the verify step ran no allreduce (world size 1)
         if not own_verify and not curve_points:
             continue  # nothing of this approach measured: it is not on the grid
         rows_by_tags = {
@@ -232,16 +254,18 @@ def speculation_inputs(
     ks = tuple(campaign.speculation_draft_tokens or ()) or tuple(
         sorted({k for ai in per_approach for (_b, k) in ai.verify_compute})
     )
+    set_aside: list[tuple[str, str]] = []
     n_ar = int(batch1.allreduces_per_verify.value) if batch1.allreduces_per_verify.value is not None else None
     return SpeculationInputs(
         batches=batches,
         draft_tokens=ks,
         n_ar=n_ar,
         hidden_size=campaign.hidden_size,
-        tau=_accept_lengths(campaign, metrics, samples, batch1, ks),
+        tau=_accept_lengths(campaign, metrics, samples, batch1, ks, set_aside),
         approaches=tuple(per_approach),
         bytes_per_element=BYTES_PER_ELEMENT,
         draft_steps=int(batch1.draft_steps.value) if batch1.draft_steps.value else None,
+        set_aside=tuple(set_aside),
     )
 
 

@@ -18,7 +18,7 @@ from app import charts, charts_speculation
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.engine_config import ENGINES, EngineConfig, engine_config
-from app.domain.errors import Invalid
+from app.domain.errors import Conflict, Invalid
 from app.domain.profitability import (
     CampaignMetrics,
     ModelInputs,
@@ -144,7 +144,7 @@ def speculation_context(session: Session, campaign: Campaign, answer: CampaignAn
             deploy.append(
                 DeployOption(engine, ENGINE_LABELS[engine], engine_config(engine, found, answer.approaches), "")
             )
-        except Invalid as exc:
+        except Conflict as exc:  # no decision to deploy yet: the panel says why
             deploy.append(DeployOption(engine, ENGINE_LABELS[engine], None, exc.message))
     return {
         "speculation": found,

@@ -83,7 +83,7 @@ def test_config_says_why_when_nothing_to_deploy(client, api_headers, app):
     with session_scope(app.state.engine) as session:
         build_sweep_campaign(session, slug="no-tau").campaign.accept_alphas = None
     r = client.get("/api/campaigns/no-tau/answer/config?engine=vllm", headers=api_headers)
-    assert r.status_code == 422 and "accept length per draft length is not known" in r.text
+    assert r.status_code == 409 and "accept length per draft length is not known" in r.text
     body = client.get("/api/campaigns/no-tau/answer", headers=api_headers).json()
     assert any(m["what"].startswith("accept length tau at 1, 2") for m in body["missing"])
 
@@ -141,10 +141,9 @@ def test_a_new_measurement_changes_the_answer(client, api_headers, swept):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("speculation_batches", [4, 2], "increasing order"),
         ("speculation_draft_tokens", [0, 1], "greater than or equal to 1"),
         ("accept_alphas", [0.8, 1.2], "less than or equal to 1"),
-        ("accept_length_by_k", {"3": 4.5}, "at most 4"),
+        ("accept_length_by_k", {"3": 101}, "less than or equal to 100"),
         ("accept_length_by_k", {"x": 2.0}, "should match pattern"),
     ],
 )
@@ -165,3 +164,51 @@ def test_entered_inputs_steer_the_answer(client, api_headers, swept):
     tau = {t["draft_tokens"]: t for t in body["accept_length"]}
     assert tau[2]["value"] == 2.9 and tau[2]["source"].startswith("entered on the campaign")
     assert tau[1]["value"] == pytest.approx(1.8)  # still from the alphas
+
+
+def test_world_size_one_and_wall_clock_checks(client, api_headers, app):
+    """The recipes' contract: at world size 1 (`allreduces` 0) there is no allreduce; a k = 0 verify row is the
+    decode step, not a draft length; a `timer: wall-sync` figure is a check, never an input."""
+    from app.domain import inventory
+    from app.schemas import ApproachCreate, CampaignCreate
+    from tests.support.speculation import SweepBuilder
+
+    with session_scope(app.state.engine) as session:
+        b = SweepBuilder(session)
+        b.campaign = inventory.create_campaign(
+            session, CampaignCreate(slug="tp1", name="TP 1", accept_alphas=[0.8, 0.6], draft_steps=2)
+        )
+        events = inventory.add_approach(
+            session, b.campaign, ApproachCreate(key="events", title="CUDA events"), actor="t"
+        )
+        wall = inventory.add_approach(session, b.campaign, ApproachCreate(key="wall", title="wall clock"), actor="t")
+        rows = []
+        for batch in (1, 4):
+            for k in (0, 1, 2):
+                tags = {"device": "cuda", "world_size": 1, "allreduces": 0, "batch": batch, "draft_tokens": k}
+                rows.append(("verify_compute_ms", 10.0 + batch * (k + 1), {**tags, "tokens": batch * (k + 1)}, None))
+            rows.append(("decode_step_ms", 10.0 + batch, {"device": "cuda", "batch": batch, "draft_tokens": 0}, None))
+            rows.append(("draft_step_ms", 0.5, {"device": "cuda", "batch": batch, "tokens": batch}, None))
+        b.trial(events, rows)
+        b.trial(wall, [(n, v * 3, {**t, "timer": "wall-sync"}, s) for n, v, t, s in rows])
+    body = client.get("/api/campaigns/tp1/answer", headers=api_headers).json()
+    assert [a["key"] for a in body["approaches"]] == ["events"]
+    assert body["draft_tokens"] == [1, 2]
+    events = body["approaches"][0]
+    assert events["world_size"] == 1
+    cell = next(c for c in events["by_batch"] if c["batch"] == 4 and c["draft_tokens"] == 2)
+    assert cell["note"] == "world size 1: no allreduce" and cell["t_verify_ms"] == pytest.approx(22.0)
+    assert cell["speedup"]["value"] == pytest.approx((1 + 0.8 + 0.48) * 14.0 / (2 * 0.5 + 22.0))
+
+
+def test_grids_are_sets_and_an_impossible_tau_is_set_aside(client, api_headers, swept):
+    r = client.patch(
+        f"/api/campaigns/{SLUG}",
+        headers=api_headers,
+        json={"speculation_batches": [64, 1, 8, 8], "accept_length_by_k": {"1": 1.9, "3": 4.5}},
+    )
+    assert r.status_code == 200 and r.json()["speculation_batches"] == [1, 8, 64], r.text
+    body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+    tau = {t["draft_tokens"]: t for t in body["accept_length"]}
+    assert tau[1]["value"] == 1.9 and tau[3]["source"].startswith("derived from the entered per-position")
+    assert any("the entered 4.5 is above 4" in m["what"] for m in body["missing"])
