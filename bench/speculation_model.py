@@ -38,7 +38,7 @@ def build(approaches: int, r: int, seed: int = 1) -> SpeculationInputs:
     rng = np.random.default_rng(seed)
 
     def point(value: float) -> Measured:
-        return measured(value, rng.normal(value, value * 0.02, r).tolist(), "synthetic")
+        return measured(value, [float(x) for x in rng.normal(value, value * 0.02, r)], "synthetic")
 
     draft = {b: point(0.5 + 0.005 * b) for b in BATCHES}
     rows = []

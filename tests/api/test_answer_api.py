@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,8 @@ def test_engine_configs(client, api_headers, swept):
 
 def test_config_says_why_when_nothing_to_deploy(client, api_headers, app):
     with session_scope(app.state.engine) as session:
-        build_sweep_campaign(session, slug="no-tau").campaign.accept_alphas = None
+        campaign = build_sweep_campaign(session, slug="no-tau").campaign
+        campaign.accept_alphas = None
     r = client.get("/api/campaigns/no-tau/answer/config?engine=vllm", headers=api_headers)
     assert r.status_code == 409 and "accept length per draft length is not known" in r.text
     body = client.get("/api/campaigns/no-tau/answer", headers=api_headers).json()
@@ -182,7 +184,7 @@ def test_world_size_one_and_wall_clock_checks(client, api_headers, app):
             session, b.campaign, ApproachCreate(key="events", title="CUDA events"), actor="t"
         )
         wall = inventory.add_approach(session, b.campaign, ApproachCreate(key="wall", title="wall clock"), actor="t")
-        rows = []
+        rows: list[tuple[str, float, dict[str, Any], list[float] | None]] = []
         for batch in (1, 4):
             for k in (0, 1, 2):
                 tags = {"device": "cuda", "world_size": 1, "allreduces": 0, "batch": batch, "draft_tokens": k}

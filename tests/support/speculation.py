@@ -9,7 +9,9 @@ with a 2% spread (seeded), so the bootstrap has something to resample.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 from sqlmodel import Session
@@ -69,10 +71,10 @@ class SweepBuilder:
         self.r = r
         self.spread = spread
         self.clock = T0
-        self.campaign = None
+        self.campaign: Any = None  # set by the caller: the campaign the trials belong to
         self.allreduces = ALLREDUCES
 
-    def trial(self, approach, rows: list[tuple[str, float, dict, list[float] | None]]) -> Trial:
+    def trial(self, approach, rows: Sequence[tuple[str, float, dict[str, Any], list[float] | None]]) -> Trial:
         self.clock += timedelta(hours=1)
         trial = Trial(
             campaign_id=self.campaign.id,
@@ -87,6 +89,7 @@ class SweepBuilder:
         )
         self.session.add(trial)
         self.session.flush()
+        assert trial.id is not None
         for index, (name, value, tags, samples) in enumerate(rows):
             mean = float(np.mean(samples)) if samples else value
             self.session.add(
