@@ -449,6 +449,41 @@ def export_cmd(
         err.print(f"wrote {output}")
 
 
+@cli.command("answer")
+def answer_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The answer as GET /api/campaigns/SLUG/answer gives it.")
+    ] = False,
+) -> None:
+    """Up to which batch speculation pays, with how many draft tokens and which allreduce (95% intervals)."""
+    import json
+
+    from app.domain import inventory
+    from app.domain.errors import DomainError
+    from app.domain.speculation import answer_json
+    from app.domain.speculation_inputs import read_campaign_speculation
+
+    with session_scope(_engine(get_settings()), write=False, snapshot=True) as session:
+        try:
+            found, _rows = read_campaign_speculation(session, inventory.get_campaign(session, slug))
+        except DomainError as exc:
+            _fail(exc.message)
+    if as_json:
+        print(json.dumps(answer_json(found), indent=2))
+        return
+    print(found.sentence)
+    for a in found.approaches:
+        b_star = a.break_even_batch if a.break_even_batch is not None else "-"
+        schedule = ", ".join(f"b{b}:k{k}" for b, k in sorted(a.best_draft_tokens.items())) or "no speedup known"
+        print(f"  {a.key}: break-even batch {b_star}; best draft tokens {schedule}")
+    for tier in found.tiers:
+        if len(tier) > 1:
+            print(f"  indistinguishable on this node: {', '.join(tier)}")
+    for m in found.missing:
+        print(f"  missing: {m.what}" + (f" ({m.approach})" if m.approach else "") + f": {m.how}")
+
+
 @cli.command("import")
 def import_cmd(
     path: Annotated[Path, typer.Argument(help="A campaign YAML file ('-' for stdin).")],

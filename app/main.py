@@ -11,6 +11,7 @@ from fastapi.responses import FileResponse
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import __version__
+from app.api import answer as api_answer
 from app.api import artifacts as api_artifacts
 from app.api import campaigns as api_campaigns
 from app.api import livelog, pagefeed, runner_socket
@@ -45,6 +46,7 @@ ROUTERS = [
     web_docs.router,
     web_campaigns.router,
     api_campaigns.router,
+    api_answer.router,
     api_runners.router,
     api_share_links.router,
     runner_socket.router,

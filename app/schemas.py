@@ -16,6 +16,32 @@ from app.models import ApproachStatus, ModelInputFields, TrialState
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
+# The model over (batch, draft tokens) (app/domain/speculation.py): tau per k, alpha_i, the grid.
+AcceptLengthByK = Annotated[
+    dict[Annotated[str, Field(pattern=r"^[1-9][0-9]?$")], Annotated[float, Field(ge=1, le=100, allow_inf_nan=False)]],
+    Field(
+        max_length=64,
+        description="Accept length tau (incl. the bonus token) per draft length k, e.g. {'3': 2.4}; at most k + 1 "
+        "(the answer sets aside a larger one and says so).",
+    ),
+]
+AcceptAlphas = Annotated[
+    list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]],
+    Field(
+        min_length=1,
+        max_length=64,
+        description="Per-position acceptance rates alpha_i (position i accepted given all before it were).",
+    ),
+]
+BatchGrid = Annotated[
+    list[Annotated[int, Field(ge=1, le=65_536)]],
+    Field(min_length=1, max_length=32, description="Batch sizes to answer over (default: the measured ones)."),
+]
+DraftTokenGrid = Annotated[
+    list[Annotated[int, Field(ge=1, le=64)]],
+    Field(min_length=1, max_length=64, description="Draft lengths k to answer over (default: the measured ones)."),
+]
+
 
 def _strip(v: Any) -> Any:
     return v.strip() if isinstance(v, str) else v
@@ -98,6 +124,11 @@ def _no_defaults(schema: dict[str, Any]) -> None:
         prop.pop("default", None)
 
 
+def _sorted_unique(value: list[int] | None) -> list[int] | None:
+    """A grid is a set of sizes: kept in increasing order, each once."""
+    return sorted(set(value)) if value is not None else None
+
+
 class ReportedFigure(BaseModel):
     """A figure reported elsewhere (an earlier campaign, a library's docstring, a paper), with its source:
     it places an approach on the break-even chart before this campaign measures it. Exactly one of
@@ -176,6 +207,12 @@ class CampaignBase(ModelInputFields, CampaignText):
     )
     stats_confidence: StatsConfidence = 0.95
     stats_min_effect: StatsMinEffect = 0.03
+    accept_length_by_k: AcceptLengthByK | None = None
+    accept_alphas: AcceptAlphas | None = None
+    speculation_batches: BatchGrid | None = None
+    speculation_draft_tokens: DraftTokenGrid | None = None
+
+    _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)
 
 
 class CampaignCreate(CampaignBase):
@@ -192,7 +229,12 @@ class CampaignUpdate(ModelInputFields):
     description: str = Field(None, max_length=20000)  # type: ignore[assignment]
     stats_confidence: StatsConfidence = None  # type: ignore[assignment]
     stats_min_effect: StatsMinEffect = None  # type: ignore[assignment]
+    accept_length_by_k: AcceptLengthByK | None = None
+    accept_alphas: AcceptAlphas | None = None
+    speculation_batches: BatchGrid | None = None
+    speculation_draft_tokens: DraftTokenGrid | None = None
 
+    _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)
     _not_null = _not_null("name", "description", "hidden_size", "verify_tokens", "stats_confidence", "stats_min_effect")
 
 

@@ -434,6 +434,64 @@ def stream_over_http(app, label: str, path: str, headers: dict[str, str], unit: 
         thread.join(10)
 
 
+def add_sweeps(engine, slug: str, count: int = 20) -> None:
+    """The answer over (batch, draft tokens)'s data on `count` of the campaign's approaches: each a verify sweep
+    (8 batches x 7 draft tokens, with the decode step per batch) and an allreduce curve, plus one draft sweep,
+    every row with 10 samples (tests/support/speculation.py's synthetic physics); per-position alphas entered."""
+    from app.db import session_scope
+    from tests.support.speculation import SweepBuilder, many_allreduces
+
+    with session_scope(engine) as session:
+        campaign = session.execute(select(Campaign).where(col(Campaign.slug) == slug)).scalar_one()
+        campaign.accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+        campaign.draft_steps = 3
+        rows = (
+            session.execute(
+                select(Approach)
+                .where(col(Approach.campaign_id) == campaign.id)
+                .order_by(col(Approach.position))
+                .limit(count)
+            )
+            .scalars()
+            .all()
+        )
+        builder = SweepBuilder(session)
+        builder.campaign = campaign
+        builder.allreduces = many_allreduces(count)
+        for approach, key in zip(rows, builder.allreduces, strict=False):
+            builder.verify_sweep(approach)
+            builder.allreduce_sweep(approach, key)
+        builder.draft_sweep(rows[0])
+
+
+def time_answer(engine, slug: str, repeat: int) -> None:
+    """The answer over (batch, draft tokens) alone, in process: what it adds to the charts and status pages,
+    computed afresh (its per-process cache cleared) and then as a page shown again with nothing new gets it."""
+    from app.db import session_scope
+    from app.domain import speculation_inputs as speculation
+    from app.domain.inventory import approaches
+    from app.domain.profitability import load_campaign_metrics
+
+    with session_scope(engine, write=False) as session:
+        campaign = session.execute(select(Campaign).where(col(Campaign.slug) == slug)).scalar_one()
+        metrics, rows = load_campaign_metrics(session, campaign), approaches(session, campaign)
+        for label, clear in (("answer over (b, k), fresh", True), ("answer over (b, k), cached", False)):
+            times, cpus = [], []
+            for _ in range(repeat):
+                if clear:
+                    speculation._CACHE.clear()
+                t, cpu = time.perf_counter(), time.process_time()
+                found = speculation.campaign_speculation(session, campaign, metrics, rows)
+                times.append((time.perf_counter() - t) * 1000)
+                cpus.append((time.process_time() - cpu) * 1000)
+            cells = sum(len(a.cells) for a in found.approaches)
+            print(
+                f"  {label:28} {statistics.median(times):10.1f} {max(times):8.1f} {statistics.median(cpus):7.1f}"
+                f"   ({len(found.approaches)} approaches, {cells} cells, {found.resamples} resamples)"
+            )
+        speculation._CACHE.clear()  # the pages below compute it afresh on their first request
+
+
 def measure(
     db_url: str, scale: float, repeat: int, skip: set[str], log_mib: int = 64, only: set[str] | None = None
 ) -> None:
@@ -452,6 +510,7 @@ def measure(
     engine = app.state.engine
     t = time.perf_counter()
     build_campaign(engine, approaches=max(2, int(500 * scale)), trials=max(4, int(50_000 * scale)))
+    add_sweeps(engine, "scale", min(20, max(2, int(500 * scale))))
     with session_scope(engine, write=False) as session:
         counts = {
             name: session.execute(select(__import__("sqlalchemy").func.count()).select_from(table)).scalar()
@@ -478,6 +537,8 @@ def measure(
         # Two clocks: wall time, and this process's CPU time (the app and the test client; on PostgreSQL the
         # database server's own work is not in it), so a figure inflated by a busy machine shows as wall >> CPU.
         print(f"  {'page':28} {'median ms':>10} {'max ms':>8} {'cpu ms':>7} {'queries':>8} {'bytes':>10}")
+        if not only or any("answer" in s for s in only):
+            time_answer(engine, "scale", repeat)
         for label, path in pages(client, "scale", engine):
             if path is None:
                 path = share_path

@@ -2,7 +2,7 @@
 (Settle A vs B, Repeat A) and trial.settle_id
 
 Revision ID: 0008
-Revises: 0002
+Revises: 0007
 """
 
 from collections.abc import Sequence
@@ -13,7 +13,7 @@ import sqlmodel
 from alembic import op
 
 revision: str = "0008"
-down_revision: str | None = "0002"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -202,8 +202,16 @@ def _history_text(entry: dict[str, Any], pieces: _Pieces) -> str:
     return text
 
 
+# Written only when set, so files of campaigns that never use them read as before.
+OPTIONAL_CAMPAIGN_FIELDS = {"accept_length_by_k", "accept_alphas", "speculation_batches", "speculation_draft_tokens"}
+
+
 def _campaign_mapping(campaign: Campaign) -> dict[str, Any]:
-    return {name: getattr(campaign, name) for name in CAMPAIGN_FIELDS}
+    return {
+        name: getattr(campaign, name)
+        for name in CAMPAIGN_FIELDS
+        if name not in OPTIONAL_CAMPAIGN_FIELDS or getattr(campaign, name) is not None
+    }
 
 
 def _approach_mapping(approach: Approach) -> dict[str, Any]:

@@ -15,10 +15,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
 from sqlmodel import Session
 
-from app import charts
+from app import charts, charts_speculation
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
-from app.domain.errors import Invalid
+from app.domain.engine_config import ENGINES, EngineConfig, engine_config
+from app.domain.errors import Conflict, Invalid
 from app.domain.profitability import (
     CampaignMetrics,
     Input,
@@ -30,6 +31,8 @@ from app.domain.profitability import (
     profitability_report,
     throughput_rows,
 )
+from app.domain.speculation import SpeculationAnswer
+from app.domain.speculation_inputs import campaign_speculation
 from app.domain.timeline import campaign_timeline
 from app.errors import form_error_headers
 from app.models import Approach, Campaign, ModelInputFields
@@ -165,6 +168,42 @@ def campaign_answer(session: Session, campaign: Campaign, form: BaseModel | None
     return CampaignAnswer(metrics, rows, report, what_if)
 
 
+@dataclass(frozen=True)
+class DeployOption:
+    """One engine's launch settings for the decision, or why there are none yet."""
+
+    engine: str
+    label: str
+    config: EngineConfig | None
+    error: str
+
+
+ENGINE_LABELS = {"sglang": "SGLang (launch flags)", "vllm": "vLLM (--speculative-config)"}
+
+
+def speculation_context(session: Session, campaign: Campaign, answer: CampaignAnswer) -> dict[str, Any]:
+    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens), its charts and the
+    Deploy panel, from the metrics the page already read (one more query, for the samples)."""
+    found: SpeculationAnswer = campaign_speculation(session, campaign, answer.metrics, answer.approaches)
+    deploy = []
+    for engine in ENGINES:
+        try:
+            deploy.append(
+                DeployOption(engine, ENGINE_LABELS[engine], engine_config(engine, found, answer.approaches), "")
+            )
+        except Conflict as exc:  # no decision to deploy yet: the panel says why
+            deploy.append(DeployOption(engine, ENGINE_LABELS[engine], None, exc.message))
+    return {
+        "speculation": found,
+        "speculation_charts": {
+            "speedup": charts_speculation.speedup_vs_batch(found),
+            "heatmap": charts_speculation.speedup_heatmap(found),
+            "break_even": charts_speculation.break_even_batches(found),
+        },
+        "deploy": deploy,
+    }
+
+
 def _profitability(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any]:
     """Context of the what-if partial: the report and the figures that depend on its inputs."""
     return {"campaign": campaign, "report": answer.report, "what_if": answer.what_if, **answer.figures()}
@@ -178,6 +217,7 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     ctx["form_inputs"] = form_inputs(answer.report.inputs)
     ctx["chart_throughput"] = throughput_figure(answer, campaign)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
+    ctx.update(speculation_context(session, campaign, answer))
     return render(request, "charts.html", ctx)
 
 

@@ -28,7 +28,7 @@ from app.domain.sharing import (
 )
 from app.models import Campaign
 from app.templating import PLOTLY_JS
-from app.web.charts import campaign_answer, throughput_figure
+from app.web.charts import campaign_answer, speculation_context, throughput_figure
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -101,6 +101,7 @@ def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
         "chart_comparison": figures["chart_comparison"],
         "chart_throughput": throughput_figure(answer, campaign),
         "generated_at": datetime.now(UTC),
+        **speculation_context(session, campaign, answer),
     }
 
 

@@ -12,6 +12,8 @@ ROUTES = {
     ("/api/campaigns/{slug}/compare", "get"): "ComparisonPublic",
     ("/api/campaigns/{slug}/run-next", "post"): "RunResultPublic",
     ("/api/campaigns/{slug}/approaches/{key}/run", "post"): "RunResultPublic",
+    ("/api/campaigns/{slug}/answer", "get"): "AnswerPublic",
+    ("/api/campaigns/{slug}/answer/config", "get"): "EngineConfigPublic",
 }
 
 

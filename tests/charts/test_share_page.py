@@ -158,3 +158,18 @@ def test_campaign_page_loads_the_share_links_partial(operator):
     assert f'hx-get="/campaigns/{SLUG}/share-links"' in html
     partial = operator.get(f"/campaigns/{SLUG}/share-links").text
     assert "No share links yet" in partial and "<html" not in partial
+
+
+def test_status_page_has_the_answer_over_batch_sizes(fixture_app, operator, anonymous):
+    """The status page reads the same answer as the charts page and the API (its own partial)."""
+    from tests.support.speculation import build_sweep_campaign
+
+    with session_scope(fixture_app.state.engine) as session:
+        build_sweep_campaign(session, slug="sweep-share")
+    r = operator.post("/campaigns/sweep-share/share-links", data={"name": "batch"}, headers={"HX-Request": "true"})
+    path = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text).group(1)
+    html = anonymous.get(path).text
+    sentence = operator.get("/api/campaigns/sweep-share/answer").json()["sentence"]
+    assert re.search(r'id="speculation">.*?data-sentence>' + re.escape(sentence), html, re.S)
+    assert 'id="figure-speedup-batch"' in html and 'id="deploy"' in html
+    assert "--speculative-algorithm EAGLE3" in html

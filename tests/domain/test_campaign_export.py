@@ -67,7 +67,11 @@ def reference_export(session: Session, campaign: Campaign) -> str:
         if histories.get(a.id):  # type: ignore[arg-type]
             item["history"] = histories[a.id]  # type: ignore[index]
         doc_approaches.append(item)
-    fields = {name: getattr(campaign, name) for name in campaign_files.CAMPAIGN_FIELDS}
+    fields = {
+        name: getattr(campaign, name)
+        for name in campaign_files.CAMPAIGN_FIELDS
+        if name not in campaign_files.OPTIONAL_CAMPAIGN_FIELDS or getattr(campaign, name) is not None
+    }
     doc = {"format": campaign_files.FORMAT, "campaign": fields, "approaches": doc_approaches}
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 

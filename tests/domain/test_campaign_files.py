@@ -241,3 +241,36 @@ approaches:
     )
     with pytest.raises(Invalid, match="oldest first"):
         parse_campaign_file(history)
+
+
+def test_the_batch_models_inputs_travel_in_the_file_only_when_set(engine, tmp_path):
+    """accept_length_by_k, accept_alphas and the grid (migration 0007): absent from files of campaigns that
+    never set them (their files read as before), round-trip equal when set."""
+    from app.schemas import CampaignUpdate
+
+    with session_scope(engine) as s:
+        load_demo(s)
+    assert "accept_alphas" not in _export(engine)
+    with session_scope(engine) as s:
+        inventory.update_campaign(
+            s,
+            inventory.get_campaign(s, DEMO_SLUG),
+            CampaignUpdate(
+                accept_length_by_k={"3": 2.4},
+                accept_alphas=[0.8, 0.6],
+                speculation_batches=[1, 8, 64],
+                speculation_draft_tokens=[1, 2, 3],
+            ),
+        )
+    text = _export(engine)
+    assert yaml.safe_load(text)["campaign"]["accept_alphas"] == [0.8, 0.6]
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    migrate(other_url)
+    other = make_engine(other_url)
+    with session_scope(other) as s:
+        import_campaign(s, text, actor="test")
+    assert _export(other) == text
+    with session_scope(other, write=False) as s:
+        campaign = inventory.get_campaign(s, DEMO_SLUG)
+        assert campaign.accept_length_by_k == {"3": 2.4} and campaign.speculation_batches == [1, 8, 64]
+    other.dispose()

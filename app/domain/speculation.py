@@ -1,0 +1,911 @@
+"""Speculation over (batch b, draft tokens k): where EAGLE-3 pays, with which allreduce, with what confidence.
+
+The batch-1 model of `profitability.py`, extended over a grid (docs/profitability.md, "The batch model"):
+
+    T_base(b)     plain decode step at batch b (the `decode_step_ms` sweep)
+    T_draft(b, k) = k x draft step at batch b (chain drafts, top-k 1)
+    T_verify(b,k) = verify compute at b(k+1) tokens + N_ar x t_ar(b(k+1) x hidden x 2 bytes)
+    tau*(b, k)    = (T_draft + T_verify) / T_base          the accept length speculation must beat
+    speedup(b, k) = tau(k) x T_base / (T_draft + T_verify) with tau(k) known
+
+t_ar is interpolated log-log on the approach's measured allreduce curve and never extrapolated: a message
+size outside the measured sizes leaves the cell open and says so. World size 1 has no allreduce.
+
+Confidence: every input figure is the mean of its metric row's `samples`; the whole grid is recomputed
+on bootstrap resamples of all inputs at once (one `scipy.stats.bootstrap` call whose statistic is the
+model), so tau* and speedup carry 95% percentile intervals that propagate every input's noise. An input
+whose samples have a coefficient of variation above 10% is *unstable*, and so is anything computed
+from it. A figure without samples is a point estimate marked "no samples".
+
+Pure (numpy and scipy): `app/domain/speculation_inputs.py` reads a campaign's inputs and calls
+`speculation_answer`. No database, no FastAPI here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+RESAMPLES = 400  # bootstrap resamples: enough for stable 95% percentile bounds, cheap at 20 approaches
+UNSTABLE_CV = 0.10
+SEED = 20261201  # fixed: the same campaign reads the same intervals on every page load
+ALGORITHM = "EAGLE-3"
+
+# Figure kinds, as the answer names them.
+DECODE, DRAFT, VERIFY, ALLREDUCE, ACCEPT = "decode step", "draft step", "verify compute", "allreduce", "accept length"
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One model input: its value (the mean of its samples, else the metric's value) and where it comes from."""
+
+    value: float
+    samples: tuple[float, ...] = ()
+    source: str = ""
+    trial_id: int | None = None
+    cv: float | None = None  # coefficient of variation of the samples (None without them)
+
+    @property
+    def sampled(self) -> bool:
+        return len(self.samples) >= 2
+
+    @property
+    def unstable(self) -> bool:
+        return self.cv is not None and self.cv > UNSTABLE_CV
+
+
+def measured(value: float, samples: Sequence[float] | None, source: str, trial_id: int | None = None) -> Measured:
+    """A figure from a metric row: with two or more samples its value is their mean (the model adds
+    expected times), else the row's own value."""
+    kept = tuple(float(x) for x in samples or () if math.isfinite(x))
+    n = len(kept)
+    if n >= 2:  # plain Python: faster than numpy for the ten-odd samples a row carries
+        mean = math.fsum(kept) / n
+        sd = math.sqrt(math.fsum((x - mean) ** 2 for x in kept) / (n - 1))
+        return Measured(mean, kept, source, trial_id, sd / abs(mean) if mean else None)
+    return Measured(float(value), (), source, trial_id)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A figure with its 95% interval (None without samples), and whether it is unstable."""
+
+    value: float
+    low: float | None
+    high: float | None
+    unstable: bool = False
+    no_samples: bool = False
+
+    def overlaps(self, other: Interval) -> bool:
+        """Intervals overlap (a point estimate without an interval is its own interval)."""
+        lo1, hi1 = (self.low, self.high) if self.low is not None else (self.value, self.value)
+        lo2, hi2 = (other.low, other.high) if other.low is not None else (other.value, other.value)
+        return lo1 <= hi2 and lo2 <= hi1  # type: ignore[operator]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "low": self.low,
+            "high": self.high,
+            "unstable": self.unstable,
+            "no_samples": self.no_samples,
+        }
+
+
+# ---- interpolation ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """Where a message size falls on a measured curve: between points lo and hi at `frac` in log-log
+    (lo == hi at a measured size), or outside the curve (`outside` says how)."""
+
+    lo: int
+    hi: int
+    frac: float
+    outside: str = ""
+
+
+def bracket(curve_bytes: Sequence[int], nbytes: int) -> Bracket:
+    """Bracket `nbytes` on sorted measured sizes; outside them it refuses (no silent extrapolation)."""
+    if not curve_bytes:
+        return Bracket(0, 0, 0.0, "no allreduce curve measured")
+    if nbytes < curve_bytes[0] or nbytes > curve_bytes[-1]:
+        return Bracket(
+            0,
+            0,
+            0.0,
+            f"{size_label(nbytes)} is outside the measured allreduce sizes "
+            f"({size_label(curve_bytes[0])}-{size_label(curve_bytes[-1])}): not extrapolated",
+        )
+    hi = bisect.bisect_left(curve_bytes, nbytes)
+    if curve_bytes[hi] == nbytes:
+        return Bracket(hi, hi, 0.0)
+    lo = hi - 1
+    frac = (math.log(nbytes) - math.log(curve_bytes[lo])) / (math.log(curve_bytes[hi]) - math.log(curve_bytes[lo]))
+    return Bracket(lo, hi, frac)
+
+
+def interpolate_loglog(lo_us: Any, hi_us: Any, frac: Any) -> Any:
+    """exp(log lo + frac (log hi - log lo)): elementwise, so it runs on bootstrap replicates too."""
+    return np.exp(np.log(lo_us) + frac * (np.log(hi_us) - np.log(lo_us)))
+
+
+def size_label(nbytes: int) -> str:
+    if nbytes >= 1024 * 1024:
+        return f"{nbytes / (1024 * 1024):.3g} MiB"
+    if nbytes >= 1024:
+        return f"{nbytes / 1024:.3g} KiB"
+    return f"{nbytes} B"
+
+
+class _Size(int):
+    """A byte count that formats as its label (only when a name is made)."""
+
+    def __format__(self, spec: str) -> str:
+        return size_label(int(self))
+
+
+def accept_length_from_alphas(alphas: Sequence[float], k: int) -> float:
+    """tau(k) = 1 + sum_{i<=k} prod_{j<=i} alpha_j (the 1 is the bonus token); alpha_i is position i's
+    acceptance given all before it were accepted."""
+    if k > len(alphas):
+        raise ValueError(f"{len(alphas)} per-position acceptance rates cannot give tau at {k} draft tokens")
+    return 1.0 + float(np.sum(np.cumprod(np.asarray(alphas[:k], dtype=float))))
+
+
+# ---- the inputs of one approach -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApproachInputs:
+    """Everything one approach's grid reads, each figure with its source. Keys: batch b, (b, k)."""
+
+    approach_id: int
+    key: str
+    title: str
+    status: str
+    t_base: dict[int, Measured]
+    draft_step: dict[int, Measured]
+    verify_compute: dict[tuple[int, int], Measured]
+    curve: list[tuple[int, Measured]]  # (bytes, t_ar us), sorted by bytes
+    curve_how: str  # "nccl graph, world 2" ...
+    world_size: int  # 1: no allreduce
+    deployable: bool = True  # False for a dead end: compared, never the one to deploy
+
+
+@dataclass(frozen=True)
+class SpeculationInputs:
+    batches: tuple[int, ...]
+    draft_tokens: tuple[int, ...]
+    n_ar: int | None
+    hidden_size: int
+    tau: dict[int, Measured]  # per k
+    approaches: tuple[ApproachInputs, ...]
+    bytes_per_element: int  # of the activations an allreduce carries (bf16: 2)
+    draft_steps: int | None = None  # the campaign's: the draft length tau* is quoted at without a speedup
+    set_aside: tuple[tuple[str, str], ...] = ()  # (what, why) of entered inputs the loader could not use
+
+
+# ---- the grid ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    batch: int
+    draft_tokens: int
+    t_base_ms: float | None
+    t_draft_ms: float | None
+    t_verify_ms: float | None
+    t_ar_us: float | None
+    verify_bytes: int
+    tau_star: Interval | None
+    speedup: Interval | None
+    note: str  # why a figure is open, or how t_ar was obtained
+
+    @property
+    def pays(self) -> str | None:
+        """ "yes" (its interval above 1), "no" (below), "unclear" (1 inside it), None (no speedup)."""
+        s = self.speedup
+        if s is None:
+            return None
+        low = s.low if s.low is not None else s.value
+        high = s.high if s.high is not None else s.value
+        return "yes" if low > 1 else "no" if high <= 1 else "unclear"
+
+
+@dataclass(frozen=True)
+class ApproachAnswer:
+    key: str
+    title: str
+    status: str
+    world_size: int
+    cells: tuple[Cell, ...]
+    tau_star: Interval | None  # at the smallest batch, its best (or the campaign's) draft length
+    headline_k: int | None
+    best_draft_tokens: dict[int, int]  # batch -> k (0: do not speculate); only batches with a speedup
+    best_speedup: dict[int, Interval]  # batch -> the speedup at its best k (k >= 1)
+    break_even_batch: int | None  # largest measured batch whose best speedup > 1
+    first_losing_batch: int | None  # the smallest measured batch above B* where it does not pay
+    unstable_inputs: tuple[str, ...]
+    deployable: bool = True
+
+    def cell(self, batch: int, k: int) -> Cell | None:
+        return next((c for c in self.cells if c.batch == batch and c.draft_tokens == k), None)
+
+    @property
+    def headline(self) -> Interval | None:
+        """The figure approaches are compared by: the best speedup at the break-even batch (at the smallest
+        batch when none pays), else tau* at the smallest batch (no accept length known)."""
+        if self.best_speedup:
+            at = self.break_even_batch if self.break_even_batch is not None else min(self.best_speedup)
+            return self.best_speedup[at]
+        return self.tau_star
+
+
+@dataclass(frozen=True)
+class MissingInput:
+    what: str
+    approach: str | None  # the approach whose trial would measure it (None: enter it on the campaign)
+    how: str
+
+
+@dataclass(frozen=True)
+class InputFigure:
+    name: str
+    approach: str | None
+    figure: Interval
+    source: str
+
+
+@dataclass(frozen=True)
+class SpeculationAnswer:
+    batches: tuple[int, ...]
+    draft_tokens: tuple[int, ...]
+    approaches: tuple[ApproachAnswer, ...]
+    tiers: tuple[tuple[str, ...], ...]  # approach keys, best first; keys within a tier are indistinguishable
+    inputs: tuple[InputFigure, ...]
+    missing: tuple[MissingInput, ...]
+    n_ar: int | None
+    tau: dict[int, Interval]
+    tau_sources: dict[int, str]
+    sentence: str
+    resamples: int = RESAMPLES
+    confidence: float = CONFIDENCE
+
+    def approach(self, key: str) -> ApproachAnswer | None:
+        return next((a for a in self.approaches if a.key == key), None)
+
+    @property
+    def chosen(self) -> ApproachAnswer | None:
+        return _chosen(list(self.approaches), self.tiers)
+
+
+def _chosen(answers: list[ApproachAnswer], tiers: tuple[tuple[str, ...], ...]) -> ApproachAnswer | None:
+    """The approach to deploy: the best tier's first usable one (dead ends cannot be deployed)."""
+    by_key = {a.key: a for a in answers}
+    for tier in tiers:
+        for key in tier:
+            if by_key[key].deployable:
+                return by_key[key]
+    return None
+
+
+@dataclass
+class _Model:
+    """The figures of every approach's grid as one vector, so one statistic evaluates all of them on a
+    bootstrap replicate. Constants (no samples) and sampled figures (their replicate means) are mixed."""
+
+    values: list[float] = field(default_factory=list)
+    sampled: list[int] = field(default_factory=list)  # which entries of `values` have samples
+    samples: list[np.ndarray] = field(default_factory=list)
+    unstable: list[bool] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    index: dict[int, int] = field(default_factory=dict)  # id(Measured) -> position
+
+    def add(self, m: Measured, kind: str, where: str, *args: Any) -> int:
+        """The figure's position, adding it (named "<kind> at <where formatted with args>") the first time."""
+        key = id(m)
+        found = self.index.get(key)
+        if found is not None:
+            return found
+        name = f"{kind} at {where.format(*args)}"
+        pos = len(self.values)
+        self.index[key] = pos
+        self.values.append(m.value)
+        self.unstable.append(m.unstable)
+        self.names.append(name)
+        if m.sampled:
+            self.sampled.append(pos)
+            self.samples.append(np.asarray(m.samples, dtype=float))
+        return pos
+
+    def vector(self, means: np.ndarray) -> np.ndarray:
+        """The figures with the sampled ones replaced by `means`: shape (S,), or (S, R) replicates."""
+        if not len(means):
+            return np.asarray(self.values, dtype=float)
+        out = np.empty((len(self.values), *means.shape[1:]))
+        out[...] = np.asarray(self.values, dtype=float).reshape((-1,) + (1,) * (means.ndim - 1))
+        out[self.sampled] = means
+        return out
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One approach's valid cells as positions into the model vector."""
+
+    cells: list[tuple[int, int]]  # (b, k) of valid cells
+    base: np.ndarray
+    draft: np.ndarray
+    k: np.ndarray
+    verify: np.ndarray
+    ar_lo: np.ndarray
+    ar_hi: np.ndarray
+    ar_frac: np.ndarray
+    has_ar: np.ndarray  # bool
+    tau: np.ndarray  # position, or -1 without tau(k)
+    unstable: list[bool]
+    notes: dict[tuple[int, int], str]
+    positions: list[list[int]]  # per cell, every figure it reads
+
+
+def _evaluate(plan: _Plan, v: np.ndarray, n_ar: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tau*, speedup, T_verify) of a plan's cells on figure vector(s) v: shape (F,), or (F, R) replicates."""
+    shape = (-1,) + (1,) * (v.ndim - 1)
+    base = v[plan.base]
+    cycle_draft = v[plan.draft] * plan.k.reshape(shape)
+    t_ar = interpolate_loglog(v[plan.ar_lo], v[plan.ar_hi], plan.ar_frac.reshape(shape))
+    verify = v[plan.verify] + np.where(plan.has_ar.reshape(shape), n_ar * t_ar / 1000.0, 0.0)
+    cycle = cycle_draft + verify
+    tau = np.where((plan.tau >= 0).reshape(shape), v[np.maximum(plan.tau, 0)], np.nan)
+    return cycle / base, tau * base / cycle, verify
+
+
+def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_Plan, list[Cell], list[str]]:
+    """Place one approach's cells in the model; cells missing an input stay open with the reason."""
+    notes: dict[tuple[int, int], str] = {}
+    valid: list[tuple[int, int]] = []
+    cols: dict[str, list[Any]] = defaultdict(list)
+    unstable: list[bool] = []
+    open_cells: list[Cell] = []
+    gaps: list[str] = []
+    curve_bytes = [b for b, _m in ai.curve]
+    for b in spec.batches:
+        for k in spec.draft_tokens:
+            nbytes = b * (k + 1) * spec.hidden_size * spec.bytes_per_element
+            base, draft, verify = ai.t_base.get(b), ai.draft_step.get(b), ai.verify_compute.get((b, k))
+            why = [
+                text
+                for text, have in (
+                    (f"no plain decode step at batch {b}", base),
+                    (f"no draft step at batch {b}", draft),
+                    (f"no verify compute at batch {b}, {k} draft tokens", verify),
+                )
+                if have is None
+            ]
+            br = Bracket(0, 0, 0.0)
+            if ai.world_size > 1:
+                if spec.n_ar is None:
+                    why.append("allreduces per verify not known")
+                br = bracket(curve_bytes, nbytes)
+                if br.outside:
+                    why.append(br.outside)
+            if why:
+                open_cells.append(
+                    Cell(
+                        b,
+                        k,
+                        base.value if base else None,
+                        draft.value * k if draft else None,
+                        None,
+                        None,
+                        nbytes,
+                        None,
+                        None,
+                        "; ".join(why),
+                    )
+                )
+                gaps.extend(why)
+                continue
+            assert base and draft and verify
+            positions = [
+                model.add(base, DECODE, "batch {}", b),
+                model.add(draft, DRAFT, "batch {}", b),
+                model.add(verify, VERIFY, "batch {}, {} draft tokens", b, k),
+            ]
+            if ai.world_size > 1:
+                lo = model.add(ai.curve[br.lo][1], ALLREDUCE, "{}", _Size(curve_bytes[br.lo]))
+                hi = model.add(ai.curve[br.hi][1], ALLREDUCE, "{}", _Size(curve_bytes[br.hi]))
+                positions += [lo, hi]
+                notes[(b, k)] = (
+                    f"t_ar measured at {size_label(nbytes)}"
+                    if br.lo == br.hi
+                    else f"t_ar interpolated (log-log) between {size_label(curve_bytes[br.lo])} and "
+                    f"{size_label(curve_bytes[br.hi])}"
+                )
+            else:
+                lo = hi = positions[0]
+                notes[(b, k)] = "world size 1: no allreduce"
+            tau = spec.tau.get(k)
+            tau_pos = model.add(tau, ACCEPT, "{} draft tokens", k) if tau is not None else -1
+            valid.append((b, k))
+            cols["base"].append(positions[0])
+            cols["draft"].append(positions[1])
+            cols["k"].append(k)
+            cols["verify"].append(positions[2])
+            cols["ar_lo"].append(lo)
+            cols["ar_hi"].append(hi)
+            cols["ar_frac"].append(br.frac)
+            cols["has_ar"].append(ai.world_size > 1)
+            cols["tau"].append(tau_pos)
+            unstable.append(any(model.unstable[p] for p in positions))
+            cols["positions"].append(positions + ([tau_pos] if tau_pos >= 0 else []))
+    plan = _Plan(
+        cells=valid,
+        base=np.asarray(cols["base"], dtype=int),
+        draft=np.asarray(cols["draft"], dtype=int),
+        k=np.asarray(cols["k"], dtype=float),
+        verify=np.asarray(cols["verify"], dtype=int),
+        ar_lo=np.asarray(cols["ar_lo"], dtype=int),
+        ar_hi=np.asarray(cols["ar_hi"], dtype=int),
+        ar_frac=np.asarray(cols["ar_frac"], dtype=float),
+        has_ar=np.asarray(cols["has_ar"], dtype=bool),
+        tau=np.asarray(cols["tau"], dtype=int),
+        unstable=unstable,
+        notes=notes,
+        positions=cols["positions"],
+    )
+    return plan, open_cells, gaps
+
+
+def _merge(plans: list[_Plan]) -> _Plan:
+    """Every approach's cells as one plan, so one evaluation covers the whole answer."""
+
+    def cat(name: str, dtype: Any) -> np.ndarray:
+        parts = [getattr(p, name) for p in plans]
+        return np.concatenate(parts).astype(dtype) if parts else np.array([], dtype=dtype)
+
+    return _Plan(
+        cells=[c for p in plans for c in p.cells],
+        base=cat("base", int),
+        draft=cat("draft", int),
+        k=cat("k", float),
+        verify=cat("verify", int),
+        ar_lo=cat("ar_lo", int),
+        ar_hi=cat("ar_hi", int),
+        ar_frac=cat("ar_frac", float),
+        has_ar=cat("has_ar", bool),
+        tau=cat("tau", int),
+        unstable=[u for p in plans for u in p.unstable],
+        notes={},
+        positions=[],
+    )
+
+
+def _intervals(model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int) -> list[tuple[Any, ...]]:
+    """Per plan: (tau* point, low, high, speedup point, low, high, T_verify point), and the figures' own
+    (point, low, high) last.
+
+    One `scipy.stats.bootstrap` call over every sampled figure: its statistic is the whole model, so a
+    replicate resamples all inputs together and each interval carries every input's noise. Figures with
+    the same number of samples travel as one array and share each replicate's indices (repetition r of
+    every sweep point is the r-th pass of the same recipe run, so a drift of the node between passes stays
+    in the intervals); figures with other sample counts are resampled independently. One resampling per
+    sample count instead of one per figure keeps the answer cheap at 20 approaches x 56 cells."""
+    merged = _merge(plans)
+    # Speedup = tau / tau*: with a constant tau (no samples) its percentile interval is tau over tau*'s, exactly
+    # (percentile intervals follow monotone maps), so only cells with a sampled tau resample speedup too.
+    sampled = np.zeros(len(model.values), dtype=bool)
+    sampled[model.sampled] = True
+    known = merged.tau >= 0
+    mask = known & sampled[np.maximum(merged.tau, 0)]
+    constant = known & ~mask
+    groups: dict[int, list[int]] = defaultdict(list)  # sample count -> indexes into model.samples
+    for i, samples in enumerate(model.samples):
+        groups[len(samples)].append(i)
+    order = [i for n in sorted(groups) for i in groups[n]]
+    arrays = tuple(np.array([model.samples[i] for i in groups[n]], dtype=float) for n in sorted(groups))
+    undo = np.argsort(np.asarray(order, dtype=int)) if order else np.array([], dtype=int)
+
+    def statistic(*xs: np.ndarray, axis: int = -1) -> np.ndarray:
+        means = np.concatenate([x.mean(axis=axis) for x in xs], axis=0)[undo]  # back in model.samples order
+        v = model.vector(means)
+        tau_star, speedup, _verify = _evaluate(merged, v, n_ar)
+        return np.concatenate([tau_star, speedup[mask], v[model.sampled]])
+
+    means = np.concatenate([a.mean(axis=-1) for a in arrays])[undo] if arrays else np.array([])
+    point_v = model.vector(means)
+    n_cells, n_speed = len(merged.cells), int(mask.sum())
+    low = high = np.full(2 * n_cells + len(model.sampled), np.nan)
+    if arrays:
+        result = stats.bootstrap(
+            arrays,
+            statistic,
+            vectorized=True,
+            axis=-1,
+            n_resamples=resamples,
+            confidence_level=CONFIDENCE,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
+        low, high = result.confidence_interval.low, result.confidence_interval.high
+    tau_star, speedup, verify = _evaluate(merged, point_v, n_ar)
+    t_low, t_high = low[:n_cells], high[:n_cells]
+    s_low, s_high = np.full(n_cells, np.nan), np.full(n_cells, np.nan)
+    s_low[mask], s_high[mask] = low[n_cells : n_cells + n_speed], high[n_cells : n_cells + n_speed]
+    tau_c = point_v[merged.tau[constant]]
+    s_low[constant], s_high[constant] = tau_c / t_high[constant], tau_c / t_low[constant]
+    out: list[tuple[Any, ...]] = []
+    at = 0
+    for plan in plans:
+        sl = slice(at, at + len(plan.cells))
+        at = sl.stop
+        out.append((tau_star[sl], t_low[sl], t_high[sl], speedup[sl], s_low[sl], s_high[sl], verify[sl]))
+    rest = slice(n_cells + n_speed, None)
+    out.append((point_v, low[rest] if arrays else np.array([]), high[rest] if arrays else np.array([])))
+    return out
+
+
+def _interval(value: float, low: float, high: float, unstable: bool, sampled: bool) -> Interval:
+    if not sampled or not math.isfinite(low) or not math.isfinite(high):
+        return Interval(float(value), None, None, unstable, no_samples=not sampled)
+    return Interval(float(value), float(min(low, value)), float(max(high, value)), unstable)
+
+
+def _tiers(answers: list[ApproachAnswer]) -> tuple[tuple[str, ...], ...]:
+    """Best first: the highest break-even batch, then the headline figure. An approach with the same
+    break-even batch whose headline interval overlaps its tier leader's is indistinguishable from it on
+    this node: it shares the tier, unranked."""
+    ranked = [a for a in answers if a.headline is not None]
+    higher_better = any(a.best_speedup for a in ranked)
+    ranked = [a for a in ranked if bool(a.best_speedup) == higher_better]
+
+    def order(a: ApproachAnswer) -> tuple[float, float]:
+        value = a.headline.value  # type: ignore[union-attr]
+        return (-(a.break_even_batch or 0), -value if higher_better else value)
+
+    ranked.sort(key=order)
+    tiers: list[list[ApproachAnswer]] = []
+    for a in ranked:
+        leader = tiers[-1][0] if tiers else None
+        if (
+            leader is not None
+            and leader.break_even_batch == a.break_even_batch
+            and leader.headline.overlaps(a.headline)  # type: ignore[union-attr, arg-type]
+        ):
+            tiers[-1].append(a)
+        else:
+            tiers.append([a])
+    return tuple(tuple(a.key for a in tier) for tier in tiers)
+
+
+def _batches_text(values: Sequence[int]) -> str:
+    values = sorted(set(values))
+    return ", ".join(str(v) for v in values)
+
+
+def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str | None) -> list[MissingInput]:
+    out: list[MissingInput] = [MissingInput(what, None, why) for what, why in spec.set_aside]
+    if spec.n_ar is None:
+        out.append(MissingInput("allreduces per verify step", None, "enter it on the campaign (2 per layer for TP)"))
+    if not spec.approaches:
+        out.append(
+            MissingInput(
+                "a sweep over batch sizes and draft tokens",
+                None,
+                "run the verify_step recipe with `batches` and `draft_tokens` lists (it also reports the plain "
+                "decode step per batch) and the draft_step recipe with `batches`",
+            )
+        )
+    for key, why in gaps.items():
+        kinds: dict[str, list[str]] = defaultdict(list)
+        for text in why:
+            if text.startswith("no plain decode step"):
+                kinds["decode"].append(text.rsplit(" ", 1)[-1])
+            elif text.startswith("no draft step"):
+                kinds["draft"].append(text.rsplit(" ", 1)[-1])
+            elif text.startswith("no verify compute"):
+                kinds["verify"].append(text.removeprefix("no verify compute at "))
+            elif "outside the measured allreduce sizes" in text:
+                kinds["allreduce"].append(text.split(" is outside")[0])
+            elif text.startswith("no allreduce curve"):
+                kinds["curve"].append(text)
+        if kinds["decode"]:
+            out.append(
+                MissingInput(
+                    f"plain decode step at batch {_batches_text([int(b) for b in kinds['decode']])}",
+                    key,
+                    "run this approach's verify_step recipe with these batches (it reports decode_step_ms per batch)",
+                )
+            )
+        if kinds["draft"]:
+            out.append(
+                MissingInput(
+                    f"draft step at batch {_batches_text([int(b) for b in kinds['draft']])}",
+                    key,
+                    "run the draft_step recipe with these `batches`",
+                )
+            )
+        if kinds["verify"]:
+            cells = sorted(set(kinds["verify"]))
+            shown = "; ".join(cells[:6]) + (f"; and {len(cells) - 6} more" if len(cells) > 6 else "")
+            out.append(
+                MissingInput(
+                    f"verify compute at batch {shown}",
+                    key,
+                    "run this approach's verify_step recipe with these `batches` and `draft_tokens`",
+                )
+            )
+        if kinds["allreduce"]:
+            sizes = sorted(set(kinds["allreduce"]), key=_size_bytes)
+            out.append(
+                MissingInput(
+                    f"allreduce latency at {sizes[0]}" + (f" to {sizes[-1]}" if len(sizes) > 1 else ""),
+                    key,
+                    "run this approach's allreduce recipe with sizes up to these (the model does not extrapolate)",
+                )
+            )
+        if kinds["curve"]:
+            out.append(MissingInput("allreduce latency curve", key, "run this approach's allreduce recipe"))
+    missing_k = [k for k in spec.draft_tokens if k not in spec.tau]
+    if missing_k:
+        out.append(
+            MissingInput(
+                f"accept length tau at {', '.join(str(k) for k in missing_k)} draft tokens",
+                measurer,
+                "run an sglang_server trial with EAGLE-3 at each k (--speculative-num-steps k "
+                "--speculative-num-draft-tokens k+1, top-k 1), or enter tau per k or the per-position acceptance "
+                "rates on the campaign",
+            )
+        )
+    return out
+
+
+def _size_bytes(label: str) -> float:
+    number, unit = label.split(" ")
+    return float(number) * {"B": 1, "KiB": 1024, "MiB": 1024 * 1024}[unit]
+
+
+def _tokens(k: int) -> str:
+    return f"{k} draft token" if k == 1 else f"{k} draft tokens"
+
+
+def _sentence(
+    answer_approaches: list[ApproachAnswer], tiers: tuple[tuple[str, ...], ...], chosen: ApproachAnswer | None
+) -> str:
+    if chosen is None:
+        return f"Not known yet whether {ALGORITHM} pays above batch 1 on this node: nothing usable is measured over batch sizes."
+    by_key = {a.key: a for a in answer_approaches}
+    tier = next((t for t in tiers if chosen.key in t), (chosen.key,))
+    peers = [by_key[k].title for k in tier if k != chosen.key]
+    named = peers if len(peers) <= 3 else [*peers[:3], f"{len(peers) - 3} more"]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}" if named else ""
+    tail = f" ({listed} {'is' if len(peers) == 1 else 'are'} indistinguishable from it on this node)" if peers else ""
+    if not chosen.best_speedup:
+        t = chosen.tau_star
+        b0 = min(c.batch for c in chosen.cells if c.tau_star is not None)
+        return (
+            f"On this node {ALGORITHM} needs an accept length above {t.value:.2f} at batch {b0} with "  # type: ignore[union-attr]
+            f"{_tokens(chosen.headline_k or 0)} using {chosen.title}{tail}; enter or measure tau per draft length "
+            f"to find the batch where it stops paying."
+        )
+    measured_b = sorted(chosen.best_speedup)
+    b_star = chosen.break_even_batch
+    if b_star is None:
+        return (
+            f"On this node {ALGORITHM} does not pay at any measured batch ({measured_b[0]}-{measured_b[-1]}) using "
+            f"{chosen.title}{tail}: turn it off."
+        )
+    k = chosen.best_draft_tokens[b_star]
+    if chosen.first_losing_batch is None:
+        return (
+            f"On this node {ALGORITHM} pays at every measured batch up to {b_star} with {_tokens(k)} using "
+            f"{chosen.title}{tail}; above batch {b_star} it is not measured."
+        )
+    return (
+        f"On this node {ALGORITHM} pays up to batch {b_star} with {_tokens(k)} using {chosen.title}{tail}; "
+        f"above batch {b_star} turn it off (at batch {chosen.first_losing_batch} it does not pay)."
+    )
+
+
+def speculation_answer(
+    spec: SpeculationInputs, *, resamples: int = RESAMPLES, seed: int = SEED, measurer: str | None = None
+) -> SpeculationAnswer:
+    """The model over (batch, draft tokens) for every approach, with intervals, tiers and the sentence."""
+    model = _Model()
+    for k, tau in sorted(spec.tau.items()):
+        model.add(tau, ACCEPT, "{} draft tokens", k)
+    plans: list[_Plan] = []
+    open_cells: list[list[Cell]] = []
+    gaps: dict[str, list[str]] = {}
+    for ai in spec.approaches:
+        plan, opened, why = _plan(ai, spec, model)
+        plans.append(plan)
+        open_cells.append(opened)
+        if why:
+            gaps[ai.key] = why
+    sampled_set = set(model.sampled)
+    results = _intervals(model, plans, spec.n_ar or 0, resamples, seed) if plans else [(np.array([]),) * 3]
+    answers: list[ApproachAnswer] = []
+    users: dict[int, set[str]] = defaultdict(set)
+    for ai, plan, opened, res in zip(spec.approaches, plans, open_cells, results, strict=False):
+        t_point, t_low, t_high, s_point, s_low, s_high, verify = res
+        positions = plan.positions
+        cells = list(opened)
+        for i, (b, k) in enumerate(plan.cells):
+            for p in positions[i]:
+                users[p].add(ai.key)
+            sampled = any(p in sampled_set for p in positions[i])
+            tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled)
+            speedup = None
+            if plan.tau[i] >= 0:
+                speedup = _interval(
+                    s_point[i], s_low[i], s_high[i], plan.unstable[i] or model.unstable[plan.tau[i]], sampled
+                )
+            base = model.values[plan.base[i]]
+            compute = model.values[plan.verify[i]]
+            t_ar = (float(verify[i]) - compute) / (spec.n_ar or 1) * 1000.0 if plan.has_ar[i] else None
+            cells.append(
+                Cell(
+                    b,
+                    k,
+                    base,
+                    model.values[plan.draft[i]] * k,
+                    float(verify[i]),
+                    t_ar,
+                    b * (k + 1) * spec.hidden_size * spec.bytes_per_element,
+                    tau_star,
+                    speedup,
+                    plan.notes[(b, k)],
+                )
+            )
+        cells.sort(key=lambda c: (c.batch, c.draft_tokens))
+        best_k: dict[int, int] = {}
+        best_s: dict[int, Interval] = {}
+        for b in spec.batches:
+            options = [c for c in cells if c.batch == b and c.speedup is not None]
+            if options:
+                top = max(options, key=lambda c: c.speedup.value)  # type: ignore[union-attr]
+                best_s[b] = top.speedup  # type: ignore[assignment]
+                best_k[b] = top.draft_tokens if top.speedup.value > 1 else 0  # type: ignore[union-attr]
+        paying = [b for b, s in best_s.items() if s.value > 1]
+        b_star = max(paying) if paying else None
+        losing = [b for b, s in best_s.items() if s.value <= 1 and (b_star is None or b > b_star)]
+        with_tau_star = [c for c in cells if c.tau_star is not None]
+        headline_k = None
+        tau_star_head = None
+        if with_tau_star:
+            b0 = min(c.batch for c in with_tau_star)
+            at_b0 = {c.draft_tokens: c for c in with_tau_star if c.batch == b0}
+            steps = spec.draft_steps
+            headline_k = best_k.get(b0) or (int(steps) if steps and int(steps) in at_b0 else min(at_b0))
+            headline_k = headline_k if headline_k in at_b0 else min(at_b0)
+            tau_star_head = at_b0[headline_k].tau_star
+        answers.append(
+            ApproachAnswer(
+                key=ai.key,
+                title=ai.title,
+                status=ai.status,
+                deployable=ai.deployable,
+                world_size=ai.world_size,
+                cells=tuple(cells),
+                tau_star=tau_star_head,
+                headline_k=headline_k,
+                best_draft_tokens=best_k,
+                best_speedup=best_s,
+                break_even_batch=b_star,
+                first_losing_batch=min(losing) if losing else None,
+                unstable_inputs=tuple(sorted({model.names[p] for pos in positions for p in pos if model.unstable[p]})),
+            )
+        )
+    figures = results[-1]
+    inputs = []
+    sampled_rank = {p: i for i, p in enumerate(model.sampled)}
+    for m_id, pos in model.index.items():
+        del m_id
+        rank = sampled_rank.get(pos)
+        value = float(figures[0][pos]) if len(figures[0]) else model.values[pos]
+        if rank is not None and len(figures[1]):
+            fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True)
+        else:
+            fig = Interval(value, None, None, model.unstable[pos], no_samples=rank is None)
+        owners = users.get(pos, set())
+        inputs.append(InputFigure(model.names[pos], next(iter(owners)) if len(owners) == 1 else None, fig, ""))
+    sources = _sources(spec, model)
+    inputs = [InputFigure(f.name, f.approach, f.figure, sources[i]) for i, f in enumerate(inputs)]
+    tiers = _tiers(answers)
+    return SpeculationAnswer(
+        batches=spec.batches,
+        draft_tokens=spec.draft_tokens,
+        approaches=tuple(answers),
+        tiers=tiers,
+        inputs=tuple(inputs),
+        missing=tuple(_missing(spec, gaps, measurer)),
+        n_ar=spec.n_ar,
+        tau={k: next(f.figure for f in inputs if f.name == f"{ACCEPT} at {k} draft tokens") for k in spec.tau},
+        tau_sources={k: m.source for k, m in spec.tau.items()},
+        sentence=_sentence(answers, tiers, _chosen(answers, tiers)),
+        resamples=resamples,
+    )
+
+
+def _sources(spec: SpeculationInputs, model: _Model) -> list[str]:
+    """Each model figure's source, in model order."""
+    by_id: dict[int, str] = {}
+    for m in spec.tau.values():
+        by_id[id(m)] = m.source
+    for ai in spec.approaches:
+        for group in (ai.t_base.values(), ai.draft_step.values(), ai.verify_compute.values()):
+            for m in group:
+                by_id[id(m)] = m.source
+        for _b, m in ai.curve:
+            by_id[id(m)] = m.source + (f" ({ai.curve_how})" if ai.curve_how else "")
+    return [by_id.get(m_id, "") for m_id in model.index]
+
+
+def _figure(f: Interval | None) -> dict[str, Any] | None:
+    return f.as_dict() if f is not None else None
+
+
+def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
+    """The answer as `GET /api/campaigns/{slug}/answer` and `campaign answer --json` give it."""
+    return {
+        "sentence": answer.sentence,
+        "batches": list(answer.batches),
+        "draft_tokens": list(answer.draft_tokens),
+        "allreduces_per_verify": answer.n_ar,
+        "confidence": answer.confidence,
+        "resamples": answer.resamples,
+        "chosen": answer.chosen.key if answer.chosen else None,
+        "tiers": [list(t) for t in answer.tiers],
+        "indistinguishable": [list(t) for t in answer.tiers if len(t) > 1],
+        "accept_length": [
+            {"draft_tokens": k, **answer.tau[k].as_dict(), "source": answer.tau_sources[k]} for k in sorted(answer.tau)
+        ],
+        "approaches": [
+            {
+                "key": a.key,
+                "title": a.title,
+                "status": a.status,
+                "world_size": a.world_size,
+                "tau_star": _figure(a.tau_star),
+                "tau_star_draft_tokens": a.headline_k,
+                "break_even_batch": a.break_even_batch,
+                "first_losing_batch": a.first_losing_batch,
+                "best_draft_tokens": {str(b): k for b, k in sorted(a.best_draft_tokens.items())},
+                "unstable_inputs": list(a.unstable_inputs),
+                "by_batch": [
+                    {
+                        "batch": c.batch,
+                        "draft_tokens": c.draft_tokens,
+                        "t_base_ms": c.t_base_ms,
+                        "t_draft_ms": c.t_draft_ms,
+                        "t_verify_ms": c.t_verify_ms,
+                        "t_ar_us": c.t_ar_us,
+                        "verify_bytes": c.verify_bytes,
+                        "tau_star": _figure(c.tau_star),
+                        "speedup": _figure(c.speedup),
+                        "pays": c.pays,
+                        "note": c.note,
+                    }
+                    for c in a.cells
+                ],
+            }
+            for a in answer.approaches
+        ],
+        "inputs": [
+            {"name": f.name, "approach": f.approach, **f.figure.as_dict(), "source": f.source} for f in answer.inputs
+        ],
+        "missing": [{"what": m.what, "approach": m.approach, "how": m.how} for m in answer.missing],
+    }

@@ -1,0 +1,100 @@
+"""The model over (batch, draft tokens) alone, on synthetic inputs: no database, numpy and scipy only, so it
+also runs on a bare machine (the GPU node's python). 20 approaches x 8 batches x 7 draft tokens, each
+verify, decode, draft and allreduce figure with R samples (tests/support/speculation.py's physics), per-
+position acceptance rates for tau(k). Prints the process CPU and wall time per answer (median of --repeat).
+
+    python bench/speculation_model.py [--approaches 20] [--samples 10] [--resamples 400] [--repeat 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.domain.speculation import (
+    ApproachInputs,
+    Measured,
+    SpeculationInputs,
+    accept_length_from_alphas,
+    measured,
+    speculation_answer,
+)
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+DRAFT_TOKENS = (1, 2, 3, 4, 5, 6, 7)
+ALPHAS = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
+HIDDEN = 7168
+
+
+def build(approaches: int, r: int, seed: int = 1) -> SpeculationInputs:
+    rng = np.random.default_rng(seed)
+
+    def point(value: float) -> Measured:
+        return measured(value, [float(x) for x in rng.normal(value, value * 0.02, r)], "synthetic")
+
+    draft = {b: point(0.5 + 0.005 * b) for b in BATCHES}
+    rows = []
+    for i in range(approaches):
+        latency, per_us = 6.0 + 12.0 * i / max(approaches - 1, 1), 1.0e5 + 3e3 * i
+        sizes = [t * HIDDEN * 2 for t in (1, 4, 16, 64, 256, 1024)]
+        rows.append(
+            ApproachInputs(
+                approach_id=i,
+                key=f"allreduce-{i:02d}",
+                title=f"allreduce variant {i}",
+                status="promising",
+                t_base={b: point(10.0 + 0.1 * b) for b in BATCHES},
+                draft_step=draft,
+                verify_compute={(b, k): point(10.0 + 0.1 * b * (k + 1)) for b in BATCHES for k in DRAFT_TOKENS},
+                curve=[(n, point(latency + n / per_us)) for n in sizes],
+                curve_how="graph",
+                world_size=2,
+            )
+        )
+    return SpeculationInputs(
+        batches=BATCHES,
+        draft_tokens=DRAFT_TOKENS,
+        n_ar=122,
+        hidden_size=HIDDEN,
+        tau={k: Measured(accept_length_from_alphas(ALPHAS, k)) for k in DRAFT_TOKENS},
+        approaches=tuple(rows),
+        bytes_per_element=2,
+        draft_steps=3,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--approaches", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--resamples", type=int, default=400)
+    parser.add_argument("--repeat", type=int, default=9)
+    args = parser.parse_args()
+    spec = build(args.approaches, args.samples)
+    speculation_answer(spec, resamples=args.resamples)  # warm-up (imports, first allocations)
+    walls, cpus = [], []
+    for _ in range(args.repeat):
+        t, cpu = time.perf_counter(), time.process_time()
+        found = speculation_answer(spec, resamples=args.resamples)
+        walls.append((time.perf_counter() - t) * 1000)
+        cpus.append((time.process_time() - cpu) * 1000)
+    cells = sum(len(a.cells) for a in found.approaches)
+    print(
+        f"{args.approaches} approaches, {cells} cells, {args.samples} samples each, {args.resamples} resamples: "
+        f"wall {statistics.median(walls):.1f} ms (min {min(walls):.1f}), CPU {statistics.median(cpus):.1f} ms; "
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; numpy {np.__version__}, "
+        f"scipy {__import__('scipy').__version__}, Python {sys.version.split()[0]}"
+    )
+    print(found.sentence)
+
+
+if __name__ == "__main__":
+    main()

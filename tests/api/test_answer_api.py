@@ -1,0 +1,216 @@
+"""GET /api/campaigns/{slug}/answer and /answer/config over a swept campaign (SQLite and PostgreSQL),
+and `campaign answer`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from app.db import session_scope
+from tests.support.speculation import BATCHES, DRAFT_TOKENS, SLUG, build_sweep_campaign
+
+FIGURE = {"value", "low", "high", "unstable", "no_samples"}
+CELL = {"batch", "draft_tokens", "t_base_ms", "t_draft_ms", "t_verify_ms", "t_ar_us", "verify_bytes", "tau_star"}
+
+
+@pytest.fixture
+def swept(app):
+    with session_scope(app.state.engine) as session:
+        build_sweep_campaign(session)
+    return app
+
+
+def test_answer_fields(client, api_headers, swept):
+    r = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["batches"] == list(BATCHES) and body["draft_tokens"] == list(DRAFT_TOKENS)
+    by_key = {a["key"]: a for a in body["approaches"]}
+    assert set(by_key) == {"nccl-graph", "symm-one-shot", "symm-two-shot"}
+    nccl = by_key["nccl-graph"]
+    assert (
+        set(nccl["tau_star"]) == FIGURE
+        and nccl["tau_star"]["low"] < nccl["tau_star"]["value"] < nccl["tau_star"]["high"]
+    )
+    assert len(nccl["by_batch"]) == len(BATCHES) * len(DRAFT_TOKENS)
+    cell = next(c for c in nccl["by_batch"] if c["batch"] == 64 and c["draft_tokens"] == 1)
+    assert CELL <= set(cell) and set(cell["speedup"]) == FIGURE
+    # The synthetic physics (tests/support/speculation.py) by hand, at batch 64, k = 1: decode 16.4 ms, draft
+    # 0.82, verify compute 22.8 + 122 x t_ar(1.75 MiB) ~ 37.3 us; the samples' means move these a little.
+    assert cell["t_base_ms"] == pytest.approx(16.4, rel=0.02) and cell["t_verify_ms"] == pytest.approx(27.35, rel=0.03)
+    assert cell["speedup"]["value"] == pytest.approx(1.8 * 16.4 / (0.82 + 27.35), rel=0.03)
+    assert nccl["break_even_batch"] == 64 and nccl["best_draft_tokens"]["128"] == 0
+    assert by_key["symm-one-shot"]["break_even_batch"] == 128
+    two_shot = {(c["batch"], c["draft_tokens"]): c for c in by_key["symm-two-shot"]["by_batch"]}
+    assert two_shot[(128, 7)]["speedup"] is None and "not extrapolated" in two_shot[(128, 7)]["note"]
+    assert body["chosen"] == "symm-one-shot" and body["tiers"][0] == ["symm-one-shot"]
+    assert body["sentence"].startswith("On this node EAGLE-3 pays at every measured batch up to 128")
+    sources = {i["name"]: i for i in body["inputs"]}
+    assert sources["accept length at 3 draft tokens"]["source"].startswith("derived from the entered per-position")
+    assert sources["accept length at 3 draft tokens"]["no_samples"] is True
+    decode = sources["decode step at batch 64"]
+    assert decode["source"].startswith("trial #") and decode["low"] < decode["value"] < decode["high"]
+    missing = body["missing"]
+    assert any(m["approach"] == "symm-two-shot" and m["what"].startswith("allreduce latency at") for m in missing)
+
+
+def test_engine_configs(client, api_headers, swept):
+    sglang = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=sglang", headers=api_headers).json()
+    assert sglang["approach"] == "symm-one-shot"
+    argv = sglang["argv"]
+    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    steps = int(argv[argv.index("--speculative-num-steps") + 1])
+    assert int(argv[argv.index("--speculative-num-draft-tokens") + 1]) == steps + 1
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "128"
+    assert all(s["source"] for s in sglang["settings"])
+    vllm = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=vllm", headers=api_headers).json()
+    spec = json.loads(vllm["argv"][1])
+    assert vllm["argv"][0] == "--speculative-config" and spec["method"] == "eagle3"
+    schedule = spec["num_speculative_tokens_per_batch_size"]
+    assert schedule[0][0] == 1 and schedule[-1][2] == 0
+    assert all(a[1] < b[0] for a, b in zip(schedule, schedule[1:]))  # vLLM: sorted, non-overlapping, inclusive
+    assert spec["num_speculative_tokens"] == max(k for _s, _e, k in schedule)
+    bad = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=trtllm", headers=api_headers)
+    assert bad.status_code == 422
+    assert client.get("/api/campaigns/nope/answer", headers=api_headers).status_code == 404
+
+
+def test_config_says_why_when_nothing_to_deploy(client, api_headers, app):
+    with session_scope(app.state.engine) as session:
+        campaign = build_sweep_campaign(session, slug="no-tau").campaign
+        campaign.accept_alphas = None
+    r = client.get("/api/campaigns/no-tau/answer/config?engine=vllm", headers=api_headers)
+    assert r.status_code == 409 and "accept length per draft length is not known" in r.text
+    body = client.get("/api/campaigns/no-tau/answer", headers=api_headers).json()
+    assert any(m["what"].startswith("accept length tau at 1, 2") for m in body["missing"])
+
+
+def test_openapi_declares_the_answer(client):
+    spec = client.get("/openapi.json").json()
+    ok = spec["paths"]["/api/campaigns/{slug}/answer"]["get"]["responses"]["200"]
+    assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/AnswerPublic")
+    assert "EngineConfigPublic" in spec["components"]["schemas"]
+
+
+def test_cli_answer(swept, settings):
+    env = {**os.environ, **{k: str(v) for k, v in _env(settings).items()}}
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "answer", SLUG, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["chosen"] == "symm-one-shot"
+    text = subprocess.run(
+        [sys.executable, "-m", "app.cli", "answer", SLUG], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert text.stdout.startswith("On this node EAGLE-3") and "symm-two-shot: break-even batch 32" in text.stdout
+
+
+def _env(settings) -> dict[str, str]:
+    return {"CAMPAIGN_DATABASE_URL": settings.resolved_database_url(), "CAMPAIGN_DATA_DIR": str(settings.data_dir)}
+
+
+def test_a_new_measurement_changes_the_answer(client, api_headers, swept):
+    """The answer is kept per process while nothing it reads changes; a new trial's rows change it."""
+    from sqlmodel import select
+
+    from app.models import Approach, Campaign
+    from tests.support.speculation import ALLREDUCES, SweepBuilder
+
+    def cell_128_7() -> dict:
+        body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+        two = next(a for a in body["approaches"] if a["key"] == "symm-two-shot")
+        return next(c for c in two["by_batch"] if c["batch"] == 128 and c["draft_tokens"] == 7)
+
+    assert cell_128_7()["speedup"] is None
+    with session_scope(swept.state.engine) as session:
+        builder = SweepBuilder(session)
+        builder.campaign = session.exec(select(Campaign).where(Campaign.slug == SLUG)).one()
+        builder.allreduces = {**ALLREDUCES, "symm-two-shot": (*ALLREDUCES["symm-two-shot"][:3], 1024)}
+        approach = session.exec(select(Approach).where(Approach.key == "symm-two-shot")).one()
+        builder.allreduce_sweep(approach, "symm-two-shot")  # now measured up to 14 MiB
+    assert cell_128_7()["speedup"] is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("speculation_draft_tokens", [0, 1], "greater than or equal to 1"),
+        ("accept_alphas", [0.8, 1.2], "less than or equal to 1"),
+        ("accept_length_by_k", {"3": 101}, "less than or equal to 100"),
+        ("accept_length_by_k", {"x": 2.0}, "should match pattern"),
+    ],
+)
+def test_bad_speculation_inputs_are_refused_clearly(client, api_headers, swept, field, value, message):
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={field: value})
+    assert r.status_code == 422 and message in r.text, r.text
+
+
+def test_entered_inputs_steer_the_answer(client, api_headers, swept):
+    r = client.patch(
+        f"/api/campaigns/{SLUG}",
+        headers=api_headers,
+        json={"accept_length_by_k": {"2": 2.9}, "speculation_batches": [1, 8, 64], "speculation_draft_tokens": [1, 2]},
+    )
+    assert r.status_code == 200, r.text
+    body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+    assert body["batches"] == [1, 8, 64] and body["draft_tokens"] == [1, 2]
+    tau = {t["draft_tokens"]: t for t in body["accept_length"]}
+    assert tau[2]["value"] == 2.9 and tau[2]["source"].startswith("entered on the campaign")
+    assert tau[1]["value"] == pytest.approx(1.8)  # still from the alphas
+
+
+def test_world_size_one_and_wall_clock_checks(client, api_headers, app):
+    """The recipes' contract: at world size 1 (`allreduces` 0) there is no allreduce; a k = 0 verify row is the
+    decode step, not a draft length; a `timer: wall-sync` figure is a check, never an input."""
+    from app.domain import inventory
+    from app.schemas import ApproachCreate, CampaignCreate
+    from tests.support.speculation import SweepBuilder
+
+    with session_scope(app.state.engine) as session:
+        b = SweepBuilder(session)
+        b.campaign = inventory.create_campaign(
+            session, CampaignCreate(slug="tp1", name="TP 1", accept_alphas=[0.8, 0.6], draft_steps=2)
+        )
+        events = inventory.add_approach(
+            session, b.campaign, ApproachCreate(key="events", title="CUDA events"), actor="t"
+        )
+        wall = inventory.add_approach(session, b.campaign, ApproachCreate(key="wall", title="wall clock"), actor="t")
+        rows: list[tuple[str, float, dict[str, Any], list[float] | None]] = []
+        for batch in (1, 4):
+            for k in (0, 1, 2):
+                tags = {"device": "cuda", "world_size": 1, "allreduces": 0, "batch": batch, "draft_tokens": k}
+                rows.append(("verify_compute_ms", 10.0 + batch * (k + 1), {**tags, "tokens": batch * (k + 1)}, None))
+            rows.append(("decode_step_ms", 10.0 + batch, {"device": "cuda", "batch": batch, "draft_tokens": 0}, None))
+            rows.append(("draft_step_ms", 0.5, {"device": "cuda", "batch": batch, "tokens": batch}, None))
+        b.trial(events, rows)
+        b.trial(wall, [(n, v * 3, {**t, "timer": "wall-sync"}, s) for n, v, t, s in rows])
+    body = client.get("/api/campaigns/tp1/answer", headers=api_headers).json()
+    assert [a["key"] for a in body["approaches"]] == ["events"]
+    assert body["draft_tokens"] == [1, 2]
+    events = body["approaches"][0]
+    assert events["world_size"] == 1
+    cell = next(c for c in events["by_batch"] if c["batch"] == 4 and c["draft_tokens"] == 2)
+    assert cell["note"] == "world size 1: no allreduce" and cell["t_verify_ms"] == pytest.approx(22.0)
+    assert cell["speedup"]["value"] == pytest.approx((1 + 0.8 + 0.48) * 14.0 / (2 * 0.5 + 22.0))
+
+
+def test_grids_are_sets_and_an_impossible_tau_is_set_aside(client, api_headers, swept):
+    r = client.patch(
+        f"/api/campaigns/{SLUG}",
+        headers=api_headers,
+        json={"speculation_batches": [64, 1, 8, 8], "accept_length_by_k": {"1": 1.9, "3": 4.5}},
+    )
+    assert r.status_code == 200 and r.json()["speculation_batches"] == [1, 8, 64], r.text
+    body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+    tau = {t["draft_tokens"]: t for t in body["accept_length"]}
+    assert tau[1]["value"] == 1.9 and tau[3]["source"].startswith("derived from the entered per-position")
+    assert any("the entered 4.5 is above 4" in m["what"] for m in body["missing"])
