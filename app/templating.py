@@ -13,9 +13,9 @@ from app import __version__
 from app.config import resource_dir
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
+from app.services.events import feed_attributes
 
 HTMX_VERSION = "2.0.11"
-HTMX_EXT_SSE_VERSION = "2.2.4"  # static/vendor/htmx-ext-sse-*: scripts/vendor-htmx-ext-sse
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 STATUS_LABELS = {
@@ -56,7 +56,6 @@ def make_templates() -> Jinja2Blocks:
     env.globals.update(
         app_version=__version__,
         htmx_version=HTMX_VERSION,
-        htmx_ext_sse_version=HTMX_EXT_SSE_VERSION,
         swagger_ui_version=SWAGGER_UI_VERSION,
         plotly_version=plotly.__version__,
         csrf_header=CSRF_HEADER,
@@ -64,6 +63,7 @@ def make_templates() -> Jinja2Blocks:
         status_labels=STATUS_LABELS,
         active_trial_states=ACTIVE_TRIAL_STATES,
         terminal_trial_states=TERMINAL_TRIAL_STATES,
+        page_feed=feed_attributes,  # <div {{ page_feed(topics, feed_mark) }}>: the page feed's element
     )
     env.filters["ago"] = _ago
     env.filters["utc"] = _utc
