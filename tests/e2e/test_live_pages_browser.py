@@ -97,7 +97,9 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         watcher.wait_for_selector(".page-feed[data-feed=open]")
         watcher.evaluate(MARK)
         expect(watcher.locator("#approach-steps")).to_have_attribute("data-status", "untested")
-        expect(watcher.locator("#recent-trials")).to_contain_text("No trials yet")  # its own request, on load
+        expect(watcher.locator("#recent-trials")).to_contain_text(
+            "No trials yet", use_inner_text=True
+        )  # its own request, on load
 
         starter.goto(f"{server.url}/campaigns/live")
         for _ in range(60):  # the embedded runner connects on its own
@@ -118,7 +120,7 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         starter.wait_for_selector("[data-live=state] [data-state=running]")
         starter.wait_for_selector("#log-status[data-live=live]")
         starter.wait_for_selector("#verdict-box[data-verdict=not-ended]")
-        expect(starter.locator("#trial")).to_contain_text("ada")  # requested by the starter
+        expect(starter.locator("#trial")).to_contain_text("ada", use_inner_text=True)  # requested by the starter
         starter.wait_for_selector(".page-feed[data-feed=open]")
         assert _wait_points(starter, "step_ms", 5) == [10.0, 11.0, 12.0, 13.0, 14.0]
         assert _wait_points(starter, "total_ms", 1) == [99.5]
@@ -136,7 +138,7 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         # It ends on both pages without a reload.
         starter.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         starter.wait_for_selector("#log-status[data-live=ended]")
-        expect(starter.locator("#log-status")).to_have_text("trial ended")
+        expect(starter.locator("#log-status")).to_have_text("trial ended", use_inner_text=True)
         # After the end the charts show the stored metrics (the server's #metric-series).
         starter.wait_for_selector("#metric-series", state="attached")
         assert _wait_points(starter, "step_ms", 8) == [10.0, 11.0, 12.0, 13.0, 14.0, 20.0, 21.0, 22.0]
@@ -150,7 +152,7 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
 
         # The starter's verdict box: the proposal and its decide form, without a reload.
         starter.wait_for_selector("#verdict-box[data-verdict=pending] form.verdict-form button[type=submit]")
-        expect(starter.locator("#verdict-box")).to_contain_text("Proposed")
+        expect(starter.locator("#verdict-box")).to_contain_text("Proposed", use_inner_text=True)
         # The other person decides (through the API): both pages follow.
         trial_id = int(starter.get_attribute("#trial", "data-trial-id"))
         api = {"Authorization": "Bearer " + server.cli("token", "create", "watcher", "--user", "bob").stdout.strip()}
@@ -164,10 +166,12 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         expect(starter.locator("#verdict-box form")).to_have_count(0)
         watcher.wait_for_selector("#approach-steps[data-status=promising]")
         # The verdicts list is another fragment, re-fetched on the same notice but swapped on its own.
-        expect(watcher.locator("#campaign-verdicts")).not_to_contain_text("Waiting for your verdict")
+        expect(watcher.locator("#campaign-verdicts")).not_to_contain_text(
+            "Waiting for your verdict", use_inner_text=True
+        )
         assert starter.evaluate(NOT_RELOADED) and watcher.evaluate(NOT_RELOADED)
         watcher.goto(f"{server.url}/campaigns/live/approaches/steps")  # the history names who decided
-        expect(watcher.locator(".history")).to_contain_text("bob")
+        expect(watcher.locator(".history")).to_contain_text("bob", use_inner_text=True)
         # The trial page (log, metrics, plots, verdict) fits a 390 px phone.
         starter.set_viewport_size({"width": 390, "height": 844})
         starter.wait_for_function("() => document.scrollingElement.scrollWidth <= 390", timeout=5000)
@@ -273,7 +277,7 @@ def test_a_page_whose_feed_dropped_catches_up_when_it_reconnects(tmp_path, brows
             env={"CAMPAIGN_SECRET_KEY": server.env["CAMPAIGN_SECRET_KEY"]},
         )
         page.wait_for_selector("#approach-beta[data-status=deferred]", timeout=60000)
-        expect(page.locator("#approach-beta")).to_contain_text("waiting for new GPUs")
+        expect(page.locator("#approach-beta")).to_contain_text("waiting for new GPUs", use_inner_text=True)
         assert page.evaluate(NOT_RELOADED)
 
         # And live again on the new server: a change made there arrives as a notice.

@@ -46,7 +46,7 @@ def test_twelve_tabs_in_one_browser_all_load_and_each_gets_a_live_change(tmp_pat
             expect(page.locator(".page-feed")).to_have_attribute("data-feed", "open")
             page.evaluate(MARK)
         for page in pages:  # and every tab's own htmx requests got through (fragments loaded on "load")
-            expect(page.locator("#recent-trials")).to_contain_text("No trials yet")
+            expect(page.locator("#recent-trials")).to_contain_text("No trials yet", use_inner_text=True)
             expect(page.locator(".page-feed")).to_have_attribute("data-feed", "open")
 
         # A change on each campaign, made after every tab opened; a feed read beside the tabs gives each
@@ -74,7 +74,7 @@ def test_twelve_tabs_in_one_browser_all_load_and_each_gets_a_live_change(tmp_pat
             expect(page.locator(".page-feed")).to_have_attribute("data-feed-seen", ids[slug])
             # ... and the fragment re-fetched itself on it.
             expect(page.locator(f"#approach-{key}")).to_have_attribute("data-status", "deferred")
-            expect(page.locator(f"#approach-{key}")).to_contain_text(f"live in every {slug} tab")
+            expect(page.locator(f"#approach-{key}")).to_contain_text(f"live in every {slug} tab", use_inner_text=True)
             assert page.evaluate(NOT_RELOADED)
     finally:
         if context is not None:
