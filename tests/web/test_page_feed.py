@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 
@@ -14,10 +15,12 @@ import pytest
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
+from app.live import SESSION_ENDED_CLOSE_CODE
 from app.models import Approach, Campaign, Runner
 from app.security import SESSION_COOKIE, create_api_token
-from app.services.events import GOING_AWAY_CLOSE_CODE, PageFeed, feed_path, notice
+from app.services.events import GOING_AWAY_CLOSE_CODE, RETRY_MS, PageFeed, dom_event, feed_path, notice
 from tests.support.feeds import FeedReader
+from tests.support.paths import ROOT
 from tests.support.servers import ThreadServer, start_live_server
 from tests.support.trials import (
     ProtocolRunner,
@@ -327,3 +330,30 @@ def test_runners_heartbeats_are_one_notice_per_window_on_a_real_server(tmp_path,
         for runner in runners:
             runner.close()
         server.stop()
+
+
+def test_pages_carry_what_pagefeed_js_needs_and_their_fragments_follow_real_events(srv):
+    """The feed element of a page gives its script the feed's address (with the page's mark), the close
+    code of an ended session and the retry delay, all from the server; that address opens a feed. Every
+    `feed:<kind>` a template's fragment listens for is an event some topic's notice fires."""
+    cid, _ = _seed(srv)
+    headers, cookies = _browser(srv)
+    with httpx.Client(timeout=10, cookies=cookies) as c:
+        html = c.get(f"{srv.url}/campaigns/spec").text
+    attrs = dict(re.findall(r'(data-feed-[a-z-]+)="([^"]*)"', html))
+    assert attrs["data-feed-ended-code"] == str(SESSION_ENDED_CLOSE_CODE)
+    assert int(attrs["data-feed-retry-ms"]) == RETRY_MS
+    url = attrs["data-feed-url"].replace("&amp;", "&")
+    assert url.startswith(f"/api/pages/feed?topic=campaign:{cid}&topic=runners&since={srv.app.state.page_feed.boot}.")
+    reader = FeedReader(srv.url + url, headers, cookies)
+    try:
+        assert reader.status == 101
+    finally:
+        reader.close()
+    kinds = {dom_event(t) for t in (f"campaign:{cid}", "approach:1", "trial:1", "runners", "heartbeats")}
+    listened = {
+        name
+        for path in (ROOT / "templates").rglob("*.html")
+        for name in re.findall(r"\bfeed:[a-z]+", path.read_text(encoding="utf-8"))
+    }
+    assert listened and listened <= kinds, listened - kinds
