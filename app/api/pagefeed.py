@@ -78,7 +78,7 @@ async def _send_notices(ws: WebSocket, stream: events.Stream, first: list[str]) 
             await ws.send_text(text)
 
 
-@router.websocket("/api/pages/feed")
+@router.websocket(events.FEED_PATH)
 async def page_feed(ws: WebSocket) -> None:
     topics = list(dict.fromkeys(ws.query_params.getlist("topic")))
     refusal = await asyncio.to_thread(_refusal, ws, topics)
@@ -120,7 +120,7 @@ async def page_feed(ws: WebSocket) -> None:
 
 
 # A plain GET (a script, an old page's EventSource) gets a clear answer instead of a 404.
-@router.get("/api/pages/feed", include_in_schema=False)
+@router.get(events.FEED_PATH, include_in_schema=False)
 async def page_feed_over_http() -> None:
     raise HTTPException(
         426, "The page feed is a websocket: connect with ws:// (static/pagefeed.js does).", {"Upgrade": "websocket"}
