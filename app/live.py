@@ -56,6 +56,9 @@ async def trace_probes(period_s: float = 0.005) -> None:
 
 
 RESYNC_CLOSE_CODE = 4000  # "you fell behind: reconnect with ?after=<last seq you have>"
+SESSION_ENDED_CLOSE_CODE = (
+    4401  # a browser socket whose session or API token ended: "log in again" (app/services/access.py)
+)
 SUBSCRIBER_QUEUE_BYTES = 4 * 1024 * 1024
 
 

@@ -17,9 +17,9 @@ from app import __version__
 from app.config import resource_dir
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
+from app.services.events import feed_attributes
 
 HTMX_VERSION = "2.0.11"
-HTMX_EXT_SSE_VERSION = "2.2.4"  # static/vendor/htmx-ext-sse-*: scripts/vendor-htmx-ext-sse
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
 # static/vendor/plotly-cartesian-*: scripts/vendor-plotly-cartesian (scatter, bar, heatmap: every chart's trace
 # type), the plotly.js version the installed plotly package bundles (tests/web/test_assets.py).
@@ -127,7 +127,6 @@ def make_templates() -> Jinja2Blocks:
     env.globals.update(
         app_version=__version__,
         htmx_version=HTMX_VERSION,
-        htmx_ext_sse_version=HTMX_EXT_SSE_VERSION,
         swagger_ui_version=SWAGGER_UI_VERSION,
         plotly_asset=PLOTLY_JS_ASSET,
         status_colors=STATUS_COLORS,
@@ -137,6 +136,7 @@ def make_templates() -> Jinja2Blocks:
         status_labels=STATUS_LABELS,
         active_trial_states=ACTIVE_TRIAL_STATES,
         terminal_trial_states=TERMINAL_TRIAL_STATES,
+        page_feed=feed_attributes,  # <div {{ page_feed(topics, feed_mark) }}>: the page feed's element
     )
     env.filters["ago"] = _ago
     env.filters["utc"] = _utc

@@ -1,5 +1,5 @@
 """Page-feed benchmark: a real `campaign serve` and `campaign runner` (bench/log_pipeline.py's Board),
-many open page feeds (server-sent events) on one campaign while its trials run.
+many open page feeds (websockets, as the pages open them) on one campaign while its trials run.
 
     .venv/bin/python bench/pagefeed.py                    # 50 feeds, 10 trials
     .venv/bin/python bench/pagefeed.py --feeds 10 --trials 3
@@ -25,10 +25,13 @@ from pathlib import Path
 
 import httpx
 import psutil
+from websockets.asyncio.client import connect
+from websockets.typing import Origin
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.services.events import feed_path  # noqa: E402
 from bench.log_pipeline import Board, pct  # noqa: E402
 
 STORM = """
@@ -42,14 +45,11 @@ print("done", flush=True)
 """
 
 
-async def feed(url: str, headers: dict[str, str], arrivals: list[float], ready: asyncio.Event) -> None:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=None)) as client:
-        async with client.stream("GET", url, headers=headers) as r:
-            r.raise_for_status()
-            ready.set()
-            async for line in r.aiter_lines():  # until the task is cancelled
-                if line.startswith("event:"):
-                    arrivals.append(time.time())
+async def feed(url: str, board: Board, arrivals: list[float], ready: asyncio.Event) -> None:
+    async with connect(url, additional_headers=board.cookie, origin=Origin(board.url)) as socket:
+        ready.set()
+        async for _notice in socket:  # until the task is cancelled
+            arrivals.append(time.time())
 
 
 def visible_end(board: Board, trial_id: int) -> float:
@@ -62,11 +62,10 @@ def visible_end(board: Board, trial_id: int) -> float:
 
 
 async def run(board: Board, slug: str, campaign_id: int, feeds: int, trials: int) -> dict[str, float]:
-    url = f"{board.url}/api/pages/feed?topic=campaign:{campaign_id}&topic=runners"
-    headers = {**board.cookie, "Origin": board.url}
+    url = "ws" + board.url.removeprefix("http") + feed_path([f"campaign:{campaign_id}", "runners"])
     arrivals: list[list[float]] = [[] for _ in range(feeds)]
     readies = [asyncio.Event() for _ in range(feeds)]
-    tasks = [asyncio.create_task(feed(url, headers, arrivals[i], readies[i])) for i in range(feeds)]
+    tasks = [asyncio.create_task(feed(url, board, arrivals[i], readies[i])) for i in range(feeds)]
     for ready in readies:
         await asyncio.wait_for(ready.wait(), 60)
     server = psutil.Process(board.server.pid)

@@ -1,8 +1,12 @@
-// Page feed: the page's fragments re-fetch themselves on "X changed" notices from
-// /api/pages/feed (server-sent events, htmx-ext-sse; hx-trigger="sse:campaign" and the like), so the
-// HTML always comes from the server's templates. This file adds two things:
-//  - the last notice's id goes into the feed URL (since=...), so a reconnect (the extension opens a
-//    new EventSource) is sent only the topics it missed;
+// Page feed: the page's fragments re-fetch themselves on "X changed" notices from the page feed's
+// websocket (app/api/pagefeed.py), so the HTML always comes from the server's templates. The feed element
+// (<div data-feed-url=...>, written by the server: app/services/events.feed_attributes) says where to
+// connect, which close code means "your session ended" and how long to wait before reconnecting; each
+// notice names the DOM event it fires (hx-trigger="feed:campaign" and the like). A websocket, not an
+// EventSource: an event stream holds one of the browser's six HTTP/1.1 connections per origin for as
+// long as the page is open, so the seventh tab never loaded.
+//  - the last notice's id goes into the feed URL (since=...), so a reconnect is sent only the topics it
+//    missed;
 //  - a fragment the person is editing in (focus in a field, a field they changed, an open <details>
 //    with a form) is not swapped under their hands: the refresh waits until they leave it and nothing
 //    typed is pending ("feed-stale"); submitting the form swaps it anyway;
@@ -11,42 +15,62 @@
 (function () {
   "use strict";
   if (!window.htmx) return;
+  const feed = document.querySelector("[data-feed-url]");
+  if (!feed) return;
 
-  function feedOf(el) {
-    return el && el.closest ? el.closest("[sse-connect]") : null;
+  const endedCode = Number(feed.dataset.feedEndedCode);
+  const retryMs = Number(feed.dataset.feedRetryMs) || 1000;
+  const lastNotice = new Map(); // DOM event name -> performance.now() of its last notice (see below)
+  let failures = 0;
+
+  function socketUrl() {
+    const url = new URL(feed.dataset.feedUrl, location.href);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    return url.href;
   }
 
-  const lastNotice = new Map(); // topic kind -> performance.now() of its last notice (see below)
-
-  // Every notice is seen on the EventSource itself, not through a fragment's listener: a fragment
-  // being swapped has none (the old element left the page, the new one is not processed yet), and htmx
-  // then fires nothing the page could see.
-  function watch(feed, source) {
-    if (source.pageFeedWatched) return;
-    source.pageFeedWatched = true;
-    const url = new URL(feed.getAttribute("sse-connect"), location.href);
-    const kinds = new Set(url.searchParams.getAll("topic").map(function (t) { return t.split(":")[0]; }));
-    kinds.forEach(function (kind) {
-      source.addEventListener(kind, function (evt) {
-        lastNotice.set(kind, performance.now());
-        if (!evt.lastEventId) return;
-        const next = new URL(feed.getAttribute("sse-connect"), location.href);
-        next.searchParams.set("since", evt.lastEventId);
-        feed.setAttribute("sse-connect", next.pathname + next.search);
-      });
+  // A notice fires its event on every fragment of the page that may follow it, each on its own (no
+  // bubbling: a fragment inside another fires once); htmx re-fetches those whose hx-trigger lists it.
+  function deliver(notice) {
+    lastNotice.set(notice.event, performance.now());
+    if (notice.id) {
+      const next = new URL(feed.dataset.feedUrl, location.href);
+      next.searchParams.set("since", notice.id);
+      feed.dataset.feedUrl = next.pathname + next.search;
+      feed.dataset.feedSeen = notice.id;
+    }
+    feed.querySelectorAll("[hx-trigger]").forEach(function (el) {
+      el.dispatchEvent(new CustomEvent(notice.event, { bubbles: false, detail: { pageFeed: notice } }));
     });
   }
 
-  document.body.addEventListener("htmx:sseOpen", function (evt) {
-    const feed = feedOf(evt.target);
-    if (!feed) return;
-    feed.dataset.feed = "open";
-    if (evt.detail && evt.detail.source) watch(feed, evt.detail.source);
-  });
-  document.body.addEventListener("htmx:sseError", function (evt) {
-    const feed = feedOf(evt.target);
-    if (feed) feed.dataset.feed = "reconnecting";
-  });
+  function connect() {
+    const socket = new WebSocket(socketUrl());
+    let opened = false;
+    socket.onopen = function () {
+      opened = true;
+      failures = 0;
+      feed.dataset.feed = "open";
+    };
+    socket.onmessage = function (evt) {
+      deliver(JSON.parse(evt.data));
+    };
+    socket.onclose = function (evt) {
+      if (evt.code === endedCode) {
+        feed.dataset.feed = "ended";
+        const flash = document.getElementById("flash");
+        if (flash) flash.textContent = evt.reason;
+        return;
+      }
+      feed.dataset.feed = "reconnecting";
+      failures = opened ? 0 : Math.min(failures + 1, 4);
+      setTimeout(connect, retryMs * Math.pow(2, failures));
+    };
+  }
+  // After htmx processed the page (its DOMContentLoaded handler came first): a notice sent at once on
+  // open (something changed since the page was drawn) finds every fragment listening.
+  if (document.readyState === "complete") connect();
+  else document.addEventListener("DOMContentLoaded", connect);
 
   const FIELDS = "input:not([type=hidden]):not([type=submit]):not([type=button]), select, textarea";
 
@@ -72,7 +96,7 @@
 
   document.body.addEventListener("htmx:confirm", function (evt) {
     const trigger = evt.detail.triggeringEvent;
-    if (!trigger || typeof trigger.type !== "string" || !trigger.type.startsWith("sse:")) return;
+    if (!trigger || !trigger.detail || !trigger.detail.pageFeed) return;
     const el = evt.detail.elt;
     if (editing(el)) {
       evt.preventDefault();
@@ -84,11 +108,16 @@
   // windows lose one with htmx alone: a notice that arrives while the fragment is re-fetching (htmx
   // queues the request on the element, but the answer in flight replaces it, hx-swap="outerHTML", and
   // htmx drops the requests of an element no longer in the page), and one that arrives after the swap
-  // but before the new element is processed at settle (it has no sse listener yet). So: the time of
-  // each topic's last notice is kept (from the EventSource, above), and a fragment that settles
-  // re-fetches once more when a notice of a topic it follows came after its request started (a trial
-  // that ended while the campaign page was reloading for its start; a runner killed while the Runners
-  // table was swapping in its last heartbeat).
+  // but before the new element is processed at settle (htmx has no listener on it yet). So: the time of
+  // each notice event's last arrival is kept (above), and a fragment that settles re-fetches once more
+  // when a notice of an event it follows came after its request started (a trial that ended while the
+  // campaign page was reloading for its start; a runner killed while the Runners table was swapping in
+  // its last heartbeat).
+  function triggers(el) {
+    return (el.getAttribute("hx-trigger") || "").split(",").map(function (spec) {
+      return spec.trim().split(/[\s[]/)[0];
+    });
+  }
   const requested = new Map(); // fragment id -> performance.now() when its last request started
   document.body.addEventListener("htmx:beforeRequest", function (evt) {
     const el = evt.detail.elt;
@@ -99,8 +128,7 @@
     if (!el || !el.id || !requested.has(el.id) || !el.isConnected) return;
     const started = requested.get(el.id);
     requested.delete(el.id);
-    const topics = (el.getAttribute("hx-trigger") || "").match(/sse:[\w-]+/g) || [];
-    if (topics.some(function (t) { return (lastNotice.get(t.slice(4)) || -1) > started; })) {
+    if (triggers(el).some(function (name) { return (lastNotice.get(name) || -1) > started; })) {
       htmx.trigger(el, "feed-stale");
     }
   });

@@ -7,7 +7,7 @@ order without repeats:
     {"type": "log", "chunks": [[seq, text], ...]}
 A viewer that falls behind is closed with code 4000 (live.RESYNC_CLOSE_CODE): reconnect with the
 last seq you have. A socket whose session or API token ends (revoked, logged out, expired, user
-disabled: app/services/access.py) is closed with code 4401 (SESSION_ENDED_CLOSE_CODE): log in again.
+disabled: app/services/access.py) is closed with code 4401 (live.SESSION_ENDED_CLOSE_CODE): log in again.
 
 Costs are per publish, not per viewer: a live frame is encoded once (live.Frame) and sent as it is
 to every viewer that is caught up; backlog pages are read and encoded on a worker thread. The socket
@@ -29,7 +29,7 @@ from sqlmodel import Session
 from app.deps import RowId, socket_operator
 from app.domain import logs as log_domain
 from app.domain import trial_reads
-from app.live import RESYNC_CLOSE_CODE, Frame, Subscriber, get_hub, run_in_tx, trace
+from app.live import RESYNC_CLOSE_CODE, SESSION_ENDED_CLOSE_CODE, Frame, Subscriber, get_hub, run_in_tx, trace
 from app.models import Trial
 from app.services import access
 
@@ -40,7 +40,6 @@ BACKLOG_PAGE = 500  # chunks per backlog read (and per message)
 BACKLOG_PAGE_BYTES = 1024 * 1024  # ... or this many bytes of text, whichever comes first
 PENDING_LIMIT = 2000  # chunks held out of order before the viewer is told to resync
 COALESCE_FRAMES = 64  # queued frames a viewer that fell behind sends as one message, at most
-SESSION_ENDED_CLOSE_CODE = 4401
 
 
 def browser_allowed(ws: WebSocket) -> bool:

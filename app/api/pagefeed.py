@@ -1,120 +1,127 @@
-"""The page feed: GET /api/pages/feed?topic=campaign:3&topic=runners&since=<mark>, server-sent events.
+"""The page feed: a websocket, /api/pages/feed?topic=campaign:3&topic=runners&since=<mark>.
 
-One stream per open page, read-only. It needs a logged-in browser session (or an API token) and,
-like the live-log socket, this server's Origin (a cross-site EventSource is refused). Each event is
-a notice that a topic changed (app/services/events.py), never the data itself:
+One socket per open page, read-only. It needs a logged-in browser session (or an API token) and, like
+the live-log socket, this server's Origin; a refused socket gets an HTTP answer instead of the upgrade
+(401 not logged in, 403 another origin, 422 a bad topic), with its reason. Each message is a notice
+that a topic changed (app/services/events.py `notice`), never the data itself:
 
-    id: <boot>.<seq>
-    event: campaign            (the topic's kind: campaign, approach, trial or runners)
-    data: campaign:3
+    {"id": "<boot>.<seq>", "topic": "campaign:3", "event": "feed:campaign"}
 
-The page's fragments re-fetch themselves on it (`hx-trigger="sse:campaign"`, htmx-ext-sse), so
-the HTML always comes from the same templates as on load. On (re)connect the stream first sends
-one notice for every topic published after `since` (the page's mark, or the Last-Event-ID a
-reconnecting EventSource sends): a page that was away catches up. Streams end at shutdown, and
-when the session or API token they were opened with ends (app/services/access.py).
+static/pagefeed.js fires `event` on the page's fragments (`hx-trigger="feed:campaign"`), which re-fetch
+themselves, so the HTML always comes from the same templates as on load. On (re)connect the socket first
+sends one notice for every topic published after `since` (the page's mark, moved forward by every
+notice it got): a page that was away catches up.
+
+Why a websocket and not server-sent events: a browser keeps at most six HTTP/1.1 connections per origin,
+and an event stream holds one for as long as its page is open; the seventh tab never loaded, and the
+open tabs' own requests waited behind the streams. Websockets are outside that pool (Chromium allows
+255 per profile), so the page's fetches keep all six.
+
+A socket ends with the server (close code 1001: the page reconnects and catches up), or when the session
+or API token it was opened with ends (4401, app/services/access.py: the page stops and says so).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect
+from starlette.responses import JSONResponse
 
 from app.deps import operator_from, same_origin
+from app.live import SESSION_ENDED_CLOSE_CODE
 from app.services import access, events
 
 router = APIRouter(tags=["pages"])
 
-KEEPALIVE_S = 15.0  # a comment line now and then: proxies keep the stream open, dead peers show
+CLOSE_TIMEOUT_S = 5.0  # a close frame behind unread notices: a stuck reader is dropped after this
 
 
-class FeedResponse(Response):
-    """A text/event-stream that writes the stream's notices as they come, until the client leaves or
-    the server shuts down (the stream is closed, the response ends)."""
-
-    media_type = "text/event-stream"
-
-    def __init__(
-        self, feed: events.PageFeed, stream: events.Stream, first: str, credential: tuple[str, str] | None
-    ) -> None:
-        super().__init__(
-            content=None,
-            media_type=self.media_type,
-            headers={"Cache-Control": "no-cache, no-store", "X-Accel-Buffering": "no"},
-        )
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]  # endless
-        self.feed, self.stream, self.first, self.credential = feed, stream, first, credential
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        stream = self.stream
-
-        async def until_disconnect() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            stream.close()
-
-        watcher = asyncio.create_task(until_disconnect())
-        watched = access.watch(scope["app"], self.credential, stream.close)  # a revoked session ends it
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            await send({"type": "http.response.body", "body": self.first.encode(), "more_body": True})
-            while not stream.closed:
-                try:
-                    await asyncio.wait_for(stream.wake.wait(), KEEPALIVE_S)
-                except TimeoutError:
-                    await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
-                    continue
-                if stream.closed:
-                    break
-                body = "".join(stream.take()).encode()
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-            with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
-            pass  # the client went away mid-write
-        finally:
-            access.unwatch(scope["app"], watched)
-            self.feed.release(stream)
-            watcher.cancel()
-            with contextlib.suppress(BaseException):
-                await watcher
-
-
-# Not in OpenAPI: a browser page's endless stream (like the live-log socket), not an API for scripts.
-@router.get("/api/pages/feed", include_in_schema=False)
-async def page_feed(
-    request: Request,
-    topic: Annotated[
-        list[str],
-        Query(description="campaign:<id>, approach:<id>, trial:<id>, runners or heartbeats; repeat for several"),
-    ],
-    since: Annotated[str, Query(max_length=64, description="The page's mark: notices after it are sent first")] = "",
-) -> Response:
-    if await asyncio.to_thread(operator_from, request) is None:
-        raise HTTPException(401, "Log in first: the page feed needs a session.")
-    if request.headers.get("sec-fetch-site") == "cross-site" or not same_origin(request):
-        raise HTTPException(403, "Cross-origin request refused.")
-    topics = list(dict.fromkeys(topic))
+def _refusal(ws: WebSocket, topics: list[str]) -> tuple[int, str] | None:
+    """Why this socket may not open (HTTP status, reason), or None. Reads the database: run on a thread."""
+    if operator_from(ws) is None:
+        return 401, "Log in first: the page feed needs a session."
+    if ws.headers.get("sec-fetch-site") == "cross-site" or not same_origin(ws):
+        return 403, "Cross-origin request refused."
     if not topics or len(topics) > events.MAX_TOPICS:
-        raise HTTPException(422, f"topic: give 1 to {events.MAX_TOPICS} topics")
+        return 422, f"topic: give 1 to {events.MAX_TOPICS} topics"
     for t in topics:
         if not events.TOPIC.fullmatch(t):
-            raise HTTPException(
-                422, f"topic: {t[:80]!r} is not campaign:<id>, approach:<id>, trial:<id>, runners or heartbeats"
-            )
-    feed = events.get_feed(request.app)
+            return 422, f"topic: {t[:80]!r} is not campaign:<id>, approach:<id>, trial:<id>, runners or heartbeats"
+    return None
+
+
+async def _refuse(ws: WebSocket, status: int, reason: str) -> None:
+    """Answer the upgrade with an HTTP error and its reason (a close before accept where the server
+    cannot: the client then sees 403)."""
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        await ws.send_denial_response(JSONResponse({"detail": reason}, status_code=status))
+    else:
+        await ws.close(code=1008, reason=reason)
+
+
+async def _until_disconnect(ws: WebSocket) -> None:
+    """Read the page's socket (a page sends nothing that matters) until it closes."""
+    while (await ws.receive())["type"] != "websocket.disconnect":
+        pass
+
+
+async def _send_notices(ws: WebSocket, stream: events.Stream, first: list[str]) -> None:
+    for text in first:
+        await ws.send_text(text)
+    while True:
+        await stream.wake.wait()
+        if stream.closed:
+            return
+        for text in stream.take():
+            await ws.send_text(text)
+
+
+@router.websocket(events.FEED_PATH)
+async def page_feed(ws: WebSocket) -> None:
+    topics = list(dict.fromkeys(ws.query_params.getlist("topic")))
+    refusal = await asyncio.to_thread(_refusal, ws, topics)
+    if refusal is not None:
+        await _refuse(ws, *refusal)
+        return
+    feed = events.get_feed(ws.app)
     stream = feed.open(topics)  # before reading the mark: a publish in between is sent, not lost
-    last_id = request.headers.get("last-event-id", "")[:64]
-    missed = feed.missed(topics, last_id or since)
+    missed = feed.missed(topics, ws.query_params.get("since", "")[:64])
     mark = feed.mark()
-    first = (
-        "retry: 1000\n\n"
-        + "".join(f"id: {mark}\nevent: {events.kind(t)}\ndata: {t}\n\n" for t in missed)
-        + ": open\n\n"
+    watched = access.watch(ws.app, access.credential(ws), lambda: stream.close("credential"))
+    sender: asyncio.Task | None = None
+    reader: asyncio.Task | None = None
+    try:
+        await ws.accept()
+        sender = asyncio.create_task(_send_notices(ws, stream, [events.notice(mark, t) for t in missed]))
+        reader = asyncio.create_task(_until_disconnect(ws))
+        await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
+        if reader.done():
+            return  # the page left
+        await sender  # the stream was closed: say why
+        code, reason = (
+            (SESSION_ENDED_CLOSE_CODE, "your session ended: log in again")
+            if stream.ended == "credential"
+            else (events.GOING_AWAY_CLOSE_CODE, "the server is restarting")
+        )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(code=code, reason=reason), CLOSE_TIMEOUT_S)
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        pass  # the page went away mid-send
+    finally:
+        access.unwatch(ws.app, watched)
+        feed.release(stream)
+        for task in (sender, reader):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+# A plain GET (a script, an old page's EventSource) gets a clear answer instead of a 404.
+@router.get(events.FEED_PATH, include_in_schema=False)
+async def page_feed_over_http() -> None:
+    raise HTTPException(
+        426, "The page feed is a websocket: connect with ws:// (static/pagefeed.js does).", {"Upgrade": "websocket"}
     )
-    return FeedResponse(feed, stream, first, access.credential(request))

@@ -1,4 +1,4 @@
-"""Page events: small "X changed" notices pushed to open pages (server-sent events, app/api/pagefeed.py),
+"""Page events: small "X changed" notices pushed to open pages (the page feed's websocket, app/api/pagefeed.py),
 published only after the transaction that made the change has committed.
 
 A topic names what changed: `campaign:<id>`, `approach:<id>`, `trial:<id>`, `runners` (a runner's state)
@@ -8,7 +8,11 @@ templates as on load). Log chunks are never page events: only state changes are.
 
 Costs are per publish, not per viewer: a topic's notices are coalesced (the first goes out at once,
 the rest of a burst at most once per COALESCE_S, as one notice), each notice is one shared
-pre-encoded string, and handing it to a viewer only marks that viewer's stream to wake up.
+pre-encoded string (`notice`), and handing it to a viewer only marks that viewer's stream to wake up.
+
+What a page's script must know of the feed (its address, the DOM event a notice fires, the close code
+that means "log in again", the retry delay) comes from here, as the feed element's data attributes
+(`feed_attributes`), never spelled again in JavaScript.
 
 Where publishes come from (one line at each place that commits):
 - services (`trials.py`, `runners.py`): `publish(app, *topics)` after `run_in_tx` returns;
@@ -19,6 +23,7 @@ Where publishes come from (one line at each place that commits):
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import signal
@@ -27,8 +32,11 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from markupsafe import Markup, escape
 from sqlalchemy import event
 from sqlmodel import Session
+
+from app.live import SESSION_ENDED_CLOSE_CODE
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,10 @@ RUNNERS = "runners"
 HEARTBEATS = "heartbeats"  # every runner's heartbeat: coalesced over Settings.heartbeat_notice_s
 TOPIC = re.compile(r"(?:(campaign|approach|trial):([1-9][0-9]{0,18})|runners|heartbeats)")  # fullmatch
 MAX_TOPICS = 8  # per stream
+FEED_PATH = "/api/pages/feed"  # the page feed's websocket (app/api/pagefeed.py)
+DOM_EVENT_PREFIX = "feed:"  # a notice of kind K fires the DOM event "feed:K" (hx-trigger="feed:campaign")
+RETRY_MS = 1000  # a page whose feed closed opens it again after this (doubling while it fails, to 16x)
+GOING_AWAY_CLOSE_CODE = 1001  # the server shuts down: the page reconnects and catches up
 
 
 def campaign(campaign_id: int | None) -> str:
@@ -58,21 +70,52 @@ def of_trial(t: Any) -> tuple[str, ...]:
 
 
 def kind(topic: str) -> str:
-    """The SSE event name of a topic: what a page's fragments listen for (hx-trigger="sse:campaign")."""
+    """The kind of a topic: campaign, approach, trial, runners or heartbeats."""
     return topic.split(":", 1)[0]
+
+
+def dom_event(topic: str) -> str:
+    """The DOM event a notice of this topic fires on the page's fragments (hx-trigger="feed:campaign")."""
+    return DOM_EVENT_PREFIX + kind(topic)
+
+
+def notice(mark: str, topic: str) -> str:
+    """One notice as the feed sends it (a websocket text message): the mark it brings the page to, the
+    topic that changed and the DOM event it fires."""
+    return json.dumps({"id": mark, "topic": topic, "event": dom_event(topic)}, separators=(",", ":"))
+
+
+def feed_path(topics: Iterable[str], since: str = "") -> str:
+    """The page feed's address for these topics and the page's mark."""
+    query = "&".join(f"topic={t}" for t in topics)  # topics are [a-z0-9:] only (TOPIC)
+    return f"{FEED_PATH}?{query}&since={since}" if since else f"{FEED_PATH}?{query}"
+
+
+def feed_attributes(topics: Iterable[str], since: str) -> Markup:
+    """The attributes of a page's feed element (`<div {{ page_feed(topics, feed_mark) }}>`), which
+    static/pagefeed.js reads: where to connect, and what the server's close codes and retry delay are."""
+    attrs = {
+        "class": "page-feed",
+        "data-feed-url": feed_path(topics, since),
+        "data-feed-ended-code": str(SESSION_ENDED_CLOSE_CODE),
+        "data-feed-retry-ms": str(RETRY_MS),
+    }
+    return Markup(" ".join(f'{name}="{escape(value)}"' for name, value in attrs.items()))
 
 
 class Stream:
     """One open page feed: the topics it follows, the notices not yet written (a set: a burst of the
-    same topic is one write) and an event that wakes its writer."""
+    same topic is one write), an event that wakes its writer, and why it was closed (`ended`: "shutdown"
+    or "credential"; empty while open or when the page left)."""
 
-    __slots__ = ("topics", "pending", "wake", "closed")
+    __slots__ = ("topics", "pending", "wake", "closed", "ended")
 
     def __init__(self, topics: Iterable[str]) -> None:
         self.topics = frozenset(topics)
         self.pending: dict[str, str] = {}  # topic -> the encoded notice (the latest one)
         self.wake = asyncio.Event()
         self.closed = False
+        self.ended = ""
 
     def offer(self, topic: str, text: str) -> None:
         self.pending[topic] = text
@@ -84,14 +127,15 @@ class Stream:
         self.wake.clear()
         return out
 
-    def close(self) -> None:
+    def close(self, why: str = "") -> None:
         self.closed = True
+        self.ended = self.ended or why
         self.wake.set()
 
 
 class PageFeed:
-    """Topic -> open streams; per-topic coalescing; a sequence number per publish (the SSE event id,
-    with this process's boot id) so a reconnecting page learns what it missed."""
+    """Topic -> open streams; per-topic coalescing; a sequence number per publish (a notice's id, with
+    this process's boot id) so a reconnecting page learns what it missed."""
 
     def __init__(self, coalesce_s: float = COALESCE_S, windows: dict[str, float] | None = None) -> None:
         self.coalesce_s = coalesce_s
@@ -122,7 +166,7 @@ class PageFeed:
     def open(self, topics: Iterable[str]) -> Stream:
         stream = Stream(topics)
         if self.closing:
-            stream.close()
+            stream.close("shutdown")
         for topic in stream.topics:
             self.streams.setdefault(topic, set()).add(stream)
         return stream
@@ -141,7 +185,7 @@ class PageFeed:
         self.closing = True
         for subs in list(self.streams.values()):
             for stream in list(subs):
-                stream.close()
+                stream.close("shutdown")
 
     def count(self) -> int:
         return len({s for subs in self.streams.values() for s in subs})
@@ -168,7 +212,7 @@ class PageFeed:
         subs = self.streams.get(topic)
         if not subs:
             return
-        text = f"id: {self.boot}.{self.last_seq[topic]}\nevent: {kind(topic)}\ndata: {topic}\n\n"
+        text = notice(f"{self.boot}.{self.last_seq[topic]}", topic)
         for stream in subs:
             stream.offer(topic, text)
         self.delivered += len(subs)
@@ -239,8 +283,8 @@ def install(app: Any, heartbeat_notice_s: float = 5.0) -> None:
 
 async def start(app: Any) -> None:
     """On the server's event loop: remember it (for publishes from worker threads) and end every page
-    feed as soon as SIGTERM or SIGINT arrives. uvicorn handles those signals by waiting for open
-    responses to finish, and a page feed never finishes by itself."""
+    feed as soon as SIGTERM or SIGINT arrives (GOING_AWAY_CLOSE_CODE: the pages reconnect to the next
+    server and catch up), before uvicorn waits for its open connections."""
     feed = get_feed(app)
     loop = asyncio.get_running_loop()
     feed.loop = loop

@@ -37,7 +37,7 @@ def test_docs_render_offline_and_authorize_with_a_bearer_token(live_server, brow
         page.goto(live_server.url + "/docs")
         expect(page.locator(".swagger-ui .info .title")).to_contain_text("Campaign Board")
         expect(page.locator("#operations-trials-run_next_api_campaigns__slug__run_next_post")).to_be_visible()
-        assert page.locator("header.topbar").count() == 1
+        expect(page.locator("header.topbar")).to_have_count(1)
         token = live_server.cli("token", "create", "docs-test").stdout.strip()
         page.click("button.authorize")
         page.fill(".auth-container input[type=text], .auth-container input[type=password]", token)

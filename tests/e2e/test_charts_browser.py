@@ -7,6 +7,7 @@ scripts/screenshots retakes docs/charts.png and docs/status.png the same way.
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
@@ -70,7 +71,7 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
         points = {n: t for n, t in traces.items() if t["mode"] == "markers"}
         assert len(points) == 6 and "NCCL on PCIe (seed node)" in points
         assert points["NCCL on PCIe (seed node)"]["x"][0] == pytest.approx(24.4)
-        assert page.locator("#chart-verify .scatterlayer .trace").count() == len(traces)
+        expect(page.locator("#chart-verify .scatterlayer .trace")).to_have_count(len(traces))
         for div in ("chart-latency", "chart-throughput", "chart-timeline"):
             _wait_drawn(page, div)
 
@@ -90,7 +91,9 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
             ".some(t => t.name === 'NCCL eager' && Math.abs(t.y[0] - (3.2 * 1000 / 82 - 10.5)) < 1e-6)"
         )
         assert page.evaluate("window.__sameDocument") is True
-        assert "What-if" in page.inner_text("#whatif-result")
+        expect(page.locator("#whatif-result")).to_contain_text(
+            "What-if", use_inner_text=True
+        )  # its own swap, not the chart's
 
         # A share link, created on the campaign page, opens in a fresh context without login.
         page.goto(f"{server.url}/campaigns/{SLUG}")
@@ -108,13 +111,13 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
     status_errors = _errors(status)
     try:
         status.goto(share_url)
-        assert "Yes, with torch symm-mem two-shot" in status.inner_text("#profitable")
-        assert "Expert parallelism" in status.inner_text("#next")
+        expect(status.locator("#profitable")).to_contain_text("Yes, with torch symm-mem two-shot", use_inner_text=True)
+        expect(status.locator("#next")).to_contain_text("Expert parallelism", use_inner_text=True)
         _wait_drawn(status, "chart-break-even")
         _wait_drawn(status, "chart-throughput")
-        assert status.locator("form").count() == 0
+        expect(status.locator("form")).to_have_count(0)
         status.emulate_media(media="print")
-        assert not status.is_visible("text=Download as one HTML file")  # print shows the status only
+        expect(status.locator("text=Download as one HTML file")).to_be_hidden()  # print shows the status only
         status.emulate_media(media="screen")
         with status.expect_download() as download:
             status.click("text=Download as one HTML file")
@@ -138,7 +141,7 @@ def test_charts_what_if_share_and_offline_export(server, browser, tmp_path):
         _wait_drawn(offline_page, "chart-throughput")
         names = [t["name"] for t in _chart_data(offline_page, "chart-break-even")]
         assert "break-even accept length τ*" in names and "torch symm-mem two-shot" in names
-        assert "Yes, with" in offline_page.inner_text("#profitable")
+        expect(offline_page.locator("#profitable")).to_contain_text("Yes, with", use_inner_text=True)
     finally:
         offline.close()
     assert all(url.startswith("file:") for url in requests), requests
@@ -194,10 +197,12 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
             t for t in _chart_data(page, "chart-break-even") if t["name"] == "NCCL on PCIe (the baseline) (reported)"
         )
         assert baseline["x"] == [200] and abs(baseline["y"][0] - 122 * 0.2 / T_BASE) < 1e-9
-        assert page.get_attribute("#break-even-tau", "data-lower-bound") == "true"
-        answer = page.inner_text("#break-even-tau")
-        assert "2.00" in answer and "lower bound" in answer
-        assert "docstring" in page.inner_text("#reported")  # each reported figure says its source
+        expect(page.locator("#break-even-tau")).to_have_attribute("data-lower-bound", "true")
+        expect(page.locator("#break-even-tau")).to_contain_text("2.00", use_inner_text=True)
+        expect(page.locator("#break-even-tau")).to_contain_text("lower bound", use_inner_text=True)
+        expect(page.locator("#reported")).to_contain_text(
+            "docstring", use_inner_text=True
+        )  # each reported figure says its source
         _wait_drawn(page, "chart-latency")
         _points_inside(page, "chart-latency")
         _wait_drawn(page, "chart-throughput")  # the seed's reported 38 tok/s is drawn, on its approach's row
@@ -207,7 +212,7 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
         _wait_drawn(page, "chart-timeline")
         stamps = [x for t in _chart_data(page, "chart-timeline") for x in t["x"] if x]
         assert stamps and all(x.startswith("2026-02-") for x in stamps)  # the history's dates, not the import's
-        assert page.is_hidden("#chart-verify")  # drawn only once every input is known
+        expect(page.locator("#chart-verify")).to_be_hidden()  # drawn only once every input is known
 
         page.goto(f"{live_server.url}/campaigns/allreduce-shootout/charts")
         _wait_drawn(page, "chart-comparison")
@@ -217,10 +222,10 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
         assert values and all(x_range[0] <= v < x_range[1] for v in values)
         _wait_drawn(page, "chart-latency")
         assert len(_points_inside(page, "chart-latency")) == 6
-        assert "Allreduce latency comparison" in page.inner_text("h1")
-        body = page.inner_text("main")
-        assert "EAGLE-3 now" not in body and "Is speculation profitable" not in body
-        assert page.is_hidden("#chart-break-even")
+        expect(page.locator("h1")).to_contain_text("Allreduce latency comparison", use_inner_text=True)
+        expect(page.locator("main")).not_to_contain_text("EAGLE-3 now", use_inner_text=True)
+        expect(page.locator("main")).not_to_contain_text("Is speculation profitable", use_inner_text=True)
+        expect(page.locator("#chart-break-even")).to_be_hidden()
     finally:
         context.close()
     assert errors == []

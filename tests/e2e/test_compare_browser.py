@@ -8,6 +8,7 @@ scripts/screenshots draws docs/compare.png from the same campaign."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
@@ -65,14 +66,16 @@ def test_compare_two_trials_from_the_campaign_page(server, browser):
         page.check(f"#recent-trials input[name=trial][value='{server.eager}']")
         page.check(f"#recent-trials input[name=trial][value='{server.rerun}']")
         # The list reloads itself when the campaign changes: the ticks survive it.
+        # (The queue reloads on the same event: wait for the trial list's own swap, not the first one.)
         page.evaluate(
             "() => { window.__reloaded = false;"
-            " document.body.addEventListener('htmx:afterSwap', () => { window.__reloaded = true; });"
+            " document.body.addEventListener('htmx:afterSwap', (e) => {"
+            " if (e.detail.target && e.detail.target.id === 'recent-trials') window.__reloaded = true; });"
             " htmx.trigger(document.body, 'campaign-changed'); }"
         )
         page.wait_for_function("() => window.__reloaded === true")
-        assert page.is_checked(f"#recent-trials input[name=trial][value='{server.eager}']")
-        assert page.is_checked(f"#recent-trials input[name=trial][value='{server.rerun}']")
+        expect(page.locator(f"#recent-trials input[name=trial][value='{server.eager}']")).to_be_checked()
+        expect(page.locator(f"#recent-trials input[name=trial][value='{server.rerun}']")).to_be_checked()
         compare.click()
         page.wait_for_url(f"**/campaigns/{SLUG}/compare?trial=*")
         page.wait_for_function(
@@ -97,7 +100,7 @@ def test_compare_two_trials_from_the_campaign_page(server, browser):
         )
         shown = [t["trial"] for t in _traces(page) if t["visible"] is True]
         assert shown == [server.eager, server.rerun] or shown == [server.rerun, server.eager]
-        assert page.locator("#compare-chart .scatterlayer .trace").count() == 2
+        expect(page.locator("#compare-chart .scatterlayer .trace")).to_have_count(2)
 
         # The stack diff: torch and NCCL differ (highlighted and marked), the GPU does not.
         torch = page.locator("#compare-stack tr[data-component=torch]")

@@ -5,8 +5,6 @@ and what was typed is still there; the key/slug patterns compile (Chromium uses 
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from playwright.sync_api import expect
 
@@ -29,9 +27,9 @@ def page(live_server, browser):
 
 def one_page(page) -> None:
     """Exactly one document: one nav bar, one <main>; a form's error is by its field, not in #flash."""
-    assert page.locator("header.topbar").count() == 1
-    assert page.locator("main").count() == 1
-    assert page.inner_text("#flash") == ""
+    expect(page.locator("header.topbar")).to_have_count(1)
+    expect(page.locator("main")).to_have_count(1)
+    expect(page.locator("#flash")).to_have_text("", use_inner_text=True)
 
 
 def test_create_campaign_lands_on_the_new_campaign(page, live_server):
@@ -57,9 +55,11 @@ def test_create_campaign_error_is_by_the_field_and_keeps_the_input(page):
     error = page.locator("form[action='/campaigns'] .field-error")
     expect(error).to_contain_text("exists already")
     expect(error).to_be_in_viewport()
-    assert slug.get_attribute("aria-invalid") == "true"
-    assert page.input_value("input[name=name]") == "A second Kimi campaign"
-    assert page.input_value("form[action='/campaigns'] textarea[name=description]") == "typed text that must survive"
+    expect(slug).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("input[name=name]")).to_have_value("A second Kimi campaign")
+    expect(page.locator("form[action='/campaigns'] textarea[name=description]")).to_have_value(
+        "typed text that must survive"
+    )
     one_page(page)
     assert not [m for m in page.console_errors if "pattern" in m.lower()], page.console_errors
 
@@ -83,7 +83,7 @@ def test_import_error_is_in_view_and_keeps_the_text(page):
     error = page.locator("form[action='/campaigns/import'] .field-error")
     expect(error).to_be_visible()
     expect(error).to_be_in_viewport()
-    assert box.input_value() == bad
+    expect(box).to_have_value(bad)
     one_page(page)
 
 
@@ -97,15 +97,15 @@ def test_add_approach_duplicate_key_keeps_title_and_evidence(page, live_server):
     error = form.locator(".field-error")
     expect(error).to_contain_text("exists already")
     expect(error).to_be_in_viewport()
-    assert form.locator("input[name=title]").input_value() == "NCCL_PROTO=LL128"
-    assert form.locator("textarea[name=evidence]").input_value() == "LL128 may cut small-message latency"
-    assert form.locator("input[name=key]").input_value() == "expert-parallelism"
+    expect(form.locator("input[name=title]")).to_have_value("NCCL_PROTO=LL128")
+    expect(form.locator("textarea[name=evidence]")).to_have_value("LL128 may cut small-message latency")
+    expect(form.locator("input[name=key]")).to_have_value("expert-parallelism")
     # Fixed key: the approach is added, the form cleared, the error gone; still one page.
     form.locator("input[name=key]").fill("nccl-proto-ll128")
     form.locator("button[type=submit]").click()
     expect(page.locator("#approach-nccl-proto-ll128")).to_be_visible()
     expect(form.locator("input[name=title]")).to_have_value("")
-    assert form.locator(".field-error").count() == 0
+    expect(form.locator(".field-error")).to_have_count(0)
     one_page(page)
 
 
@@ -124,7 +124,7 @@ def test_delete_approach_confirms_once_and_lands_on_the_campaign(page, live_serv
     assert len(dialogs) == 1 and "Delete Expert parallelism" in dialogs[0]
     one_page(page)
     expect(page.locator("#inventory")).to_be_visible()
-    assert page.locator("#approach-expert-parallelism").count() == 0
+    expect(page.locator("#approach-expert-parallelism")).to_have_count(0)
 
 
 def test_edit_approach_error_is_by_the_field_and_keeps_the_input(page, live_server):
@@ -136,8 +136,8 @@ def test_edit_approach_error_is_by_the_field_and_keeps_the_input(page, live_serv
     error = page.locator(".edit-form .field-error")
     expect(error).to_contain_text("recipe: not valid JSON")
     expect(error).to_be_in_viewport()
-    assert page.input_value(".edit-form textarea[name=recipe]") == "{not json"
-    assert page.input_value(".edit-form input[name=effort]") == "a day"
+    expect(page.locator(".edit-form textarea[name=recipe]")).to_have_value("{not json")
+    expect(page.locator(".edit-form input[name=effort]")).to_have_value("a day")
     # Valid: the details section is swapped in place, one page.
     page.fill(".edit-form textarea[name=recipe]", "")
     page.click(".edit-form button[type=submit]")
@@ -155,7 +155,9 @@ def test_status_form_error_in_view_then_change_lands(page, live_server):
     page.fill(".status-form input[name=reason]", "needs an EP-capable build")
     page.click(".status-form button[type=submit]")
     expect(page.locator("#verdict .status-line .badge")).to_have_text("deferred")
-    assert re.search("needs an EP-capable build", page.inner_text(".history"))
+    expect(page.locator(".history")).to_contain_text(
+        "needs an EP-capable build", use_inner_text=True
+    )  # its own fragment
     one_page(page)
 
 
@@ -169,7 +171,7 @@ def test_runner_form_swaps_in_place_and_keeps_a_refused_name(page, live_server):
     error = page.locator("form.new-runner .field-error")
     expect(error).to_contain_text("exists already")
     expect(error).to_be_in_viewport()
-    assert page.input_value("form.new-runner input[name=name]") == "gpu-node-1"
+    expect(page.locator("form.new-runner input[name=name]")).to_have_value("gpu-node-1")
     one_page(page)
 
 
@@ -198,9 +200,9 @@ def test_save_as_campaign_inputs_confirms_once_and_lands_on_the_charts(page, liv
     assert page.url == live_server.url + campaign + "/charts"
     assert len(dialogs) == 1 and "model inputs" in dialogs[0]
     one_page(page)
-    assert page.input_value("#whatif-form input[name=accept_length]") == "3.3"  # the stored value
+    expect(page.locator("#whatif-form input[name=accept_length]")).to_have_value("3.3")  # the stored value
     page.reload()
-    assert page.input_value("#whatif-form input[name=accept_length]") == "3.3"
+    expect(page.locator("#whatif-form input[name=accept_length]")).to_have_value("3.3")
     assert page.console_errors == []
 
 
@@ -215,5 +217,5 @@ def test_save_as_campaign_inputs_error_is_by_the_field_and_keeps_the_input(page,
     error = page.locator("#whatif-form .field-error")
     expect(error).to_contain_text("Accept length τ")  # the field's label (ModelInputFields)
     expect(error).to_be_in_viewport()
-    assert field.input_value() == "0.5"
+    expect(field).to_have_value("0.5")
     one_page(page)

@@ -5,6 +5,7 @@ row's arrow, and every status badge has its own computed colour."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from app.models import ApproachStatus, TrialState
 
@@ -49,24 +50,31 @@ def test_search_and_status_filters(page, live_server):
     rows = page.locator("#inventory tr[data-key]")
     total = rows.count()
     page.fill("#inventory-search", "nccl")
-    visible = page.locator("#inventory tr[data-key]:not([hidden])")
-    keys = sorted(visible.evaluate_all("rows => rows.map(r => r.dataset.key)"))
     # Title, key and evidence are searched: the IPC allreduce's evidence compares it with NCCL.
-    assert keys == ["nccl-fewer-channels", "nccl-p2p-level-sys", "nccl-tree", "sglang-custom-allreduce"]
-    assert page.inner_text("#inventory-shown") == f"4 of {total} approaches shown"
+    _wait_shown(page, ["nccl-fewer-channels", "nccl-p2p-level-sys", "nccl-tree", "sglang-custom-allreduce"])
+    expect(page.locator("#inventory-shown")).to_have_text(f"4 of {total} approaches shown", use_inner_text=True)
     page.fill("#inventory-search", "nccl channels")  # every word must match
-    assert visible.evaluate_all("rows => rows.map(r => r.dataset.key)") == ["nccl-fewer-channels"]
+    _wait_shown(page, ["nccl-fewer-channels"])
     page.fill("#inventory-search", "nccl")
     page.select_option("#inventory-status", "untested")
-    keys = sorted(visible.evaluate_all("rows => rows.map(r => r.dataset.key)"))
-    assert keys == ["nccl-p2p-level-sys"]
+    _wait_shown(page, ["nccl-p2p-level-sys"])
     assert "q=nccl" in page.url and "status=untested" in page.url
     page.reload()  # the filter is in the URL
-    assert page.input_value("#inventory-search") == "nccl"
-    assert visible.evaluate_all("rows => rows.map(r => r.dataset.key)") == ["nccl-p2p-level-sys"]
+    expect(page.locator("#inventory-search")).to_have_value("nccl")
+    _wait_shown(page, ["nccl-p2p-level-sys"])
     page.fill("#inventory-search", "")
     page.select_option("#inventory-status", "")
-    assert visible.count() == total and page.inner_text("#inventory-shown") == ""
+    expect(page.locator("#inventory tr[data-key]:not([hidden])")).to_have_count(total)
+    expect(page.locator("#inventory-shown")).to_have_text("", use_inner_text=True)
+
+
+def _wait_shown(page, keys: list[str]) -> None:
+    """Wait until the inventory shows exactly these rows (in any order)."""
+    page.wait_for_function(
+        "(keys) => JSON.stringify([...document.querySelectorAll('#inventory tr[data-key]:not([hidden])')]"
+        ".map(r => r.dataset.key).sort()) === JSON.stringify(keys)",
+        arg=sorted(keys),
+    )
 
 
 def test_keyboard_reorder_keeps_focus_on_the_moved_row(page, live_server):

@@ -2,6 +2,7 @@
 through the htmx UI, reload, and see it persisted with a history entry."""
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
@@ -13,15 +14,15 @@ def test_status_change_through_htmx_persists(live_server, browser):
         page.wait_for_url(live_server.url + "/")
         page.click("text=Kimi-K2.5 + EAGLE-3 on 8x RTX PRO 6000 (PCIe)")
         row = page.locator("#approach-expert-parallelism")
-        assert row.locator(".badge").inner_text() == "untested"
+        expect(row.locator(".badge")).to_have_text("untested", use_inner_text=True)
         # Dead end without a reason is refused with a visible message; nothing changes.
         row.locator("summary").click()
         row.locator("select[name=status]").select_option("dead_end")
         row.locator("button[type=submit]").click()
         error = row.locator(".field-error")  # next to the reason field, in view
-        error.wait_for()
-        assert "needs a reason" in error.inner_text() and error.is_visible()
-        assert page.locator("#approach-expert-parallelism .badge").inner_text() == "untested"
+        expect(error).to_contain_text("needs a reason", use_inner_text=True)
+        expect(error).to_be_visible()
+        expect(page.locator("#approach-expert-parallelism .badge")).to_have_text("untested", use_inner_text=True)
         # Now with a reason.
         row.locator("input[name=reason]").fill("all-to-all over PCIe is slower than allreduce")
         with page.expect_response(lambda r: r.url.endswith("/status") and r.status == 200):
@@ -30,13 +31,16 @@ def test_status_change_through_htmx_persists(live_server, browser):
             "() => document.querySelector('#approach-expert-parallelism .badge').textContent === 'dead end'"
         )
         page.reload()
-        assert page.locator("#approach-expert-parallelism .badge").inner_text() == "dead end"
-        assert "all-to-all over PCIe" in page.locator("#approach-expert-parallelism .reason").inner_text()
+        expect(page.locator("#approach-expert-parallelism .badge")).to_have_text("dead end", use_inner_text=True)
+        expect(page.locator("#approach-expert-parallelism .reason")).to_contain_text(
+            "all-to-all over PCIe", use_inner_text=True
+        )
         page.click("#approach-expert-parallelism >> text=Expert parallelism")
         history = page.locator(".history li").first
-        assert "all-to-all over PCIe is slower than allreduce" in history.inner_text()
-        assert "untested" in history.inner_text() and "dead end" in history.inner_text()
-        assert "admin" in history.inner_text()  # the person who did it (the board's admin)
+        expect(history).to_contain_text("all-to-all over PCIe is slower than allreduce", use_inner_text=True)
+        expect(history).to_contain_text("untested", use_inner_text=True)
+        expect(history).to_contain_text("dead end", use_inner_text=True)
+        expect(history).to_contain_text("admin", use_inner_text=True)  # who did it (the board's admin)
     finally:
         page.close()
 
@@ -64,6 +68,6 @@ def test_a_background_fragment_answering_late_keeps_the_error_flash(live_server,
         for route in held:
             route.continue_()
         page.wait_for_selector("#campaign-verdicts", state="attached")  # the late fragment is swapped in
-        assert "needs a reason" in error.inner_text()
+        expect(error).to_contain_text("needs a reason", use_inner_text=True)
     finally:
         page.close()

@@ -10,7 +10,9 @@ themselves through the page feed (server-sent events), never reloaded, never pol
   runner killed with SIGKILL, or hung with SIGSTOP, turns offline there within its lost timeout.
 - A page whose feed dropped (the server restarted) catches up with what changed meanwhile.
 
-Trials wait for a file the test writes, so "still running" is certain; every wait is a DOM wait.
+Trials wait for a file the test writes, so "still running" is certain. Every assertion waits for the
+state it asserts (playwright's `expect`, or a wait on that very element): a wait on one fragment says
+nothing of another, which the page feed re-fetches on its own.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import uuid
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
@@ -67,6 +70,16 @@ def _plot_points(page, name: str) -> list[float]:
     )
 
 
+def _wait_points(page, name: str, count: int) -> list[float]:
+    """The points of the chart of metric `name`, once it has `count` of them."""
+    page.wait_for_function(
+        "([name, count]) => { const d = document.querySelector('.metric-plot[data-metric=\"' + name + '\"]');"
+        " return d && d.data && d.data[0].y.length === count; }",
+        arg=[name, count],
+    )
+    return _plot_points(page, name)
+
+
 def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_path, browser):
     db_url = f"sqlite:///{tmp_path / 'e2e.db'}"
     server = start_live_server(tmp_path, db_url)  # with its embedded runner
@@ -83,8 +96,10 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         watcher.goto(f"{server.url}/campaigns/live")
         watcher.wait_for_selector(".page-feed[data-feed=open]")
         watcher.evaluate(MARK)
-        assert watcher.get_attribute("#approach-steps", "data-status") == "untested"
-        assert "No trials yet" in watcher.inner_text("#recent-trials")
+        expect(watcher.locator("#approach-steps")).to_have_attribute("data-status", "untested")
+        expect(watcher.locator("#recent-trials")).to_contain_text(
+            "No trials yet", use_inner_text=True
+        )  # its own request, on load
 
         starter.goto(f"{server.url}/campaigns/live")
         for _ in range(60):  # the embedded runner connects on its own
@@ -105,17 +120,13 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         starter.wait_for_selector("[data-live=state] [data-state=running]")
         starter.wait_for_selector("#log-status[data-live=live]")
         starter.wait_for_selector("#verdict-box[data-verdict=not-ended]")
-        assert "ada" in starter.inner_text("#trial")  # requested by the starter
+        expect(starter.locator("#trial")).to_contain_text("ada", use_inner_text=True)  # requested by the starter
         starter.wait_for_selector(".page-feed[data-feed=open]")
-        starter.wait_for_function(  # the log's order: five step_ms, then total_ms (maybe in a later chunk)
-            "() => { const d = document.querySelector('.metric-plot[data-metric=\"total_ms\"]');"
-            " return d && d.data && d.data[0].y.length === 1; }"
-        )
-        assert _plot_points(starter, "step_ms") == [10.0, 11.0, 12.0, 13.0, 14.0]
-        assert _plot_points(starter, "total_ms") == [99.5]
-        assert starter.locator(".metric-plot").count() == 2
+        assert _wait_points(starter, "step_ms", 5) == [10.0, 11.0, 12.0, 13.0, 14.0]
+        assert _wait_points(starter, "total_ms", 1) == [99.5]
+        expect(starter.locator(".metric-plot")).to_have_count(2)
         # Each chart fits its grid cell (made while the section was hidden, Plotly took 700 px and spilled).
-        assert starter.evaluate(
+        starter.wait_for_function(
             "() => [...document.querySelectorAll('.metric-plot')].every(d => {"
             " const svg = d.querySelector('.main-svg'); return svg && svg.getBoundingClientRect().width"
             " <= d.getBoundingClientRect().width + 1; })"
@@ -127,25 +138,21 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         # It ends on both pages without a reload.
         starter.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         starter.wait_for_selector("#log-status[data-live=ended]")
-        assert starter.inner_text("#log-status") == "trial ended"
+        expect(starter.locator("#log-status")).to_have_text("trial ended", use_inner_text=True)
         # After the end the charts show the stored metrics (the server's #metric-series).
         starter.wait_for_selector("#metric-series", state="attached")
-        starter.wait_for_function(
-            "() => { const d = document.querySelector('.metric-plot[data-metric=\"step_ms\"]');"
-            " return d && d.data && d.data[0].y.length === 8; }"
-        )
-        assert _plot_points(starter, "step_ms") == [10.0, 11.0, 12.0, 13.0, 14.0, 20.0, 21.0, 22.0]
+        assert _wait_points(starter, "step_ms", 8) == [10.0, 11.0, 12.0, 13.0, 14.0, 20.0, 21.0, 22.0]
         assert starter.evaluate(NOT_RELOADED)
 
         watcher.wait_for_selector("#recent-trials [data-state=succeeded]", timeout=30000)
         watcher.wait_for_selector("#campaign-verdicts:has-text('Waiting for your verdict')")
         watcher.wait_for_selector("#approach-steps[data-status=awaiting]")
-        assert watcher.locator("#recent-trials [data-state=running]").count() == 0
+        expect(watcher.locator("#recent-trials [data-state=running]")).to_have_count(0)
         assert watcher.evaluate(NOT_RELOADED)
 
         # The starter's verdict box: the proposal and its decide form, without a reload.
         starter.wait_for_selector("#verdict-box[data-verdict=pending] form.verdict-form button[type=submit]")
-        assert "Proposed" in starter.inner_text("#verdict-box")
+        expect(starter.locator("#verdict-box")).to_contain_text("Proposed", use_inner_text=True)
         # The other person decides (through the API): both pages follow.
         trial_id = int(starter.get_attribute("#trial", "data-trial-id"))
         api = {"Authorization": "Bearer " + server.cli("token", "create", "watcher", "--user", "bob").stdout.strip()}
@@ -156,12 +163,15 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
         )
         assert r.status_code == 200, r.text
         starter.wait_for_selector("#verdict-box[data-verdict=recorded]:has-text('decided by the watcher')")
-        assert starter.locator("#verdict-box form").count() == 0
+        expect(starter.locator("#verdict-box form")).to_have_count(0)
         watcher.wait_for_selector("#approach-steps[data-status=promising]")
-        assert "Waiting for your verdict" not in watcher.inner_text("#campaign-verdicts")
+        # The verdicts list is another fragment, re-fetched on the same notice but swapped on its own.
+        expect(watcher.locator("#campaign-verdicts")).not_to_contain_text(
+            "Waiting for your verdict", use_inner_text=True
+        )
         assert starter.evaluate(NOT_RELOADED) and watcher.evaluate(NOT_RELOADED)
         watcher.goto(f"{server.url}/campaigns/live/approaches/steps")  # the history names who decided
-        assert "bob" in watcher.inner_text(".history")
+        expect(watcher.locator(".history")).to_contain_text("bob", use_inner_text=True)
         # The trial page (log, metrics, plots, verdict) fits a 390 px phone.
         starter.set_viewport_size({"width": 390, "height": 844})
         starter.wait_for_function("() => document.scrollingElement.scrollWidth <= 390", timeout=5000)
@@ -203,7 +213,7 @@ def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser
         page.wait_for_selector(".page-feed[data-feed=open]")
         page.evaluate(MARK)
         row = f"#runner-{runner_id}"
-        assert page.get_attribute(row, "data-status") == "offline"
+        expect(page.locator(row)).to_have_attribute("data-status", "offline")
         spool = tmp_path / "spool"
         log = open(tmp_path / "runner.log", "w")
         runner = subprocess.Popen(
@@ -223,7 +233,7 @@ def test_a_killed_runner_turns_offline_on_an_open_runners_page(tmp_path, browser
             arg=[f"{row} .last-seen", seen],
             timeout=30000,
         )
-        assert page.get_attribute(row, "data-status") == "online"
+        expect(page.locator(row)).to_have_attribute("data-status", "online")
         os.killpg(runner.pid, how)
         if how == signal.SIGKILL:
             runner.wait(timeout=10)
@@ -251,7 +261,7 @@ def test_a_page_whose_feed_dropped_catches_up_when_it_reconnects(tmp_path, brows
         page.goto(f"{server.url}/campaigns/spec")
         page.wait_for_selector(".page-feed[data-feed=open]")
         page.evaluate(MARK)
-        assert page.get_attribute("#approach-beta", "data-status") == "untested"
+        expect(page.locator("#approach-beta")).to_have_attribute("data-status", "untested")
 
         port = int(server.url.rsplit(":", 1)[1])
         stop_live_server(server)
@@ -267,7 +277,7 @@ def test_a_page_whose_feed_dropped_catches_up_when_it_reconnects(tmp_path, brows
             env={"CAMPAIGN_SECRET_KEY": server.env["CAMPAIGN_SECRET_KEY"]},
         )
         page.wait_for_selector("#approach-beta[data-status=deferred]", timeout=60000)
-        assert "waiting for new GPUs" in page.inner_text("#approach-beta")
+        expect(page.locator("#approach-beta")).to_contain_text("waiting for new GPUs", use_inner_text=True)
         assert page.evaluate(NOT_RELOADED)
 
         # And live again on the new server: a change made there arrives as a notice.

@@ -9,6 +9,7 @@ import re
 import sys
 
 import pytest
+from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
@@ -80,10 +81,10 @@ def test_metric_lines_become_rows_and_leave_the_console(tmp_path, browser):
         # Live rows while the trial still runs; the "no metrics" text is gone.
         rows = page.locator("#metrics tbody tr")
         rows.nth(1).wait_for()
-        assert page.locator("[data-live=state] .badge").inner_text() == "running"
+        expect(page.locator("[data-live=state] .badge")).to_have_text("running", use_inner_text=True)
         assert not go.exists()
-        assert rows.count() == 2
-        assert "No metric lines yet" not in page.inner_text("#metrics")
+        expect(rows).to_have_count(2)
+        expect(page.locator("#metrics")).not_to_contain_text("No metric lines yet", use_inner_text=True)
         headers = page.locator("#metrics thead th").all_text_contents()  # (CSS upper-cases them)
         assert headers[:3] == ["Name", "Value", "Unit"]
         assert {"method", "mode", "backend", "tokens", "bytes"} <= set(headers)
@@ -97,36 +98,39 @@ def test_metric_lines_become_rows_and_leave_the_console(tmp_path, browser):
         assert (second["Name"], second["Value"], second["Unit"]) == ("allreduce_busbw_gbps", "3.25", "GB/s")
         assert (second["method"], second["tokens"]) == ("graph-replay", "8")
         assert second["mode"] == EVIL  # the split line was joined; the tag is text
-        assert page.locator("#metrics img, #log img").count() == 0
-        assert page.inner_text("[data-live=phase]") == "benchmarking"
-        assert re.fullmatch(r"(\d+min )?\d+s", page.inner_text("[data-live=elapsed]"))
+        expect(page.locator("#metrics img, #log img")).to_have_count(0)
+        expect(page.locator("[data-live=phase]")).to_have_text(
+            "benchmarking", use_inner_text=True
+        )  # the trial's state, not the log
+        expect(page.locator("[data-live=elapsed]")).to_have_text(re.compile(r"^(\d+min )?\d+s$"), use_inner_text=True)
 
         # The console shows only the normal lines by default.
         lines = [line for line in page.inner_text("#log").splitlines() if line]
         assert lines[0].startswith(STARTED_PREFIX + "started pid ")  # the runner's line, then the trial's
         assert lines[1:] == ["hello from the recipe", "normal line two"]
         toggle = page.locator("#log-raw")
-        assert toggle.is_visible() and not toggle.is_checked()
+        expect(toggle).to_be_visible()
+        expect(toggle).not_to_be_checked()
         toggle.check()
-        raw = page.inner_text("#log")
-        assert "@@campaign-phase warming up" in raw
-        assert "@@campaign-metric" in raw and EVIL in raw
-        assert raw.count("@@campaign-metric") == 2
+        # (The raw lines are in the log either way, hidden until ticked: what shows is its inner text.)
+        expect(page.locator("#log")).to_contain_text("@@campaign-phase warming up", use_inner_text=True)
+        expect(page.locator("#log")).to_contain_text(EVIL, use_inner_text=True)
+        assert page.inner_text("#log").count("@@campaign-metric") == 2  # shown in full, above
         # The choice survives a reload.
         page.reload()
         page.wait_for_selector("#log:has-text('@@campaign-phase benchmarking')")
-        assert page.locator("#log-raw").is_checked()
+        expect(page.locator("#log-raw")).to_be_checked()
         page.locator("#log-raw").uncheck()
-        assert "@@campaign" not in page.inner_text("#log")
+        expect(page.locator("#log")).not_to_contain_text("@@campaign", use_inner_text=True)
 
         go.write_text("go")
         page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         page.wait_for_selector("#log:has-text('bye')")
         # The stored metrics (server fragment) replace the live rows: same rows, the tag still text.
         page.wait_for_function("() => !document.querySelector('#metrics [data-live=metrics]')")
-        assert page.locator("#metrics tbody tr").count() == 2
-        assert EVIL in page.inner_text("#metrics")
-        assert page.locator("#metrics img, #log img").count() == 0
+        expect(page.locator("#metrics tbody tr")).to_have_count(2)
+        expect(page.locator("#metrics")).to_contain_text(EVIL, use_inner_text=True)
+        expect(page.locator("#metrics img, #log img")).to_have_count(0)
         assert dialogs == []
     finally:
         page.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from playwright.sync_api import expect
 
 from app.db import make_engine
 from app.domain.runners import EMBEDDED_RUNNER_NAME
@@ -65,7 +66,7 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
         viewer.goto(f"{server.url}/campaigns/live")
         viewer.wait_for_selector(".page-feed[data-feed=open]")
         viewer.evaluate(MARK)
-        assert viewer.locator("#queue tr").count() == 0
+        expect(viewer.locator("#queue tr")).to_have_count(0)
 
         operator.goto(f"{server.url}/campaigns/live")
         for _ in range(60):  # the embedded runner connects on its own
@@ -85,30 +86,32 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
         # The viewer's page, untouched: both appear in the queue in priority order, with no Cancel button.
         viewer.wait_for_selector("#queue tbody tr:nth-child(2)")
         rows = viewer.locator("#queue tbody tr")
-        assert rows.nth(0).get_attribute("data-approach") == "next"
-        assert rows.nth(1).get_attribute("data-approach") == "later"
-        assert "Next in line" in rows.nth(0).inner_text() and "admin" in rows.nth(0).inner_text()
-        assert not viewer.locator("#queue button.queue-cancel").first.is_visible()
-        assert viewer.get_attribute("#approach-next", "data-status") == "queued"
+        expect(rows.nth(0)).to_have_attribute("data-approach", "next")
+        expect(rows.nth(1)).to_have_attribute("data-approach", "later")
+        expect(rows.nth(0)).to_contain_text("Next in line", use_inner_text=True)
+        expect(rows.nth(0)).to_contain_text("admin", use_inner_text=True)
+        expect(viewer.locator("#queue button.queue-cancel").first).to_be_hidden()
+        # The inventory is another fragment, swapped on the same notice but on its own.
+        expect(viewer.locator("#approach-next")).to_have_attribute("data-status", "queued")
 
         # The operator cancels "later" from the queue; it leaves the viewer's page.
         operator.wait_for_selector("#queue tr[data-approach=later] button.queue-cancel")
         operator.click("#queue tr[data-approach=later] button.queue-cancel")
         viewer.wait_for_selector("#queue tr[data-approach=later]", state="detached")
         viewer.wait_for_selector("#approach-later[data-status=untested]")
-        assert viewer.locator("#queue tbody tr").count() == 1
+        expect(viewer.locator("#queue tbody tr")).to_have_count(1)
 
         # The viewer opens the queued trial's page: no runner yet.
         viewer.click("#queue tr[data-approach=next] a[href^='/trials/']")
         viewer.wait_for_selector("[data-live=state] [data-state=queued]")
-        assert viewer.inner_text("[data-live=runner]") == "–"
+        expect(viewer.locator("[data-live=runner]")).to_have_text("–", use_inner_text=True)
         viewer.evaluate(MARK)
 
         # The runner frees up: the queued trial starts and runs; its open page names the runner.
         release.write_text("go")
         viewer.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         viewer.wait_for_selector("[data-live=runner]:not(:has-text('–'))")
-        assert viewer.inner_text("[data-live=runner]") == EMBEDDED_RUNNER_NAME
+        expect(viewer.locator("[data-live=runner]")).to_have_text(EMBEDDED_RUNNER_NAME, use_inner_text=True)
         assert viewer.evaluate(NOT_RELOADED)
         viewer.go_back()
         viewer.wait_for_selector(".page-feed[data-feed=open]")

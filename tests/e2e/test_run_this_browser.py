@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
@@ -53,12 +54,12 @@ def test_run_this_approach_from_its_page(tmp_path, browser):
                 break
             assert "Cannot run it now: no runner is connected." in said
             page.wait_for_timeout(500)
-        assert page.locator("header.topbar").count() == 1
+        expect(page.locator("header.topbar")).to_have_count(1)
         page.click("#run-this-result a")
         page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         page.wait_for_selector("#log:has-text('chosen ran')")
         page.goto(f"{server.url}/campaigns/live")
-        assert page.locator("#approach-first .badge").inner_text() == "untested"
+        expect(page.locator("#approach-first .badge")).to_have_text("untested", use_inner_text=True)
     finally:
         page.close()
         engine.dispose()

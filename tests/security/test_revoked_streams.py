@@ -1,9 +1,9 @@
-"""A session that ends takes its open streams with it: the page feed (server-sent events) and the live-log
+"""A session that ends takes its open streams with it: the page feed and the live-log
 websocket opened with a session that is then revoked (by an admin, from this server or from another
 process), or with an API token that is then revoked, close; a stream on a session that is still live
 stays open and keeps its notices.
 
-Real uvicorn (ThreadServer), real HTTP streams and websockets, on SQLite and PostgreSQL.
+Real uvicorn (ThreadServer), real websockets, on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from websockets.sync.client import connect
 from websockets.typing import Origin
 
 from app.db import session_scope
+from app.live import SESSION_ENDED_CLOSE_CODE
 from app.models import AuthToken, BrowserSession
 from app.security import CSRF_HEADER, SESSION_COOKIE, create_api_token, hash_token, revoke_all_sessions
 from app.services.access import get_watch
@@ -50,7 +51,7 @@ def _feed(srv: ThreadServer, cookie: str | None = None, token: str | None = None
         headers["Authorization"] = f"Bearer {token}"
     url = f"{srv.url}/api/pages/feed?" + urlencode([("topic", "runners")])
     reader = FeedReader(url, headers, {SESSION_COOKIE: cookie} if cookie else None)
-    assert reader.status == 200
+    assert reader.status == 101
     return reader
 
 
@@ -116,15 +117,15 @@ def _revoke_one_and_keep_the_other(srv, revoked, feed, other_feed, ws, other_ws,
     r = httpx.delete(f"{srv.url}/api/sessions/{_session_row_id(srv, revoked)}", headers=srv.api_headers())
     assert r.status_code == 204, r.text
     assert feed.ended.wait(15), "the revoked session's page feed stayed open"
-    assert feed.error is None  # ended by the server, cleanly
-    assert _closed_with(ws) == 4401
+    assert feed.error is None and feed.close_code == SESSION_ENDED_CLOSE_CODE  # closed by the server: log in again
+    assert _closed_with(ws) == SESSION_ENDED_CLOSE_CODE
     # It cannot come back: a reconnect with the revoked session is refused.
     again = FeedReader(f"{srv.url}/api/pages/feed?topic=runners", {"Origin": srv.url}, {SESSION_COOKIE: revoked})
     assert again.status == 401
     again.close()
     # The other session's streams are open and still get what happens.
     runner.close()  # the runner goes offline: a "runners" notice
-    assert other_feed.until("runners").event == "runners"
+    assert other_feed.until("runners").event == "feed:runners"
     assert not other_feed.ended.is_set()
     assert other_ws.ping().wait(10)  # the socket still answers
     assert get_watch(srv.app).closed == 2
@@ -144,12 +145,14 @@ def test_logging_out_and_revoking_a_token_close_their_streams(srv):
         )
         assert r.status_code in (200, 303), r.text
         assert by_cookie.ended.wait(15), "logging out left the page feed open"
+        assert by_cookie.close_code == SESSION_ENDED_CLOSE_CODE
         assert not by_token.ended.is_set()
         with session_scope(srv.engine) as s:
             token_id = s.exec(select(AuthToken.id).where(AuthToken.token_hash == hash_token(token))).one()
         r = httpx.delete(f"{srv.url}/api/tokens/{token_id}", headers=srv.api_headers())
         assert r.status_code == 204, r.text
         assert by_token.ended.wait(15), "the revoked token's page feed stayed open"
+        assert by_token.close_code == SESSION_ENDED_CLOSE_CODE
     finally:
         by_cookie.close()
         by_token.close()
@@ -168,7 +171,7 @@ def test_a_revoke_from_another_process_closes_streams_within_the_recheck(tmp_pat
                 with session_scope(srv.engine) as s:  # what the CLI does, outside the server
                     assert revoke_all_sessions(s) >= 1
                 assert feed.ended.wait(30), "the page feed outlived its session"
-                assert _closed_with(ws, timeout=30) == 4401
+                assert _closed_with(ws, timeout=30) == SESSION_ENDED_CLOSE_CODE
         finally:
             feed.close()
             runner.close()

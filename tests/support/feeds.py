@@ -1,23 +1,27 @@
-"""A page feed (/api/pages/feed, server-sent events) read on a thread, as a browser's EventSource would."""
+"""A page feed (/api/pages/feed, a websocket) read on a thread, as a page's static/pagefeed.js would."""
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from dataclasses import dataclass
 
-import httpx
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Origin
 
 
 @dataclass
 class Notice:
     id: str
-    event: str
-    data: str
+    topic: str
+    event: str  # the DOM event it fires: feed:<kind>
 
 
 class FeedReader:
-    """One open feed, read on a thread: its notices in a queue, `ended` once the server ended it cleanly."""
+    """One open feed, read on a thread: its notices in a queue; `status` 101 once open, else the HTTP
+    status of the refusal (`detail` its reason); `ended` once the server closed it, with `close_code`."""
 
     def __init__(self, url: str, headers: dict[str, str], cookies: dict[str, str] | None = None) -> None:
         self.notices: queue.Queue[Notice] = queue.Queue()
@@ -25,28 +29,39 @@ class FeedReader:
         self.ended = threading.Event()
         self.error: BaseException | None = None
         self.status = 0
-        self.client = httpx.Client(timeout=httpx.Timeout(60, read=60), cookies=cookies)
-        self.thread = threading.Thread(target=self._run, args=(url, headers), daemon=True)
+        self.detail = ""
+        self.close_code: int | None = None
+        self.socket: ClientConnection | None = None
+        headers = dict(headers)
+        origin = headers.pop("Origin", None)
+        if cookies:
+            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
+        ws_url = "ws" + url.removeprefix("http")
+        self.thread = threading.Thread(target=self._run, args=(ws_url, origin, headers), daemon=True)
         self.thread.start()
         assert self.opened.wait(30), "the feed did not answer"
 
-    def _run(self, url: str, headers: dict[str, str]) -> None:
+    def _run(self, url: str, origin: str | None, headers: dict[str, str]) -> None:
         try:
-            with self.client.stream("GET", url, headers=headers) as r:
-                self.status = r.status_code
+            with connect(
+                url, origin=Origin(origin) if origin else None, additional_headers=headers, open_timeout=30
+            ) as socket:
+                self.socket, self.status = socket, 101
                 self.opened.set()
-                if r.status_code != 200:
-                    return
-                fields: dict[str, str] = {}
-                for line in r.iter_lines():
-                    if not line:
-                        if "event" in fields:
-                            self.notices.put(Notice(fields.get("id", ""), fields["event"], fields.get("data", "")))
-                        fields = {}
-                    elif not line.startswith(":"):
-                        name, _, value = line.partition(":")
-                        fields[name] = value.strip()
-            self.ended.set()
+                try:
+                    for message in socket:
+                        data = json.loads(message)
+                        self.notices.put(Notice(data["id"], data["topic"], data["event"]))
+                except ConnectionClosed:
+                    pass
+                self.close_code = socket.close_code
+                if socket.protocol.close_rcvd is not None:  # the server closed it (not a dropped connection)
+                    self.ended.set()
+        except InvalidStatus as refused:
+            self.status = refused.response.status_code
+            body = refused.response.body or b"{}"
+            self.detail = json.loads(body).get("detail", "") if body.startswith(b"{") else body.decode()
+            self.opened.set()
         except BaseException as exc:
             self.error = exc
             self.opened.set()
@@ -54,11 +69,12 @@ class FeedReader:
     def next(self, timeout: float = 15) -> Notice:
         return self.notices.get(timeout=timeout)
 
-    def until(self, data: str, timeout: float = 15) -> Notice:
+    def until(self, topic: str, timeout: float = 15) -> Notice:
         while True:
             n = self.next(timeout)
-            if n.data == data:
+            if n.topic == topic:
                 return n
 
     def close(self) -> None:
-        self.client.close()
+        if self.socket is not None:
+            self.socket.close()

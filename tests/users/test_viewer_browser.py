@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 from sqlmodel import select
 
 from app.config import Settings
@@ -91,8 +92,9 @@ def test_a_viewer_follows_a_live_log_and_is_refused_every_change(tmp_path, brows
         (row,) = [s for s in admin.get("/api/sessions").json() if s["user_name"] == "Vera"]
         assert admin.delete(f"/api/sessions/{row['id']}").status_code == 204
         page.wait_for_selector("#log-status[data-live=ended-session]", timeout=15000)
-        assert page.inner_text("#log-status") == "log in again to follow the log"
-        page.wait_for_selector(".page-feed[data-feed=reconnecting]", timeout=15000)
+        expect(page.locator("#log-status")).to_have_text("log in again to follow the log", use_inner_text=True)
+        page.wait_for_selector(".page-feed[data-feed=ended]", timeout=15000)  # closed for good, not retried
+        expect(page.locator("#flash")).to_contain_text("log in again", use_inner_text=True)
         with session_scope(engine) as session:
             viewer_link = create_login_token(session, 600, users.user_by_name(session, "Vera"))
         page.goto(f"{server.url}/login?token={viewer_link}")

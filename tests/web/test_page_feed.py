@@ -1,24 +1,26 @@
-"""The page feed (/api/pages/feed, server-sent events): who may open it, what it sends after which
-commits, coalescing, catching up after a reconnect, and shutdown with feeds open. Real uvicorn
-(ThreadServer, or `campaign serve` for SIGTERM), real HTTP streams."""
+"""The page feed (/api/pages/feed, a websocket): who may open it, what it sends after which commits,
+coalescing, catching up after a reconnect, and shutdown with feeds open. Real uvicorn (ThreadServer, or
+`campaign serve` for SIGTERM), real websockets."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
-from urllib.parse import urlencode
 
 import httpx
 import pytest
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
+from app.live import SESSION_ENDED_CLOSE_CODE
 from app.models import Approach, Campaign, Runner
 from app.security import SESSION_COOKIE, create_api_token
-from app.services.events import PageFeed
+from app.services.events import GOING_AWAY_CLOSE_CODE, RETRY_MS, PageFeed, dom_event, feed_path, notice
 from tests.support.feeds import FeedReader
+from tests.support.paths import ROOT
 from tests.support.servers import ThreadServer, start_live_server
 from tests.support.trials import (
     ProtocolRunner,
@@ -54,8 +56,7 @@ def _seed(srv: ThreadServer) -> tuple[int, int]:
 
 
 def _feed_url(srv: ThreadServer, *topics: str, since: str = "") -> str:
-    query = urlencode([("topic", t) for t in topics])
-    return f"{srv.url}/api/pages/feed?{query}" + (f"&since={since}" if since else "")
+    return srv.url + feed_path(topics, since)
 
 
 def _browser(srv: ThreadServer) -> tuple[dict[str, str], dict[str, str]]:
@@ -63,27 +64,31 @@ def _browser(srv: ThreadServer) -> tuple[dict[str, str], dict[str, str]]:
     return {"Origin": srv.url, "Sec-Fetch-Site": "same-origin"}, {SESSION_COOKIE: srv.session_cookie()}
 
 
+def _refused(url: str, headers: dict[str, str], cookies: dict[str, str] | None = None) -> tuple[int, str]:
+    reader = FeedReader(url, headers, cookies)
+    reader.close()
+    return reader.status, reader.detail
+
+
 def test_the_feed_needs_a_session_and_this_origin(srv):
     cid, _ = _seed(srv)
     url = _feed_url(srv, f"campaign:{cid}")
     headers, cookies = _browser(srv)
-    with httpx.Client(timeout=10) as c:
-        r = c.get(url)
-        assert r.status_code == 401 and "Log in" in r.json()["detail"]
-        c.cookies.set(SESSION_COOKIE, "forged-" + "x" * 40)
-        assert c.get(url).status_code == 401
+    status, detail = _refused(url, headers)
+    assert status == 401 and "Log in" in detail
+    assert _refused(url, headers, {SESSION_COOKIE: "forged-" + "x" * 40})[0] == 401
+    status, detail = _refused(url, {"Origin": "http://evil.example"}, cookies)
+    assert status == 403 and "Cross-origin" in detail
+    assert _refused(url, {**headers, "Sec-Fetch-Site": "cross-site"}, cookies)[0] == 403
+    for bad in ("campaign:x", "campaign:0", "users", "trial:1;drop", "campaign:" + "9" * 30, "runners%0A"):
+        status, detail = _refused(f"{srv.url}/api/pages/feed?topic={bad}", headers, cookies)
+        assert status == 422 and "topic" in detail, bad
+    assert _refused(_feed_url(srv, *[f"trial:{i}" for i in range(1, 10)]), headers, cookies)[0] == 422
+    assert _refused(f"{srv.url}/api/pages/feed", headers, cookies)[0] == 422  # no topic
+    # A plain HTTP request is told what the feed is; it is read-only: nothing is written through it.
     with httpx.Client(timeout=10, cookies=cookies) as c:
-        r = c.get(url, headers={"Origin": "http://evil.example"})
-        assert r.status_code == 403 and "Cross-origin" in r.json()["detail"]
-        assert c.get(url, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
-        for bad in ("campaign:x", "campaign:0", "users", "trial:1;drop", "campaign:" + "9" * 30, "runners\n"):
-            r = c.get(_feed_url(srv, bad), headers=headers)
-            assert r.status_code == 422 and "topic" in r.json()["detail"], bad
-        r = c.get(_feed_url(srv, *[f"trial:{i}" for i in range(1, 10)]), headers=headers)
-        assert r.status_code == 422
-        assert c.get(f"{srv.url}/api/pages/feed", headers=headers).status_code == 422  # no topic
-    # It is read-only: nothing but GET.
-    with httpx.Client(timeout=10, cookies=cookies) as c:
+        r = c.get(url, headers=headers)
+        assert r.status_code == 426 and "websocket" in r.json()["detail"] and r.headers["upgrade"] == "websocket"
         assert c.post(url, headers=headers).status_code in (403, 405)
     assert srv.app.state.page_feed.count() == 0  # refused requests leave no stream behind
 
@@ -94,14 +99,14 @@ def test_writes_publish_after_commit_and_failed_writes_do_not(srv):
     feed = FeedReader(_feed_url(srv, f"campaign:{cid}", f"approach:{aid}"), headers, cookies)
     api = srv.api_headers()
     try:
-        assert feed.status == 200
+        assert feed.status == 101
         r = httpx.post(
             f"{srv.url}/api/campaigns/spec/approaches/echo/status",
             json={"status": "deferred", "reason": "later"},
             headers=api,
         )
         assert r.status_code == 200, r.text
-        got = {feed.next().data, feed.next().data}
+        got = {feed.next().topic, feed.next().topic}
         assert got == {f"campaign:{cid}", f"approach:{aid}"}
         hub: PageFeed = srv.app.state.page_feed
         before = hub.last_seq[f"approach:{aid}"]
@@ -114,7 +119,7 @@ def test_writes_publish_after_commit_and_failed_writes_do_not(srv):
         assert r.status_code in (400, 409, 422), r.text
         r = httpx.post(f"{srv.url}/api/campaigns/spec/approaches", json={"key": "two", "title": "Two"}, headers=api)
         assert r.status_code == 201, r.text
-        assert feed.until(f"campaign:{cid}").event == "campaign"
+        assert feed.until(f"campaign:{cid}").event == "feed:campaign"
         # A sentinel after it on another approach: once seen, every earlier publish has run.
         two = FeedReader(_feed_url(srv, f"approach:{r.json()['id']}"), headers, cookies)
         try:
@@ -134,7 +139,7 @@ def test_writes_publish_after_commit_and_failed_writes_do_not(srv):
             feed.notices.get()
         r = httpx.patch(f"{srv.url}/api/campaigns/spec", json={"accept_length": 2.5}, headers=api)
         assert r.status_code == 200, r.text
-        assert feed.until(f"campaign:{cid}").event == "campaign"
+        assert feed.until(f"campaign:{cid}").event == "feed:campaign"
     finally:
         feed.close()
 
@@ -147,11 +152,11 @@ def test_a_trial_and_a_runner_notify_campaign_and_runners_pages(srv):
     _, token = new_runner_token(srv.engine)
     runner = ProtocolRunner(srv.ws_url, token)
     try:
-        assert runners_feed.until("runners").event == "runners"  # hello: online
+        assert runners_feed.until("runners").event == "feed:runners"  # hello: online
         r = httpx.post(f"{srv.url}/api/campaigns/spec/run-next", headers=srv.api_headers(), timeout=30)
         assert r.json()["started"], r.text
         d = runner.expect("dispatch")
-        assert campaign_feed.until(f"campaign:{cid}").event == "campaign"  # dispatched
+        assert campaign_feed.until(f"campaign:{cid}").event == "feed:campaign"  # dispatched
         runner.started(d)
         runner.finished(d, exit_code=0, last_seq=-1)
         runner.expect("finished_ack", skip=("ack",))
@@ -180,28 +185,22 @@ def test_a_reconnecting_feed_is_sent_what_it_missed(srv):
     reader = FeedReader(_feed_url(srv, f"campaign:{cid}", "runners", since=mark), headers, cookies)
     try:
         first = reader.next()
-        assert (first.event, first.data) == ("campaign", f"campaign:{cid}")
+        assert (first.event, first.topic) == ("feed:campaign", f"campaign:{cid}")
         assert first.id.startswith(feed.boot + ".")
     finally:
         reader.close()
     # Up to date: nothing to catch up on. A mark from another boot (a restarted server): everything.
     up_to_date = FeedReader(_feed_url(srv, f"campaign:{cid}", since=feed.mark()), headers, cookies)
     other_boot = FeedReader(_feed_url(srv, f"campaign:{cid}", "runners", since="0123456789ab.5"), headers, cookies)
-    # Last-Event-ID (an EventSource reconnecting by itself) counts as the mark.
-    by_header = FeedReader(
-        _feed_url(srv, f"campaign:{cid}", since=mark), {**headers, "Last-Event-ID": feed.mark()}, cookies
-    )
     try:
-        assert {other_boot.next().data, other_boot.next().data} == {f"campaign:{cid}", "runners"}
+        assert {other_boot.next().topic, other_boot.next().topic} == {f"campaign:{cid}", "runners"}
         httpx.post(
             f"{srv.url}/api/campaigns/spec/approaches", json={"key": "two", "title": "Two"}, headers=srv.api_headers()
         )
-        assert up_to_date.next().data == f"campaign:{cid}"  # the first notice is the new change, not a catch-up
+        assert up_to_date.next().topic == f"campaign:{cid}"  # the first notice is the new change, not a catch-up
         assert up_to_date.notices.empty()
-        assert by_header.next().data == f"campaign:{cid}"
-        assert by_header.notices.empty()
     finally:
-        for r_ in (up_to_date, other_boot, by_header):
+        for r_ in (up_to_date, other_boot):
             r_.close()
 
 
@@ -236,9 +235,8 @@ def test_bursts_are_coalesced_per_topic():
 
 
 def test_sigterm_ends_open_page_feeds_and_the_server_exits(tmp_path):
-    """A real `campaign serve`: twenty browsers' page feeds open when SIGTERM comes. The server ends
-    every stream itself (a clean end of each response, not a connection cut after uvicorn's graceful
-    timeout) and exits."""
+    """A real `campaign serve`: twenty browsers' page feeds open when SIGTERM comes. The server closes
+    every socket itself, saying "going away" (the pages reconnect to the next server), and exits."""
     db_url = f"sqlite:///{tmp_path / 'feeds.db'}"
     server = start_live_server(tmp_path, db_url, "--no-runner")
     engine = make_engine(db_url)
@@ -255,11 +253,11 @@ def test_sigterm_ends_open_page_feeds_and_the_server_exits(tmp_path):
         for i in range(20):
             topics = f"topic=campaign:{cid}&topic=runners" if i % 2 else "topic=runners"
             readers.append(FeedReader(f"{server.url}/api/pages/feed?{topics}", headers))
-        assert all(r.status == 200 for r in readers)
+        assert all(r.status == 101 for r in readers)
         os.killpg(server.proc.pid, signal.SIGTERM)
         for r in readers:
             assert r.ended.wait(30), f"a feed was not ended by the server: {r.error!r}"
-            assert r.error is None
+            assert r.error is None and r.close_code == GOING_AWAY_CLOSE_CODE
         server.proc.wait(timeout=30)  # a hang on SIGTERM fails here
         log = server.log.read_text()
         assert "timeout graceful shutdown exceeded" not in log, log
@@ -281,12 +279,12 @@ def test_heartbeats_reach_the_runners_page_coalesced_over_their_own_window():
         page = feed.open(["runners", "heartbeats"])
         for _ in range(500):  # 50 runners, 10 beats each
             feed.publish("heartbeats")
-        assert page.take() == [f"id: {feed.boot}.1\nevent: heartbeats\ndata: heartbeats\n\n"]
+        assert page.take() == [notice(f"{feed.boot}.1", "heartbeats")]
         feed.publish("runners")  # another topic is not held back by the beats' window
-        assert page.take() == [f"id: {feed.boot}.501\nevent: runners\ndata: runners\n\n"]
+        assert page.take() == [notice(f"{feed.boot}.501", "runners")]
         while feed.delivered < 3:  # the beats' window ends: the other 499 beats are one notice
             await asyncio.sleep(0.02)
-        assert page.take() == [f"id: {feed.boot}.500\nevent: heartbeats\ndata: heartbeats\n\n"]
+        assert page.take() == [notice(f"{feed.boot}.500", "heartbeats")]
         await asyncio.sleep(0.7)  # a quiet window: nothing more
         assert feed.delivered == 3 and page.take() == []
         feed.close_all()
@@ -309,7 +307,7 @@ def test_runners_heartbeats_are_one_notice_per_window_on_a_real_server(tmp_path,
         for _ in range(10):
             for runner in runners:
                 runner.heartbeat()
-        assert reader.until("heartbeats").event == "heartbeats"
+        assert reader.until("heartbeats").event == "feed:heartbeats"
         for runner in runners:  # each socket's messages are applied in order: its close comes after its beats
             runner.close()
 
@@ -322,9 +320,9 @@ def test_runners_heartbeats_are_one_notice_per_window_on_a_real_server(tmp_path,
         assert last_beat >= 2  # several batches carried beats
         heard = []  # until a "runners" notice published after the last beat: what was sent before it is here
         while True:
-            notice = reader.next()
-            heard.append(notice.event)
-            if notice.event == "runners" and int(notice.id.split(".")[1]) > last_beat:
+            got = reader.next()
+            heard.append(got.topic)
+            if got.topic == "runners" and int(got.id.split(".")[1]) > last_beat:
                 break
         assert "heartbeats" not in heard  # the rest of the window's beats: not yet, and then as one
     finally:
@@ -332,3 +330,30 @@ def test_runners_heartbeats_are_one_notice_per_window_on_a_real_server(tmp_path,
         for runner in runners:
             runner.close()
         server.stop()
+
+
+def test_pages_carry_what_pagefeed_js_needs_and_their_fragments_follow_real_events(srv):
+    """The feed element of a page gives its script the feed's address (with the page's mark), the close
+    code of an ended session and the retry delay, all from the server; that address opens a feed. Every
+    `feed:<kind>` a template's fragment listens for is an event some topic's notice fires."""
+    cid, _ = _seed(srv)
+    headers, cookies = _browser(srv)
+    with httpx.Client(timeout=10, cookies=cookies) as c:
+        html = c.get(f"{srv.url}/campaigns/spec").text
+    attrs = dict(re.findall(r'(data-feed-[a-z-]+)="([^"]*)"', html))
+    assert attrs["data-feed-ended-code"] == str(SESSION_ENDED_CLOSE_CODE)
+    assert int(attrs["data-feed-retry-ms"]) == RETRY_MS
+    url = attrs["data-feed-url"].replace("&amp;", "&")
+    assert url.startswith(f"/api/pages/feed?topic=campaign:{cid}&topic=runners&since={srv.app.state.page_feed.boot}.")
+    reader = FeedReader(srv.url + url, headers, cookies)
+    try:
+        assert reader.status == 101
+    finally:
+        reader.close()
+    kinds = {dom_event(t) for t in (f"campaign:{cid}", "approach:1", "trial:1", "runners", "heartbeats")}
+    listened = {
+        name
+        for path in (ROOT / "templates").rglob("*.html")
+        for name in re.findall(r"\bfeed:[a-z]+", path.read_text(encoding="utf-8"))
+    }
+    assert listened and listened <= kinds, listened - kinds
