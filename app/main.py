@@ -14,6 +14,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from app import __version__
 from app.api import campaigns as api_campaigns
 from app.api import livelog, pagefeed, runner_socket
+from app.api import planning as api_planning
 from app.api import runners as api_runners
 from app.api import share_links as api_share_links
 from app.api import trials as api_trials
@@ -31,6 +32,7 @@ from app.web import campaigns as web_campaigns
 from app.web import charts as web_charts
 from app.web import compare as web_compare
 from app.web import docs as web_docs
+from app.web import planning as web_planning
 from app.web import share as web_share
 from app.web import trials as web_trials
 from app.web import users as web_users
@@ -55,6 +57,8 @@ ROUTERS = [
     web_verdicts.router,
     web_users.router,
     api_users.router,
+    web_planning.router,
+    api_planning.router,
 ]
 
 

@@ -1,4 +1,4 @@
-"""Scale: the charts page, the what-if, the status page and its export read a campaign in a fixed number of
+"""Scale: the charts page, the what-if, the status page and its export, the payoff ranking (API and panel) read a campaign in a fixed number of
 SQL statements, whatever its number of approaches and trials (issue 12: no per-approach queries)."""
 
 from __future__ import annotations
@@ -123,6 +123,8 @@ def _counts(app, operator, slug: str) -> dict[str, int]:
         "what-if": f"/campaigns/{slug}/charts/whatif?accept_length=3.1",
         "status": share,
         "status export": share + "/export.html",
+        "ranking": f"/api/campaigns/{slug}/ranking",
+        "ranking panel": f"/campaigns/{slug}/ranking",
     }
     out = {}
     for name, path in pages.items():
