@@ -1,14 +1,15 @@
-"""JSON API for planning the campaign: the payoff ranking and the order "Run next candidate" follows."""
+"""JSON API for planning the campaign: the payoff ranking, the order "Run next candidate" follows, and the
+upgrade planner."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import OperatorDep, SessionDep, require_operator
-from app.domain import inventory, scheduling
+from app.domain import inventory, planning, scheduling
 from app.models import RunOrder
 from app.services import events
 
@@ -53,3 +54,26 @@ def set_run_order(slug: str, data: RunOrderRequest, session: SessionDep, operato
     inventory.set_run_order(session, campaign, data.order)
     events.after_commit(session, events.campaign(campaign.id))
     return RunOrderPublic(order=data.order)
+
+
+class UpgradesPublic(BaseModel):
+    """The upgrade planner (docs/planning.md): per stack component the closed verdicts bound to it; for a
+    target stack, what it re-opens (with the predicted payoff) and what it leaves, with why."""
+
+    target: dict[str, str]
+    changes: list[dict[str, Any]]
+    components: list[dict[str, Any]]
+    reopens: list[dict[str, Any]]
+    untouched: list[dict[str, Any]]
+
+
+@router.get("/campaigns/{slug}/upgrades", response_model=UpgradesPublic)
+def upgrades(
+    slug: str,
+    session: SessionDep,
+    target: Annotated[list[str], Query(description="COMPONENT=VERSION, repeated: torch=2.11.0")] = [],  # noqa: B006
+    runner: Annotated[int | None, Query(ge=1, le=2**63 - 1, description="A runner whose stack is the target")] = None,
+) -> dict[str, Any]:
+    """Without a target: per component. With `target=` items or a `runner=` id: what that stack re-opens."""
+    campaign = inventory.get_campaign(session, slug)
+    return planning.upgrade_plan(session, campaign, planning.target_of(session, target, runner)).as_dict()

@@ -30,10 +30,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlmodel import Session
+from packaging.version import InvalidVersion, Version
+from sqlmodel import Session, select
 
 from app.domain import fingerprint as stack
 from app.domain import verdicts
+from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import approaches
 from app.domain.profitability import (
     LatencyEstimate,
@@ -41,7 +43,7 @@ from app.domain.profitability import (
     profitability_report,
     reported_latencies,
 )
-from app.models import Approach, ApproachStatus, Campaign, RunOrder
+from app.models import Approach, ApproachStatus, Campaign, Runner, RunOrder
 
 # approach.effort's first word -> effort points (the score divides by them). Unknown or empty: medium.
 EFFORT_POINTS: dict[str, float] = {"trivial": 0.5, "low": 1.0, "medium": 2.0, "high": 4.0}
@@ -324,3 +326,278 @@ def why_next(ranked: list[Ranked]) -> str:
         parts.append("no figure known: by priority")
     parts.append(f"effort {top.approach.effort or 'not given'}")
     return "; ".join(parts)
+
+
+# ---- the upgrade planner ----------------------------------------------------------------------
+#
+# For each stack component, the dead-end and deferred approaches bound to it, with the version each died on
+# and its cause. For a target stack (typed versions, or a runner's fingerprint), what it would re-open. That
+# an upgrade fixes a cause is known from data only:
+#   1. a team's note on the verdict, in its reason or evidence: "needs torch >= 2.11" (NOTE_PATTERN); the
+#      target re-opens it when it has that component at that version or newer;
+#   2. a success (promising / adopted) of the same approach key anywhere on the board, on a stack whose bound
+#      components differ from the one it died on; the target re-opens it when it is at least that stack.
+# A verdict bound to a component the target changes, with neither, is left untouched, said so: a re-test
+# would tell, nothing known says the upgrade fixes it. An unbound verdict (the topology's physics, a missing
+# build) is untouched by any upgrade.
+
+CLOSED = (ApproachStatus.dead_end, ApproachStatus.deferred)
+SUCCEEDED = (ApproachStatus.promising, ApproachStatus.adopted)
+_NAMES = {**{k: k for k in stack.STACK_COMPONENTS}, **{v.lower(): k for k, v in stack.STACK_COMPONENTS.items()}}
+NOTE_PATTERN = re.compile(
+    r"\b(?:needs|requires)\s+(" + "|".join(sorted(map(re.escape, _NAMES), key=len, reverse=True)) + r")"
+    r"\s*(>=|>)\s*v?([0-9][0-9A-Za-z.+-]*[0-9A-Za-z])",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Note:
+    """'needs torch >= 2.11' in a verdict's reason or evidence."""
+
+    component: str
+    op: str
+    version: str
+
+    def met_by(self, value: str | None) -> bool | None:
+        """Whether a version satisfies it (None: the version is unknown or unreadable)."""
+        have, want = _version(value), _version(self.version)
+        if have is None or want is None:
+            return None
+        return have >= want if self.op == ">=" else have > want
+
+    def __str__(self) -> str:
+        return f"needs {stack.STACK_COMPONENTS[self.component]} {self.op} {self.version}"
+
+
+def _version(text: str | None) -> Version | None:
+    """The release part of a version ('2.10.0+cu128' -> 2.10.0): a local build tag does not order versions."""
+    if not text:
+        return None
+    try:
+        return Version(Version(text).base_version)
+    except InvalidVersion:
+        return None
+
+
+def verdict_notes(approach: Approach) -> list[Note]:
+    """The team's notes on what would fix the verdict, from its reason and evidence."""
+    found = []
+    for text in (approach.reason, approach.evidence):
+        for name, op, version in NOTE_PATTERN.findall(text or ""):
+            note = Note(_NAMES[name.lower()], op, version.rstrip("."))
+            if note not in found:
+                found.append(note)
+    return found
+
+
+def parse_target(items: list[str]) -> dict[str, str]:
+    """['torch=2.11.0', 'cuda=13.0'] -> {'torch': '2.11.0', 'cuda': '13.0'}; a bad item is an Invalid."""
+    target: dict[str, str] = {}
+    for item in items:
+        name, sep, version = item.partition("=")
+        component = _NAMES.get(name.strip().lower())
+        if not sep or not version.strip():
+            raise Invalid(f"target: {item!r} is not COMPONENT=VERSION (e.g. torch=2.11.0)", field="target")
+        if component is None:
+            raise Invalid(
+                f"target: unknown stack component {name.strip()!r}; expected one of {', '.join(stack.STACK_COMPONENTS)}",
+                field="target",
+            )
+        target[component] = version.strip()
+    return target
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A dead-end or deferred approach as the planner sees it."""
+
+    approach: Approach
+    components: tuple[str, ...]  # bound, with any component its notes name
+    notes: tuple[Note, ...]
+
+    def died_on(self, component: str) -> str | None:
+        return stack.component_value(self.approach.verdict_fingerprint, component)
+
+
+@dataclass(frozen=True)
+class Reopen:
+    closed: Closed
+    component: str  # the component whose upgrade re-opens it
+    why: str  # the note or the success that says so
+    ranked: Ranked | None  # its predicted payoff
+
+    def as_dict(self) -> dict[str, Any]:
+        a = self.closed.approach
+        return {
+            "key": a.key,
+            "title": a.title,
+            "status": a.status,
+            "component": self.component,
+            "died_on": self.closed.died_on(self.component),
+            "cause": a.reason,
+            "why": self.why,
+            "expected": self.ranked.as_dict() if self.ranked else None,
+        }
+
+
+@dataclass(frozen=True)
+class Untouched:
+    closed: Closed
+    why: str
+
+    def as_dict(self) -> dict[str, Any]:
+        a = self.closed.approach
+        return {"key": a.key, "title": a.title, "status": a.status, "cause": a.reason, "why": self.why}
+
+
+@dataclass(frozen=True)
+class UpgradePlan:
+    by_component: dict[str, list[Closed]]  # component -> the closed approaches bound to it (display order)
+    target: dict[str, str]  # component -> version; {} without a target
+    changes: list[tuple[str, str | None, str]]  # (component, from, to): how the target differs
+    reopens: list[Reopen]
+    untouched: list[Untouched]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "changes": [{"component": c, "from": old, "to": new} for c, old, new in self.changes],
+            "components": [
+                {
+                    "component": c,
+                    "name": stack.STACK_COMPONENTS[c],
+                    "approaches": [
+                        {
+                            "key": x.approach.key,
+                            "status": x.approach.status,
+                            "died_on": x.died_on(c),
+                            "cause": x.approach.reason,
+                            "notes": [str(n) for n in x.notes],
+                        }
+                        for x in rows
+                    ],
+                }
+                for c, rows in self.by_component.items()
+            ],
+            "reopens": [r.as_dict() for r in self.reopens],
+            "untouched": [u.as_dict() for u in self.untouched],
+        }
+
+
+def _closed(rows: list[Approach]) -> list[Closed]:
+    out = []
+    for a in rows:
+        if a.status not in CLOSED:
+            continue
+        notes = tuple(verdict_notes(a))
+        named = set(stack.bound_components(a.bound_to)) | {n.component for n in notes}
+        out.append(Closed(a, tuple(c for c in stack.STACK_COMPONENTS if c in named), notes))
+    return out
+
+
+def _successes(session: Session, closed: list[Closed]) -> dict[str, list[Approach]]:
+    """key -> successes of an approach of that key anywhere on the board (one query)."""
+    keys = sorted({c.approach.key for c in closed if c.components})
+    if not keys:
+        return {}
+    found: dict[str, list[Approach]] = {}
+    query = select(Approach).where(Approach.key.in_(keys), Approach.status.in_(SUCCEEDED))  # type: ignore[attr-defined]
+    for a in session.exec(query):
+        found.setdefault(a.key, []).append(a)
+    return found
+
+
+def _target_value(target: dict[str, str], closed: Closed, component: str) -> str | None:
+    """The target's version of a component; a component a typed target leaves out stays as it died on."""
+    return target.get(component, closed.died_on(component))
+
+
+def _names(components: list[str] | tuple[str, ...]) -> str:
+    return ", ".join(stack.STACK_COMPONENTS[c] for c in components)
+
+
+def _judge(closed: Closed, target: dict[str, str], successes: list[Approach]) -> tuple[str, str] | str:
+    """(component, why) when the target re-opens it, else the reason it stays closed."""
+    a = closed.approach
+    if not closed.components:
+        return "not bound to any stack component (" + (a.reason or a.status) + "): no upgrade changes it"
+    changed = [c for c in closed.components if _target_value(target, closed, c) != closed.died_on(c)]
+    for note in closed.notes:
+        have = _target_value(target, closed, note.component)
+        if note.met_by(have):
+            return note.component, f"the team's note: {note}; the target has {have}"
+    for ok in successes:
+        differs = [
+            c
+            for c in closed.components
+            if stack.component_value(ok.verdict_fingerprint, c) not in (None, closed.died_on(c))
+        ]
+        if differs and all(
+            (_version(_target_value(target, closed, c)) or Version("0"))
+            >= (_version(stack.component_value(ok.verdict_fingerprint, c)) or Version("0"))
+            for c in differs
+        ):
+            where = stack.describe_binding({"components": differs}, ok.verdict_fingerprint)
+            return differs[0], f"{ok.title} succeeded on {where} ({ok.status}, campaign #{ok.campaign_id})"
+    unmet = [
+        f"{n}, the target has {_target_value(target, closed, n.component) or 'no ' + stack.STACK_COMPONENTS[n.component]}"
+        for n in closed.notes
+    ]
+    if unmet:
+        return "; ".join(unmet)
+    if not changed:
+        return f"bound to {_names(closed.components)}, which the target does not change"
+    return (
+        f"bound to {_names(changed)}, which the target changes, but no note or success says the upgrade fixes "
+        "its cause: a re-test would tell"
+    )
+
+
+def runner_target(runner: Runner) -> dict[str, str]:
+    """A runner's stack as a target: each component its fingerprint reports."""
+    found = {c: stack.component_value(runner.fingerprint, c) for c in stack.STACK_COMPONENTS}
+    return {c: v for c, v in found.items() if v is not None}
+
+
+def target_of(session: Session, items: list[str], runner_id: int | None) -> dict[str, str]:
+    """The target stack a request names: typed COMPONENT=VERSION items, or a runner's fingerprint (not both)."""
+    if items and runner_id is not None:
+        raise Invalid("target: give versions or a runner, not both", field="target")
+    if runner_id is None:
+        return parse_target(items)
+    runner = session.get(Runner, runner_id)
+    if runner is None:
+        raise NotFound(f"no runner #{runner_id}")
+    if not runner.fingerprint:
+        raise Invalid(f"runner {runner.name} has not reported its stack yet", field="runner")
+    return runner_target(runner)
+
+
+def upgrade_plan(session: Session, campaign: Campaign, target: dict[str, str] | None = None) -> UpgradePlan:
+    """What the campaign's closed verdicts depend on, and what `target` (component -> version) re-opens."""
+    rows = approaches(session, campaign)
+    closed = _closed(rows)
+    by_component = {c: [x for x in closed if c in x.components] for c in stack.STACK_COMPONENTS}
+    by_component = {c: xs for c, xs in by_component.items() if xs}
+    if not target:
+        return UpgradePlan(by_component, {}, [], [], [])
+    base = next((a.verdict_fingerprint for a in rows if a.verdict_fingerprint), None)
+    changes = [(c, stack.component_value(base, c), v) for c, v in target.items() if stack.component_value(base, c) != v]
+    successes = _successes(session, closed)
+    opened: list[tuple[Closed, str, str]] = []
+    untouched: list[Untouched] = []
+    for x in closed:
+        found = _judge(x, target, successes.get(x.approach.key, []))
+        if isinstance(found, tuple):
+            opened.append((x, *found))
+        else:
+            untouched.append(Untouched(x, found))
+    ranked: dict[str, Ranked] = {}
+    if opened:
+        report = profitability_report(session, campaign, approach_rows=rows)
+        reopened = [x.approach for x, _, _ in opened]
+        ranked = {r.key: r for r in payoff_ranking(session, campaign, reopened, {}, report=report, rows=rows)}
+    reopens = [Reopen(x, c, why, ranked.get(x.approach.key)) for x, c, why in opened]
+    reopens.sort(key=lambda r: (r.ranked is None or r.ranked.score is None, -((r.ranked and r.ranked.score) or 0.0)))
+    return UpgradePlan(by_component, dict(target), changes, reopens, untouched)

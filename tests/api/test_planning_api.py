@@ -66,3 +66,38 @@ def test_bad_input(demo_client):
     r = demo_client.post(f"/campaigns/{SLUG}/run-order", data={"order": "random"}, headers={"HX-Request": "true"})
     assert r.status_code == 422 and "expected one of ranking, priority" in r.text
     assert demo_client.get("/api/campaigns/nope/ranking").status_code == 404
+
+
+def test_upgrades_api_on_the_kimi_demo(demo_client):
+    r = demo_client.get(f"/api/campaigns/{SLUG}/upgrades", params=[("target", "torch=2.11.0"), ("target", "cuda=13.0")])
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [x["key"] for x in body["reopens"]] == ["flashinfer-allreduce-fusion", "torch-symm-mem"]
+    assert {x["key"] for x in body["untouched"]} == {
+        "sglang-custom-allreduce",
+        "nccl-tree",
+        "nccl-fewer-channels",
+        "mscclpp",
+    }
+    per = demo_client.get(f"/api/campaigns/{SLUG}/upgrades").json()
+    assert per["reopens"] == [] and "torch" in {c["component"] for c in per["components"]}
+    bad = demo_client.get(f"/api/campaigns/{SLUG}/upgrades", params={"target": "torch"})
+    assert bad.status_code == 422 and bad.json()["field"] == "target"
+    assert demo_client.get(f"/api/campaigns/{SLUG}/upgrades", params={"runner": 999}).status_code == 404
+
+
+def test_upgrades_page_on_the_kimi_demo(demo_client):
+    page = demo_client.get(f"/campaigns/{SLUG}/upgrades", params={"torch": "2.11.0", "cuda": "13.0"})
+    assert page.status_code == 200
+    html = page.text
+    assert "<h2>CUDA 12.8 → 13.0, torch 2.10.0+cu128 → 2.11.0</h2>" in html
+    reopens = html[html.index('id="upgrade-reopens"') : html.index('id="upgrade-untouched"')]
+    assert 'data-key="flashinfer-allreduce-fusion"' in reopens and 'data-key="torch-symm-mem"' in reopens
+    assert 'data-key="nccl-tree"' not in reopens
+    untouched = html[html.index('id="upgrade-untouched"') : html.index('id="upgrade-components"')]
+    assert "bound to NCCL, which the target does not change" in untouched
+    assert "not bound to any stack component (38 tok/s vs 82 tok/s NCCL" in untouched
+    assert 'id="upgrade-result"' not in demo_client.get(f"/campaigns/{SLUG}/upgrades").text  # no target yet
+    assert f'href="/campaigns/{SLUG}/upgrades"' in demo_client.get(f"/campaigns/{SLUG}").text
+    bad = demo_client.get(f"/campaigns/{SLUG}/upgrades", params={"runner": "x"})
+    assert bad.status_code == 422
