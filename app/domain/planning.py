@@ -211,21 +211,34 @@ def _components_of(approach: Approach) -> tuple[str, ...]:
     return tuple(c for c in stack.STACK_COMPONENTS if c in software and c not in ("sm", "gpu"))
 
 
-def _risk(approach: Approach, rows: list[Approach], campaign_sm: str | None) -> Risk:
-    components = _components_of(approach)
-    sm = stack.component_value(approach.verdict_fingerprint, "sm") or campaign_sm
-    died = judged = 0
-    for other in rows:
-        if other.id == approach.id or other.status not in JUDGED:
-            continue
-        bound = set(stack.bound_components(other.bound_to))
-        if not bound & set(components):
-            continue
-        if sm is not None and stack.component_value(other.verdict_fingerprint, "sm") != sm:
-            continue
-        judged += 1
-        died += other.status == ApproachStatus.dead_end
-    return Risk((died + 1) / (judged + 2), died, judged, components, sm)
+class _Verdicts:
+    """The campaign's judged, bound verdicts indexed once: (SM, component) -> approach ids (all, and died),
+    so each candidate's risk is a union of a few sets, not a pass over every approach."""
+
+    def __init__(self, rows: list[Approach]) -> None:
+        self.judged: dict[tuple[str | None, str], set[int]] = {}
+        self.died: dict[tuple[str | None, str], set[int]] = {}
+        for a in rows:
+            if a.status not in JUDGED:
+                continue
+            sm = stack.component_value(a.verdict_fingerprint, "sm")
+            for c in stack.bound_components(a.bound_to):
+                for where in (sm, None):  # None: any SM
+                    self.judged.setdefault((where, c), set()).add(a.id)  # type: ignore[arg-type]
+                    if a.status == ApproachStatus.dead_end:
+                        self.died.setdefault((where, c), set()).add(a.id)  # type: ignore[arg-type]
+
+    def risk(self, approach: Approach, campaign_sm: str | None) -> Risk:
+        components = _components_of(approach)
+        sm = stack.component_value(approach.verdict_fingerprint, "sm") or campaign_sm
+        judged: set[int] = set()
+        died: set[int] = set()
+        for c in components:
+            judged |= self.judged.get((sm, c), set())
+            died |= self.died.get((sm, c), set())
+        judged.discard(approach.id)  # type: ignore[arg-type]
+        died.discard(approach.id)  # type: ignore[arg-type]
+        return Risk((len(died) + 1) / (len(judged) + 2), len(died), len(judged), components, sm)
 
 
 def _reasons(r: Ranked) -> tuple[str, ...]:
@@ -291,12 +304,13 @@ def payoff_ranking(
     sms = Counter(v for a in rows if (v := stack.component_value(a.verdict_fingerprint, "sm")))
     campaign_sm = sms.most_common(1)[0][0] if sms else None
     n_ar = report.inputs.allreduces_per_verify.value or 0
+    judged = _Verdicts(rows)
     out: list[Ranked] = []
     for approach in candidates:
         expected = _expected(approach, by_key_reported, measured, kinds, needs.bytes)
         gain = max(0.0, (best[0] - expected.t_ar_us) * n_ar / 1000.0) if expected and best and n_ar else None
         effort = effort_points(approach.effort)
-        risk = _risk(approach, rows, campaign_sm)
+        risk = judged.risk(approach, campaign_sm)
         score = gain * (1.0 - risk.value) / effort if gain is not None else None
         ranked = Ranked(approach, retest.get(approach.id), needs, expected, gain, effort, risk, score)  # type: ignore[arg-type]
         out.append(replace(ranked, reasons=_reasons(ranked)))
