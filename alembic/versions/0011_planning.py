@@ -20,7 +20,9 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("campaign", schema=None) as batch_op:
         batch_op.add_column(
-            sa.Column("run_order", sqlmodel.sql.sqltypes.AutoString(length=20), nullable=False, server_default="ranking")
+            sa.Column(
+                "run_order", sqlmodel.sql.sqltypes.AutoString(length=20), nullable=False, server_default="ranking"
+            )
         )
 
 

@@ -236,8 +236,8 @@ class _Verdicts:
         for c in components:
             judged |= self.judged.get((sm, c), set())
             died |= self.died.get((sm, c), set())
-        judged.discard(approach.id)  # type: ignore[arg-type]
-        died.discard(approach.id)  # type: ignore[arg-type]
+        judged.discard(approach.id)
+        died.discard(approach.id)
         return Risk((len(died) + 1) / (len(judged) + 2), len(died), len(judged), components, sm)
 
 
