@@ -484,6 +484,63 @@ def answer_cmd(
         print(f"  missing: {m.what}" + (f" ({m.approach})" if m.approach else "") + f": {m.how}")
 
 
+@cli.command("plan")
+def plan_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    target: Annotated[
+        list[str] | None, typer.Option("--target", "-t", help="A target version, COMPONENT=VERSION (repeat).")
+    ] = None,
+    runner: Annotated[int | None, typer.Option(help="Plan for this runner's stack (its id) instead.")] = None,
+) -> None:
+    """What to try next (the payoff ranking) and what an upgrade would re-open (docs/planning.md)."""
+    from rich.table import Table
+
+    from app.domain import inventory, planning, scheduling
+    from app.domain.errors import DomainError
+    from app.domain.fingerprint import STACK_COMPONENTS
+
+    try:
+        with session_scope(_engine(get_settings()), write=False) as session:
+            campaign = inventory.get_campaign(session, slug)
+            ranked = scheduling.ranking(session, campaign)
+            plan = planning.upgrade_plan(session, campaign, planning.target_of(session, target or [], runner))
+            order = campaign.run_order
+    except DomainError as exc:
+        _fail(exc.message)
+    table = Table(title=f"What to try next (Run next follows the {order})", show_lines=True)
+    for column in ("#", "approach", "score", "needs (us)", "expected (us)", "effort", "risk"):
+        table.add_column(column)
+    for n, r in enumerate(ranked, start=1):
+        table.add_row(
+            str(n),
+            r.approach.title,
+            f"{r.score:.3g}" if r.score is not None else "-",
+            f"{r.needs.us:.3g}" if r.needs.us is not None else "-",
+            f"{r.expected.t_ar_us:.3g} ({r.expected.source})" if r.expected else "-",
+            f"{r.effort:g}",
+            f"{r.risk.value:.0%}",
+        )
+    console.print(table)
+    if ranked:
+        console.print(f"next: {ranked[0].approach.title}: {planning.why_next(ranked)}", highlight=False)
+    upgrades = Table(title="Closed verdicts per stack component")
+    for column in ("component", "approach", "died on", "cause"):
+        upgrades.add_column(column)
+    for component, rows in plan.by_component.items():
+        for x in rows:
+            upgrades.add_row(
+                STACK_COMPONENTS[component], x.approach.title, x.died_on(component) or "?", x.approach.reason
+            )
+    console.print(upgrades)
+    if plan.target:
+        change = ", ".join(f"{STACK_COMPONENTS[c]} {old or '?'} -> {new}" for c, old, new in plan.changes)
+        console.print(f"target: {change or 'no change'}", highlight=False)
+        for r in plan.reopens:
+            console.print(f"  re-opens {r.closed.approach.title}: {r.why}", highlight=False)
+        for u in plan.untouched:
+            console.print(f"  leaves {u.closed.approach.title}: {u.why}", highlight=False)
+
+
 @cli.command("import")
 def import_cmd(
     path: Annotated[Path, typer.Argument(help="A campaign YAML file ('-' for stdin).")],

@@ -16,6 +16,7 @@ from app.api import artifacts as api_artifacts
 from app.api import campaigns as api_campaigns
 from app.api import livelog, pagefeed, runner_socket
 from app.api import notifications as api_notifications
+from app.api import planning as api_planning
 from app.api import runners as api_runners
 from app.api import share_links as api_share_links
 from app.api import trials as api_trials
@@ -35,6 +36,7 @@ from app.web import charts as web_charts
 from app.web import compare as web_compare
 from app.web import docs as web_docs
 from app.web import notifications as web_notifications
+from app.web import planning as web_planning
 from app.web import share as web_share
 from app.web import trials as web_trials
 from app.web import users as web_users
@@ -64,6 +66,8 @@ ROUTERS = [
     api_artifacts.router,
     web_artifacts.router,
     web_notifications.router,
+    web_planning.router,
+    api_planning.router,
 ]
 
 

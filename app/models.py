@@ -40,6 +40,13 @@ def _json(default: Any = None) -> Any:
     return Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
+class RunOrder(StrEnum):
+    """What "Run next candidate" follows."""
+
+    ranking = "ranking"  # the payoff ranking proposes (ties fall back to priority)
+    priority = "priority"  # a person pinned the order by hand
+
+
 class ApproachStatus(StrEnum):
     untested = "untested"
     queued = "queued"
@@ -159,6 +166,9 @@ class Campaign(ModelInputFields, table=True):
     accept_alphas: list[float] | None = _json()
     speculation_batches: list[int] | None = _json()
     speculation_draft_tokens: list[int] | None = _json()
+    # What "Run next candidate" follows: the payoff ranking (app/domain/planning.py), or the priority a
+    # person set by hand (moving an approach pins it). RunOrder above.
+    run_order: str = Field(default="ranking", max_length=20, sa_column_kwargs={"server_default": "ranking"})
     created_at: datetime = _created()
     updated_at: datetime = _created()
 

@@ -98,7 +98,9 @@ def trace(trace_mb: int) -> None:
             '"args": {"correlation": %d, "stream": 7, "grid": [1, 2, 3]}}'
         )
         with path.open("w") as f:
-            f.write('{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "verify_step", "pid": 1, "ts": 0, "dur": 1e12}')
+            f.write(
+                '{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "verify_step", "pid": 1, "ts": 0, "dur": 1e12}'
+            )
             i = 0
             while f.tell() < trace_mb << 20:
                 f.write("," + row % (i % 50, i, i))
@@ -110,7 +112,9 @@ def trace(trace_mb: int) -> None:
             "t = time.perf_counter(); s = read_trace(Path(sys.argv[1])); t = time.perf_counter() - t;"
             "print(f'{t:.1f} {before:.0f} {rss():.0f} {sum(r.calls for r in s.rows)}')"
         )
-        out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True, cwd=ROOT
+        )
         seconds, before, after, events = out.stdout.split()
         size = path.stat().st_size / 2**20
         print(

@@ -147,7 +147,10 @@ def build_campaign(
                     description="",
                     position=start + i + 1,
                     status=status,
-                    reason="measured" if status != "untested" else "",
+                    # Half the bound verdicts carry a team's note: the upgrade planner re-opens them for torch 2.11.
+                    reason=("measured; needs torch >= 2.11" if bound and i % 4 == 0 else "measured")
+                    if status != "untested"
+                    else "",
                     evidence="",
                     effort="",
                     prerequisites="",
@@ -334,6 +337,10 @@ def pages(client, slug: str, engine) -> list[tuple[str, str | None]]:
         ("API compare (2 trials)", f"/api/campaigns/{slug}/compare?trial={trial_id}&trial={trial_id - 1}"),
         ("compare page (2 trials)", f"/campaigns/{slug}/compare?trial={trial_id}&trial={trial_id - 1}"),
         ("charts page", f"/campaigns/{slug}/charts"),
+        ("API ranking", f"/api/campaigns/{slug}/ranking"),
+        ("ranking panel", f"/campaigns/{slug}/ranking"),
+        ("API upgrades (torch 2.11)", f"/api/campaigns/{slug}/upgrades?target=torch=2.11.0"),
+        ("upgrades page (torch 2.11)", f"/campaigns/{slug}/upgrades?torch=2.11.0"),
         ("status page (share)", None),
         ("export YAML", f"/campaigns/{slug}/export.yaml"),
         ("metrics CSV", f"/campaigns/{slug}/metrics.csv"),

@@ -9,7 +9,7 @@ from sqlalchemy import func, tuple_
 from sqlmodel import Session, select
 
 from app.domain.errors import Conflict, Invalid, NotFound
-from app.models import Approach, ApproachStatus, Campaign, StatusChange, utcnow
+from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, utcnow
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, CampaignUpdate
 
 # Statuses a verdict can end in; they need a reason so the next person knows why.
@@ -185,7 +185,8 @@ def change_status(
 
 
 def move_approach(session: Session, campaign: Campaign, approach: Approach, position: int) -> None:
-    """Put an approach at a 1-based priority position, renumbering the others densely."""
+    """Put an approach at a 1-based priority position, renumbering the others densely. Reordering by hand
+    pins the order: "Run next candidate" then follows the priority, not the payoff ranking."""
     rows = [a for a in approaches(session, campaign) if a.id != approach.id]
     position = max(1, min(position, len(rows) + 1))
     rows.insert(position - 1, approach)
@@ -193,6 +194,18 @@ def move_approach(session: Session, campaign: Campaign, approach: Approach, posi
         if row.position != index:
             row.position = index
             session.add(row)
+    campaign.run_order = RunOrder.priority
+    session.add(campaign)
+    session.flush()
+
+
+def set_run_order(session: Session, campaign: Campaign, order: RunOrder | str) -> None:
+    """What "Run next candidate" follows: the payoff ranking or the priority set by hand."""
+    try:
+        campaign.run_order = RunOrder(order)
+    except ValueError:
+        raise Invalid(f"order: expected one of {', '.join(RunOrder)}, not {order!r}", field="order") from None
+    session.add(campaign)
     session.flush()
 
 

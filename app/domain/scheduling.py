@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
+from app.domain import planning, trials, verdicts
 from app.domain import runners as runner_domain
-from app.domain import trials, verdicts
 from app.domain.inventory import change_status
 from app.domain.runners import unmet_requirements
 from app.models import (
@@ -67,6 +67,11 @@ def candidates(session: Session, campaign: Campaign) -> list[Approach]:
     seen = {a.id for a in untested}
     rows = untested + [a for a in retest_candidates(session, campaign) if a.id not in seen]
     return [a for a in rows if has_recipe(a) and a.pending_trial_id is None]
+
+
+def ranking(session: Session, campaign: Campaign) -> list[planning.Ranked]:
+    """The candidates, ranked by payoff (app/domain/planning.py): what the ranking page and API show."""
+    return planning.payoff_ranking(session, campaign, candidates(session, campaign))
 
 
 def has_recipe(approach: Approach) -> bool:
@@ -131,13 +136,14 @@ def _join(words: list[str]) -> str:
 
 
 def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[int] | None = None) -> RunNext:
-    """Start the highest-priority candidate that some connected, idle runner can run.
+    """Start the first candidate that some connected, idle runner can run: in the payoff ranking's order
+    (app/domain/planning.py), or by priority when a person pinned it (campaign.run_order).
 
     `online`: ids of runners whose socket this server holds (None: trust Runner.connected).
     """
     _lock_campaign(session, campaign)
     session.refresh(campaign)
-    queue = candidates(session, campaign)
+    queue = planning.run_next_order(session, campaign, candidates(session, campaign))
     if not queue:
         untested = session.exec(
             select(Approach)

@@ -20,6 +20,7 @@ from sqlmodel import Session, select
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
 from app.domain.inventory import status_counts
+from app.domain.planning import run_next_order
 from app.domain.profitability import Answer, ApproachPoint, CpuFloor, ProfitabilityReport, ThroughputRow, stack_summary
 from app.domain.scheduling import candidates
 from app.models import Approach, ApproachStatus, Campaign, ShareLink, utcnow
@@ -136,7 +137,7 @@ class StatusReport:
 
 def _next_up(session: Session, campaign: Campaign, rows: list) -> str | None:
     """What "Run next candidate" would pick (runner availability aside); else the first untested approach."""
-    runnable = candidates(session, campaign)
+    runnable = run_next_order(session, campaign, candidates(session, campaign))
     if runnable:
         return runnable[0].title
     return next((a.title for a in rows if a.status == ApproachStatus.untested), None)

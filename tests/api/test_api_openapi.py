@@ -14,6 +14,7 @@ ROUTES = {
     ("/api/campaigns/{slug}/approaches/{key}/run", "post"): "RunResultPublic",
     ("/api/campaigns/{slug}/answer", "get"): "AnswerPublic",
     ("/api/campaigns/{slug}/answer/config", "get"): "EngineConfigPublic",
+    ("/api/campaigns/{slug}/run-order", "put"): "RunOrderPublic",
 }
 
 
@@ -37,6 +38,9 @@ def test_new_routes_declare_their_models_and_errors(client):
     assert paths["/api/campaigns/{slug}/queue"]["get"]["responses"]["200"]["content"]["application/json"]["schema"][
         "items"
     ] == {"$ref": "#/components/schemas/QueuedTrialPublic"}
+    assert paths["/api/campaigns/{slug}/ranking"]["get"]["responses"]["200"]["content"]["application/json"]["schema"][
+        "items"
+    ] == {"$ref": "#/components/schemas/RankedPublic"}
     assert "text/plain" in paths["/api/trials/{trial_id}/log"]["get"]["responses"]["200"]["content"]
     params = {p["name"]: p for p in paths["/api/trials"]["get"]["parameters"]}
     assert set(params) == {"campaign", "approach", "state", "runner", "before", "limit"}

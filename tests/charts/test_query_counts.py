@@ -1,4 +1,4 @@
-"""Scale: the charts page, the what-if, the status page and its export read a campaign in a fixed number of
+"""Scale: the charts page, the what-if, the status page and its export, the payoff ranking (API and panel) read a campaign in a fixed number of
 SQL statements, whatever its number of approaches and trials (issue 12: no per-approach queries)."""
 
 from __future__ import annotations
@@ -123,6 +123,10 @@ def _counts(app, operator, slug: str) -> dict[str, int]:
         "what-if": f"/campaigns/{slug}/charts/whatif?accept_length=3.1",
         "status": share,
         "status export": share + "/export.html",
+        "ranking": f"/api/campaigns/{slug}/ranking",
+        "ranking panel": f"/campaigns/{slug}/ranking",
+        "upgrades": f"/api/campaigns/{slug}/upgrades?target=torch=2.11.0&target=cuda=13.0",
+        "upgrades page": f"/campaigns/{slug}/upgrades?torch=2.11.0&cuda=13.0",
     }
     out = {}
     for name, path in pages.items():
@@ -137,9 +141,26 @@ def _counts(app, operator, slug: str) -> dict[str, int]:
     return out
 
 
+def _close_some(engine, slug: str) -> None:
+    """Every third approach a dead end bound to torch with a team's note, every fifth one succeeded on a newer
+    torch: the upgrade planner then reads notes, successes and the re-opened approaches' ranking."""
+    with session_scope(engine) as s:
+        for n, approach in enumerate(inventory.approaches(s, inventory.get_campaign(s, slug))):
+            if n % 3 == 0:
+                approach.status, approach.reason = "dead_end", "KeyError: 12; needs torch >= 2.11"
+                approach.bound_to = {"components": ["torch", "sm"]}
+                approach.verdict_fingerprint = {"torch": "2.10.0", "sm": "12.0", "cuda": "12.8"}
+            elif n % 5 == 0:
+                approach.bound_to = {"components": ["torch"]}
+                approach.verdict_fingerprint = {"torch": "2.11.0", "sm": "12.0"}
+            s.add(approach)
+
+
 def test_queries_per_page_do_not_grow_with_approaches_or_trials(app, operator_client):
     _build(app.state.engine, "small", approaches=5, trials_each=2)
     _build(app.state.engine, "large", approaches=50, trials_each=6)
+    _close_some(app.state.engine, "small")
+    _close_some(app.state.engine, "large")
     small = _counts(app, operator_client, "small")
     large = _counts(app, operator_client, "large")
     assert small == large, (small, large)
