@@ -39,7 +39,7 @@ def _trial(db_url: str) -> tuple[int, str]:
         campaign = Campaign(slug="bench", name="Bench")
         session.add(campaign)
         session.flush()
-        approach = Approach(campaign_id=campaign.id, key="a", title="A", position=1)
+        approach = Approach(campaign_id=campaign.id or 0, key="a", title="A", position=1)
         session.add(approach)
         session.flush()
         trial = create_trial(session, approach, session.get(Runner, runner_id), "bench")

@@ -59,7 +59,7 @@ def main() -> None:
                 cookies = login.cookies()
                 login.close()
                 context = browser.new_context(viewport={"width": 1366, "height": 900})  # an empty HTTP cache
-                context.add_cookies(cookies)
+                context.add_cookies([{k: v for k, v in c.items()} for c in cookies])  # type: ignore[misc]
                 page = context.new_page()
                 page.goto(server.url + args.path, wait_until="commit")
                 times.append(page.wait_for_function(FIRST_CHART, timeout=60_000).json_value())

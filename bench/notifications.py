@@ -35,20 +35,6 @@ from tests.support.trials import (  # noqa: E402
 )
 
 
-class TimedReceiver(Receiver):
-    def __init__(self) -> None:
-        super().__init__()
-        self.arrivals: list[float] = []
-        orig = self.server.RequestHandlerClass.do_POST  # type: ignore[attr-defined]
-        receiver = self
-
-        def do_post(handler) -> None:  # type: ignore[no-untyped-def]
-            receiver.arrivals.append(time.monotonic())
-            orig(handler)
-
-        self.server.RequestHandlerClass.do_POST = do_post  # type: ignore[attr-defined]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=8)
@@ -62,7 +48,7 @@ def main() -> None:
                 "spec",
                 [{"key": f"a{n}", "title": f"A{n}", "recipe": command_recipe("true")} for n in range(args.trials)],
             )
-            with TimedReceiver() as receiver:
+            with Receiver() as receiver:
                 r = httpx.post(
                     f"{srv.url}/api/notifications",
                     json={"url": receiver.url, "events": ["trial.ended"]},

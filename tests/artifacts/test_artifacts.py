@@ -61,7 +61,7 @@ def _ended_trial(srv, runner_name: str = "node-1") -> tuple[int, str]:
             session.add(campaign)
             session.flush()
         n = len(session.exec(select(Approach.id)).all())
-        approach = Approach(campaign_id=campaign.id, key=f"a{n}", title=f"A{n}", position=n + 1)
+        approach = Approach(campaign_id=campaign.id or 0, key=f"a{n}", title=f"A{n}", position=n + 1)
         session.add(approach)
         session.flush()
         t = create_trial(session, approach, session.get(Runner, runner_id), "ada")

@@ -4,6 +4,8 @@ after a field error; and the charts fit their titles, legends and axis titles at
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import pytest
 
 from app.db import make_engine, session_scope
@@ -11,6 +13,7 @@ from app.domain import inventory, users
 from app.domain.sharing import create_share_link, share_token
 from app.models import Role
 from app.security import create_login_token
+from tests.support.servers import LiveServer
 from tests.support.trials import FINGERPRINT
 from tests.support.verdicts import end_trial, runner
 from tests.support.verdicts import seed as seed_verdict_campaign
@@ -29,6 +32,22 @@ OFFENDERS = """() => {
     .map(e => `${e.tagName.toLowerCase()}#${e.id}.${e.className && e.className.baseVal === undefined ? e.className : ''}`
       + ` right=${Math.round(e.getBoundingClientRect().right)}`);
 }"""
+
+
+class Board(NamedTuple):
+    """The live server, its database engine and the page of each kind to check."""
+
+    server: LiveServer
+    engine: Any
+    paths: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.server.env
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +78,7 @@ def board(tmp_path_factory):
             trial = end_trial(s, waiting, node, log=LONG + "\n" + LONG + "\n")
             users.create_user(s, LONG[: users.NAME_MAX], Role.operator)
             link = create_share_link(s, campaign, LONG[:120], "admin")
-            server.paths = {
+            paths = {
                 "campaigns": "/",
                 "campaign": f"/campaigns/{SLUG}",
                 "approach": f"/campaigns/{SLUG}/approaches/waiting",
@@ -73,8 +92,7 @@ def board(tmp_path_factory):
                 "sessions": "/sessions",
                 "status page": f"/s/{share_token(link, server.env['CAMPAIGN_SECRET_KEY'])}",
             }
-        server.engine = engine
-        yield server
+        yield Board(server, engine, paths)
     finally:
         engine.dispose()
         stop_live_server(server)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlmodel import select
+from sqlmodel import col, select
 
 from app.db import make_engine, migrate, session_scope
 from app.domain import notifications as nd
@@ -37,7 +37,7 @@ def _target(engine, url: str, events: list[str], campaign: str | None = None) ->
 
 def _campaign_id(engine, slug: str) -> int:
     with session_scope(engine, write=False) as session:
-        return session.exec(select(Campaign.id).where(Campaign.slug == slug)).one()
+        return session.exec(select(Campaign.id).where(Campaign.slug == slug)).one() or 0
 
 
 def _event(n: int, campaign_id: int | None, name: str = "trial.ended") -> nd.Event:
@@ -148,12 +148,12 @@ def test_a_trial_that_ends_tells_trial_ended_and_the_last_one_queue_drained(engi
         first, second = (create_trial(session, a, runner, "ada") for a in approaches)
         ids = first.id, second.id
     with session_scope(engine) as session:
-        end_trial(session, session.get(Trial, ids[0]), TrialState.succeeded)
+        end_trial(session, session.get_one(Trial, ids[0]), TrialState.succeeded)
     with session_scope(engine) as session:
         assert [r.event for r in session.exec(select(NotificationOutbox))] == ["trial.ended"]
-        end_trial(session, session.get(Trial, ids[1]), TrialState.failed)
+        end_trial(session, session.get_one(Trial, ids[1]), TrialState.failed)
     with session_scope(engine, write=False) as session:
-        rows = session.exec(select(NotificationOutbox).order_by(NotificationOutbox.id)).all()
+        rows = session.exec(select(NotificationOutbox).order_by(col(NotificationOutbox.id))).all()
     assert [r.event for r in rows] == ["trial.ended", "trial.ended", "queue.drained"]
     assert rows[1].title == f"b: trial #{ids[1]} failed" and rows[1].link == f"/trials/{ids[1]}"
     assert "Stack: unknown stack" in rows[1].body
@@ -193,7 +193,7 @@ def test_a_verdict_that_waits_past_the_destinations_hours_is_told_once(engine):
         trial.finished_at = utcnow() - timedelta(hours=3)
         session.add(trial)
     with session_scope(engine) as session:
-        assert session.get(Approach, approach.id).pending_trial_id == trial.id
+        assert session.get_one(Approach, approach.id).pending_trial_id == trial.id
         assert nd.waiting_verdicts(session, utcnow() - timedelta(hours=2)) == 0  # an hour in: not yet
         assert nd.waiting_verdicts(session) == 1
         assert nd.waiting_verdicts(session) == 0  # told once
@@ -212,7 +212,7 @@ def test_a_runner_that_goes_silent_is_told_as_lost_with_its_trials(engine):
         session.add_all([approach, runner])
         session.flush()
         trial = create_trial(session, approach, runner, "ada")
-        ids = trial.id, runner.id
+        ids = trial.id or 0, runner.id or 0
     with session_scope(engine) as session:
         lost, silent = sweep_lost(session, 4.0, {ids[1]: utcnow() - timedelta(seconds=60)})
     assert [t.id for t in lost] == [ids[0]] and silent == [ids[1]]

@@ -16,6 +16,7 @@ class Receiver:
     def __init__(self, *, fail_first: int = 0, delay_s: float = 0.0) -> None:
         self.port = free_port()
         self.posts: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []  # time.monotonic() of each post's arrival (the bench's clock)
         self.refused = 0
         self.fail_first = fail_first
         self.delay_s = delay_s
@@ -26,6 +27,7 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                receiver.arrivals.append(time.monotonic())
                 receiver.got_one.set()
                 if receiver.delay_s:
                     time.sleep(receiver.delay_s)
