@@ -223,11 +223,9 @@ async def download(request: Request, trial_id: RowId, name: str) -> FileResponse
 async def kernels(request: Request, trial_id: RowId) -> KernelTable:
     """The kernel table of the trial's profiler trace (its first artifact that is a Chrome/Kineto trace),
     with the N_ar and t_ar it gives. Read off the event loop, once per trace (cached by its hash)."""
-    rows = await run_in_tx(request.app.state.engine, store_domain.list_artifacts, trial_id, write=False)
-    found = [r for r in rows if r.removed_at is None and store_domain.is_trace_name(r.name)]
-    if not found:
+    row = await run_in_tx(request.app.state.engine, store_domain.trace_of, trial_id, write=False)
+    if row is None:
         raise NotFound(f"trial #{trial_id} has no profiler trace (an artifact named *.trace.json or *trace*.json)")
-    row = found[0]
     summary = await asyncio.to_thread(traces.read_stored, store_of(request).path(row.sha256), row.sha256)
     return KernelTable(
         artifact=row.name,

@@ -201,6 +201,15 @@ def record(
     return row, enforce_retention(session, trial.campaign_id, caps.retention_bytes, store, keep=row.id)
 
 
+def trace_of(session: Session, trial_id: int) -> Artifact | None:
+    """The trial's profiler trace: its first artifact (by name) that is one and is still stored."""
+    return first_trace(list_artifacts(session, trial_id))
+
+
+def first_trace(rows: list[Artifact]) -> Artifact | None:
+    return next((a for a in rows if a.removed_at is None and is_trace_name(a.name)), None)
+
+
 def is_trace_name(name: str) -> bool:
     """A profiler trace by its name: *.trace.json, or a JSON file with "trace" in its name."""
     base = name.rsplit("/", 1)[-1].lower()

@@ -4,20 +4,23 @@ always escaped), and the kernel table of its profiler trace. Fragments loaded by
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
+from pydantic import Field
 from sqlmodel import Session
 
 from app.api.artifacts import store_of
 from app.deps import OperatorDep, RowId
 from app.domain import artifacts as store_domain
-from app.domain.traces import TraceSummary, read_stored
+from app.domain.traces import TraceSummary, kernel_diff, read_stored
 from app.live import run_in_tx
+from app.models import Artifact
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
+PickedTrials = Annotated[list[Annotated[int, Field(ge=1, le=2**63 - 1)]] | None, Query(max_length=8)]
 VIEW_BYTES = 256 * 1024  # shown in the page; the download has the rest
 
 
@@ -29,7 +32,7 @@ def _listing(session: Session, trial_id: int) -> dict[str, Any]:
 @router.get("/trials/{trial_id}/artifacts")
 async def artifacts_fragment(request: Request, trial_id: RowId, operator: OperatorDep) -> HTMLResponse:
     ctx = await run_in_tx(request.app.state.engine, _listing, trial_id, write=False)
-    trace = next((a for a in ctx["artifacts"] if a.removed_at is None and store_domain.is_trace_name(a.name)), None)
+    trace = store_domain.first_trace(ctx["artifacts"])
     summary: TraceSummary | None = None
     error = ""
     if trace is not None:
@@ -55,4 +58,27 @@ async def artifact_view(
         request,
         "_partials/artifact_view.html",
         {"artifact": row, "text": head.decode("utf-8", errors="replace"), "cut": row.size > VIEW_BYTES},
+    )
+
+
+def _traces_of(session: Session, trial_ids: list[int]) -> list[tuple[int, Artifact]]:
+    """(trial id, its trace artifact) for each of these trials that has one, in the order given."""
+    return [(t, a) for t in trial_ids if (a := store_domain.trace_of(session, t)) is not None]
+
+
+@router.get("/campaigns/{slug}/compare/kernels")
+async def kernel_diff_fragment(
+    request: Request, slug: str, operator: OperatorDep, trial: PickedTrials = None
+) -> HTMLResponse:
+    """The compare page's kernel diff: the first two picked trials that left a profiler trace, kernel by kernel
+    per step (what got faster or slower, what appeared, what vanished)."""
+    traced = await run_in_tx(request.app.state.engine, _traces_of, list(dict.fromkeys(trial or [])), write=False)
+    diff: list[dict[str, Any]] = []
+    pair = traced[:2]
+    if len(pair) == 2:
+        store = store_of(request)
+        read = [await asyncio.to_thread(read_stored, store.path(t.sha256), t.sha256) for _, t in pair]
+        diff = kernel_diff(read[0], read[1])
+    return render(
+        request, "_partials/kernel_diff.html", {"pair": pair, "diff": diff[:40], "more": max(0, len(diff) - 40)}
     )

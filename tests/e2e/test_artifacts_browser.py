@@ -1,6 +1,7 @@
 """In Chromium: a trial writes a text file with HTML in it and a profiler trace into $CAMPAIGN_ARTIFACTS_DIR.
 Its open trial page lists them once the embedded runner has uploaded them (no reload), shows the text
-escaped (nothing runs), and the trace's kernel table with its N_ar and t_ar."""
+escaped (nothing runs), and the trace's kernel table with its N_ar and t_ar; the compare view diffs two
+trials' kernels."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ pytestmark = pytest.mark.browser
 EVIL = "<img src=x onerror=alert(1)>"
 
 
-def _trace() -> str:
+def _trace(allreduce: tuple[str, float] = ("ncclDevKernel_AllReduce_Sum_bf16", 17.5)) -> str:
     events = []
     corr = 0
     for step in range(2):
         t = 1000.0 + step * 2000
         events.append({"ph": "X", "cat": "user_annotation", "name": "verify_step", "pid": 1, "ts": t, "dur": 100})
-        for i, (name, dur) in enumerate([("sm90_gemm_bf16", 40.0), ("ncclDevKernel_AllReduce_Sum_bf16", 17.5)] * 4):
+        for i, (name, dur) in enumerate([("sm90_gemm_bf16", 40.0), allreduce] * 4):
             corr += 1
             launch = t + 1 + i * 10
             events.append(
@@ -61,6 +62,40 @@ out = pathlib.Path(os.environ["CAMPAIGN_ARTIFACTS_DIR"])
 (out / "verify.trace.json").write_text({_trace()!r})
 print("wrote artifacts")
 """
+
+
+def _second_traced_trial(engine, url: str, first: int) -> int:
+    """Another ended trial of the campaign (on the same runner), whose trace an operator uploads."""
+    import hashlib
+
+    import httpx
+
+    from app.db import session_scope
+    from app.domain.scheduling import create_trial
+    from app.domain.trials import end_trial
+    from app.models import Approach, Runner, Trial, TrialState
+    from app.security import create_api_token
+    from tests.support.auth import ensure_admin
+
+    with session_scope(engine) as session:
+        done = session.get_one(Trial, first)
+        approach = Approach(campaign_id=done.campaign_id, key="symm", title="Symm", position=9)
+        session.add(approach)
+        session.flush()
+        trial = create_trial(session, approach, session.get(Runner, done.runner_id), "test")
+        end_trial(session, trial, TrialState.succeeded)
+        headers = {"Authorization": f"Bearer {create_api_token(session, 'upload', ensure_admin(session))}"}
+        trial_id = trial.id or 0
+    body = _trace(("one_shot_all_reduce_kernel<bf16>", 6.5)).encode()
+    put = httpx.put(f"{url}/api/trials/{trial_id}/uploads/verify.trace.json?offset=0", content=body, headers=headers)
+    assert put.status_code == 200, put.text
+    done_upload = httpx.post(
+        f"{url}/api/trials/{trial_id}/artifacts",
+        json={"name": "verify.trace.json", "size": len(body), "sha256": hashlib.sha256(body).hexdigest()},
+        headers=headers,
+    )
+    assert done_upload.status_code == 201, done_upload.text
+    return trial_id
 
 
 def test_the_trial_page_lists_artifacts_escaped_and_the_traces_kernels(tmp_path, browser):
@@ -99,6 +134,15 @@ def test_the_trial_page_lists_artifacts_escaped_and_the_traces_kernels(tmp_path,
         page.locator("#artifacts tr[data-name='notes.txt'] button", has_text="view").click()
         expect(page.locator("#artifact-view pre")).to_contain_text(EVIL)
         assert page.locator("#artifacts img").count() == 0 and dialogs == []
+
+        # A second trial's trace, where symmetric memory replaced NCCL: the compare view's kernel diff says so.
+        first = int(page.url.rsplit("/", 1)[1])
+        second = _second_traced_trial(engine, server.url, first)
+        page.goto(f"{server.url}/campaigns/art/compare?trial={first}&trial={second}")
+        diff = page.locator("#kernel-diff")
+        expect(diff.locator("tr[data-change='vanished']")).to_contain_text("ncclDevKernel_AllReduce_Sum_bf16")
+        expect(diff.locator("tr[data-change='appeared']")).to_contain_text("one_shot_all_reduce")
+        expect(diff.locator("tr[data-change='same']")).to_contain_text("sm90_gemm_bf16")
     finally:
         context.close()
         engine.dispose()
