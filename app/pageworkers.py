@@ -224,8 +224,19 @@ class PageWorkerPool:
                 worker.proc.wait()
 
 
+def _has_body(scope: Scope) -> bool:
+    return any((k == b"content-length" and v.strip() != b"0") or k == b"transfer-encoding" for k, v in scope["headers"])
+
+
 def forwarded(scope: Scope) -> bool:
-    return scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and scope["path"] not in HUB_ONLY
+    """A read the workers answer. A GET or HEAD that announces a body (only fuzzers send one) stays here:
+    the relay sends no body, and the hub's body limit and its 405 apply to it as to any request."""
+    return (
+        scope["type"] == "http"
+        and scope["method"] in ("GET", "HEAD")
+        and scope["path"] not in HUB_ONLY
+        and not _has_body(scope)
+    )
 
 
 class PageProxy:

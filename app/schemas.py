@@ -8,9 +8,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from app.models import ApproachStatus, TrialState
+from runners.recipes import MAX_TIMEOUT_S, RecipeError, build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
@@ -47,14 +56,51 @@ def _utc(v: Any) -> Any:
     return v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
 
 
+class RecipeSpec(BaseModel):
+    """An approach's recipe: data a runner turns into a process. `build_launch` (runners/recipes) is its one
+    validator, here as on the runner: the kind's own checks of its params included. Stored as given (the
+    fields it sets only)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal[tuple(sorted(recipes()))]  # type: ignore[valid-type]
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="The kind's parameters (`python -m runners.recipes.<kind> --help`)."
+    )
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)], str | int] = Field(
+        default_factory=dict, max_length=200, description="Environment variables for the trial."
+    )
+    cwd: str | None = Field(None, min_length=1, max_length=4096, pattern=r"^[^\x00]*$")
+    timeout_s: float = Field(
+        600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False, description="The trial's time limit, seconds."
+    )
+
+    @model_validator(mode="after")
+    def _launchable(self) -> RecipeSpec:
+        try:
+            build_launch(self.model_dump())
+        except RecipeError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @field_serializer("timeout_s")
+    def _seconds(self, value: float) -> int | float:
+        return int(value) if float(value).is_integer() else value  # 600, as written, not 600.0
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+
+
 class Requirements(BaseModel):
     """What a runner must have to run an approach's trial."""
 
     model_config = ConfigDict(extra="forbid")
     gpus: int = Field(0, ge=0, le=1024, description="GPUs needed on one node.")
     min_sm: str | None = Field(None, pattern=r"^\d+\.\d+$", description="Minimum SM capability, e.g. '9.0'.")
-    software: list[str] = Field(
-        default_factory=list, description="Fingerprint components that must be present, e.g. ['torch', 'sglang']."
+    software: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)]] = Field(
+        default_factory=list,
+        max_length=50,
+        description="Fingerprint components that must be present, e.g. ['torch', 'sglang'].",
     )
     nodes: int = Field(
         1, ge=1, le=4096, description="Nodes for one trial (more than 1: a SLURM runner, one rank per GPU via srun)."
@@ -169,8 +215,21 @@ class CampaignBase(BaseModel):
     )
 
 
+RESERVED_SLUGS = ("import",)  # `/api/campaigns/import` is the import's, not a campaign's
+
+
 class CampaignCreate(CampaignBase):
-    slug: str = Field(pattern=SLUG_PATTERN, description="URL name: lowercase letters, digits, dashes.")
+    slug: str = Field(
+        pattern=SLUG_PATTERN,
+        description=f"URL name: lowercase letters, digits, dashes; not {', '.join(RESERVED_SLUGS)}.",
+    )
+
+    @field_validator("slug")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_SLUGS:
+            raise ValueError(f"{value!r} is reserved (a path of the API), choose another name")
+        return value
 
 
 class CampaignUpdate(BaseModel):
@@ -206,7 +265,7 @@ class ApproachBase(BaseModel):
     evidence: str = Field("", max_length=100000)
     effort: str = Field("", max_length=200)
     prerequisites: str = Field("", max_length=20000)
-    recipe: dict[str, Any] | None = None
+    recipe: RecipeSpec | None = None
     requirements: Requirements | None = None
 
     _strip = field_validator("title", "effort", mode="before")(_strip)
@@ -225,15 +284,33 @@ class ApproachUpdate(BaseModel):
     evidence: str = Field(None, max_length=100000)  # type: ignore[assignment]
     effort: str = Field(None, max_length=200)  # type: ignore[assignment]
     prerequisites: str = Field(None, max_length=20000)  # type: ignore[assignment]
-    recipe: dict[str, Any] | None = None
+    recipe: RecipeSpec | None = None
     requirements: Requirements | None = None
 
     _not_null = _not_null("title", "description", "evidence", "effort", "prerequisites")
 
 
+class ImportSummary(BaseModel):
+    """What importing a campaign file did."""
+
+    campaign: str = Field(description="The campaign's slug.")
+    created: bool = Field(description="True: a new campaign; false: an existing one brought up to date.")
+    added: int
+    changed: int
+    removed: int
+    kept: int = Field(description="Approaches the file does not list, kept (an import without `replace`).")
+    summary: str = Field(description="The same, as a sentence.")
+
+
+# The statuses a person sets (queued and running follow the approach's trial): the schema says so.
+PersonStatus = Literal[
+    tuple(s.value for s in ApproachStatus if s not in (ApproachStatus.queued, ApproachStatus.running))
+]  # type: ignore[valid-type]
+
+
 class StatusChangeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    status: ApproachStatus
+    status: PersonStatus
     reason: str = Field("", max_length=20000)
 
 
@@ -258,6 +335,7 @@ class ApproachPublic(ApproachCreate):
     model_config = ConfigDict(from_attributes=True)
     id: int
     position: int
+    recipe: dict[str, Any] | None = None  # as stored: read back, never re-checked
     requirements: Requirements | None = None
     bound_to: dict[str, Any] | None = None
     verdict_fingerprint: dict[str, Any] | None = None
