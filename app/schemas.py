@@ -12,6 +12,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     field_serializer,
     field_validator,
     model_serializer,
@@ -61,7 +62,7 @@ class RecipeSpec(BaseModel):
     validator, here as on the runner: the kind's own checks of its params included. Stored as given (the
     fields it sets only)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     kind: Literal[tuple(sorted(recipes()))]  # type: ignore[valid-type]
     params: dict[str, Any] = Field(
         default_factory=dict, description="The kind's parameters (`python -m runners.recipes.<kind> --help`)."
@@ -92,9 +93,10 @@ class RecipeSpec(BaseModel):
 
 
 class Requirements(BaseModel):
-    """What a runner must have to run an approach's trial."""
+    """What a runner must have to run an approach's trial. Strict: `true` is not 1 GPU (the schema says
+    integer); a form, whose values are all text, validates with `strict=False`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     gpus: int = Field(0, ge=0, le=1024, description="GPUs needed on one node.")
     min_sm: str | None = Field(None, pattern=r"^\d+\.\d+$", description="Minimum SM capability, e.g. '9.0'.")
     software: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)]] = Field(
@@ -176,7 +178,9 @@ class ReportedFigure(BaseModel):
     tok_s: float | None = Field(
         None, gt=0, le=1e9, allow_inf_nan=False, description="Plain decode throughput with the approach (batch 1)."
     )
-    baseline: bool = Field(False, description="The baseline's own allreduce: tok_s figures are derived against it.")
+    baseline: StrictBool = Field(
+        False, description="The baseline's own allreduce: tok_s figures are derived against it."
+    )
     source: str = Field(min_length=1, max_length=2000, description="Where the figure comes from.")
 
     @model_validator(mode="after")

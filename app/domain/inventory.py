@@ -163,7 +163,7 @@ def change_status(
             f"{to.value} follows the approach's trial: use “Run next candidate” to start one.", field="status"
         )
     if approach.status == to.value:
-        raise Invalid(f"The approach is already {to.value.replace('_', ' ')}.", field="status")
+        raise Conflict(f"The approach is already {to.value.replace('_', ' ')}.", field="status")
     _check_reason(to, reason)
     change = StatusChange(
         approach_id=approach.id,

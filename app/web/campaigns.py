@@ -29,9 +29,9 @@ HISTORY_PAGE = 50
 
 
 def _validated(model, **values):
-    """Build a pydantic model from form values; a bad field becomes a DomainError naming it."""
+    """Build a pydantic model from form values (text: never strict); a bad field becomes a DomainError naming it."""
     try:
-        return model(**values)
+        return model.model_validate(values, strict=False)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])

@@ -34,8 +34,8 @@ def test_the_samples_set_every_field_of_the_models_away_from_its_default():
     assert set(RECIPE) == set(RecipeSpec.model_fields)
     for name, field in Requirements.model_fields.items():
         assert REQUIREMENTS[name] != field.get_default(call_default_factory=True), name
-    assert Requirements(**REQUIREMENTS).model_dump() == REQUIREMENTS
-    assert RecipeSpec(**RECIPE).model_dump() == RECIPE
+    assert Requirements.model_validate(REQUIREMENTS).model_dump() == REQUIREMENTS
+    assert RecipeSpec.model_validate(RECIPE).model_dump() == RECIPE
 
 
 class _EditForm(HTMLParser):
