@@ -6,7 +6,7 @@ A family per concept: XBase (shared fields), XCreate, XUpdate (all optional), XP
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -97,29 +97,45 @@ class Requirements(BaseModel):
     integer); a form, whose values are all text, validates with `strict=False`."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    gpus: int = Field(0, ge=0, le=1024, description="GPUs needed on one node.")
-    min_sm: str | None = Field(None, pattern=r"^\d+\.\d+$", description="Minimum SM capability, e.g. '9.0'.")
+    # The fields the approach's edit form shows (it merges them onto the rest: app/web/campaigns.py).
+    FORM_FIELDS: ClassVar[tuple[str, ...]] = ("gpus", "min_sm", "software")
+
+    gpus: int = Field(0, ge=0, le=1024, title="GPUs", description="GPUs needed on one node.")
+    min_sm: str | None = Field(
+        None, pattern=r"^\d+\.\d+$", title="Min SM", description="Minimum SM capability, e.g. '9.0'."
+    )
     software: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)]] = Field(
         default_factory=list,
         max_length=50,
+        title="Software",
         description="Fingerprint components that must be present, e.g. ['torch', 'sglang'].",
     )
     nodes: int = Field(
-        1, ge=1, le=4096, description="Nodes for one trial (more than 1: a SLURM runner, one rank per GPU via srun)."
+        1,
+        ge=1,
+        le=4096,
+        title="Nodes",
+        description="Nodes for one trial (more than 1: a SLURM runner, one rank per GPU via srun).",
     )
     gpus_per_node: int = Field(
-        0, ge=0, le=1024, description="GPUs per node of a multi-node trial (0: one rank per node)."
+        0,
+        ge=0,
+        le=1024,
+        title="GPUs per node",
+        description="GPUs per node of a multi-node trial (0: one rank per node).",
     )
     tasks_per_node: int = Field(
         0,
         ge=0,
         le=1024,
+        title="Ranks per node",
         description="Ranks per node of a multi-node trial (0: one per GPU, or one per node without GPUs); "
         "CPU (gloo) trials set it to run several ranks per node.",
     )
     sbatch: list[Annotated[str, Field(pattern=r"^--?[A-Za-z][^\n\x00]*$", max_length=300)]] = Field(
         default_factory=list,
         max_length=50,
+        title="sbatch options",
         description="Extra sbatch options for this approach's jobs, e.g. ['--qos=high'].",
     )
 

@@ -192,6 +192,33 @@ def _history_page(session: SessionDep, approach, before: int | None = None) -> d
     }
 
 
+def _shown(value: Any) -> str:
+    return ", ".join(value) if isinstance(value, list) else "" if value is None else str(value)
+
+
+def requirements_view(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """An approach's requirements as its page shows them, from `Requirements`' own fields: `facts` (label,
+    text) for each field set away from its default, `inputs` for the fields the edit form shows."""
+    fields = Requirements.model_fields
+    defaults = {name: field.get_default(call_default_factory=True) for name, field in fields.items()}
+    values = {**defaults, **(stored or {})}
+    facts = [(fields[n].title, _shown(values[n])) for n in fields if values[n] != defaults[n]]
+    inputs = []
+    for name in Requirements.FORM_FIELDS:
+        field = fields[name]
+        inputs.append(
+            {
+                "name": name,
+                "label": field.title,
+                "value": _shown(values[name]) if stored else "",
+                "min": next((m.ge for m in field.metadata if hasattr(m, "ge")), None)
+                if field.annotation is int
+                else None,
+            }
+        )
+    return {"facts": facts, "inputs": inputs}
+
+
 def _approach(
     request: Request, session: SessionDep, slug: str, key: str, block: str | None = None, headers: dict | None = None
 ) -> Response:
@@ -200,6 +227,7 @@ def _approach(
     ctx = {
         "campaign": campaign,
         "approach": approach,
+        "requirements": requirements_view(approach.requirements),
         **_history_page(session, approach),
         "person_statuses": PERSON_STATUSES,
     }

@@ -124,3 +124,13 @@ def test_a_bad_value_in_the_edit_form_names_its_field_and_changes_nothing(approa
     r = approach.post("/campaigns/c/approaches/a", data=form, headers={"HX-Request": "true"})
     assert r.status_code == 422 and "timeout_s" in r.text
     assert approach.get("/api/campaigns/c/approaches/a").json()["recipe"] == RECIPE
+
+
+def test_the_details_name_every_requirement_set_and_the_form_shows_the_declared_inputs(approach):
+    html = approach.get("/campaigns/c/approaches/a/details").text
+    for name, field in Requirements.model_fields.items():
+        value = REQUIREMENTS[name]
+        text = ", ".join(value) if isinstance(value, list) else str(value)
+        assert f"{field.title} {text}" in html, name
+    form = _edit_form(approach, "/campaigns/c/approaches/a")
+    assert [n for n in form if n in Requirements.model_fields] == list(Requirements.FORM_FIELDS)
