@@ -328,8 +328,16 @@ PersonStatus = Literal[
 ]  # type: ignore[valid-type]
 
 
+# Statuses a verdict can end in; they need a reason so the next person knows why (the schema says so too).
+NEEDS_REASON = frozenset({ApproachStatus.dead_end, ApproachStatus.deferred})
+_REASON_REQUIRED = {
+    "if": {"properties": {"status": {"enum": sorted(NEEDS_REASON)}}, "required": ["status"]},
+    "then": {"properties": {"reason": {"pattern": "\\S"}}, "required": ["reason"]},
+}
+
+
 class StatusChangeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, json_schema_extra=_REASON_REQUIRED)
     status: PersonStatus
     reason: str = Field("", max_length=20000)
 

@@ -10,10 +10,8 @@ from sqlmodel import Session, select
 
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import Approach, ApproachStatus, Campaign, StatusChange, utcnow
-from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, CampaignUpdate
+from app.schemas import NEEDS_REASON, ApproachCreate, ApproachUpdate, CampaignCreate, CampaignUpdate
 
-# Statuses a verdict can end in; they need a reason so the next person knows why.
-NEEDS_REASON = {ApproachStatus.dead_end, ApproachStatus.deferred}
 # Statuses that follow an approach's trial; people do not set them by hand.
 TRIAL_DRIVEN = {ApproachStatus.queued, ApproachStatus.running}
 STATUS_ORDER = list(ApproachStatus)
