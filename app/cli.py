@@ -559,7 +559,7 @@ def import_cmd(
             summary = import_campaign(session, text, actor="cli import", replace=replace)
     except DomainError as exc:
         _fail(f"{path}: {exc.message}\nnothing was imported")
-    console.print(summary)
+    console.print(summary.summary)
 
 
 def _read(path: Path, limit: int) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
@@ -12,6 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from markupsafe import escape
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 from app.deps import NotLoggedIn
 from app.domain.errors import DomainError
@@ -77,6 +80,22 @@ BODY_ERROR_RESPONSES = {
 }
 
 
+def _defs_to_components(content: dict, components: dict) -> None:
+    """A body schema given whole (a model's `model_json_schema()`, in `openapi_extra`) keeps its models under
+    `$defs`: they move to the components, named after the model (`CampaignFile.ApproachFile`), refs rewritten."""
+    body = content.get("schema")
+    if not isinstance(body, dict) or "$defs" not in body:
+        return
+    prefix = body.get("title", "Body")
+    text = json.dumps({k: v for k, v in body.items() if k != "$defs"} | {"$defs": body["$defs"]})
+    text = text.replace('"#/$defs/', f'"#/components/schemas/{prefix}.')
+    body = json.loads(text)
+    for name, sub in body.pop("$defs").items():
+        components[f"{prefix}.{name}"] = sub
+    components[prefix] = body
+    content["schema"] = {"$ref": f"#/components/schemas/{prefix}"}
+
+
 def install_openapi(app: FastAPI) -> None:
     """The OpenAPI schema with the error shape the server really sends (not FastAPI's default
     array of validation errors) and the error status codes routes really return."""
@@ -84,7 +103,10 @@ def install_openapi(app: FastAPI) -> None:
     def openapi() -> dict:
         if app.openapi_schema:
             return app.openapi_schema
-        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        # A copy: the routes' `openapi_extra` dicts are in it by reference, and `_defs_to_components` rewrites.
+        schema = copy.deepcopy(
+            get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)
@@ -92,6 +114,8 @@ def install_openapi(app: FastAPI) -> None:
         error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
         for operations in schema.get("paths", {}).values():
             for method, operation in operations.items():
+                for content in operation.get("requestBody", {}).get("content", {}).values():
+                    _defs_to_components(content, components)
                 codes = dict(ERROR_RESPONSES)
                 if method in ("post", "put", "patch", "delete"):
                     codes.update(BODY_ERROR_RESPONSES)
@@ -138,4 +162,37 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        return _error(request, str(exc.detail), exc.status_code, headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return _error(request, str(exc.detail), exc.status_code, headers=headers)
+
+
+def _matching_routes(request: Request) -> dict[int, list[BaseRoute]]:
+    """The routes whose path matches the request's, by their number of path parameters."""
+    found: dict[int, list[BaseRoute]] = {}
+    pending: list[Any] = list(request.app.router.routes)
+    while pending:
+        route = pending.pop()
+        if hasattr(route, "effective_candidates"):  # FastAPI's included router: its routes with their prefix
+            pending.extend(route.effective_candidates())
+        elif getattr(route, "methods", None) and route.matches(request.scope)[0] != Match.NONE:
+            found.setdefault(len(getattr(route, "param_convertors", {})), []).append(route)
+    return found
+
+
+def concrete_paths_first(request: Request) -> None:
+    """A route dependency: a templated route does not answer a URL that a concrete path owns (GET
+    `/api/campaigns/import` is not the campaign named "import", it is a 405 with `Allow: POST`)."""
+    route = request.scope.get("route")
+    found = _matching_routes(request)
+    if found and min(found) < len(getattr(route, "param_convertors", {})):
+        raise StarletteHTTPException(405)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods the request's URL takes: Starlette's 405 names only the first route whose path matched,
+    but FastAPI declares one route per method. A concrete path shadows a template (OpenAPI's rule:
+    `/api/campaigns/import` before `/api/campaigns/{slug}`), so the routes with the fewest parameters count."""
+    found = _matching_routes(request)
+    return sorted({m for route in found[min(found)] for m in getattr(route, "methods", ())}) if found else []

@@ -6,7 +6,7 @@ hub's event loop and GIL (ingest, log fan-out) are not spent on them, and they d
 public port, the runner and viewer sockets, the page feed, the sweeper and every write, plus N page
 workers: the same app (`create_app(role="pages")`), each a uvicorn on a Unix socket in a private folder,
 started by `python -m app.pageworker`. The hub's outermost middleware (`PageProxy`) hands a request to a
-worker when it is a GET or HEAD outside `HUB_ONLY` (the login link, which spends a token and counts failed
+worker when it is a GET or HEAD without a body, outside `HUB_ONLY` (the login link, which spends a token and counts failed
 attempts in this process; the page feed; the health check); everything else, websockets and writes
 included, runs in the hub as before. Reads need nothing from the hub but the database, with one
 exception, carried in a header: the page feed's mark, which the hub takes before it forwards (a page
@@ -224,8 +224,19 @@ class PageWorkerPool:
                 worker.proc.wait()
 
 
+def _has_body(scope: Scope) -> bool:
+    return any((k == b"content-length" and v.strip() != b"0") or k == b"transfer-encoding" for k, v in scope["headers"])
+
+
 def forwarded(scope: Scope) -> bool:
-    return scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and scope["path"] not in HUB_ONLY
+    """A read the workers answer. A GET or HEAD that announces a body (only fuzzers send one) stays here:
+    the relay sends no body, and the hub's body limit and its 405 apply to it as to any request."""
+    return (
+        scope["type"] == "http"
+        and scope["method"] in ("GET", "HEAD")
+        and scope["path"] not in HUB_ONLY
+        and not _has_body(scope)
+    )
 
 
 class PageProxy:

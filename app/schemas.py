@@ -7,12 +7,22 @@ from __future__ import annotations
 
 from copy import copy
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_serializer,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from sqlmodel import SQLModel
 
 from app.models import ApproachStatus, ModelInputFields, TrialState
+from runners.recipes import MAX_TIMEOUT_S, RecipeError, build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
@@ -65,31 +75,85 @@ def _utc(v: Any) -> Any:
     return v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
 
 
-class Requirements(BaseModel):
-    """What a runner must have to run an approach's trial."""
+class RecipeSpec(BaseModel):
+    """An approach's recipe: data a runner turns into a process. `build_launch` (runners/recipes) is its one
+    validator, here as on the runner: the kind's own checks of its params included. Stored as given (the
+    fields it sets only)."""
 
-    model_config = ConfigDict(extra="forbid")
-    gpus: int = Field(0, ge=0, le=1024, description="GPUs needed on one node.")
-    min_sm: str | None = Field(None, pattern=r"^\d+\.\d+$", description="Minimum SM capability, e.g. '9.0'.")
-    software: list[str] = Field(
-        default_factory=list, description="Fingerprint components that must be present, e.g. ['torch', 'sglang']."
+    model_config = ConfigDict(extra="forbid", strict=True)
+    kind: Literal[tuple(sorted(recipes()))]  # type: ignore[valid-type]
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="The kind's parameters (`python -m runners.recipes.<kind> --help`)."
+    )
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)], str | int] = Field(
+        default_factory=dict, max_length=200, description="Environment variables for the trial."
+    )
+    cwd: str | None = Field(None, min_length=1, max_length=4096, pattern=r"^[^\x00]*$")
+    timeout_s: float = Field(
+        600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False, description="The trial's time limit, seconds."
+    )
+
+    @model_validator(mode="after")
+    def _launchable(self) -> RecipeSpec:
+        try:
+            build_launch(self.model_dump())
+        except RecipeError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @field_serializer("timeout_s")
+    def _seconds(self, value: float) -> int | float:
+        return int(value) if float(value).is_integer() else value  # 600, as written, not 600.0
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+
+
+class Requirements(BaseModel):
+    """What a runner must have to run an approach's trial. Strict: `true` is not 1 GPU (the schema says
+    integer); a form, whose values are all text, validates with `strict=False`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    # The fields the approach's edit form shows (it merges them onto the rest: app/web/campaigns.py).
+    FORM_FIELDS: ClassVar[tuple[str, ...]] = ("gpus", "min_sm", "software")
+
+    gpus: int = Field(0, ge=0, le=1024, title="GPUs", description="GPUs needed on one node.")
+    min_sm: str | None = Field(
+        None, pattern=r"^\d+\.\d+$", title="Min SM", description="Minimum SM capability, e.g. '9.0'."
+    )
+    software: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)]] = Field(
+        default_factory=list,
+        max_length=50,
+        title="Software",
+        description="Fingerprint components that must be present, e.g. ['torch', 'sglang'].",
     )
     nodes: int = Field(
-        1, ge=1, le=4096, description="Nodes for one trial (more than 1: a SLURM runner, one rank per GPU via srun)."
+        1,
+        ge=1,
+        le=4096,
+        title="Nodes",
+        description="Nodes for one trial (more than 1: a SLURM runner, one rank per GPU via srun).",
     )
     gpus_per_node: int = Field(
-        0, ge=0, le=1024, description="GPUs per node of a multi-node trial (0: one rank per node)."
+        0,
+        ge=0,
+        le=1024,
+        title="GPUs per node",
+        description="GPUs per node of a multi-node trial (0: one rank per node).",
     )
     tasks_per_node: int = Field(
         0,
         ge=0,
         le=1024,
+        title="Ranks per node",
         description="Ranks per node of a multi-node trial (0: one per GPU, or one per node without GPUs); "
         "CPU (gloo) trials set it to run several ranks per node.",
     )
     sbatch: list[Annotated[str, Field(pattern=r"^--?[A-Za-z][^\n\x00]*$", max_length=300)]] = Field(
         default_factory=list,
         max_length=50,
+        title="sbatch options",
         description="Extra sbatch options for this approach's jobs, e.g. ['--qos=high'].",
     )
 
@@ -161,7 +225,9 @@ class ReportedFigure(BaseModel):
     tok_s: float | None = Field(
         None, gt=0, le=1e9, allow_inf_nan=False, description="Plain decode throughput with the approach (batch 1)."
     )
-    baseline: bool = Field(False, description="The baseline's own allreduce: tok_s figures are derived against it.")
+    baseline: StrictBool = Field(
+        False, description="The baseline's own allreduce: tok_s figures are derived against it."
+    )
     source: str = Field(min_length=1, max_length=2000, description="Where the figure comes from.")
 
     @model_validator(mode="after")
@@ -215,8 +281,21 @@ class CampaignBase(ModelInputFields, CampaignText):
     _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)
 
 
+RESERVED_SLUGS = ("import",)  # `/api/campaigns/import` is the import's, not a campaign's
+
+
 class CampaignCreate(CampaignBase):
-    slug: str = Field(pattern=SLUG_PATTERN, description="URL name: lowercase letters, digits, dashes.")
+    slug: str = Field(
+        pattern=SLUG_PATTERN,
+        description=f"URL name: lowercase letters, digits, dashes; not {', '.join(RESERVED_SLUGS)}.",
+    )
+
+    @field_validator("slug")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_SLUGS:
+            raise ValueError(f"{value!r} is reserved (a path of the API), choose another name")
+        return value
 
 
 class CampaignUpdate(ModelInputFields):
@@ -254,7 +333,7 @@ class ApproachBase(BaseModel):
     evidence: str = Field("", max_length=100000)
     effort: str = Field("", max_length=200)
     prerequisites: str = Field("", max_length=20000)
-    recipe: dict[str, Any] | None = None
+    recipe: RecipeSpec | None = None
     requirements: Requirements | None = None
 
     _strip = field_validator("title", "effort", mode="before")(_strip)
@@ -273,15 +352,41 @@ class ApproachUpdate(BaseModel):
     evidence: str = Field(None, max_length=100000)  # type: ignore[assignment]
     effort: str = Field(None, max_length=200)  # type: ignore[assignment]
     prerequisites: str = Field(None, max_length=20000)  # type: ignore[assignment]
-    recipe: dict[str, Any] | None = None
+    recipe: RecipeSpec | None = None
     requirements: Requirements | None = None
 
     _not_null = _not_null("title", "description", "evidence", "effort", "prerequisites")
 
 
+class ImportSummary(BaseModel):
+    """What importing a campaign file did."""
+
+    campaign: str = Field(description="The campaign's slug.")
+    created: bool = Field(description="True: a new campaign; false: an existing one brought up to date.")
+    added: int
+    changed: int
+    removed: int
+    kept: int = Field(description="Approaches the file does not list, kept (an import without `replace`).")
+    summary: str = Field(description="The same, as a sentence.")
+
+
+# The statuses a person sets (queued and running follow the approach's trial): the schema says so.
+PersonStatus = Literal[
+    tuple(s.value for s in ApproachStatus if s not in (ApproachStatus.queued, ApproachStatus.running))
+]  # type: ignore[valid-type]
+
+
+# Statuses a verdict can end in; they need a reason so the next person knows why (the schema says so too).
+NEEDS_REASON = frozenset({ApproachStatus.dead_end, ApproachStatus.deferred})
+_REASON_REQUIRED = {
+    "if": {"properties": {"status": {"enum": sorted(NEEDS_REASON)}}, "required": ["status"]},
+    "then": {"properties": {"reason": {"pattern": "\\S"}}, "required": ["reason"]},
+}
+
+
 class StatusChangeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    status: ApproachStatus
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, json_schema_extra=_REASON_REQUIRED)
+    status: PersonStatus
     reason: str = Field("", max_length=20000)
 
 
@@ -306,6 +411,7 @@ class ApproachPublic(ApproachCreate):
     model_config = ConfigDict(from_attributes=True)
     id: int
     position: int
+    recipe: dict[str, Any] | None = None  # as stored: read back, never re-checked
     requirements: Requirements | None = None
     bound_to: dict[str, Any] | None = None
     verdict_fingerprint: dict[str, Any] | None = None

@@ -87,7 +87,12 @@
     const xhr = evt.detail.xhr;
     if (xhr && xhr.status >= 500) flashError("The server failed (" + xhr.status + "). Nothing was changed; try again.");
     // <form data-reset-on-success>: cleared only after a 2xx; an error keeps what was typed.
+    // <form data-revert-on-error>: a control that acts at once (the role select) goes back to the stored
+    // value (its `selected` default) when the server refused the change; the message stays by it.
     const form = evt.detail.elt.closest("form");
+    if (form && form.hasAttribute("data-revert-on-error") && xhr && xhr.status >= 400 && document.contains(form)) {
+      form.reset();
+    }
     if (form && form.hasAttribute("data-reset-on-success") && xhr && xhr.status >= 200 && xhr.status < 300
         && document.contains(form)) {
       form.reset();

@@ -50,7 +50,7 @@ router = APIRouter(tags=["trials"])
 
 Slug = Annotated[str, Field(pattern=SLUG_PATTERN)]
 TrialIds = Annotated[
-    list[Annotated[int, Field(ge=1, le=2**63 - 1)]] | None,
+    list[Annotated[int, Field(ge=1, le=2**53)]] | None,
     Query(
         min_length=comparison_domain.MIN_TRIALS,
         max_length=comparison_domain.MAX_TRIALS,

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, StrictBool
 
 from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url, require_user
 from app.domain import users
@@ -57,7 +57,7 @@ class Me(BaseModel):
 
 class UserUpdate(BaseModel):
     role: Role | None = Field(None, description="viewer, operator or admin; the last admin cannot be demoted.")
-    disabled: bool | None = Field(None, description="Disable (sessions and tokens refused at once) or enable.")
+    disabled: StrictBool | None = Field(None, description="Disable (sessions and tokens refused at once) or enable.")
 
 
 class InviteCreate(BaseModel):
@@ -110,7 +110,7 @@ class SessionPublic(BaseModel):
 
 class TokenCreate(BaseModel):
     name: str = Field(min_length=1, max_length=120, description="What the token is for, e.g. 'ci'.")
-    user_id: int | None = Field(None, ge=1, le=2**63 - 1, description="Who it acts as (default: you).")
+    user_id: int | None = Field(None, ge=1, le=2**53, description="Who it acts as (default: you).")
 
 
 class TokenPublic(BaseModel):
@@ -168,7 +168,7 @@ def delete_invite(invite_id: RowId, session: SessionDep, operator: AdminDep) -> 
 def sessions(
     session: SessionDep,
     operator: UserDep,
-    user_id: Annotated[int | None, Query(ge=1, le=2**63 - 1, description="An admin's filter: one user's.")] = None,
+    user_id: Annotated[int | None, Query(ge=1, le=2**53, description="An admin's filter: one user's.")] = None,
 ) -> list[SessionPublic]:
     """Your live sessions; an admin sees everyone's (or one user's with `user_id`)."""
     if not operator.is_admin:

@@ -38,7 +38,7 @@ from sqlmodel import Session, col, select
 from app.domain import campaign_results, inventory
 from app.domain.errors import Invalid
 from app.models import Approach, ApproachStatus, Campaign, StatusChange, utcnow
-from app.schemas import ApproachCreate, CampaignCreate
+from app.schemas import ApproachCreate, CampaignCreate, ImportSummary
 
 FORMAT = "campaign-board/v1"
 CAMPAIGN_FIELDS = ["slug"] + [f for f in CampaignCreate.model_fields if f != "slug"]
@@ -52,6 +52,14 @@ class HistoryEntry(BaseModel):
     to: ApproachStatus
     reason: str = Field("", max_length=20000)
     actor: str = Field("", max_length=120)
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _a_date(cls, value: Any) -> Any:
+        # YAML gives a datetime (unquoted) or a string; a number is not a date here (the schema: date-time).
+        if not isinstance(value, (datetime, str)):
+            raise ValueError("must be a date and time, e.g. 2025-03-01T10:00:00+00:00")
+        return value
 
     @field_validator("at")
     @classmethod
@@ -350,6 +358,10 @@ def _describe_loc(data: Any, loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
+# "params.tokens (--tokens): must be ..." (a recipe's validator), "history: entries must be ...": the field it names
+_NAMED_FIELD = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?: \(--[\w-]+\))?: ")
+
+
 def parse_campaign_file(text: str) -> CampaignFile:
     """Validate a campaign file; Invalid names the line and field of the first problem."""
     data, node = _parse_yaml(text)
@@ -359,12 +371,17 @@ def parse_campaign_file(text: str) -> CampaignFile:
         parsed = CampaignFile.model_validate(data)
     except ValidationError as exc:
         messages = []
+        fields = []
         for err in exc.errors()[:5]:
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            msg = err["msg"].removeprefix("Value error, ")
+            if named := _NAMED_FIELD.match(msg):  # a model's own check names its field: the line is that field's
+                loc += tuple(named[1].split("."))
             line = _line_of(node, loc)
             where = f"line {line}: " if line else ""
-            messages.append(f"{where}{_describe_loc(data, loc)}: {err['msg']}")
-        raise Invalid("; ".join(messages), field=_describe_loc(data, exc.errors()[0]["loc"])) from None
+            fields.append(_describe_loc(data, loc))
+            messages.append(f"{where}{fields[-1]}: {msg}")
+        raise Invalid("; ".join(messages), field=fields[0]) from None
     keys = [a.key for a in parsed.approaches]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
@@ -405,7 +422,7 @@ def _replace_history(session: Session, approach: Approach, item: ApproachFile, a
     session.flush()
 
 
-def import_campaign(session: Session, text: str, *, actor: str, replace: bool = False) -> str:
+def import_campaign(session: Session, text: str, *, actor: str, replace: bool = False) -> ImportSummary:
     """Create the campaign, or bring an existing one (same slug) up to date with the file.
 
     Approaches are matched by key; their order in the file is their priority. A status that
@@ -461,11 +478,25 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
             session.add(approach)
     session.flush()
     verb = "created" if created else "updated"
+    kept = len(existing) - removed
     summary = (
         f"{verb} campaign {campaign.slug!r}: {added} approach(es) added, {changed} changed, "
-        f"{removed} removed, {len(existing) - removed} kept that the file does not list"
+        f"{removed} removed, {kept} kept that the file does not list"
     )
     if parsed.results is not None:
-        trials, metrics, kept = campaign_results.import_results(session, campaign, parsed.results)
-        summary += f"; results: {trials} trial(s) with {metrics} metric(s) added, {kept} already here"
-    return summary
+        trials, metrics, already = campaign_results.import_results(session, campaign, parsed.results)
+        summary += f"; results: {trials} trial(s) with {metrics} metric(s) added, {already} already here"
+    return ImportSummary(
+        campaign=campaign.slug,
+        created=created,
+        added=added,
+        changed=changed,
+        removed=removed,
+        kept=kept,
+        summary=summary,
+    )
+
+
+def campaign_file_schema() -> dict[str, Any]:
+    """The JSON schema of a campaign file's content, its models under `$defs` (the import's OpenAPI body)."""
+    return CampaignFile.model_json_schema()

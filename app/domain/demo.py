@@ -26,5 +26,5 @@ def load_demo(session: Session) -> list[str]:
         if session.exec(select(Campaign).where(Campaign.slug == slug)).first():
             lines.append(f"demo campaign {slug!r} is already loaded")
             continue
-        lines.append(import_campaign(session, text, actor="demo"))
+        lines.append(import_campaign(session, text, actor="demo").summary)
     return lines

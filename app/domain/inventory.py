@@ -10,10 +10,8 @@ from sqlmodel import Session, select
 
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, utcnow
-from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, CampaignUpdate
+from app.schemas import NEEDS_REASON, ApproachCreate, ApproachUpdate, CampaignCreate, CampaignUpdate
 
-# Statuses a verdict can end in; they need a reason so the next person knows why.
-NEEDS_REASON = {ApproachStatus.dead_end, ApproachStatus.deferred}
 # Statuses that follow an approach's trial; people do not set them by hand.
 TRIAL_DRIVEN = {ApproachStatus.queued, ApproachStatus.running}
 STATUS_ORDER = list(ApproachStatus)
@@ -163,7 +161,7 @@ def change_status(
             f"{to.value} follows the approach's trial: use “Run next candidate” to start one.", field="status"
         )
     if approach.status == to.value:
-        raise Invalid(f"The approach is already {to.value.replace('_', ' ')}.", field="status")
+        raise Conflict(f"The approach is already {to.value.replace('_', ' ')}.", field="status")
     _check_reason(to, reason)
     change = StatusChange(
         approach_id=approach.id,

@@ -77,7 +77,7 @@ def get_runner(session: Session, runner_id: int) -> Runner:
 def revoke_runner(session: Session, runner: Runner) -> None:
     """Refuse the runner's token from now on (the caller disconnects a live socket)."""
     if runner.revoked_at is not None:
-        raise Invalid(f"Runner {runner.name!r} is already revoked.")
+        raise Conflict(f"Runner {runner.name!r} is already revoked.")
     runner.revoked_at = utcnow()
     runner.connected = False
     session.add(runner)

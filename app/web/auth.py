@@ -64,12 +64,10 @@ def _require_same_origin(request: Request) -> None:
         raise HTTPException(403, "Cross-origin request refused.")
 
 
-@router.get("/login")
-def login(
-    request: Request, session: WriteSessionDep, settings: SettingsDep, token: str | None = None, next: str | None = None
-) -> Response:
-    if not token:
-        return _page(request, "login.html", {"error": None})
+def _login_refused(request: Request, message: str) -> Response:
+    """A wrong, spent or expired link: 403, or 429 once its address is past the limit of failures. Only
+    failures are limited: a valid link always logs in, whoever else guessed wrong from the same address
+    (behind a proxy a whole team shares one); a link's 256 random bits are what defeat guessing."""
     limiter = request.app.state.login_limiter
     client = request.client.host if request.client else "unknown"
     wait_s = limiter.retry_after(client)
@@ -77,6 +75,16 @@ def login(
         response = _page(request, "login.html", {"error": f"Too many failed login attempts: wait {wait_s} s."}, 429)
         response.headers["Retry-After"] = str(wait_s)
         return response
+    limiter.failed(client)
+    return _page(request, "login.html", {"error": message}, 403)
+
+
+@router.get("/login")
+def login(
+    request: Request, session: WriteSessionDep, settings: SettingsDep, token: str | None = None, next: str | None = None
+) -> Response:
+    if not token:
+        return _page(request, "login.html", {"error": None})
     try:
         if login_link_is_setup(session, token):
             # The first login of a new board: ask who its admin is before spending the link.
@@ -84,8 +92,7 @@ def login(
             return _page(request, "login.html", context)
         session_id = redeem_login_token(session, token, settings.session_max_age_s, _user_agent(request))
     except DomainError as exc:
-        limiter.failed(client)
-        return _page(request, "login.html", {"error": exc.message}, 403)
+        return _login_refused(request, exc.message)
     session.commit()
     return _logged_in(request, settings, session_id, next)
 
@@ -105,8 +112,7 @@ def first_login(
         session_id = redeem_setup_token(session, token, name, settings.session_max_age_s, _user_agent(request))
     except Invalid as exc:
         if exc.field != "name":
-            request.app.state.login_limiter.failed(request.client.host if request.client else "unknown")
-            return _page(request, "login.html", {"error": exc.message}, 403)
+            return _login_refused(request, exc.message)
         context = {"error": exc.message, "setup_token": token, "name": name, "next": _safe_next(next)}
         return _page(request, "login.html", context, exc.status_code)
     return _logged_in(request, settings, session_id, next)

@@ -4,11 +4,13 @@ HX-Trigger "campaign-changed" event; other fragments listen for it (hx-trigger f
 from __future__ import annotations
 
 import json
-from typing import Annotated
+import typing
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Request, UploadFile
 from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
+from starlette.datastructures import FormData
 
 from app.db import stream_in_session
 from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
@@ -27,9 +29,9 @@ HISTORY_PAGE = 50
 
 
 def _validated(model, **values):
-    """Build a pydantic model from form values; a bad field becomes a DomainError naming it."""
+    """Build a pydantic model from form values (text: never strict); a bad field becomes a DomainError naming it."""
     try:
-        return model(**values)
+        return model.model_validate(values, strict=False)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
@@ -99,8 +101,11 @@ async def import_page(
     if not text.strip():
         raise Invalid("choose a campaign file or paste its YAML", field="file")
     summary = import_campaign(session, text, actor=operator.name)
-    slug = summary.split("'")[1]
-    return navigate(request, f"/campaigns/{slug}")
+    if not request.headers.get("hx-request"):
+        return navigate(request, f"/campaigns/{summary.campaign}")
+    # htmx: the summary of what it added or changed, in the import card, with the way to the campaign.
+    ctx = {"campaigns": inventory.list_campaigns(session), "imported": summary}
+    return render(request, "campaigns.html", ctx, block="import_result")
 
 
 @router.get("/campaigns/{slug}")
@@ -187,6 +192,33 @@ def _history_page(session: SessionDep, approach, before: int | None = None) -> d
     }
 
 
+def _shown(value: Any) -> str:
+    return ", ".join(value) if isinstance(value, list) else "" if value is None else str(value)
+
+
+def requirements_view(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """An approach's requirements as its page shows them, from `Requirements`' own fields: `facts` (label,
+    text) for each field set away from its default, `inputs` for the fields the edit form shows."""
+    fields = Requirements.model_fields
+    defaults = {name: field.get_default(call_default_factory=True) for name, field in fields.items()}
+    values = {**defaults, **(stored or {})}
+    facts = [(fields[n].title, _shown(values[n])) for n in fields if values[n] != defaults[n]]
+    inputs = []
+    for name in Requirements.FORM_FIELDS:
+        field = fields[name]
+        inputs.append(
+            {
+                "name": name,
+                "label": field.title,
+                "value": _shown(values[name]) if stored else "",
+                "min": next((m.ge for m in field.metadata if hasattr(m, "ge")), None)
+                if field.annotation is int
+                else None,
+            }
+        )
+    return {"facts": facts, "inputs": inputs}
+
+
 def _approach(
     request: Request, session: SessionDep, slug: str, key: str, block: str | None = None, headers: dict | None = None
 ) -> Response:
@@ -195,6 +227,7 @@ def _approach(
     ctx = {
         "campaign": campaign,
         "approach": approach,
+        "requirements": requirements_view(approach.requirements),
         **_history_page(session, approach),
         "person_statuses": PERSON_STATUSES,
     }
@@ -226,44 +259,42 @@ def approach_page(request: Request, session: SessionDep, slug: str, key: str) ->
     return _approach(request, session, slug, key)
 
 
+async def _posted_form(request: Request) -> FormData:
+    return await request.form()  # parsed on the loop; the sync route reads the parsed fields
+
+
+PostedForm = Annotated[FormData, Depends(_posted_form)]
+
+
+def _form_requirements(stored: dict[str, Any] | None, form: FormData) -> Requirements | None:
+    """The approach's requirements with the fields this form shows put over the stored ones: a form that
+    shows some fields merges onto the rest, so `nodes`, `sbatch` ... survive a form without them. A shown
+    field left empty takes its default; a list is comma-separated. None when nothing is left."""
+    values = dict(stored or {})
+    for name, field in Requirements.model_fields.items():
+        raw = form.get(name)
+        if not isinstance(raw, str):
+            continue  # not shown: kept
+        values.pop(name, None)
+        if raw.strip():
+            is_list = typing.get_origin(field.annotation) is list
+            values[name] = [s.strip() for s in raw.split(",") if s.strip()] if is_list else raw.strip()
+    return _validated(Requirements, **values) if values else None
+
+
 @router.post("/campaigns/{slug}/approaches/{key}")
 def edit_approach(
-    request: Request,
-    session: SessionDep,
-    operator: OperatorDep,
-    slug: str,
-    key: str,
-    title: Annotated[str, Form()],
-    effort: Annotated[str, Form()] = "",
-    evidence: Annotated[str, Form()] = "",
-    description: Annotated[str, Form()] = "",
-    prerequisites: Annotated[str, Form()] = "",
-    recipe: Annotated[str, Form()] = "",
-    gpus: Annotated[str, Form()] = "",
-    min_sm: Annotated[str, Form()] = "",
-    software: Annotated[str, Form()] = "",
+    request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str, form: PostedForm
 ) -> Response:
+    """The edit form: the `ApproachUpdate` and `Requirements` fields it shows; the rest stays as stored."""
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    requirements = None
-    if gpus.strip() or min_sm.strip() or software.strip():
-        requirements = _validated(
-            Requirements,
-            gpus=gpus.strip() or 0,
-            min_sm=min_sm.strip() or None,
-            software=[s.strip() for s in software.split(",") if s.strip()],
-        )
-    data = _validated(
-        ApproachUpdate,
-        title=title,
-        effort=effort,
-        evidence=evidence,
-        description=description,
-        prerequisites=prerequisites,
-        recipe=_json_field(recipe, "recipe"),
-        requirements=requirements,
-    )
-    inventory.update_approach(session, approach, data)
+    values: dict[str, Any] = {n: v for n in ApproachUpdate.model_fields if isinstance(v := form.get(n), str)}
+    if "recipe" in values:
+        values["recipe"] = _json_field(values["recipe"], "recipe")
+    if any(name in form for name in Requirements.model_fields):
+        values["requirements"] = _form_requirements(approach.requirements, form)
+    inventory.update_approach(session, approach, _validated(ApproachUpdate, **values))
     events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
     return _approach(request, session, slug, key, block="details", headers=CHANGED)
 

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_TIMEOUT_S = 7 * 24 * 3600  # a trial's time limit: longer is a typo, not a trial
+
 
 class RecipeError(ValueError):
     """A recipe or its parameters are invalid; the message says which field and why."""
@@ -75,8 +77,8 @@ def _common(recipe: dict[str, Any]) -> tuple[dict[str, str], str | None, float]:
     if cwd is not None and not isinstance(cwd, str):
         raise RecipeError("cwd: must be a path string")
     timeout = recipe.get("timeout_s", 600)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise RecipeError("timeout_s: must be a positive number of seconds")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise RecipeError(f"timeout_s: must be a positive number of seconds, at most {MAX_TIMEOUT_S} (7 days)")
     return {k: str(v) for k, v in env.items()}, cwd, float(timeout)
 
 

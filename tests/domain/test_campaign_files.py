@@ -69,7 +69,7 @@ def test_round_trip_is_equal(engine, tmp_path):
     # Importing the same file again changes nothing and records no status change.
     history = _history_count(other)
     with session_scope(other) as s:
-        summary = import_campaign(s, text, actor="test")
+        summary = import_campaign(s, text, actor="test").summary
     assert "0 approach(es) added, 0 changed" in summary
     assert _history_count(other) == history
     other.dispose()
@@ -204,7 +204,8 @@ def test_demo_recipes_are_valid_launches():
 
     for path in demo_files():
         for approach in parse_campaign_file(path.read_text()).approaches:
-            spec = build_launch(approach.recipe)
+            assert approach.recipe is not None, approach.key
+            spec = build_launch(approach.recipe.model_dump())
             assert spec.argv and spec.timeout_s > 0, approach.key
 
 

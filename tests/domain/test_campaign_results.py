@@ -159,7 +159,7 @@ def test_results_round_trip_as_measurements(engine):
     # Imported as another campaign on this board: the same trials, metrics, samples and stack.
     copy = text.replace("slug: sweep\n", "slug: sweep-copy\n", 1)
     with session_scope(engine) as s:
-        summary = import_campaign(s, copy, actor="test")
+        summary = import_campaign(s, copy, actor="test").summary
     assert "results: 3 trial(s) with 3 metric(s) added, 0 already here" in summary
     assert _rows(engine, "sweep-copy") == [row for row in _rows(engine, "sweep") if row[1] != "running"]
     with session_scope(engine, write=False) as s:
@@ -180,7 +180,7 @@ def test_importing_the_same_results_twice_adds_them_once(engine):
         "0 trial(s) with 0 metric(s) added, 3 already here",
     ):
         with session_scope(engine) as s:
-            assert expected in import_campaign(s, text, actor="test")
+            assert expected in import_campaign(s, text, actor="test").summary
     with session_scope(engine, write=False) as s:
         again = inventory.get_campaign(s, "again")
         assert s.exec(select(func.count()).select_from(Trial).where(Trial.campaign_id == again.id)).one() == 3

@@ -77,9 +77,10 @@ def test_people_cannot_set_trial_driven_statuses(engine, campaign_slug):
 
 
 def test_same_status_is_refused(engine, campaign_slug):
+    # A conflict with the approach's state (409), not a bad value: the status is one a person may set.
     with session_scope(engine) as s:
         a = inventory.get_approach(s, inventory.get_campaign(s, "c"), "a")
-        with pytest.raises(Invalid):
+        with pytest.raises(Conflict):
             inventory.change_status(s, a, "untested", "", "tester")
 
 

@@ -64,14 +64,41 @@ def test_create_campaign_error_is_by_the_field_and_keeps_the_input(page):
     assert not [m for m in page.console_errors if "pattern" in m.lower()], page.console_errors
 
 
-def test_import_lands_on_the_imported_campaign(page, live_server):
+def test_import_shows_what_it_added_and_changed_then_leads_to_the_campaign(page, live_server):
     text = page.request.get(live_server.url + KIMI + "/export.yaml").text()
     text = text.replace("slug: kimi-k25-eagle3", "slug: kimi-copy", 1)
     page.fill("form[action='/campaigns/import'] textarea[name=text]", text)
     page.click("form[action='/campaigns/import'] button[type=submit]")
+    result = page.locator("#import-result")
+    count = text.count("\n- key: ")
+    expect(result).to_contain_text(f"created campaign 'kimi-copy': {count} approach(es) added, 0 changed")
+    expect(result).to_be_in_viewport()
+    one_page(page)
+    # The same file again: an update that changes nothing, said so.
+    page.click("form[action='/campaigns/import'] button[type=submit]")
+    expect(result).to_contain_text("updated campaign 'kimi-copy': 0 approach(es) added, 0 changed")
+    result.get_by_role("link", name="Open kimi-copy").click()
     page.wait_for_url(live_server.url + "/campaigns/kimi-copy")
     one_page(page)
     expect(page.locator("#approach-expert-parallelism")).to_be_visible()
+
+
+def test_a_viewer_sees_no_create_or_import_cards(live_server, browser):
+    from app.db import make_engine
+    from app.models import Role
+    from tests.support.browser import login_context
+
+    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
+    context, viewer = login_context(browser, live_server.url, engine, "Vera", Role.viewer)
+    try:
+        viewer.wait_for_url(live_server.url + "/")
+        expect(viewer.locator(".campaign-list a")).to_have_count(2)
+        assert viewer.get_by_role("heading", name="New campaign").count() == 0
+        assert viewer.get_by_role("heading", name="Import a campaign file").count() == 0
+        assert viewer.locator(".card").count() == 0
+    finally:
+        context.close()
+        engine.dispose()
 
 
 def test_import_error_is_in_view_and_keeps_the_text(page):

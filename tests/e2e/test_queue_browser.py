@@ -95,7 +95,19 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
         expect(viewer.locator("#approach-next")).to_have_attribute("data-status", "queued")
 
         # The operator cancels "later" from the queue; it leaves the viewer's page.
+        # It asks first, as cancelling a running trial does (a queued trial's cancel is just as final).
         operator.wait_for_selector("#queue tr[data-approach=later] button.queue-cancel")
+        asked: list[str] = []
+
+        def dismiss(dialog) -> None:
+            asked.append(dialog.message)
+            dialog.dismiss()
+
+        operator.once("dialog", dismiss)
+        operator.click("#queue tr[data-approach=later] button.queue-cancel")
+        assert asked and "Cancel queued trial" in asked[0], asked
+        assert operator.locator("#queue tr[data-approach=later]").count() == 1  # dismissed: still queued
+        operator.once("dialog", lambda dialog: dialog.accept())
         operator.click("#queue tr[data-approach=later] button.queue-cancel")
         viewer.wait_for_selector("#queue tr[data-approach=later]", state="detached")
         viewer.wait_for_selector("#approach-later[data-status=untested]")

@@ -113,5 +113,15 @@ def test_failed_logins_are_rate_limited(server):
     assert statuses[:10] == [403] * 10 and set(statuses[10:]) == {429}, statuses
     r = client.get("/login?token=login_guess-more")
     assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
-    # A valid link is refused too while the address is over the limit: guessing gains nothing.
-    assert client.get(_new_login_url(server), follow_redirects=False).status_code == 429
+    # Only failures are limited: a valid link from the same address still logs in (behind a proxy a team
+    # shares one address), and the next wrong guess is still refused with 429.
+    assert client.get(_new_login_url(server), follow_redirects=False).status_code == 303
+    assert client.get("/login?token=login_guess-after").status_code == 429
+
+
+def test_five_hundred_wrong_guesses_never_refuse_a_valid_link(server):
+    client = httpx.Client(base_url=server.url, timeout=30)
+    statuses = {client.get(f"/login?token=login_wrong{i}").status_code for i in range(500)}
+    assert statuses == {403, 429}
+    r = client.get(_new_login_url(server), follow_redirects=False)
+    assert r.status_code == 303 and r.cookies.get("cb_session")

@@ -205,8 +205,12 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
     pcie = b.approach("nccl-pcie", "NCCL on PCIe (seed node)", _sglang_recipe())
     graph = b.approach("nccl-graph", "NCCL in a CUDA graph", _allreduce_recipe("graph"))
     eager = b.approach("nccl-eager", "NCCL eager", _allreduce_recipe("eager"))
-    two_shot = b.approach("symm-mem-two-shot", "torch symm-mem two-shot", _allreduce_recipe("eager", "symm_mem"))
-    one_shot = b.approach("symm-mem-one-shot", "torch symm-mem one-shot", _allreduce_recipe("eager", "symm_mem"))
+    two_shot = b.approach(
+        "symm-mem-two-shot", "torch symm-mem two-shot", _allreduce_recipe("eager", "symm_mem_two_shot")
+    )
+    one_shot = b.approach(
+        "symm-mem-one-shot", "torch symm-mem one-shot", _allreduce_recipe("eager", "symm_mem_one_shot")
+    )
     pcie_ipc = b.approach(
         "flashinfer-pcie-ipc", "FlashInfer PCIe-IPC allreduce", _sglang_recipe("--enable-flashinfer-allreduce-fusion")
     )
