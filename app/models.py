@@ -20,10 +20,11 @@ def utcnow() -> datetime:
 
 
 def aware(ts: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes for timezone-aware columns; they were written as UTC."""
-    if ts is not None and ts.tzinfo is None:
-        return ts.replace(tzinfo=UTC)
-    return ts
+    """The one UTC helper: a time in UTC. SQLite returns naive datetimes for timezone-aware columns (they were
+    written as UTC); a time of another zone (a campaign file's) is converted."""
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
 def _ts(nullable: bool = True, **kw: Any) -> Any:

@@ -6,7 +6,7 @@ A family per concept: XBase (shared fields), XCreate, XUpdate (all optional), XP
 from __future__ import annotations
 
 from copy import copy
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -21,7 +21,7 @@ from pydantic import (
 )
 from sqlmodel import SQLModel
 
-from app.models import ApproachStatus, ModelInputFields, TrialState
+from app.models import ApproachStatus, ModelInputFields, TrialState, aware
 from runners.recipes import MAX_TIMEOUT_S, RecipeError, build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
@@ -71,8 +71,7 @@ def _not_null(*names: str) -> Any:
 
 
 def _utc(v: Any) -> Any:
-    # SQLite gives back naive datetimes for timezone-aware columns; they were written as UTC.
-    return v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
+    return aware(v) if isinstance(v, datetime) else v  # a validator: models.aware on what is a datetime
 
 
 class RecipeSpec(BaseModel):

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -28,7 +28,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import users
 from app.domain.errors import Conflict, DomainError, Invalid, NotFound
-from app.models import AuthToken, BrowserSession, Invite, Role, User, utcnow
+from app.models import AuthToken, BrowserSession, Invite, Role, User, aware, utcnow
 
 SESSION_COOKIE = "cb_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -41,13 +41,6 @@ def hash_token(token: str) -> str:
 
 def new_secret(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(32)}"
-
-
-def _aware(ts: datetime | None) -> datetime | None:
-    # SQLite returns naive datetimes even for timezone-aware columns; they were written as UTC.
-    if ts is not None and ts.tzinfo is None:
-        return ts.replace(tzinfo=UTC)
-    return ts
 
 
 def create_login_token(session: Session, ttl_s: int, user: User | None = None) -> str:
@@ -81,7 +74,7 @@ def _live_login_token(session: Session, token: str) -> AuthToken | None:
         select(AuthToken).where(AuthToken.token_hash == hash_token(token), AuthToken.kind == "login")
     ).first()
     now = utcnow()
-    if row is None or row.used_at or row.revoked_at or (_aware(row.expires_at) or now) < now:
+    if row is None or row.used_at or row.revoked_at or (aware(row.expires_at) or now) < now:
         return None
     return row
 
@@ -195,7 +188,7 @@ def session_user(session: Session, session_id: str) -> tuple[BrowserSession, Use
         return None
     row, user = found
     now = utcnow()
-    if row.revoked_at is not None or (_aware(row.expires_at) or now) <= now or user.disabled_at is not None:
+    if row.revoked_at is not None or (aware(row.expires_at) or now) <= now or user.disabled_at is not None:
         return None
     return row, user
 
@@ -255,8 +248,8 @@ def live_sessions(session: Session, user_id: int | None = None, current: str | N
             id=row.id or 0,
             user_id=row.user_id,
             user_name=user.name if user else row.name,
-            created_at=_aware(row.created_at) or now,
-            expires_at=_aware(row.expires_at) or now,
+            created_at=aware(row.created_at) or now,
+            expires_at=aware(row.expires_at) or now,
             user_agent=row.user_agent,
             current=row.session_hash == current_hash,
         )
@@ -327,7 +320,7 @@ def list_api_tokens(session: Session, token: str | None = None) -> list[TokenInf
             user_id=row.user_id,
             user_name=user.name if user else "(shell)",
             role=user.role if user else Role.admin,
-            created_at=_aware(row.created_at) or utcnow(),
+            created_at=aware(row.created_at) or utcnow(),
         )
         for row, user in rows
     ]
@@ -377,7 +370,7 @@ def invite_state(invite: Invite) -> str:
         return "used"
     if invite.revoked_at is not None:
         return "revoked"
-    if (_aware(invite.expires_at) or utcnow()) <= utcnow():
+    if (aware(invite.expires_at) or utcnow()) <= utcnow():
         return "expired"
     return "open"
 

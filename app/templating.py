@@ -15,7 +15,7 @@ from starlette.types import Scope
 
 from app import __version__
 from app.config import resource_dir
-from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES
+from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 from app.services.events import feed_attributes
 
@@ -102,10 +102,9 @@ class RevalidatedStatic(StaticFiles):
 
 
 def _ago(ts: datetime | None) -> str:
+    ts = aware(ts)
     if ts is None:
         return ""
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
     secs = int((datetime.now(UTC) - ts).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if secs >= size:
@@ -114,11 +113,8 @@ def _ago(ts: datetime | None) -> str:
 
 
 def _utc(ts: datetime | None) -> str:
-    if ts is None:
-        return ""
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    ts = aware(ts)
+    return ts.strftime("%Y-%m-%d %H:%M UTC") if ts is not None else ""
 
 
 def make_templates() -> Jinja2Blocks:

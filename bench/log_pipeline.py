@@ -35,6 +35,8 @@ from websockets.sync.client import connect
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support.net import free_port  # noqa: E402
+
 # The trial programs: every line is "<n> <time.time_ns()> <padding>\n" (~64 bytes).
 FLOOD = """
 import sys, time
@@ -67,14 +69,6 @@ while True:
         n = due
     time.sleep(0.0005)
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Viewer(threading.Thread):

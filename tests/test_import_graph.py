@@ -126,3 +126,43 @@ def test_the_checks_can_fail(tmp_path):
     ]
     (domain / "d.py").write_text("def f():\n    import torch.distributed\n")
     assert unexplained_local_imports(tmp_path, [domain / "d.py"]) == []
+
+
+# The runner is installed on GPU nodes without the server: of app/ it may import only these.
+RUNNER_MAY_IMPORT = {
+    "app": "the version (app.__version__)",
+    "app.protocol": "runner <-> server messages (pydantic only)",
+}
+
+
+def app_imports_of(paths: list[Path]) -> dict[str, list[str]]:
+    """module of app imported -> the files importing it (any import statement, at any depth)."""
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = (
+                    [node.module]
+                    if node.module != "app"
+                    else [f"app.{a.name}" if a.name != "__version__" else "app" for a in node.names]
+                )
+            for name in names:
+                if name == "app" or name.startswith("app."):
+                    found.setdefault(name, []).append(path.as_posix())
+    return found
+
+
+def test_runners_import_nothing_of_the_server_but_the_protocol_and_the_version():
+    imported = app_imports_of(sorted(ROOT.joinpath("runners").rglob("*.py")))
+    assert "app.protocol" in imported  # the check sees the runner's imports
+    assert {m: files for m, files in imported.items() if m not in RUNNER_MAY_IMPORT} == {}
+
+
+def test_the_runner_import_check_can_fail(tmp_path):
+    (tmp_path / "a.py").write_text("from app.domain import trials\nfrom app import __version__\n")
+    (tmp_path / "b.py").write_text("def f():\n    import app.db\n")
+    found = app_imports_of([tmp_path / "a.py", tmp_path / "b.py"])
+    assert set(found) == {"app.domain", "app", "app.db"}

@@ -16,6 +16,7 @@ import time
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from sqlmodel import Session
 
+from app.deps import bearer_token
 from app.domain import runners as runner_domain
 from app.live import RunnerLink, get_hub, run_in_tx, trace
 from app.models import Runner, utcnow
@@ -27,12 +28,6 @@ router = APIRouter(tags=["runners"])
 
 BATCH_MAX = 512  # messages per transaction
 RECEIVE_QUEUE = 256  # received, not yet processed (beyond this the runner's sends wait: TCP backpressure)
-
-
-def _bearer(value: str | None) -> str | None:
-    if value and value.lower().startswith("bearer "):
-        return value[7:].strip()
-    return None
 
 
 class RunnerSession:
@@ -136,7 +131,7 @@ def _authenticate(session: Session, token: str | None) -> Runner | None:
 
 @router.websocket("/api/runners/ws")
 async def runner_socket(ws: WebSocket) -> None:
-    runner = await run_in_tx(ws.app.state.engine, _authenticate, _bearer(ws.headers.get("authorization")), write=False)
+    runner = await run_in_tx(ws.app.state.engine, _authenticate, bearer_token(ws), write=False)
     if runner is None:
         await ws.close(code=REFUSED_CLOSE_CODE, reason="unknown or revoked runner token")  # before accept: HTTP 403
         return

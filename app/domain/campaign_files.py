@@ -37,7 +37,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import campaign_results, inventory
 from app.domain.errors import Invalid
-from app.models import Approach, ApproachStatus, Campaign, StatusChange, utcnow
+from app.models import Approach, ApproachStatus, Campaign, StatusChange, aware, utcnow
 from app.schemas import ApproachCreate, CampaignCreate, ImportSummary
 
 FORMAT = "campaign-board/v1"
@@ -64,7 +64,7 @@ class HistoryEntry(BaseModel):
     @field_validator("at")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return aware(value) or value
 
 
 class ApproachFile(ApproachCreate):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -36,7 +36,7 @@ from sqlalchemy import insert
 from sqlmodel import Session, col, select
 
 from app.domain.errors import Invalid
-from app.models import TERMINAL_TRIAL_STATES, Approach, Campaign, Metric, Trial
+from app.models import TERMINAL_TRIAL_STATES, Approach, Campaign, Metric, Trial, aware
 from runners.recipes.metric import MAX_SAMPLES
 
 
@@ -52,15 +52,9 @@ EndedState = Literal["succeeded", "failed", "cancelled", "timed_out", "lost"]
 assert set(EndedState.__args__) == {s.value for s in TERMINAL_TRIAL_STATES}  # type: ignore[attr-defined]
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def iso_utc(value: datetime | None) -> str | None:
     """A stored date (UTC; SQLite gives it back naive) as an ISO string with its offset."""
-    at = _utc(value)
+    at = aware(value)
     return at.isoformat() if at is not None else None
 
 
@@ -94,7 +88,7 @@ class ResultMetric(BaseModel):
     @field_validator("at")
     @classmethod
     def _at_utc(cls, value: datetime | None) -> datetime | None:
-        return _utc(value)
+        return aware(value)
 
 
 class ResultTrial(BaseModel):
@@ -119,7 +113,7 @@ class ResultTrial(BaseModel):
     @field_validator("created_at", "started_at", "finished_at")
     @classmethod
     def _dates_utc(cls, value: datetime | None) -> datetime | None:
-        return _utc(value)
+        return aware(value)
 
     @model_validator(mode="after")
     def _one_row_per_place(self) -> ResultTrial:
@@ -215,7 +209,7 @@ def export_pieces(session: Session, campaign: Campaign, pieces: Dumps) -> Iterat
 
 def _naive(value: datetime | None) -> datetime | None:
     """The comparable form of a date on either database (UTC, no offset)."""
-    at = _utc(value)
+    at = aware(value)
     return at.replace(tzinfo=None) if at is not None else None
 
 

@@ -11,13 +11,13 @@ changes carry the dates of the history itself (a campaign file can carry them), 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from app.models import Approach, Campaign, StatusChange, Trial
+from app.models import Approach, Campaign, StatusChange, Trial, aware
 
 MAX_APPROACHES = 40
 CHANGES_PER_APPROACH = 8
@@ -51,13 +51,6 @@ class Timeline:
     approaches_total: int
 
 
-def _aware(ts: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; they were written as UTC.
-    if ts is None:
-        return None
-    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
-
-
 def campaign_timeline(
     session: Session,
     campaign: Campaign,
@@ -81,7 +74,7 @@ def campaign_timeline(
     titles = {approach_id: title for approach_id, title, _, _ in activity}
     last: dict[int, datetime] = {}
     for approach_id, _title, changed, tried in activity:
-        times = [t for t in (_aware(changed), _aware(tried)) if t is not None]
+        times = [t for t in (aware(changed), aware(tried)) if t is not None]
         if times:
             last[approach_id] = max(times)
     shown = set(sorted(last, key=lambda a: last[a], reverse=True)[:max_approaches])
@@ -122,7 +115,7 @@ def campaign_timeline(
         status_events=tuple(
             sorted(
                 (
-                    StatusEvent(_aware(c.at), titles.get(c.approach_id, "?"), c.from_status, c.to_status, c.reason)  # type: ignore[arg-type]
+                    StatusEvent(aware(c.at), titles.get(c.approach_id, "?"), c.from_status, c.to_status, c.reason)  # type: ignore[arg-type]
                     for c in changes
                     if c.approach_id in shown
                 ),
@@ -134,8 +127,8 @@ def campaign_timeline(
                 titles.get(approach_id, "?"),
                 state,
                 n,
-                _aware(first),  # type: ignore[arg-type]
-                _aware(end) if ended == n else None,
+                aware(first),  # type: ignore[arg-type]
+                aware(end) if ended == n else None,
             )
             for approach_id, state, n, first, end, ended in spans
             if approach_id in shown and first is not None

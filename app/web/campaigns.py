@@ -20,10 +20,9 @@ from app.domain.errors import Invalid
 from app.models import ApproachStatus
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements
 from app.services import events
-from app.web.render import navigate, render
+from app.web.render import CHANGED, navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
-CHANGED = {"HX-Trigger": "campaign-changed"}
 PERSON_STATUSES = [s for s in ApproachStatus if s not in inventory.TRIAL_DRIVEN]
 HISTORY_PAGE = 50
 

@@ -14,10 +14,9 @@ from app.domain import inventory, planning, scheduling
 from app.domain import runners as runner_domain
 from app.domain.errors import Invalid
 from app.services import events
-from app.web.render import render
+from app.web.render import CHANGED, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
-CHANGED = {"HX-Trigger": "campaign-changed"}
 
 
 def _ranking(request: Request, session: SessionDep, slug: str, headers: dict | None = None) -> Response:

@@ -9,6 +9,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import current_operator
 
+# A write's answer to htmx: the campaign's fragments listen for this event (hx-trigger="campaign-changed from:body").
+CHANGED = {"HX-Trigger": "campaign-changed"}
+
 
 def render(
     request: Request,

@@ -19,11 +19,10 @@ from app.models import Approach, Campaign, Runner
 from app.services import events
 from app.services.runners import revoke
 from app.services.trials import cancel, start_next
-from app.web.render import render
+from app.web.render import CHANGED, render
 
 router = APIRouter(include_in_schema=False)
 
-CHANGED = {"HX-Trigger": "campaign-changed"}
 RECENT_TRIALS = 8
 TRIAL_PAGE = 50
 

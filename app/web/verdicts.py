@@ -21,10 +21,9 @@ from app.domain.errors import Invalid, NotFound
 from app.domain.trial_reads import trial_metrics
 from app.models import NO_VERDICT_TRIAL_STATES, TERMINAL_TRIAL_STATES, Approach, ApproachStatus, Campaign, Trial
 from app.services import events
-from app.web.render import render
+from app.web.render import CHANGED, render
 
 router = APIRouter(dependencies=[Depends(require_operator)])
-CHANGED = {"HX-Trigger": "campaign-changed"}
 CSV_BATCH = 5000  # metric rows per fetch and per write of the CSV stream
 
 
