@@ -202,7 +202,7 @@ results:
     [
         (("approach: decode-graph", "approach: nope"), "line 16: results[0].approach: no approach 'nope' in this file"),
         (("state: succeeded", "state: running"), "line 17: results[0].state: Input should be 'succeeded'"),
-        (("value: 15.9", "value: .nan"), "line 20: results[0].metrics[0].value: Value error, must be a finite number"),
+        (("value: 15.9", "value: .nan"), "line 20: results[0].metrics[0].value: must be a finite number"),
         (
             ("samples: [15.8, 15.9, 16.0]", "samples: [15.8, fast]"),
             "line 20: results[0].metrics[0].samples[1]: Input should be a valid number",
@@ -213,7 +213,7 @@ results:
         ),
         (
             ("index: 0, samples", "index: 0}\n  - {name: x, value: 1, seq: 1, index: 0, samples"),
-            "results[0]: Value error, metrics[1]: a second metric at seq 1, index 0",
+            "results[0]: metrics[1]: a second metric at seq 1, index 0",
         ),
     ],
 )
