@@ -3,7 +3,7 @@ registry of connected runner sockets (to push Dispatch and Cancel).
 
 Ingest never waits on a browser: publishing only appends to each subscriber's queue, which is
 bounded in bytes. A subscriber that falls behind is dropped: its queue is cleared, its sender
-is cancelled and its socket closed with RESYNC_CLOSE_CODE, so it reconnects with the last seq it
+is cancelled and its socket closed with CloseCode.RESYNC, so it reconnects with the last seq it
 has and reads the rest from the database.
 """
 
@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from app.db import session_scope
 from app.models import utcnow
+from app.protocol import CloseCode
 from runners.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,6 @@ async def trace_probes(period_s: float = 0.005) -> None:
         gc.callbacks.remove(on_gc)
 
 
-RESYNC_CLOSE_CODE = 4000  # "you fell behind: reconnect with ?after=<last seq you have>"
-SESSION_ENDED_CLOSE_CODE = (
-    4401  # a browser socket whose session or API token ended: "log in again" (app/services/access.py)
-)
 SUBSCRIBER_QUEUE_BYTES = 4 * 1024 * 1024
 
 
@@ -106,7 +103,7 @@ class Frame:
 
 class Subscriber:
     """One viewer's queue of shared frames, bounded in bytes. `drop()` empties it and calls `on_drop`
-    (the viewer's handler cancels its sender, closes with RESYNC_CLOSE_CODE)."""
+    (the viewer's handler cancels its sender, closes with CloseCode.RESYNC)."""
 
     def __init__(self, trial_id: int, limit_bytes: int = SUBSCRIBER_QUEUE_BYTES) -> None:
         self.trial_id = trial_id
@@ -357,7 +354,7 @@ class LiveHub:
         old = self.runners.get(link.runner_id)
         self.runners[link.runner_id] = link
         if old is not None and old is not link:
-            await old.close(4409, "replaced by a newer connection of the same runner")
+            await old.close(CloseCode.REPLACED, "replaced by a newer connection of the same runner")
 
     def unregister_runner(self, link: RunnerLink) -> bool:
         """True when this link was the runner's current one."""

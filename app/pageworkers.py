@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.protocol import CloseCode
 from app.services.events import FORWARDED_MARK, get_feed
 
 if TYPE_CHECKING:
@@ -340,7 +341,9 @@ class FromHub:
             return
         if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
             if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008, "reason": "page workers take reads only"})
+                await send(
+                    {"type": "websocket.close", "code": CloseCode.POLICY, "reason": "page workers take reads only"}
+                )
                 return
             await _misdirected(send)
             return

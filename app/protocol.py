@@ -13,11 +13,34 @@ A message for an attempt that is not the trial's current one gets `reject` and i
 
 from __future__ import annotations
 
+import json
+from enum import IntEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 PROTOCOL_VERSION = 1
+
+
+class CloseCode(IntEnum):
+    """Every websocket close code the board sends (runner, live-log and page-feed sockets), spelled once; the
+    browser reads the ones it acts on from the page (`close_codes_json`), never from its own copy."""
+
+    GOING_AWAY = 1001  # the server (or the runner) shuts down: reconnect and catch up
+    POLICY = 1008  # refused by policy (a page worker takes no websocket; a feed's bad request)
+    SERVER_ERROR = 1011  # the server failed on a batch: reconnect and resend
+    RESYNC = 4000  # a live-log viewer fell behind: reconnect with ?after=<last seq you have>
+    BAD_HELLO = 4400  # a runner's first message was not a hello
+    UNAUTHORIZED = 4401  # the credential ended: a browser's session or token, a runner's token (log in again)
+    LOGIN_REQUIRED = 4403  # a browser socket with no credential
+    NOT_FOUND = 4404  # no such trial
+    SILENT = 4408  # a runner silent past the heartbeat limit
+    REPLACED = 4409  # a runner's older socket, replaced by its newer connection
+
+
+def close_codes_json() -> str:
+    """The close codes by name, for the pages' data attributes (static/livelog.js, static/pagefeed.js)."""
+    return json.dumps({c.name.lower(): int(c) for c in CloseCode})
 
 
 class _Msg(BaseModel):

@@ -16,8 +16,10 @@ from starlette.types import Scope
 from app import __version__
 from app.config import resource_dir
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
+from app.protocol import close_codes_json
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 from app.services.events import feed_attributes
+from runners.recipes.metric import METRIC_PREFIX, PHASE_PREFIX
 
 HTMX_VERSION = "2.0.11"
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
@@ -133,6 +135,10 @@ def make_templates() -> Jinja2Blocks:
         active_trial_states=ACTIVE_TRIAL_STATES,
         terminal_trial_states=TERMINAL_TRIAL_STATES,
         page_feed=feed_attributes,  # <div {{ page_feed(topics, feed_mark) }}>: the page feed's element
+        # What static/livelog.js must know of the server's formats, read from the trial page.
+        close_codes=close_codes_json(),
+        metric_prefix=METRIC_PREFIX,
+        phase_prefix=PHASE_PREFIX,
     )
     env.filters["ago"] = _ago
     env.filters["utc"] = _utc

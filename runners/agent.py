@@ -45,6 +45,7 @@ from app.protocol import (
     Ack,
     AttemptRef,
     Cancel,
+    CloseCode,
     Dispatch,
     Finished,
     FinishedAck,
@@ -241,7 +242,7 @@ class Agent:
             await asyncio.sleep(0.05)
         if self._ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._ws.close(1001, "runner stopping"), 5)
+                await asyncio.wait_for(self._ws.close(CloseCode.GOING_AWAY, "runner stopping"), 5)
         connection.cancel()
         with contextlib.suppress(asyncio.CancelledError, RunnerFatal):
             await connection

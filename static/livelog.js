@@ -21,9 +21,13 @@
   let retry = 0;
   let style = { bold: false, dim: false, italic: false, underline: false, fg: null };
   let trimmed = false;
-  const METRIC = "@@campaign-metric ";
-  const PHASE = "@@campaign-phase ";
-  const META = "@@campaign-";
+  // The server's formats come from the page (app/templating.py: runners/recipes/metric.py, app/protocol.py).
+  const METRIC = section.dataset.metricPrefix;
+  const PHASE = section.dataset.phasePrefix;
+  let common = 0;
+  while (common < METRIC.length && METRIC[common] === PHASE[common]) common++;
+  const META = METRIC.slice(0, common); // what every line the recipes write for the board begins with
+  const CLOSE = JSON.parse(section.dataset.closeCodes); // app/protocol.py CloseCode, by name
   let lineStart = true; // the next character starts a log line
   let held = ""; // the start of a line that may be a metric or phase line, until its newline arrives
   const metrics = []; // metrics parsed from the log, in order
@@ -385,8 +389,8 @@
     };
     ws.onclose = (ev) => {
       if (statusEl.dataset.live === "live") { statusEl.dataset.live = "off"; statusEl.classList.remove("is-live"); }
-      if (ev.code === 4000) { statusEl.textContent = "catching up…"; setTimeout(connect, 50); return; }
-      if (ev.code === 4403 || ev.code === 4401 || ev.code === 1008) {  // 4401: the session was revoked
+      if (ev.code === CLOSE.resync) { statusEl.textContent = "catching up…"; setTimeout(connect, 50); return; }
+      if ([CLOSE.login_required, CLOSE.unauthorized, CLOSE.policy].includes(ev.code)) {  // unauthorized: the session was revoked
         statusEl.dataset.live = "ended-session";
         statusEl.textContent = "log in again to follow the log";
         return;

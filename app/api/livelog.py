@@ -5,9 +5,9 @@ trial's state, the stored chunks after seq N, then live chunks and state changes
 order without repeats:
     {"type": "state", ...trial fields...}
     {"type": "log", "chunks": [[seq, text], ...]}
-A viewer that falls behind is closed with code 4000 (live.RESYNC_CLOSE_CODE): reconnect with the
+A viewer that falls behind is closed with code 4000 (CloseCode.RESYNC): reconnect with the
 last seq you have. A socket whose session or API token ends (revoked, logged out, expired, user
-disabled: app/services/access.py) is closed with code 4401 (live.SESSION_ENDED_CLOSE_CODE): log in again.
+disabled: app/services/access.py) is closed with code 4401 (CloseCode.UNAUTHORIZED): log in again.
 
 Costs are per publish, not per viewer: a live frame is encoded once (live.Frame) and sent as it is
 to every viewer that is caught up; backlog pages are read and encoded on a worker thread. The socket
@@ -29,8 +29,9 @@ from sqlmodel import Session
 from app.deps import RowId, socket_operator
 from app.domain import logs as log_domain
 from app.domain import trial_reads
-from app.live import RESYNC_CLOSE_CODE, SESSION_ENDED_CLOSE_CODE, Frame, Subscriber, get_hub, run_in_tx, trace
+from app.live import Frame, Subscriber, get_hub, run_in_tx, trace
 from app.models import Trial
+from app.protocol import CloseCode
 from app.services import access
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class LogFollower:
 
 
 class Resync(Exception):
-    """Close with RESYNC_CLOSE_CODE: the viewer reconnects with ?after=<its last seq>."""
+    """Close with CloseCode.RESYNC: the viewer reconnects with ?after=<its last seq>."""
 
 
 async def _until_disconnect(ws: WebSocket) -> None:
@@ -171,7 +172,7 @@ async def _close(ws: WebSocket, code: int, reason: str) -> None:
 @router.websocket("/api/trials/{trial_id}/logs/ws")
 async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> None:
     if not await asyncio.to_thread(browser_allowed, ws):
-        await ws.close(code=4403, reason="log in first")  # before accept: HTTP 403
+        await ws.close(code=CloseCode.LOGIN_REQUIRED, reason="log in first")  # before accept: HTTP 403
         return
     engine = ws.app.state.engine
     hub = get_hub(ws.app)
@@ -184,7 +185,7 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> N
     try:
         trial = await run_in_tx(engine, lambda s: s.get(Trial, trial_id), write=False)
         if trial is None:
-            await ws.close(code=4404, reason="no such trial")
+            await ws.close(code=CloseCode.NOT_FOUND, reason="no such trial")
             return
         await ws.accept()
         follower = LogFollower(ws, sub, max(after, -1), engine)
@@ -198,16 +199,16 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> N
             return  # the viewer left (or the server is shutting down)
         if ended.is_set():
             sender.cancel()
-            await _close(ws, SESSION_ENDED_CLOSE_CODE, "your session ended: log in again")
+            await _close(ws, CloseCode.UNAUTHORIZED, "your session ended: log in again")
             return
         try:
             await sender
         except asyncio.CancelledError:
             if not sub.dropped:
                 raise
-            await _close(ws, RESYNC_CLOSE_CODE, f"fell behind; reconnect with ?after={follower.last}")
+            await _close(ws, CloseCode.RESYNC, f"fell behind; reconnect with ?after={follower.last}")
         except Resync as exc:
-            await _close(ws, RESYNC_CLOSE_CODE, str(exc))
+            await _close(ws, CloseCode.RESYNC, str(exc))
     except (WebSocketDisconnect, RuntimeError):
         pass
     finally:

@@ -30,7 +30,7 @@ from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse
 
 from app.deps import operator_from, same_origin
-from app.live import SESSION_ENDED_CLOSE_CODE
+from app.protocol import CloseCode
 from app.services import access, events
 
 router = APIRouter(tags=["pages"])
@@ -58,7 +58,7 @@ async def _refuse(ws: WebSocket, status: int, reason: str) -> None:
     if "websocket.http.response" in ws.scope.get("extensions", {}):
         await ws.send_denial_response(JSONResponse({"detail": reason}, status_code=status))
     else:
-        await ws.close(code=1008, reason=reason)
+        await ws.close(code=CloseCode.POLICY, reason=reason)
 
 
 async def _until_disconnect(ws: WebSocket) -> None:
@@ -101,9 +101,9 @@ async def page_feed(ws: WebSocket) -> None:
             return  # the page left
         await sender  # the stream was closed: say why
         code, reason = (
-            (SESSION_ENDED_CLOSE_CODE, "your session ended: log in again")
+            (CloseCode.UNAUTHORIZED, "your session ended: log in again")
             if stream.ended == "credential"
-            else (events.GOING_AWAY_CLOSE_CODE, "the server is restarting")
+            else (CloseCode.GOING_AWAY, "the server is restarting")
         )
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(code=code, reason=reason), CLOSE_TIMEOUT_S)

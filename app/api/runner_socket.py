@@ -20,8 +20,8 @@ from app.deps import bearer_token
 from app.domain import runners as runner_domain
 from app.live import RunnerLink, get_hub, run_in_tx, trace
 from app.models import Runner, utcnow
-from app.protocol import Hello, parse_runner_message
-from app.services.runners import REFUSED_CLOSE_CODE, RunnerIngest
+from app.protocol import CloseCode, Hello, parse_runner_message
+from app.services.runners import RunnerIngest
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["runners"])
@@ -50,10 +50,10 @@ class RunnerSession:
         try:
             hello = parse_runner_message(await asyncio.wait_for(self.ws.receive_text(), 30))
         except Exception:
-            await self.ws.close(code=4400, reason="expected hello")
+            await self.ws.close(code=CloseCode.BAD_HELLO, reason="expected hello")
             return
         if not isinstance(hello, Hello):
-            await self.ws.close(code=4400, reason="expected hello")
+            await self.ws.close(code=CloseCode.BAD_HELLO, reason="expected hello")
             return
         await self.hub.register_runner(self.link)
         try:
@@ -117,12 +117,12 @@ class RunnerSession:
             out = await self.ingest.batch(raw)
         except Exception:
             log.exception("runner %s: a batch of %d messages failed; closing so it resends", self.name, len(raw))
-            await self.link.close(1011, "server error; reconnect and resend")
+            await self.link.close(CloseCode.SERVER_ERROR, "server error; reconnect and resend")
             raise
         if out.replies:
             await self.link.send_many(out.replies)
         if out.refuse:
-            await self.link.close(REFUSED_CLOSE_CODE, "runner token revoked")
+            await self.link.close(CloseCode.UNAUTHORIZED, "runner token revoked")
 
 
 def _authenticate(session: Session, token: str | None) -> Runner | None:
@@ -133,7 +133,7 @@ def _authenticate(session: Session, token: str | None) -> Runner | None:
 async def runner_socket(ws: WebSocket) -> None:
     runner = await run_in_tx(ws.app.state.engine, _authenticate, bearer_token(ws), write=False)
     if runner is None:
-        await ws.close(code=REFUSED_CLOSE_CODE, reason="unknown or revoked runner token")  # before accept: HTTP 403
+        await ws.close(code=CloseCode.UNAUTHORIZED, reason="unknown or revoked runner token")  # before accept: HTTP 403
         return
     await ws.accept()
     await RunnerSession(ws, runner).run()

@@ -36,7 +36,7 @@ from markupsafe import Markup, escape
 from sqlalchemy import event
 from sqlmodel import Session
 
-from app.live import SESSION_ENDED_CLOSE_CODE
+from app.protocol import CloseCode
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ MAX_TOPICS = 8  # per stream
 FEED_PATH = "/api/pages/feed"  # the page feed's websocket (app/api/pagefeed.py)
 DOM_EVENT_PREFIX = "feed:"  # a notice of kind K fires the DOM event "feed:K" (hx-trigger="feed:campaign")
 RETRY_MS = 1000  # a page whose feed closed opens it again after this (doubling while it fails, to 16x)
-GOING_AWAY_CLOSE_CODE = 1001  # the server shuts down: the page reconnects and catches up
 
 
 def campaign(campaign_id: int | None) -> str:
@@ -97,7 +96,7 @@ def feed_attributes(topics: Iterable[str], since: str) -> Markup:
     attrs = {
         "class": "page-feed",
         "data-feed-url": feed_path(topics, since),
-        "data-feed-ended-code": str(SESSION_ENDED_CLOSE_CODE),
+        "data-feed-ended-code": str(CloseCode.UNAUTHORIZED),
         "data-feed-retry-ms": str(RETRY_MS),
     }
     return Markup(" ".join(f'{name}="{escape(value)}"' for name, value in attrs.items()))
@@ -283,7 +282,7 @@ def install(app: Any, heartbeat_notice_s: float = 5.0) -> None:
 
 async def start(app: Any) -> None:
     """On the server's event loop: remember it (for publishes from worker threads) and end every page
-    feed as soon as SIGTERM or SIGINT arrives (GOING_AWAY_CLOSE_CODE: the pages reconnect to the next
+    feed as soon as SIGTERM or SIGINT arrives (CloseCode.GOING_AWAY: the pages reconnect to the next
     server and catch up), before uvicorn waits for its open connections."""
     feed = get_feed(app)
     loop = asyncio.get_running_loop()

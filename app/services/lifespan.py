@@ -17,6 +17,7 @@ from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
 from app.live import LiveHub, get_hub, run_in_tx, trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
+from app.protocol import CloseCode
 from app.services import access, events, notifier
 from app.services.runners import sweep_once
 from runners.agent import start_embedded, stop_embedded
@@ -93,7 +94,7 @@ async def stop(app: FastAPI) -> None:
         # SIGTERM: it cancels its running trial and reports it while the server still listens.
         await asyncio.to_thread(stop_embedded, proc, app.state.settings.cancel_grace_s + 5)
     for link in list(get_hub(app).runners.values()):
-        await link.close(1001, "server shutting down")
+        await link.close(CloseCode.GOING_AWAY, "server shutting down")
 
 
 @contextlib.asynccontextmanager

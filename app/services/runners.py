@@ -30,6 +30,7 @@ from app.live import Frame, LiveHub, get_hub, run_in_tx, trace
 from app.models import TERMINAL_TRIAL_STATES, Runner, utcnow
 from app.protocol import (
     Cancel,
+    CloseCode,
     Finished,
     FinishedAck,
     Heartbeat,
@@ -46,8 +47,6 @@ from app.services.trials import start_queued
 
 log = logging.getLogger(__name__)
 
-REFUSED_CLOSE_CODE = 4401
-
 
 async def revoke(app: FastAPI, runner_id: int) -> Runner:
     """Revoke a runner's token and close its live socket."""
@@ -58,7 +57,7 @@ async def revoke(app: FastAPI, runner_id: int) -> Runner:
         return runner
 
     runner = await run_in_tx(app.state.engine, work)
-    await get_hub(app).disconnect_runner(runner_id, REFUSED_CLOSE_CODE, "runner token revoked")
+    await get_hub(app).disconnect_runner(runner_id, CloseCode.UNAUTHORIZED, "runner token revoked")
     events.publish(app, events.RUNNERS)
     return runner
 
@@ -77,7 +76,7 @@ async def sweep_once(app: FastAPI) -> None:
     if lost or silent:
         events.publish(app, events.RUNNERS, *(t for trial in lost for t in events.of_trial(trial)))
     for runner_id in silent:
-        await hub.disconnect_runner(runner_id, 4408, "silent past the heartbeat limit")
+        await hub.disconnect_runner(runner_id, CloseCode.SILENT, "silent past the heartbeat limit")
 
 
 @dataclass

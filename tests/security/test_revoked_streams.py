@@ -20,8 +20,8 @@ from websockets.sync.client import connect
 from websockets.typing import Origin
 
 from app.db import session_scope
-from app.live import SESSION_ENDED_CLOSE_CODE
 from app.models import AuthToken, BrowserSession
+from app.protocol import CloseCode
 from app.security import CSRF_HEADER, SESSION_COOKIE, create_api_token, hash_token, revoke_all_sessions
 from app.services.access import get_watch
 from tests.support.feeds import FeedReader
@@ -117,8 +117,8 @@ def _revoke_one_and_keep_the_other(srv, revoked, feed, other_feed, ws, other_ws,
     r = httpx.delete(f"{srv.url}/api/sessions/{_session_row_id(srv, revoked)}", headers=srv.api_headers())
     assert r.status_code == 204, r.text
     assert feed.ended.wait(15), "the revoked session's page feed stayed open"
-    assert feed.error is None and feed.close_code == SESSION_ENDED_CLOSE_CODE  # closed by the server: log in again
-    assert _closed_with(ws) == SESSION_ENDED_CLOSE_CODE
+    assert feed.error is None and feed.close_code == CloseCode.UNAUTHORIZED  # closed by the server: log in again
+    assert _closed_with(ws) == CloseCode.UNAUTHORIZED
     # It cannot come back: a reconnect with the revoked session is refused.
     again = FeedReader(f"{srv.url}/api/pages/feed?topic=runners", {"Origin": srv.url}, {SESSION_COOKIE: revoked})
     assert again.status == 401
@@ -145,14 +145,14 @@ def test_logging_out_and_revoking_a_token_close_their_streams(srv):
         )
         assert r.status_code in (200, 303), r.text
         assert by_cookie.ended.wait(15), "logging out left the page feed open"
-        assert by_cookie.close_code == SESSION_ENDED_CLOSE_CODE
+        assert by_cookie.close_code == CloseCode.UNAUTHORIZED
         assert not by_token.ended.is_set()
         with session_scope(srv.engine) as s:
             token_id = s.exec(select(AuthToken.id).where(AuthToken.token_hash == hash_token(token))).one()
         r = httpx.delete(f"{srv.url}/api/tokens/{token_id}", headers=srv.api_headers())
         assert r.status_code == 204, r.text
         assert by_token.ended.wait(15), "the revoked token's page feed stayed open"
-        assert by_token.close_code == SESSION_ENDED_CLOSE_CODE
+        assert by_token.close_code == CloseCode.UNAUTHORIZED
     finally:
         by_cookie.close()
         by_token.close()
@@ -171,7 +171,7 @@ def test_a_revoke_from_another_process_closes_streams_within_the_recheck(tmp_pat
                 with session_scope(srv.engine) as s:  # what the CLI does, outside the server
                     assert revoke_all_sessions(s) >= 1
                 assert feed.ended.wait(30), "the page feed outlived its session"
-                assert _closed_with(ws, timeout=30) == SESSION_ENDED_CLOSE_CODE
+                assert _closed_with(ws, timeout=30) == CloseCode.UNAUTHORIZED
         finally:
             feed.close()
             runner.close()

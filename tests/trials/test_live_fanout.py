@@ -25,7 +25,7 @@ from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed
 
 from app.db import make_engine, session_scope
-from app.live import RESYNC_CLOSE_CODE
+from app.protocol import CloseCode
 from app.security import SESSION_COOKIE, create_api_token
 from tests.support.trials import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, wait_for
 
@@ -85,7 +85,7 @@ async def _follow(url: str, headers: dict[str, str], origin: str, want_last: int
             except TimeoutError:
                 return seqs
             except ConnectionClosed as exc:
-                if exc.rcvd is None or exc.rcvd.code != RESYNC_CLOSE_CODE:
+                if exc.rcvd is None or exc.rcvd.code != CloseCode.RESYNC:
                     raise
     return seqs
 
@@ -270,7 +270,7 @@ def test_a_viewer_that_falls_behind_resyncs_and_still_gets_every_chunk(server):
             except ConnectionClosed as exc:
                 # 4000 (resync); on a starved machine the close frame can miss its deadline and the
                 # server drops the connection instead: the viewer reconnects the same way.
-                assert exc.rcvd is None or exc.rcvd.code == RESYNC_CLOSE_CODE, exc
+                assert exc.rcvd is None or exc.rcvd.code == CloseCode.RESYNC, exc
                 resyncs += 1
     producer.join(30)
     assert resyncs >= 1 and last == total - 1

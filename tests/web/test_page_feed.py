@@ -15,10 +15,10 @@ import pytest
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
-from app.live import SESSION_ENDED_CLOSE_CODE
 from app.models import Approach, Campaign, Runner
+from app.protocol import CloseCode
 from app.security import SESSION_COOKIE, create_api_token
-from app.services.events import GOING_AWAY_CLOSE_CODE, RETRY_MS, PageFeed, dom_event, feed_path, notice
+from app.services.events import RETRY_MS, PageFeed, dom_event, feed_path, notice
 from tests.support.feeds import FeedReader
 from tests.support.paths import ROOT
 from tests.support.servers import ThreadServer, start_live_server
@@ -257,7 +257,7 @@ def test_sigterm_ends_open_page_feeds_and_the_server_exits(tmp_path):
         os.killpg(server.proc.pid, signal.SIGTERM)
         for r in readers:
             assert r.ended.wait(30), f"a feed was not ended by the server: {r.error!r}"
-            assert r.error is None and r.close_code == GOING_AWAY_CLOSE_CODE
+            assert r.error is None and r.close_code == CloseCode.GOING_AWAY
         server.proc.wait(timeout=30)  # a hang on SIGTERM fails here
         log = server.log.read_text()
         assert "timeout graceful shutdown exceeded" not in log, log
@@ -341,7 +341,7 @@ def test_pages_carry_what_pagefeed_js_needs_and_their_fragments_follow_real_even
     with httpx.Client(timeout=10, cookies=cookies) as c:
         html = c.get(f"{srv.url}/campaigns/spec").text
     attrs = dict(re.findall(r'(data-feed-[a-z-]+)="([^"]*)"', html))
-    assert attrs["data-feed-ended-code"] == str(SESSION_ENDED_CLOSE_CODE)
+    assert attrs["data-feed-ended-code"] == str(CloseCode.UNAUTHORIZED)
     assert int(attrs["data-feed-retry-ms"]) == RETRY_MS
     url = attrs["data-feed-url"].replace("&amp;", "&")
     assert url.startswith(f"/api/pages/feed?topic=campaign:{cid}&topic=runners&since={srv.app.state.page_feed.boot}.")
