@@ -44,6 +44,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python scripts/check-mypy-baseline
 
 # The benchmarks of docs/performance.md (BENCH_SCALE=0.1 for a shorter pages-at-scale run).
 BENCH_SCALE ?= 1
