@@ -100,30 +100,38 @@ def store_of(request: Request) -> store_domain.LocalStore:
     return store_domain.store_for(request.app.state.settings.data_dir)
 
 
-def _trial_and_runner(session: Session, trial_id: int, token: str | None) -> tuple[Trial, Runner | None]:
+def _runner_of(session: Session, token: str | None) -> Runner | None:
+    return runner_domain.authenticate(session, token) if token else None
+
+
+def _trial(session: Session, trial_id: int) -> Trial:
     trial = session.get(Trial, trial_id)
     if trial is None:
         raise NotFound(f"no trial #{trial_id}", field="trial_id")
-    return trial, runner_domain.authenticate(session, token) if token else None
+    return trial
 
 
-async def _who(request: Request, trial_id: int) -> tuple[Trial, str]:
-    """The trial and who uploads to it: its own runner (by its token), or a person who may change things
-    (the usual checks: role, CSRF and Origin for a browser)."""
-    trial, runner = await run_in_tx(
-        request.app.state.engine, _trial_and_runner, trial_id, bearer_token(request), write=False
-    )
-    if runner is not None:
-        if runner.id != trial.runner_id:
-            raise store_domain.Forbidden(f"trial #{trial_id} is not runner {runner.name}'s", field="trial_id")
-        return trial, f"runner {runner.name}"
-    operator = await require_operator(request, await require_user(request))
-    return trial, operator.name
+async def _who(request: Request, trial_id: RowId) -> tuple[Trial, str]:
+    """The trial and who uploads to it: its own runner (by its token), or a person who may change things (the
+    usual checks first: role, CSRF and Origin for a browser; then the trial)."""
+    engine = request.app.state.engine
+    runner = await run_in_tx(engine, _runner_of, bearer_token(request), write=False)
+    if runner is None:
+        operator = await require_operator(request, await require_user(request))
+        return await run_in_tx(engine, _trial, trial_id, write=False), operator.name
+    trial = await run_in_tx(engine, _trial, trial_id, write=False)
+    if runner.id != trial.runner_id:
+        raise store_domain.Forbidden(f"trial #{trial_id} is not runner {runner.name}'s", field="trial_id")
+    return trial, f"runner {runner.name}"
+
+
+# A dependency, so the uploader is known before the request's own parameters are checked (a viewer gets 403).
+Uploader = Annotated[tuple[Trial, str], Depends(_who)]
 
 
 @router.get("/trials/{trial_id}/uploads/{name:path}", response_model=UploadStatus)
-async def upload_status(request: Request, trial_id: RowId, name: str) -> UploadStatus:
-    trial, _ = await _who(request, trial_id)
+async def upload_status(request: Request, trial_id: RowId, name: str, upload: Uploader) -> UploadStatus:
+    trial, _ = upload
     name = store_domain.check_name(name)
     store = store_of(request)
 
@@ -137,10 +145,10 @@ async def upload_status(request: Request, trial_id: RowId, name: str) -> UploadS
 
 @router.put("/trials/{trial_id}/uploads/{name:path}", response_model=UploadStatus)
 async def upload_chunk(
-    request: Request, trial_id: RowId, name: str, offset: Annotated[int, Query(ge=0)]
+    request: Request, trial_id: RowId, name: str, upload: Uploader, offset: Annotated[int, Query(ge=0)]
 ) -> UploadStatus:
     """The next bytes of the file (at most 8 MiB a request), at `offset`: the bytes the board has."""
-    trial, _ = await _who(request, trial_id)
+    trial, _ = upload
     name = store_domain.check_name(name)
     store = store_of(request)
     limit = await run_in_tx(
@@ -175,17 +183,16 @@ async def _blocks(stream: AsyncIterator[bytes], size: int = 1 << 20) -> AsyncIte
 
 
 @router.delete("/trials/{trial_id}/uploads/{name:path}", status_code=204)
-async def upload_discard(request: Request, trial_id: RowId, name: str) -> None:
+async def upload_discard(request: Request, trial_id: RowId, name: str, upload: Uploader) -> None:
     """Drop what arrived of an unfinished upload (to start it over)."""
-    await _who(request, trial_id)
     await asyncio.to_thread(store_of(request).discard, trial_id, store_domain.check_name(name))
 
 
 @router.post("/trials/{trial_id}/artifacts", response_model=ArtifactPublic, status_code=201)
-async def upload_complete(request: Request, trial_id: RowId, data: UploadComplete) -> ArtifactPublic:
+async def upload_complete(request: Request, trial_id: RowId, data: UploadComplete, upload: Uploader) -> ArtifactPublic:
     """The upload is whole: checked (size, sha256), stored under its hash, listed. Past the campaign's
     retention limit the oldest artifacts are removed (the list says so)."""
-    trial, who = await _who(request, trial_id)
+    trial, who = upload
     name = store_domain.check_name(data.name)
     row, _removed = await complete_upload(
         request.app, trial, name, data.size, data.sha256, store=store_of(request), caps=_caps(request), actor=who
