@@ -210,15 +210,26 @@ def _history_text(entry: dict[str, Any], pieces: _Pieces) -> str:
     return text
 
 
-# Written only when set, so files of campaigns that never use them read as before.
-OPTIONAL_CAMPAIGN_FIELDS = {"accept_length_by_k", "accept_alphas", "speculation_batches", "speculation_draft_tokens"}
+# Written only when they differ from their default (unset, or the comparisons' default rule), so files of
+# campaigns that never use them read as before.
+OPTIONAL_CAMPAIGN_FIELDS: dict[str, Any] = {
+    name: CampaignCreate.model_fields[name].default
+    for name in (
+        "accept_length_by_k",
+        "accept_alphas",
+        "speculation_batches",
+        "speculation_draft_tokens",
+        "stats_confidence",
+        "stats_min_effect",
+    )
+}
 
 
 def _campaign_mapping(campaign: Campaign) -> dict[str, Any]:
     return {
         name: getattr(campaign, name)
         for name in CAMPAIGN_FIELDS
-        if name not in OPTIONAL_CAMPAIGN_FIELDS or getattr(campaign, name) is not None
+        if name not in OPTIONAL_CAMPAIGN_FIELDS or getattr(campaign, name) != OPTIONAL_CAMPAIGN_FIELDS[name]
     }
 
 

@@ -515,16 +515,29 @@ def _intervals(model: _Model, plans: list[_Plan], n_ar: int, resamples: int, see
     for i, samples in enumerate(model.samples):
         groups[len(samples)].append(i)
     order = [i for n in sorted(groups) for i in groups[n]]
-    arrays = tuple(np.array([model.samples[i] for i in groups[n]], dtype=float) for n in sorted(groups))
+    # scipy.stats.bootstrap wants its samples of one shape but along `axis`: each group's rows (figures) are
+    # padded to the largest group's count by repeating its last row, and the statistic reads the real rows only.
+    counts = [len(groups[n]) for n in sorted(groups)]
+    rows = max(counts, default=0)
+    arrays = tuple(
+        np.array(
+            [model.samples[i] for i in groups[n]] + [model.samples[groups[n][-1]]] * (rows - len(groups[n])),
+            dtype=float,
+        )
+        for n in sorted(groups)
+    )
     undo = np.argsort(np.asarray(order, dtype=int)) if order else np.array([], dtype=int)
 
+    def group_means(xs: tuple[np.ndarray, ...], axis: int = -1) -> np.ndarray:
+        """Each figure's mean, back in model.samples order (the padding rows left out)."""
+        return np.concatenate([x.mean(axis=axis)[:count] for x, count in zip(xs, counts, strict=True)], axis=0)[undo]
+
     def statistic(*xs: np.ndarray, axis: int = -1) -> np.ndarray:
-        means = np.concatenate([x.mean(axis=axis) for x in xs], axis=0)[undo]  # back in model.samples order
-        v = model.vector(means)
+        v = model.vector(group_means(xs, axis))
         tau_star, speedup, _verify = _evaluate(merged, v, n_ar)
         return np.concatenate([tau_star, speedup[mask], v[model.sampled]])
 
-    means = np.concatenate([a.mean(axis=-1) for a in arrays])[undo] if arrays else np.array([])
+    means = group_means(arrays) if arrays else np.array([])
     point_v = model.vector(means)
     n_cells, n_speed = len(merged.cells), int(mask.sum())
     low = high = np.full(2 * n_cells + len(model.sampled), np.nan)

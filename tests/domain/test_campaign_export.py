@@ -70,7 +70,8 @@ def reference_export(session: Session, campaign: Campaign) -> str:
     fields = {
         name: getattr(campaign, name)
         for name in campaign_files.CAMPAIGN_FIELDS
-        if name not in campaign_files.OPTIONAL_CAMPAIGN_FIELDS or getattr(campaign, name) is not None
+        if name not in campaign_files.OPTIONAL_CAMPAIGN_FIELDS
+        or getattr(campaign, name) != campaign_files.OPTIONAL_CAMPAIGN_FIELDS[name]
     }
     doc = {"format": campaign_files.FORMAT, "campaign": fields, "approaches": doc_approaches}
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)

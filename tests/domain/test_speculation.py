@@ -183,3 +183,18 @@ def test_bootstrap_interval_covers_the_true_speedup():
         low, high = bounds(cell(answer.approaches[0], 1, 1).speedup)
         covered += low <= true <= high
     assert covered >= 180, f"covered {covered} of 200"
+
+
+def test_figures_with_different_sample_counts_are_resampled_together():
+    """Figures of 20 and of 10 samples (graph replays and eager samples in one campaign), in groups of different
+    sizes: one bootstrap still gives every figure its interval (scipy wants its samples of one shape)."""
+    rng = np.random.default_rng(11)
+    base = measured(10.0, samples(rng.normal(10.0, 0.1, 20)), "base")
+    draft = measured(1.0, samples(rng.normal(1.0, 0.01, 20)), "draft")
+    verify = measured(11.0, samples(rng.normal(11.0, 0.2, 10)), "verify")  # the only one of 10 samples
+    a = approach("tp1", [1], [1], base=base, draft=draft, verify=verify, world=1)
+    answer = speculation_answer(spec([a], [1], [1], {1: 2.0}))
+    c = cell(answer.approaches[0], 1, 1)
+    low, high = bounds(c.speedup)
+    assert low < fig(c.speedup).value < high  # speedup = 2 x 10 / (1 + 11) = 1.67
+    assert fig(c.speedup).value == pytest.approx(2.0 * 10.0 / 12.0, rel=0.02)

@@ -89,7 +89,11 @@ def test_env_trial_prints_no_secret(tmp_path, board_db):
         assert "PATH" in variables
         for secret in (secret_key, DB_PASSWORD, "pg-env-password-77", "cbr_", "cbt_", "login_"):
             assert secret not in log, secret
-        assert sorted(k for k in variables if k.startswith("CAMPAIGN_")) == ["CAMPAIGN_ATTEMPT_ID"]
+        # Of the board's variables only the attempt's marker and where to leave artifacts (no secret in either).
+        assert sorted(k for k in variables if k.startswith("CAMPAIGN_")) == [
+            "CAMPAIGN_ARTIFACTS_DIR",
+            "CAMPAIGN_ATTEMPT_ID",
+        ]
         assert "PGPASSWORD" not in variables and "CAMPAIGN_RUNNER_TOKEN" not in variables
 
         # The first approach now waits for its verdict, so run-next picks the second one.

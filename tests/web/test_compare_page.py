@@ -101,7 +101,7 @@ def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_clie
 
     r = operator_client.get("/campaigns/p/compare?approach=a&approach=b", headers={"HX-Request": "true"})
     assert r.text.lstrip().startswith('<section class="card" id="compare-metrics"') and "<html" not in r.text
-    assert 'hx-trigger="sse:campaign, feed-stale"' in r.text
+    assert 'hx-trigger="feed:campaign, feed-stale"' in r.text
 
     r = operator_client.post("/campaigns/p/settle", data={"a": "a", "b": "b", "budget": "3"}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/campaigns/p/compare?approach=a&approach=b"
