@@ -35,6 +35,7 @@ from app.models import (
     ChangeScan,
     Metric,
     NotificationEvent,
+    Runner,
     Trial,
     TrialState,
     utcnow,
@@ -293,3 +294,41 @@ def reopen_proposal(approach: Approach, points: Sequence[ChangePoint]) -> str | 
     if newest.verdict != statistics.Verdict.slower:
         return None
     return f"Re-open {approach.key}: it regressed since it was adopted: {describe(newest)}."
+
+
+MAX_CHARTS = 3  # series drawn on the approach page: those with the newest change points
+
+
+@dataclass(frozen=True)
+class ApproachChanges:
+    """What the approach page shows: its change points (newest first), the runners' names, the series to
+    draw (with their runner's name and change points) and the re-open proposal, if any."""
+
+    points: list[ChangePoint]
+    runner_names: dict[int, str]
+    charted: list[tuple[Series, str, list[ChangePoint]]]
+    proposal: str | None
+
+
+def approach_changes(session: Session, approach: Approach) -> ApproachChanges:
+    """Stored change points only: nothing is detected here (the pass does that, off the request path)."""
+    points = of_approach(session, approach.id)  # type: ignore[arg-type]
+    names = _runner_names(session, {c.runner_id for c in points})
+    charted: list[tuple[Series, str, list[ChangePoint]]] = []
+    wanted: dict[tuple[int, str, str], list[ChangePoint]] = {}
+    for c in points:
+        key = (c.runner_id, c.metric, c.point)
+        if key in wanted or len(wanted) < MAX_CHARTS:
+            wanted.setdefault(key, []).append(c)
+    for runner_id in dict.fromkeys(k[0] for k in wanted):
+        for series in load_series(session, approach.id, runner_id):  # type: ignore[arg-type]
+            marked = wanted.get((runner_id, series.metric, series.point))
+            if marked:
+                charted.append((series, names.get(runner_id, f"runner #{runner_id}"), marked))
+    return ApproachChanges(points, names, charted, reopen_proposal(approach, points))
+
+
+def _runner_names(session: Session, ids: set[int]) -> dict[int, str]:
+    if not ids:
+        return {}
+    return {r.id: r.name for r in session.exec(select(Runner).where(col(Runner.id).in_(ids)))}  # type: ignore[misc]

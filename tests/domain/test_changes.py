@@ -9,8 +9,8 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import changes, notifications
-from app.models import ApproachStatus, ChangePoint, ChangeScan, NotificationEvent, NotificationOutbox
 from app.domain.runners import mark_connected
+from app.models import ApproachStatus, ChangePoint, ChangeScan, NotificationEvent, NotificationOutbox
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, end_trial, runner, seed
 
 # The detection-rate property, measured on this seed: planted 5% shifts at 3% noise, in series of 60 points
