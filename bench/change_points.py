@@ -37,7 +37,7 @@ def add_trial(engine, rng: random.Random, slower: float) -> None:
             .first()
         )
         assert last is not None
-        approach_id = rng.choice([a for (a,) in s.execute(select(Trial.approach_id).distinct())])
+        approach_id = rng.choice([a for (a,) in s.execute(select(col(Trial.approach_id)).distinct())])
         template = (
             s.execute(
                 select(Trial)

@@ -266,20 +266,20 @@ def pass_once(session: Session, limit: int = 200) -> list[tuple[int, int]]:
     return touched
 
 
-def of_approach(session: Session, approach_id: int) -> list[ChangePoint]:
+def of_approach(session: Session, approach: Approach) -> list[ChangePoint]:
     return list(
         session.exec(
-            select(ChangePoint).where(ChangePoint.approach_id == approach_id).order_by(col(ChangePoint.trial_id).desc())
+            select(ChangePoint).where(ChangePoint.approach_id == approach.id).order_by(col(ChangePoint.trial_id).desc())
         )
     )
 
 
-def of_campaign(session: Session, campaign_id: int, limit: int = 50) -> list[tuple[ChangePoint, str]]:
+def of_campaign(session: Session, campaign: Campaign, limit: int = 50) -> list[tuple[ChangePoint, str]]:
     """The campaign's newest change points with their approach's key."""
     rows = session.exec(
         select(ChangePoint, Approach.key)
         .join(Approach, col(Approach.id) == ChangePoint.approach_id)
-        .where(ChangePoint.campaign_id == campaign_id)
+        .where(ChangePoint.campaign_id == campaign.id)
         .order_by(col(ChangePoint.trial_id).desc())
         .limit(limit)
     ).all()
@@ -312,7 +312,7 @@ class ApproachChanges:
 
 def approach_changes(session: Session, approach: Approach) -> ApproachChanges:
     """Stored change points only: nothing is detected here (the pass does that, off the request path)."""
-    points = of_approach(session, approach.id)  # type: ignore[arg-type]
+    points = of_approach(session, approach)
     names = _runner_names(session, {c.runner_id for c in points})
     charted: list[tuple[Series, str, list[ChangePoint]]] = []
     wanted: dict[tuple[int, str, str], list[ChangePoint]] = {}

@@ -28,6 +28,6 @@ def approach_changes(request: Request, session: SessionDep, slug: str, key: str)
 @router.get("/campaigns/{slug}/changes")
 def campaign_changes(request: Request, session: SessionDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    rows = changes.of_campaign(session, campaign.id)  # type: ignore[arg-type]
+    rows = changes.of_campaign(session, campaign)
     ctx = {"campaign": campaign, "rows": rows, "describe": changes.describe}
     return render(request, "_partials/changes_campaign.html", ctx)

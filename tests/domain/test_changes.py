@@ -10,7 +10,7 @@ from sqlmodel import select
 from app.db import session_scope
 from app.domain import changes, notifications
 from app.domain.runners import mark_connected
-from app.models import ApproachStatus, ChangePoint, ChangeScan, NotificationEvent, NotificationOutbox
+from app.models import ApproachStatus, ChangePoint, ChangeScan, NotificationEvent, NotificationOutbox, Runner
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, end_trial, runner, seed
 
 # The detection-rate property, measured on this seed: planted 5% shifts at 3% noise, in series of 60 points
@@ -79,7 +79,7 @@ def test_a_regression_after_a_torch_upgrade_is_found_with_its_stack_diff_and_tol
     with session_scope(engine) as s:
         assert changes.pass_once(s) == [(campaign(s).id, approach(s, "nccl").id)]
     with session_scope(engine) as s:
-        [point] = changes.of_approach(s, approach(s, "nccl").id)
+        [point] = changes.of_approach(s, approach(s, "nccl"))
         assert (point.trial_id, point.before_trial_id) == (new[0].id, old[-1].id)
         assert point.metric == "allreduce_latency_us" and point.point == "tokens=8" and point.verdict == "slower"
         assert point.low is not None and point.high is not None and point.low < point.ratio < point.high
@@ -89,7 +89,7 @@ def test_a_regression_after_a_torch_upgrade_is_found_with_its_stack_diff_and_tol
         assert proposal is not None and "Re-open nccl" in proposal and "torch 2.10.0+cu128 -> 2.11.0" in proposal
         [told] = s.exec(select(NotificationOutbox).where(NotificationOutbox.event == "regression.detected")).all()
         assert "torch 2.10.0+cu128 -> 2.11.0" in told.body and told.link == "/campaigns/c/approaches/nccl"
-        assert [(c, key) for c, key in changes.of_campaign(s, campaign(s).id)] == [(point, "nccl")]
+        assert [(c, key) for c, key in changes.of_campaign(s, campaign(s))] == [(point, "nccl")]
     with session_scope(engine) as s:  # nothing new: nothing recomputed, nothing told again
         assert changes.pass_once(s) == []
         assert len(s.exec(select(NotificationOutbox)).all()) == 1
@@ -106,13 +106,18 @@ def test_only_series_that_got_a_new_trial_are_recomputed(engine, monkeypatch):
         ids = {"nccl": nccl.id, "symm": symm.id, "a": node_a.id, "b": node_b.id}
     calls: list[tuple[int, int]] = []
     real = changes.load_series
-    monkeypatch.setattr(changes, "load_series", lambda s, a, r: calls.append((a, r)) or real(s, a, r))
+
+    def counted(session, approach_id: int, runner_id: int) -> list[changes.Series]:
+        calls.append((approach_id, runner_id))
+        return real(session, approach_id, runner_id)
+
+    monkeypatch.setattr(changes, "load_series", counted)
     with session_scope(engine) as s:
         changes.pass_once(s)
     assert sorted(calls) == sorted([(ids["nccl"], ids["a"]), (ids["nccl"], ids["b"]), (ids["symm"], ids["a"])])
     calls.clear()
     with session_scope(engine) as s:
-        end_trial(s, approach(s, "nccl"), s.get(type(node_b), ids["b"]), metrics=[_line(100.0, 9)])
+        end_trial(s, approach(s, "nccl"), s.get_one(Runner, ids["b"]), metrics=[_line(100.0, 9)])
     with session_scope(engine) as s:
         changes.pass_once(s)
         assert changes.pass_once(s) == []
