@@ -32,6 +32,7 @@ from app.templating import ASSET_PREFIX, RevalidatedStatic, VersionedStatic, mak
 from app.web import artifacts as web_artifacts
 from app.web import auth as web_auth
 from app.web import campaigns as web_campaigns
+from app.web import changes as web_changes
 from app.web import charts as web_charts
 from app.web import compare as web_compare
 from app.web import docs as web_docs
@@ -47,6 +48,7 @@ ROUTERS = [
     web_auth.router,
     web_docs.router,
     web_campaigns.router,
+    web_changes.router,
     api_campaigns.router,
     api_answer.router,
     api_runners.router,

@@ -512,3 +512,43 @@ class Artifact(SQLModel, table=True):
     created_at: datetime = _created()
     removed_at: datetime | None = _ts()
     removed_reason: str = Field(default="", max_length=200)
+
+
+class ChangeScan(SQLModel, table=True):
+    """How far the change-point pass has read one approach's trials on one runner (app/domain/changes.py):
+    a pair is recomputed only when it has a succeeded trial newer than `last_trial_id`."""
+
+    __tablename__ = "change_scan"
+    __table_args__ = (UniqueConstraint("approach_id", "runner_id", name="uq_change_scan_approach_runner"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    approach_id: int = Field(foreign_key="approach.id", ondelete="CASCADE")
+    runner_id: int = Field(foreign_key="runner.id", ondelete="CASCADE")
+    last_trial_id: int
+    computed_at: datetime = _created()
+
+
+class ChangePoint(SQLModel, table=True):
+    """A change point of a series (approach x metric point x runner): where its figures moved, by how much
+    (the ratio of the segments' medians, after over before, with its interval) and the stack diff between
+    the trials around it."""
+
+    __tablename__ = "change_point"
+    __table_args__ = (Index("ix_change_point_approach_runner", "approach_id", "runner_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    approach_id: int = Field(foreign_key="approach.id", ondelete="CASCADE")
+    runner_id: int = Field(foreign_key="runner.id", ondelete="CASCADE")
+    metric: str = Field(max_length=120)
+    unit: str = Field(default="", max_length=40)
+    point: str = Field(default="", max_length=500, description="The point's tags, 'tokens=8, scope=step'.")
+    trial_id: int = Field(description="The first trial after the change.")
+    before_trial_id: int = Field(description="The last trial before it.")
+    ratio: float
+    low: float | None = None
+    high: float | None = None
+    p_value: float | None = None
+    verdict: str = Field(max_length=20, description="faster or slower (app/domain/statistics.Verdict).")
+    stack_diff: str = Field(default="", max_length=500)
+    created_at: datetime = _created()

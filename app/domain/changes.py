@@ -1,0 +1,334 @@
+"""Regressions and improvements over time: change points of each series (docs/statistics.md, "Change points").
+
+A **series** is one approach's figure at one metric point on one runner, over its succeeded trials in the
+order they ran: one value per trial (the median of the row's samples, else its value). Candidates come from
+Apache Otava's E-divisive detection (`otava.analysis.compute_change_points`, Hunter's windowed variant
+with a t-test between the segments, MAX_PVALUE over WINDOW points); each candidate is then held to the
+board's own rule (app/domain/statistics.compare of the segments around it, after over before): it is kept
+only when the interval excludes 1 and the effect is at least the campaign's minimum, so a change point
+always says "faster" or "slower" with its ratio and interval. Each carries the stack difference between
+the trials around it ("torch 2.10.0+cu128 -> 2.11.0").
+
+Incremental: change_scan remembers, per (approach, runner), the newest trial the pass has read; `dirty`
+finds the pairs with a newer succeeded trial in one query, and only those are recomputed (`recompute`).
+The pass runs in the hub's background (app/services/changes.py), never on a page's request path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from otava.analysis import compute_change_points  # type: ignore[import-untyped]
+from sqlalchemy import delete, func
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col, select
+
+from app.domain import comparison, notifications, statistics
+from app.models import (
+    Approach,
+    ApproachStatus,
+    Campaign,
+    ChangePoint,
+    ChangeScan,
+    Metric,
+    NotificationEvent,
+    Runner,
+    Trial,
+    TrialState,
+    utcnow,
+)
+
+MAX_PVALUE = 1e-3  # Otava's significance for a split (its own default); the false-alarm budget below
+WINDOW = 100  # Otava's sliding window (its default is 50; a wider one finds more of the 5% shifts)
+MIN_POINTS = 6  # a series shorter than this has no change points
+MAX_SERIES_POINTS = 500  # the newest trials a series is read over (bounds the CPU per new trial)
+
+
+@dataclass(frozen=True)
+class Detected:
+    """A change point of a series of values: the index of the first value after it, and the segments'
+    statistics (after against before)."""
+
+    index: int
+    stats: statistics.PairStats
+
+
+def detect(
+    values: Sequence[float], *, lower_better: bool = True, rule: statistics.Rule | None = None
+) -> list[Detected]:
+    """The change points of one series, in order (see the module's docstring)."""
+    rule = rule or statistics.Rule()
+    series = [float(v) for v in values]
+    if len(series) < MIN_POINTS:
+        return []
+    # Otava slices the series with slice objects and wants a list (a numpy array makes its t-test fail).
+    found, _ = compute_change_points(series, window_len=WINDOW, max_pvalue=MAX_PVALUE)
+    indexes = sorted(int(c.index) for c in found if 0 < int(c.index) < len(series))
+    bounds = [0, *indexes, len(series)]
+    indexes = [_relocate(series, bounds[i], bounds[i + 2]) for i in range(len(indexes))]
+    bounds = [0, *indexes, len(series)]
+    out = []
+    for i, at in enumerate(indexes):
+        _, _, pair = statistics.compare(
+            series[bounds[i] : at], series[at : bounds[i + 2]], lower_better=lower_better, rule=rule
+        )
+        if pair.verdict != statistics.Verdict.indistinguishable:
+            out.append(Detected(at, pair))
+    return out
+
+
+def _relocate(series: list[float], start: int, stop: int) -> int:
+    """Where in series[start:stop] one shift of the mean is likeliest: the split that maximizes the
+    standardized difference of the two sides' means (the Gaussian maximum-likelihood location; E-divisive's
+    energy distance finds the shift but places a small one less precisely)."""
+    segment = np.asarray(series[start:stop])
+    n = segment.size
+    split = np.arange(1, n)
+    left = np.cumsum(segment)[:-1]
+    mean_left = left / split
+    mean_right = (segment.sum() - left) / (n - split)
+    score = np.abs(mean_left - mean_right) * np.sqrt(split * (n - split) / n)
+    return start + int(split[int(np.argmax(score))])
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    trial_id: int
+    value: float
+    fingerprint: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Series:
+    metric: str
+    unit: str
+    point: str
+    lower_better: bool
+    points: list[SeriesPoint]
+
+
+def load_series(session: Session, approach_id: int, runner_id: int) -> list[Series]:
+    """Every series of one approach on one runner: per metric name and point, one value per succeeded trial."""
+    trials = session.exec(
+        select(Trial.id, Trial.fingerprint)
+        .where(Trial.approach_id == approach_id, Trial.runner_id == runner_id, Trial.state == TrialState.succeeded)
+        .order_by(col(Trial.id).desc())
+        .limit(MAX_SERIES_POINTS)
+    ).all()
+    if not trials:
+        return []
+    fingerprint_of: dict[int, dict[str, Any] | None] = {
+        t_id: dict(fp) if fp else None for t_id, fp in trials if t_id is not None
+    }
+    rows = session.execute(
+        sa_select(Metric.trial_id, Metric.name, Metric.unit, Metric.tags, Metric.value, Metric.samples)  # type: ignore[call-overload]
+        .where(Metric.approach_id == approach_id, col(Metric.trial_id).in_(list(fingerprint_of)))
+        .order_by(Metric.trial_id, Metric.seq, Metric.index)
+    ).all()
+    by_name: dict[str, list[Any]] = {}
+    for row in rows:
+        by_name.setdefault(row.name, []).append(row)
+    out = []
+    for name in sorted(by_name):
+        named = by_name[name]
+        keyed = comparison.point_tags(named)
+        latest: dict[str, dict[int, Any]] = {}
+        for m in named:  # within a trial, a later row for the same point wins (as on the compare page)
+            tags = m.tags or {}
+            label = ", ".join(f"{k}={comparison._hashable(tags.get(k))}" for k in keyed)
+            latest.setdefault(label, {})[m.trial_id] = m
+        unit = next((m.unit for m in named if m.unit), "")
+        for label in sorted(latest):
+            per_trial = latest[label]
+            points = [SeriesPoint(t_id, _value(per_trial[t_id]), fingerprint_of[t_id]) for t_id in sorted(per_trial)]
+            out.append(Series(name, unit, label, statistics.lower_is_better(name, unit), points))
+    return out
+
+
+def _value(m: Any) -> float:
+    if m.samples:
+        median = statistics.side(m.samples).median
+        if median is not None:
+            return median
+    return float(m.value)
+
+
+def dirty(session: Session, limit: int = 200) -> list[tuple[int, int, int]]:
+    """(approach_id, runner_id, newest trial id) of the pairs with a succeeded trial the pass has not read."""
+    newest = func.max(Trial.id)
+    query = (
+        sa_select(Trial.approach_id, Trial.runner_id, newest)  # type: ignore[call-overload]
+        .outerjoin(
+            ChangeScan, (ChangeScan.approach_id == Trial.approach_id) & (ChangeScan.runner_id == Trial.runner_id)
+        )
+        .where(Trial.state == TrialState.succeeded, col(Trial.runner_id).is_not(None))
+        .group_by(Trial.approach_id, Trial.runner_id, ChangeScan.last_trial_id)
+        .having(newest > func.coalesce(ChangeScan.last_trial_id, 0))
+        .order_by(newest)
+        .limit(limit)
+    )
+    return [(int(a), int(r), int(t)) for a, r, t in session.execute(query).all()]
+
+
+def recompute(session: Session, approach_id: int, runner_id: int, newest_trial_id: int) -> list[ChangePoint]:
+    """Recompute the change points of one approach's series on one runner; returns the change points that
+    are new (not stored before at the same series and trial). Emits regression.detected for a new "slower"
+    change point of an adopted approach."""
+    approach = session.get(Approach, approach_id)
+    if approach is None:
+        return []
+    campaign = session.get(Campaign, approach.campaign_id)
+    rule = comparison.rule_of(campaign) if campaign is not None else statistics.Rule()
+    before = {
+        (c.metric, c.point, c.trial_id)
+        for c in session.exec(
+            select(ChangePoint).where(ChangePoint.approach_id == approach_id, ChangePoint.runner_id == runner_id)
+        )
+    }
+    session.execute(
+        delete(ChangePoint).where(col(ChangePoint.approach_id) == approach_id, col(ChangePoint.runner_id) == runner_id)
+    )
+    found: list[ChangePoint] = []
+    for series in load_series(session, approach_id, runner_id):
+        values = [p.value for p in series.points]
+        for d in detect(values, lower_better=series.lower_better, rule=rule):
+            after, prior = series.points[d.index], series.points[d.index - 1]
+            ratio = d.stats.ratio
+            assert ratio is not None  # a called change always has its ratio
+            found.append(
+                ChangePoint(
+                    campaign_id=approach.campaign_id,
+                    approach_id=approach_id,
+                    runner_id=runner_id,
+                    metric=series.metric,
+                    unit=series.unit,
+                    point=series.point,
+                    trial_id=after.trial_id,
+                    before_trial_id=prior.trial_id,
+                    ratio=ratio.value,
+                    low=ratio.low,
+                    high=ratio.high,
+                    p_value=d.stats.p_value,
+                    verdict=d.stats.verdict.value,
+                    stack_diff=(comparison.same_stack_difference(prior.fingerprint, after.fingerprint) or "")[:500],
+                )
+            )
+    session.add_all(found)
+    scan = session.exec(
+        select(ChangeScan).where(ChangeScan.approach_id == approach_id, ChangeScan.runner_id == runner_id)
+    ).first()
+    if scan is None:
+        scan = ChangeScan(approach_id=approach_id, runner_id=runner_id, last_trial_id=newest_trial_id)
+    scan.last_trial_id = max(scan.last_trial_id, newest_trial_id)
+    scan.computed_at = utcnow()
+    session.add(scan)
+    new = [c for c in found if (c.metric, c.point, c.trial_id) not in before]
+    if approach.status == ApproachStatus.adopted and campaign is not None:
+        for c in new:
+            if c.verdict == statistics.Verdict.slower:
+                _regression_detected(session, campaign, approach, c)
+    return new
+
+
+def describe(c: ChangePoint) -> str:
+    """'allreduce_latency_us (tokens=8) slower x1.062 [1.041, 1.080] at trial #42 (torch 2.10.0 -> 2.11.0)'."""
+    where = f" ({c.point})" if c.point else ""
+    interval = f" [{c.low:.3f}, {c.high:.3f}]" if c.low is not None and c.high is not None else ""
+    stack = f" ({c.stack_diff})" if c.stack_diff else " (same stack)"
+    return f"{c.metric}{where} {c.verdict} x{c.ratio:.3f}{interval} at trial #{c.trial_id}{stack}"
+
+
+def _regression_detected(session: Session, campaign: Campaign, approach: Approach, c: ChangePoint) -> None:
+    notifications.record(
+        session,
+        notifications.Event(
+            NotificationEvent.regression_detected,
+            f"regression.detected:{approach.id}:{c.runner_id}:{c.metric}:{c.point}:{c.trial_id}",
+            f"{campaign.slug}/{approach.key}: regression",
+            f"{approach.key} is adopted, and its figures moved: {describe(c)}.\nProposal: re-open it.",
+            f"/campaigns/{campaign.slug}/approaches/{approach.key}",
+            campaign.id,
+        ),
+    )
+
+
+def pass_once(session: Session, limit: int = 200) -> list[tuple[int, int]]:
+    """Recompute every dirty pair (up to `limit`); returns (campaign_id, approach_id) of those recomputed."""
+    touched = []
+    for approach_id, runner_id, newest in dirty(session, limit):
+        recompute(session, approach_id, runner_id, newest)
+        approach = session.get(Approach, approach_id)
+        if approach is not None:
+            touched.append((approach.campaign_id, approach_id))
+    return touched
+
+
+def of_approach(session: Session, approach: Approach) -> list[ChangePoint]:
+    return list(
+        session.exec(
+            select(ChangePoint).where(ChangePoint.approach_id == approach.id).order_by(col(ChangePoint.trial_id).desc())
+        )
+    )
+
+
+def of_campaign(session: Session, campaign: Campaign, limit: int = 50) -> list[tuple[ChangePoint, str]]:
+    """The campaign's newest change points with their approach's key."""
+    rows = session.exec(
+        select(ChangePoint, Approach.key)
+        .join(Approach, col(Approach.id) == ChangePoint.approach_id)
+        .where(ChangePoint.campaign_id == campaign.id)
+        .order_by(col(ChangePoint.trial_id).desc())
+        .limit(limit)
+    ).all()
+    return [(c, key) for c, key in rows]
+
+
+def reopen_proposal(approach: Approach, points: Sequence[ChangePoint]) -> str | None:
+    """On an adopted approach whose newest change point is a regression: the proposal to re-open it."""
+    if approach.status != ApproachStatus.adopted or not points:
+        return None
+    newest = max(points, key=lambda c: c.trial_id)
+    if newest.verdict != statistics.Verdict.slower:
+        return None
+    return f"Re-open {approach.key}: it regressed since it was adopted: {describe(newest)}."
+
+
+MAX_CHARTS = 3  # series drawn on the approach page: those with the newest change points
+
+
+@dataclass(frozen=True)
+class ApproachChanges:
+    """What the approach page shows: its change points (newest first), the runners' names, the series to
+    draw (with their runner's name and change points) and the re-open proposal, if any."""
+
+    points: list[ChangePoint]
+    runner_names: dict[int, str]
+    charted: list[tuple[Series, str, list[ChangePoint]]]
+    proposal: str | None
+
+
+def approach_changes(session: Session, approach: Approach) -> ApproachChanges:
+    """Stored change points only: nothing is detected here (the pass does that, off the request path)."""
+    points = of_approach(session, approach)
+    names = _runner_names(session, {c.runner_id for c in points})
+    charted: list[tuple[Series, str, list[ChangePoint]]] = []
+    wanted: dict[tuple[int, str, str], list[ChangePoint]] = {}
+    for c in points:
+        key = (c.runner_id, c.metric, c.point)
+        if key in wanted or len(wanted) < MAX_CHARTS:
+            wanted.setdefault(key, []).append(c)
+    for runner_id in dict.fromkeys(k[0] for k in wanted):
+        for series in load_series(session, approach.id, runner_id):  # type: ignore[arg-type]
+            marked = wanted.get((runner_id, series.metric, series.point))
+            if marked:
+                charted.append((series, names.get(runner_id, f"runner #{runner_id}"), marked))
+    return ApproachChanges(points, names, charted, reopen_proposal(approach, points))
+
+
+def _runner_names(session: Session, ids: set[int]) -> dict[int, str]:
+    if not ids:
+        return {}
+    return {r.id: r.name for r in session.exec(select(Runner).where(col(Runner.id).in_(ids)))}  # type: ignore[misc]

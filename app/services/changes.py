@@ -1,0 +1,38 @@
+"""The hub's change-point pass (app/domain/changes.py): every POLL_S, the series that got a new trial are
+recomputed off the request path, and the approach and campaign pages that show them are told (page feed)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import FastAPI
+
+from app.domain import changes
+from app.live import run_in_tx
+from app.services import events
+
+log = logging.getLogger(__name__)
+
+POLL_S = 5.0
+
+
+async def pass_once(app: FastAPI) -> int:
+    """One pass: recompute the dirty series, publish their approach and campaign topics; returns how many
+    (approach, runner) pairs were recomputed."""
+    touched = await run_in_tx(app.state.engine, changes.pass_once)
+    topics = {events.approach(a) for _, a in touched} | {events.campaign(c) for c, _ in touched}
+    if topics:
+        events.publish(app, *sorted(topics))
+    return len(touched)
+
+
+async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
+    while True:
+        try:
+            await pass_once(app)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("change-point pass failed")
+        await asyncio.sleep(poll_s)

@@ -1,0 +1,145 @@
+"""The change-point pass (app/domain/changes.py) over a campaign of issue 24's size: 500 approaches / 50,000
+trials / ~519,000 metrics (bench/pages_at_scale.py's build_campaign). Prints the first full pass (every
+(approach, runner) pair is new), then the CPU of the pass per new trial: --new times, one succeeded trial with
+its approach's last metrics (some 6% slower) is added, then one pass runs (this process's CPU, and the
+statements it ran).
+
+    .venv/bin/python bench/change_points.py                 # full size, SQLite
+    .venv/bin/python bench/change_points.py --scale 0.1 --db postgres
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import event, insert, select  # noqa: E402
+from sqlmodel import Session, col  # noqa: E402
+
+from app.models import Metric, Trial, TrialState, utcnow  # noqa: E402
+
+
+def add_trial(engine, rng: random.Random, slower: float) -> None:
+    """One succeeded trial of a random approach on its last trial's runner, with that trial's metrics x slower."""
+    with Session(engine) as s:
+        last = (
+            s.execute(select(Trial).where(col(Trial.runner_id).is_not(None)).order_by(col(Trial.id).desc()))
+            .scalars()
+            .first()
+        )
+        assert last is not None
+        approach_id = rng.choice([a for (a,) in s.execute(select(col(Trial.approach_id)).distinct())])
+        template = (
+            s.execute(
+                select(Trial)
+                .where(Trial.approach_id == approach_id, col(Trial.runner_id).is_not(None))
+                .order_by(col(Trial.id).desc())
+            )
+            .scalars()
+            .first()
+            or last
+        )
+        now = utcnow()
+        trial = Trial(
+            campaign_id=template.campaign_id,
+            approach_id=template.approach_id,
+            runner_id=template.runner_id,
+            state=TrialState.succeeded,
+            fingerprint=template.fingerprint,
+            started_at=now,
+            finished_at=now,
+        )
+        s.add(trial)
+        s.flush()
+        rows = s.execute(select(Metric).where(Metric.trial_id == template.id)).scalars().all()
+        if rows:
+            s.execute(
+                insert(Metric),
+                [
+                    dict(
+                        trial_id=trial.id,
+                        approach_id=m.approach_id,
+                        campaign_id=m.campaign_id,
+                        seq=m.seq,
+                        index=m.index,
+                        name=m.name,
+                        value=m.value * slower,
+                        unit=m.unit,
+                        tags=m.tags,
+                        samples=m.samples,
+                        created_at=now,
+                    )
+                    for m in rows
+                ],
+            )
+        s.commit()
+
+
+def run(url: str, scale: float, new: int) -> None:
+    from app.db import make_engine, migrate, session_scope
+    from app.domain import changes
+    from bench.pages_at_scale import build_campaign
+
+    migrate(url)
+    engine = make_engine(url)
+    t = time.perf_counter()
+    build_campaign(engine, approaches=max(1, int(500 * scale)), trials=int(50_000 * scale))
+    print(f"built in {time.perf_counter() - t:.1f} s")
+    statements = [0]
+    event.listen(engine, "before_cursor_execute", lambda *a: statements.__setitem__(0, statements[0] + 1))
+    cpu = time.process_time()
+    pairs = 0
+    with session_scope(engine) as s:
+        while touched := changes.pass_once(s, limit=10_000):
+            pairs += len(touched)
+    print(
+        f"first pass: {pairs} (approach, runner) pairs, {time.process_time() - cpu:.2f} s CPU, {statements[0]} statements"
+    )
+    rng = random.Random(7)
+    per_trial, per_statements = [], []
+    for i in range(new):
+        add_trial(engine, rng, 1.06 if i % 2 else 1.0)
+        statements[0] = 0
+        cpu = time.process_time()
+        with session_scope(engine) as s:
+            assert len(changes.pass_once(s)) == 1
+        per_trial.append(time.process_time() - cpu)
+        per_statements.append(statements[0])
+    print(
+        f"per new trial: median {statistics.median(per_trial) * 1000:.1f} ms CPU (max {max(per_trial) * 1000:.1f}), "
+        f"{statistics.median(per_statements):.0f} statements"
+    )
+    engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--new", type=int, default=10)
+    args = parser.parse_args()
+    if args.db == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            run(f"sqlite:///{tmp}/bench.db", args.scale, args.new)
+        return
+    from tests.support.databases import make_postgres_db
+
+    admin = os.environ.get("CAMPAIGN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    url, drop = make_postgres_db(admin)
+    try:
+        run(url, args.scale, args.new)
+    finally:
+        drop()
+
+
+if __name__ == "__main__":
+    main()
