@@ -312,6 +312,10 @@ class Report:
     rows: list[Row]
 
     @property
+    def runner_stack(self) -> str:
+        return _summary(self.replay.runner_fingerprint)
+
+    @property
     def ended(self) -> int:
         return sum(1 for r in self.rows if r.trial_state in TERMINAL_TRIAL_STATES)
 
@@ -326,7 +330,7 @@ class Report:
             "state": r.state,
             "runner_id": r.runner_id,
             "runner": r.runner_name,
-            "runner_stack": _summary(r.runner_fingerprint),
+            "runner_stack": self.runner_stack,
             "requested_by": r.requested_by,
             "created_at": r.created_at,
             "ended_at": r.ended_at,

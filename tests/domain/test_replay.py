@@ -7,7 +7,6 @@ and says so. Trials end the way a runner reports them (tests.support.verdicts.ru
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from sqlmodel import col, select
 
@@ -24,60 +23,8 @@ from app.models import (
     Trial,
     TrialState,
 )
-from tests.support.verdicts import (
-    NEW_TORCH,
-    OLD_STACK,
-    approach,
-    campaign,
-    dead_end_on_old_stack,
-    end_trial,
-    run_to_end,
-    runner,
-    seed,
-)
-
-BYTES = 4 * 7168 * 2  # the verify size of the campaign below: 56 KiB
-TAGS = {"bytes": BYTES, "mode": "graph", "device": "cuda"}
-ALLREDUCE = {"kind": "allreduce", "params": {}}
-
-
-def _latency(center: float, seed: int) -> list[dict]:
-    samples = [float(x) for x in np.random.default_rng(seed).normal(center, center * 0.01, 12)]
-    return [
-        {"name": "allreduce_latency_us", "value": float(np.median(samples)), "unit": "us", "tags": TAGS,
-         "samples": samples}
-    ]  # fmt: skip
-
-
-def build(engine) -> None:
-    """Priority: slow (dead end, torch), fast (dead end, torch; a reported 20 us), measured (promising at
-    ~50 us, torch), nccl_only (dead end bound to NCCL), physics (dead end bound to nothing), fresh (untested).
-    Every verdict was reached on node-a (OLD_STACK: torch 2.10.0+cu128)."""
-    seed(
-        engine,
-        {"key": "slow", "effort": "high", "recipe": ALLREDUCE, "requirements": {"gpus": 2}},
-        {"key": "fast", "effort": "low", "recipe": ALLREDUCE, "requirements": {"gpus": 2}},
-        {"key": "measured", "effort": "medium", "recipe": ALLREDUCE, "requirements": {"gpus": 2}},
-        {"key": "nccl_only"},
-        {"key": "physics"},
-        {"key": "fresh"},
-    )
-    with session_scope(engine) as s:
-        c = campaign(s)
-        c.baseline_tok_s, c.accept_length, c.draft_steps, c.draft_step_ms, c.verify_compute_ms = 82.0, 2.4, 3, 0.5, 9.0
-        c.reported = [
-            {"label": "NCCL (the baseline)", "t_ar_us": 200.0, "baseline": True, "source": "seed"},
-            {"label": "fast's library", "approach": "fast", "t_ar_us": 20.0, "source": "its docs"},
-        ]
-        s.add(c)
-        node_a = runner(s, "node-a", OLD_STACK)
-        dead_end_on_old_stack(s, "slow", ["torch", "sm"])
-        dead_end_on_old_stack(s, "fast", ["torch"])
-        dead_end_on_old_stack(s, "nccl_only", ["nccl"])
-        dead_end_on_old_stack(s, "physics", [])
-        m = approach(s, "measured")
-        trial = end_trial(s, m, node_a, metrics=_latency(50.0, seed=1))
-        verdicts.confirm(s, m, trial, "promising", "50 us at 56 KiB", ["torch"], "alice")
+from tests.support.replay import build, latency
+from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, run_to_end, runner
 
 
 def _keys(s, trials: list[Trial]) -> list[str]:
@@ -113,7 +60,7 @@ def test_a_replay_on_a_newer_torch_queues_the_bound_approaches_in_payoff_order_f
             assert started.dispatch is not None and started.dispatch.trial_id == started.trial.id
             key = started.approach.key  # type: ignore[union-attr]
             ran.append(key)
-            metrics = _latency(40.0, seed=10 + n) if key == "measured" else []
+            metrics = latency(40.0, seed=10 + n) if key == "measured" else []
             run_to_end(s, started.trial, metrics=metrics, exit_code=0 if metrics else 1)
         assert ran == ["fast", "slow", "measured"]
         assert queue.start_queued(s, node_b.id) is None  # type: ignore[arg-type]
