@@ -186,7 +186,7 @@ def cancel(session: Session, campaign: Campaign, replay_id: int, actor: str) -> 
     replay = _lock(session, replay_id)
     assert replay is not None
     if replay.state != ReplayState.running:
-        raise Invalid(f"replay #{replay.id} has already {replay.state}", field="replay")
+        raise Invalid(f"replay #{replay.id} has already ended ({replay.state})", field="replay")
     cancelled = []
     for trial in _trials(session, replay):
         if trial.state != TrialState.queued or trial.runner_id is not None:

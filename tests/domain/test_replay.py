@@ -123,7 +123,7 @@ def test_cancelling_a_replay_cancels_its_queued_trials_and_nothing_else(engine):
         assert approach(s, "measured").status == ApproachStatus.promising
         s.refresh(row)
         assert row.state == ReplayState.cancelled and row.ended_at is not None
-        with pytest.raises(Invalid, match="already cancelled"):
+        with pytest.raises(Invalid, match=r"has already ended \(cancelled\)"):
             replay.cancel(s, campaign(s), row.id, "bob")  # type: ignore[arg-type]
         # The trial that ran on still fills its row of the report; a cancelled replay never "finishes".
         run_to_end(s, started.trial, exit_code=1)

@@ -116,7 +116,7 @@ def test_cancelling_a_replay_cancels_its_queued_trials_and_nothing_else(tmp_path
             assert states == {"fast": "running", "slow": "cancelled", "measured": "cancelled"}
             assert trial(srv, other["trial_id"])["state"] == "queued"
             again = client.post(f"/api/campaigns/c/replays/{body['id']}/cancel")
-            assert again.status_code == 422 and "already cancelled" in again.json()["detail"]
+            assert again.status_code == 422 and "has already ended (cancelled)" in again.json()["detail"]
             # The replay's running trial runs on; when it ends node-b takes the other trial, not a cancelled one.
             node_b.finished(first, exit_code=1)
             d = node_b.expect("dispatch", skip=SKIP)
