@@ -3,7 +3,7 @@ SQLite and PostgreSQL: POST /api/campaigns/{slug}/replays on a runner with a new
 approaches in payoff order; only that runner takes them (another idle one with the same stack does not);
 they run, the replay finishes and its report (API and page) shows before and after with the statistics.
 Cancelling a replay cancels its queued trials and nothing else; a runner with the same stack queues nothing
-and says so."""
+and says so; a viewer reads replays and is refused starting or cancelling one."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import httpx
 from sqlmodel import select
 
 from app.db import session_scope
-from app.models import Runner
+from app.models import Role, Runner
 from runners.recipes.metric import format_metric
+from tests.support.auth import add_user, api_token
 from tests.support.replay import build, latency
 from tests.support.trials import (
     ProtocolRunner,
@@ -106,6 +107,7 @@ def test_cancelling_a_replay_cancels_its_queued_trials_and_nothing_else(tmp_path
             body = client.post("/api/campaigns/c/replays", json={"runner_id": b_id}).json()
             first = node_b.expect("dispatch", skip=SKIP)
             node_b.started(first)
+            wait_for(lambda: trial(srv, first.trial_id)["state"] == "running", what="the first trial running")
             # Another trial waits in the queue behind node-b: not the replay's.
             other = client.post("/api/campaigns/c/approaches/fresh/run").json()
             assert other["queued"], other
@@ -146,6 +148,14 @@ def test_a_replay_on_a_runner_with_the_same_stack_queues_nothing_and_says_so(tmp
             assert client.post("/api/campaigns/c/replays", json={"runner_id": 999}).status_code == 404
             assert client.get("/api/campaigns/c/replays/999").status_code == 404
             assert client.get("/api/campaigns/nope/replays").status_code == 404
+            # A viewer reads replays but starts and cancels none.
+            add_user(srv.app, "Vera", Role.viewer)
+            viewer = {"Authorization": f"Bearer {api_token(srv.app, 'viewer', user='Vera')}"}
+            assert httpx.get(f"{srv.url}/api/campaigns/c/replays", headers=viewer).json() == []
+            refused = httpx.post(f"{srv.url}/api/campaigns/c/replays", json={"runner_id": a_id}, headers=viewer)
+            assert refused.status_code == 403 and refused.json()["detail"]
+            refused = httpx.post(f"{srv.url}/api/campaigns/c/replays/1/cancel", headers=viewer)
+            assert refused.status_code == 403
             page = client.post("/campaigns/c/replays", data={"runner_id": a_id}, headers={"HX-Request": "true"})
             assert (
                 page.status_code == 200
