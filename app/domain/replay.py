@@ -166,6 +166,32 @@ def of_campaign(session: Session, campaign: Campaign) -> list[Replay]:
     return list(session.exec(select(Replay).where(Replay.campaign_id == campaign.id).order_by(col(Replay.id).desc())))
 
 
+@dataclass(frozen=True)
+class Summary:
+    """A replay as the campaign page's list shows it: its trials and how many have ended."""
+
+    replay: Replay
+    queued: int
+    ended: int
+
+
+def summaries(session: Session, campaign: Campaign, limit: int = 10) -> list[Summary]:
+    """The campaign's latest replays, newest first, with their trial counts (two queries, whatever the size)."""
+    rows = list(
+        session.exec(
+            select(Replay).where(Replay.campaign_id == campaign.id).order_by(col(Replay.id).desc()).limit(limit)
+        )
+    )
+    counts: dict[int, list[int]] = {r.id: [0, 0] for r in rows if r.id is not None}
+    if counts:
+        for replay_id, state in session.exec(
+            select(Trial.replay_id, Trial.state).where(col(Trial.replay_id).in_(list(counts)))
+        ):
+            counts[replay_id][0] += 1  # type: ignore[index]
+            counts[replay_id][1] += state in TERMINAL_TRIAL_STATES  # type: ignore[index]
+    return [Summary(r, *counts[r.id]) for r in rows]  # type: ignore[index]
+
+
 def _trials(session: Session, replay: Replay) -> list[Trial]:
     return list(session.exec(select(Trial).where(Trial.replay_id == replay.id).order_by(col(Trial.id))))
 

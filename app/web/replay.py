@@ -26,8 +26,7 @@ ReplayId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 def _panel(session: Session, slug: str) -> dict[str, Any]:
     campaign = inventory.get_campaign(session, slug)
     runners = [v for v in runner_domain.list_runners(session) if v.runner.fingerprint and v.runner.revoked_at is None]
-    reports = [replay.report(session, campaign, r) for r in replay.of_campaign(session, campaign)[:10]]
-    return {"campaign": campaign, "runners": runners, "reports": reports, "error": ""}
+    return {"campaign": campaign, "runners": runners, "replays": replay.summaries(session, campaign), "error": ""}
 
 
 @router.get("/campaigns/{slug}/replays")

@@ -100,6 +100,7 @@ def test_a_replay_on_a_newer_torch_queues_the_bound_approaches_in_payoff_order_f
         assert (slow.after_status, slow.changed) == (None, False)
         assert replay.report(s, campaign(s), row).as_dict()["rows"][2]["after"]["status"] == "adopted"
         assert [r.id for r in replay.of_campaign(s, campaign(s))] == [row.id]
+        assert [(x.replay.id, x.queued, x.ended) for x in replay.summaries(s, campaign(s))] == [(row.id, 3, 3)]
 
 
 def test_cancelling_a_replay_cancels_its_queued_trials_and_nothing_else(engine):
