@@ -38,6 +38,7 @@ from app.web import compare as web_compare
 from app.web import docs as web_docs
 from app.web import notifications as web_notifications
 from app.web import planning as web_planning
+from app.web import replay as web_replay
 from app.web import share as web_share
 from app.web import trials as web_trials
 from app.web import users as web_users
@@ -69,6 +70,7 @@ ROUTERS = [
     web_artifacts.router,
     web_notifications.router,
     web_planning.router,
+    web_replay.router,
     api_planning.router,
 ]
 

@@ -239,6 +239,30 @@ class Settle(SQLModel, table=True):
     ended_at: datetime | None = _ts()
 
 
+class ReplayState(StrEnum):
+    running = "running"  # some of its trials are queued or active
+    finished = "finished"  # every trial of it ended
+    cancelled = "cancelled"  # a person cancelled its queued trials
+
+
+class Replay(SQLModel, table=True):
+    """ "Replay on runner R": one trial of every approach whose verdict is bound to a component in which R's
+    stack differs, queued for R in payoff order (app/domain/replay.py). `entries`: per approach, in that
+    order, what it was before (status, reason, figures' trial, the verdict's stack summary) and the re-test
+    reason; `runner_fingerprint`: R's stack when the replay started."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    runner_id: int | None = Field(default=None, foreign_key="runner.id", ondelete="SET NULL")
+    runner_name: str = Field(max_length=120)
+    runner_fingerprint: dict[str, Any] | None = _json()
+    entries: list[dict[str, Any]] = _json(list)
+    state: str = Field(default=ReplayState.running, max_length=20, index=True)
+    requested_by: str = Field(default="", max_length=120)
+    created_at: datetime = _created()
+    ended_at: datetime | None = _ts()
+
+
 class Runner(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(max_length=120, unique=True)
@@ -266,6 +290,13 @@ class Trial(SQLModel, table=True):
     phase: str = Field(default="queued", max_length=40)
     runner_id: int | None = Field(default=None, foreign_key="runner.id", index=True, ondelete="SET NULL")
     settle_id: int | None = Field(default=None, foreign_key="settle.id", index=True, ondelete="SET NULL")
+    replay_id: int | None = Field(default=None, foreign_key="replay.id", index=True, ondelete="SET NULL")
+    pinned_runner_id: int | None = Field(
+        default=None,
+        foreign_key="runner.id",
+        ondelete="SET NULL",
+        description="Queued for this runner only (a replay's): no other runner takes it; runner_id stays unset until dispatch.",
+    )
     attempt_id: str | None = Field(
         default=None, max_length=64, description="The current attempt; writes from others are stale."
     )

@@ -1,17 +1,20 @@
 """JSON API for planning the campaign: the payoff ranking, the order "Run next candidate" follows, and the
-upgrade planner."""
+upgrade planner, and campaign replay."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import OperatorDep, SessionDep, require_operator
-from app.domain import inventory, planning, scheduling
+from app.domain import inventory, planning, replay, scheduling
+from app.live import run_in_tx
 from app.models import RunOrder
 from app.services import events
+from app.services import trials as trial_services
 
 router = APIRouter(prefix="/api", tags=["planning"], dependencies=[Depends(require_operator)])
 
@@ -77,3 +80,60 @@ def upgrades(
     """Without a target: per component. With `target=` items or a `runner=` id: what that stack re-opens."""
     campaign = inventory.get_campaign(session, slug)
     return planning.upgrade_plan(session, campaign, planning.target_of(session, target, runner)).as_dict()
+
+
+class ReplayRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    runner_id: int = Field(ge=1, le=2**63 - 1, description="The runner whose stack the campaign is replayed on")
+
+
+class ReplayPublic(BaseModel):
+    """A replay (docs/planning.md, Replay): its runner and stack, its trials, and per approach (payoff
+    order) the verdict and headline figures before and after, with the comparison statistics."""
+
+    id: int
+    state: str = Field(description="running, finished (every trial ended) or cancelled")
+    runner_id: int | None
+    runner: str
+    runner_stack: str
+    requested_by: str
+    created_at: datetime
+    ended_at: datetime | None
+    trials: int = Field(description="Trials it queued")
+    ended: int = Field(description="Of those, how many have ended")
+    rows: list[dict[str, Any]]
+
+
+def _replay_view(session: Any, slug: str, replay_id: int) -> dict[str, Any]:
+    campaign = inventory.get_campaign(session, slug)
+    return replay.report(session, campaign, replay.get(session, campaign, replay_id)).as_dict()
+
+
+@router.post("/campaigns/{slug}/replays", response_model=ReplayPublic, status_code=201)
+async def start_replay(request: Request, slug: str, data: ReplayRequest, operator: OperatorDep) -> dict[str, Any]:
+    """Replay on a runner: one trial of every approach whose verdict is bound to a component in which the
+    runner's stack differs, queued for that runner only, in payoff order. 422 when nothing differs."""
+    row, _ = await trial_services.start_replay(request.app, slug, data.runner_id, operator.name)
+    return await run_in_tx(request.app.state.engine, _replay_view, slug, row.id, write=False)
+
+
+@router.get("/campaigns/{slug}/replays", response_model=list[ReplayPublic])
+def list_replays(slug: str, session: SessionDep) -> list[dict[str, Any]]:
+    """The campaign's replays, newest first, each with its report."""
+    campaign = inventory.get_campaign(session, slug)
+    return [replay.report(session, campaign, r).as_dict() for r in replay.of_campaign(session, campaign)]
+
+
+@router.get("/campaigns/{slug}/replays/{replay_id}", response_model=ReplayPublic)
+def get_replay(slug: str, replay_id: Annotated[int, Path(ge=1, le=2**63 - 1)], session: SessionDep) -> dict[str, Any]:
+    """One replay and its report (at any time: rows whose trials have not ended say so)."""
+    return _replay_view(session, slug, replay_id)
+
+
+@router.post("/campaigns/{slug}/replays/{replay_id}/cancel", response_model=ReplayPublic)
+async def cancel_replay(
+    request: Request, slug: str, replay_id: Annotated[int, Path(ge=1, le=2**63 - 1)], operator: OperatorDep
+) -> dict[str, Any]:
+    """Cancel the replay's queued trials, and nothing else (a trial its runner took runs on)."""
+    await trial_services.cancel_replay(request.app, slug, replay_id, operator.name)
+    return await run_in_tx(request.app.state.engine, _replay_view, slug, replay_id, write=False)

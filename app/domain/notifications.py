@@ -36,6 +36,7 @@ from app.models import (
     NotificationEvent,
     NotificationOutbox,
     NotificationTarget,
+    Replay,
     Runner,
     Trial,
     aware,
@@ -284,6 +285,22 @@ def verdict_confirmed(session: Session, approach: Approach, trial: Trial | None,
             + (f"\nReason: {approach.reason}" if approach.reason else ""),
             f"/campaigns/{slug}/approaches/{approach.key}",
             approach.campaign_id,
+        ),
+    )
+
+
+def replay_finished(session: Session, campaign: Campaign, replay: Replay, lines: Sequence[str]) -> None:
+    """replay.finished: every trial of a replay ended; one line per approach (before -> after)."""
+    record(
+        session,
+        Event(
+            NotificationEvent.replay_finished,
+            f"replay.finished:{replay.id}",
+            f"{campaign.slug}: replay #{replay.id} on {replay.runner_name} finished",
+            f"Replay #{replay.id} on {replay.runner_name} ({_stack(replay.runner_fingerprint)}) finished.\n"
+            + "\n".join(lines),
+            f"/campaigns/{campaign.slug}/replays/{replay.id}",
+            campaign.id,
         ),
     )
 

@@ -10,6 +10,11 @@ campaigns, the campaign whose oldest queued trial waits longest goes first (posi
 say nothing about each other, and no campaign starves another). A runner takes the first queued trial
 whose requirements it meets, so a trial no free runner can run does not hold up those behind it.
 
+Pinned trials: a trial with `pinned_runner_id` (a replay's, app/domain/replay.py) waits for that runner
+only: another runner skips it. Its `runner_id` stays unset until that runner takes it (`start_queued`),
+like any queued trial, so `scheduling.reconcile` never sees it before it is dispatched. Within its
+campaign a replay's trials go first, in the replay's own order (the payoff order it was queued in).
+
 Locks on PostgreSQL: `start_queued` locks the runner row, then the queued trial's row, both
 FOR NO KEY UPDATE (an insert that references them, such as the new attempt, still proceeds); it never
 takes the campaign row, and it skips a trial row another transaction holds (SKIP LOCKED): it waits only
@@ -58,8 +63,14 @@ def _waiting(session: Session, campaign_id: int | None = None) -> list[tuple[Tri
     oldest: dict[int, int] = {}
     for trial, _ in rows:
         oldest[trial.campaign_id] = min(oldest.get(trial.campaign_id, trial.id or 0), trial.id or 0)
-    # A stable sort keeps position, then id, within each campaign.
-    return sorted(rows, key=lambda row: oldest[row[0].campaign_id])
+    # A stable sort keeps position, then id, within each campaign; a replay's trials first, in its order.
+    return sorted(
+        rows,
+        key=lambda row: (
+            oldest[row[0].campaign_id],
+            (0, row[0].replay_id, row[0].id or 0) if row[0].replay_id is not None else (1, 0, 0),
+        ),
+    )
 
 
 def campaign_queue(session: Session, campaign: Campaign) -> list[QueuedTrial]:
@@ -108,6 +119,8 @@ def start_queued(session: Session, runner_id: int, *, online: set[int] | None = 
     if busy is not None:
         return None
     for trial, approach in _waiting(session):
+        if trial.pinned_runner_id is not None and trial.pinned_runner_id != runner_id:
+            continue  # queued for another runner only
         if unmet_requirements(approach.requirements, runner.fingerprint):
             continue
         locked = _lock_if_queued(session, trial.id)  # type: ignore[arg-type]

@@ -98,7 +98,7 @@ class RunNext:
         return self.trial is not None and self.dispatch is None
 
 
-def _lock_campaign(session: Session, campaign: Campaign) -> None:
+def lock_campaign(session: Session, campaign: Campaign) -> None:
     # Serializes "run next" per campaign. SQLite: the write session already holds BEGIN IMMEDIATE.
     # PostgreSQL: FOR NO KEY UPDATE, not FOR UPDATE: rows that reference the campaign (a runner's batch
     # inserting metrics) go on meanwhile, so that batch, holding its runner's row, never waits for this
@@ -141,7 +141,7 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
 
     `online`: ids of runners whose socket this server holds (None: trust Runner.connected).
     """
-    _lock_campaign(session, campaign)
+    lock_campaign(session, campaign)
     session.refresh(campaign)
     queue = planning.run_next_order(session, campaign, candidates(session, campaign))
     if not queue:
@@ -250,7 +250,7 @@ def run_approach(
 ) -> RunNext:
     """ "Run this approach": a person's choice, whatever its status or priority, on a connected idle
     runner that can run it; or the reason it cannot run now. Serialized with run_next per campaign."""
-    _lock_campaign(session, campaign)
+    lock_campaign(session, campaign)
     session.refresh(approach)
     if not has_recipe(approach):
         return RunNext(approach=approach, reason=f"{approach.title} has no recipe: add one under Details › Edit")

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from sqlmodel import Session
 
-from app.domain import queue, repeats, scheduling, trial_reads, trials
+from app.domain import queue, repeats, replay, scheduling, trial_reads, trials
 from app.domain.inventory import get_approach, get_campaign
 from app.live import get_hub, run_in_tx
 from app.models import Trial
@@ -46,6 +46,7 @@ async def start_queued(app: FastAPI, runner_id: int) -> scheduling.RunNext | Non
     def work(session: Session) -> scheduling.RunNext | None:
         # Settles whose round ended queue their next round first (or end), so this runner can take it.
         settled[:] = repeats.advance_open(session)
+        settled.extend(replay.advance_open(session))  # replays whose trials have all ended finish
         return queue.start_queued(session, runner_id, online=hub.online())
 
     result = await _dispatch(app, work)
@@ -71,6 +72,35 @@ async def start_settle(
         events.publish(app, *events.of_trial(trial))
     await start_queued_anywhere(app)
     return settle, queued
+
+
+async def start_replay(app: FastAPI, slug: str, runner_id: int, actor: str) -> tuple[Any, list[Trial]]:
+    """ "Replay on runner R": the replay and its trials, queued for R in one transaction; then R (if
+    connected) takes the first (app/domain/replay.py)."""
+
+    def work(session: Session) -> tuple[Any, list[Trial]]:
+        return replay.start(session, get_campaign(session, slug), runner_id, actor)
+
+    row, queued = await run_in_tx(app.state.engine, work)
+    events.publish(app, events.campaign(row.campaign_id), *(t for trial in queued for t in events.of_trial(trial)))
+    await start_queued_anywhere(app)
+    return row, queued
+
+
+async def cancel_replay(app: FastAPI, slug: str, replay_id: int, actor: str) -> tuple[Any, list[Trial]]:
+    """Cancel a replay's queued trials (one transaction), then tell viewers."""
+
+    def work(session: Session) -> tuple[Any, list[Trial]]:
+        campaign = get_campaign(session, slug)
+        cancelled = replay.cancel(session, campaign, replay_id, actor)
+        return replay.get(session, campaign, replay_id), cancelled
+
+    row, cancelled = await run_in_tx(app.state.engine, work)
+    hub = get_hub(app)
+    for trial in cancelled:
+        hub.publish_state(trial.id, trial_reads.trial_view(trial))
+    events.publish(app, events.campaign(row.campaign_id), *(t for trial in cancelled for t in events.of_trial(trial)))
+    return row, cancelled
 
 
 async def start_queued_anywhere(app: FastAPI) -> None:

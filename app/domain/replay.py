@@ -1,0 +1,473 @@
+"""Campaign replay: "Replay on runner R" re-runs, on R's stack, every approach whose verdict is bound to a
+component in which R's stack differs, and reports what changed (docs/planning.md, Replay).
+
+`start` finds those approaches (verdicts.retest_reason_on against R's fingerprint), ranks them by payoff
+(planning.payoff_ranking, as "Run next" does) and queues one trial of each through the normal queue,
+pinned to R (`Trial.pinned_runner_id`: only R takes them, app/domain/queue.py), in that order. The Replay
+row keeps, per approach, what it was before: its status and reason, the trial behind its verdict and the
+stack summary it was reached on; and R's fingerprint. `cancel` cancels its queued trials and nothing else
+(a trial R already took runs on). `advance_open` (in the transaction in which a runner looks at the queue,
+app/services/trials.start_queued, like repeats.advance_open) finishes a replay whose trials have all ended
+and writes `replay.finished` to the notification outbox in that transaction. `report`: per approach, the
+verdict and figures before and after, what changed status, and the comparison statistics of the headline
+metric (comparison.compare_trials across stacks: the ratio interval and faster / slower / indistinguishable).
+
+Locks on PostgreSQL: `start` takes the campaign row (scheduling.lock_campaign, as run next does); `cancel`
+takes the replay row, then each queued trial's (queue.lock_trial), never a runner's; `advance_open` skips
+a replay row another transaction holds. Functions flush, never commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from app.domain import comparison, notifications, planning, queue, scheduling, trials, verdicts
+from app.domain import fingerprint as stack
+from app.domain import runners as runner_domain
+from app.domain.errors import Invalid, NotFound
+from app.domain.runners import unmet_requirements
+from app.models import (
+    ACTIVE_TRIAL_STATES,
+    TERMINAL_TRIAL_STATES,
+    Approach,
+    ApproachStatus,
+    Campaign,
+    Replay,
+    ReplayState,
+    Runner,
+    StatusChange,
+    Trial,
+    TrialState,
+    utcnow,
+)
+
+# A verdict a replay can revisit: the ones a person confirmed (untested has none; queued / running are a trial's).
+VERDICTS = (ApproachStatus.promising, ApproachStatus.adopted, ApproachStatus.dead_end, ApproachStatus.deferred)
+
+
+def _summary(fp: dict[str, Any] | None) -> str:
+    return runner_domain.summary(fp) if fp else "unknown stack"
+
+
+def _verdict_trial(session: Session, approach: Approach) -> int | None:
+    """The trial behind the approach's verdict: the newest status change to its status that names a trial."""
+    return session.exec(
+        select(StatusChange.trial_id)
+        .where(
+            StatusChange.approach_id == approach.id,
+            StatusChange.to_status == approach.status,
+            col(StatusChange.trial_id).is_not(None),
+        )
+        .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
+    ).first()
+
+
+def _skip_reason(session: Session, approach: Approach, runner: Runner) -> str | None:
+    if not scheduling.has_recipe(approach):
+        return "no recipe"
+    unmet = unmet_requirements(approach.requirements, runner.fingerprint)
+    if unmet:
+        return f"{runner.name} lacks {', '.join(unmet)}"
+    if approach.pending_trial_id is not None:
+        return f"waits for a verdict on trial #{approach.pending_trial_id}"
+    active = session.exec(
+        select(Trial.id).where(Trial.approach_id == approach.id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
+    ).first()
+    if active is not None:
+        return f"trial #{active} of it has not ended"
+    return None
+
+
+def start(session: Session, campaign: Campaign, runner_id: int, actor: str) -> tuple[Replay, list[Trial]]:
+    """A replay on the runner: its trials queued for that runner in payoff order. Refuses (Invalid) when
+    nothing would be replayed, saying why (same stack, or each differing approach cannot run there)."""
+    runner = session.get(Runner, runner_id)
+    if runner is None:
+        raise NotFound(f"No runner #{runner_id}.", field="runner_id")
+    if runner.revoked_at is not None:
+        raise Invalid(f"runner {runner.name} is revoked", field="runner_id")
+    if not runner.fingerprint:
+        raise Invalid(f"runner {runner.name} has not reported its stack yet: connect it first", field="runner_id")
+    scheduling.lock_campaign(session, campaign)
+    differing: list[tuple[Approach, str]] = []
+    for approach in planning.approaches(session, campaign):
+        # A verdict's binding stays while a trial of it runs (queued / running): that one is skipped, said why.
+        if approach.status == ApproachStatus.untested or not stack.bound_components(approach.bound_to):
+            continue
+        reason = verdicts.retest_reason_on(approach, runner.fingerprint)
+        if reason:
+            differing.append((approach, reason))
+    if not differing:
+        raise Invalid(
+            f"nothing to replay on {runner.name}: no verdict of {campaign.slug} is bound to a component in which "
+            f"its stack ({_summary(runner.fingerprint)}) differs",
+            field="runner_id",
+        )
+    skipped = {a.id: why for a, _ in differing if (why := _skip_reason(session, a, runner))}
+    runnable = [a for a, _ in differing if a.id not in skipped]
+    if not runnable:
+        reasons = "; ".join(f"{a.title}: {skipped[a.id]}" for a, _ in differing)
+        raise Invalid(f"nothing to replay on {runner.name}: {reasons}", field="runner_id")
+    retest = {a.id: reason for a, reason in differing}
+    ranked = planning.payoff_ranking(session, campaign, runnable, {a.id: retest[a.id] for a in runnable})  # type: ignore[misc]
+    replay = Replay(
+        campaign_id=campaign.id,  # type: ignore[arg-type]
+        runner_id=runner.id,
+        runner_name=runner.name,
+        runner_fingerprint=dict(runner.fingerprint),
+        requested_by=actor,
+    )
+    session.add(replay)
+    session.flush()
+    entries: list[dict[str, Any]] = []
+    queued: list[Trial] = []
+    for r in ranked:
+        a = r.approach
+        before = {
+            "approach_id": a.id,
+            "key": a.key,
+            "title": a.title,
+            "status": a.status,
+            "reason": a.reason,
+            "trial_id": _verdict_trial(session, a),
+            "stack": _summary(a.verdict_fingerprint),
+            "bound": stack.describe_binding(a.bound_to, a.verdict_fingerprint),
+            "retest": retest[a.id],
+        }
+        trial = scheduling.create_trial(session, a, None, actor)
+        trial.replay_id = replay.id
+        trial.pinned_runner_id = runner.id
+        session.add(trial)
+        queued.append(trial)
+        entries.append({**before, "replay_trial_id": trial.id})
+    entries += [
+        {"approach_id": a.id, "key": a.key, "title": a.title, "status": a.status, "skipped": skipped[a.id]}
+        for a, _ in differing
+        if a.id in skipped
+    ]
+    replay.entries = entries
+    session.add(replay)
+    session.flush()
+    return replay, queued
+
+
+def get(session: Session, campaign: Campaign, replay_id: int) -> Replay:
+    replay = session.get(Replay, replay_id)
+    if replay is None or replay.campaign_id != campaign.id:
+        raise NotFound(f"No replay #{replay_id} in campaign {campaign.slug!r}.")
+    return replay
+
+
+def of_campaign(session: Session, campaign: Campaign) -> list[Replay]:
+    """The campaign's replays, newest first."""
+    return list(session.exec(select(Replay).where(Replay.campaign_id == campaign.id).order_by(col(Replay.id).desc())))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A replay as the campaign page's list shows it: its trials and how many have ended."""
+
+    replay: Replay
+    queued: int
+    ended: int
+
+
+def summaries(session: Session, campaign: Campaign, limit: int = 10) -> list[Summary]:
+    """The campaign's latest replays, newest first, with their trial counts (two queries, whatever the size)."""
+    rows = list(
+        session.exec(
+            select(Replay).where(Replay.campaign_id == campaign.id).order_by(col(Replay.id).desc()).limit(limit)
+        )
+    )
+    counts: dict[int, list[int]] = {r.id: [0, 0] for r in rows if r.id is not None}
+    if counts:
+        for replay_id, state in session.exec(
+            select(Trial.replay_id, Trial.state).where(col(Trial.replay_id).in_(list(counts)))
+        ):
+            counts[replay_id][0] += 1  # type: ignore[index]
+            counts[replay_id][1] += state in TERMINAL_TRIAL_STATES  # type: ignore[index]
+    return [Summary(r, *counts[r.id]) for r in rows]  # type: ignore[index]
+
+
+def _trials(session: Session, replay: Replay) -> list[Trial]:
+    return list(session.exec(select(Trial).where(Trial.replay_id == replay.id).order_by(col(Trial.id))))
+
+
+def _lock(session: Session, replay_id: int, *, skip_locked: bool = False) -> Replay | None:
+    return session.exec(
+        select(Replay)
+        .where(Replay.id == replay_id)
+        .with_for_update(skip_locked=skip_locked)
+        .execution_options(populate_existing=True)
+    ).first()
+
+
+def cancel(session: Session, campaign: Campaign, replay_id: int, actor: str) -> list[Trial]:
+    """Cancel the replay's queued trials (and nothing else: one its runner took runs on); the replay is
+    cancelled. Returns the trials cancelled."""
+    get(session, campaign, replay_id)
+    replay = _lock(session, replay_id)
+    assert replay is not None
+    if replay.state != ReplayState.running:
+        raise Invalid(f"replay #{replay.id} has already ended ({replay.state})", field="replay")
+    cancelled = []
+    for trial in _trials(session, replay):
+        if trial.state != TrialState.queued or trial.runner_id is not None:
+            continue
+        locked = queue.lock_trial(session, trial.id)  # type: ignore[arg-type]
+        if locked.state == TrialState.queued and locked.runner_id is None:
+            trials.request_cancel(session, locked, actor)
+            cancelled.append(locked)
+    replay.state = ReplayState.cancelled
+    replay.ended_at = utcnow()
+    session.add(replay)
+    session.flush()
+    return cancelled
+
+
+def advance_open(session: Session) -> list[int]:
+    """Finish every running replay whose trials have all ended (replay.finished to the outbox, in this
+    transaction). Returns the campaign ids whose replays finished (their pages refresh)."""
+    changed = []
+    for replay_id in session.exec(select(Replay.id).where(Replay.state == ReplayState.running)).all():
+        replay = _lock(session, replay_id, skip_locked=True)  # type: ignore[arg-type]
+        if replay is None or replay.state != ReplayState.running:
+            continue
+        mine = _trials(session, replay)
+        if any(t.state not in TERMINAL_TRIAL_STATES for t in mine):
+            continue
+        replay.state = ReplayState.finished
+        replay.ended_at = utcnow()
+        session.add(replay)
+        session.flush()
+        campaign = session.get(Campaign, replay.campaign_id)
+        assert campaign is not None
+        notifications.replay_finished(
+            session, campaign, replay, [row.sentence for row in report(session, campaign, replay).rows]
+        )
+        changed.append(replay.campaign_id)
+    return changed
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of the headline metric, before against after (ratio: after's median over before's)."""
+
+    label: str
+    before: float | None
+    after: float | None
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: str | None  # faster / slower / indistinguishable; None: not measured on both
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("label", "before", "after", "ratio", "low", "high", "verdict", "note")}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One approach of the replay: before (the old stack) and after (the runner's)."""
+
+    key: str
+    title: str
+    before_status: str
+    before_reason: str
+    before_stack: str
+    before_trial_id: int | None
+    retest: str
+    trial_id: int | None
+    trial_state: str | None
+    proposed: str | None  # the status the replay trial's proposal names
+    after_status: str | None  # the verdict confirmed on the replay trial (None: not yet)
+    metric: str | None
+    unit: str
+    points: tuple[Point, ...]
+    skipped: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.after_status is not None and self.after_status != self.before_status
+
+    @property
+    def sentence(self) -> str:
+        if self.skipped:
+            return f"{self.key}: not replayed ({self.skipped})"
+        after = self.after_status or (
+            f"proposed {self.proposed}" if self.proposed else f"trial {self.trial_state or 'queued'}, no verdict yet"
+        )
+        head = f"{self.key}: {self.before_status} -> {after}"
+        measured = [p for p in self.points if p.verdict]
+        if measured:
+            p = measured[0]
+            head += f"; {self.metric} {p.label + ' ' if p.label else ''}x{p.ratio:.3g} ({p.verdict})"
+        return head
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "title": self.title,
+            "before": {
+                "status": self.before_status,
+                "reason": self.before_reason,
+                "stack": self.before_stack,
+                "trial_id": self.before_trial_id,
+            },
+            "after": {
+                "trial_id": self.trial_id,
+                "trial_state": self.trial_state,
+                "proposed": self.proposed,
+                "status": self.after_status,
+            },
+            "retest": self.retest,
+            "changed": self.changed,
+            "skipped": self.skipped or None,
+            "metric": self.metric,
+            "unit": self.unit,
+            "points": [p.as_dict() for p in self.points],
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    replay: Replay
+    rows: list[Row]
+
+    @property
+    def runner_stack(self) -> str:
+        return _summary(self.replay.runner_fingerprint)
+
+    @property
+    def ended(self) -> int:
+        return sum(1 for r in self.rows if r.trial_state in TERMINAL_TRIAL_STATES)
+
+    @property
+    def queued(self) -> int:
+        return sum(1 for r in self.rows if r.trial_id is not None)
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.replay
+        return {
+            "id": r.id,
+            "state": r.state,
+            "runner_id": r.runner_id,
+            "runner": r.runner_name,
+            "runner_stack": self.runner_stack,
+            "requested_by": r.requested_by,
+            "created_at": r.created_at,
+            "ended_at": r.ended_at,
+            "trials": self.queued,
+            "ended": self.ended,
+            "rows": [row.as_dict() for row in self.rows],
+        }
+
+
+def _points(session: Session, campaign: Campaign, before: int, after: int) -> tuple[str | None, str, tuple[Point, ...]]:
+    result = comparison.compare_trials(session, campaign, [before, after], across_stacks=True)
+    group = comparison.deciding_group(result)
+    if group is None:
+        return None, "", ()
+    points = []
+    for row in group.rows:
+        pair = row.stats.pairs[0] if row.stats is not None else None
+        s = pair.stats if pair is not None else None
+        ratio = s.ratio if s is not None else None
+        points.append(
+            Point(
+                row.label,
+                row.values[0],
+                row.values[1],
+                ratio.value if ratio else None,
+                ratio.low if ratio else None,
+                ratio.high if ratio else None,
+                s.verdict.value if s is not None else None,
+                pair.not_compared if pair is not None else "",
+            )
+        )
+    return group.name, group.unit, tuple(points)
+
+
+def _confirmed_on(session: Session, trial_ids: list[int]) -> dict[int, str]:
+    """trial id -> the status the newest status change naming the trial moved to (a verdict once confirmed)."""
+    if not trial_ids:
+        return {}
+    out: dict[int, str] = {}
+    for trial_id, to_status in session.exec(
+        select(StatusChange.trial_id, StatusChange.to_status)
+        .where(col(StatusChange.trial_id).in_(trial_ids))
+        .order_by(col(StatusChange.at), col(StatusChange.id))
+    ):
+        if to_status in VERDICTS or to_status == ApproachStatus.untested:
+            out[trial_id] = to_status  # type: ignore[index]
+    return out
+
+
+def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
+    """Per approach of the replay (payoff order): before and after, what changed, the headline metric's statistics."""
+    by_id = {t.id: t for t in _trials(session, replay)}
+    approaches = {a.id: a for a in planning.approaches(session, campaign)}
+    confirmed = _confirmed_on(session, [i for i in by_id if i is not None])
+    rows = []
+    for e in replay.entries:
+        if e.get("skipped"):
+            rows.append(
+                Row(
+                    e["key"],
+                    e["title"],
+                    e["status"],
+                    "",
+                    "",
+                    None,
+                    "",
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    "",
+                    (),
+                    e["skipped"],
+                )
+            )
+            continue
+        trial = by_id.get(e["replay_trial_id"])
+        approach = approaches.get(e["approach_id"])
+        after = None
+        if (
+            trial is not None
+            and trial.id in confirmed
+            and approach is not None
+            and approach.pending_trial_id != trial.id
+        ):
+            after = confirmed[trial.id]
+            if trial.state in (TrialState.cancelled, TrialState.lost):
+                after = None  # the approach went back to what it was: no new verdict
+        metric: str | None = None
+        unit = ""
+        points: tuple[Point, ...] = ()
+        if trial is not None and trial.state == TrialState.succeeded and e.get("trial_id"):
+            metric, unit, points = _points(session, campaign, e["trial_id"], trial.id)  # type: ignore[arg-type]
+        proposal = (trial.proposal or {}) if trial is not None else {}
+        rows.append(
+            Row(
+                key=e["key"],
+                title=e["title"],
+                before_status=e["status"],
+                before_reason=e.get("reason") or "",
+                before_stack=e.get("stack") or "",
+                before_trial_id=e.get("trial_id"),
+                retest=e.get("retest") or "",
+                trial_id=trial.id if trial is not None else None,
+                trial_state=trial.state if trial is not None else None,
+                proposed=proposal.get("status"),
+                after_status=after,
+                metric=metric,
+                unit=unit,
+                points=points,
+            )
+        )
+    return Report(replay, rows)
