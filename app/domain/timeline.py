@@ -131,7 +131,7 @@ def campaign_timeline(
                 titles.get(approach_id, "?"),
                 state,
                 n,
-                aware(first),  # type: ignore[arg-type]
+                aware(first),
                 aware(end) if ended == n else None,
             )
             for approach_id, state, n, first, end, ended in spans
