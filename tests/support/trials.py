@@ -63,7 +63,7 @@ def new_runner_token(engine, name: str | None = None) -> tuple[int, str]:
         return runner.id, token  # type: ignore[return-value]
 
 
-FINGERPRINT = {
+FINGERPRINT: dict[str, Any] = {
     "hostname": "stand-in",
     "gpu_count": 8,
     "gpus": [{"name": "H200", "sm": "9.0"}] * 8,
