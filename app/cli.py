@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -72,7 +72,7 @@ def _engine(settings: Settings):
     return make_engine(url)
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
     raise typer.Exit(code)
 
@@ -535,8 +535,8 @@ def plan_cmd(
     if plan.target:
         change = ", ".join(f"{STACK_COMPONENTS[c]} {old or '?'} -> {new}" for c, old, new in plan.changes)
         console.print(f"target: {change or 'no change'}", highlight=False)
-        for r in plan.reopens:
-            console.print(f"  re-opens {r.closed.approach.title}: {r.why}", highlight=False)
+        for reopen in plan.reopens:
+            console.print(f"  re-opens {reopen.closed.approach.title}: {reopen.why}", highlight=False)
         for u in plan.untouched:
             console.print(f"  leaves {u.closed.approach.title}: {u.why}", highlight=False)
 
@@ -607,7 +607,7 @@ def classify(
     except OSError as exc:
         _fail(f"cannot read {logfile}: {exc.strerror or exc}", code=2)
     metrics = metrics_from_log(text) if baseline is not None else None
-    if baseline is not None and not any(m["name"] == MetricName.OUTPUT_THROUGHPUT for m in metrics):
+    if metrics is not None and not any(m["name"] == MetricName.OUTPUT_THROUGHPUT for m in metrics):
         _fail(
             f"--baseline: no output throughput in {'stdin' if logfile == '-' else logfile} "
             "(no metric line and no bench_serving 'Output token throughput (tok/s):' summary)",

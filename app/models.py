@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
@@ -19,6 +19,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@overload
+def aware(ts: datetime) -> datetime: ...
+@overload
+def aware(ts: None) -> None: ...
+@overload
+def aware(ts: datetime | None) -> datetime | None: ...
 def aware(ts: datetime | None) -> datetime | None:
     """The one UTC helper: a time in UTC. SQLite returns naive datetimes for timezone-aware columns (they were
     written as UTC); a time of another zone (a campaign file's) is converted."""

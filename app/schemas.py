@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from copy import copy
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -19,6 +19,7 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+from pydantic.config import JsonDict
 from sqlmodel import SQLModel
 
 from app.models import ApproachStatus, ModelInputFields, TrialState, aware
@@ -67,7 +68,7 @@ def _not_null(*names: str) -> Any:
                     raise ValueError(f"{name} cannot be null: leave it out to keep it")
         return data
 
-    return model_validator(mode="before")(classmethod(check))
+    return model_validator(mode="before")(check)  # pydantic makes it a classmethod (its first argument is cls)
 
 
 def _utc(v: Any) -> Any:
@@ -177,6 +178,8 @@ def optional_inputs(names: tuple[str, ...]) -> dict[str, Any]:
     for name in names:
         info = copy(ModelInputFields.model_fields[name])
         info.default = None
+        if info.annotation is None:
+            raise TypeError(f"model input {name} has no annotation")
         fields[name] = (info.annotation | None, info)
     return fields
 
@@ -261,7 +264,7 @@ class CampaignText(SQLModel):
 class CampaignBase(ModelInputFields, CampaignText):
     """Name and description, then the model inputs (ModelInputFields), then where they come from."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)  # type: ignore[assignment]  # sqlmodel types model_config as its SQLModelConfig
     input_sources: dict[ModelInput, Annotated[str, Field(max_length=2000)]] | None = Field(
         None,
         max_length=50,
@@ -301,7 +304,9 @@ class CampaignUpdate(ModelInputFields):
     """Any of the campaign's text and model inputs; a field left out keeps its stored value (applied with
     `exclude_unset`, so the inputs' creation defaults never apply here)."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, json_schema_extra=_no_defaults)
+    model_config = ConfigDict(  # type: ignore[assignment]  # sqlmodel types model_config as its SQLModelConfig
+        extra="forbid", str_strip_whitespace=True, json_schema_extra=_no_defaults
+    )
     # Fields whose columns are NOT NULL: may be left out, never null (the schema says so too).
     name: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
     description: str = Field(None, max_length=20000)  # type: ignore[assignment]
@@ -317,7 +322,7 @@ class CampaignUpdate(ModelInputFields):
 
 
 class CampaignPublic(CampaignCreate):
-    model_config = ConfigDict(from_attributes=True)
+    model_config = ConfigDict(from_attributes=True)  # type: ignore[assignment]  # as CampaignBase's
     id: int
     created_at: datetime
     updated_at: datetime
@@ -370,15 +375,17 @@ class ImportSummary(BaseModel):
 
 
 # The statuses a person sets (queued and running follow the approach's trial): the schema says so.
-PersonStatus = Literal[
-    tuple(s.value for s in ApproachStatus if s not in (ApproachStatus.queued, ApproachStatus.running))
-]  # type: ignore[valid-type]
+PersonStatus = Literal["untested", "promising", "adopted", "dead_end", "deferred"]
+if list(get_args(PersonStatus)) != [
+    s.value for s in ApproachStatus if s not in (ApproachStatus.queued, ApproachStatus.running)
+]:  # one list: ApproachStatus's, less the two that follow the trial
+    raise RuntimeError("PersonStatus no longer matches ApproachStatus less queued and running")
 
 
 # Statuses a verdict can end in; they need a reason so the next person knows why (the schema says so too).
 NEEDS_REASON = frozenset({ApproachStatus.dead_end, ApproachStatus.deferred})
-_REASON_REQUIRED = {
-    "if": {"properties": {"status": {"enum": sorted(NEEDS_REASON)}}, "required": ["status"]},
+_REASON_REQUIRED: JsonDict = {
+    "if": {"properties": {"status": {"enum": [s.value for s in sorted(NEEDS_REASON)]}}, "required": ["status"]},
     "then": {"properties": {"reason": {"pattern": "\\S"}}, "required": ["reason"]},
 }
 
@@ -410,7 +417,7 @@ class ApproachPublic(ApproachCreate):
     model_config = ConfigDict(from_attributes=True)
     id: int
     position: int
-    recipe: dict[str, Any] | None = None  # as stored: read back, never re-checked
+    recipe: dict[str, Any] | None = None  # type: ignore[assignment]  # as stored: read back, never re-checked
     requirements: Requirements | None = None
     bound_to: dict[str, Any] | None = None
     verdict_fingerprint: dict[str, Any] | None = None

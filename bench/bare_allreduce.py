@@ -106,7 +106,10 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", rank=rank, world_size=world)
-    group_name = dist.group.WORLD.group_name
+    world_group = dist.group.WORLD
+    if world_group is None:  # init_process_group above sets it
+        raise RuntimeError("torch.distributed has no WORLD group after init_process_group")
+    group_name = world_group.group_name
     dtype = DTYPES[args.dtype]
     for variant in args.variants:
         backend, mode = variant.split(":")

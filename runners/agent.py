@@ -204,7 +204,7 @@ class Agent:
             for trial_id, _ in artifacts.pending_dirs(self.options.spool_dir):  # left by a runner that died
                 self._upload_artifacts(trial_id)
             connection = asyncio.create_task(self._connection_loop())
-            helpers = [asyncio.create_task(self._stopping.wait())]
+            helpers: list[asyncio.Task[object]] = [asyncio.create_task(self._stopping.wait())]
             if self.options.parent_pid:
                 helpers.append(asyncio.create_task(self._watch_parent()))
             try:
@@ -248,14 +248,16 @@ class Agent:
             await connection
 
     async def _stop_all_attempts(self) -> None:
-        running = [a for a in self.attempts.values() if a.task and not a.task.done()]
+        running = [a for a in self.attempts.values() if a.task is not None and not a.task.done()]
         for attempt in running:
-            if hasattr(attempt.process, "detach"):  # a SLURM job goes on; the next runner re-attaches
-                attempt.process.detach()
+            process = attempt.process
+            if process is not None and hasattr(process, "detach"):  # a SLURM job goes on; the next runner re-attaches
+                process.detach()
             else:
                 self._cancel_attempt(attempt)
         if running:
-            await asyncio.wait([a.task for a in running], timeout=self.options.cancel_grace_s + 15)
+            tasks = [a.task for a in running if a.task is not None]
+            await asyncio.wait(tasks, timeout=self.options.cancel_grace_s + 15)
 
     async def _watch_parent(self) -> None:
         while os.getppid() == self.options.parent_pid:
@@ -361,9 +363,9 @@ class Agent:
         # Stop what the server no longer wants run; what has ended is still reported (the server
         # acks it, or rejects it when stale, and only then is it dropped).
         for attempt_id in welcome.cancel:
-            attempt = self.attempts.get(attempt_id)
-            if attempt is not None and attempt.running:
-                self._cancel_attempt(attempt)
+            unwanted = self.attempts.get(attempt_id)
+            if unwanted is not None and unwanted.running:
+                self._cancel_attempt(unwanted)
         log.info("connected to %s as runner %s (holding %d attempt(s))", self.url, welcome.runner_id, len(held))
         self.connected.set()
         self._wake.set()
@@ -489,6 +491,7 @@ class Agent:
 
     def _callbacks(self, attempt: Attempt) -> dict[str, Any]:
         loop = self._loop
+        assert loop is not None  # run() sets it before any trial starts
         return dict(
             on_chunk=lambda chunk: self._spool_chunk(attempt, chunk),
             on_phase=lambda name: loop.call_soon_threadsafe(self._queue_phase, attempt, name),
@@ -637,6 +640,7 @@ class Agent:
         if trace.on:
             trace("r_read", attempt.trial_id, seq, chunk.read_ns)
             trace("r_spooled", attempt.trial_id, seq)
+        assert self._loop is not None  # run() sets it before any trial starts
         self._loop.call_soon_threadsafe(self._wake.set)
 
     def _queue(self, message: Started | Phase) -> None:
@@ -800,6 +804,7 @@ def start_embedded(
     server_secrets = {"CAMPAIGN_SECRET_KEY", "CAMPAIGN_DATABASE_URL", TOKEN_ENV, *SECRET_ENV}
     env = {key: value for key, value in os.environ.items() if key not in server_secrets}
     runner = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, start_new_session=True)
+    assert runner.stdin is not None  # stdin=PIPE
     runner.stdin.write(token.encode() + b"\n")
     runner.stdin.close()
     return runner

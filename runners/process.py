@@ -433,7 +433,8 @@ class TrialProcess:
 
     def wait(self) -> TrialResult:
         """Block until the trial has ended and everything it started is gone."""
-        assert self.popen is not None, "start() first"
+        assert self.popen is not None and self._reader is not None, "start() first"
+        reader = self._reader
         deadline = time.monotonic() + self.spec.timeout_s
         outcome = "exited"
         while self.popen.poll() is None:
@@ -448,16 +449,16 @@ class TrialProcess:
         error = ""
         if outcome == "exited":
             # Let the pipe drain before looking for leftovers that still hold it open.
-            self._reader.join(timeout=0.5)
+            reader.join(timeout=0.5)
         leftovers = self._terminate(kill_now=self._kill_now)
         if outcome == "timed_out":
             error = f"timed out after {self.spec.timeout_s:g} s"
         elif outcome == "exited" and leftovers:
             error = f"left {len(leftovers)} process(es) running after it exited (pids {', '.join(map(str, leftovers))}); killed them"
-        self._reader.join(timeout=2.0)
-        if self._reader.is_alive():  # something we could not see still holds the pipe
+        reader.join(timeout=2.0)
+        if reader.is_alive():  # something we could not see still holds the pipe
             self._stop_reading.set()
-            self._reader.join(timeout=2.0)
+            reader.join(timeout=2.0)
         with _leaders_lock:
             _live_leaders.pop(self.popen.pid, None)
             last = not _live_leaders
@@ -476,10 +477,17 @@ class TrialProcess:
 
     # -- internals --
 
+    @property
+    def _popen(self) -> subprocess.Popen[bytes]:
+        """The trial's process: the internals run only once start() has made it."""
+        if self.popen is None:
+            raise RuntimeError("start() first")
+        return self.popen
+
     def _track_descendants(self) -> None:
         reap_orphans()
         try:
-            children = psutil.Process(self.popen.pid).children(recursive=True)
+            children = psutil.Process(self._popen.pid).children(recursive=True)
         except psutil.Error:
             children = []
         children += [proc for proc in (t.process() for t in orphans_of(self)) if proc is not None]
@@ -490,7 +498,7 @@ class TrialProcess:
                 continue
 
     def _targets(self) -> set[ProcessId]:
-        if self.popen.returncode is None:
+        if self._popen.returncode is None:
             self._track_descendants()
         targets = set(self.tracked)
         targets.update(processes_with_marker(self.attempt_id))
@@ -498,10 +506,10 @@ class TrialProcess:
         return {t for t in targets if t.process() is not None}
 
     def _signal_group(self, sig: int, targets: set[ProcessId]) -> None:
-        pgid = self.popen.pid
+        pgid = self._popen.pid
         # While the leader is unreaped its pid cannot be reused, so the group is ours. After that,
         # signal the group only while a process we know of still belongs to it.
-        ours = self.popen.returncode is None or any(_pgid(t.pid) == pgid for t in targets)
+        ours = self._popen.returncode is None or any(_pgid(t.pid) == pgid for t in targets)
         if ours:
             try:
                 os.killpg(pgid, sig)
@@ -513,7 +521,7 @@ class TrialProcess:
 
         Returns the pids (other than the leader) that were still alive when this began."""
         targets = self._targets()
-        leftovers = sorted(t.pid for t in targets if t.pid != self.popen.pid)
+        leftovers = sorted(t.pid for t in targets if t.pid != self._popen.pid)
         if kill_now or self.grace_s <= 0:
             self._kill_all(targets)
         else:
@@ -521,8 +529,8 @@ class TrialProcess:
             kill_processes(targets, signal.SIGTERM)
             deadline = time.monotonic() + self.grace_s
             while time.monotonic() < deadline:
-                self.popen.poll()
-                if self.popen.returncode is not None and not any(t.process() for t in targets):
+                self._popen.poll()
+                if self._popen.returncode is not None and not any(t.process() for t in targets):
                     # Anything started during the grace period? Look once more before stopping.
                     targets = self._targets()
                     if not targets:
@@ -533,7 +541,7 @@ class TrialProcess:
             else:
                 self._kill_all(self._targets() | targets)
         try:
-            self.popen.wait(timeout=5)
+            self._popen.wait(timeout=5)
         except subprocess.TimeoutExpired:  # unkillable (D state); report rather than hang
             pass
         # Wait briefly for the killed ones to vanish so GPU checks see their memory freed.
@@ -547,7 +555,9 @@ class TrialProcess:
         kill_processes(self._targets(), signal.SIGKILL)
 
     def _read_output(self) -> None:
-        fd = self.popen.stdout.fileno()
+        stdout = self._popen.stdout
+        assert stdout is not None  # started with stdout=PIPE
+        fd = stdout.fileno()
         scanner = PhaseScanner()
         last_data = time.monotonic()
 
@@ -576,7 +586,7 @@ class TrialProcess:
         finally:
             deliver(self.chunker.flush(final=True))
             try:
-                self.popen.stdout.close()
+                stdout.close()
             except OSError:
                 pass
 

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from sqlalchemy import func, tuple_
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, utcnow
@@ -49,7 +49,9 @@ def update_campaign(session: Session, campaign: Campaign, data: CampaignUpdate) 
 def approaches(session: Session, campaign: Campaign) -> list[Approach]:
     return list(
         session.exec(
-            select(Approach).where(Approach.campaign_id == campaign.id).order_by(Approach.position, Approach.id)
+            select(Approach)
+            .where(Approach.campaign_id == campaign.id)
+            .order_by(col(Approach.position), col(Approach.id))
         )
     )
 
@@ -87,8 +89,8 @@ def history(
         anchor = session.get(StatusChange, before)
         if anchor is None or anchor.approach_id != approach.id:
             raise NotFound(f"No status change #{before} of {approach.key!r}.")
-        query = query.where(tuple_(StatusChange.at, StatusChange.id) < tuple_(anchor.at, anchor.id))  # type: ignore[arg-type]
-    query = query.order_by(StatusChange.at.desc(), StatusChange.id.desc())  # type: ignore[union-attr]
+        query = query.where(tuple_(StatusChange.at, StatusChange.id) < tuple_(anchor.at, anchor.id))
+    query = query.order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
     if limit is not None:
         query = query.limit(limit)
     return list(session.exec(query))
@@ -108,6 +110,7 @@ def add_approach(session: Session, campaign: Campaign, data: ApproachCreate, act
     _check_reason(data.status, data.reason)
     last = session.exec(select(func.max(Approach.position)).where(Approach.campaign_id == campaign.id)).one()
     fields: dict[str, Any] = data.model_dump(exclude={"requirements"})
+    assert campaign.id is not None  # a stored campaign
     approach = Approach(
         campaign_id=campaign.id,
         position=(last or 0) + 1,
@@ -116,6 +119,7 @@ def add_approach(session: Session, campaign: Campaign, data: ApproachCreate, act
     )
     session.add(approach)
     session.flush()
+    assert approach.id is not None  # the flush gave it one
     session.add(
         StatusChange(
             approach_id=approach.id,
@@ -163,6 +167,7 @@ def change_status(
     if approach.status == to.value:
         raise Conflict(f"The approach is already {to.value.replace('_', ' ')}.", field="status")
     _check_reason(to, reason)
+    assert approach.id is not None  # a stored approach
     change = StatusChange(
         approach_id=approach.id,
         from_status=approach.status,

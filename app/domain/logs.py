@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import delete, insert, update
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from app.domain.trials import StaleAttempt, current_trial
 from app.models import Attempt, LogChunk, Metric, Trial, utcnow
@@ -152,7 +152,7 @@ def _stored_chunks(session: Session, trial_id: int, attempt_id: str, after: int 
         page = session.exec(
             select(LogChunk)
             .where(LogChunk.trial_id == trial_id, LogChunk.attempt_id == attempt_id, LogChunk.seq > after)
-            .order_by(LogChunk.seq)
+            .order_by(col(LogChunk.seq))
             .limit(READ_PAGE)
         ).all()
         yield from page
@@ -221,7 +221,7 @@ def append_chunks(
             continue
         result.trials[trial_id] = trial
         result.acked += received  # every copy is acked, stored or not
-        by_seq = {}
+        by_seq: dict[int, Chunk] = {}
         for c in received:
             by_seq.setdefault(c.seq, c)
         _append_attempt(session, trial, attempt_id, by_seq, cap_bytes, metrics, result)
@@ -247,10 +247,10 @@ def _append_attempt(
     have = set(
         session.exec(
             select(LogChunk.seq).where(
-                LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, LogChunk.seq.in_(seqs)
+                LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, col(LogChunk.seq).in_(seqs)
             )
         ).all()
-    )  # type: ignore[attr-defined]
+    )
     head_limit = cap_bytes // 2
     tomb_seq = _tombstone_seq(session, trial, attempt_id) if trial.log_dropped_bytes else None
     new = []
@@ -305,12 +305,14 @@ def _drop_tail(session: Session, trial: Trial, attempt_id: str, cap_bytes: int, 
     freed, ids, last = 0, [], tomb_seq
     head_limit = cap_bytes // 2
     while freed < excess:
-        query = sa_select(LogChunk.id, LogChunk.seq, LogChunk.data).where(
-            LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, LogChunk.offset >= head_limit
+        query = sa_select(col(LogChunk.id), col(LogChunk.seq), col(LogChunk.data)).where(
+            col(LogChunk.trial_id) == trial.id,
+            col(LogChunk.attempt_id) == attempt_id,
+            col(LogChunk.offset) >= head_limit,
         )
         if last is not None:
-            query = query.where(LogChunk.seq > last)
-        rows = session.execute(query.order_by(LogChunk.seq).limit(256)).all()
+            query = query.where(col(LogChunk.seq) > last)
+        rows = session.execute(query.order_by(col(LogChunk.seq)).limit(256)).all()
         if not rows:
             break
         for row_id, seq, data in rows:
@@ -340,7 +342,9 @@ def _drop_tail(session: Session, trial: Trial, attempt_id: str, cap_bytes: int, 
         session.execute(
             update(LogChunk)
             .where(
-                LogChunk.trial_id == trial.id, LogChunk.attempt_id == attempt_id, LogChunk.offset == TOMBSTONE_OFFSET
+                col(LogChunk.trial_id) == trial.id,
+                col(LogChunk.attempt_id) == attempt_id,
+                col(LogChunk.offset) == TOMBSTONE_OFFSET,
             )
             .values(seq=last)
         )
@@ -366,7 +370,7 @@ def read_after(
         rows = session.exec(
             select(LogChunk)
             .where(LogChunk.trial_id == trial.id, LogChunk.attempt_id == trial.attempt_id, LogChunk.seq > after_seq)
-            .order_by(LogChunk.seq)
+            .order_by(col(LogChunk.seq))
             .limit(page)
         ).all()
         for row in rows:
@@ -383,7 +387,7 @@ def read_after(
 
 def iter_full_log(session: Session, trial: Trial) -> Iterator[str]:
     """The whole stored log of a trial, every attempt in order (a header before each when there are several)."""
-    attempts = session.exec(select(Attempt).where(Attempt.trial_id == trial.id).order_by(Attempt.number)).all()
+    attempts = session.exec(select(Attempt).where(Attempt.trial_id == trial.id).order_by(col(Attempt.number))).all()
     for attempt in attempts:
         if len(attempts) > 1:
             yield f"\n===== attempt {attempt.number} ({attempt.id}) =====\n"
@@ -402,7 +406,9 @@ def head_and_tail(session: Session, trial: Trial, head_bytes: int = 256 * 1024, 
         return ""
     where = (LogChunk.trial_id == trial.id, LogChunk.attempt_id == trial.attempt_id, LogChunk.offset >= 0)
     head, size, last_head = [], 0, -1
-    for seq, data in session.exec(select(LogChunk.seq, LogChunk.data).where(*where).order_by(LogChunk.seq).limit(256)):
+    for seq, data in session.exec(
+        select(LogChunk.seq, LogChunk.data).where(*where).order_by(col(LogChunk.seq)).limit(256)
+    ):
         if size >= head_bytes:
             break
         head.append(data)
@@ -412,9 +418,9 @@ def head_and_tail(session: Session, trial: Trial, head_bytes: int = 256 * 1024, 
     for seq, data in session.exec(
         select(LogChunk.seq, LogChunk.data)
         .where(*where, LogChunk.seq > last_head)
-        .order_by(LogChunk.seq.desc())
+        .order_by(col(LogChunk.seq).desc())
         .limit(256)
-    ):  # type: ignore[attr-defined]
+    ):
         if size >= tail_bytes:
             break
         tail.append(data)
@@ -428,7 +434,7 @@ def last_contiguous_seq(session: Session, trial_id: int, attempt_id: str) -> int
     for seq, offset in session.exec(
         select(LogChunk.seq, LogChunk.offset)
         .where(LogChunk.trial_id == trial_id, LogChunk.attempt_id == attempt_id)
-        .order_by(LogChunk.seq)
+        .order_by(col(LogChunk.seq))
     ):
         if offset == TOMBSTONE_OFFSET:
             expected = seq + 1

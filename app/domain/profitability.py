@@ -48,11 +48,12 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Text, cast, exists, or_
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
@@ -366,7 +367,7 @@ class CampaignMetrics:
 
 def _accept_filter(table: Any) -> Any:
     # tau counts the bonus token, so a real accept length is >= 1 (a server without speculation may report 0).
-    return or_(table.name.not_in(MetricName.ACCEPT_LENGTH), table.value >= 1)  # type: ignore[attr-defined]
+    return or_(table.name.not_in(MetricName.ACCEPT_LENGTH), table.value >= 1)
 
 
 def _newest_trial(campaign_id: int, name: str) -> Any:
@@ -404,7 +405,9 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
     names = [name for name, present in zip(MODEL_METRICS, reported, strict=True) if present]
     columns = [_newest_trial(campaign.id, name) for name in names]
     columns += [_best_trial(campaign.id, name) for name in MetricName.THROUGHPUT if name in names]
-    found = session.execute(select(*columns).where(Approach.campaign_id == campaign.id)) if columns else []
+    found: Iterable[Sequence[int | None]] = (
+        session.execute(select(*columns).where(Approach.campaign_id == campaign.id)) if columns else []
+    )
     trial_ids = {t for row in found for t in row if t is not None}
     if campaign.baseline_trial_id is not None:
         trial_ids.add(campaign.baseline_trial_id)
@@ -414,7 +417,7 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
     # WHERE, SQLite reads the campaign's whole (campaign, name, ...) index instead); filtered here. Columns
     # through Core (no ORM row processing); tags as text, parsed once per distinct text (few tag sets repeat).
     rows = session.connection().execute(
-        select(
+        sa_select(  # typed for eight columns (sqlmodel's select stops at four)
             m.c.trial_id,
             m.c.approach_id,
             m.c.name,
@@ -1032,7 +1035,8 @@ def profitability_report(
     points: list[ApproachPoint] = []
     unmeasured: list[str] = []
     for approach in rows:
-        estimate = approach_latency(metrics, approach.id, inputs)  # type: ignore[arg-type]
+        assert approach.id is not None  # read from the database
+        estimate = approach_latency(metrics, approach.id, inputs)
         if estimate is None:
             unmeasured.append(approach.title)
             continue
@@ -1051,7 +1055,7 @@ def profitability_report(
                 approach_id=approach.id,
                 key=approach.key,
                 title=approach.title,
-                status=approach.status,  # type: ignore[arg-type]
+                status=approach.status,
                 reason=approach.reason,
                 stack=stack_summary(approach.verdict_fingerprint),
                 latency=estimate,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
@@ -127,10 +127,10 @@ def mark_disconnected(
 def active_trials_by_runner(session: Session) -> dict[int, Trial]:
     rows = session.exec(
         select(Trial).where(
-            Trial.state.in_(ACTIVE_TRIAL_STATES),  # type: ignore[attr-defined]
-            Trial.runner_id.is_not(None),
+            col(Trial.state).in_(ACTIVE_TRIAL_STATES),
+            col(Trial.runner_id).is_not(None),
         )
-    )  # type: ignore[union-attr]
+    )
     return {t.runner_id: t for t in rows if t.runner_id is not None}
 
 
@@ -221,9 +221,11 @@ def sm(fingerprint: dict[str, Any] | None) -> tuple[int, int] | None:
     found = _sm_tuple(fp.get("sm"))
     if found is not None:
         return found
-    gpus = fp.get("gpus") if isinstance(fp.get("gpus"), list) else []
-    values = [_sm_tuple(g.get("sm") or g.get("compute_capability")) for g in gpus if isinstance(g, dict)]
-    values = [v for v in values if v is not None]
+    gpus = fp.get("gpus")
+    values: list[tuple[int, int]] = []
+    for g in gpus if isinstance(gpus, list) else []:
+        if isinstance(g, dict) and (v := _sm_tuple(g.get("sm") or g.get("compute_capability"))) is not None:
+            values.append(v)
     return min(values) if values else None
 
 

@@ -15,7 +15,7 @@ import secrets
 from dataclasses import dataclass
 
 from itsdangerous import BadSignature, URLSafeSerializer
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
@@ -46,6 +46,7 @@ def create_share_link(session: Session, campaign: Campaign, name: str, actor: st
     name = name.strip()
     if len(name) > 120:
         raise Invalid("A share link's name is at most 120 characters.", field="name")
+    assert campaign.id is not None  # a stored campaign
     link = ShareLink(
         campaign_id=campaign.id, name=name or "status page", nonce=secrets.token_urlsafe(16), created_by=actor
     )
@@ -59,9 +60,9 @@ def list_share_links(session: Session, campaign: Campaign) -> list[ShareLink]:
         session.exec(
             select(ShareLink)
             .where(ShareLink.campaign_id == campaign.id)
-            .order_by(ShareLink.created_at.desc(), ShareLink.id.desc())
+            .order_by(col(ShareLink.created_at).desc(), col(ShareLink.id).desc())
         )
-    )  # type: ignore[union-attr]
+    )
 
 
 def get_share_link(session: Session, campaign: Campaign, link_id: int) -> ShareLink:

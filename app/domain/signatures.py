@@ -509,9 +509,11 @@ def _slower_than_baseline(t: _Trial) -> Classification | None:
         return None
     for name in MetricName.THROUGHPUT:
         base = t.baseline.get(name)
-        values = [
-            m.get("value") for m in t.metrics if m.get("name") == name and isinstance(m.get("value"), (int, float))
-        ]
+        values: list[float] = []
+        for m in t.metrics:
+            v = m.get("value")
+            if m.get("name") == name and isinstance(v, (int, float)):
+                values.append(v)
         if not isinstance(base, (int, float)) or base <= 0 or not values:
             continue
         value = values[-1]

@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col, select
 
 from app.models import Approach, Campaign, StatusChange, Trial, aware
 
@@ -82,40 +83,43 @@ def campaign_timeline(
     spans: list[Any] = []
     if shown:
         ranked = (
-            select(
-                StatusChange.approach_id,
-                StatusChange.at,
-                StatusChange.from_status,
-                StatusChange.to_status,
-                StatusChange.reason,
+            sa_select(  # typed for six columns (sqlmodel's select stops at four)
+                col(StatusChange.approach_id),
+                col(StatusChange.at),
+                col(StatusChange.from_status),
+                col(StatusChange.to_status),
+                col(StatusChange.reason),
                 func.row_number()
-                .over(partition_by=StatusChange.approach_id, order_by=(StatusChange.at.desc(), StatusChange.id.desc()))  # type: ignore[union-attr]
+                .over(
+                    partition_by=col(StatusChange.approach_id),
+                    order_by=(col(StatusChange.at).desc(), col(StatusChange.id).desc()),
+                )
                 .label("n"),
             )
-            .where(StatusChange.approach_id.in_(sorted(shown)))  # type: ignore[attr-defined]
+            .where(col(StatusChange.approach_id).in_(sorted(shown)))
             .subquery()
         )
-        changes = list(session.execute(select(ranked).where(ranked.c.n <= changes_per_approach)).all())
+        changes = list(session.execute(sa_select(ranked).where(ranked.c.n <= changes_per_approach)).all())
         start = func.coalesce(Trial.started_at, Trial.dispatched_at, Trial.created_at)
         spans = list(
             session.execute(
-                select(
-                    Trial.approach_id,
-                    Trial.state,
+                sa_select(
+                    col(Trial.approach_id),
+                    col(Trial.state),
                     func.count(),
                     func.min(start),
                     func.max(Trial.finished_at),
-                    func.count(Trial.finished_at),
+                    func.count(col(Trial.finished_at)),
                 )
-                .where(Trial.approach_id.in_(sorted(shown)))  # type: ignore[attr-defined]
-                .group_by(Trial.approach_id, Trial.state)
+                .where(col(Trial.approach_id).in_(sorted(shown)))
+                .group_by(col(Trial.approach_id), col(Trial.state))
             ).all()
         )
     return Timeline(
         status_events=tuple(
             sorted(
                 (
-                    StatusEvent(aware(c.at), titles.get(c.approach_id, "?"), c.from_status, c.to_status, c.reason)  # type: ignore[arg-type]
+                    StatusEvent(aware(c.at), titles.get(c.approach_id, "?"), c.from_status, c.to_status, c.reason)
                     for c in changes
                     if c.approach_id in shown
                 ),
@@ -127,7 +131,7 @@ def campaign_timeline(
                 titles.get(approach_id, "?"),
                 state,
                 n,
-                aware(first),  # type: ignore[arg-type]
+                aware(first),
                 aware(end) if ended == n else None,
             )
             for approach_id, state, n, first, end, ended in spans

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from app.domain import fingerprint as stack
 from app.domain import notifications
@@ -135,8 +135,8 @@ def _connected_runners(session: Session) -> list[Runner]:
     return list(
         session.exec(
             select(Runner)
-            .where(Runner.connected.is_(True), Runner.revoked_at.is_(None))  # type: ignore[attr-defined,union-attr]
-            .order_by(Runner.id)
+            .where(col(Runner.connected).is_(True), col(Runner.revoked_at).is_(None))
+            .order_by(col(Runner.id))
         )
     )
 
@@ -160,10 +160,12 @@ def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
         return flags
     verdicts = session.exec(
         select(Approach).where(
-            Approach.campaign_id == campaign.id, Approach.status.in_([ApproachStatus.dead_end, ApproachStatus.deferred])
+            Approach.campaign_id == campaign.id,
+            col(Approach.status).in_([ApproachStatus.dead_end, ApproachStatus.deferred]),
         )
-    )  # type: ignore[attr-defined]
+    )
     for approach in verdicts:
+        assert approach.id is not None  # read from the database
         if not stack.bound_components(approach.bound_to):
             continue
         for runner in _able(approach, runners):
@@ -177,8 +179,8 @@ def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
 def pending(session: Session, campaign: Campaign) -> list[tuple[Approach, Trial]]:
     rows = session.exec(
         select(Approach, Trial)
-        .join(Trial, Trial.id == Approach.pending_trial_id)
+        .join(Trial, col(Trial.id) == Approach.pending_trial_id)
         .where(Approach.campaign_id == campaign.id)
-        .order_by(Approach.position)
+        .order_by(col(Approach.position))
     )
     return list(rows)

@@ -180,7 +180,7 @@ def csv_blocks(engine: Engine, campaign_id: int) -> Iterator[bytes]:
     with engine.connect() as conn:
         dbapi = conn.connection.dbapi_connection
         assert dbapi is not None
-        cursor = dbapi.cursor() if sqlite else dbapi.cursor(name="metrics_csv")  # type: ignore[call-arg]
+        cursor = dbapi.cursor() if sqlite else dbapi.cursor(name="metrics_csv")
         try:
             cursor.execute(CSV_SQL.format(param="?" if sqlite else "%s"), (campaign_id,))
             while rows := cursor.fetchmany(CSV_BATCH):

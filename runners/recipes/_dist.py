@@ -385,8 +385,11 @@ class Rank:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=init_timeout_s))
         self.global_rank = self.rank
-        self.group = dist.group.WORLD
-        self.group_name = self.group.group_name
+        world = dist.group.WORLD
+        if world is None:  # init_process_group above sets it
+            raise RuntimeError("torch.distributed has no WORLD group after init_process_group")
+        self.group = world
+        self.group_name = world.group_name
         # Which ranks share a node (one small all_gather); the node and leaders groups of a multi-node
         # world, created by every rank in the same order as new_group requires. On GPUs the exchange goes
         # over a gloo group: the NCCL group's settings are what a trial tests, and some leave NCCL without

@@ -637,8 +637,9 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
         from_stdout = parse_bench_stdout(bench.stdout)
         # The result file is the benchmark's own record; its printed summary fills gaps.
         for name in sorted(set(from_json) | set(from_stdout)):
-            source = "result_file" if name in from_json else "stdout"
-            value = from_json.get(name, from_stdout.get(name))
+            in_json = name in from_json
+            source = "result_file" if in_json else "stdout"
+            value = from_json[name] if in_json else from_stdout[name]
             emit(name, value, UNITS.get(name, ""), source=source, **tags)
         info = server_info(base_url)
         server.settle()

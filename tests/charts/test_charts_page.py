@@ -21,11 +21,15 @@ def operator(fixture_app, operator_client):
 
 
 def _figure(html: str, name: str):
-    return json.loads(re.search(rf'<script type="application/json" id="{name}">(.*?)</script>', html, re.S).group(1))
+    found = re.search(rf'<script type="application/json" id="{name}">(.*?)</script>', html, re.S)
+    assert found, f"no figure {name}"
+    return json.loads(found.group(1))
 
 
 def _value(html: str, element_id: str) -> float:
-    return float(re.search(rf'id="{element_id}" data-value="([^"]*)"', html).group(1))
+    found = re.search(rf'id="{element_id}" data-value="([^"]*)"', html)
+    assert found, f"no value {element_id}"
+    return float(found.group(1))
 
 
 def test_charts_page_embeds_four_figures_and_local_plotly(operator):
@@ -118,7 +122,9 @@ def test_kimi_demo_answers_once_every_input_is_known(app, operator_client):
     r = operator_client.post(
         "/campaigns/kimi-k25-eagle3/share-links", data={"name": "s"}, headers={"HX-Request": "true"}
     )
-    path = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text).group(1)
+    url = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text)
+    assert url, r.text
+    path = url.group(1)
     status = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", operator_client.get(path).text)).split())
     assert "No, not with NCCL on PCIe (the baseline)" in status and "Only if the accept length" not in status
     assert (

@@ -51,6 +51,7 @@ def test_savings_break_even_and_speedup():
     assert costs.break_even_t_ar_us == pytest.approx(153.838, abs=1e-3)
     # At t_ar* the speedup is exactly 1; communication equals the savings.
     t_star = costs.break_even_t_ar_us
+    assert t_star is not None
     assert costs.speedup(t_star) == pytest.approx(1.0)
     assert costs.comm_ms(t_star) == pytest.approx(costs.savings_ms)
     assert costs.break_even_tau(t_star) == pytest.approx(2.4)
@@ -76,10 +77,14 @@ def test_leviathan():
 def test_latency_at_exact_interpolated_and_nearest():
     curve = [LatencyPoint(14336, 16.6, 1), LatencyPoint(114688, 16.7, 1), LatencyPoint(917504, 22.4, 1)]
     assert latency_at(curve, 14336) == (16.6, "measured", "measured at 14 KiB")
-    value, method, note = latency_at(curve, 57344)  # 4 tokens: 2/3 of the way from 1 to 8 tokens on log2
+    found = latency_at(curve, 57344)
+    assert found is not None
+    value, method, note = found  # 4 tokens: 2/3 of the way from 1 to 8 tokens on log2
     assert method == "interpolated" and "14 KiB and 112 KiB" in note and "not measured at 56 KiB" in note
     assert value == pytest.approx(math.exp(math.log(16.6) + 2 / 3 * (math.log(16.7) - math.log(16.6))))
-    value, method, note = latency_at(curve, 8 * 1024 * 1024)
+    found = latency_at(curve, 8 * 1024 * 1024)
+    assert found is not None
+    value, method, note = found
     assert (value, method) == (22.4, "nearest") and "nearest measured size 896 KiB" in note
     assert latency_at([], 1) is None
 
@@ -108,6 +113,7 @@ def test_inputs_and_their_sources(session):
 
 def test_report_points_by_hand(session):
     report = profitability_report(session, _campaign(session))
+    assert report.costs is not None
     assert report.costs.break_even_t_ar_us == pytest.approx(153.838, abs=1e-3)
     points = {p.key: p for p in report.points}
     assert set(points) == {
@@ -139,6 +145,7 @@ def test_report_points_by_hand(session):
     assert ipc.tau == 2.6 and "accept_length" in ipc.tau_source
     assert ipc.savings_ms == pytest.approx(2.6 * T_BASE - 10.5)
     # Best usable (dead ends excluded) and the verdict.
+    assert report.best and report.profitable_now
     assert report.best.key == "symm-mem-two-shot" and report.profitable_now.key == "symm-mem-two-shot"
     assert set(report.unmeasured) == {
         "SGLang custom allreduce (IPC)",
@@ -160,6 +167,7 @@ def test_what_if_overrides_without_storing(session):
     campaign = _campaign(session)
     report = profitability_report(session, campaign, WhatIf(accept_length=3.0, draft_steps=0, verify_compute_ms=0.0))
     assert report.inputs.accept_length.source == "what-if"
+    assert report.costs is not None
     assert report.costs.savings_ms == pytest.approx(3.0 * T_BASE)
     # A what-if accept length applies to every approach, also those with their own measured tau.
     assert {p.tau for p in report.points} == {3.0}
@@ -206,6 +214,7 @@ def test_verify_compute_falls_back_to_the_verify_step_metric(session):
     session.add(campaign)
     pcie = inventory.get_approach(session, campaign, "nccl-pcie")
     trial_id = session.exec(select(Metric.trial_id).where(Metric.name == "allreduce_in_situ_us")).first()
+    assert pcie.id is not None and campaign.id is not None
     session.add(
         Metric(
             trial_id=trial_id,
@@ -231,6 +240,7 @@ def test_an_accept_length_below_one_means_no_speculation(session):
     for metric in session.exec(select(Metric).where(Metric.name == "accept_length")):
         session.delete(metric)
     pcie = inventory.get_approach(session, campaign, "nccl-pcie")
+    assert campaign.baseline_trial_id is not None and pcie.id is not None and campaign.id is not None
     session.add(
         Metric(
             trial_id=campaign.baseline_trial_id,
@@ -288,6 +298,7 @@ def test_inputs_build_the_curve_and_t_base_from_a_gpu_decode_step(session):
             ("verify_compute_ms", 1033.0, {**cpu, "tokens": 4}),
         ]
     ):
+        assert graph.id is not None and campaign.id is not None
         session.add(
             Metric(
                 trial_id=trial_id,
@@ -309,6 +320,7 @@ def test_inputs_build_the_curve_and_t_base_from_a_gpu_decode_step(session):
     assert inputs.draft_step_ms.value == 0.31 and inputs.draft_ms == pytest.approx(0.93)
     # The CPU verify step never feeds the model: verify compute stays unknown, the curve a lower bound.
     assert inputs.verify_compute_ms.value is None
+    assert report.curve is not None
     assert report.curve.lower_bound and report.curve.unknown == ("verify compute",)
     assert {(f.name, f.value) for f in report.cpu_floor} >= {("verify_compute_ms", 1033.0), ("decode_step_ms", 0.5)}
     two = next(p for p in report.points if p.key == "symm-mem-two-shot")
@@ -319,6 +331,7 @@ def test_cpu_floor_latency_never_feeds_the_model(session):
     campaign = _campaign(session)
     ipc = inventory.get_approach(session, campaign, "mscclpp")
     trial_id = session.exec(select(Metric.trial_id)).first()
+    assert ipc.id is not None and campaign.id is not None
     session.add(
         Metric(
             trial_id=trial_id,

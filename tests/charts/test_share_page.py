@@ -29,7 +29,10 @@ def _create_link(operator, name="weekly review") -> tuple[str, int]:
     r = operator.post(f"/campaigns/{SLUG}/share-links", data={"name": name}, headers={"HX-Request": "true"})
     assert r.status_code == 200, r.text
     row = re.search(r'<tr id="share-link-(\d+)"[^>]*class="live created"', r.text)
-    url = re.search(r'class="share-url" readonly value="([^"]+)"', r.text[r.text.index(row.group(0)) :]).group(1)
+    assert row, r.text
+    shown = re.search(r'class="share-url" readonly value="([^"]+)"', r.text[r.text.index(row.group(0)) :])
+    assert shown, r.text
+    url = shown.group(1)
     assert url.startswith("http://127.0.0.1/s/")
     return url.removeprefix("http://127.0.0.1"), int(row.group(1))
 
@@ -126,6 +129,7 @@ def test_a_token_signed_with_another_secret_is_refused(fixture_app, operator, an
     _path, link_id = _create_link(operator)
     with session_scope(fixture_app.state.engine) as session:
         link = session.get(ShareLink, link_id)
+        assert link is not None
         forged = share_token(link, "another-secret")
         assert share_token(link, fixture_app.state.settings.resolved_secret_key()) != forged
     assert anonymous.get(f"/s/{forged}").status_code == 404
@@ -167,7 +171,9 @@ def test_status_page_has_the_answer_over_batch_sizes(fixture_app, operator, anon
     with session_scope(fixture_app.state.engine) as session:
         build_sweep_campaign(session, slug="sweep-share")
     r = operator.post("/campaigns/sweep-share/share-links", data={"name": "batch"}, headers={"HX-Request": "true"})
-    path = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text).group(1)
+    shown = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text)
+    assert shown, r.text
+    path = shown.group(1)
     html = anonymous.get(path).text
     sentence = operator.get("/api/campaigns/sweep-share/answer").json()["sentence"]
     assert re.search(r'id="speculation">.*?data-sentence>' + re.escape(sentence), html, re.S)

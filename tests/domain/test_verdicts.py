@@ -138,7 +138,8 @@ def test_confirm_records_status_reason_history_stack_and_binding(engine):
         a = approach(s, "a")
         assert a.status == ApproachStatus.dead_end and a.reason == p.reason
         assert a.pending_trial_id is None
-        assert a.verdict_fingerprint == OLD_STACK == s.get(Trial, trial.id).fingerprint
+        stored = s.get(Trial, trial.id)
+        assert stored is not None and a.verdict_fingerprint == OLD_STACK == stored.fingerprint
         assert a.bound_to == {"components": ["sm", "torch"]}
         last = inventory.history(s, a)[0]
         assert (last.from_status, last.to_status, last.trial_id, last.actor) == (
@@ -283,7 +284,9 @@ def test_candidates_untested_by_priority_then_flagged_skipping_pending(engine):
     with session_scope(engine) as s:
         dead_end_on_old_stack(s, "flagged")
         dead_end_on_old_stack(s, "done", ["nccl"])  # bound to a component nobody changed
-        end_trial(s, approach(s, "waits"), s.exec(select(Runner)).first(), log="boom", exit_code=1)
+        node = s.exec(select(Runner)).first()
+        assert node is not None
+        end_trial(s, approach(s, "waits"), node, log="boom", exit_code=1)
         assert [a.key for a in scheduling.candidates(s, campaign(s))] == ["u1", "u2"]
         runner(s, "node-b", NEW_TORCH)
         assert [a.key for a in scheduling.candidates(s, campaign(s))] == ["u1", "u2", "flagged"]
@@ -295,9 +298,9 @@ def test_run_next_runs_a_retest_on_the_runner_whose_stack_differs(engine):
         dead_end_on_old_stack(s, "a")  # node-a (lower id, idle) has the verdict's own stack
         runner(s, "node-b", NEW_TORCH)
         started = scheduling.run_next(s, campaign(s), "alice")
-        assert started.started and started.approach.key == "a"
-        assert started.runner.name == "node-b"
-        assert started.trial.fingerprint["torch"] == "2.11.0"
+        assert started.started and started.approach and started.runner and started.trial
+        assert started.approach.key == "a" and started.runner.name == "node-b"
+        assert started.trial.fingerprint and started.trial.fingerprint["torch"] == "2.11.0"
 
 
 def test_run_next_says_when_everything_waits_for_a_verdict(engine):
@@ -306,13 +309,16 @@ def test_run_next_says_when_everything_waits_for_a_verdict(engine):
         node = runner(s, "node-a", OLD_STACK)
         end_trial(s, approach(s, "a"), node, log="boom", exit_code=1)
         out = scheduling.run_next(s, campaign(s), "alice")
-        assert out.started and out.approach.key == "b"  # a waits; b is next
+        assert out.started and out.approach and out.trial
+        assert out.approach.key == "b"  # a waits; b is next
         run_to_end(s, out.trial, exit_code=0)
         out = scheduling.run_next(s, campaign(s), "alice")
         assert not out.started
         assert out.reason == "nothing to run until a verdict is confirmed: Symmetric memory, NCCL tree wait for yours"
         a = approach(s, "a")
-        verdicts.confirm(s, a, s.get(Trial, a.pending_trial_id), "deferred", "needs a build", [], "alice")
+        pending = s.get(Trial, a.pending_trial_id)
+        assert pending is not None
+        verdicts.confirm(s, a, pending, "deferred", "needs a build", [], "alice")
         out = scheduling.run_next(s, campaign(s), "alice")
         assert out.reason == "nothing to run until a verdict is confirmed: NCCL tree waits for yours"
 
@@ -325,6 +331,7 @@ def test_a_retest_that_measured_nothing_keeps_the_verdict(engine, outcome):
         dead_end_on_old_stack(s, "a")
         runner(s, "node-b", NEW_TORCH)
         started = scheduling.run_next(s, campaign(s), "alice")
+        assert started.trial is not None
         assert approach(s, "a").status == "queued"
         if outcome == "cancelled":
             run_to_end(s, started.trial, exit_code=None, outcome="cancelled")

@@ -59,6 +59,7 @@ def test_wrapper_forwards_sigterm_and_streams_unbuffered():
         {"kind": "command", "params": {"argv": [PY, "-c", script], "metrics": {"x": {"regex": r"x=(\d+)"}}}}
     )
     proc = subprocess.Popen(spec.argv, env={**os.environ, **spec.env}, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     assert proc.stdout.readline() == "ready\n"  # arrives while the child still runs
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=20)

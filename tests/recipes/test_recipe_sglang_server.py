@@ -143,6 +143,7 @@ def test_crash_during_startup_reports_last_lines(tmp_path):
     assert "    KeyError: 12" in tail and "torch_symm_mem.py" in tail
     assert "phase benchmarking" not in out
     found = classify(out, exit_code=done.returncode)
+    assert found is not None
     assert found.signature == "symm_mem_sm_keyerror" and found.bound_to == {"components": ["torch", "sm"]}
     assert_gone(pids(tmp_path))
 
@@ -154,6 +155,7 @@ def test_unknown_flag_is_reported_as_such(tmp_path):
     assert "@@campaign-phase preflight" not in done.stdout
     assert "launch_server.py: error: unrecognized arguments: --enable-foo" in done.stdout
     found = classify(done.stdout, exit_code=done.returncode)
+    assert found is not None
     assert found.signature == "unknown_flag" and found.verdict == "retest"
     assert found.cause == "flag not supported by this sglang: --enable-foo"
 
@@ -165,6 +167,7 @@ def test_unknown_flag_is_caught_by_preflight_before_launch(tmp_path):
     assert not (tmp_path / "pids").exists()  # the stand-in server never started
     assert "launch_server.py: error: unrecognized arguments: --enable-foo" in done.stdout
     found = classify(done.stdout, exit_code=done.returncode)
+    assert found is not None
     assert found.signature == "preflight_failed" and found.verdict == "retest"
     assert found.cause == "flag not supported by this sglang: --enable-foo"
     assert found.bound_to == {"components": ["sglang"]}
@@ -176,7 +179,8 @@ def test_readiness_timeout(tmp_path):
     line = READY_TIMEOUT_MESSAGE.format(timeout=1.5, ready_line=READY_LINE)
     assert any(ln.startswith(line + "; its last line came ") for ln in done.stdout.splitlines())
     # It had just printed "Load weight begin": quiet for under a minute, so a timeout, not a stall.
-    assert classify(done.stdout, exit_code=3).signature == "readiness_timeout"
+    found = classify(done.stdout, exit_code=3)
+    assert found is not None and found.signature == "readiness_timeout"
     assert_gone(pids(tmp_path))
 
 

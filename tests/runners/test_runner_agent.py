@@ -136,6 +136,7 @@ class FakeBoard:
                 await ws.send(FinishedAck(trial_id=message.trial_id, attempt_id=message.attempt_id).model_dump_json())
 
     async def send(self, message: Any) -> None:
+        assert self.ws is not None, "no runner connected"
         await self.ws.send(message.model_dump_json())
 
 
@@ -502,6 +503,7 @@ def test_campaign_runner_exits_3_when_the_token_is_refused(tmp_path):
                 stderr=asyncio.subprocess.PIPE,
             )
             out, err = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode is not None  # communicate() waited for it
             return subprocess.CompletedProcess([], proc.returncode, out.decode(), err.decode())
 
     result = asyncio.run(main())
@@ -519,6 +521,7 @@ def test_a_running_attempt_the_welcome_lists_to_cancel_is_stopped_and_reported(t
         )
         await until(lambda: board.text("w1") == "up\n")
         board.welcome_cancel = ["w1"]  # e.g. cancelled on the board while the runner was away
+        assert board.ws is not None
         board.ws.transport.abort()
         await until(lambda: "w1" in board.finished, what="finished after the reconnect")
 

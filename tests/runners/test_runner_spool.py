@@ -64,7 +64,8 @@ def test_spool_survives_a_restart_and_resends_only_unacked(tmp_path):
     assert reopened.trial_id == 7 and reopened.acked_seq == 3 and reopened.last_seq == 5
     assert reopened.leader == {"pid": 1234, "create_time": 99.5}
     assert _texts(reopened.chunks_after(-1)) == [(4, 4, "4"), (5, 5, "5")]
-    assert found["done-attempt"].finished["trial_id"] == 8 and found["done-attempt"].has_unacked
+    done = found["done-attempt"]
+    assert done.finished is not None and done.finished["trial_id"] == 8 and done.has_unacked
 
 
 def test_a_torn_last_line_is_cut_off_on_reopen(tmp_path):

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel import Session
 
 from app.domain import inventory
-from app.models import Metric, StatusChange, Trial
+from app.models import Campaign, Metric, StatusChange, Trial
 from app.schemas import ApproachCreate, CampaignCreate
 
 SLUG = "fixture-h200"
@@ -81,7 +81,12 @@ class Builder:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.clock = T0
-        self.campaign = None
+        self.campaign: Campaign | None = None  # set by the caller: the campaign the approaches belong to
+
+    def _campaign(self) -> Campaign:
+        if self.campaign is None:
+            raise AssertionError("set the builder's campaign first")
+        return self.campaign
 
     def tick(self, hours: float = 1.0) -> datetime:
         self.clock += timedelta(hours=hours)
@@ -90,7 +95,7 @@ class Builder:
     def approach(self, key: str, title: str, recipe: dict | None = None, **extra):
         approach = inventory.add_approach(
             self.session,
-            self.campaign,
+            self._campaign(),
             ApproachCreate(
                 key=key,
                 title=title,
@@ -121,8 +126,10 @@ class Builder:
         error: str = "",
     ) -> Trial:
         start = self.tick(1)
+        campaign_id = self._campaign().id
+        assert campaign_id is not None
         trial = Trial(
-            campaign_id=self.campaign.id,
+            campaign_id=campaign_id,
             approach_id=approach.id,
             recipe=approach.recipe or {},
             state=state,
@@ -183,7 +190,7 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
     """The fixture campaign: H200 allreduce curves, a PCIe in-situ figure, a speculative SGLang trial,
     throughput trials, dead ends with reasons and stacks, and an untested approach next in line."""
     b = Builder(session)
-    b.campaign = inventory.create_campaign(
+    campaign = b.campaign = inventory.create_campaign(
         session,
         CampaignCreate(
             slug=slug,
@@ -199,7 +206,6 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
             verify_tokens=4,
         ),
     )
-    campaign = b.campaign
     campaign.created_at = T0
 
     pcie = b.approach("nccl-pcie", "NCCL on PCIe (seed node)", _sglang_recipe())
@@ -334,6 +340,7 @@ def build_fixture_rerun(session: Session) -> tuple[int, int]:
         select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == "nccl-eager")
     ).one()
     eager = session.exec(select(Trial).where(Trial.approach_id == approach.id)).one()
+    assert approach.id is not None
     at = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
     rerun = Trial(
         campaign_id=campaign.id,

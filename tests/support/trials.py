@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from app.config import Settings
 from app.db import session_scope
@@ -47,6 +48,7 @@ def seed_campaign(engine, slug: str = "spec", approaches: list[dict[str, Any]] |
         campaign = Campaign(slug=slug, name=slug.title())
         session.add(campaign)
         session.flush()
+        assert campaign.id is not None
         for pos, fields in enumerate(approaches or [], start=1):
             session.add(Approach(campaign_id=campaign.id, position=pos, **fields))
 
@@ -61,7 +63,7 @@ def new_runner_token(engine, name: str | None = None) -> tuple[int, str]:
         return runner.id, token  # type: ignore[return-value]
 
 
-FINGERPRINT = {
+FINGERPRINT: dict[str, Any] = {
     "hostname": "stand-in",
     "gpu_count": 8,
     "gpus": [{"name": "H200", "sm": "9.0"}] * 8,
@@ -123,13 +125,13 @@ class ProtocolRunner:
             Finished(
                 trial_id=d.trial_id, attempt_id=d.attempt_id, exit_code=exit_code, last_seq=last_seq, outcome=outcome
             )
-        )  # type: ignore[arg-type]
+        )
 
     def heartbeat(self, attempts: list[AttemptRef] | None = None) -> None:
         self.send(Heartbeat(attempts=attempts or []))
 
     def acks(self, count: int, timeout: float = 10) -> list[int]:
-        seqs = []
+        seqs: list[int] = []
         while len(seqs) < count:
             msg = self.recv(timeout)
             if msg.type == "ack":
@@ -167,7 +169,7 @@ def viewer_messages(srv: ThreadServer, trial_id: int, after: int = -1, until=Non
     msgs: list[dict] = []
     with connect(
         f"{srv.ws_url}/api/trials/{trial_id}/logs/ws?after={after}",
-        origin=srv.url,  # type: ignore[arg-type]
+        origin=Origin(srv.url),
         additional_headers={"Cookie": f"{SESSION_COOKIE}={srv.session_cookie()}"},
         open_timeout=10,
     ) as ws:

@@ -3,6 +3,7 @@ runners with a stack fingerprint, and trials ended through scheduling the way a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlmodel import Session, select
@@ -45,6 +46,7 @@ def runner(s: Session, name: str, fingerprint: dict[str, Any], connected: bool =
     r, _ = runner_domain.create_runner(s, name)
     runner_domain.mark_connected(s, r, fingerprint, [])
     if not connected:
+        assert r.id is not None
         runner_domain.mark_disconnected(s, r.id)
     return r
 
@@ -57,7 +59,7 @@ def end_trial(
     log: str = "",
     exit_code: int | None = 0,
     outcome: str = "exited",
-    metrics: list[dict] = (),
+    metrics: Sequence[dict] = (),
 ) -> Trial:
     """A trial of the approach on the runner, run to its end the way a runner reports it."""
     return run_to_end(
@@ -72,9 +74,10 @@ def run_to_end(
     log: str = "",
     exit_code: int | None = 0,
     outcome: str = "exited",
-    metrics: list[dict] = (),
+    metrics: Sequence[dict] = (),
 ) -> Trial:
     a = s.get(Approach, trial.approach_id)
+    assert a is not None and a.id is not None and trial.id is not None
     trials.mark_started(s, trial)
     for i, m in enumerate(metrics):
         s.add(
@@ -97,7 +100,7 @@ def run_to_end(
         trial,
         Finished(trial_id=trial.id, attempt_id=trial.attempt_id, exit_code=exit_code, outcome=outcome),
         log_text=log,
-    )  # type: ignore[arg-type]
+    )
     s.refresh(a)
     return trial
 
@@ -106,7 +109,7 @@ def fixture_log(name: str) -> str:
     return (LOGS / name).read_text()
 
 
-def dead_end_on_old_stack(s: Session, key: str, components: list[str] = ("torch", "sm")) -> Approach:
+def dead_end_on_old_stack(s: Session, key: str, components: Sequence[str] = ("torch", "sm")) -> Approach:
     """The approach's trial failed on OLD_STACK (runner node-a) and a person confirmed dead end."""
     a = approach(s, key)
     node = s.exec(select(Runner).where(Runner.name == "node-a")).first() or runner(s, "node-a", OLD_STACK)

@@ -4,13 +4,19 @@ cap with its marker, metrics from lines split across chunks."""
 from __future__ import annotations
 
 import pytest
-from sqlmodel import select
+from sqlmodel import Session, col, select
 
 from app.db import make_engine, migrate, session_scope
 from app.domain import logs
 from app.domain.scheduling import create_trial
 from app.models import Approach, Campaign, Metric, Runner, Trial
 from runners.recipes.metric import format_metric
+
+
+def _trial(session: Session, trial_id: int) -> Trial:
+    trial = session.get(Trial, trial_id)
+    assert trial is not None
+    return trial
 
 
 def _setup(db_url):
@@ -20,6 +26,7 @@ def _setup(db_url):
         campaign = Campaign(slug="c", name="C")
         session.add(campaign)
         session.flush()
+        assert campaign.id is not None
         approach = Approach(campaign_id=campaign.id, key="a", title="A", position=1, recipe={"kind": "command"})
         runner = Runner(name="r", token_hash="x", connected=True)
         session.add_all([approach, runner])
@@ -40,7 +47,7 @@ def test_duplicates_and_reordering_change_nothing(db_url):
     r = _append(engine, tid, att, rid, [(1, 2, "b\n"), (2, 4, "c\n"), (1, 2, "b\n")])
     assert [c.seq for c in r.stored] == [1] and len(r.acked) == 3
     with session_scope(engine, write=False) as session:
-        trial = session.get(Trial, tid)
+        trial = _trial(session, tid)
         assert logs.full_text(session, trial) == "a\nb\nc\n"
         assert logs.read_after(session, trial, 0) == [(1, "b\n", False), (2, "c\n", False)]
         assert logs.last_contiguous_seq(session, tid, att) == 2
@@ -54,7 +61,7 @@ def test_cap_keeps_head_and_tail_with_a_marker(db_url):
         _append(engine, tid, att, rid, [(seq, seq * 4, line)], cap=80)
     _append(engine, tid, att, rid, [(30, 120, lines[30])], cap=80)  # a resend of a dropped chunk
     with session_scope(engine, write=False) as session:
-        trial = session.get(Trial, tid)
+        trial = _trial(session, tid)
         text = logs.full_text(session, trial)
         head, marker_and_tail = text.split("\n[…", 1)
         assert head == "".join(lines[:10])
@@ -74,10 +81,10 @@ def test_metric_lines_split_across_chunks_are_stored_once(db_url):
     _append(engine, tid, att, rid, [(2, offsets[2], parts[2]), (0, 0, parts[0])], metrics=extractor)
     _append(engine, tid, att, rid, [(1, offsets[1], parts[1]), (3, offsets[3], parts[3])], metrics=extractor)
     with session_scope(engine) as session:
-        extractor.finish(session, session.get(Trial, tid), last_seq=3)
-        logs.MetricExtractor().finish(session, session.get(Trial, tid), last_seq=3)  # a rescan adds nothing
+        extractor.finish(session, _trial(session, tid), last_seq=3)
+        logs.MetricExtractor().finish(session, _trial(session, tid), last_seq=3)  # a rescan adds nothing
     with session_scope(engine, write=False) as session:
-        rows = session.exec(select(Metric).where(Metric.trial_id == tid).order_by(Metric.seq)).all()
+        rows = session.exec(select(Metric).where(Metric.trial_id == tid).order_by(col(Metric.seq))).all()
         assert [(m.name, m.value, m.unit, m.seq) for m in rows] == [
             ("tok_s", 81.9, "tok/s", 2),
             ("busbw", 12.5, "GB/s", 3),
@@ -97,9 +104,9 @@ def test_a_metric_lines_samples_are_stored_with_it_and_bad_samples_are_left_out(
     extractor = logs.MetricExtractor()
     _append(engine, tid, att, rid, [(0, 0, text)], metrics=extractor)
     with session_scope(engine) as session:
-        extractor.finish(session, session.get(Trial, tid), last_seq=0)
+        extractor.finish(session, _trial(session, tid), last_seq=0)
     with session_scope(engine, write=False) as session:
-        rows = session.exec(select(Metric).where(Metric.trial_id == tid).order_by(Metric.index)).all()
+        rows = session.exec(select(Metric).where(Metric.trial_id == tid).order_by(col(Metric.index))).all()
         assert [(m.value, m.samples) for m in rows] == [(6.5, [6.4, 6.5, 6.7]), (7.0, None), (8.0, None)]
 
 

@@ -74,7 +74,9 @@ def node(tmp_path):
 def _stored(srv, trial_id: int) -> str:
     """The trial's own output as stored (after the runner's first line)."""
     with session_scope(srv.engine, write=False) as session:
-        return trial_output(log_domain.full_text(session, session.get(Trial, trial_id)))
+        trial = session.get(Trial, trial_id)
+        assert trial is not None
+        return trial_output(log_domain.full_text(session, trial))
 
 
 def test_output_arrives_complete_and_in_order(node):

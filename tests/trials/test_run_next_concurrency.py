@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from sqlmodel import select
+from sqlmodel import col, select
 
 from app.db import session_scope
 from app.models import Approach, Attempt, Trial
@@ -46,11 +46,11 @@ def test_concurrent_run_next_dispatch_one_trial_and_queue_the_next(tmp_path, db_
         assert {r["reason"] for r in results if not r["started"] and not r["queued"]} <= {"nothing untested left"}
         assert len({r["approach"] for r in started + queued}) == 1 + len(queued)
         with session_scope(srv.engine, write=False) as session:
-            trials = session.exec(select(Trial).order_by(Trial.id)).all()
+            trials = session.exec(select(Trial).order_by(col(Trial.id))).all()
             assert len(trials) == 1 + len(queued)
             assert sorted(t.state for t in trials) == ["dispatched"] + ["queued"] * len(queued)
             assert len(session.exec(select(Attempt)).all()) == 1  # a queued trial has no attempt yet
-            statuses = [a.status for a in session.exec(select(Approach).order_by(Approach.position))]
+            statuses = [a.status for a in session.exec(select(Approach).order_by(col(Approach.position)))]
             assert statuses.count("queued") == 1 + len(queued)
         assert runner.expect("dispatch").trial_id == started[0]["trial_id"]
         runner.close()

@@ -6,7 +6,7 @@ import socket
 
 import httpx
 import pytest
-from sqlmodel import select
+from sqlmodel import col, select
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from app.db import session_scope
@@ -46,7 +46,9 @@ def _seed(srv, **extra) -> None:
 
 def _stored(srv, trial_id: int) -> str:
     with session_scope(srv.engine, write=False) as session:
-        return log_domain.full_text(session, session.get(Trial, trial_id))
+        trial = session.get(Trial, trial_id)
+        assert trial is not None
+        return log_domain.full_text(session, trial)
 
 
 def test_bad_and_revoked_tokens_are_refused_and_revoking_disconnects(server):
@@ -101,7 +103,7 @@ def test_dispatch_logs_finish_and_approach_status(server):
         moves = [
             (c.from_status, c.to_status)
             for c in session.exec(
-                select(StatusChange).where(StatusChange.approach_id == echo.id).order_by(StatusChange.id)
+                select(StatusChange).where(StatusChange.approach_id == echo.id).order_by(col(StatusChange.id))
             )
         ]
         assert moves == [("untested", "queued"), ("queued", "running"), ("running", "untested")]
@@ -115,7 +117,8 @@ def test_stale_attempt_is_rejected_and_out_of_order_chunks_read_in_order(server)
     _seed(server)
     _, token = new_runner_token(server.engine)
     runner = ProtocolRunner(server.ws_url, token)
-    d = run_next(server) and runner.expect("dispatch")
+    assert run_next(server)
+    d = runner.expect("dispatch")
     runner.started(d)
     stale = d.model_copy(update={"attempt_id": "0" * 32})
     runner.log(stale, 0, 0, "from a stale attempt\n")
@@ -134,7 +137,8 @@ def test_cut_mid_stream_then_resend_leaves_the_log_exact(server):
     _seed(server)
     _, token = new_runner_token(server.engine)
     runner = ProtocolRunner(server.ws_url, token)
-    d = run_next(server) and runner.expect("dispatch")
+    assert run_next(server)
+    d = runner.expect("dispatch")
     runner.started(d)
     lines = [f"{i:05d}\n" for i in range(200)]
     for seq in range(100):
@@ -156,7 +160,8 @@ def test_cancel_is_pushed_and_the_runner_reports_cancelled(server):
     _seed(server)
     _, token = new_runner_token(server.engine)
     runner = ProtocolRunner(server.ws_url, token)
-    d = run_next(server) and runner.expect("dispatch")
+    assert run_next(server)
+    d = runner.expect("dispatch")
     runner.started(d)
     r = httpx.post(f"{server.url}/api/trials/{d.trial_id}/cancel", headers=server.api_headers())
     assert r.status_code == 200 and r.json()["cancel_requested"]
@@ -171,7 +176,8 @@ def test_a_disconnected_runner_loses_its_trial(server):
     _seed(server)
     _, token = new_runner_token(server.engine)
     runner = ProtocolRunner(server.ws_url, token)
-    d = run_next(server) and runner.expect("dispatch")
+    assert run_next(server)
+    d = runner.expect("dispatch")
     runner.started(d)
     runner.close()
     wait_for(lambda: trial(server, d.trial_id)["state"] == "lost", timeout=15, what="trial lost")
@@ -186,7 +192,8 @@ def test_download_and_viewer_after_seq(server):
     _seed(server)
     _, token = new_runner_token(server.engine)
     runner = ProtocolRunner(server.ws_url, token)
-    d = run_next(server) and runner.expect("dispatch")
+    assert run_next(server)
+    d = runner.expect("dispatch")
     runner.started(d)
     for seq in range(10):
         runner.log(d, seq, seq * 2, f"{seq}\n")

@@ -21,7 +21,7 @@ def _unsafe_routes(app):
     # FastAPI >= 0.16x keeps included routers as they are; iter_route_contexts flattens them.
     for ctx in iter_route_contexts(app.routes):
         if isinstance(ctx.route, APIRoute):
-            for method in sorted(set(ctx.methods) & UNSAFE):
+            for method in sorted(set(ctx.methods or ()) & UNSAFE):
                 if ctx.path not in PUBLIC_WRITES:
                     yield method, ctx.path
 

@@ -17,7 +17,9 @@ def test_create_shows_the_token_once_and_revoke_refuses_it(operator_client, app)
 
     r = operator_client.post("/runners", data={"name": "gpu-node-1"}, headers={"HX-Request": "true"})
     assert r.status_code == 200
-    token = re.search(r'<pre class="token">([^<]+)</pre>', r.text).group(1)
+    shown = re.search(r'<pre class="token">([^<]+)</pre>', r.text)
+    assert shown, r.text
+    token = shown.group(1)
     assert "CAMPAIGN_RUNNER_TOKEN=&lt;token&gt; campaign runner --server http://127.0.0.1" in r.text
     page = operator_client.get("/runners").text
     assert "gpu-node-1" in page and token not in page  # shown once, only its hash is kept

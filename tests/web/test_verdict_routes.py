@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from sqlmodel import select
+from sqlmodel import col, select
 
 from app.db import session_scope
 from app.models import Metric, Trial
@@ -44,6 +44,7 @@ def failed_trial(engine) -> int:
             log=fixture_log("symm_mem_keyerror_sm120.log"),
             exit_code=1,
         )
+        assert trial.id is not None
         return trial.id
 
 
@@ -208,7 +209,7 @@ def test_metrics_csv_is_what_csv_writer_writes(operator_client, engine):
         end_trial(s, approach(s, "ar"), runner(s, "node-a", OLD_STACK), metrics=odd)
         end_trial(s, approach(s, "ar"), runner(s, "node-b", OLD_STACK), metrics=METRICS)
     with session_scope(engine, write=False) as s:
-        stored = s.exec(select(Metric).order_by(Metric.trial_id, Metric.seq, Metric.index)).all()
+        stored = s.exec(select(Metric).order_by(col(Metric.trial_id), col(Metric.seq), col(Metric.index))).all()
         expected = io.StringIO()
         writer = csv.writer(expected)
         writer.writerow(["trial_id", "approach", "name", "value", "unit", "tags", "recorded_at"])
@@ -253,6 +254,7 @@ def test_campaign_fragment_lists_pending_and_flagged(operator_client, engine):
 
     with session_scope(engine) as s:
         trial = s.get(Trial, waits.id)
+        assert trial is not None
     r = operator_client.post(
         f"/trials/{trial.id}/verdict", headers=HTMX, data={"status": "untested", "reason": "NCCL hang: run again"}
     )
