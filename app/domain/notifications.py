@@ -451,6 +451,24 @@ def requeue_claims(session: Session, *, older_than_s: float = 0.0) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def has_due(session: Session, now: datetime | None = None) -> bool:
+    """Anything to deliver now (a read: the notifier opens a write transaction only when there is)."""
+    now = now or utcnow()
+    return (
+        session.exec(
+            select(NotificationOutbox.id).where(
+                col(NotificationOutbox.state).in_([DeliveryState.pending.value, DeliveryState.retrying.value]),
+                col(NotificationOutbox.next_attempt_at) <= now,
+            )
+        ).first()
+        is not None
+    )
+
+
+def follows_waiting(session: Session) -> bool:
+    return _follows(session, NotificationEvent.verdict_waiting)
+
+
 def claim_due(session: Session, base_url: str, now: datetime | None = None) -> list[Message]:
     """Claim what is due, at most one message per destination and per COALESCE_S: a destination with
     several due rows gets one digest of them (up to CLAIM_LIMIT)."""

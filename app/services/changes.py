@@ -19,7 +19,10 @@ POLL_S = 5.0
 
 async def pass_once(app: FastAPI) -> int:
     """One pass: recompute the dirty series, publish their approach and campaign topics; returns how many
-    (approach, runner) pairs were recomputed."""
+    (approach, runner) pairs were recomputed. Whether any series is dirty is read first: the write transaction
+    (SQLite's write lock) is taken only when there is work."""
+    if not await run_in_tx(app.state.engine, changes.dirty, 1, write=False):
+        return 0
     touched = await run_in_tx(app.state.engine, changes.pass_once)
     topics = {events.approach(a) for _, a in touched} | {events.campaign(c) for c, _ in touched}
     if topics:

@@ -1,6 +1,7 @@
 """The hub's notifier: delivers the notification outbox (app/domain/notifications.py) through Apprise.
 
-One task in the hub process (page workers never deliver). Every POLL_S it claims what is due (one message
+One task in the hub process (page workers never deliver). Every POLL_S it looks (a read) for what is due and
+only then claims it in a write transaction (one message
 per destination per COALESCE_S: a burst becomes a digest), sends each message in a thread (Apprise is
 blocking), and settles the rows: sent, or retried with backoff. At start, rows a killed server had claimed go
 back to pending. Apprise's own log lines can carry destination URLs, so they are captured per send (the
@@ -60,6 +61,8 @@ def _quiet_apprise() -> None:
 async def deliver_once(app: FastAPI, now: datetime | None = None) -> int:
     """One pass: claim, send, settle. Returns how many messages went out (sent or failed)."""
     base = app.state.settings.base_url()
+    if not await run_in_tx(app.state.engine, lambda s: notifications.has_due(s, now), write=False):
+        return 0
     messages = await run_in_tx(app.state.engine, lambda s: notifications.claim_due(s, base, now))
     for message in messages:
         error = await asyncio.to_thread(send, message)
@@ -78,7 +81,8 @@ async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
         try:
             if loop.time() - last_waiting >= WAITING_CHECK_S:
                 last_waiting = loop.time()
-                await run_in_tx(app.state.engine, lambda s: notifications.waiting_verdicts(s, utcnow()))
+                if await run_in_tx(app.state.engine, notifications.follows_waiting, write=False):
+                    await run_in_tx(app.state.engine, lambda s: notifications.waiting_verdicts(s, utcnow()))
                 await run_in_tx(
                     app.state.engine,
                     lambda s: notifications.requeue_claims(s, older_than_s=notifications.STALE_CLAIM_S),
