@@ -4,7 +4,7 @@ same as JSON: /api/campaigns/{slug}/replays (app/api/planning.py); the rules: do
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.responses import Response
@@ -13,7 +13,6 @@ from sqlmodel import Session
 from app.deps import OperatorDep, require_operator
 from app.domain import inventory, replay
 from app.domain import runners as runner_domain
-from app.domain.errors import DomainError
 from app.live import run_in_tx
 from app.services import events
 from app.services import trials as trial_services
@@ -26,27 +25,23 @@ ReplayId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 def _panel(session: Session, slug: str) -> dict[str, Any]:
     campaign = inventory.get_campaign(session, slug)
     runners = [v for v in runner_domain.list_runners(session) if v.runner.fingerprint and v.runner.revoked_at is None]
-    return {"campaign": campaign, "runners": runners, "replays": replay.summaries(session, campaign), "error": ""}
+    return {"campaign": campaign, "runners": runners, "replays": replay.summaries(session, campaign)}
 
 
 @router.get("/campaigns/{slug}/replays")
-async def replays_panel(request: Request, slug: str) -> Response:
-    """The campaign page's Replays panel (an htmx fragment)."""
-    return render(
-        request, "_partials/replays.html", await run_in_tx(request.app.state.engine, _panel, slug, write=False)
-    )
+async def replays_panel(request: Request, slug: str, part: Literal["list"] | None = None) -> Response:
+    """The campaign page's Replays panel (an htmx fragment), or with `part=list` its list alone (the feed's refresh)."""
+    ctx = await run_in_tx(request.app.state.engine, _panel, slug, write=False)
+    return render(request, "_partials/replays.html", ctx, block="replay_list" if part == "list" else None)
 
 
 @router.post("/campaigns/{slug}/replays")
 async def start_replay(
     request: Request, slug: str, operator: OperatorDep, runner_id: Annotated[int, Form(ge=1, le=2**63 - 1)]
 ) -> Response:
-    """Replay on the runner picked, then its report; nothing to replay: the panel says why."""
-    try:
-        row, _ = await trial_services.start_replay(request.app, slug, runner_id, operator.name)
-    except DomainError as exc:
-        ctx = await run_in_tx(request.app.state.engine, _panel, slug, write=False)
-        return render(request, "_partials/replays.html", {**ctx, "error": exc.message})
+    """Replay on the runner picked, then its report. Nothing to replay is a refusal like any other (app/errors.py:
+    the page's flash says why), so a refresh of the panel by the page feed cannot hide it."""
+    row, _ = await trial_services.start_replay(request.app, slug, runner_id, operator.name)
     return navigate(request, f"/campaigns/{slug}/replays/{row.id}")
 
 

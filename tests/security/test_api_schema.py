@@ -36,6 +36,8 @@ CROSS_FIELD_RULES = [
     "GET /api/campaigns/{slug}/compare",
     "GET /api/campaigns/{slug}/upgrades",
     "POST /api/campaigns/{slug}/settle",
+    # A replay needs a runner whose stack differs in a component a verdict is bound to: data, not a schema.
+    "POST /api/campaigns/{slug}/replays",
     # accept_length_by_k's keys are draft lengths (a pattern on the keys: propertyNames, which the fuzzer's
     # generator does not follow), so a body with other keys is refused by design.
     "POST /api/campaigns",
