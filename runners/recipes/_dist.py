@@ -30,7 +30,7 @@ from runners.recipes import (
     RecipeError,
 )
 from runners.recipes._params import Param, parse_cli, usage_error
-from runners.recipes.metric import emit_phase
+from runners.recipes.metric import emit, emit_phase
 
 # Parameters every collective recipe takes the same way.
 WORLD_SIZE = Param(
@@ -623,6 +623,15 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def summarize(samples_us: list[float]) -> dict[str, float]:
     s = sorted(samples_us)
     return {"median": percentile(s, 50), "p10": percentile(s, 10), "p90": percentile(s, 90), "min": s[0], "max": s[-1]}
+
+
+def emit_summary(name: str, samples: list[float], unit: str, **tags: Any) -> dict[str, float]:
+    """One headline metric line: the median of `samples`, its spread as tags (`p10_<unit>`, `p90_`, `min_`,
+    `max_`) and the samples themselves. Returns the summary."""
+    stats = summarize(samples)
+    line: dict[str, Any] = {f"{k}_{unit}": stats[k] for k in ("p10", "p90", "min", "max")} | tags
+    emit(name, stats["median"], unit, samples=samples, **line)
+    return stats
 
 
 class PerfCounterTimer:

@@ -71,21 +71,9 @@ def _emit_figures(
 ) -> tuple[float, float, dict[str, float]]:
     """The latency headline (with its R samples) and its bandwidths (busbw = algbw x 2(n-1)/n over the n
     ranks in the allreduce)."""
-    stats = _dist.summarize(samples)
+    stats = _dist.emit_summary(M.ALLREDUCE_LATENCY_US, samples, "us", **timing, **tags)
     algbw = nbytes / (stats["median"] * 1e-6) / 1e9
     busbw = algbw * (2 * (ranks - 1) / ranks)
-    emit(
-        M.ALLREDUCE_LATENCY_US,
-        stats["median"],
-        "us",
-        p10_us=stats["p10"],
-        p90_us=stats["p90"],
-        min_us=stats["min"],
-        max_us=stats["max"],
-        samples=samples,
-        **timing,
-        **tags,
-    )
     emit(M.ALLREDUCE_ALGBW_GBPS, algbw, "GB/s", method=timing["method"], **tags)
     emit(M.ALLREDUCE_BUSBW_GBPS, busbw, "GB/s", method=timing["method"], **tags)
     return algbw, busbw, stats
@@ -190,18 +178,12 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         if rank.rank == 0:
             algbw, busbw, _ = _emit_figures(samples, nbytes, n, timing, world_tags)
             if per_call:
-                pc = _dist.summarize(per_call)
-                emit(
+                _dist.emit_summary(
                     M.ALLREDUCE_PER_CALL_US,
-                    pc["median"],
+                    per_call,
                     "us",
-                    p10_us=pc["p10"],
-                    p90_us=pc["p90"],
-                    min_us=pc["min"],
-                    max_us=pc["max"],
                     method="per-call-events",
                     sample_count=len(per_call),
-                    samples=per_call,
                     **world_tags,
                 )
             label = "world" if multi else None

@@ -30,7 +30,7 @@ from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit, emit_phase
+from runners.recipes.metric import emit_phase
 
 PROG = "runners.recipes.draft_step"
 
@@ -209,20 +209,7 @@ def run(values: dict[str, Any]) -> int:
         samples = _time_point(head, b, values, device, timer)
         if samples is None:
             return 1
-        stats = _dist.summarize(samples)
-        emit(
-            M.DRAFT_STEP_MS,
-            stats["median"],
-            "ms",
-            p10_ms=stats["p10"],
-            p90_ms=stats["p90"],
-            min_ms=stats["min"],
-            max_ms=stats["max"],
-            samples=samples,
-            batch=b,
-            tokens=b,
-            **tags,
-        )
+        stats = _dist.emit_summary(M.DRAFT_STEP_MS, samples, "ms", batch=b, tokens=b, **tags)
         print(
             f"draft step ({values['mode']}, {device.type}, hidden {values['hidden_size']}, vocab "
             f"{values['vocab_size']}, batch {b}, context {values['context_len']}): median {stats['median']:.3f} ms "
