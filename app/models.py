@@ -549,6 +549,9 @@ class Artifact(SQLModel, table=True):
     created_at: datetime = _created()
     removed_at: datetime | None = _ts()
     removed_reason: str = Field(default="", max_length=200)
+    # What a profiler trace gives (app/domain/traces.py `TraceSummary.figures`), read once when it is stored;
+    # {"error": ...} when the file is not a trace; NULL for any other artifact (SQL NULL, never JSON null).
+    trace: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
 
 
 class ChangeScan(SQLModel, table=True):

@@ -27,7 +27,7 @@ from app.domain import traces
 from app.domain.errors import NotFound
 from app.live import run_in_tx
 from app.models import Artifact, Runner, Trial
-from app.services.artifacts import complete_upload
+from app.services.artifacts import complete_upload, read_trace
 
 router = APIRouter(prefix="/api", tags=["artifacts"])
 # The upload routes take the trial's runner token as well as a person's credential (AuthenticateFirst lets a
@@ -83,6 +83,7 @@ class KernelRowPublic(BaseModel):
 
 class KernelTable(BaseModel):
     artifact: str
+    trace_id: int = Field(description="The artifact's id: the model's inputs from it say \"from trace #id\".")
     device: bool = Field(description="Device kernels (else a CPU trace's host spans).")
     step_name: str | None
     steps: int
@@ -233,9 +234,12 @@ async def kernels(request: Request, trial_id: RowId) -> KernelTable:
     row = await run_in_tx(request.app.state.engine, store_domain.trace_of, trial_id, write=False)
     if row is None:
         raise NotFound(f"trial #{trial_id} has no profiler trace (an artifact named *.trace.json or *trace*.json)")
+    if store_domain.needs_trace(row):  # stored before the board kept its figures
+        row = await read_trace(request.app, row, store_of(request))
     summary = await asyncio.to_thread(traces.read_stored, store_of(request).path(row.sha256), row.sha256)
     return KernelTable(
         artifact=row.name,
+        trace_id=row.id or 0,
         device=summary.device,
         step_name=summary.step_name,
         steps=summary.steps,

@@ -13,6 +13,11 @@ Caps: per file and per trial (Settings: `artifact_max_file_bytes`, `artifact_max
 arrive. Retention: a campaign keeps at most `artifact_retention_bytes` of artifacts; past it the oldest are
 removed first (the row stays with its reason, the page says so).
 
+Traces: a stored profiler trace (`is_trace_name`) is read once, off the event loop, when its upload completes
+(app/services/artifacts.py; a trace stored before that, when its kernel table is first asked for), and what it
+gives (`TraceSummary.figures`: its step, N_ar, t_ar) is kept on the row: the model reads it from there
+(`campaign_traces`) as "from trace #id".
+
 The store is a small interface (`ArtifactStore`): `LocalStore` keeps objects under the data directory; an
 object store can take its place later. Nothing here holds a whole file in memory.
 """
@@ -25,12 +30,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from sqlalchemy import func
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from app.domain.errors import Conflict, DomainError, Invalid, NotFound
+from app.domain.traces import StoredTrace
 from app.models import Artifact, Trial, utcnow
 
 NAME = re.compile(r"[A-Za-z0-9._-][A-Za-z0-9._ +-]{0,99}(/[A-Za-z0-9._-][A-Za-z0-9._ +-]{0,99}){0,4}")
@@ -192,6 +199,8 @@ def record(
         row = Artifact(
             trial_id=trial.id or 0, campaign_id=trial.campaign_id, name=name, size=0, sha256="", content_type=""
         )
+    if row.sha256 != sha256:
+        row.trace = None  # other content: read again (`needs_trace`)
     row.size, row.sha256, row.content_type = size, sha256, content_type(name)
     row.uploaded_by, row.created_at, row.removed_at, row.removed_reason = actor[:120], utcnow(), None, ""
     session.add(row)
@@ -208,6 +217,52 @@ def trace_of(session: Session, trial_id: int) -> Artifact | None:
 
 def first_trace(rows: list[Artifact]) -> Artifact | None:
     return next((a for a in rows if a.removed_at is None and is_trace_name(a.name)), None)
+
+
+def needs_trace(row: Artifact) -> bool:
+    """A stored trace whose figures are not read yet (just uploaded, or stored before the board kept them)."""
+    return row.removed_at is None and row.trace is None and is_trace_name(row.name)
+
+
+def unread_traces(session: Session) -> list[int]:
+    """Ids of stored artifacts named as traces whose figures are not read yet (`needs_trace`)."""
+    found = session.exec(
+        select(Artifact.id, Artifact.name).where(col(Artifact.trace).is_(None), col(Artifact.removed_at).is_(None))
+    )
+    return [artifact_id or 0 for artifact_id, name in found if is_trace_name(name)]
+
+
+def artifact_by_id(session: Session, artifact_id: int) -> Artifact | None:
+    return session.get(Artifact, artifact_id)
+
+
+def set_trace(session: Session, artifact_id: int, sha256: str, figures: dict[str, Any]) -> Artifact | None:
+    """Keep what the trace gives on its row, unless the row holds other content by now (a re-upload)."""
+    row = session.get(Artifact, artifact_id)
+    if row is None or row.sha256 != sha256:
+        return None
+    row.trace = figures
+    session.add(row)
+    return row
+
+
+def campaign_traces(session: Session, campaign_id: int) -> list[StoredTrace]:
+    """The campaign's stored traces that were read, newest first (one query, by the campaign's index)."""
+    found = session.execute(  # sqlalchemy's select: sqlmodel's is typed up to four columns
+        sa_select(Artifact.id, Artifact.trial_id, Trial.approach_id, Artifact.name, Artifact.trace)  # type: ignore[call-overload]
+        .join(Trial, col(Trial.id) == Artifact.trial_id)
+        .where(
+            Artifact.campaign_id == campaign_id,
+            col(Artifact.trace).is_not(None),
+            col(Artifact.removed_at).is_(None),
+        )
+        .order_by(col(Artifact.id).desc())
+    )
+    return [
+        StoredTrace(artifact_id or 0, trial_id, approach_id, name, figures)
+        for artifact_id, trial_id, approach_id, name, figures in found
+        if isinstance(figures, dict) and "error" not in figures
+    ]
 
 
 def is_trace_name(name: str) -> bool:

@@ -22,12 +22,16 @@ Where each input comes from (first that exists wins; `docs/profitability.md` say
                       speculative trial gives that approach's point its own tau
     draft cost        campaign.draft_steps x (campaign.draft_step_ms, else the newest GPU `draft_step_ms`)
     verify compute    campaign.verify_compute_ms, else the newest GPU verify_step `verify_compute_ms`
-    allreduces        campaign.allreduces_per_verify
+    allreduces        campaign.allreduces_per_verify, else a stored profiler trace's allreduces per verify
+                      or decode step ("from trace #id": device kernels first; a CPU trace's count only when
+                      its trial measured the full geometry)
     t_ar per approach 1. allreduce recipe `allreduce_latency_us` at the verify message size
                          (tokens x hidden x 2 bytes): exact size, else log-log interpolation between
                          the sizes around it, else the nearest size (said so)
                       2. verify_step recipe `allreduce_in_situ_us` (communication inside a real step)
-                      3. derived from an sglang_server speculative trial: its TPOT x accept length is
+                      3. the mean allreduce kernel of the approach's newest device trace ("from trace
+                         #id": in situ, at the profiled step's message size)
+                      4. derived from an sglang_server speculative trial: its TPOT x accept length is
                          the cycle time, minus draft and verify compute, over N_ar
     reported figures  campaign.reported: a figure from elsewhere (with its source) places an approach on
                       the chart until it is measured; a plain-decode tok/s is turned into a t_ar against
@@ -56,8 +60,10 @@ from sqlalchemy import Text, cast, exists, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
+from app.domain.artifacts import campaign_traces
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
 from app.domain.inventory import approaches
+from app.domain.traces import StoredTrace
 from app.models import Approach, ApproachStatus, Campaign, Metric, ModelInputFields
 from runners.recipes.metric import MetricName
 
@@ -325,7 +331,8 @@ class CampaignMetrics:
     """The metrics the model reads, for one campaign: for each approach and metric name the rows of its
     newest trial, the trials holding each approach's best throughput, and the baseline trial's rows."""
 
-    def __init__(self, rows: Iterable[MetricRow]) -> None:
+    def __init__(self, rows: Iterable[MetricRow], traces: Iterable[StoredTrace] = ()) -> None:
+        self.traces = tuple(traces)  # the campaign's read profiler traces, newest first (`campaign_traces`)
         # A multi-node trial also reports allreduces within each node and among the node leaders
         # (tag scope: node | cross-node); the model and the charts read the world's figures only.
         rows = [m for m in rows if is_world_figure(m.tags)]
@@ -363,6 +370,23 @@ class CampaignMetrics:
 
     def all(self, names: tuple[str, ...]) -> list[MetricRow]:
         return [m for name in names for m in self._by_name.get(name, [])]
+
+    def forward_trace(self) -> StoredTrace | None:
+        """The newest trace that counts N_ar over a forward pass of the target model (a verify or decode step),
+        preferring one of device kernels; a CPU trace's count only where its trial's figures (read here) say it
+        measured the real geometry (none is `scaled`)."""
+        counted = [t for t in self.traces if t.forward_n_ar is not None]
+        device = [t for t in counted if t.figures.get("device")]
+        full = [
+            t
+            for t in counted
+            if self._by_trial.get(t.trial_id) and not any(m.tags.get("scaled") for m in self._by_trial[t.trial_id])
+        ]
+        return next(iter(device or full), None)
+
+    def approach_trace(self, approach_id: int) -> StoredTrace | None:
+        """The approach's newest trace with a device allreduce time (its in-situ t_ar)."""
+        return next((t for t in self.traces if t.approach_id == approach_id and t.t_ar_us is not None), None)
 
 
 def _accept_filter(table: Any) -> Any:
@@ -411,8 +435,9 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
     trial_ids = {t for row in found for t in row if t is not None}
     if campaign.baseline_trial_id is not None:
         trial_ids.add(campaign.baseline_trial_id)
+    traces = campaign_traces(session, campaign.id)
     if not trial_ids:
-        return CampaignMetrics([])
+        return CampaignMetrics([], traces)
     # By trial id alone, so that both databases read the trial index (with the campaign or the names in the
     # WHERE, SQLite reads the campaign's whole (campaign, name, ...) index instead); filtered here. Columns
     # through Core (no ORM row processing); tags as text, parsed once per distinct text (few tag sets repeat).
@@ -438,11 +463,14 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
         return found
 
     return CampaignMetrics(
-        MetricRow(trial_id, approach_id, name, value, tags_of(tags), seq, index)
-        for trial_id, approach_id, name, value, tags, seq, index, campaign_id in rows
-        if campaign_id == campaign.id
-        and name in wanted
-        and (value >= 1 or name not in MetricName.ACCEPT_LENGTH)  # as _accept_filter
+        (
+            MetricRow(trial_id, approach_id, name, value, tags_of(tags), seq, index)
+            for trial_id, approach_id, name, value, tags, seq, index, campaign_id in rows
+            if campaign_id == campaign.id
+            and name in wanted
+            and (value >= 1 or name not in MetricName.ACCEPT_LENGTH)  # as _accept_filter
+        ),
+        traces,
     )
 
 
@@ -468,6 +496,28 @@ def _from_metric(metric: MetricRow | None, what: str = "") -> Input | None:
         return None
     label = f"trial #{metric.trial_id} ({metric.name}{', ' + what if what else ''})"
     return Input(metric.value, label, metric.trial_id)
+
+
+def _n_ar_candidates(campaign: Campaign, trace: StoredTrace | None) -> tuple[Input | None, ...]:
+    """N_ar: a value typed on the campaign (one with a stated source, or not the field's default) wins, and its
+    source says where a trace counts otherwise; a trace's count wins over the default nobody typed (the seed
+    model's 122); then the default."""
+    entered = _entered(campaign, "allreduces_per_verify")
+    counted = trace.forward_n_ar if trace is not None else None
+    if trace is None or counted is None:
+        return (entered,)
+    from_trace = Input(float(round(counted)), trace.label("allreduces per step"), trace.trial_id)
+    if entered is None:
+        return (from_trace,)
+    default = ModelInputFields.model_fields["allreduces_per_verify"].default
+    typed = entered.value != default or bool((campaign.input_sources or {}).get("allreduces_per_verify"))
+    if not typed:
+        if from_trace.value != entered.value:
+            from_trace = replace(from_trace, source=f"{from_trace.source}; replaces the default {default}")
+        return (from_trace,)
+    if round(counted) != entered.value:
+        entered = replace(entered, source=f"{entered.source}; trace #{trace.artifact_id} counts {counted:g}")
+    return (entered,)
 
 
 def _gpu(rows: list[MetricRow]) -> list[MetricRow]:
@@ -512,6 +562,7 @@ def model_inputs(
     compute_metric = next((m for m in compute_rows if m.tags.get("tokens") == verify_tokens), None) or (
         compute_rows[0] if compute_rows else None
     )
+    trace = metrics.forward_trace()
     draft_rows = _gpu(metrics.newest(MetricName.DRAFT_STEP_MS))
     draft_metric = next((m for m in draft_rows if m.tags.get("mode") == "graph"), None) or (
         draft_rows[0] if draft_rows else None
@@ -529,7 +580,7 @@ def model_inputs(
             _entered(campaign, "verify_compute_ms"),
             _from_metric(compute_metric, "synthetic verify step"),
         ),
-        allreduces_per_verify=pick("allreduces_per_verify", _entered(campaign, "allreduces_per_verify")),
+        allreduces_per_verify=pick("allreduces_per_verify", *_n_ar_candidates(campaign, trace)),
         verify_tokens=verify_tokens,
         hidden_size=campaign.hidden_size,
     )
@@ -551,7 +602,8 @@ def _missing(inputs: ModelInputs) -> list[Missing]:
         out.append(
             Missing(
                 "allreduces per verify step",
-                "enter it on the campaign: 2 per layer for tensor parallelism (122 for 61 layers)",
+                "enter it on the campaign (2 per layer for tensor parallelism: 122 for 61 layers), or run the "
+                "verify_step recipe with profile: true (its trace counts them)",
             )
         )
     if inputs.accept_length.value is None:
@@ -588,7 +640,7 @@ class LatencyEstimate:
     """An approach's allreduce latency at the verify message size, and how it was obtained."""
 
     t_ar_us: float
-    method: str  # measured | interpolated | nearest | in situ | derived | reported
+    method: str  # measured | interpolated | nearest | in situ | trace | derived | reported
     note: str  # what a reader needs to trust it
     trial_id: int | None  # None: a reported figure
 
@@ -685,6 +737,15 @@ def approach_latency(metrics: CampaignMetrics, approach_id: int, inputs: ModelIn
         if not exact:
             note += f" at {metric.tags.get('tokens')} tokens (not {inputs.verify_tokens})"
         return LatencyEstimate(metric.value, "in situ", note, metric.trial_id)
+
+    trace = metrics.approach_trace(approach_id)
+    if trace is not None and trace.t_ar_us is not None:
+        return LatencyEstimate(
+            trace.t_ar_us,
+            "trace",
+            trace.label("mean allreduce kernel, at the profiled step's message size"),
+            trace.trial_id,
+        )
 
     return _derived_latency(metrics, approach_id, inputs)
 

@@ -291,7 +291,8 @@ def _cache_key(campaign: Campaign, metrics: CampaignMetrics, approach_rows: list
     fields = {name: getattr(campaign, name) for name in _CAMPAIGN_KEY_FIELDS}
     rows = [(a.id, a.key, a.title, a.status, (a.recipe or {}).get("kind")) for a in approach_rows]
     read = [(m.trial_id, m.seq, m.index) for m in metrics.rows]
-    return json.dumps([fields, rows, read, resamples], default=str, sort_keys=True)
+    traces = [(t.artifact_id, t.figures) for t in metrics.traces]
+    return json.dumps([fields, rows, read, traces, resamples], default=str, sort_keys=True)
 
 
 def campaign_speculation(

@@ -41,6 +41,9 @@ COLLECTIVES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 ALLREDUCE_KINDS = frozenset(k for k, _ in COLLECTIVES if k not in ("NCCL other",))
 DEFAULT_STEPS = ("verify_step", "decode_step", "draft_step")
+# Steps that are one forward pass of the target model: their allreduce count is the model's N_ar (a draft
+# step's is the draft head's).
+FORWARD_STEPS = ("verify_step", "decode_step")
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 MAX_NAME = 300
@@ -89,6 +92,20 @@ class TraceSummary:
         calls = sum(r.calls for r in ars)
         return sum(r.total_us for r in ars) / calls if calls else None
 
+    def figures(self) -> dict[str, Any]:
+        """What the board keeps of the trace (the artifact's `trace` column): its counted step and the model
+        inputs it gives, so that the model reads them without parsing the file again."""
+        return {
+            "device": self.device,
+            "steps": self.steps,
+            "step_name": self.step_name,
+            "step_us": round(self.step_us, 3),
+            "allreduces_per_step": self.allreduces_per_step,
+            "allreduce_us": None if self.allreduce_us is None else round(self.allreduce_us, 3),
+            "collectives": sorted({r.kind for r in self.rows if r.kind in ALLREDUCE_KINDS}),
+            "kernels": len(self.rows),
+        }
+
     def table(self) -> list[dict[str, Any]]:
         """Rows by total time, each with its share of the kernels' total."""
         total = sum(r.total_us for r in self.rows) or 1.0
@@ -103,6 +120,53 @@ class TraceSummary:
             }
             for r in sorted(self.rows, key=lambda r: -r.total_us)
         ]
+
+
+@dataclass(frozen=True)
+class StoredTrace:
+    """A stored trace's figures (`TraceSummary.figures`) with where it came from: the model's "from trace #id"."""
+
+    artifact_id: int
+    trial_id: int
+    approach_id: int | None
+    name: str
+    figures: dict[str, Any]
+
+    @property
+    def n_ar(self) -> float | None:
+        """Allreduces per step, only where the step is one the trace names (a trace without step spans counts
+        its whole length as one step: its allreduce count is not a per-step figure)."""
+        if self.figures.get("step_name") is None:
+            return None
+        value = self.figures.get("allreduces_per_step")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    @property
+    def forward_n_ar(self) -> float | None:
+        """N_ar for the profitability model: a count per forward pass of the target model (`FORWARD_STEPS`)."""
+        return self.n_ar if self.step_name in FORWARD_STEPS else None
+
+    @property
+    def t_ar_us(self) -> float | None:
+        """The mean allreduce kernel time, only from device kernels (a CPU trace's spans are a floor)."""
+        value = self.figures.get("allreduce_us")
+        ok = self.figures.get("device") and isinstance(value, (int, float)) and value > 0
+        return float(value) if ok else None  # type: ignore[arg-type]
+
+    @property
+    def step_name(self) -> str | None:
+        name = self.figures.get("step_name")
+        return str(name) if name else None
+
+    def label(self, what: str) -> str:
+        """ "from trace #7 (trial #12, verify_step x 3, NCCL allreduce, device kernels)" """
+        f = self.figures
+        parts = [f"trial #{self.trial_id}"]
+        if self.step_name:
+            parts.append(f"{self.step_name} x {f.get('steps')}")
+        parts.extend(str(c) for c in f.get("collectives") or ())
+        parts.append("device kernels" if f.get("device") else "CPU spans")
+        return f"from trace #{self.artifact_id} ({', '.join(parts)}{': ' + what if what else ''})"
 
 
 class TraceError(Invalid):

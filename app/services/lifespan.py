@@ -1,5 +1,5 @@
 """What the server starts and stops with its lifespan: the live hub, the page feed (app/services/events.py),
-the open streams' credential check (app/services/access.py), the lost-runner sweeper, the notifier (app/services/notifier.py), the change-point pass (app/services/changes.py), the embedded runner, gc.freeze, and tracing probes."""
+the open streams' credential check (app/services/access.py), the lost-runner sweeper, the notifier (app/services/notifier.py), the change-point pass (app/services/changes.py), the trace reader (app/services/artifacts.py), the embedded runner, gc.freeze, and tracing probes."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from sqlmodel import Session, col, select
 
 from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
+from app.domain.artifacts import store_for
 from app.live import LiveHub, get_hub, run_in_tx, trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
 from app.protocol import CloseCode
-from app.services import access, changes, events, notifier
+from app.services import access, artifacts, changes, events, notifier
 from app.services.runners import sweep_once
 from runners.agent import start_embedded, stop_embedded
 
@@ -73,6 +74,8 @@ async def start(app: FastAPI) -> None:
     app.state.access_checker = asyncio.create_task(access.get_watch(app).run())
     app.state.notifier = asyncio.create_task(notifier.run(app))
     app.state.change_points = asyncio.create_task(changes.run(app))
+    app.state.trace_queue = asyncio.Queue()
+    app.state.trace_reader = asyncio.create_task(artifacts.run_reader(app, store_for(app.state.settings.data_dir)))
     app.state.trace_probes = asyncio.create_task(trace_probes()) if trace.on else None
     settings = app.state.settings
     app.state.embedded_runner = None
@@ -84,7 +87,7 @@ async def start(app: FastAPI) -> None:
 
 async def stop(app: FastAPI) -> None:
     events.stop(app)
-    for name in ("runner_sweeper", "access_checker", "notifier", "change_points", "trace_probes"):
+    for name in ("runner_sweeper", "access_checker", "notifier", "change_points", "trace_probes", "trace_reader"):
         task = getattr(app.state, name, None)
         if task is not None:
             task.cancel()

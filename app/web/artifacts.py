@@ -14,9 +14,10 @@ from sqlmodel import Session
 from app.api.artifacts import store_of
 from app.deps import OperatorDep, RowId
 from app.domain import artifacts as store_domain
-from app.domain.traces import TraceSummary, kernel_diff, read_stored
+from app.domain.traces import StoredTrace, TraceSummary, kernel_diff, read_stored
 from app.live import run_in_tx
 from app.models import Artifact
+from app.services.artifacts import read_trace
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -34,14 +35,20 @@ async def artifacts_fragment(request: Request, trial_id: RowId, operator: Operat
     ctx = await run_in_tx(request.app.state.engine, _listing, trial_id, write=False)
     trace = store_domain.first_trace(ctx["artifacts"])
     summary: TraceSummary | None = None
+    stored: StoredTrace | None = None
     error = ""
     if trace is not None:
+        if store_domain.needs_trace(trace):  # stored before the board kept its figures
+            trace = await read_trace(request.app, trace, store_of(request))
         try:
             summary = await asyncio.to_thread(read_stored, store_of(request).path(trace.sha256), trace.sha256)
+            stored = StoredTrace(trace.id or 0, trial_id, None, trace.name, summary.figures())
         except store_domain.DomainError as exc:
             error = exc.message
     return render(
-        request, "_partials/artifacts.html", {**ctx, "trace": trace, "summary": summary, "trace_error": error}
+        request,
+        "_partials/artifacts.html",
+        {**ctx, "trace": trace, "summary": summary, "stored": stored, "trace_error": error},
     )
 
 
