@@ -26,8 +26,8 @@ from app.domain.profitability import (
     ProfitabilityReport,
     ReferencePoint,
     ThroughputRow,
-    _size,  # a message size as the model's notes say it (56 KiB)
 )
+from app.domain.profitability.latency import _size  # a message size as the model's notes say it (56 KiB)
 from app.domain.timeline import Timeline
 from app.templating import STATUS_COLORS, STATUS_LABELS
 

@@ -354,7 +354,7 @@ class Metric(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("trial_id", "seq", "index", name="uq_metric_trial_seq_index"),
         # The profitability report: per (approach, name) of a campaign, the newest trial and the best value are
-        # each one seek into an index (profitability.load_campaign_metrics), whatever the number of trials.
+        # each one seek into an index (profitability/metrics.py: load_campaign_metrics), whatever the number of trials.
         Index("ix_metric_campaign_name_approach_trial", "campaign_id", "name", "approach_id", "trial_id", "value"),
         Index("ix_metric_campaign_name_approach_value", "campaign_id", "name", "approach_id", "value", "trial_id"),
     )

@@ -1,6 +1,6 @@
 """Speculation over (batch b, draft tokens k): where EAGLE-3 pays, with which allreduce, with what confidence.
 
-The batch-1 model of `profitability.py`, extended over a grid (docs/profitability.md, "The batch model"):
+The batch-1 model of `profitability/model.py`, extended over a grid (docs/profitability.md, "The batch model"):
 
     T_base(b)     plain decode step at batch b (the `decode_step_ms` sweep)
     T_draft(b, k) = k x draft step at batch b (chain drafts, top-k 1)

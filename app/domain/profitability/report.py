@@ -1,0 +1,368 @@
+"""The profitability report: every approach placed against the break-even curve, and the answers it gives.
+
+`profitability_report` reads the campaign's metrics once (metrics.py) and works in Python.
+No FastAPI here: routes call `profitability_report` and render what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlmodel import Session
+
+from app.domain.inventory import approaches
+from app.domain.profitability.inputs import (
+    Input,
+    Missing,
+    ModelInputs,
+    WhatIf,
+    _first_by_preference,
+    _from_metric,
+    model_inputs,
+)
+from app.domain.profitability.latency import LatencyEstimate, ReferencePoint, approach_latency, reported_latencies
+from app.domain.profitability.metrics import CampaignMetrics, load_campaign_metrics
+from app.domain.profitability.model import BreakEvenCurve, CycleCosts
+from app.domain.profitability.series import stack_summary
+from app.models import Approach, ApproachStatus, Campaign
+from runners.recipes.metric import MetricName
+
+
+@dataclass(frozen=True)
+class ApproachPoint:
+    """One approach at its measured t_ar."""
+
+    approach_id: int
+    key: str
+    title: str
+    status: str
+    reason: str
+    stack: str
+    latency: LatencyEstimate
+    tau_star: float | None  # on the break-even curve (a lower bound while the curve is one)
+    tau: float | None  # its own accept length, else the campaign's, else None
+    tau_source: str
+    comm_ms: float
+    savings_ms: float | None  # None while the full costs are unknown
+    speedup: float | None
+
+    @property
+    def profitable(self) -> bool | None:
+        return None if self.savings_ms is None else self.comm_ms < self.savings_ms
+
+    @property
+    def break_even_tau(self) -> float | None:
+        return self.tau_star
+
+
+@dataclass(frozen=True)
+class CpuFloor:
+    """A CPU or scaled-down figure of an approach: shown, never fed to the model."""
+
+    title: str
+    name: str
+    value: float
+    unit: str
+    trial_id: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Does speculation pay with one allreduce (a measured approach or a figure reported elsewhere)?
+
+    Decided whenever the inputs allow it: with every cost known, tau against the full tau*; while the draft
+    cost or the verify compute is unknown (counted as 0, so tau* is a lower bound) only "no" is certain."""
+
+    label: str
+    approach_key: str | None
+    status: str | None  # the approach's status; None for a figure of no approach (the baseline's own)
+    latency: LatencyEstimate
+    measured: bool  # an approach of this campaign measured here (else a figure reported elsewhere)
+    baseline: bool  # the baseline's own reported figure: the state the campaign is in today
+    tau: float | None  # the approach's own accept length, else the campaign's (stored or what-if)
+    tau_source: str
+    tau_star: float
+    contains: str  # what tau* counts (BreakEvenCurve.contains)
+    exact: bool  # tau* is the full break-even, not a lower bound
+    t_base_ms: float
+
+    @property
+    def t_ar_us(self) -> float:
+        return self.latency.t_ar_us
+
+    @property
+    def profitable(self) -> bool | None:
+        """S > 1 iff tau > tau*; None while the accept length, or (above a lower bound) a cost, is unknown."""
+        if self.tau is None:
+            return None
+        if self.tau <= self.tau_star:
+            return False
+        return True if self.exact else None
+
+    @property
+    def margin(self) -> float | None:
+        """tau - tau*: how far the accept length is above (+) or below (-) the break-even."""
+        return None if self.tau is None else self.tau - self.tau_star
+
+    @property
+    def margin_ms(self) -> float | None:
+        """Savings - communication per cycle, (tau - tau*) x T_base; only with every cost known."""
+        return self.margin * self.t_base_ms if self.margin is not None and self.exact else None
+
+    @property
+    def speedup(self) -> float | None:
+        """S = tau / tau* (= tau x T_base / cycle time); only with every cost known."""
+        return self.tau / self.tau_star if self.tau is not None and self.exact and self.tau_star > 0 else None
+
+    @property
+    def usable(self) -> bool:
+        return self.status != ApproachStatus.dead_end
+
+
+def answers_for(
+    curve: BreakEvenCurve | None,
+    points: Iterable[ApproachPoint],
+    references: Iterable[ReferencePoint],
+    accept: Input,
+    statuses: dict[str, str],
+) -> tuple[Answer, ...]:
+    """Every measured approach and reported figure answered against the break-even curve, lowest tau* first
+    (none without the curve). A reported figure is answered with the campaign's accept length."""
+    if curve is None:
+        return ()
+    found = curve
+
+    def answer(
+        label: str,
+        key: str | None,
+        status: str | None,
+        latency: LatencyEstimate,
+        measured: bool,
+        baseline: bool,
+        tau: float | None,
+        tau_source: str,
+    ) -> Answer:
+        return Answer(
+            label=label,
+            approach_key=key,
+            status=status,
+            latency=latency,
+            measured=measured,
+            baseline=baseline,
+            tau=tau,
+            tau_source=tau_source,
+            tau_star=found.tau_star(latency.t_ar_us),
+            contains=found.contains,
+            exact=not found.lower_bound,
+            t_base_ms=found.t_base_ms,
+        )
+
+    out = [answer(p.title, p.key, p.status, p.latency, True, False, p.tau, p.tau_source) for p in points]
+    out += [
+        answer(
+            r.label,
+            r.approach_key,
+            statuses.get(r.approach_key or ""),
+            r.latency,
+            False,
+            r.baseline,
+            accept.value,
+            accept.source,
+        )
+        for r in references
+    ]
+    return tuple(sorted(out, key=lambda a: a.tau_star))
+
+
+@dataclass(frozen=True)
+class ProfitabilityReport:
+    inputs: ModelInputs
+    curve: BreakEvenCurve | None
+    costs: CycleCosts | None
+    points: tuple[ApproachPoint, ...]
+    references: tuple[ReferencePoint, ...]
+    cpu_floor: tuple[CpuFloor, ...]
+    unmeasured: tuple[str, ...]  # approach titles without a t_ar at the verify size
+    speculative: bool  # does the campaign ask the speculation question (see asks_speculation)
+    answers: tuple[Answer, ...] = ()  # every approach and reported figure, lowest tau* first
+
+    @property
+    def headline(self) -> Answer | None:
+        """The answer to "does speculation pay now?": a measured usable approach that pays, else today's state
+        (the baseline's reported figure), else the best usable measured approach, else the lowest tau*."""
+        measured = {a.approach_key: a for a in self.answers if a.measured}
+        if self.profitable_now is not None:
+            return measured.get(self.profitable_now.key)
+        baseline = next((a for a in self.answers if a.baseline), None)
+        if baseline is not None:
+            return baseline
+        if self.best is not None:
+            return measured.get(self.best.key)
+        return next((a for a in self.answers if a.usable), next(iter(self.answers), None))
+
+    def answer_of(self, item: ApproachPoint | ReferencePoint) -> Answer | None:
+        """The answer for one row of the points or the reported table."""
+        if isinstance(item, ApproachPoint):
+            return next((a for a in self.answers if a.measured and a.approach_key == item.key), None)
+        return next((a for a in self.answers if not a.measured and a.label == item.label), None)
+
+    @property
+    def others(self) -> tuple[Answer, ...]:
+        """The answers other than the headline, lowest tau* first: where each approach would move it."""
+        head = self.headline
+        return tuple(a for a in self.answers if a is not head)
+
+    @property
+    def missing(self) -> tuple[Missing, ...]:
+        return self.inputs.missing
+
+    @property
+    def latencies(self) -> dict[int, LatencyEstimate]:
+        return {p.approach_id: p.latency for p in self.points}
+
+    @property
+    def best(self) -> ApproachPoint | None:
+        """The fastest usable approach (dead ends excluded: they cannot be deployed)."""
+        usable = [p for p in self.points if p.status != ApproachStatus.dead_end]
+        if not usable:
+            return None
+        if all(p.speedup is not None for p in usable):
+            return max(usable, key=lambda p: p.speedup or 0.0)
+        return min(usable, key=lambda p: p.latency.t_ar_us)
+
+    @property
+    def profitable_now(self) -> ApproachPoint | None:
+        best = self.best
+        return best if best is not None and best.profitable else None
+
+    @property
+    def fastest(self) -> ApproachPoint | None:
+        """The approach with the lowest measured t_ar, dead ends included (a latency comparison)."""
+        return min(self.points, key=lambda p: p.latency.t_ar_us, default=None)
+
+    @property
+    def baseline_reference(self) -> ReferencePoint | None:
+        return next((r for r in self.references if r.baseline), None)
+
+    @property
+    def best_reference(self) -> ReferencePoint | None:
+        """The reported figure with the lowest tau* (a results campaign imported from a node reports its
+        measurements this way, before any trial of its own)."""
+        return min(
+            (r for r in self.references if r.tau_star is not None), key=lambda r: r.tau_star or 0.0, default=None
+        )
+
+    @property
+    def communication_only_tau(self) -> tuple[float, float] | None:
+        """(tau*, t_ar us) with zero draft and verify compute at the best known t_ar: a lower bound on the
+        acceptance speculation needs, known from T_base and one allreduce figure alone."""
+        if self.curve is None:
+            return None
+        t_ars = [p.latency.t_ar_us for p in self.points] or [r.latency.t_ar_us for r in self.references]
+        if not t_ars:
+            return None
+        t_ar = min(t_ars)
+        return self.curve.n_ar * t_ar / 1000.0 / self.curve.t_base_ms, t_ar
+
+
+def asks_speculation(campaign: Campaign, approaches: list[Approach], inputs: ModelInputs) -> bool:
+    """Whether the campaign is about speculation: an accept length or draft cost is known, or an approach's
+    recipe speculates. An allreduce shootout with none of these gets a latency comparison instead."""
+    if inputs.accept_length.value is not None or inputs.draft_step_ms.value is not None:
+        return True
+    for a in approaches:
+        params = (a.recipe or {}).get("params") if isinstance(a.recipe, dict) else None
+        if isinstance(params, dict) and params.get("speculative"):
+            return True
+    return False
+
+
+def profitability_report(
+    session: Session,
+    campaign: Campaign,
+    what_if: WhatIf | None = None,
+    *,
+    metrics: CampaignMetrics | None = None,
+    approach_rows: list[Approach] | None = None,
+) -> ProfitabilityReport:
+    """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs.
+    Pass `metrics` and `approach_rows` already read to compute a what-if without reading again."""
+    metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
+    rows = approach_rows if approach_rows is not None else approaches(session, campaign)
+    inputs = model_inputs(session, campaign, what_if, metrics)
+    curve = inputs.curve()
+    costs = inputs.costs()
+    own_tau_allowed = not (what_if and what_if.accept_length is not None)
+    points: list[ApproachPoint] = []
+    unmeasured: list[str] = []
+    for approach in rows:
+        assert approach.id is not None  # read from the database
+        estimate = approach_latency(metrics, approach.id, inputs)
+        if estimate is None:
+            unmeasured.append(approach.title)
+            continue
+        own = (
+            _from_metric(
+                _first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach.id), MetricName.ACCEPT_LENGTH)
+            )
+            if own_tau_allowed
+            else None
+        )
+        tau = own.value if own else inputs.accept_length.value
+        mine = inputs.costs(tau=tau) if tau is not None else None
+        n_ar = int(inputs.allreduces_per_verify.value or 0)
+        points.append(
+            ApproachPoint(
+                approach_id=approach.id,
+                key=approach.key,
+                title=approach.title,
+                status=approach.status,
+                reason=approach.reason,
+                stack=stack_summary(approach.verdict_fingerprint),
+                latency=estimate,
+                tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+                tau=tau,
+                tau_source=(own.source if own else inputs.accept_length.source),
+                comm_ms=n_ar * estimate.t_ar_us / 1000.0,
+                savings_ms=mine.savings_ms if mine else None,
+                speedup=mine.speedup(estimate.t_ar_us) if mine else None,
+            )
+        )
+    titles = {a.key: a.title for a in rows}
+    references = tuple(
+        ReferencePoint(
+            label=f.get("label") or titles.get(f.get("approach") or "", "reported"),
+            approach_key=f.get("approach"),
+            latency=estimate,
+            tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+            baseline=bool(f.get("baseline")),
+            bytes=f.get("bytes") if estimate.method == "reported" else None,
+        )
+        for f, estimate in reported_latencies(campaign, inputs)
+    )
+    by_id = {a.id: a.title for a in rows}
+    floor = tuple(
+        CpuFloor(by_id.get(m.approach_id, "?"), m.name, m.value, "us" if m.name.endswith("_us") else "ms", m.trial_id)
+        for m in metrics.newest(
+            (
+                MetricName.ALLREDUCE_LATENCY_US,
+                MetricName.ALLREDUCE_IN_SITU_US,
+                MetricName.VERIFY_COMPUTE_MS,
+                MetricName.DECODE_STEP_MS,
+                MetricName.DRAFT_STEP_MS,
+            )
+        )
+        if m.cpu_floor and (m.name != MetricName.ALLREDUCE_LATENCY_US or m.tags.get("bytes") == inputs.verify_bytes)
+    )
+    return ProfitabilityReport(
+        inputs,
+        curve,
+        costs,
+        tuple(points),
+        references,
+        floor,
+        tuple(unmeasured),
+        asks_speculation(campaign, rows, inputs),
+        answers_for(curve, points, references, inputs.accept_length, {a.key: a.status for a in rows}),
+    )
