@@ -10,16 +10,22 @@ Multi-node trials also report allreduces within each node and among the node lea
 
 from __future__ import annotations
 
+import copy
 import json
-from collections import defaultdict
+import threading
+import uuid
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import Text, cast, exists, or_
+from sqlalchemy import Text, cast, exists, func, or_
 from sqlalchemy import select as sa_select
+from sqlalchemy.pool import Pool
 from sqlmodel import Session, select
 
+from app.db import ReadSession
 from app.domain.artifacts import campaign_traces
 from app.domain.traces import StoredTrace
 from app.models import Approach, Campaign, Metric
@@ -108,6 +114,13 @@ class CampaignMetrics:
     def all(self, names: tuple[str, ...]) -> list[MetricRow]:
         return [m for name in names for m in self._by_name.get(name, [])]
 
+    def with_traces(self, traces: Iterable[StoredTrace]) -> CampaignMetrics:
+        """The same rows (shared, never copied: readers never change them) with the campaign's traces now
+        (read fresh on every load: a trace's figures arrive after its upload, with no new metric row)."""
+        other = copy.copy(self)
+        other.traces = tuple(traces)
+        return other
+
     def forward_trace(self) -> StoredTrace | None:
         """The newest trace that counts N_ar over a forward pass of the target model (a verify or decode step),
         preferring one of device kernels; a CPU trace's count only where its trial's figures (read here) say it
@@ -155,9 +168,11 @@ def _best_trial(campaign_id: int, name: str) -> Any:
 
 
 def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetrics:
-    """Three queries whatever the campaign's size: which model metrics the campaign has, the trials that matter
+    """Five queries whatever the campaign's size: which model metrics the campaign has, the trials that matter
     (per approach, its newest trial for each of those names and its best-throughput trials: correlated
-    subqueries, each an index seek), then those trials' rows as columns."""
+    subqueries, each an index seek), how many rows those trials have, then those rows as columns; the last
+    only when this process has not read those trials with that many rows already (`_LOADED`); and the
+    campaign's read profiler traces (`campaign_traces`, never kept: their figures arrive with no new row)."""
     assert campaign.id is not None
     m = Metric.__table__  # type: ignore[attr-defined]
     reported = session.execute(
@@ -167,7 +182,7 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
     columns = [_newest_trial(campaign.id, name) for name in names]
     columns += [_best_trial(campaign.id, name) for name in MetricName.THROUGHPUT if name in names]
     found: Iterable[Sequence[int | None]] = (
-        session.execute(select(*columns).where(Approach.campaign_id == campaign.id)) if columns else []
+        session.execute(select(*columns).where(Approach.campaign_id == campaign.id)).all() if columns else []
     )
     trial_ids = {t for row in found for t in row if t is not None}
     if campaign.baseline_trial_id is not None:
@@ -175,37 +190,89 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
     traces = campaign_traces(session, campaign.id)
     if not trial_ids:
         return CampaignMetrics([], traces)
+    # Metrics are only ever inserted (a trial's rows arrive with its log; nothing updates or deletes one but
+    # the trial's own deletion, which takes its id out of `trial_ids`), so the number of rows of the trials
+    # that matter changes with every committed write that could change the answer: with the database, the
+    # campaign and those trials, it is the key of what this process already read. One index-only count. Only
+    # read-only sessions (`app.db.ReadSession`, every page's) use it: they see committed rows alone.
+    ids = sorted(trial_ids)
+    if not isinstance(session, ReadSession):  # a transaction that may write may read its own, uncommitted rows
+        return _read_rows(session, campaign, ids).with_traces(traces)
+    count = session.execute(select(func.count()).select_from(m).where(m.c.trial_id.in_(ids))).scalar_one()
+    with _LOADED_LOCK:
+        # The engine's pool names its database for this process (a database dropped and made again under the
+        # same URL, as tests do, comes with a new engine).
+        database = _DATABASES.setdefault(session.connection().engine.pool, uuid.uuid4().hex)
+        key = (database, campaign.id, tuple(ids), count)
+        cached = _LOADED.get(key)
+        if cached is not None:
+            _LOADED.move_to_end(key)
+            return cached.with_traces(traces)
+    loaded = _read_rows(session, campaign, ids)
+    with _LOADED_LOCK:
+        _LOADED[key] = loaded
+        while len(_LOADED) > _LOADED_SIZE:
+            _LOADED.popitem(last=False)
+    return loaded.with_traces(traces)
+
+
+# What `load_campaign_metrics` read, by (database, campaign, trials that matter, their number of rows): a
+# few campaigns' worth (each some thousands of rows at 500 approaches). Readers never change a
+# `CampaignMetrics` or its rows.
+_LOADED: OrderedDict[tuple[str, int, tuple[int, ...], int], CampaignMetrics] = OrderedDict()
+_LOADED_SIZE = 8
+_LOADED_LOCK = threading.Lock()
+_DATABASES: WeakKeyDictionary[Pool, str] = WeakKeyDictionary()
+
+
+def _read_rows(session: Session, campaign: Campaign, trial_ids: list[int]) -> CampaignMetrics:
+    """The rows of `trial_ids` the model reads."""
+    m = Metric.__table__  # type: ignore[attr-defined]
     # By trial id alone, so that both databases read the trial index (with the campaign or the names in the
     # WHERE, SQLite reads the campaign's whole (campaign, name, ...) index instead); filtered here. Columns
     # through Core (no ORM row processing); tags as text, parsed once per distinct text (few tag sets repeat).
-    rows = session.connection().execute(
-        sa_select(  # typed for eight columns (sqlmodel's select stops at four)
-            m.c.trial_id,
-            m.c.approach_id,
-            m.c.name,
-            m.c.value,
-            cast(m.c.tags, Text),
-            m.c.seq,
-            m.c.index,
-            m.c.campaign_id,
-        ).where(m.c.trial_id.in_(sorted(trial_ids)))
-    )
+    rows = (
+        session.connection()
+        .execute(
+            sa_select(  # typed for eight columns (sqlmodel's select stops at four)
+                m.c.trial_id,
+                m.c.approach_id,
+                m.c.name,
+                m.c.value,
+                cast(m.c.tags, Text),
+                m.c.seq,
+                m.c.index,
+                m.c.campaign_id,
+            ).where(m.c.trial_id.in_(trial_ids))
+        )
+        .all()
+    )  # one fetch of every row, not one call through the result per row
     wanted = set(MODEL_METRICS)
-    parsed: dict[str | None, dict[str, Any]] = {None: {}}
-
-    def tags_of(text: str | None) -> dict[str, Any]:
-        found = parsed.get(text)
-        if found is None:
-            found = parsed[text] = json.loads(text) or {}  # type: ignore[arg-type]
-        return found
-
     return CampaignMetrics(
-        (
-            MetricRow(trial_id, approach_id, name, value, tags_of(tags), seq, index)
-            for trial_id, approach_id, name, value, tags, seq, index, campaign_id in rows
-            if campaign_id == campaign.id
-            and name in wanted
-            and (value >= 1 or name not in MetricName.ACCEPT_LENGTH)  # as _accept_filter
-        ),
-        traces,
+        MetricRow(trial_id, approach_id, name, value, tags, seq, index)
+        for trial_id, approach_id, name, value, text, seq, index, campaign_id in rows
+        if campaign_id == campaign.id
+        and name in wanted
+        and (value >= 1 or name not in MetricName.ACCEPT_LENGTH)  # as _accept_filter
+        and (tags := _tags_of(text)) is not _NOT_WORLD
     )
+
+
+# A metric's tags as parsed from their stored text, shared by every row (and request) with that text: parsing
+# is a function of the text alone, so nothing to invalidate; the rows never change a tags dict (copy it first).
+# A campaign has a few thousand distinct tag texts (one per message size, world size, mode, batch...); parsing
+# them was half of `load_campaign_metrics`. Bounded: cleared when full. `_NOT_WORLD` marks a text whose rows
+# are not world figures (`is_world_figure`), which `CampaignMetrics` would drop anyway.
+_TAGS: dict[str | None, dict[str, Any]] = {}
+_TAGS_MAX = 100_000
+_NOT_WORLD: dict[str, Any] = {"scope": "not world"}
+
+
+def _tags_of(text: str | None) -> dict[str, Any]:
+    found = _TAGS.get(text)
+    if found is None:
+        if len(_TAGS) >= _TAGS_MAX:
+            _TAGS.clear()
+        parsed = (json.loads(text) or {}) if text is not None else {}
+        found = _TAGS[text] = parsed if is_world_figure(parsed) else _NOT_WORLD
+    return found
