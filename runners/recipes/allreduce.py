@@ -31,6 +31,7 @@ from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit
 
 PROG = "runners.recipes.allreduce"
+PROFILE_LABEL = "allreduce"  # the profiled step's record_function name and the trace's file name
 
 SPEC = (
     Param("backend", "choice", "gloo", "allreduce implementation", choices=_dist.BACKENDS),
@@ -45,6 +46,7 @@ SPEC = (
     Param("calls", "int", 100, "eager: allreduces back to back per sample (K, the nccl-tests method)", minimum=1),
     Param("per_call_iters", "int", 50, "eager: calls timed one by one for allreduce_per_call_us (0 = off)", minimum=0),
     Param("seed", "int", 0, "seed of the known values used by the correctness check", minimum=0),
+    Param("profile", "bool", False, "after the timing, profile 3 steps of the first size into a Chrome trace"),
     *_dist.TIMEOUTS,
 )
 
@@ -206,7 +208,22 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
                 rows.append((where, tokens, nbytes, s, alg, bus, None))
     if rank.rank == 0:
         _print_table(rows, values, graph)
+    if values["profile"]:
+        _profile(rank, values, graph)
     return 0
+
+
+def _profile(rank: _dist.Rank, values: dict[str, Any], graph: bool) -> None:
+    """The short profiled run of the first size on the whole world (never a timing sample): a step is one
+    call eager, one replay of graph_allreduces calls in graph mode; rank 0 writes allreduce.trace.json."""
+    shape = (values["tokens"][0], values["hidden_size"])
+    ok, body = _prepared(rank, shape, values, graph)
+    if not rank.all_true(ok):
+        print("allreduce: CORRECTNESS FAILED before profiling; no trace", file=sys.stderr, flush=True)
+        return
+    step = _dist.capture_graph(rank, body).replay if graph else body
+    _timing.profile_steps(PROFILE_LABEL, step, cuda=rank.on_gpu, synchronize=rank.synchronize, record=rank.rank == 0)
+    rank.barrier()
 
 
 def _prepared(view: _dist.Rank, shape: tuple[int, ...], values: dict[str, Any], graph: bool):
