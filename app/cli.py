@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from app.logconfig import configure_logging
+from runners import cli as runner_cli
+from runners.logconfig import configure_logging
+from runners.recipes import RecipeError
 from runners.recipes.metric import MetricName
 
 if TYPE_CHECKING:
@@ -669,11 +671,8 @@ def preflight(
 
     Exit code: 0 every applicable check passed, 4 one failed (its verdict proposal is printed),
     2 the approach or its recipe is unusable."""
-    import subprocess
-
     from app.domain.campaign_files import parse_campaign_file
     from app.domain.errors import DomainError
-    from runners.recipes import RecipeError, build_launch
 
     try:
         parsed = parse_campaign_file(campaign_file.read_text(encoding="utf-8"))
@@ -686,131 +685,22 @@ def preflight(
         _fail(
             f"no approach {approach!r} in {campaign_file}; keys: {', '.join(a.key for a in parsed.approaches)}", code=2
         )
-    recipe = dict(found.recipe or {})
-    if recipe.get("kind") != "sglang_server":
-        _fail(
-            f"approach {approach!r} has no sglang_server recipe (kind {recipe.get('kind')!r}): nothing to preflight",
-            code=2,
-        )
-    params = dict(recipe.get("params") or {})
-    for name, value in (("sglang_python", sglang_python), ("model_path", model_path)):
-        if value is not None:
-            params[name] = value
-    if draft_model_path is not None:
-        params["speculative"] = {**(params.get("speculative") or {}), "draft_model_path": draft_model_path}
-    params["preflight"] = {
-        **(params.get("preflight") or {}),
-        "enabled": "on",
-        "skip": list(skip or (params.get("preflight") or {}).get("skip") or []),
-    }
     try:
-        spec = build_launch({**recipe, "params": params})
-    except RecipeError as exc:
-        _fail(f"approach {approach!r}: {exc}", code=2)
-    from runners.process import trial_env
-
-    done = subprocess.run([*spec.argv, "--only-preflight=on"], env=trial_env(spec.env), cwd=spec.cwd)
-    raise typer.Exit(done.returncode)
-
-
-@cli.command()
-def runner(
-    server: Annotated[str, typer.Option(help="The board's URL, e.g. http://board:8000.")],
-    token: Annotated[
-        str,
-        typer.Option(
-            envvar="CAMPAIGN_RUNNER_TOKEN",
-            show_default=False,
-            help="This runner's token (better: --token-file; ps shows arguments).",
-        ),
-    ] = "",
-    token_file: Annotated[
-        str | None,
-        typer.Option(help="Read the token from this file ('-': stdin). Trials never see it, whichever way it comes."),
-    ] = None,
-    labels: Annotated[str, typer.Option(help="Comma-separated labels, e.g. h200,nvlink.")] = "",
-    spool_dir: Annotated[Path | None, typer.Option(help="Log spool (default <data_dir>/runner-spool/<name>).")] = None,
-    name: Annotated[
-        str | None, typer.Option(help="Name in logs and the default spool dir (default: hostname).")
-    ] = None,
-    python: Annotated[
-        str | None,
-        typer.Option(
-            help="Interpreter the recipes run with: the node's torch or SGLang environment, e.g. "
-            "/envs/sglang/bin/python (default: the runner's own). The runner says at start what it holds."
-        ),
-    ] = None,
-    sglang_python: Annotated[
-        str | None, typer.Option(help="Interpreter SGLang is installed in, if another one.")
-    ] = None,
-    max_trials: Annotated[int, typer.Option(min=1, help="Trials run at once on this node.")] = 1,
-    parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
-    executor: Annotated[
-        str,
-        typer.Option(
-            help="Where trials run: local (process groups on this node) or slurm (batch jobs; see docs/cluster.md)."
-        ),
-    ] = "local",
-    partition: Annotated[str, typer.Option(help="slurm: partition (default: the cluster's default).")] = "",
-    account: Annotated[str, typer.Option(help="slurm: account to charge.")] = "",
-    time_limit: Annotated[str, typer.Option(help="slurm: sbatch --time (default: the recipe's timeout + 2 min).")] = "",
-    gpus_per_node: Annotated[
-        int, typer.Option(min=0, help="slurm: GPUs per node (default: from the partition's GRES).")
-    ] = 0,
-    sbatch_option: Annotated[
-        list[str] | None, typer.Option(help="slurm: extra sbatch option, e.g. --qos=high (repeatable).")
-    ] = None,
-    gpu_model: Annotated[str, typer.Option(help="slurm: the partition's GPU model, when GRES does not name it.")] = "",
-    gpu_sm: Annotated[str, typer.Option(help="slurm: the partition's GPU SM capability, e.g. 9.0.")] = "",
-) -> None:
-    """Run trials on this node for a board: connect, report the node, stream logs; reconnects by itself."""
-    import socket
-
-    from runners.agent import run
-
-    settings = get_settings()
-    name = name or socket.gethostname()
-    if token_file:
-        try:
-            token = (sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()).strip()
-        except OSError as exc:
-            _fail(f"cannot read {token_file}: {exc.strerror}", code=2)
-    configure_logging(settings.log_level, label=f"runner {name}")
-    spool_dir = spool_dir or settings.data_dir / "runner-spool" / name
-    trial_executor = None
-    if executor == "slurm":
-        from runners.executors.slurm import SlurmConfig, SlurmExecutor
-        from runners.recipes import RecipeError
-
-        config = SlurmConfig(
-            partition=partition,
-            account=account,
-            time_limit=time_limit,
-            gpus_per_node=gpus_per_node,
-            sbatch_options=list(sbatch_option or []),
-            gpu_model=gpu_model,
-            sm=gpu_sm,
+        spec = runner_cli.preflight_launch(
+            approach,
+            dict(found.recipe or {}),
+            sglang_python=sglang_python,
+            model_path=model_path,
+            draft_model_path=draft_model_path,
+            skip=skip,
         )
-        try:
-            trial_executor = SlurmExecutor(config, spool_dir)
-        except RecipeError as exc:
-            _fail(str(exc))
-    elif executor != "local":
-        _fail(f"--executor {executor!r}: expected local or slurm")
-    code = run(
-        server,
-        token,
-        spool_dir=spool_dir,
-        labels=[label.strip() for label in labels.split(",") if label.strip()],
-        name=name,
-        python=python,
-        sglang_python=sglang_python,
-        cancel_grace_s=settings.cancel_grace_s,
-        max_concurrent=max_trials,
-        parent_pid=parent_pid,
-        executor=trial_executor,
-    )
-    raise typer.Exit(code)
+    except RecipeError as exc:
+        _fail(str(exc), code=2)
+    raise typer.Exit(runner_cli.run_preflight(spec))
+
+
+# `campaign runner` is the node's own command (runners/cli.py, its settings read there).
+cli.command("runner")(runner_cli.runner)
 
 
 def main() -> None:

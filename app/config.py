@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runners.logconfig import LOG_LEVELS
+
 PACKAGE_DIR = Path(__file__).resolve().parent
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def resource_dir(name: str) -> Path:

@@ -14,8 +14,8 @@ import time
 import uvicorn
 
 from app.config import get_settings
-from app.logconfig import configure_logging
 from app.main import create_app
+from runners.logconfig import configure_logging
 
 PR_SET_PDEATHSIG = 1
 

@@ -27,7 +27,6 @@ import logging
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from collections import deque
@@ -60,13 +59,10 @@ from app.protocol import (
 )
 from runners import artifacts
 from runners import fingerprint as node
-from runners.executors import LocalExecutor, spooled_end
+from runners.executors import Executor, LocalExecutor, TrialHandle, spooled_end
 from runners.process import (
-    SECRET_ENV,
     OutputChunk,
     ProcessId,
-    TrialProcess,
-    check_gpus_released,
     gpu_memory_used,
     stop_attempt_leftovers,
     trace,
@@ -121,7 +117,7 @@ class Attempt:
     trial_id: int
     attempt_id: str
     spool: AttemptSpool
-    process: TrialProcess | None = None
+    process: TrialHandle | None = None
     task: asyncio.Task[None] | None = None
     running: bool = False
     cancel_requested: bool = False
@@ -158,7 +154,7 @@ class RunnerOptions:
     cancel_grace_s: float = 10.0
     max_concurrent: int = 1
     parent_pid: int | None = None  # stop when this process is gone (the embedded runner's server)
-    executor: Any = None  # runners.executors: LocalExecutor (default) or SlurmExecutor
+    executor: Executor | None = None  # runners.executors: LocalExecutor (default) or SlurmExecutor
 
 
 class Agent:
@@ -169,7 +165,7 @@ class Agent:
         self.url = ws_url(options.server_url)
         self.fingerprint = fingerprint
         self.spool = Spool(options.spool_dir)
-        self.executor = options.executor or LocalExecutor()
+        self.executor: Executor = options.executor or LocalExecutor()
         self.attempts: dict[str, Attempt] = {}
         self.heartbeat_s = 5.0
         self.connected = asyncio.Event()
@@ -251,9 +247,8 @@ class Agent:
         running = [a for a in self.attempts.values() if a.task is not None and not a.task.done()]
         for attempt in running:
             process = attempt.process
-            if process is not None and hasattr(process, "detach"):  # a SLURM job goes on; the next runner re-attaches
-                process.detach()
-            else:
+            # A SLURM job goes on (the next runner re-attaches); a local process is cancelled.
+            if process is None or not process.detach():
                 self._cancel_attempt(attempt)
         if running:
             tasks = [a.task for a in running if a.task is not None]
@@ -563,11 +558,7 @@ class Agent:
             result = await asyncio.to_thread(process.wait)
             if result is None:
                 return  # detached from a SLURM job: the next runner process re-attaches
-            released, note = (
-                await asyncio.to_thread(check_gpus_released, gpu_before)
-                if self.executor.name == "local"
-                else (None, "GPUs of a SLURM job are released by SLURM on its nodes")
-            )
+            released, note = await asyncio.to_thread(self.executor.gpus_released, gpu_before)
             log.info(
                 "%s: %s (exit code %s, signal %s)%s",
                 label,
@@ -708,7 +699,7 @@ def run(
     cancel_grace_s: float = 10.0,
     max_concurrent: int = 1,
     parent_pid: int | None = None,
-    executor: Any = None,
+    executor: Executor | None = None,
 ) -> int:
     """Run the runner until SIGTERM/SIGINT (exit 0) or a fatal error (2: bad arguments,
     3: the server refused the token). Blocks; sets up logging to stderr when none is set."""
@@ -769,55 +760,3 @@ def _not_dumpable() -> None:
     PR_SET_DUMPABLE = 4
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-
-def start_embedded(
-    server_url: str, token: str, spool_dir: Path, *, name: str = "embedded", labels: Sequence[str] = ()
-) -> subprocess.Popen[bytes]:
-    """Start the local runner of `campaign serve` as a child process and return it.
-
-    It runs `python -m app.cli runner --server URL --spool-dir DIR --name NAME --token-file -`
-    and writes the token to its stdin (never on the command line, where `ps` shows it, nor in
-    its environment, which trials could inherit); the server's secrets (secret key, database
-    URL) are left out of its environment. It inherits stdout/stderr, and stops by itself when this process dies. The caller creates the
-    runner's row and token first, starts it once the server listens (it reconnects with
-    backoff until then anyway), and calls `stop_embedded` on shutdown.
-    """
-    argv = [
-        sys.executable,
-        "-m",
-        "app.cli",
-        "runner",
-        "--server",
-        server_url,
-        "--spool-dir",
-        str(spool_dir),
-        "--name",
-        name,
-        "--parent-pid",
-        str(os.getpid()),
-        "--token-file",
-        "-",
-    ]
-    if labels:
-        argv += ["--labels", ",".join(labels)]
-    server_secrets = {"CAMPAIGN_SECRET_KEY", "CAMPAIGN_DATABASE_URL", TOKEN_ENV, *SECRET_ENV}
-    env = {key: value for key, value in os.environ.items() if key not in server_secrets}
-    runner = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, start_new_session=True)
-    assert runner.stdin is not None  # stdin=PIPE
-    runner.stdin.write(token.encode() + b"\n")
-    runner.stdin.close()
-    return runner
-
-
-def stop_embedded(runner: subprocess.Popen[bytes], timeout_s: float = 30.0) -> int | None:
-    """Stop a runner started by `start_embedded`: SIGTERM (it cancels its running trial and
-    reports it), then SIGKILL after timeout_s. Returns its exit code."""
-    if runner.poll() is None:
-        runner.terminate()
-        try:
-            runner.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            runner.kill()
-            runner.wait()
-    return runner.returncode

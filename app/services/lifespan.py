@@ -21,7 +21,7 @@ from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
 from app.protocol import CloseCode
 from app.services import access, artifacts, changes, events, notifier
 from app.services.runners import sweep_once
-from runners.agent import start_embedded, stop_embedded
+from runners.embedded import start_embedded, stop_embedded
 
 log = logging.getLogger(__name__)
 

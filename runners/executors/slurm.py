@@ -363,10 +363,11 @@ class SlurmTrial:
                 return
             self._cancel.wait(self.executor.config.poll_s)
 
-    def detach(self) -> None:
+    def detach(self) -> bool:
         """Stop following without touching the job (the runner is stopping; a restart re-attaches)."""
         self._detached.set()
         self._cancel.set()
+        return True
 
     def cancel(self, *, kill_now: bool = False) -> None:
         self._kill_now = self._kill_now or kill_now
@@ -570,3 +571,7 @@ class SlurmExecutor:
 
     def describe(self) -> dict[str, Any]:
         return slurm_partition(self.config)
+
+    def gpus_released(self, before: dict[int, int] | None) -> tuple[bool | None, str]:
+        """The job's GPUs are on its nodes, not this runner's: SLURM releases them."""
+        return None, "GPUs of a SLURM job are released by SLURM on its nodes"

@@ -1,5 +1,6 @@
 """Shared machinery of the collective recipes (allreduce, verify_step): launching ranks,
-process-group setup with timeouts, allreduce implementations, timing, bounded teardown.
+process-group setup with timeouts, allreduce implementations, timing on a rank (the clocks and
+statistics themselves are in runners/recipes/_timing.py), bounded teardown.
 
 The module that is run (`python -m runners.recipes.allreduce ...`) is the *launcher*: it
 validates, checks what the machine can do, then starts one subprocess per rank running the
@@ -30,7 +31,8 @@ from runners.recipes import (
     RecipeError,
 )
 from runners.recipes._params import Param, parse_cli, usage_error
-from runners.recipes.metric import emit, emit_phase
+from runners.recipes._timing import PerfCounterTimer, device_timer, time_back_to_back, time_per_call, torch_dtype
+from runners.recipes.metric import emit_phase
 
 # Parameters every collective recipe takes the same way.
 WORLD_SIZE = Param(
@@ -41,13 +43,6 @@ TIMEOUTS = (
     Param("run_timeout_s", "float", 600.0, "the launcher stops ranks still running after this", minimum=1),
     Param("teardown_timeout_s", "float", 30.0, "bound on process-group teardown after results", minimum=0.1),
 )
-# Which clock times a GPU sample: CUDA events (the headline), or the host's wall clock with a
-# synchronize at each mark (an independent check of the same figure; tag timer "wall-sync").
-CLOCKS = ("events", "wall")
-CLOCK = Param(
-    "clock", "choice", "events", "GPU samples timed by CUDA events, or wall clock + synchronize", choices=CLOCKS
-)
-
 # NCCL knobs arrive through the environment (the recipe's env); recipes only record them.
 NCCL_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_P2P_LEVEL")
 
@@ -524,12 +519,6 @@ def exit_after_teardown(code: int, teardown_timeout_s: float, who: str) -> NoRet
     os._exit(code)
 
 
-def torch_dtype(name: str):
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
-
-
 class Allreduce:
     """One allreduce of a fixed shape on a fixed buffer, by the chosen implementation.
 
@@ -610,128 +599,8 @@ def check_allreduce(ar: Allreduce, seed: int, dtype_name: str) -> tuple[bool, fl
     return rank.all_true(ok), float(err.max()), float(tol.max())
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated percentile of an already sorted list (q in [0, 100])."""
-    if not sorted_values:
-        raise ValueError("no samples")
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def summarize(samples_us: list[float]) -> dict[str, float]:
-    s = sorted(samples_us)
-    return {"median": percentile(s, 50), "p10": percentile(s, 10), "p90": percentile(s, 90), "min": s[0], "max": s[-1]}
-
-
-def emit_summary(name: str, samples: list[float], unit: str, **tags: Any) -> dict[str, float]:
-    """One headline metric line: the median of `samples`, its spread as tags (`p10_<unit>`, `p90_`, `min_`,
-    `max_`) and the samples themselves. Returns the summary."""
-    stats = summarize(samples)
-    line: dict[str, Any] = {f"{k}_{unit}": stats[k] for k in ("p10", "p90", "min", "max")} | tags
-    emit(name, stats["median"], unit, samples=samples, **line)
-    return stats
-
-
-class PerfCounterTimer:
-    """Host wall clock (CPU ranks: gloo collectives return when they are done)."""
-
-    name = "perf_counter"
-
-    def mark(self) -> float:
-        return time.perf_counter()
-
-    def synchronize(self) -> None:
-        pass
-
-    def elapsed_us(self, start: float, end: float) -> float:
-        return (end - start) * 1e6
-
-
-class SyncWallTimer:
-    """The host's wall clock, the device synchronized at each mark: independent of CUDA events (it
-    adds one synchronize per mark, so it reads a little high on short samples)."""
-
-    name = "wall-sync"
-
-    def __init__(self, device):
-        self.device = device
-
-    def mark(self) -> float:
-        import torch
-
-        torch.cuda.synchronize(self.device)
-        return time.perf_counter()
-
-    def synchronize(self) -> None:
-        pass
-
-    def elapsed_us(self, start: float, end: float) -> float:
-        return (end - start) * 1e6
-
-
-class CudaEventTimer:
-    """CUDA events recorded on the current stream; read after one synchronize."""
-
-    name = "cuda-events"
-
-    def __init__(self, device):
-        self.device = device
-
-    def mark(self):
-        import torch
-
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def synchronize(self) -> None:
-        import torch
-
-        torch.cuda.synchronize(self.device)
-
-    def elapsed_us(self, start, end) -> float:
-        return start.elapsed_time(end) * 1000.0
-
-
-def device_timer(device, clock: str = "events"):
-    """The timer of a device: CUDA events (or the synchronized wall clock, clock "wall") on a GPU,
-    perf_counter on the CPU."""
-    if device.type != "cuda":
-        return PerfCounterTimer()
-    return SyncWallTimer(device) if clock == "wall" else CudaEventTimer(device)
-
-
 def timer_for(rank: Rank, clock: str = "events"):
     return device_timer(rank.device, clock) if rank.on_gpu else PerfCounterTimer()
-
-
-def time_back_to_back(fn: Callable[[], Any], timer, calls: int, samples: int) -> list[float]:
-    """The nccl-tests method: per sample, `calls` calls issued back to back between two marks,
-    elapsed / calls (us). No synchronize between samples, so the queue stays full and a per-launch
-    cost shows only where it really bounds the rate of calls."""
-    marks = []
-    for _ in range(samples):
-        start = timer.mark()
-        for _ in range(calls):
-            fn()
-        marks.append((start, timer.mark()))
-    timer.synchronize()
-    return [timer.elapsed_us(start, end) / calls for start, end in marks]
-
-
-def time_per_call(fn: Callable[[], Any], timer, iters: int) -> list[float]:
-    """A mark pair around each call (us). The marks sit in the launch path: on a GPU this
-    inflates eager collectives, so it is never a headline (allreduce_per_call_us only); for a
-    graph replay of N calls (us per replay) the marks are amortised over N."""
-    marks = []
-    for _ in range(iters):
-        start = timer.mark()
-        fn()
-        marks.append((start, timer.mark()))
-    timer.synchronize()
-    return [timer.elapsed_us(start, end) for start, end in marks]
 
 
 def warm(rank: Rank, fn: Callable[[], Any], warmup: int) -> None:
@@ -768,48 +637,10 @@ def capture_graph(rank: Rank, body: Callable[[], Any]):
     return graph
 
 
-PROFILE_STEPS = 3
-ARTIFACTS_ENV = "CAMPAIGN_ARTIFACTS_DIR"  # runners/artifacts.py sets it for every trial
-
-
-def profile_steps(
-    label: str, body: Callable[[], Any], *, cuda: bool, synchronize: Callable[[], None], record: bool = True
-) -> str | None:
-    """A short profiled run of `body` after the timed ones, never a timing sample: PROFILE_STEPS calls, each in
-    a `record_function(label)` span (the board counts a step per span), written as a torch.profiler Chrome
-    trace `<label>.trace.json` into $CAMPAIGN_ARTIFACTS_DIR (else the working directory). With `record` False
-    (the other ranks of a world) the same calls run unprofiled, so every rank takes part in the collectives.
-    Returns the trace's path (None when not recorded)."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    emit_phase(f"profiling {label} ({PROFILE_STEPS} steps, not timed)")
-    if not record:
-        for _ in range(PROFILE_STEPS):
-            body()
-            synchronize()
-        return None
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        for _ in range(PROFILE_STEPS):
-            with record_function(label):
-                body()
-                synchronize()
-    out = os.path.join(os.environ.get(ARTIFACTS_ENV) or os.getcwd(), f"{label}.trace.json")
-    prof.export_chrome_trace(out)
-    print(f"{label}: profiled {PROFILE_STEPS} steps (not timed) into {out}", flush=True)
-    return out
-
-
 def time_graph(rank: Rank, graph, warmup: int, iters: int, clock: str = "events") -> list[float]:
     """Times of whole replays in microseconds (one event pair per replay)."""
     warm(rank, graph.replay, warmup)
     return time_per_call(graph.replay, timer_for(rank, clock), iters)
-
-
-def scaled(values: dict[str, Any], spec, names: tuple[str, ...]) -> bool:
-    """True when any geometry parameter is below its full-model default (a CPU floor, not a model input)."""
-    defaults = {p.name: p.default for p in spec}
-    return any(values[n] < defaults[n] for n in names)
 
 
 def stack_tags(rank: Rank) -> dict[str, Any]:

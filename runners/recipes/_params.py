@@ -177,3 +177,9 @@ def module_recipe(prog: str, spec: Sequence[Param], validate: Callable[[dict[str
         argv=lambda values, python: module_argv(python, prog, to_argv(values, spec)),
         safe_env=True,
     )
+
+
+def scaled(values: dict[str, Any], spec, names: tuple[str, ...]) -> bool:
+    """True when any geometry parameter is below its full-model default (a CPU floor, not a model input)."""
+    defaults = {p.name: p.default for p in spec}
+    return any(values[n] < defaults[n] for n in names)

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import _dist
+from runners.recipes import _dist, _params, _timing
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
@@ -31,6 +31,7 @@ from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit
 
 PROG = "runners.recipes.allreduce"
+PROFILE_LABEL = "allreduce"  # the profiled step's record_function name and the trace's file name
 
 SPEC = (
     Param("backend", "choice", "gloo", "allreduce implementation", choices=_dist.BACKENDS),
@@ -45,6 +46,7 @@ SPEC = (
     Param("calls", "int", 100, "eager: allreduces back to back per sample (K, the nccl-tests method)", minimum=1),
     Param("per_call_iters", "int", 50, "eager: calls timed one by one for allreduce_per_call_us (0 = off)", minimum=0),
     Param("seed", "int", 0, "seed of the known values used by the correctness check", minimum=0),
+    Param("profile", "bool", False, "after the timing, profile 3 steps of the first size into a Chrome trace"),
     *_dist.TIMEOUTS,
 )
 
@@ -71,7 +73,7 @@ def _emit_figures(
 ) -> tuple[float, float, dict[str, float]]:
     """The latency headline (with its R samples) and its bandwidths (busbw = algbw x 2(n-1)/n over the n
     ranks in the allreduce)."""
-    stats = _dist.emit_summary(M.ALLREDUCE_LATENCY_US, samples, "us", **timing, **tags)
+    stats = _timing.emit_summary(M.ALLREDUCE_LATENCY_US, samples, "us", **timing, **tags)
     algbw = nbytes / (stats["median"] * 1e-6) / 1e9
     busbw = algbw * (2 * (ranks - 1) / ranks)
     emit(M.ALLREDUCE_ALGBW_GBPS, algbw, "GB/s", method=timing["method"], **tags)
@@ -94,7 +96,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "world_size": n,
         "dtype": values["dtype"],
         "hidden_size": values["hidden_size"],
-        "scaled": _dist.scaled(values, SPEC, GEOMETRY),
+        "scaled": _params.scaled(values, SPEC, GEOMETRY),
         "timer": timer.name,
         **_dist.knob_tags(),
         **_dist.stack_tags(rank),
@@ -151,10 +153,10 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             timing = {"method": "nccl-tests", "sample_count": values["iters"], "calls_per_sample": values["calls"]}
             if values["per_call_iters"]:
                 rank.barrier()
-                per_call = rank.max_across(_dist.time_per_call(ar, timer, values["per_call_iters"]))
+                per_call = rank.max_across(_timing.time_per_call(ar, timer, values["per_call_iters"]))
         del ar
         samples = rank.max_across(samples)
-        stats = _dist.summarize(samples)
+        stats = _timing.summarize(samples)
         scoped: list[tuple[_dist.Scope, list[float]]] = []
         if multi:
             rank.phase(f"measuring {tokens} token{'s' if tokens != 1 else ''} within each node, then across nodes")
@@ -178,7 +180,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         if rank.rank == 0:
             algbw, busbw, _ = _emit_figures(samples, nbytes, n, timing, world_tags)
             if per_call:
-                _dist.emit_summary(
+                _timing.emit_summary(
                     M.ALLREDUCE_PER_CALL_US,
                     per_call,
                     "us",
@@ -188,7 +190,15 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
                 )
             label = "world" if multi else None
             rows.append(
-                (label, tokens, nbytes, stats, algbw, busbw, _dist.summarize(per_call)["median"] if per_call else None)
+                (
+                    label,
+                    tokens,
+                    nbytes,
+                    stats,
+                    algbw,
+                    busbw,
+                    _timing.summarize(per_call)["median"] if per_call else None,
+                )
             )
             for scope, scope_samples in scoped:
                 alg, bus, s = _emit_figures(
@@ -198,7 +208,22 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
                 rows.append((where, tokens, nbytes, s, alg, bus, None))
     if rank.rank == 0:
         _print_table(rows, values, graph)
+    if values["profile"]:
+        _profile(rank, values, graph)
     return 0
+
+
+def _profile(rank: _dist.Rank, values: dict[str, Any], graph: bool) -> None:
+    """The short profiled run of the first size on the whole world (never a timing sample): a step is one
+    call eager, one replay of graph_allreduces calls in graph mode; rank 0 writes allreduce.trace.json."""
+    shape = (values["tokens"][0], values["hidden_size"])
+    ok, body = _prepared(rank, shape, values, graph)
+    if not rank.all_true(ok):
+        print("allreduce: CORRECTNESS FAILED before profiling; no trace", file=sys.stderr, flush=True)
+        return
+    step = _dist.capture_graph(rank, body).replay if graph else body
+    _timing.profile_steps(PROFILE_LABEL, step, cuda=rank.on_gpu, synchronize=rank.synchronize, record=rank.rank == 0)
+    rank.barrier()
 
 
 def _prepared(view: _dist.Rank, shape: tuple[int, ...], values: dict[str, Any], graph: bool):

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import RecipeError, _dist
+from runners.recipes import RecipeError, _params, _timing
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
@@ -48,7 +48,7 @@ SPEC = (
     Param("warmup", "int", 5, "untimed steps", minimum=0),
     Param("iters", "int", 20, "timed samples (R)", minimum=1),
     Param("calls", "int", 10, "eager: steps back to back per sample (K)", minimum=1),
-    _dist.CLOCK,
+    _timing.CLOCK,
     Param("seed", "int", 0, "weights seed", minimum=0),
     Param("profile", "bool", False, "after the timing, profile 3 steps of the first batch into a Chrome trace"),
 )
@@ -163,10 +163,10 @@ def _time_point(head: DraftHead, b: int, values: dict[str, Any], device, timer) 
         for _ in range(values["warmup"]):
             captured.replay()
         torch.cuda.synchronize(device)
-        samples = _dist.time_per_call(captured.replay, timer, values["iters"])
+        samples = _timing.time_per_call(captured.replay, timer, values["iters"])
         del captured
     else:
-        samples = _dist.time_back_to_back(lambda: head.step(b), timer, values["calls"], values["iters"])
+        samples = _timing.time_back_to_back(lambda: head.step(b), timer, values["calls"], values["iters"])
     return [s / 1000 for s in samples]
 
 
@@ -184,8 +184,8 @@ def run(values: dict[str, Any]) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     sizes = batches(values)
-    head = DraftHead(values, device, _dist.torch_dtype(values["dtype"]), max(sizes))
-    timer = _dist.device_timer(device, values["clock"])
+    head = DraftHead(values, device, _timing.torch_dtype(values["dtype"]), max(sizes))
+    timer = _timing.device_timer(device, values["clock"])
     graph = values["mode"] == "graph"
     tags = {
         "mode": values["mode"],
@@ -197,7 +197,7 @@ def run(values: dict[str, Any]) -> int:
         "context_len": values["context_len"],
         "context": values["context_len"],
         "dtype": values["dtype"],
-        "scaled": _dist.scaled(values, SPEC, GEOMETRY),
+        "scaled": _params.scaled(values, SPEC, GEOMETRY),
         "timer": timer.name,
         "method": "graph-replay" if graph else "nccl-tests",
         "sample_count": values["iters"],
@@ -209,7 +209,7 @@ def run(values: dict[str, Any]) -> int:
         samples = _time_point(head, b, values, device, timer)
         if samples is None:
             return 1
-        stats = _dist.emit_summary(M.DRAFT_STEP_MS, samples, "ms", batch=b, tokens=b, **tags)
+        stats = _timing.emit_summary(M.DRAFT_STEP_MS, samples, "ms", batch=b, tokens=b, **tags)
         print(
             f"draft step ({values['mode']}, {device.type}, hidden {values['hidden_size']}, vocab "
             f"{values['vocab_size']}, batch {b}, context {values['context_len']}): median {stats['median']:.3f} ms "
@@ -223,7 +223,7 @@ def run(values: dict[str, Any]) -> int:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
 
-        _dist.profile_steps("draft_step", lambda: head.step(b), cuda=device.type == "cuda", synchronize=sync)
+        _timing.profile_steps("draft_step", lambda: head.step(b), cuda=device.type == "cuda", synchronize=sync)
     return 0
 
 

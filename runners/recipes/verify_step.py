@@ -42,7 +42,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import RecipeError, _dist
+from runners.recipes import RecipeError, _dist, _params, _timing
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
@@ -69,7 +69,7 @@ SPEC = (
     Param("warmup", "int", 3, "untimed steps per variant", minimum=0),
     Param("iters", "int", 20, "timed samples per variant (R)", minimum=1),
     Param("calls", "int", 3, "eager: steps back to back per sample (K)", minimum=1),
-    _dist.CLOCK,
+    _timing.CLOCK,
     Param("seed", "int", 0, "weights and input seed", minimum=0),
     Param("profile", "bool", False, "after the timing, profile 3 steps of the first point into a Chrome trace"),
     *_dist.TIMEOUTS,
@@ -77,6 +77,8 @@ SPEC = (
 
 
 GEOMETRY = ("hidden_size", "ffn_size", "layers", "heads", "kv_lora_rank", "kv_rope_dim")
+# The verify headlines carry p10/p90 as their spread (no min/max tags: the lines are unchanged).
+HEADLINE_SPREAD = ("p10", "p90")
 SHARDED = ("hidden_size", "ffn_size", "heads")
 
 
@@ -223,7 +225,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     if any(values[name] % ws for name in SHARDED):
         print(f"verify_step: {_divisible(values, ws)}", file=sys.stderr)
         return 2
-    dtype = _dist.torch_dtype(values["dtype"])
+    dtype = _timing.torch_dtype(values["dtype"])
     elt = _dist.DTYPE_BYTES[values["dtype"]]
     context, lora = values["context"], values["kv_lora_rank"]
     dim = lora + values["kv_rope_dim"]
@@ -286,7 +288,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "heads": values["heads"],
         "kv_dim": dim if context else 0,
         "allreduces": 2 * layers if ws > 1 else 0,
-        "scaled": _dist.scaled(values, SPEC, GEOMETRY),
+        "scaled": _params.scaled(values, SPEC, GEOMETRY),
         "timer": timer.name,
         "method": "graph-replay" if graph else "nccl-tests",
         "sample_count": values["iters"],
@@ -384,7 +386,9 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         b, k = pts[0]
         full = build(b, k)[0]
         body = _dist.capture_graph(rank, full).replay if graph else full
-        _dist.profile_steps("verify_step", body, cuda=rank.on_gpu, synchronize=rank.synchronize, record=rank.rank == 0)
+        _timing.profile_steps(
+            "verify_step", body, cuda=rank.on_gpu, synchronize=rank.synchronize, record=rank.rank == 0
+        )
         rank.barrier()
     return 0
 
@@ -398,21 +402,19 @@ def _emit_point(values, ws, point, times, scoped, tags, world_tags, topo) -> dic
     layers = values["layers"]
     pt = {**world_tags, **point}
     full, compute = _ms(times["full"]), _ms(times["compute"])
-    f, c = _dist.summarize(full), _dist.summarize(compute)
-    emit(M.VERIFY_TIME_MS, f["median"], "ms", p10_ms=f["p10"], p90_ms=f["p90"], samples=full, **pt)
+    f = _timing.emit_summary(M.VERIFY_TIME_MS, full, "ms", spread=HEADLINE_SPREAD, **pt)
     if point["draft_tokens"] == 0:
-        emit(M.DECODE_STEP_MS, f["median"], "ms", p10_ms=f["p10"], p90_ms=f["p90"], samples=full, **pt)
-    emit(M.VERIFY_COMPUTE_MS, c["median"], "ms", p10_ms=c["p10"], p90_ms=c["p90"], samples=compute, **pt)
+        _timing.emit_summary(M.DECODE_STEP_MS, full, "ms", spread=HEADLINE_SPREAD, **pt)
+    c = _timing.emit_summary(M.VERIFY_COMPUTE_MS, compute, "ms", spread=HEADLINE_SPREAD, **pt)
     row: dict[str, Any] = {**point, "full": f, "compute": c, "comm": None}
     if ws == 1:
         return row  # no allreduce: no communication figure (not a zero)
     comm_ms = max(f["median"] - c["median"], 0.0)
     isolated = _ms(times["comm"])
-    i = _dist.summarize(isolated)
     share = comm_ms / f["median"] if f["median"] > 0 else 0.0
     in_situ_us = comm_ms * 1000 / (2 * layers)
     emit(M.VERIFY_COMM_MS, comm_ms, "ms", derived="verify_time - compute_only", **pt)
-    emit(M.VERIFY_COMM_ISOLATED_MS, i["median"], "ms", p10_ms=i["p10"], p90_ms=i["p90"], samples=isolated, **pt)
+    i = _timing.emit_summary(M.VERIFY_COMM_ISOLATED_MS, isolated, "ms", spread=HEADLINE_SPREAD, **pt)
     emit(M.VERIFY_COMM_SHARE, share, "", **pt)
     emit(M.ALLREDUCE_IN_SITU_US, in_situ_us, "us", **pt)
     per_ar = [s * 1000 / (2 * layers) for s in isolated]
@@ -422,7 +424,7 @@ def _emit_point(values, ws, point, times, scoped, tags, world_tags, topo) -> dic
     # split into what stays on a node and what crosses the fabric.
     for scope, samples in scoped:
         s_ms = _ms(samples)
-        s = _dist.summarize(s_ms)
+        s = _timing.summarize(s_ms)
         scope_tags = {**tags, **point, **scope.tags(topo)}
         emit(M.VERIFY_COMM_ISOLATED_MS, s["median"], "ms", samples=s_ms, **scope_tags)
         emit(M.ALLREDUCE_ISOLATED_US, s["median"] * 1000 / (2 * layers), "us", **scope_tags)

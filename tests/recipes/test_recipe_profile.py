@@ -65,3 +65,22 @@ def test_a_bool_parameter_takes_true_and_false_in_their_usual_spellings(raw, val
 def test_a_bool_parameter_refuses_anything_else():
     with pytest.raises(RecipeError, match="params.profile .*must be true or false, got 'maybe'"):
         validate({"profile": "maybe"}, [Param("profile", "bool", False)])
+
+
+def test_a_profiled_gloo_allreduce_gives_one_allreduce_per_step(tmp_path):
+    out = run_module(
+        "runners.recipes.allreduce",
+        "--backend=gloo", "--world-size=2", "--hidden-size=64", "--tokens=4,8", "--iters=3", "--warmup=1",
+        "--calls=2", "--per-call-iters=0", "--profile=true",
+        env={"CAMPAIGN_ARTIFACTS_DIR": str(tmp_path)},
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    latency = by_name(metrics(out.stdout), M.ALLREDUCE_LATENCY_US)
+    assert [line["tags"]["tokens"] for line in latency] == [4, 8]
+    assert all(len(line["samples"]) == 3 for line in latency)  # the profiled steps are not samples
+    summary = read_trace(tmp_path / "allreduce.trace.json", step_names=("allreduce",))
+    # A step is one eager call: the recipe's own count, the trace's allreduces per step.
+    assert summary.step_name == "allreduce" and summary.steps == 3
+    assert summary.allreduces_per_step == 1
+    assert "profiling allreduce (3 steps, not timed)" in out.stdout

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from runners.recipes import _dist
+from runners.recipes import _timing
 from tests.support.recipes import by_name, metrics, run_module
 
 
@@ -53,8 +53,8 @@ class FakeTimer:
 def measure(mark_us: float, *, launch_us: float = 4.0, work_us: float = 10.0):
     stream = FakeStream(launch_us, work_us, mark_us)
     timer = FakeTimer(stream)
-    headline = statistics.median(_dist.time_back_to_back(stream.call, timer, calls=100, samples=9))
-    per_call = statistics.median(_dist.time_per_call(stream.call, timer, iters=50))
+    headline = statistics.median(_timing.time_back_to_back(stream.call, timer, calls=100, samples=9))
+    per_call = statistics.median(_timing.time_per_call(stream.call, timer, iters=50))
     return headline, per_call
 
 

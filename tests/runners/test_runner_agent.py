@@ -463,7 +463,7 @@ def test_a_board_that_stops_reading_never_stalls_the_trial(tmp_path):
 
 
 def test_the_embedded_runner_connects_with_the_token_from_env_and_stops_cleanly(tmp_path):
-    from runners.agent import start_embedded, stop_embedded
+    from runners.embedded import start_embedded, stop_embedded
 
     async def main() -> tuple[int | None, list[str]]:
         board = FakeBoard()

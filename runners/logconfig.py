@@ -7,6 +7,7 @@ import logging.config
 
 # The loggers this project names: app.* (server), runners.* and campaign.runner (the runner sidecar).
 PROJECT_LOGGERS = ("app", "runners", "campaign")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def configure_logging(level: str, *, label: str = "") -> None:
