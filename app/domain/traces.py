@@ -12,7 +12,7 @@ What is counted:
 - A trace without device work (a CPU / gloo run): the collectives' own spans (`gloo:all_reduce` and the
   like, on the process group's worker thread) and the host ops (`cpu_op`) at the top of their thread.
 - Steps: `user_annotation` spans named by `step_names` (the recipes label theirs "verify_step",
-  "decode_step", "draft_step"; torch's own "ProfilerStep#N"); without any, the whole trace is one step.
+  "decode_step", "draft_step", "allreduce"; torch's own "ProfilerStep#N"); without any, the whole trace is one step.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ COLLECTIVES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("NCCL other", re.compile(r"^nccl", re.I)),
 )
 ALLREDUCE_KINDS = frozenset(k for k, _ in COLLECTIVES if k not in ("NCCL other",))
-DEFAULT_STEPS = ("verify_step", "decode_step", "draft_step")
+DEFAULT_STEPS = ("verify_step", "decode_step", "draft_step", "allreduce")
 # Steps that are one forward pass of the target model: their allreduce count is the model's N_ar (a draft
 # step's is the draft head's).
 FORWARD_STEPS = ("verify_step", "decode_step")
