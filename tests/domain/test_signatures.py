@@ -228,7 +228,8 @@ def test_signature_table_is_complete_and_verdicts_valid():
 
 
 def test_readiness_wording_is_the_recipes_own():
-    from runners.recipes.sglang_server import READY_LINE, READY_TIMEOUT_MESSAGE
+    from runners.recipes.sglang_server import READY_TIMEOUT_MESSAGE
+    from runners.sglang_output import READY_LINE
 
     line = READY_TIMEOUT_MESSAGE.format(timeout=42.5, ready_line=READY_LINE)
     found = classify(f"sglang_server: phase waiting for ready\n{line}\n", exit_code=3)
