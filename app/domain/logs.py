@@ -415,7 +415,7 @@ def head_and_tail(session: Session, trial: Trial, head_bytes: int = 256 * 1024, 
         size += len(data)
         last_head = seq
     tail, size = [], 0
-    for seq, data in session.exec(
+    for _seq, data in session.exec(
         select(LogChunk.seq, LogChunk.data)
         .where(*where, LogChunk.seq > last_head)
         .order_by(col(LogChunk.seq).desc())
