@@ -27,20 +27,13 @@ from sqlalchemy import CursorResult, update
 from sqlmodel import Session, col, select
 
 from app.domain import users
+from app.domain.credentials import hash_token, new_secret
 from app.domain.errors import Conflict, DomainError, Invalid, NotFound
 from app.models import AuthToken, BrowserSession, Invite, Role, User, aware, utcnow
 
 SESSION_COOKIE = "cb_session"
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FORM_FIELD = "csrf_token"
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_secret(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_urlsafe(32)}"
 
 
 def create_login_token(session: Session, ttl_s: int, user: User | None = None) -> str:

@@ -15,6 +15,7 @@ from starlette.types import Scope
 
 from app import __version__
 from app.config import resource_dir
+from app.domain.logs import dropped_marker_json
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol import close_codes_json
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
@@ -139,6 +140,7 @@ def make_templates() -> Jinja2Blocks:
         close_codes=close_codes_json(),
         metric_prefix=METRIC_PREFIX,
         phase_prefix=PHASE_PREFIX,
+        dropped_marker=dropped_marker_json(),
     )
     env.filters["ago"] = _ago
     env.filters["utc"] = _utc

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import psutil
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -83,7 +84,9 @@ class Viewer(threading.Thread):
         relay: bool = False,
     ) -> None:
         super().__init__(daemon=True)
-        self.url, self.headers, self.origin, self.relay = url, headers, origin, relay
+        self.url, self.headers, self.relay = url, headers, relay
+        self.origin = Origin(origin) if origin is not None else None
+        self.trial_id: int | None = None  # set by the caller, for the trace report
         self.expected = expected
         self.seen: set[int] = set()
         self.dups = 0
@@ -106,7 +109,7 @@ class Viewer(threading.Thread):
                 url,
                 additional_headers=self.headers,
                 origin=self.origin,
-                max_size=None,  # type: ignore[arg-type]
+                max_size=None,
                 open_timeout=20,
             ) as ws:
                 self.ready.set()
@@ -126,7 +129,7 @@ class Viewer(threading.Thread):
                         break
                     now = time.time_ns()
                     if self.relay:
-                        texts = [raw]
+                        texts = [raw.decode() if isinstance(raw, bytes) else raw]
                     else:
                         msg = json.loads(raw)
                         if msg["type"] != "log":
@@ -275,6 +278,7 @@ class Board:
                 campaign = Campaign(slug=key, name=key)
                 session.add(campaign)
                 session.flush()
+                assert campaign.id is not None
                 session.add(
                     Approach(
                         campaign_id=campaign.id,
@@ -384,7 +388,7 @@ def hop_report(board: Board, trial_id: int, viewer: Viewer) -> None:
         print("  (no complete trace)")
         return
     total = {s: (events["viewer"][s] - events["print"][s]) / 1e6 for s in seqs}
-    slow = sorted(seqs, key=total.get)[int(0.99 * len(seqs)) :]
+    slow = sorted(seqs, key=lambda s: total[s])[int(0.99 * len(seqs)) :]
     print(
         f"  per hop, ms, over {len(seqs):,} chunks (first line's print time); 'slowest 1%' = mean over the "
         f"{len(slow)} chunks with the highest print -> viewer"
@@ -619,7 +623,9 @@ def main() -> None:
         rss_before = server.memory_info().rss
         tid = board.run_next("stuck")
         ws = board.url.replace("http", "ws") + f"/api/trials/{tid}/logs/ws?after=-1"
-        stuck = connect(ws, additional_headers=board.cookie, origin=board.url, max_queue=1, max_size=None).__enter__()
+        stuck = connect(
+            ws, additional_headers=board.cookie, origin=Origin(board.url), max_queue=1, max_size=None
+        ).__enter__()
         peak = rss_before
         while True:
             peak = max(peak, server.memory_info().rss)
@@ -641,7 +647,7 @@ def main() -> None:
         board.stop()
         if args.trace:
             for label, viewer in (("fresh database", fresh), ("after the flood", after)):
-                if viewer is not None:
+                if viewer is not None and viewer.trial_id is not None:
                     print(f"paced ({label}), trial {viewer.trial_id}:")
                     hop_report(board, viewer.trial_id, viewer)
 

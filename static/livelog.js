@@ -28,6 +28,7 @@
   while (common < METRIC.length && METRIC[common] === PHASE[common]) common++;
   const META = METRIC.slice(0, common); // what every line the recipes write for the board begins with
   const CLOSE = JSON.parse(section.dataset.closeCodes); // app/protocol.py CloseCode, by name
+  const DROPPED = JSON.parse(section.dataset.droppedMarker); // app/domain/logs.py dropped_marker's parts
   let lineStart = true; // the next character starts a log line
   let held = ""; // the start of a line that may be a metric or phase line, until its newline arrives
   const metrics = []; // metrics parsed from the log, in order
@@ -285,7 +286,7 @@
     for (const [seq, text] of chunks) {
       if (seq <= lastSeq) continue;
       lastSeq = seq;
-      if (text.startsWith("\n[… ") && text.includes("bytes dropped")) {
+      if (text.startsWith(DROPPED.start) && text.includes(DROPPED.words)) {
         const span = document.createElement("span");
         span.className = "marker";
         span.textContent = text;

@@ -166,3 +166,11 @@ def test_the_runner_import_check_can_fail(tmp_path):
     (tmp_path / "b.py").write_text("def f():\n    import app.db\n")
     found = app_imports_of([tmp_path / "a.py", tmp_path / "b.py"])
     assert set(found) == {"app.domain", "app", "app.db"}
+
+
+def test_the_domain_imports_nothing_of_the_web_side():
+    """app/domain is below security, web and api: it imports none of them (credentials: app/domain/credentials.py)."""
+    imported = app_imports_of(sorted(ROOT.joinpath("app", "domain").rglob("*.py")))
+    assert "app.models" in imported  # the check sees the domain's imports
+    upward = ("app.security", "app.web", "app.api")
+    assert {m: f for m, f in imported.items() if any(m == u or m.startswith(u + ".") for u in upward)} == {}

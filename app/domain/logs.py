@@ -15,6 +15,7 @@ and metric lines read out of the stream.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -49,10 +50,19 @@ class AppendResult:
     trials: dict[int, Trial] = field(default_factory=dict)
 
 
+# The marker stored in place of the bytes a log lost to its size cap: start, the count, then the words.
+# static/livelog.js tells it from log text by these two parts (the trial page hands them over, `dropped_marker_json`).
+DROPPED_MARKER_START = "\n[… "
+DROPPED_MARKER_WORDS = " bytes dropped here: the log passed its size cap; the head and the tail are kept …]\n"
+
+
 def dropped_marker(dropped_bytes: int) -> str:
-    return (
-        f"\n[… {dropped_bytes:,} bytes dropped here: the log passed its size cap; the head and the tail are kept …]\n"
-    )
+    return f"{DROPPED_MARKER_START}{dropped_bytes:,}{DROPPED_MARKER_WORDS}"
+
+
+def dropped_marker_json() -> str:
+    """The marker's parts for the browser: {"start": ..., "words": ...}."""
+    return json.dumps({"start": DROPPED_MARKER_START, "words": DROPPED_MARKER_WORDS})
 
 
 # ---- lines and metrics ------------------------------------------------------------------------
@@ -415,7 +425,7 @@ def head_and_tail(session: Session, trial: Trial, head_bytes: int = 256 * 1024, 
         size += len(data)
         last_head = seq
     tail, size = [], 0
-    for seq, data in session.exec(
+    for _seq, data in session.exec(
         select(LogChunk.seq, LogChunk.data)
         .where(*where, LogChunk.seq > last_head)
         .order_by(col(LogChunk.seq).desc())

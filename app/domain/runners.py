@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from app.domain.credentials import hash_token, new_secret
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
-from app.security import hash_token, new_secret
 
 EMBEDDED_RUNNER_NAME = "local (embedded)"
 TOKEN_PREFIX = "cbr"

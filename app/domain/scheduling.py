@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from app.domain import planning, trials, verdicts
 from app.domain import runners as runner_domain
@@ -47,9 +47,7 @@ def retest_candidates(session: Session, campaign: Campaign) -> list[Approach]:
         return []
     return list(
         session.exec(
-            select(Approach)
-            .where(Approach.id.in_(flags))  # type: ignore[union-attr]
-            .order_by(Approach.position, Approach.id)
+            select(Approach).where(col(Approach.id).in_(flags)).order_by(col(Approach.position), col(Approach.id))
         )
     )
 
@@ -60,7 +58,7 @@ def candidates(session: Session, campaign: Campaign) -> list[Approach]:
         session.exec(
             select(Approach)
             .where(Approach.campaign_id == campaign.id, Approach.status == ApproachStatus.untested)
-            .order_by(Approach.position, Approach.id)
+            .order_by(col(Approach.position), col(Approach.id))
         )
     )
     # Untested first, then the re-test flags; an approach whose last trial awaits a verdict waits too.
@@ -104,7 +102,9 @@ def lock_campaign(session: Session, campaign: Campaign) -> None:
     # inserting metrics) go on meanwhile, so that batch, holding its runner's row, never waits for this
     # transaction while this one waits for that runner's row (_lock_runners).
     if session.get_bind().dialect.name != "sqlite":
-        session.execute(sa_select(Campaign.id).where(Campaign.id == campaign.id).with_for_update(key_share=True))
+        session.execute(
+            sa_select(col(Campaign.id)).where(col(Campaign.id) == campaign.id).with_for_update(key_share=True)
+        )
 
 
 def _start_on_first_idle(session: Session, approach: Approach, runners: list[Runner], actor: str) -> RunNext | None:
@@ -124,10 +124,10 @@ def _start_on_first_idle(session: Session, approach: Approach, runners: list[Run
 def _lock_runner_idle(session: Session, runner: Runner) -> bool:
     """Lock the runner row, then re-check that it holds no active trial (at most one per runner)."""
     if session.get_bind().dialect.name != "sqlite":
-        session.execute(sa_select(Runner.id).where(Runner.id == runner.id).with_for_update(key_share=True))
+        session.execute(sa_select(col(Runner.id)).where(col(Runner.id) == runner.id).with_for_update(key_share=True))
     busy = session.exec(
-        select(Trial.id).where(Trial.runner_id == runner.id, Trial.state.in_(ACTIVE_TRIAL_STATES))
-    ).first()  # type: ignore[attr-defined]
+        select(Trial.id).where(Trial.runner_id == runner.id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
+    ).first()
     return busy is None
 
 
@@ -148,12 +148,12 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
         untested = session.exec(
             select(Approach)
             .where(Approach.campaign_id == campaign.id, Approach.status == ApproachStatus.untested)
-            .order_by(Approach.position, Approach.id)
+            .order_by(col(Approach.position), col(Approach.id))
         ).first()
         waiting = session.exec(
             select(Approach)
             .where(Approach.campaign_id == campaign.id, Approach.pending_trial_id.is_not(None))  # type: ignore[union-attr]
-            .order_by(Approach.position)
+            .order_by(col(Approach.position))
         ).all()
         if waiting:
             names = ", ".join(a.title for a in waiting[:3]) + (" …" if len(waiting) > 3 else "")
@@ -223,9 +223,9 @@ def _lock_runners(session: Session, runners: list[Runner]) -> None:
     transaction queued."""
     if runners and session.get_bind().dialect.name != "sqlite":
         session.execute(
-            sa_select(Runner.id)
+            sa_select(col(Runner.id))
             .where(Runner.id.in_([r.id for r in runners]))  # type: ignore[union-attr]
-            .order_by(Runner.id)
+            .order_by(col(Runner.id))
             .with_for_update(key_share=True)
         ).all()
 
@@ -237,10 +237,10 @@ def _connected_runners(session: Session, online: set[int] | None) -> list[Runner
             select(Runner)
             .where(
                 Runner.connected.is_(True),  # type: ignore[attr-defined]
-                Runner.revoked_at.is_(None),
+                col(Runner.revoked_at).is_(None),
             )
-            .order_by(Runner.id)
-        )  # type: ignore[union-attr]
+            .order_by(col(Runner.id))
+        )
         if online is None or r.id in online
     ]
 
@@ -255,8 +255,8 @@ def run_approach(
     if not has_recipe(approach):
         return RunNext(approach=approach, reason=f"{approach.title} has no recipe: add one under Details › Edit")
     active = session.exec(
-        select(Trial).where(Trial.approach_id == approach.id, Trial.state.in_(ACTIVE_TRIAL_STATES))
-    ).first()  # type: ignore[attr-defined]
+        select(Trial).where(Trial.approach_id == approach.id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
+    ).first()
     if active is not None:
         return RunNext(
             approach=approach, reason=f"{approach.title} is already being tried: trial #{active.id} is {active.state}"
@@ -288,7 +288,7 @@ def create_trial(session: Session, approach: Approach, runner: Runner | None, ac
     app/domain/queue.start_queued gives it one."""
     trial = Trial(
         campaign_id=approach.campaign_id,
-        approach_id=approach.id,
+        approach_id=approach.id,  # type: ignore[arg-type]  # a stored approach has its id
         recipe=dict(approach.recipe or {}),
         state=TrialState.queued,
         phase="queued" if runner is not None else QUEUED_PHASE,
@@ -314,8 +314,8 @@ def create_trial(session: Session, approach: Approach, runner: Runner | None, ac
 def new_attempt(session: Session, trial: Trial, runner: Runner) -> Attempt:
     attempt = Attempt(
         id=uuid.uuid4().hex,
-        trial_id=trial.id,
-        runner_id=runner.id,  # type: ignore[arg-type]
+        trial_id=trial.id,  # type: ignore[arg-type]  # a stored trial has its id
+        runner_id=runner.id,
         number=trial.attempt_count + 1,
         state=TrialState.dispatched,
     )
@@ -335,7 +335,7 @@ def dispatch_message(trial: Trial, approach_key: str = "", requirements: dict[st
     return Dispatch(
         trial_id=trial.id,
         attempt_id=trial.attempt_id or "",
-        recipe=trial.recipe,  # type: ignore[arg-type]
+        recipe=trial.recipe,
         approach_key=approach_key,
         requirements=requirements or {},
     )

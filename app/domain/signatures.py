@@ -42,7 +42,7 @@ from typing import Any
 
 from runners.preflight import parse_preflight_line
 from runners.recipes.metric import MetricName, parse_metric_line
-from runners.recipes.sglang_server import SUMMARY_METRICS, parse_bench_stdout
+from runners.sglang_output import SUMMARY_METRICS, parse_bench_stdout
 
 VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
 

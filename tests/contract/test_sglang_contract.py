@@ -15,14 +15,8 @@ import pytest
 import yaml
 
 from runners.preflight import REGISTRY, Context
-from runners.recipes.sglang_server import (
-    READY_LINE,
-    accept_length_from_server_info,
-    flatten,
-    parse_decode_line,
-    server_argv,
-    validate,
-)
+from runners.recipes.sglang_server import flatten, server_argv, validate
+from runners.sglang_output import READY_LINE, accept_length_from_server_info, parse_decode_line
 from tests.contract.conftest import ROOT, SGLANG_VERSION
 
 STANDIN = ROOT / "tests" / "standins" / "sglang_standin.py"
@@ -240,7 +234,7 @@ def run_recipe_with_real_bench(tmp_path: Path, sglang_env: dict, bench: dict, re
 
 
 def test_the_real_bench_serving_runs_and_the_recipe_reads_its_output(tmp_path, sglang_env):
-    from runners.recipes.sglang_server import SUMMARY_METRICS, parse_bench_stdout
+    from runners.sglang_output import SUMMARY_METRICS, parse_bench_stdout
 
     result_file = tmp_path / "bench.jsonl"
     done, found = run_recipe_with_real_bench(
@@ -286,7 +280,8 @@ print(json.dumps({k: getattr(ns, k) for k in ("model_path", "base_url", "batch_s
 def test_bench_one_batch_server_argv_and_result_keys(sglang_env, sglang_source):
     """It cannot run here (its client resolves ServerArgs, which needs an accelerator), so: its own parser
     takes the recipe's argv, and its result writer has the keys the recipe reads."""
-    from runners.recipes.sglang_server import JSON_METRICS, bench_argv
+    from runners.recipes.sglang_server import bench_argv
+    from runners.sglang_output import JSON_METRICS
 
     values = validate(
         {

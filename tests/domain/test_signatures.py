@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.signatures import SIGNATURES, VERDICTS, classify
+from app.domain.signatures import SIGNATURES, VERDICTS, Classification, classify
 from runners.recipes.metric import parse_metric_line
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -14,6 +14,13 @@ LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 def log(name: str) -> str:
     return (LOGS / name).read_text()
+
+
+def hit(log_text: str, **kwargs) -> Classification:
+    """classify() where the test expects a signature to match."""
+    found = classify(log_text, **kwargs)
+    assert found is not None
+    return found
 
 
 def metrics_of(text: str) -> list[dict]:
@@ -114,26 +121,27 @@ def test_fixture_is_classified(fixture, exit_code, signature, verdict, bound, ev
     assert found.signature == signature
     assert found.verdict == verdict
     assert found.bound_to == ({"components": bound} if bound else None)
+    assert found.evidence_line is not None
     assert evidence in found.evidence_line
     assert found.evidence_line.strip()[:120] in found.reason  # the reason quotes its evidence
 
 
 def test_the_campaign_causes_read_as_the_campaign_recorded_them():
-    assert classify(log("symm_mem_keyerror_sm120.log"), exit_code=1).cause.startswith(
+    assert hit(log("symm_mem_keyerror_sm120.log"), exit_code=1).cause.startswith(
         "torch symmetric memory has no entry for SM 12"
     )
-    assert classify(log("unknown_flag_sglang059.log"), exit_code=2).cause == (
+    assert hit(log("unknown_flag_sglang059.log"), exit_code=2).cause == (
         "flag not supported by this sglang: --flashinfer-allreduce-fusion-backend auto"
     )
-    assert classify(log("mscclpp_not_installed.log"), exit_code=1).cause == "mscclpp not installed; needs a build"
-    assert classify(log("cuda_oom_nccl_channels.log"), exit_code=1).cause == (
+    assert hit(log("mscclpp_not_installed.log"), exit_code=1).cause == "mscclpp not installed; needs a build"
+    assert hit(log("cuda_oom_nccl_channels.log"), exit_code=1).cause == (
         "CUDA out of memory (tried to allocate 1.75 GiB)"
     )
 
 
 def test_slower_than_baseline_is_a_dead_end_not_bound_to_the_stack():
     text = log("bench_custom_ar_pcie.log")
-    found = classify(text, exit_code=0, metrics=metrics_of(text), baseline={"output_throughput_tok_s": 82.0})
+    found = hit(text, exit_code=0, metrics=metrics_of(text), baseline={"output_throughput_tok_s": 82.0})
     assert found is not None
     assert (found.signature, found.verdict, found.bound_to) == ("slower_than_baseline", "dead_end", None)
     assert found.cause == "slower than baseline: 38 tok/s vs 82 tok/s baseline"
@@ -157,10 +165,10 @@ def test_faster_than_baseline_or_no_baseline_is_no_failure():
 
 
 def test_killed_by_signal_without_other_cause():
-    found = classify(log("killed_oom_killer.log"), exit_code=None, signal=9)
+    found = hit(log("killed_oom_killer.log"), exit_code=None, signal=9)
     assert (found.signature, found.verdict, found.evidence_line) == ("killed_by_signal", "inconclusive", "Killed")
-    assert classify("loading shards 41%\n", exit_code=137).signature == "killed_by_signal"
-    cancelled = classify("step 3\n", signal=15)
+    assert hit("loading shards 41%\n", exit_code=137).signature == "killed_by_signal"
+    cancelled = hit("step 3\n", signal=15)
     assert cancelled.signature == "killed_by_signal" and "signal 15" in cancelled.cause
 
 
@@ -196,21 +204,21 @@ def test_each_signature_needs_its_evidence():
 
 def test_symm_mem_keyerror_wins_over_the_nccl_noise_and_readiness_it_causes():
     text = log("symm_mem_keyerror_sm120.log") + log("readiness_timeout.log") + log("nccl_watchdog_timeout.log")
-    assert classify(text, exit_code=1).signature == "symm_mem_sm_keyerror"
+    assert hit(text, exit_code=1).signature == "symm_mem_sm_keyerror"
 
 
 def test_oom_wins_over_the_nccl_warnings_that_follow_it():
     assert "NCCL WARN" in log("cuda_oom_nccl_channels.log")
-    assert classify(log("cuda_oom_nccl_channels.log"), exit_code=1).signature == "cuda_oom"
+    assert hit(log("cuda_oom_nccl_channels.log"), exit_code=1).signature == "cuda_oom"
 
 
 def test_graph_capture_and_illegal_access_win_over_nccl():
-    assert classify(log("cuda_graph_capture_nccl_tree.log"), exit_code=1).signature == "cuda_graph_capture"
-    assert classify(log("illegal_memory_access.log"), exit_code=1).signature == "illegal_memory_access"
+    assert hit(log("cuda_graph_capture_nccl_tree.log"), exit_code=1).signature == "cuda_graph_capture"
+    assert hit(log("illegal_memory_access.log"), exit_code=1).signature == "illegal_memory_access"
 
 
 def test_a_cause_in_the_log_wins_over_the_kill_signal():
-    assert classify(log("cuda_oom_nccl_channels.log"), exit_code=None, signal=9).signature == "cuda_oom"
+    assert hit(log("cuda_oom_nccl_channels.log"), exit_code=None, signal=9).signature == "cuda_oom"
 
 
 def test_a_failed_trial_is_never_called_slower_than_baseline():
@@ -228,10 +236,11 @@ def test_signature_table_is_complete_and_verdicts_valid():
 
 
 def test_readiness_wording_is_the_recipes_own():
-    from runners.recipes.sglang_server import READY_LINE, READY_TIMEOUT_MESSAGE
+    from runners.recipes.sglang_server import READY_TIMEOUT_MESSAGE
+    from runners.sglang_output import READY_LINE
 
     line = READY_TIMEOUT_MESSAGE.format(timeout=42.5, ready_line=READY_LINE)
-    found = classify(f"sglang_server: phase waiting for ready\n{line}\n", exit_code=3)
+    found = hit(f"sglang_server: phase waiting for ready\n{line}\n", exit_code=3)
     assert found.signature == "readiness_timeout" and found.cause == "server not ready within 42.5s"
 
 
@@ -239,18 +248,18 @@ def test_readiness_wording_is_the_recipes_own():
 
 
 def test_a_stall_names_the_phase_it_stopped_in():
-    found = classify(log("readiness_stall_capturing.log"), exit_code=3)
+    found = hit(log("readiness_stall_capturing.log"), exit_code=3)
     assert found.cause == "readiness stall at CUDA graph capture (Capturing batches 1/36)"
     assert "printed nothing for its last 1694s" in found.reason
 
 
 def test_a_server_still_printing_when_time_ran_out_is_a_timeout_not_a_stall():
     text = log("readiness_stall_capturing.log").replace("came 1694s before", "came 3s before")
-    assert classify(text, exit_code=3).signature == "readiness_timeout"
+    assert hit(text, exit_code=3).signature == "readiness_timeout"
     # No phase line at the end (an unknown last line): a timeout, with no phase made up.
     odd = log("readiness_stall_capturing.log").replace("Capturing batches", "Doing something")
     odd = odd.replace("Capture cuda graph begin", "Something else")
-    assert classify(odd, exit_code=3).signature == "readiness_timeout"
+    assert hit(odd, exit_code=3).signature == "readiness_timeout"
 
 
 def test_a_raw_server_log_killed_in_a_startup_phase_is_a_readiness_stall():
@@ -262,12 +271,13 @@ def test_a_raw_server_log_killed_in_a_startup_phase_is_a_readiness_stall():
         found = classify(raw, **how)
         assert found is not None and found.signature == "readiness_stall", how
         assert found.cause == "readiness stall at CUDA graph capture (Capturing batches 1/36)"
+        assert found.evidence_line is not None
         assert found.verdict == "inconclusive" and found.evidence_line.startswith("Capturing batches (bs=64")
-    assert "killed (SIGKILL)" in classify(raw, signal=9).reason
-    assert "at its time limit" in classify(raw, signal=15, timed_out=True).reason
+    assert "killed (SIGKILL)" in hit(raw, signal=9).reason
+    assert "at its time limit" in hit(raw, signal=15, timed_out=True).reason
     assert classify(raw, exit_code=1) is None  # ended by itself: nothing says it stalled
     oom = raw + "Killed\n"
-    assert classify(oom, signal=9).signature == "killed_by_signal"
+    assert hit(oom, signal=9).signature == "killed_by_signal"
     # Each earlier startup phase, as SGLang prints it, names itself when it is the last line.
     lines = raw.splitlines()
     for last, phase in (
@@ -279,7 +289,7 @@ def test_a_raw_server_log_killed_in_a_startup_phase_is_a_readiness_stall():
         ("Init parallel begin", "torch distributed init"),
     ):
         cut = next(i for i, line in enumerate(lines) if last in line)
-        found = classify("\n".join(lines[: cut + 1]) + "\n", signal=9)
+        found = hit("\n".join(lines[: cut + 1]) + "\n", signal=9)
         if phase is None:
             assert found.signature == "killed_by_signal", last
         else:
@@ -287,8 +297,8 @@ def test_a_raw_server_log_killed_in_a_startup_phase_is_a_readiness_stall():
 
 
 def test_segfault_from_the_exit_status_alone_and_negative_cases():
-    assert classify("step 3\n", exit_code=139).signature == "segfault"
-    assert classify("step 3\n", signal=11).signature == "segfault"
+    assert hit("step 3\n", exit_code=139).signature == "segfault"
+    assert hit("step 3\n", signal=11).signature == "segfault"
     assert classify("the segmentation of the batch is fixed\n", exit_code=1) is None
     assert classify("ulimit -c unlimited; core dumps enabled\n", exit_code=0) is None
 
@@ -301,12 +311,13 @@ def test_preflight_failure_carries_the_checks_own_proposal():
         '--enable-torch-symm-mem", "check": "sglang_flags", "sglang_version": "0.5.9", "summary": "s", '
         '"verdict": "retest"}\n'
     )
-    found = classify(text, exit_code=4)
+    found = hit(text, exit_code=4)
     assert (found.signature, found.verdict, found.bound_to) == (
         "preflight_failed",
         "retest",
         {"components": ["sglang"]},
     )
+    assert found.evidence_line is not None
     assert "(sglang 0.5.9)" in found.reason and "unrecognized arguments" in found.evidence_line
     # A malformed or verdict-less record is not a proposal.
     assert classify('@@campaign-preflight {"check": "x", "verdict": "maybe", "cause": "c"}\n', exit_code=4) is None
@@ -319,7 +330,7 @@ def test_baseline_read_from_the_bench_serving_summary():
     text = log("bench_serving_summary_slow.log")
     metrics = metrics_from_log(text)
     assert {m["name"]: m["value"] for m in metrics}["output_throughput_tok_s"] == 38.0
-    found = classify(text, exit_code=0, metrics=metrics, baseline={"output_throughput_tok_s": 82.0})
+    found = hit(text, exit_code=0, metrics=metrics, baseline={"output_throughput_tok_s": 82.0})
     assert (
         found.signature == "slower_than_baseline"
         and found.cause == "slower than baseline: 38 tok/s vs 82 tok/s baseline"

@@ -4,6 +4,7 @@ the campaign's trial list and the trial page lead to it."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from app.db import session_scope
+from app.domain.logs import dropped_marker
 from app.templating import asset_url
 from tests.api.conftest import seed_trials
 from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
@@ -112,3 +114,13 @@ def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_clie
 
     r = operator_client.post("/campaigns/p/settle", data={"a": "a", "budget": "99"}, follow_redirects=False)
     assert r.status_code == 422
+
+
+def test_the_trial_page_hands_livelog_the_dropped_bytes_marker(page_client):
+    """static/livelog.js tells the size-cap marker from log text by the parts the page gives it (data attribute)."""
+    client, seeded = page_client
+    page = client.get(f"/trials/{seeded.trial_ids[0]}").text
+    found = re.search(r'data-dropped-marker="([^"]*)"', page)
+    assert found is not None
+    parts = json.loads(html.unescape(found.group(1)))
+    assert parts["start"] + "12,345" + parts["words"] == dropped_marker(12345)
