@@ -37,11 +37,20 @@ from sqlmodel import Session, col, select
 
 from app.domain import campaign_results, inventory
 from app.domain.errors import Invalid
-from app.models import Approach, ApproachStatus, Campaign, StatusChange, aware, utcnow
+from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, aware, utcnow
 from app.schemas import ApproachCreate, CampaignCreate, ImportSummary
 
 FORMAT = "campaign-board/v1"
-CAMPAIGN_FIELDS = ["slug"] + [f for f in CampaignCreate.model_fields if f != "slug"]
+
+
+class CampaignSection(CampaignCreate):
+    """The file's `campaign:` mapping: the campaign's fields, and what "Run next candidate" follows
+    (`run_order`: `priority` when a person pinned the order; written only then)."""
+
+    run_order: RunOrder = RunOrder.ranking
+
+
+CAMPAIGN_FIELDS = ["slug"] + [f for f in CampaignSection.model_fields if f != "slug"]
 
 
 class HistoryEntry(BaseModel):
@@ -85,7 +94,7 @@ class ApproachFile(ApproachCreate):
 class CampaignFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: str = Field(FORMAT, pattern=r"^campaign-board/v1$")
-    campaign: CampaignCreate
+    campaign: CampaignSection
     approaches: list[ApproachFile] = Field(default_factory=list)
     results: list[campaign_results.ResultTrial] | None = None  # trials with their metrics (campaign_results)
 
@@ -213,8 +222,9 @@ def _history_text(entry: dict[str, Any], pieces: _Pieces) -> str:
 # Written only when they differ from their default (unset, or the comparisons' default rule), so files of
 # campaigns that never use them read as before.
 OPTIONAL_CAMPAIGN_FIELDS: dict[str, Any] = {
-    name: CampaignCreate.model_fields[name].default
+    name: CampaignSection.model_fields[name].default
     for name in (
+        "run_order",
         "accept_length_by_k",
         "accept_alphas",
         "speculation_batches",
@@ -444,7 +454,7 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
     campaign = session.exec(select(Campaign).where(Campaign.slug == parsed.campaign.slug)).first()
     created = campaign is None
     if campaign is None:
-        campaign = inventory.create_campaign(session, parsed.campaign)
+        campaign = inventory.create_campaign(session, parsed.campaign)  # run_order too (a Campaign column)
     else:
         for name, value in parsed.campaign.model_dump().items():
             setattr(campaign, name, value)
