@@ -17,6 +17,10 @@ Format (version 1):
     campaign.reported: figures reported elsewhere, each with its source (schemas.ReportedFigure)
     results:                # optional (export --with-results): ended trials with their metrics,
       - {approach, state, recipe, fingerprint, dates, metrics: [...]}   # see campaign_results
+    replays:                # optional (export --with-results, after results): see replay.ReplayFile
+      - {runner, runner_fingerprint, requested_by, state, created_at, ended_at,
+         entries: [{approach, status, reason, ..., verdict_trial: {created_at, started_at, finished_at},
+                    trial: {...}, proposed, after} | {approach, status, skipped}]}
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from sqlalchemy import select as sa_select  # typed for five columns (sqlmodel's
 from sqlalchemy import tuple_
 from sqlmodel import Session, col, select
 
-from app.domain import campaign_results, inventory
+from app.domain import campaign_results, inventory, replay
 from app.domain.errors import Invalid
 from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, aware, utcnow
 from app.schemas import ApproachCreate, CampaignCreate, ImportSummary
@@ -97,6 +101,7 @@ class CampaignFile(BaseModel):
     campaign: CampaignSection
     approaches: list[ApproachFile] = Field(default_factory=list)
     results: list[campaign_results.ResultTrial] | None = None  # trials with their metrics (campaign_results)
+    replays: list[replay.ReplayFile] | None = None  # with results: the replays, their trials by identity
 
     @model_validator(mode="after")
     def _reported_approaches_exist(self) -> CampaignFile:
@@ -322,6 +327,7 @@ def export_stream(session: Session, slug: str, with_results: bool = False) -> It
         yield "".join(parts)
     if with_results:
         yield from campaign_results.export_pieces(session, campaign, pieces)
+        yield from replay.export_pieces(session, campaign, pieces)
     if end := pieces.end():
         yield end
 
@@ -507,6 +513,9 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
     if parsed.results is not None:
         trials, metrics, already = campaign_results.import_results(session, campaign, parsed.results)
         summary += f"; results: {trials} trial(s) with {metrics} metric(s) added, {already} already here"
+    if parsed.replays is not None:
+        replays, kept_replays = replay.import_replays(session, campaign, parsed.replays)
+        summary += f"; replays: {replays} added, {kept_replays} already here"
     return ImportSummary(
         campaign=campaign.slug,
         created=created,
