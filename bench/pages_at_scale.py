@@ -301,8 +301,10 @@ def _replay_id(engine, slug: str) -> int | None:
 
 
 def add_replay(engine, slug: str) -> int:
-    """A finished replay on node-b over every bound verdict: per approach, before = its second-newest ended
-    trial, after = its newest (that trial's replay_id set), so the report compares each pair. Returns its id."""
+    """A finished replay on node-b, the worst case: every approach with two succeeded trials is in it (a real
+    replay has the bound verdicts only; bound_to holds JSON null, not SQL NULL, so the filter keeps them all):
+    per approach, before = its second-newest succeeded trial, after = its newest (that trial's replay_id set),
+    so the report compares each pair. Returns its id."""
     with Session(engine) as session:
         cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar()
         bound = session.execute(

@@ -370,9 +370,8 @@ class Report:
         }
 
 
-def _points(session: Session, campaign: Campaign, before: int, after: int) -> tuple[str | None, str, tuple[Point, ...]]:
-    result = comparison.compare_trials(session, campaign, [before, after], across_stacks=True)
-    group = comparison.deciding_group(result)
+def _points(result: comparison.Comparison | None) -> tuple[str | None, str, tuple[Point, ...]]:
+    group = comparison.deciding_group(result) if result is not None else None
     if group is None:
         return None, "", ()
     points = []
@@ -427,6 +426,16 @@ def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
     by_id = {t.id: t for t in _trials(session, replay)}
     approaches = {a.id: a for a in planning.approaches(session, campaign)}
     confirmed = _confirmed_on(session, [i for i in by_id if i is not None])
+    pairs = [
+        (e["trial_id"], trial.id)
+        for e in replay.entries
+        if not e.get("skipped")
+        and e.get("trial_id")
+        and (trial := by_id.get(e["replay_trial_id"])) is not None
+        and trial.id is not None
+        and trial.state == TrialState.succeeded
+    ]
+    compared = comparison.compare_trial_pairs(session, campaign, pairs, across_stacks=True)  # two queries
     rows = []
     for e in replay.entries:
         if e.get("skipped"):
@@ -456,7 +465,7 @@ def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
         unit = ""
         points: tuple[Point, ...] = ()
         if trial is not None and trial.state == TrialState.succeeded and e.get("trial_id"):
-            metric, unit, points = _points(session, campaign, e["trial_id"], trial.id)  # type: ignore[arg-type]
+            metric, unit, points = _points(compared.get((e["trial_id"], trial.id)))  # type: ignore[arg-type]
         proposal = (trial.proposal or {}) if trial is not None else {}
         rows.append(
             Row(
