@@ -362,8 +362,8 @@ class Report:
             "runner": r.runner_name,
             "runner_stack": self.runner_stack,
             "requested_by": r.requested_by,
-            "created_at": r.created_at,
-            "ended_at": r.ended_at,
+            "created_at": aware(r.created_at),  # SQLite gives stored dates back naive: UTC, with its offset
+            "ended_at": aware(r.ended_at),
             "trials": self.queued,
             "ended": self.ended,
             "rows": [row.as_dict() for row in self.rows],
@@ -491,6 +491,13 @@ def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
 # ---- the campaign file's `replays` section (campaign_files; export --with-results) ------------------------
 
 
+def _a_date(value: Any) -> Any:
+    # YAML gives a datetime (unquoted) or a string; a number is not a date here (the schema: date-time).
+    if value is not None and not isinstance(value, (datetime, str)):
+        raise ValueError("must be a date and time, e.g. 2025-03-01T10:00:00+00:00")
+    return value
+
+
 class TrialRef(BaseModel):
     """A trial of the file's `results`, by the identity the results import uses: its approach (the entry's)
     and its created, started and finished dates."""
@@ -499,6 +506,8 @@ class TrialRef(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+    _dates = field_validator("created_at", "started_at", "finished_at", mode="before")(_a_date)
 
     @field_validator("created_at", "started_at", "finished_at")
     @classmethod
@@ -535,6 +544,8 @@ class ReplayFile(BaseModel):
     created_at: datetime
     ended_at: datetime | None = None
     entries: list[ReplayEntryFile] = Field(default_factory=list)
+
+    _dates = field_validator("created_at", "ended_at", mode="before")(_a_date)
 
     @field_validator("created_at", "ended_at")
     @classmethod

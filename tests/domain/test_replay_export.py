@@ -10,6 +10,7 @@ import yaml
 from app.db import session_scope
 from app.domain import inventory, queue, replay, verdicts
 from app.domain.campaign_files import export_stream, import_campaign
+from app.domain.errors import Invalid
 from app.models import Replay, Trial
 from tests.support.replay import build, latency
 from tests.support.verdicts import NEW_TORCH, approach, campaign, run_to_end, runner
@@ -78,3 +79,27 @@ def test_a_replay_round_trips_through_the_campaign_file(engine):
     assert "replays: 0 added, 1 already here" in summary
     with session_scope(engine, write=False) as s:
         assert len(s.exec(Replay.__table__.select()).all()) == 2
+
+
+def test_a_replay_whose_trial_date_is_a_number_is_refused_naming_the_field(engine):
+    text = """format: campaign-board/v1
+campaign: {slug: x, name: X}
+approaches:
+- {key: a, title: A}
+results: []
+replays:
+- runner: node-b
+  state: finished
+  created_at: '2026-01-01T00:00:00+00:00'
+  entries:
+  - approach: a
+    status: dead_end
+    trial: {created_at: '2026-01-01T00:00:00+00:00', finished_at: 0}
+"""
+    with session_scope(engine) as s:
+        try:
+            import_campaign(s, text, actor="test")
+        except Invalid as exc:
+            assert "line 13" in exc.message and "finished_at" in exc.message and "date" in exc.message, exc.message
+        else:
+            raise AssertionError("imported a number as a date")
