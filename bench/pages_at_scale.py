@@ -41,6 +41,7 @@ from app.models import (  # noqa: E402
     Campaign,
     LogChunk,
     Metric,
+    Replay,
     Runner,
     StatusChange,
     Trial,
@@ -290,6 +291,54 @@ class StatementCounter:
         self.count += 1
 
 
+def _replay_id(engine, slug: str) -> int | None:
+    with Session(engine) as session:
+        return session.execute(
+            select(col(Replay.id))
+            .join(Campaign, col(Campaign.id) == col(Replay.campaign_id))
+            .where(col(Campaign.slug) == slug)
+        ).scalar()
+
+
+def add_replay(engine, slug: str) -> int:
+    """A finished replay on node-b, the worst case: every approach with two succeeded trials is in it (a real
+    replay has the bound verdicts only; bound_to holds JSON null, not SQL NULL, so the filter keeps them all):
+    per approach, before = its second-newest succeeded trial, after = its newest (that trial's replay_id set),
+    so the report compares each pair. Returns its id."""
+    with Session(engine) as session:
+        cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar()
+        bound = session.execute(
+            select(Approach)
+            .where(col(Approach.campaign_id) == cid, col(Approach.bound_to).is_not(None))
+            .order_by(col(Approach.position))
+        ).scalars()
+        entries: list[dict] = []
+        replay = Replay(campaign_id=cid, runner_name="node-b", runner_fingerprint=FINGERPRINT_NEW, state="finished")
+        session.add(replay)
+        session.flush()
+        for a in bound:
+            two = session.execute(
+                select(col(Trial.id))
+                .where(col(Trial.approach_id) == a.id, col(Trial.state) == TrialState.succeeded)
+                .order_by(col(Trial.id).desc())
+                .limit(2)
+            ).all()
+            if len(two) < 2:
+                continue
+            (after,), (before,) = two
+            session.get_one(Trial, after).replay_id = replay.id
+            entries.append(
+                {"approach_id": a.id, "key": a.key, "title": a.title, "status": a.status, "reason": a.reason,
+                 "trial_id": before, "stack": "torch 2.10.0+cu128", "bound": "torch 2.10.0+cu128",
+                 "retest": "re-test: torch 2.10.0+cu128 -> 2.11.0", "replay_trial_id": after}
+            )  # fmt: skip
+        replay.entries = entries
+        session.commit()
+        assert replay.id is not None
+        print(f"  replay #{replay.id}: {len(entries)} approaches")
+        return replay.id
+
+
 def pages(client, slug: str, engine) -> list[tuple[str, str | None]]:
     """(label, path) of every page, fragment and API read of a campaign (exports last); the share
     page's path is None (the caller makes the link)."""
@@ -341,6 +390,14 @@ def pages(client, slug: str, engine) -> list[tuple[str, str | None]]:
         ("ranking panel", f"/campaigns/{slug}/ranking"),
         ("API upgrades (torch 2.11)", f"/api/campaigns/{slug}/upgrades?target=torch=2.11.0"),
         ("upgrades page (torch 2.11)", f"/campaigns/{slug}/upgrades?torch=2.11.0"),
+        *(
+            [
+                ("API replay report", f"/api/campaigns/{slug}/replays/{replay_id}"),
+                ("replay report page", f"/campaigns/{slug}/replays/{replay_id}"),
+            ]
+            if (replay_id := _replay_id(engine, slug))
+            else []
+        ),
         ("status page (share)", None),
         ("export YAML", f"/campaigns/{slug}/export.yaml"),
         ("metrics CSV", f"/campaigns/{slug}/metrics.csv"),
@@ -518,6 +575,7 @@ def measure(
     t = time.perf_counter()
     build_campaign(engine, approaches=max(2, int(500 * scale)), trials=max(4, int(50_000 * scale)))
     add_sweeps(engine, "scale", min(20, max(2, int(500 * scale))))
+    add_replay(engine, "scale")
     with session_scope(engine, write=False) as session:
         counts = {
             name: session.execute(select(__import__("sqlalchemy").func.count()).select_from(table)).scalar()

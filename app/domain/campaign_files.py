@@ -17,6 +17,10 @@ Format (version 1):
     campaign.reported: figures reported elsewhere, each with its source (schemas.ReportedFigure)
     results:                # optional (export --with-results): ended trials with their metrics,
       - {approach, state, recipe, fingerprint, dates, metrics: [...]}   # see campaign_results
+    replays:                # optional (export --with-results, after results): see replay.ReplayFile
+      - {runner, runner_fingerprint, requested_by, state, created_at, ended_at,
+         entries: [{approach, status, reason, ..., verdict_trial: {created_at, started_at, finished_at},
+                    trial: {...}, proposed, after} | {approach, status, skipped}]}
 """
 
 from __future__ import annotations
@@ -35,13 +39,22 @@ from sqlalchemy import select as sa_select  # typed for five columns (sqlmodel's
 from sqlalchemy import tuple_
 from sqlmodel import Session, col, select
 
-from app.domain import campaign_results, inventory
+from app.domain import campaign_results, inventory, replay
 from app.domain.errors import Invalid
-from app.models import Approach, ApproachStatus, Campaign, StatusChange, aware, utcnow
+from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, aware, utcnow
 from app.schemas import ApproachCreate, CampaignCreate, ImportSummary
 
 FORMAT = "campaign-board/v1"
-CAMPAIGN_FIELDS = ["slug"] + [f for f in CampaignCreate.model_fields if f != "slug"]
+
+
+class CampaignSection(CampaignCreate):
+    """The file's `campaign:` mapping: the campaign's fields, and what "Run next candidate" follows
+    (`run_order`: `priority` when a person pinned the order; written only then)."""
+
+    run_order: RunOrder = RunOrder.ranking
+
+
+CAMPAIGN_FIELDS = ["slug"] + [f for f in CampaignSection.model_fields if f != "slug"]
 
 
 class HistoryEntry(BaseModel):
@@ -85,9 +98,10 @@ class ApproachFile(ApproachCreate):
 class CampaignFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: str = Field(FORMAT, pattern=r"^campaign-board/v1$")
-    campaign: CampaignCreate
+    campaign: CampaignSection
     approaches: list[ApproachFile] = Field(default_factory=list)
     results: list[campaign_results.ResultTrial] | None = None  # trials with their metrics (campaign_results)
+    replays: list[replay.ReplayFile] | None = None  # with results: the replays, their trials by identity
 
     @model_validator(mode="after")
     def _reported_approaches_exist(self) -> CampaignFile:
@@ -213,8 +227,9 @@ def _history_text(entry: dict[str, Any], pieces: _Pieces) -> str:
 # Written only when they differ from their default (unset, or the comparisons' default rule), so files of
 # campaigns that never use them read as before.
 OPTIONAL_CAMPAIGN_FIELDS: dict[str, Any] = {
-    name: CampaignCreate.model_fields[name].default
+    name: CampaignSection.model_fields[name].default
     for name in (
+        "run_order",
         "accept_length_by_k",
         "accept_alphas",
         "speculation_batches",
@@ -312,6 +327,7 @@ def export_stream(session: Session, slug: str, with_results: bool = False) -> It
         yield "".join(parts)
     if with_results:
         yield from campaign_results.export_pieces(session, campaign, pieces)
+        yield from replay.export_pieces(session, campaign, pieces)
     if end := pieces.end():
         yield end
 
@@ -444,7 +460,7 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
     campaign = session.exec(select(Campaign).where(Campaign.slug == parsed.campaign.slug)).first()
     created = campaign is None
     if campaign is None:
-        campaign = inventory.create_campaign(session, parsed.campaign)
+        campaign = inventory.create_campaign(session, parsed.campaign)  # run_order too (a Campaign column)
     else:
         for name, value in parsed.campaign.model_dump().items():
             setattr(campaign, name, value)
@@ -497,6 +513,9 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
     if parsed.results is not None:
         trials, metrics, already = campaign_results.import_results(session, campaign, parsed.results)
         summary += f"; results: {trials} trial(s) with {metrics} metric(s) added, {already} already here"
+    if parsed.replays is not None:
+        replays, kept_replays = replay.import_replays(session, campaign, parsed.replays)
+        summary += f"; replays: {replays} added, {kept_replays} already here"
     return ImportSummary(
         campaign=campaign.slug,
         created=created,

@@ -235,6 +235,41 @@ def compare_trials(
     return _comparison(session, campaign, columns, trials, across_stacks, "trial")
 
 
+def compare_trial_pairs(
+    session: Session, campaign: Campaign, pairs: list[tuple[int, int]], *, across_stacks: bool = False
+) -> dict[tuple[int, int], Comparison]:
+    """`compare_trials` of each (before, after) pair, in two queries whatever the number of pairs (the
+    replay report). A pair with a trial not in the campaign is left out."""
+    ids = sorted({i for pair in pairs for i in pair})
+    by_id = _compared_trials(session, campaign, ids) if ids else {}
+    rows_of: dict[int, list[Any]] = {}
+    for row in _metric_rows(session, ids):
+        rows_of.setdefault(row[0], []).append(row)
+    rule = rule_of(campaign)
+    out = {}
+    for pair in pairs:
+        if pair[0] == pair[1] or any(i not in by_id for i in pair):
+            continue
+        trials = [by_id[i] for i in pair]
+        reference = trials[0].fingerprint
+        columns = [
+            Column(
+                key=f"trial-{t.id}",
+                label=t.label,
+                approach_key=t.approach_key,
+                trial_ids=[t.id],
+                fingerprint=t.fingerprint,
+                stack_difference=same_stack_difference(reference, t.fingerprint) if n else None,
+            )
+            for n, t in enumerate(trials)
+        ]
+        column_of = {i: n for n, i in enumerate(pair)}
+        groups = metric_groups(column_of, 2, [r for i in pair for r in rows_of.get(i, [])])
+        groups = with_statistics(groups, columns, rule, across_stacks)
+        out[pair] = Comparison(campaign, columns, trials, groups, stack_rows(columns), rule, across_stacks, "trial")
+    return out
+
+
 def compare_approaches(
     session: Session, campaign: Campaign, keys: list[str], *, across_stacks: bool = False
 ) -> Comparison:

@@ -19,9 +19,12 @@ a replay row another transaction holds. Functions flush, never commit.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlmodel import Session, col, select
 
 from app.domain import comparison, notifications, planning, queue, scheduling, trials, verdicts
@@ -41,6 +44,7 @@ from app.models import (
     StatusChange,
     Trial,
     TrialState,
+    aware,
     utcnow,
 )
 
@@ -358,17 +362,16 @@ class Report:
             "runner": r.runner_name,
             "runner_stack": self.runner_stack,
             "requested_by": r.requested_by,
-            "created_at": r.created_at,
-            "ended_at": r.ended_at,
+            "created_at": aware(r.created_at),  # SQLite gives stored dates back naive: UTC, with its offset
+            "ended_at": aware(r.ended_at),
             "trials": self.queued,
             "ended": self.ended,
             "rows": [row.as_dict() for row in self.rows],
         }
 
 
-def _points(session: Session, campaign: Campaign, before: int, after: int) -> tuple[str | None, str, tuple[Point, ...]]:
-    result = comparison.compare_trials(session, campaign, [before, after], across_stacks=True)
-    group = comparison.deciding_group(result)
+def _points(result: comparison.Comparison | None) -> tuple[str | None, str, tuple[Point, ...]]:
+    group = comparison.deciding_group(result) if result is not None else None
     if group is None:
         return None, "", ()
     points = []
@@ -406,11 +409,33 @@ def _confirmed_on(session: Session, trial_ids: list[int]) -> dict[int, str]:
     return out
 
 
+def _after(
+    trial: Trial | None, approach: Approach | None, confirmed: dict[int, str], entry: dict[str, Any]
+) -> str | None:
+    """The verdict confirmed on the replay trial (None: not yet). An imported replay's entry carries it
+    (`after`): the status changes that name trials do not travel in the campaign file."""
+    if trial is None or trial.id is None or trial.state in (TrialState.cancelled, TrialState.lost):
+        return None  # a cancelled or lost trial: the approach went back to what it was, no new verdict
+    if trial.id in confirmed and approach is not None and approach.pending_trial_id != trial.id:
+        return confirmed[trial.id]
+    return entry.get("after")
+
+
 def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
     """Per approach of the replay (payoff order): before and after, what changed, the headline metric's statistics."""
     by_id = {t.id: t for t in _trials(session, replay)}
     approaches = {a.id: a for a in planning.approaches(session, campaign)}
     confirmed = _confirmed_on(session, [i for i in by_id if i is not None])
+    pairs = [
+        (e["trial_id"], trial.id)
+        for e in replay.entries
+        if not e.get("skipped")
+        and e.get("trial_id")
+        and (trial := by_id.get(e["replay_trial_id"])) is not None
+        and trial.id is not None
+        and trial.state == TrialState.succeeded
+    ]
+    compared = comparison.compare_trial_pairs(session, campaign, pairs, across_stacks=True)  # two queries
     rows = []
     for e in replay.entries:
         if e.get("skipped"):
@@ -435,22 +460,12 @@ def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
             )
             continue
         trial = by_id.get(e["replay_trial_id"])
-        approach = approaches.get(e["approach_id"])
-        after = None
-        if (
-            trial is not None
-            and trial.id in confirmed
-            and approach is not None
-            and approach.pending_trial_id != trial.id
-        ):
-            after = confirmed[trial.id]
-            if trial.state in (TrialState.cancelled, TrialState.lost):
-                after = None  # the approach went back to what it was: no new verdict
+        after = _after(trial, approaches.get(e["approach_id"]), confirmed, e)
         metric: str | None = None
         unit = ""
         points: tuple[Point, ...] = ()
         if trial is not None and trial.state == TrialState.succeeded and e.get("trial_id"):
-            metric, unit, points = _points(session, campaign, e["trial_id"], trial.id)  # type: ignore[arg-type]
+            metric, unit, points = _points(compared.get((e["trial_id"], trial.id)))  # type: ignore[arg-type]
         proposal = (trial.proposal or {}) if trial is not None else {}
         rows.append(
             Row(
@@ -463,7 +478,7 @@ def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
                 retest=e.get("retest") or "",
                 trial_id=trial.id if trial is not None else None,
                 trial_state=trial.state if trial is not None else None,
-                proposed=proposal.get("status"),
+                proposed=proposal.get("status") or e.get("proposed"),
                 after_status=after,
                 metric=metric,
                 unit=unit,
@@ -471,3 +486,220 @@ def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
             )
         )
     return Report(replay, rows)
+
+
+# ---- the campaign file's `replays` section (campaign_files; export --with-results) ------------------------
+
+
+def _a_date(value: Any) -> Any:
+    # YAML gives a datetime (unquoted) or a string; a number is not a date here (the schema: date-time).
+    if value is not None and not isinstance(value, (datetime, str)):
+        raise ValueError("must be a date and time, e.g. 2025-03-01T10:00:00+00:00")
+    return value
+
+
+class TrialRef(BaseModel):
+    """A trial of the file's `results`, by the identity the results import uses: its approach (the entry's)
+    and its created, started and finished dates."""
+
+    model_config = ConfigDict(extra="forbid")
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    _dates = field_validator("created_at", "started_at", "finished_at", mode="before")(_a_date)
+
+    @field_validator("created_at", "started_at", "finished_at")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return aware(value)
+
+
+class ReplayEntryFile(BaseModel):
+    """One approach of a replay: what it was before, its replay trial, and the verdict confirmed on it."""
+
+    model_config = ConfigDict(extra="forbid")
+    approach: str = Field(min_length=1, max_length=120)
+    title: str = Field("", max_length=500)
+    status: ApproachStatus  # before the replay
+    reason: str = Field("", max_length=20000)
+    stack: str = Field("", max_length=2000)
+    bound: str | None = Field(None, max_length=2000)
+    retest: str = Field("", max_length=20000)
+    verdict_trial: TrialRef | None = None  # the trial behind the verdict before
+    trial: TrialRef | None = None  # the replay's trial (ended trials only travel)
+    proposed: ApproachStatus | None = None  # the status the replay trial's proposal named
+    after: ApproachStatus | None = None  # the verdict confirmed on the replay trial
+    skipped: str = Field("", max_length=2000)  # not replayed, and why
+
+
+class ReplayFile(BaseModel):
+    """A replay as the campaign file carries it (docs/planning.md, Replay)."""
+
+    model_config = ConfigDict(extra="forbid")
+    runner: str = Field(min_length=1, max_length=120)
+    runner_fingerprint: dict[str, Any] | None = None
+    requested_by: str = Field("", max_length=120)
+    state: ReplayState
+    created_at: datetime
+    ended_at: datetime | None = None
+    entries: list[ReplayEntryFile] = Field(default_factory=list)
+
+    _dates = field_validator("created_at", "ended_at", mode="before")(_a_date)
+
+    @field_validator("created_at", "ended_at")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return aware(value)
+
+
+class _Dumps(Protocol):
+    def dump(self, data: Any) -> str: ...
+
+
+def _iso(value: datetime | None) -> str | None:
+    at = aware(value)
+    return at.isoformat() if at is not None else None
+
+
+def _ref(trial: Trial | None) -> dict[str, Any] | None:
+    if trial is None or trial.state not in TERMINAL_TRIAL_STATES:
+        return None  # only ended trials are in the file's results
+    ref: dict[str, Any] = {"created_at": _iso(trial.created_at)}
+    for name in ("started_at", "finished_at"):
+        if getattr(trial, name) is not None:
+            ref[name] = _iso(getattr(trial, name))
+    return ref
+
+
+def _replay_mapping(
+    replay: Replay, trial_of: dict[int, Trial], approaches: dict[int, Approach], confirmed: dict[int, str]
+) -> dict[str, Any]:
+    item: dict[str, Any] = {"runner": replay.runner_name}
+    if replay.runner_fingerprint is not None:
+        item["runner_fingerprint"] = replay.runner_fingerprint
+    if replay.requested_by:
+        item["requested_by"] = replay.requested_by
+    item["state"] = replay.state
+    item["created_at"] = _iso(replay.created_at)
+    if replay.ended_at is not None:
+        item["ended_at"] = _iso(replay.ended_at)
+    entries = []
+    for e in replay.entries:
+        approach = approaches.get(e.get("approach_id"))  # type: ignore[arg-type]
+        entry: dict[str, Any] = {"approach": approach.key if approach is not None else e["key"], "title": e["title"]}
+        entry["status"] = e["status"]
+        if e.get("skipped"):
+            entry["skipped"] = e["skipped"]
+            entries.append(entry)
+            continue
+        for name in ("reason", "stack", "bound", "retest"):
+            if e.get(name):
+                entry[name] = e[name]
+        trial = trial_of.get(e.get("replay_trial_id"))  # type: ignore[arg-type]
+        if (ref := _ref(trial_of.get(e.get("trial_id")))) is not None:  # type: ignore[arg-type]
+            entry["verdict_trial"] = ref
+        if (ref := _ref(trial)) is not None:
+            entry["trial"] = ref
+            proposed = (trial.proposal or {}).get("status") if trial is not None else None
+            if proposed:
+                entry["proposed"] = proposed
+            if (after := _after(trial, approach, confirmed, e)) is not None:
+                entry["after"] = after
+        entries.append(entry)
+    item["entries"] = entries
+    return item
+
+
+def export_pieces(session: Session, campaign: Campaign, pieces: _Dumps) -> Iterator[str]:
+    """`replays:` and the campaign's replays, oldest first, their trials referenced by their results'
+    identity (four queries whatever the size). Nothing when the campaign has none."""
+    replays = list(session.exec(select(Replay).where(Replay.campaign_id == campaign.id).order_by(col(Replay.id))))
+    if not replays:
+        return
+    ids = {i for r in replays for e in r.entries for i in (e.get("trial_id"), e.get("replay_trial_id")) if i}
+    trial_of = {t.id: t for t in session.exec(select(Trial).where(col(Trial.id).in_(list(ids))))} if ids else {}
+    approaches = {a.id: a for a in session.exec(select(Approach).where(Approach.campaign_id == campaign.id))}
+    replay_trials = [e["replay_trial_id"] for r in replays for e in r.entries if e.get("replay_trial_id")]
+    confirmed = _confirmed_on(session, replay_trials)
+    yield "replays:\n" + "".join(
+        pieces.dump([_replay_mapping(r, trial_of, approaches, confirmed)])  # type: ignore[arg-type]
+        for r in replays
+    )
+
+
+def _naive(value: datetime | None) -> datetime | None:
+    at = aware(value)
+    return at.replace(tzinfo=None) if at is not None else None
+
+
+def import_replays(session: Session, campaign: Campaign, replays: list[ReplayFile]) -> tuple[int, int]:
+    """Create the file's replays in `campaign` (its approaches and results exist by now), their trials
+    found by their results' identity (a reference to a trial not on the board is dropped: the entry then
+    has no trial). A replay already here (same runner, same start) is not imported again. Returns
+    (replays added, replays already here)."""
+    approaches = {a.key: a for a in session.exec(select(Approach).where(Approach.campaign_id == campaign.id))}
+    trials_at = {
+        (t.approach_id, _naive(t.created_at), _naive(t.started_at), _naive(t.finished_at)): t
+        for t in session.exec(select(Trial).where(Trial.campaign_id == campaign.id))
+    }
+    present = {
+        (name, _naive(at))
+        for name, at in session.exec(
+            select(Replay.runner_name, Replay.created_at).where(Replay.campaign_id == campaign.id)
+        )
+    }
+
+    def find(approach: Approach | None, ref: TrialRef | None) -> Trial | None:
+        if approach is None or approach.id is None or ref is None:
+            return None
+        return trials_at.get((approach.id, _naive(ref.created_at), _naive(ref.started_at), _naive(ref.finished_at)))
+
+    added = kept = 0
+    for item in replays:
+        if (item.runner, _naive(item.created_at)) in present:
+            kept += 1
+            continue
+        replay = Replay(
+            campaign_id=campaign.id,  # type: ignore[arg-type]
+            runner_id=None,
+            runner_name=item.runner,
+            runner_fingerprint=item.runner_fingerprint,
+            state=item.state,
+            requested_by=item.requested_by,
+            created_at=item.created_at,
+            ended_at=item.ended_at,
+        )
+        session.add(replay)
+        session.flush()
+        entries: list[dict[str, Any]] = []
+        for e in item.entries:
+            approach = approaches.get(e.approach)
+            base = {"approach_id": approach.id if approach else None, "key": e.approach, "title": e.title}
+            if e.skipped:
+                entries.append({**base, "status": e.status.value, "skipped": e.skipped})
+                continue
+            before, mine = find(approach, e.verdict_trial), find(approach, e.trial)
+            if mine is not None and mine.replay_id is None:
+                mine.replay_id = replay.id
+                session.add(mine)
+            entry = {
+                **base,
+                "status": e.status.value,
+                "reason": e.reason,
+                "trial_id": before.id if before is not None else None,
+                "stack": e.stack,
+                "bound": e.bound,
+                "retest": e.retest,
+                "replay_trial_id": mine.id if mine is not None else None,
+            }
+            if e.proposed is not None:
+                entry["proposed"] = e.proposed.value
+            if e.after is not None:
+                entry["after"] = e.after.value
+            entries.append(entry)
+        replay.entries = entries
+        session.add(replay)
+        added += 1
+    session.flush()
+    return added, kept

@@ -6,7 +6,8 @@ so a guessed, altered or revoked link is indistinguishable from one that never e
 
 The status is built from a whitelist of public fields: titles, statuses, verdict reasons, stack
 versions and measured figures. Recipes, commands, environment, evidence text, runner details and
-actor names never enter it.
+actor names never enter it. Replays (`public_replays`) show their stacks and rows, not who started
+them nor the runner's name.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from itsdangerous import BadSignature, URLSafeSerializer
 from sqlmodel import Session, col, select
 
+from app.domain import replay
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
 from app.domain.inventory import status_counts
@@ -191,3 +193,74 @@ def status_report(
         dead_ends=closed(ApproachStatus.dead_end),
         deferred=closed(ApproachStatus.deferred),
     )
+
+
+# ---- replays on the status page -------------------------------------------------------------------
+
+PUBLIC_REPLAYS = 5  # the latest replays the status page shows, each with its report
+
+
+@dataclass(frozen=True)
+class PublicReplayRow:
+    title: str
+    before_status: str
+    before_reason: str
+    before_stack: str
+    retest: str
+    trial_state: str | None
+    proposed: str | None
+    after_status: str | None
+    changed: bool
+    skipped: str
+    measured: str  # the headline metric's first point: "allreduce_latency_us x0.8 [0.79, 0.81] faster"; "" when none
+
+
+@dataclass(frozen=True)
+class PublicReplay:
+    number: int
+    state: str
+    runner_stack: str
+    started_at: object
+    ended_at: object
+    trials: int
+    ended: int
+    rows: tuple[PublicReplayRow, ...]
+
+
+def _measured(row: replay.Row) -> str:
+    point = next((p for p in row.points if p.verdict and p.ratio is not None), None)
+    if point is None or row.metric is None:
+        return ""
+    where = f" {point.label}" if point.label else ""
+    interval = f" [{point.low:.3g}, {point.high:.3g}]" if point.low is not None and point.high is not None else ""
+    return f"{row.metric}{where} x{point.ratio:.3g}{interval} {point.verdict}"
+
+
+def public_replays(session: Session, campaign: Campaign, limit: int = PUBLIC_REPLAYS) -> tuple[PublicReplay, ...]:
+    """The campaign's latest replays, newest first, with their reports: stacks, statuses, verdict reasons and
+    figures only (not the runner's name nor who started it)."""
+    out = []
+    for r in replay.of_campaign(session, campaign)[:limit]:
+        report = replay.report(session, campaign, r)
+        rows = tuple(
+            PublicReplayRow(
+                row.title,
+                row.before_status,
+                row.before_reason,
+                row.before_stack,
+                row.retest,
+                row.trial_state,
+                row.proposed,
+                row.after_status,
+                row.changed,
+                row.skipped,
+                _measured(row),
+            )
+            for row in report.rows
+        )
+        out.append(
+            PublicReplay(
+                r.id or 0, r.state, report.runner_stack, r.created_at, r.ended_at, report.queued, report.ended, rows
+            )
+        )
+    return tuple(out)

@@ -21,6 +21,7 @@ from app.domain.sharing import (
     create_share_link,
     get_share_link,
     list_share_links,
+    public_replays,
     resolve_share_token,
     revoke_share_link,
     share_url,
@@ -101,6 +102,7 @@ def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
         "chart_comparison": figures["chart_comparison"],
         "chart_throughput": throughput_figure(answer, campaign),
         "generated_at": datetime.now(UTC),
+        "replays": public_replays(session, campaign),
         **speculation_context(session, campaign, answer),
     }
 

@@ -6,9 +6,12 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlmodel import select
 
 from app.db import session_scope
+from app.domain import inventory
 from app.domain.runners import create_runner
+from app.models import Replay, Runner
 from app.security import create_api_token
 from app.templating import PLOTLY_JS, PLOTLY_JS_ASSET, asset_url
 from tests.support.charts import SECRETS, SLUG
@@ -179,3 +182,42 @@ def test_status_page_has_the_answer_over_batch_sizes(fixture_app, operator, anon
     assert re.search(r'id="speculation">.*?data-sentence>' + re.escape(sentence), html, re.S)
     assert 'id="figure-speedup-batch"' in html and 'id="deploy"' in html
     assert "--speculative-algorithm EAGLE3" in html
+
+
+def test_status_page_shows_the_replays_and_their_reports_without_runner_or_actor(fixture_app, operator, anonymous):
+    with session_scope(fixture_app.state.engine) as s:
+        campaign = inventory.get_campaign(s, SLUG)
+        first, second = inventory.approaches(s, campaign)[:2]
+        runner, runner_token = create_runner(s, "secret-node-name")
+        runner.fingerprint = {"torch": "2.11.0+cu130", "cuda": "13.0"}
+        s.add(runner)
+        entries = [
+            {"approach_id": first.id, "key": first.key, "title": first.title, "status": "dead_end",
+             "reason": "KeyError: 12 in the symm-mem table", "trial_id": None, "stack": "torch 2.10.0+cu128",
+             "bound": None, "retest": "re-test: torch 2.10.0+cu128 -> 2.11.0+cu130", "replay_trial_id": None},
+            {"approach_id": second.id, "key": second.key, "title": second.title, "status": "deferred",
+             "skipped": "no recipe"},
+        ]  # fmt: skip
+        s.add(
+            Replay(
+                campaign_id=campaign.id,
+                runner_id=runner.id,
+                runner_name=runner.name,
+                runner_fingerprint=runner.fingerprint,
+                entries=entries,
+                requested_by="actor-mallory",
+            )
+        )
+        s.flush()
+        number = s.exec(select(Replay.id)).one()
+        assert s.exec(select(Runner).where(Runner.name == "secret-node-name")).one()
+    path, _ = _create_link(operator)
+    for page in (anonymous.get(path).text, anonymous.get(path + "/export.html").text):
+        assert 'id="replays"' in page, page
+        section = page[page.index('id="replays"') :]
+        assert f"Replay #{number} on " in section and "running, 0 of 0 trial(s) ended" in section
+        assert first.title in section and "KeyError: 12 in the symm-mem table" in section
+        assert "re-test: torch 2.10.0+cu128 -&gt; 2.11.0+cu130" in section and "no verdict yet" in section
+        assert second.title in section and "not replayed: no recipe" in section
+        for secret in ("secret-node-name", "actor-mallory", runner_token):
+            assert secret not in page

@@ -75,6 +75,36 @@ def test_round_trip_is_equal(engine, tmp_path):
     other.dispose()
 
 
+def test_pinned_run_order_round_trips(engine, tmp_path):
+    with session_scope(engine) as s:
+        load_demo(s)
+    assert "run_order" not in _export(engine)  # the default (the ranking) is not written
+    with session_scope(engine) as s:
+        inventory.set_run_order(s, inventory.get_campaign(s, DEMO_SLUG), "priority")
+    text = _export(engine)
+    assert yaml.safe_load(text)["campaign"]["run_order"] == "priority"
+    # Importing the file brings the pinned order back over a campaign that follows the ranking...
+    with session_scope(engine) as s:
+        inventory.set_run_order(s, inventory.get_campaign(s, DEMO_SLUG), "ranking")
+    with session_scope(engine) as s:
+        import_campaign(s, text, actor="test")
+    with session_scope(engine, write=False) as s:
+        assert inventory.get_campaign(s, DEMO_SLUG).run_order == "priority"
+    assert _export(engine) == text
+    # ...and into a new database, and a file without it follows the ranking again.
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    migrate(other_url)
+    other = make_engine(other_url)
+    with session_scope(other) as s:
+        import_campaign(s, text, actor="test")
+    assert _export(other) == text
+    with session_scope(other) as s:
+        import_campaign(s, text.replace("  run_order: priority\n", ""), actor="test")
+    with session_scope(other, write=False) as s:
+        assert inventory.get_campaign(s, DEMO_SLUG).run_order == "ranking"
+    other.dispose()
+
+
 def test_import_updates_status_and_order_with_history(engine):
     with session_scope(engine) as s:
         load_demo(s)

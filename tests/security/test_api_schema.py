@@ -38,6 +38,8 @@ CROSS_FIELD_RULES = [
     "POST /api/campaigns/{slug}/settle",
     # A replay needs a runner whose stack differs in a component a verdict is bound to: data, not a schema.
     "POST /api/campaigns/{slug}/replays",
+    # Cancelling a replay that has ended (finished, or cancelled already) answers 422: data, not a schema.
+    "POST /api/campaigns/{slug}/replays/{replay_id}/cancel",
     # accept_length_by_k's keys are draft lengths (a pattern on the keys: propertyNames, which the fuzzer's
     # generator does not follow), so a body with other keys is refused by design.
     "POST /api/campaigns",
