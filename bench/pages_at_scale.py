@@ -306,7 +306,7 @@ def add_replay(engine, slug: str) -> int:
     per approach, before = its second-newest succeeded trial, after = its newest (that trial's replay_id set),
     so the report compares each pair. Returns its id."""
     with Session(engine) as session:
-        cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar()
+        cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar_one()
         bound = session.execute(
             select(Approach)
             .where(col(Approach.campaign_id) == cid, col(Approach.bound_to).is_not(None))
@@ -343,7 +343,7 @@ def pages(client, slug: str, engine) -> list[tuple[str, str | None]]:
     """(label, path) of every page, fragment and API read of a campaign (exports last); the share
     page's path is None (the caller makes the link)."""
     with Session(engine) as session:
-        cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar()
+        cid = session.execute(select(col(Campaign.id)).where(col(Campaign.slug) == slug)).scalar_one()
         big = session.execute(
             select(col(Approach.key), col(Approach.id))
             .where(col(Approach.campaign_id) == cid)

@@ -200,7 +200,7 @@ def test_status_page_shows_the_replays_and_their_reports_without_runner_or_actor
         ]  # fmt: skip
         s.add(
             Replay(
-                campaign_id=campaign.id,
+                campaign_id=campaign.id or 0,
                 runner_id=runner.id,
                 runner_name=runner.name,
                 runner_fingerprint=runner.fingerprint,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from app.db import session_scope
 from app.models import Replay, Trial, TrialState
@@ -42,8 +42,8 @@ def test_replay_start_list_show(engine, db_url, tmp_path):
     assert r.returncode == 0, r.stderr
     with session_scope(engine, write=False) as s:
         (row,) = s.exec(select(Replay)).all()
-        queued = s.exec(select(Trial).where(Trial.replay_id == row.id).order_by(Trial.id)).all()
-    assert row.requested_by == "cli" and row.runner_id == node_b
+        queued = s.exec(select(Trial).where(Trial.replay_id == row.id).order_by(col(Trial.id))).all()
+    assert row.id is not None and row.requested_by == "cli" and row.runner_id == node_b
     assert len(queued) == 3 and all(t.state == TrialState.queued and t.pinned_runner_id == node_b for t in queued)
     assert f"replay #{row.id} on node-b" in r.stdout and "running, 0 of 3 trial(s) ended" in r.stdout
     rows = [line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│ ")]

@@ -6,6 +6,7 @@ results' identity; importing the file again adds no second replay; a plain expor
 from __future__ import annotations
 
 import yaml
+from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import inventory, queue, replay, verdicts
@@ -70,7 +71,7 @@ def test_a_replay_round_trips_through_the_campaign_file(engine):
         assert _rows(after) == _rows(before)
         assert (after.queued, after.ended) == (3, 3)
         assert all(r.trial_id is not None and r.before_trial_id is not None for r in after.rows)
-        assert {t.replay_id for t in s.exec(Trial.__table__.select().where(Trial.campaign_id == copy.id))} >= {other.id}
+        assert {t.replay_id for t in s.exec(select(Trial).where(Trial.campaign_id == copy.id))} >= {other.id}
         # The copy exports the same replays section (its trials by the same identities).
         again = yaml.safe_load("".join(export_stream(s, "copy", with_results=True)))
     assert again["replays"] == doc["replays"]
@@ -78,7 +79,7 @@ def test_a_replay_round_trips_through_the_campaign_file(engine):
         summary = import_campaign(s, _as_copy(text), actor="test").summary
     assert "replays: 0 added, 1 already here" in summary
     with session_scope(engine, write=False) as s:
-        assert len(s.exec(Replay.__table__.select()).all()) == 2
+        assert len(s.exec(select(Replay)).all()) == 2
 
 
 def test_a_replay_whose_trial_date_is_a_number_is_refused_naming_the_field(engine):
