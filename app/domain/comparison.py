@@ -236,10 +236,17 @@ def compare_trials(
 
 
 def compare_trial_pairs(
-    session: Session, campaign: Campaign, pairs: list[tuple[int, int]], *, across_stacks: bool = False
+    session: Session,
+    campaign: Campaign,
+    pairs: list[tuple[int, int]],
+    *,
+    across_stacks: bool = False,
+    deciding_only: bool = False,
 ) -> dict[tuple[int, int], Comparison]:
     """`compare_trials` of each (before, after) pair, in two queries whatever the number of pairs (the
-    replay report). A pair with a trial not in the campaign is left out."""
+    replay report). A pair with a trial not in the campaign is left out. `deciding_only`: each comparison
+    holds only its deciding metric (`deciding_group`), the only one the replay report shows, so statistics
+    are computed for that metric alone (the same seeded method; its bootstrap draws are its own)."""
     ids = sorted({i for pair in pairs for i in pair})
     by_id = _compared_trials(session, campaign, ids) if ids else {}
     rows_of: dict[int, list[Any]] = {}
@@ -264,10 +271,27 @@ def compare_trial_pairs(
             for n, t in enumerate(trials)
         ]
         column_of = {i: n for n, i in enumerate(pair)}
-        groups = metric_groups(column_of, 2, [r for i in pair for r in rows_of.get(i, [])])
+        rows = [r for i in pair for r in rows_of.get(i, [])]
+        groups = _deciding_groups(column_of, rows) if deciding_only else metric_groups(column_of, 2, rows)
         groups = with_statistics(groups, columns, rule, across_stacks)
         out[pair] = Comparison(campaign, columns, trials, groups, stack_rows(columns), rule, across_stacks, "trial")
     return out
+
+
+def _deciding_groups(column_of: dict[int, int], rows: list[Any]) -> list[MetricGroup]:
+    """The one group `deciding_group` would pick of `metric_groups(column_of, 2, rows)`, built alone: names
+    both trials reported, in its order (HEADLINE_METRICS first, then by name), the first with a point both
+    measured."""
+    by_name: dict[str, list[Any]] = {}
+    for r in rows:
+        by_name.setdefault(r.name, []).append(r)
+    both = sorted(n for n, found in by_name.items() if len({column_of[r.trial_id] for r in found}) == 2)
+    order = [n for n in HEADLINE_METRICS if n in both] + [n for n in both if n not in HEADLINE_METRICS]
+    for name in order:
+        (group,) = metric_groups(column_of, 2, by_name[name])
+        if any(r.values[0] is not None and r.values[1] is not None for r in group.rows):
+            return [group]
+    return []
 
 
 def compare_approaches(

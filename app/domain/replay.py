@@ -435,7 +435,9 @@ def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
         and trial.id is not None
         and trial.state == TrialState.succeeded
     ]
-    compared = comparison.compare_trial_pairs(session, campaign, pairs, across_stacks=True)  # two queries
+    compared = comparison.compare_trial_pairs(  # two queries; the deciding metric's statistics only
+        session, campaign, pairs, across_stacks=True, deciding_only=True
+    )
     rows = []
     for e in replay.entries:
         if e.get("skipped"):

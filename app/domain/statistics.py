@@ -198,9 +198,9 @@ def _sides(sets: list[list[np.ndarray]], rule: Rule) -> list[list[Side]]:
         for c, s in enumerate(row):
             by_size.setdefault(int(s.size), []).append((r, c))
     for n, members in by_size.items():
-        if n < 2:
+        if n < 2:  # no spread: the one value is the median (most compared figures are single values)
             for r, c in members:
-                out[r][c] = side([float(x) for x in sets[r][c]], rule)
+                out[r][c] = Side(n, float(sets[r][c][0]), None, False) if n else Side(0, None, None, False)
             continue
         data = np.stack([sets[r][c] for r, c in members])  # each row sorted
         medians = 0.5 * (data[:, (n - 1) // 2] + data[:, n // 2])

@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import col, select
 
 from app.db import session_scope
-from app.domain import notifications, queue, replay, scheduling, verdicts
+from app.domain import comparison, notifications, queue, replay, scheduling, verdicts
 from app.domain.errors import Invalid, NotFound
 from app.models import (
     Approach,
@@ -88,6 +88,16 @@ def test_a_replay_on_a_newer_torch_queues_the_bound_approaches_in_payoff_order_f
         assert point.before == pytest.approx(50.0, rel=0.02) and point.after == pytest.approx(40.0, rel=0.02)
         assert point.verdict == "faster" and 0.75 < point.low < point.ratio < point.high < 0.85  # type: ignore[operator]
         assert not measured.changed and measured.after_status is None  # waiting for a person's verdict
+        # The report computes the deciding metric alone: the same metric and figures as the full comparison.
+        assert measured.before_trial_id is not None and measured.trial_id is not None
+        full = comparison.compare_trials(
+            s, campaign(s), [measured.before_trial_id, measured.trial_id], across_stacks=True
+        )
+        group = comparison.deciding_group(full)
+        assert group is not None and group.name == measured.metric
+        assert [r.values for r in group.rows] == [[point.before, point.after]]
+        (pair,) = group.rows[0].stats.pairs  # type: ignore[union-attr]
+        assert pair.stats is not None and pair.stats.verdict == point.verdict
         # A person confirms the replayed trials: what changed status shows.
         m, f = approach(s, "measured"), approach(s, "fast")
         verdicts.confirm(
