@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Text, cast
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -189,24 +190,44 @@ def compare(
 
 
 def _compared_trials(session: Session, campaign: Campaign, ids: list[int]) -> dict[int, ComparedTrial]:
-    found = session.exec(
-        select(Trial, Approach.key, Approach.title, Runner.name)
-        .join(Approach, Approach.id == Trial.approach_id)  # type: ignore[arg-type]
-        .outerjoin(Runner, Runner.id == Trial.runner_id)  # type: ignore[arg-type]
-        .where(Trial.id.in_(ids), Trial.campaign_id == campaign.id)  # type: ignore[union-attr]
+    """The trials as the comparison shows them: their columns, not ORM objects, and each distinct fingerprint
+    text parsed once (the trials of one runner share a stack; the replay report reads a thousand trials)."""
+    found = session.execute(
+        sa_select(  # type: ignore[call-overload]
+            Trial.id,
+            Approach.key,
+            Approach.title,
+            Trial.state,
+            Runner.name,
+            cast(Trial.fingerprint, Text),
+            Trial.started_at,
+            Trial.finished_at,
+        )
+        .join(Approach, col(Approach.id) == Trial.approach_id)
+        .outerjoin(Runner, col(Runner.id) == Trial.runner_id)
+        .where(col(Trial.id).in_(ids), Trial.campaign_id == campaign.id)
     ).all()
+    parsed: dict[str, Any] = {}
+
+    def fingerprint(text: str | None) -> dict[str, Any] | None:
+        if text is None:
+            return None
+        if text not in parsed:
+            parsed[text] = json.loads(text)
+        return parsed[text]
+
     return {
-        t.id: ComparedTrial(  # type: ignore[misc]
-            id=t.id,  # type: ignore[arg-type]
+        trial_id: ComparedTrial(
+            id=trial_id,
             approach_key=key,
             approach_title=title,
-            state=t.state,
+            state=state,
             runner_name=runner,
-            fingerprint=t.fingerprint,
-            started_at=aware(t.started_at),
-            finished_at=aware(t.finished_at),
+            fingerprint=fingerprint(text),
+            started_at=aware(started),
+            finished_at=aware(finished),
         )
-        for t, key, title, runner in found
+        for trial_id, key, title, state, runner, text, started, finished in found
     }
 
 
