@@ -614,6 +614,7 @@ def measure(
         print(f"  {'page':28} {'median ms':>10} {'max ms':>8} {'cpu ms':>7} {'queries':>8} {'bytes':>10}")
         if not only or any("answer" in s for s in only):
             time_answer(engine, "scale", repeat)
+        medians: dict[str, tuple[float, float]] = {}
         for label, path in pages(client, "scale", engine):
             if path is None:
                 path = share_path
@@ -648,10 +649,17 @@ def measure(
                     print(f"  {label:28} HTTP {r.status_code}: {r.text[:120]}")
                     break
             else:
+                medians[label] = (statistics.median(times), statistics.median(cpus))
                 print(
                     f"  {label:28} {statistics.median(times):10.1f} {max(times):8.1f} {statistics.median(cpus):7.1f} "
                     f"{queries:8d} {size:10,d}"
                 )
+        if "charts page" in medians and "campaign page" in medians:
+            (charts_wall, charts_cpu), (page_wall, page_cpu) = medians["charts page"], medians["campaign page"]
+            print(
+                f"  charts page / campaign page: {charts_wall / page_wall:.2f}x wall, {charts_cpu / page_cpu:.2f}x CPU "
+                "(issue 22's target: at most 3x)"
+            )
     engine.dispose()
 
 

@@ -6,6 +6,7 @@ No FastAPI here: routes call `profitability_report` and render what it returns.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -204,8 +205,21 @@ class ProfitabilityReport:
     def answer_of(self, item: ApproachPoint | ReferencePoint) -> Answer | None:
         """The answer for one row of the points or the reported table."""
         if isinstance(item, ApproachPoint):
-            return next((a for a in self.answers if a.measured and a.approach_key == item.key), None)
-        return next((a for a in self.answers if not a.measured and a.label == item.label), None)
+            return self._answers_by_key[0].get(item.key)
+        return self._answers_by_key[1].get(item.label)
+
+    @functools.cached_property
+    def _answers_by_key(self) -> tuple[dict[str, Answer], dict[str, Answer]]:
+        """(measured answers by approach key, reported ones by label), the first of each: a page asks once
+        per row (500 rows: one scan each was quadratic)."""
+        measured: dict[str, Answer] = {}
+        reported: dict[str, Answer] = {}
+        for a in self.answers:
+            if a.measured:
+                measured.setdefault(a.approach_key or "", a)
+            else:
+                reported.setdefault(a.label, a)
+        return measured, reported
 
     @property
     def others(self) -> tuple[Answer, ...]:
