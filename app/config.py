@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runners.logconfig import LOG_LEVELS
+from runners.logconfig import known_level
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -107,10 +107,7 @@ class Settings(BaseSettings):
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:
-        level = value.strip().upper()
-        if level not in LOG_LEVELS:
-            raise ValueError(f"unknown log level {value!r}; one of {', '.join(LOG_LEVELS)}")
-        return level
+        return known_level(value)
 
     @model_validator(mode="after")
     def _default_lost_after(self) -> Settings:

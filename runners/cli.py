@@ -20,7 +20,7 @@ from rich.console import Console
 from runners.agent import run
 from runners.executors import Executor
 from runners.executors.slurm import SlurmConfig, SlurmExecutor
-from runners.logconfig import LOG_LEVELS, configure_logging
+from runners.logconfig import configure_logging, known_level
 from runners.process import trial_env
 from runners.recipes import LaunchSpec, RecipeError, build_launch
 
@@ -40,10 +40,7 @@ class RunnerSettings(BaseSettings):
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:
-        level = value.strip().upper()
-        if level not in LOG_LEVELS:
-            raise ValueError(f"unknown log level {value!r}; one of {', '.join(LOG_LEVELS)}")
-        return level
+        return known_level(value)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

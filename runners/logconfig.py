@@ -10,6 +10,14 @@ PROJECT_LOGGERS = ("app", "runners", "campaign")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+def known_level(value: str) -> str:
+    """A log level as the settings take it (any case, spaces around), or a ValueError naming the known ones."""
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"unknown log level {value!r}; one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
 def configure_logging(level: str, *, label: str = "") -> None:
     """Replace the root handlers with one stderr handler; `label` (say, "runner node-a") starts each line."""
     prefix = f"{label} " if label else ""

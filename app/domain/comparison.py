@@ -231,18 +231,10 @@ def _compared_trials(session: Session, campaign: Campaign, ids: list[int]) -> di
     }
 
 
-def compare_trials(
-    session: Session, campaign: Campaign, trial_ids: list[int], *, across_stacks: bool = False
-) -> Comparison:
-    """Trial against trial: a column per trial, in the order given."""
-    ids = parse_trial_ids(trial_ids)
-    by_id = _compared_trials(session, campaign, ids)
-    missing = [i for i in ids if i not in by_id]
-    if missing:
-        raise NotFound(f"No trial {', '.join(f'#{i}' for i in missing)} in campaign {campaign.slug!r}.", field="trial")
-    trials = [by_id[i] for i in ids]
+def _trial_columns(trials: list[ComparedTrial]) -> list[Column]:
+    """A column per trial, each naming how its stack differs from the first's."""
     reference = trials[0].fingerprint
-    columns = [
+    return [
         Column(
             key=f"trial-{t.id}",
             label=t.label,
@@ -253,6 +245,19 @@ def compare_trials(
         )
         for n, t in enumerate(trials)
     ]
+
+
+def compare_trials(
+    session: Session, campaign: Campaign, trial_ids: list[int], *, across_stacks: bool = False
+) -> Comparison:
+    """Trial against trial: a column per trial, in the order given."""
+    ids = parse_trial_ids(trial_ids)
+    by_id = _compared_trials(session, campaign, ids)
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise NotFound(f"No trial {', '.join(f'#{i}' for i in missing)} in campaign {campaign.slug!r}.", field="trial")
+    trials = [by_id[i] for i in ids]
+    columns = _trial_columns(trials)
     return _comparison(session, campaign, columns, trials, across_stacks, "trial")
 
 
@@ -279,18 +284,7 @@ def compare_trial_pairs(
         if pair[0] == pair[1] or any(i not in by_id for i in pair):
             continue
         trials = [by_id[i] for i in pair]
-        reference = trials[0].fingerprint
-        columns = [
-            Column(
-                key=f"trial-{t.id}",
-                label=t.label,
-                approach_key=t.approach_key,
-                trial_ids=[t.id],
-                fingerprint=t.fingerprint,
-                stack_difference=same_stack_difference(reference, t.fingerprint) if n else None,
-            )
-            for n, t in enumerate(trials)
-        ]
+        columns = _trial_columns(trials)
         column_of = {i: n for n, i in enumerate(pair)}
         rows = [r for i in pair for r in rows_of.get(i, [])]
         groups = _deciding_groups(column_of, rows) if deciding_only else metric_groups(column_of, 2, rows)
