@@ -27,7 +27,7 @@ from app.domain import traces
 from app.domain.errors import NotFound
 from app.live import run_in_tx
 from app.models import Artifact, Runner, Trial
-from app.services.artifacts import complete_upload, read_trace
+from app.services.artifacts import complete_upload
 
 router = APIRouter(prefix="/api", tags=["artifacts"])
 # The upload routes take the trial's runner token as well as a person's credential (AuthenticateFirst lets a
@@ -234,8 +234,6 @@ async def kernels(request: Request, trial_id: RowId) -> KernelTable:
     row = await run_in_tx(request.app.state.engine, store_domain.trace_of, trial_id, write=False)
     if row is None:
         raise NotFound(f"trial #{trial_id} has no profiler trace (an artifact named *.trace.json or *trace*.json)")
-    if store_domain.needs_trace(row):  # stored before the board kept its figures
-        row = await read_trace(request.app, row, store_of(request))
     summary = await asyncio.to_thread(traces.read_stored, store_of(request).path(row.sha256), row.sha256)
     return KernelTable(
         artifact=row.name,

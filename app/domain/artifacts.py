@@ -13,8 +13,8 @@ Caps: per file and per trial (Settings: `artifact_max_file_bytes`, `artifact_max
 arrive. Retention: a campaign keeps at most `artifact_retention_bytes` of artifacts; past it the oldest are
 removed first (the row stays with its reason, the page says so).
 
-Traces: a stored profiler trace (`is_trace_name`) is read once, off the event loop, when its upload completes
-(app/services/artifacts.py; a trace stored before that, when its kernel table is first asked for), and what it
+Traces: a stored profiler trace (`is_trace_name`) is read once, off the event loop, by the hub's trace reader
+after its upload completes (app/services/artifacts.py; one not read yet when the server starts), and what it
 gives (`TraceSummary.figures`: its step, N_ar, t_ar) is kept on the row: the model reads it from there
 (`campaign_traces`) as "from trace #id".
 

@@ -17,7 +17,6 @@ from app.domain import artifacts as store_domain
 from app.domain.traces import StoredTrace, TraceSummary, kernel_diff, read_stored
 from app.live import run_in_tx
 from app.models import Artifact
-from app.services.artifacts import read_trace
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -38,8 +37,6 @@ async def artifacts_fragment(request: Request, trial_id: RowId, operator: Operat
     stored: StoredTrace | None = None
     error = ""
     if trace is not None:
-        if store_domain.needs_trace(trace):  # stored before the board kept its figures
-            trace = await read_trace(request.app, trace, store_of(request))
         try:
             summary = await asyncio.to_thread(read_stored, store_of(request).path(trace.sha256), trace.sha256)
             stored = StoredTrace(trace.id or 0, trial_id, None, trace.name, summary.figures())
