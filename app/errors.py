@@ -129,7 +129,11 @@ def install_openapi(app: FastAPI) -> None:
 
 
 def login_required(request: Request) -> Response:
-    """401 for the API, htmx and writes; a redirect to the login page for a page view."""
+    """401 for the API, htmx and writes; a redirect to the login page for a page view. An htmx fragment's
+    refresh after the session ended is a 401 said in the flash: followed, a redirect would swap the login page
+    into the fragment (a page inside the page)."""
+    if request.headers.get("hx-request") and not _wants_json(request):
+        return _error(request, "Your session ended: log in again (a login link from `campaign login-url`).", 401)
     if _wants_json(request) or request.method != "GET":
         return _error(
             request,

@@ -125,3 +125,14 @@ def test_five_hundred_wrong_guesses_never_refuse_a_valid_link(server):
     assert statuses == {403, 429}
     r = client.get(_new_login_url(server), follow_redirects=False)
     assert r.status_code == 303 and r.cookies.get("cb_session")
+
+
+def test_a_fragment_refresh_without_a_session_is_a_401_in_the_flash_not_the_login_page(client):
+    """htmx follows a redirect and swaps what it gets: a fragment refreshed after the session ended (revoked,
+    expired) would hold the whole login page. It gets a 401 said in the flash; a page view still redirects."""
+    page = client.get("/campaigns/x/charts", follow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"].startswith("/login?next=")
+    fragment = client.get("/trials/1/artifacts", headers={"HX-Request": "true"}, follow_redirects=False)
+    assert fragment.status_code == 401
+    assert fragment.headers["HX-Retarget"] == "#flash" and "log in again" in fragment.text
+    assert "<form" not in fragment.text  # not the login page
