@@ -108,6 +108,9 @@ def test_the_installed_wheel_serves_the_demo_from_another_directory(wheel, tmp_p
         capture_output=True,
         text=True,
         timeout=600,
+        # Not this checkout's path: its campaign_board.egg-info (from `pip install -e`) would make pip take the
+        # wheel's project as already installed and skip it.
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert done.returncode == 0, done.stderr
     elsewhere = tmp_path / "elsewhere"
