@@ -70,6 +70,21 @@ def _traced(session: Session, approach: Approach, runner: Runner, name: str, fig
     return row
 
 
+def _verify_compute(trace: Artifact, approach: Approach, value: float, **tags: object) -> Metric:
+    """A gloo verify step's figure on the traced trial (its tags say whether it ran the full geometry)."""
+    return Metric(
+        trial_id=trace.trial_id,
+        campaign_id=trace.campaign_id,
+        approach_id=approach.id or 0,
+        seq=1,
+        index=0,
+        name="verify_compute_ms",
+        value=value,
+        unit="ms",
+        tags={"backend": "gloo", "tokens": 4, **tags},
+    )
+
+
 def test_a_traces_counts_are_model_inputs_from_trace_id(db_url):
     engine = create_engine(db_url)
     with session_scope(engine) as session:
@@ -132,37 +147,13 @@ def test_a_cpu_trace_counts_only_at_the_full_geometry_and_never_gives_t_ar(db_ur
         campaign.allreduces_per_verify = None
         cpu = {**FORWARD, "device": False, "allreduce_us": 900.0, "collectives": ["gloo allreduce"]}
         scaled = _traced(session, nccl, runner, "v.trace.json", {**cpu, "allreduces_per_step": 8.0})
-        session.add(
-            Metric(
-                trial_id=scaled.trial_id,
-                campaign_id=campaign.id or 0,
-                approach_id=nccl.id or 0,
-                seq=1,
-                index=0,
-                name="verify_compute_ms",
-                value=3.0,
-                unit="ms",
-                tags={"backend": "gloo", "scaled": True, "tokens": 4},
-            )
-        )
+        session.add(_verify_compute(scaled, nccl, 3.0, scaled=True))
         session.flush()
         inputs = model_inputs(session, campaign)
         assert inputs.allreduces_per_verify.value is None  # 4 layers of a scaled-down model: not the model's N_ar
         full = _traced(session, nccl, runner, "w.trace.json", cpu)
         assert model_inputs(session, campaign).allreduces_per_verify.value is None  # its geometry is not known
-        session.add(
-            Metric(
-                trial_id=full.trial_id,
-                campaign_id=campaign.id or 0,
-                approach_id=nccl.id or 0,
-                seq=1,
-                index=0,
-                name="verify_compute_ms",
-                value=30.0,
-                unit="ms",
-                tags={"backend": "gloo", "tokens": 4},
-            )
-        )
+        session.add(_verify_compute(full, nccl, 30.0))
         session.flush()
         inputs = model_inputs(session, campaign)
         assert inputs.allreduces_per_verify.value == 122 and "CPU spans" in inputs.allreduces_per_verify.source
