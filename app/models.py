@@ -217,7 +217,7 @@ class StatusChange(SQLModel, table=True):
     to_status: str = Field(max_length=20)
     reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     actor: str = Field(default="", max_length=120)
-    trial_id: int | None = Field(default=None, foreign_key="trial.id", ondelete="SET NULL")
+    trial_id: int | None = Field(default=None, foreign_key="trial.id", index=True, ondelete="SET NULL")
     at: datetime = _created()
 
 

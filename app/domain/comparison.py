@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Text, cast
 from sqlalchemy import select as sa_select
@@ -275,21 +276,86 @@ def compare_trial_pairs(
     are computed for that metric alone (the same seeded method; its bootstrap draws are its own)."""
     ids = sorted({i for pair in pairs for i in pair})
     by_id = _compared_trials(session, campaign, ids) if ids else {}
-    rows_of: dict[int, list[Any]] = {}
-    for row in _metric_rows(session, ids):
-        rows_of.setdefault(row[0], []).append(row)
+    kept = [pair for pair in pairs if pair[0] != pair[1] and all(i in by_id for i in pair)]
+    if deciding_only:
+        groups_of = _deciding_groups_of(session, kept)
+    else:
+        rows_of = _rows_by_trial(_metric_rows(session, ids))
+        groups_of = {
+            pair: metric_groups({i: n for n, i in enumerate(pair)}, 2, [r for i in pair for r in rows_of.get(i, [])])
+            for pair in kept
+        }
     rule = rule_of(campaign)
-    out = {}
+    columns_of = {pair: _trial_columns([by_id[i] for i in pair]) for pair in kept}
+    computed = _with_statistics_of([(groups_of[pair], columns_of[pair]) for pair in kept], rule, across_stacks)
+    return {
+        pair: Comparison(
+            campaign,
+            columns_of[pair],
+            [by_id[i] for i in pair],
+            groups,
+            stack_rows(columns_of[pair]),
+            rule,
+            across_stacks,
+            "trial",
+        )
+        for pair, groups in zip(kept, computed, strict=True)
+    }
+
+
+def _rows_by_trial(rows: Iterable[Any]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = {}
+    for row in rows:
+        out.setdefault(row.trial_id, []).append(row)
+    return out
+
+
+class _Row(NamedTuple):
+    """A metric row as `_metric_rows` gives it (the attributes `metric_groups` reads)."""
+
+    trial_id: int
+    name: str
+    value: float | None
+    unit: str
+    tags: dict[str, Any] | None
+    samples: list[float] | None
+
+
+def _deciding_groups_of(session: Session, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], list[MetricGroup]]:
+    """`_deciding_groups` of each pair, in one query whatever the number of pairs, decoding a row's tags and
+    samples (JSON) only for the names that can decide: each pair's first candidate (HEADLINE_METRICS first,
+    then by name), and every name of the few pairs whose first candidate had no point both measured (the
+    replay report's thousand trials hold about eleven metrics each, one or two of which decide). The JSON
+    columns come as text: filtering by name in SQL made SQLite walk the name index over every trial."""
+    ids = sorted({i for pair in pairs for i in pair})
+    if not ids:
+        return {}
+    raw: dict[int, list[tuple[Any, ...]]] = {}
+    for line in session.execute(
+        sa_select(  # type: ignore[call-overload]
+            Metric.trial_id, Metric.name, Metric.value, Metric.unit, cast(Metric.tags, Text), cast(Metric.samples, Text)
+        )
+        .where(col(Metric.trial_id).in_(ids))
+        .order_by(col(Metric.trial_id), col(Metric.seq), col(Metric.index))
+    ):
+        raw.setdefault(line[0], []).append(tuple(line))
+
+    def rows(pair: tuple[int, int], names: set[str]) -> list[_Row]:
+        return [
+            _Row(t, n, v, u, None if tags is None else json.loads(tags), None if sam is None else json.loads(sam))
+            for i in pair
+            for t, n, v, u, tags, sam in raw.get(i, [])
+            if n in names
+        ]
+
+    out: dict[tuple[int, int], list[MetricGroup]] = {}
     for pair in pairs:
-        if pair[0] == pair[1] or any(i not in by_id for i in pair):
-            continue
-        trials = [by_id[i] for i in pair]
-        columns = _trial_columns(trials)
+        both = {line[1] for line in raw.get(pair[0], [])} & {line[1] for line in raw.get(pair[1], [])}
+        candidates = [n for n in HEADLINE_METRICS if n in both] + sorted(n for n in both if n not in HEADLINE_METRICS)
         column_of = {i: n for n, i in enumerate(pair)}
-        rows = [r for i in pair for r in rows_of.get(i, [])]
-        groups = _deciding_groups(column_of, rows) if deciding_only else metric_groups(column_of, 2, rows)
-        groups = with_statistics(groups, columns, rule, across_stacks)
-        out[pair] = Comparison(campaign, columns, trials, groups, stack_rows(columns), rule, across_stacks, "trial")
+        out[pair] = _deciding_groups(column_of, rows(pair, set(candidates[:1]))) if candidates else []
+        if not out[pair] and len(candidates) > 1:
+            out[pair] = _deciding_groups(column_of, rows(pair, both))
     return out
 
 
@@ -465,17 +531,34 @@ def with_statistics(
     groups: list[MetricGroup], columns: list[Column], rule: statistics.Rule, across_stacks: bool
 ) -> list[MetricGroup]:
     """Each row with its statistics: every column against the first, one vectorized pass for the lot."""
-    flat = [(g, r) for g, group in enumerate(groups) for r in range(len(group.rows))]
-    if not flat or len(columns) < 2:
-        return groups
+    return _with_statistics_of([(groups, columns)], rule, across_stacks)[0]
+
+
+def _with_statistics_of(
+    items: list[tuple[list[MetricGroup], list[Column]]], rule: statistics.Rule, across_stacks: bool
+) -> list[list[MetricGroup]]:
+    """`with_statistics` of several comparisons in one vectorized pass (a row's figures do not depend on
+    the rows computed with it: `statistics.compare_rows`)."""
+    flat = [
+        (k, g, r)
+        for k, (groups, columns) in enumerate(items)
+        if len(columns) >= 2
+        for g, group in enumerate(groups)
+        for r in range(len(group.rows))
+    ]
+    if not flat:
+        return [groups for groups, _ in items]
     computed = statistics.compare_rows(
-        [groups[g].rows[r].samples for g, r in flat],
-        lower_better=[groups[g].lower_is_better for g, _ in flat],
+        [items[k][0][g].rows[r].samples for k, g, r in flat],
+        lower_better=[items[k][0][g].lower_is_better for k, g, _ in flat],
         rule=rule,
     )
-    out = [MetricGroup(g.name, g.unit, g.x_tag, list(g.rows), g.lower_is_better) for g in groups]
-    for (g, r), row_stats in zip(flat, computed, strict=True):
-        row = out[g].rows[r]
+    out = [
+        [MetricGroup(g.name, g.unit, g.x_tag, list(g.rows), g.lower_is_better) for g in groups] for groups, _ in items
+    ]
+    for (k, g, r), row_stats in zip(flat, computed, strict=True):
+        columns = items[k][1]
+        row = out[k][g].rows[r]
         pairs = []
         for c, pair in enumerate(row_stats.pairs, start=1):
             difference = columns[c].stack_difference
@@ -485,7 +568,7 @@ def with_statistics(
                 pairs.append(PairVerdict(None, difference, f"different stack: {difference}"))
             else:
                 pairs.append(PairVerdict(pair, difference))
-        out[g].rows[r] = MetricRow(row.point, row.values, row.samples, RowStats(row_stats.sides, pairs))
+        out[k][g].rows[r] = MetricRow(row.point, row.values, row.samples, RowStats(row_stats.sides, pairs))
     return out
 
 

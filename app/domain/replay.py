@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from app.domain import comparison, notifications, planning, queue, scheduling, trials, verdicts
@@ -409,30 +410,52 @@ def _confirmed_on(session: Session, trial_ids: list[int]) -> dict[int, str]:
     return out
 
 
+class _Trial(NamedTuple):
+    """What the report reads of a replay trial (its columns, not an ORM object: a replay holds hundreds)."""
+
+    id: int
+    state: str
+    proposal: dict[str, Any] | None
+
+
 def _after(
-    trial: Trial | None, approach: Approach | None, confirmed: dict[int, str], entry: dict[str, Any]
+    trial: _Trial | Trial | None, pending: int | None, confirmed: dict[int, str], entry: dict[str, Any]
 ) -> str | None:
-    """The verdict confirmed on the replay trial (None: not yet). An imported replay's entry carries it
+    """The verdict confirmed on the replay trial (None: not yet); `pending` is its approach's pending trial
+    (a trial's approach always exists: trials go with it). An imported replay's entry carries the verdict
     (`after`): the status changes that name trials do not travel in the campaign file."""
     if trial is None or trial.id is None or trial.state in (TrialState.cancelled, TrialState.lost):
         return None  # a cancelled or lost trial: the approach went back to what it was, no new verdict
-    if trial.id in confirmed and approach is not None and approach.pending_trial_id != trial.id:
+    if trial.id in confirmed and pending != trial.id:
         return confirmed[trial.id]
     return entry.get("after")
 
 
 def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
     """Per approach of the replay (payoff order): before and after, what changed, the headline metric's statistics."""
-    by_id = {t.id: t for t in _trials(session, replay)}
-    approaches = {a.id: a for a in planning.approaches(session, campaign)}
-    confirmed = _confirmed_on(session, [i for i in by_id if i is not None])
+    by_id = {
+        t.id: t
+        for t in map(
+            _Trial._make,
+            session.execute(
+                sa_select(Trial.id, Trial.state, Trial.proposal).where(Trial.replay_id == replay.id)  # type: ignore[call-overload]
+            ),
+        )
+    }
+    pending: dict[int, int] = dict(
+        session.execute(
+            sa_select(Approach.id, Approach.pending_trial_id).where(  # type: ignore[call-overload]
+                Approach.campaign_id == campaign.id, col(Approach.pending_trial_id).is_not(None)
+            )
+        ).all()
+    )
+    confirmed = _confirmed_on(session, list(by_id))
     pairs = [
         (e["trial_id"], trial.id)
         for e in replay.entries
         if not e.get("skipped")
         and e.get("trial_id")
         and (trial := by_id.get(e["replay_trial_id"])) is not None
-        and trial.id is not None
         and trial.state == TrialState.succeeded
     ]
     compared = comparison.compare_trial_pairs(  # two queries; the deciding metric's statistics only
@@ -462,12 +485,12 @@ def report(session: Session, campaign: Campaign, replay: Replay) -> Report:
             )
             continue
         trial = by_id.get(e["replay_trial_id"])
-        after = _after(trial, approaches.get(e["approach_id"]), confirmed, e)
+        after = _after(trial, pending.get(e["approach_id"]), confirmed, e)
         metric: str | None = None
         unit = ""
         points: tuple[Point, ...] = ()
         if trial is not None and trial.state == TrialState.succeeded and e.get("trial_id"):
-            metric, unit, points = _points(compared.get((e["trial_id"], trial.id)))  # type: ignore[arg-type]
+            metric, unit, points = _points(compared.get((e["trial_id"], trial.id)))
         proposal = (trial.proposal or {}) if trial is not None else {}
         rows.append(
             Row(
@@ -606,7 +629,8 @@ def _replay_mapping(
             proposed = (trial.proposal or {}).get("status") if trial is not None else None
             if proposed:
                 entry["proposed"] = proposed
-            if (after := _after(trial, approach, confirmed, e)) is not None:
+            pending = approach.pending_trial_id if approach is not None else None
+            if (after := _after(trial, pending, confirmed, e)) is not None:
                 entry["after"] = after
         entries.append(entry)
     item["entries"] = entries

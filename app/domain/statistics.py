@@ -155,9 +155,8 @@ def compare_rows(
         raise ValueError("one direction per row")
     if any(len(r) < 2 for r in rows):
         raise ValueError("a row compares at least two sides")
-    rng = np.random.default_rng(rule.seed)
     sets = _sorted([[np.asarray(s, dtype=float) for s in row] for row in rows])
-    boot = _median_resamples(sets, rule.n_resamples, rng)
+    boot = _median_resamples(sets, rule.n_resamples, rule.seed)
     alpha = 1 - rule.confidence
     pair_index = [(r, c) for r, row in enumerate(sets) for c in range(1, len(row))]
     intervals = _intervals(sets, boot, pair_index, alpha)
@@ -213,23 +212,24 @@ def _sides(sets: list[list[np.ndarray]], rule: Rule) -> list[list[Side]]:
     return out  # type: ignore[return-value]
 
 
-def _median_resamples(sets: list[list[np.ndarray]], n_resamples: int, rng: np.random.Generator) -> dict:
+def _median_resamples(sets: list[list[np.ndarray]], n_resamples: int, seed: int) -> dict:
     """(row, side) -> n_resamples bootstrap medians, for every set of 2 samples or more.
 
-    Sets of one size share one pool of order-statistic draws (one column gather for all of them); each
-    side's medians are then rolled by an offset of its own (side c by c x n_resamples / sides), so the two
-    medians of a ratio never come from the same draw (their resamples stay independent, as in a
-    two-sample bootstrap)."""
+    Sets of one size share one pool of order-statistic draws (one column gather for all of them), seeded by
+    (seed, size): a row's draws depend on its own sizes and width, never on the other rows compared with it
+    (the replay report computes its pairs in one call, and gets each pair's figures as alone). Each side's
+    medians are then rolled by an offset of its own (side c by c x n_resamples / sides), so the two medians
+    of a ratio never come from the same draw (their resamples stay independent, as in a two-sample
+    bootstrap)."""
     by_size: dict[int, list[tuple[int, int]]] = {}
-    width = max((len(row) for row in sets), default=1)
     for r, row in enumerate(sets):
         for c, s in enumerate(row):
             if s.size >= 2:
                 by_size.setdefault(int(s.size), []).append((r, c))
-    step = max(1, n_resamples // width)
     out: dict[tuple[int, int], np.ndarray] = {}
     for n, members in by_size.items():
         k = (n + 1) // 2  # the (lower) median's rank, 1-based
+        rng = np.random.default_rng((seed, n))
         u = rng.beta(k, n - k + 1, size=n_resamples)
         lo = np.minimum((u * n).astype(np.intp), n - 1)
         data = np.stack([sets[r][c] for r, c in members])
@@ -239,7 +239,7 @@ def _median_resamples(sets: list[list[np.ndarray]], n_resamples: int, rng: np.ra
             medians = 0.5 * (medians + data[:, np.minimum((v * n).astype(np.intp), n - 1)])
         rolled = [i for i, (_, c) in enumerate(members) if c]  # the reference sides (c = 0) keep the pool's order
         if rolled:
-            offsets = np.array([members[i][1] * step for i in rolled])
+            offsets = np.array([members[i][1] * max(1, n_resamples // len(sets[members[i][0]])) for i in rolled])
             take = (np.arange(n_resamples)[None, :] + offsets[:, None]) % n_resamples
             medians[rolled] = np.take_along_axis(medians[rolled], take, axis=1)
         for i, key in enumerate(members):
