@@ -56,7 +56,20 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql(f"BEGIN {mode}")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+    @event.listens_for(engine, "connect")
+    def _postgres_custom_plans(dbapi_conn, _record):
+        # psycopg prepares a statement run five times; PostgreSQL then plans it once for any parameters (a
+        # generic plan) when that plan looks as cheap. For the campaign's metric lookups it is not: the
+        # charts page's one-seek-per-name EXISTS took 330-420 ms instead of 0.2 from the sixth visit on
+        # (docs/performance.md). Every execution is planned for its parameters; statements stay prepared.
+        cur = dbapi_conn.cursor()
+        cur.execute("SET plan_cache_mode = force_custom_plan")
+        cur.close()
+        dbapi_conn.commit()
+
+    return engine
 
 
 def alembic_config(url: str) -> Config:

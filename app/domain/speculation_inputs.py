@@ -290,9 +290,8 @@ _CAMPAIGN_KEY_FIELDS = (
 def _cache_key(campaign: Campaign, metrics: CampaignMetrics, approach_rows: list[Approach], resamples: int) -> str:
     fields = {name: getattr(campaign, name) for name in _CAMPAIGN_KEY_FIELDS}
     rows = [(a.id, a.key, a.title, a.status, (a.recipe or {}).get("kind")) for a in approach_rows]
-    read = [(m.trial_id, m.seq, m.index) for m in metrics.rows]
     traces = [(t.artifact_id, t.figures) for t in metrics.traces]
-    return json.dumps([fields, rows, read, traces, resamples], default=str, sort_keys=True)
+    return json.dumps([fields, rows, metrics.rows_key, traces, resamples], default=str, sort_keys=True)
 
 
 def campaign_speculation(

@@ -11,6 +11,8 @@ Multi-node trials also report allreduces within each node and among the node lea
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import json
 import threading
 import uuid
@@ -92,6 +94,15 @@ class CampaignMetrics:
         self._by_approach: dict[int, list[tuple[str, list[MetricRow]]]] = defaultdict(list)
         for (approach_id, name), found in self._newest.items():
             self._by_approach[approach_id].append((name, found))
+
+    @functools.cached_property
+    def rows_key(self) -> str:
+        """A digest of which rows these are (trial, seq, index of each): what a cache of anything computed from
+        them keys on (rows never change once stored). Computed once per load; `with_traces` copies share it."""
+        digest = hashlib.blake2b(digest_size=16)
+        for m in self.rows:
+            digest.update(b"%d,%d,%d;" % (m.trial_id, m.seq, m.index))
+        return digest.hexdigest()
 
     def newest(self, names: tuple[str, ...] | str, approach_id: int | None = None) -> list[MetricRow]:
         """Rows of `names` from each approach's newest trial reporting that name, newest trial first
