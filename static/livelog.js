@@ -1,7 +1,7 @@
 // Live trial log: follows /api/trials/{id}/logs/ws?after=<last seq we have>, reconnecting with
 // backoff (and at once when the server says we fell behind: close code 4000). Log text is only ever
 // inserted as text nodes (textContent); ANSI SGR colour codes become spans with fixed classes.
-// Metric lines (@@campaign-metric {json}) become rows of the live metrics table and, like phase lines
+// Metric lines (@@campaign-metric {json}) refresh the server's metrics table and, like phase lines
 // (@@campaign-phase name), are hidden from the console unless "show raw output" is on (localStorage).
 // Each metric name also gets a small Plotly chart in #metric-plots that grows as values stream; once
 // the trial has ended the charts show the stored values (the metrics fragment's #metric-series).
@@ -32,7 +32,6 @@
   let lineStart = true; // the next character starts a log line
   let held = ""; // the start of a line that may be a metric or phase line, until its newline arrives
   const metrics = []; // metrics parsed from the log, in order
-  let metricsDrawn = 0;
   const RAW_KEY = "livelog.showRaw";
   const rawToggle = document.getElementById("log-raw");
   function setRaw(on) {
@@ -122,6 +121,7 @@
         if (m && typeof m.name === "string" && typeof m.value === "number") {
           metrics.push({ name: m.name, value: m.value, unit: String(m.unit || ""),
                          tags: m.tags && typeof m.tags === "object" ? m.tags : {} });
+          metricsArrived();
         }
       } catch (e) { /* not JSON: the line stays in the raw output only */ }
     } else if (body.startsWith(PHASE) && !TERMINAL.includes(view.state)) {
@@ -147,56 +147,20 @@
     }
   }
 
-  // The same cells as _partials/metrics_table.html (tag columns: every tag but *_us ones, median_us kept).
-  function fmtValue(v) {
-    if (v !== 0 && (Math.abs(v) >= 1e4 || Math.abs(v) < 1e-4)) return v.toExponential(3).replace(/\.?0+e/, "e");
-    return String(parseFloat(v.toPrecision(4)));
+  // The metrics table is the server's (_partials/metrics_table.html: the one place its cells are written).
+  // The hub stores a metric row in the same transaction as the log chunk that holds it and sends the chunk
+  // after the commit, so a metric line seen here is already in the table the server renders: at most two
+  // refreshes a second while lines stream, the last one always after the last line.
+  let metricsTimer = null;
+  function metricsArrived() {
+    if (metricsTimer !== null || TERMINAL.includes(view.state)) return;
+    metricsTimer = setTimeout(() => {
+      metricsTimer = null;
+      document.body.dispatchEvent(new CustomEvent("metrics-arrived"));
+    }, 500);
   }
-
-  function cell(tag, text, cls) {
-    const el = document.createElement(tag);
-    el.textContent = text;
-    if (cls) el.className = cls;
-    return el;
-  }
-
-  function drawMetrics(force) {
-    // Once the trial is over the server's table (stored metrics) is the record; until then the log is.
-    if (TERMINAL.includes(view.state) || !metrics.length || (!force && metricsDrawn === metrics.length)) return;
-    const box = document.getElementById("metrics");
-    if (!box) return;
-    // The stored table can know more (a log whose head was dropped for size): then it stays.
-    if (!box.querySelector('[data-live="metrics"]') && box.querySelectorAll("tbody tr").length > metrics.length) return;
-    const names = new Set();
-    for (const m of metrics) for (const k of Object.keys(m.tags)) if (!k.endsWith("_us") || k === "median_us") names.add(k);
-    const tagNames = [...names].sort();
-    const head = document.createElement("tr");
-    for (const t of ["Name", "Value", "Unit", ...tagNames]) head.appendChild(cell("th", t));
-    const tbody = document.createElement("tbody");
-    for (const m of metrics) {
-      const tr = document.createElement("tr");
-      tr.appendChild(cell("td", m.name));
-      tr.appendChild(cell("td", fmtValue(m.value), "num"));
-      tr.appendChild(cell("td", m.unit));
-      for (const t of tagNames) tr.appendChild(cell("td", t in m.tags ? String(m.tags[t]) : ""));
-      tbody.appendChild(tr);
-    }
-    const thead = document.createElement("thead");
-    thead.appendChild(head);
-    const table = document.createElement("table");
-    table.className = "metrics";
-    table.dataset.live = "metrics";
-    table.append(thead, tbody);
-    const wrap = document.createElement("div");
-    wrap.className = "table-scroll";
-    wrap.appendChild(table);
-    box.replaceChildren(cell("h2", "Metrics"), wrap);
-    metricsDrawn = metrics.length;
-  }
-  // The metrics fragment (htmx) arrives after the page: draw the live rows into it. Once the trial
-  // has ended, its stored series (#metric-series) are what the plots show.
+  // Once the trial has ended, its stored series (#metric-series) are what the plots show.
   document.body.addEventListener("htmx:afterSettle", () => {
-    if (!document.querySelector('#metrics [data-live="metrics"]')) drawMetrics(true);
     if (TERMINAL.includes(view.state)) plotStored();
   });
 
@@ -296,7 +260,6 @@
       }
     }
     pre.appendChild(frag);
-    drawMetrics(false);
     schedulePlots();
     let extra = pre.childNodes.length - MAX_NODES;
     if (extra > 0) {

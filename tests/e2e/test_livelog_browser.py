@@ -78,7 +78,8 @@ def test_metric_lines_become_rows_and_leave_the_console(tmp_path, browser):
         page.click("#run-next-result a")
         page.wait_for_selector("#log:has-text('normal line two')")
 
-        # Live rows while the trial still runs; the "no metrics" text is gone.
+        # Rows while the trial still runs: the server's table, fetched again as metric lines arrive (the page
+        # builds no cells of its own); the "no metrics" text is gone.
         rows = page.locator("#metrics tbody tr")
         rows.nth(1).wait_for()
         expect(page.locator("[data-live=state] .badge")).to_have_text("running", use_inner_text=True)
@@ -126,12 +127,70 @@ def test_metric_lines_become_rows_and_leave_the_console(tmp_path, browser):
         go.write_text("go")
         page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         page.wait_for_selector("#log:has-text('bye')")
-        # The stored metrics (server fragment) replace the live rows: same rows, the tag still text.
-        page.wait_for_function("() => !document.querySelector('#metrics [data-live=metrics]')")
+        # After the end, the same server table: the same rows, the tag still text.
         expect(page.locator("#metrics tbody tr")).to_have_count(2)
         expect(page.locator("#metrics")).to_contain_text(EVIL, use_inner_text=True)
         expect(page.locator("#metrics img, #log img")).to_have_count(0)
         assert dialogs == []
+    finally:
+        page.close()
+        engine.dispose()
+        stop_live_server(server)
+
+
+GATED = """
+import json, os, sys, time
+more, go = sys.argv[1], sys.argv[2]
+def metric(name, value):
+    return '@@campaign-metric ' + json.dumps({'name': name, 'value': value, 'unit': 'us', 'tags': {'bytes': 4096}})
+def wait(path):
+    for _ in range(600):
+        if os.path.exists(path):
+            return
+        time.sleep(0.1)
+print(metric('allreduce_latency_us', 12.5), flush=True)
+print('first metric out', flush=True)
+wait(more)
+print(metric('allreduce_in_situ_us', 99.25), flush=True)
+wait(go)
+"""
+
+
+def test_a_metric_printed_while_the_page_is_open_shows_as_the_servers_row(tmp_path, browser):
+    """The page is open before the second metric line exists: its row can only come from the page fetching
+    the server's table again as the line streams in (the page builds no cells of its own)."""
+    db_url = f"sqlite:///{tmp_path / 'e2e.db'}"
+    server = start_live_server(tmp_path, db_url)
+    engine = make_engine(db_url)
+    more, go = tmp_path / "more", tmp_path / "go"
+    page = browser.new_page()
+    try:
+        recipe = command_recipe(sys.executable, "-c", GATED, str(more), str(go))
+        seed_campaign(engine, "gated", [{"key": "gated", "title": "Gated metrics", "recipe": recipe}])
+        with session_scope(engine) as session:
+            token = create_login_token(session, 600)
+        page.goto(f"{server.url}/login?token={token}")
+        page.goto(f"{server.url}/campaigns/gated")
+        for _ in range(60):
+            with page.expect_response(lambda r: r.url.endswith("/run-next")) as answer:
+                page.click("#run-next-button")
+            if "Started" in answer.value.text():
+                page.wait_for_selector("#run-next-result:has-text('Started')")
+                break
+            page.wait_for_timeout(500)
+        page.click("#run-next-result a")
+        page.wait_for_selector("#log:has-text('first metric out')")
+        rows = page.locator("#metrics tbody tr")
+        expect(rows).to_have_count(1)
+        with page.expect_response(lambda r: r.url.endswith("/metrics") and r.status == 200):
+            more.write_text("more")
+        expect(rows).to_have_count(2)
+        expect(rows.nth(1)).to_contain_text("allreduce_in_situ_us")
+        expect(rows.nth(1).locator("td.num")).to_have_text("99.25")  # the server's "%.4g"
+        expect(page.locator("[data-live=state] .badge")).to_have_text("running", use_inner_text=True)
+        go.write_text("go")
+        page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
+        expect(rows).to_have_count(2)
     finally:
         page.close()
         engine.dispose()
