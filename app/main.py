@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from contextlib import asynccontextmanager
 from typing import Literal
 
@@ -94,8 +93,7 @@ def create_app(
     async def lifespan(app: FastAPI):
         try:
             if role == "pages":
-                gc.collect()
-                gc.freeze()  # as the hub does (app/services/lifespan.py)
+                server_lifespan.settle_heap()  # as the hub does
                 yield
                 return
             async with server_lifespan.lifespan(app):

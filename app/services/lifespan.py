@@ -63,13 +63,29 @@ def _all_offline(session: Session) -> None:
         session.add(runner)
 
 
+# Young objects collected every GC_YOUNG allocations (Python's default: 700). A page allocates some hundred
+# thousand short-lived objects (rows, dicts, template output), nearly all freed by their reference counts;
+# at 700 the collector ran through them, and promoted them to older generations that it scanned again, for
+# 20-37 ms of a 150-280 ms page (the replay report at full size, docs/performance.md). What waits longer
+# for collection is cyclic garbage alone: a few MB at most.
+GC_YOUNG = 50_000
+
+
+def settle_heap() -> None:
+    """Once the process is set up: modules, routes, the engine live as long as the process, so they are
+    kept out of the collector's full passes (which otherwise stall the event loop, and the live logs, for
+    tens of ms now and then); and young objects are collected less often (`GC_YOUNG`). The hub and every
+    page worker (app/main.py) call it."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG, middle, old)
+
+
 async def start(app: FastAPI) -> None:
     await events.start(app)
     await run_in_tx(app.state.engine, _all_offline)
-    # Modules, routes, the engine: they live as long as the process. Keep them out of the collector's full
-    # passes, which otherwise stall the event loop (and the live logs) for tens of ms now and then.
-    gc.collect()
-    gc.freeze()
+    settle_heap()
     app.state.runner_sweeper = asyncio.create_task(_sweeper(app))
     app.state.access_checker = asyncio.create_task(access.get_watch(app).run())
     app.state.notifier = asyncio.create_task(notifier.run(app))
