@@ -146,4 +146,5 @@ def make_templates() -> Jinja2Blocks:
     env.filters["utc"] = _utc
     env.filters["status_label"] = lambda s: STATUS_LABELS.get(s, s)
     env.filters["tojson_compact"] = lambda v: json.dumps(v, sort_keys=True)
+    env.globals["status_badge"] = env.get_template("_partials/status_badge.html").module.status_badge  # type: ignore[attr-defined]
     return templates
