@@ -71,3 +71,18 @@ def test_an_uncommitted_metric_is_never_kept(app):
     _add_to_newest(engine, 888.75)
     values = [m.value for m in _read(engine).rows]
     assert 888.75 in values and 777.25 not in values
+
+
+def test_the_rows_key_is_computed_once_per_read_and_changes_with_a_new_metric(app):
+    """The speculation answer's cache keys on `rows_key`: the kept read's copies share it (computed once, not on
+    every visit), an uncached read of the same rows gives the same key, and a new committed row a new one."""
+    engine = app.state.engine
+    with session_scope(engine) as session:
+        build_fixture_campaign(session)
+    first = _read(engine)
+    key = first.rows_key
+    again = _read(engine)
+    assert again is not first and "rows_key" in again._shared and again.rows_key == key
+    assert _uncached(engine).rows_key == key
+    _add_to_newest(engine, 777.25)
+    assert _read(engine).rows_key != key

@@ -11,7 +11,6 @@ Multi-node trials also report allreduces within each node and among the node lea
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import json
 import threading
@@ -78,6 +77,7 @@ class CampaignMetrics:
 
     def __init__(self, rows: Iterable[MetricRow], traces: Iterable[StoredTrace] = ()) -> None:
         self.traces = tuple(traces)  # the campaign's read profiler traces, newest first (`campaign_traces`)
+        self._shared: dict[str, str] = {}  # what is computed once from the rows (`rows_key`); copies share it
         # A multi-node trial also reports allreduces within each node and among the node leaders
         # (tag scope: node | cross-node); the model and the charts read the world's figures only.
         rows = [m for m in rows if is_world_figure(m.tags)]
@@ -95,14 +95,17 @@ class CampaignMetrics:
         for (approach_id, name), found in self._newest.items():
             self._by_approach[approach_id].append((name, found))
 
-    @functools.cached_property
+    @property
     def rows_key(self) -> str:
         """A digest of which rows these are (trial, seq, index of each): what a cache of anything computed from
-        them keys on (rows never change once stored). Computed once per load; `with_traces` copies share it."""
-        digest = hashlib.blake2b(digest_size=16)
-        for m in self.rows:
-            digest.update(b"%d,%d,%d;" % (m.trial_id, m.seq, m.index))
-        return digest.hexdigest()
+        them keys on (rows never change once stored). Computed once per load, on first use: `with_traces`
+        copies (what a kept read hands out) share it with the read they copy."""
+        if "rows_key" not in self._shared:
+            digest = hashlib.blake2b(digest_size=16)
+            for m in self.rows:
+                digest.update(b"%d,%d,%d;" % (m.trial_id, m.seq, m.index))
+            self._shared["rows_key"] = digest.hexdigest()
+        return self._shared["rows_key"]
 
     def newest(self, names: tuple[str, ...] | str, approach_id: int | None = None) -> list[MetricRow]:
         """Rows of `names` from each approach's newest trial reporting that name, newest trial first
