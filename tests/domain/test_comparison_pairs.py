@@ -60,7 +60,9 @@ def _view(group: comparison.MetricGroup | None):
         [
             (r.point, r.values, [p.stats.verdict if p.stats else p.not_compared for p in r.stats.pairs])
             for r in group.rows
-        ],  # type: ignore[union-attr]
+            if r.stats is not None
+        ],
+        [r.point for r in group.rows if r.stats is None],  # none: every row has its statistics
     )
 
 
