@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 from app.db import make_engine, session_scope
 from app.security import create_login_token
 from runners.process import STARTED_PREFIX
+from tests.support.browser import login_context, start_next_trial
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign
 
@@ -163,21 +164,13 @@ def test_a_metric_printed_while_the_page_is_open_shows_as_the_servers_row(tmp_pa
     server = start_live_server(tmp_path, db_url)
     engine = make_engine(db_url)
     more, go = tmp_path / "more", tmp_path / "go"
-    page = browser.new_page()
+    context = None
     try:
         recipe = command_recipe(sys.executable, "-c", GATED, str(more), str(go))
         seed_campaign(engine, "gated", [{"key": "gated", "title": "Gated metrics", "recipe": recipe}])
-        with session_scope(engine) as session:
-            token = create_login_token(session, 600)
-        page.goto(f"{server.url}/login?token={token}")
+        context, page = login_context(browser, server.url, engine)
         page.goto(f"{server.url}/campaigns/gated")
-        for _ in range(60):
-            with page.expect_response(lambda r: r.url.endswith("/run-next")) as answer:
-                page.click("#run-next-button")
-            if "Started" in answer.value.text():
-                page.wait_for_selector("#run-next-result:has-text('Started')")
-                break
-            page.wait_for_timeout(500)
+        start_next_trial(page)
         page.click("#run-next-result a")
         page.wait_for_selector("#log:has-text('first metric out')")
         rows = page.locator("#metrics tbody tr")
@@ -192,6 +185,7 @@ def test_a_metric_printed_while_the_page_is_open_shows_as_the_servers_row(tmp_pa
         page.wait_for_selector("[data-live=state] [data-state=succeeded]", timeout=30000)
         expect(rows).to_have_count(2)
     finally:
-        page.close()
+        if context is not None:
+            context.close()
         engine.dispose()
         stop_live_server(server)
