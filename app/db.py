@@ -62,7 +62,7 @@ def make_engine(url: str) -> Engine:
     def _postgres_custom_plans(dbapi_conn, _record):
         # psycopg prepares a statement run five times; PostgreSQL then plans it once for any parameters (a
         # generic plan) when that plan looks as cheap. For the campaign's metric lookups it is not: the
-        # charts page's one-seek-per-name EXISTS took 330-420 ms instead of 0.2 from the sixth visit on
+        # charts page's one-seek-per-name EXISTS took 330-420 ms instead of 0.2 after about ten visits
         # (docs/performance.md). Every execution is planned for its parameters; statements stay prepared.
         cur = dbapi_conn.cursor()
         cur.execute("SET plan_cache_mode = force_custom_plan")

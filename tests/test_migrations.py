@@ -1,6 +1,5 @@
 """Migrations upgrade an empty database (SQLite and PostgreSQL) to exactly what the models say."""
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
@@ -8,6 +7,7 @@ from sqlmodel import SQLModel
 
 import app.models  # noqa: F401
 from app.db import make_engine, migrate
+from tests.support.databases import make_postgres_db
 
 
 def test_upgrade_empty_database_matches_models(empty_db_url):
@@ -39,13 +39,12 @@ def test_sqlite_has_wal_and_foreign_keys(tmp_path):
     engine.dispose()
 
 
-def test_postgres_connections_plan_every_statement_for_its_parameters(empty_db_url):
+def test_postgres_connections_plan_every_statement_for_its_parameters(postgres_admin):
     """psycopg prepares a statement run five times, and PostgreSQL may then keep one generic plan for it: for
-    the charts page's metric lookups that plan was 2,000x slower from the sixth visit on (docs/performance.md).
+    the charts page's metric lookups that plan was 2,000x slower after about ten visits (docs/performance.md).
     Every connection of the pool plans each execution for its own parameters, after a rollback too."""
-    if not empty_db_url.startswith("postgresql"):
-        pytest.skip("a PostgreSQL setting")
-    engine = make_engine(empty_db_url)
+    url, drop = make_postgres_db(postgres_admin)
+    engine = make_engine(url)
     try:
         with engine.connect() as a, engine.connect() as b:
             for conn in (a, b):
@@ -54,3 +53,4 @@ def test_postgres_connections_plan_every_statement_for_its_parameters(empty_db_u
             assert a.exec_driver_sql("SHOW plan_cache_mode").scalar() == "force_custom_plan"
     finally:
         engine.dispose()
+        drop()
