@@ -306,3 +306,79 @@ def _pair(
     if reference.cv is not None and other.cv is not None:
         needed = samples_needed(reference.cv, other.cv, rule)
     return PairStats(ratio, p_value, Verdict.indistinguishable, needed)
+
+
+# --- The trial as the unit (issue 34; the answer of issue 33 uses the same code) ---------------------------
+
+
+@dataclass(frozen=True)
+class TrialEstimate:
+    """One side's figure over its trials: `value` the mean of the trials' medians; `trials` how many;
+    `between_cv` the run-to-run spread (CV of the trials' medians, None below 2 trials) and `within_cv`
+    the mean within-trial CV (None where no trial has 2 samples)."""
+
+    value: float
+    trials: int
+    between_cv: float | None
+    within_cv: float | None
+
+
+def trial_estimate(trials: Sequence[Sequence[float]]) -> TrialEstimate | None:
+    """The side's estimate when the trial is the unit: None when no trial has a sample."""
+    medians = [float(np.median(t)) for t in trials if len(t)]
+    if not medians:
+        return None
+    within = [c for c in (_cv(np.asarray(t, dtype=float)) for t in trials if len(t) >= 2) if c is not None]
+    return TrialEstimate(
+        float(np.mean(medians)),
+        len(medians),
+        _cv(np.asarray(medians)) if len(medians) >= 2 else None,
+        float(np.mean(within)) if within else None,
+    )
+
+
+def trial_resamples(
+    trials: Sequence[Sequence[float]], n_resamples: int, rng: np.random.Generator, *, between_cv: float | None = None
+) -> np.ndarray | None:
+    """The bootstrap distribution of `trial_estimate(...).value`, hierarchically: each resample draws the
+    trials with replacement, then each drawn trial's samples with replacement, and averages the drawn
+    trials' medians (the unit of replication is the trial; samples within one only estimate that trial).
+
+    `between_cv`: a run-to-run spread known from elsewhere (the campaign's earlier repeats of this metric on
+    this runner and stack). When given, each drawn trial is also scaled by a log-normal factor of that CV,
+    which is what lets one trial a side carry a honest interval; without it, one trial's resamples carry the
+    within-run noise alone and callers must not decide on them. None when no trial has a sample."""
+    kept = [np.sort(np.asarray(t, dtype=float)) for t in trials if len(t)]
+    if not kept:
+        return None
+    m = len(kept)
+    pick = rng.integers(0, m, size=(n_resamples, m))
+    # Each trial's resampled medians, once per trial (order statistics, as in _median_resamples).
+    medians_of = []
+    for t in kept:
+        n = t.size
+        if n == 1:
+            medians_of.append(np.full(n_resamples, t[0]))
+            continue
+        k = (n + 1) // 2
+        u = rng.beta(k, n - k + 1, size=n_resamples)
+        med = t[np.minimum((u * n).astype(np.intp), n - 1)]
+        if n % 2 == 0:
+            v = u + (1 - u) * rng.beta(1, n - k, size=n_resamples)
+            med = 0.5 * (med + t[np.minimum((v * n).astype(np.intp), n - 1)])
+        medians_of.append(med)
+    table = np.stack(medians_of)  # [trial, resample]
+    per_trial = table[pick, np.arange(n_resamples)[:, None]]
+    if between_cv:
+        sigma = math.sqrt(math.log1p(between_cv**2))
+        per_trial = per_trial * rng.lognormal(-(sigma**2) / 2, sigma, size=per_trial.shape)
+    return per_trial.mean(axis=1)
+
+
+def percentile_interval(resamples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The percentile interval of a bootstrap distribution at `confidence` (outward-rounded ranks)."""
+    b = resamples.size
+    alpha = 1 - confidence
+    k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
+    part = np.partition(resamples, [k_low, k_high])
+    return float(part[k_low]), float(part[k_high])

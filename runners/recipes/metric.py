@@ -61,6 +61,35 @@ class MetricName:
     THROUGHPUT = (OUTPUT_THROUGHPUT, GEN_THROUGHPUT_LOG)
 
 
+class ConditionTag:
+    """The tags that name the conditions a figure was measured under (issues 33 and 35): the answer pairs
+    inputs only where these agree (and the trial's runner stack), never borrowing across them."""
+
+    WORLD_SIZE = "world_size"
+    MODE = "mode"  # graph | eager
+    CONTEXT = "context"  # KV-cache positions per sequence
+    DTYPE = "dtype"  # activations and dense weights
+    DEVICE = "device"  # cuda | cpu
+    LAYERS = "layers"  # the layer count the figure stands for (scaled to, when fewer were timed)
+    HIDDEN = "hidden_size"
+    FFN = "ffn_size"
+    STANDIN = "standin"  # dense | moe: the recipe's stand-in for the target's compute; absent = dense
+    GEOMETRY = "geometry"  # kimi-k2.5 | deepseek-v3 | custom
+    EXPERTS = "experts"  # routed experts per MoE layer (0 or absent: dense)
+    EXPERTS_TOP_K = "experts_top_k"
+    EXPERTS_DTYPE = "experts_dtype"  # bf16 | fp8 | int4
+    EXPERTS_TOUCHED = "experts_touched"  # mean distinct experts read per MoE layer at this point (not a condition)
+    LAYERS_TIMED = "layers_timed"  # distinct layers actually timed (not a condition)
+    DRAFT_VOCAB = "draft_vocab"  # the draft head's vocabulary
+    DRAFT_TOKENS = "draft_tokens"  # k, the point's draft length (a point coordinate, not a condition)
+    TOPK = "speculative_topk"  # EAGLE top-k the engine ran (accept lengths)
+
+    # What must agree for two figures to be combined in one answer (plus the trial's stack fingerprint).
+    PAIRING = (WORLD_SIZE, MODE, CONTEXT, DTYPE, DEVICE)
+    # What must also agree between a decode and a verify step (the same model stand-in).
+    GEOMETRY_KEYS = (LAYERS, HIDDEN, FFN, STANDIN, GEOMETRY, EXPERTS, EXPERTS_TOP_K, EXPERTS_DTYPE)
+
+
 def emit_phase(name: str, *, stream: TextIO | None = None) -> None:
     """Announce a phase; the runner shows it on the trial page while the trial runs."""
     out = stream or sys.stdout
