@@ -56,8 +56,22 @@ class MetricName:
     PREFLIGHT_S = "preflight_s"  # tag passed
     SERVER_READY_S = "server_ready_s"
     GPU_PROCESSES_AFTER_TEARDOWN = "gpu_processes_after_teardown"
-    # Accept length, best source first: the benchmark's figure, the server's cumulative one, decode log lines.
-    ACCEPT_LENGTH = (BENCH_ACCEPT_LENGTH, SERVER_ACCEPT_LENGTH, DECODE_LOG_ACCEPT_LEN)
+    # engine_acceptance recipe: a live engine's Prometheus counters differenced around a window
+    ENGINE_ACCEPT_LENGTH = "engine_accept_length"  # tags draft_tokens (k), speculative_topk, method, derivation
+    ENGINE_ACCEPT_RATE_POS = "engine_accept_rate_pos"  # vLLM: accepted at position i / drafts (unconditional)
+    ENGINE_ACCEPT_ALPHA_POS = "engine_accept_alpha_pos"  # the conditional alpha_i = u_i / u_(i-1)
+    ENGINE_LOG_ACCEPT_LENGTH = "engine_log_accept_length"  # vLLM's SpecDecoding log lines in the same window
+    # Accept length, best source first: the engine's counters over the window (exactly the run), the benchmark's
+    # figure (bench_serving reads the server's cumulative one), the server's cumulative one, log lines.
+    ACCEPT_LENGTH = (
+        ENGINE_ACCEPT_LENGTH,
+        BENCH_ACCEPT_LENGTH,
+        SERVER_ACCEPT_LENGTH,
+        DECODE_LOG_ACCEPT_LEN,
+        ENGINE_LOG_ACCEPT_LENGTH,
+    )
+    # Per-position acceptance rates (higher is better, like accept lengths).
+    ACCEPT_RATES = (ENGINE_ACCEPT_RATE_POS, ENGINE_ACCEPT_ALPHA_POS)
     THROUGHPUT = (OUTPUT_THROUGHPUT, GEN_THROUGHPUT_LOG)
 
 
