@@ -31,10 +31,11 @@ def run(*args: str, timeout: float = 60):
     return run_module(MODULE, *args, timeout=timeout)
 
 
-def post_ticks(url: str, ticks: int, *, restart_first: bool = False) -> list[str]:
+def post_ticks(url: str, ticks: int, *, restart_first: bool = False, new_process: bool = False) -> list[str]:
     """A load command: a child process that drives the stand-in as a benchmark drives an engine."""
     argv = [sys.executable, "-m", "tests.standins.prometheus_standin", url, str(ticks)]
-    return [f"--load-arg={a}" for a in argv + (["--restart"] if restart_first else [])]
+    argv += (["--restart"] if restart_first else []) + (["--new-process"] if new_process else [])
+    return [f"--load-arg={a}" for a in argv]
 
 
 def test_vllm_window_gives_the_windows_accept_lengths_rates_and_alphas(tmp_path):
@@ -123,6 +124,16 @@ def test_a_counter_reset_in_the_window_is_refused(engine_name):
         done = run("--url", engine.url, "--settle-s", "0", *post_ticks(engine.url, 3, restart_first=True))
     assert done.returncode == 5, done.stdout + done.stderr
     assert "went down" in done.stdout and "cannot be differenced" in done.stdout
+    assert not metrics(done.stdout)
+
+
+def test_a_restart_is_refused_even_when_the_counters_grew_past_their_start():
+    with EngineStandin("vllm", tick_s=None) as engine:  # 5 warm-up ticks before the window; 30 after a restart
+        done = run(
+            "--url", engine.url, "--settle-s", "0", *post_ticks(engine.url, 30, restart_first=True, new_process=True)
+        )
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "the engine restarted in the window (process_start_time_seconds" in done.stdout
     assert not metrics(done.stdout)
 
 

@@ -171,9 +171,12 @@ class EngineStandin:
                     "cuda graph: True, gen throughput (token/s): 81.93, #queue-req: 0\n"
                 )
 
-    def restart(self) -> None:
-        """Counters start over, as after an engine restart (the process start time is kept: a worker restart)."""
+    def restart(self, *, new_process: bool = False) -> None:
+        """Counters start over, as after an engine restart; `new_process` also moves process_start_time_seconds
+        (else it is kept, as when only a worker restarts)."""
         with self.lock:
+            if new_process:
+                self.start_time += 1.0
             self._registry()
 
     def server_info(self) -> dict[str, Any]:
@@ -226,7 +229,7 @@ class EngineStandin:
                     standin.advance(n=int(body.get("ticks", 1)))
                     self._send(200, json.dumps({"ticks": standin.ticks}).encode())
                 elif self.path == "/standin/restart":
-                    standin.restart()
+                    standin.restart(new_process=bool(body.get("new_process")))
                     self._send(200, b"{}")
                 else:
                     self._send(404, b'{"detail": "Not Found"}')
@@ -250,7 +253,7 @@ class EngineStandin:
         self.server.server_close()
 
 
-def drive(url: str, ticks: int, *, restart_first: bool = False) -> None:
+def drive(url: str, ticks: int, *, restart_first: bool = False, new_process: bool = False) -> None:
     """What a load command does to the stand-in: (restart it, then) POST completions worth `ticks` ticks."""
     import urllib.request
 
@@ -262,11 +265,16 @@ def drive(url: str, ticks: int, *, restart_first: bool = False) -> None:
             resp.read()
 
     if restart_first:
-        post("/standin/restart", {})
+        post("/standin/restart", {"new_process": new_process})
     post("/v1/completions", {"ticks": ticks})
 
 
-if __name__ == "__main__":  # python -m tests.standins.prometheus_standin URL TICKS [--restart]: a load command
+if __name__ == "__main__":  # python -m tests.standins.prometheus_standin URL TICKS [--restart [--new-process]]
     import sys
 
-    drive(sys.argv[1], int(sys.argv[2]), restart_first="--restart" in sys.argv[3:])
+    drive(
+        sys.argv[1],
+        int(sys.argv[2]),
+        restart_first="--restart" in sys.argv[3:],
+        new_process="--new-process" in sys.argv,
+    )
