@@ -226,3 +226,33 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
             assert f"trial #{trial.id}" in spec.tau[k].source and M.ENGINE_ACCEPT_LENGTH in spec.tau[k].source
         assert 4 not in spec.tau or spec.tau[4].value != pytest.approx(2.6)  # k = 4 was not measured here
     json.dumps(found[0][2])  # the rows are the recipe's own JSON
+
+
+def test_a_drop_in_acceptance_over_trials_is_a_change_point(app):
+    """The change points watch the recipe's series as they watch any other: its real lines, over 20 trials
+    whose acceptance drops by 10% at the eleventh, give a "slower" change point at that trial."""
+    import numpy as np
+
+    from app.db import session_scope
+    from app.domain import changes
+    from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
+
+    with EngineStandin("vllm", tick_s=0.05) as engine:
+        done = run("--url", engine.url, "--window-s", "0.3", "--settle-s", "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = metrics(done.stdout)
+    rng = np.random.default_rng(3)
+    seed(app.state.engine, {"key": "acceptance"})
+    with session_scope(app.state.engine) as s:
+        node, a = runner(s, "node-a", OLD_STACK), approach(s, "acceptance")
+        trials = []
+        for i in range(20):
+            scale = (1.0 if i < 10 else 0.9) * float(rng.normal(1.0, 0.01))
+            trials.append(end_trial(s, a, node, metrics=[{**m, "value": m["value"] * scale} for m in lines]))
+    with session_scope(app.state.engine) as s:
+        changes.pass_once(s)
+        found = {(c.metric, c.point): c for c in changes.of_approach(s, approach(s, "acceptance"))}
+    key = (M.ENGINE_ACCEPT_LENGTH, "derivation=1 + accepted / drafts, draft_tokens=3")
+    assert key in found, sorted(found)
+    assert found[key].verdict == "slower" and found[key].trial_id == trials[10].id
+    assert found[key].ratio == pytest.approx(0.9, abs=0.02)
