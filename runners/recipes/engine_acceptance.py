@@ -152,7 +152,14 @@ class Scrape:
 
 def parse_exposition(text: str, at: float) -> Scrape:
     """The counters and gauges of an exposition, read with prometheus_client's own parser."""
-    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        raise Refused(
+            EXIT_USAGE,
+            f"engine_acceptance: prometheus_client is not installed for {sys.executable} (install the runner extra, "
+            "or run the recipe with the engine's python, which has it)",
+        ) from None
 
     scrape = Scrape(at)
     for family in text_string_to_metric_families(text):
