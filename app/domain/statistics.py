@@ -376,7 +376,7 @@ def compare_rows(
     if any(len(r) < 2 for r in rows):
         raise ValueError("a row compares at least two sides")
     data = _side_data(rows)
-    known_of = (
+    known_of: list[list[KnownSpread | None]] = (
         [list(k) + [None] * (len(rows[r]) - len(k)) for r, k in enumerate(known)]
         if known is not None
         else [[None] * len(row) for row in rows]
@@ -400,7 +400,16 @@ def compare_rows(
         pairs: list[PairStats] = []
         for c in range(1, len(row)):
             pairs.append(
-                _pair(sides[r][0], sides[r][c], intervals.get((r, c)), p_values.get((r, c)), lower_better[r], rule, known_of[r], c)
+                _pair(
+                    sides[r][0],
+                    sides[r][c],
+                    intervals.get((r, c)),
+                    p_values.get((r, c)),
+                    lower_better[r],
+                    rule,
+                    known_of[r],
+                    c,
+                )
             )
         out.append(RowStats(sides[r], pairs))
     return out
@@ -417,8 +426,8 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
                     flat.append(np.asarray(t, dtype=float))
                     where.append((r, c))
     by_size: dict[int, list[int]] = {}
-    for i, t in enumerate(flat):
-        by_size.setdefault(int(t.size), []).append(i)
+    for i, one in enumerate(flat):
+        by_size.setdefault(int(one.size), []).append(i)
     sorted_of: list[np.ndarray] = [np.empty(0)] * len(flat)
     median_of = np.empty(len(flat))
     cv_of = np.full(len(flat), np.nan)
@@ -550,7 +559,7 @@ def _intervals(
     b = log_ratio.shape[1]
     alpha = 1 - confidence
     k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
-    finite = np.all(np.isfinite(log_ratio), axis=1)
+    finite = np.isfinite(log_ratio).all(axis=1)
     ends = np.partition(np.where(np.isfinite(log_ratio), log_ratio, 0.0), [k_low, k_high], axis=1)
     for j, key in enumerate(pairs):
         if finite[j]:
@@ -603,7 +612,7 @@ def _pair(
     verdict = verdict_of(value, *interval, lower_better, rule.min_effect)
     needed = None
     if verdict == Verdict.inconclusive:
-        spreads = [_spread_cv(reference, known[0]), _spread_cv(other, known[c])]
-        if all(s is not None for s in spreads):
-            needed = trials_needed(math.sqrt(sum(s**2 for s in spreads) / 2), rule)  # type: ignore[operator]
+        first, second = _spread_cv(reference, known[0]), _spread_cv(other, known[c])
+        if first is not None and second is not None:
+            needed = trials_needed(math.sqrt((first**2 + second**2) / 2), rule)
     return PairStats(Ratio(value, *interval), p_value, verdict, needed, used_known)
