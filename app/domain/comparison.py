@@ -67,10 +67,10 @@ class ComparedTrial:
     approach_title: str
     state: str
     runner_name: str | None
-    runner_id: int | None
     fingerprint: dict[str, Any] | None
     started_at: datetime | None
     finished_at: datetime | None
+    runner_id: int | None = None
 
     @property
     def label(self) -> str:

@@ -181,6 +181,19 @@ def settle_pair(result: comparison.Comparison) -> tuple[str, str] | None:
     return (keys[0], keys[1]) if len(keys) == 2 else None
 
 
+def repeat_keys(result: comparison.Comparison) -> list[str]:
+    """The approaches of a comparison with a row that has no verdict for want of trials (one trial a side):
+    each is offered "Repeat"."""
+    short = any(
+        p.stats is not None and p.stats.verdict == statistics.Verdict.no_verdict
+        for g in result.metrics
+        for r in g.rows
+        if r.stats
+        for p in r.stats.pairs
+    )
+    return list(dict.fromkeys(c.approach_key for c in result.columns)) if short else []
+
+
 def open_settles(session: Session, campaign: Campaign) -> list[SettleView]:
     """The campaign's settles, newest first (open ones and the last few ended)."""
     settles = session.exec(
