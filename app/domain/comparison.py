@@ -555,7 +555,7 @@ class Spread:
     @property
     def note(self) -> str:
         names = " and ".join(self.approaches) if len(self.approaches) <= 2 else f"{len(self.approaches)} approaches"
-        return f"run-to-run spread {self.known.cv:.1%} from {self.trials} trials of {names} on this runner"
+        return f"run-to-run spread {self.known.cv:.1%} from {self.trials} earlier trials of {names} on this runner"
 
 
 SPREAD_TRIALS = 400  # the newest succeeded trials per runner a spread is estimated from
@@ -570,7 +570,8 @@ def run_to_run_spreads(
     session: Session, campaign: Campaign, items: list[tuple[list[MetricGroup], list[ComparedTrial]]]
 ) -> dict[SpreadKey, Spread]:
     """The spreads the one-trial columns of these comparisons could use, keyed by (runner, stack, metric,
-    point): from the campaign's succeeded trials on those runners (the newest SPREAD_TRIALS each), per
+    point): from the campaign's other succeeded trials on those runners (the newest SPREAD_TRIALS each; the
+    compared trials left out, so a spread never judges the trials it was measured on), per
     approach with 2 trials or more at the point on the same stack, the variance of their log values pooled
     over the approaches (df = trials - approaches). Two queries; none when no column has one trial."""
     wanted_runners: set[int] = set()
@@ -601,7 +602,10 @@ def run_to_run_spreads(
     ).all()
     stack_of: dict[str, tuple[Any, ...]] = {}
     about: dict[int, tuple[int, int, tuple[Any, ...], str]] = {}
+    compared = {t.id for _, trials in items for t in trials}
     for trial_id, approach_id, runner_id, text, title in found:
+        if trial_id in compared:  # the spread comes from other trials than those it judges
+            continue
         if text not in stack_of:
             stack_of[text] = _stack_key(json.loads(text) if text else None)
         about[trial_id] = (approach_id, runner_id, stack_of[text], title)
