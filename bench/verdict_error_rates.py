@@ -63,7 +63,7 @@ def known_spreads(rng: np.random.Generator, reps: int, between: float, within: f
     return out
 
 
-def rates(rows, rule: st.Rule, known=None) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+def rates(rows, rule: st.Rule, known=None) -> tuple[float, float, float]:
     """(faster or slower, interval excluding 1, decided) fractions over the rows."""
     out = st.compare_rows(rows, lower_better=[True] * len(rows), rule=rule, known=known)
     verdicts = [r.pairs[0].verdict for r in out]
@@ -73,7 +73,7 @@ def rates(rows, rule: st.Rule, known=None) -> tuple[float, float, float]:  # typ
     return called, excludes / len(verdicts), decided
 
 
-def naive_false_rate(rows, rule: st.Rule, rng: np.random.Generator) -> float:  # type: ignore[no-untyped-def]
+def naive_false_rate(rows, rule: st.Rule, rng: np.random.Generator) -> float:
     """The hierarchical bootstrap (trials, then samples) with the same labels: false faster / slower."""
     wrong = 0
     for a, b in rows:

@@ -679,6 +679,13 @@ def _with_statistics_of(
             return None
         return spreads.get((t.runner_id, _stack_key(t.fingerprint), name, row.point))
 
+    notes: dict[int, str] = {}
+
+    def note_of(spread: Spread) -> str:  # one text per spread, however many rows use it
+        if id(spread) not in notes:
+            notes[id(spread)] = spread.note
+        return notes[id(spread)]
+
     used = [
         [spread_of(items[k][0][g].name, items[k][0][g].rows[r], c) for c in range(len(items[k][1]))] for k, g, r in flat
     ]
@@ -702,8 +709,9 @@ def _with_statistics_of(
             elif difference and not across_stacks:
                 pairs.append(PairVerdict(None, difference, f"different stack: {difference}"))
             else:
-                notes = dict.fromkeys(s.note for s in (row_spreads[0], row_spreads[c]) if s and pair.known_spread)
-                pairs.append(PairVerdict(pair, difference, spread="; ".join(notes)))
+                applied = (row_spreads[0], row_spreads[c]) if pair.known_spread else ()
+                named = dict.fromkeys(note_of(s) for s in applied if s)
+                pairs.append(PairVerdict(pair, difference, spread="; ".join(named)))
         out[k][g].rows[r] = MetricRow(
             row.point, row.values, row.trials, row.trial_ids, RowStats(row_stats.sides, pairs)
         )

@@ -448,22 +448,31 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
     grouped: dict[tuple[int, int], list[int]] = {}
     for i, key in enumerate(where):
         grouped.setdefault(key, []).append(i)
+    sizes = [t.size for t in flat]
+    cvs_of = cv_of.tolist()
+    empty = _SideData(0, 0, np.empty(0), None, None)
     out = []
     for r, row in enumerate(rows):
         line = []
         for c in range(len(row)):
             members = grouped.get((r, c), [])
-            cvs = cv_of[members] if members else np.empty(0)
-            cvs = cvs[np.isfinite(cvs)]
-            line.append(
-                _SideData(
-                    len(members),
-                    int(sum(sorted_of[i].size for i in members)),
-                    median_of[members] if members else np.empty(0),
-                    sorted_of[members[0]] if len(members) == 1 else None,
-                    float(cvs.mean()) if cvs.size else None,
+            if not members:
+                line.append(empty)
+            elif len(members) == 1:  # most compared columns are one trial: no numpy call per side
+                (i,) = members
+                cv = cvs_of[i]
+                line.append(_SideData(1, sizes[i], median_of[i : i + 1], sorted_of[i], cv if cv == cv else None))
+            else:
+                cvs = [cvs_of[i] for i in members if cvs_of[i] == cvs_of[i]]  # NaN: no spread within
+                line.append(
+                    _SideData(
+                        len(members),
+                        sum(sizes[i] for i in members),
+                        median_of[members],
+                        None,
+                        sum(cvs) / len(cvs) if cvs else None,
+                    )
                 )
-            )
         out.append(line)
     return out
 
@@ -471,25 +480,32 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
 def _side(d: _SideData, rule: Rule) -> Side:
     if d.trials == 0:
         return Side(0, 0, None, None, None, False)
-    value = float(d.medians.mean())
-    between = _cv(d.medians) if d.trials >= 2 else None
-    unstable = any(x is not None and x > rule.unstable_cv for x in (d.within_cv, between))
+    if d.trials == 1:
+        value, between = float(d.medians[0]), None
+    else:
+        value, between = float(d.medians.mean()), _cv(d.medians)
+    unstable = (d.within_cv or 0) > rule.unstable_cv or (between or 0) > rule.unstable_cv
     return Side(d.trials, d.samples, value, d.within_cv, between, unstable)
 
 
-def _rolled(pool: np.ndarray, column: int, width: int) -> np.ndarray:
-    """The pool read at column `column`'s own offset (the reference column at 0): two sides of one row never
-    share a draw, and a row's draws depend on its own width alone."""
+def _read_at(pool: np.ndarray, columns: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """[side, resample]: the pool read at each side's own column offset (the reference column at 0), so two
+    sides of one row never share a draw, and a row's draws depend on its own width alone. Each row is a
+    contiguous window of the pool repeated twice (a copy, no modulo per draw)."""
     b = pool.size
-    return np.roll(pool, -(column * max(1, b // width)) % b)
+    offsets = (columns * np.maximum(1, b // widths)) % b
+    return np.lib.stride_tricks.sliding_window_view(np.concatenate([pool, pool]), b)[offsets]
 
 
 def _side_draws(
     data: list[list[_SideData]], known: list[list[KnownSpread | None]], need: set[tuple[int, int]], rule: Rule
-) -> dict[tuple[int, int], np.ndarray]:
-    """Draws of each needed side's figure on the log scale (log value + its uncertainty), n_resamples each."""
+) -> tuple[dict[tuple[int, int], int], np.ndarray]:
+    """Draws of each needed side's figure on the log scale (log value + its uncertainty): (side -> row of
+    the matrix, the [side, n_resamples] matrix)."""
     b = rule.n_resamples
-    out: dict[tuple[int, int], np.ndarray] = {}
+    keys = sorted(need)
+    at = {key: i for i, key in enumerate(keys)}
+    out = np.empty((len(keys), b))
     t_pools: dict[int, np.ndarray] = {}
 
     def t_pool(df: int) -> np.ndarray:
@@ -497,46 +513,56 @@ def _side_draws(
             t_pools[df] = np.random.default_rng((rule.seed, 1, df)).standard_t(df, size=b)
         return t_pools[df]
 
-    # Sides of 2 trials or more: log(mean of medians) + s / sqrt(m) x t_(m-1).
     by_m: dict[int, list[tuple[int, int]]] = {}
-    singles: list[tuple[int, int]] = []
-    for key in sorted(need):
+    by_n: dict[int, list[tuple[int, int]]] = {}
+    for key in keys:
         d = data[key[0]][key[1]]
         if d.trials >= 2:
             by_m.setdefault(d.trials, []).append(key)
         else:
-            singles.append(key)
+            assert d.single is not None
+            by_n.setdefault(int(d.single.size), []).append(key)
+    # Sides of 2 trials or more: log(mean of medians) + s / sqrt(m) x t_(m-1).
     for m, members in by_m.items():
         medians = np.stack([data[r][c].medians for r, c in members])
         positive = np.all(medians > 0, axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.log(np.where(medians > 0, medians, 1.0))
+        logs = np.log(np.where(medians > 0, medians, 1.0))
         centre = np.log(np.where(positive, medians.mean(axis=1), np.nan))
         scale = logs.std(axis=1, ddof=1) / math.sqrt(m)
-        pool = t_pool(m - 1)
-        for i, (r, c) in enumerate(members):
-            out[(r, c)] = centre[i] + scale[i] * _rolled(pool, c, len(data[r]))
+        spread = _read_at(
+            t_pool(m - 1), np.array([c for _, c in members]), np.array([len(data[r]) for r, _ in members])
+        )
+        out[[at[k] for k in members]] = centre[:, None] + scale[:, None] * spread
     # One-trial sides with a known spread: the trial's bootstrap medians x exp(sigma x t_df).
-    by_n: dict[int, list[tuple[int, int]]] = {}
-    for key in singles:
-        single = data[key[0]][key[1]].single
-        assert single is not None
-        by_n.setdefault(int(single.size), []).append(key)
     for n, members in by_n.items():
-        medians = _order_statistic_draws(n, b, np.random.default_rng((rule.seed, 2, n)))
-        for r, c in members:
-            d = data[r][c]
-            spread = known[r][c]
-            assert d.single is not None and spread is not None
-            lo_ix, hi_ix = medians
-            values = d.single[_rolled(lo_ix, c, len(data[r]))]
+        lo_ix, hi_ix = _order_statistic_draws(n, b, np.random.default_rng((rule.seed, 2, n)))
+        columns = np.array([c for _, c in members])
+        widths = np.array([len(data[r]) for r, _ in members])
+        trials = np.stack([data[r][c].single for r, c in members])  # type: ignore[misc]
+        # On the log scale first (n logs a trial, not n_resamples; for even n the two middle order statistics
+        # are then averaged geometrically, a difference far below the resampling error).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            trials = np.log(np.where(trials > 0, trials, np.nan))
+        values = np.empty((len(members), b))
+        # Sides at one (column, width) read the same indexes: one column gather each, not one per side.
+        read_key = columns * 100_003 + widths
+        for key in np.unique(read_key):
+            rows = np.flatnonzero(read_key == key)
+            lo = _read_at(lo_ix, columns[rows[:1]], widths[rows[:1]])[0]
+            picked = trials[rows][:, lo]
             if hi_ix is not None:
-                values = 0.5 * (values + d.single[_rolled(hi_ix, c, len(data[r]))])
-            sigma = math.sqrt(math.log1p(spread.cv**2))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                logs = np.log(np.where(values > 0, values, np.nan))
-            out[(r, c)] = logs + sigma * _rolled(t_pool(spread.df), c + 1, len(data[r]) + 1)
-    return out
+                picked = 0.5 * (picked + trials[rows][:, _read_at(hi_ix, columns[rows[:1]], widths[rows[:1]])[0]])
+            values[rows] = picked
+        logs = values
+        spreads = [known[r][c] for r, c in members]
+        sigma = np.array([math.sqrt(math.log1p(k.cv**2)) for k in spreads if k is not None])
+        dfs = np.array([k.df for k in spreads if k is not None])
+        factor = np.empty_like(logs)
+        for df in np.unique(dfs):
+            rows = np.flatnonzero(dfs == df)
+            factor[rows] = _read_at(t_pool(int(df)), columns[rows] + 1, widths[rows] + 1)
+        out[[at[k] for k in members]] = logs + sigma[:, None] * factor
+    return at, out
 
 
 def _order_statistic_draws(n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
@@ -553,21 +579,23 @@ def _order_statistic_draws(n: int, size: int, rng: np.random.Generator) -> tuple
 
 
 def _intervals(
-    draws: dict[tuple[int, int], np.ndarray], pairs: list[tuple[int, int]], confidence: float
+    draws: tuple[dict[tuple[int, int], int], np.ndarray], pairs: list[tuple[int, int]], confidence: float
 ) -> dict[tuple[int, int], tuple[float, float]]:
     """Percentile interval of other / reference over the paired draws (one partition for every pair)."""
     out: dict[tuple[int, int], tuple[float, float]] = {}
     if not pairs:
         return out
-    log_ratio = np.stack([draws[(r, c)] - draws[(r, 0)] for r, c in pairs])
+    at, matrix = draws
+    log_ratio = matrix[[at[(r, c)] for r, c in pairs]] - matrix[[at[(r, 0)] for r, _ in pairs]]
     b = log_ratio.shape[1]
     alpha = 1 - confidence
     k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
-    finite = np.isfinite(log_ratio).all(axis=1)
-    ends = np.partition(np.where(np.isfinite(log_ratio), log_ratio, 0.0), [k_low, k_high], axis=1)
+    ok = np.isfinite(log_ratio)
+    finite = ok.all(axis=1)
+    ends = np.exp(np.partition(np.where(ok, log_ratio, 0.0), [k_low, k_high], axis=1)[:, [k_low, k_high]])
     for j, key in enumerate(pairs):
         if finite[j]:
-            out[key] = (float(np.exp(ends[j, k_low])), float(np.exp(ends[j, k_high])))
+            out[key] = (float(ends[j, 0]), float(ends[j, 1]))
     return out
 
 
