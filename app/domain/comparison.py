@@ -566,12 +566,50 @@ def _stack_key(fingerprint: dict[str, Any] | None) -> tuple[Any, ...]:
     return tuple(component_value(fingerprint, c) for c in SAME_STACK)
 
 
+class Spreads:
+    """The log values a spread is estimated from, per key and approach; `of` leaves out the trials being
+    judged (each comparison its own), so a spread never judges the trials it was measured on and a pair
+    gets the same spread alone as among the replay report's thousand."""
+
+    def __init__(self, logs: dict[SpreadKey, dict[int, dict[int, float]]], titles: dict[int, str]) -> None:
+        self._logs = logs
+        self._titles = titles
+        self._cache: dict[tuple[SpreadKey, frozenset[int]], Spread | None] = {}
+
+    def of(self, key: SpreadKey, judged: frozenset[int]) -> Spread | None:
+        by_approach = self._logs.get(key)
+        if not by_approach:
+            return None
+        skip = frozenset(t for trials in by_approach.values() for t in trials if t in judged)
+        if (key, skip) not in self._cache:
+            self._cache[(key, skip)] = self._pooled(by_approach, skip)
+        return self._cache[(key, skip)]
+
+    def _pooled(self, by_approach: dict[int, dict[int, float]], skip: frozenset[int]) -> Spread | None:
+        parts = []
+        for approach_id, by_trial in by_approach.items():
+            values = [v for t, v in by_trial.items() if t not in skip]
+            if len(values) >= 2:
+                parts.append((len(values), float(np.var(values, ddof=1)), approach_id))
+        if not parts:
+            return None
+        df = sum(n - 1 for n, _, _ in parts)
+        variance = sum((n - 1) * v for n, v, _ in parts) / df
+        cv = math.sqrt(math.expm1(variance))  # the CV of a log-normal of that log variance
+        return Spread(
+            statistics.KnownSpread(cv, df), sum(n for n, _, _ in parts), tuple(self._titles[a] for _, _, a in parts)
+        )
+
+
+NO_SPREADS = Spreads({}, {})
+
+
 def run_to_run_spreads(
     session: Session, campaign: Campaign, items: list[tuple[list[MetricGroup], list[ComparedTrial]]]
-) -> dict[SpreadKey, Spread]:
+) -> Spreads:
     """The spreads the one-trial columns of these comparisons could use, keyed by (runner, stack, metric,
-    point): from the campaign's other succeeded trials on those runners (the newest SPREAD_TRIALS each; the
-    compared trials left out, so a spread never judges the trials it was measured on), per
+    point): from the campaign's succeeded trials on those runners (the newest SPREAD_TRIALS each; Spreads.of
+    leaves out the compared ones), per
     approach with 2 trials or more at the point on the same stack, the variance of their log values pooled
     over the approaches (df = trials - approaches). Two queries; none when no column has one trial."""
     wanted_runners: set[int] = set()
@@ -588,7 +626,7 @@ def run_to_run_spreads(
                 if g.rows:
                     keyed_of.setdefault(g.name, [k for k, _ in g.rows[0].point])
     if not wanted_runners:
-        return {}
+        return NO_SPREADS
     found = session.execute(
         sa_select(Trial.id, Trial.approach_id, Trial.runner_id, cast(Trial.fingerprint, Text), Approach.title)  # type: ignore[call-overload]
         .join(Approach, col(Approach.id) == Trial.approach_id)
@@ -602,14 +640,11 @@ def run_to_run_spreads(
     ).all()
     stack_of: dict[str, tuple[Any, ...]] = {}
     about: dict[int, tuple[int, int, tuple[Any, ...], str]] = {}
-    compared = {t.id for _, trials in items for t in trials}
     for trial_id, approach_id, runner_id, text, title in found:
-        if trial_id in compared:  # the spread comes from other trials than those it judges
-            continue
         if text not in stack_of:
             stack_of[text] = _stack_key(json.loads(text) if text else None)
         about[trial_id] = (approach_id, runner_id, stack_of[text], title)
-    logs: dict[tuple[SpreadKey, int], dict[int, float]] = {}
+    logs: dict[SpreadKey, dict[int, dict[int, float]]] = {}
     titles: dict[int, str] = {}
     for trial_id, name, value, tags in session.execute(
         sa_select(Metric.trial_id, Metric.name, Metric.value, cast(Metric.tags, Text))  # type: ignore[call-overload]
@@ -623,21 +658,8 @@ def run_to_run_spreads(
         point = tuple((k, _hashable(parsed.get(k))) for k in keyed_of[name])
         titles[approach_id] = title
         # Within a trial a later row for the same point wins, as in metric_groups.
-        logs.setdefault(((runner_id, stack, name, point), approach_id), {})[trial_id] = math.log(value)
-    pooled: dict[SpreadKey, list[tuple[int, float, int]]] = {}
-    for (key, approach_id), by_trial in logs.items():
-        if len(by_trial) >= 2:
-            values = list(by_trial.values())
-            pooled.setdefault(key, []).append((len(values), float(np.var(values, ddof=1)), approach_id))
-    out: dict[SpreadKey, Spread] = {}
-    for key, parts in pooled.items():
-        df = sum(n - 1 for n, _, _ in parts)
-        variance = sum((n - 1) * v for n, v, _ in parts) / df
-        cv = math.sqrt(math.expm1(variance))  # the CV of a log-normal of that log variance
-        out[key] = Spread(
-            statistics.KnownSpread(cv, df), sum(n for n, _, _ in parts), tuple(titles[a] for _, _, a in parts)
-        )
-    return out
+        logs.setdefault((runner_id, stack, name, point), {}).setdefault(approach_id, {})[trial_id] = math.log(value)
+    return Spreads(logs, titles)
 
 
 def with_statistics(
@@ -646,10 +668,10 @@ def with_statistics(
     rule: statistics.Rule,
     across_stacks: bool,
     trials: dict[int, ComparedTrial] | None = None,
-    spreads: dict[SpreadKey, Spread] | None = None,
+    spreads: Spreads = NO_SPREADS,
 ) -> list[MetricGroup]:
     """Each row with its statistics: every column against the first, one vectorized pass for the lot."""
-    return _with_statistics_of([(groups, columns)], rule, across_stacks, trials or {}, spreads or {})[0]
+    return _with_statistics_of([(groups, columns)], rule, across_stacks, trials or {}, spreads)[0]
 
 
 def _with_statistics_of(
@@ -657,7 +679,7 @@ def _with_statistics_of(
     rule: statistics.Rule,
     across_stacks: bool,
     trials: dict[int, ComparedTrial],
-    spreads: dict[SpreadKey, Spread],
+    spreads: Spreads,
 ) -> list[list[MetricGroup]]:
     """`with_statistics` of several comparisons in one vectorized pass (a row's figures do not depend on
     the rows computed with it: `statistics.compare_rows`)."""
@@ -671,13 +693,15 @@ def _with_statistics_of(
     if not flat:
         return [groups for groups, _ in items]
 
-    def spread_of(name: str, row: MetricRow, c: int) -> Spread | None:
-        if len(row.trial_ids[c]) != 1 or not spreads:
+    judged = [frozenset(i for c in columns for i in c.trial_ids) for _, columns in items]
+
+    def spread_of(k: int, name: str, row: MetricRow, c: int) -> Spread | None:
+        if len(row.trial_ids[c]) != 1 or spreads is NO_SPREADS:
             return None
         t = trials.get(row.trial_ids[c][0])
         if t is None or t.runner_id is None:
             return None
-        return spreads.get((t.runner_id, _stack_key(t.fingerprint), name, row.point))
+        return spreads.of((t.runner_id, _stack_key(t.fingerprint), name, row.point), judged[k])
 
     notes: dict[int, str] = {}
 
@@ -687,7 +711,8 @@ def _with_statistics_of(
         return notes[id(spread)]
 
     used = [
-        [spread_of(items[k][0][g].name, items[k][0][g].rows[r], c) for c in range(len(items[k][1]))] for k, g, r in flat
+        [spread_of(k, items[k][0][g].name, items[k][0][g].rows[r], c) for c in range(len(items[k][1]))]
+        for k, g, r in flat
     ]
     computed = statistics.compare_rows(
         [items[k][0][g].rows[r].trials for k, g, r in flat],
