@@ -505,12 +505,12 @@ def _side_draws(
     b = rule.n_resamples
     keys = sorted(need)
     at = {key: i for i, key in enumerate(keys)}
-    out = np.empty((len(keys), b))
+    out = np.empty((len(keys), b), dtype=np.float32)  # ample for interval ends to 3 decimals
     t_pools: dict[int, np.ndarray] = {}
 
     def t_pool(df: int) -> np.ndarray:
         if df not in t_pools:
-            t_pools[df] = np.random.default_rng((rule.seed, 1, df)).standard_t(df, size=b)
+            t_pools[df] = np.random.default_rng((rule.seed, 1, df)).standard_t(df, size=b).astype(np.float32)
         return t_pools[df]
 
     by_m: dict[int, list[tuple[int, int]]] = {}
@@ -542,8 +542,8 @@ def _side_draws(
         # On the log scale first (n logs a trial, not n_resamples; for even n the two middle order statistics
         # are then averaged geometrically, a difference far below the resampling error).
         with np.errstate(divide="ignore", invalid="ignore"):
-            trials = np.log(np.where(trials > 0, trials, np.nan))
-        values = np.empty((len(members), b))
+            trials = np.log(np.where(trials > 0, trials, np.nan)).astype(np.float32)
+        values = np.empty((len(members), b), dtype=np.float32)
         # Sides at one (column, width) read the same indexes: one column gather each, not one per side.
         read_key = columns * 100_003 + widths
         for key in np.unique(read_key):
