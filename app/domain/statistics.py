@@ -506,12 +506,25 @@ def _side_draws(
     keys = sorted(need)
     at = {key: i for i, key in enumerate(keys)}
     out = np.empty((len(keys), b), dtype=np.float32)  # ample for interval ends to 3 decimals
-    t_pools: dict[int, np.ndarray] = {}
+    t_pools: dict[tuple[int, ...], np.ndarray] = {}
+
+    # Every pool is stratified (one draw in each 1/b-quantile slice, shuffled): the same pool serves every
+    # page load and every row, so an unlucky plain sample would shift every interval the same way.
+    def pool(key: tuple[int, ...], ppf) -> np.ndarray:
+        if key not in t_pools:
+            rng = np.random.default_rng((rule.seed, *key))
+            u = (np.arange(b) + rng.random(b)) / b
+            t_pools[key] = ppf(rng.permutation(u)).astype(np.float32)
+        return t_pools[key]
 
     def t_pool(df: int) -> np.ndarray:
-        if df not in t_pools:
-            t_pools[df] = np.random.default_rng((rule.seed, 1, df)).standard_t(df, size=b).astype(np.float32)
-        return t_pools[df]
+        return pool((1, df), lambda u: sps.t.ppf(u, df))
+
+    def normal_pool() -> np.ndarray:
+        return pool((3,), sps.norm.ppf)
+
+    def scale_pool(df: int) -> np.ndarray:  # 1 / sqrt(chi2_df / df)
+        return pool((4, df), lambda u: 1 / np.sqrt(sps.chi2.ppf(u, df) / df))
 
     by_m: dict[int, list[tuple[int, int]]] = {}
     by_n: dict[int, list[tuple[int, int]]] = {}
@@ -557,10 +570,13 @@ def _side_draws(
         spreads = [known[r][c] for r, c in members]
         sigma = np.array([math.sqrt(math.log1p(k.cv**2)) for k in spreads if k is not None])
         dfs = np.array([k.df for k in spreads if k is not None])
-        factor = np.empty_like(logs)
+        # sigma x t_df as Z / sqrt(chi2_df / df): the Z each side's own, the chi-square scale one draw for every
+        # side of a row (read at one offset). The sides of a row usually share one spread estimate, and its
+        # error moves them together: independent t draws would average it out and call too much.
+        factor = _read_at(normal_pool(), columns + 1, widths + 1)
         for df in np.unique(dfs):
             rows = np.flatnonzero(dfs == df)
-            factor[rows] = _read_at(t_pool(int(df)), columns[rows] + 1, widths[rows] + 1)
+            factor[rows] *= _read_at(scale_pool(int(df)), np.zeros(rows.size, dtype=np.intp), widths[rows])
         out[[at[k] for k in members]] = logs + sigma[:, None] * factor
     return at, out
 
