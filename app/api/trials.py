@@ -371,9 +371,9 @@ async def compare(
     across_stacks: AcrossStacks = False,
 ) -> ComparisonPublic:
     """Trials (or approaches, over their succeeded trials) of a campaign side by side: metric rows aligned
-    by name and point, each row's statistics against the first column (ratio of medians with its
-    bootstrap interval, Mann-Whitney U p-value, verdict, coefficients of variation, samples needed;
-    docs/statistics.md), stacks diffed. Columns on another stack are compared only with `across_stacks`."""
+    by name and point, each row's statistics against the first column, over trials (the ratio with its
+    interval, Welch's p-value, the verdict, within-run and run-to-run coefficients of variation, trials
+    needed, the run-to-run spread a one-trial side used; docs/statistics.md), stacks diffed. Columns on another stack are compared only with `across_stacks`."""
     read = partial(
         _compare, slug=slug, trial_ids=trial or [], approach_keys=approach or [], across_stacks=across_stacks
     )
