@@ -87,7 +87,9 @@ def test_a_row_shows_its_verdict_and_interval(server, browser):
         page.wait_for_url("**across_stacks=true")
         cell = page.locator("#compare-values tr[data-point='tokens=4'] td.verdict-cell")
         # Compared now, but no spread is known on node-b's stack: no verdict, and Repeat is the way on.
-        assert cell.get_attribute("data-verdict") == "no_verdict" and "≠ torch 2.10.0+cu128 -> 2.11.0" in cell.inner_text()
+        assert (
+            cell.get_attribute("data-verdict") == "no_verdict" and "≠ torch 2.10.0+cu128 -> 2.11.0" in cell.inner_text()
+        )
         assert "no difference can be claimed" in cell.inner_text()
     finally:
         context.close()
