@@ -105,7 +105,7 @@ def timed(app):
     return ids
 
 
-def _runner(s, name: str):  # type: ignore[no-untyped-def]
+def _runner(s, name: str):
     from sqlmodel import select
 
     from app.models import Runner

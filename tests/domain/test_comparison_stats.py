@@ -48,7 +48,7 @@ def test_two_gloo_trials_line_up_by_tokens_not_by_spread_tags(engine):
         first = end_trial(s, a, node, metrics=lines(1.0, 100))
         second = end_trial(s, a, node, metrics=lines(0.9, 200))
 
-        def pairs():  # type: ignore[no-untyped-def]
+        def pairs():
             result = comparison.compare_trials(s, campaign(s), [first.id, second.id])  # type: ignore[list-item]
             assert [g.name for g in result.metrics] == ["allreduce_latency_us", "allreduce_per_call_us"]
             for group in result.metrics:

@@ -42,7 +42,7 @@ def _with_baseline(s, center: float = 10.0, trials: int = 3):
     return node
 
 
-def _candidate(s, node, centers: list[float], seed: int = 10):  # type: ignore[no-untyped-def]
+def _candidate(s, node, centers: list[float], seed: int = 10):
     cand = approach(s, "cand")
     return [end_trial(s, cand, node, metrics=_verify(c, 0.01, 20, seed + n)) for n, c in enumerate(centers)][-1]
 
