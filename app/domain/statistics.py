@@ -497,6 +497,27 @@ def _read_at(pool: np.ndarray, columns: np.ndarray, widths: np.ndarray) -> np.nd
     return np.lib.stride_tricks.sliding_window_view(np.concatenate([pool, pool]), b)[offsets]
 
 
+_POOL_KINDS = {"t": 1, "normal": 3, "scale": 4}
+
+
+@functools.lru_cache(maxsize=512)
+def _pool(seed: int, b: int, kind: str, df: int) -> np.ndarray:
+    """b draws of one kind (Student t with df, standard normal, or 1 / sqrt(chi2_df / df)), stratified: one
+    draw in each 1/b-quantile slice, shuffled. The same pool serves every page load and every row, so an
+    unlucky plain sample would shift every interval the same way. Cached (read-only) across calls."""
+    rng = np.random.default_rng((seed, _POOL_KINDS[kind], df))
+    u = rng.permutation((np.arange(b) + rng.random(b)) / b)
+    if kind == "t":
+        drawn = sps.t.ppf(u, df)
+    elif kind == "normal":
+        drawn = sps.norm.ppf(u)
+    else:
+        drawn = 1 / np.sqrt(sps.chi2.ppf(u, df) / df)
+    out = drawn.astype(np.float32)
+    out.flags.writeable = False
+    return out
+
+
 def _side_draws(
     data: list[list[_SideData]], known: list[list[KnownSpread | None]], need: set[tuple[int, int]], rule: Rule
 ) -> tuple[dict[tuple[int, int], int], np.ndarray]:
@@ -506,25 +527,15 @@ def _side_draws(
     keys = sorted(need)
     at = {key: i for i, key in enumerate(keys)}
     out = np.empty((len(keys), b), dtype=np.float32)  # ample for interval ends to 3 decimals
-    t_pools: dict[tuple[int, ...], np.ndarray] = {}
-
-    # Every pool is stratified (one draw in each 1/b-quantile slice, shuffled): the same pool serves every
-    # page load and every row, so an unlucky plain sample would shift every interval the same way.
-    def pool(key: tuple[int, ...], ppf) -> np.ndarray:
-        if key not in t_pools:
-            rng = np.random.default_rng((rule.seed, *key))
-            u = (np.arange(b) + rng.random(b)) / b
-            t_pools[key] = ppf(rng.permutation(u)).astype(np.float32)
-        return t_pools[key]
 
     def t_pool(df: int) -> np.ndarray:
-        return pool((1, df), lambda u: sps.t.ppf(u, df))
+        return _pool(rule.seed, b, "t", df)
 
     def normal_pool() -> np.ndarray:
-        return pool((3,), sps.norm.ppf)
+        return _pool(rule.seed, b, "normal", 0)
 
     def scale_pool(df: int) -> np.ndarray:  # 1 / sqrt(chi2_df / df)
-        return pool((4, df), lambda u: 1 / np.sqrt(sps.chi2.ppf(u, df) / df))
+        return _pool(rule.seed, b, "scale", df)
 
     by_m: dict[int, list[tuple[int, int]]] = {}
     by_n: dict[int, list[tuple[int, int]]] = {}
@@ -548,7 +559,7 @@ def _side_draws(
         out[[at[k] for k in members]] = centre[:, None] + scale[:, None] * spread
     # One-trial sides with a known spread: the trial's bootstrap medians x exp(sigma x t_df).
     for n, members in by_n.items():
-        lo_ix, hi_ix = _order_statistic_draws(n, b, np.random.default_rng((rule.seed, 2, n)))
+        lo_ix, hi_ix = _median_indexes(rule.seed, n, b)
         columns = np.array([c for _, c in members])
         widths = np.array([len(data[r]) for r, _ in members])
         trials = np.stack([data[r][c].single for r, c in members])  # type: ignore[misc]
@@ -579,6 +590,16 @@ def _side_draws(
             factor[rows] *= _read_at(scale_pool(int(df)), np.zeros(rows.size, dtype=np.intp), widths[rows])
         out[[at[k] for k in members]] = logs + sigma[:, None] * factor
     return at, out
+
+
+@functools.lru_cache(maxsize=512)
+def _median_indexes(seed: int, n: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """`_order_statistic_draws` of a sample size, seeded by (seed, size), cached (read-only) across calls."""
+    lo, hi = _order_statistic_draws(n, b, np.random.default_rng((seed, 2, n)))
+    for a in (lo, hi):
+        if a is not None:
+            a.flags.writeable = False
+    return lo, hi
 
 
 def _order_statistic_draws(n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
