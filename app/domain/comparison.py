@@ -694,6 +694,7 @@ def _with_statistics_of(
         return [groups for groups, _ in items]
 
     judged = [frozenset(i for c in columns for i in c.trial_ids) for _, columns in items]
+    stack_of: dict[int, tuple[Any, ...]] = {}  # trial id -> its SAME_STACK values
 
     def spread_of(k: int, name: str, row: MetricRow, c: int) -> Spread | None:
         if len(row.trial_ids[c]) != 1 or spreads is NO_SPREADS:
@@ -701,7 +702,9 @@ def _with_statistics_of(
         t = trials.get(row.trial_ids[c][0])
         if t is None or t.runner_id is None:
             return None
-        return spreads.of((t.runner_id, _stack_key(t.fingerprint), name, row.point), judged[k])
+        if t.id not in stack_of:
+            stack_of[t.id] = _stack_key(t.fingerprint)
+        return spreads.of((t.runner_id, stack_of[t.id], name, row.point), judged[k])
 
     notes: dict[int, str] = {}
 
