@@ -608,22 +608,33 @@ class ComparedTrialPublic(BaseModel):
 
 class RatioPublic(BaseModel):
     value: float = Field(description="The column's median over the first column's.")
-    low: float | None = Field(description="The bootstrap interval's low end; null when a side has one sample.")
+    low: float | None = Field(
+        description="The interval's low end; null when no verdict can be given (one trial a side)."
+    )
     high: float | None
 
 
+VerdictValue = Literal["faster", "slower", "equivalent", "below_min_effect", "inconclusive", "no_verdict"]
+
+
 class PairStatsPublic(BaseModel):
-    """One column against the first at this point."""
+    """One column against the first at this point (docs/statistics.md: the trial is the unit)."""
 
     column: int = Field(description="The column's index (1 = the second column).")
     ratio: RatioPublic | None
-    p_value: float | None = Field(description="Mann-Whitney U, two-sided; null below 6 samples on a side.")
-    verdict: Literal["faster", "slower", "indistinguishable"] | None = Field(
-        description="null: not compared (see not_compared)."
+    p_value: float | None = Field(
+        description="Welch's t-test over the trials' log medians; null below 2 trials a side."
     )
-    samples_needed: int | None = Field(
-        description="Samples a side would need to resolve the campaign's minimum effect at the observed spread."
+    verdict: VerdictValue | None = Field(
+        description="faster / slower: the interval excludes 1 and the effect reaches the minimum; below_min_effect: "
+        "it excludes 1 with a smaller effect; equivalent: it holds 1 inside +/- the minimum; inconclusive; "
+        "no_verdict: one trial a side and no known run-to-run spread (repeat). null: not compared (see not_compared)."
     )
+    trials_needed: int | None = Field(
+        description="For an inconclusive row: trials a side at which the rule decides with 80% power, at the "
+        "observed run-to-run spread."
+    )
+    spread: str = Field("", description="The known run-to-run spread a one-trial side used, named; '' if none.")
     stack_difference: str | None = Field(
         description="The column's stack against the first's, e.g. 'torch 2.10 -> 2.11'."
     )
@@ -631,16 +642,21 @@ class PairStatsPublic(BaseModel):
 
 
 class RowStatsPublic(BaseModel):
-    """The row's statistics: the top-level ratio, p_value, verdict and samples_needed are the second column's
+    """The row's statistics: the top-level ratio, p_value, verdict and trials_needed are the second column's
     against the first's; `each` holds every column after the first."""
 
     ratio: RatioPublic | None
     p_value: float | None
-    verdict: Literal["faster", "slower", "indistinguishable"] | None
-    cv: list[float | None] = Field(description="Each column's coefficient of variation.")
-    unstable: list[bool] = Field(description="Each column: coefficient of variation over 10%.")
-    samples_needed: int | None
-    n: list[int] = Field(description="Each column's number of samples at this point.")
+    verdict: VerdictValue | None
+    cv: list[float | None] = Field(description="Each column's within-run coefficient of variation (its trials' mean).")
+    between_cv: list[float | None] = Field(
+        description="Each column's run-to-run coefficient of variation (across its trials; null below 2)."
+    )
+    unstable: list[bool] = Field(description="Each column: a coefficient of variation over 10%.")
+    trials_needed: int | None
+    trials: list[int] = Field(description="Each column's number of trials at this point.")
+    n: list[int] = Field(description="Each column's number of samples at this point (over its trials).")
+    spread: str = ""
     stack_difference: str | None
     not_compared: str = ""
     each: list[PairStatsPublic]
@@ -681,7 +697,7 @@ class ComparisonRulePublic(BaseModel):
     confidence: float
     min_effect: float
     unstable_cv: float
-    min_mwu_samples: int
+    power: float = Field(description="The power trials_needed is computed for.")
 
 
 class ComparisonPublic(BaseModel):

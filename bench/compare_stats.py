@@ -1,7 +1,9 @@
 """The compare page and API at the size of issue 24: 8 trials x 200 metric points x 100 raw samples each
-(160,000 samples), with every row's statistics (bootstrap interval, Mann-Whitney U, verdict, CV, samples
-needed). Prints the server time per request (median of --repeat, in-process ASGI: no network) on two
-clocks (wall, and this process's CPU), and the statistics pass alone.
+(160,000 samples), with every row's statistics over trials (issue 34: each column is one trial, so each
+row's interval uses the runner's run-to-run spread, estimated from --earlier repeats of the approach on
+that runner: the heaviest path, a bootstrap of every trial's samples times the spread's t draws).
+Prints the server time per request (median of --repeat, in-process ASGI: no network) on two clocks
+(wall, and this process's CPU), and the statistics pass alone.
 
     .venv/bin/python bench/compare_stats.py               # SQLite
     .venv/bin/python bench/compare_stats.py --db postgres
@@ -29,7 +31,8 @@ from app.models import Approach, Campaign, Metric, Runner, Trial, TrialState, ut
 FINGERPRINT = {"gpu_count": 8, "sm": "9.0", "torch": "2.10.0", "cuda": "12.8", "nccl": "2.27.3", "driver": "570.124"}
 
 
-def build(engine, trials: int, points: int, samples: int) -> list[int]:
+def build(engine, trials: int, points: int, samples: int, earlier: int = 4) -> list[int]:
+    """The compared trials' ids (the `earlier` repeats come first and are not compared)."""
     from app.db import session_scope
 
     rng = np.random.default_rng(0)
@@ -43,7 +46,7 @@ def build(engine, trials: int, points: int, samples: int) -> list[int]:
         s.add_all([approach, runner])
         s.flush()
         ids = []
-        for n in range(trials):
+        for n in range(earlier + trials):
             trial = Trial(
                 campaign_id=campaign.id,
                 approach_id=approach.id,  # type: ignore[arg-type]
@@ -76,7 +79,7 @@ def build(engine, trials: int, points: int, samples: int) -> list[int]:
                     }
                 )
             s.execute(insert(Metric), rows)
-    return ids  # type: ignore[return-value]
+    return ids[earlier:]  # type: ignore[return-value]
 
 
 def measure(db_url: str, repeat: int, trials: int, points: int, samples: int) -> None:
@@ -95,16 +98,19 @@ def measure(db_url: str, repeat: int, trials: int, points: int, samples: int) ->
     engine = app.state.engine
     t = time.perf_counter()
     ids = build(engine, trials, points, samples)
-    print(f"  built {trials} trials x {points} points x {samples} samples in {time.perf_counter() - t:.1f} s")
+    print(
+        f"  built {trials} trials (and 4 earlier repeats) x {points} points x {samples} samples in {time.perf_counter() - t:.1f} s"
+    )
     with session_scope(engine) as s:
         headers = {"Authorization": f"Bearer {create_api_token(s, 'bench')}"}
     query = "&".join(f"trial={i}" for i in ids)
     rng = np.random.default_rng(1)
-    rows = [[list(rng.normal(10, 0.3, samples)) for _ in range(trials)] for _ in range(points)]
+    rows = [[[list(rng.normal(10, 0.3, samples))] for _ in range(trials)] for _ in range(points)]
+    known = [[stats_domain.KnownSpread(0.02, 3)] * trials for _ in range(points)]
     wall, cpu = [], []
     for _ in range(repeat):
         t, c = time.perf_counter(), time.process_time()
-        stats_domain.compare_rows(rows, lower_better=[True] * points)
+        stats_domain.compare_rows(rows, lower_better=[True] * points, known=known)
         wall.append((time.perf_counter() - t) * 1000)
         cpu.append((time.process_time() - c) * 1000)
     print(f"  {'what':28} {'median ms':>10} {'max ms':>8} {'cpu ms':>7} {'bytes':>10}")

@@ -163,7 +163,8 @@ def _pair_body(column: int, pair: comparison_domain.PairVerdict) -> PairStatsPub
         ratio=_ratio_body(st.ratio) if st else None,
         p_value=st.p_value if st else None,
         verdict=st.verdict.value if st else None,
-        samples_needed=st.samples_needed if st else None,
+        trials_needed=st.trials_needed if st else None,
+        spread=pair.spread,
         stack_difference=pair.stack_difference,
         not_compared=pair.not_compared,
     )
@@ -180,9 +181,12 @@ def row_stats_body(stats: comparison_domain.RowStats | None) -> RowStatsPublic |
         p_value=head.p_value,
         verdict=head.verdict,
         cv=[s.cv for s in stats.sides],
+        between_cv=[s.between_cv for s in stats.sides],
         unstable=[s.unstable for s in stats.sides],
-        samples_needed=head.samples_needed,
-        n=[s.n for s in stats.sides],
+        trials_needed=head.trials_needed,
+        trials=[s.trials for s in stats.sides],
+        n=[s.samples for s in stats.sides],
+        spread=head.spread,
         stack_difference=head.stack_difference,
         not_compared=head.not_compared,
         each=each,
@@ -198,7 +202,7 @@ def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
             confidence=c.rule.confidence,
             min_effect=c.rule.min_effect,
             unstable_cv=c.rule.unstable_cv,
-            min_mwu_samples=c.rule.min_mwu_samples,
+            power=c.rule.power,
         ),
         columns=[
             ComparedColumnPublic(
@@ -367,9 +371,9 @@ async def compare(
     across_stacks: AcrossStacks = False,
 ) -> ComparisonPublic:
     """Trials (or approaches, over their succeeded trials) of a campaign side by side: metric rows aligned
-    by name and point, each row's statistics against the first column (ratio of medians with its
-    bootstrap interval, Mann-Whitney U p-value, verdict, coefficients of variation, samples needed;
-    docs/statistics.md), stacks diffed. Columns on another stack are compared only with `across_stacks`."""
+    by name and point, each row's statistics against the first column, over trials (the ratio with its
+    interval, Welch's p-value, the verdict, within-run and run-to-run coefficients of variation, trials
+    needed, the run-to-run spread a one-trial side used; docs/statistics.md), stacks diffed. Columns on another stack are compared only with `across_stacks`."""
     read = partial(
         _compare, slug=slug, trial_ids=trial or [], approach_keys=approach or [], across_stacks=across_stacks
     )

@@ -3,10 +3,13 @@
 A **series** is one approach's figure at one metric point on one runner, over its succeeded trials in the
 order they ran: one value per trial (the median of the row's samples, else its value). Candidates come from
 Apache Otava's E-divisive detection (`otava.analysis.compute_change_points`, Hunter's windowed variant
-with a t-test between the segments, MAX_PVALUE over WINDOW points); each candidate is then held to the
-board's own rule (app/domain/statistics.compare of the segments around it, after over before): it is kept
-only when the interval excludes 1 and the effect is at least the campaign's minimum, so a change point
-always says "faster" or "slower" with its ratio and interval. Each carries the stack difference between
+with a t-test between the segments, MAX_PVALUE over WINDOW points): Otava's own significance test decides
+that a change exists. Each candidate is then placed (the likeliest single shift between its neighbours)
+and labelled by the board's own rule (statistics.compare_rows of the segments around it, one value per
+trial, after over before): it is kept only when that interval excludes 1 and the effect is at least the
+campaign's minimum, so a change point always says "faster" or "slower" with its ratio and interval; the
+rule can drop a candidate, never add one. Derived series (DERIVED_FROM: bandwidths from the latency) are
+not searched: their primary metric is. Each carries the stack difference between
 the trials around it ("torch 2.10.0+cu128 -> 2.11.0").
 
 Incremental: change_scan remembers, per (approach, runner), the newest trial the pass has read; `dirty`
@@ -40,11 +43,19 @@ from app.models import (
     TrialState,
     utcnow,
 )
+from runners.recipes.metric import MetricName
 
 MAX_PVALUE = 1e-3  # Otava's significance for a split (its own default); the false-alarm budget below
 WINDOW = 100  # Otava's sliding window (its default is 50; a wider one finds more of the 5% shifts)
 MIN_POINTS = 6  # a series shorter than this has no change points
 MAX_SERIES_POINTS = 500  # the newest trials a series is read over (bounds the CPU per new trial)
+# Figures derived from another metric's samples in the same trial (the allreduce bandwidths are the message
+# size over the latency's median): their series is the primary's, re-expressed, so only the primary is
+# searched and listed (issue 32 item 10: the bandwidths were listed twice, the latency not at all).
+DERIVED_FROM = {
+    MetricName.ALLREDUCE_ALGBW_GBPS: MetricName.ALLREDUCE_LATENCY_US,
+    MetricName.ALLREDUCE_BUSBW_GBPS: MetricName.ALLREDUCE_LATENCY_US,
+}
 
 
 @dataclass(frozen=True)
@@ -70,14 +81,20 @@ def detect(
     bounds = [0, *indexes, len(series)]
     indexes = [_relocate(series, bounds[i], bounds[i + 2]) for i in range(len(indexes))]
     bounds = [0, *indexes, len(series)]
-    out = []
-    for i, at in enumerate(indexes):
-        _, _, pair = statistics.compare(
-            series[bounds[i] : at], series[at : bounds[i + 2]], lower_better=lower_better, rule=rule
-        )
-        if pair.verdict != statistics.Verdict.indistinguishable:
-            out.append(Detected(at, pair))
-    return out
+    # Otava's test above decided that each change exists; the relocation only places it and the board's
+    # rule only labels it (or drops one under the minimum effect): neither can add a change point.
+    segments = [
+        [[[v] for v in series[bounds[i] : at]], [[v] for v in series[at : bounds[i + 2]]]]  # one value per trial
+        for i, at in enumerate(indexes)
+    ]
+    if not segments:
+        return []
+    rows = statistics.compare_rows(segments, lower_better=[lower_better] * len(segments), rule=rule)
+    return [
+        Detected(at, row.pairs[0])
+        for at, row in zip(indexes, rows, strict=True)
+        if row.pairs[0].verdict in (statistics.Verdict.faster, statistics.Verdict.slower)
+    ]
 
 
 def _relocate(series: list[float], start: int, stop: int) -> int:
@@ -111,7 +128,8 @@ class Series:
 
 
 def load_series(session: Session, approach_id: int, runner_id: int) -> list[Series]:
-    """Every series of one approach on one runner: per metric name and point, one value per succeeded trial."""
+    """Every series of one approach on one runner: per metric name and point, one value per succeeded trial
+    (derived figures, DERIVED_FROM, left out: their primary carries the change)."""
     trials = session.exec(
         select(Trial.id, Trial.fingerprint)
         .where(Trial.approach_id == approach_id, Trial.runner_id == runner_id, Trial.state == TrialState.succeeded)
@@ -130,7 +148,8 @@ def load_series(session: Session, approach_id: int, runner_id: int) -> list[Seri
     ).all()
     by_name: dict[str, list[Any]] = {}
     for row in rows:
-        by_name.setdefault(row.name, []).append(row)
+        if row.name not in DERIVED_FROM:
+            by_name.setdefault(row.name, []).append(row)
     out = []
     for name in sorted(by_name):
         named = by_name[name]
@@ -149,11 +168,8 @@ def load_series(session: Session, approach_id: int, runner_id: int) -> list[Seri
 
 
 def _value(m: Any) -> float:
-    if m.samples:
-        median = statistics.side(m.samples).median
-        if median is not None:
-            return median
-    return float(m.value)
+    median = statistics.trial_value(m.samples) if m.samples else None
+    return median if median is not None else float(m.value)
 
 
 def dirty(session: Session, limit: int = 200) -> list[tuple[int, int, int]]:
@@ -269,7 +285,9 @@ def pass_once(session: Session, limit: int = 200) -> list[tuple[int, int]]:
 def of_approach(session: Session, approach: Approach) -> list[ChangePoint]:
     return list(
         session.exec(
-            select(ChangePoint).where(ChangePoint.approach_id == approach.id).order_by(col(ChangePoint.trial_id).desc())
+            select(ChangePoint)
+            .where(ChangePoint.approach_id == approach.id, col(ChangePoint.metric).not_in(list(DERIVED_FROM)))
+            .order_by(col(ChangePoint.trial_id).desc())
         )
     )
 
@@ -279,7 +297,7 @@ def of_campaign(session: Session, campaign: Campaign, limit: int = 50) -> list[t
     rows = session.exec(
         select(ChangePoint, Approach.key)
         .join(Approach, col(Approach.id) == ChangePoint.approach_id)
-        .where(ChangePoint.campaign_id == campaign.id)
+        .where(ChangePoint.campaign_id == campaign.id, col(ChangePoint.metric).not_in(list(DERIVED_FROM)))
         .order_by(col(ChangePoint.trial_id).desc())
         .limit(limit)
     ).all()

@@ -7,8 +7,11 @@ except spread tags (p10_us, max_ms, ...: they describe the samples, not the poin
 same within each trial (backend, mode, torch) describe the trial and are left out of the alignment, so
 trial A's 8-token latency sits beside trial B's.
 
-A column (a trial, or an approach) holds, per point, the raw samples of its metric rows (a row without
-samples counts its value once), pooled over the column's trials. Columns are compared with the first
+A column (a trial, or an approach) holds, per point, its trials, each with the raw samples of its metric
+row (a row without samples counts its value once): the trial is the unit (statistics.compare_rows), never
+the pooled samples. A one-trial column gets a verdict only when the campaign holds the run-to-run spread
+of that metric point on that runner and stack (`run_to_run_spreads`: the CV across the trials of each
+approach that ran there more than once), named beside the verdict. Columns are compared with the first
 one only on the same stack (SAME_STACK components): a column on another stack is compared when asked
 (`across_stacks`), its stack difference named beside the verdict. A handful of queries, whatever the
 trials hold.
@@ -17,12 +20,14 @@ trials hold.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import numpy as np
 from sqlalchemy import Text, cast
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
@@ -65,6 +70,7 @@ class ComparedTrial:
     fingerprint: dict[str, Any] | None
     started_at: datetime | None
     finished_at: datetime | None
+    runner_id: int | None = None
 
     @property
     def label(self) -> str:
@@ -95,6 +101,7 @@ class PairVerdict:
     stats: statistics.PairStats | None
     stack_difference: str | None = None  # named beside the verdict (compared across stacks when asked)
     not_compared: str = ""  # "different stack: torch 2.10 -> 2.11", "not measured on both"
+    spread: str = ""  # the known run-to-run spread a one-trial side used, named: Spread.note
 
 
 @dataclass(frozen=True)
@@ -108,8 +115,9 @@ class MetricRow:
     """One point of a metric, with each column's value (None: not measured) and the row's statistics."""
 
     point: tuple[tuple[str, Any], ...]
-    values: list[float | None]
-    samples: list[list[float]]
+    values: list[float | None]  # each column's figure: its trial's value, or the mean of its trials' medians
+    trials: list[list[list[float]]]  # trials[c]: column c's trials at this point, each its samples
+    trial_ids: list[list[int]]  # trial_ids[c]: the trials of trials[c], in order
     stats: RowStats | None = None
 
     @property
@@ -200,6 +208,7 @@ def _compared_trials(session: Session, campaign: Campaign, ids: list[int]) -> di
             Approach.title,
             Trial.state,
             Runner.name,
+            Trial.runner_id,
             cast(Trial.fingerprint, Text),
             Trial.started_at,
             Trial.finished_at,
@@ -224,11 +233,12 @@ def _compared_trials(session: Session, campaign: Campaign, ids: list[int]) -> di
             approach_title=title,
             state=state,
             runner_name=runner,
+            runner_id=runner_id,
             fingerprint=fingerprint(text),
             started_at=aware(started),
             finished_at=aware(finished),
         )
-        for trial_id, key, title, state, runner, text, started, finished in found
+        for trial_id, key, title, state, runner, runner_id, text, started, finished in found
     }
 
 
@@ -287,7 +297,10 @@ def compare_trial_pairs(
         }
     rule = rule_of(campaign)
     columns_of = {pair: _trial_columns([by_id[i] for i in pair]) for pair in kept}
-    computed = _with_statistics_of([(groups_of[pair], columns_of[pair]) for pair in kept], rule, across_stacks)
+    spreads = run_to_run_spreads(session, campaign, [(groups_of[pair], [by_id[i] for i in pair]) for pair in kept])
+    computed = _with_statistics_of(
+        [(groups_of[pair], columns_of[pair]) for pair in kept], rule, across_stacks, by_id, spreads
+    )
     return {
         pair: Comparison(
             campaign,
@@ -443,7 +456,8 @@ def _comparison(
     ids = [i for c in columns for i in c.trial_ids]
     column_of = {i: n for n, c in enumerate(columns) for i in c.trial_ids}
     groups = metric_groups(column_of, len(columns), _metric_rows(session, ids))
-    groups = with_statistics(groups, columns, rule, across_stacks)
+    spreads = run_to_run_spreads(session, campaign, [(groups, trials)])
+    groups = with_statistics(groups, columns, rule, across_stacks, {t.id: t for t in trials}, spreads)
     return Comparison(campaign, columns, trials, groups, stack_rows(columns), rule, across_stacks, by)
 
 
@@ -490,7 +504,8 @@ def point_tags(rows: list[Any]) -> list[str]:
 
 def metric_groups(column_of: dict[int, int], width: int, metrics: list[Any]) -> list[MetricGroup]:
     """Metric rows (in logged order) aligned by name and point. Within a trial a later row for the same
-    point wins; a column of several trials pools each trial's samples."""
+    point wins; a column of several trials keeps each trial apart (the trial is the unit) and shows the
+    mean of their medians."""
     by_name: dict[str, list[Any]] = {}
     for m in metrics:
         by_name.setdefault(m.name, []).append(m)
@@ -507,17 +522,18 @@ def metric_groups(column_of: dict[int, int], width: int, metrics: list[Any]) -> 
         metric_rows = []
         for point in sorted(latest, key=lambda p: [_sort_key(v) for _, v in p]):
             values: list[float | None] = [None] * width
-            samples: list[list[float]] = [[] for _ in range(width)]
-            counts = [0] * width
-            for trial_id, m in latest[point].items():
+            trials: list[list[list[float]]] = [[] for _ in range(width)]
+            ids: list[list[int]] = [[] for _ in range(width)]
+            for trial_id, m in sorted(latest[point].items()):
                 c = column_of[trial_id]
-                samples[c] += m.samples if m.samples else [m.value]
-                counts[c] += 1
+                trials[c].append(m.samples if m.samples else [m.value])
+                ids[c].append(trial_id)
                 values[c] = m.value
             for c in range(width):
-                if counts[c] > 1:  # pooled over trials: the pooled median
-                    values[c] = statistics.side(samples[c]).median
-            metric_rows.append(MetricRow(point, values, samples))
+                if len(trials[c]) > 1:  # the column's figure over its trials
+                    estimate = statistics.trial_estimate(trials[c])
+                    values[c] = estimate.value if estimate else None
+            metric_rows.append(MetricRow(point, values, trials, ids))
         unit = next((m.unit for m in rows if m.unit), "")
         groups.append(
             MetricGroup(
@@ -527,15 +543,143 @@ def metric_groups(column_of: dict[int, int], width: int, metrics: list[Any]) -> 
     return groups
 
 
+@dataclass(frozen=True)
+class Spread:
+    """A run-to-run spread the campaign holds for one metric point on one runner and stack: the pooled CV
+    across the trials of each approach that ran there more than once."""
+
+    known: statistics.KnownSpread
+    trials: int
+    approaches: tuple[str, ...]  # their titles
+
+    @property
+    def note(self) -> str:
+        names = " and ".join(self.approaches) if len(self.approaches) <= 2 else f"{len(self.approaches)} approaches"
+        return f"run-to-run spread {self.known.cv:.1%} from {self.trials} earlier trials of {names} on this runner"
+
+
+SPREAD_TRIALS = 400  # the newest succeeded trials per runner a spread is estimated from
+SpreadKey = tuple[int, tuple[Any, ...], str, tuple[tuple[str, Any], ...]]  # runner, stack, metric, point
+
+
+def _stack_key(fingerprint: dict[str, Any] | None) -> tuple[Any, ...]:
+    return tuple(component_value(fingerprint, c) for c in SAME_STACK)
+
+
+class Spreads:
+    """The log values a spread is estimated from, per key and approach; `of` leaves out the trials being
+    judged (each comparison its own), so a spread never judges the trials it was measured on and a pair
+    gets the same spread alone as among the replay report's thousand."""
+
+    def __init__(self, logs: dict[SpreadKey, dict[int, dict[int, float]]], titles: dict[int, str]) -> None:
+        self._logs = logs
+        self._titles = titles
+        self._cache: dict[tuple[SpreadKey, frozenset[int]], Spread | None] = {}
+
+    def of(self, key: SpreadKey, judged: frozenset[int]) -> Spread | None:
+        by_approach = self._logs.get(key)
+        if not by_approach:
+            return None
+        skip = frozenset(t for trials in by_approach.values() for t in trials if t in judged)
+        if (key, skip) not in self._cache:
+            self._cache[(key, skip)] = self._pooled(by_approach, skip)
+        return self._cache[(key, skip)]
+
+    def _pooled(self, by_approach: dict[int, dict[int, float]], skip: frozenset[int]) -> Spread | None:
+        parts = []
+        for approach_id, by_trial in by_approach.items():
+            values = [v for t, v in by_trial.items() if t not in skip]
+            if len(values) >= 2:
+                parts.append((len(values), float(np.var(values, ddof=1)), approach_id))
+        if not parts:
+            return None
+        df = sum(n - 1 for n, _, _ in parts)
+        variance = sum((n - 1) * v for n, v, _ in parts) / df
+        cv = math.sqrt(math.expm1(variance))  # the CV of a log-normal of that log variance
+        return Spread(
+            statistics.KnownSpread(cv, df), sum(n for n, _, _ in parts), tuple(self._titles[a] for _, _, a in parts)
+        )
+
+
+NO_SPREADS = Spreads({}, {})
+
+
+def run_to_run_spreads(
+    session: Session, campaign: Campaign, items: list[tuple[list[MetricGroup], list[ComparedTrial]]]
+) -> Spreads:
+    """The spreads the one-trial columns of these comparisons could use, keyed by (runner, stack, metric,
+    point): from the campaign's succeeded trials on those runners (the newest SPREAD_TRIALS each; Spreads.of
+    leaves out the compared ones), per
+    approach with 2 trials or more at the point on the same stack, the variance of their log values pooled
+    over the approaches (df = trials - approaches). Two queries; none when no column has one trial."""
+    wanted_runners: set[int] = set()
+    keyed_of: dict[str, list[str]] = {}
+    names: set[str] = set()
+    for groups, trials in items:
+        runners = {t.runner_id for t in trials if t.runner_id is not None}
+        if not runners:
+            continue
+        for g in groups:
+            if any(len(side) == 1 for row in g.rows for side in row.trials):
+                wanted_runners |= runners
+                names.add(g.name)
+                if g.rows:
+                    keyed_of.setdefault(g.name, [k for k, _ in g.rows[0].point])
+    if not wanted_runners:
+        return NO_SPREADS
+    found = session.execute(
+        sa_select(Trial.id, Trial.approach_id, Trial.runner_id, cast(Trial.fingerprint, Text), Approach.title)  # type: ignore[call-overload]
+        .join(Approach, col(Approach.id) == Trial.approach_id)
+        .where(
+            Trial.campaign_id == campaign.id,
+            col(Trial.runner_id).in_(sorted(wanted_runners)),
+            Trial.state == TrialState.succeeded,
+        )
+        .order_by(col(Trial.id).desc())
+        .limit(SPREAD_TRIALS * len(wanted_runners))
+    ).all()
+    stack_of: dict[str, tuple[Any, ...]] = {}
+    about: dict[int, tuple[int, int, tuple[Any, ...], str]] = {}
+    for trial_id, approach_id, runner_id, text, title in found:
+        if text not in stack_of:
+            stack_of[text] = _stack_key(json.loads(text) if text else None)
+        about[trial_id] = (approach_id, runner_id, stack_of[text], title)
+    logs: dict[SpreadKey, dict[int, dict[int, float]]] = {}
+    titles: dict[int, str] = {}
+    for trial_id, name, value, tags in session.execute(
+        sa_select(Metric.trial_id, Metric.name, Metric.value, cast(Metric.tags, Text))  # type: ignore[call-overload]
+        .where(col(Metric.trial_id).in_(list(about)), col(Metric.name).in_(sorted(names)))
+        .order_by(col(Metric.trial_id), col(Metric.seq), col(Metric.index))
+    ):
+        if value is None or value <= 0 or name not in keyed_of:
+            continue
+        approach_id, runner_id, stack, title = about[trial_id]
+        parsed = json.loads(tags) if tags else {}
+        point = tuple((k, _hashable(parsed.get(k))) for k in keyed_of[name])
+        titles[approach_id] = title
+        # Within a trial a later row for the same point wins, as in metric_groups.
+        logs.setdefault((runner_id, stack, name, point), {}).setdefault(approach_id, {})[trial_id] = math.log(value)
+    return Spreads(logs, titles)
+
+
 def with_statistics(
-    groups: list[MetricGroup], columns: list[Column], rule: statistics.Rule, across_stacks: bool
+    groups: list[MetricGroup],
+    columns: list[Column],
+    rule: statistics.Rule,
+    across_stacks: bool,
+    trials: dict[int, ComparedTrial] | None = None,
+    spreads: Spreads = NO_SPREADS,
 ) -> list[MetricGroup]:
     """Each row with its statistics: every column against the first, one vectorized pass for the lot."""
-    return _with_statistics_of([(groups, columns)], rule, across_stacks)[0]
+    return _with_statistics_of([(groups, columns)], rule, across_stacks, trials or {}, spreads)[0]
 
 
 def _with_statistics_of(
-    items: list[tuple[list[MetricGroup], list[Column]]], rule: statistics.Rule, across_stacks: bool
+    items: list[tuple[list[MetricGroup], list[Column]]],
+    rule: statistics.Rule,
+    across_stacks: bool,
+    trials: dict[int, ComparedTrial],
+    spreads: Spreads,
 ) -> list[list[MetricGroup]]:
     """`with_statistics` of several comparisons in one vectorized pass (a row's figures do not depend on
     the rows computed with it: `statistics.compare_rows`)."""
@@ -548,27 +692,57 @@ def _with_statistics_of(
     ]
     if not flat:
         return [groups for groups, _ in items]
+
+    judged = [frozenset(i for c in columns for i in c.trial_ids) for _, columns in items]
+    stack_of: dict[int, tuple[Any, ...]] = {}  # trial id -> its SAME_STACK values
+
+    def spread_of(k: int, name: str, row: MetricRow, c: int) -> Spread | None:
+        if len(row.trial_ids[c]) != 1 or spreads is NO_SPREADS:
+            return None
+        t = trials.get(row.trial_ids[c][0])
+        if t is None or t.runner_id is None:
+            return None
+        if t.id not in stack_of:
+            stack_of[t.id] = _stack_key(t.fingerprint)
+        return spreads.of((t.runner_id, stack_of[t.id], name, row.point), judged[k])
+
+    notes: dict[int, str] = {}
+
+    def note_of(spread: Spread) -> str:  # one text per spread, however many rows use it
+        if id(spread) not in notes:
+            notes[id(spread)] = spread.note
+        return notes[id(spread)]
+
+    used = [
+        [spread_of(k, items[k][0][g].name, items[k][0][g].rows[r], c) for c in range(len(items[k][1]))]
+        for k, g, r in flat
+    ]
     computed = statistics.compare_rows(
-        [items[k][0][g].rows[r].samples for k, g, r in flat],
+        [items[k][0][g].rows[r].trials for k, g, r in flat],
         lower_better=[items[k][0][g].lower_is_better for k, g, _ in flat],
         rule=rule,
+        known=[[s.known if s else None for s in row] for row in used],
     )
     out = [
         [MetricGroup(g.name, g.unit, g.x_tag, list(g.rows), g.lower_is_better) for g in groups] for groups, _ in items
     ]
-    for (k, g, r), row_stats in zip(flat, computed, strict=True):
+    for (k, g, r), row_stats, row_spreads in zip(flat, computed, used, strict=True):
         columns = items[k][1]
         row = out[k][g].rows[r]
         pairs = []
         for c, pair in enumerate(row_stats.pairs, start=1):
             difference = columns[c].stack_difference
-            if not row.samples[0] or not row.samples[c]:
+            if not row.trials[0] or not row.trials[c]:
                 pairs.append(PairVerdict(None, difference, "not measured on both"))
             elif difference and not across_stacks:
                 pairs.append(PairVerdict(None, difference, f"different stack: {difference}"))
             else:
-                pairs.append(PairVerdict(pair, difference))
-        out[k][g].rows[r] = MetricRow(row.point, row.values, row.samples, RowStats(row_stats.sides, pairs))
+                applied = (row_spreads[0], row_spreads[c]) if pair.known_spread else ()
+                named = dict.fromkeys(note_of(s) for s in applied if s)
+                pairs.append(PairVerdict(pair, difference, spread="; ".join(named)))
+        out[k][g].rows[r] = MetricRow(
+            row.point, row.values, row.trials, row.trial_ids, RowStats(row_stats.sides, pairs)
+        )
     return out
 
 

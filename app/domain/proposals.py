@@ -14,7 +14,8 @@ the deciding metric, by the campaign's rule (app/domain/statistics.py):
 | anything else                             | inconclusive   | untested        |
 
 "measured" and "inconclusive" are proposal labels, not statuses: the approach stays open (untested, so
-"Run next" or a Settle can gather more), the reason says which and after how many samples, and an
+"Run next" or a Settle can gather more), the reason says what was shown (no verdict with one trial a side,
+equivalent, below the minimum effect, mixed) after how many trials a side, and an
 inconclusive proposal offers "Repeat" (a Settle of the reference vs this approach, app/domain/repeats.py).
 The status set (models.ApproachStatus) is unchanged.
 """
@@ -125,7 +126,7 @@ def _success(session: Session, trial: Trial) -> Proposal:
         )
     pairs = [(r, r.stats.pairs[0].stats) for r in group.rows if r.stats and r.stats.pairs[0].stats]
     verdicts = {p.verdict for _, p in pairs}
-    samples = min((min(s.n for s in r.stats.sides) for r, _ in pairs if r.stats), default=0)
+    trials = min((min(s.trials for s in r.stats.sides) for r, _ in pairs if r.stats), default=0)
     evidence = _evidence(group, pairs)
     if verdicts == {statistics.Verdict.faster}:
         if is_best:
@@ -143,10 +144,27 @@ def _success(session: Session, trial: Trial) -> Proposal:
         )
     return Proposal(
         ApproachStatus.untested,
-        f"{summary}; inconclusive: indistinguishable from {reference.title} after {samples} sample(s) ({evidence})",
+        f"{summary}; inconclusive: {_what_was_shown(verdicts, reference.title, trials)} ({evidence})",
         label="inconclusive",
         settle=settle,
     )
+
+
+def _what_was_shown(verdicts: set[statistics.Verdict], reference: str, trials: int) -> str:
+    """Why no status follows: 'no verdict with 1 trial a side: repeat it', 'equivalent to X after 4 trials a
+    side', 'faster at some points, slower at others than X', ..."""
+    words = statistics.VERDICT_WORDS
+    after = f"after {trials} trial(s) a side"
+    if not verdicts or verdicts == {statistics.Verdict.no_verdict}:
+        return (
+            f"no verdict against {reference} with {trials} trial(s) a side (its run-to-run spread is unknown): repeat"
+        )
+    if verdicts == {statistics.Verdict.equivalent}:
+        return f"equivalent to {reference} {after} (within the campaign's minimum effect)"
+    if verdicts == {statistics.Verdict.below_min_effect}:
+        return f"different from {reference} but below the campaign's minimum effect {after}"
+    listed = ", ".join(words[v] for v in statistics.Verdict if v in verdicts)
+    return f"not faster at every point than {reference} {after} ({listed})"
 
 
 def _evidence(group: comparison.MetricGroup, pairs: list) -> str:
@@ -158,7 +176,7 @@ def _evidence(group: comparison.MetricGroup, pairs: list) -> str:
     if ratio is None:
         text = f"{group.name}: no ratio"
     elif ratio.low is None or ratio.high is None:
-        text = f"{group.name} x{ratio.value:.3f} (one sample a side: no interval)"
+        text = f"{group.name} x{ratio.value:.3f} (one trial a side: no interval)"
     else:
         text = f"{group.name} x{ratio.value:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]"
     where = f" at {row.label}" if row.label else ""

@@ -6,8 +6,9 @@ land interleaved, A B A B ...: drift in the node hits both alike), with no runne
 in which a runner looks at the queue, app/services/trials.start_queued) compares A and B over their
 succeeded trials on the same stack (app/domain/comparison.compare_approaches) on the deciding metric:
 
-- **decided** when each of its rows measured on both is "faster" or "slower", or already has the samples
-  it needs on both sides (then indistinguishable is the answer at the campaign's minimum effect);
+- **decided** when each of its rows measured on both has a verdict that answers the question over trials
+  (statistics.DECIDED: faster, slower, equivalent, or different but below the minimum effect); an
+  inconclusive row, or one with no verdict yet (one trial a side), asks for another round;
 - **spent** when A (or B) has had `budget` trials of this settle;
 - **stopped** when one of its trials was cancelled or lost (a person stopped it, or its runner went);
 - else the next round is queued.
@@ -165,13 +166,9 @@ def decision(session: Session, campaign: Campaign, a: Approach, b: Approach, met
         if row.stats is None or row.stats.pairs[0].stats is None:
             continue
         pair = row.stats.pairs[0].stats
-        sides = row.stats.sides
-        if pair.verdict != statistics.Verdict.indistinguishable:
-            verdicts.append(pair.verdict.value)
-        elif pair.samples_needed is not None and min(s.n for s in sides) >= pair.samples_needed:
-            verdicts.append("indistinguishable")
-        else:
+        if pair.verdict not in statistics.DECIDED:  # inconclusive, or no verdict yet (one trial a side)
             return None
+        verdicts.append(statistics.VERDICT_WORDS[pair.verdict])
     if not verdicts:
         return None
     counts = ", ".join(f"{v} at {verdicts.count(v)}" for v in dict.fromkeys(verdicts))
@@ -182,6 +179,19 @@ def settle_pair(result: comparison.Comparison) -> tuple[str, str] | None:
     """The (A, B) approach keys a comparison of two columns of different approaches could settle."""
     keys = list(dict.fromkeys(c.approach_key for c in result.columns))
     return (keys[0], keys[1]) if len(keys) == 2 else None
+
+
+def repeat_keys(result: comparison.Comparison) -> list[str]:
+    """The approaches of a comparison with a row that has no verdict for want of trials (one trial a side):
+    each is offered "Repeat"."""
+    short = any(
+        p.stats is not None and p.stats.verdict == statistics.Verdict.no_verdict
+        for g in result.metrics
+        for r in g.rows
+        if r.stats
+        for p in r.stats.pairs
+    )
+    return list(dict.fromkeys(c.approach_key for c in result.columns)) if short else []
 
 
 def open_settles(session: Session, campaign: Campaign) -> list[SettleView]:

@@ -10,7 +10,8 @@ stack summary it was reached on; and R's fingerprint. `cancel` cancels its queue
 app/services/trials.start_queued, like repeats.advance_open) finishes a replay whose trials have all ended
 and writes `replay.finished` to the notification outbox in that transaction. `report`: per approach, the
 verdict and figures before and after, what changed status, and the comparison statistics of the headline
-metric (comparison.compare_trials across stacks: the ratio interval and faster / slower / indistinguishable).
+metric (comparison.compare_trials across stacks: the ratio interval and its verdict, statistics.Verdict; one
+trial a side has no verdict unless the campaign holds that point's run-to-run spread on the runner).
 
 Locks on PostgreSQL: `start` takes the campaign row (scheduling.lock_campaign, as run next does); `cancel`
 takes the replay row, then each queued trial's (queue.lock_trial), never a runner's; `advance_open` skips
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from app.domain import comparison, notifications, planning, queue, scheduling, trials, verdicts
+from app.domain import comparison, notifications, planning, queue, scheduling, statistics, trials, verdicts
 from app.domain import fingerprint as stack
 from app.domain import runners as runner_domain
 from app.domain.errors import Invalid, NotFound
@@ -267,8 +268,12 @@ class Point:
     ratio: float | None
     low: float | None
     high: float | None
-    verdict: str | None  # faster / slower / indistinguishable; None: not measured on both
+    verdict: str | None  # a statistics.Verdict value; None: not measured on both
     note: str = ""
+
+    @property
+    def verdict_words(self) -> str:
+        return statistics.VERDICT_WORDS[statistics.Verdict(self.verdict)] if self.verdict else ""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("label", "before", "after", "ratio", "low", "high", "verdict", "note")}
@@ -309,7 +314,7 @@ class Row:
         measured = [p for p in self.points if p.verdict]
         if measured:
             p = measured[0]
-            head += f"; {self.metric} {p.label + ' ' if p.label else ''}x{p.ratio:.3g} ({p.verdict})"
+            head += f"; {self.metric} {p.label + ' ' if p.label else ''}x{p.ratio:.3g} ({p.verdict_words})"
         return head
 
     def as_dict(self) -> dict[str, Any]:

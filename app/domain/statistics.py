@@ -1,27 +1,40 @@
 """Is a difference real? The board's one home for comparison statistics (docs/statistics.md).
 
-Per metric point, each side (a trial, or an approach's repeated trials) is a set of samples: the raw
-samples its metric lines carry, else their values. Between a side and the first (the reference) side:
+**The trial is the unit.** Samples inside one trial (graph replays, repeated calls) share the process,
+the clocks and the GPU's state: they estimate that trial's figure (its median), nothing more. A side of
+a comparison is a list of trials, each a list of samples; its figure is the mean of its trials' medians.
+Between a side and the first (the reference) side, per metric point:
 
-- the **ratio of medians** (other / reference) with a bootstrap percentile interval at `Rule.confidence`;
-- a **Mann-Whitney U** two-sided p-value (`scipy.stats.mannwhitneyu`) when each side has at least
-  `Rule.min_mwu_samples` samples (Google Benchmark's U test asks for about 9 repetitions), else None;
-- a **verdict**: "faster" / "slower" when the interval excludes 1 and the effect |ratio - 1| is at least
-  `Rule.min_effect` (asv's rule: a change is called only when its interval allows it and it is larger
-  than a threshold), else "indistinguishable" with **samples_needed**: how many samples a side would
-  need to resolve an effect of `min_effect` at the observed spread (80% power, the medians' efficiency);
-- each side's **coefficient of variation**; over `Rule.unstable_cv` the side is **unstable** (pyperf
-  warns about unstable benchmarks the same way).
+- the **ratio** of the two figures (other / reference) with a percentile interval at `Rule.confidence`,
+  from draws of each side's figure (`_side_draws`):
+  - 2 trials or more: the figure's posterior over trials, Student's t: log(figure) + (s / sqrt(m)) x
+    t_(m-1), s the standard deviation of the trials' log medians (it carries the within-run noise too). A
+    bootstrap that resamples 2-5 trials with replacement cannot show more spread than those few trials
+    show, and calls identical configurations different far more often than its confidence says
+    (bench/verdict_error_rates.py measures both);
+  - 1 trial: only with a **known run-to-run spread** (`KnownSpread`: the campaign's earlier repeats of
+    that metric on that runner and stack): the trial's bootstrap medians (its samples resampled) times
+    exp(sigma x t_df), df the spread's own degrees of freedom; without one the side gives **no verdict**;
+- a **Welch t-test** p-value over the trials' log medians (2 trials a side or more), else None;
+- a **verdict**, against the campaign's minimum effect m (`Rule.min_effect`):
+  **faster** / **slower** when the interval excludes 1 and the ratio is at least 1 + m or at most
+  1 / (1 + m); **below_min_effect** when it excludes 1 with a smaller effect (a real difference too small
+  to matter); **equivalent** when it holds 1 and lies inside (1 / (1 + m), 1 + m) (equivalence,
+  TOST-style); **inconclusive** otherwise;
+  **no_verdict** when a side has one trial and no known spread;
+- **trials_needed** for an inconclusive row: trials a side at which this rule decides (any verdict but
+  inconclusive) with `Rule.power` whatever the true effect, at the observed run-to-run spread;
+- each side's within-run and run-to-run **coefficients of variation**; over `Rule.unstable_cv` the side
+  is **unstable** (pyperf warns about unstable benchmarks the same way).
 
-The bootstrap is vectorized over every sample set of a comparison at once (8 trials x 200 points in one
-pass). Resampling n values with replacement and taking the median is the same, in distribution, as
-taking the k-th order statistic of the sorted values at floor(n U_(k)), U_(k) ~ Beta(k, n - k + 1) the
-k-th of n uniform order statistics: so a resample's median costs O(1), not O(n), and the intervals match
-`scipy.stats.bootstrap(..., method="percentile")`'s within Monte Carlo error (tests/domain/test_statistics.py
-checks it). Seeded: the same samples give the same interval on every page load.
+Vectorized over every row of a comparison at once (8 trials x 200 points in one pass): a trial's
+bootstrap median costs O(1) (the k-th order statistic at floor(n U), U ~ Beta(k, n - k + 1)), and each
+kind of draw comes from a pool seeded by (seed, its size), each side reading it at an offset of its own
+column: a row's figures depend on its own samples alone, the same on every page load.
 
 Pure functions over numbers (numpy, scipy); no database, no web. `compare` is the one-pair call;
-`compare_rows` the vectorized one; both answer with the same dataclasses.
+`compare_rows` the vectorized one; both answer with the same dataclasses. `trial_estimate`,
+`trial_resamples` and `percentile_interval` are the same method for one side (the answer's cells).
 """
 
 from __future__ import annotations
@@ -34,14 +47,34 @@ from enum import StrEnum
 
 import numpy as np
 from scipy import stats as sps
+from scipy.special import ndtr
 
 from runners.recipes.metric import MetricName
+
+Trials = Sequence[Sequence[float]]  # a side: its trials, each its samples
 
 
 class Verdict(StrEnum):
     faster = "faster"
     slower = "slower"
-    indistinguishable = "indistinguishable"
+    equivalent = "equivalent"
+    below_min_effect = "below_min_effect"
+    inconclusive = "inconclusive"
+    no_verdict = "no_verdict"
+
+
+# What the page and the messages say for each verdict (the API carries the values above).
+VERDICT_WORDS = {
+    Verdict.faster: "faster",
+    Verdict.slower: "slower",
+    Verdict.equivalent: "equivalent",
+    Verdict.below_min_effect: "different, below the minimum effect",
+    Verdict.inconclusive: "inconclusive",
+    Verdict.no_verdict: "no verdict",
+}
+# The verdicts that answer the question: a Settle stops on them.
+DECIDED = frozenset((Verdict.faster, Verdict.slower, Verdict.equivalent, Verdict.below_min_effect))
+MAX_TRIALS_NEEDED = 1000  # beyond this "trials needed" is None: fix the noise first
 
 
 @dataclass(frozen=True)
@@ -52,7 +85,6 @@ class Rule:
     confidence: float = 0.95
     min_effect: float = 0.03
     unstable_cv: float = 0.10
-    min_mwu_samples: int = 6
     power: float = 0.80
     n_resamples: int = 1000
     seed: int = 20261201
@@ -67,8 +99,21 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class KnownSpread:
+    """A run-to-run spread known from elsewhere: the coefficient of variation across trials and its
+    degrees of freedom (trials it was measured over, less one per group they came in)."""
+
+    cv: float
+    df: int
+
+    def __post_init__(self) -> None:
+        if not (self.cv >= 0 and math.isfinite(self.cv)) or self.df < 1:
+            raise ValueError(f"a known spread needs cv >= 0 and df >= 1, not {self.cv}, {self.df}")
+
+
+@dataclass(frozen=True)
 class Ratio:
-    """Other side's median over the reference side's; low / high None when a side has one sample."""
+    """Other side's figure over the reference side's; low / high None when no interval can be given."""
 
     value: float
     low: float | None
@@ -77,9 +122,11 @@ class Ratio:
 
 @dataclass(frozen=True)
 class Side:
-    n: int
-    median: float | None
-    cv: float | None  # standard deviation (ddof 1) over |mean|; None below 2 samples or at mean 0
+    trials: int
+    samples: int
+    value: float | None  # the mean of the trials' medians
+    cv: float | None  # within-run: the mean of the trials' CVs (None: no trial with 2 samples)
+    between_cv: float | None  # run-to-run: the CV of the trials' medians (None below 2 trials)
     unstable: bool
 
 
@@ -87,10 +134,11 @@ class Side:
 class PairStats:
     """One side against the reference side (the ratio is theirs over the reference's)."""
 
-    ratio: Ratio | None  # None: no samples on a side, or a reference median of 0 or below
+    ratio: Ratio | None  # None: no samples on a side, or a reference figure of 0 or below
     p_value: float | None
     verdict: Verdict
-    samples_needed: int | None  # only for "indistinguishable" with a known spread on both sides
+    trials_needed: int | None  # for "inconclusive" with a known spread on both sides
+    known_spread: bool = False  # a one-trial side's interval used a KnownSpread
 
 
 @dataclass(frozen=True)
@@ -109,14 +157,6 @@ def lower_is_better(name: str, unit: str) -> bool:
     return not (name in _HIGHER_IS_BETTER or unit.strip().endswith("/s"))
 
 
-def side(samples: Sequence[float], rule: Rule = Rule()) -> Side:
-    values = np.asarray(samples, dtype=float)
-    if values.size == 0:
-        return Side(0, None, None, False)
-    cv = _cv(values)
-    return Side(int(values.size), float(np.median(values)), cv, cv is not None and cv > rule.unstable_cv)
-
-
 def _cv(values: np.ndarray) -> float | None:
     mean = float(np.mean(values))
     if values.size < 2 or mean == 0:
@@ -124,191 +164,87 @@ def _cv(values: np.ndarray) -> float | None:
     return float(np.std(values, ddof=1) / abs(mean))
 
 
-@functools.lru_cache(maxsize=64)
-def _z(confidence: float, power: float) -> float:
-    return float(sps.norm.ppf(1 - (1 - confidence) / 2) + sps.norm.ppf(power))
+def trial_value(samples: Sequence[float]) -> float | None:
+    """One trial's figure: the median of its samples (None without any)."""
+    return float(np.median(samples)) if len(samples) else None
 
 
-def samples_needed(cv_reference: float, cv_other: float, rule: Rule = Rule()) -> int:
-    """Samples per side to tell medians `rule.min_effect` apart (two-sided, at `rule.confidence`, with
-    `rule.power`), at these coefficients of variation. The median's variance is pi/2 times the mean's
-    for normal noise, hence the factor."""
-    z = _z(rule.confidence, rule.power)
-    need = (math.pi / 2) * (z / rule.min_effect) ** 2 * (cv_reference**2 + cv_other**2)
-    return max(2, math.ceil(need))
+# --- The rule --------------------------------------------------------------------------------------------
 
 
-def compare(
-    reference: Sequence[float], other: Sequence[float], *, lower_better: bool = True, rule: Rule = Rule()
-) -> tuple[Side, Side, PairStats]:
-    """One pair: the reference side, the other side, and the other against the reference."""
-    row = compare_rows([[reference, other]], lower_better=[lower_better], rule=rule)[0]
-    return row.sides[0], row.sides[1], row.pairs[0]
+def verdict_of(ratio: float, low: float, high: float, lower_better: bool, min_effect: float) -> Verdict:
+    """The label for a ratio and its interval (the module's docstring). The minimum effect is symmetric on
+    the log scale: a ratio of 1 + m or 1 / (1 + m) reaches it, so a 3% higher bandwidth and the 2.9% lower
+    latency it comes from are the same effect."""
+    bound = math.log1p(min_effect)
+    if high < 1 or low > 1:
+        if abs(math.log(ratio)) >= bound - 1e-12:
+            better = ratio < 1 if lower_better else ratio > 1
+            return Verdict.faster if better else Verdict.slower
+        return Verdict.below_min_effect
+    if -bound < math.log(low) and math.log(high) < bound:
+        return Verdict.equivalent
+    return Verdict.inconclusive
 
 
-def compare_rows(
-    rows: Sequence[Sequence[Sequence[float]]], *, lower_better: Sequence[bool], rule: Rule = Rule()
-) -> list[RowStats]:
-    """Every row's sides against its first side, in one vectorized pass. rows[r][c]: the samples of side
-    c at point r (2 sides or more; a side may be empty); lower_better[r]: row r's direction."""
-    if len(lower_better) != len(rows):
-        raise ValueError("one direction per row")
-    if any(len(r) < 2 for r in rows):
-        raise ValueError("a row compares at least two sides")
-    sets = _sorted([[np.asarray(s, dtype=float) for s in row] for row in rows])
-    boot = _median_resamples(sets, rule.n_resamples, rule.seed)
-    alpha = 1 - rule.confidence
-    pair_index = [(r, c) for r, row in enumerate(sets) for c in range(1, len(row))]
-    intervals = _intervals(sets, boot, pair_index, alpha)
-    p_values = _mann_whitney(sets, pair_index, rule.min_mwu_samples)
-    every_side = _sides(sets, rule)
-    out: list[RowStats] = []
-    at = 0
-    for r, row in enumerate(sets):
-        sides = every_side[r]
-        pairs: list[PairStats] = []
-        for c in range(1, len(row)):
-            ratio = _ratio(sides[0], sides[c], intervals[at])
-            pairs.append(_pair(ratio, p_values[at], sides[0], sides[c], lower_better[r], rule))
-            at += 1
-        out.append(RowStats(sides, pairs))
-    return out
+@functools.lru_cache(maxsize=256)
+def _difference_quantile(df: int, confidence: float) -> float:
+    """The two-sided `confidence` quantile of T1 - T2, T iid Student t with df degrees of freedom: the
+    interval's half-width in units of one side's standard error (Monte Carlo, seeded, once per df)."""
+    p = 1 - (1 - confidence) / 2
+    if df > 40:  # close to normal: the difference has variance 2 df / (df - 2)
+        return float(sps.norm.ppf(p) * math.sqrt(2 * df / (df - 2)))
+    rng = np.random.default_rng((7, df))
+    d = rng.standard_t(df, size=200_000) - rng.standard_t(df, size=200_000)
+    return float(np.quantile(np.abs(d), confidence))
 
 
-def _sorted(sets: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
-    """Each set sorted: one sort per sample size over the stacked sets (each set a view of its row)."""
-    by_size: dict[int, list[tuple[int, int]]] = {}
-    for r, row in enumerate(sets):
-        for c, s in enumerate(row):
-            by_size.setdefault(int(s.size), []).append((r, c))
-    out = [list(row) for row in sets]
-    for members in by_size.values():
-        stacked = np.sort(np.stack([sets[r][c] for r, c in members]), axis=1)
-        for i, (r, c) in enumerate(members):
-            out[r][c] = stacked[i]
-    return out
+def decide_probability(trials: int, spread_cv: float, effect: float | np.ndarray, rule: Rule = Rule()) -> np.ndarray:
+    """P(the rule decides) with `trials` a side, each trial's figure of CV `spread_cv`, at a true relative
+    effect `effect` (a number or an array of them): undecided only when the interval holds 1 (|d| <= h)
+    and reaches past the minimum (|d| >= m - h), d ~ N(effect, 2 cv^2 / trials) on the log scale, h the
+    interval's half-width (`_difference_quantile` standard errors of one side)."""
+    d = np.log1p(np.asarray(effect, dtype=float))
+    if trials < 2:
+        return np.zeros_like(d)
+    se = spread_cv / math.sqrt(trials)
+    h = se * _difference_quantile(trials - 1, rule.confidence)
+    sd = se * math.sqrt(2)
+    lo, hi = max(0.0, math.log1p(rule.min_effect) - h), h
+    if lo >= hi or sd == 0:
+        return np.ones_like(d)
+    undecided = (ndtr((hi - d) / sd) - ndtr((lo - d) / sd)) + (ndtr((-lo - d) / sd) - ndtr((-hi - d) / sd))
+    return 1 - undecided
 
 
-def _sides(sets: list[list[np.ndarray]], rule: Rule) -> list[list[Side]]:
-    """side() of every set, vectorized over the sets of one size (the page's hot path)."""
-    out: list[list[Side | None]] = [[None] * len(row) for row in sets]
-    by_size: dict[int, list[tuple[int, int]]] = {}
-    for r, row in enumerate(sets):
-        for c, s in enumerate(row):
-            by_size.setdefault(int(s.size), []).append((r, c))
-    for n, members in by_size.items():
-        if n < 2:  # no spread: the one value is the median (most compared figures are single values)
-            for r, c in members:
-                out[r][c] = Side(n, float(sets[r][c][0]), None, False) if n else Side(0, None, None, False)
-            continue
-        data = np.stack([sets[r][c] for r, c in members])  # each row sorted
-        medians = 0.5 * (data[:, (n - 1) // 2] + data[:, n // 2])
-        means = data.mean(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cvs = data.std(axis=1, ddof=1) / np.abs(means)
-        for i, (r, c) in enumerate(members):
-            cv = float(cvs[i]) if means[i] != 0 else None
-            out[r][c] = Side(n, float(medians[i]), cv, cv is not None and cv > rule.unstable_cv)
-    return out  # type: ignore[return-value]
+def trials_needed(spread_cv: float, rule: Rule = Rule()) -> int | None:
+    """Trials a side at which the rule decides with `rule.power` whatever the true effect (the hardest is
+    about half the minimum effect: the interval must then show either a difference or that none reaches the
+    minimum), at a run-to-run spread of `spread_cv` (a trial's CV). None past MAX_TRIALS_NEEDED."""
+    return _trials_needed(float(f"{spread_cv:.3g}"), rule.confidence, rule.min_effect, rule.power)
 
 
-def _median_resamples(sets: list[list[np.ndarray]], n_resamples: int, seed: int) -> dict:
-    """(row, side) -> n_resamples bootstrap medians, for every set of 2 samples or more.
+@functools.lru_cache(maxsize=4096)
+def _trials_needed(spread_cv: float, confidence: float, min_effect: float, power: float) -> int | None:
+    rule = Rule(confidence=confidence, min_effect=min_effect, power=power)
+    effects = np.linspace(0, 2 * min_effect, 81)
 
-    Sets of one size share one pool of order-statistic draws (one column gather for all of them), seeded by
-    (seed, size): a row's draws depend on its own sizes and width, never on the other rows compared with it
-    (the replay report computes its pairs in one call, and gets each pair's figures as alone). Each side's
-    medians are then rolled by an offset of its own (side c by c x n_resamples / sides), so the two medians
-    of a ratio never come from the same draw (their resamples stay independent, as in a two-sample
-    bootstrap)."""
-    by_size: dict[int, list[tuple[int, int]]] = {}
-    for r, row in enumerate(sets):
-        for c, s in enumerate(row):
-            if s.size >= 2:
-                by_size.setdefault(int(s.size), []).append((r, c))
-    out: dict[tuple[int, int], np.ndarray] = {}
-    for n, members in by_size.items():
-        k = (n + 1) // 2  # the (lower) median's rank, 1-based
-        rng = np.random.default_rng((seed, n))
-        u = rng.beta(k, n - k + 1, size=n_resamples)
-        lo = np.minimum((u * n).astype(np.intp), n - 1)
-        data = np.stack([sets[r][c] for r, c in members])
-        medians = data[:, lo]
-        if n % 2 == 0:  # the next order statistic, given this one: u + (1 - u) x the least of n - k uniforms
-            v = u + (1 - u) * rng.beta(1, n - k, size=n_resamples)
-            medians = 0.5 * (medians + data[:, np.minimum((v * n).astype(np.intp), n - 1)])
-        rolled = [i for i, (_, c) in enumerate(members) if c]  # the reference sides (c = 0) keep the pool's order
-        if rolled:
-            offsets = np.array([members[i][1] * max(1, n_resamples // len(sets[members[i][0]])) for i in rolled])
-            take = (np.arange(n_resamples)[None, :] + offsets[:, None]) % n_resamples
-            medians[rolled] = np.take_along_axis(medians[rolled], take, axis=1)
-        for i, key in enumerate(members):
-            out[key] = medians[i]
-    return out
+    def worst(k: int) -> float:
+        return float(decide_probability(k, spread_cv, effects, rule).min())
 
-
-def _intervals(
-    sets: list[list[np.ndarray]], boot: dict, pairs: list[tuple[int, int]], alpha: float
-) -> list[tuple[float, float] | None]:
-    """Percentile interval of other / reference over the paired resamples (None where a side has < 2)."""
-    usable = [i for i, (r, c) in enumerate(pairs) if (r, 0) in boot and (r, c) in boot]
-    out: list[tuple[float, float] | None] = [None] * len(pairs)
-    if not usable:
-        return out
-    reference = np.stack([boot[(pairs[i][0], 0)] for i in usable])
-    other = np.stack([boot[pairs[i]] for i in usable])
-    b = reference.shape[1]
-    # The percentile interval's ends as order statistics of the resampled ratios (outward-rounded ranks):
-    # one partition, where np.quantile would interpolate between four.
-    k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
-    with np.errstate(divide="ignore", invalid="ignore"):  # a reference median of 0: no interval (below)
-        ratios = np.partition(other / reference, [k_low, k_high], axis=1)
-    for j, i in enumerate(usable):
-        low, high = float(ratios[j, k_low]), float(ratios[j, k_high])
-        if np.all(reference[j] > 0) and math.isfinite(low) and math.isfinite(high):
-            out[i] = (low, high)
-    return out
-
-
-def _mann_whitney(sets: list[list[np.ndarray]], pairs: list[tuple[int, int]], minimum: int) -> list[float | None]:
-    """Two-sided U-test p-values, one vectorized call per pair of sample sizes."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, (r, c) in enumerate(pairs):
-        a, b = sets[r][0], sets[r][c]
-        if a.size >= minimum and b.size >= minimum:
-            groups.setdefault((a.size, b.size), []).append(i)
-    out: list[float | None] = [None] * len(pairs)
-    for members in groups.values():
-        x = np.stack([sets[pairs[i][0]][0] for i in members])
-        y = np.stack([sets[pairs[i][0]][pairs[i][1]] for i in members])
-        p = np.atleast_1d(sps.mannwhitneyu(x, y, alternative="two-sided", axis=1).pvalue)
-        for i, value in zip(members, p, strict=True):
-            out[i] = float(value) if math.isfinite(value) else None
-    return out
-
-
-def _ratio(reference: Side, other: Side, interval: tuple[float, float] | None) -> Ratio | None:
-    if reference.median is None or other.median is None or reference.median <= 0:
+    if worst(MAX_TRIALS_NEEDED) < power:
         return None
-    value = other.median / reference.median
-    return Ratio(value, *interval) if interval is not None else Ratio(value, None, None)
+    low, high = 2, MAX_TRIALS_NEEDED  # worst(k) grows with k: bisect for the first k that reaches the power
+    while low < high:
+        mid = (low + high) // 2
+        if worst(mid) >= power:
+            high = mid
+        else:
+            low = mid + 1
+    return low
 
 
-def _pair(
-    ratio: Ratio | None, p_value: float | None, reference: Side, other: Side, lower_better: bool, rule: Rule
-) -> PairStats:
-    if ratio is not None and ratio.low is not None and ratio.high is not None:
-        excludes_one = ratio.high < 1 or ratio.low > 1
-        if excludes_one and abs(ratio.value - 1) >= rule.min_effect:
-            better = ratio.value < 1 if lower_better else ratio.value > 1
-            return PairStats(ratio, p_value, Verdict.faster if better else Verdict.slower, None)
-    needed = None
-    if reference.cv is not None and other.cv is not None:
-        needed = samples_needed(reference.cv, other.cv, rule)
-    return PairStats(ratio, p_value, Verdict.indistinguishable, needed)
-
-
-# --- The trial as the unit (issue 34; the answer of issue 33 uses the same code) ---------------------------
+# --- One side's figure: the trial as the unit ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -323,7 +259,7 @@ class TrialEstimate:
     within_cv: float | None
 
 
-def trial_estimate(trials: Sequence[Sequence[float]]) -> TrialEstimate | None:
+def trial_estimate(trials: Trials) -> TrialEstimate | None:
     """The side's estimate when the trial is the unit: None when no trial has a sample."""
     medians = [float(np.median(t)) for t in trials if len(t)]
     if not medians:
@@ -337,42 +273,57 @@ def trial_estimate(trials: Sequence[Sequence[float]]) -> TrialEstimate | None:
     )
 
 
-def trial_resamples(
-    trials: Sequence[Sequence[float]], n_resamples: int, rng: np.random.Generator, *, between_cv: float | None = None
-) -> np.ndarray | None:
-    """The bootstrap distribution of `trial_estimate(...).value`, hierarchically: each resample draws the
-    trials with replacement, then each drawn trial's samples with replacement, and averages the drawn
-    trials' medians (the unit of replication is the trial; samples within one only estimate that trial).
+def _bootstrap_medians(sorted_trial: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """n_resamples bootstrap medians of one sorted trial: the order statistic at floor(n U)."""
+    n = sorted_trial.size
+    if n == 1:
+        return np.full(n_resamples, sorted_trial[0])
+    k = (n + 1) // 2
+    u = rng.beta(k, n - k + 1, size=n_resamples)
+    med = sorted_trial[np.minimum((u * n).astype(np.intp), n - 1)]
+    if n % 2 == 0:  # the next order statistic, given this one: u + (1 - u) x the least of n - k uniforms
+        v = u + (1 - u) * rng.beta(1, n - k, size=n_resamples)
+        med = 0.5 * (med + sorted_trial[np.minimum((v * n).astype(np.intp), n - 1)])
+    return med
 
-    `between_cv`: a run-to-run spread known from elsewhere (the campaign's earlier repeats of this metric on
-    this runner and stack). When given, each drawn trial is also scaled by a log-normal factor of that CV,
-    which is what lets one trial a side carry a honest interval; without it, one trial's resamples carry the
-    within-run noise alone and callers must not decide on them. None when no trial has a sample."""
+
+def trial_resamples(
+    trials: Trials,
+    n_resamples: int,
+    rng: np.random.Generator,
+    *,
+    between_cv: float | None = None,
+    between_df: int | None = None,
+) -> np.ndarray | None:
+    """Draws of `trial_estimate(...).value`'s uncertainty, the method of `compare_rows` for one side:
+
+    - `between_cv` given (the run-to-run spread known from the campaign's earlier repeats of this metric on
+      this runner and stack; `between_df` its degrees of freedom, None: taken as exact): each trial's
+      samples are resampled (its bootstrap median) and scaled by exp(sigma x t_df) (a log-normal factor
+      when exact), and the trials averaged: one trial then carries an honest interval;
+    - else, 2 trials or more: the posterior of the mean over trials, log(value) + (s / sqrt(m)) x t_(m-1),
+      s the standard deviation of the trials' log medians (carrying the within-run noise);
+    - else (one trial, nothing known): that trial's bootstrap medians, the within-run noise alone: callers
+      must not decide on them.
+
+    None when no trial has a sample."""
     kept = [np.sort(np.asarray(t, dtype=float)) for t in trials if len(t)]
     if not kept:
         return None
-    m = len(kept)
-    pick = rng.integers(0, m, size=(n_resamples, m))
-    # Each trial's resampled medians, once per trial (order statistics, as in _median_resamples).
-    medians_of = []
-    for t in kept:
-        n = t.size
-        if n == 1:
-            medians_of.append(np.full(n_resamples, t[0]))
-            continue
-        k = (n + 1) // 2
-        u = rng.beta(k, n - k + 1, size=n_resamples)
-        med = t[np.minimum((u * n).astype(np.intp), n - 1)]
-        if n % 2 == 0:
-            v = u + (1 - u) * rng.beta(1, n - k, size=n_resamples)
-            med = 0.5 * (med + t[np.minimum((v * n).astype(np.intp), n - 1)])
-        medians_of.append(med)
-    table = np.stack(medians_of)  # [trial, resample]
-    per_trial = table[pick, np.arange(n_resamples)[:, None]]
-    if between_cv:
+    if between_cv is not None:
         sigma = math.sqrt(math.log1p(between_cv**2))
-        per_trial = per_trial * rng.lognormal(-(sigma**2) / 2, sigma, size=per_trial.shape)
-    return per_trial.mean(axis=1)
+        shape = (len(kept), n_resamples)
+        spread = rng.standard_t(between_df, size=shape) if between_df else rng.standard_normal(size=shape)
+        per_trial = np.stack([_bootstrap_medians(t, n_resamples, rng) for t in kept]) * np.exp(sigma * spread)
+        return per_trial.mean(axis=0)
+    if len(kept) == 1:
+        return _bootstrap_medians(kept[0], n_resamples, rng)
+    medians = np.array([float(np.median(t)) for t in kept])
+    if np.any(medians <= 0):  # no log scale: the same posterior on the values themselves
+        scale = float(np.std(medians, ddof=1)) / math.sqrt(medians.size)
+        return float(np.mean(medians)) + scale * rng.standard_t(medians.size - 1, size=n_resamples)
+    s = float(np.std(np.log(medians), ddof=1)) / math.sqrt(medians.size)
+    return float(np.mean(medians)) * np.exp(s * rng.standard_t(medians.size - 1, size=n_resamples))
 
 
 def percentile_interval(resamples: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -382,3 +333,356 @@ def percentile_interval(resamples: np.ndarray, confidence: float) -> tuple[float
     k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
     part = np.partition(resamples, [k_low, k_high])
     return float(part[k_low]), float(part[k_high])
+
+
+# --- Rows: every side of every row in one pass -----------------------------------------------------------
+
+
+def side(trials: Trials, rule: Rule = Rule()) -> Side:
+    """One side's figures (see compare_rows for many)."""
+    return compare_rows([[trials, trials]], lower_better=[True], rule=rule)[0].sides[0]
+
+
+def compare(
+    reference: Trials,
+    other: Trials,
+    *,
+    lower_better: bool = True,
+    rule: Rule = Rule(),
+    known: tuple[KnownSpread | None, KnownSpread | None] = (None, None),
+) -> tuple[Side, Side, PairStats]:
+    """One pair: the reference side, the other side, and the other against the reference."""
+    row = compare_rows([[reference, other]], lower_better=[lower_better], rule=rule, known=[list(known)])[0]
+    return row.sides[0], row.sides[1], row.pairs[0]
+
+
+@dataclass
+class _SideData:
+    trials: int
+    samples: int
+    medians: np.ndarray  # each trial's median
+    single: np.ndarray | None  # the one trial's sorted samples (one-trial sides)
+    within_cv: float | None
+
+
+def compare_rows(
+    rows: Sequence[Sequence[Trials]],
+    *,
+    lower_better: Sequence[bool],
+    rule: Rule = Rule(),
+    known: Sequence[Sequence[KnownSpread | None]] | None = None,
+) -> list[RowStats]:
+    """Every row's sides against its first side, in one vectorized pass. rows[r][c]: side c at point r, a
+    list of trials (each a list of samples; 2 sides or more; a side may hold no trial); lower_better[r]:
+    row r's direction; known[r][c]: the run-to-run spread a one-trial side may use (None: unknown)."""
+    if len(lower_better) != len(rows):
+        raise ValueError("one direction per row")
+    if any(len(r) < 2 for r in rows):
+        raise ValueError("a row compares at least two sides")
+    data = _side_data(rows)
+    known_of: list[list[KnownSpread | None]] = (
+        [list(k) + [None] * (len(rows[r]) - len(k)) for r, k in enumerate(known)]
+        if known is not None
+        else [[None] * len(row) for row in rows]
+    )
+    sides = [[_side(d, rule) for d in row] for row in data]
+    # Which sides can carry an interval: 2 trials or more, or one trial with a known spread.
+    usable = {
+        (r, c)
+        for r, row in enumerate(data)
+        for c, d in enumerate(row)
+        if d.trials >= 2 or (d.trials == 1 and known_of[r][c] is not None)
+    }
+    wanted = {(r, c) for r, row in enumerate(data) for c in range(1, len(row)) if (r, 0) in usable and (r, c) in usable}
+    need = {key for pair in wanted for key in (pair, (pair[0], 0))}
+    draws = _side_draws(data, known_of, need, rule)
+    pairs_ix = sorted(wanted)
+    intervals = _intervals(draws, pairs_ix, rule.confidence)
+    p_values = _welch(data, [(r, c) for r, row in enumerate(data) for c in range(1, len(row))])
+    out: list[RowStats] = []
+    for r, row in enumerate(data):
+        pairs: list[PairStats] = []
+        for c in range(1, len(row)):
+            pairs.append(
+                _pair(
+                    sides[r][0],
+                    sides[r][c],
+                    intervals.get((r, c)),
+                    p_values.get((r, c)),
+                    lower_better[r],
+                    rule,
+                    known_of[r],
+                    c,
+                )
+            )
+        out.append(RowStats(sides[r], pairs))
+    return out
+
+
+def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
+    """Each trial sorted (one sort per sample size over the stacked trials), its median and CV."""
+    flat: list[Sequence[float]] = []
+    where: list[tuple[int, int]] = []
+    for r, row in enumerate(rows):
+        for c, trials in enumerate(row):
+            for t in trials:
+                if len(t):
+                    flat.append(t)
+                    where.append((r, c))
+    by_size: dict[int, list[int]] = {}
+    for i, one in enumerate(flat):
+        by_size.setdefault(len(one), []).append(i)
+    sorted_of: list[np.ndarray] = [np.empty(0)] * len(flat)
+    median_of = np.empty(len(flat))
+    cv_of = np.full(len(flat), np.nan)
+    for n, members in by_size.items():
+        # One conversion and one sort for every trial of this size (not one numpy call per trial).
+        stacked = np.sort(np.array([flat[i] for i in members], dtype=float), axis=1)
+        median_of[members] = 0.5 * (stacked[:, (n - 1) // 2] + stacked[:, n // 2])
+        if n >= 2:
+            means = stacked.mean(axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cvs = stacked.std(axis=1, ddof=1) / np.abs(means)
+            cv_of[members] = np.where(means != 0, cvs, np.nan)
+        for j, i in enumerate(members):
+            sorted_of[i] = stacked[j]
+    grouped: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(where):
+        grouped.setdefault(key, []).append(i)
+    sizes = [len(t) for t in flat]
+    cvs_of = cv_of.tolist()
+    empty = _SideData(0, 0, np.empty(0), None, None)
+    out = []
+    for r, row in enumerate(rows):
+        line = []
+        for c in range(len(row)):
+            members = grouped.get((r, c), [])
+            if not members:
+                line.append(empty)
+            elif len(members) == 1:  # most compared columns are one trial: no numpy call per side
+                (i,) = members
+                cv = cvs_of[i]
+                line.append(_SideData(1, sizes[i], median_of[i : i + 1], sorted_of[i], cv if cv == cv else None))
+            else:
+                cvs = [cvs_of[i] for i in members if cvs_of[i] == cvs_of[i]]  # NaN: no spread within
+                line.append(
+                    _SideData(
+                        len(members),
+                        sum(sizes[i] for i in members),
+                        median_of[members],
+                        None,
+                        sum(cvs) / len(cvs) if cvs else None,
+                    )
+                )
+        out.append(line)
+    return out
+
+
+def _side(d: _SideData, rule: Rule) -> Side:
+    if d.trials == 0:
+        return Side(0, 0, None, None, None, False)
+    if d.trials == 1:
+        value, between = float(d.medians[0]), None
+    else:
+        value, between = float(d.medians.mean()), _cv(d.medians)
+    unstable = (d.within_cv or 0) > rule.unstable_cv or (between or 0) > rule.unstable_cv
+    return Side(d.trials, d.samples, value, d.within_cv, between, unstable)
+
+
+def _read_at(pool: np.ndarray, columns: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """[side, resample]: the pool read at each side's own column offset (the reference column at 0), so two
+    sides of one row never share a draw, and a row's draws depend on its own width alone. Each row is a
+    contiguous window of the pool repeated twice (a copy, no modulo per draw)."""
+    b = pool.size
+    offsets = (columns * np.maximum(1, b // widths)) % b
+    return np.lib.stride_tricks.sliding_window_view(np.concatenate([pool, pool]), b)[offsets]
+
+
+_POOL_KINDS = {"t": 1, "normal": 3, "scale": 4}
+
+
+@functools.lru_cache(maxsize=512)
+def _pool(seed: int, b: int, kind: str, df: int) -> np.ndarray:
+    """b draws of one kind (Student t with df, standard normal, or 1 / sqrt(chi2_df / df)), stratified: one
+    draw in each 1/b-quantile slice, shuffled. The same pool serves every page load and every row, so an
+    unlucky plain sample would shift every interval the same way. Cached (read-only) across calls."""
+    rng = np.random.default_rng((seed, _POOL_KINDS[kind], df))
+    u = rng.permutation((np.arange(b) + rng.random(b)) / b)
+    if kind == "t":
+        drawn = sps.t.ppf(u, df)
+    elif kind == "normal":
+        drawn = sps.norm.ppf(u)
+    else:
+        drawn = 1 / np.sqrt(sps.chi2.ppf(u, df) / df)
+    out = drawn.astype(np.float32)
+    out.flags.writeable = False
+    return out
+
+
+def _side_draws(
+    data: list[list[_SideData]], known: list[list[KnownSpread | None]], need: set[tuple[int, int]], rule: Rule
+) -> tuple[dict[tuple[int, int], int], np.ndarray]:
+    """Draws of each needed side's figure on the log scale (log value + its uncertainty): (side -> row of
+    the matrix, the [side, n_resamples] matrix)."""
+    b = rule.n_resamples
+    keys = sorted(need)
+    at = {key: i for i, key in enumerate(keys)}
+    out = np.empty((len(keys), b), dtype=np.float32)  # ample for interval ends to 3 decimals
+
+    def t_pool(df: int) -> np.ndarray:
+        return _pool(rule.seed, b, "t", df)
+
+    def normal_pool() -> np.ndarray:
+        return _pool(rule.seed, b, "normal", 0)
+
+    def scale_pool(df: int) -> np.ndarray:  # 1 / sqrt(chi2_df / df)
+        return _pool(rule.seed, b, "scale", df)
+
+    by_m: dict[int, list[tuple[int, int]]] = {}
+    by_n: dict[int, list[tuple[int, int]]] = {}
+    for key in keys:
+        d = data[key[0]][key[1]]
+        if d.trials >= 2:
+            by_m.setdefault(d.trials, []).append(key)
+        else:
+            assert d.single is not None
+            by_n.setdefault(int(d.single.size), []).append(key)
+    # Sides of 2 trials or more: log(mean of medians) + s / sqrt(m) x t_(m-1).
+    for m, members in by_m.items():
+        medians = np.stack([data[r][c].medians for r, c in members])
+        positive = np.all(medians > 0, axis=1)
+        logs = np.log(np.where(medians > 0, medians, 1.0))
+        centre = np.log(np.where(positive, medians.mean(axis=1), np.nan))
+        scale = logs.std(axis=1, ddof=1) / math.sqrt(m)
+        spread = _read_at(
+            t_pool(m - 1), np.array([c for _, c in members]), np.array([len(data[r]) for r, _ in members])
+        )
+        out[[at[k] for k in members]] = centre[:, None] + scale[:, None] * spread
+    # One-trial sides with a known spread: the trial's bootstrap medians x exp(sigma x t_df).
+    for n, members in by_n.items():
+        lo_ix, hi_ix = _median_indexes(rule.seed, n, b)
+        columns = np.array([c for _, c in members])
+        widths = np.array([len(data[r]) for r, _ in members])
+        trials = np.stack([data[r][c].single for r, c in members])  # type: ignore[misc]
+        # On the log scale first (n logs a trial, not n_resamples; for even n the two middle order statistics
+        # are then averaged geometrically, a difference far below the resampling error).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            trials = np.log(np.where(trials > 0, trials, np.nan)).astype(np.float32)
+        values = np.empty((len(members), b), dtype=np.float32)
+        # Sides at one (column, width) read the same indexes: one column gather each, not one per side.
+        read_key = columns * 100_003 + widths
+        for key in np.unique(read_key):
+            rows = np.flatnonzero(read_key == key)
+            lo = _read_at(lo_ix, columns[rows[:1]], widths[rows[:1]])[0]
+            picked = trials[rows][:, lo]
+            if hi_ix is not None:
+                picked = 0.5 * (picked + trials[rows][:, _read_at(hi_ix, columns[rows[:1]], widths[rows[:1]])[0]])
+            values[rows] = picked
+        logs = values
+        spreads = [known[r][c] for r, c in members]
+        sigma = np.array([math.sqrt(math.log1p(k.cv**2)) for k in spreads if k is not None])
+        dfs = np.array([k.df for k in spreads if k is not None])
+        # sigma x t_df as Z / sqrt(chi2_df / df): the Z each side's own, the chi-square scale one draw for every
+        # side of a row (read at one offset). The sides of a row usually share one spread estimate, and its
+        # error moves them together: independent t draws would average it out and call too much.
+        factor = _read_at(normal_pool(), columns + 1, widths + 1)
+        for df in np.unique(dfs):
+            rows = np.flatnonzero(dfs == df)
+            factor[rows] *= _read_at(scale_pool(int(df)), np.zeros(rows.size, dtype=np.intp), widths[rows])
+        out[[at[k] for k in members]] = logs + sigma[:, None] * factor
+    return at, out
+
+
+@functools.lru_cache(maxsize=512)
+def _median_indexes(seed: int, n: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """`_order_statistic_draws` of a sample size, seeded by (seed, size), cached (read-only) across calls."""
+    lo, hi = _order_statistic_draws(n, b, np.random.default_rng((seed, 2, n)))
+    for a in (lo, hi):
+        if a is not None:
+            a.flags.writeable = False
+    return lo, hi
+
+
+def _order_statistic_draws(n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Indexes into a sorted sample of n for `size` bootstrap medians (the second index for even n)."""
+    if n == 1:
+        return np.zeros(size, dtype=np.intp), None
+    k = (n + 1) // 2
+    u = rng.beta(k, n - k + 1, size=size)
+    lo = np.minimum((u * n).astype(np.intp), n - 1)
+    if n % 2:
+        return lo, None
+    v = u + (1 - u) * rng.beta(1, n - k, size=size)
+    return lo, np.minimum((v * n).astype(np.intp), n - 1)
+
+
+def _intervals(
+    draws: tuple[dict[tuple[int, int], int], np.ndarray], pairs: list[tuple[int, int]], confidence: float
+) -> dict[tuple[int, int], tuple[float, float]]:
+    """Percentile interval of other / reference over the paired draws (one partition for every pair)."""
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    if not pairs:
+        return out
+    at, matrix = draws
+    log_ratio = matrix[[at[(r, c)] for r, c in pairs]] - matrix[[at[(r, 0)] for r, _ in pairs]]
+    b = log_ratio.shape[1]
+    alpha = 1 - confidence
+    k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
+    ok = np.isfinite(log_ratio)
+    finite = ok.all(axis=1)
+    ends = np.exp(np.partition(np.where(ok, log_ratio, 0.0), [k_low, k_high], axis=1)[:, [k_low, k_high]])
+    for j, key in enumerate(pairs):
+        if finite[j]:
+            out[key] = (float(ends[j, 0]), float(ends[j, 1]))
+    return out
+
+
+def _welch(data: list[list[_SideData]], pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+    """Welch's two-sided t-test over the trials' log medians, one vectorized call per pair of trial counts."""
+    groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for r, c in pairs:
+        a, b = data[r][0], data[r][c]
+        if a.trials >= 2 and b.trials >= 2 and np.all(a.medians > 0) and np.all(b.medians > 0):
+            groups.setdefault((a.trials, b.trials), []).append((r, c))
+    out: dict[tuple[int, int], float] = {}
+    for members in groups.values():
+        x = np.log(np.stack([data[r][0].medians for r, _ in members]))
+        y = np.log(np.stack([data[r][c].medians for r, c in members]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.atleast_1d(sps.ttest_ind(x, y, axis=1, equal_var=False).pvalue)
+        for key, value in zip(members, p, strict=True):
+            if math.isfinite(value):
+                out[key] = float(value)
+    return out
+
+
+def _spread_cv(s: Side, known: KnownSpread | None) -> float | None:
+    """A side's run-to-run CV of one trial's figure: its own (2 trials or more), else the known one."""
+    if s.trials >= 2:
+        return s.between_cv
+    return known.cv if known is not None else None
+
+
+def _pair(
+    reference: Side,
+    other: Side,
+    interval: tuple[float, float] | None,
+    p_value: float | None,
+    lower_better: bool,
+    rule: Rule,
+    known: list[KnownSpread | None],
+    c: int,
+) -> PairStats:
+    if reference.value is None or other.value is None or reference.value <= 0:
+        return PairStats(None, p_value, Verdict.no_verdict, None)
+    value = other.value / reference.value
+    used_known = (reference.trials == 1 and known[0] is not None) or (other.trials == 1 and known[c] is not None)
+    if interval is None:
+        return PairStats(Ratio(value, None, None), p_value, Verdict.no_verdict, None, used_known)
+    verdict = verdict_of(value, *interval, lower_better, rule.min_effect)
+    needed = None
+    if verdict == Verdict.inconclusive:
+        first, second = _spread_cv(reference, known[0]), _spread_cv(other, known[c])
+        if first is not None and second is not None:
+            needed = trials_needed(math.sqrt((first**2 + second**2) / 2), rule)
+    return PairStats(Ratio(value, *interval), p_value, verdict, needed, used_known)

@@ -17,7 +17,7 @@ from sqlmodel import Session
 from app.charts import TRIAL_COLORS, trial_comparison
 from app.deps import OperatorDep
 from app.domain import comparison as comparison_domain
-from app.domain import repeats, trial_reads
+from app.domain import repeats, statistics, trial_reads
 from app.domain.inventory import get_campaign
 from app.live import run_in_tx
 from app.schemas import SLUG_PATTERN
@@ -57,6 +57,8 @@ def _compare_page(
         "min_trials": comparison_domain.MIN_TRIALS,
         "max_trials": comparison_domain.MAX_TRIALS,
         "settle_pair": repeats.settle_pair(comparison) if comparison else None,
+        "repeat_keys": repeats.repeat_keys(comparison) if comparison else [],
+        "verdict_words": statistics.VERDICT_WORDS,
         "settles": repeats.open_settles(session, campaign),
         "settle_budget": repeats.DEFAULT_BUDGET,
     }

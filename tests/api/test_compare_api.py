@@ -48,7 +48,7 @@ def test_a_trial_without_a_point_shows_null(api, seeded, app):
     assert (last["point"], last["values"], last["differs"]) == ({"tokens": 256}, [None, 99.0], True)
     # Nothing to compare where one side did not measure: no verdict, and why.
     assert last["stats"]["verdict"] is None and last["stats"]["not_compared"] == "not measured on both"
-    assert last["stats"]["n"] == [0, 1]
+    assert last["stats"]["n"] == [0, 1] and last["stats"]["trials"] == [0, 1]
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,28 @@ def timed(app):
     return ids
 
 
-def test_each_row_carries_its_stats(api, timed):
+def _runner(s, name: str):
+    from sqlmodel import select
+
+    from app.models import Runner
+
+    return s.exec(select(Runner).where(Runner.name == name)).one()
+
+
+def test_one_trial_a_side_gives_no_verdict_and_says_so(api, timed):
+    """Issue 32 item 10, issue 34: a trial against a trial, no run-to-run spread known: a ratio, no
+    interval, no verdict."""
+    body = api.get("/api/campaigns/s/compare", params=[("trial", timed[0]), ("trial", timed[2])]).json()
+    stats = body["metrics"][0]["rows"][0]["stats"]
+    assert stats["verdict"] == "no_verdict" and stats["trials"] == [1, 1] and stats["n"] == [12, 12]
+    assert stats["ratio"]["value"] < 1 and stats["ratio"]["low"] is None and stats["spread"] == ""
+
+
+def test_each_row_carries_its_stats(api, app, timed):
+    with session_scope(app.state.engine) as s:  # earlier repeats of a on node-a: the spread is known there
+        a, node = approach(s, "a", "s"), _runner(s, "node-a")
+        for n in range(2):
+            end_trial(s, a, node, metrics=_timed(10.0 * (1 + 0.003 * n), 10 + n))
     body = api.get("/api/campaigns/s/compare", params=[("trial", timed[0]), ("trial", timed[2])]).json()
     assert body["by"] == "trial" and body["rule"]["confidence"] == 0.95 and body["rule"]["min_effect"] == 0.03
     (group,) = body["metrics"]
@@ -114,16 +135,18 @@ def test_each_row_carries_its_stats(api, timed):
     assert row["point"] == {"tokens": 4}  # the spread tags place nothing
     stats = row["stats"]
     assert set(stats) == {
-        "ratio", "p_value", "verdict", "cv", "unstable", "samples_needed", "n", "stack_difference", "not_compared",
-        "each",
+        "ratio", "p_value", "verdict", "cv", "between_cv", "unstable", "trials_needed", "trials", "n", "spread",
+        "stack_difference", "not_compared", "each",
     }  # fmt: skip
-    assert stats["verdict"] == "faster" and stats["samples_needed"] is None and stats["n"] == [12, 12]
+    assert stats["verdict"] == "faster" and stats["trials_needed"] is None and stats["n"] == [12, 12]
+    assert stats["spread"].startswith("run-to-run spread ") and "from 3 earlier trials of A" in stats["spread"]
     assert stats["ratio"]["low"] < stats["ratio"]["value"] < stats["ratio"]["high"] < 1
-    assert 0 <= stats["p_value"] < 0.001
+    assert stats["p_value"] is None  # Welch's test needs 2 trials a side
     assert len(stats["cv"]) == 2 and all(0 < cv < 0.1 for cv in stats["cv"]) and stats["unstable"] == [False, False]
+    assert stats["between_cv"] == [None, None]
     (head,) = stats["each"]  # every column after the first; the top level is the second column's
     assert head["column"] == 1
-    assert all(head[k] == stats[k] for k in ("ratio", "p_value", "verdict", "samples_needed", "not_compared"))
+    assert all(head[k] == stats[k] for k in ("ratio", "p_value", "verdict", "trials_needed", "spread", "not_compared"))
 
 
 def test_a_trial_on_another_stack_gets_no_verdict_unless_asked(api, timed):
@@ -132,15 +155,19 @@ def test_a_trial_on_another_stack_gets_no_verdict_unless_asked(api, timed):
     assert stats["verdict"] is None and stats["not_compared"].startswith("different stack: torch")
     stats = api.get("/api/campaigns/s/compare", params=[*pick, ("across_stacks", "true")]).json()
     stats = stats["metrics"][0]["rows"][0]["stats"]
-    assert stats["verdict"] == "faster" and stats["stack_difference"].startswith("torch 2.10.0+cu128 -> ")
+    assert stats["verdict"] == "no_verdict" and stats["stack_difference"].startswith("torch 2.10.0+cu128 -> ")
 
 
-def test_approaches_pool_their_trials_on_one_stack(api, timed):
+def test_approaches_are_compared_over_their_trials_on_one_stack(api, app, timed):
     body = api.get("/api/campaigns/s/compare?approach=a&approach=b").json()
     assert body["by"] == "approach" and [c["trials"] for c in body["columns"]] == [timed[:2], timed[2:3]]
     assert body["columns"][1]["left_out"] == 1
     stats = body["metrics"][0]["rows"][0]["stats"]
-    assert stats["n"] == [24, 12] and stats["verdict"] == "faster"
+    assert stats["trials"] == [2, 1] and stats["n"] == [24, 12] and stats["verdict"] == "no_verdict"
+    with session_scope(app.state.engine) as s:  # b repeated on node-a: two trials a side decide a 10% gain
+        end_trial(s, approach(s, "b", "s"), _runner(s, "node-a"), metrics=_timed(9.0, 5))
+    stats = api.get("/api/campaigns/s/compare?approach=a&approach=b").json()["metrics"][0]["rows"][0]["stats"]
+    assert stats["trials"] == [2, 2] and stats["verdict"] == "faster" and stats["p_value"] is not None
 
 
 @pytest.mark.parametrize(

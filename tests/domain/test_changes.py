@@ -14,7 +14,8 @@ from app.models import ApproachStatus, ChangePoint, ChangeScan, NotificationEven
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, end_trial, runner, seed
 
 # The detection-rate property, measured on this seed: planted 5% shifts at 3% noise, in series of 60 points
-# with at least 20 on each side of the shift. Found within two points: 171 of 200 on this seed, so REACHED, below the 90% issue 24 asks (docs/statistics.md).
+# with at least 20 on each side of the shift. Found within two points: 173 of 200 on this seed, so REACHED,
+# below the 90% issues 24 and 34 ask (docs/statistics.md says why).
 REACHED = 0.85
 
 
@@ -126,3 +127,49 @@ def test_only_series_that_got_a_new_trial_are_recomputed(engine, monkeypatch):
     assert len(scans) == 3
     with session_scope(engine) as s:
         assert s.exec(select(ChangePoint)).all() == []  # flat series: no change points
+
+
+def _allreduce(latency: float, seed: int) -> list[dict]:
+    """The allreduce recipe's lines at one size: the latency with its samples, then the bandwidths derived
+    from its median (algbw = bytes / latency, busbw = algbw x 2(n-1)/n)."""
+    line = _line(latency, seed)
+    median = float(np.median(line["samples"]))
+    line["value"] = median
+    algbw = 57344 / (median * 1e-6) / 1e9
+    tags = {"tokens": 8}
+    return [
+        line,
+        {"name": "allreduce_algbw_gbps", "value": algbw, "unit": "GB/s", "tags": tags},
+        {"name": "allreduce_busbw_gbps", "value": algbw * 1.75, "unit": "GB/s", "tags": tags},
+    ]
+
+
+def test_a_change_is_found_on_the_latency_once_not_on_the_bandwidths_derived_from_it(engine):
+    """Issue 32 item 10: a 3% latency improvement was listed twice on algbw/busbw (identical numbers) and
+    not at all on the latency: the threshold was not symmetric (1.03 in bandwidth is 0.971 in latency)."""
+    seed(engine, {"key": "nccl"})
+    with session_scope(engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        a = approach(s, "nccl")
+        for i in range(12):
+            end_trial(s, a, node, metrics=_allreduce(100.0, i))
+        for i in range(12):
+            end_trial(s, a, node, metrics=_allreduce(100.0 / 1.035, 100 + i))
+    with session_scope(engine) as s:
+        changes.pass_once(s)
+        stored = s.exec(select(ChangePoint)).all()
+        assert [(c.metric, c.verdict) for c in stored] == [("allreduce_latency_us", "faster")]
+        assert [c.metric for c, _ in changes.of_campaign(s, campaign(s))] == ["allreduce_latency_us"]
+        assert {x.metric for x in changes.load_series(s, approach(s, "nccl").id, node.id)} == {"allreduce_latency_us"}  # type: ignore[arg-type]
+
+
+def test_the_board_rule_labels_otavas_change_points_and_never_adds_one(monkeypatch):
+    """The split is tested by Otava's own significance test; the relocation and the interval only place
+    and label it (or drop it under the minimum effect), so a series Otava finds flat has no change point."""
+    values = [10.0 + 0.05 * (i % 3) for i in range(15)] + [11.0 + 0.05 * (i % 3) for i in range(15)]
+    monkeypatch.setattr(changes, "compute_change_points", lambda *a, **k: ([], None))
+    assert changes.detect(values) == []
+    small = [10.0 + 0.05 * (i % 3) for i in range(15)] + [10.1 + 0.05 * (i % 3) for i in range(15)]
+    monkeypatch.undo()
+    assert [int(c.index) for c in changes.compute_change_points(small, window_len=100, max_pvalue=1e-3)[0]]
+    assert changes.detect(small) == []  # a 1% step Otava finds: under the 3% minimum, dropped

@@ -106,4 +106,5 @@ def test_the_deciding_path_reads_as_many_statements_for_one_pair_as_for_four(eng
         c = campaign(s)
         one = _statements(engine, lambda: comparison.compare_trial_pairs(s, c, pairs[:1], deciding_only=True))
         four = _statements(engine, lambda: comparison.compare_trial_pairs(s, c, pairs, deciding_only=True))
-    assert one == four == 2  # the trials' columns, then their metric rows
+    # The trials' columns, their metric rows, then the run-to-run spreads' trials and values (one-trial sides).
+    assert one == four == 4

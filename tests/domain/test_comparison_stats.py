@@ -4,6 +4,7 @@ each row's statistics, the same-stack rule, approaches compared over their repea
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from app.db import session_scope
 from app.domain import comparison
@@ -33,7 +34,8 @@ def _latency(tokens: int, center: float, seed: int, n: int = 20, name: str = "al
 
 
 def test_two_gloo_trials_line_up_by_tokens_not_by_spread_tags(engine):
-    """Issue 21 item 4: 4 pairs, not 8 half-empty rows keyed by p10/p90/min/max."""
+    """Issue 21 item 4: 4 pairs, not 8 half-empty rows keyed by p10/p90/min/max. Issue 34: one trial a side
+    gives no verdict until the campaign holds earlier repeats on that runner, whose spread is then named."""
     seed(engine, {"key": "gloo"})
     with session_scope(engine) as s:
         node = runner(s, "node-a", OLD_STACK)
@@ -45,16 +47,26 @@ def test_two_gloo_trials_line_up_by_tokens_not_by_spread_tags(engine):
         ]
         first = end_trial(s, a, node, metrics=lines(1.0, 100))
         second = end_trial(s, a, node, metrics=lines(0.9, 200))
-        result = comparison.compare_trials(s, campaign(s), [first.id, second.id])  # type: ignore[list-item]
-        assert [g.name for g in result.metrics] == ["allreduce_latency_us", "allreduce_per_call_us"]
-        for group in result.metrics:
-            assert [r.point for r in group.rows] == [(("tokens", t),) for t in (1, 4, 8, 64)]
-            assert all(None not in r.values for r in group.rows) and group.x_tag == "tokens"
-            for row in group.rows:
-                assert row.stats is not None
-                pair = row.stats.pairs[0]
-                assert pair.stats is not None and pair.stats.verdict == Verdict.faster  # 10% lower latency
-                assert [side.n for side in row.stats.sides] == [20, 20]
+
+        def pairs():
+            result = comparison.compare_trials(s, campaign(s), [first.id, second.id])  # type: ignore[list-item]
+            assert [g.name for g in result.metrics] == ["allreduce_latency_us", "allreduce_per_call_us"]
+            for group in result.metrics:
+                assert [r.point for r in group.rows] == [(("tokens", t),) for t in (1, 4, 8, 64)]
+                assert all(None not in r.values for r in group.rows) and group.x_tag == "tokens"
+                for row in group.rows:
+                    assert row.stats is not None
+                    assert [(side.trials, side.samples) for side in row.stats.sides] == [(1, 20), (1, 20)]
+                    yield row.stats.pairs[0]
+
+        for pair in pairs():  # 10% lower latency, but one trial a side: no verdict, and why
+            assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict and pair.spread == ""
+            assert pair.stats.ratio is not None and pair.stats.ratio.low is None
+        for n in range(3):  # earlier repeats of the approach on this runner: their spread decides
+            end_trial(s, a, node, metrics=lines(1.0 + 0.005 * n, 300 + 10 * n))
+        for pair in pairs():
+            assert pair.stats is not None and pair.stats.verdict == Verdict.faster and pair.stats.known_spread
+            assert pair.spread.startswith("run-to-run spread ") and "from 3 earlier trials of GLOO" in pair.spread
 
 
 def test_trials_on_different_stacks_are_compared_only_when_asked(engine):
@@ -69,11 +81,11 @@ def test_trials_on_different_stacks_are_compared_only_when_asked(engine):
         assert pair.stats is None and pair.not_compared == "different stack: torch 2.10.0+cu128 -> 2.11.0"
         assert result.columns[1].stack_difference == "torch 2.10.0+cu128 -> 2.11.0"
         # The spread is still shown for each side.
-        assert [side.n for side in row.stats.sides] == [20, 20]  # type: ignore[union-attr]
+        assert [side.samples for side in row.stats.sides] == [20, 20]  # type: ignore[union-attr]
 
         asked = comparison.compare_trials(s, campaign(s), [old.id, new.id], across_stacks=True)  # type: ignore[list-item]
         pair = asked.metrics[0].rows[0].stats.pairs[0]  # type: ignore[union-attr]
-        assert pair.stats is not None and pair.stats.verdict == Verdict.faster
+        assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict  # one trial a side
         assert pair.stack_difference == "torch 2.10.0+cu128 -> 2.11.0" and pair.not_compared == ""
 
 
@@ -93,9 +105,9 @@ def test_approaches_pool_their_repeated_trials_on_the_first_ones_stack(engine):
         assert [c.label for c in result.columns] == ["A", "B"] and result.by == "approach"
         assert [len(c.trial_ids) for c in result.columns] == [6, 6] and result.columns[1].left_out == 1
         (row,) = result.metrics[0].rows
-        assert row.values == [10.01, 9.01]  # the pooled medians
+        assert row.values == pytest.approx([10.00333, 9.00333])  # each the mean of its trials' figures
         stats = row.stats
-        assert stats is not None and [side.n for side in stats.sides] == [6, 6]
+        assert stats is not None and [side.trials for side in stats.sides] == [6, 6]
         pair = stats.pairs[0].stats
         assert pair is not None and pair.verdict == Verdict.faster and pair.p_value is not None
         # Across stacks the other stack's trial joins, its difference named.

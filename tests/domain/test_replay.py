@@ -74,7 +74,7 @@ def test_a_replay_on_a_newer_torch_queues_the_bound_approaches_in_payoff_order_f
             "measured: promising -> trial succeeded, no verdict yet; allreduce_latency_us bytes=57344 x0.7"
             in sent[0].body
         )
-        assert sent[0].body.endswith("(faster)")
+        assert sent[0].body.endswith("(no verdict)")  # one trial a side, no run-to-run spread known
         assert replay.advance_open(s) == []  # finished once
 
         report = replay.report(s, campaign(s), row)
@@ -84,9 +84,10 @@ def test_a_replay_on_a_newer_torch_queues_the_bound_approaches_in_payoff_order_f
         assert measured.before_status == "promising" and measured.trial_state == "succeeded"
         assert measured.metric == "allreduce_latency_us" and measured.unit == "us"
         (point,) = measured.points
-        # ~40 us against ~50 us at 1% noise: after over before is ~0.8, the interval inside (0.75, 0.85).
+        # ~40 us against ~50 us: after over before is ~0.8, but one trial a side (no run-to-run spread known
+        # on either runner) gives no verdict and no interval (issue 34).
         assert point.before == pytest.approx(50.0, rel=0.02) and point.after == pytest.approx(40.0, rel=0.02)
-        assert point.verdict == "faster" and 0.75 < point.low < point.ratio < point.high < 0.85  # type: ignore[operator]
+        assert point.verdict == "no_verdict" and 0.75 < point.ratio < 0.85 and point.low is None  # type: ignore[operator]
         assert not measured.changed and measured.after_status is None  # waiting for a person's verdict
         # The report computes the deciding metric alone: the same metric and figures as the full comparison.
         assert measured.before_trial_id is not None and measured.trial_id is not None

@@ -44,17 +44,36 @@ def test_settle_queues_interleaved_trials_and_stops_when_decided(engine):
         settle, first = repeats.start(s, campaign(s), approach(s, "a"), approach(s, "b"), 6, "alice")
         assert [t.state for t in first] == [TrialState.queued] * 2 and all(t.runner_id is None for t in first)
         assert [t.settle_id for t in first] == [settle.id] * 2
-        # Clear: B is 10% faster at 1% noise over 10 samples a trial: one round decides it.
+        # Clear: B is 10% faster at 1% noise over 10 samples a trial. One round cannot say it (one trial a
+        # side: the run-to-run spread is unknown); the second does.
         ran = _drain(
             s,
             node.id,  # type: ignore[arg-type]
             {"a": (10.0, 0.01, 10), "b": (9.0, 0.01, 10)},
         )
-        assert ran == ["a", "b"]
+        assert ran == ["a", "b", "a", "b"]
         s.refresh(settle)
         assert settle.state == SettleState.decided and settle.ended_at is not None
         assert settle.outcome == "B vs A on verify_time_ms: faster at 1 of 1 point(s)"
         assert s.exec(select(Trial).where(Trial.state == TrialState.queued)).first() is None
+
+
+def test_a_settle_of_identical_configurations_stops_once_they_are_shown_equivalent(engine):
+    """Not "indistinguishable, needs n samples": the rule decides once the interval lies inside the
+    campaign's minimum effect (3%), and not before."""
+    seed(engine, {"key": "a"}, {"key": "b"})
+    with session_scope(engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        settle, _ = repeats.start(s, campaign(s), approach(s, "a"), approach(s, "b"), 10, "alice")
+        ran = _drain(
+            s,
+            node.id,  # type: ignore[arg-type]
+            {"a": (10.0, 0.01, 20), "b": (10.0, 0.01, 20)},
+        )
+        s.refresh(settle)
+        assert settle.state == SettleState.decided and len(ran) < 20
+        assert settle.outcome == "B vs A on verify_time_ms: equivalent at 1 of 1 point(s)"
+        assert len(ran) >= 4  # one trial a side never decides
 
 
 def test_an_undecided_settle_interleaves_rounds_until_its_budget_is_spent(engine):

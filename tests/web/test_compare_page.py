@@ -98,7 +98,9 @@ def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_clie
     r = operator_client.get("/campaigns/p/compare?approach=a&approach=b")
     assert r.status_code == 200, r.text
     assert 'id="compare-columns"' in r.text and "2 trial(s)" in r.text and "1 trial(s)" in r.text
-    assert 'data-verdict="faster"' in r.text and "n=20" in r.text and "n=10" in r.text
+    # B has one trial and no run-to-run spread is known: no verdict, said so (issue 32 item 10, issue 34).
+    assert 'data-verdict="no_verdict"' in r.text and "no difference can be claimed" in r.text
+    assert "indistinguishable" not in r.text and "2 trials · n=20" in r.text and "1 trial · n=10" in r.text
     assert "Settle a vs b" in r.text
 
     r = operator_client.get("/campaigns/p/compare?approach=a&approach=b", headers={"HX-Request": "true"})
@@ -114,6 +116,19 @@ def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_clie
 
     r = operator_client.post("/campaigns/p/settle", data={"a": "a", "budget": "99"}, follow_redirects=False)
     assert r.status_code == 422
+
+
+def test_two_trials_of_one_approach_get_no_verdict_and_a_repeat_button(operator_client, app):
+    """Issue 32 item 10: "indistinguishable x2.292 one sample a side" said a verdict it could not give."""
+    seed(app.state.engine, {"key": "a"}, slug="q")
+    with session_scope(app.state.engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        line = lambda v: {"name": "verify_time_ms", "value": v, "unit": "ms"}  # noqa: E731
+        ids = [end_trial(s, approach(s, "a", "q"), node, metrics=[line(v)]).id for v in (1.0, 2.292)]
+    page = operator_client.get(f"/campaigns/q/compare?trial={ids[0]}&trial={ids[1]}").text
+    assert 'data-verdict="no_verdict"' in page and "×2.292" in page and "no verdict" in page
+    assert "indistinguishable" not in page and "repeat to decide" in page
+    assert '<button type="submit">Repeat a</button>' in page and 'class="inline-form repeat-form"' in page
 
 
 def test_the_trial_page_hands_livelog_the_dropped_bytes_marker(page_client):
