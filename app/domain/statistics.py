@@ -149,7 +149,9 @@ class RowStats:
 
 # Higher is better for rates (tok/s, GB/s) and for these counts; everything else measured here is a
 # time or a cost (us, ms, s, a share of the step, processes left behind): lower is better.
-_HIGHER_IS_BETTER = frozenset((*MetricName.ACCEPT_LENGTH, *MetricName.THROUGHPUT, MetricName.ALLREDUCE_CHECK_PASSED))
+_HIGHER_IS_BETTER = frozenset(
+    (*MetricName.ACCEPT_LENGTH, *MetricName.ACCEPT_RATES, *MetricName.THROUGHPUT, MetricName.ALLREDUCE_CHECK_PASSED)
+)
 
 
 def lower_is_better(name: str, unit: str) -> bool:

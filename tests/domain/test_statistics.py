@@ -206,6 +206,9 @@ def test_a_zero_reference_has_no_ratio():
         ("output_throughput_tok_s", "tok/s", False),
         ("allreduce_busbw_gbps", "GB/s", False),
         ("accept_length", "", False),
+        ("engine_accept_length", "", False),
+        ("engine_accept_rate_pos", "", False),
+        ("engine_accept_alpha_pos", "", False),
     ],
 )
 def test_the_direction_of_a_metric(name, unit, lower):
