@@ -71,12 +71,18 @@ def bearer_token(request: HTTPConnection) -> str | None:
     return None
 
 
+# Where app/middleware.py: AuthenticateFirst leaves the operator it found, so routes do not look it up again.
+OPERATOR_SCOPE_KEY = "campaign_board.operator"
+
+
 def operator_from(conn: HTTPConnection) -> Operator | None:
     """Who an HTTP request or a websocket comes from, with their user's current role: by bearer
     token or by a live server-side session (not CSRF). Read from the database every time, so a
     revoked session, a disabled user or a changed role takes effect at once. With login disabled
     a browser is the "local" admin, who still carries a CSRF token: cross-site requests are
     refused either way."""
+    if OPERATOR_SCOPE_KEY in conn.scope:  # found by the middleware for this very request
+        return conn.scope[OPERATOR_SCOPE_KEY]
     app = conn.app
     token = bearer_token(conn)
     if token:
