@@ -60,12 +60,13 @@ async def start_settle(
 ) -> tuple[Any, list[Trial]]:
     """ "Settle A vs B" (or "Repeat A" without b_key): the settle and its first round, queued in one
     transaction; then every connected runner looks at the queue."""
+    hub = get_hub(app)
 
     def work(session: Session) -> tuple[Any, list[Trial]]:
         campaign = get_campaign(session, slug)
         a = get_approach(session, campaign, a_key)
         b = get_approach(session, campaign, b_key) if b_key else None
-        return repeats.start(session, campaign, a, b, budget, actor, metric)
+        return repeats.start(session, campaign, a, b, budget, actor, metric, online=hub.online())
 
     settle, queued = await run_in_tx(app.state.engine, work)
     for trial in queued:
