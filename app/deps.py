@@ -54,6 +54,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 # A row id in a URL: out-of-range numbers are a 422, not an integer overflow in the database driver.
 RowId = Annotated[int, Path(ge=1, le=2**53, description="Row id")]
 PageAfter = Annotated[int | None, Query(ge=1, le=2**53, description="A page's cursor: the last id you have")]
+LogAfter = Annotated[int, Query(ge=-1, le=2**53, description="The last log seq you have (-1: none)")]
 # scope="function": the transaction commits before the response is sent, so a client that got a
 # 2xx reads its own write, and a failed commit is an error response, never a lost write after a 2xx.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

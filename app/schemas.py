@@ -120,7 +120,7 @@ class Requirements(BaseModel):
 
     gpus: int = Field(0, ge=0, le=1024, title="GPUs", description="GPUs needed on one node.")
     min_sm: str | None = Field(
-        None, pattern=r"^\d+\.\d+$", title="Min SM", description="Minimum SM capability, e.g. '9.0'."
+        None, pattern=r"^\d+\.\d+$", max_length=16, title="Min SM", description="Minimum SM capability, e.g. '9.0'."
     )
     software: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)]] = Field(
         default_factory=list,
