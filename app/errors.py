@@ -57,6 +57,9 @@ def _error(
     return response
 
 
+error_response = _error  # for app/middleware.py: its refusals are shaped like every other error
+
+
 class ErrorBody(BaseModel):
     """Every JSON error the API sends (422 included): a sentence, and the field it is about."""
 

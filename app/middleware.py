@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from app.deps import OPERATOR_SCOPE_KEY, operator_from
-from app.errors import login_required
+from app.errors import error_response, login_required
 from app.protocol import CloseCode
 
 # Pages load scripts and styles from this server only; no inline script anywhere (htmx reads its
@@ -153,7 +153,19 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.limit_for(scope["path"])
-        too_large = _plain(413, f"Request body too large: this route accepts at most {limit} bytes.")
+        message = f"Request body too large: this route accepts at most {limit:,} bytes ({limit / 2**20:.1f} MiB)."
+
+        async def too_large(send: Send) -> None:
+            # The same error body as every other answer: JSON for the API, the form's error for a page's htmx
+            # form (a 30 MB import said by the form, not raw JSON in it), the error page for a plain post.
+            request = Request(scope)
+            if "app" not in scope or request.url.path.startswith("/api/"):
+                await _plain(413, message)(send)
+                return
+            response = error_response(request, message, 413, "file" if scope["path"].endswith("/import") else None)
+            response.headers["connection"] = "close"  # the rest of the body is never read
+            await response(scope, receive, send)
+
         length = dict(scope.get("headers", [])).get(b"content-length")
         if length is not None:
             try:

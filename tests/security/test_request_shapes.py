@@ -80,3 +80,16 @@ def test_a_huge_version_is_a_field_error_on_the_upgrades_page_and_api(operator_c
     assert r.status_code == 422 and r.json()["field"] == "runner", r.text[:300]
     # Within the bound, as before.
     assert operator_client.get("/api/campaigns/c/upgrades", params={"target": "torch=2.11.0"}).status_code == 200
+
+
+def test_an_import_over_the_limit_is_the_forms_error_not_raw_json(app, operator_client):
+    limit = app.state.settings.max_campaign_file_bytes
+    big = {"file": ("big.yaml", b"x" * (limit + 128 * 1024), "application/x-yaml")}
+    r = operator_client.post("/campaigns/import", files=big, headers={"HX-Request": "true", "accept": "text/html"})
+    assert r.status_code == 413 and r.headers["content-type"].startswith("text/html"), r.text[:200]
+    assert '"field": "file"' in r.headers["HX-Trigger"] and "Request body too large" in r.headers["HX-Trigger"]
+    assert 'class="flash flash-error"' in r.text and not r.text.startswith("{")
+    page = operator_client.post("/campaigns/import", files=big, headers={"accept": "text/html"})
+    assert page.status_code == 413 and "<html" in page.text.lower() and "Request body too large" in page.text
+    api = operator_client.post("/api/campaigns/import", content=b"x" * (limit + 128 * 1024))
+    assert api.status_code == 413 and api.json()["detail"].startswith("Request body too large")
