@@ -258,11 +258,14 @@ class CanRun:
     reason: str = ""
 
 
-def can_run(session: Session, approach: Approach, *, online: set[int] | None = None) -> CanRun:
+def can_run(
+    session: Session, approach: Approach, *, online: set[int] | None = None, verdict_first: bool = True
+) -> CanRun:
     """The one check of what can run, for every way of starting or queueing a trial of a chosen approach
     (run this, repeat, settle; run next applies the same requirement test to its candidates): a recipe,
     not archived, no trial of it queued or running, no verdict awaited, and a connected runner that meets
-    its requirements. A trial no runner can take is refused with the reason, never queued to wait forever."""
+    its requirements. A trial no runner can take is refused with the reason, never queued to wait forever.
+    `verdict_first=False` (repeat, settle): their rounds measure, they do not wait for the pending verdict."""
     if approach.archived_at is not None:
         return CanRun([], f"{approach.title} is archived: restore it first")
     if not has_recipe(approach):
@@ -272,7 +275,7 @@ def can_run(session: Session, approach: Approach, *, online: set[int] | None = N
     ).first()
     if active is not None:
         return CanRun([], f"{approach.title} is already being tried: trial #{active.id} is {active.state}")
-    if approach.pending_trial_id is not None:
+    if verdict_first and approach.pending_trial_id is not None:
         return CanRun(
             [], f"{approach.title} waits for your verdict on trial #{approach.pending_trial_id}: confirm it first"
         )
