@@ -22,6 +22,8 @@ $(BIN)/campaign: pyproject.toml setup.py
 install: $(BIN)/campaign
 
 run: install
+	@echo "==> the campaign command is $(BIN)/campaign (not on PATH: use that path, or 'source $(BIN)/activate')"
+	@echo "    e.g. $(BIN)/campaign login-url  (run it here: it reads this checkout's ./data/campaign.db)"
 	$(BIN)/campaign serve --demo
 
 services:

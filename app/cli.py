@@ -74,6 +74,39 @@ def _engine(settings: Settings):
     return make_engine(url)
 
 
+def _board_engine(settings: Settings):
+    """The engine of a board that exists: for commands that act on one (login links, tokens, runners,
+    sessions), which must never create an empty database where none was (a login link for a board that is
+    not served). Run outside the checkout, the default `./data/campaign.db` is another, empty file."""
+    from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.db import make_engine, migrate
+
+    url = settings.resolved_database_url()
+    shown = make_url(url).render_as_string(hide_password=True)
+    where = (
+        "run this where the board was started (the same directory or CAMPAIGN_DATA_DIR), or point "
+        "CAMPAIGN_DATABASE_URL at the board's database; `campaign serve` creates a new board"
+    )
+    database = make_url(url).database or ""
+    if url.startswith("sqlite") and database not in ("", ":memory:") and not Path(database).exists():
+        _fail(f"no board at {shown}: the file does not exist. {where[0].upper() + where[1:]}.", code=2)
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            has_board = inspect(conn).has_table("alembic_version")
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        _fail(f"cannot open the board's database at {shown}: {str(exc.__cause__ or exc).splitlines()[0]}", code=2)
+    if not has_board:
+        engine.dispose()
+        _fail(f"no board at {shown}: the database has no board's tables. {where[0].upper() + where[1:]}.", code=2)
+    migrate(url)  # an older board's schema is brought up to date, as the server would on start
+    return engine
+
+
 def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
     raise typer.Exit(code)
@@ -272,7 +305,7 @@ def login_url(user: UserOption = None) -> None:
 
     settings = get_settings()
     try:
-        with session_scope(_engine(settings)) as session:
+        with session_scope(_board_engine(settings)) as session:
             token, _who = _login_link(session, settings, user)
     except DomainError as exc:
         _fail(exc.message)
@@ -289,7 +322,7 @@ def token_create(
     from app.security import create_api_token
 
     try:
-        with session_scope(_engine(get_settings())) as session:
+        with session_scope(_board_engine(get_settings())) as session:
             owner = users.user_by_name(session, user) if user else None
             console.print(create_api_token(session, name, owner), soft_wrap=True)
     except DomainError as exc:
@@ -301,7 +334,7 @@ def token_revoke(name: str) -> None:
     """Revoke every API token with this name."""
     from app.security import revoke_api_token
 
-    with session_scope(_engine(get_settings())) as session:
+    with session_scope(_board_engine(get_settings())) as session:
         count = revoke_api_token(session, name)
     if not count:
         _fail(f"no live API token named {name!r}")
@@ -313,7 +346,7 @@ def sessions_list() -> None:
     """Live browser sessions (opened by a login link; ended by logout or `sessions revoke`)."""
     from app.security import live_sessions
 
-    with session_scope(_engine(get_settings()), write=False) as session:
+    with session_scope(_board_engine(get_settings()), write=False) as session:
         rows = live_sessions(session)
     for row in rows:
         console.print(
@@ -328,7 +361,7 @@ def users_list() -> None:
     """The board's users: name, role, and whether disabled (invite people from the Users page)."""
     from app.domain import users
 
-    with session_scope(_engine(get_settings()), write=False) as session:
+    with session_scope(_board_engine(get_settings()), write=False) as session:
         rows = users.list_users(session)
     for row in rows:
         console.print(f"#{row.id}  {row.name}  {row.role}{'  (disabled)' if row.disabled_at else ''}", highlight=False)
@@ -341,7 +374,7 @@ def sessions_revoke() -> None:
     """End every browser session now: their cookies are refused from the next request on."""
     from app.security import revoke_all_sessions
 
-    with session_scope(_engine(get_settings())) as session:
+    with session_scope(_board_engine(get_settings())) as session:
         count = revoke_all_sessions(session)
     console.print(f"ended {count} session(s)")
 
@@ -353,7 +386,7 @@ def runners_create(name: Annotated[str, typer.Argument(help="The node's name, e.
     from app.domain.runners import create_runner
 
     try:
-        with session_scope(_engine(get_settings())) as session:
+        with session_scope(_board_engine(get_settings())) as session:
             _, token = create_runner(session, name)
     except DomainError as exc:
         _fail(exc.message)
@@ -370,7 +403,7 @@ def runners_revoke(name: str) -> None:
     from app.models import Runner
 
     try:
-        with session_scope(_engine(get_settings())) as session:
+        with session_scope(_board_engine(get_settings())) as session:
             runner = session.exec(select(Runner).where(Runner.name == name)).first()
             if runner is None:
                 _fail(f"no runner named {name!r}")
@@ -397,7 +430,7 @@ def notify_add(
     from app.domain.errors import DomainError
 
     try:
-        with session_scope(_engine(get_settings())) as session:
+        with session_scope(_board_engine(get_settings())) as session:
             actor = users.user_by_name(session, user).name if user else "cli"
             chosen = inventory.get_campaign(session, campaign) if campaign else None
             target = notifications.create_target(
@@ -413,7 +446,7 @@ def notify_list() -> None:
     """Destinations (URLs redacted), their events and deliveries by state."""
     from app.domain import notifications
 
-    with session_scope(_engine(get_settings()), write=False) as session:
+    with session_scope(_board_engine(get_settings()), write=False) as session:
         counts = notifications.delivery_counts(session)
         for target, slug in notifications.list_targets(session):
             c = counts.get(target.id or 0, {})
@@ -444,9 +477,12 @@ def export_cmd(
             first = next(pieces)  # an unknown campaign fails here, before a file is written
         except DomainError as exc:
             _fail(exc.message)
-        with output.open("w", encoding="utf-8") if output else nullcontext(sys.stdout) as out:
-            for piece in chain([first], pieces):
-                out.write(piece)
+        try:
+            with output.open("w", encoding="utf-8") if output else nullcontext(sys.stdout) as out:
+                for piece in chain([first], pieces):
+                    out.write(piece)
+        except OSError as exc:  # no such directory, not writable, disk full: one line, not a traceback
+            _fail(f"cannot write {output}: {exc.strerror or exc}", code=2)
     if output:
         err.print(f"wrote {output}")
 
@@ -655,7 +691,10 @@ def import_cmd(
     from app.domain.errors import DomainError
 
     limit = get_settings().max_campaign_file_bytes
-    text = sys.stdin.read(limit + 1) if str(path) == "-" else _read(path, limit)
+    try:
+        text = sys.stdin.read(limit + 1) if str(path) == "-" else _read(path, limit)
+    except UnicodeDecodeError:
+        _fail(f"{path}: not a UTF-8 text file (a campaign file is YAML); nothing was imported", code=2)
     if len(text.encode()) > limit:
         _fail(f"{path}: larger than {limit} bytes (CAMPAIGN_MAX_CAMPAIGN_FILE_BYTES); nothing was imported")
     try:
@@ -671,7 +710,7 @@ def _read(path: Path, limit: int) -> str:
         with path.open(encoding="utf-8") as f:
             return f.read(limit + 1)
     except OSError as exc:
-        _fail(f"cannot read {path}: {exc.strerror}")
+        _fail(f"cannot read {path}: {exc.strerror}", code=2)
     return ""
 
 

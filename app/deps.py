@@ -54,6 +54,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 # A row id in a URL: out-of-range numbers are a 422, not an integer overflow in the database driver.
 RowId = Annotated[int, Path(ge=1, le=2**53, description="Row id")]
 PageAfter = Annotated[int | None, Query(ge=1, le=2**53, description="A page's cursor: the last id you have")]
+LogAfter = Annotated[int, Query(ge=-1, le=2**53, description="The last log seq you have (-1: none)")]
 # scope="function": the transaction commits before the response is sent, so a client that got a
 # 2xx reads its own write, and a failed commit is an error response, never a lost write after a 2xx.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
@@ -71,12 +72,18 @@ def bearer_token(request: HTTPConnection) -> str | None:
     return None
 
 
+# Where app/middleware.py: AuthenticateFirst leaves the operator it found, so routes do not look it up again.
+OPERATOR_SCOPE_KEY = "campaign_board.operator"
+
+
 def operator_from(conn: HTTPConnection) -> Operator | None:
     """Who an HTTP request or a websocket comes from, with their user's current role: by bearer
     token or by a live server-side session (not CSRF). Read from the database every time, so a
     revoked session, a disabled user or a changed role takes effect at once. With login disabled
     a browser is the "local" admin, who still carries a CSRF token: cross-site requests are
     refused either way."""
+    if OPERATOR_SCOPE_KEY in conn.scope:  # found by the middleware for this very request
+        return conn.scope[OPERATOR_SCOPE_KEY]
     app = conn.app
     token = bearer_token(conn)
     if token:

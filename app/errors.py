@@ -57,6 +57,9 @@ def _error(
     return response
 
 
+error_response = _error  # for app/middleware.py: its refusals are shaped like every other error
+
+
 class ErrorBody(BaseModel):
     """Every JSON error the API sends (422 included): a sentence, and the field it is about."""
 
@@ -128,19 +131,19 @@ def install_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+LOGIN_REQUIRED = (
+    "Login required: open the login link printed by `campaign serve` (or `campaign login-url`), or send an API token."
+)
+
+
 def login_required(request: Request) -> Response:
     """401 for the API, htmx and writes; a redirect to the login page for a page view. An htmx fragment's
     refresh after the session ended is a 401 said in the flash: followed, a redirect would swap the login page
     into the fragment (a page inside the page)."""
     if request.headers.get("hx-request") and not _wants_json(request):
         return _error(request, "Your session ended: log in again (a login link from `campaign login-url`).", 401)
-    if _wants_json(request) or request.method != "GET":
-        return _error(
-            request,
-            "Login required: open the login link printed by `campaign serve` "
-            "(or `campaign login-url`), or send an API token.",
-            401,
-        )
+    if _wants_json(request) or request.method not in ("GET", "HEAD"):
+        return _error(request, LOGIN_REQUIRED, 401)
     return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
 
 

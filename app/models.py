@@ -156,7 +156,15 @@ class ModelInputFields(SQLModel):
     )
 
 
+# Ids that links and notifications carry (/trials/45, "trial #45 succeeded") are never reused: SQLite hands
+# out max(id) + 1 without AUTOINCREMENT, so a deleted newest row's id would name another row; PostgreSQL's
+# sequences never go back (migration 0016).
+NEVER_REUSED_IDS = {"sqlite_autoincrement": True}
+
+
 class Campaign(ModelInputFields, table=True):
+    __table_args__ = (NEVER_REUSED_IDS,)
+
     id: int | None = Field(default=None, primary_key=True)
     slug: str = Field(max_length=80, unique=True, index=True)
     name: str = Field(max_length=200)
@@ -181,7 +189,7 @@ class Campaign(ModelInputFields, table=True):
 
 
 class Approach(SQLModel, table=True):
-    __table_args__ = (UniqueConstraint("campaign_id", "key", name="uq_approach_campaign_key"),)
+    __table_args__ = (UniqueConstraint("campaign_id", "key", name="uq_approach_campaign_key"), NEVER_REUSED_IDS)
 
     id: int | None = Field(default=None, primary_key=True)
     campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
@@ -202,6 +210,8 @@ class Approach(SQLModel, table=True):
     # The ended trial whose verdict a person has not confirmed yet ("Run next" skips it meanwhile).
     # No foreign key: trial -> approach already points the other way.
     pending_trial_id: int | None = None
+    # Archived: off the inventory's active list and out of "run next", its trials and answers kept; restorable.
+    archived_at: datetime | None = _ts()
     created_at: datetime = _created()
     updated_at: datetime = _created()
 
@@ -257,6 +267,8 @@ class Replay(SQLModel, table=True):
     order, what it was before (status, reason, figures' trial, the verdict's stack summary) and the re-test
     reason; `runner_fingerprint`: R's stack when the replay started."""
 
+    __table_args__ = (NEVER_REUSED_IDS,)
+
     id: int | None = Field(default=None, primary_key=True)
     campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
     runner_id: int | None = Field(default=None, foreign_key="runner.id", ondelete="SET NULL")
@@ -287,6 +299,7 @@ class Trial(SQLModel, table=True):
     __table_args__ = (
         Index("ix_trial_campaign_id_id", "campaign_id", "id"),
         Index("ix_trial_approach_id_id", "approach_id", "id"),
+        NEVER_REUSED_IDS,
     )
     id: int | None = Field(default=None, primary_key=True)
     campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
@@ -536,6 +549,7 @@ class Artifact(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("trial_id", "name", name="uq_artifact_trial_name"),
         Index("ix_artifact_campaign_created", "campaign_id", "created_at"),
+        NEVER_REUSED_IDS,
     )
 
     id: int | None = Field(default=None, primary_key=True)

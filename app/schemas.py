@@ -120,7 +120,7 @@ class Requirements(BaseModel):
 
     gpus: int = Field(0, ge=0, le=1024, title="GPUs", description="GPUs needed on one node.")
     min_sm: str | None = Field(
-        None, pattern=r"^\d+\.\d+$", title="Min SM", description="Minimum SM capability, e.g. '9.0'."
+        None, pattern=r"^\d+\.\d+$", max_length=16, title="Min SM", description="Minimum SM capability, e.g. '9.0'."
     )
     software: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)]] = Field(
         default_factory=list,
@@ -421,10 +421,36 @@ class ApproachPublic(ApproachCreate):
     requirements: Requirements | None = None
     bound_to: dict[str, Any] | None = None
     verdict_fingerprint: dict[str, Any] | None = None
+    archived_at: datetime | None = Field(
+        None, description="When it was archived (off the active list, its trials kept); null while active."
+    )
     created_at: datetime
     updated_at: datetime
 
-    _utc = field_validator("created_at", "updated_at", mode="before")(_utc)
+    _utc = field_validator("created_at", "updated_at", "archived_at", mode="before")(_utc)
+
+
+class EvidencePublic(BaseModel):
+    """What an approach holds: what deleting it with `delete_evidence=true` removes, and archiving keeps."""
+
+    model_config = ConfigDict(from_attributes=True)
+    trials: int
+    metrics: int
+    log_bytes: int
+    artifacts: int
+    traces: int = Field(description="Of the artifacts, the profiler traces read for the model.")
+    status_changes: int
+    settles: int = Field(description="Settle / repeat records naming it.")
+    active_trial: int | None = Field(description="A trial of it still queued or running (delete and archive wait).")
+    adopted: bool = Field(description="Adopted: its trials are the evidence the campaign's decision rests on.")
+    summary: str = Field(description="The same, as a sentence.")
+
+
+class ApproachDeleted(BaseModel):
+    """The answer to a delete: what went with the approach."""
+
+    deleted: str = Field(description="The approach's key.")
+    removed: EvidencePublic
 
 
 # ---- trials, runners, share links and comparisons (read by scripts through /api) ---------------------
@@ -512,6 +538,7 @@ class QueuedTrialPublic(BaseModel):
     priority: int = Field(description="The approach's position in the campaign (queued trials start in this order).")
     requested_by: str = Field(description="Who queued it.")
     queued_at: datetime
+    blocked: str = Field("", description="Why no connected runner can take it now (empty when one can).")
 
     _utc = field_validator("queued_at", mode="before")(_utc)
 

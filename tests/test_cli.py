@@ -57,10 +57,27 @@ def test_bad_file_exits_nonzero_and_imports_nothing(run, tmp_path):
     r = run("export", "x", "-o", str(tmp_path / "x.yaml"))
     assert r.returncode == 1 and not (tmp_path / "x.yaml").exists()
     r = run("import", str(tmp_path / "missing.yaml"))
-    assert r.returncode == 1 and "cannot read" in r.stderr
+    assert r.returncode == 2 and "cannot read" in r.stderr
+    # A binary file and an export into a folder that is not there: one line each, exit code 2, no traceback.
+    (tmp_path / "photo.jpg").write_bytes(bytes(range(256)) * 64)
+    r = run("import", str(tmp_path / "photo.jpg"))
+    assert r.returncode == 2 and "not a UTF-8 text file" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert run("demo").returncode == 0
+    r = run("export", "kimi-k25-eagle3", "-o", "/no/such/dir/x.yaml")
+    assert r.returncode == 2 and "cannot write /no/such/dir/x.yaml: No such file or directory" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_login_url_and_tokens(run):
+def test_login_url_and_tokens(run, tmp_path):
+    # No board here yet (run outside the checkout): refused, saying which database, and none is created.
+    db = tmp_path / "data" / "campaign.db"
+    for args in (("login-url",), ("token", "create", "ci"), ("runners", "create", "node-1")):
+        r = run(*args)
+        assert r.returncode == 2 and f"no board at sqlite:///{db}" in r.stderr, (args, r.stderr)
+        assert "CAMPAIGN_DATABASE_URL" in r.stderr and "Traceback" not in r.stderr
+        assert not db.exists() and r.stdout == ""
+    assert run("demo").returncode == 0  # a board (as `campaign serve` makes one)
     r = run("login-url")
     assert r.returncode == 0 and "/login?token=login_" in r.stdout
     r = run("token", "create", "ci")

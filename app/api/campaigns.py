@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from app.db import stream_in_session
@@ -15,11 +15,13 @@ from app.domain.errors import Invalid
 from app.errors import concrete_paths_first
 from app.schemas import (
     ApproachCreate,
+    ApproachDeleted,
     ApproachPublic,
     ApproachUpdate,
     CampaignCreate,
     CampaignPublic,
     CampaignUpdate,
+    EvidencePublic,
     ImportSummary,
     MoveRequest,
     StatusChangePublic,
@@ -123,13 +125,56 @@ def update_approach(slug: str, key: str, data: ApproachUpdate, session: SessionD
     return inventory.update_approach(session, approach, data)
 
 
-@router.delete("/campaigns/{slug}/approaches/{key}", status_code=204)
-def delete_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep) -> Response:
+def _evidence(found: inventory.Evidence) -> EvidencePublic:
+    return EvidencePublic(
+        **found.counts(), active_trial=found.active_trial, adopted=found.adopted, summary=found.sentence()
+    )
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/evidence", response_model=EvidencePublic)
+def approach_evidence(slug: str, key: str, session: SessionDep) -> EvidencePublic:
+    """What the approach holds: what a delete with `delete_evidence=true` would remove (archive keeps it)."""
+    return _evidence(
+        inventory.evidence(session, inventory.get_approach(session, inventory.get_campaign(session, slug), key))
+    )
+
+
+@router.delete("/campaigns/{slug}/approaches/{key}", response_model=ApproachDeleted)
+def delete_approach(
+    slug: str,
+    key: str,
+    session: SessionDep,
+    operator: OperatorDep,
+    delete_evidence: Annotated[
+        bool, Query(description="Also delete its trials, metrics, logs and artifacts (else 409 when it has any).")
+    ] = False,
+) -> ApproachDeleted:
+    """Delete an approach. One with trials is refused (409, saying what it holds) unless `delete_evidence`:
+    archive it to keep them. The answer counts what went."""
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
     events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
-    inventory.delete_approach(session, campaign, approach)
-    return Response(status_code=204)
+    removed = inventory.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
+    return ApproachDeleted(deleted=key, removed=_evidence(removed))
+
+
+@router.post("/campaigns/{slug}/approaches/{key}/archive", response_model=ApproachPublic)
+def archive_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep):
+    """Off the active list and "run next", its trials and answers kept; `restore` brings it back."""
+    campaign = inventory.get_campaign(session, slug)
+    approach = inventory.get_approach(session, campaign, key)
+    inventory.archive_approach(session, campaign, approach, operator.name)
+    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    return approach
+
+
+@router.post("/campaigns/{slug}/approaches/{key}/restore", response_model=ApproachPublic)
+def restore_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep):
+    campaign = inventory.get_campaign(session, slug)
+    approach = inventory.get_approach(session, campaign, key)
+    inventory.restore_approach(session, campaign, approach)
+    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    return approach
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/status", response_model=StatusChangePublic)

@@ -26,7 +26,7 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from sqlmodel import Session
 
-from app.deps import RowId, socket_operator
+from app.deps import LogAfter, RowId, socket_operator
 from app.domain import logs as log_domain
 from app.domain import trial_reads
 from app.live import Frame, Subscriber, get_hub, run_in_tx, trace
@@ -170,7 +170,7 @@ async def _close(ws: WebSocket, code: int, reason: str) -> None:
 
 
 @router.websocket("/api/trials/{trial_id}/logs/ws")
-async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: int = -1) -> None:
+async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: LogAfter = -1) -> None:
     if not await asyncio.to_thread(browser_allowed, ws):
         await ws.close(code=CloseCode.LOGIN_REQUIRED, reason="log in first")  # before accept: HTTP 403
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import AdminDep, OperatorDep, RowId
 from app.domain import runners as runner_domain
@@ -19,6 +19,7 @@ router = APIRouter(tags=["runners"])
 
 
 class RunnerCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     # At least one visible character (neither whitespace nor a control character), in the schema too.
     name: str = Field(
         min_length=1,

@@ -94,6 +94,7 @@ def _queue(session: Session, slug: str) -> list[QueuedTrialPublic]:
             priority=q.approach.position,
             requested_by=q.trial.requested_by,
             queued_at=q.trial.created_at,
+            blocked=q.blocked,
         )
         for q in queue_domain.campaign_queue(session, get_campaign(session, slug))
     ]

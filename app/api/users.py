@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, BeforeValidator, Field, StrictBool
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url, require_user
 from app.domain import users
@@ -56,11 +56,13 @@ class Me(BaseModel):
 
 
 class UserUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
     role: Role | None = Field(None, description="viewer, operator or admin; the last admin cannot be demoted.")
     disabled: StrictBool | None = Field(None, description="Disable (sessions and tokens refused at once) or enable.")
 
 
 class InviteCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
     role: Role = Role.operator
     name: str = Field(
         "",
@@ -109,6 +111,7 @@ class SessionPublic(BaseModel):
 
 
 class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
     name: str = Field(min_length=1, max_length=120, description="What the token is for, e.g. 'ci'.")
     user_id: int | None = Field(None, ge=1, le=2**53, description="Who it acts as (default: you).")
 

@@ -493,13 +493,18 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
                 approach.updated_at = utcnow()
         approach.position = position
         session.add(approach)
-    removed = 0
+    removed = archived = 0
     offset = len(parsed.approaches)
     for approach in sorted(existing.values(), key=lambda a: a.position):
-        if replace:
+        # Replace removes what the file does not list, but never measurements: one with trials is archived.
+        held = inventory.evidence(session, approach) if replace else None
+        if held is not None and not held.measured:
             session.delete(approach)
             removed += 1
         else:
+            if held is not None and approach.archived_at is None and held.active_trial is None:
+                approach.archived_at = utcnow()
+                archived += 1
             offset += 1
             approach.position = offset
             session.add(approach)
@@ -510,6 +515,8 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
         f"{verb} campaign {campaign.slug!r}: {added} approach(es) added, {changed} changed, "
         f"{removed} removed, {kept} kept that the file does not list"
     )
+    if archived:
+        summary += f" ({archived} of them archived: they have trials, which are kept)"
     if parsed.results is not None:
         trials, metrics, already = campaign_results.import_results(session, campaign, parsed.results)
         summary += f"; results: {trials} trial(s) with {metrics} metric(s) added, {already} already here"

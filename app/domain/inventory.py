@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, tuple_
 from sqlmodel import Session, col, select
 
 from app.domain.errors import Conflict, Invalid, NotFound
-from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, utcnow
+from app.models import (
+    ACTIVE_TRIAL_STATES,
+    Approach,
+    ApproachStatus,
+    Artifact,
+    Campaign,
+    Metric,
+    RunOrder,
+    Settle,
+    StatusChange,
+    Trial,
+    utcnow,
+)
 from app.schemas import NEEDS_REASON, ApproachCreate, ApproachUpdate, CampaignCreate, CampaignUpdate
 
 # Statuses that follow an approach's trial; people do not set them by hand.
@@ -46,14 +59,13 @@ def update_campaign(session: Session, campaign: Campaign, data: CampaignUpdate) 
     return campaign
 
 
-def approaches(session: Session, campaign: Campaign) -> list[Approach]:
-    return list(
-        session.exec(
-            select(Approach)
-            .where(Approach.campaign_id == campaign.id)
-            .order_by(col(Approach.position), col(Approach.id))
-        )
-    )
+def approaches(session: Session, campaign: Campaign, *, archived: bool | None = None) -> list[Approach]:
+    """The campaign's approaches in priority order: all of them, or only the active (`archived=False`) or
+    the archived ones. Archived approaches keep their trials, so answers and charts still read them."""
+    query = select(Approach).where(Approach.campaign_id == campaign.id)
+    if archived is not None:
+        query = query.where(col(Approach.archived_at).is_not(None) if archived else col(Approach.archived_at).is_(None))
+    return list(session.exec(query.order_by(col(Approach.position), col(Approach.id))))
 
 
 def get_approach(session: Session, campaign: Campaign, key: str) -> Approach:
@@ -212,7 +224,142 @@ def set_run_order(session: Session, campaign: Campaign, order: RunOrder | str) -
     session.flush()
 
 
-def delete_approach(session: Session, campaign: Campaign, approach: Approach) -> None:
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What an approach's delete would remove with it: its measurements and their history."""
+
+    trials: int = 0
+    metrics: int = 0
+    log_bytes: int = 0
+    artifacts: int = 0
+    traces: int = 0
+    status_changes: int = 0
+    settles: int = 0
+    active_trial: int | None = None  # a trial of it still queued or running
+    adopted: bool = False
+
+    @property
+    def measured(self) -> bool:
+        """Trials (and so metrics, logs, artifacts): what "keep the measurements" keeps."""
+        return self.trials > 0
+
+    def counts(self) -> dict[str, int]:
+        fields = ("trials", "metrics", "log_bytes", "artifacts", "traces", "status_changes", "settles")
+        return {name: getattr(self, name) for name in fields}
+
+    def sentence(self) -> str:
+        """ "3 trials, 240 metrics, 1.2 MB of logs, 2 artifacts (1 trace) and 5 status changes"."""
+        parts = [
+            _plural(self.trials, "trial"),
+            _plural(self.metrics, "metric"),
+            f"{self.log_bytes / 1e6:,.1f} MB of logs"
+            if self.log_bytes >= 100_000
+            else f"{self.log_bytes:,} bytes of logs",
+            _plural(self.artifacts, "artifact") + (f" ({_plural(self.traces, 'trace')})" if self.traces else ""),
+            _plural(self.status_changes, "status change"),
+        ]
+        if self.settles:
+            parts.append(_plural(self.settles, "settle/repeat record"))
+        return ", ".join(parts[:-1]) + " and " + parts[-1]
+
+    def confirm(self, title: str) -> str:
+        """The page's confirm before a delete that takes the evidence with it."""
+        adopted = (
+            f" {title} is ADOPTED: its trials are the evidence the campaign's decision rests on."
+            if self.adopted
+            else ""
+        )
+        return (
+            f"Delete {title} for good? This also deletes {self.sentence()}.{adopted} Archive it instead to keep them."
+        )
+
+
+def evidence(session: Session, approach: Approach) -> Evidence:
+    """Counts of what deleting the approach would remove (a few COUNTs over indexed columns)."""
+    trial_ids = select(Trial.id).where(Trial.approach_id == approach.id)
+    trials, log_bytes = session.exec(
+        select(func.count(col(Trial.id)), func.coalesce(func.sum(col(Trial.log_bytes)), 0)).where(
+            Trial.approach_id == approach.id
+        )
+    ).one()
+    artifacts, traces = session.exec(
+        select(func.count(col(Artifact.id)), func.count(col(Artifact.trace))).where(
+            col(Artifact.trial_id).in_(trial_ids)
+        )
+    ).one()
+    active = session.exec(
+        select(Trial.id).where(Trial.approach_id == approach.id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
+    ).first()
+    settles = session.exec(
+        select(func.count(col(Settle.id))).where(
+            (col(Settle.approach_a_id) == approach.id) | (col(Settle.approach_b_id) == approach.id)
+        )
+    ).one()
+    return Evidence(
+        trials=int(trials),
+        metrics=int(session.exec(select(func.count(col(Metric.id))).where(Metric.approach_id == approach.id)).one()),
+        log_bytes=int(log_bytes),
+        artifacts=int(artifacts),
+        traces=int(traces),
+        status_changes=int(
+            session.exec(select(func.count(col(StatusChange.id))).where(StatusChange.approach_id == approach.id)).one()
+        ),
+        settles=int(settles),
+        active_trial=active,
+        adopted=approach.status == ApproachStatus.adopted,
+    )
+
+
+def _refuse_while_active(approach: Approach, found: Evidence, verb: str) -> None:
+    if found.active_trial is not None:
+        raise Conflict(
+            f"{approach.title} has trial #{found.active_trial} queued or running: cancel it before you {verb} it."
+        )
+
+
+def archive_approach(session: Session, campaign: Campaign, approach: Approach, actor: str) -> Evidence:
+    """Off the active list and out of "run next", with every trial, metric, log and artifact kept (answers,
+    charts and comparisons still read them); `restore_approach` brings it back. Returns what it keeps."""
+    found = evidence(session, approach)
+    if approach.archived_at is not None:
+        raise Conflict(f"{approach.title} is archived already.")
+    _refuse_while_active(approach, found, "archive")
+    approach.archived_at = utcnow()
+    approach.updated_at = approach.archived_at
+    session.add(approach)
+    session.flush()
+    return found
+
+
+def restore_approach(session: Session, campaign: Campaign, approach: Approach) -> None:
+    if approach.archived_at is None:
+        raise Conflict(f"{approach.title} is not archived.")
+    approach.archived_at = None
+    approach.updated_at = utcnow()
+    session.add(approach)
+    session.flush()
+
+
+def delete_approach(
+    session: Session, campaign: Campaign, approach: Approach, *, delete_evidence: bool = False
+) -> Evidence:
+    """Delete the approach; returns what went with it. An approach with trials is refused (409, saying what
+    it holds and that archiving keeps it) unless `delete_evidence`: measurements go only when asked for."""
+    found = evidence(session, approach)
+    _refuse_while_active(approach, found, "delete")
+    if found.measured and not delete_evidence:
+        adopted = (
+            " It is adopted: its trials are the evidence the campaign's decision rests on." if found.adopted else ""
+        )
+        raise Conflict(
+            f"{approach.title} has {found.sentence()}.{adopted} Archive it to keep them (it leaves the active list "
+            "and can be restored), or delete them with it explicitly (delete_evidence).",
+            field="delete_evidence",
+        )
     session.delete(approach)
     session.flush()
     for index, row in enumerate(approaches(session, campaign), start=1):
@@ -220,3 +367,4 @@ def delete_approach(session: Session, campaign: Campaign, approach: Approach) ->
             row.position = index
             session.add(row)
     session.flush()
+    return found

@@ -384,13 +384,18 @@ class Note:
         return f"needs {stack.STACK_COMPONENTS[self.component]} {self.op} {self.version}"
 
 
+# A version is short; a longer one is refused where it is typed (`parse_target`) and ignored where a runner
+# reports it: packaging turns each release number into an int, and past 4,300 digits Python refuses (ValueError).
+MAX_VERSION_CHARS = 64
+
+
 def _version(text: str | None) -> Version | None:
     """The release part of a version ('2.10.0+cu128' -> 2.10.0): a local build tag does not order versions."""
-    if not text:
+    if not text or len(text) > MAX_VERSION_CHARS:
         return None
     try:
         return Version(Version(text).base_version)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):
         return None
 
 
@@ -416,6 +421,11 @@ def parse_target(items: list[str]) -> dict[str, str]:
         if component is None:
             raise Invalid(
                 f"target: unknown stack component {name.strip()!r}; expected one of {', '.join(stack.STACK_COMPONENTS)}",
+                field="target",
+            )
+        if len(version.strip()) > MAX_VERSION_CHARS:
+            raise Invalid(
+                f"target: {component}'s version is at most {MAX_VERSION_CHARS} characters, not {len(version.strip()):,}",
                 field="target",
             )
         target[component] = version.strip()

@@ -43,6 +43,7 @@ class QueuedTrial:
     position: int  # 1 = the next of this campaign's queued trials to start
     trial: Trial
     approach: Approach
+    blocked: str = ""  # why no connected runner can take it now (scheduling.runners_for), else ""
 
     @property
     def queued_at(self) -> datetime | None:
@@ -74,8 +75,14 @@ def _waiting(session: Session, campaign_id: int | None = None) -> list[tuple[Tri
 
 
 def campaign_queue(session: Session, campaign: Campaign) -> list[QueuedTrial]:
-    """The campaign's queued trials in the order they will start."""
-    return [QueuedTrial(n, t, a) for n, (t, a) in enumerate(_waiting(session, campaign.id), start=1)]
+    """The campaign's queued trials in the order they will start, each saying when no connected runner can
+    take it (it waits until one that can connects; cancel it otherwise)."""
+    rows = _waiting(session, campaign.id)
+    blocked: dict[int, str] = {}
+    for _, approach in rows:
+        if approach.id is not None and approach.id not in blocked:
+            blocked[approach.id] = scheduling.runners_for(session, approach).reason
+    return [QueuedTrial(n, t, a, blocked.get(a.id or 0, "")) for n, (t, a) in enumerate(rows, start=1)]
 
 
 def lock_trial(session: Session, trial_id: int) -> Trial:

@@ -56,22 +56,22 @@ def start(
     budget: int,
     actor: str,
     metric: str | None = None,
+    *,
+    online: set[int] | None = None,
 ) -> tuple[Settle, list[Trial]]:
-    """A new Settle of A vs B (Repeat when b is None) and its first round, queued."""
+    """A new Settle of A vs B (Repeat when b is None) and its first round, queued; refused (Invalid, naming
+    a or b) when either cannot run now (`scheduling.can_run`: `online` are the runners this server holds)."""
     if not 1 <= budget <= MAX_BUDGET:
         raise Invalid(f"budget: between 1 and {MAX_BUDGET} trials per approach, not {budget}", field="budget")
     if b is not None and b.id == a.id:
         raise Invalid("Settle compares two different approaches.", field="b")
-    for approach in (a, b):
+    scheduling.lock_campaign(session, campaign)  # as run this does: one check, then the queue
+    for field, approach in (("a", a), ("b", b)):
         if approach is None:
             continue
-        if not scheduling.has_recipe(approach):
-            raise Invalid(f"{approach.title} has no recipe: add one under Details › Edit", field="a")
-        active = session.exec(
-            select(Trial.id).where(Trial.approach_id == approach.id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
-        ).first()
-        if active is not None:
-            raise Invalid(f"{approach.title} is already being tried: trial #{active} has not ended", field="a")
+        check = scheduling.can_run(session, approach, online=online, verdict_first=False)
+        if check.reason:  # a round no runner can take would wait in the queue forever
+            raise Invalid(check.reason, field=field)
     settle = Settle(
         campaign_id=campaign.id,  # type: ignore[arg-type]
         approach_a_id=a.id,  # type: ignore[arg-type]

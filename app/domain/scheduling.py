@@ -64,7 +64,7 @@ def candidates(session: Session, campaign: Campaign) -> list[Approach]:
     # Untested first, then the re-test flags; an approach whose last trial awaits a verdict waits too.
     seen = {a.id for a in untested}
     rows = untested + [a for a in retest_candidates(session, campaign) if a.id not in seen]
-    return [a for a in rows if has_recipe(a) and a.pending_trial_id is None]
+    return [a for a in rows if has_recipe(a) and a.pending_trial_id is None and a.archived_at is None]
 
 
 def ranking(session: Session, campaign: Campaign) -> list[planning.Ranked]:
@@ -147,7 +147,11 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
     if not queue:
         untested = session.exec(
             select(Approach)
-            .where(Approach.campaign_id == campaign.id, Approach.status == ApproachStatus.untested)
+            .where(
+                Approach.campaign_id == campaign.id,
+                Approach.status == ApproachStatus.untested,
+                col(Approach.archived_at).is_(None),
+            )
             .order_by(col(Approach.position), col(Approach.id))
         ).first()
         waiting = session.exec(
@@ -245,38 +249,65 @@ def _connected_runners(session: Session, online: set[int] | None) -> list[Runner
     ]
 
 
-def run_approach(
-    session: Session, campaign: Campaign, approach: Approach, actor: str, *, online: set[int] | None = None
-) -> RunNext:
-    """ "Run this approach": a person's choice, whatever its status or priority, on a connected idle
-    runner that can run it; or the reason it cannot run now. Serialized with run_next per campaign."""
-    lock_campaign(session, campaign)
-    session.refresh(approach)
+@dataclass(frozen=True)
+class CanRun:
+    """Whether a trial of an approach may be started or queued now: the connected runners able to run it
+    (idle or busy: a busy one takes it from the queue), or why none can."""
+
+    able: list[Runner]
+    reason: str = ""
+
+
+def can_run(
+    session: Session, approach: Approach, *, online: set[int] | None = None, verdict_first: bool = True
+) -> CanRun:
+    """The one check of what can run, for every way of starting or queueing a trial of a chosen approach
+    (run this, repeat, settle; run next applies the same requirement test to its candidates): a recipe,
+    not archived, no trial of it queued or running, no verdict awaited, and a connected runner that meets
+    its requirements. A trial no runner can take is refused with the reason, never queued to wait forever.
+    `verdict_first=False` (repeat, settle): their rounds measure, they do not wait for the pending verdict."""
+    if approach.archived_at is not None:
+        return CanRun([], f"{approach.title} is archived: restore it first")
     if not has_recipe(approach):
-        return RunNext(approach=approach, reason=f"{approach.title} has no recipe: add one under Details › Edit")
+        return CanRun([], f"{approach.title} has no recipe: add one under Details › Edit")
     active = session.exec(
         select(Trial).where(Trial.approach_id == approach.id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
     ).first()
     if active is not None:
-        return RunNext(
-            approach=approach, reason=f"{approach.title} is already being tried: trial #{active.id} is {active.state}"
+        return CanRun([], f"{approach.title} is already being tried: trial #{active.id} is {active.state}")
+    if verdict_first and approach.pending_trial_id is not None:
+        return CanRun(
+            [], f"{approach.title} waits for your verdict on trial #{approach.pending_trial_id}: confirm it first"
         )
-    if approach.pending_trial_id is not None:
-        return RunNext(
-            approach=approach,
-            reason=f"{approach.title} waits for your verdict on trial #{approach.pending_trial_id}: confirm it first",
-        )
+    return runners_for(session, approach, online=online)
+
+
+def runners_for(session: Session, approach: Approach, *, online: set[int] | None = None) -> CanRun:
+    """The runner half of `can_run`: the connected runners that meet the approach's requirements, or why
+    none does (the queue says it of a trial that waits for a runner that is not there)."""
     connected = _connected_runners(session, online)
     if not connected:
-        return RunNext(approach=approach, reason="no runner is connected")
+        return CanRun([], "no runner is connected")
     able = [r for r in connected if not unmet_requirements(approach.requirements, r.fingerprint)]
     if not able:
         fewest = min((unmet_requirements(approach.requirements, r.fingerprint) for r in connected), key=len)
-        return RunNext(
-            approach=approach, reason=f"{approach.title} needs {_join(fewest)}: no connected runner has them"
-        )
-    _lock_runners(session, able)
-    return _start_or_queue(session, approach, able, actor)
+        return CanRun([], f"{approach.title} needs {_join(fewest)}: no connected runner has them")
+    return CanRun(able)
+
+
+def run_approach(
+    session: Session, campaign: Campaign, approach: Approach, actor: str, *, online: set[int] | None = None
+) -> RunNext:
+    """ "Run this approach": a person's choice, whatever its status or priority, on a connected idle
+    runner that can run it (queued when they are all busy); or the reason it cannot run now (`can_run`).
+    Serialized with run_next per campaign."""
+    lock_campaign(session, campaign)
+    session.refresh(approach)
+    check = can_run(session, approach, online=online)
+    if check.reason:
+        return RunNext(approach=approach, reason=check.reason)
+    _lock_runners(session, check.able)
+    return _start_or_queue(session, approach, check.able, actor)
 
 
 # ---- trials and attempts ----------------------------------------------------------------------

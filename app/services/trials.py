@@ -59,7 +59,8 @@ async def start_settle(
     app: FastAPI, slug: str, a_key: str, b_key: str | None, budget: int, actor: str, metric: str | None = None
 ) -> tuple[Any, list[Trial]]:
     """ "Settle A vs B" (or "Repeat A" without b_key): the settle and its first round, queued in one
-    transaction; then every connected runner looks at the queue."""
+    transaction; then every connected runner looks at the queue. Its check of what can run counts the runners
+    the database holds as connected (a round waits for a busy or reconnecting one; scheduling.can_run)."""
 
     def work(session: Session) -> tuple[Any, list[Trial]]:
         campaign = get_campaign(session, slug)

@@ -53,10 +53,11 @@ def _overview(
     request: Request, session: SessionDep, slug: str, block: str | None = None, headers: dict | None = None
 ) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    rows = inventory.approaches(session, campaign)
+    rows = inventory.approaches(session, campaign, archived=False)
     ctx = {
         "campaign": campaign,
         "approaches": rows,
+        "archived": inventory.approaches(session, campaign, archived=True),
         "counts": inventory.status_counts(rows, awaiting=True),
         "person_statuses": PERSON_STATUSES,
     }
@@ -227,6 +228,7 @@ def _approach(
         "campaign": campaign,
         "approach": approach,
         "requirements": requirements_view(approach.requirements),
+        "evidence": inventory.evidence(session, approach),
         **_history_page(session, approach),
         "person_statuses": PERSON_STATUSES,
     }
@@ -299,9 +301,36 @@ def edit_approach(
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/delete")
-def delete_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
+def delete_approach(
+    request: Request,
+    session: SessionDep,
+    operator: OperatorDep,
+    slug: str,
+    key: str,
+    delete_evidence: Annotated[bool, Form()] = False,
+) -> Response:
+    """Delete: refused (409, in the flash) while the approach has trials, unless the form says
+    `delete_evidence` (the button whose confirm counts what goes). Archive keeps them."""
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
     events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
-    inventory.delete_approach(session, campaign, approach)
+    inventory.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
     return navigate(request, f"/campaigns/{slug}")
+
+
+@router.post("/campaigns/{slug}/approaches/{key}/archive")
+def archive_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
+    campaign = inventory.get_campaign(session, slug)
+    approach = inventory.get_approach(session, campaign, key)
+    inventory.archive_approach(session, campaign, approach, operator.name)
+    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    return navigate(request, f"/campaigns/{slug}/approaches/{key}")
+
+
+@router.post("/campaigns/{slug}/approaches/{key}/restore")
+def restore_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
+    campaign = inventory.get_campaign(session, slug)
+    approach = inventory.get_approach(session, campaign, key)
+    inventory.restore_approach(session, campaign, approach)
+    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    return navigate(request, f"/campaigns/{slug}/approaches/{key}")

@@ -52,10 +52,16 @@ def upgrades_page(request: Request, session: SessionDep, slug: str) -> Response:
     query = request.query_params
     typed = {c: query.get(c, "").strip() for c in TYPED}
     runner_text = query.get("runner", "").strip()
-    if runner_text and not runner_text.isdigit():
-        raise Invalid("runner: choose a runner from the list", field="runner")
-    runner_id = int(runner_text) if runner_text else None
-    target = planning.target_of(session, [f"{c}={v}" for c, v in typed.items() if v], runner_id)
+    runner_id = (
+        int(runner_text) if runner_text.isdigit() and len(runner_text) <= 18 else None
+    )  # an id, not 5,000 digits
+    error: Invalid | None = None
+    try:
+        if runner_text and runner_id is None:
+            raise Invalid("runner: choose a runner from the list", field="runner")
+        target = planning.target_of(session, [f"{c}={v}" for c, v in typed.items() if v], runner_id)
+    except Invalid as exc:  # the form again, with its error (a 422), the plan without a target
+        error, target = exc, None
     plan = planning.upgrade_plan(session, campaign, target)
     runners = [v for v in runner_domain.list_runners(session) if v.runner.fingerprint and v.runner.revoked_at is None]
     ctx = {
@@ -65,5 +71,6 @@ def upgrades_page(request: Request, session: SessionDep, slug: str) -> Response:
         "runner_id": runner_id,
         "runners": runners,
         "names": stack.STACK_COMPONENTS,
+        "error": error,
     }
-    return render(request, "upgrades.html", ctx)
+    return render(request, "upgrades.html", ctx, status_code=422 if error else 200)

@@ -9,7 +9,7 @@ import pytest
 from sqlmodel import col, select
 
 from app.db import session_scope
-from app.domain import queue, repeats, trials
+from app.domain import inventory, queue, repeats, scheduling, trials
 from app.domain.errors import Invalid
 from app.models import Settle, SettleState, Trial, TrialState
 from tests.support.verdicts import OLD_STACK, approach, campaign, run_to_end, runner, seed
@@ -138,6 +138,34 @@ def test_bad_settles_are_refused_with_a_message(engine, b, budget, words):
 def test_an_approach_already_being_tried_is_not_settled(engine):
     seed(engine, {"key": "a"}, {"key": "b"})
     with session_scope(engine) as s:
+        runner(s, "node-a", OLD_STACK)
         repeats.start(s, campaign(s), approach(s, "a"), None, 2, "alice")
         with pytest.raises(Invalid, match="already being tried"):
             repeats.start(s, campaign(s), approach(s, "a"), approach(s, "b"), 2, "alice")
+
+
+def test_what_no_runner_can_run_is_refused_by_repeat_settle_and_run_this_alike(engine):
+    """The Kimi demo's FlashInfer PCIe-IPC needs 8 GPUs and sglang: on a node without sglang, Repeat and Settle
+    used to queue rounds that waited forever while Run this refused. One check (scheduling.can_run) for all."""
+    seed(engine, {"key": "a", "requirements": {"gpus": 8, "software": ["sglang"]}}, {"key": "b"})
+    with session_scope(engine) as s:
+        runner(s, "node-a", OLD_STACK)  # 8 GPUs, no sglang
+        a, b = approach(s, "a"), approach(s, "b")
+        said = scheduling.run_approach(s, campaign(s), a, "alice")
+        assert not said.trial and said.reason == "A needs sglang: no connected runner has them"
+        with pytest.raises(Invalid, match="A needs sglang: no connected runner has them") as refused:
+            repeats.start(s, campaign(s), a, None, 3, "alice")
+        assert refused.value.field == "a"
+        with pytest.raises(Invalid, match="needs sglang") as refused:
+            repeats.start(s, campaign(s), b, a, 3, "alice")
+        assert refused.value.field == "b"
+        assert s.exec(select(Settle)).first() is None and s.exec(select(Trial)).first() is None
+        # An archived approach is refused the same way, by every door.
+        inventory.archive_approach(s, campaign(s), b, "alice")
+        assert scheduling.run_approach(s, campaign(s), b, "alice").reason == "B is archived: restore it first"
+        with pytest.raises(Invalid, match="B is archived: restore it first"):
+            repeats.start(s, campaign(s), b, None, 3, "alice")
+        assert scheduling.run_next(s, campaign(s), "alice").trial is None  # archived: not a candidate either
+        inventory.restore_approach(s, campaign(s), b)
+        settle, queued = repeats.start(s, campaign(s), b, None, 3, "alice")
+        assert [t.approach_id for t in queued] == [b.id]

@@ -54,3 +54,25 @@ def test_docs_render_offline_and_authorize_with_a_bearer_token(live_server, brow
         assert blocked == [] and errors == []
     finally:
         context.close()
+
+
+def test_try_it_out_writes_with_the_browsers_session(live_server, browser):
+    """Logged in (a session cookie, no Bearer token), "Try it out" on a POST passes the CSRF check: Swagger's
+    requests carry the session's token in the header the page names (static/docs.js)."""
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(live_server.login_url)
+        page.goto(live_server.url + "/docs")
+        op = page.locator("#operations-campaigns-create_campaign_api_campaigns_post")
+        op.locator(".opblock-summary").click()
+        op.locator("button.try-out__btn").click()
+        op.locator("textarea.body-param__text").fill('{"slug": "from-docs", "name": "Made in /docs"}')
+        with page.expect_request(lambda r: r.url.endswith("/api/campaigns") and r.method == "POST") as sent:
+            op.locator("button.execute").click()
+        assert sent.value.headers.get("x-csrf-token") and "authorization" not in sent.value.headers
+        expect(op.locator(".live-responses-table tr.response .response-col_status")).to_have_text("201")
+        page.goto(live_server.url + "/campaigns/from-docs")
+        expect(page.locator("h1")).to_contain_text("Made in /docs")
+    finally:
+        context.close()

@@ -246,3 +246,15 @@ def test_save_as_campaign_inputs_error_is_by_the_field_and_keeps_the_input(page,
     expect(error).to_be_in_viewport()
     expect(field).to_have_value("0.5")
     one_page(page)
+
+
+def test_an_import_over_the_limit_is_said_by_the_form(page, live_server, tmp_path):
+    """A 30 MB file: the body limit's refusal is the form's error by the file field, not raw JSON."""
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"x" * (30 * 1024 * 1024))
+    form = page.locator("form[action='/campaigns/import']")
+    form.locator("input[name=file]").set_input_files(str(big))
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".field-error")).to_contain_text("Request body too large", timeout=30_000)
+    assert '{"detail"' not in page.content()
+    one_page(page)

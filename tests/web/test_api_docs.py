@@ -5,7 +5,7 @@ import re
 from app.templating import SWAGGER_UI_VERSION, asset_url
 
 
-def test_docs_page_uses_only_local_assets(client):
+def test_docs_page_uses_only_local_assets(client, api_headers):
     r = client.get("/docs")
     assert r.status_code == 200
     sources = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', r.text)
@@ -15,7 +15,7 @@ def test_docs_page_uses_only_local_assets(client):
     assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", r.text)  # every script is a file
     for path in (asset_url(f"vendor/swagger-ui-bundle-{SWAGGER_UI_VERSION}.js"), asset_url("docs.js")):
         assert client.get(path).status_code == 200
-    assert client.get("/redoc").status_code == 404  # the CDN-only ReDoc page is gone
+    assert client.get("/redoc", headers=api_headers).status_code == 404  # the CDN-only ReDoc page is gone
 
 
 def test_openapi_declares_bearer_on_operator_routes(client, api_headers):
