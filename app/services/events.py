@@ -291,7 +291,7 @@ def get_feed(app: Any) -> PageFeed:
     return app.state.page_feed
 
 
-FORWARDED_MARK = "forwarded_feed_mark"  # request.state key: the hub's mark, in a page worker (app/pageworkers.py)
+FORWARDED_MARK = "forwarded_feed_mark"  # request.state key: the hub's mark, in a page worker (app/pageworkers/pool.py)
 
 
 def page_mark(request: Any) -> str:
