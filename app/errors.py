@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Match
 
 from app.deps import NotLoggedIn
 from app.domain.errors import DomainError
+from app.services.events import PAGE_EVENTS
 
 
 def _wants_json(request: Request) -> bool:
@@ -26,7 +27,9 @@ def _wants_json(request: Request) -> bool:
 
 def form_error_headers(message: str, field: str | None = None) -> dict[str, str]:
     """The "form-error" event static/app.js shows next to the field it names (in the form that sent it)."""
-    return {"HX-Trigger": json.dumps({"form-error": {"message": message, "field": field or ""}})}  # ASCII: a header
+    return {
+        "HX-Trigger": json.dumps({PAGE_EVENTS["form_error"].name: {"message": message, "field": field or ""}})
+    }  # ASCII: a header
 
 
 def _htmx_error(message: str, status: int, field: str | None = None) -> Response:

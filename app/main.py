@@ -24,7 +24,7 @@ from app.config import Settings, get_settings, resource_dir
 from app.db import make_engine, migrate
 from app.errors import install_error_handlers, install_openapi
 from app.middleware import RUNNER_UPLOADS, AuthenticateFirst, BodyLimit, SecurityHeaders
-from app.pageworkers import FromHub, PageProxy, PageWorkerPool
+from app.pageworkers.pool import FromHub, PageProxy, PageWorkerPool
 from app.security import LoginLimiter, SessionSigner
 from app.services import lifespan as server_lifespan
 from app.templating import ASSET_PREFIX, RevalidatedStatic, VersionedStatic, make_templates
@@ -82,7 +82,7 @@ def create_app(
     page_workers: int = 0,
 ) -> FastAPI:
     """The hub (sockets, writes, the live hub; with `page_workers`, reads go to that many page-worker
-    processes) or a page worker (reads only, behind a hub): app/pageworkers.py."""
+    processes) or a page worker (reads only, behind a hub): app/pageworkers/."""
     settings = settings or get_settings()
     url = settings.resolved_database_url()
     if run_migrations:

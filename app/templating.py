@@ -19,7 +19,7 @@ from app.domain.logs import dropped_marker_json
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol import close_codes_json
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
-from app.services.events import feed_attributes
+from app.services.events import feed_attributes, hx_trigger, page_events_json
 from runners.recipes.metric import METRIC_PREFIX, PHASE_PREFIX
 
 HTMX_VERSION = "2.0.11"
@@ -136,6 +136,8 @@ def make_templates() -> Jinja2Blocks:
         active_trial_states=ACTIVE_TRIAL_STATES,
         terminal_trial_states=TERMINAL_TRIAL_STATES,
         page_feed=feed_attributes,  # <div {{ page_feed(topics, feed_mark) }}>: the page feed's element
+        hx_trigger=hx_trigger,  # hx-trigger="{{ hx_trigger('campaign_changed', 'campaign') }}" (events.PAGE_EVENTS)
+        page_events=page_events_json(),  # <body data-page-events>: the event names static/*.js fire and hear
         # What static/livelog.js must know of the server's formats, read from the trial page.
         close_codes=close_codes_json(),
         metric_prefix=METRIC_PREFIX,

@@ -192,7 +192,7 @@ class Board:
             # Throughput runs measure ingest, not the cap: keep every line.
             "CAMPAIGN_LOG_CAP_BYTES": str(4 * 2**30),
         }
-        if page_workers is not None:  # processes serving pages beside the hub (app/pageworkers.py)
+        if page_workers is not None:  # processes serving pages beside the hub (app/pageworkers/pool.py)
             self.env["CAMPAIGN_PAGE_WORKERS"] = str(page_workers)
         if trace:  # per-hop timestamps from the server and the runner (app/live.py Trace)
             self.env["CAMPAIGN_LOG_TRACE"] = str(workdir / "trace")

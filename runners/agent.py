@@ -80,6 +80,7 @@ BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
 WELCOME_TIMEOUT_S = 30.0
 SEND_BATCH = 64
 FRESH_MAX = 128  # chunks just spooled, kept in memory for the sender (beyond: it reads them back from the spool)
+FLUSH_TIMEOUT_S = 10.0  # an ended attempt waits at most this for the board to store its last chunks
 
 
 class RunnerFatal(Exception):
@@ -126,6 +127,8 @@ class Attempt:
     finished_sent: bool = False  # on the current connection
     # What the reader just spooled, so the sender need not read it back (same bytes as the spool's).
     fresh: deque[SpooledChunk] = field(default_factory=deque)
+    flush_seq: int = -1  # an ended attempt waits for the board to ack through this seq (_flush_logs)
+    flushed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def next_chunks(self, limit: int) -> list[SpooledChunk]:
         """Up to `limit` chunks after sent_seq, in order: from memory when they are there, else from the spool."""
@@ -140,6 +143,18 @@ class Attempt:
     @property
     def ref(self) -> AttemptRef:
         return AttemptRef(trial_id=self.trial_id, attempt_id=self.attempt_id)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt ended: what its Finished message says."""
+
+    outcome: str
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str = ""
+    gpu_released: bool | None = None
+    gpu_note: str = ""
 
 
 @dataclass
@@ -448,6 +463,8 @@ class Agent:
                 continue  # about an attempt this runner no longer holds
             elif isinstance(message, Ack):
                 attempt.spool.ack(message.seq)
+                if message.seq >= attempt.flush_seq:
+                    attempt.flushed.set()
             elif isinstance(message, FinishedAck):
                 if attempt.spool.finished is not None:
                     self._drop(attempt)
@@ -494,115 +511,145 @@ class Agent:
         )
 
     async def _follow(self, attempt: Attempt, handle: Any) -> None:
-        """A re-attached trial: wait for its end and report it."""
+        """A re-attached trial: wait for its end, then the same cleanup as `_run_attempt`."""
+        ending: Ending | None = None
         try:
             result = await asyncio.to_thread(handle.wait)
             if result is not None:
-                self._finish(
-                    attempt,
-                    outcome=result.outcome,
-                    exit_code=result.exit_code,
-                    signal=result.signal,
-                    error=result.error,
-                )
+                ending = Ending(result.outcome, result.exit_code, result.signal, result.error)
+        except Exception as exc:  # a runner bug must not leave the trial hanging on the board
+            log.exception("trial %s: the runner failed following it", attempt.trial_id)
+            ending = Ending("exited", error=f"runner error: {exc!r}"[:2000])
         finally:
-            attempt.running = False
+            await self._end_attempt(attempt, ending)
 
     async def _run_attempt(
         self, attempt: Attempt, recipe: dict[str, Any], requirements: dict[str, Any] | None = None
     ) -> None:
+        """One attempt, from launch to its reported end. Every way out (a recipe that does not build, a
+        program that does not start, a cancel, a timeout, a runner bug, the normal end) comes back here
+        with its `Ending`, and `_end_attempt` then does the one cleanup (buildkite/agent's run_job.go)."""
         label = f"trial {attempt.trial_id} attempt {attempt.attempt_id}"
+        ending: Ending | None = None
         try:
-            self._queue(Phase(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, phase="launching"))
-            try:
-                spec = build_launch(recipe, python=self.options.python)
-            except RecipeError as exc:
-                self._finish(attempt, outcome="failed_to_start", error=str(exc))
-                return
-            # Whatever the trial writes there is uploaded to the board when it ends (runners/artifacts.py).
-            artifacts_dir = artifacts.trial_dir(self.options.spool_dir, attempt.trial_id)
-            artifacts_dir.mkdir(parents=True, exist_ok=True)
-            spec = dataclasses.replace(spec, env={**spec.env, artifacts.ARTIFACTS_ENV: str(artifacts_dir)})
-            gpu_before = await asyncio.to_thread(gpu_memory_used)
-            if attempt.cancel_requested:
-                self._finish(attempt, outcome="cancelled", error="cancelled before it started")
-                return
-            try:
-                process = self.executor.trial(
-                    spec,
-                    attempt.attempt_id,
-                    trial_id=attempt.trial_id,
-                    requirements=requirements,
-                    grace_s=self.options.cancel_grace_s,
-                    **self._callbacks(attempt),
-                )
-            except RecipeError as exc:
-                self._finish(attempt, outcome="failed_to_start", error=str(exc))
-                return
-            try:
-                process.start()
-            except OSError as exc:
-                self._finish(
-                    attempt, outcome="failed_to_start", error=f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}"
-                )
-                return
-            attempt.process = process
-            if process.leader is not None:
-                attempt.spool.set_leader(process.leader.pid, process.leader.create_time)
-            log.info("%s: started %s %s: %s", label, self.executor.name, process.pid, " ".join(spec.argv)[:200])
-            await asyncio.to_thread(process.wait_running)  # a queued SLURM job reports its reason as the phase
-            self._queue(Started(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, pid=process.pid))
-            self._queue_phase(attempt, "running")
-            if attempt.cancel_requested:
-                process.cancel()
-            result = await asyncio.to_thread(process.wait)
-            if result is None:
-                return  # detached from a SLURM job: the next runner process re-attaches
-            released, note = await asyncio.to_thread(self.executor.gpus_released, gpu_before)
-            log.info(
-                "%s: %s (exit code %s, signal %s)%s",
-                label,
-                result.outcome,
-                result.exit_code,
-                result.signal,
-                f"; {note}" if note else "",
-            )
-            self._finish(
-                attempt,
-                outcome=result.outcome,
-                exit_code=result.exit_code,
-                signal=result.signal,
-                error=result.error,
-                gpu_released=released,
-                gpu_note=note,
-            )
-            self._upload_artifacts(attempt.trial_id)
+            ending = await self._attempt(attempt, recipe, requirements, label)
         except Exception as exc:  # a runner bug must not leave the trial hanging on the board
             log.exception("%s: the runner failed", label)
-            if attempt.process is not None and attempt.process.popen and attempt.process.popen.returncode is None:
-                attempt.process.cancel(kill_now=True)
-                await asyncio.to_thread(attempt.process.wait)
-            if attempt.spool.finished is None:
-                self._finish(
-                    attempt,
-                    outcome="failed_to_start" if attempt.process is None else "exited",
-                    error=f"runner error: {exc!r}"[:2000],
-                )
+            process = attempt.process
+            if process is not None and process.popen and process.popen.returncode is None:
+                process.cancel(kill_now=True)
+                await asyncio.to_thread(process.wait)
+            outcome = "failed_to_start" if process is None else "exited"
+            ending = Ending(outcome, error=f"runner error: {exc!r}"[:2000])
+        finally:
+            await self._end_attempt(attempt, ending)
+
+    async def _attempt(
+        self, attempt: Attempt, recipe: dict[str, Any], requirements: dict[str, Any] | None, label: str
+    ) -> Ending | None:
+        """Launch the attempt and wait for its end: how it ended (None: detached from a SLURM job, which
+        the next runner process re-attaches and ends)."""
+        self._queue(Phase(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, phase="launching"))
+        try:
+            spec = build_launch(recipe, python=self.options.python)
+        except RecipeError as exc:
+            return Ending("failed_to_start", error=str(exc))
+        # Whatever the trial writes there is uploaded to the board when it ends (runners/artifacts.py).
+        artifacts_dir = artifacts.trial_dir(self.options.spool_dir, attempt.trial_id)
+        artifacts_dir.mkdir(parents=True, exist_ok=True)
+        spec = dataclasses.replace(spec, env={**spec.env, artifacts.ARTIFACTS_ENV: str(artifacts_dir)})
+        gpu_before = await asyncio.to_thread(gpu_memory_used)
+        if attempt.cancel_requested:
+            return Ending("cancelled", error="cancelled before it started")
+        try:
+            process = self.executor.trial(
+                spec,
+                attempt.attempt_id,
+                trial_id=attempt.trial_id,
+                requirements=requirements,
+                grace_s=self.options.cancel_grace_s,
+                **self._callbacks(attempt),
+            )
+        except RecipeError as exc:
+            return Ending("failed_to_start", error=str(exc))
+        try:
+            process.start()
+        except OSError as exc:
+            return Ending("failed_to_start", error=f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}")
+        attempt.process = process
+        if process.leader is not None:
+            attempt.spool.set_leader(process.leader.pid, process.leader.create_time)
+        log.info("%s: started %s %s: %s", label, self.executor.name, process.pid, " ".join(spec.argv)[:200])
+        await asyncio.to_thread(process.wait_running)  # a queued SLURM job reports its reason as the phase
+        self._queue(Started(trial_id=attempt.trial_id, attempt_id=attempt.attempt_id, pid=process.pid))
+        self._queue_phase(attempt, "running")
+        if attempt.cancel_requested:
+            process.cancel()
+        result = await asyncio.to_thread(process.wait)  # the output reader is done: every chunk is spooled
+        if result is None:
+            return None
+        released, note = await asyncio.to_thread(self.executor.gpus_released, gpu_before)
+        log.info(
+            "%s: %s (exit code %s, signal %s)%s",
+            label,
+            result.outcome,
+            result.exit_code,
+            result.signal,
+            f"; {note}" if note else "",
+        )
+        return Ending(result.outcome, result.exit_code, result.signal, result.error, released, note)
+
+    async def _end_attempt(self, attempt: Attempt, ending: Ending | None) -> None:
+        """The one cleanup of an attempt, whatever the way out: its logs flushed to the board, its artifacts
+        uploaded, then its end reported, last and once. `None`: nothing ends (a detached SLURM job)."""
+        try:
+            if ending is None:
+                return
+            try:
+                await self._flush_logs(attempt)
+                await self._upload_now(attempt.trial_id)
+            except Exception:  # the end is reported all the same (what was not uploaded stays on disk)
+                log.exception("trial %s: cleanup failed", attempt.trial_id)
+            finally:
+                self._finish(attempt, **dataclasses.asdict(ending))
         finally:
             attempt.running = False
 
+    async def _flush_logs(self, attempt: Attempt, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Wait until the board has stored every chunk spooled so far (the spool keeps resending what it
+        has not: this only orders the end after the log), while connected, at most `timeout_s`."""
+        last = attempt.spool.last_seq
+        attempt.flushed.clear()
+        if attempt.rejected or attempt.spool.acked_seq >= last or not self.connected.is_set():
+            return
+        attempt.flush_seq = last
+        self._wake.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(attempt.flushed.wait(), timeout_s)
+
     def _upload_artifacts(self, trial_id: int) -> None:
-        """Upload the trial's artifact directory in the background (the trial has ended on the board); one
-        the trial left empty is removed at once."""
-        directory = artifacts.trial_dir(self.options.spool_dir, trial_id)
-        if not directory.is_dir():
+        """Upload the artifact directory a runner that died left for a trial, in the background."""
+        if self._artifacts_dir(trial_id) is None:
             return
-        if not artifacts.files_of(directory):
-            artifacts.remove_dir(directory)
-            return
-        task = asyncio.create_task(self._upload(trial_id, directory))
+        task = asyncio.create_task(self._upload_now(trial_id))
         self._uploads.add(task)
         task.add_done_callback(self._uploads.discard)
+
+    async def _upload_now(self, trial_id: int) -> None:
+        """Upload the trial's artifact directory (one the trial left empty is removed at once)."""
+        directory = self._artifacts_dir(trial_id)
+        if directory is not None:
+            await self._upload(trial_id, directory)
+
+    def _artifacts_dir(self, trial_id: int) -> Path | None:
+        """The trial's artifact directory when it holds files to upload; an empty one is removed."""
+        directory = artifacts.trial_dir(self.options.spool_dir, trial_id)
+        if not directory.is_dir():
+            return None
+        if not artifacts.files_of(directory):
+            artifacts.remove_dir(directory)
+            return None
+        return directory
 
     async def _upload(self, trial_id: int, directory: Path, tries: int = 8) -> None:
         delays = backoff_delays()

@@ -40,8 +40,8 @@
   }
 
   let errorSeq = 0;
-  // app/errors.py sends HX-Trigger {"form-error": {message, field}} with every htmx error.
-  document.body.addEventListener("form-error", function (evt) {
+  // app/errors.py sends HX-Trigger {<the form_error event>: {message, field}} with every htmx error.
+  document.body.addEventListener(JSON.parse(document.body.dataset.pageEvents).form_error, function (evt) {
     const form = evt.target.closest ? evt.target.closest("form") : null;
     if (!form) return;  // not a form: the #flash swap shows it
     clearFormErrors(form);

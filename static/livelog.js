@@ -29,6 +29,7 @@
   const META = METRIC.slice(0, common); // what every line the recipes write for the board begins with
   const CLOSE = JSON.parse(section.dataset.closeCodes); // app/protocol.py CloseCode, by name
   const DROPPED = JSON.parse(section.dataset.droppedMarker); // app/domain/logs.py dropped_marker's parts
+  const EVENTS = JSON.parse(document.body.dataset.pageEvents); // app/services/events.py PAGE_EVENTS, by key
   let lineStart = true; // the next character starts a log line
   let held = ""; // the start of a line that may be a metric or phase line, until its newline arrives
   const metrics = []; // metrics parsed from the log, in order
@@ -156,7 +157,7 @@
     if (metricsTimer !== null || TERMINAL.includes(view.state)) return;
     metricsTimer = setTimeout(() => {
       metricsTimer = null;
-      document.body.dispatchEvent(new CustomEvent("metrics-arrived"));
+      document.body.dispatchEvent(new CustomEvent(EVENTS.metrics_arrived));
     }, 500);
   }
   // Once the trial has ended, its stored series (#metric-series) are what the plots show.
@@ -348,7 +349,7 @@
           pre.appendChild(frag);
         }
         // The verdict and metrics fragments (htmx) reload when the trial ends.
-        if (!wasOver && TERMINAL.includes(view.state) && window.htmx) htmx.trigger(document.body, "trial-ended");
+        if (!wasOver && TERMINAL.includes(view.state) && window.htmx) htmx.trigger(document.body, EVENTS.trial_ended);
       }
     };
     ws.onclose = (ev) => {

@@ -2,14 +2,14 @@
 // websocket (app/api/pagefeed.py), so the HTML always comes from the server's templates. The feed element
 // (<div data-feed-url=...>, written by the server: app/services/events.feed_attributes) says where to
 // connect, which close code means "your session ended" and how long to wait before reconnecting; each
-// notice names the DOM event it fires (hx-trigger="feed:campaign" and the like). A websocket, not an
+// notice names the DOM event it fires (app/services/events.PAGE_EVENTS, as the fragments' hx-trigger say). A websocket, not an
 // EventSource: an event stream holds one of the browser's six HTTP/1.1 connections per origin for as
 // long as the page is open, so the seventh tab never loaded.
 //  - the last notice's id goes into the feed URL (since=...), so a reconnect is sent only the topics it
 //    missed;
 //  - a fragment the person is editing in (focus in a field, a field they changed, an open <details>
 //    with a form) is not swapped under their hands: the refresh waits until they leave it and nothing
-//    typed is pending ("feed-stale"); submitting the form swaps it anyway;
+//    typed is pending (the "stale" event of <body data-page-events>); submitting the form swaps it anyway;
 //  - a notice that arrives while a fragment re-fetches itself, or before its replacement is live, is
 //    not lost: the fragment re-fetches once more.
 (function () {
@@ -18,6 +18,8 @@
   const feed = document.querySelector("[data-feed-url]");
   if (!feed) return;
 
+  // The events' names are the server's (app/services/events.PAGE_EVENTS), by key.
+  const STALE = JSON.parse(document.body.dataset.pageEvents).stale;
   const endedCode = Number(feed.dataset.feedEndedCode);
   const retryMs = Number(feed.dataset.feedRetryMs) || 1000;
   const lastNotice = new Map(); // DOM event name -> performance.now() of its last notice (see below)
@@ -129,7 +131,7 @@
     const started = requested.get(el.id);
     requested.delete(el.id);
     if (triggers(el).some(function (name) { return (lastNotice.get(name) || -1) > started; })) {
-      htmx.trigger(el, "feed-stale");
+      htmx.trigger(el, STALE);
     }
   });
 
@@ -137,7 +139,7 @@
     document.querySelectorAll("[data-feed-stale]").forEach(function (el) {
       if (editing(el)) return;
       delete el.dataset.feedStale;
-      htmx.trigger(el, "feed-stale");
+      htmx.trigger(el, STALE);
     });
   }
   // Focus moves on (after the browser settled where it went), a field is emptied, or a <details> closes.

@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.auth import api_token, login_token
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.cli import run  # noqa: F401  (the CLI tests' fixture: `campaign` in a subprocess)
 from tests.support.databases import PG_ADMIN_URL, PostgresTemplate, SqliteTemplate, make_postgres_db, pg_conninfo
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
 

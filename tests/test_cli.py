@@ -5,28 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def run(tmp_path):
-    env = {**os.environ, "CAMPAIGN_DATA_DIR": str(tmp_path / "data"), "CAMPAIGN_SECRET_KEY": "cli-test"}
-    env.pop("CAMPAIGN_DATABASE_URL", None)
-
-    def _run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "app.cli", *args],
-            env=env,
-            cwd=ROOT,
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    return _run
 
 
 def test_demo_export_import_round_trip(run, tmp_path):

@@ -1,9 +1,7 @@
 """`campaign plan SLUG`: the payoff ranking and the upgrade table in a terminal, with clear errors."""
 
-from tests.test_cli import run  # noqa: F401  (the fixture: `campaign` in a subprocess on its own data dir)
 
-
-def test_plan_prints_the_ranking_and_what_an_upgrade_reopens(run):  # noqa: F811
+def test_plan_prints_the_ranking_and_what_an_upgrade_reopens(run):
     assert run("demo").returncode == 0
     r = run("plan", "kimi-k25-eagle3", "--target", "torch=2.11.0", "--target", "cuda=13.0")
     assert r.returncode == 0, r.stderr
@@ -16,7 +14,7 @@ def test_plan_prints_the_ranking_and_what_an_upgrade_reopens(run):  # noqa: F811
     assert "leaves NCCL Tree algorithm: bound to NCCL, which the target does not change" in out
 
 
-def test_plan_errors(run):  # noqa: F811
+def test_plan_errors(run):
     assert run("demo").returncode == 0
     r = run("plan", "nope")
     assert r.returncode == 1 and "error:" in r.stderr

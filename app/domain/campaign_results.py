@@ -207,7 +207,7 @@ def export_pieces(session: Session, campaign: Campaign, pieces: Dumps) -> Iterat
 # ---- import -------------------------------------------------------------------------------
 
 
-def _naive(value: datetime | None) -> datetime | None:
+def naive_utc(value: datetime | None) -> datetime | None:
     """The comparable form of a date on either database (UTC, no offset)."""
     at = aware(value)
     return at.replace(tzinfo=None) if at is not None else None
@@ -219,7 +219,7 @@ def import_results(session: Session, campaign: Campaign, results: list[ResultTri
     assert campaign.id is not None
     approaches = {a.key: a for a in session.exec(select(Approach).where(Approach.campaign_id == campaign.id))}
     present = {
-        (approach_id, _naive(created), _naive(started), _naive(finished))
+        (approach_id, naive_utc(created), naive_utc(started), naive_utc(finished))
         for approach_id, created, started, finished in session.exec(
             select(Trial.approach_id, Trial.created_at, Trial.started_at, Trial.finished_at).where(
                 Trial.campaign_id == campaign.id
@@ -231,7 +231,7 @@ def import_results(session: Session, campaign: Campaign, results: list[ResultTri
     for result in results:
         approach = approaches[result.approach]
         assert approach.id is not None
-        place = (approach.id, _naive(result.created_at), _naive(result.started_at), _naive(result.finished_at))
+        place = (approach.id, naive_utc(result.created_at), naive_utc(result.started_at), naive_utc(result.finished_at))
         if place in present:
             kept += 1
             continue

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select as sa_select
@@ -32,6 +32,7 @@ from sqlmodel import Session, col, select
 from app.domain import comparison, notifications, planning, queue, scheduling, statistics, trials, verdicts
 from app.domain import fingerprint as stack
 from app.domain import runners as runner_domain
+from app.domain.campaign_results import Dumps, iso_utc, naive_utc
 from app.domain.errors import Invalid, NotFound
 from app.domain.runners import unmet_requirements
 from app.models import (
@@ -583,22 +584,13 @@ class ReplayFile(BaseModel):
         return aware(value)
 
 
-class _Dumps(Protocol):
-    def dump(self, data: Any) -> str: ...
-
-
-def _iso(value: datetime | None) -> str | None:
-    at = aware(value)
-    return at.isoformat() if at is not None else None
-
-
 def _ref(trial: Trial | None) -> dict[str, Any] | None:
     if trial is None or trial.state not in TERMINAL_TRIAL_STATES:
         return None  # only ended trials are in the file's results
-    ref: dict[str, Any] = {"created_at": _iso(trial.created_at)}
+    ref: dict[str, Any] = {"created_at": iso_utc(trial.created_at)}
     for name in ("started_at", "finished_at"):
         if getattr(trial, name) is not None:
-            ref[name] = _iso(getattr(trial, name))
+            ref[name] = iso_utc(getattr(trial, name))
     return ref
 
 
@@ -611,9 +603,9 @@ def _replay_mapping(
     if replay.requested_by:
         item["requested_by"] = replay.requested_by
     item["state"] = replay.state
-    item["created_at"] = _iso(replay.created_at)
+    item["created_at"] = iso_utc(replay.created_at)
     if replay.ended_at is not None:
-        item["ended_at"] = _iso(replay.ended_at)
+        item["ended_at"] = iso_utc(replay.ended_at)
     entries = []
     for e in replay.entries:
         approach = approaches.get(e.get("approach_id"))  # type: ignore[arg-type]
@@ -642,7 +634,7 @@ def _replay_mapping(
     return item
 
 
-def export_pieces(session: Session, campaign: Campaign, pieces: _Dumps) -> Iterator[str]:
+def export_pieces(session: Session, campaign: Campaign, pieces: Dumps) -> Iterator[str]:
     """`replays:` and the campaign's replays, oldest first, their trials referenced by their results'
     identity (four queries whatever the size). Nothing when the campaign has none."""
     replays = list(session.exec(select(Replay).where(Replay.campaign_id == campaign.id).order_by(col(Replay.id))))
@@ -659,11 +651,6 @@ def export_pieces(session: Session, campaign: Campaign, pieces: _Dumps) -> Itera
     )
 
 
-def _naive(value: datetime | None) -> datetime | None:
-    at = aware(value)
-    return at.replace(tzinfo=None) if at is not None else None
-
-
 def import_replays(session: Session, campaign: Campaign, replays: list[ReplayFile]) -> tuple[int, int]:
     """Create the file's replays in `campaign` (its approaches and results exist by now), their trials
     found by their results' identity (a reference to a trial not on the board is dropped: the entry then
@@ -671,11 +658,11 @@ def import_replays(session: Session, campaign: Campaign, replays: list[ReplayFil
     (replays added, replays already here)."""
     approaches = {a.key: a for a in session.exec(select(Approach).where(Approach.campaign_id == campaign.id))}
     trials_at = {
-        (t.approach_id, _naive(t.created_at), _naive(t.started_at), _naive(t.finished_at)): t
+        (t.approach_id, naive_utc(t.created_at), naive_utc(t.started_at), naive_utc(t.finished_at)): t
         for t in session.exec(select(Trial).where(Trial.campaign_id == campaign.id))
     }
     present = {
-        (name, _naive(at))
+        (name, naive_utc(at))
         for name, at in session.exec(
             select(Replay.runner_name, Replay.created_at).where(Replay.campaign_id == campaign.id)
         )
@@ -684,11 +671,13 @@ def import_replays(session: Session, campaign: Campaign, replays: list[ReplayFil
     def find(approach: Approach | None, ref: TrialRef | None) -> Trial | None:
         if approach is None or approach.id is None or ref is None:
             return None
-        return trials_at.get((approach.id, _naive(ref.created_at), _naive(ref.started_at), _naive(ref.finished_at)))
+        return trials_at.get(
+            (approach.id, naive_utc(ref.created_at), naive_utc(ref.started_at), naive_utc(ref.finished_at))
+        )
 
     added = kept = 0
     for item in replays:
-        if (item.runner, _naive(item.created_at)) in present:
+        if (item.runner, naive_utc(item.created_at)) in present:
             kept += 1
             continue
         replay = Replay(

@@ -1,6 +1,9 @@
 """Failure signatures: from a finished trial's log, exit status and metrics to a proposed verdict.
 
-`classify` tries the signatures in SIGNATURES order and returns the first that matches. The
+`classify` tries the signatures in SIGNATURE_TABLE order and returns the first that matches. The table
+is data: most entries are `LinePattern`s (a regex, the cause and reason written from its match, the
+stack components the verdict is bound to) read by one matcher (`Signature.match`); the few that weigh
+more than one line read the trial themselves. The
 order runs from the most specific evidence to the least, because one failure leaves several
 traces: a torch symmetric-memory `KeyError: 12` also makes NCCL complain and the server miss
 its readiness deadline; an out-of-memory error often surfaces again as an NCCL error.
@@ -92,7 +95,55 @@ def _quote(line: str, limit: int = 240) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "\u2026"
 
 
-# --- the signatures, in order ---------------------------------------------------------------
+@dataclass(frozen=True)
+class LinePattern:
+    """One way a signature shows in a log: the first line `regex` finds. `cause` and `reason` are
+    templates over the match's named groups, {line} (the line, quoted short) and what `fields` derives
+    from the match; `bound_to` names the stack components the verdict is only true for (version-bound)."""
+
+    regex: re.Pattern[str]
+    cause: str
+    reason: str
+    bound_to: tuple[str, ...] = ()
+    fields: Callable[[re.Match[str]], dict[str, str]] | None = None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One entry of the table: its name, the verdict it proposes (None: the evidence says, as a preflight
+    record does), and its patterns, tried in order over the whole log; or `read`, for a signature that
+    weighs more than one line."""
+
+    name: str
+    verdict: str | None
+    patterns: tuple[LinePattern, ...] = ()
+    read: Callable[[_Trial], Classification | None] | None = None
+
+    def match(self, t: _Trial) -> Classification | None:
+        if self.read is not None:
+            return self.read(t)
+        for pattern in self.patterns:
+            found = _find(t.lines, pattern.regex)
+            if found is None:
+                continue
+            index, m = found
+            values = {k: v or "" for k, v in m.groupdict().items()}
+            values["line"] = _quote(t.lines[index])
+            if pattern.fields is not None:
+                values.update(pattern.fields(m))
+            assert self.verdict is not None  # a pattern entry proposes its own verdict
+            return Classification(
+                self.name,
+                pattern.cause.format(**values),
+                self.verdict,
+                pattern.reason.format(**values),
+                _bound(*pattern.bound_to) if pattern.bound_to else None,
+                t.lines[index],
+            )
+        return None
+
+
+# --- the signatures that read the trial themselves, and the patterns of the rest ------------------
 
 _PREFLIGHT_ERROR = re.compile(r"\b\w*Error\b|\berror:|\bfatal\b")
 
@@ -130,40 +181,7 @@ def _preflight_failed(t: _Trial) -> Classification | None:
 _UNRECOGNIZED = re.compile(r"(?P<prog>\S+): error: unrecognized arguments: (?P<args>.+)$")
 
 
-def _unknown_flag(t: _Trial) -> Classification | None:
-    found = _find(t.lines, _UNRECOGNIZED)
-    if not found:
-        return None
-    index, m = found
-    flags = m.group("args").strip()
-    return Classification(
-        "unknown_flag",
-        f"flag not supported by this sglang: {flags}",
-        "retest",
-        f'{m.group("prog")} rejected {flags} ("{_quote(t.lines[index])}"); the approach was not tried. '
-        "Re-test with an sglang that has the flag, or with the flag this version spells differently.",
-        _bound("sglang"),
-        t.lines[index],
-    )
-
-
 _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<module>[\w.]+)'")
-
-
-def _module_not_installed(t: _Trial) -> Classification | None:
-    found = _find(t.lines, _NO_MODULE)
-    if not found:
-        return None
-    index, m = found
-    module = m.group("module")
-    return Classification(
-        "module_not_installed",
-        f"{module} not installed; needs a build",
-        "deferred",
-        f'The trial stopped at "{_quote(t.lines[index])}": {module.split(".")[0]} is not installed on this node.',
-        None,
-        t.lines[index],
-    )
 
 
 _KEYERROR_SM = re.compile(r"^\s*KeyError: \(?(?P<major>\d{1,3})(?:, ?(?P<minor>\d+)\))?\s*$")
@@ -207,34 +225,6 @@ _JIT_NO_TARGET = re.compile(
 )
 
 
-def _jit_no_sm_target(t: _Trial) -> Classification | None:
-    found = _find(t.lines, _NVCC_ARCH)
-    if found:
-        index, m = found
-        return Classification(
-            "jit_no_sm_target",
-            f"the CUDA compiler cannot target {m.group('arch')}",
-            "dead_end",
-            f'A JIT kernel build failed: "{_quote(t.lines[index])}". This nvcc does not know the GPU\'s architecture; '
-            "a newer CUDA toolkit may.",
-            _bound("cuda", "sm"),
-            t.lines[index],
-        )
-    found = _find(t.lines, _JIT_NO_TARGET)
-    if found:
-        index, m = found
-        sm = m.group("sm") or m.group("sm2")
-        return Classification(
-            "jit_no_sm_target",
-            f"no kernel build target for SM {sm}",
-            "dead_end",
-            f'The kernel JIT has no target for this GPU: "{_quote(t.lines[index])}". A newer FlashInfer/CUDA may add it.',
-            _bound("flashinfer", "cuda", "sm"),
-            t.lines[index],
-        )
-    return None
-
-
 # The error itself, not advice that mentions it ("lower --mem-fraction-static to avoid CUDA out of memory").
 _OOM = re.compile(
     r"OutOfMemoryError: CUDA out of memory\.?(?: Tried to allocate (?P<size>[\d.]+ [KMGT]i?B))?"
@@ -243,41 +233,7 @@ _OOM = re.compile(
 )
 
 
-def _cuda_oom(t: _Trial) -> Classification | None:
-    found = _find(t.lines, _OOM)
-    if not found:
-        return None
-    index, m = found
-    size = m.group("size") or m.group("size2")
-    size = f" (tried to allocate {size})" if size else ""
-    return Classification(
-        "cuda_oom",
-        f"CUDA out of memory{size}",
-        "dead_end",
-        f'The GPU ran out of memory: "{_quote(t.lines[index])}". The approach does not fit beside the model '
-        "at these settings.",
-        None,
-        t.lines[index],
-    )
-
-
 _ILLEGAL = re.compile(r"an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS")
-
-
-def _illegal_memory_access(t: _Trial) -> Classification | None:
-    found = _find(t.lines, _ILLEGAL)
-    if not found:
-        return None
-    index, _ = found
-    return Classification(
-        "illegal_memory_access",
-        "a GPU kernel made an illegal memory access",
-        "dead_end",
-        f'A kernel faulted: "{_quote(t.lines[index])}": a bug in this stack\'s kernels for this GPU, '
-        "which another torch/sglang build may not have.",
-        _bound("torch", "sglang", "sm"),
-        t.lines[index],
-    )
 
 
 _SEGFAULT = re.compile(
@@ -311,64 +267,15 @@ _GRAPH_CAPTURE = re.compile(
 )
 
 
-def _cuda_graph_capture(t: _Trial) -> Classification | None:
-    found = _find(t.lines, _GRAPH_CAPTURE)
-    if not found:
-        return None
-    index, _ = found
-    return Classification(
-        "cuda_graph_capture",
-        "incompatible with CUDA graphs (capture failed)",
-        "dead_end",
-        f'CUDA graph capture failed: "{_quote(t.lines[index])}". The fast decode path needs CUDA graphs, so '
-        "this setting cannot be used with it on this stack.",
-        _bound("nccl", "torch"),
-        t.lines[index],
-    )
-
-
 _PORT = re.compile(
     r"\[Errno 98\].*address already in use|EADDRINUSE|address already in use \(errno: 98\)", re.IGNORECASE
 )
-
-
-def _port_in_use(t: _Trial) -> Classification | None:
-    found = _find(t.lines, _PORT)
-    if not found:
-        return None
-    index, _ = found
-    return Classification(
-        "port_in_use",
-        "port already in use",
-        "retest",
-        f'A port the trial needed was taken: "{_quote(t.lines[index])}" (a previous server still running?). '
-        "The approach was not tried; free the port and run again.",
-        None,
-        t.lines[index],
-    )
 
 
 _NCCL = re.compile(
     r"Watchdog caught collective operation timeout|NCCL WARN|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|"
     r"ncclRemoteError|ncclInvalidUsage|NCCL error|DistBackendError"
 )
-
-
-def _nccl_error(t: _Trial) -> Classification | None:
-    found = _find(t.lines, _NCCL)
-    if not found:
-        return None
-    index, m = found
-    timeout = "timeout" in m.group(0).lower()
-    return Classification(
-        "nccl_error",
-        "NCCL collective timed out" if timeout else "NCCL error",
-        "inconclusive",
-        f'NCCL failed: "{_quote(t.lines[index])}". This may be the approach\'s setting or a hang elsewhere; '
-        "look at the lines before it (NCCL_DEBUG=INFO shows the transport).",
-        _bound("nccl"),
-        t.lines[index],
-    )
 
 
 # The host's OOM killer (or a shell) saying it killed the process.
@@ -455,22 +362,6 @@ def _readiness_stall(t: _Trial) -> Classification | None:
     )
 
 
-def _readiness_timeout(t: _Trial) -> Classification | None:
-    found = _find(t.lines, READINESS_TIMEOUT_RE)
-    if not found:
-        return None
-    index, m = found
-    return Classification(
-        "readiness_timeout",
-        f"server not ready within {m.group('seconds')}s",
-        "inconclusive",
-        f'The server never became ready ("{_quote(t.lines[index])}") and printed no recognized error: '
-        "it may hang at startup with this approach, or need longer to load.",
-        None,
-        t.lines[index],
-    )
-
-
 def _killed_by_signal(t: _Trial) -> Classification | None:
     found = _find(t.lines, _KILLED)
     sig = t.signal
@@ -531,22 +422,148 @@ def _slower_than_baseline(t: _Trial) -> Classification | None:
     return None
 
 
-SIGNATURES: tuple[tuple[str, Callable[[_Trial], Classification | None]], ...] = (
-    ("preflight_failed", _preflight_failed),
-    ("unknown_flag", _unknown_flag),
-    ("module_not_installed", _module_not_installed),
-    ("symm_mem_sm_keyerror", _symm_mem_sm_keyerror),
-    ("jit_no_sm_target", _jit_no_sm_target),
-    ("cuda_oom", _cuda_oom),
-    ("illegal_memory_access", _illegal_memory_access),
-    ("segfault", _segfault),
-    ("cuda_graph_capture", _cuda_graph_capture),
-    ("port_in_use", _port_in_use),
-    ("nccl_error", _nccl_error),
-    ("readiness_stall", _readiness_stall),
-    ("readiness_timeout", _readiness_timeout),
-    ("killed_by_signal", _killed_by_signal),
-    ("slower_than_baseline", _slower_than_baseline),
+def _oom_size(m: re.Match[str]) -> dict[str, str]:
+    size = m.group("size") or m.group("size2")
+    return {"size": f" (tried to allocate {size})" if size else ""}
+
+
+# The table, in the order `classify` tries it. Most entries are data: the first log line a pattern finds,
+# with its cause and reason written from the match (`LinePattern`); the few that weigh more than one line
+# (a preflight record, a KeyError with its traceback, an exit status, a stall's last line, metrics) read
+# the trial themselves.
+SIGNATURE_TABLE: tuple[Signature, ...] = (
+    Signature("preflight_failed", None, read=_preflight_failed),
+    Signature(
+        "unknown_flag",
+        "retest",
+        (
+            LinePattern(
+                _UNRECOGNIZED,
+                "flag not supported by this sglang: {flags}",
+                '{prog} rejected {flags} ("{line}"); the approach was not tried. '
+                "Re-test with an sglang that has the flag, or with the flag this version spells differently.",
+                ("sglang",),
+                lambda m: {"flags": m.group("args").strip()},
+            ),
+        ),
+    ),
+    Signature(
+        "module_not_installed",
+        "deferred",
+        (
+            LinePattern(
+                _NO_MODULE,
+                "{module} not installed; needs a build",
+                'The trial stopped at "{line}": {package} is not installed on this node.',
+                fields=lambda m: {"package": m.group("module").split(".")[0]},
+            ),
+        ),
+    ),
+    Signature("symm_mem_sm_keyerror", "dead_end", read=_symm_mem_sm_keyerror),
+    Signature(
+        "jit_no_sm_target",
+        "dead_end",
+        (
+            LinePattern(
+                _NVCC_ARCH,
+                "the CUDA compiler cannot target {arch}",
+                'A JIT kernel build failed: "{line}". This nvcc does not know the GPU\'s architecture; '
+                "a newer CUDA toolkit may.",
+                ("cuda", "sm"),
+            ),
+            LinePattern(
+                _JIT_NO_TARGET,
+                "no kernel build target for SM {sm}",
+                'The kernel JIT has no target for this GPU: "{line}". A newer FlashInfer/CUDA may add it.',
+                ("flashinfer", "cuda", "sm"),
+                lambda m: {"sm": m.group("sm") or m.group("sm2")},
+            ),
+        ),
+    ),
+    Signature(
+        "cuda_oom",
+        "dead_end",
+        (
+            LinePattern(
+                _OOM,
+                "CUDA out of memory{size}",
+                'The GPU ran out of memory: "{line}". The approach does not fit beside the model at these settings.',
+                fields=_oom_size,
+            ),
+        ),
+    ),
+    Signature(
+        "illegal_memory_access",
+        "dead_end",
+        (
+            LinePattern(
+                _ILLEGAL,
+                "a GPU kernel made an illegal memory access",
+                'A kernel faulted: "{line}": a bug in this stack\'s kernels for this GPU, '
+                "which another torch/sglang build may not have.",
+                ("torch", "sglang", "sm"),
+            ),
+        ),
+    ),
+    Signature("segfault", "inconclusive", read=_segfault),
+    Signature(
+        "cuda_graph_capture",
+        "dead_end",
+        (
+            LinePattern(
+                _GRAPH_CAPTURE,
+                "incompatible with CUDA graphs (capture failed)",
+                'CUDA graph capture failed: "{line}". The fast decode path needs CUDA graphs, so '
+                "this setting cannot be used with it on this stack.",
+                ("nccl", "torch"),
+            ),
+        ),
+    ),
+    Signature(
+        "port_in_use",
+        "retest",
+        (
+            LinePattern(
+                _PORT,
+                "port already in use",
+                'A port the trial needed was taken: "{line}" (a previous server still running?). '
+                "The approach was not tried; free the port and run again.",
+            ),
+        ),
+    ),
+    Signature(
+        "nccl_error",
+        "inconclusive",
+        (
+            LinePattern(
+                _NCCL,
+                "{what}",
+                'NCCL failed: "{line}". This may be the approach\'s setting or a hang elsewhere; '
+                "look at the lines before it (NCCL_DEBUG=INFO shows the transport).",
+                ("nccl",),
+                lambda m: {"what": "NCCL collective timed out" if "timeout" in m.group(0).lower() else "NCCL error"},
+            ),
+        ),
+    ),
+    Signature("readiness_stall", "inconclusive", read=_readiness_stall),
+    Signature(
+        "readiness_timeout",
+        "inconclusive",
+        (
+            LinePattern(
+                READINESS_TIMEOUT_RE,
+                "server not ready within {seconds}s",
+                'The server never became ready ("{line}") and printed no recognized error: '
+                "it may hang at startup with this approach, or need longer to load.",
+            ),
+        ),
+    ),
+    Signature("killed_by_signal", "inconclusive", read=_killed_by_signal),
+    Signature("slower_than_baseline", "dead_end", read=_slower_than_baseline),
+)
+# (name, matcher) in order: what `classify` walks.
+SIGNATURES: tuple[tuple[str, Callable[[_Trial], Classification | None]], ...] = tuple(
+    (entry.name, entry.match) for entry in SIGNATURE_TABLE
 )
 
 

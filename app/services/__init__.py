@@ -1,4 +1,4 @@
-"""Services: the only code that does "transaction, then push to a runner or publish to viewers".
+"""Services: "transaction, then push to a runner or publish to viewers"; routes publish page events too (events.after_commit).
 
 The rule they keep (app/live.py AttemptGate): a log chunk may reach viewers before the transaction
 that stores it commits only when its trial's current attempt was validated for that runner by an

@@ -14,6 +14,11 @@ What a page's script must know of the feed (its address, the DOM event a notice 
 that means "log in again", the retry delay) comes from here, as the feed element's data attributes
 (`feed_attributes`), never spelled again in JavaScript.
 
+Every DOM event a page listens for is declared once, in `PAGE_EVENTS` (the page feed's `feed:<kind>`
+and the events the board's own scripts and htmx answers fire): templates write their hx-trigger with
+`hx_trigger(...)` (a Jinja global) and the scripts read the names from <body data-page-events>
+(`page_events_json`), so a renamed event cannot leave a panel listening for nothing.
+
 Where publishes come from (one line at each place that commits):
 - services (`trials.py`, `runners.py`): `publish(app, *topics)` after `run_in_tx` returns;
 - routes on a request session (SessionDep, committed by the dependency): `after_commit(session,
@@ -30,6 +35,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup, escape
@@ -43,7 +49,9 @@ log = logging.getLogger(__name__)
 COALESCE_S = 0.2  # at most one notice per topic per this many seconds (a burst's first at once)
 RUNNERS = "runners"
 HEARTBEATS = "heartbeats"  # every runner's heartbeat: coalesced over Settings.heartbeat_notice_s
-TOPIC = re.compile(r"(?:(campaign|approach|trial):([1-9][0-9]{0,18})|runners|heartbeats)")  # fullmatch
+ROW_KINDS = ("campaign", "approach", "trial")  # topics of one row: `<kind>:<id>`
+KINDS = (*ROW_KINDS, RUNNERS, HEARTBEATS)  # every topic's kind
+TOPIC = re.compile(rf"(?:({'|'.join(ROW_KINDS)}):([1-9][0-9]{{0,18}})|{RUNNERS}|{HEARTBEATS})")  # fullmatch
 MAX_TOPICS = 8  # per stream
 FEED_PATH = "/api/pages/feed"  # the page feed's websocket (app/api/pagefeed.py)
 DOM_EVENT_PREFIX = "feed:"  # a notice of kind K fires the DOM event "feed:K" (hx-trigger="feed:campaign")
@@ -75,13 +83,61 @@ def kind(topic: str) -> str:
 
 def dom_event(topic: str) -> str:
     """The DOM event a notice of this topic fires on the page's fragments (hx-trigger="feed:campaign")."""
-    return DOM_EVENT_PREFIX + kind(topic)
+    return PAGE_EVENTS[kind(topic)].name
 
 
 def notice(mark: str, topic: str) -> str:
     """One notice as the feed sends it (a websocket text message): the mark it brings the page to, the
     topic that changed and the DOM event it fires."""
     return json.dumps({"id": mark, "topic": topic, "event": dom_event(topic)}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class PageEvent:
+    """A DOM event a page's fragments listen for: its name, what fires it, and whether it is fired on
+    <body> (a fragment then listens `from:body`)."""
+
+    name: str
+    fired_by: str  # the file that fires it first (tests/web/test_page_events.py checks it does)
+    on_body: bool = False
+
+
+STALE = "stale"
+PAGE_EVENTS: dict[str, PageEvent] = {
+    # A notice of a topic of kind K fires feed:K (static/pagefeed.js dispatches the notice's own "event").
+    **{k: PageEvent(DOM_EVENT_PREFIX + k, "app/services/events.py notice(), on a page feed notice") for k in KINDS},
+    # On one fragment: a notice held while the person edited it, or one that came during its own
+    # re-fetch. Every fragment that follows a feed event follows this one too (hx_trigger adds it).
+    STALE: PageEvent("feed-stale", "static/pagefeed.js, on a fragment whose notice was held or overtaken"),
+    "campaign_changed": PageEvent("campaign-changed", "app/web/render.py CHANGED, a write's HX-Trigger", True),
+    "trial_ended": PageEvent("trial-ended", "static/livelog.js, when the live log sees its trial end", True),
+    "metrics_arrived": PageEvent("metrics-arrived", "static/livelog.js, after metric lines arrive", True),
+    "form_error": PageEvent("form-error", "app/errors.py form_error_headers, an error's HX-Trigger", True),
+}
+HTMX_TRIGGERS = frozenset({"load", "change", "input"})  # htmx's and the browser's own, used as they are
+
+
+def hx_trigger(*names: str) -> str:
+    """An hx-trigger value (`hx-trigger="{{ hx_trigger('load', 'campaign_changed', 'campaign') }}"`) from
+    keys of PAGE_EVENTS and htmx's own "load": a body event listens `from:body`, and a fragment that
+    follows any page feed event also follows "stale". An unknown name raises (the page fails to render)."""
+    specs = []
+    for name in names:
+        if name in HTMX_TRIGGERS:
+            specs.append(name)
+            continue
+        if name not in PAGE_EVENTS:
+            raise KeyError(f"no page event {name!r}: PAGE_EVENTS in app/services/events.py declares them")
+        ev = PAGE_EVENTS[name]
+        specs.append(f"{ev.name} from:body" if ev.on_body else ev.name)
+    if any(name in KINDS for name in names) and STALE not in names:
+        specs.append(PAGE_EVENTS[STALE].name)
+    return ", ".join(specs)
+
+
+def page_events_json() -> str:
+    """The event names static/*.js fire or hear, by key (<body data-page-events='...'>)."""
+    return json.dumps({key: ev.name for key, ev in PAGE_EVENTS.items()}, sort_keys=True, separators=(",", ":"))
 
 
 def feed_path(topics: Iterable[str], since: str = "") -> str:
@@ -235,7 +291,7 @@ def get_feed(app: Any) -> PageFeed:
     return app.state.page_feed
 
 
-FORWARDED_MARK = "forwarded_feed_mark"  # request.state key: the hub's mark, in a page worker (app/pageworkers.py)
+FORWARDED_MARK = "forwarded_feed_mark"  # request.state key: the hub's mark, in a page worker (app/pageworkers/pool.py)
 
 
 def page_mark(request: Any) -> str:

@@ -8,9 +8,10 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import current_operator
+from app.services.events import PAGE_EVENTS
 
 # A write's answer to htmx: the campaign's fragments listen for this event (hx-trigger="campaign-changed from:body").
-CHANGED = {"HX-Trigger": "campaign-changed"}
+CHANGED = {"HX-Trigger": PAGE_EVENTS["campaign_changed"].name}
 
 
 def render(

@@ -10,7 +10,7 @@ from app.db import session_scope
 from app.domain import logs
 from app.domain.scheduling import create_trial
 from app.models import Approach, Campaign, Runner, Trial
-from tests.api.conftest import FP_OLD, seed_trials
+from tests.support.seeded_trials import FP_OLD, seed_trials
 from tests.support.servers import ThreadServer
 from tests.support.trials import make_settings
 

@@ -11,16 +11,15 @@ import signal
 
 import httpx
 import pytest
-from sqlmodel import select
 
 from app.db import session_scope
-from app.domain.scheduling import create_trial
-from app.domain.trials import end_trial
-from app.models import Approach, Campaign, Role, Runner, TrialState
+from app.models import Role
 from app.security import create_api_token
 from runners.artifacts import Client, UploadError, files_of, upload_dir
+from tests.support.artifacts import ended_trial
 from tests.support.auth import _user, add_user
 from tests.support.servers import ThreadServer
+from tests.support.traces import cuda_trace
 from tests.support.trials import (
     command_recipe,
     make_settings,
@@ -34,41 +33,6 @@ from tests.support.trials import (
 )
 
 
-@pytest.fixture
-def server(tmp_path, db_url):
-    srv = ThreadServer(
-        make_settings(
-            tmp_path,
-            db_url,
-            artifact_max_file_bytes=2_000_000,
-            artifact_max_trial_bytes=3_000_000,
-            artifact_retention_bytes=5_000_000,
-        )
-    ).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-def _ended_trial(srv, runner_name: str = "node-1") -> tuple[int, str]:
-    """A trial of a new approach of campaign "spec" on a new runner, ended; (trial id, that runner's token)."""
-    runner_id, token = new_runner_token(srv.engine, runner_name)
-    with session_scope(srv.engine) as session:
-        campaign = session.exec(select(Campaign).where(Campaign.slug == "spec")).first()
-        if campaign is None:
-            campaign = Campaign(slug="spec", name="Spec")
-            session.add(campaign)
-            session.flush()
-        n = len(session.exec(select(Approach.id)).all())
-        approach = Approach(campaign_id=campaign.id or 0, key=f"a{n}", title=f"A{n}", position=n + 1)
-        session.add(approach)
-        session.flush()
-        t = create_trial(session, approach, session.get(Runner, runner_id), "ada")
-        end_trial(session, t, TrialState.succeeded)
-        return t.id or 0, token
-
-
 def _file(tmp_path, name: str, data: bytes):
     path = tmp_path / "out" / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +41,7 @@ def _file(tmp_path, name: str, data: bytes):
 
 
 def test_an_upload_resumes_where_the_board_stopped(server, tmp_path):
-    trial_id, token = _ended_trial(server)
+    trial_id, token = ended_trial(server)
     data = os.urandom(1_500_000)
     path = _file(tmp_path, "profile.bin", data)
     client = Client(server.url, token)
@@ -106,7 +70,7 @@ def test_an_upload_resumes_where_the_board_stopped(server, tmp_path):
 
 
 def test_uploads_are_refused_to_others_runners_viewers_and_anonymous(server, tmp_path):
-    trial_id, _ = _ended_trial(server, "node-1")
+    trial_id, _ = ended_trial(server, "node-1")
     _, other = new_runner_token(server.engine, "node-2")
     url = f"{server.url}/api/trials/{trial_id}/uploads/x.txt?offset=0"
     assert httpx.put(url, content=b"hi", headers={"Authorization": f"Bearer {other}"}).status_code == 403
@@ -125,7 +89,7 @@ def test_uploads_are_refused_to_others_runners_viewers_and_anonymous(server, tmp
 
 
 def test_size_caps_and_retention(server, tmp_path):
-    trial_id, token = _ended_trial(server)
+    trial_id, token = ended_trial(server)
     client = Client(server.url, token)
     with pytest.raises(UploadError, match="413") as exc:
         client.upload(trial_id, "huge.bin", _file(tmp_path, "huge.bin", os.urandom(2_100_000)))  # over the file cap
@@ -135,7 +99,7 @@ def test_size_caps_and_retention(server, tmp_path):
         client.upload(trial_id, "b.bin", _file(tmp_path, "b.bin", os.urandom(1_800_000)))
     # Other trials of the campaign: past 5 MB the oldest go first.
     for n in range(3):
-        other, other_token = _ended_trial(server, f"node-{n + 5}")
+        other, other_token = ended_trial(server, f"node-{n + 5}")
         Client(server.url, other_token).upload(other, "c.bin", _file(tmp_path, f"c{n}.bin", os.urandom(1_500_000)))
     listed = httpx.get(f"{server.url}/api/trials/{trial_id}/artifacts", headers=server.api_headers()).json()
     assert listed[0]["name"] == "a.bin" and "retention limit" in (listed[0]["removed"] or "")
@@ -146,7 +110,7 @@ def test_size_caps_and_retention(server, tmp_path):
 
 
 def test_text_is_shown_escaped_and_html_is_never_served_inline(server, tmp_path):
-    trial_id, token = _ended_trial(server)
+    trial_id, token = ended_trial(server)
     client = Client(server.url, token)
     evil = b"<script>alert(1)</script>\n"
     client.upload(trial_id, "notes.txt", _file(tmp_path, "notes.txt", evil))
@@ -170,10 +134,9 @@ def test_text_is_shown_escaped_and_html_is_never_served_inline(server, tmp_path)
 
 
 def test_an_uploaded_trace_gives_its_kernel_table(server, tmp_path):
-    from tests.domain.test_traces import _cuda_trace
 
-    trial_id, token = _ended_trial(server)
-    trace = _cuda_trace(
+    trial_id, token = ended_trial(server)
+    trace = cuda_trace(
         tmp_path / "verify.trace.json", [("gemm", 40.0), ("ncclDevKernel_AllReduce_Sum_bf16", 17.0)] * 61
     )
     Client(server.url, token).upload(trial_id, "verify.trace.json", trace)
@@ -181,7 +144,7 @@ def test_an_uploaded_trace_gives_its_kernel_table(server, tmp_path):
     assert table["allreduces_per_step"] == 61 and table["allreduce_us"] == pytest.approx(17.0)
     assert table["kernels"][0]["name"] == "gemm" and table["kernels"][1]["kind"] == "NCCL allreduce"
     none = httpx.get(
-        f"{server.url}/api/trials/{_ended_trial(server, 'node-3')[0]}/kernels", headers=server.api_headers()
+        f"{server.url}/api/trials/{ended_trial(server, 'node-3')[0]}/kernels", headers=server.api_headers()
     )
     assert none.status_code == 404
     page = httpx.get(f"{server.url}/trials/{trial_id}/artifacts", cookies={"cb_session": server.session_cookie()})
@@ -230,7 +193,7 @@ def test_a_real_runner_uploads_what_the_trial_wrote(tmp_path):
 
 
 def test_files_of_skips_links_and_upload_dir_cleans_up(server, tmp_path):
-    trial_id, token = _ended_trial(server)
+    trial_id, token = ended_trial(server)
     directory = tmp_path / "art"
     (directory / "sub").mkdir(parents=True)
     (directory / "sub" / "a.txt").write_text("a")

@@ -15,9 +15,9 @@ from app.domain.scheduling import create_trial
 from app.domain.trials import end_trial
 from app.models import Approach, Artifact, Campaign, Metric, Runner, TrialState
 from runners.artifacts import Client
-from tests.artifacts.test_artifacts import _ended_trial, server  # noqa: F401 (the fixture)
-from tests.domain.test_traces import _cuda_trace
+from tests.support.artifacts import ended_trial
 from tests.support.servers import ThreadServer
+from tests.support.traces import cuda_trace
 from tests.support.trials import wait_for
 
 
@@ -161,9 +161,9 @@ def test_a_cpu_trace_counts_only_at_the_full_geometry_and_never_gives_t_ar(db_ur
         assert approach_latency(load_campaign_metrics(session, campaign), nccl.id or 0, inputs) is None
 
 
-def test_an_uploaded_trace_is_read_once_and_feeds_the_campaigns_pages(server, tmp_path):  # noqa: F811
-    trial_id, token = _ended_trial(server)
-    trace = _cuda_trace(
+def test_an_uploaded_trace_is_read_once_and_feeds_the_campaigns_pages(server, tmp_path):
+    trial_id, token = ended_trial(server)
+    trace = cuda_trace(
         tmp_path / "verify.trace.json", [("gemm", 40.0), ("ncclDevKernel_AllReduce_Sum_bf16", 17.0)] * 61
     )
     Client(server.url, token).upload(trial_id, "verify.trace.json", trace)
@@ -183,16 +183,16 @@ def test_an_uploaded_trace_is_read_once_and_feeds_the_campaigns_pages(server, tm
     assert charts.status_code == 200
     assert f"from trace #{trace_id}" in charts.text  # among the model inputs' sources
     # Not a trace: said on the row and the page, and nothing feeds the model.
-    other, token2 = _ended_trial(server, "node-2")
+    other, token2 = ended_trial(server, "node-2")
     bad = tmp_path / "bad.trace.json"
     bad.write_text("this is not json")
     Client(server.url, token2).upload(other, "bad.trace.json", bad)
     assert "not a Chrome trace" in _read_trace_of(server, other)["error"]
 
 
-def test_a_trace_not_read_before_the_server_stopped_is_read_when_it_starts(server, tmp_path):  # noqa: F811
-    trial_id, token = _ended_trial(server)
-    trace = _cuda_trace(tmp_path / "verify.trace.json", [("gemm", 40.0), ("ncclDevKernel_AllReduce_Sum_bf16", 9.0)] * 4)
+def test_a_trace_not_read_before_the_server_stopped_is_read_when_it_starts(server, tmp_path):
+    trial_id, token = ended_trial(server)
+    trace = cuda_trace(tmp_path / "verify.trace.json", [("gemm", 40.0), ("ncclDevKernel_AllReduce_Sum_bf16", 9.0)] * 4)
     Client(server.url, token).upload(trial_id, "verify.trace.json", trace)
     _read_trace_of(server, trial_id)
     server.stop()

@@ -145,7 +145,7 @@ def test_chart_colours_are_the_badges_colours():
     """One source: the charts read static/app.css's --status-* properties (tests/web/test_status_colours.py
     checks the CSS side)."""
     from app.templating import STATUS_COLORS
-    from tests.web.test_status_colours import colours
+    from tests.support.colours import colours
 
     assert STATUS_COLORS == colours()
     assert charts._color("dead_end") == colours()["dead_end"] and charts._color("queued") == colours()["queued"]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SGLANG_VERSION = os.environ.get("SGLANG_VERSION", "0.5.23")
+from tests.support.paths import ROOT
+from tests.support.sglang import SGLANG_VERSION
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,8 @@ import yaml
 from runners.preflight import REGISTRY, Context
 from runners.recipes.sglang_server import flatten, server_argv, validate
 from runners.sglang_output import READY_LINE, accept_length_from_server_info, parse_decode_line
-from tests.contract.conftest import ROOT, SGLANG_VERSION
+from tests.support.paths import ROOT
+from tests.support.sglang import SGLANG_VERSION
 
 STANDIN = ROOT / "tests" / "standins" / "sglang_standin.py"
 

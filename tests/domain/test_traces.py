@@ -7,12 +7,12 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from app.domain.traces import TraceError, collective_kind, kernel_diff, read_trace
 from tests.support.net import free_port
+from tests.support.traces import cuda_trace
 
 LAYERS = 3
 STEPS = 2
@@ -68,76 +68,9 @@ def test_a_real_gloo_trace_gives_two_allreduces_per_layer_per_step(tmp_path):
     assert summary.allreduce_us == pytest.approx(table["gloo:all_reduce"]["total_us"] / (2 * LAYERS * STEPS))
 
 
-def _cuda_trace(path: Path, kernels: list[tuple[str, float]], steps: int = 2, lag_us: float = 500.0) -> Path:
-    """A Kineto-shaped trace: per step a host annotation, one launch per kernel (cuda_runtime, correlation id)
-    and the kernel on the GPU `lag_us` later (past the step's host window for the last ones); plus a warm-up
-    kernel before the first step."""
-    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
-    corr = 100
-    events.append(
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaLaunchKernel",
-            "pid": 1,
-            "tid": 1,
-            "ts": 0,
-            "dur": 2,
-            "args": {"correlation": corr},
-        }
-    )
-    events.append(
-        {
-            "ph": "X",
-            "cat": "kernel",
-            "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
-            "pid": 0,
-            "tid": 7,
-            "ts": 5,
-            "dur": 999,
-            "args": {"correlation": corr},
-        }
-    )
-    t = 1000.0
-    for _ in range(steps):
-        events.append(
-            {"ph": "X", "cat": "user_annotation", "name": "verify_step", "pid": 1, "tid": 1, "ts": t, "dur": 100}
-        )
-        for i, (name, dur) in enumerate(kernels):
-            corr += 1
-            launch = t + 1 + i * (98 / len(kernels))
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "cuda_runtime",
-                    "name": "cudaLaunchKernel",
-                    "pid": 1,
-                    "tid": 1,
-                    "ts": launch,
-                    "dur": 1,
-                    "args": {"correlation": corr},
-                }
-            )
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": name,
-                    "pid": 0,
-                    "tid": 7,
-                    "ts": launch + lag_us,
-                    "dur": dur,
-                    "args": {"correlation": corr},
-                }
-            )
-        t += 2000
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    return path
-
-
 def test_cuda_kernels_count_in_the_step_that_launched_them(tmp_path):
     kernels = [("sm90_xmma_gemm_bf16", 40.0), ("two_shot_all_reduce_kernel<bf16>", 7.0)] * 61
-    summary = read_trace(_cuda_trace(tmp_path / "t.json", kernels))
+    summary = read_trace(cuda_trace(tmp_path / "t.json", kernels))
     assert summary.device and summary.steps == 2
     assert summary.allreduces_per_step == 61 and summary.allreduce_us == pytest.approx(7.0)
     table = {r["name"]: r for r in summary.table()}
@@ -167,8 +100,8 @@ def test_what_is_not_a_trace_is_refused_in_words(tmp_path, text):
 
 
 def test_the_kernel_diff_says_what_got_faster_appeared_and_vanished(tmp_path):
-    before = read_trace(_cuda_trace(tmp_path / "a.json", [("gemm", 40.0), ("ncclDevKernel_AllReduce_Sum", 17.0)]))
-    after = read_trace(_cuda_trace(tmp_path / "b.json", [("gemm", 40.2), ("one_shot_all_reduce", 6.5)]))
+    before = read_trace(cuda_trace(tmp_path / "a.json", [("gemm", 40.0), ("ncclDevKernel_AllReduce_Sum", 17.0)]))
+    after = read_trace(cuda_trace(tmp_path / "b.json", [("gemm", 40.2), ("one_shot_all_reduce", 6.5)]))
     diff = {row["name"]: row for row in kernel_diff(before, after)}
     assert diff["ncclDevKernel_AllReduce_Sum"]["change"] == "vanished"
     assert diff["one_shot_all_reduce"]["change"] == "appeared" and diff["one_shot_all_reduce"]["us_per_step"] == [

@@ -1,4 +1,4 @@
-"""Page workers (app/pageworkers.py): a real `campaign serve --workers N` hands reads to worker processes and
+"""Page workers (app/pageworkers/): a real `campaign serve --workers N` hands reads to worker processes and
 keeps writes, sockets and the page feed; a worker that dies is replaced without a failed read; workers end
 with the hub, however it ends."""
 
@@ -22,7 +22,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from app.db import make_engine, session_scope
 from app.main import create_app
-from app.pageworkers import PageWorkerPool
+from app.pageworkers.pool import PageWorkerPool
 from app.security import create_api_token
 from tests.support.feeds import FeedReader
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
@@ -34,7 +34,7 @@ def workers_of(server: LiveServer) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(server.proc.pid).children():
         try:
-            if child.status() != psutil.STATUS_ZOMBIE and "app.pageworker" in " ".join(child.cmdline()):
+            if child.status() != psutil.STATUS_ZOMBIE and "app.pageworkers.worker" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.Error:
             pass
@@ -204,7 +204,7 @@ def test_a_worker_that_keeps_failing_to_start_is_retried_less_and_less_often(tmp
         assert pool.pick() is None  # never ready: every read is the hub's
         await pool.stop()
 
-    with caplog.at_level(logging.WARNING, logger="app.pageworkers"):
+    with caplog.at_level(logging.WARNING, logger="app.pageworkers.pool"):
         asyncio.run(scenario())
     assert 2 <= pool.workers[0].starts <= 3  # every second would be 4
     assert "starting it again in 2 s" in caplog.text or "starting it again in 1 s" in caplog.text

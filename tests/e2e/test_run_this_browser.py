@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
 from app.security import create_login_token
-from tests.conftest import start_live_server, stop_live_server
+from tests.support.servers import start_live_server, stop_live_server
 
 pytestmark = pytest.mark.browser
 

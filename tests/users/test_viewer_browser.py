@@ -20,9 +20,9 @@ from app.deps import VIEWER_REFUSED
 from app.domain import users
 from app.models import Role, Trial
 from app.security import create_api_token, create_login_token
+from tests.support.routes import fill, unsafe_routes
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign
-from tests.users.test_roles import fill, unsafe_routes
 
 pytestmark = pytest.mark.browser
 

@@ -14,7 +14,7 @@ import pytest
 from app.db import session_scope
 from app.domain.logs import dropped_marker
 from app.templating import asset_url
-from tests.api.conftest import seed_trials
+from tests.support.seeded_trials import seed_trials
 from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
 
 

@@ -5,17 +5,10 @@ import itertools
 import math
 import re
 
-from app.config import resource_dir
 from app.models import ApproachStatus, TrialState
+from tests.support.colours import CSS, colours
 
-CSS = (resource_dir("static") / "app.css").read_text()
 NAMES = sorted({s.value for s in ApproachStatus} | {s.value for s in TrialState} | {"awaiting"})
-
-
-def colours() -> dict[str, str]:
-    found = re.findall(r"--status-([a-z_]+):\s*(#[0-9a-f]{6})", CSS)
-    assert len(found) == len({name for name, _ in found}), "a status colour is defined twice"
-    return dict(found)
 
 
 def lab(hex_colour: str) -> tuple[float, float, float]:

@@ -5,7 +5,7 @@ hub's event loop and GIL (ingest, log fan-out) are not spent on them, and they d
 `campaign serve --workers N` (default 1, `CAMPAIGN_PAGE_WORKERS`) runs the *hub* process, which holds the
 public port, the runner and viewer sockets, the page feed, the sweeper and every write, plus N page
 workers: the same app (`create_app(role="pages")`), each a uvicorn on a Unix socket in a private folder,
-started by `python -m app.pageworker`. The hub's outermost middleware (`PageProxy`) hands a request to a
+started by `python -m app.pageworkers.worker`. The hub's outermost middleware (`PageProxy`) hands a request to a
 worker when it is a GET or HEAD without a body, outside `HUB_ONLY` (the login link, which spends a token and counts failed
 attempts in this process; the page feed; the health check); everything else, websockets and writes
 included, runs in the hub as before. Reads need nothing from the hub but the database, with one
@@ -117,7 +117,7 @@ class PageWorkerPool:
         }
 
     def argv(self, worker: Worker) -> list[str]:
-        return [sys.executable, "-m", "app.pageworker", "--uds", str(worker.path), "--parent", str(os.getpid())]
+        return [sys.executable, "-m", "app.pageworkers.worker", "--uds", str(worker.path), "--parent", str(os.getpid())]
 
     def _spawn(self, worker: Worker) -> None:
         worker.path.unlink(missing_ok=True)

@@ -1,5 +1,5 @@
-"""One page worker (app/pageworkers.py): the app in its "pages" role on a Unix socket, started by the hub
-(`python -m app.pageworker --uds PATH --parent PID`) with the hub's settings in its environment."""
+"""One page worker (the pool: app/pageworkers/pool.py): the app in its "pages" role on a Unix socket, started by
+the hub (`python -m app.pageworkers.worker --uds PATH --parent PID`) with the hub's settings in its environment."""
 
 from __future__ import annotations
 
