@@ -298,13 +298,16 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
 
 
 def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure | None:
-    """Chart 1: verify-step communication N_ar x t_ar (x) against speculation savings (y), one point
-    per approach with a measured t_ar, and the break-even line y = x: points above it are profitable.
-    None unless the campaign asks the speculation question with every cost known."""
-    if not report.speculative or report.costs is None:
+    """Chart 1: verify-step communication N_ar x t_ar (x) against speculation savings (y), one point per
+    approach with a measured t_ar (filled) and one per figure reported elsewhere (open diamonds, at the
+    campaign's accept length), and the break-even line y = x: points above it are profitable. The axes hold
+    every point. None unless the campaign asks the speculation question with every cost known."""
+    costs = report.costs
+    if not report.speculative or costs is None:
         return None
-    xs = [p.comm_ms for p in report.points]
-    ys = [p.savings_ms for p in report.points if p.savings_ms is not None]
+    refs = list(report.references)
+    xs = [p.comm_ms for p in report.points] + [costs.comm_ms(r.latency.t_ar_us) for r in refs]
+    ys = [p.savings_ms for p in report.points if p.savings_ms is not None] + [costs.savings_ms] * len(refs)
     top = max([*xs, *ys, 1.0]) * 1.15
     bottom = min([*ys, 0.0])
     bottom = bottom * 1.15 if bottom < 0 else 0.0
@@ -320,14 +323,50 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure | None:
             showlegend=True,
         ),
         scatter(
-            x=[min(bottom, 0.0), top],
-            y=[min(bottom, 0.0), top],
+            x=[bottom, top],
+            y=[bottom, top],
             mode="lines",
             name="break-even (communication = savings)",
             line={"color": BREAK_EVEN_COLOR, "dash": "dash", "width": 2},
             hoverinfo="skip",
         ),
     ]
+    verify_bytes = report.inputs.verify_bytes
+    accept = report.inputs.accept_length
+    for group_name, shown in _reference_groups(refs):
+        traces.append(
+            scatter(
+                x=[costs.comm_ms(r.latency.t_ar_us) for r in shown],
+                y=[costs.savings_ms for _ in shown],
+                mode="markers",
+                name=group_name
+                or f"{shown[0].label} ({shown[0].latency.method}{_reference_size(shown[0], verify_bytes)})",
+                marker={
+                    "size": 13,
+                    "symbol": "diamond-open",
+                    "line": {"width": 2},
+                    "color": BREAK_EVEN_COLOR if shown[0].baseline else REPORTED_COLOR,
+                },
+                customdata=[
+                    [
+                        r.label,
+                        f"{r.latency.t_ar_us:.1f}",
+                        short(r.latency.note, 160),
+                        f"{costs.tau:.2f}",
+                        short(accept.source, 60),
+                        f"{costs.speedup(r.latency.t_ar_us):.2f}",
+                        "profitable" if costs.profitable(r.latency.t_ar_us) else "not profitable",
+                    ]
+                    for r in shown
+                ],
+                hovertemplate=(
+                    "<b>%{customdata[0]}</b> (reported, not measured here)<br>t_ar: %{customdata[1]} us "
+                    "(%{customdata[2]})<br>accept length: %{customdata[3]} (%{customdata[4]})"
+                    "<br>communication %{x:.2f} ms vs savings %{y:.2f} ms"
+                    "<br>speedup %{customdata[5]}x: %{customdata[6]}<extra></extra>"
+                ),
+            )
+        )
     for name, group in trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
         traces.append(
             scatter(
@@ -365,20 +404,19 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure | None:
                 ),
             )
         )
-    costs = report.costs
     subtitle = "above the line: speculation pays"
-    if costs is not None and costs.break_even_t_ar_us is not None:
+    if costs.break_even_t_ar_us is not None:
         subtitle = (
             f"break-even t_ar* = {costs.break_even_t_ar_us:.1f} us per allreduce at "
             f"{size(report.inputs.verify_bytes)} · above the line: speculation pays"
         )
-    axis_range = [min(bottom, 0.0), top]
+    axis_range = [bottom, top]
     return figure(
         traces,
         layout(
             "Verify communication vs speculation savings",
             subtitle=subtitle,
-            meta={"break_even_t_ar_us": costs.break_even_t_ar_us if costs else None},
+            meta={"break_even_t_ar_us": costs.break_even_t_ar_us},
             xaxis=axis("verify communication N_ar × t_ar (ms)", range=axis_range, zeroline=True),
             yaxis=axis("speculation savings (ms)", range=axis_range, zeroline=True),
         ),
