@@ -149,6 +149,35 @@ def test_no_page_scrolls_sideways_with_a_300_character_title(board, browser, wid
         context.close()
 
 
+# Each top-bar control: its height and how many line boxes its text takes.
+TOPBAR = """() => {
+  const header = document.querySelector('header.topbar');
+  const items = Array.from(header.querySelectorAll('nav a, .brand, .logout button')).map(e => {
+    const range = document.createRange(); range.selectNodeContents(e);
+    const lines = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
+    return {text: e.textContent.trim(), lines: lines.size, height: e.getBoundingClientRect().height};
+  });
+  return {height: header.getBoundingClientRect().height, items};
+}"""
+
+
+def test_the_admins_top_bar_at_390_px_keeps_each_link_whole(board, browser):
+    """Issue 32 item 11: at 390 px the admin's links broke letter by letter and the header was 876 px tall.
+    Each link is one line (whole words), and the bar a few rows high at most."""
+    context, page = _page(board, browser, 390)
+    try:
+        for path in ("/", board.paths["campaign"]):
+            page.goto(board.url + path)
+            bar = page.evaluate(TOPBAR)
+            names = [i["text"] for i in bar["items"]]
+            assert {"Users", "Tokens", "Notifications", "Sessions", "Log out"} <= set(names), names  # the admin's
+            wrapped = [i for i in bar["items"] if i["lines"] != 1]
+            assert wrapped == [], wrapped
+            assert bar["height"] <= 160, bar
+    finally:
+        context.close()
+
+
 CHART_PARTS = """id => {
   const div = document.getElementById(id), box = div.getBoundingClientRect();
   const parts = Array.from(div.querySelectorAll('.gtitle, .g-gtitle text, .legendtext, .xtitle, .ytitle, .annotation-text'));
