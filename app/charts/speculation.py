@@ -130,6 +130,11 @@ def speedup_heatmap(answer: SpeculationAnswer, key: str | None = None) -> Figure
             labels.append(f"{s.value:.2f}" if s else "")
         z.append(row)
         text.append(labels)
+    values = [v for row in z for v in row if v is not None]
+    # The data's range, widened to hold 1.0 (the colour of no gain); never below 0 (a speedup is positive).
+    low, high = max(0.0, min(min(values), 1.0)), max(max(values), 1.0)
+    if high - low < 1e-9:
+        high = low + 0.1
     return figure(
         [
             heatmap(
@@ -138,8 +143,11 @@ def speedup_heatmap(answer: SpeculationAnswer, key: str | None = None) -> Figure
                 z=z,
                 text=text,
                 texttemplate="%{text}",
-                zmid=1.0,
-                colorscale=[[0, "#b42318"], [0.5, "#f5f5f5"], [1, "#067647"]],
+                zmin=low,
+                zmax=high,
+                # White at 1.0 (no gain) wherever 1.0 falls in the data's range: plotly's zmid would
+                # mirror the range around 1 and start the scale below 0 (-0.5 for speedups up to 2.5).
+                colorscale=[[0, "#b42318"], [(1.0 - low) / (high - low), "#f5f5f5"], [1, "#067647"]],
                 colorbar={"title": {"text": "speedup"}},
                 hovertemplate="batch %{x}, %{y} draft tokens: %{z:.2f}x<extra></extra>",
             )

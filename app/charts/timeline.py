@@ -64,11 +64,31 @@ def campaign_timeline(timeline: Timeline) -> Figure:
         + [t.start for t in timeline.trials]
         + [t.end for t in timeline.trials if t.end]
     )
-    x_axis = axis("time (UTC)", type="date")
-    if times:
-        lo, hi = min(times), max(times)
-        pad = max((hi - lo) * 0.05, timedelta(minutes=30))
-        x_axis["range"] = [(lo - pad).isoformat(), (hi + pad).isoformat()]
+    if not times:
+        # No dates to range over: plotly would draw an empty date axis over the year 2000. Say so instead.
+        return figure(
+            [],
+            layout(
+                "Campaign timeline: status changes and trials",
+                height=160,
+                xaxis={"visible": False},
+                yaxis={"visible": False},
+                annotations=[
+                    {
+                        "text": "No history yet: no trial has run and no status has changed.",
+                        "showarrow": False,
+                        "xref": "paper",
+                        "yref": "paper",
+                        "x": 0.5,
+                        "y": 0.5,
+                        "font": {"size": 13, "color": "#667085"},
+                    }
+                ],
+            ),
+        )
+    lo, hi = min(times), max(times)
+    pad = max((hi - lo) * 0.05, timedelta(minutes=30))
+    x_axis = axis("time (UTC)", type="date", range=[(lo - pad).isoformat(), (hi + pad).isoformat()])
     return figure(
         traces,
         layout(

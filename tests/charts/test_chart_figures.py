@@ -178,3 +178,32 @@ def test_many_approaches_draw_one_trace_per_status():
     assert sum(len(t["x"]) for t in markers) == len(points)
     assert {c[0] for t in markers for c in t["customdata"]} == {p.title for p in points}  # each still named on hover
     assert json.loads(json.dumps(fig)) == fig
+
+
+def test_the_heatmaps_colour_scale_spans_the_data_with_white_at_one(session, campaign):
+    """Issue 32 item 15: zmid 1.0 mirrored the range around 1, so speedups up to 2.5 started the scale at -0.5."""
+    from app.domain.speculation_inputs import campaign_speculation
+
+    metrics = load_campaign_metrics(session, campaign)
+    answer = campaign_speculation(session, campaign, metrics, inventory.approaches(session, campaign))
+    fig = figure(charts.speedup_heatmap(answer))
+    cells = fig["data"][0]
+    values = [v for row in cells["z"] for v in row if v is not None]
+    assert cells["zmin"] == pytest.approx(max(0.0, min(min(values), 1.0))) and cells["zmin"] >= 0
+    assert cells["zmax"] == pytest.approx(max(max(values), 1.0))
+    stop, white = cells["colorscale"][1]
+    assert white == "#f5f5f5" and cells["zmin"] + stop * (cells["zmax"] - cells["zmin"]) == pytest.approx(1.0)
+    assert "zmid" not in cells
+
+
+def test_an_empty_campaigns_timeline_says_no_history_instead_of_the_year_2000():
+    from app.charts.base import template
+    from app.domain.timeline import Timeline
+
+    fig = charts.campaign_timeline(Timeline((), (), 0, 0))
+    assert fig["data"] == [] and fig["layout"]["xaxis"] == {"visible": False}  # no date axis to default
+    assert fig["layout"]["annotations"][0]["text"].startswith("No history yet")
+    assert fig["layout"]["template"] == template()
+    import plotly.io as pio
+
+    pio.from_json(json.dumps(fig), skip_invalid=False)  # Plotly's schema accepts it
