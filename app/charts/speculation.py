@@ -24,6 +24,7 @@ from app.charts.base import (
     status_color,
 )
 from app.domain.speculation import ApproachAnswer, SpeculationAnswer
+from app.domain.wording import plural
 
 MAX_LINES = 8  # more approaches than this: the best tiers' first eight (the rest are in the answer's table)
 
@@ -149,7 +150,8 @@ def speedup_heatmap(answer: SpeculationAnswer, key: str | None = None) -> Figure
                 # mirror the range around 1 and start the scale below 0 (-0.5 for speedups up to 2.5).
                 colorscale=[[0, "#b42318"], [(1.0 - low) / (high - low), "#f5f5f5"], [1, "#067647"]],
                 colorbar={"title": {"text": "speedup"}},
-                hovertemplate="batch %{x}, %{y} draft tokens: %{z:.2f}x<extra></extra>",
+                customdata=[[[plural(k, "draft token")] for _ in batches] for k in ks],
+                hovertemplate="batch %{x}, %{customdata[0]}: %{z:.2f}x<extra></extra>",
             )
         ],
         layout(
