@@ -217,3 +217,26 @@ def test_charts_fit_their_text(board, browser, width):
                     assert x_title[0]["bottom"] <= min(p["top"] for p in legend) + 1, (path, div_id, x_title, legend)
     finally:
         context.close()
+
+
+def test_a_10000_character_reason_folds_and_its_whole_text_is_one_click_away(board, browser):
+    """Issue 32 item 15: a 10,000-character verdict reason made one inventory row 5,862 px tall."""
+    from app.schemas import ApproachCreate
+
+    reason = " ".join(f"word{i}" for i in range(1700))[:10_000]
+    with session_scope(board.engine) as s:
+        campaign = inventory.get_campaign(s, SLUG)
+        approach = inventory.add_approach(s, campaign, ApproachCreate(key="long-reason", title="Long"), actor="t")
+        inventory.change_status(s, approach, "dead_end", reason, "t")
+    for width in WIDTHS:
+        context, page = _page(board, browser, width)
+        try:
+            page.goto(board.url + board.paths["campaign"])
+            row = page.locator("#approach-long-reason")
+            assert row.bounding_box()["height"] < 400, row.bounding_box()
+            cell = row.locator("td.reason details.fold")
+            cell.locator("summary").click()
+            assert cell.locator(".fold-body").inner_text().strip() == reason  # the whole text, reachable
+            assert row.bounding_box()["height"] < 600  # open, the text scrolls inside its box
+        finally:
+            context.close()
