@@ -139,7 +139,7 @@ def test_no_page_scrolls_sideways_with_a_300_character_title(board, browser, wid
         # The inventory's status popover after a field error (dead end without a reason).
         page.goto(board.url + board.paths["campaign"])
         row = page.locator("#approach-dead")
-        row.locator("summary").click()
+        row.locator("details.status-change summary").click()
         row.locator("select[name=status]").select_option("deferred")
         row.locator("input[name=reason]").fill("")
         row.locator("button[type=submit]").click()
