@@ -14,6 +14,7 @@ from app.charts.base import (
     axis,
     bar,
     category_axis,
+    escape,
     figure,
     layout,
     scatter,
@@ -22,6 +23,8 @@ from app.charts.base import (
     status_label,
 )
 from app.domain.profitability import ThroughputRow
+
+DEAD_END_LABEL_GAP = 16  # px between a dead end's marker and its reason: past the ✕ and a reported diamond
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def throughput_vs_baseline(
             scatter(
                 y=[r.approach_title for r in dead],
                 x=[r.tok_s if r.tok_s is not None else figures.get(r.approach_title, 0) for r in dead],
-                mode="markers+text",
+                mode="markers",
                 name="dead end",
                 cliponaxis=False,  # a marker at 0 tok/s is drawn whole, not cut by the axis
                 marker={
@@ -102,9 +105,6 @@ def throughput_vs_baseline(
                     "color": status_color("dead_end"),
                     "line": {"width": 1, "color": "#fff"},
                 },
-                text=[short(r.reason, 44) for r in dead],
-                textposition="middle right",
-                textfont={"size": 10},
                 customdata=[[r.reason or "no reason recorded"] for r in dead],
                 hovertemplate="<b>%{y}</b>: dead end<br>%{customdata[0]}<extra></extra>",
             )
@@ -121,12 +121,32 @@ def throughput_vs_baseline(
             )
         )
     top = max([r.tok_s or 0 for r in rows] + [r.tok_s for r in reported] + [baseline_tok_s or 0, 1.0])
+    x_hi = top * 1.9
+    # A dead end's reason beside its marker, past the marker and a reported diamond drawn at the same figure
+    # (text on the marker overlapped both), on the side with room: the label stays inside the plot.
+    notes = []
+    if dead:
+        for r in dead:
+            x = r.tok_s if r.tok_s is not None else figures.get(r.approach_title, 0)
+            right_half = x > 0.45 * x_hi
+            notes.append(
+                {
+                    "x": x,
+                    "y": r.approach_title,
+                    "text": escape(short(r.reason, 40)) if r.reason else "dead end",
+                    "showarrow": False,
+                    "xanchor": "right" if right_half else "left",
+                    "xshift": -DEAD_END_LABEL_GAP if right_half else DEAD_END_LABEL_GAP,
+                    "font": {"size": 10, "color": "#344054"},
+                }
+            )
     return figure(
         traces,
         layout(
             "Decode throughput per approach vs baseline",
             bargap=0.35,
-            xaxis=axis("output tokens/s (batch 1)", range=[0, top * 1.9]),
+            annotations=notes,
+            xaxis=axis("output tokens/s (batch 1)", range=[0, x_hi]),
             yaxis=category_axis(titles, autorange="reversed"),
         ),
     )

@@ -224,6 +224,11 @@ def test_kimi_throughput_draws_the_reported_38_tok_s_and_whole_dead_ends(session
     assert at["FlashInfer allreduce fusion"] == 0 and dead["cliponaxis"] is False  # drawn whole at the start
     assert fig["layout"]["xaxis"]["range"][1] > 82.0 and fig["layout"]["xaxis"]["automargin"] is True
     assert set(traces["baseline 82 tok/s"]["x"]) == {82.0}
+    # Each dead end's reason is a note beside its marker, clear of it and of a reported diamond there (issue 32).
+    notes = {n["y"]: n for n in fig["layout"]["annotations"]}
+    assert set(notes) == set(dead["y"]) and "mode" in dead and "text" not in dead["mode"]
+    ipc = notes["SGLang custom allreduce (IPC)"]
+    assert ipc["x"] == 38.0 and ipc["xanchor"] == "left" and ipc["xshift"] >= 14
 
 
 def test_shootout_latency_is_on_a_log_axis_once_cpu_floors_join(session):
