@@ -58,7 +58,7 @@ def test_figures_are_plain_json(session, campaign):
 
 def test_chart1_points_and_break_even_line(session, campaign):
     report = profitability_report(session, campaign)
-    fig = charts.verify_comm_vs_savings(report)
+    fig = figure(charts.verify_comm_vs_savings(report))
     line = _trace(fig, "break-even (communication = savings)")
     assert line["mode"] == "lines" and line["x"] == line["y"]  # y = x
     points = {t["name"]: t for t in fig["data"] if t.get("mode") == "markers"}
@@ -79,8 +79,8 @@ def test_chart1_points_and_break_even_line(session, campaign):
 
 
 def test_chart1_follows_the_what_if(session, campaign):
-    before = charts.verify_comm_vs_savings(profitability_report(session, campaign))
-    after = charts.verify_comm_vs_savings(profitability_report(session, campaign, WhatIf(accept_length=1.2)))
+    before = figure(charts.verify_comm_vs_savings(profitability_report(session, campaign)))
+    after = figure(charts.verify_comm_vs_savings(profitability_report(session, campaign, WhatIf(accept_length=1.2))))
     y = lambda fig: _trace(fig, "NCCL eager")["y"][0]  # noqa: E731
     assert y(after) == pytest.approx(1.2 * 1000 / 82 - 10.5) and y(after) < y(before)
 
@@ -138,8 +138,8 @@ def test_chart1_without_points_still_has_the_line():
     inputs = ModelInputs(
         Input(82.0), Input(1000 / 82), Input(2.0), Input(0), Input(0.0), Input(0.0), Input(122), 4, 7168
     )
-    fig = charts.verify_comm_vs_savings(
-        ProfitabilityReport(inputs, inputs.curve(), inputs.costs(), (), (), (), (), True)
+    fig = figure(
+        charts.verify_comm_vs_savings(ProfitabilityReport(inputs, inputs.curve(), inputs.costs(), (), (), (), (), True))
     )
     assert [t["name"] for t in fig["data"]] == ["profitable region", "break-even (communication = savings)"]
     assert isinstance(inputs.costs(), CycleCosts)
