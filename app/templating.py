@@ -16,6 +16,7 @@ from starlette.types import Scope
 from app import __version__
 from app.config import resource_dir
 from app.domain.logs import dropped_marker_json
+from app.domain.wording import plural
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol import close_codes_json
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
@@ -145,6 +146,7 @@ def make_templates() -> Jinja2Blocks:
         dropped_marker=dropped_marker_json(),
     )
     env.filters["ago"] = _ago
+    env.filters["plural"] = plural  # {{ n | plural("trial") }}: "1 trial", "2 trials"
     env.filters["utc"] = _utc
     env.filters["status_label"] = lambda s: STATUS_LABELS.get(s, s)
     env.filters["tojson_compact"] = lambda v: json.dumps(v, sort_keys=True)

@@ -154,17 +154,26 @@ class Viewer(threading.Thread):
         self.last = time.monotonic()
         self.bytes += cut + 1
         for line in text[:cut].split("\n"):
-            parts = line.split(" ", 2)
-            if len(parts) != 3 or not parts[0].isdigit():
-                continue  # the cap's "bytes dropped" marker
-            n, t = parts[0], parts[1]
-            i = int(n)
+            parts = numbered(line)
+            if parts is None:
+                continue  # the runner's own lines, the cap's "bytes dropped" marker
+            i, t = parts
             if i in self.seen:
                 self.dups += 1
             else:
                 self.seen.add(i)
-            self.latencies.append((now - int(t)) / 1e6)
+            self.latencies.append((now - t) / 1e6)
             self.lines += 1
+
+
+def numbered(line: str) -> tuple[int, int] | None:
+    """(n, print time_ns) of a trial program's line "<n> <time_ns> <padding>"; None for any other line (the
+    runner's own "[runner] ..." line that opens every trial, the cap's marker). The viewer and the stored
+    count both use this, so "lost" counts only program lines that reached the database and not the viewer."""
+    parts = line.split(" ", 2)
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 def pct(values: list[float], p: float) -> float:
@@ -332,7 +341,8 @@ class Board:
         return Viewer(ws, self.cookie, expected, origin=self.url)
 
     def stored(self, trial_id: int) -> tuple[int, int, float]:
-        """(lines, bytes, seconds between the first and last stored chunk)."""
+        """(the program's numbered lines, bytes, seconds between the first and last stored chunk); bytes and
+        seconds are of every stored chunk, the runner's own lines included."""
         con = sqlite3.connect(self.db)
         rows = con.execute(
             'select data, created_at from log_chunk where trial_id=? and "offset">=0 order by seq', (trial_id,)
@@ -342,7 +352,8 @@ class Board:
         from datetime import datetime
 
         times = sorted(datetime.fromisoformat(r[1]) for r in rows)
-        return text.count("\n"), len(text.encode()), (times[-1] - times[0]).total_seconds() if rows else 0.0
+        lines = sum(numbered(line) is not None for line in text.split("\n"))
+        return lines, len(text.encode()), (times[-1] - times[0]).total_seconds() if rows else 0.0
 
     def stop(self) -> None:
         for p in reversed(self.procs):

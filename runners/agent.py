@@ -61,6 +61,7 @@ from runners import artifacts
 from runners import fingerprint as node
 from runners.executors import Executor, LocalExecutor, TrialHandle, spooled_end
 from runners.process import (
+    STARTED_PREFIX,
     OutputChunk,
     ProcessId,
     gpu_memory_used,
@@ -122,6 +123,8 @@ class Attempt:
     task: asyncio.Task[None] | None = None
     running: bool = False
     cancel_requested: bool = False
+    cancel_reason: str = ""  # the board's Cancel reason ("cancelled by ada"), for the log's closing line
+    output_end: tuple[int, bool] = (0, True)  # (byte offset after the last chunk, it ended a line)
     rejected: bool = False
     sent_seq: int = -1  # last seq sent on the current connection
     finished_sent: bool = False  # on the current connection
@@ -470,6 +473,7 @@ class Agent:
                     self._drop(attempt)
             elif isinstance(message, Cancel):
                 log.info("trial %s: cancel (%s)", attempt.trial_id, message.reason or "no reason given")
+                attempt.cancel_reason = message.reason or "cancelled by the board"
                 self._cancel_attempt(attempt)
             elif isinstance(message, Reject):
                 log.warning(
@@ -673,6 +677,7 @@ class Agent:
         if attempt.rejected:
             return
         seq = attempt.spool.append(chunk.offset, chunk.data)
+        attempt.output_end = (chunk.offset + chunk.nbytes, chunk.data.endswith("\n"))
         if seq >= 0 and len(attempt.fresh) < FRESH_MAX:
             attempt.fresh.append(SpooledChunk(seq, chunk.offset, chunk.data))
         if trace.on:
@@ -701,6 +706,8 @@ class Agent:
     ) -> None:
         if attempt.rejected:
             return
+        if outcome == "cancelled" and attempt.cancel_reason:  # the board's Cancel (not a spool of a past run)
+            self._closing_line(attempt, f"{attempt.cancel_reason}; the trial's processes were stopped")
         message = Finished(
             trial_id=attempt.trial_id,
             attempt_id=attempt.attempt_id,
@@ -714,6 +721,12 @@ class Agent:
         )
         attempt.spool.set_finished(message.model_dump())
         self._wake.set()
+
+    def _closing_line(self, attempt: Attempt, text: str) -> None:
+        """The runner's own last line of the trial's log (as its first is), spooled before Finished."""
+        offset, whole = attempt.output_end
+        line = ("" if whole else "\n") + f"{STARTED_PREFIX}{text}\n"
+        self._spool_chunk(attempt, OutputChunk(offset, line, len(line.encode())))
 
     def _cancel_attempt(self, attempt: Attempt) -> None:
         attempt.cancel_requested = True

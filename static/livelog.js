@@ -209,8 +209,12 @@
                        plotLayout(name, s.unit), { displayModeBar: false, responsive: true });
       }
       if (replace) {
-        Plotly.react(p.div, [{ x: s.values.map((_, i) => i + 1), y: s.values, type: "scatter",
-                                 mode: "lines+markers", name: name }], plotLayout(name, s.unit),
+        // The stored series carry their x (the point's bytes / tokens / batch, from the server): print
+        // order only where the metric has no numeric coordinate.
+        const layout = plotLayout(name, s.unit);
+        if (s.x_tag) layout.xaxis.title.text = s.x_tag;
+        Plotly.react(p.div, [{ x: s.x || s.values.map((_, i) => i + 1), y: s.values, type: "scatter",
+                                 mode: "lines+markers", name: name }], layout,
                      { displayModeBar: false, responsive: true });
         p.n = s.values.length;
       } else if (s.values.length > p.n) {

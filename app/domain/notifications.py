@@ -229,17 +229,17 @@ def _stack(fingerprint: dict[str, Any] | None) -> str:
     return runner_domain.summary(fingerprint) if fingerprint else "unknown stack"
 
 
-def trial_ended(session: Session, trial: Trial) -> None:
-    """trial.ended: the trial's end with its proposed verdict; queue.drained when it was the campaign's last
+def trial_ended(session: Session, trial: Trial, proposed: tuple[str, str] | None = None) -> None:
+    """trial.ended: the trial's end with its proposed verdict (status, reason: app/domain/proposals.py
+    `propose`, passed in by the caller, which may import it); queue.drained when it was the campaign's last
     active trial."""
     approach = session.get(Approach, trial.approach_id)
     key = approach.key if approach else f"approach #{trial.approach_id}"
     state = str(trial.state).replace("_", " ")
-    proposal = trial.proposal or {}
-    proposed = proposal.get("status")
     lines = [f"Trial #{trial.id} of {key} {state}."]
-    if proposed:
-        lines.append(f"Proposed verdict: {proposed}" + (f" ({proposal['reason']})" if proposal.get("reason") else ""))
+    if proposed is not None:
+        status, reason = proposed
+        lines.append(f"Proposed verdict: {status.replace('_', ' ')}" + (f" ({reason})" if reason else ""))
     lines.append(f"Stack: {_stack(trial.fingerprint)}")
     record(
         session,
@@ -548,12 +548,12 @@ def settle(session: Session, message: Message, error: str | None, now: datetime 
         if row.state != DeliveryState.sending.value:
             continue  # settled meanwhile (a re-queued claim was delivered by another pass)
         row.claimed_at = None
+        row.attempts += 1  # every send counts, the one that delivered too (the log said "attempts 0" for sent)
         if error is None:
             row.state = DeliveryState.sent.value
             row.sent_at = now
             row.last_error = ""
         else:
-            row.attempts += 1
             row.last_error = clean
             if row.attempts >= MAX_ATTEMPTS:
                 row.state = DeliveryState.failed.value

@@ -167,6 +167,8 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
             )
         if untested is not None:
             return RunNext(reason=f"nothing to run: the untested approaches have no recipe (next is {untested.title})")
+        if session.exec(select(Approach.id).where(Approach.campaign_id == campaign.id)).first() is None:
+            return RunNext(reason="this campaign has no approaches yet: add one first")
         return RunNext(reason="nothing untested left")
     connected = _connected_runners(session, online)
     if not connected:

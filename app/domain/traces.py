@@ -28,12 +28,19 @@ import ijson
 
 from app.domain.errors import Invalid
 
-# Collective implementations by kernel (or span) name, most specific first.
+# Collective implementations by kernel (or span) name, most specific first. The names are the kernels'
+# own, as their sources spell them: torch symmetric memory (CUDASymmetricMemoryOps.cu:
+# multimem_all_reduce_kernel, multimem_one_shot_all_reduce_kernel, one_shot_/two_shot_all_reduce_kernel),
+# FlashInfer / TensorRT-LLM fusion (allreduce_fusion_kernel_oneshot_lamport, ..._twoshot), vLLM / SGLang
+# custom allreduce (cross_device_reduce_1stage / 2stage), vLLM's quick reduce (quickreduce::
+# allreduce_prototype_oneshot / _twoshot), MSCCL++ and NCCL. multimem_all_gather_kernel is no allreduce.
 COLLECTIVES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("symm-mem one-shot", re.compile(r"one_shot_all_reduce|oneshot_all_reduce|multimem_one_shot", re.I)),
+    ("symm-mem multimem", re.compile(r"multimem_(one_shot_)?all_?reduce", re.I)),
+    ("symm-mem one-shot", re.compile(r"one_shot_all_reduce|oneshot_all_reduce", re.I)),
     ("symm-mem two-shot", re.compile(r"two_shot_all_reduce|twoshot_all_reduce", re.I)),
     ("FlashInfer allreduce", re.compile(r"flashinfer.*all_?reduce|allreduce_fusion|lamport", re.I)),
-    ("custom allreduce", re.compile(r"cross_device_reduce_[12]stage|custom_?all_?reduce|quick_?all_?reduce", re.I)),
+    ("quick reduce", re.compile(r"quickreduce|quick_?all_?reduce|allreduce_prototype_", re.I)),
+    ("custom allreduce", re.compile(r"cross_device_reduce_[12]stage|custom_?all_?reduce", re.I)),
     ("MSCCL++", re.compile(r"mscclpp", re.I)),
     ("NCCL allreduce", re.compile(r"nccl\w*all_?reduce", re.I)),
     ("gloo allreduce", re.compile(r"^gloo:all_reduce$", re.I)),

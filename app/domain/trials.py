@@ -26,12 +26,13 @@ from typing import Any, Protocol
 
 from sqlmodel import Session, select
 
-from app.domain import notifications, verdicts
+from app.domain import notifications, proposals, verdicts
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.domain.inventory import change_status
 from app.domain.signatures import classify
 from app.models import (
     ACTIVE_TRIAL_STATES,
+    NO_VERDICT_TRIAL_STATES,
     TERMINAL_TRIAL_STATES,
     Approach,
     ApproachStatus,
@@ -248,7 +249,8 @@ def end_trial(
             by_trial=True,
         )
     verdicts.on_trial_ended(session, trial)
-    notifications.trial_ended(session, trial)
+    proposal = proposals.propose(session, trial) if trial.state not in NO_VERDICT_TRIAL_STATES else None
+    notifications.trial_ended(session, trial, (proposal.status, proposal.reason) if proposal else None)
 
 
 def _status_before(session: Session, approach: Approach, trial: Trial) -> tuple[ApproachStatus, str] | None:

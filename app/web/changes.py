@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.charts_changes import series_with_changes
+from app.charts import series_with_changes
 from app.deps import SessionDep
 from app.domain import changes, inventory
 from app.web.render import render

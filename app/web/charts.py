@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
 from sqlmodel import Session
 
-from app import charts, charts_speculation
+from app import charts
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.engine_config import ENGINES, EngineConfig, engine_config
@@ -138,7 +138,7 @@ class CampaignAnswer:
         report = self.report
         return {
             "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
-            "chart_verify": charts.verify_comm_vs_savings(report) if report.speculative and report.costs else None,
+            "chart_verify": charts.verify_comm_vs_savings(report),
             "chart_comparison": None if report.speculative else charts.latency_comparison(report),
             "chart_latency": charts.allreduce_latency_vs_size(
                 latency_series(self.metrics, self.approaches), report.inputs.verify_bytes, report.references
@@ -196,9 +196,9 @@ def speculation_context(session: Session, campaign: Campaign, answer: CampaignAn
     return {
         "speculation": found,
         "speculation_charts": {
-            "speedup": charts_speculation.speedup_vs_batch(found),
-            "heatmap": charts_speculation.speedup_heatmap(found),
-            "break_even": charts_speculation.break_even_batches(found),
+            "speedup": charts.speedup_vs_batch(found),
+            "heatmap": charts.speedup_heatmap(found),
+            "break_even": charts.break_even_batches(found),
         },
         "deploy": deploy,
     }

@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.deps import OperatorDep, RowId, SessionDep, require_operator
+from app.domain import comparison, inventory, proposals, verdicts
 from app.domain import fingerprint as stack
-from app.domain import inventory, proposals, verdicts
 from app.domain.errors import Invalid, NotFound
 from app.domain.trial_reads import trial_metrics
 from app.models import NO_VERDICT_TRIAL_STATES, TERMINAL_TRIAL_STATES, Approach, ApproachStatus, Campaign, Trial
@@ -121,11 +121,18 @@ def metrics_fragment(request: Request, session: SessionDep, trial_id: RowId) -> 
     trial, approach, campaign = _trial(session, trial_id)
     rows = trial_metrics(session, [trial_id])
     tag_names = sorted({k for m in rows for k in m.tags if not k.endswith("_us") or k == "median_us"})
+    # Each metric along its point's numeric coordinate (bytes, tokens, batch: comparison's x tag, as the
+    # compare page plots it), else in print order; x_tag names the axis.
     series: dict[str, dict] = {}
-    for m in rows:
-        series.setdefault(m.name, {"unit": m.unit, "values": []})["values"].append(
-            m.value if math.isfinite(m.value) else None
-        )
+    for group in comparison.metric_groups({trial_id: 0}, 1, rows):
+        if group.x_tag:
+            found = [r.values[0] for r in group.rows]
+            x = [dict(r.point)[group.x_tag] for r in group.rows]
+        else:  # every value as printed (a repeated point is a sample, not a replacement)
+            found = [m.value for m in rows if m.name == group.name]
+            x = list(range(1, len(found) + 1))
+        values = [v if v is not None and math.isfinite(v) else None for v in found]
+        series[group.name] = {"unit": group.unit, "values": values, "x": x, "x_tag": group.x_tag or ""}
     ctx = {"trial": trial, "metrics": rows, "tag_names": tag_names, "series": series}
     return render(request, "_partials/metrics_table.html", ctx)
 

@@ -58,7 +58,7 @@ def test_figures_are_plain_json(session, campaign):
 
 def test_chart1_points_and_break_even_line(session, campaign):
     report = profitability_report(session, campaign)
-    fig = charts.verify_comm_vs_savings(report)
+    fig = figure(charts.verify_comm_vs_savings(report))
     line = _trace(fig, "break-even (communication = savings)")
     assert line["mode"] == "lines" and line["x"] == line["y"]  # y = x
     points = {t["name"]: t for t in fig["data"] if t.get("mode") == "markers"}
@@ -79,8 +79,8 @@ def test_chart1_points_and_break_even_line(session, campaign):
 
 
 def test_chart1_follows_the_what_if(session, campaign):
-    before = charts.verify_comm_vs_savings(profitability_report(session, campaign))
-    after = charts.verify_comm_vs_savings(profitability_report(session, campaign, WhatIf(accept_length=1.2)))
+    before = figure(charts.verify_comm_vs_savings(profitability_report(session, campaign)))
+    after = figure(charts.verify_comm_vs_savings(profitability_report(session, campaign, WhatIf(accept_length=1.2))))
     y = lambda fig: _trace(fig, "NCCL eager")["y"][0]  # noqa: E731
     assert y(after) == pytest.approx(1.2 * 1000 / 82 - 10.5) and y(after) < y(before)
 
@@ -138,8 +138,8 @@ def test_chart1_without_points_still_has_the_line():
     inputs = ModelInputs(
         Input(82.0), Input(1000 / 82), Input(2.0), Input(0), Input(0.0), Input(0.0), Input(122), 4, 7168
     )
-    fig = charts.verify_comm_vs_savings(
-        ProfitabilityReport(inputs, inputs.curve(), inputs.costs(), (), (), (), (), True)
+    fig = figure(
+        charts.verify_comm_vs_savings(ProfitabilityReport(inputs, inputs.curve(), inputs.costs(), (), (), (), (), True))
     )
     assert [t["name"] for t in fig["data"]] == ["profitable region", "break-even (communication = savings)"]
     assert isinstance(inputs.costs(), CycleCosts)
@@ -178,3 +178,32 @@ def test_many_approaches_draw_one_trace_per_status():
     assert sum(len(t["x"]) for t in markers) == len(points)
     assert {c[0] for t in markers for c in t["customdata"]} == {p.title for p in points}  # each still named on hover
     assert json.loads(json.dumps(fig)) == fig
+
+
+def test_the_heatmaps_colour_scale_spans_the_data_with_white_at_one(session, campaign):
+    """Issue 32 item 15: zmid 1.0 mirrored the range around 1, so speedups up to 2.5 started the scale at -0.5."""
+    from app.domain.speculation_inputs import campaign_speculation
+
+    metrics = load_campaign_metrics(session, campaign)
+    answer = campaign_speculation(session, campaign, metrics, inventory.approaches(session, campaign))
+    fig = figure(charts.speedup_heatmap(answer))
+    cells = fig["data"][0]
+    values = [v for row in cells["z"] for v in row if v is not None]
+    assert cells["zmin"] == pytest.approx(max(0.0, min(min(values), 1.0))) and cells["zmin"] >= 0
+    assert cells["zmax"] == pytest.approx(max(max(values), 1.0))
+    stop, white = cells["colorscale"][1]
+    assert white == "#f5f5f5" and cells["zmin"] + stop * (cells["zmax"] - cells["zmin"]) == pytest.approx(1.0)
+    assert "zmid" not in cells
+
+
+def test_an_empty_campaigns_timeline_says_no_history_instead_of_the_year_2000():
+    from app.charts.base import template
+    from app.domain.timeline import Timeline
+
+    fig = charts.campaign_timeline(Timeline((), (), 0, 0))
+    assert fig["data"] == [] and fig["layout"]["xaxis"] == {"visible": False}  # no date axis to default
+    assert fig["layout"]["annotations"][0]["text"].startswith("No history yet")
+    assert fig["layout"]["template"] == template()
+    import plotly.io as pio
+
+    pio.from_json(json.dumps(fig), skip_invalid=False)  # Plotly's schema accepts it

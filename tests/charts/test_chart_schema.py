@@ -1,23 +1,39 @@
-"""Every chart builder's figure is a plain dict that Plotly's own schema accepts (validated once here, never
-at request time), and the demo campaigns' charts draw what issue 21 found missing or misleading: the
-reported 38 tok/s, dead ends drawn whole, a log axis where latencies span decades, and the message size
-named on every point measured at another size than the axis says."""
+"""Every chart builder of the app/charts package (found by walking the package, not listed here) returns a
+plain dict that Plotly's own schema accepts (validated once here, never at request time), and the demo
+campaigns' charts draw what issue 21 found missing or misleading: the reported 38 tok/s, dead ends drawn
+whole, a log axis where latencies span decades, and the message size named on every point measured at
+another size than the axis says."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import pkgutil
+from collections.abc import Callable
 from typing import Any
 
 import plotly.io as pio
 import pytest
+from sqlmodel import col, select
 
 from app import charts
+from app.charts import base
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.changes import Series, SeriesPoint
+from app.domain.comparison import compare
 from app.domain.demo import load_demo
-from app.domain.profitability import latency_series, load_campaign_metrics, profitability_report, throughput_rows
+from app.domain.profitability import (
+    WhatIf,
+    latency_series,
+    load_campaign_metrics,
+    profitability_report,
+    throughput_rows,
+)
+from app.domain.speculation_inputs import campaign_speculation
 from app.domain.timeline import campaign_timeline
-from app.models import Campaign, Trial
+from app.models import Campaign, ChangePoint, Trial
 from app.web.charts import campaign_answer, throughput_figure
 from tests.support.charts import SLUG, add_metrics, build_fixture_campaign
 
@@ -55,32 +71,132 @@ def _measure_shootout(session, campaign: Campaign) -> None:
     session.flush()
 
 
-def _every_figure(session, campaign: Campaign) -> list[dict[str, Any]]:
+def builders() -> dict[str, Callable[..., Any]]:
+    """Every public function of the package's figure modules that returns a Figure (base holds the shared
+    parts, not figures): a builder added to any module, present or future, is found here."""
+    found: dict[str, Callable[..., Any]] = {}
+    for info in pkgutil.iter_modules(charts.__path__):
+        module = importlib.import_module(f"app.charts.{info.name}")
+        if module is base:
+            continue
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ == module.__name__ and not name.startswith("_"):
+                if "Figure" in str(inspect.signature(fn).return_annotation):
+                    found[f"{info.name}.{name}"] = fn
+    return found
+
+
+def _changes_sample() -> dict[str, Any]:
+    """A series with a slower and a faster change point (app/domain/changes.py's shapes)."""
+    points = [SeriesPoint(trial_id=i, value=v, fingerprint=None) for i, v in enumerate([10, 10.2, 14.1, 14, 9], 1)]
+    marked = [
+        ChangePoint(
+            campaign_id=1,
+            approach_id=1,
+            runner_id=1,
+            metric="lat",
+            trial_id=3,
+            before_trial_id=2,
+            ratio=1.38,
+            verdict="slower",
+            stack_diff="torch 2.10 -> 2.11",
+        ),
+        ChangePoint(
+            campaign_id=1,
+            approach_id=1,
+            runner_id=1,
+            metric="lat",
+            trial_id=5,
+            before_trial_id=4,
+            ratio=0.64,
+            verdict="faster",
+        ),
+    ]
+    return {
+        "series: Series": Series("allreduce_latency_us", "us", "tokens=8", True, points),
+        "runner_name: str": "h200 <node>",
+        "points: Sequence[ChangePoint]": marked,
+    }
+
+
+def _samples(session, campaign: Campaign) -> list[dict[str, Any]]:
+    """Each builder parameter's value for this campaign, keyed by "name: annotation" as the builders' signatures
+    spell them; a what-if report too (accept length 1.2: nothing pays)."""
     answer = campaign_answer(session, campaign)
     metrics = load_campaign_metrics(session, campaign)
     approaches = inventory.approaches(session, campaign)
-    figures = [
-        *answer.figures().values(),  # the page's own guards: each figure the data is enough for
-        throughput_figure(answer, campaign),
-        charts.allreduce_latency_vs_size(latency_series(metrics, approaches), answer.report.inputs.verify_bytes),
-        charts.throughput_vs_baseline(throughput_rows(metrics, approaches), 82.0),
-        charts.campaign_timeline(campaign_timeline(session, campaign)),
-    ]
-    return [f for f in figures if f is not None]
+    report = answer.report
+    trial_ids = list(session.exec(select(Trial.id).where(Trial.campaign_id == campaign.id).order_by(col(Trial.id))))
+    common = {
+        "series: list[LatencySeries]": latency_series(metrics, approaches),
+        "verify_bytes: int": report.inputs.verify_bytes,
+        "references: tuple[ReferencePoint, ...]": report.references,
+        "rows: list[ThroughputRow]": throughput_rows(metrics, approaches),
+        "baseline_tok_s: float | None": 82.0,
+        "reported: Sequence[ReportedRate]": charts.reported_rates(
+            campaign.reported, {a.key: a.title for a in approaches}
+        ),
+        "timeline: Timeline": campaign_timeline(session, campaign),
+        "answer: SpeculationAnswer": campaign_speculation(session, campaign, metrics, approaches),
+    }
+    if len(trial_ids) >= 2:  # the compare page needs two trials
+        common["comparison: Comparison"] = compare(session, campaign, trial_ids[:4], [])
+    what_if = profitability_report(session, campaign, WhatIf(accept_length=1.2))
+    return [{**common, "report: ProfitabilityReport": r} for r in (report, what_if)]
 
 
-def test_every_figure_validates_against_plotlys_schema(session):
+def _call(builder: Callable[..., Any], sample: dict[str, Any]) -> Any:
+    args = {}
+    for name, param in inspect.signature(builder).parameters.items():
+        key = f"{name}: {param.annotation}"
+        if key in sample:
+            args[name] = sample[key]
+        elif param.default is inspect.Parameter.empty:
+            raise AssertionError(f"{builder.__qualname__}: no sample for its parameter {key!r}: add one to _samples")
+    return builder(**args)
+
+
+def test_every_builder_of_the_package_validates_against_plotlys_schema(session):
+    found = builders()
+    assert {
+        "profitability.verify_comm_vs_savings",
+        "speculation.speedup_heatmap",
+        "changes.series_with_changes",
+        "comparison.trial_comparison",
+        "timeline.campaign_timeline",
+    } <= set(found)
     kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
     shootout = inventory.get_campaign(session, "allreduce-shootout")
     _measure_shootout(session, shootout)
     fixture = inventory.get_campaign(session, SLUG)
-    figures = [f for c in (kimi, shootout, fixture) for f in _every_figure(session, c)]
-    assert len(figures) >= 15 and any(f["layout"]["title"]["text"].startswith("Verify communication") for f in figures)
-    kinds = {t["type"] for f in figures for t in f["data"]}
-    assert kinds <= {"scatter", "bar", "heatmap"}, kinds  # what the vendored bundle draws (test_assets.py)
-    for fig in figures:
-        assert json.loads(json.dumps(fig)) == fig  # plain JSON, nothing plotly-specific inside
-        _validate(fig)
+    samples = [s for c in (kimi, shootout, fixture) for s in _samples(session, c)] + [_changes_sample()]
+    drawn: dict[str, int] = {}
+    for name, builder in found.items():
+        for sample in samples:
+            if not all(
+                p.default is not inspect.Parameter.empty or f"{n}: {p.annotation}" in sample
+                for n, p in inspect.signature(builder).parameters.items()
+            ):
+                continue  # this sample is of another family (the changes series)
+            fig = _call(builder, sample)
+            if fig is None:
+                continue
+            assert json.loads(json.dumps(fig)) == fig  # plain JSON, nothing plotly-specific inside
+            assert fig["layout"]["template"] == base.template(), name  # every figure carries the template
+            assert {t["type"] for t in fig["data"]} <= {"scatter", "bar", "heatmap"}  # the vendored bundle
+            _validate(fig)
+            drawn[name] = drawn.get(name, 0) + 1
+    assert set(drawn) == set(found), f"builders never drawn from the samples: {set(found) - set(drawn)}"
+
+
+def test_the_pages_figures_validate_too(session):
+    """The page's own guards pick the figures (answer.figures, throughput_figure): each one validates."""
+    for slug in ("kimi-k25-eagle3", "allreduce-shootout", SLUG):
+        answer = campaign_answer(session, inventory.get_campaign(session, slug))
+        figures = [*answer.figures().values(), throughput_figure(answer, inventory.get_campaign(session, slug))]
+        for fig in figures:
+            if fig is not None:
+                _validate(fig)
 
 
 def test_the_validator_refuses_what_plotly_js_would_ignore():
@@ -108,6 +224,11 @@ def test_kimi_throughput_draws_the_reported_38_tok_s_and_whole_dead_ends(session
     assert at["FlashInfer allreduce fusion"] == 0 and dead["cliponaxis"] is False  # drawn whole at the start
     assert fig["layout"]["xaxis"]["range"][1] > 82.0 and fig["layout"]["xaxis"]["automargin"] is True
     assert set(traces["baseline 82 tok/s"]["x"]) == {82.0}
+    # Each dead end's reason is a note beside its marker, clear of it and of a reported diamond there (issue 32).
+    notes = {n["y"]: n for n in fig["layout"]["annotations"]}
+    assert set(notes) == set(dead["y"]) and "mode" in dead and "text" not in dead["mode"]
+    ipc = notes["SGLang custom allreduce (IPC)"]
+    assert ipc["x"] == 38.0 and ipc["xanchor"] == "left" and ipc["xshift"] >= 14
 
 
 def test_shootout_latency_is_on_a_log_axis_once_cpu_floors_join(session):
@@ -148,4 +269,5 @@ def test_chart_colours_are_the_badges_colours():
     from tests.support.colours import colours
 
     assert STATUS_COLORS == colours()
-    assert charts._color("dead_end") == colours()["dead_end"] and charts._color("queued") == colours()["queued"]
+    assert base.status_color("dead_end") == colours()["dead_end"]
+    assert base.status_color("queued") == colours()["queued"]

@@ -78,3 +78,27 @@ def test_the_results_campaign_page_says_its_answer(app, operator_client):
         "verify compute)"
     ) in text
     assert 'id="figure-throughput">null' in html  # no throughput measured: no empty bar chart
+
+
+def test_the_verify_chart_draws_each_measured_allreduce_at_its_point_with_tau_2_4(app):
+    """Issue 32 item 6: with tau 2.4 the chart drew the region and y = x over 0-1.15 ms and no point: the
+    results campaign's measurements are reported figures, which the chart did not draw."""
+    from app.domain.profitability import WhatIf
+
+    with session_scope(app.state.engine) as session:
+        import_campaign(session, RESULTS.read_text(), actor="test")
+        session.flush()
+        campaign = inventory.get_campaign(session, "allreduce-shootout-h200x2")
+        report = profitability_report(session, campaign, WhatIf(accept_length=2.4))
+    fig = charts.verify_comm_vs_savings(report)
+    assert fig is not None and report.costs is not None
+    points = [(x, y) for t in fig["data"] if t.get("mode") == "markers" for x, y in zip(t["x"], t["y"])]
+    assert len(points) == len(report.points) + len(report.references) >= 2
+    lo, hi = fig["layout"]["xaxis"]["range"]
+    assert fig["layout"]["yaxis"]["range"] == [lo, hi]
+    for x, y in points:
+        assert lo <= x < hi and lo <= y < hi, (x, y, lo, hi)
+        assert y == pytest.approx(report.costs.savings_ms)
+    xs = sorted(x for x, _ in points)
+    refs = sorted(report.costs.comm_ms(r.latency.t_ar_us) for r in report.references)
+    assert xs == pytest.approx(sorted(refs + [p.comm_ms for p in report.points]))

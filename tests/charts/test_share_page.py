@@ -215,7 +215,7 @@ def test_status_page_shows_the_replays_and_their_reports_without_runner_or_actor
     for page in (anonymous.get(path).text, anonymous.get(path + "/export.html").text):
         assert 'id="replays"' in page, page
         section = page[page.index('id="replays"') :]
-        assert f"Replay #{number} on " in section and "running, 0 of 0 trial(s) ended" in section
+        assert f"Replay #{number} on " in section and "running, 0 of 0 trials ended" in section
         assert first.title in section and "KeyError: 12 in the symm-mem table" in section
         assert "re-test: torch 2.10.0+cu128 -&gt; 2.11.0+cu130" in section and "no verdict yet" in section
         assert second.title in section and "not replayed: no recipe" in section

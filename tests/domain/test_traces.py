@@ -79,6 +79,48 @@ def test_cuda_kernels_count_in_the_step_that_launched_them(tmp_path):
     assert table["sm90_xmma_gemm_bf16"]["share"] == pytest.approx(40 / 47, abs=1e-3)
 
 
+@pytest.mark.parametrize(
+    ("kernel", "kind"),
+    [
+        ("void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 8, 4>(...)", "symm-mem multimem"),
+        ("multimem_one_shot_all_reduce_kernel<bf16>", "symm-mem multimem"),
+        ("one_shot_all_reduce_kernel<bf16, 2>", "symm-mem one-shot"),
+        (
+            "void quickreduce::allreduce_prototype_twoshot<quickreduce::AllReduceTwoshot<__half, "
+            "quickreduce::CodecFP<__half, 8>, false>, __half>(...)",
+            "quick reduce",
+        ),
+        ("quickreduce::allreduce_prototype_oneshot<bf16>", "quick reduce"),
+        ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(...)", "custom allreduce"),
+        (
+            "void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<"
+            "(flashinfer::trtllm_allreduce_fusion::AllReduceFusionPattern)1, __nv_bfloat16, 8, false, false>(...)",
+            "FlashInfer allreduce",
+        ),
+        ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "NCCL allreduce"),
+        ("multimem_all_gather_kernel<bf16>", None),  # a gather, not an allreduce
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", None),
+    ],
+)
+def test_every_custom_allreduce_kernel_is_a_collective(kernel, kind):
+    assert collective_kind(kernel) == kind
+
+
+def test_multimem_and_quick_reduce_kernels_count_in_n_ar(tmp_path):
+    """Issue 32 item 17: SGLang's symm-mem path at TP 4-8 on SM 9.0 runs multimem_all_reduce_kernel and vLLM's
+    quick reduce allreduce_prototype_*: both counted as compute undercounted N_ar."""
+    kernels = [
+        ("sm90_xmma_gemm_bf16", 40.0),
+        ("void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 8, 4>(...)", 5.0),
+        ("rms_norm_kernel", 2.0),
+        ("quickreduce::allreduce_prototype_twoshot<bf16>", 9.0),
+    ] * 61
+    summary = read_trace(_cuda_trace(tmp_path / "t.json", kernels))
+    assert summary.allreduces_per_step == 122 and summary.allreduce_us == pytest.approx(7.0)
+    kinds = {r["name"]: r["kind"] for r in summary.table()}
+    assert kinds["quickreduce::allreduce_prototype_twoshot<bf16>"] == "quick reduce"
+
+
 def test_a_bare_array_trace_and_no_step_labels(tmp_path):
     events = [
         {"ph": "X", "cat": "kernel", "name": "cross_device_reduce_1stage<bf16,8>", "pid": 0, "ts": 10 * i, "dur": 3}

@@ -231,6 +231,38 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
     assert errors == []
 
 
+def test_kimi_verify_chart_draws_each_reported_latency_at_its_point(live_server, browser):
+    """Issue 32 item 6: with every cost known (tau 2.4, 3 draft steps x 0.8 ms, 9.5 ms verify compute) the
+    Kimi demo has no trial of its own, only figures reported elsewhere: each is a point at (N_ar x t_ar,
+    savings), NCCL's at (24.4 ms, 17.37 ms), inside the axes (the chart drew the region and no point)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors = _errors(page)
+    try:
+        page.goto(_login(live_server, "/campaigns/kimi-k25-eagle3/charts"))
+        page.wait_for_url("**/campaigns/kimi-k25-eagle3/charts")
+        _wait_drawn(page, "chart-break-even")
+        reported = len(_points_inside(page, "chart-break-even"))
+        for name, value in (
+            ("accept_length", "2.4"),
+            ("draft_steps", "3"),
+            ("draft_step_ms", "0.8"),
+            ("verify_compute_ms", "9.5"),
+        ):
+            page.fill(f"input[name={name}]", value)
+        page.wait_for_selector("#whatif-result #verdict[data-profitable=false]")
+        _wait_drawn(page, "chart-verify")
+        points = _points_inside(page, "chart-verify")
+        assert len(points) == reported == 3, points
+        expect(page.locator("#chart-verify .scatterlayer .trace .points path")).to_have_count(reported)
+        nccl = next(t for t in _chart_data(page, "chart-verify") if t["name"].startswith("NCCL on PCIe"))
+        assert nccl["x"] == [pytest.approx(24.4)] and nccl["y"] == [pytest.approx(2.4 * T_BASE - 2.4 - 9.5)]
+        assert abs(nccl["y"][0] - 17.37) < 0.01
+    finally:
+        context.close()
+    assert errors == []
+
+
 def test_kimi_answer_with_every_input_known_and_a_value_out_of_bounds(live_server, browser):
     """Issue 21: the Kimi demo's what-if with accept length 2.4, 3 draft steps x 0.8 ms and 9.5 ms verify
     compute answers "not profitable with NCCL (2.40 < tau* 2.98); FlashInfer PCIe-IPC would pay (tau* 1.03)",

@@ -139,12 +139,41 @@ def test_no_page_scrolls_sideways_with_a_300_character_title(board, browser, wid
         # The inventory's status popover after a field error (dead end without a reason).
         page.goto(board.url + board.paths["campaign"])
         row = page.locator("#approach-dead")
-        row.locator("summary").click()
+        row.locator("details.status-change summary").click()
         row.locator("select[name=status]").select_option("deferred")
         row.locator("input[name=reason]").fill("")
         row.locator("button[type=submit]").click()
         row.locator(".field-error").wait_for()
         _no_sideways_scroll(page, f"campaign page, status popover with a field error, at {width} px")
+    finally:
+        context.close()
+
+
+# Each top-bar control: its height and how many line boxes its text takes.
+TOPBAR = """() => {
+  const header = document.querySelector('header.topbar');
+  const items = Array.from(header.querySelectorAll('nav a, .brand, .logout button')).map(e => {
+    const range = document.createRange(); range.selectNodeContents(e);
+    const lines = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
+    return {text: e.textContent.trim(), lines: lines.size, height: e.getBoundingClientRect().height};
+  });
+  return {height: header.getBoundingClientRect().height, items};
+}"""
+
+
+def test_the_admins_top_bar_at_390_px_keeps_each_link_whole(board, browser):
+    """Issue 32 item 11: at 390 px the admin's links broke letter by letter and the header was 876 px tall.
+    Each link is one line (whole words), and the bar a few rows high at most."""
+    context, page = _page(board, browser, 390)
+    try:
+        for path in ("/", board.paths["campaign"]):
+            page.goto(board.url + path)
+            bar = page.evaluate(TOPBAR)
+            names = [i["text"] for i in bar["items"]]
+            assert {"Users", "Tokens", "Notifications", "Sessions", "Log out"} <= set(names), names  # the admin's
+            wrapped = [i for i in bar["items"] if i["lines"] != 1]
+            assert wrapped == [], wrapped
+            assert bar["height"] <= 160, bar
     finally:
         context.close()
 
@@ -188,3 +217,26 @@ def test_charts_fit_their_text(board, browser, width):
                     assert x_title[0]["bottom"] <= min(p["top"] for p in legend) + 1, (path, div_id, x_title, legend)
     finally:
         context.close()
+
+
+def test_a_10000_character_reason_folds_and_its_whole_text_is_one_click_away(board, browser):
+    """Issue 32 item 15: a 10,000-character verdict reason made one inventory row 5,862 px tall."""
+    from app.schemas import ApproachCreate
+
+    reason = " ".join(f"word{i}" for i in range(1700))[:10_000]
+    with session_scope(board.engine) as s:
+        campaign = inventory.get_campaign(s, SLUG)
+        approach = inventory.add_approach(s, campaign, ApproachCreate(key="long-reason", title="Long"), actor="t")
+        inventory.change_status(s, approach, "dead_end", reason, "t")
+    for width in WIDTHS:
+        context, page = _page(board, browser, width)
+        try:
+            page.goto(board.url + board.paths["campaign"])
+            row = page.locator("#approach-long-reason")
+            assert row.bounding_box()["height"] < 400, row.bounding_box()
+            cell = row.locator("td.reason details.fold")
+            cell.locator("summary").click()
+            assert cell.locator(".fold-body").inner_text().strip() == reason  # the whole text, reachable
+            assert row.bounding_box()["height"] < 600  # open, the text scrolls inside its box
+        finally:
+            context.close()

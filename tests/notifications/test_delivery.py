@@ -65,6 +65,7 @@ def test_a_trial_end_reaches_the_webhook_with_its_verdict_stack_and_link(server)
         runner.close()
     assert f"echo: trial #{started['trial_id']} succeeded" in text
     assert "Stack: 8 GPUs, SM 9.0" in text and "torch 2.11.0" in text
+    assert "Proposed verdict: " in text  # as docs/notifications.md promises (it was never written)
     assert f"{server.url}/trials/{started['trial_id']}" in text
 
 
@@ -82,7 +83,8 @@ def test_refused_posts_are_retried_and_the_log_says_so(server):
         (row,) = wait_for(
             lambda: [d for d in _deliveries(server, target["id"]) if d["state"] == "sent"], timeout=10, what="sent"
         )
-    assert receiver.refused == 2 and row["attempts"] == 2 and row["last_error"] == ""
+    # Two refused sends and the one that delivered (issue 32: a sent message said "attempts 0").
+    assert receiver.refused == 2 and row["attempts"] == 3 and row["last_error"] == ""
     assert "test message" in receiver.texts()[0]
 
 

@@ -157,6 +157,8 @@ def test_a_trial_that_ends_tells_trial_ended_and_the_last_one_queue_drained(engi
     assert [r.event for r in rows] == ["trial.ended", "trial.ended", "queue.drained"]
     assert rows[1].title == f"b: trial #{ids[1]} failed" and rows[1].link == f"/trials/{ids[1]}"
     assert "Stack: unknown stack" in rows[1].body
+    # The proposed verdict the trial page shows (app/domain/proposals.py), on success and on failure alike.
+    assert all("\nProposed verdict: " in r.body for r in rows[:2]), [r.body for r in rows]
 
 
 def test_a_thousand_events_in_a_minute_are_at_most_ten_messages(engine):

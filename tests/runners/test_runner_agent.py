@@ -318,6 +318,9 @@ def test_cancel_stops_the_trial_and_reports_cancelled(tmp_path):
     finished = board.finished["c1"]
     # Stopped in its 60 s sleep by the runner's SIGTERM.
     assert (finished.outcome, finished.signal, finished.exit_code) == ("cancelled", signal.SIGTERM, None)
+    # The log closes with the runner's own line saying so and why (issue 32), within Finished's last_seq.
+    assert board.text("c1") == "up\n[runner] user clicked cancel; the trial's processes were stopped\n"
+    assert max(board.stored["c1"]) == finished.last_seq
 
 
 def test_reject_kills_the_trial_and_drops_its_spool(tmp_path):

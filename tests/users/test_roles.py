@@ -200,3 +200,18 @@ def test_people_pages_disable_users_and_make_tokens(app, client, login_as):
     viewer = login_as("Val", Role.viewer)
     page = viewer.get("/sessions", headers={"accept": "text/html"}).text
     assert "Your sessions" in page and page.count('id="session-') == 1
+
+
+def test_a_viewer_sees_no_empty_cards_of_controls_it_cannot_use(app, client, login_as):
+    """Issue 32 item 15: a viewer's campaign page showed the "Add an approach" card (its form hidden) and an
+    empty "Replays" card; an operator's page keeps both."""
+    admin = login_as()
+    assert admin.post("/api/campaigns", json={"slug": "c1", "name": "One"}).status_code == 201
+    page = admin.get("/campaigns/c1").text
+    assert 'id="add-approach"' in page
+    assert 'id="replays-title"' in admin.get("/campaigns/c1/replays").text
+    viewer = login_as("Vera", Role.viewer)
+    page = viewer.get("/campaigns/c1").text
+    assert "Add an approach" not in page and 'id="add-approach"' not in page
+    replays = viewer.get("/campaigns/c1/replays")
+    assert replays.status_code == 200 and "Replays" not in replays.text and 'id="replays"' in replays.text

@@ -273,3 +273,24 @@ def test_the_approach_page_lists_its_trials_only(operator_client, engine, failed
     assert f'href="/trials/{failed_trial}"' in rows and f'href="/trials/{other_id}"' not in rows
     latest = operator_client.get("/campaigns/c/trials", headers=HTMX).text
     assert f'href="/trials/{failed_trial}"' in latest and f'href="/trials/{other_id}"' in latest
+
+
+def test_the_trial_pages_metric_series_run_along_the_points_size_not_print_order(operator_client, engine):
+    """Issue 32 item 15: the trial's metric plots put print order on x; a sweep printed 64, 1, 8 tokens."""
+    printed = [
+        {"name": "allreduce_latency_us", "value": v, "unit": "us", "tags": {"tokens": k, "bytes": k * 14336}}
+        for k, v in ((64, 22.4), (1, 16.6), (8, 16.7))
+    ] + [{"name": "decode_tok_s", "value": v, "unit": "tok/s", "tags": {}} for v in (80.0, 82.0)]
+    seed(engine, {"key": "ar", "title": "NCCL allreduce"})
+    with session_scope(engine) as s:
+        trial_id = end_trial(s, approach(s, "ar"), runner(s, "node-a", OLD_STACK), metrics=printed).id
+    r = operator_client.get(f"/trials/{trial_id}/metrics", headers=HTMX)
+    island = r.text.split('id="metric-series">', 1)[1].split("</script>", 1)[0]
+    series = json.loads(island)
+    assert series["allreduce_latency_us"] == {
+        "unit": "us",
+        "values": [16.6, 16.7, 22.4],
+        "x": [1, 8, 64],
+        "x_tag": "tokens",
+    }
+    assert series["decode_tok_s"]["x_tag"] == "" and series["decode_tok_s"]["x"] == [1, 2]

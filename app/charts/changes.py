@@ -1,11 +1,11 @@
 """The approach page's change-point chart (app/domain/changes.py): one series' values trial by trial with
-its change points marked, a plain figure dict in app/charts.py's builder style."""
+its change points marked."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.charts import Figure, _axis, _figure, _layout, _scatter, escape
+from app.charts.base import Figure, axis, escape, figure, layout, scatter
 from app.domain.changes import Series
 from app.models import ChangePoint
 
@@ -18,7 +18,7 @@ def series_with_changes(series: Series, runner_name: str, points: Sequence[Chang
     x = list(range(1, len(series.points) + 1))
     at = {p.trial_id: i for i, p in enumerate(series.points)}
     traces = [
-        _scatter(
+        scatter(
             x=x,
             y=[p.value for p in series.points],
             mode="lines+markers",
@@ -32,7 +32,7 @@ def series_with_changes(series: Series, runner_name: str, points: Sequence[Chang
         marked = [c for c in points if c.verdict == verdict and c.trial_id in at]
         if marked:
             traces.append(
-                _scatter(
+                scatter(
                     x=[at[c.trial_id] + 1 for c in marked],
                     y=[series.points[at[c.trial_id]].value for c in marked],
                     mode="markers",
@@ -45,13 +45,13 @@ def series_with_changes(series: Series, runner_name: str, points: Sequence[Chang
                 )
             )
     where = f" ({series.point})" if series.point else ""
-    return _figure(
+    return figure(
         traces,
-        _layout(
+        layout(
             escape(f"{series.metric}{where} on {runner_name}"),
             "one value per trial (its samples' median); diamonds mark change points",
             height=320,
-            xaxis=_axis("trial (in the order they ran)"),
-            yaxis=_axis(escape(series.unit or series.metric)),
+            xaxis=axis("trial (in the order they ran)"),
+            yaxis=axis(escape(series.unit or series.metric)),
         ),
     )

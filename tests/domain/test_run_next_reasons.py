@@ -1,0 +1,19 @@
+"""What "Run next candidate" says when it starts nothing (issue 32 item 15: an empty campaign said "nothing
+untested left", as if it had run everything)."""
+
+from __future__ import annotations
+
+from app.db import session_scope
+from app.domain import inventory, scheduling
+from app.schemas import ApproachCreate, CampaignCreate
+
+
+def test_an_empty_campaign_says_it_has_no_approaches_yet(app):
+    with session_scope(app.state.engine) as session:
+        campaign = inventory.create_campaign(session, CampaignCreate(slug="empty", name="Empty"))
+        assert (
+            scheduling.run_next(session, campaign, "ada").reason == "this campaign has no approaches yet: add one first"
+        )
+        approach = inventory.add_approach(session, campaign, ApproachCreate(key="a", title="A"), actor="ada")
+        inventory.change_status(session, approach, "dead_end", "tried", "ada")
+        assert scheduling.run_next(session, campaign, "ada").reason == "nothing untested left"
