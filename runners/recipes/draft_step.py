@@ -46,8 +46,9 @@ SPEC = (
     Param("mode", "choice", "eager", "eager, or the step captured in one CUDA graph", choices=("eager", "graph")),
     Param("hidden_size", "int", 7168, "draft hidden size (the target's)", minimum=1),
     Param("vocab_size", "int", 163840, "the target's vocabulary (the draft's token embedding)", minimum=1),
-    Param("draft_vocab", "int", 32000, "the draft head's LM head vocabulary (EAGLE-3: 32,000; or the full one)",
-          minimum=1),
+    Param(
+        "draft_vocab", "int", 32000, "the draft head's LM head vocabulary (EAGLE-3: 32,000; or the full one)", minimum=1
+    ),
     Param("world_size", "int", 1, "the target's tensor parallelism: ranks sharing the head (processes)", minimum=1),
     Param("ffn_size", "int", 18432, "draft MLP intermediate size", minimum=1),
     Param("heads", "int", 64, "attention heads (head dim = hidden / heads)", minimum=1),

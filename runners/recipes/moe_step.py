@@ -115,13 +115,19 @@ SPEC = (
     Param("backend", "choice", "gloo", "allreduce implementation", choices=_dist.BACKENDS),
     Param("mode", "choice", "eager", "eager, or each timed part captured in one CUDA graph", choices=_dist.MODES),
     _dist.WORLD_SIZE,
-    Param("geometry", "choice", "kimi-k2.5", "model preset; the overrides below change it (then 'custom')",
-          choices=(*GEOMETRIES, "custom")),
+    Param(
+        "geometry",
+        "choice",
+        "kimi-k2.5",
+        "model preset; the overrides below change it (then 'custom')",
+        choices=(*GEOMETRIES, "custom"),
+    ),
     *_OVERRIDES,
     Param("expert_parallel", "bool", False, "each rank holds experts/ws whole experts (else a TP share of each)"),
     Param("experts_dtype", "choice", "bf16", "routed experts' weights: bf16, fp8 or int4", choices=EXPERT_DTYPES),
-    Param("moe_layers_timed", "int", 2, "distinct MoE layers built and timed (scaled to the MoE layer count)",
-          minimum=1),
+    Param(
+        "moe_layers_timed", "int", 2, "distinct MoE layers built and timed (scaled to the MoE layer count)", minimum=1
+    ),
     Param("tokens", "int", None, "one point at batch 1: tokens verified per step, k + 1 (default 4)", minimum=1),
     Param("batches", "int_list", None, "sequences per step, swept (comma-separated; default 1)", minimum=1),
     Param("draft_tokens", "int_list", None, "draft tokens k per sequence, swept (0: the plain decode step)", minimum=0),
@@ -188,8 +194,12 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
 
 def _sharded(values: dict[str, Any]) -> list[tuple[str, str]]:
     _, geo = geometry_of(values)
-    out = [("hidden_size", "hidden size"), ("heads", "heads"), ("dense_ffn_size", "dense ffn size"),
-           ("vocab_size", "vocab size")]
+    out = [
+        ("hidden_size", "hidden size"),
+        ("heads", "heads"),
+        ("dense_ffn_size", "dense ffn size"),
+        ("vocab_size", "vocab size"),
+    ]
     out.append(("experts", "experts") if values["expert_parallel"] else ("moe_ffn_size", "moe ffn size"))
     return [(name, label) for name, label in out if geo[name]]
 
@@ -206,6 +216,7 @@ RECIPE = module_recipe(PROG, SPEC, validate)
 
 
 # ---- weights: every rank's shards regenerable by any rank (the reference needs them) ----------------
+
 
 def _key(*parts: int) -> int:
     h = 1469598103934665603
@@ -263,6 +274,7 @@ def expert_key(seed, layer, shard, expert):
 
 # ---- expert weights in their dtype ------------------------------------------------------------------
 
+
 def quantize_fp8(w):
     """[K, N] float32 -> (fp8 [N, K] row-major, so .t() is the column-major operand; scale [1, N] float32)."""
     import torch
@@ -307,6 +319,11 @@ class ExpertBank:
 
         self.kind, self.act, self.ffn = dtype_name, act_dtype, ffn
         self.slot: dict[int, int] = {}
+        # bf16/fp8: one stacked tensor per role; int4: a list of packed tensors per role
+        self.gu: Any
+        self.gu_s: Any
+        self.down: Any
+        self.down_s: Any
         if dtype_name == "bf16":
             self.gu = torch.empty(count, hidden, 2 * ffn, dtype=act_dtype, device=device)
             self.down = torch.empty(count, ffn, hidden, dtype=act_dtype, device=device)
@@ -401,6 +418,7 @@ def probe_experts_dtype(kind: str, device, act_dtype) -> str | None:
 
 # ---- the routing plan -------------------------------------------------------------------------------
 
+
 @dataclass
 class Plan:
     """One MoE layer's routing at one point: the chosen experts per token, and per local touched expert
@@ -454,6 +472,7 @@ def gates(scores, topk, scaling: float, dtype):
 
 # ---- the stack on a rank ----------------------------------------------------------------------------
 
+
 class Stack:
     """This rank's timed layers: the dense ones, `moe_layers_timed` distinct MoE layers, the LM head."""
 
@@ -477,7 +496,9 @@ class Stack:
             tuple(w.to(dtype) for w in swiglu_shard(hid, geo["dense_ffn_size"] // ws, _key(seed, MLP, i, r), dev))
             for i in range(self.fkd)
         ]
-        self.router, self.shared, self.banks = [], [], []
+        self.router: list[Any] = []
+        self.shared: list[Any] = []
+        self.banks: list[ExpertBank] = []
         for i in range(self.fkd, timed):
             w, b = router_weights(seed, i, geo, dev)
             self.router.append((w.to(dtype), b))
@@ -492,7 +513,7 @@ class Stack:
             self.banks.append(bank)
         self.head = _randn(hid, geo["vocab_size"] // ws, hid, _key(seed, HEAD, r), dev).to(dtype)
         ctx = values["context"]
-        self.caches = [
+        self.caches: list[Any] = [
             dense._kv_cache(seed, i, max_batch, ctx, self.dim, dtype, dev) if ctx else None for i in range(timed)
         ]
         if rank.on_gpu:
@@ -502,8 +523,9 @@ class Stack:
         h = dense._norm(x)
         w = self.attn[i]
         a = h @ w["w_in"] @ w["w_o"]
-        if self.caches[i] is not None:
-            a = a + dense._cache_read(h, w, self.caches[i][:b], self.heads, self.lora)
+        cache = self.caches[i]
+        if cache is not None:
+            a = a + dense._cache_read(h, w, cache[:b], self.heads, self.lora)
         return x + allreduce(a)
 
     def dense_layer(self, i: int, x, b: int, allreduce):
@@ -528,8 +550,9 @@ class Stack:
             plans.append(make_plan(topk, set(self.local), self.pad, h.device))
         plan = plans[j]
         g = gates(scores, plan.topk, self.geo["routed_scaling_factor"], h.dtype)
-        if self.shared[j] is not None:
-            gu, down = self.shared[j]
+        shared = self.shared[j]
+        if shared is not None:
+            gu, down = shared
             gate, up = (h @ gu).chunk(2, dim=-1)
             out = (F.silu(gate) * up) @ down
         else:
@@ -545,6 +568,7 @@ class Stack:
 
 
 # ---- the float32 reference ------------------------------------------------------------------------
+
 
 def reference(values, ws: int, x0, b: int, plans: list[Plan]):
     """The timed stack unsharded in float32 on x0's device, over the step's routing (its top-k per token),
@@ -607,6 +631,7 @@ def reference(values, ws: int, x0, b: int, plans: list[Plan]):
 
 # ---- the run --------------------------------------------------------------------------------------
 
+
 def worker(values: dict[str, Any]) -> None:
     _dist.run_rank(values, _measure)
 
@@ -621,7 +646,6 @@ def copy_bandwidth_gbps(rank: _dist.Rank) -> float:
     timer = _dist.timer_for(rank)
     samples = _timing.time_back_to_back(lambda: dst.copy_(src), timer, 5, 5 if rank.on_gpu else 2)
     us = sorted(samples)[len(samples) // 2]
-    del src, dst
     return 2 * n / (us * 1e-6) / 1e9
 
 
@@ -693,8 +717,10 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "heads": geo["heads"],
         "kv_dim": stack.dim if ctx else 0,
         "allreduces": 2 * geo["layers"] if ws > 1 else 0,
-        "scaled": any(geo[n] < defaults[n] for n in ("hidden_size", "dense_ffn_size", "moe_ffn_size", "experts",
-                                                     "vocab_size", "heads")),
+        "scaled": any(
+            geo[n] < defaults[n]
+            for n in ("hidden_size", "dense_ffn_size", "moe_ffn_size", "experts", "vocab_size", "heads")
+        ),
         "timer": timer.name,
         "method": "graph-replay" if graph else "nccl-tests",
         "sample_count": values["iters"],
@@ -808,7 +834,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         if ws > 1:
             ar = _dist.Allreduce(rank, (t, hid), values["dtype"])
 
-            def comm_only():
+            def comm_only(ar=ar):
                 for _ in range(2 * geo["layers"]):
                     ar()
 
@@ -858,16 +884,20 @@ def step_bytes(stack: Stack, geo: dict[str, Any], values: dict[str, Any], b: int
 
 def _print_table(rows: list[dict[str, Any]], label: str) -> None:
     print(label, flush=True)
-    print(f"{'batch':>5} {'k':>2} {'tokens':>6} {'touched':>7} {'step_ms':>9} {'p10_ms':>9} {'p90_ms':>9} "
-          f"{'floor_ms':>9} {'eff':>6}")
+    print(
+        f"{'batch':>5} {'k':>2} {'tokens':>6} {'touched':>7} {'step_ms':>9} {'p10_ms':>9} {'p90_ms':>9} "
+        f"{'floor_ms':>9} {'eff':>6}"
+    )
     for r in rows:
         f = r["full"]
         print(
             f"{r['batch']:>5} {r['draft_tokens']:>2} {r['tokens']:>6} {r['touched']:>7.1f} {f['median']:>9.3f} "
             f"{f['p10']:>9.3f} {f['p90']:>9.3f} {r['floor']:>9.3f} {r['eff']:>6.1%}"
         )
-    print("step = dense layers + LM head + MoE layers x (MoE layers / timed); floor = bytes read / copy bandwidth",
-          flush=True)
+    print(
+        "step = dense layers + LM head + MoE layers x (MoE layers / timed); floor = bytes read / copy bandwidth",
+        flush=True,
+    )
 
 
 def _world_check(values: dict[str, Any], world: int) -> str | None:
