@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The MoE stand-in on ONE GPU (issue 35), recipes run directly, each trial one process under `timeout`:
-#   OUT=dir bash bench/moe_gpu_session.sh [smoke|sweep|all] [RUN]
+#   OUT=dir bash bench/moe_gpu_session.sh [smoke|sweep|all|extra] [RUN]
 # smoke: the float32 checks and one point each (bf16, fp8, int4 experts; the draft step at 32,000 and
 # 163,840). sweep: moe_step over batch 1-128 x k 0-7 at contexts 1,024 and 4,096 with bf16 and fp8 experts,
 # and the draft step (TP 1, draft vocab 32,000 and 163,840) over batch 1-128, all in CUDA graphs.
+# extra: the same sweep at context 1,024 with fp8 experts scaled per tensor, and with int4 experts.
 # Every trial's log goes to $OUT/logs-RUN.tar.gz (refreshed after each trial, so a stop keeps what ran);
 # bench/moe_results.py turns the logs into a results campaign (trials with their metric lines).
 set -u
@@ -44,5 +45,9 @@ if [ "$STEPS" = sweep ] || [ "$STEPS" = all ]; then
   for dv in 32000 163840; do
     trial "draft-v$dv" 120 runners.recipes.draft_step --device cuda --mode graph --batches $BATCHES --draft-vocab $dv --iters 20
   done
+fi
+if [ "$STEPS" = extra ]; then  # the other experts' kernels, context 1,024: fp8 with one scale per tensor, int4
+  trial moe-fp8tensor-ctx1024 200 $MOE --batches $BATCHES --draft-tokens $KS --context 1024 --iters 20 --experts-dtype fp8 --fp8-scaling tensorwise
+  trial moe-int4-ctx1024 200 $MOE --batches $BATCHES --draft-tokens $KS --context 1024 --iters 20 --experts-dtype int4
 fi
 echo "=== $(date -u +%H:%M:%S) done"; ls -la "$OUT"

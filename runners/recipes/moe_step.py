@@ -126,6 +126,13 @@ SPEC = (
     Param("expert_parallel", "bool", False, "each rank holds experts/ws whole experts (else a TP share of each)"),
     Param("experts_dtype", "choice", "bf16", "routed experts' weights: bf16, fp8 or int4", choices=EXPERT_DTYPES),
     Param(
+        "fp8_scaling",
+        "choice",
+        "rowwise",
+        "fp8 experts: a scale per output channel and per token (rowwise) or one per tensor (tensorwise)",
+        choices=("rowwise", "tensorwise"),
+    ),
+    Param(
         "moe_layers_timed", "int", 2, "distinct MoE layers built and timed (scaled to the MoE layer count)", minimum=1
     ),
     Param("tokens", "int", None, "one point at batch 1: tokens verified per step, k + 1 (default 4)", minimum=1),
@@ -275,11 +282,13 @@ def expert_key(seed, layer, shard, expert):
 # ---- expert weights in their dtype ------------------------------------------------------------------
 
 
-def quantize_fp8(w):
-    """[K, N] float32 -> (fp8 [N, K] row-major, so .t() is the column-major operand; scale [1, N] float32)."""
+def quantize_fp8(w, rowwise: bool = True):
+    """[K, N] float32 -> (fp8 [N, K] row-major, so .t() is the column-major operand; scale float32: [1, N]
+    per output channel (rowwise), or one for the tensor ([1, 1]; tensorwise))."""
     import torch
 
-    scale = (w.abs().amax(0, keepdim=True) / FP8_MAX).clamp(min=1e-12)
+    amax = w.abs().amax(0, keepdim=True) if rowwise else w.abs().amax().reshape(1, 1)
+    scale = (amax / FP8_MAX).clamp(min=1e-12)
     return (w / scale).to(torch.float8_e4m3fn).t().contiguous(), scale.float()
 
 
@@ -314,10 +323,11 @@ def dequantize_int4(q, sz):
 class ExpertBank:
     """One MoE layer's routed experts on this rank, in their dtype: `run(e, x)` is expert e's SwiGLU."""
 
-    def __init__(self, dtype_name: str, act_dtype, device, count: int, hidden: int, ffn: int):
+    def __init__(self, dtype_name: str, act_dtype, device, count: int, hidden: int, ffn: int, fp8_rowwise: bool = True):
         import torch
 
         self.kind, self.act, self.ffn = dtype_name, act_dtype, ffn
+        self.rowwise = fp8_rowwise
         self.slot: dict[int, int] = {}
         # bf16/fp8: one stacked tensor per role; int4: a list of packed tensors per role
         self.gu: Any
@@ -329,9 +339,9 @@ class ExpertBank:
             self.down = torch.empty(count, ffn, hidden, dtype=act_dtype, device=device)
         elif dtype_name == "fp8":
             self.gu = torch.empty(count, 2 * ffn, hidden, dtype=torch.float8_e4m3fn, device=device)
-            self.gu_s = torch.empty(count, 1, 2 * ffn, dtype=torch.float32, device=device)
+            self.gu_s = torch.empty(count, 1, 2 * ffn if fp8_rowwise else 1, dtype=torch.float32, device=device)
             self.down = torch.empty(count, hidden, ffn, dtype=torch.float8_e4m3fn, device=device)
-            self.down_s = torch.empty(count, 1, hidden, dtype=torch.float32, device=device)
+            self.down_s = torch.empty(count, 1, hidden if fp8_rowwise else 1, dtype=torch.float32, device=device)
         else:
             self.gu, self.gu_s, self.down, self.down_s = [], [], [], []  # packed per expert
 
@@ -344,10 +354,10 @@ class ExpertBank:
             self.gu[i].copy_(gu)
             self.down[i].copy_(down)
         elif self.kind == "fp8":
-            q, s = quantize_fp8(gu)
+            q, s = quantize_fp8(gu, self.rowwise)
             self.gu[i].copy_(q)
             self.gu_s[i].copy_(s)
-            q, s = quantize_fp8(down)
+            q, s = quantize_fp8(down, self.rowwise)
             self.down[i].copy_(q)
             self.down_s[i].copy_(s)
         else:
@@ -359,7 +369,7 @@ class ExpertBank:
     def dequantized(self, gu, down):
         """What the reference computes with: the float32 weights as this dtype stores them."""
         if self.kind == "fp8":
-            return dequantize_fp8(*quantize_fp8(gu)), dequantize_fp8(*quantize_fp8(down))
+            return dequantize_fp8(*quantize_fp8(gu, self.rowwise)), dequantize_fp8(*quantize_fp8(down, self.rowwise))
         if self.kind == "int4":
             return dequantize_int4(*quantize_int4(gu)), dequantize_int4(*quantize_int4(down))
         return gu, down
@@ -372,8 +382,11 @@ class ExpertBank:
         if self.kind == "fp8":
             w = (self.gu if which == "gu" else self.down)[i]
             ws = (self.gu_s if which == "gu" else self.down_s)[i]
-            sx = (x.abs().amax(-1, keepdim=True).float() / FP8_MAX).clamp(min=1e-12)
+            amax = x.abs().amax(-1, keepdim=True) if self.rowwise else x.abs().amax()
+            sx = (amax.float() / FP8_MAX).clamp(min=1e-12)
             xq = (x.float() / sx).to(torch.float8_e4m3fn)
+            if not self.rowwise:  # tensorwise: one scale each (0-dim), cuBLASLt's fp8 path
+                sx, ws = sx.reshape(()), ws.reshape(())
             return torch._scaled_mm(xq, w.t(), scale_a=sx, scale_b=ws, out_dtype=self.act)
         packed = (self.gu if which == "gu" else self.down)[i]
         sz = (self.gu_s if which == "gu" else self.down_s)[i]
@@ -390,7 +403,7 @@ class ExpertBank:
         return 3 * hidden * self.ffn * EXPERT_BYTES[self.kind]
 
 
-def probe_experts_dtype(kind: str, device, act_dtype) -> str | None:
+def probe_experts_dtype(kind: str, device, act_dtype, fp8_rowwise: bool = True) -> str | None:
     """None when this torch and device run `kind` experts; else why not (the trial is refused, exit 2)."""
     import torch
 
@@ -402,7 +415,7 @@ def probe_experts_dtype(kind: str, device, act_dtype) -> str | None:
     if kind == "fp8" and cap < (8, 9):
         return f"fp8 experts need SM 8.9 or newer for torch._scaled_mm; this GPU is SM {cap[0]}.{cap[1]}"
     try:
-        bank = ExpertBank(kind, act_dtype, device, 1, 256, 256)
+        bank = ExpertBank(kind, act_dtype, device, 1, 256, 256, fp8_rowwise)
         bank.put(0, torch.randn(256, 512, device=device) / 16, torch.randn(256, 256, device=device) / 16)
         x = torch.randn(16, 256, device=device).to(act_dtype)
         out = bank.run(0, x).float()
@@ -506,7 +519,15 @@ class Stack:
             self.shared.append(
                 tuple(w.to(dtype) for w in swiglu_shard(hid, sf, _key(seed, SHARED, i, r), dev)) if sf else None
             )
-            bank = ExpertBank(values["experts_dtype"], dtype, dev, len(self.local), hid, self.f_local)
+            bank = ExpertBank(
+                values["experts_dtype"],
+                dtype,
+                dev,
+                len(self.local),
+                hid,
+                self.f_local,
+                values["fp8_scaling"] == "rowwise",
+            )
             shard = r if self.shards > 1 else 0
             for e in self.local:
                 bank.put(e, *swiglu_shard(hid, self.f_local, expert_key(seed, i, shard, e), dev))
@@ -583,7 +604,7 @@ def reference(values, ws: int, x0, b: int, plans: list[Plan]):
     fkd, hid = geo["first_k_dense"], geo["hidden_size"]
     ctx = values["context"]
     x = x0.float()
-    bank = ExpertBank(values["experts_dtype"], torch.float32, dev, 0, hid, 0)
+    bank = ExpertBank(values["experts_dtype"], torch.float32, dev, 0, hid, 0, values["fp8_scaling"] == "rowwise")
 
     def swiglu(h, gu, down):
         gate, up = (h @ gu).chunk(2, dim=-1)
@@ -667,7 +688,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         print(f"moe_step: {problem}", file=sys.stderr)
         return 2
     dtype = _timing.torch_dtype(values["dtype"])
-    refusal = probe_experts_dtype(values["experts_dtype"], rank.device, dtype)
+    refusal = probe_experts_dtype(values["experts_dtype"], rank.device, dtype, values["fp8_scaling"] == "rowwise")
     if not rank.all_true(refusal is None):
         if rank.rank == 0:
             print(f"moe_step: error: {refusal or 'another rank refused the experts dtype'}", file=sys.stderr)
@@ -702,6 +723,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         C.EXPERTS: geo["experts"],
         C.EXPERTS_TOP_K: geo["experts_top_k"],
         C.EXPERTS_DTYPE: values["experts_dtype"],
+        **({"fp8_scaling": values["fp8_scaling"]} if values["experts_dtype"] == "fp8" else {}),
         C.LAYERS: geo["layers"],
         C.LAYERS_TIMED: timed_layers,
         "moe_layers_timed": stack.n_moe,
