@@ -564,6 +564,27 @@ class Allreduce:
         return self._fn()
 
 
+class AllGather:
+    """The gather of a tensor-parallel LM head: each rank's [rows x cols] share of the logits into the
+    whole [rows x world*cols] on every rank (one all_gather_into_tensor, then the shares side by side)."""
+
+    def __init__(self, rank: Rank, shape: tuple[int, int], dtype):
+        import torch
+
+        self.rank = rank
+        rows, cols = shape
+        self.pieces = torch.empty(rank.world_size * rows, cols, dtype=dtype, device=rank.device)
+        self.out = torch.empty(rows, rank.world_size * cols, dtype=dtype, device=rank.device)
+
+    def __call__(self, part):
+        import torch.distributed as dist
+
+        dist.all_gather_into_tensor(self.pieces, part.contiguous(), group=self.rank.group)
+        rows, cols = part.shape
+        self.out.copy_(self.pieces.view(self.rank.world_size, rows, cols).permute(1, 0, 2).reshape(rows, -1))
+        return self.out
+
+
 def known_values(seed: int, rank: int, shape: tuple[int, ...], dtype_name: str):
     """Rank-dependent random values any rank can regenerate (CPU generator, exact in dtype)."""
     import torch

@@ -3,12 +3,18 @@
     python -m runners.recipes.draft_step                       # Kimi-K2.5 geometry, CUDA, eager
     python -m runners.recipes.draft_step --mode graph --batches 1,8,64,128
     python -m runners.recipes.draft_step --device cpu --hidden-size 256 --vocab-size 1000 --ffn-size 512 --heads 4
+    python -m runners.recipes.draft_step --world-size 8 --mode graph --draft-vocab 32000   # under the target's TP 8
 
 The EAGLE-3 draft head (Li et al. 2025) fuses low, middle and high target features
 (fc: 3 x hidden -> hidden), runs one decoder layer whose attention input is the token
 embedding concatenated with that feature (2 x hidden), attends over the sequence's KV cache of
 `--context-len` positions (the step's own key and value written in place at the next one), and
-ends in the LM head (hidden -> vocab) and a greedy pick. One draft step = that for a batch of b
+ends in the LM head (hidden -> draft vocabulary, `--draft-vocab`: 32,000 as EAGLE-3 heads ship, or the
+target's 163,840) and a greedy pick; the token embedding is the target's (`--vocab-size` rows, b read).
+Under the target's tensor parallelism (`--world-size N`, one process per rank as the collective recipes
+start them: gloo on CPU, NCCL on GPUs) each rank holds heads/N, ffn/N and draft_vocab/N of the LM head;
+the attention and MLP outputs are allreduced and the logits all-gathered before the pick, as an engine
+runs the head, and those collectives are inside the timed step (tag world_size; collectives 3). One draft step = that for a batch of b
 sequences, one token each (top-k 1), each sequence over its own cache. `--batches` is swept:
 every b is its own point and metric line (tags batch, context). The weights are random: only the
 time is meant. Timing as the collective recipes: eager samples are `--calls` steps back to back
@@ -21,11 +27,12 @@ torch is imported inside the functions that use it, so that `build_launch` valid
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import RecipeError, _params, _timing
+from runners.recipes import RecipeError, _dist, _params, _timing
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
@@ -38,7 +45,11 @@ SPEC = (
     Param("device", "choice", "auto", "cuda, cpu, or auto (cuda when visible)", choices=("auto", "cuda", "cpu")),
     Param("mode", "choice", "eager", "eager, or the step captured in one CUDA graph", choices=("eager", "graph")),
     Param("hidden_size", "int", 7168, "draft hidden size (the target's)", minimum=1),
-    Param("vocab_size", "int", 163840, "LM head vocabulary", minimum=1),
+    Param("vocab_size", "int", 163840, "the target's vocabulary (the draft's token embedding)", minimum=1),
+    Param(
+        "draft_vocab", "int", 32000, "the draft head's LM head vocabulary (EAGLE-3: 32,000; or the full one)", minimum=1
+    ),
+    Param("world_size", "int", 1, "the target's tensor parallelism: ranks sharing the head (processes)", minimum=1),
     Param("ffn_size", "int", 18432, "draft MLP intermediate size", minimum=1),
     Param("heads", "int", 64, "attention heads (head dim = hidden / heads)", minimum=1),
     Param("context_len", "int", 1024, "KV-cache positions per sequence", minimum=1),
@@ -51,8 +62,10 @@ SPEC = (
     _timing.CLOCK,
     Param("seed", "int", 0, "weights seed", minimum=0),
     Param("profile", "bool", False, "after the timing, profile 3 steps of the first batch into a Chrome trace"),
+    *_dist.TIMEOUTS,
 )
 GEOMETRY = ("hidden_size", "vocab_size", "ffn_size")
+SHARDED = ("heads", "ffn_size", "draft_vocab")
 
 
 def validate(params: dict[str, Any]) -> dict[str, Any]:
@@ -66,6 +79,14 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
         raise RecipeError("params.mode (--mode): graph mode needs CUDA graphs; device cpu has none")
     if values["tokens"] is not None and values["batches"] is not None:
         raise RecipeError("params.tokens (--tokens): give tokens (one point) or batches (a sweep), not both")
+    for name in SHARDED:
+        if values[name] % values["world_size"]:
+            raise RecipeError(
+                f"params.{name} (--{name.replace('_', '-')}): {values[name]} is not divisible by world size "
+                f"{values['world_size']}"
+            )
+    if values["profile"] and values["world_size"] > 1:
+        raise RecipeError("params.profile (--profile): profiling runs at world size 1 only")
     return values
 
 
@@ -81,30 +102,56 @@ class DraftHead:
     """Random weights of one EAGLE-3 draft head, and per-sequence KV caches for up to `max_batch`
     sequences; `step(b)` runs one draft step for the first b sequences on static buffers."""
 
-    def __init__(self, values: dict[str, Any], device, dtype, max_batch: int = 1):
+    def __init__(self, values: dict[str, Any], device, dtype, max_batch: int = 1, rank=None):
+        """`rank` (a _dist.Rank at world size > 1): this rank's share of a tensor-parallel head, with the
+        collectives an engine runs (allreduce after attention and MLP, all-gather of the logits)."""
         import torch
 
-        h, f, v = values["hidden_size"], values["ffn_size"], values["vocab_size"]
-        self.heads, self.head_dim = values["heads"], h // values["heads"]
+        ws = rank.world_size if rank is not None else 1
+        h, f, v = values["hidden_size"], values["ffn_size"] // ws, values["draft_vocab"] // ws
+        self.heads, self.head_dim = values["heads"] // ws, h // values["heads"]
+        self.rank = rank
+        self.dtype_name = values["dtype"]
         self.context = values["context_len"]
-        gen = torch.Generator(device=device).manual_seed(values["seed"])
+        gen = torch.Generator(device=device).manual_seed(values["seed"] * 1009 + (rank.rank if rank else 0))
 
         def w(rows: int, cols: int):
             return (torch.randn(rows, cols, generator=gen, device=device) / rows**0.5).to(dtype)
 
+        hl = self.heads * self.head_dim  # this rank's heads
         self.fc = w(3 * h, h)
-        self.qkv = w(2 * h, 3 * h)
-        self.o = w(h, h)
+        self.qkv = w(2 * h, 3 * hl)
+        self.o = w(hl, h)
         self.gate_up = w(h, 2 * f)
         self.down = w(f, h)
         self.lm_head = w(h, v)
-        self.embed = w(v, h)
+        self.embed = w(values["vocab_size"], h)
         # Each sequence's own cache: `context` positions written before, one more for this step's token.
         shape = (max_batch, self.heads, self.context + 1, self.head_dim)
         self.k_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
         self.v_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
         self.features = torch.randn(max_batch, 3 * h, generator=gen, device=device).to(dtype)  # low/mid/high
         self.token_ids = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self._allreduce: dict[int, Any] = {}
+        self._gather: dict[int, Any] = {}
+
+    def _reduce(self, x):
+        if self.rank is None:
+            return x
+        b = x.shape[0]
+        if b not in self._allreduce:
+            self._allreduce[b] = _dist.Allreduce(self.rank, tuple(x.shape), self.dtype_name)
+        ar = self._allreduce[b]
+        ar.buffer.copy_(x)
+        return ar().clone()
+
+    def _gather_logits(self, part):
+        if self.rank is None:
+            return part
+        b = part.shape[0]
+        if b not in self._gather:
+            self._gather[b] = _dist.AllGather(self.rank, tuple(part.shape), part.dtype)
+        return self._gather[b](part)
 
     @staticmethod
     def _norm(x):
@@ -118,7 +165,7 @@ class DraftHead:
 
         hidden = self.features[:b] @ self.fc
         x = torch.cat([self._norm(self.embed[self.token_ids[:b]]), self._norm(hidden)], dim=-1)
-        q, k, v = (x @ self.qkv).split(hidden.shape[-1], dim=-1)
+        q, k, v = (x @ self.qkv).split(self.heads * self.head_dim, dim=-1)
 
         def heads(z):  # [b, hidden] -> [b, heads, 1, head_dim]
             return z.view(b, self.heads, 1, self.head_dim)
@@ -127,10 +174,10 @@ class DraftHead:
         keys[:, :, self.context : self.context + 1] = heads(k)
         vals[:, :, self.context : self.context + 1] = heads(v)
         att = F.scaled_dot_product_attention(heads(q), keys, vals)
-        hidden = hidden + att.reshape(b, -1) @ self.o
+        hidden = hidden + self._reduce(att.reshape(b, -1) @ self.o)
         gate, up = (self._norm(hidden) @ self.gate_up).chunk(2, dim=-1)
-        hidden = hidden + (F.silu(gate) * up) @ self.down
-        logits = self._norm(hidden) @ self.lm_head
+        hidden = hidden + self._reduce((F.silu(gate) * up) @ self.down)
+        logits = self._gather_logits(self._norm(hidden) @ self.lm_head)
         return logits.argmax(-1)
 
 
@@ -139,10 +186,10 @@ def _time_point(head: DraftHead, b: int, values: dict[str, Any], device, timer) 
     import torch
 
     out = head.step(b)
-    if out.shape != (b,) or not bool(((out >= 0) & (out < values["vocab_size"])).all()):
+    if out.shape != (b,) or not bool(((out >= 0) & (out < values["draft_vocab"])).all()):
         print(
             f"draft_step: the step at batch {b} produced {tuple(out.shape)} token ids, not {b} in "
-            f"[0, {values['vocab_size']})",
+            f"[0, {values['draft_vocab']})",
             file=sys.stderr,
             flush=True,
         )
@@ -151,6 +198,8 @@ def _time_point(head: DraftHead, b: int, values: dict[str, Any], device, timer) 
         head.step(b)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    if head.rank is not None:
+        head.rank.barrier()  # every rank starts timing together: the collectives pair up
     if values["mode"] == "graph":
         side = torch.cuda.Stream(device=device)
         side.wait_stream(torch.cuda.current_stream(device))
@@ -163,14 +212,19 @@ def _time_point(head: DraftHead, b: int, values: dict[str, Any], device, timer) 
         for _ in range(values["warmup"]):
             captured.replay()
         torch.cuda.synchronize(device)
+        if head.rank is not None:
+            head.rank.barrier()
         samples = _timing.time_per_call(captured.replay, timer, values["iters"])
         del captured
     else:
         samples = _timing.time_back_to_back(lambda: head.step(b), timer, values["calls"], values["iters"])
+    if head.rank is not None:
+        samples = head.rank.max_across(samples)  # a tensor-parallel step is as slow as its slowest rank
     return [s / 1000 for s in samples]
 
 
-def run(values: dict[str, Any]) -> int:
+def run(values: dict[str, Any], rank: _dist.Rank | None = None) -> int:
+    """Time the points on this process's device; `rank`: this rank of a tensor-parallel head (rank 0 reports)."""
     import torch
 
     device_name = values["device"]
@@ -181,10 +235,13 @@ def run(values: dict[str, Any]) -> int:
     if values["mode"] == "graph" and device_name != "cuda":
         usage_error(PROG, "graph mode needs CUDA graphs; no CUDA GPU is visible (device cpu)")
     device = torch.device(device_name, 0) if device_name == "cuda" else torch.device("cpu")
+    if rank is not None:
+        device = rank.device
     if device.type == "cuda":
         torch.cuda.set_device(device)
     sizes = batches(values)
-    head = DraftHead(values, device, _timing.torch_dtype(values["dtype"]), max(sizes))
+    head = DraftHead(values, device, _timing.torch_dtype(values["dtype"]), max(sizes), rank)
+    report = rank is None or rank.rank == 0
     timer = _timing.device_timer(device, values["clock"])
     graph = values["mode"] == "graph"
     tags = {
@@ -192,6 +249,9 @@ def run(values: dict[str, Any]) -> int:
         "device": device.type,
         "hidden_size": values["hidden_size"],
         "vocab_size": values["vocab_size"],
+        "draft_vocab": values["draft_vocab"],
+        "world_size": values["world_size"],
+        "collectives": 3 if values["world_size"] > 1 else 0,
         "ffn_size": values["ffn_size"],
         "heads": values["heads"],
         "context_len": values["context_len"],
@@ -209,10 +269,12 @@ def run(values: dict[str, Any]) -> int:
         samples = _time_point(head, b, values, device, timer)
         if samples is None:
             return 1
+        if not report:
+            continue
         stats = _timing.emit_summary(M.DRAFT_STEP_MS, samples, "ms", batch=b, tokens=b, **tags)
         print(
-            f"draft step ({values['mode']}, {device.type}, hidden {values['hidden_size']}, vocab "
-            f"{values['vocab_size']}, batch {b}, context {values['context_len']}): median {stats['median']:.3f} ms "
+            f"draft step ({values['mode']}, {device.type}, TP {values['world_size']}, hidden {values['hidden_size']}, "
+            f"vocab {values['vocab_size']}, draft vocab {values['draft_vocab']}, batch {b}, context {values['context_len']}): median {stats['median']:.3f} ms "
             f"(p10 {stats['p10']:.3f}, p90 {stats['p90']:.3f}) over {values['iters']} samples",
             flush=True,
         )
@@ -235,7 +297,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         validate(values)
     except RecipeError as exc:
         usage_error(PROG, str(exc))
-    return run(values)
+    if values["world_size"] == 1:
+        return run(values)
+    _dist.apply_safe_env(os.environ)
+    import torch
+
+    on_gpu = values["device"] == "cuda" or (values["device"] == "auto" and torch.cuda.is_available())
+    if _dist.is_worker():
+        rank = _dist.Rank("nccl" if on_gpu else "gloo", values["init_timeout_s"])
+        code = 1
+        try:
+            code = run(values, rank)
+        finally:
+            rank.finish(code, values["teardown_timeout_s"])
+    if on_gpu and torch.cuda.device_count() < values["world_size"]:
+        usage_error(PROG, f"world size {values['world_size']} needs as many GPUs; {torch.cuda.device_count()} visible")
+    return _dist.launch_ranks(
+        PROG, PROG, argv, values["world_size"], values["run_timeout_s"], values["teardown_timeout_s"]
+    )
 
 
 if __name__ == "__main__":

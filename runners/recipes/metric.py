@@ -42,6 +42,10 @@ class MetricName:
     ALLREDUCE_IN_SITU_US = "allreduce_in_situ_us"  # tags tokens, allreduces, layers, bytes
     ALLREDUCE_ISOLATED_US = "allreduce_isolated_us"
     DECODE_STEP_MS = "decode_step_ms"  # verify_step at tokens == 1: the synthetic plain decode step (T_base)
+    # moe_step recipe (beside the verify_step names above): the independent check of each point
+    COPY_BANDWIDTH_GBPS = "copy_bandwidth_gbps"  # device-to-device copy, bytes read + written / s, measured at start
+    STEP_FLOOR_MS = "step_floor_ms"  # bytes the step must read (tag read_bytes) / the copy bandwidth
+    STEP_BW_EFFICIENCY = "step_bw_efficiency"  # step_floor_ms / verify_time_ms (1 = at the copy rate)
     # draft_step recipe
     DRAFT_STEP_MS = "draft_step_ms"  # one EAGLE-3 draft head step (decoder layer + LM head)
     # sglang_server recipe

@@ -46,6 +46,7 @@ from runners.recipes import RecipeError, _dist, _params, _timing
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
+from runners.recipes.metric import ConditionTag as C
 from runners.recipes.metric import MetricName as M
 from runners.recipes.metric import emit
 
@@ -282,6 +283,10 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "mode": values["mode"],
         "world_size": ws,
         "dtype": values["dtype"],
+        C.STANDIN: "dense",  # the dense stand-in (runners/recipes/moe_step.py is the MoE one)
+        C.EXPERTS: 0,
+        C.LAYERS_TIMED: layers,
+        "standin_label": f"dense stand-in, {layers} layers, MLP {ffn}, no experts",
         "hidden_size": hidden,
         "ffn_size": ffn,
         "layers": layers,

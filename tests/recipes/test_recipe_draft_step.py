@@ -34,7 +34,7 @@ def test_draft_step_on_cpu_reports_ms_per_step_with_tags():
     assert tags["timer"] == "perf_counter" and tags["sample_count"] == 4 and tags["calls_per_sample"] == 3
     assert tags["min_ms"] <= tags["p10_ms"] <= draft["value"] <= tags["p90_ms"] <= tags["max_ms"]
     assert (tags["batch"], tags["tokens"], tags["context"]) == (1, 1, 16) and len(draft["samples"]) == 4
-    assert "draft step (eager, cpu, hidden 64, vocab 500, batch 1, context 16" in done.stdout
+    assert "draft step (eager, cpu, TP 1, hidden 64, vocab 500, draft vocab 32000, batch 1, context 16" in done.stdout
 
 
 def test_draft_step_sweeps_batches_each_over_its_own_cache():
@@ -156,3 +156,25 @@ def test_verify_step_at_several_tokens_has_no_decode_step():
     )
     assert done.returncode == 0, done.stderr
     assert by_name(metrics(done.stdout), "decode_step_ms") == []
+
+
+def test_draft_step_under_the_targets_tensor_parallelism_shards_the_draft_vocab_and_gathers_it():
+    spec = build_launch(
+        {"kind": "draft_step", "params": {**SMALL, "world_size": 2, "draft_vocab": 200, "batches": [1, 4]}}
+    )
+    assert "--world-size=2" in spec.argv and "--draft-vocab=200" in spec.argv
+    done = run_spec(spec, timeout=180)
+    assert done.returncode == 0, done.stderr
+    found = by_name(metrics(done.stdout), "draft_step_ms")  # rank 0 reports, once per batch
+    assert [m["tags"]["batch"] for m in found] == [1, 4]
+    for m in found:
+        tags = m["tags"]
+        assert tags["world_size"] == 2 and tags["draft_vocab"] == 200 and tags["collectives"] == 3
+        assert tags["vocab_size"] == 500 and len(m["samples"]) == 4
+    assert "draft step (eager, cpu, TP 2, hidden 64, vocab 500, draft vocab 200, batch 4" in done.stdout
+
+
+def test_the_tensor_parallel_shares_must_divide():
+    with pytest.raises(RecipeError) as exc:
+        build_launch({"kind": "draft_step", "params": {**SMALL, "world_size": 3}})
+    assert "params.heads (--heads): 4 is not divisible by world size 3" in str(exc.value)

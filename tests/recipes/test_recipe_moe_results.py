@@ -1,0 +1,45 @@
+"""The committed MoE results campaign (docs/results/, made by bench/moe_results.py from the trials' logs of the
+1x H200 sweep) imports as measured trials whose rows carry the MoE stand-in's conditions, and answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlmodel import select
+
+from app.db import session_scope
+from app.domain import inventory
+from app.domain.campaign_files import import_campaign
+from app.domain.speculation_inputs import read_campaign_speculation
+from app.models import Metric, Trial
+from runners.recipes.metric import ConditionTag as C
+from runners.recipes.metric import MetricName as M
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "moe-sweep-h200x1.yaml"
+
+
+def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
+    with session_scope(app.state.engine) as session:
+        summary = import_campaign(session, RESULTS.read_text(), actor="test")
+        session.flush()
+        assert "12 trial(s)" in summary.summary
+        campaign = inventory.get_campaign(session, "moe-sweep-h200x1")
+        trials = session.exec(select(Trial).where(Trial.campaign_id == campaign.id)).all()
+        assert len(trials) == 12 and all(t.state == "succeeded" for t in trials)
+        rows = session.exec(select(Metric).where(Metric.name == M.VERIFY_TIME_MS)).all()
+        assert len(rows) == 4 * 64 * 2  # 4 configurations x 64 points x 2 runs
+        for row in rows:
+            tags = row.tags
+            assert tags[C.STANDIN] == "moe" and tags[C.GEOMETRY] == "kimi-k2.5" and tags[C.EXPERTS] == 384
+            assert tags[C.LAYERS] == 61 and tags[C.LAYERS_TIMED] == 3 and tags["scaled"] is False
+            assert tags["standin_label"].startswith("MoE stand-in, Kimi-K2.5 geometry")
+            assert len(row.samples or []) == 20
+        touched = {
+            (r.tags["batch"], r.tags["draft_tokens"]): r.tags[C.EXPERTS_TOUCHED]
+            for r in rows
+            if r.tags[C.EXPERTS_DTYPE] == "bf16" and r.tags["context"] == 1024
+        }
+        # decode at batch 1 reads top-8 of 384; verify at k = 3 (4 tokens) reads about 31
+        assert touched[(1, 0)] == 8 and 28 <= touched[(1, 3)] <= 32 and touched[(128, 7)] > 300
+        answer, _ = read_campaign_speculation(session, campaign)
+        assert "at batch 1 with 3 draft tokens" in answer.sentence
