@@ -18,7 +18,14 @@ from sqlmodel import Session
 from app import charts, charts_speculation
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
-from app.domain.engine_config import ENGINES, EngineConfig, engine_config
+from app.domain.answer.configs import (
+    ENGINE_LABELS,
+    ENGINES,
+    EngineConfig,
+    deploy_target,
+    engine_config,
+    parse_serve_range,
+)
 from app.domain.errors import Conflict, Invalid
 from app.domain.profitability import (
     CampaignMetrics,
@@ -178,21 +185,32 @@ class DeployOption:
     error: str
 
 
-ENGINE_LABELS = {"sglang": "SGLang (launch flags)", "vllm": "vLLM (--speculative-config)"}
-
-
-def speculation_context(session: Session, campaign: Campaign, answer: CampaignAnswer) -> dict[str, Any]:
-    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens), its charts and the
-    Deploy panel, from the metrics the page already read (one more query, for the samples)."""
-    found: SpeculationAnswer = campaign_speculation(session, campaign, answer.metrics, answer.approaches)
+def deploy_options(
+    session: Session, found: SpeculationAnswer, approaches: list[Approach], serve_batches: str | None = None
+) -> dict[str, Any]:
+    """Context of `_partials/deploy.html`: each engine's config for the served range, or why there is none."""
+    try:
+        serve = parse_serve_range(serve_batches)
+        serve_error = ""
+    except Invalid as exc:
+        serve, serve_error = parse_serve_range(None), exc.message
+    target = deploy_target(session, found, approaches)
     deploy = []
     for engine in ENGINES:
         try:
-            deploy.append(
-                DeployOption(engine, ENGINE_LABELS[engine], engine_config(engine, found, answer.approaches), "")
-            )
+            config = engine_config(engine, found, approaches, serve=serve, target=target)
+            deploy.append(DeployOption(engine, ENGINE_LABELS[engine], config, ""))
         except Conflict as exc:  # no decision to deploy yet: the panel says why
             deploy.append(DeployOption(engine, ENGINE_LABELS[engine], None, exc.message))
+    return {"deploy": deploy, "serve_batches": str(serve), "serve_error": serve_error}
+
+
+def speculation_context(
+    session: Session, campaign: Campaign, answer: CampaignAnswer, serve_batches: str | None = None
+) -> dict[str, Any]:
+    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens), its charts and the
+    Deploy panel, from the metrics the page already read (one more query, for the samples)."""
+    found: SpeculationAnswer = campaign_speculation(session, campaign, answer.metrics, answer.approaches)
     return {
         "speculation": found,
         "speculation_charts": {
@@ -200,7 +218,7 @@ def speculation_context(session: Session, campaign: Campaign, answer: CampaignAn
             "heatmap": charts_speculation.speedup_heatmap(found),
             "break_even": charts_speculation.break_even_batches(found),
         },
-        "deploy": deploy,
+        **deploy_options(session, found, answer.approaches, serve_batches),
     }
 
 
@@ -217,7 +235,8 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     ctx["form_inputs"] = form_inputs(answer.report.inputs)
     ctx["chart_throughput"] = throughput_figure(answer, campaign)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
-    ctx.update(speculation_context(session, campaign, answer))
+    ctx.update(speculation_context(session, campaign, answer, request.query_params.get("serve_batches")))
+    ctx["deploy_form"] = True
     return render(request, "charts.html", ctx)
 
 

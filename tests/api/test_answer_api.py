@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+import yaml
 
 from app.db import session_scope
+from app.domain.answer.configs.trtllm import check_trtllm_schedule
+from app.domain.answer.configs.vllm import check_vllm_schedule
 from tests.support.speculation import BATCHES, DRAFT_TOKENS, SLUG, build_sweep_campaign
 
 FIGURE = {"value", "low", "high", "unstable", "no_samples"}
@@ -60,23 +64,55 @@ def test_answer_fields(client, api_headers, swept):
 
 
 def test_engine_configs(client, api_headers, swept):
-    sglang = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=sglang", headers=api_headers).json()
+    answer = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+    chosen = next(a for a in answer["approaches"] if a["key"] == answer["chosen"])
+    best = {int(b): k for b, k in chosen["best_draft_tokens"].items()}
+    b_star = chosen["break_even_batch"]
+    url = f"/api/campaigns/{SLUG}/answer/config"
+
+    sglang = client.get(f"{url}?engine=sglang", headers=api_headers).json()
     assert sglang["approach"] == "symm-one-shot"
     argv = sglang["argv"]
-    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3" and "--speculative-adaptive" in argv
     steps = int(argv[argv.index("--speculative-num-steps") + 1])
     assert int(argv[argv.index("--speculative-num-draft-tokens") + 1]) == steps + 1
-    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "128"
+    # never a sparse capture list or a throughput cap; a one-shot measurement never maps to symm-mem
+    assert not {"--cuda-graph-bs", "--cuda-graph-bs-decode", "--max-running-requests", "--enable-torch-symm-mem"} & set(
+        argv
+    )
+    slots = json.loads(sglang["files"][0]["content"])
+    assert sglang["argv"][argv.index("--speculative-adaptive-config") + 1] == sglang["files"][0]["name"]
+    for b, k in best.items():  # SGLang's routing: the slot with the largest key at or below the batch
+        slot = max(int(key) for key in slots if int(key) <= b)
+        assert slots[str(slot)]["candidate_steps"] == [k if b <= b_star else 0], (b, slots)
     assert all(s["source"] for s in sglang["settings"])
-    vllm = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=vllm", headers=api_headers).json()
+    notes = " ".join(sglang["notes"])
+    # item 9: nothing is claimed past the measured range
+    if chosen["first_losing_batch"] is None:
+        assert f"above batch {b_star} not measured" in notes and "does not pay" not in notes
+    static = sglang["static"]
+    assert static["serve_batches"] == "1-32" and [c["batch"] for c in static["costs"]] == [b for b in best if b <= 32]
+    narrow = client.get(f"{url}?engine=sglang&serve_batches=64-128", headers=api_headers).json()["static"]
+    assert [c["batch"] for c in narrow["costs"]] == [b for b in best if 64 <= b <= 128]
+    bad = client.get(f"{url}?engine=sglang&serve_batches=32-1", headers=api_headers)
+    assert bad.status_code == 422 and "serve_batches" in bad.text
+
+    vllm = client.get(f"{url}?engine=vllm", headers=api_headers).json()
     spec = json.loads(vllm["argv"][1])
     assert vllm["argv"][0] == "--speculative-config" and spec["method"] == "eagle3"
     schedule = spec["num_speculative_tokens_per_batch_size"]
-    assert schedule[0][0] == 1 and schedule[-1][2] == 0
-    assert all(a[1] < b[0] for a, b in zip(schedule, schedule[1:]))  # vLLM: sorted, non-overlapping, inclusive
-    assert spec["num_speculative_tokens"] == max(k for _s, _e, k in schedule)
-    bad = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=trtllm", headers=api_headers)
-    assert bad.status_code == 422
+    check_vllm_schedule(schedule, spec["num_speculative_tokens"])
+    assert schedule[0][0] == 1 and schedule[-1][2] == 0 and schedule[-1][0] == b_star + 1
+    # item 9: quoted, so a shell reads it as exactly two arguments
+    assert shlex.split(vllm["shell"]) == vllm["argv"]
+    done = subprocess.run(["sh", "-c", 'printf "%s\\n" ' + vllm["shell"]], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == vllm["argv"]
+
+    trt = client.get(f"{url}?engine=trtllm", headers=api_headers).json()
+    options = yaml.safe_load(trt["files"][0]["content"])["speculative_config"]
+    check_trtllm_schedule(options)
+    assert options["max_concurrency"] == b_star and 0 not in options["draft_len_schedule"].values()
+    assert client.get(f"{url}?engine=tgi", headers=api_headers).status_code == 422
     assert client.get("/api/campaigns/nope/answer", headers=api_headers).status_code == 404
 
 
