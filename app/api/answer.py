@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from app.deps import SessionDep, require_operator
 from app.domain import inventory
 from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
+from app.domain.answer.configs.schedule import SERVE_PATTERN
 from app.domain.speculation import answer_json
 from app.domain.speculation_inputs import read_campaign_speculation
 
@@ -147,7 +148,10 @@ def answer_config(
     session: SessionDep,
     engine: Literal["sglang", "vllm", "trtllm"] = "sglang",
     serve_batches: str | None = Query(
-        None, max_length=20, description="The batch range you serve, e.g. 1-32 (the default): SGLang's one-k line."
+        None,
+        max_length=20,
+        pattern=SERVE_PATTERN,
+        description="The batch range you serve, e.g. 1-32 (the default): SGLang's one-k line.",
     ),
 ) -> Any:
     """The launch settings for the decision, each naming the measurement it comes from."""

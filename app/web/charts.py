@@ -18,6 +18,7 @@ from sqlmodel import Session
 from app import charts, charts_speculation
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
+from app.domain.acceptance import accept_length_bound_error
 from app.domain.answer.configs import (
     ENGINE_LABELS,
     ENGINES,
@@ -65,18 +66,33 @@ WhatIfForm: type[BaseModel] = create_model(
 
 def what_if_form(values: dict[str, Any]) -> BaseModel:
     """The what-if values validated against the inputs' declared bounds; a bad one is Invalid naming its field."""
+    return _validated(WhatIfForm, values)
+
+
+def _validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
+    """`model` from the form's values; a bad one is Invalid naming its field (by its declared label)."""
     try:
-        return WhatIfForm.model_validate(values)
+        return model.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = str(err["loc"][0])
-        label = ModelInputFields.model_fields[field].title or field
-        raise Invalid(f"{label}: {err['msg']}", field=field) from None
+        field = str(err["loc"][0]) if err["loc"] else ""
+        label = ModelInputFields.model_fields[field].title if field in ModelInputFields.model_fields else field
+        raise Invalid(f"{label}: {err['msg'].removeprefix('Value error, ')}", field=field or None) from None
 
 
 def what_if_changes(form: BaseModel, inputs: ModelInputs) -> WhatIf:
-    """Only the values that differ from what the campaign already uses are what-ifs."""
+    """Only the values that differ from what the campaign already uses are what-ifs. An accept length above
+    draft steps + 1 (the form's or the campaign's, whichever the what-if uses) is Invalid (acceptance.py)."""
     current = _form_values(inputs)
+    values = form.model_dump()
+    tau = values["accept_length"] if values["accept_length"] is not None else current["accept_length"]
+    steps = values["draft_steps"] if values["draft_steps"] is not None else current["draft_steps"]
+    if tau is not None and steps is not None:
+        error = accept_length_bound_error(tau, int(steps), "draft step")
+        if error:
+            field = "accept_length" if values["accept_length"] is not None else "draft_steps"
+            label = ModelInputFields.model_fields[field].title or field
+            raise Invalid(f"{label}: {error}", field=field)
     return WhatIf(**{name: v for name, v in form.model_dump().items() if v is not None and v != current[name]})
 
 
@@ -97,6 +113,7 @@ class FormInput:
     max: float | None
     placeholder: str
     value: str
+    clearable: bool  # a value is stored on the campaign and its column may be empty: the form offers to clear it
 
 
 @cache
@@ -104,7 +121,12 @@ def _input_properties() -> dict[str, Any]:
     return ModelInputFields.model_json_schema()["properties"]
 
 
-def form_inputs(inputs: ModelInputs) -> list[FormInput]:
+def _nullable(name: str) -> bool:
+    """The input's column may be empty (hidden size and verify tokens may not)."""
+    return "null" in {b.get("type") for b in _input_properties()[name].get("anyOf", [])}
+
+
+def form_inputs(inputs: ModelInputs, campaign: Campaign) -> list[FormInput]:
     """The what-if form's fields with the campaign's current values, read from the inputs' JSON schema (the
     API's own: its bounds, titles and `x-form`), in declaration order."""
     current = _form_values(inputs)
@@ -125,6 +147,7 @@ def form_inputs(inputs: ModelInputs) -> list[FormInput]:
                 max=number.get("maximum"),
                 placeholder=form.get("placeholder", ""),
                 value=shown,
+                clearable=getattr(campaign, name) is not None and _nullable(name),
             )
         )
     return out
@@ -232,7 +255,7 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     answer = campaign_answer(session, campaign)
     ctx = _profitability(answer, campaign)
-    ctx["form_inputs"] = form_inputs(answer.report.inputs)
+    ctx["form_inputs"] = form_inputs(answer.report.inputs, campaign)
     ctx["chart_throughput"] = throughput_figure(answer, campaign)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     ctx.update(speculation_context(session, campaign, answer, request.query_params.get("serve_batches")))
@@ -246,7 +269,7 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
     field (and the form marks it), so no earlier result stays on the page as if it were this one's."""
     campaign = inventory.get_campaign(session, slug)
     try:
-        form = what_if_form(dict(request.query_params))
+        answer = campaign_answer(session, campaign, what_if_form(dict(request.query_params)))
     except Invalid as exc:
         return render(
             request,
@@ -255,7 +278,7 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
             status_code=422,
             headers=form_error_headers(exc.message, exc.field),
         )
-    return render(request, "_partials/whatif.html", _profitability(campaign_answer(session, campaign, form), campaign))
+    return render(request, "_partials/whatif.html", _profitability(answer, campaign))
 
 
 @router.post("/campaigns/{slug}/charts/whatif/save")
@@ -263,6 +286,16 @@ async def save_what_if(request: Request, session: SessionDep, operator: Operator
     campaign = inventory.get_campaign(session, slug)
     form = what_if_form(dict((await request.form()).items()))
     values = {k: v for k, v in form.model_dump().items() if v is not None}
-    inventory.update_campaign(session, campaign, CampaignUpdate(**values))
+    inventory.update_campaign(session, campaign, _validated(CampaignUpdate, values))
     url = f"/campaigns/{campaign.slug}/charts"
     return navigate(request, url)
+
+
+@router.post("/campaigns/{slug}/charts/whatif/clear/{field}")
+def clear_stored_input(request: Request, session: SessionDep, operator: OperatorDep, slug: str, field: str) -> Response:
+    """Remove one stored model input (the model then uses the measured one, or says it is missing)."""
+    campaign = inventory.get_campaign(session, slug)
+    if field not in ModelInputFields.WHAT_IF or not _nullable(field):
+        raise Invalid(f"not a what-if input that can be cleared: {field[:40]!r}", field="field")
+    inventory.update_campaign(session, campaign, CampaignUpdate.model_validate({field: None}))
+    return navigate(request, f"/campaigns/{campaign.slug}/charts")

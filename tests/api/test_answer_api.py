@@ -94,8 +94,8 @@ def test_engine_configs(client, api_headers, swept):
     assert static["serve_batches"] == "1-32" and [c["batch"] for c in static["costs"]] == [b for b in best if b <= 32]
     narrow = client.get(f"{url}?engine=sglang&serve_batches=64-128", headers=api_headers).json()["static"]
     assert [c["batch"] for c in narrow["costs"]] == [b for b in best if 64 <= b <= 128]
-    bad = client.get(f"{url}?engine=sglang&serve_batches=32-1", headers=api_headers)
-    assert bad.status_code == 422 and "serve_batches" in bad.text
+    bad = client.get(f"{url}?engine=sglang&serve_batches=0-32", headers=api_headers)
+    assert bad.status_code == 422 and "serve_batches" in bad.text, bad.text
 
     vllm = client.get(f"{url}?engine=vllm", headers=api_headers).json()
     spec = json.loads(vllm["argv"][1])
@@ -239,14 +239,46 @@ def test_world_size_one_and_wall_clock_checks(client, api_headers, app):
     assert cell["speedup"]["value"] == pytest.approx((1 + 0.8 + 0.48) * 14.0 / (2 * 0.5 + 22.0))
 
 
-def test_grids_are_sets_and_an_impossible_tau_is_set_aside(client, api_headers, swept):
-    r = client.patch(
-        f"/api/campaigns/{SLUG}",
-        headers=api_headers,
-        json={"speculation_batches": [64, 1, 8, 8], "accept_length_by_k": {"1": 1.9, "3": 4.5}},
-    )
+def test_grids_are_sets(client, api_headers, swept):
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"speculation_batches": [64, 1, 8, 8]})
     assert r.status_code == 200 and r.json()["speculation_batches"] == [1, 8, 64], r.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"accept_length_by_k": {"1": 5.0}},  # issue 32 item 7: answered 200
+        {"accept_length_by_k": {"1": 1.9, "3": 4.5}},
+        {"accept_length": 10, "draft_steps": 3},
+        {"accept_length": 3.5, "draft_steps": 1},
+    ],
+)
+def test_an_impossible_accept_length_is_refused(client, api_headers, swept, body):
+    """tau <= k + 1 (k drafts and the bonus token), one validator for the API, the form and the import."""
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json=body)
+    assert r.status_code == 422 and "tau <= k + 1" in r.text, r.text
+
+
+def test_an_accept_length_is_checked_against_the_stored_draft_steps(client, api_headers, swept):
+    assert client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"draft_steps": 2}).status_code == 200
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_length": 3.5})
+    assert r.status_code == 422 and "above 3" in r.text, r.text
+    assert client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_length": 3.0}).status_code == 200
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"draft_steps": 1})
+    assert r.status_code == 422, r.text  # the stored 3.0 would be impossible with 1 step
+
+
+def test_vllm_unconditional_rates_are_converted(client, api_headers, swept):
+    """vLLM logs accepted-at-position-i / drafts; the model wants alpha_i given all before: u_i / u_(i-1)."""
+    u = [0.8, 0.56, 0.336]
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_unconditional": u})
+    assert r.status_code == 200, r.text
+    assert r.json()["accept_alphas"] == pytest.approx([0.8, 0.7, 0.6]) and r.json()["accept_unconditional"] == u
     body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
-    tau = {t["draft_tokens"]: t for t in body["accept_length"]}
-    assert tau[1]["value"] == 1.9 and tau[3]["source"].startswith("derived from the entered per-position")
-    assert any("the entered 4.5 is above 4" in m["what"] for m in body["missing"])
+    tau = {t["draft_tokens"]: t["value"] for t in body["accept_length"]}
+    assert tau[3] == pytest.approx(1 + 0.8 + 0.56 + 0.336)  # tau(k) = 1 + sum of the unconditional rates
+    rising = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_unconditional": [0.5, 0.6]})
+    assert rising.status_code == 422 and "cannot rise with position" in rising.text
+    # entering alphas directly drops the unconditional rates they no longer come from
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_alphas": [0.9]})
+    assert r.json()["accept_unconditional"] is None

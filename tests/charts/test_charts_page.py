@@ -63,7 +63,7 @@ def test_what_if_with_blank_and_unchanged_fields_is_the_campaign(operator):
 def test_a_what_if_value_out_of_bounds_answers_nothing_and_names_its_field(operator):
     """tau = -1: a 422 partial that replaces the last result (no answer, no figures left stale) and the
     form-error event that marks the field; saving it is refused the same way and stores nothing."""
-    for bad in ("-1", "0.5", "1025", "nan", "x"):
+    for bad in ("-1", "0.5", "1025", "nan", "x", "1e309", "-1e309"):
         r = operator.get(WHATIF, params={"accept_length": bad, "draft_steps": "3"}, headers={"HX-Request": "true"})
         assert r.status_code == 422, bad
         assert 'data-testid="whatif-invalid"' in r.text and "Accept length τ" in r.text, bad
@@ -87,14 +87,15 @@ def test_the_what_if_form_has_the_schemas_bounds(operator):
     schema = CampaignCreate.model_json_schema()["properties"]
     assert ModelInputFields.WHAT_IF and set(ModelInputFields.WHAT_IF) <= set(schema)
     for name in ModelInputFields.WHAT_IF:
-        tag = re.search(rf'<input type="number" name="{name}"[^>]*>', form)
+        tag = re.search(rf'<input type="text" inputmode="decimal" name="{name}"[^>]*>', form)
         assert tag, name
-        attrs = dict(re.findall(r'(\w+)="([^"]*)"', tag.group(0)))
+        attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', tag.group(0)))
         prop = next(b for b in schema[name].get("anyOf", [schema[name]]) if b.get("type") != "null")
         low = prop.get("minimum", prop.get("exclusiveMinimum"))
-        assert float(attrs["min"]) == low and float(attrs["max"]) == prop["maximum"], name
+        assert float(attrs["data-min"]) == low and float(attrs["data-max"]) == prop["maximum"], name
         assert schema[name]["title"] in form  # its label, from the same declaration
-    assert len(re.findall(r'<input type="number"', form)) == len(ModelInputFields.WHAT_IF)
+    # text inputs: what the browser cannot parse as a number (1e309) still reaches the server (issue 32 item 8)
+    assert len(re.findall(r'<input type="text" inputmode="decimal"', form)) == len(ModelInputFields.WHAT_IF)
     assert "novalidate" in form  # the server's bounds decide, and say so next to the field
 
 
@@ -157,7 +158,7 @@ def test_a_campaign_without_speculation_gets_a_latency_comparison(operator):
         params={
             "baseline_tok_s": "82",
             "accept_length": "2",
-            "draft_steps": "0",
+            "draft_steps": "1",  # tau <= k + 1
             "draft_step_ms": "0",
             "verify_compute_ms": "0",
         },
@@ -195,3 +196,33 @@ def test_save_needs_csrf_and_charts_need_login(fixture_app, operator):
         assert anonymous.get(f"/campaigns/{SLUG}/charts", follow_redirects=False).status_code == 303
         assert anonymous.get(WHATIF, headers={"accept": "application/json"}).status_code == 401
         assert anonymous.post(f"{WHATIF}/save", data={"accept_length": "3"}).status_code == 401
+
+
+def test_an_impossible_accept_length_is_refused_by_the_what_if(operator):
+    """Issue 32 item 7: tau is at most draft steps + 1, the form's steps or the campaign's."""
+    r = operator.get(WHATIF, params={"accept_length": "10", "draft_steps": "3"}, headers={"HX-Request": "true"})
+    assert r.status_code == 422 and 'id="verdict"' not in r.text
+    event = json.loads(r.headers["HX-Trigger"])["form-error"]
+    assert event["field"] == "accept_length" and "above 4" in event["message"]
+    steps = operator.get(f"/api/campaigns/{SLUG}").json()["draft_steps"]
+    r = operator.get(WHATIF, params={"accept_length": str(steps + 1.5)}, headers={"HX-Request": "true"})
+    assert r.status_code == 422  # against the campaign's own draft steps
+    r = operator.get(WHATIF, params={"draft_steps": "1", "accept_length": "2.0"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200  # tau = k + 1 is possible (every draft accepted)
+    r = operator.post(
+        f"{WHATIF}/save", data={"accept_length": "10", "draft_steps": "3"}, headers={"HX-Request": "true"}
+    )
+    assert r.status_code == 422
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_length"] == 2.4
+
+
+def test_a_stored_input_can_be_cleared_from_the_form(operator):
+    html = operator.get(f"/campaigns/{SLUG}/charts").text
+    assert 'data-testid="clear-accept_length"' in html
+    assert 'data-testid="clear-verify_tokens"' not in html  # its column is never empty
+    r = operator.post(f"{WHATIF}/clear/accept_length", headers={"HX-Request": "true"})
+    assert r.status_code in (200, 204), r.text
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_length"] is None
+    assert 'data-testid="clear-accept_length"' not in operator.get(f"/campaigns/{SLUG}/charts").text
+    assert operator.post(f"{WHATIF}/clear/verify_tokens", headers={"HX-Request": "true"}).status_code == 422
+    assert operator.post(f"{WHATIF}/clear/slug", headers={"HX-Request": "true"}).status_code == 422

@@ -95,23 +95,22 @@ class ServeRange:
 
 
 DEFAULT_SERVE = ServeRange(1, 32)
-_RANGE = re.compile(r"^\s*(\d{1,6})\s*(?:-\s*(\d{1,6})\s*)?$")
+# "1-32" or "8"; either end 1-99999 (a served range above the measured batches is said to be unmeasured).
+SERVE_PATTERN = r"^\s*[1-9][0-9]{0,4}\s*(-\s*[1-9][0-9]{0,4}\s*)?$"
+_RANGE = re.compile(r"^\s*([1-9][0-9]{0,4})\s*(?:-\s*([1-9][0-9]{0,4})\s*)?$")
 
 
 def parse_serve_range(text: str | None) -> ServeRange:
-    """ "1-32" (or "8": one batch) -> ServeRange; blank -> the default; anything else is Invalid."""
+    """ "1-32" (or "8": one batch; "32-1" reads as 1-32) -> ServeRange; blank -> the default; else Invalid."""
     if text is None or not text.strip():
         return DEFAULT_SERVE
     found = _RANGE.match(text)
     if not found:
-        raise Invalid(f"serve_batches must be a batch range such as 1-32, not {text[:40]!r}", field="serve_batches")
-    low = int(found.group(1))
-    high = int(found.group(2) or low)
-    if not 1 <= low <= high <= LARGEST_BATCH:
         raise Invalid(
-            f"serve_batches {low}-{high}: the range must run from at least 1 up to at most {LARGEST_BATCH}",
+            f"serve_batches must be a batch range such as 1-32 (batches 1 to 99999), not {text[:40]!r}",
             field="serve_batches",
         )
+    low, high = sorted((int(found.group(1)), int(found.group(2) or found.group(1))))
     return ServeRange(low, high)
 
 
