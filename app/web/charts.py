@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from sqlmodel import Session
 
 from app import charts, charts_speculation
@@ -42,6 +42,7 @@ from app.domain.profitability import (
 from app.domain.speculation import SpeculationAnswer
 from app.domain.speculation_inputs import campaign_speculation
 from app.domain.timeline import campaign_timeline
+from app.domain.what_if import with_allreduce_latency
 from app.errors import form_error_headers
 from app.models import Approach, Campaign, ModelInputFields
 from app.schemas import CampaignUpdate, optional_inputs
@@ -61,7 +62,13 @@ WhatIfForm: type[BaseModel] = create_model(
     __config__=ConfigDict(extra="ignore"),
     __validators__={"blank_is_none": field_validator("*", mode="before")(_blank_is_none)},
     **optional_inputs(ModelInputFields.WHAT_IF),
+    # Not a campaign input: tried in place of the measured allreduce latencies (app/domain/what_if.py).
+    allreduce_latency_us=(
+        float | None,
+        Field(None, gt=0, le=1e7, allow_inf_nan=False, title="Allreduce latency t_ar (us)"),
+    ),
 )
+WHAT_IF_ONLY = ("allreduce_latency_us",)
 
 
 def what_if_form(values: dict[str, Any]) -> BaseModel:
@@ -76,7 +83,7 @@ def _validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else ""
-        label = ModelInputFields.model_fields[field].title if field in ModelInputFields.model_fields else field
+        label = (model.model_fields[field].title or field) if field in model.model_fields else field
         raise Invalid(f"{label}: {err['msg'].removeprefix('Value error, ')}", field=field or None) from None
 
 
@@ -84,7 +91,7 @@ def what_if_changes(form: BaseModel, inputs: ModelInputs) -> WhatIf:
     """Only the values that differ from what the campaign already uses are what-ifs. An accept length above
     draft steps + 1 (the form's or the campaign's, whichever the what-if uses) is Invalid (acceptance.py)."""
     current = _form_values(inputs)
-    values = form.model_dump()
+    values = form.model_dump(exclude=set(WHAT_IF_ONLY))
     tau = values["accept_length"] if values["accept_length"] is not None else current["accept_length"]
     steps = values["draft_steps"] if values["draft_steps"] is not None else current["draft_steps"]
     if tau is not None and steps is not None:
@@ -93,7 +100,7 @@ def what_if_changes(form: BaseModel, inputs: ModelInputs) -> WhatIf:
             field = "accept_length" if values["accept_length"] is not None else "draft_steps"
             label = ModelInputFields.model_fields[field].title or field
             raise Invalid(f"{label}: {error}", field=field)
-    return WhatIf(**{name: v for name, v in form.model_dump().items() if v is not None and v != current[name]})
+    return WhatIf(**{name: v for name, v in values.items() if v is not None and v != current[name]})
 
 
 def _form_values(inputs: ModelInputs) -> dict[str, Any]:
@@ -162,6 +169,7 @@ class CampaignAnswer:
     approaches: list[Approach]
     report: ProfitabilityReport
     what_if: WhatIf
+    t_ar_us: float | None = None  # the what-if allreduce latency, used in place of the measured ones
 
     def figures(self) -> dict[str, Any]:
         """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
@@ -195,7 +203,10 @@ def campaign_answer(session: Session, campaign: Campaign, form: BaseModel | None
     what_if = what_if_changes(form, report.inputs) if form is not None else WhatIf()
     if what_if.any():
         report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
-    return CampaignAnswer(metrics, rows, report, what_if)
+    t_ar_us = getattr(form, "allreduce_latency_us", None) if form is not None else None
+    if t_ar_us is not None:
+        report = with_allreduce_latency(report, t_ar_us)
+    return CampaignAnswer(metrics, rows, report, what_if, t_ar_us)
 
 
 @dataclass(frozen=True)
@@ -247,7 +258,13 @@ def speculation_context(
 
 def _profitability(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any]:
     """Context of the what-if partial: the report and the figures that depend on its inputs."""
-    return {"campaign": campaign, "report": answer.report, "what_if": answer.what_if, **answer.figures()}
+    return {
+        "campaign": campaign,
+        "report": answer.report,
+        "what_if": answer.what_if,
+        "t_ar_us": answer.t_ar_us,
+        **answer.figures(),
+    }
 
 
 @router.get("/campaigns/{slug}/charts")
@@ -285,7 +302,7 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
 async def save_what_if(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     form = what_if_form(dict((await request.form()).items()))
-    values = {k: v for k, v in form.model_dump().items() if v is not None}
+    values = {k: v for k, v in form.model_dump(exclude=set(WHAT_IF_ONLY)).items() if v is not None}
     inventory.update_campaign(session, campaign, _validated(CampaignUpdate, values))
     url = f"/campaigns/{campaign.slug}/charts"
     return navigate(request, url)

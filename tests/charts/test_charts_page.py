@@ -95,7 +95,9 @@ def test_the_what_if_form_has_the_schemas_bounds(operator):
         assert float(attrs["data-min"]) == low and float(attrs["data-max"]) == prop["maximum"], name
         assert schema[name]["title"] in form  # its label, from the same declaration
     # text inputs: what the browser cannot parse as a number (1e309) still reaches the server (issue 32 item 8)
-    assert len(re.findall(r'<input type="text" inputmode="decimal"', form)) == len(ModelInputFields.WHAT_IF)
+    assert (
+        len(re.findall(r'<input type="text" inputmode="decimal"', form)) == len(ModelInputFields.WHAT_IF) + 1
+    )  # + t_ar
     assert "novalidate" in form  # the server's bounds decide, and say so next to the field
 
 
@@ -226,3 +228,51 @@ def test_a_stored_input_can_be_cleared_from_the_form(operator):
     assert 'data-testid="clear-accept_length"' not in operator.get(f"/campaigns/{SLUG}/charts").text
     assert operator.post(f"{WHATIF}/clear/verify_tokens", headers={"HX-Request": "true"}).status_code == 422
     assert operator.post(f"{WHATIF}/clear/slug", headers={"HX-Request": "true"}).status_code == 422
+
+
+def test_zero_allreduces_per_verify_names_the_real_cause(app, operator_client):
+    """Issue 32 item 8: with N_ar = 0 the page said nothing useful (an empty "not enough inputs" list); the cause
+    is that a verify step without communication has no break-even allreduce latency, and tau* is then
+    (T_draft + T_verify,compute) / T_base."""
+    from app.db import session_scope
+    from app.domain.demo import load_demo
+
+    with session_scope(app.state.engine) as session:
+        load_demo(session)
+    inputs = {
+        "accept_length": "2.4",
+        "draft_steps": "3",
+        "draft_step_ms": "0.8",
+        "verify_compute_ms": "9.5",
+        "allreduces_per_verify": "0",
+    }
+    r = operator_client.get("/campaigns/kimi-k25-eagle3/charts/whatif", params=inputs, headers={"HX-Request": "true"})
+    assert r.status_code == 200
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", r.text))
+    assert "allreduces per verify is 0" in text and "draft cost" not in text
+    tau_star = float(re.search(r'data-testid="tau-star-no-comm">([\d.]+)<', r.text).group(1))
+    assert tau_star == pytest.approx((3 * 0.8 + 9.5) / (1000 / 82), abs=0.005)
+    assert "pays" in text  # 2.4 > 0.98
+
+
+def test_an_allreduce_latency_what_if_replaces_the_measured_one(operator):
+    """Issue 32 item 8: t_ar in us, used in place of the measured curve and said; never stored."""
+    base = operator.get(WHATIF, params={}, headers={"HX-Request": "true"}).text
+    r = operator.get(WHATIF, params={"allreduce_latency_us": "500"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200 and 'data-testid="whatif-t-ar"' in r.text and "500 us per allreduce" in r.text
+    verdict = _text(r.text, "verdict")
+    assert "what-if t_ar" in verdict and verdict != _text(base, "verdict")
+    assert "not profitable" in verdict  # 122 x 500 us = 61 ms of communication per verify
+    fast = _text(operator.get(WHATIF, params={"allreduce_latency_us": "1"}).text, "verdict")
+    assert (
+        "what-if t_ar" in fast and "profitable</b>" in operator.get(WHATIF, params={"allreduce_latency_us": "1"}).text
+    )
+    for bad in ("0", "-3", "1e309", "x"):
+        r = operator.get(WHATIF, params={"allreduce_latency_us": bad}, headers={"HX-Request": "true"})
+        assert (
+            r.status_code == 422
+            and json.loads(r.headers["HX-Trigger"])["form-error"]["field"] == "allreduce_latency_us"
+        )
+    r = operator.post(f"{WHATIF}/save", data={"allreduce_latency_us": "500"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200  # nothing of it is stored
+    assert "500 us per allreduce" not in operator.get(f"/campaigns/{SLUG}/charts").text
