@@ -18,7 +18,7 @@ from sqlmodel import Session
 from app import charts, charts_speculation
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
-from app.domain.acceptance import accept_length_bound_error
+from app.domain.acceptance import accept_length_bound_error, conversion_words
 from app.domain.answer.configs import (
     ENGINE_LABELS,
     ENGINES,
@@ -277,6 +277,8 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     ctx.update(speculation_context(session, campaign, answer, request.query_params.get("serve_batches")))
     ctx["deploy_form"] = True
+    unconditional = campaign.accept_unconditional
+    ctx["acceptance_conversion"] = conversion_words(unconditional) if unconditional else None
     return render(request, "charts.html", ctx)
 
 
@@ -306,6 +308,35 @@ async def save_what_if(request: Request, session: SessionDep, operator: Operator
     inventory.update_campaign(session, campaign, _validated(CampaignUpdate, values))
     url = f"/campaigns/{campaign.slug}/charts"
     return navigate(request, url)
+
+
+def _acceptance_values(form: dict[str, Any]) -> dict[str, Any]:
+    """The acceptance form's text fields as CampaignUpdate values ("1: 1.8, 3: 2.4"; "0.8, 0.7"); blank: kept."""
+    values: dict[str, Any] = {}
+    for name, text in form.items():
+        text = str(text).strip()
+        if name not in ("accept_length_by_k", "accept_alphas", "accept_unconditional") or not text:
+            continue
+        parts = [p for p in text.replace(";", ",").split(",") if p.strip()]
+        try:
+            if name == "accept_length_by_k":
+                pairs = [p.split(":") for p in parts]
+                values[name] = {k.strip(): float(v) for k, v in pairs}
+            else:
+                values[name] = [float(p) for p in parts]
+        except ValueError:
+            example = "1: 1.8, 3: 2.4" if name == "accept_length_by_k" else "0.8, 0.7, 0.6"
+            raise Invalid(f"{name}: write it as {example}, not {text[:40]!r}", field=name) from None
+    return values
+
+
+@router.post("/campaigns/{slug}/charts/acceptance")
+async def save_acceptance(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
+    """Store acceptance entered per k, as conditional alphas or as vLLM's unconditional rates (converted)."""
+    campaign = inventory.get_campaign(session, slug)
+    values = _acceptance_values(dict((await request.form()).items()))
+    inventory.update_campaign(session, campaign, _validated(CampaignUpdate, values))
+    return navigate(request, f"/campaigns/{campaign.slug}/charts#acceptance")
 
 
 @router.post("/campaigns/{slug}/charts/whatif/clear/{field}")

@@ -276,3 +276,25 @@ def test_an_allreduce_latency_what_if_replaces_the_measured_one(operator):
     r = operator.post(f"{WHATIF}/save", data={"allreduce_latency_us": "500"}, headers={"HX-Request": "true"})
     assert r.status_code == 200  # nothing of it is stored
     assert "500 us per allreduce" not in operator.get(f"/campaigns/{SLUG}/charts").text
+
+
+def test_acceptance_is_entered_three_ways_from_the_page(operator):
+    """Issue 33 item 3: per k, conditional alphas, or vLLM's unconditional rates (converted, and said)."""
+    url = f"/campaigns/{SLUG}/charts/acceptance"
+    r = operator.post(url, data={"accept_length_by_k": "1: 1.8, 3: 2.4"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200 and "HX-Redirect" in r.headers, r.text
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_length_by_k"] == {"1": 1.8, "3": 2.4}
+    r = operator.post(url, data={"accept_unconditional": "0.8, 0.56"}, headers={"HX-Request": "true"})
+    body = operator.get(f"/api/campaigns/{SLUG}").json()
+    assert body["accept_alphas"] == pytest.approx([0.8, 0.7]) and body["accept_unconditional"] == [0.8, 0.56]
+    page = operator.get(f"/campaigns/{SLUG}/charts").text
+    assert "converted from vLLM&#39;s unconditional" in page or "converted from vLLM's unconditional" in page
+    r = operator.post(url, data={"accept_alphas": "0.9, 0.5"}, headers={"HX-Request": "true"})
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_unconditional"] is None
+    # the one bound, and a clear message for text that is not a list
+    for data, field in (
+        ({"accept_length_by_k": "1: 5"}, "accept_length_by_k"),
+        ({"accept_alphas": "a, b"}, "accept_alphas"),
+    ):
+        r = operator.post(url, data=data, headers={"HX-Request": "true"})
+        assert r.status_code == 422 and json.loads(r.headers["HX-Trigger"])["form-error"]["field"] == field, r.text
