@@ -112,3 +112,35 @@ def test_deploy_panel_copies_the_quoted_line_and_downloads_the_file(server, brow
         assert rows == ["64", "128"]
     finally:
         context.close()
+
+
+def test_what_if_refuses_what_the_browser_cannot_parse_and_clears_a_stored_input(server, browser):
+    """Issue 32 items 7 and 8 in Chromium: 1e309 reaches the server and is refused at its field (a number input
+    sent it empty); tau 10 with 3 draft steps is refused; a stored input is cleared from the form."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    try:
+        page.goto(server.login)
+        page.wait_for_url(f"**/campaigns/{SLUG}/charts")
+        invalid = page.locator('[data-testid="whatif-invalid"]')
+        page.fill('#whatif-form input[name="accept_length"]', "1e309")
+        invalid.wait_for()
+        assert "Accept length τ" in invalid.inner_text()
+        page.fill('#whatif-form input[name="accept_length"]', "10")
+        page.fill('#whatif-form input[name="draft_steps"]', "3")
+        page.wait_for_function(
+            "() => { const e = document.querySelector('[data-testid=whatif-invalid]'); return e && e.textContent.includes('above 4'); }"
+        )
+        page.fill('#whatif-form input[name="accept_length"]', "")
+        page.fill('#whatif-form input[name="draft_steps"]', "")
+        page.fill('#whatif-form input[name="allreduce_latency_us"]', "500")
+        page.locator('[data-testid="whatif-t-ar"]').wait_for()
+        page.fill('#whatif-form input[name="allreduce_latency_us"]', "")
+        clear = page.locator('[data-testid="clear-allreduces_per_verify"]')
+        assert clear.count() == 1
+        with page.expect_navigation():
+            clear.click()
+        assert page.locator('[data-testid="clear-allreduces_per_verify"]').count() == 0
+    finally:
+        context.close()
