@@ -150,6 +150,25 @@ def test_cli_answer(swept, settings):
     assert text.stdout.startswith("On this node EAGLE-3") and "symm-two-shot: break-even batch 32" in text.stdout
 
 
+def test_cli_answer_config(swept, settings):
+    """`campaign answer-config`: the API's JSON, the served range, and a quoted line a shell splits right."""
+    env = {**os.environ, **{k: str(v) for k, v in _env(settings).items()}}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "app.cli", "answer-config", SLUG, *args]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    done = cli("--engine", "sglang", "--serve-batches", "64-128", "--json")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["static"]["serve_batches"] == "64-128" and "--speculative-adaptive" in body["argv"]
+    text = cli("--engine", "vllm").stdout
+    line = text.splitlines()[0]
+    assert shlex.split(line)[0] == "--speculative-config" and len(shlex.split(line)) == 2
+    bad = cli("--serve-batches", "zero")
+    assert bad.returncode != 0 and "serve_batches" in bad.stderr + bad.stdout
+
+
 def _env(settings) -> dict[str, str]:
     return {"CAMPAIGN_DATABASE_URL": settings.resolved_database_url(), "CAMPAIGN_DATA_DIR": str(settings.data_dir)}
 
