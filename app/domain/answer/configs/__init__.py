@@ -57,14 +57,13 @@ __all__ = [
 
 
 def deploy_target(session: Session, answer: SpeculationAnswer, approaches: Sequence[Approach]) -> DeployTarget:
-    """The node the chosen approach was measured on: the SM its newest fingerprinted trial reported."""
+    """The node the chosen approach was measured on: the SM its newest fingerprinted trial reported. One query
+    whether or not there is a chosen approach, so a page's query count does not depend on the answer."""
     chosen = answer.chosen
     row = next((a for a in approaches if chosen is not None and a.key == chosen.key), None)
-    if row is None:
-        return DeployTarget()
     fingerprint = session.exec(
         select(Trial.fingerprint)
-        .where(Trial.approach_id == row.id, col(Trial.fingerprint).is_not(None))
+        .where(Trial.approach_id == (row.id if row is not None else -1), col(Trial.fingerprint).is_not(None))
         .order_by(col(Trial.id).desc())
         .limit(1)
     ).first()
