@@ -250,7 +250,9 @@ def test_zero_allreduces_per_verify_names_the_real_cause(app, operator_client):
     assert r.status_code == 200
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", r.text))
     assert "allreduces per verify is 0" in text and "draft cost" not in text
-    tau_star = float(re.search(r'data-testid="tau-star-no-comm">([\d.]+)<', r.text).group(1))
+    found = re.search(r'data-testid="tau-star-no-comm">([\d.]+)<', r.text)
+    assert found, r.text
+    tau_star = float(found.group(1))
     assert tau_star == pytest.approx((3 * 0.8 + 9.5) / (1000 / 82), abs=0.005)
     assert "pays" in text  # 2.4 > 0.98
 

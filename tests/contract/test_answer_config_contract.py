@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,7 @@ def _answer(world_size: int = 2, batches=BATCHES, ks=(1, 2, 3)):
 
 
 def _parse(sglang_env, tmp_path, cases):
-    payload = []
+    payload: list[dict[str, Any]] = []
     for argv, config in cases:
         (tmp_path / FILE).write_text(config.files[0].content)
         case_dir = tmp_path / str(len(payload))

@@ -4,6 +4,8 @@ and the schedule never claims past the measured range."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from app.domain.answer.configs import DeployTarget, ServeRange, engine_config, parse_serve_range
@@ -18,7 +20,7 @@ from tests.support.speculation import approach, linear_curve, spec
 
 def test_vllm_schedule_rules():
     check_vllm_schedule([[1, 8, 3], [9, 32, 1], [33, 65536, 0]], 3)
-    for bad, why in [
+    cases: list[tuple[list[list[Any]], str]] = [
         ([], "non-empty"),
         ([[2, 8, 3]], "start at batch 1"),
         ([[1, 8, 3], [8, 16, 2]], "overlaps"),
@@ -27,7 +29,8 @@ def test_vllm_schedule_rules():
         ([[1, 0, 2]], "above end"),
         ([[1, 8, 2.5]], "integers"),
         ([[1, 8]], "start_bs, end_bs, K"),
-    ]:
+    ]
+    for bad, why in cases:
         with pytest.raises(ValueError, match=why):
             check_vllm_schedule(bad, max((e[2] for e in bad if len(e) == 3), default=0))
     with pytest.raises(ValueError, match="largest K"):
@@ -37,7 +40,7 @@ def test_vllm_schedule_rules():
 def test_trtllm_schedule_rules():
     good = {"decoding_type": "Eagle3", "max_draft_len": 3, "draft_len_schedule": {1: 3, 8: 2}, "max_concurrency": 8}
     check_trtllm_schedule(good)
-    for change, why in [
+    changes: list[tuple[dict[str, Any], str]] = [
         ({"draft_len_schedule": {2: 3}}, "include batch_size=1"),
         ({"draft_len_schedule": {1: 2}}, "must equal max_draft_len"),
         ({"draft_len_schedule": {1: 3, 8: 4}}, "above max_draft_len"),
@@ -45,7 +48,8 @@ def test_trtllm_schedule_rules():
         ({"draft_len_schedule": {0: 3, 1: 3}}, ">= 1"),
         ({"max_draft_len": 0}, ">= 1"),
         ({"max_concurrency": 0}, "max_concurrency"),
-    ]:
+    ]
+    for change, why in changes:
         with pytest.raises(ValueError, match=why):
             check_trtllm_schedule({**good, **change})
     check_trtllm_schedule({**good, "eagle3_one_model": False, "draft_len_schedule": {1: 3, 8: 0}})  # two-model: 0 ok
