@@ -522,6 +522,46 @@ def answer_cmd(
         print(f"  missing: {m.what}" + (f" ({m.approach})" if m.approach else "") + f": {m.how}")
 
 
+@cli.command("answer-config")
+def answer_config_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    engine: Annotated[str, typer.Option(help="sglang, vllm or trtllm.")] = "sglang",
+    serve_batches: Annotated[
+        str | None, typer.Option(help="The batch range you serve, e.g. 1-32 (the default): SGLang's one-k line.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="As GET /api/campaigns/SLUG/answer/config gives it.")] = False,
+) -> None:
+    """The launch settings that deploy the answer on one engine, each naming the measurement it comes from."""
+    import json
+
+    from app.domain import inventory
+    from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
+    from app.domain.errors import DomainError
+    from app.domain.speculation_inputs import read_campaign_speculation
+
+    with session_scope(_engine(get_settings()), write=False, snapshot=True) as session:
+        try:
+            serve = parse_serve_range(serve_batches)
+            found, rows = read_campaign_speculation(session, inventory.get_campaign(session, slug))
+            config = engine_config(engine, found, rows, serve=serve, target=deploy_target(session, found, rows))
+        except DomainError as exc:
+            _fail(exc.message)
+    if as_json:
+        print(json.dumps(config_json(config), indent=2))
+        return
+    if config.env:
+        print(f"export {config.env_shell}")
+    print(config.shell)
+    for f in config.files:
+        print(f"\n# {f.name}\n{f.content}", end="")
+    for s in config.settings:
+        print(f"# {s.option} = {s.value}: {s.source}")
+    if config.static is not None:
+        print(f"# without adaptive speculation, one k for batches {config.static.serve}: {config.static.shell}")
+    for note in config.notes:
+        print(f"# {note}")
+
+
 @cli.command("plan")
 def plan_cmd(
     slug: Annotated[str, typer.Argument(help="The campaign's slug.")],

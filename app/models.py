@@ -179,6 +179,8 @@ class Campaign(ModelInputFields, table=True):
     # draft length ({"3": 2.4}), per-position acceptance rates alpha_i, and the grid to answer over.
     accept_length_by_k: dict[str, float] | None = _json()
     accept_alphas: list[float] | None = _json()
+    # vLLM's unconditional per-position rates as entered (migration 0017): accept_alphas holds their conversion.
+    accept_unconditional: list[float] | None = _json()
     speculation_batches: list[int] | None = _json()
     speculation_draft_tokens: list[int] | None = _json()
     # What "Run next candidate" follows: the payoff ranking (app/domain/planning.py), or the priority a

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -22,18 +23,35 @@ from pydantic import (
 from pydantic.config import JsonDict
 from sqlmodel import SQLModel
 
+from app.domain.acceptance import (
+    alphas_from_unconditional,
+    check_accept_length,
+    check_accept_length_by_k,
+    check_unconditional,
+)
 from app.models import ApproachStatus, ModelInputFields, TrialState, aware
 from runners.recipes import MAX_TIMEOUT_S, RecipeError, build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
 # The model over (batch, draft tokens) (app/domain/speculation.py): tau per k, alpha_i, the grid.
+# Acceptance enters three ways (issue 33 item 3); each bound is app/domain/acceptance.py's, the one validator.
 AcceptLengthByK = Annotated[
     dict[Annotated[str, Field(pattern=r"^[1-9][0-9]?$")], Annotated[float, Field(ge=1, le=100, allow_inf_nan=False)]],
+    AfterValidator(check_accept_length_by_k),
     Field(
         max_length=64,
-        description="Accept length tau (incl. the bonus token) per draft length k, e.g. {'3': 2.4}; at most k + 1 "
-        "(the answer sets aside a larger one and says so).",
+        description="Accept length tau (incl. the bonus token) per draft length k, e.g. {'3': 2.4}; at most k + 1.",
+    ),
+]
+AcceptUnconditional = Annotated[
+    list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]],
+    AfterValidator(check_unconditional),
+    Field(
+        min_length=1,
+        max_length=64,
+        description="vLLM's per-position acceptance rates, unconditional (accepted at position i / drafts); stored "
+        "with the conditional alphas they convert to (alpha_i = u_i / u_(i-1), u_0 = 1), which replace accept_alphas.",
     ),
 ]
 AcceptAlphas = Annotated[
@@ -69,6 +87,31 @@ def _not_null(*names: str) -> Any:
         return data
 
     return model_validator(mode="before")(check)  # pydantic makes it a classmethod (its first argument is cls)
+
+
+def _tau_within_steps(cls: Any, steps: Any, info: Any) -> Any:
+    """tau <= draft steps + 1 when a body gives both (accept_length is declared first, so it is in info.data);
+    a body with one of them is checked against the stored other by inventory.update_campaign."""
+    tau = info.data.get("accept_length")
+    if tau is not None and steps is not None:
+        check_accept_length(tau, steps, "draft step")
+    return steps
+
+
+def _acceptance(self: Any) -> Any:
+    """vLLM's unconditional rates become the conditional accept_alphas (entering alphas directly clears them)."""
+    if self.accept_unconditional is not None:
+        converted = alphas_from_unconditional(self.accept_unconditional)
+        given = self.accept_alphas if "accept_alphas" in self.model_fields_set else None
+        if given is not None and [round(a, 9) for a in given] != [round(a, 9) for a in converted]:
+            raise ValueError(
+                "accept_alphas and accept_unconditional disagree: enter one (a campaign file carries both, "
+                "the alphas being the unconditional rates' conversion)"
+            )
+        self.accept_alphas = converted
+    elif "accept_alphas" in self.model_fields_set:
+        self.accept_unconditional = None  # the stored unconditional rates no longer describe the alphas
+    return self
 
 
 def _utc(v: Any) -> Any:
@@ -277,10 +320,13 @@ class CampaignBase(ModelInputFields, CampaignText):
     stats_min_effect: StatsMinEffect = 0.03
     accept_length_by_k: AcceptLengthByK | None = None
     accept_alphas: AcceptAlphas | None = None
+    accept_unconditional: AcceptUnconditional | None = None
     speculation_batches: BatchGrid | None = None
     speculation_draft_tokens: DraftTokenGrid | None = None
 
     _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)
+    _acceptance = model_validator(mode="after")(_acceptance)
+    _tau_within_steps = field_validator("draft_steps")(_tau_within_steps)
 
 
 RESERVED_SLUGS = ("import",)  # `/api/campaigns/import` is the import's, not a campaign's
@@ -314,10 +360,13 @@ class CampaignUpdate(ModelInputFields):
     stats_min_effect: StatsMinEffect = None  # type: ignore[assignment]
     accept_length_by_k: AcceptLengthByK | None = None
     accept_alphas: AcceptAlphas | None = None
+    accept_unconditional: AcceptUnconditional | None = None
     speculation_batches: BatchGrid | None = None
     speculation_draft_tokens: DraftTokenGrid | None = None
 
     _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)
+    _acceptance = model_validator(mode="after")(_acceptance)
+    _tau_within_steps = field_validator("draft_steps")(_tau_within_steps)
     _not_null = _not_null("name", "description", "hidden_size", "verify_tokens", "stats_confidence", "stats_min_effect")
 
 

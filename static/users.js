@@ -1,5 +1,5 @@
-// People pages: a "Copy" button copies the value of the input its data-copy names (an invite
-// link, a new API token). Delegated from document: the panel is swapped by htmx.
+// A "Copy" button copies the value of the input its data-copy names (an invite link, a new API
+// token, the Deploy panel's launch line). Delegated from document: the panel is swapped by htmx.
 document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-copy]");
   if (!button) return;

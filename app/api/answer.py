@@ -1,16 +1,17 @@
 """The answer over (batch, draft tokens) and the engine config to deploy it: `app/domain/speculation.py`,
-`app/domain/engine_config.py`. Read-only."""
+`app/domain/answer/configs/`. Read-only."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from app.deps import SessionDep, require_operator
 from app.domain import inventory
-from app.domain.engine_config import engine_config
+from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
+from app.domain.answer.configs.schedule import SERVE_PATTERN
 from app.domain.speculation import answer_json
 from app.domain.speculation_inputs import read_campaign_speculation
 
@@ -94,13 +95,44 @@ class SettingPublic(BaseModel):
     source: str = Field(description="The measurement the setting comes from.")
 
 
+class ConfigFilePublic(BaseModel):
+    name: str = Field(description="The file name the launch line refers to.")
+    media_type: str
+    content: str
+
+
+class BatchCostPublic(BaseModel):
+    batch: int
+    speedup: float | None = Field(description="At the one chosen k.")
+    best_k: int = Field(description="This batch's best draft length (0: speculation does not pay here).")
+    best_speedup: float
+
+
+class StaticChoicePublic(BaseModel):
+    """One k for the whole served range (SGLang without adaptive speculation), with its cost per batch."""
+
+    serve_batches: str
+    k: int
+    argv: list[str]
+    shell: str
+    costs: list[BatchCostPublic]
+    unmeasured: list[int] | None = Field(description="[low, high] of the served range above the measured batches.")
+    rule: str
+
+
 class EngineConfigPublic(BaseModel):
-    engine: Literal["sglang", "vllm"]
+    engine: Literal["sglang", "vllm", "trtllm"]
     approach: str | None
-    argv: list[str] = Field(description="What to add to the server's launch line.")
+    argv: list[str] = Field(description="What to add to the server's launch line, one element per argument.")
+    shell: str = Field(description="argv quoted for a POSIX shell: pasted, each argument stays one argument.")
     env: dict[str, str]
     settings: list[SettingPublic]
     notes: list[str]
+    files: list[ConfigFilePublic] = Field(description="Files the launch line names (save them where you launch).")
+    static: StaticChoicePublic | None = Field(description="SGLang only: one k for the served batch range.")
+    proposed_trials: list[dict[str, Any]] = Field(
+        description="Recipes that would measure what the config cannot cite (e.g. the kernel SGLang would run)."
+    )
 
 
 @router.get("/campaigns/{slug}/answer", response_model=AnswerPublic)
@@ -111,7 +143,18 @@ def answer(slug: str, session: SessionDep) -> dict[str, Any]:
 
 
 @router.get("/campaigns/{slug}/answer/config", response_model=EngineConfigPublic)
-def answer_config(slug: str, session: SessionDep, engine: Literal["sglang", "vllm"] = "sglang") -> Any:
+def answer_config(
+    slug: str,
+    session: SessionDep,
+    engine: Literal["sglang", "vllm", "trtllm"] = "sglang",
+    serve_batches: str | None = Query(
+        None,
+        max_length=20,
+        pattern=SERVE_PATTERN,
+        description="The batch range you serve, e.g. 1-32 (the default): SGLang's one-k line.",
+    ),
+) -> Any:
     """The launch settings for the decision, each naming the measurement it comes from."""
+    serve = parse_serve_range(serve_batches)
     found, rows = read_campaign_speculation(session, inventory.get_campaign(session, slug))
-    return engine_config(engine, found, rows)
+    return config_json(engine_config(engine, found, rows, serve=serve, target=deploy_target(session, found, rows)))

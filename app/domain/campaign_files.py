@@ -232,6 +232,7 @@ OPTIONAL_CAMPAIGN_FIELDS: dict[str, Any] = {
         "run_order",
         "accept_length_by_k",
         "accept_alphas",
+        "accept_unconditional",
         "speculation_batches",
         "speculation_draft_tokens",
         "stats_confidence",

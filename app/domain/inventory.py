@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func, tuple_
 from sqlmodel import Session, col, select
 
+from app.domain.acceptance import accept_length_bound_error
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import (
     ACTIVE_TRIAL_STATES,
@@ -51,7 +52,13 @@ def create_campaign(session: Session, data: CampaignCreate) -> Campaign:
 
 
 def update_campaign(session: Session, campaign: Campaign, data: CampaignUpdate) -> Campaign:
-    for name, value in data.model_dump(exclude_unset=True).items():
+    changes = data.model_dump(exclude_unset=True)
+    tau, steps = changes.get("accept_length", campaign.accept_length), changes.get("draft_steps", campaign.draft_steps)
+    if tau is not None and steps is not None:  # the body's value against the stored other (acceptance.py's bound)
+        error = accept_length_bound_error(tau, steps, "draft step")
+        if error:
+            raise Invalid(error, field="accept_length" if "accept_length" in changes else "draft_steps")
+    for name, value in changes.items():
         setattr(campaign, name, value)
     campaign.updated_at = utcnow()
     session.add(campaign)

@@ -12,13 +12,21 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from sqlmodel import Session
 
 from app import charts
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
-from app.domain.engine_config import ENGINES, EngineConfig, engine_config
+from app.domain.acceptance import accept_length_bound_error, conversion_words
+from app.domain.answer.configs import (
+    ENGINE_LABELS,
+    ENGINES,
+    EngineConfig,
+    deploy_target,
+    engine_config,
+    parse_serve_range,
+)
 from app.domain.errors import Conflict, Invalid
 from app.domain.profitability import (
     CampaignMetrics,
@@ -34,6 +42,7 @@ from app.domain.profitability import (
 from app.domain.speculation import SpeculationAnswer
 from app.domain.speculation_inputs import campaign_speculation
 from app.domain.timeline import campaign_timeline
+from app.domain.what_if import with_allreduce_latency
 from app.errors import form_error_headers
 from app.models import Approach, Campaign, ModelInputFields
 from app.schemas import CampaignUpdate, optional_inputs
@@ -53,24 +62,45 @@ WhatIfForm: type[BaseModel] = create_model(
     __config__=ConfigDict(extra="ignore"),
     __validators__={"blank_is_none": field_validator("*", mode="before")(_blank_is_none)},
     **optional_inputs(ModelInputFields.WHAT_IF),
+    # Not a campaign input: tried in place of the measured allreduce latencies (app/domain/what_if.py).
+    allreduce_latency_us=(
+        float | None,
+        Field(None, gt=0, le=1e7, allow_inf_nan=False, title="Allreduce latency t_ar (us)"),
+    ),
 )
+WHAT_IF_ONLY = ("allreduce_latency_us",)
 
 
 def what_if_form(values: dict[str, Any]) -> BaseModel:
     """The what-if values validated against the inputs' declared bounds; a bad one is Invalid naming its field."""
+    return _validated(WhatIfForm, values)
+
+
+def _validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
+    """`model` from the form's values; a bad one is Invalid naming its field (by its declared label)."""
     try:
-        return WhatIfForm.model_validate(values)
+        return model.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = str(err["loc"][0])
-        label = ModelInputFields.model_fields[field].title or field
-        raise Invalid(f"{label}: {err['msg']}", field=field) from None
+        field = str(err["loc"][0]) if err["loc"] else ""
+        label = (model.model_fields[field].title or field) if field in model.model_fields else field
+        raise Invalid(f"{label}: {err['msg'].removeprefix('Value error, ')}", field=field or None) from None
 
 
 def what_if_changes(form: BaseModel, inputs: ModelInputs) -> WhatIf:
-    """Only the values that differ from what the campaign already uses are what-ifs."""
+    """Only the values that differ from what the campaign already uses are what-ifs. An accept length above
+    draft steps + 1 (the form's or the campaign's, whichever the what-if uses) is Invalid (acceptance.py)."""
     current = _form_values(inputs)
-    return WhatIf(**{name: v for name, v in form.model_dump().items() if v is not None and v != current[name]})
+    values = form.model_dump(exclude=set(WHAT_IF_ONLY))
+    tau = values["accept_length"] if values["accept_length"] is not None else current["accept_length"]
+    steps = values["draft_steps"] if values["draft_steps"] is not None else current["draft_steps"]
+    if tau is not None and steps is not None:
+        error = accept_length_bound_error(tau, int(steps), "draft step")
+        if error:
+            field = "accept_length" if values["accept_length"] is not None else "draft_steps"
+            label = ModelInputFields.model_fields[field].title or field
+            raise Invalid(f"{label}: {error}", field=field)
+    return WhatIf(**{name: v for name, v in values.items() if v is not None and v != current[name]})
 
 
 def _form_values(inputs: ModelInputs) -> dict[str, Any]:
@@ -90,6 +120,7 @@ class FormInput:
     max: float | None
     placeholder: str
     value: str
+    clearable: bool  # a value is stored on the campaign and its column may be empty: the form offers to clear it
 
 
 @cache
@@ -97,7 +128,12 @@ def _input_properties() -> dict[str, Any]:
     return ModelInputFields.model_json_schema()["properties"]
 
 
-def form_inputs(inputs: ModelInputs) -> list[FormInput]:
+def _nullable(name: str) -> bool:
+    """The input's column may be empty (hidden size and verify tokens may not)."""
+    return "null" in {b.get("type") for b in _input_properties()[name].get("anyOf", [])}
+
+
+def form_inputs(inputs: ModelInputs, campaign: Campaign) -> list[FormInput]:
     """The what-if form's fields with the campaign's current values, read from the inputs' JSON schema (the
     API's own: its bounds, titles and `x-form`), in declaration order."""
     current = _form_values(inputs)
@@ -118,6 +154,7 @@ def form_inputs(inputs: ModelInputs) -> list[FormInput]:
                 max=number.get("maximum"),
                 placeholder=form.get("placeholder", ""),
                 value=shown,
+                clearable=getattr(campaign, name) is not None and _nullable(name),
             )
         )
     return out
@@ -132,6 +169,7 @@ class CampaignAnswer:
     approaches: list[Approach]
     report: ProfitabilityReport
     what_if: WhatIf
+    t_ar_us: float | None = None  # the what-if allreduce latency, used in place of the measured ones
 
     def figures(self) -> dict[str, Any]:
         """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
@@ -165,7 +203,10 @@ def campaign_answer(session: Session, campaign: Campaign, form: BaseModel | None
     what_if = what_if_changes(form, report.inputs) if form is not None else WhatIf()
     if what_if.any():
         report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
-    return CampaignAnswer(metrics, rows, report, what_if)
+    t_ar_us = getattr(form, "allreduce_latency_us", None) if form is not None else None
+    if t_ar_us is not None:
+        report = with_allreduce_latency(report, t_ar_us)
+    return CampaignAnswer(metrics, rows, report, what_if, t_ar_us)
 
 
 @dataclass(frozen=True)
@@ -178,21 +219,32 @@ class DeployOption:
     error: str
 
 
-ENGINE_LABELS = {"sglang": "SGLang (launch flags)", "vllm": "vLLM (--speculative-config)"}
-
-
-def speculation_context(session: Session, campaign: Campaign, answer: CampaignAnswer) -> dict[str, Any]:
-    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens), its charts and the
-    Deploy panel, from the metrics the page already read (one more query, for the samples)."""
-    found: SpeculationAnswer = campaign_speculation(session, campaign, answer.metrics, answer.approaches)
+def deploy_options(
+    session: Session, found: SpeculationAnswer, approaches: list[Approach], serve_batches: str | None = None
+) -> dict[str, Any]:
+    """Context of `_partials/deploy.html`: each engine's config for the served range, or why there is none."""
+    try:
+        serve = parse_serve_range(serve_batches)
+        serve_error = ""
+    except Invalid as exc:
+        serve, serve_error = parse_serve_range(None), exc.message
+    target = deploy_target(session, found, approaches)
     deploy = []
     for engine in ENGINES:
         try:
-            deploy.append(
-                DeployOption(engine, ENGINE_LABELS[engine], engine_config(engine, found, answer.approaches), "")
-            )
+            config = engine_config(engine, found, approaches, serve=serve, target=target)
+            deploy.append(DeployOption(engine, ENGINE_LABELS[engine], config, ""))
         except Conflict as exc:  # no decision to deploy yet: the panel says why
             deploy.append(DeployOption(engine, ENGINE_LABELS[engine], None, exc.message))
+    return {"deploy": deploy, "serve_batches": str(serve), "serve_error": serve_error}
+
+
+def speculation_context(
+    session: Session, campaign: Campaign, answer: CampaignAnswer, serve_batches: str | None = None
+) -> dict[str, Any]:
+    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens), its charts and the
+    Deploy panel, from the metrics the page already read (one more query, for the samples)."""
+    found: SpeculationAnswer = campaign_speculation(session, campaign, answer.metrics, answer.approaches)
     return {
         "speculation": found,
         "speculation_charts": {
@@ -200,13 +252,19 @@ def speculation_context(session: Session, campaign: Campaign, answer: CampaignAn
             "heatmap": charts.speedup_heatmap(found),
             "break_even": charts.break_even_batches(found),
         },
-        "deploy": deploy,
+        **deploy_options(session, found, answer.approaches, serve_batches),
     }
 
 
 def _profitability(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any]:
     """Context of the what-if partial: the report and the figures that depend on its inputs."""
-    return {"campaign": campaign, "report": answer.report, "what_if": answer.what_if, **answer.figures()}
+    return {
+        "campaign": campaign,
+        "report": answer.report,
+        "what_if": answer.what_if,
+        "t_ar_us": answer.t_ar_us,
+        **answer.figures(),
+    }
 
 
 @router.get("/campaigns/{slug}/charts")
@@ -214,10 +272,13 @@ def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     answer = campaign_answer(session, campaign)
     ctx = _profitability(answer, campaign)
-    ctx["form_inputs"] = form_inputs(answer.report.inputs)
+    ctx["form_inputs"] = form_inputs(answer.report.inputs, campaign)
     ctx["chart_throughput"] = throughput_figure(answer, campaign)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
-    ctx.update(speculation_context(session, campaign, answer))
+    ctx.update(speculation_context(session, campaign, answer, request.query_params.get("serve_batches")))
+    ctx["deploy_form"] = True
+    unconditional = campaign.accept_unconditional
+    ctx["acceptance_conversion"] = conversion_words(unconditional) if unconditional else None
     return render(request, "charts.html", ctx)
 
 
@@ -227,7 +288,7 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
     field (and the form marks it), so no earlier result stays on the page as if it were this one's."""
     campaign = inventory.get_campaign(session, slug)
     try:
-        form = what_if_form(dict(request.query_params))
+        answer = campaign_answer(session, campaign, what_if_form(dict(request.query_params)))
     except Invalid as exc:
         return render(
             request,
@@ -236,14 +297,53 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
             status_code=422,
             headers=form_error_headers(exc.message, exc.field),
         )
-    return render(request, "_partials/whatif.html", _profitability(campaign_answer(session, campaign, form), campaign))
+    return render(request, "_partials/whatif.html", _profitability(answer, campaign))
 
 
 @router.post("/campaigns/{slug}/charts/whatif/save")
 async def save_what_if(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     form = what_if_form(dict((await request.form()).items()))
-    values = {k: v for k, v in form.model_dump().items() if v is not None}
-    inventory.update_campaign(session, campaign, CampaignUpdate(**values))
+    values = {k: v for k, v in form.model_dump(exclude=set(WHAT_IF_ONLY)).items() if v is not None}
+    inventory.update_campaign(session, campaign, _validated(CampaignUpdate, values))
     url = f"/campaigns/{campaign.slug}/charts"
     return navigate(request, url)
+
+
+def _acceptance_values(form: dict[str, Any]) -> dict[str, Any]:
+    """The acceptance form's text fields as CampaignUpdate values ("1: 1.8, 3: 2.4"; "0.8, 0.7"); blank: kept."""
+    values: dict[str, Any] = {}
+    for name, text in form.items():
+        text = str(text).strip()
+        if name not in ("accept_length_by_k", "accept_alphas", "accept_unconditional") or not text:
+            continue
+        parts = [p for p in text.replace(";", ",").split(",") if p.strip()]
+        try:
+            if name == "accept_length_by_k":
+                pairs = [p.split(":") for p in parts]
+                values[name] = {k.strip(): float(v) for k, v in pairs}
+            else:
+                values[name] = [float(p) for p in parts]
+        except ValueError:
+            example = "1: 1.8, 3: 2.4" if name == "accept_length_by_k" else "0.8, 0.7, 0.6"
+            raise Invalid(f"{name}: write it as {example}, not {text[:40]!r}", field=name) from None
+    return values
+
+
+@router.post("/campaigns/{slug}/charts/acceptance")
+async def save_acceptance(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
+    """Store acceptance entered per k, as conditional alphas or as vLLM's unconditional rates (converted)."""
+    campaign = inventory.get_campaign(session, slug)
+    values = _acceptance_values(dict((await request.form()).items()))
+    inventory.update_campaign(session, campaign, _validated(CampaignUpdate, values))
+    return navigate(request, f"/campaigns/{campaign.slug}/charts#acceptance")
+
+
+@router.post("/campaigns/{slug}/charts/whatif/clear/{field}")
+def clear_stored_input(request: Request, session: SessionDep, operator: OperatorDep, slug: str, field: str) -> Response:
+    """Remove one stored model input (the model then uses the measured one, or says it is missing)."""
+    campaign = inventory.get_campaign(session, slug)
+    if field not in ModelInputFields.WHAT_IF or not _nullable(field):
+        raise Invalid(f"not a what-if input that can be cleared: {field[:40]!r}", field="field")
+    inventory.update_campaign(session, campaign, CampaignUpdate.model_validate({field: None}))
+    return navigate(request, f"/campaigns/{campaign.slug}/charts")

@@ -36,8 +36,8 @@ from runners.preflight import Context, check_names, run_checks
 from runners.recipes import SAFE_ENV, Recipe, RecipeError, module_argv
 from runners.recipes._params import Param, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
+from runners.recipes.metric import ConditionTag, emit, emit_phase
 from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit, emit_phase
 from runners.sglang_output import (
     READY_LINE,
     UNITS,
@@ -206,6 +206,39 @@ def server_argv(values: dict[str, Any]) -> list[str]:
         if values[name] is not None:
             argv += [flag, str(values[name])]
     return argv
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The last value given to `flag` in argv (`--flag V` or `--flag=V`), as launch_server's argparse reads it."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def speculative_tags(argv: Sequence[str]) -> dict[str, int]:
+    """The draft length k and EAGLE top-k a speculative server was launched with, read from its launch flags
+    (so accept lengths file under the k they were measured at). k is `--speculative-num-draft-tokens` - 1 for a
+    chain (top-k 1: the verify window is k + 1), else the draft depth `--speculative-num-steps`. A value the
+    flags leave to sglang (auto-chosen) is not tagged: the trial's k is then not known from its launch line."""
+
+    def number(flag: str) -> int | None:
+        text = _flag_value(argv, flag)
+        return int(text) if text is not None and text.strip().isdigit() else None
+
+    steps, topk = number("--speculative-num-steps"), number("--speculative-eagle-topk")
+    draft_tokens = number("--speculative-num-draft-tokens")
+    tags: dict[str, int] = {}
+    if topk is not None:
+        tags[ConditionTag.TOPK] = topk
+    if topk == 1 and draft_tokens is not None:
+        tags[ConditionTag.DRAFT_TOKENS] = draft_tokens - 1
+    elif steps is not None:
+        tags[ConditionTag.DRAFT_TOKENS] = steps
+    return tags
 
 
 def bench_argv(values: dict[str, Any], result_file: str) -> list[str]:
@@ -494,6 +527,15 @@ def run(values: dict[str, Any]) -> int:
 
     phase("launching")
     argv = server_argv(values)
+    if values["speculative_algorithm"]:
+        spec_tags = speculative_tags(argv)
+        tags.update(spec_tags)
+        if ConditionTag.DRAFT_TOKENS not in spec_tags:
+            print(
+                "sglang_server: the draft length is left to sglang (no --speculative-num-steps or "
+                "--speculative-num-draft-tokens): accept lengths are not tagged with draft_tokens",
+                flush=True,
+            )
     print("sglang_server: launching " + json.dumps(argv), flush=True)
     try:
         server = Server(argv, env)

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+import yaml
 
 from app.db import session_scope
+from app.domain.answer.configs.trtllm import check_trtllm_schedule
+from app.domain.answer.configs.vllm import check_vllm_schedule
 from tests.support.speculation import BATCHES, DRAFT_TOKENS, SLUG, build_sweep_campaign
 
 FIGURE = {"value", "low", "high", "unstable", "no_samples"}
@@ -60,23 +64,55 @@ def test_answer_fields(client, api_headers, swept):
 
 
 def test_engine_configs(client, api_headers, swept):
-    sglang = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=sglang", headers=api_headers).json()
+    answer = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+    chosen = next(a for a in answer["approaches"] if a["key"] == answer["chosen"])
+    best = {int(b): k for b, k in chosen["best_draft_tokens"].items()}
+    b_star = chosen["break_even_batch"]
+    url = f"/api/campaigns/{SLUG}/answer/config"
+
+    sglang = client.get(f"{url}?engine=sglang", headers=api_headers).json()
     assert sglang["approach"] == "symm-one-shot"
     argv = sglang["argv"]
-    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3" and "--speculative-adaptive" in argv
     steps = int(argv[argv.index("--speculative-num-steps") + 1])
     assert int(argv[argv.index("--speculative-num-draft-tokens") + 1]) == steps + 1
-    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "128"
+    # never a sparse capture list or a throughput cap; a one-shot measurement never maps to symm-mem
+    assert not {"--cuda-graph-bs", "--cuda-graph-bs-decode", "--max-running-requests", "--enable-torch-symm-mem"} & set(
+        argv
+    )
+    slots = json.loads(sglang["files"][0]["content"])
+    assert sglang["argv"][argv.index("--speculative-adaptive-config") + 1] == sglang["files"][0]["name"]
+    for b, k in best.items():  # SGLang's routing: the slot with the largest key at or below the batch
+        slot = max(int(key) for key in slots if int(key) <= b)
+        assert slots[str(slot)]["candidate_steps"] == [k if b <= b_star else 0], (b, slots)
     assert all(s["source"] for s in sglang["settings"])
-    vllm = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=vllm", headers=api_headers).json()
+    notes = " ".join(sglang["notes"])
+    # item 9: nothing is claimed past the measured range
+    if chosen["first_losing_batch"] is None:
+        assert f"above batch {b_star} not measured" in notes and "does not pay" not in notes
+    static = sglang["static"]
+    assert static["serve_batches"] == "1-32" and [c["batch"] for c in static["costs"]] == [b for b in best if b <= 32]
+    narrow = client.get(f"{url}?engine=sglang&serve_batches=64-128", headers=api_headers).json()["static"]
+    assert [c["batch"] for c in narrow["costs"]] == [b for b in best if 64 <= b <= 128]
+    bad = client.get(f"{url}?engine=sglang&serve_batches=0-32", headers=api_headers)
+    assert bad.status_code == 422 and "serve_batches" in bad.text, bad.text
+
+    vllm = client.get(f"{url}?engine=vllm", headers=api_headers).json()
     spec = json.loads(vllm["argv"][1])
     assert vllm["argv"][0] == "--speculative-config" and spec["method"] == "eagle3"
     schedule = spec["num_speculative_tokens_per_batch_size"]
-    assert schedule[0][0] == 1 and schedule[-1][2] == 0
-    assert all(a[1] < b[0] for a, b in zip(schedule, schedule[1:]))  # vLLM: sorted, non-overlapping, inclusive
-    assert spec["num_speculative_tokens"] == max(k for _s, _e, k in schedule)
-    bad = client.get(f"/api/campaigns/{SLUG}/answer/config?engine=trtllm", headers=api_headers)
-    assert bad.status_code == 422
+    check_vllm_schedule(schedule, spec["num_speculative_tokens"])
+    assert schedule[0][0] == 1 and schedule[-1][2] == 0 and schedule[-1][0] == b_star + 1
+    # item 9: quoted, so a shell reads it as exactly two arguments
+    assert shlex.split(vllm["shell"]) == vllm["argv"]
+    done = subprocess.run(["sh", "-c", 'printf "%s\\n" ' + vllm["shell"]], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == vllm["argv"]
+
+    trt = client.get(f"{url}?engine=trtllm", headers=api_headers).json()
+    options = yaml.safe_load(trt["files"][0]["content"])["speculative_config"]
+    check_trtllm_schedule(options)
+    assert options["max_concurrency"] == b_star and 0 not in options["draft_len_schedule"].values()
+    assert client.get(f"{url}?engine=tgi", headers=api_headers).status_code == 422
     assert client.get("/api/campaigns/nope/answer", headers=api_headers).status_code == 404
 
 
@@ -112,6 +148,25 @@ def test_cli_answer(swept, settings):
         [sys.executable, "-m", "app.cli", "answer", SLUG], capture_output=True, text=True, env=env, timeout=120
     )
     assert text.stdout.startswith("On this node EAGLE-3") and "symm-two-shot: break-even batch 32" in text.stdout
+
+
+def test_cli_answer_config(swept, settings):
+    """`campaign answer-config`: the API's JSON, the served range, and a quoted line a shell splits right."""
+    env = {**os.environ, **{k: str(v) for k, v in _env(settings).items()}}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "app.cli", "answer-config", SLUG, *args]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    done = cli("--engine", "sglang", "--serve-batches", "64-128", "--json")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["static"]["serve_batches"] == "64-128" and "--speculative-adaptive" in body["argv"]
+    text = cli("--engine", "vllm").stdout
+    line = text.splitlines()[0]
+    assert shlex.split(line)[0] == "--speculative-config" and len(shlex.split(line)) == 2
+    bad = cli("--serve-batches", "zero")
+    assert bad.returncode != 0 and "serve_batches" in bad.stderr + bad.stdout
 
 
 def _env(settings) -> dict[str, str]:
@@ -203,14 +258,46 @@ def test_world_size_one_and_wall_clock_checks(client, api_headers, app):
     assert cell["speedup"]["value"] == pytest.approx((1 + 0.8 + 0.48) * 14.0 / (2 * 0.5 + 22.0))
 
 
-def test_grids_are_sets_and_an_impossible_tau_is_set_aside(client, api_headers, swept):
-    r = client.patch(
-        f"/api/campaigns/{SLUG}",
-        headers=api_headers,
-        json={"speculation_batches": [64, 1, 8, 8], "accept_length_by_k": {"1": 1.9, "3": 4.5}},
-    )
+def test_grids_are_sets(client, api_headers, swept):
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"speculation_batches": [64, 1, 8, 8]})
     assert r.status_code == 200 and r.json()["speculation_batches"] == [1, 8, 64], r.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"accept_length_by_k": {"1": 5.0}},  # issue 32 item 7: answered 200
+        {"accept_length_by_k": {"1": 1.9, "3": 4.5}},
+        {"accept_length": 10, "draft_steps": 3},
+        {"accept_length": 3.5, "draft_steps": 1},
+    ],
+)
+def test_an_impossible_accept_length_is_refused(client, api_headers, swept, body):
+    """tau <= k + 1 (k drafts and the bonus token), one validator for the API, the form and the import."""
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json=body)
+    assert r.status_code == 422 and "tau <= k + 1" in r.text, r.text
+
+
+def test_an_accept_length_is_checked_against_the_stored_draft_steps(client, api_headers, swept):
+    assert client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"draft_steps": 2}).status_code == 200
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_length": 3.5})
+    assert r.status_code == 422 and "above 3" in r.text, r.text
+    assert client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_length": 3.0}).status_code == 200
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"draft_steps": 1})
+    assert r.status_code == 422, r.text  # the stored 3.0 would be impossible with 1 step
+
+
+def test_vllm_unconditional_rates_are_converted(client, api_headers, swept):
+    """vLLM logs accepted-at-position-i / drafts; the model wants alpha_i given all before: u_i / u_(i-1)."""
+    u = [0.8, 0.56, 0.336]
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_unconditional": u})
+    assert r.status_code == 200, r.text
+    assert r.json()["accept_alphas"] == pytest.approx([0.8, 0.7, 0.6]) and r.json()["accept_unconditional"] == u
     body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
-    tau = {t["draft_tokens"]: t for t in body["accept_length"]}
-    assert tau[1]["value"] == 1.9 and tau[3]["source"].startswith("derived from the entered per-position")
-    assert any("the entered 4.5 is above 4" in m["what"] for m in body["missing"])
+    tau = {t["draft_tokens"]: t["value"] for t in body["accept_length"]}
+    assert tau[3] == pytest.approx(1 + 0.8 + 0.56 + 0.336)  # tau(k) = 1 + sum of the unconditional rates
+    rising = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_unconditional": [0.5, 0.6]})
+    assert rising.status_code == 422 and "cannot rise with position" in rising.text
+    # entering alphas directly drops the unconditional rates they no longer come from
+    r = client.patch(f"/api/campaigns/{SLUG}", headers=api_headers, json={"accept_alphas": [0.9]})
+    assert r.json()["accept_unconditional"] is None

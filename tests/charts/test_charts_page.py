@@ -63,7 +63,7 @@ def test_what_if_with_blank_and_unchanged_fields_is_the_campaign(operator):
 def test_a_what_if_value_out_of_bounds_answers_nothing_and_names_its_field(operator):
     """tau = -1: a 422 partial that replaces the last result (no answer, no figures left stale) and the
     form-error event that marks the field; saving it is refused the same way and stores nothing."""
-    for bad in ("-1", "0.5", "1025", "nan", "x"):
+    for bad in ("-1", "0.5", "1025", "nan", "x", "1e309", "-1e309"):
         r = operator.get(WHATIF, params={"accept_length": bad, "draft_steps": "3"}, headers={"HX-Request": "true"})
         assert r.status_code == 422, bad
         assert 'data-testid="whatif-invalid"' in r.text and "Accept length τ" in r.text, bad
@@ -87,14 +87,17 @@ def test_the_what_if_form_has_the_schemas_bounds(operator):
     schema = CampaignCreate.model_json_schema()["properties"]
     assert ModelInputFields.WHAT_IF and set(ModelInputFields.WHAT_IF) <= set(schema)
     for name in ModelInputFields.WHAT_IF:
-        tag = re.search(rf'<input type="number" name="{name}"[^>]*>', form)
+        tag = re.search(rf'<input type="text" inputmode="decimal" name="{name}"[^>]*>', form)
         assert tag, name
-        attrs = dict(re.findall(r'(\w+)="([^"]*)"', tag.group(0)))
+        attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', tag.group(0)))
         prop = next(b for b in schema[name].get("anyOf", [schema[name]]) if b.get("type") != "null")
         low = prop.get("minimum", prop.get("exclusiveMinimum"))
-        assert float(attrs["min"]) == low and float(attrs["max"]) == prop["maximum"], name
+        assert float(attrs["data-min"]) == low and float(attrs["data-max"]) == prop["maximum"], name
         assert schema[name]["title"] in form  # its label, from the same declaration
-    assert len(re.findall(r'<input type="number"', form)) == len(ModelInputFields.WHAT_IF)
+    # text inputs: what the browser cannot parse as a number (1e309) still reaches the server (issue 32 item 8)
+    assert (
+        len(re.findall(r'<input type="text" inputmode="decimal"', form)) == len(ModelInputFields.WHAT_IF) + 1
+    )  # + t_ar
     assert "novalidate" in form  # the server's bounds decide, and say so next to the field
 
 
@@ -157,7 +160,7 @@ def test_a_campaign_without_speculation_gets_a_latency_comparison(operator):
         params={
             "baseline_tok_s": "82",
             "accept_length": "2",
-            "draft_steps": "0",
+            "draft_steps": "1",  # tau <= k + 1
             "draft_step_ms": "0",
             "verify_compute_ms": "0",
         },
@@ -195,3 +198,105 @@ def test_save_needs_csrf_and_charts_need_login(fixture_app, operator):
         assert anonymous.get(f"/campaigns/{SLUG}/charts", follow_redirects=False).status_code == 303
         assert anonymous.get(WHATIF, headers={"accept": "application/json"}).status_code == 401
         assert anonymous.post(f"{WHATIF}/save", data={"accept_length": "3"}).status_code == 401
+
+
+def test_an_impossible_accept_length_is_refused_by_the_what_if(operator):
+    """Issue 32 item 7: tau is at most draft steps + 1, the form's steps or the campaign's."""
+    r = operator.get(WHATIF, params={"accept_length": "10", "draft_steps": "3"}, headers={"HX-Request": "true"})
+    assert r.status_code == 422 and 'id="verdict"' not in r.text
+    event = json.loads(r.headers["HX-Trigger"])["form-error"]
+    assert event["field"] == "accept_length" and "above 4" in event["message"]
+    steps = operator.get(f"/api/campaigns/{SLUG}").json()["draft_steps"]
+    r = operator.get(WHATIF, params={"accept_length": str(steps + 1.5)}, headers={"HX-Request": "true"})
+    assert r.status_code == 422  # against the campaign's own draft steps
+    r = operator.get(WHATIF, params={"draft_steps": "1", "accept_length": "2.0"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200  # tau = k + 1 is possible (every draft accepted)
+    r = operator.post(
+        f"{WHATIF}/save", data={"accept_length": "10", "draft_steps": "3"}, headers={"HX-Request": "true"}
+    )
+    assert r.status_code == 422
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_length"] == 2.4
+
+
+def test_a_stored_input_can_be_cleared_from_the_form(operator):
+    html = operator.get(f"/campaigns/{SLUG}/charts").text
+    assert 'data-testid="clear-accept_length"' in html
+    assert 'data-testid="clear-verify_tokens"' not in html  # its column is never empty
+    r = operator.post(f"{WHATIF}/clear/accept_length", headers={"HX-Request": "true"})
+    assert r.status_code in (200, 204), r.text
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_length"] is None
+    assert 'data-testid="clear-accept_length"' not in operator.get(f"/campaigns/{SLUG}/charts").text
+    assert operator.post(f"{WHATIF}/clear/verify_tokens", headers={"HX-Request": "true"}).status_code == 422
+    assert operator.post(f"{WHATIF}/clear/slug", headers={"HX-Request": "true"}).status_code == 422
+
+
+def test_zero_allreduces_per_verify_names_the_real_cause(app, operator_client):
+    """Issue 32 item 8: with N_ar = 0 the page said nothing useful (an empty "not enough inputs" list); the cause
+    is that a verify step without communication has no break-even allreduce latency, and tau* is then
+    (T_draft + T_verify,compute) / T_base."""
+    from app.db import session_scope
+    from app.domain.demo import load_demo
+
+    with session_scope(app.state.engine) as session:
+        load_demo(session)
+    inputs = {
+        "accept_length": "2.4",
+        "draft_steps": "3",
+        "draft_step_ms": "0.8",
+        "verify_compute_ms": "9.5",
+        "allreduces_per_verify": "0",
+    }
+    r = operator_client.get("/campaigns/kimi-k25-eagle3/charts/whatif", params=inputs, headers={"HX-Request": "true"})
+    assert r.status_code == 200
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", r.text))
+    assert "allreduces per verify is 0" in text and "draft cost" not in text
+    found = re.search(r'data-testid="tau-star-no-comm">([\d.]+)<', r.text)
+    assert found, r.text
+    tau_star = float(found.group(1))
+    assert tau_star == pytest.approx((3 * 0.8 + 9.5) / (1000 / 82), abs=0.005)
+    assert "pays" in text  # 2.4 > 0.98
+
+
+def test_an_allreduce_latency_what_if_replaces_the_measured_one(operator):
+    """Issue 32 item 8: t_ar in us, used in place of the measured curve and said; never stored."""
+    base = operator.get(WHATIF, params={}, headers={"HX-Request": "true"}).text
+    r = operator.get(WHATIF, params={"allreduce_latency_us": "500"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200 and 'data-testid="whatif-t-ar"' in r.text and "500 us per allreduce" in r.text
+    verdict = _text(r.text, "verdict")
+    assert "what-if t_ar" in verdict and verdict != _text(base, "verdict")
+    assert "not profitable" in verdict  # 122 x 500 us = 61 ms of communication per verify
+    fast = _text(operator.get(WHATIF, params={"allreduce_latency_us": "1"}).text, "verdict")
+    assert (
+        "what-if t_ar" in fast and "profitable</b>" in operator.get(WHATIF, params={"allreduce_latency_us": "1"}).text
+    )
+    for bad in ("0", "-3", "1e309", "x"):
+        r = operator.get(WHATIF, params={"allreduce_latency_us": bad}, headers={"HX-Request": "true"})
+        assert (
+            r.status_code == 422
+            and json.loads(r.headers["HX-Trigger"])["form-error"]["field"] == "allreduce_latency_us"
+        )
+    r = operator.post(f"{WHATIF}/save", data={"allreduce_latency_us": "500"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200  # nothing of it is stored
+    assert "500 us per allreduce" not in operator.get(f"/campaigns/{SLUG}/charts").text
+
+
+def test_acceptance_is_entered_three_ways_from_the_page(operator):
+    """Issue 33 item 3: per k, conditional alphas, or vLLM's unconditional rates (converted, and said)."""
+    url = f"/campaigns/{SLUG}/charts/acceptance"
+    r = operator.post(url, data={"accept_length_by_k": "1: 1.8, 3: 2.4"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200 and "HX-Redirect" in r.headers, r.text
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_length_by_k"] == {"1": 1.8, "3": 2.4}
+    r = operator.post(url, data={"accept_unconditional": "0.8, 0.56"}, headers={"HX-Request": "true"})
+    body = operator.get(f"/api/campaigns/{SLUG}").json()
+    assert body["accept_alphas"] == pytest.approx([0.8, 0.7]) and body["accept_unconditional"] == [0.8, 0.56]
+    page = operator.get(f"/campaigns/{SLUG}/charts").text
+    assert "converted from vLLM&#39;s unconditional" in page or "converted from vLLM's unconditional" in page
+    r = operator.post(url, data={"accept_alphas": "0.9, 0.5"}, headers={"HX-Request": "true"})
+    assert operator.get(f"/api/campaigns/{SLUG}").json()["accept_unconditional"] is None
+    # the one bound, and a clear message for text that is not a list
+    for data, field in (
+        ({"accept_length_by_k": "1: 5"}, "accept_length_by_k"),
+        ({"accept_alphas": "a, b"}, "accept_alphas"),
+    ):
+        r = operator.post(url, data=data, headers={"HX-Request": "true"})
+        assert r.status_code == 422 and json.loads(r.headers["HX-Trigger"])["form-error"]["field"] == field, r.text

@@ -1,15 +1,18 @@
-"""The SGLang launch settings of the answer (app/domain/engine_config.py) against the pinned sglang's own
-`ServerArgs` parser: every flag must exist and land in the field it means."""
+"""The SGLang launch settings of the answer (app/domain/answer/configs/sglang.py) against the pinned sglang's own
+code: every flag parses with `ServerArgs.add_cli_args` and lands in the field it means, and the adaptive
+config loads with sglang's own `AdaptiveSpeculativeParams` and routes each batch to the k the answer chose."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
-from app.domain.engine_config import sglang_config
+from app.domain.answer.configs import DeployTarget, ServeRange, engine_config
+from app.domain.answer.configs.sglang import FILE
 from app.domain.speculation import speculation_answer
 from app.models import Approach
 from tests.support.paths import ROOT
@@ -22,56 +25,56 @@ FIELDS = (
     "speculative_num_steps",
     "speculative_eagle_topk",
     "speculative_num_draft_tokens",
-    "cuda_graph_bs_decode",
-    "cuda_graph_max_bs_decode",
+    "speculative_adaptive",
+    "speculative_adaptive_config",
+    "cuda_graph_bs",
     "max_running_requests",
     "enable_torch_symm_mem",
     "disable_custom_all_reduce",
     "enable_mscclpp",
-    "flashinfer_allreduce_fusion_backend",
 )
 PARSE = f"""
-import argparse, json, sys
+import argparse, json, os, sys
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
 parser = argparse.ArgumentParser(prog="launch_server.py")
 ServerArgs.add_cli_args(parser)
 out = []
-for argv in json.loads(sys.stdin.read()):
-    ns = parser.parse_args(argv)
-    out.append({{k: getattr(ns, k) for k in {FIELDS!r}}})
+for case in json.loads(sys.stdin.read()):
+    ns = parser.parse_args(case["argv"])
+    found = {{k: getattr(ns, k, None) for k in {FIELDS!r}}}
+    if ns.speculative_adaptive:
+        path = os.path.join(case["dir"], ns.speculative_adaptive_config)
+        params = AdaptiveSpeculativeParams(initial_steps=ns.speculative_num_steps, cfg_path=path)
+        found["steps"] = {{str(b): params.get_steps_for_batch(b) for b in case["batches"]}}
+        found["candidates"] = params.candidate_steps
+    out.append(found)
 print(json.dumps(out))
 """
 
-BACKENDS = {
-    "nccl": ("disable_custom_all_reduce", True),
-    "symm_mem_one_shot": ("enable_torch_symm_mem", True),
-    "mscclpp": ("enable_mscclpp", True),
-    "flashinfer": ("flashinfer_allreduce_fusion_backend", "auto"),
-}
+BATCHES = (1, 2, 4, 8, 16)
 
 
-def _answer(batches=(1, 2, 4, 8, 16), ks=(1, 2, 3)):
-    # Constant compute, a linear allreduce (400 of them) and alphas 0.8, 0.6, 0.4: by hand it pays up to
-    # batch 8 (k = 2: 22.8 / (13 + 0.6 b) > 1 below b = 16.3, but k = 2 at 16 just about pays: 1.009).
-    # With 500 allreduces every k loses at 16 (k = 2: 22.8 / (13 + 0.75 b) > 1 only below 13.1).
+def _answer(world_size: int = 2, batches=BATCHES, ks=(1, 2, 3)):
+    # Constant compute, a linear allreduce (500 of them) and tau 1.8, 2.28, 2.472: it pays up to batch 8 and
+    # loses at 16 (k = 2: 22.8 / (13 + 0.75 b) > 1 only below b = 13.1).
     curve = linear_curve(1 / 4096, [4096, 4096 * 256])
     taus = {1: 1.8, 2: 2.28, 3: 2.472}
-    return speculation_answer(
-        spec([approach("ar", batches, ks, curve=curve, verify=11.0)], batches, ks, taus, n_ar=500)
-    )
+    row = approach("ar", batches, ks, curve=curve, verify=11.0, world=world_size)
+    return speculation_answer(spec([row], batches, ks, taus, n_ar=500))
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
-def test_sglang_config_parses_with_the_real_server_args(sglang_env, backend):
-    answer = _answer()
-    b_star = answer.chosen.break_even_batch
-    assert b_star is not None and b_star < 16  # the case must turn speculation off somewhere
-    row = Approach(key="ar", title="ar", campaign_id=1, recipe={"kind": "allreduce", "params": {"backend": backend}})
-    config = sglang_config(answer, [row])
-    argv = ["--model-path", "/m", "--tp-size", "2", *config.argv]
+def _parse(sglang_env, tmp_path, cases):
+    payload: list[dict[str, Any]] = []
+    for argv, config in cases:
+        (tmp_path / FILE).write_text(config.files[0].content)
+        case_dir = tmp_path / str(len(payload))
+        case_dir.mkdir()
+        (case_dir / FILE).write_text(config.files[0].content)
+        payload.append({"argv": argv, "dir": str(case_dir), "batches": [*BATCHES, 3, 12, 100]})
     done = subprocess.run(
         [sys.executable, "-c", PARSE],
-        input=json.dumps([argv]),
+        input=json.dumps(payload),
         capture_output=True,
         text=True,
         env=sglang_env,
@@ -79,13 +82,70 @@ def test_sglang_config_parses_with_the_real_server_args(sglang_env, backend):
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    parsed = json.loads(done.stdout.strip().splitlines()[-1])[0]
-    k = answer.chosen.best_draft_tokens[b_star]
-    assert parsed["speculative_algorithm"] == "EAGLE3"
-    assert parsed["speculative_num_steps"] == k and parsed["speculative_eagle_topk"] == 1
-    assert parsed["speculative_num_draft_tokens"] == k + 1
-    assert parsed["cuda_graph_bs_decode"] == [b for b in (1, 2, 4, 8, 16) if b <= b_star]
-    assert parsed["cuda_graph_max_bs_decode"] == b_star and parsed["max_running_requests"] == b_star
-    field, value = BACKENDS[backend]
-    assert parsed[field] == value
-    assert all(s.source for s in config.settings)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _row(backend: str) -> Approach:
+    return Approach(key="ar", title="ar", campaign_id=1, recipe={"kind": "allreduce", "params": {"backend": backend}})
+
+
+# (backend, TP, SM) -> the allreduce field the config sets (None: no allreduce flag at all)
+CASES = {
+    ("nccl", 2, "9.0"): "disable_custom_all_reduce",
+    ("symm_mem_two_shot", 2, "9.0"): "enable_torch_symm_mem",  # SGLang runs two-shot at TP 2: measured
+    ("symm_mem_one_shot", 2, "9.0"): None,  # SGLang would run two-shot: one-shot does not justify it
+    ("symm_mem_two_shot", 8, "9.0"): None,  # SGLang would run multimem at TP 8 on SM 9.0
+    ("symm_mem_two_shot", 2, "12.0"): None,  # not available at SM 12.0 in 0.5.23
+    ("nccl", 1, "9.0"): None,  # TP 1: no allreduce
+}
+
+
+def test_sglang_config_parses_and_routes_with_the_real_sglang(sglang_env, tmp_path):
+    configs = []
+    for (backend, tp, sm), _field in CASES.items():
+        answer = _answer(world_size=tp)
+        config = engine_config("sglang", answer, [_row(backend)], target=DeployTarget(sm), serve=ServeRange(1, 16))
+        configs.append((answer, config))
+    parsed = _parse(sglang_env, tmp_path, [(["--model-path", "/m", "--tp-size", "2", *c.argv], c) for _a, c in configs])
+    for ((backend, tp, sm), field), (answer, config), found in zip(CASES.items(), configs, parsed, strict=True):
+        chosen = answer.chosen
+        b_star = chosen.break_even_batch
+        assert (b_star, chosen.first_losing_batch) == ((8, 16) if tp > 1 else (16, None))  # TP 1: no allreduce
+        top = max(chosen.best_draft_tokens[b] for b in BATCHES if b <= b_star)
+        assert found["speculative_algorithm"] == "EAGLE3" and found["speculative_adaptive"] is True
+        assert found["speculative_num_steps"] == top and found["speculative_eagle_topk"] == 1
+        assert found["speculative_num_draft_tokens"] == top + 1
+        # sglang's own router: every measured batch gets its best k; above B* (and past the grid) it is off
+        for b in BATCHES:
+            assert found["steps"][str(b)] == (chosen.best_draft_tokens[b] if b <= b_star else 0), (b, found["steps"])
+        assert found["steps"]["100"] == 0
+        assert found["steps"]["3"] == chosen.best_draft_tokens[4]  # between measured batches: the larger one's k
+        # never a sparse capture list, never a throughput cap
+        assert found["cuda_graph_bs"] is None and found["max_running_requests"] is None
+        allreduce = {f: found[f] for f in ("enable_torch_symm_mem", "disable_custom_all_reduce", "enable_mscclpp")}
+        assert allreduce == {f: f == field for f in allreduce}, (backend, tp, sm, allreduce)
+        assert all(s.source for s in config.settings)
+        if (backend, tp) == ("symm_mem_one_shot", 2):
+            assert "measured one-shot" in " ".join(config.notes)
+            assert config.proposed_trials[0]["params"]["backend"] == "symm_mem_two_shot"
+        if (backend, tp) == ("symm_mem_two_shot", 8):
+            assert "multimem" in " ".join(config.notes)
+            assert config.proposed_trials[0]["kind"] == "sglang_server"
+        if tp == 1:
+            assert "no allreduce flag" in " ".join(config.notes)
+
+
+def test_the_one_k_line_parses_too(sglang_env, tmp_path):
+    config = engine_config("sglang", _answer(), [_row("nccl")], target=DeployTarget("9.0"), serve=ServeRange(1, 16))
+    static = config.static
+    assert static is not None
+    found = _parse(sglang_env, tmp_path, [(["--model-path", "/m", *static.argv], config)])[0]
+    assert found["speculative_num_steps"] == static.k and found["speculative_num_draft_tokens"] == static.k + 1
+    assert found["speculative_adaptive"] is False and found["disable_custom_all_reduce"] is True
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_every_setting_names_its_measurement(engine):
+    config = engine_config(engine, _answer(), [_row("nccl")], target=DeployTarget("9.0"))
+    per_batch = [s for s in config.settings if "batches" in s.source]
+    assert per_batch and all("trial" in s.source for s in per_batch)

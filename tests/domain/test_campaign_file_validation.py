@@ -119,3 +119,24 @@ def test_any_value_the_api_refuses_the_import_refuses_with_its_line(name, value)
         parse_campaign_file(text)
     assert refused.value.message.startswith(f"line {LINES[name]}: "), (dumped, refused.value.message)
     assert name in (refused.value.field or ""), refused.value.field
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ("  accept_length_by_k: {'1': 5.0}\n", "accept_length_by_k"),  # tau <= k + 1 (issue 32 item 7)
+        ("  accept_length: 10\n  draft_steps: 3\n", "draft_steps"),
+        ("  accept_unconditional: [0.5, 0.6]\n", "accept_unconditional"),  # vLLM's rates cannot rise
+    ],
+)
+def test_the_import_applies_the_acceptance_bounds(extra, field):
+    with pytest.raises(Invalid) as refused:
+        parse_campaign_file(FILE.replace("  hidden_size: 7168\n", "  hidden_size: 7168\n" + extra))
+    assert field in (refused.value.field or ""), refused.value.message
+
+
+def test_the_import_converts_vllm_rates():
+    parsed = parse_campaign_file(
+        FILE.replace("  hidden_size: 7168\n", "  hidden_size: 7168\n  accept_unconditional: [0.8, 0.56]\n")
+    )
+    assert parsed.campaign.accept_alphas == pytest.approx([0.8, 0.7])

@@ -3,6 +3,9 @@ answer over batch sizes, with its points inside the axes and an interval band, a
 
 from __future__ import annotations
 
+import json
+import shlex
+
 import pytest
 
 from app.db import make_engine, session_scope
@@ -65,9 +68,79 @@ def test_speedup_against_batch_has_points_in_the_axes_and_a_band(server, browser
         page.wait_for_function("() => document.querySelector('#chart-speedup-heatmap .main-svg')")
         sentence = page.locator("[data-sentence]").inner_text()
         assert sentence.startswith("On this node EAGLE-3 pays")
-        sglang = page.locator('#deploy pre[data-engine="sglang"]').inner_text()
-        assert "--speculative-algorithm EAGLE3" in sglang and "--cuda-graph-max-bs-decode 128" in sglang
-        assert "num_speculative_tokens_per_batch_size" in page.locator('#deploy pre[data-engine="vllm"]').inner_text()
+        sglang = page.locator("#deploy-shell-sglang").input_value()
+        assert "--speculative-algorithm EAGLE3" in sglang and "--speculative-adaptive" in sglang
+        assert "--cuda-graph" not in sglang and "--max-running-requests" not in sglang
+        assert "num_speculative_tokens_per_batch_size" in page.locator("#deploy-shell-vllm").input_value()
         assert errors == []
+    finally:
+        context.close()
+
+
+def test_deploy_panel_copies_the_quoted_line_and_downloads_the_file(server, browser):
+    """Issue 32 item 9: the vLLM line pasted into a shell is two arguments; Copy puts it on the clipboard;
+    Download saves the file the launch line names; the served range changes SGLang's one-k line."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = context.new_page()
+    try:
+        page.goto(server.login)
+        page.wait_for_url(f"**/campaigns/{SLUG}/charts")
+        line = page.locator("#deploy-shell-vllm").input_value()
+        assert shlex.split(line)[0] == "--speculative-config" and len(shlex.split(line)) == 2
+        assert json.loads(shlex.split(line)[1])["method"] == "eagle3"
+        page.locator('#deploy [data-copy="#deploy-shell-vllm"]').click()
+        page.wait_for_function(
+            "() => document.querySelector('[data-copy=\"#deploy-shell-vllm\"]').textContent === 'Copied'"
+        )
+        assert page.evaluate("navigator.clipboard.readText()") == line
+        with page.expect_download() as info:
+            page.locator('[data-testid="download-sglang"]').click()
+        download = info.value
+        assert download.suggested_filename == "sglang-adaptive-spec.json"
+        slots = json.loads(open(download.path()).read())
+        assert slots["1"]["candidate_steps"][0] >= 1
+        with page.expect_download() as info:
+            page.locator('[data-testid="download-trtllm"]').click()
+        assert "draft_len_schedule" in open(info.value.path()).read()
+        # the served range: the one-k line's cost table covers just those batches
+        page.fill('[data-testid="serve-form"] input[name="serve_batches"]', "64-128")
+        page.click('[data-testid="serve-form"] button')
+        page.wait_for_url("**serve_batches=64-128**")
+        page.locator('[data-testid="static-sglang"] summary').click()
+        rows = page.locator('[data-testid="static-sglang"] tbody tr td:first-child').all_inner_texts()
+        assert rows == ["64", "128"]
+    finally:
+        context.close()
+
+
+def test_what_if_refuses_what_the_browser_cannot_parse_and_clears_a_stored_input(server, browser):
+    """Issue 32 items 7 and 8 in Chromium: 1e309 reaches the server and is refused at its field (a number input
+    sent it empty); tau 10 with 3 draft steps is refused; a stored input is cleared from the form."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    try:
+        page.goto(server.login)
+        page.wait_for_url(f"**/campaigns/{SLUG}/charts")
+        invalid = page.locator('[data-testid="whatif-invalid"]')
+        page.fill('#whatif-form input[name="accept_length"]', "1e309")
+        invalid.wait_for()
+        assert "Accept length τ" in invalid.inner_text()
+        page.fill('#whatif-form input[name="accept_length"]', "10")
+        page.fill('#whatif-form input[name="draft_steps"]', "3")
+        page.wait_for_function(
+            "() => { const e = document.querySelector('[data-testid=whatif-invalid]'); return e && e.textContent.includes('above 4'); }"
+        )
+        page.fill('#whatif-form input[name="accept_length"]', "")
+        page.fill('#whatif-form input[name="draft_steps"]', "")
+        page.fill('#whatif-form input[name="allreduce_latency_us"]', "500")
+        page.locator('[data-testid="whatif-t-ar"]').wait_for()
+        page.fill('#whatif-form input[name="allreduce_latency_us"]', "")
+        clear = page.locator('[data-testid="clear-allreduces_per_verify"]')
+        assert clear.count() == 1
+        with page.expect_navigation():
+            clear.click()
+        assert page.locator('[data-testid="clear-allreduces_per_verify"]').count() == 0
     finally:
         context.close()

@@ -16,7 +16,7 @@ import pytest
 
 from app.domain.signatures import classify
 from runners.recipes import build_launch
-from runners.recipes.sglang_server import READY_TIMEOUT_MESSAGE, server_argv, validate
+from runners.recipes.sglang_server import READY_TIMEOUT_MESSAGE, server_argv, speculative_tags, validate
 from runners.sglang_output import READY_LINE, parse_bench_stdout, parse_decode_line, parse_result_json
 from tests.support.net import free_port
 from tests.support.paths import ROOT
@@ -105,6 +105,10 @@ def test_ready_then_benchmark_metrics_parsed_exactly(tmp_path):
     assert tput["unit"] == "tok/s"
     assert tput["tags"]["sglang_version"] == "0.5.9" and tput["tags"]["source"] == "result_file"
     assert tput["tags"]["speculative_algorithm"] == "EAGLE3" and tput["tags"]["tp_size"] == 8
+    # Accept lengths file under the k they ran: 4 draft tokens verified in a chain = k 3 (issue 33 item 3).
+    for name in ("accept_length", "server_avg_spec_accept_length", "decode_log_accept_len"):
+        tags = by_name(found, name)[0]["tags"]
+        assert tags["draft_tokens"] == 3 and tags["speculative_topk"] == 1, (name, tags)
     assert "stopped (SIGTERM)" in out
     assert "GPU release not checked" in out or "GPUs released" in out or "GPUs NOT released" in out
     assert_gone(pids(tmp_path))  # server and its helper child
@@ -276,3 +280,37 @@ def test_parse_decode_line():
     )
     assert parse_decode_line(line) == (2.41, 81.93)
     assert parse_decode_line("Prefill batch, #new-seq: 1, #new-token: 1024") is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+            {"draft_tokens": 3, "speculative_topk": 1},
+        ),
+        # a chain's k is the verify window less one, whatever --speculative-num-steps says
+        (
+            ["--speculative-eagle-topk=1", "--speculative-num-draft-tokens=6", "--speculative-num-steps", "5"],
+            {"draft_tokens": 5, "speculative_topk": 1},
+        ),
+        # a tree (top-k 4): k is the draft depth
+        (
+            ["--speculative-num-steps", "4", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"],
+            {"draft_tokens": 4, "speculative_topk": 4},
+        ),
+        # the last value wins, as argparse reads it (flags given twice: server_args, then the typed ones)
+        (["--speculative-num-steps", "2", "--speculative-num-steps", "7"], {"draft_tokens": 7}),
+        ([], {}),  # left to sglang: not tagged
+    ],
+)
+def test_speculative_tags_from_the_launch_flags(argv, expected):
+    assert speculative_tags(argv) == expected
+
+
+def test_auto_chosen_draft_length_is_said_and_not_tagged(tmp_path):
+    port = free_port()
+    done = run(port, "ready", tmp_path, speculative={"algorithm": "EAGLE3", "draft_model_path": MODEL})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "accept lengths are not tagged with draft_tokens" in done.stdout
+    assert all("draft_tokens" not in m["tags"] for m in metrics(done.stdout))
