@@ -2,7 +2,7 @@
 holds their conversion to conditional rates)
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 """
 
 from collections.abc import Sequence
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0017"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
