@@ -21,13 +21,13 @@ from typing import Any
 import plotly.io as pio
 
 from app.domain.comparison import Comparison, MetricGroup
-from app.domain.profitability import (
+from app.domain.answer import (
     LatencySeries,
     ProfitabilityReport,
     ReferencePoint,
     ThroughputRow,
 )
-from app.domain.profitability.latency import _size  # a message size as the model's notes say it (56 KiB)
+from app.domain.answer.latency import _size  # a message size as the model's notes say it (56 KiB)
 from app.domain.timeline import Timeline
 from app.templating import STATUS_COLORS, STATUS_LABELS
 

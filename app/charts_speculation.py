@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.charts import STATUS_COLORS, escape
-from app.domain.speculation import ApproachAnswer, SpeculationAnswer
+from app.domain.answer.grid import ApproachAnswer, SpeculationAnswer
 
 _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
 PALETTE = ["#2563eb", "#d97706", "#059669", "#dc2626", "#7c3aed", "#0891b2", "#db2777", "#4b5563"]

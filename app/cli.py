@@ -463,8 +463,8 @@ def answer_cmd(
 
     from app.domain import inventory
     from app.domain.errors import DomainError
-    from app.domain.speculation import answer_json
-    from app.domain.speculation_inputs import read_campaign_speculation
+    from app.domain.answer.grid import answer_json
+    from app.domain.answer.loader import read_campaign_speculation
 
     with session_scope(_engine(get_settings()), write=False, snapshot=True) as session:
         try:

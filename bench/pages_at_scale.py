@@ -536,7 +536,7 @@ def time_answer(engine, slug: str, repeat: int) -> None:
     from app.db import session_scope
     from app.domain import speculation_inputs as speculation
     from app.domain.inventory import approaches
-    from app.domain.profitability import load_campaign_metrics
+    from app.domain.answer import load_campaign_metrics
 
     with session_scope(engine, write=False) as session:
         campaign = session.execute(select(Campaign).where(col(Campaign.slug) == slug)).scalar_one()

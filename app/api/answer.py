@@ -1,4 +1,4 @@
-"""The answer over (batch, draft tokens) and the engine config to deploy it: `app/domain/speculation.py`,
+"""The answer over (batch, draft tokens) and the engine config to deploy it: `app/domain/answer/grid.py`,
 `app/domain/engine_config.py`. Read-only."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 from app.deps import SessionDep, require_operator
 from app.domain import inventory
 from app.domain.engine_config import engine_config
-from app.domain.speculation import answer_json
-from app.domain.speculation_inputs import read_campaign_speculation
+from app.domain.answer.grid import answer_json
+from app.domain.answer.loader import read_campaign_speculation
 
 router = APIRouter(prefix="/api", tags=["answer"], dependencies=[Depends(require_operator)])
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.errors import Conflict, Invalid
-from app.domain.speculation import ApproachAnswer, SpeculationAnswer
+from app.domain.answer.grid import ApproachAnswer, SpeculationAnswer
 from app.models import Approach
 
 ENGINES = ("sglang", "vllm")

@@ -37,7 +37,7 @@ from app.domain import fingerprint as stack
 from app.domain import verdicts
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import approaches
-from app.domain.profitability import (
+from app.domain.answer import (
     LatencyEstimate,
     ProfitabilityReport,
     profitability_report,

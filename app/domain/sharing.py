@@ -23,7 +23,7 @@ from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
 from app.domain.inventory import status_counts
 from app.domain.planning import run_next_order
-from app.domain.profitability import Answer, ApproachPoint, CpuFloor, ProfitabilityReport, ThroughputRow, stack_summary
+from app.domain.answer import Answer, ApproachPoint, CpuFloor, ProfitabilityReport, ThroughputRow, stack_summary
 from app.domain.scheduling import candidates
 from app.models import Approach, ApproachStatus, Campaign, ShareLink, utcnow
 

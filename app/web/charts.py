@@ -20,7 +20,7 @@ from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.engine_config import ENGINES, EngineConfig, engine_config
 from app.domain.errors import Conflict, Invalid
-from app.domain.profitability import (
+from app.domain.answer import (
     CampaignMetrics,
     Input,
     ModelInputs,
@@ -31,8 +31,8 @@ from app.domain.profitability import (
     profitability_report,
     throughput_rows,
 )
-from app.domain.speculation import SpeculationAnswer
-from app.domain.speculation_inputs import campaign_speculation
+from app.domain.answer.grid import SpeculationAnswer
+from app.domain.answer.loader import campaign_speculation
 from app.domain.timeline import campaign_timeline
 from app.errors import form_error_headers
 from app.models import Approach, Campaign, ModelInputFields

@@ -16,7 +16,7 @@ from sqlmodel import Session
 from app.config import resource_dir
 from app.deps import OperatorDep, RowId, SessionDep, public_base_url
 from app.domain import inventory
-from app.domain.profitability import throughput_rows
+from app.domain.answer import throughput_rows
 from app.domain.sharing import (
     create_share_link,
     get_share_link,

@@ -15,7 +15,7 @@ from app import charts
 from app.db import session_scope
 from app.domain import inventory
 from app.domain.demo import load_demo
-from app.domain.profitability import latency_series, load_campaign_metrics, profitability_report, throughput_rows
+from app.domain.answer import latency_series, load_campaign_metrics, profitability_report, throughput_rows
 from app.domain.timeline import campaign_timeline
 from app.models import Campaign, Trial
 from app.web.charts import campaign_answer, throughput_figure

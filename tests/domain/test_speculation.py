@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.domain.speculation import (
+from app.domain.answer.grid import (
     ApproachAnswer,
     Cell,
     Interval,

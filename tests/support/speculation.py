@@ -17,7 +17,7 @@ import numpy as np
 from sqlmodel import Session
 
 from app.domain import inventory
-from app.domain.speculation import ApproachInputs, Measured, SpeculationInputs
+from app.domain.answer.grid import ApproachInputs, Measured, SpeculationInputs
 from app.models import Metric, Trial
 from app.schemas import ApproachCreate, CampaignCreate
 

@@ -17,7 +17,7 @@ model), so tau* and speedup carry 95% percentile intervals that propagate every 
 whose samples have a coefficient of variation above 10% is *unstable*, and so is anything computed
 from it. A figure without samples is a point estimate marked "no samples".
 
-Pure (numpy and scipy): `app/domain/speculation_inputs.py` reads a campaign's inputs and calls
+Pure (numpy and scipy): `app/domain/answer/loader.py` reads a campaign's inputs and calls
 `speculation_answer`. No database, no FastAPI here.
 """
 

@@ -7,11 +7,11 @@ One idea a module:
     latency.py  each approach's allreduce latency at the verify message size, and reported figures
     report.py   the report: every approach against the curve, and the answers it gives
     series.py   the measurements the charts draw beside the model
-The names are re-exported here: `from app.domain.profitability import X` is the way in.
+The names are re-exported here: `from app.domain.answer import X` is the way in.
 """
 
-from app.domain.profitability.inputs import Input, Missing, ModelInputs, WhatIf, model_inputs
-from app.domain.profitability.latency import (
+from app.domain.answer.inputs import Input, Missing, ModelInputs, WhatIf, model_inputs
+from app.domain.answer.latency import (
     LatencyEstimate,
     LatencyPoint,
     ReferencePoint,
@@ -20,7 +20,7 @@ from app.domain.profitability.latency import (
     latency_at,
     reported_latencies,
 )
-from app.domain.profitability.metrics import (
+from app.domain.answer.metrics import (
     MODEL_METRICS,
     CampaignMetrics,
     MetricRow,
@@ -28,7 +28,7 @@ from app.domain.profitability.metrics import (
     is_world_figure,
     load_campaign_metrics,
 )
-from app.domain.profitability.model import (
+from app.domain.answer.model import (
     BYTES_PER_ELEMENT,
     BreakEvenCurve,
     CycleCosts,
@@ -36,7 +36,7 @@ from app.domain.profitability.model import (
     leviathan_speedup,
     t_base_ms,
 )
-from app.domain.profitability.report import (
+from app.domain.answer.report import (
     Answer,
     ApproachPoint,
     CpuFloor,
@@ -45,7 +45,7 @@ from app.domain.profitability.report import (
     asks_speculation,
     profitability_report,
 )
-from app.domain.profitability.series import LatencySeries, ThroughputRow, latency_series, stack_summary, throughput_rows
+from app.domain.answer.series import LatencySeries, ThroughputRow, latency_series, stack_summary, throughput_rows
 
 __all__ = [
     "BYTES_PER_ELEMENT",

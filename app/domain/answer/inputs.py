@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 from sqlmodel import Session
 
-from app.domain.profitability.metrics import CampaignMetrics, MetricRow, load_campaign_metrics
-from app.domain.profitability.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCosts, t_base_ms
+from app.domain.answer.metrics import CampaignMetrics, MetricRow, load_campaign_metrics
+from app.domain.answer.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCosts, t_base_ms
 from app.domain.traces import StoredTrace
 from app.models import Campaign, ModelInputFields
 from runners.recipes.metric import MetricName

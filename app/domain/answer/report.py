@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlmodel import Session
 
 from app.domain.inventory import approaches
-from app.domain.profitability.inputs import (
+from app.domain.answer.inputs import (
     Input,
     Missing,
     ModelInputs,
@@ -22,10 +22,10 @@ from app.domain.profitability.inputs import (
     _from_metric,
     model_inputs,
 )
-from app.domain.profitability.latency import LatencyEstimate, ReferencePoint, approach_latency, reported_latencies
-from app.domain.profitability.metrics import CampaignMetrics, load_campaign_metrics
-from app.domain.profitability.model import BreakEvenCurve, CycleCosts
-from app.domain.profitability.series import stack_summary
+from app.domain.answer.latency import LatencyEstimate, ReferencePoint, approach_latency, reported_latencies
+from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
+from app.domain.answer.model import BreakEvenCurve, CycleCosts
+from app.domain.answer.series import stack_summary
 from app.models import Approach, ApproachStatus, Campaign
 from runners.recipes.metric import MetricName
 

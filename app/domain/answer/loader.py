@@ -17,7 +17,7 @@ from sqlalchemy import Text, cast
 from sqlmodel import Session, select
 
 from app.domain.inventory import approaches
-from app.domain.profitability import (
+from app.domain.answer import (
     BYTES_PER_ELEMENT,
     CampaignMetrics,
     MetricRow,
@@ -27,7 +27,7 @@ from app.domain.profitability import (
     load_campaign_metrics,
     model_inputs,
 )
-from app.domain.speculation import (
+from app.domain.answer.grid import (
     RESAMPLES,
     ApproachInputs,
     Measured,
