@@ -19,14 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.domain.answer.grid import (
-    ApproachInputs,
-    Measured,
-    SpeculationInputs,
-    accept_length_from_alphas,
-    measured,
-    speculation_answer,
-)
+from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas, speculation_answer
+from app.domain.answer.values import Value, exact, measured
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 DRAFT_TOKENS = (1, 2, 3, 4, 5, 6, 7)
@@ -37,7 +31,7 @@ HIDDEN = 7168
 def build(approaches: int, r: int, seed: int = 1) -> SpeculationInputs:
     rng = np.random.default_rng(seed)
 
-    def point(value: float) -> Measured:
+    def point(value: float) -> Value:
         return measured(value, [float(x) for x in rng.normal(value, value * 0.02, r)], "synthetic")
 
     draft = {b: point(0.5 + 0.005 * b) for b in BATCHES}
@@ -64,7 +58,7 @@ def build(approaches: int, r: int, seed: int = 1) -> SpeculationInputs:
         draft_tokens=DRAFT_TOKENS,
         n_ar=122,
         hidden_size=HIDDEN,
-        tau={k: Measured(accept_length_from_alphas(ALPHAS, k)) for k in DRAFT_TOKENS},
+        tau={k: exact(accept_length_from_alphas(ALPHAS, k), "alphas") for k in DRAFT_TOKENS},
         approaches=tuple(rows),
         bytes_per_element=2,
         draft_steps=3,

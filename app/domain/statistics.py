@@ -382,3 +382,97 @@ def percentile_interval(resamples: np.ndarray, confidence: float) -> tuple[float
     k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
     part = np.partition(resamples, [k_low, k_high])
     return float(part[k_low]), float(part[k_high])
+
+
+@functools.lru_cache(maxsize=64)
+def _median_rank_table(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exact distribution of a resampled median's order statistics for n sorted samples: (cumulative
+    probabilities, lower index, upper index), the median being the mean of the two samples at those indices.
+
+    Resampling n values with replacement and sorting the draws, where the k-th smallest lands is counted by
+    binomials: C_j ~ Bin(n, (j + 1) / n) draws fall on samples <= j,
+    so P(X_(k) <= j) = P(C_j >= k). For even n the median pairs X_(k) with X_(k+1): P(X_(k) = j, X_(k+1) = l)
+    is P(C_j = k, C_(j-1) < k) times the chance that the smallest of the other n - k draws (uniform over the samples above
+    j) is l, for l > j; and P(C_(j-1) < k, C_j >= k + 1) for l = j. The same distribution `trial_resamples`
+    draws through Beta order statistics, tabulated once per n so a draw costs one uniform."""
+    k = (n + 1) // 2
+    j = np.arange(n)
+    sf = sps.binom.sf(k - 1, n, (j + 1) / n)  # P(C_j >= k)
+    if n % 2:
+        pmf = np.diff(np.concatenate([[0.0], sf]))
+        return np.cumsum(pmf), j, j
+    lows, highs, probs = [], [], []
+    at_k = sps.binom.pmf(k, n, (j + 1) / n)  # P(C_j = k)
+    below = np.concatenate([[0.0], sps.binom.sf(k - 1, n, j[:-1] / n + 1 / n)])  # P(C_(j-1) >= k), 0 at j = 0
+    for lo in range(n):
+        # l == j: C_(j-1) <= k - 1 and C_j >= k + 1.
+        same = sps.binom.sf(k, n, (lo + 1) / n) - (below[lo] - _both_at(n, k, lo))
+        lows.append(lo)
+        highs.append(lo)
+        probs.append(max(same, 0.0))
+        rest = n - lo - 1
+        exactly = at_k[lo] - _both_at(n, k, lo)  # k draws on samples <= j, at least one of them on j
+        if rest and exactly > 0:
+            hi = np.arange(lo + 1, n)
+            above = ((n - hi) / rest) ** (n - k) - ((n - hi - 1) / rest) ** (n - k)
+            lows.extend([lo] * hi.size)
+            highs.extend(hi.tolist())
+            probs.extend((exactly * above).tolist())
+    p = np.asarray(probs)
+    return np.cumsum(p / p.sum()), np.asarray(lows), np.asarray(highs)
+
+
+def _both_at(n: int, k: int, j: int) -> float:
+    """P(C_(j-1) = k and C_j = k): k draws on samples below j and none on j."""
+    if j == 0:
+        return 0.0
+    return float(sps.binom.pmf(k, n, j / n) * ((n - j - 1) / (n - j)) ** (n - k))
+
+
+def trial_resamples_many(
+    figures: Sequence[Sequence[Sequence[float]]], n_resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """`trial_resamples` for many figures at once (each a list of trials, each its samples): a
+    [figure, resample] array with the same hierarchical distribution (trials drawn with replacement, each
+    drawn trial's median resampled), vectorized over every figure and trial of one sample count. The answer's
+    grid resamples some thousand figures this way. Figures without a sample give NaN rows."""
+    sets = [[np.sort(np.asarray(t, dtype=float)) for t in f if len(t)] for f in figures]
+    by_n: dict[int, list[tuple[int, int]]] = {}
+    for fi, trials in enumerate(sets):
+        for ti, t in enumerate(trials):
+            by_n.setdefault(t.size, []).append((fi, ti))
+    medians: dict[tuple[int, int], np.ndarray] = {}
+    for n, where in by_n.items():
+        values = np.stack([sets[fi][ti] for fi, ti in where])  # [trial, n]
+        if n == 1:
+            draws = np.repeat(values, n_resamples, axis=1)
+        else:
+            cum, lo, hi = _median_rank_table(n)
+            pick = np.minimum(np.searchsorted(cum, rng.random((len(where), n_resamples)), side="right"), cum.size - 1)
+            rows = np.arange(len(where))[:, None]
+            draws = 0.5 * (values[rows, lo[pick]] + values[rows, hi[pick]])
+        for row, key in enumerate(where):
+            medians[key] = draws[row]
+    out = np.full((len(sets), n_resamples), np.nan)
+    by_m: dict[int, list[int]] = {}
+    for fi, trials in enumerate(sets):
+        if trials:
+            by_m.setdefault(len(trials), []).append(fi)
+    for m, group in by_m.items():
+        table = np.stack([np.stack([medians[(fi, ti)] for ti in range(m)]) for fi in group])  # [fig, trial, R]
+        if m == 1:
+            out[group] = table[:, 0, :]
+            continue
+        pick = rng.integers(0, m, size=(len(group), n_resamples, m))
+        drawn = np.take_along_axis(table, pick.transpose(0, 2, 1), axis=1)  # [fig, m, R]
+        out[group] = drawn.mean(axis=1)
+    return out
+
+
+def percentile_intervals(resamples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """`percentile_interval` of each row of a [figure, resample] array (the same ranks)."""
+    b = resamples.shape[-1]
+    alpha = 1 - confidence
+    k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
+    part = np.partition(resamples, [k_low, k_high], axis=-1)
+    return part[..., k_low], part[..., k_high]

@@ -18,24 +18,13 @@ from sqlmodel import Session
 from app import charts, charts_speculation
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
+from app.domain.answer import Input, ModelInputs, WhatIf, latency_series, throughput_rows
+from app.domain.answer.read import Answer, read_answer
 from app.domain.engine_config import ENGINES, EngineConfig, engine_config
 from app.domain.errors import Conflict, Invalid
-from app.domain.answer import (
-    CampaignMetrics,
-    Input,
-    ModelInputs,
-    ProfitabilityReport,
-    WhatIf,
-    latency_series,
-    load_campaign_metrics,
-    profitability_report,
-    throughput_rows,
-)
-from app.domain.answer.grid import SpeculationAnswer
-from app.domain.answer.loader import campaign_speculation
 from app.domain.timeline import campaign_timeline
 from app.errors import form_error_headers
-from app.models import Approach, Campaign, ModelInputFields
+from app.models import Campaign, ModelInputFields
 from app.schemas import CampaignUpdate, optional_inputs
 from app.web.render import navigate, render
 
@@ -123,30 +112,20 @@ def form_inputs(inputs: ModelInputs) -> list[FormInput]:
     return out
 
 
-@dataclass(frozen=True)
-class CampaignAnswer:
-    """What the charts and status pages draw, read once: the campaign's model metrics and approaches, and
-    the report (with the what-if laid over it, when there is one)."""
-
-    metrics: CampaignMetrics
-    approaches: list[Approach]
-    report: ProfitabilityReport
-    what_if: WhatIf
-
-    def figures(self) -> dict[str, Any]:
-        """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
-        report = self.report
-        return {
-            "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
-            "chart_verify": charts.verify_comm_vs_savings(report) if report.speculative and report.costs else None,
-            "chart_comparison": None if report.speculative else charts.latency_comparison(report),
-            "chart_latency": charts.allreduce_latency_vs_size(
-                latency_series(self.metrics, self.approaches), report.inputs.verify_bytes, report.references
-            ),
-        }
+def answer_figures(answer: Answer) -> dict[str, Any]:
+    """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
+    report = answer.report
+    return {
+        "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
+        "chart_verify": charts.verify_comm_vs_savings(report) if report.speculative and report.costs else None,
+        "chart_comparison": None if report.speculative else charts.latency_comparison(report),
+        "chart_latency": charts.allreduce_latency_vs_size(
+            latency_series(answer.metrics, answer.approaches), report.inputs.verify_bytes, report.references
+        ),
+    }
 
 
-def throughput_figure(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any] | None:
+def throughput_figure(answer: Answer, campaign: Campaign) -> dict[str, Any] | None:
     """Chart 3, or None while no approach has a measured or reported throughput or a dead end to mark: a
     baseline line alone across empty rows says nothing (no empty axes)."""
     rows = throughput_rows(answer.metrics, answer.approaches)
@@ -157,15 +136,22 @@ def throughput_figure(answer: CampaignAnswer, campaign: Campaign) -> dict[str, A
     return charts.throughput_vs_baseline(rows, baseline, reported)
 
 
-def campaign_answer(session: Session, campaign: Campaign, form: BaseModel | None = None) -> CampaignAnswer:
-    """One pass over the campaign's metrics and approaches, however many approaches and trials it has."""
-    metrics = load_campaign_metrics(session, campaign)
-    rows = inventory.approaches(session, campaign)
-    report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
-    what_if = what_if_changes(form, report.inputs) if form is not None else WhatIf()
-    if what_if.any():
-        report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
-    return CampaignAnswer(metrics, rows, report, what_if)
+def campaign_answer(
+    session: Session, campaign: Campaign, form: BaseModel | None = None, conditions: str | None = None
+) -> Answer:
+    """`read_answer`, with the form's values that differ from the campaign's laid over it as a what-if."""
+    found = read_answer(session, campaign, conditions=conditions)
+    what_if = what_if_changes(form, found.report.inputs) if form is not None else WhatIf()
+    if not what_if.any():
+        return found
+    return read_answer(
+        session,
+        campaign,
+        conditions=conditions,
+        what_if=what_if,
+        metrics=found.metrics,
+        approach_rows=found.approaches,
+    )
 
 
 @dataclass(frozen=True)
@@ -181,10 +167,10 @@ class DeployOption:
 ENGINE_LABELS = {"sglang": "SGLang (launch flags)", "vllm": "vLLM (--speculative-config)"}
 
 
-def speculation_context(session: Session, campaign: Campaign, answer: CampaignAnswer) -> dict[str, Any]:
-    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens), its charts and the
-    Deploy panel, from the metrics the page already read (one more query, for the samples)."""
-    found: SpeculationAnswer = campaign_speculation(session, campaign, answer.metrics, answer.approaches)
+def speculation_context(session: Session, campaign: Campaign, answer: Answer) -> dict[str, Any]:
+    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens) under its condition set (the
+    set select), its charts and the Deploy panel."""
+    found = answer.speculation
     deploy = []
     for engine in ENGINES:
         try:
@@ -195,6 +181,7 @@ def speculation_context(session: Session, campaign: Campaign, answer: CampaignAn
             deploy.append(DeployOption(engine, ENGINE_LABELS[engine], None, exc.message))
     return {
         "speculation": found,
+        "answer": answer,
         "speculation_charts": {
             "speedup": charts_speculation.speedup_vs_batch(found),
             "heatmap": charts_speculation.speedup_heatmap(found),
@@ -204,15 +191,15 @@ def speculation_context(session: Session, campaign: Campaign, answer: CampaignAn
     }
 
 
-def _profitability(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any]:
+def _profitability(answer: Answer, campaign: Campaign) -> dict[str, Any]:
     """Context of the what-if partial: the report and the figures that depend on its inputs."""
-    return {"campaign": campaign, "report": answer.report, "what_if": answer.what_if, **answer.figures()}
+    return {"campaign": campaign, "report": answer.report, "what_if": answer.what_if, **answer_figures(answer)}
 
 
 @router.get("/campaigns/{slug}/charts")
-def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
+def charts_page(request: Request, session: SessionDep, slug: str, conditions: str | None = None) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    answer = campaign_answer(session, campaign)
+    answer = campaign_answer(session, campaign, conditions=conditions)
     ctx = _profitability(answer, campaign)
     ctx["form_inputs"] = form_inputs(answer.report.inputs)
     ctx["chart_throughput"] = throughput_figure(answer, campaign)

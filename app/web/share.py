@@ -29,7 +29,7 @@ from app.domain.sharing import (
 )
 from app.models import Campaign
 from app.templating import PLOTLY_JS
-from app.web.charts import campaign_answer, speculation_context, throughput_figure
+from app.web.charts import answer_figures, campaign_answer, speculation_context, throughput_figure
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -95,7 +95,7 @@ def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
     answer = campaign_answer(session, campaign)
     report = answer.report
     rows = throughput_rows(answer.metrics, answer.approaches)
-    figures = answer.figures()
+    figures = answer_figures(answer)
     return {
         "status": status_report(session, campaign, report, rows, answer.approaches),
         "chart_break_even": figures["chart_break_even"],

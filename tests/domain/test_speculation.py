@@ -10,7 +10,7 @@ from app.domain.answer.grid import (
     ApproachAnswer,
     Cell,
     Interval,
-    Measured,
+    Value as Measured,
     accept_length_from_alphas,
     bracket,
     measured,

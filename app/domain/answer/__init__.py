@@ -1,16 +1,23 @@
-"""Is speculation profitable? The model in shared/domain.md and where its inputs come from.
+"""The campaign's answer, one home: is speculation profitable, up to which batch, with how many draft tokens.
 
+`read_answer(session, campaign, conditions=..., what_if=...)` (read.py) is the one call every reader makes.
 One idea a module:
+    values.py   the vocabulary: Conditions (tags + stack), Value (one input: trials, spread, source, conditions),
+                Missing (what, under which conditions, which trial would measure it)
+    loader.py   the one loader of the batch model's inputs, paired only under the same conditions
+    grid.py     the model over (batch, draft tokens) with trial-level intervals, tiers and the sentence
+    read.py     read_answer, its Answer and its bounded cache keyed from declarations
     model.py    the break-even math: T_base, the cycle costs, the break-even curve tau*(t_ar), Leviathan's speedup
     metrics.py  the campaign's metrics the model reads, loaded in one pass; CPU floors and world figures
     inputs.py   the model's inputs with their sources (entered, measured, what-if) and what is missing
     latency.py  each approach's allreduce latency at the verify message size, and reported figures
     report.py   the report: every approach against the curve, and the answers it gives
     series.py   the measurements the charts draw beside the model
-The names are re-exported here: `from app.domain.answer import X` is the way in.
+The names are re-exported here: `from app.domain.answer import X` is the way in. The batch-1 report (report.py)
+is the answer at batch 1: `Answer.report`.
 """
 
-from app.domain.answer.inputs import Input, Missing, ModelInputs, WhatIf, model_inputs
+from app.domain.answer.inputs import ModelInputs, WhatIf, model_inputs
 from app.domain.answer.latency import (
     LatencyEstimate,
     LatencyPoint,
@@ -37,8 +44,8 @@ from app.domain.answer.model import (
     t_base_ms,
 )
 from app.domain.answer.report import (
-    Answer,
     ApproachPoint,
+    ApproachVerdict,
     CpuFloor,
     ProfitabilityReport,
     answers_for,
@@ -46,6 +53,7 @@ from app.domain.answer.report import (
     profitability_report,
 )
 from app.domain.answer.series import LatencySeries, ThroughputRow, latency_series, stack_summary, throughput_rows
+from app.domain.answer.values import Conditions, Input, Missing, Value
 
 __all__ = [
     "BYTES_PER_ELEMENT",
@@ -62,6 +70,8 @@ __all__ = [
     "load_campaign_metrics",
     "Missing",
     "Input",
+    "Value",
+    "Conditions",
     "WhatIf",
     "ModelInputs",
     "model_inputs",
@@ -74,7 +84,7 @@ __all__ = [
     "reported_latencies",
     "ApproachPoint",
     "CpuFloor",
-    "Answer",
+    "ApproachVerdict",
     "answers_for",
     "ProfitabilityReport",
     "asks_speculation",

@@ -11,14 +11,19 @@ The batch-1 model of `profitability/model.py`, extended over a grid (docs/profit
 t_ar is interpolated log-log on the approach's measured allreduce curve and never extrapolated: a message
 size outside the measured sizes leaves the cell open and says so. World size 1 has no allreduce.
 
-Confidence: every input figure is the mean of its metric row's `samples`; the whole grid is recomputed
-on bootstrap resamples of all inputs at once (one `scipy.stats.bootstrap` call whose statistic is the
-model), so tau* and speedup carry 95% percentile intervals that propagate every input's noise. An input
-whose samples have a coefficient of variation above 10% is *unstable*, and so is anything computed
-from it. A figure without samples is a point estimate marked "no samples".
+Confidence, from the statistics home (`app/domain/statistics.py`, docs/statistics.md): each measured input is
+a `Value` holding its trials (the unit of replication), valued as the trials' estimate; the whole grid is
+recomputed on hierarchical bootstrap resamples of every input (`trial_resamples_many`: trials with
+replacement, then each drawn trial's median), each input resampled independently of the others, so tau* and
+speedup carry percentile intervals (`percentile_intervals`) at the campaign's `stats_confidence` that propagate
+every input's run-to-run spread, and tau's when tau is measured. An entered or derived value is exact (no
+interval; said). An input measured by one trial carries only its within-run noise: a figure that reads one is
+marked `within_run_only`, and "pays" is then decided only on a margin of at least the campaign's
+`stats_min_effect` (docs/profitability.md, "Deciding with one trial"). An input whose spread exceeds the
+statistics home's unstable CV is *unstable*, and so is anything computed from it.
 
-Pure (numpy and scipy): `app/domain/answer/loader.py` reads a campaign's inputs and calls
-`speculation_answer`. No database, no FastAPI here.
+Pure (numpy): `app/domain/answer/loader.py` reads a campaign's inputs and `read.py` calls `speculation_answer`.
+No database, no FastAPI here.
 """
 
 from __future__ import annotations
@@ -27,54 +32,26 @@ import bisect
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-CONFIDENCE = 0.95
-RESAMPLES = 400  # bootstrap resamples: enough for stable 95% percentile bounds, cheap at 20 approaches
-UNSTABLE_CV = 0.10
-SEED = 20261201  # fixed: the same campaign reads the same intervals on every page load
+from app.domain.answer.values import Conditions, Missing, Value, measured
+from app.domain.statistics import Rule, percentile_intervals, trial_resamples_many
+
+# Bootstrap resamples of the grid: fewer than the comparisons' Rule.n_resamples (1,000) because one answer
+# resamples some thousand inputs at once; 400 keeps the 95% bounds within about 1% of their 1,000-resample
+# values (bench/speculation_model.py --resamples) and the answer under 50 ms at 20 approaches.
+RESAMPLES = 400
 ALGORITHM = "EAGLE-3"
+__all__ = ["Value", "measured", "Missing", "Conditions"]
 
 # Figure kinds, as the answer names them.
 DECODE, DRAFT, VERIFY, ALLREDUCE, ACCEPT = "decode step", "draft step", "verify compute", "allreduce", "accept length"
 
 
 # ---- figures ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One model input: its value (the mean of its samples, else the metric's value) and where it comes from."""
-
-    value: float
-    samples: tuple[float, ...] = ()
-    source: str = ""
-    trial_id: int | None = None
-    cv: float | None = None  # coefficient of variation of the samples (None without them)
-
-    @property
-    def sampled(self) -> bool:
-        return len(self.samples) >= 2
-
-    @property
-    def unstable(self) -> bool:
-        return self.cv is not None and self.cv > UNSTABLE_CV
-
-
-def measured(value: float, samples: Sequence[float] | None, source: str, trial_id: int | None = None) -> Measured:
-    """A figure from a metric row: with two or more samples its value is their mean (the model adds
-    expected times), else the row's own value."""
-    kept = tuple(float(x) for x in samples or () if math.isfinite(x))
-    n = len(kept)
-    if n >= 2:  # plain Python: faster than numpy for the ten-odd samples a row carries
-        mean = math.fsum(kept) / n
-        sd = math.sqrt(math.fsum((x - mean) ** 2 for x in kept) / (n - 1))
-        return Measured(mean, kept, source, trial_id, sd / abs(mean) if mean else None)
-    return Measured(float(value), (), source, trial_id)
 
 
 @dataclass(frozen=True)
@@ -85,7 +62,8 @@ class Interval:
     low: float | None
     high: float | None
     unstable: bool = False
-    no_samples: bool = False
+    no_samples: bool = False  # exact: every input entered or derived (no trial measured it)
+    within_run_only: bool = False  # an input measured by one trial: the interval holds within-run noise only
 
     def overlaps(self, other: Interval) -> bool:
         """Intervals overlap (a point estimate without an interval is its own interval)."""
@@ -100,6 +78,7 @@ class Interval:
             "high": self.high,
             "unstable": self.unstable,
             "no_samples": self.no_samples,
+            "within_run_only": self.within_run_only,
         }
 
 
@@ -176,10 +155,10 @@ class ApproachInputs:
     key: str
     title: str
     status: str
-    t_base: dict[int, Measured]
-    draft_step: dict[int, Measured]
-    verify_compute: dict[tuple[int, int], Measured]
-    curve: list[tuple[int, Measured]]  # (bytes, t_ar us), sorted by bytes
+    t_base: dict[int, Value]
+    draft_step: dict[int, Value]
+    verify_compute: dict[tuple[int, int], Value]
+    curve: list[tuple[int, Value]]  # (bytes, t_ar us), sorted by bytes
     curve_how: str  # "nccl graph, world 2" ...
     world_size: int  # 1: no allreduce
     deployable: bool = True  # False for a dead end: compared, never the one to deploy
@@ -191,11 +170,16 @@ class SpeculationInputs:
     draft_tokens: tuple[int, ...]
     n_ar: int | None
     hidden_size: int
-    tau: dict[int, Measured]  # per k
+    tau: dict[int, Value]  # per k
     approaches: tuple[ApproachInputs, ...]
     bytes_per_element: int  # of the activations an allreduce carries (bf16: 2)
     draft_steps: int | None = None  # the campaign's: the draft length tau* is quoted at without a speedup
     set_aside: tuple[tuple[str, str], ...] = ()  # (what, why) of entered inputs the loader could not use
+    conditions: Conditions | None = None  # the condition set every figure of this grid was measured under
+    missing: tuple[Missing, ...] = ()  # what the loader found only under other conditions, or not at all
+    flags: tuple[str, ...] = ()  # contradictory inputs (an accept length above k + 1, ...)
+    confidence: float = Rule.confidence
+    min_effect: float = Rule.min_effect
 
 
 # ---- the grid ---------------------------------------------------------------------------------------
@@ -213,16 +197,24 @@ class Cell:
     tau_star: Interval | None
     speedup: Interval | None
     note: str  # why a figure is open, or how t_ar was obtained
+    min_effect: float = 0.0  # the campaign's: the margin "pays" needs when an input was measured once
 
     @property
     def pays(self) -> str | None:
-        """ "yes" (its interval above 1), "no" (below), "unclear" (1 inside it), None (no speedup)."""
+        """ "yes" (its interval above 1), "no" (below), "unclear" (1 inside it), None (no speedup). Where an
+        input was measured by one trial the interval is within-run noise only: then the speedup must also be at
+        least `min_effect` away from 1 to decide (docs/profitability.md, "Deciding with one trial")."""
         s = self.speedup
         if s is None:
             return None
         low = s.low if s.low is not None else s.value
         high = s.high if s.high is not None else s.value
-        return "yes" if low > 1 else "no" if high <= 1 else "unclear"
+        margin = self.min_effect if s.within_run_only else 0.0
+        if low > 1 and s.value - 1 >= margin:
+            return "yes"
+        if high <= 1 and 1 - s.value >= margin:
+            return "no"
+        return "unclear"
 
 
 @dataclass(frozen=True)
@@ -255,18 +247,16 @@ class ApproachAnswer:
 
 
 @dataclass(frozen=True)
-class MissingInput:
-    what: str
-    approach: str | None  # the approach whose trial would measure it (None: enter it on the campaign)
-    how: str
-
-
-@dataclass(frozen=True)
 class InputFigure:
+    """One input as the answer shows it: its figure, its source (trials) and the conditions it was measured
+    under (the stand-in it came from included)."""
+
     name: str
     approach: str | None
     figure: Interval
     source: str
+    trial_ids: tuple[int, ...] = ()
+    conditions: str = ""
 
 
 @dataclass(frozen=True)
@@ -276,13 +266,21 @@ class SpeculationAnswer:
     approaches: tuple[ApproachAnswer, ...]
     tiers: tuple[tuple[str, ...], ...]  # approach keys, best first; keys within a tier are indistinguishable
     inputs: tuple[InputFigure, ...]
-    missing: tuple[MissingInput, ...]
+    missing: tuple[Missing, ...]
     n_ar: int | None
     tau: dict[int, Interval]
     tau_sources: dict[int, str]
     sentence: str
     resamples: int = RESAMPLES
-    confidence: float = CONFIDENCE
+    confidence: float = Rule.confidence
+    conditions: Conditions | None = None
+    flags: tuple[str, ...] = ()
+    min_effect: float = Rule.min_effect
+
+    @property
+    def within_run_only(self) -> bool:
+        """Some figure reads an input measured by one trial: its interval is within-run noise only."""
+        return any(f.figure.within_run_only for f in self.inputs)
 
     def approach(self, key: str) -> ApproachAnswer | None:
         return next((a for a in self.approaches if a.key == key), None)
@@ -305,16 +303,18 @@ def _chosen(answers: list[ApproachAnswer], tiers: tuple[tuple[str, ...], ...]) -
 @dataclass
 class _Model:
     """The figures of every approach's grid as one vector, so one statistic evaluates all of them on a
-    bootstrap replicate. Constants (no samples) and sampled figures (their replicate means) are mixed."""
+    bootstrap replicate. Exact figures (entered, derived) and measured ones (their replicate estimates) mix."""
 
     values: list[float] = field(default_factory=list)
-    sampled: list[int] = field(default_factory=list)  # which entries of `values` have samples
-    samples: list[np.ndarray] = field(default_factory=list)
+    sampled: list[int] = field(default_factory=list)  # which entries of `values` have something to resample
+    trials: list[tuple[tuple[float, ...], ...]] = field(default_factory=list)  # theirs, in `sampled` order
+    measured: list[bool] = field(default_factory=list)  # from trials (else exact)
+    one_trial: list[bool] = field(default_factory=list)  # measured by one trial: within-run noise only
     unstable: list[bool] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
-    index: dict[int, int] = field(default_factory=dict)  # id(Measured) -> position
+    index: dict[int, int] = field(default_factory=dict)  # id(Value) -> position
 
-    def add(self, m: Measured, kind: str, where: str, *args: Any) -> int:
+    def add(self, m: Value, kind: str, where: str, *args: Any) -> int:
         """The figure's position, adding it (named "<kind> at <where formatted with args>") the first time."""
         key = id(m)
         found = self.index.get(key)
@@ -323,12 +323,15 @@ class _Model:
         name = f"{kind} at {where.format(*args)}"
         pos = len(self.values)
         self.index[key] = pos
+        assert m.value is not None, f"{name} has no value"
         self.values.append(m.value)
         self.unstable.append(m.unstable)
+        self.measured.append(not m.exact)
+        self.one_trial.append(m.one_trial)
         self.names.append(name)
         if m.sampled:
             self.sampled.append(pos)
-            self.samples.append(np.asarray(m.samples, dtype=float))
+            self.trials.append(m.trials)
         return pos
 
     def vector(self, means: np.ndarray) -> np.ndarray:
@@ -493,87 +496,47 @@ def _merge(plans: list[_Plan]) -> _Plan:
     )
 
 
-def _intervals(model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int) -> list[tuple[Any, ...]]:
+def _intervals(
+    model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int, confidence: float
+) -> list[tuple[Any, ...]]:
     """Per plan: (tau* point, low, high, speedup point, low, high, T_verify point), and the figures' own
     (point, low, high) last.
 
-    One `scipy.stats.bootstrap` call over every sampled figure: its statistic is the whole model, so a
-    replicate resamples all inputs together and each interval carries every input's noise. Figures with
-    the same number of samples travel as one array and share each replicate's indices (repetition r of
-    every sweep point is the r-th pass of the same recipe run, so a drift of the node between passes stays
-    in the intervals); figures with other sample counts are resampled independently. One resampling per
-    sample count instead of one per figure keeps the answer cheap at 20 approaches x 56 cells."""
+    Every measured input is resampled on its own at the trial level (`trial_resamples_many`: its trials with
+    replacement, then each drawn trial's median; inputs measured by different trials are independent), the
+    whole grid is evaluated on each replicate, and each cell's interval is the replicates' percentile interval
+    at `confidence` (`percentile_intervals`). Exact inputs (entered, derived) stay at their value."""
     merged = _merge(plans)
-    # Speedup = tau / tau*: with a constant tau (no samples) its percentile interval is tau over tau*'s, exactly
-    # (percentile intervals follow monotone maps), so only cells with a sampled tau resample speedup too.
-    sampled = np.zeros(len(model.values), dtype=bool)
-    sampled[model.sampled] = True
-    known = merged.tau >= 0
-    mask = known & sampled[np.maximum(merged.tau, 0)]
-    constant = known & ~mask
-    groups: dict[int, list[int]] = defaultdict(list)  # sample count -> indexes into model.samples
-    for i, samples in enumerate(model.samples):
-        groups[len(samples)].append(i)
-    order = [i for n in sorted(groups) for i in groups[n]]
-    # scipy.stats.bootstrap wants its samples of one shape but along `axis`: each group's rows (figures) are
-    # padded to the largest group's count by repeating its last row, and the statistic reads the real rows only.
-    counts = [len(groups[n]) for n in sorted(groups)]
-    rows = max(counts, default=0)
-    arrays = tuple(
-        np.array(
-            [model.samples[i] for i in groups[n]] + [model.samples[groups[n][-1]]] * (rows - len(groups[n])),
-            dtype=float,
-        )
-        for n in sorted(groups)
-    )
-    undo = np.argsort(np.asarray(order, dtype=int)) if order else np.array([], dtype=int)
-
-    def group_means(xs: tuple[np.ndarray, ...], axis: int = -1) -> np.ndarray:
-        """Each figure's mean, back in model.samples order (the padding rows left out)."""
-        return np.concatenate([x.mean(axis=axis)[:count] for x, count in zip(xs, counts, strict=True)], axis=0)[undo]
-
-    def statistic(*xs: np.ndarray, axis: int = -1) -> np.ndarray:
-        v = model.vector(group_means(xs, axis))
-        tau_star, speedup, _verify = _evaluate(merged, v, n_ar)
-        return np.concatenate([tau_star, speedup[mask], v[model.sampled]])
-
-    means = group_means(arrays) if arrays else np.array([])
-    point_v = model.vector(means)
-    n_cells, n_speed = len(merged.cells), int(mask.sum())
-    low = high = np.full(2 * n_cells + len(model.sampled), np.nan)
-    if arrays:
-        result = stats.bootstrap(
-            arrays,
-            statistic,
-            vectorized=True,
-            axis=-1,
-            n_resamples=resamples,
-            confidence_level=CONFIDENCE,
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        )
-        low, high = result.confidence_interval.low, result.confidence_interval.high
+    point_v = model.vector(np.array([]))
     tau_star, speedup, verify = _evaluate(merged, point_v, n_ar)
-    t_low, t_high = low[:n_cells], high[:n_cells]
-    s_low, s_high = np.full(n_cells, np.nan), np.full(n_cells, np.nan)
-    s_low[mask], s_high[mask] = low[n_cells : n_cells + n_speed], high[n_cells : n_cells + n_speed]
-    tau_c = point_v[merged.tau[constant]]
-    s_low[constant], s_high[constant] = tau_c / t_high[constant], tau_c / t_low[constant]
+    n_cells = len(merged.cells)
+    nan = np.full(n_cells, np.nan)
+    t_low, t_high, s_low, s_high = nan, nan, nan.copy(), nan.copy()
+    f_low = f_high = np.array([])
+    if model.sampled:
+        draws = trial_resamples_many(model.trials, resamples, np.random.default_rng(seed))  # [sampled, R]
+        v = model.vector(draws)
+        rep_tau_star, rep_speedup, _verify = _evaluate(merged, v, n_ar)
+        if n_cells:
+            t_low, t_high = percentile_intervals(rep_tau_star, confidence)
+            known = merged.tau >= 0
+            if known.any():
+                s_low[known], s_high[known] = percentile_intervals(rep_speedup[known], confidence)
+        f_low, f_high = percentile_intervals(draws, confidence)
     out: list[tuple[Any, ...]] = []
     at = 0
     for plan in plans:
         sl = slice(at, at + len(plan.cells))
         at = sl.stop
         out.append((tau_star[sl], t_low[sl], t_high[sl], speedup[sl], s_low[sl], s_high[sl], verify[sl]))
-    rest = slice(n_cells + n_speed, None)
-    out.append((point_v, low[rest] if arrays else np.array([]), high[rest] if arrays else np.array([])))
+    out.append((point_v, f_low, f_high))
     return out
 
 
-def _interval(value: float, low: float, high: float, unstable: bool, sampled: bool) -> Interval:
+def _interval(value: float, low: float, high: float, unstable: bool, sampled: bool, one_trial: bool = False) -> Interval:
     if not sampled or not math.isfinite(low) or not math.isfinite(high):
-        return Interval(float(value), None, None, unstable, no_samples=not sampled)
-    return Interval(float(value), float(min(low, value)), float(max(high, value)), unstable)
+        return Interval(float(value), None, None, unstable, no_samples=not sampled, within_run_only=one_trial)
+    return Interval(float(value), float(min(low, value)), float(max(high, value)), unstable, within_run_only=one_trial)
 
 
 def _tiers(answers: list[ApproachAnswer]) -> tuple[tuple[str, ...], ...]:
@@ -608,17 +571,18 @@ def _batches_text(values: Sequence[int]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str | None) -> list[MissingInput]:
-    out: list[MissingInput] = [MissingInput(what, None, why) for what, why in spec.set_aside]
+def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str | None) -> list[Missing]:
+    out: list[Missing] = [Missing(what, why) for what, why in spec.set_aside]
+    out += spec.missing
     if spec.n_ar is None:
-        out.append(MissingInput("allreduces per verify step", None, "enter it on the campaign (2 per layer for TP)"))
+        out.append(Missing("allreduces per verify step", "enter it on the campaign (2 per layer for TP)"))
     if not spec.approaches:
         out.append(
-            MissingInput(
+            Missing(
                 "a sweep over batch sizes and draft tokens",
-                None,
                 "run the verify_step recipe with `batches` and `draft_tokens` lists (it also reports the plain "
                 "decode step per batch) and the draft_step recipe with `batches`",
+                None,
             )
         )
     for key, why in gaps.items():
@@ -636,52 +600,55 @@ def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str 
                 kinds["curve"].append(text)
         if kinds["decode"]:
             out.append(
-                MissingInput(
+                Missing(
                     f"plain decode step at batch {_batches_text([int(b) for b in kinds['decode']])}",
-                    key,
                     "run this approach's verify_step recipe with these batches (it reports decode_step_ms per batch)",
+                    key,
                 )
             )
         if kinds["draft"]:
             out.append(
-                MissingInput(
+                Missing(
                     f"draft step at batch {_batches_text([int(b) for b in kinds['draft']])}",
-                    key,
                     "run the draft_step recipe with these `batches`",
+                    key,
                 )
             )
         if kinds["verify"]:
             cells = sorted(set(kinds["verify"]))
             shown = "; ".join(cells[:6]) + (f"; and {len(cells) - 6} more" if len(cells) > 6 else "")
             out.append(
-                MissingInput(
+                Missing(
                     f"verify compute at batch {shown}",
-                    key,
                     "run this approach's verify_step recipe with these `batches` and `draft_tokens`",
+                    key,
                 )
             )
         if kinds["allreduce"]:
             sizes = sorted(set(kinds["allreduce"]), key=_size_bytes)
             out.append(
-                MissingInput(
+                Missing(
                     f"allreduce latency at {sizes[0]}" + (f" to {sizes[-1]}" if len(sizes) > 1 else ""),
-                    key,
                     "run this approach's allreduce recipe with sizes up to these (the model does not extrapolate)",
+                    key,
                 )
             )
         if kinds["curve"]:
-            out.append(MissingInput("allreduce latency curve", key, "run this approach's allreduce recipe"))
+            out.append(Missing("allreduce latency curve", "run this approach's allreduce recipe", key))
     missing_k = [k for k in spec.draft_tokens if k not in spec.tau]
     if missing_k:
         out.append(
-            MissingInput(
+            Missing(
                 f"accept length tau at {', '.join(str(k) for k in missing_k)} draft tokens",
-                measurer,
                 "run an sglang_server trial with EAGLE-3 at each k (--speculative-num-steps k "
                 "--speculative-num-draft-tokens k+1, top-k 1), or enter tau per k or the per-position acceptance "
                 "rates on the campaign",
+                measurer,
             )
         )
+    if spec.conditions is not None:
+        label = spec.conditions.label
+        out = [m if m.conditions else replace(m, conditions=label) for m in out]
     return out
 
 
@@ -733,7 +700,7 @@ def _sentence(
 
 
 def speculation_answer(
-    spec: SpeculationInputs, *, resamples: int = RESAMPLES, seed: int = SEED, measurer: str | None = None
+    spec: SpeculationInputs, *, resamples: int = RESAMPLES, seed: int = Rule.seed, measurer: str | None = None
 ) -> SpeculationAnswer:
     """The model over (batch, draft tokens) for every approach, with intervals, tiers and the sentence."""
     model = _Model()
@@ -749,7 +716,11 @@ def speculation_answer(
         if why:
             gaps[ai.key] = why
     sampled_set = set(model.sampled)
-    results = _intervals(model, plans, spec.n_ar or 0, resamples, seed) if plans else [(np.array([]),) * 3]
+    results = (
+        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence)
+        if plans
+        else [(np.array([]),) * 3]
+    )
     answers: list[ApproachAnswer] = []
     users: dict[int, set[str]] = defaultdict(set)
     for ai, plan, opened, res in zip(spec.approaches, plans, open_cells, results, strict=False):
@@ -760,11 +731,12 @@ def speculation_answer(
             for p in positions[i]:
                 users[p].add(ai.key)
             sampled = any(p in sampled_set for p in positions[i])
-            tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled)
+            once = any(model.one_trial[p] for p in positions[i])
+            tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled, once)
             speedup = None
             if plan.tau[i] >= 0:
                 speedup = _interval(
-                    s_point[i], s_low[i], s_high[i], plan.unstable[i] or model.unstable[plan.tau[i]], sampled
+                    s_point[i], s_low[i], s_high[i], plan.unstable[i] or model.unstable[plan.tau[i]], sampled, once
                 )
             base = model.values[plan.base[i]]
             compute = model.values[plan.verify[i]]
@@ -781,20 +753,25 @@ def speculation_answer(
                     tau_star,
                     speedup,
                     plan.notes[(b, k)],
+                    spec.min_effect,
                 )
             )
         cells.sort(key=lambda c: (c.batch, c.draft_tokens))
         best_k: dict[int, int] = {}
         best_s: dict[int, Interval] = {}
+        best_cell: dict[int, Cell] = {}
         for b in spec.batches:
             options = [c for c in cells if c.batch == b and c.speedup is not None]
             if options:
                 top = max(options, key=lambda c: c.speedup.value)  # type: ignore[union-attr]
                 best_s[b] = top.speedup  # type: ignore[assignment]
                 best_k[b] = top.draft_tokens if top.speedup.value > 1 else 0  # type: ignore[union-attr]
-        paying = [b for b, s in best_s.items() if s.value > 1]
+                best_cell[b] = top
+        # B*: the largest batch where the best draft length pays by the interval rule (Cell.pays), not by its
+        # point estimate alone; above it, the first batch where it does not (or cannot be said to) pay.
+        paying = [b for b, c in best_cell.items() if c.pays == "yes"]
         b_star = max(paying) if paying else None
-        losing = [b for b, s in best_s.items() if s.value <= 1 and (b_star is None or b > b_star)]
+        losing = [b for b, c in best_cell.items() if c.pays != "yes" and (b_star is None or b > b_star)]
         with_tau_star = [c for c in cells if c.tau_star is not None]
         headline_k = None
         tau_star_head = None
@@ -829,14 +806,25 @@ def speculation_answer(
         del m_id
         rank = sampled_rank.get(pos)
         value = float(figures[0][pos]) if len(figures[0]) else model.values[pos]
+        once = model.one_trial[pos]
         if rank is not None and len(figures[1]):
-            fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True)
+            fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True, once)
         else:
-            fig = Interval(value, None, None, model.unstable[pos], no_samples=rank is None)
+            fig = Interval(value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=once)
         owners = users.get(pos, set())
         inputs.append(InputFigure(model.names[pos], next(iter(owners)) if len(owners) == 1 else None, fig, ""))
-    sources = _sources(spec, model)
-    inputs = [InputFigure(f.name, f.approach, f.figure, sources[i]) for i, f in enumerate(inputs)]
+    values = _values(spec, model)
+    inputs = [
+        InputFigure(
+            f.name,
+            f.approach,
+            f.figure,
+            _source(v, spec),
+            v.trial_ids,
+            (v.conditions.label if v.conditions else ""),
+        )
+        for f, v in zip(inputs, values, strict=True)
+    ]
     tiers = _tiers(answers)
     return SpeculationAnswer(
         batches=spec.batches,
@@ -850,21 +838,30 @@ def speculation_answer(
         tau_sources={k: m.source for k, m in spec.tau.items()},
         sentence=_sentence(answers, tiers, _chosen(answers, tiers)),
         resamples=resamples,
+        confidence=spec.confidence,
+        conditions=spec.conditions,
+        flags=spec.flags,
+        min_effect=spec.min_effect,
     )
 
 
-def _sources(spec: SpeculationInputs, model: _Model) -> list[str]:
-    """Each model figure's source, in model order."""
-    by_id: dict[int, str] = {}
-    for m in spec.tau.values():
-        by_id[id(m)] = m.source
+def _values(spec: SpeculationInputs, model: _Model) -> list[Value]:
+    """Each model figure's Value, in model order."""
+    by_id: dict[int, Value] = {id(m): m for m in spec.tau.values()}
     for ai in spec.approaches:
         for group in (ai.t_base.values(), ai.draft_step.values(), ai.verify_compute.values()):
-            for m in group:
-                by_id[id(m)] = m.source
-        for _b, m in ai.curve:
-            by_id[id(m)] = m.source + (f" ({ai.curve_how})" if ai.curve_how else "")
-    return [by_id.get(m_id, "") for m_id in model.index]
+            by_id.update((id(m), m) for m in group)
+        by_id.update((id(m), m) for _b, m in ai.curve)
+    return [by_id[m_id] for m_id in model.index]
+
+
+def _source(v: Value, spec: SpeculationInputs) -> str:
+    """Where a figure comes from, in words: its trials (or "entered, exact"), and how many of them."""
+    if v.exact:
+        return f"{v.source} (exact: no trial measured it)" if v.source else "exact: no trial measured it"
+    trials = len(v.trials)
+    count = "one trial: within-run noise only" if trials == 1 else f"{trials} trials"
+    return f"{v.source} ({count})"
 
 
 def _figure(f: Interval | None) -> dict[str, Any] | None:
@@ -880,6 +877,10 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
         "allreduces_per_verify": answer.n_ar,
         "confidence": answer.confidence,
         "resamples": answer.resamples,
+        "conditions": answer.conditions.key if answer.conditions else None,
+        "conditions_label": answer.conditions.label if answer.conditions else None,
+        "within_run_only": answer.within_run_only,
+        "flags": list(answer.flags),
         "chosen": answer.chosen.key if answer.chosen else None,
         "tiers": [list(t) for t in answer.tiers],
         "indistinguishable": [list(t) for t in answer.tiers if len(t) > 1],
@@ -918,7 +919,17 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
             for a in answer.approaches
         ],
         "inputs": [
-            {"name": f.name, "approach": f.approach, **f.figure.as_dict(), "source": f.source} for f in answer.inputs
+            {
+                "name": f.name,
+                "approach": f.approach,
+                **f.figure.as_dict(),
+                "source": f.source,
+                "trials": list(f.trial_ids),
+                "conditions": f.conditions,
+            }
+            for f in answer.inputs
         ],
-        "missing": [{"what": m.what, "approach": m.approach, "how": m.how} for m in answer.missing],
+        "missing": [
+            {"what": m.what, "approach": m.approach, "how": m.how, "conditions": m.conditions} for m in answer.missing
+        ],
     }

@@ -1,141 +1,371 @@
-"""Where the batch model's inputs come from, and a campaign's answer (the model: `speculation.py`).
+"""The one loader of the batch model's inputs: measurements paired only under the same conditions.
 
-Each approach's grid reads its own newest sweep trial (the rows `profitability.load_campaign_metrics`
-already reads, plus one query for their samples), else the newest campaign-wide one; tau per draft length
-comes from the campaign, a speculative trial or the per-position acceptance rates (docs/profitability.md,
-"The batch model"). No FastAPI here.
+Every decode step T_base(b), draft step, verify compute (b, k) and allreduce figure of the campaign is read with
+its trial's stack (`answer_rows`: one query). A figure's conditions are its ConditionTag tags and its trial's
+stack (`values.Conditions`); what must agree depends on the figure (`KEYS`): the decode and verify steps on world
+size, mode, context, dtype, device and the model geometry (the same stand-in); the draft step (its recipe runs one
+GPU) on mode, context, dtype and device; the allreduce curve on world size, mode, dtype and device; all of them on
+the stack. The decode and verify figures' distinct conditions are the campaign's *condition sets*
+(`condition_sets`); the answer is given per set, and an input found only under other conditions is `Missing`,
+never borrowed. Within a set, each input comes from the approach's own trials, else from the approach with the
+newest agreeing trial; every agreeing trial of that approach is a replicate (the trial is the unit).
+
+Accept length tau(k) is the model's and the draft head's, not the stand-in's: shared by every condition set. Per
+k, first found wins: entered per k on the campaign, measured by speculative trials at that k (tag `draft_tokens`,
+chain drafts: `speculative_topk` 1 or untagged; untagged trials are filed under the campaign's draft steps, as
+before, and said), derived from the entered per-position acceptance rates, the batch-1 accept length at the
+campaign's draft steps. No FastAPI here.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
+from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Text, cast
-from sqlmodel import Session, select
+from sqlalchemy import select as sa_select
+from sqlmodel import Session
 
-from app.domain.inventory import approaches
-from app.domain.answer import (
-    BYTES_PER_ELEMENT,
-    CampaignMetrics,
-    MetricRow,
-    ModelInputs,
-    allreduce_curve,
-    is_cpu_floor,
-    load_campaign_metrics,
-    model_inputs,
+from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas, size_label
+from app.domain.answer.inputs import ModelInputs
+from app.domain.answer.metrics import is_cpu_floor, is_world_figure
+from app.domain.answer.model import BYTES_PER_ELEMENT
+from app.domain.answer.values import Conditions, Missing, Value, exact, of_trials
+from app.domain.statistics import Rule
+from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
+from runners.recipes.metric import ConditionTag, MetricName
+
+DECODE, DRAFT, VERIFY, ALLREDUCE = (
+    MetricName.DECODE_STEP_MS,
+    MetricName.DRAFT_STEP_MS,
+    MetricName.VERIFY_COMPUTE_MS,
+    MetricName.ALLREDUCE_LATENCY_US,
 )
-from app.domain.answer.grid import (
-    RESAMPLES,
-    ApproachInputs,
-    Measured,
-    SpeculationAnswer,
-    SpeculationInputs,
-    accept_length_from_alphas,
-    measured,
-    size_label,
-    speculation_answer,
-)
-from app.models import Approach, ApproachStatus, Campaign, Metric
-from app.schemas import MODEL_INPUT_FIELDS
-from runners.recipes.metric import MetricName
-
-
-def _by_point(rows: list[MetricRow], samples: dict[tuple[int, int, int], list[float]], what: str) -> dict:
-    """Rows keyed by batch (untagged = batch 1), newest trial first wins."""
-    out: dict[int, Measured] = {}
-    for m in rows:
-        b = int(m.tags.get("batch") or 1)
-        if b not in out:
-            out[b] = measured(
-                m.value,
-                samples.get((m.trial_id, m.seq, m.index)),
-                f"trial #{m.trial_id} ({m.name}, {what})",
-                m.trial_id,
-            )
-    return out
-
-
-def _verify_points(rows: list[MetricRow], samples: dict[tuple[int, int, int], list[float]]) -> dict:
-    """verify_compute_ms keyed (batch, draft tokens); a row without a batch tag is batch 1 at tokens = k + 1."""
-    out: dict[tuple[int, int], Measured] = {}
-    for m in rows:
-        b = int(m.tags.get("batch") or 1)
-        k = m.tags.get("draft_tokens")
-        if k is None:
-            k = int(m.tags.get("tokens") or 0) // b - 1
-        key = (b, int(k))
-        if key[1] >= 1 and key not in out:
-            out[key] = measured(
-                m.value,
-                samples.get((m.trial_id, m.seq, m.index)),
-                f"trial #{m.trial_id} ({m.name} at {b * (int(k) + 1)} tokens)",
-                m.trial_id,
-            )
-    return out
-
-
+ANSWER_METRICS = (DECODE, DRAFT, VERIFY, ALLREDUCE, *MetricName.ACCEPT_LENGTH)
+_STEP_KEYS = (*ConditionTag.PAIRING, *ConditionTag.GEOMETRY_KEYS)
+# What each figure's conditions are made of (the stack always).
+KEYS: dict[str, tuple[str, ...]] = {
+    DECODE: _STEP_KEYS,
+    VERIFY: _STEP_KEYS,
+    DRAFT: (ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE, ConditionTag.DEVICE),
+    ALLREDUCE: (ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.DTYPE, ConditionTag.DEVICE),
+}
 # A figure timed by the wall clock around a synchronize (`timer: wall-sync`, the recipes' `clock: wall`) is an
 # independent check of the CUDA-event figure, not another model input (the recipes' contract).
 CHECK_TIMERS = frozenset({"wall-sync"})
 
 
-def _gpu(rows: list[MetricRow]) -> list[MetricRow]:
-    """The rows that may feed the model: measured on a GPU at full geometry, by the headline timer."""
-    return [m for m in rows if not is_cpu_floor(m.tags) and m.tags.get("timer") not in CHECK_TIMERS]
+@dataclass(frozen=True)
+class Row:
+    """One metric row the answer may read, with its trial's conditions."""
+
+    trial_id: int
+    approach_id: int
+    name: str
+    value: float
+    tags: dict[str, Any]
+    samples: tuple[float, ...]
+    conditions: Conditions
 
 
-def _newest_trial_rows(rows: list[MetricRow]) -> list[MetricRow]:
-    if not rows:
-        return []
-    newest = max(m.trial_id for m in rows)
-    return [m for m in rows if m.trial_id == newest]
-
-
-SAMPLED_METRICS = (
-    MetricName.DECODE_STEP_MS,
-    MetricName.DRAFT_STEP_MS,
-    MetricName.VERIFY_COMPUTE_MS,
-    MetricName.ALLREDUCE_LATENCY_US,
-    *MetricName.ACCEPT_LENGTH,
-)
-
-
-def load_samples(session: Session, metrics: CampaignMetrics) -> dict[tuple[int, int, int], list[float]]:
-    """The samples of the rows the model reads, keyed (trial, seq, index): one query by trial id."""
-    trial_ids = sorted({m.trial_id for m in metrics.rows if m.name in SAMPLED_METRICS})
-    if not trial_ids:
-        return {}
-    t = Metric.__table__  # type: ignore[attr-defined]
+def answer_rows(session: Session, campaign: Campaign) -> list[Row]:
+    """Every figure of the campaign the batch model may read (GPU, full geometry, world figures, the headline
+    timer), newest trial first, with its trial's stack: one query."""
+    m, t = Metric.__table__, Trial.__table__  # type: ignore[attr-defined]
     found = session.connection().execute(
-        select(t.c.trial_id, t.c.seq, t.c.index, cast(t.c.samples, Text)).where(
-            t.c.trial_id.in_(trial_ids), t.c.name.in_(SAMPLED_METRICS), t.c.samples.is_not(None)
+        sa_select(
+            m.c.trial_id,
+            m.c.approach_id,
+            m.c.name,
+            m.c.value,
+            cast(m.c.tags, Text),
+            cast(m.c.samples, Text),
+            cast(t.c.fingerprint, Text),
         )
+        .join(t, t.c.id == m.c.trial_id)
+        .where(m.c.campaign_id == campaign.id, m.c.name.in_(ANSWER_METRICS))
+        .order_by(m.c.trial_id.desc(), m.c.seq, m.c.index)
     )
-    out = {}
-    for trial_id, seq, index, text in found:
-        values = json.loads(text) if text else None
-        if isinstance(values, list):
-            out[(trial_id, seq, index)] = [float(x) for x in values]
+    fingerprints: dict[str | None, dict[str, Any] | None] = {}
+    out = []
+    for trial_id, approach_id, name, value, tags_text, samples_text, fp_text in found:
+        tags = json.loads(tags_text) if tags_text else {}
+        if not isinstance(tags, dict) or not is_world_figure(tags) or is_cpu_floor(tags):
+            continue
+        if tags.get("timer") in CHECK_TIMERS or (name in MetricName.ACCEPT_LENGTH and value < 1):
+            continue
+        if fp_text not in fingerprints:
+            fingerprints[fp_text] = json.loads(fp_text) if fp_text else None
+        samples = json.loads(samples_text) if samples_text else None
+        kept = tuple(float(x) for x in samples) if isinstance(samples, list) and samples else (float(value),)
+        conditions = Conditions.of(tags, fingerprints[fp_text], KEYS.get(name, _STEP_KEYS))
+        out.append(Row(trial_id, approach_id, name, float(value), tags, kept, conditions))
     return out
 
 
-def _accept_lengths(
+def _batch(row: Row) -> int:
+    return int(row.tags.get("batch") or 1)
+
+
+def _verify_k(row: Row) -> int:
+    k = row.tags.get(ConditionTag.DRAFT_TOKENS)
+    if k is None:
+        k = int(row.tags.get("tokens") or 0) // _batch(row) - 1
+    return int(k)
+
+
+def _set_key(row: Row) -> Conditions:
+    return Conditions(row.conditions.tags, ())
+
+
+def condition_sets(rows: Sequence[Row]) -> list[Conditions]:
+    """The distinct conditions of the decode and verify figures, the most complete first (a set that states
+    less and agrees with a fuller one is that one). Newest first among equals."""
+    seen: dict[Conditions, int] = {}
+    for r in rows:
+        if r.name == DECODE or (r.name == VERIFY and _verify_k(r) >= 1):
+            seen.setdefault(_set_key(r), r.trial_id)
+    ordered = sorted(seen, key=lambda c: (-len(c.tags), -seen[c]))
+    kept: list[Conditions] = []
+    for c in ordered:
+        if not any(c.agrees(k) and set(c.tags) <= set(k.tags) for k in kept):
+            kept.append(c)
+    return kept
+
+
+def _trials_agreeing(rows: list[Row], want: Conditions) -> list[Row]:
+    """The rows of the newest agreeing trial and of every older trial that agrees with it (replicates)."""
+    agreeing = [r for r in rows if r.conditions.agrees(want)]
+    if not agreeing:
+        return []
+    newest = max(r.trial_id for r in agreeing)
+    first = next(r for r in agreeing if r.trial_id == newest).conditions
+    return [r for r in agreeing if r.conditions.agrees(first)]
+
+
+def _points(rows: list[Row], point: Any, what: Any) -> dict[Any, Value]:
+    """One Value per point (batch, (batch, k), bytes) over the trials that measured it."""
+    by_point: dict[Any, dict[int, tuple[float, ...]]] = defaultdict(dict)
+    conditions: dict[Any, Conditions] = {}
+    for r in rows:
+        p = point(r)
+        if p is None:
+            continue
+        by_point[p].setdefault(r.trial_id, r.samples)
+        conditions[p] = conditions[p].merged(r.conditions) if p in conditions else r.conditions
+    out = {}
+    for p, trials in by_point.items():
+        ids = sorted(trials, reverse=True)
+        listed = ", ".join(f"#{i}" for i in ids)
+        out[p] = of_trials([trials[i] for i in ids], f"trial {listed} ({what(p)})", ids, conditions[p])
+    return out
+
+
+class _Pool:
+    """The campaign's rows of one metric, by approach, newest trial first."""
+
+    def __init__(self, rows: Sequence[Row], name: str) -> None:
+        self.rows = [r for r in rows if r.name == name]
+        self.by_approach: dict[int, list[Row]] = defaultdict(list)
+        for r in self.rows:
+            self.by_approach[r.approach_id].append(r)
+
+    def own(self, approach_id: int, want: Conditions) -> list[Row]:
+        return _trials_agreeing(self.by_approach.get(approach_id, []), want)
+
+    def shared(self, want: Conditions) -> list[Row]:
+        """The rows of the approach with the newest trial agreeing with `want`, and its agreeing replicates."""
+        newest = next((r for r in self.rows if r.conditions.agrees(want)), None)
+        return [] if newest is None else self.own(newest.approach_id, want)
+
+    def elsewhere(self, want: Conditions) -> list[Row]:
+        """Rows that exist only under other conditions (what the answer would have borrowed)."""
+        return [r for r in self.rows if not r.conditions.agrees(want)]
+
+
+def _params(conditions: Conditions, *keys: str) -> str:
+    t = conditions.tag_map
+    return ", ".join(f"{k}: {t[k]}" for k in keys if k in t)
+
+
+def _elsewhere_note(rows: list[Row]) -> str:
+    newest = rows[0]
+    return f"measured only under other conditions ({newest.conditions.label}, trial #{newest.trial_id}): not borrowed"
+
+
+def speculation_inputs(
     campaign: Campaign,
-    metrics: CampaignMetrics,
-    samples: dict,
+    batch1: ModelInputs,
+    approach_rows: list[Approach],
+    rows: Sequence[Row],
+    conditions: Conditions | None,
+    rule: Rule,
+) -> SpeculationInputs:
+    """The grid's inputs under one condition set (None: the campaign has no decode or verify figure)."""
+    want = conditions or Conditions()
+    decode, draft, verify, curves = (_Pool(rows, n) for n in (DECODE, DRAFT, VERIFY, ALLREDUCE))
+    missing: list[Missing] = []
+    flags: list[str] = []
+    per_approach = []
+    verify_shared = verify.shared(want)
+    world_wanted = want.tag_map.get(ConditionTag.WORLD_SIZE)
+    for a in approach_rows:
+        assert a.id is not None
+        own_verify = [r for r in verify.own(a.id, want) if _verify_k(r) >= 1]
+        want_curve = want.only(KEYS[ALLREDUCE])
+        own_curve = curves.own(a.id, want_curve)
+        if not own_verify and not own_curve:
+            continue  # nothing of this approach measured under these conditions: not on this grid
+        verify_rows = own_verify or [r for r in verify_shared if _verify_k(r) >= 1]
+        # The verify trials fix the stack (and any condition the set leaves unstated) for the rest.
+        fixed = want.merged(verify_rows[0].conditions) if verify_rows else want
+        decode_rows = decode.own(a.id, fixed) or decode.shared(fixed)
+        draft_rows = draft.own(a.id, fixed.only(KEYS[DRAFT])) or draft.shared(fixed.only(KEYS[DRAFT]))
+        curve_rows = curves.own(a.id, fixed.only(KEYS[ALLREDUCE]))
+        world = int(world_wanted or 0) or max((int(r.tags.get("world_size") or 0) for r in curve_rows), default=0)
+        if verify_rows and all(r.tags.get("allreduces") == 0 for r in verify_rows):
+            world = 1  # the verify step ran no allreduce (world size 1)
+        if world <= 1:
+            curve_rows = []
+        elif curve_rows:
+            mode = max(curve_rows, key=lambda r: r.tags.get("mode") == "graph").tags.get("mode")
+            curve_rows = [r for r in curve_rows if r.tags.get("mode") == mode and isinstance(r.tags.get("bytes"), (int, float))]
+        for what, found, pool, keys, how in (
+            ("plain decode step", decode_rows, decode, _STEP_KEYS, "the verify_step recipe with draft_tokens [0]"),
+            ("draft step", draft_rows, draft, KEYS[DRAFT], "the draft_step recipe"),
+            ("verify compute", verify_rows, verify, _STEP_KEYS, "the verify_step recipe with draft_tokens [1..7]"),
+        ):
+            if found:
+                continue
+            other = pool.elsewhere(fixed.only(keys))
+            if other:
+                run = _params(fixed, ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE)
+                missing.append(
+                    Missing(
+                        f"{what} under these conditions",
+                        f"{_elsewhere_note(other)}; run {how} with {run or 'these conditions'} on the same stack",
+                        a.key,
+                        fixed.label,
+                    )
+                )
+        curve = [
+            (int(b), v)
+            for b, v in sorted(
+                _points(curve_rows, lambda r: int(r.tags["bytes"]), lambda b: f"allreduce_latency_us at {size_label(b)}").items()
+            )
+        ]
+        tags = curve_rows[0].tags if curve_rows else {}
+        how = ", ".join(f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None)
+        if how:
+            curve = [(b, _with_source(v, f"{v.source}; {how}")) for b, v in curve]
+        t_base = _points(decode_rows, _batch, lambda b: f"decode_step_ms at batch {b}")
+        draft_step = _points(draft_rows, _batch, lambda b: f"draft_step_ms at batch {b}")
+        verify_compute = _points(
+            verify_rows, lambda r: (_batch(r), _verify_k(r)), lambda p: f"verify_compute_ms at {p[0] * (p[1] + 1)} tokens"
+        )
+        # Entered batch-1 figures (exact, no conditions: the campaign's own) fill batch 1 where nothing measured it.
+        if 1 not in t_base and batch1.t_base.value:
+            t_base[1] = exact(batch1.t_base.value, batch1.t_base.source, batch1.t_base.trial_id)
+        if 1 not in draft_step and batch1.draft_step_ms.value is not None:
+            draft_step[1] = exact(batch1.draft_step_ms.value, batch1.draft_step_ms.source)
+        steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else campaign.verify_tokens - 1
+        if steps >= 1 and (1, steps) not in verify_compute and batch1.verify_compute_ms.value is not None:
+            verify_compute[(1, steps)] = exact(batch1.verify_compute_ms.value, batch1.verify_compute_ms.source)
+        per_approach.append(
+            ApproachInputs(
+                approach_id=a.id,
+                key=a.key,
+                title=a.title,
+                status=a.status,
+                t_base=t_base,
+                draft_step=draft_step,
+                verify_compute=verify_compute,
+                curve=curve,
+                curve_how=how,
+                world_size=world or (1 if not curve_rows else 2),
+                deployable=a.status != ApproachStatus.dead_end,
+            )
+        )
+        flags += _step_flags(a, t_base, curve, batch1)
+    batches = tuple(campaign.speculation_batches or ()) or tuple(
+        sorted({b for ai in per_approach for (b, _k) in ai.verify_compute} | {b for ai in per_approach for b in ai.t_base})
+    )
+    ks = tuple(campaign.speculation_draft_tokens or ()) or tuple(
+        sorted({k for ai in per_approach for (_b, k) in ai.verify_compute})
+    )
+    set_aside: list[tuple[str, str]] = []
+    tau = accept_lengths(campaign, rows, batch1, ks, set_aside, flags)
+    n_ar = int(batch1.allreduces_per_verify.value) if batch1.allreduces_per_verify.value is not None else None
+    return SpeculationInputs(
+        batches=batches,
+        draft_tokens=ks,
+        n_ar=n_ar,
+        hidden_size=campaign.hidden_size,
+        tau=tau,
+        approaches=tuple(per_approach),
+        bytes_per_element=BYTES_PER_ELEMENT,
+        draft_steps=int(batch1.draft_steps.value) if batch1.draft_steps.value else None,
+        set_aside=tuple(set_aside),
+        conditions=conditions,
+        missing=tuple(dict.fromkeys(missing)),
+        flags=tuple(dict.fromkeys(flags)),
+        confidence=rule.confidence,
+        min_effect=rule.min_effect,
+    )
+
+
+def _with_source(v: Value, source: str) -> Value:
+    from dataclasses import replace
+
+    return replace(v, source=source)
+
+
+def _step_flags(a: Approach, t_base: dict[int, Value], curve: list[tuple[int, Value]], batch1: ModelInputs) -> list[str]:
+    """A decode step contains N_ar allreduces of b x hidden x 2 bytes: their total cannot exceed the step."""
+    n_ar = batch1.allreduces_per_verify.value
+    if not n_ar or not curve:
+        return []
+    out = []
+    sizes = dict(curve)
+    for b, base in sorted(t_base.items()):
+        nbytes = b * batch1.hidden_size * BYTES_PER_ELEMENT
+        t_ar = sizes.get(nbytes)
+        if t_ar is not None and t_ar.value and base.value and n_ar * t_ar.value / 1000.0 > base.value:
+            out.append(
+                f"{a.title}: {int(n_ar)} allreduces x {t_ar.value:.1f} us = {n_ar * t_ar.value / 1000.0:.1f} ms, longer "
+                f"than the {base.value:.1f} ms decode step at batch {b} that contains them: N_ar, t_ar or the step is wrong"
+            )
+    return out
+
+
+def _accept_rows(rows: Sequence[Row]) -> dict[int, list[Row]]:
+    """Each trial's best-ranked accept-length row (benchmark > server > decode log), by trial, newest first."""
+    best: dict[int, Row] = {}
+    for r in rows:
+        if r.name in MetricName.ACCEPT_LENGTH:
+            have = best.get(r.trial_id)
+            if have is None or MetricName.ACCEPT_LENGTH.index(r.name) < MetricName.ACCEPT_LENGTH.index(have.name):
+                best[r.trial_id] = r
+    out: dict[int, list[Row]] = defaultdict(list)
+    for trial_id in sorted(best, reverse=True):
+        out[best[trial_id].approach_id].append(best[trial_id])
+    return out
+
+
+def accept_lengths(
+    campaign: Campaign,
+    rows: Sequence[Row],
     batch1: ModelInputs,
     grid_k: Sequence[int],
     set_aside: list[tuple[str, str]],
-) -> dict[int, Measured]:
-    """tau(k) per draft length, first found wins: entered per k on the campaign, measured by a speculative
-    trial at that k (tag `draft_tokens`; untagged = the campaign's draft steps), derived from the entered
-    per-position acceptance rates, the batch-1 accept length at the campaign's draft steps."""
-    out: dict[int, Measured] = {}
-    entered = campaign.accept_length_by_k or {}
-    for k_text, tau in entered.items():
+    flags: list[str],
+) -> dict[int, Value]:
+    """tau(k) per draft length, first found wins (the module docstring's order)."""
+    out: dict[int, Value] = {}
+    for k_text, tau in (campaign.accept_length_by_k or {}).items():
         if tau > int(k_text) + 1:  # k drafts and the bonus token: tau <= k + 1
             set_aside.append(
                 (
@@ -144,185 +374,50 @@ def _accept_lengths(
                     "correct accept_length_by_k on the campaign",
                 )
             )
+            flags.append(f"entered accept length {tau:g} at k = {k_text} is above k + 1 = {int(k_text) + 1}")
             continue
-        out.setdefault(int(k_text), Measured(float(tau), (), "entered on the campaign (accept length by draft tokens)"))
+        out.setdefault(int(k_text), exact(float(tau), "entered on the campaign (accept length by draft tokens)"))
     steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else None
-    for m in metrics.newest(MetricName.ACCEPT_LENGTH):  # newest trial first
-        k = m.tags.get("draft_tokens", steps)
-        if k is not None and int(k) not in out:
-            out[int(k)] = measured(
-                m.value,
-                samples.get((m.trial_id, m.seq, m.index)),
-                f"trial #{m.trial_id} ({m.name}, measured at {int(k)} draft tokens)",
-                m.trial_id,
-            )
+    measured: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))  # k -> approach -> rows
+    for approach_rows in _accept_rows(rows).values():
+        for r in approach_rows:
+            topk = r.tags.get(ConditionTag.TOPK)
+            tagged = r.tags.get(ConditionTag.DRAFT_TOKENS)
+            k = int(tagged) if tagged is not None else steps
+            if k is None:
+                continue
+            if topk is not None and int(topk) != 1:
+                flags.append(
+                    f"trial #{r.trial_id}'s accept length {r.value:.2f} ran top-k {topk} (a tree draft): the chain "
+                    "model reads top-k 1, so it is not used"
+                )
+                continue
+            if r.value > k + 1:
+                flags.append(
+                    f"trial #{r.trial_id}'s accept length {r.value:.2f} is above k + 1 = {k + 1} "
+                    f"({'its draft_tokens tag' if tagged is not None else 'untagged: filed under the draft steps'}): "
+                    "set aside"
+                )
+                continue
+            measured[k][r.approach_id].append(r)
+    for k, by_approach in measured.items():
+        if k in out:
+            continue
+        newest = max(by_approach.values(), key=lambda rs: rs[0].trial_id)
+        untagged = newest[0].tags.get(ConditionTag.DRAFT_TOKENS) is None
+        ids = [r.trial_id for r in newest]
+        listed = ", ".join(f"#{i}" for i in ids)
+        where = "untagged, filed under the campaign's draft steps" if untagged else "its draft_tokens tag"
+        out[k] = of_trials(
+            [(r.value,) for r in newest], f"trial {listed} ({newest[0].name} at {k} draft tokens, {where})", ids
+        )
     alphas = campaign.accept_alphas or []
     for k in grid_k:
         if k not in out and k <= len(alphas):
-            out[k] = Measured(
+            out[k] = exact(
                 accept_length_from_alphas(alphas, k),
-                (),
                 f"derived from the entered per-position acceptance rates ({', '.join(f'{a:g}' for a in alphas[:k])})",
             )
     if steps is not None and steps not in out and batch1.accept_length.value is not None:
-        out[steps] = Measured(
-            batch1.accept_length.value, (), batch1.accept_length.source, batch1.accept_length.trial_id
-        )
+        out[steps] = exact(batch1.accept_length.value, batch1.accept_length.source, batch1.accept_length.trial_id)
     return out
-
-
-def speculation_inputs(
-    session: Session,
-    campaign: Campaign,
-    metrics: CampaignMetrics,
-    approach_rows: list[Approach],
-    samples: dict[tuple[int, int, int], list[float]] | None = None,
-) -> SpeculationInputs:
-    """Each approach's grid inputs from the campaign's metrics (its own, else the newest of the campaign's:
-    at world size 1 a decode or draft step does not depend on the allreduce)."""
-    samples = samples if samples is not None else load_samples(session, metrics)
-    batch1 = model_inputs(session, campaign, metrics=metrics)
-
-    def campaign_wide(name: str) -> list[MetricRow]:
-        return _newest_trial_rows(_gpu(metrics.newest(name)))
-
-    shared_decode = _by_point(campaign_wide(MetricName.DECODE_STEP_MS), samples, "plain decode step")
-    if 1 not in shared_decode and batch1.t_base.value:
-        shared_decode[1] = Measured(batch1.t_base.value, (), batch1.t_base.source, batch1.t_base.trial_id)
-    shared_draft = _by_point(campaign_wide(MetricName.DRAFT_STEP_MS), samples, "draft head step")
-    if 1 not in shared_draft and batch1.draft_step_ms.value is not None:
-        shared_draft[1] = Measured(batch1.draft_step_ms.value, (), batch1.draft_step_ms.source)
-    shared_verify = _verify_points(campaign_wide(MetricName.VERIFY_COMPUTE_MS), samples)
-    steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else campaign.verify_tokens - 1
-    if (1, steps) not in shared_verify and batch1.verify_compute_ms.value is not None and steps >= 1:
-        shared_verify[(1, steps)] = Measured(batch1.verify_compute_ms.value, (), batch1.verify_compute_ms.source)
-
-    per_approach = []
-    for a in approach_rows:
-        assert a.id is not None
-        own_decode = _by_point(
-            _newest_trial_rows(_gpu(metrics.newest(MetricName.DECODE_STEP_MS, a.id))), samples, "plain decode step"
-        )
-        own_draft = _by_point(
-            _newest_trial_rows(_gpu(metrics.newest(MetricName.DRAFT_STEP_MS, a.id))), samples, "draft head step"
-        )
-        verify_rows = _newest_trial_rows(_gpu(metrics.newest(MetricName.VERIFY_COMPUTE_MS, a.id)))
-        own_verify = _verify_points(verify_rows, samples)
-        curve_points = allreduce_curve(_gpu(metrics.newest(MetricName.ALLREDUCE_LATENCY_US, a.id)))
-        tag_sets = [m.tags for m in verify_rows] + [p.tags for p in curve_points]
-        world = max((int(tags.get("world_size") or 0) for tags in tag_sets), default=0)
-        if verify_rows and all(m.tags.get("allreduces") == 0 for m in verify_rows):
-            world = 1  # the verify step ran no allreduce (world size 1)
-        if not own_verify and not curve_points:
-            continue  # nothing of this approach measured: it is not on the grid
-        rows_by_tags = {
-            json.dumps(m.tags, sort_keys=True): m
-            for m in metrics.newest(MetricName.ALLREDUCE_LATENCY_US, a.id)
-            if curve_points and m.trial_id == curve_points[0].trial_id
-        }
-        curve = []
-        for p in curve_points:
-            row = rows_by_tags.get(json.dumps(p.tags, sort_keys=True))
-            row_samples = samples.get((row.trial_id, row.seq, row.index)) if row else None
-            label = f"trial #{p.trial_id} (allreduce_latency_us at {size_label(p.bytes)})"
-            curve.append((p.bytes, measured(p.latency_us, row_samples, label, p.trial_id)))
-        tags = curve_points[0].tags if curve_points else {}
-        how = ", ".join(
-            f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None
-        )
-        per_approach.append(
-            ApproachInputs(
-                approach_id=a.id,
-                key=a.key,
-                title=a.title,
-                status=a.status,
-                t_base={**shared_decode, **own_decode},
-                draft_step={**shared_draft, **own_draft},
-                verify_compute={**shared_verify, **own_verify},
-                curve=curve,
-                curve_how=how,
-                world_size=world or (1 if not curve_points else 2),
-                deployable=a.status != ApproachStatus.dead_end,
-            )
-        )
-
-    batches = tuple(campaign.speculation_batches or ()) or tuple(
-        sorted(
-            {b for ai in per_approach for (b, _k) in ai.verify_compute} | {b for ai in per_approach for b in ai.t_base}
-        )
-    )
-    ks = tuple(campaign.speculation_draft_tokens or ()) or tuple(
-        sorted({k for ai in per_approach for (_b, k) in ai.verify_compute})
-    )
-    set_aside: list[tuple[str, str]] = []
-    n_ar = int(batch1.allreduces_per_verify.value) if batch1.allreduces_per_verify.value is not None else None
-    return SpeculationInputs(
-        batches=batches,
-        draft_tokens=ks,
-        n_ar=n_ar,
-        hidden_size=campaign.hidden_size,
-        tau=_accept_lengths(campaign, metrics, samples, batch1, ks, set_aside),
-        approaches=tuple(per_approach),
-        bytes_per_element=BYTES_PER_ELEMENT,
-        draft_steps=int(batch1.draft_steps.value) if batch1.draft_steps.value else None,
-        set_aside=tuple(set_aside),
-    )
-
-
-# The answer is a pure function of the campaign's model inputs, its approaches and the metric rows it reads
-# (rows never change once stored), so a process keeps the last few: a page shown again with nothing new skips
-# the bootstrap and the samples query. Keyed by everything the answer reads; bounded; shared by threads.
-_CACHE: OrderedDict[str, SpeculationAnswer] = OrderedDict()
-_CACHE_SIZE = 16
-_CACHE_LOCK = threading.Lock()
-_CAMPAIGN_KEY_FIELDS = (
-    *MODEL_INPUT_FIELDS,
-    "id",
-    "baseline_trial_id",
-    "input_sources",
-    "accept_length_by_k",
-    "accept_alphas",
-    "speculation_batches",
-    "speculation_draft_tokens",
-)
-
-
-def _cache_key(campaign: Campaign, metrics: CampaignMetrics, approach_rows: list[Approach], resamples: int) -> str:
-    fields = {name: getattr(campaign, name) for name in _CAMPAIGN_KEY_FIELDS}
-    rows = [(a.id, a.key, a.title, a.status, (a.recipe or {}).get("kind")) for a in approach_rows]
-    traces = [(t.artifact_id, t.figures) for t in metrics.traces]
-    return json.dumps([fields, rows, metrics.rows_key, traces, resamples], default=str, sort_keys=True)
-
-
-def campaign_speculation(
-    session: Session,
-    campaign: Campaign,
-    metrics: CampaignMetrics,
-    approach_rows: list[Approach],
-    *,
-    resamples: int = RESAMPLES,
-) -> SpeculationAnswer:
-    """The answer over (batch, draft tokens) for a campaign, from metrics already read (the same inputs in
-    this process give the answer computed before)."""
-    key = _cache_key(campaign, metrics, approach_rows, resamples)
-    with _CACHE_LOCK:
-        found = _CACHE.get(key)
-        if found is not None:
-            _CACHE.move_to_end(key)
-            return found
-    spec = speculation_inputs(session, campaign, metrics, approach_rows)
-    measurer = next(
-        (a.key for a in approach_rows if isinstance(a.recipe, dict) and a.recipe.get("kind") == "sglang_server"), None
-    )
-    found = speculation_answer(spec, resamples=resamples, measurer=measurer)
-    with _CACHE_LOCK:
-        _CACHE[key] = found
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return found
-
-
-def read_campaign_speculation(session: Session, campaign: Campaign) -> tuple[SpeculationAnswer, list[Approach]]:
-    """The answer for a campaign read from the database (the API and the CLI; pages pass what they read)."""
-    rows = approaches(session, campaign)
-    return campaign_speculation(session, campaign, load_campaign_metrics(session, campaign), rows), rows
