@@ -482,12 +482,12 @@ def answer_cmd(
     if as_json:
         print(json.dumps(answer_document(answer), indent=2))
         return
+    print(found.sentence)
     if answer.conditions is not None:
         default = " (the default)" if answer.is_default else ""
-        print(f"Under {answer.conditions.label}{default}; other condition sets: --conditions KEY")
-        for c in answer.condition_sets:
-            print(f"  {c.key}: {c.label}")
-    print(found.sentence)
+        print(f"  under {answer.conditions.label}{default}")
+        for c in answer.condition_sets if len(answer.condition_sets) > 1 else ():
+            print(f"  also held: --conditions '{c.key}' ({c.label})")
     for a in found.approaches:
         b_star = a.break_even_batch if a.break_even_batch is not None else "-"
         schedule = ", ".join(f"b{b}:k{k}" for b, k in sorted(a.best_draft_tokens.items())) or "no speedup known"

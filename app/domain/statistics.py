@@ -442,6 +442,7 @@ def trial_resamples_many(
         for ti, t in enumerate(trials):
             by_n.setdefault(t.size, []).append((fi, ti))
     medians: dict[tuple[int, int], np.ndarray] = {}
+    singles: list[tuple[list[int], np.ndarray]] = []
     for n, where in by_n.items():
         values = np.stack([sets[fi][ti] for fi, ti in where])  # [trial, n]
         if n == 1:
@@ -451,18 +452,21 @@ def trial_resamples_many(
             pick = np.minimum(np.searchsorted(cum, rng.random((len(where), n_resamples)), side="right"), cum.size - 1)
             rows = np.arange(len(where))[:, None]
             draws = 0.5 * (values[rows, lo[pick]] + values[rows, hi[pick]])
+        single = [row for row, (fi, _ti) in enumerate(where) if len(sets[fi]) == 1]
+        out_rows = [where[row][0] for row in single]
+        singles.append((out_rows, draws[single]))  # one-trial figures: their trial's medians are the figure's
         for row, key in enumerate(where):
-            medians[key] = draws[row]
+            if len(sets[key[0]]) > 1:
+                medians[key] = draws[row]
     out = np.full((len(sets), n_resamples), np.nan)
+    for out_rows, rows_of in singles:
+        out[out_rows] = rows_of
     by_m: dict[int, list[int]] = {}
     for fi, trials in enumerate(sets):
-        if trials:
+        if len(trials) > 1:
             by_m.setdefault(len(trials), []).append(fi)
     for m, group in by_m.items():
         table = np.stack([np.stack([medians[(fi, ti)] for ti in range(m)]) for fi in group])  # [fig, trial, R]
-        if m == 1:
-            out[group] = table[:, 0, :]
-            continue
         pick = rng.integers(0, m, size=(len(group), n_resamples, m))
         drawn = np.take_along_axis(table, pick.transpose(0, 2, 1), axis=1)  # [fig, m, R]
         out[group] = drawn.mean(axis=1)

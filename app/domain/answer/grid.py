@@ -693,9 +693,15 @@ def _sentence(
             f"On this node {ALGORITHM} pays at every measured batch up to {b_star} with {_tokens(k)} using "
             f"{chosen.title}{tail}; above batch {b_star} it is not measured."
         )
+    losing = chosen.first_losing_batch
+    how = (
+        "it does not pay"
+        if chosen.best_speedup[losing].value <= 1
+        else "it is not shown to pay: its interval holds 1, or one trial leaves a margin below the minimum effect"
+    )
     return (
         f"On this node {ALGORITHM} pays up to batch {b_star} with {_tokens(k)} using {chosen.title}{tail}; "
-        f"above batch {b_star} turn it off (at batch {chosen.first_losing_batch} it does not pay)."
+        f"above batch {b_star} turn it off (at batch {losing} {how})."
     )
 
 
