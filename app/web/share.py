@@ -91,8 +91,8 @@ def revoke_link(request: Request, session: SessionDep, operator: OperatorDep, sl
     return _links(request, session, campaign)
 
 
-def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
-    answer = campaign_answer(session, campaign)
+def _status_context(session: Session, campaign: Campaign, conditions: str | None = None) -> dict[str, Any]:
+    answer = campaign_answer(session, campaign, conditions=conditions)
     report = answer.report
     rows = throughput_rows(answer.metrics, answer.approaches)
     figures = answer_figures(answer)
@@ -108,9 +108,9 @@ def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
 
 
 @router.get("/s/{token}")
-def status_page(request: Request, session: SessionDep, token: str) -> Response:
+def status_page(request: Request, session: SessionDep, token: str, conditions: str | None = None) -> Response:
     _link, campaign = resolve_share_token(session, token, _secret(request))
-    ctx = {**_status_context(session, campaign), "export": False, "export_url": f"/s/{token}/export.html"}
+    ctx = {**_status_context(session, campaign, conditions), "export": False, "export_url": f"/s/{token}/export.html"}
     return render(request, "status.html", ctx, headers=PUBLIC_HEADERS)
 
 

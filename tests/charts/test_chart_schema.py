@@ -18,7 +18,7 @@ from app.domain.demo import load_demo
 from app.domain.answer import latency_series, load_campaign_metrics, profitability_report, throughput_rows
 from app.domain.timeline import campaign_timeline
 from app.models import Campaign, Trial
-from app.web.charts import campaign_answer, throughput_figure
+from app.web.charts import answer_figures, campaign_answer, throughput_figure
 from tests.support.charts import SLUG, add_metrics, build_fixture_campaign
 
 
@@ -60,7 +60,7 @@ def _every_figure(session, campaign: Campaign) -> list[dict[str, Any]]:
     metrics = load_campaign_metrics(session, campaign)
     approaches = inventory.approaches(session, campaign)
     figures = [
-        *answer.figures().values(),  # the page's own guards: each figure the data is enough for
+        *answer_figures(answer).values(),  # the page's own guards: each figure the data is enough for
         throughput_figure(answer, campaign),
         charts.allreduce_latency_vs_size(latency_series(metrics, approaches), answer.report.inputs.verify_bytes),
         charts.throughput_vs_baseline(throughput_rows(metrics, approaches), 82.0),
