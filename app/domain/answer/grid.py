@@ -533,7 +533,9 @@ def _intervals(
     return out
 
 
-def _interval(value: float, low: float, high: float, unstable: bool, sampled: bool, one_trial: bool = False) -> Interval:
+def _interval(
+    value: float, low: float, high: float, unstable: bool, sampled: bool, one_trial: bool = False
+) -> Interval:
     if not sampled or not math.isfinite(low) or not math.isfinite(high):
         return Interval(float(value), None, None, unstable, no_samples=not sampled, within_run_only=one_trial)
     return Interval(float(value), float(min(low, value)), float(max(high, value)), unstable, within_run_only=one_trial)
@@ -723,9 +725,7 @@ def speculation_answer(
             gaps[ai.key] = why
     sampled_set = set(model.sampled)
     results = (
-        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence)
-        if plans
-        else [(np.array([]),) * 3]
+        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence) if plans else [(np.array([]),) * 3]
     )
     answers: list[ApproachAnswer] = []
     users: dict[int, set[str]] = defaultdict(set)
@@ -816,7 +816,9 @@ def speculation_answer(
         if rank is not None and len(figures[1]):
             fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True, once)
         else:
-            fig = Interval(value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=once)
+            fig = Interval(
+                value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=once
+            )
         owners = users.get(pos, set())
         inputs.append(InputFigure(model.names[pos], next(iter(owners)) if len(owners) == 1 else None, fig, ""))
     values = _values(spec, model)
@@ -827,7 +829,7 @@ def speculation_answer(
             f.figure,
             _source(v, spec),
             v.trial_ids,
-            (v.conditions.label if v.conditions else ""),
+            _conditions_label(v.conditions),
         )
         for f, v in zip(inputs, values, strict=True)
     ]
@@ -859,6 +861,12 @@ def _values(spec: SpeculationInputs, model: _Model) -> list[Value]:
             by_id.update((id(m), m) for m in group)
         by_id.update((id(m), m) for _b, m in ai.curve)
     return [by_id[m_id] for m_id in model.index]
+
+
+def _conditions_label(c: Conditions | None) -> str:
+    if c is None:
+        return ""
+    return f"{c.label}; {c.stack_label}" if c.stack_label else c.label
 
 
 def _source(v: Value, spec: SpeculationInputs) -> str:

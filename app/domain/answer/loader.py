@@ -206,20 +206,39 @@ def speculation_inputs(
 ) -> SpeculationInputs:
     """The grid's inputs under one condition set (None: the campaign has no decode or verify figure)."""
     want = conditions or Conditions()
-    decode, draft, verify, curves = (_Pool(rows, n) for n in (DECODE, DRAFT, VERIFY, ALLREDUCE))
+    decode, draft, curves = (_Pool(rows, n) for n in (DECODE, DRAFT, ALLREDUCE))
+    verify = _Pool([r for r in rows if r.name != VERIFY or _verify_k(r) >= 1], VERIFY)  # k = 0 is a decode step
     missing: list[Missing] = []
     flags: list[str] = []
     per_approach = []
     verify_shared = verify.shared(want)
+    run = _params(want, ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE)
+    for what, pool, keys, how in (
+        ("plain decode step", decode, _STEP_KEYS, "the verify_step recipe (`batches`, draft_tokens [0])"),
+        ("draft step", draft, KEYS[DRAFT], "the draft_step recipe (`batches`)"),
+        ("verify compute", verify, _STEP_KEYS, "the verify_step recipe (`batches`, `draft_tokens` 1-7)"),
+    ):
+        if conditions is None or any(r.conditions.agrees(want.only(keys)) for r in pool.rows):
+            continue
+        other = pool.elsewhere(want.only(keys))
+        found_where = _elsewhere_note(other) if other else "not measured under any conditions"
+        missing.append(
+            Missing(
+                f"{what} under these conditions",
+                f"{found_where}; run {how} with {run or 'these conditions'}",
+                None,
+                want.label,
+            )
+        )
     world_wanted = want.tag_map.get(ConditionTag.WORLD_SIZE)
     for a in approach_rows:
         assert a.id is not None
-        own_verify = [r for r in verify.own(a.id, want) if _verify_k(r) >= 1]
+        own_verify = verify.own(a.id, want)
         want_curve = want.only(KEYS[ALLREDUCE])
         own_curve = curves.own(a.id, want_curve)
         if not own_verify and not own_curve:
             continue  # nothing of this approach measured under these conditions: not on this grid
-        verify_rows = own_verify or [r for r in verify_shared if _verify_k(r) >= 1]
+        verify_rows = own_verify or verify_shared
         # The verify trials fix the stack (and any condition the set leaves unstated) for the rest.
         fixed = want.merged(verify_rows[0].conditions) if verify_rows else want
         decode_rows = decode.own(a.id, fixed) or decode.shared(fixed)
@@ -232,48 +251,45 @@ def speculation_inputs(
             curve_rows = []
         elif curve_rows:
             mode = max(curve_rows, key=lambda r: r.tags.get("mode") == "graph").tags.get("mode")
-            curve_rows = [r for r in curve_rows if r.tags.get("mode") == mode and isinstance(r.tags.get("bytes"), (int, float))]
-        for what, found, pool, keys, how in (
-            ("plain decode step", decode_rows, decode, _STEP_KEYS, "the verify_step recipe with draft_tokens [0]"),
-            ("draft step", draft_rows, draft, KEYS[DRAFT], "the draft_step recipe"),
-            ("verify compute", verify_rows, verify, _STEP_KEYS, "the verify_step recipe with draft_tokens [1..7]"),
-        ):
-            if found:
-                continue
-            other = pool.elsewhere(fixed.only(keys))
-            if other:
-                run = _params(fixed, ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE)
-                missing.append(
-                    Missing(
-                        f"{what} under these conditions",
-                        f"{_elsewhere_note(other)}; run {how} with {run or 'these conditions'} on the same stack",
-                        a.key,
-                        fixed.label,
-                    )
-                )
+            curve_rows = [
+                r for r in curve_rows if r.tags.get("mode") == mode and isinstance(r.tags.get("bytes"), (int, float))
+            ]
         curve = [
             (int(b), v)
             for b, v in sorted(
-                _points(curve_rows, lambda r: int(r.tags["bytes"]), lambda b: f"allreduce_latency_us at {size_label(b)}").items()
+                _points(
+                    curve_rows, lambda r: int(r.tags["bytes"]), lambda b: f"allreduce_latency_us at {size_label(b)}"
+                ).items()
             )
         ]
         tags = curve_rows[0].tags if curve_rows else {}
-        how = ", ".join(f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None)
+        how = ", ".join(
+            f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None
+        )
         if how:
             curve = [(b, _with_source(v, f"{v.source}; {how}")) for b, v in curve]
         t_base = _points(decode_rows, _batch, lambda b: f"decode_step_ms at batch {b}")
         draft_step = _points(draft_rows, _batch, lambda b: f"draft_step_ms at batch {b}")
         verify_compute = _points(
-            verify_rows, lambda r: (_batch(r), _verify_k(r)), lambda p: f"verify_compute_ms at {p[0] * (p[1] + 1)} tokens"
+            verify_rows,
+            lambda r: (_batch(r), _verify_k(r)),
+            lambda p: f"verify_compute_ms at {p[0] * (p[1] + 1)} tokens",
         )
-        # Entered batch-1 figures (exact, no conditions: the campaign's own) fill batch 1 where nothing measured it.
-        if 1 not in t_base and batch1.t_base.value:
-            t_base[1] = exact(batch1.t_base.value, batch1.t_base.source, batch1.t_base.trial_id)
-        if 1 not in draft_step and batch1.draft_step_ms.value is not None:
+        # Entered batch-1 figures (exact, no conditions: the campaign's own) fill batch 1 where nothing measured it;
+        # the batch-1 loader's *measured* picks are not used here (they were chosen whatever their conditions).
+        if 1 not in t_base and batch1.t_base.value and batch1.t_base.trial_id is None:
+            t_base[1] = exact(batch1.t_base.value, batch1.t_base.source)
+        if 1 not in draft_step and batch1.draft_step_ms.value is not None and batch1.draft_step_ms.trial_id is None:
             draft_step[1] = exact(batch1.draft_step_ms.value, batch1.draft_step_ms.source)
         steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else campaign.verify_tokens - 1
-        if steps >= 1 and (1, steps) not in verify_compute and batch1.verify_compute_ms.value is not None:
-            verify_compute[(1, steps)] = exact(batch1.verify_compute_ms.value, batch1.verify_compute_ms.source)
+        entered_verify = batch1.verify_compute_ms
+        if (
+            steps >= 1
+            and (1, steps) not in verify_compute
+            and entered_verify.value is not None
+            and entered_verify.trial_id is None
+        ):
+            verify_compute[(1, steps)] = exact(entered_verify.value, entered_verify.source)
         per_approach.append(
             ApproachInputs(
                 approach_id=a.id,
@@ -291,7 +307,9 @@ def speculation_inputs(
         )
         flags += _step_flags(a, t_base, curve, batch1)
     batches = tuple(campaign.speculation_batches or ()) or tuple(
-        sorted({b for ai in per_approach for (b, _k) in ai.verify_compute} | {b for ai in per_approach for b in ai.t_base})
+        sorted(
+            {b for ai in per_approach for (b, _k) in ai.verify_compute} | {b for ai in per_approach for b in ai.t_base}
+        )
     )
     ks = tuple(campaign.speculation_draft_tokens or ()) or tuple(
         sorted({k for ai in per_approach for (_b, k) in ai.verify_compute})
@@ -323,7 +341,9 @@ def _with_source(v: Value, source: str) -> Value:
     return replace(v, source=source)
 
 
-def _step_flags(a: Approach, t_base: dict[int, Value], curve: list[tuple[int, Value]], batch1: ModelInputs) -> list[str]:
+def _step_flags(
+    a: Approach, t_base: dict[int, Value], curve: list[tuple[int, Value]], batch1: ModelInputs
+) -> list[str]:
     """A decode step contains N_ar allreduces of b x hidden x 2 bytes: their total cannot exceed the step."""
     n_ar = batch1.allreduces_per_verify.value
     if not n_ar or not curve:

@@ -183,9 +183,7 @@ def _compute(
 
     default = max(sets, key=completeness)  # the most complete (the first, newest, among equals)
     chosen = next((c for c in sets if c is not None and c.key == conditions), default)
-    listed = tuple(
-        ConditionSet(c.key, c.label, *completeness(c)) for c in sets if c is not None
-    )
+    listed = tuple(ConditionSet(c.key, c.label, *completeness(c)) for c in sets if c is not None)
     return Answer(
         speculation=answers[chosen],
         report=report,
@@ -198,9 +196,7 @@ def _compute(
     )
 
 
-def pick_conditions(
-    session: Session, campaign: Campaign, key: str | None = None, **stated: object
-) -> str | None:
+def pick_conditions(session: Session, campaign: Campaign, key: str | None = None, **stated: object) -> str | None:
     """The condition-set key a reader asks for: `key` as given, else the first set whose tags include every
     `stated` one that is not None (`context=4096, mode="graph"`), else None (the default). Asking for conditions
     the campaign does not hold is Invalid, naming the sets it does hold."""
