@@ -429,6 +429,31 @@ def _both_at(n: int, k: int, j: int) -> float:
     return float(sps.binom.pmf(k, n, j / n) * ((n - j - 1) / (n - j)) ** (n - k))
 
 
+_BINS = 1 << 14
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_bins(cum_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """For `_BINS` equal slices of [0, 1): the rank a uniform in the slice draws, and whether the slice straddles
+    a step of the cumulative distribution (there the rank is looked up exactly)."""
+    cum = np.frombuffer(cum_bytes)
+    edges = np.arange(_BINS + 1) / _BINS
+    at = np.minimum(np.searchsorted(cum, edges, side="right"), cum.size - 1)
+    return at[:-1], at[:-1] != at[1:]
+
+
+def _draw_ranks(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """searchsorted(cum, u, "right") (clipped), through a table: exact, one gather for all but the few uniforms
+    that land in a slice holding a step."""
+    first, straddles = _rank_bins(cum.tobytes())
+    slot = (u * _BINS).astype(np.intp)
+    pick = first[slot]
+    fix = straddles[slot]
+    if fix.any():
+        pick[fix] = np.minimum(np.searchsorted(cum, u[fix], side="right"), cum.size - 1)
+    return pick
+
+
 def trial_resamples_many(
     figures: Sequence[Sequence[Sequence[float]]], n_resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -449,7 +474,7 @@ def trial_resamples_many(
             draws = np.repeat(values, n_resamples, axis=1)
         else:
             cum, lo, hi = _median_rank_table(n)
-            pick = np.minimum(np.searchsorted(cum, rng.random((len(where), n_resamples)), side="right"), cum.size - 1)
+            pick = _draw_ranks(cum, rng.random((len(where), n_resamples)))
             rows = np.arange(len(where))[:, None]
             draws = 0.5 * (values[rows, lo[pick]] + values[rows, hi[pick]])
         single = [row for row, (fi, _ti) in enumerate(where) if len(sets[fi]) == 1]
