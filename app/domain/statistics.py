@@ -461,15 +461,15 @@ def trial_resamples_many(
     [figure, resample] array with the same hierarchical distribution (trials drawn with replacement, each
     drawn trial's median resampled), vectorized over every figure and trial of one sample count. The answer's
     grid resamples some thousand figures this way. Figures without a sample give NaN rows."""
-    sets = [[np.sort(np.asarray(t, dtype=float)) for t in f if len(t)] for f in figures]
+    sets = [[t for t in f if len(t)] for f in figures]
     by_n: dict[int, list[tuple[int, int]]] = {}
     for fi, trials in enumerate(sets):
         for ti, t in enumerate(trials):
-            by_n.setdefault(t.size, []).append((fi, ti))
+            by_n.setdefault(len(t), []).append((fi, ti))
     medians: dict[tuple[int, int], np.ndarray] = {}
     singles: list[tuple[list[int], np.ndarray]] = []
     for n, where in by_n.items():
-        values = np.stack([sets[fi][ti] for fi, ti in where])  # [trial, n]
+        values = np.sort(np.array([sets[fi][ti] for fi, ti in where], dtype=float), axis=1)  # [trial, n], sorted
         if n == 1:
             draws = np.repeat(values, n_resamples, axis=1)
         else:

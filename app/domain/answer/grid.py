@@ -370,20 +370,29 @@ def _evaluate(
     `log_v`: log(v) where already known (the replicates' logs are taken once per figure, not once per cell)."""
     shape = (-1,) + (1,) * (v.ndim - 1)
     base = v[plan.base]
-    cycle = v[plan.draft] * plan.k.reshape(shape)
-    cycle += v[plan.verify]
     verify = v[plan.verify]
+    cycle = v[plan.draft] * plan.k.astype(v.dtype).reshape(shape)
     if plan.has_ar.any():
-        ar = np.flatnonzero(plan.has_ar)
         logs = log_v if log_v is not None else np.log(np.where(v > 0, v, np.nan))
+        every = bool(plan.has_ar.all())
+        ar = slice(None) if every else np.flatnonzero(plan.has_ar)
         lo, hi = logs[plan.ar_lo[ar]], logs[plan.ar_hi[ar]]
-        comm = np.exp(lo + plan.ar_frac[ar].reshape(shape) * (hi - lo)) * (n_ar / 1000.0)
-        cycle[ar] += comm
-        verify = verify.copy()
-        verify[ar] += comm
+        hi -= lo
+        hi *= plan.ar_frac[ar].astype(v.dtype).reshape(shape)
+        hi += lo
+        comm = np.exp(hi, out=hi)
+        comm *= n_ar / 1000.0
+        if every:
+            verify += comm
+        else:
+            verify[ar] += comm
+    cycle += verify
     tau = v[np.maximum(plan.tau, 0)]
     tau[plan.tau < 0] = np.nan
-    return cycle / base, tau * base / cycle, verify
+    tau *= base
+    tau /= cycle
+    cycle /= base
+    return cycle, tau, verify
 
 
 def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_Plan, list[Cell], list[str]]:
@@ -550,9 +559,10 @@ def _intervals(
 def _interval(
     value: float, low: float, high: float, unstable: bool, sampled: bool, one_trial: bool = False
 ) -> Interval:
-    if not sampled or not math.isfinite(low) or not math.isfinite(high):
-        return Interval(float(value), None, None, unstable, no_samples=not sampled, within_run_only=one_trial)
-    return Interval(float(value), float(min(low, value)), float(max(high, value)), unstable, within_run_only=one_trial)
+    """Plain floats in (`tolist()`): no numpy scalars on the answer."""
+    if not sampled or low != low or high != high:  # NaN: no interval
+        return Interval(value, None, None, unstable, not sampled, one_trial)
+    return Interval(value, low if low < value else value, high if high > value else value, unstable, False, one_trial)
 
 
 def _tiers(answers: list[ApproachAnswer]) -> tuple[tuple[str, ...], ...]:
@@ -744,30 +754,35 @@ def speculation_answer(
     answers: list[ApproachAnswer] = []
     users: dict[int, set[str]] = defaultdict(set)
     for ai, plan, opened, res in zip(spec.approaches, plans, open_cells, results, strict=False):
-        t_point, t_low, t_high, s_point, s_low, s_high, verify = res
+        # Plain lists: indexing numpy arrays element by element costs more than the model itself here.
+        t_point, t_low, t_high, s_point, s_low, s_high, verify = (np.asarray(x, dtype=float).tolist() for x in res)
         positions = plan.positions
         cells = list(opened)
+        p_tau, p_base, p_verify, p_draft = plan.tau.tolist(), plan.base.tolist(), plan.verify.tolist(), plan.draft.tolist()
+        p_ar = plan.has_ar.tolist()
+        values, one_trial, unstable = model.values, model.one_trial, model.unstable
+        mine: set[int] = set()
         for i, (b, k) in enumerate(plan.cells):
-            for p in positions[i]:
-                users[p].add(ai.key)
-            sampled = any(p in sampled_set for p in positions[i])
-            once = any(model.one_trial[p] for p in positions[i])
+            where = positions[i]
+            mine.update(where)
+            sampled = any(p in sampled_set for p in where)
+            once = any(one_trial[p] for p in where)
             tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled, once)
             speedup = None
-            if plan.tau[i] >= 0:
+            if p_tau[i] >= 0:
                 speedup = _interval(
-                    s_point[i], s_low[i], s_high[i], plan.unstable[i] or model.unstable[plan.tau[i]], sampled, once
+                    s_point[i], s_low[i], s_high[i], plan.unstable[i] or unstable[p_tau[i]], sampled, once
                 )
-            base = model.values[plan.base[i]]
-            compute = model.values[plan.verify[i]]
-            t_ar = (float(verify[i]) - compute) / (spec.n_ar or 1) * 1000.0 if plan.has_ar[i] else None
+            base = values[p_base[i]]
+            compute = values[p_verify[i]]
+            t_ar = (verify[i] - compute) / (spec.n_ar or 1) * 1000.0 if p_ar[i] else None
             cells.append(
                 Cell(
                     b,
                     k,
                     base,
-                    model.values[plan.draft[i]] * k,
-                    float(verify[i]),
+                    values[p_draft[i]] * k,
+                    verify[i],
                     t_ar,
                     b * (k + 1) * spec.hidden_size * spec.bytes_per_element,
                     tau_star,
@@ -776,6 +791,8 @@ def speculation_answer(
                     spec.min_effect,
                 )
             )
+        for p in mine:
+            users[p].add(ai.key)
         cells.sort(key=lambda c: (c.batch, c.draft_tokens))
         best_k: dict[int, int] = {}
         best_s: dict[int, Interval] = {}
@@ -816,10 +833,10 @@ def speculation_answer(
                 best_speedup=best_s,
                 break_even_batch=b_star,
                 first_losing_batch=min(losing) if losing else None,
-                unstable_inputs=tuple(sorted({model.names[p] for pos in positions for p in pos if model.unstable[p]})),
+                unstable_inputs=tuple(sorted({model.names[p] for p in mine if unstable[p]})),
             )
         )
-    figures = results[-1]
+    figures = tuple(np.asarray(x, dtype=float).tolist() for x in results[-1])
     inputs = []
     sampled_rank = {p: i for i, p in enumerate(model.sampled)}
     for m_id, pos in model.index.items():

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -159,12 +160,12 @@ class Value:
     trial_ids: tuple[int, ...] = ()
     cv: float | None = field(default=None, compare=False)  # the spread: run-to-run CV, else within-run CV
 
-    @property
+    @functools.cached_property
     def exact(self) -> bool:
         """Entered or derived: no trial measured it, so it carries no interval."""
         return not self.trials
 
-    @property
+    @functools.cached_property
     def sampled(self) -> bool:
         """Something to resample: two or more trials, or one trial with two or more samples."""
         return len(self.trials) >= 2 or any(len(t) >= 2 for t in self.trials)
@@ -173,12 +174,12 @@ class Value:
     def samples(self) -> tuple[float, ...]:
         return tuple(x for t in self.trials for x in t)
 
-    @property
+    @functools.cached_property
     def one_trial(self) -> bool:
         """Measured by one trial only: its spread is the within-run noise, not the run-to-run one."""
         return len(self.trials) == 1
 
-    @property
+    @functools.cached_property
     def unstable(self) -> bool:
         return self.cv is not None and self.cv > Rule.unstable_cv
 
