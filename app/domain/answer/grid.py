@@ -400,10 +400,10 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
     notes: dict[tuple[int, int], str] = {}
     valid: list[tuple[int, int]] = []
     cols: dict[str, list[Any]] = defaultdict(list)
-    unstable: list[bool] = []
     open_cells: list[Cell] = []
     gaps: list[str] = []
     curve_bytes = [b for b, _m in ai.curve]
+    brackets: dict[int, Bracket] = {}  # b(k+1) repeats over the grid (2 x 4 = 4 x 2)
     for b in spec.batches:
         for k in spec.draft_tokens:
             nbytes = b * (k + 1) * spec.hidden_size * spec.bytes_per_element
@@ -421,7 +421,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
             if ai.world_size > 1:
                 if spec.n_ar is None:
                     why.append("allreduces per verify not known")
-                br = bracket(curve_bytes, nbytes)
+                br = brackets.get(nbytes) or brackets.setdefault(nbytes, bracket(curve_bytes, nbytes))
                 if br.outside:
                     why.append(br.outside)
             if why:
@@ -472,7 +472,6 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
             cols["ar_frac"].append(br.frac)
             cols["has_ar"].append(ai.world_size > 1)
             cols["tau"].append(tau_pos)
-            unstable.append(any(model.unstable[p] for p in positions))
             cols["positions"].append(positions + ([tau_pos] if tau_pos >= 0 else []))
     plan = _Plan(
         cells=valid,
@@ -485,11 +484,22 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
         ar_frac=np.asarray(cols["ar_frac"], dtype=float),
         has_ar=np.asarray(cols["has_ar"], dtype=bool),
         tau=np.asarray(cols["tau"], dtype=int),
-        unstable=unstable,
+        unstable=[],  # filled below, vectorized
         notes=notes,
         positions=cols["positions"],
     )
+    plan = replace(plan, unstable=_reads(plan, np.asarray(model.unstable, dtype=bool)).tolist())
     return plan, open_cells, gaps
+
+
+def _reads(plan: _Plan, mask: np.ndarray) -> np.ndarray:
+    """Per cell: whether any figure it reads is marked in `mask` (one flag per model figure)."""
+    if not len(plan.cells):
+        return np.zeros(0, dtype=bool)
+    out = mask[plan.base] | mask[plan.draft] | mask[plan.verify]
+    out |= plan.has_ar & (mask[plan.ar_lo] | mask[plan.ar_hi])
+    out |= (plan.tau >= 0) & mask[np.maximum(plan.tau, 0)]
+    return out
 
 
 def _merge(plans: list[_Plan]) -> _Plan:
@@ -543,8 +553,16 @@ def _intervals(
         if n_cells:
             t_low, t_high = percentile_intervals(rep_tau_star, confidence)
             known = merged.tau >= 0
-            if known.any():
-                s_low[known], s_high[known] = percentile_intervals(rep_speedup[known], confidence)
+            tau_sampled = np.zeros(len(model.values), dtype=bool)
+            tau_sampled[model.sampled] = True
+            resampled = known & tau_sampled[np.maximum(merged.tau, 0)]
+            if resampled.any():
+                s_low[resampled], s_high[resampled] = percentile_intervals(rep_speedup[resampled], confidence)
+            # An exact tau: speedup = tau / tau* is monotone in tau*, so its percentile bounds are tau over tau*'s
+            # (percentile intervals follow monotone maps), without a second pass over the replicates.
+            fixed = known & ~resampled
+            tau_c = point_v[merged.tau[fixed]]
+            s_low[fixed], s_high[fixed] = tau_c / t_high[fixed], tau_c / t_low[fixed]
         f_low, f_high = percentile_intervals(draws, confidence)
     out: list[tuple[Any, ...]] = []
     at = 0
@@ -747,7 +765,9 @@ def speculation_answer(
         open_cells.append(opened)
         if why:
             gaps[ai.key] = why
-    sampled_set = set(model.sampled)
+    sampled_mask = np.zeros(len(model.values), dtype=bool)
+    sampled_mask[model.sampled] = True
+    once_mask = np.asarray(model.one_trial, dtype=bool)
     results = (
         _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence) if plans else [(np.array([]),) * 3]
     )
@@ -760,13 +780,13 @@ def speculation_answer(
         cells = list(opened)
         p_tau, p_base, p_verify, p_draft = plan.tau.tolist(), plan.base.tolist(), plan.verify.tolist(), plan.draft.tolist()
         p_ar = plan.has_ar.tolist()
-        values, one_trial, unstable = model.values, model.one_trial, model.unstable
+        values, unstable = model.values, model.unstable
         mine: set[int] = set()
+        cell_sampled = _reads(plan, sampled_mask).tolist()
+        cell_once = _reads(plan, once_mask).tolist()
         for i, (b, k) in enumerate(plan.cells):
-            where = positions[i]
-            mine.update(where)
-            sampled = any(p in sampled_set for p in where)
-            once = any(one_trial[p] for p in where)
+            mine.update(positions[i])
+            sampled, once = cell_sampled[i], cell_once[i]
             tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled, once)
             speedup = None
             if p_tau[i] >= 0:
