@@ -20,7 +20,6 @@ from typing import Any
 
 import plotly.io as pio
 
-from app.domain.comparison import Comparison, MetricGroup
 from app.domain.answer import (
     LatencySeries,
     ProfitabilityReport,
@@ -28,6 +27,7 @@ from app.domain.answer import (
     ThroughputRow,
 )
 from app.domain.answer.latency import _size  # a message size as the model's notes say it (56 KiB)
+from app.domain.comparison import Comparison, MetricGroup
 from app.domain.timeline import Timeline
 from app.templating import STATUS_COLORS, STATUS_LABELS
 

@@ -534,9 +534,9 @@ def time_answer(engine, slug: str, repeat: int) -> None:
     """The answer over (batch, draft tokens) alone, in process: what it adds to the charts and status pages,
     computed afresh (its per-process cache cleared) and then as a page shown again with nothing new gets it."""
     from app.db import session_scope
+    from app.domain.answer import load_campaign_metrics
     from app.domain.answer import read as speculation
     from app.domain.inventory import approaches
-    from app.domain.answer import load_campaign_metrics
 
     with session_scope(engine, write=False) as session:
         campaign = session.execute(select(Campaign).where(col(Campaign.slug) == slug)).scalar_one()

@@ -104,7 +104,9 @@ class AnswerPublic(BaseModel):
     default_conditions: str | None = Field(description="The key of the default condition set.")
     condition_sets: list[ConditionSetPublic]
     within_run_only: bool = Field(description="Some figure reads an input measured by one trial.")
-    flags: list[str] = Field(description="Contradictory inputs (accept length above k + 1, allreduces longer than the step).")
+    flags: list[str] = Field(
+        description="Contradictory inputs (accept length above k + 1, allreduces longer than the step)."
+    )
 
 
 class SettingPublic(BaseModel):
@@ -122,9 +124,7 @@ class EngineConfigPublic(BaseModel):
     notes: list[str]
 
 
-def _read(
-    session: SessionDep, slug: str, conditions: str | None, context: int | None, mode: str | None
-) -> Answer:
+def _read(session: SessionDep, slug: str, conditions: str | None, context: int | None, mode: str | None) -> Answer:
     campaign = inventory.get_campaign(session, slug)
     asked = pick_conditions(session, campaign, conditions, context=context, mode=mode)
     return read_answer(session, campaign, conditions=asked)

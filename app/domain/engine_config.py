@@ -22,8 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.errors import Conflict, Invalid
 from app.domain.answer.grid import ApproachAnswer, SpeculationAnswer
+from app.domain.errors import Conflict, Invalid
 from app.models import Approach
 
 ENGINES = ("sglang", "vllm")

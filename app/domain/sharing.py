@@ -131,7 +131,8 @@ class StatusReport:
     best_vs_baseline: float | None  # best / baseline - 1
     speculative: bool  # the campaign asks "is EAGLE-3 profitable?"; else it is a latency comparison
     headline: ApproachVerdict | None  # does speculation pay now (ProfitabilityReport.headline)
-    others: tuple[ApproachVerdict, ...]  # where each other approach or reported figure would move that, lowest tau* first
+    # where each other approach or reported figure would move that, lowest tau* first
+    others: tuple[ApproachVerdict, ...]
     break_even_t_ar_us: float | None
     unknown: tuple[str, ...]  # the costs tau* counts as zero while they are unknown
     accept_length: float | None

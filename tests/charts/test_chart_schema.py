@@ -14,8 +14,8 @@ import pytest
 from app import charts
 from app.db import session_scope
 from app.domain import inventory
-from app.domain.demo import load_demo
 from app.domain.answer import latency_series, load_campaign_metrics, profitability_report, throughput_rows
+from app.domain.demo import load_demo
 from app.domain.timeline import campaign_timeline
 from app.models import Campaign, Trial
 from app.web.charts import answer_figures, campaign_answer, throughput_figure

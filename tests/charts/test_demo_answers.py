@@ -11,8 +11,8 @@ from sqlmodel import select
 from app import charts
 from app.db import session_scope
 from app.domain import inventory
-from app.domain.demo import load_demo
 from app.domain.answer import profitability_report
+from app.domain.demo import load_demo
 from app.domain.timeline import campaign_timeline
 from app.models import Metric, Trial
 from app.schemas import CampaignUpdate

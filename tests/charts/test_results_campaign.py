@@ -13,8 +13,8 @@ import pytest
 from app import charts
 from app.db import session_scope
 from app.domain import inventory
-from app.domain.campaign_files import import_campaign
 from app.domain.answer import profitability_report
+from app.domain.campaign_files import import_campaign
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "allreduce-shootout-h200x2.yaml"
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from app.domain.engine_config import sglang_config
 from app.domain.answer.grid import speculation_answer
+from app.domain.engine_config import sglang_config
 from app.models import Approach
 from tests.contract.conftest import ROOT
 from tests.support.speculation import approach, linear_curve, spec

@@ -139,7 +139,11 @@ def test_accept_lengths_land_on_their_own_draft_length(session):
     server = inventory.add_approach(
         session,
         campaign,
-        ApproachCreate(key="sglang", title="sglang", recipe={"kind": "sglang_server", "params": {"model_path": "moonshotai/Kimi-K2.5"}}),
+        ApproachCreate(
+            key="sglang",
+            title="sglang",
+            recipe={"kind": "sglang_server", "params": {"model_path": "moonshotai/Kimi-K2.5"}},
+        ),
         actor="t",
     )
     for k, tau in ((2, 2.3), (4, 2.9), (2, 2.4)):

@@ -10,11 +10,13 @@ from app.domain.answer.grid import (
     ApproachAnswer,
     Cell,
     Interval,
-    Value as Measured,
     accept_length_from_alphas,
     bracket,
     measured,
     speculation_answer,
+)
+from app.domain.answer.grid import (
+    Value as Measured,
 )
 from tests.support.speculation import approach, linear_curve, spec
 

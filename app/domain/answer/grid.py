@@ -33,7 +33,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -430,7 +430,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                         b,
                         k,
                         base.value if base else None,
-                        draft.value * k if draft else None,
+                        draft.value * k if draft and draft.value is not None else None,
                         None,
                         None,
                         nbytes,
@@ -488,8 +488,21 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
         notes=notes,
         positions=cols["positions"],
     )
-    plan = replace(plan, unstable=_reads(plan, np.asarray(model.unstable, dtype=bool)).tolist())
+    plan = replace(plan, unstable=_bools(_reads(plan, np.asarray(model.unstable, dtype=bool))))
     return plan, open_cells, gaps
+
+
+def _floats(x: Any) -> list[float]:
+    """A 1-D array as plain Python numbers (`tolist()`, typed)."""
+    return cast(list[float], np.asarray(x, dtype=float).tolist())
+
+
+def _ints(x: Any) -> list[int]:
+    return cast(list[int], np.asarray(x, dtype=int).tolist())
+
+
+def _bools(x: Any) -> list[bool]:
+    return cast(list[bool], np.asarray(x, dtype=bool).tolist())
 
 
 def _reads(plan: _Plan, mask: np.ndarray) -> np.ndarray:
@@ -775,15 +788,15 @@ def speculation_answer(
     users: dict[int, set[str]] = defaultdict(set)
     for ai, plan, opened, res in zip(spec.approaches, plans, open_cells, results, strict=False):
         # Plain lists: indexing numpy arrays element by element costs more than the model itself here.
-        t_point, t_low, t_high, s_point, s_low, s_high, verify = (np.asarray(x, dtype=float).tolist() for x in res)
+        t_point, t_low, t_high, s_point, s_low, s_high, verify = (_floats(x) for x in res)
         positions = plan.positions
         cells = list(opened)
-        p_tau, p_base, p_verify, p_draft = plan.tau.tolist(), plan.base.tolist(), plan.verify.tolist(), plan.draft.tolist()
-        p_ar = plan.has_ar.tolist()
+        p_tau, p_base, p_verify, p_draft = (_ints(x) for x in (plan.tau, plan.base, plan.verify, plan.draft))
+        p_ar = _bools(plan.has_ar)
         values, unstable = model.values, model.unstable
         mine: set[int] = set()
-        cell_sampled = _reads(plan, sampled_mask).tolist()
-        cell_once = _reads(plan, once_mask).tolist()
+        cell_sampled = _bools(_reads(plan, sampled_mask))
+        cell_once = _bools(_reads(plan, once_mask))
         for i, (b, k) in enumerate(plan.cells):
             mine.update(positions[i])
             sampled, once = cell_sampled[i], cell_once[i]
@@ -856,23 +869,23 @@ def speculation_answer(
                 unstable_inputs=tuple(sorted({model.names[p] for p in mine if unstable[p]})),
             )
         )
-    figures = tuple(np.asarray(x, dtype=float).tolist() for x in results[-1])
+    figures = tuple(_floats(x) for x in results[-1])
     inputs = []
     sampled_rank = {p: i for i, p in enumerate(model.sampled)}
     for m_id, pos in model.index.items():
         del m_id
         rank = sampled_rank.get(pos)
         value = float(figures[0][pos]) if len(figures[0]) else model.values[pos]
-        once = model.one_trial[pos]
+        single = model.one_trial[pos]
         if rank is not None and len(figures[1]):
-            fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True, once)
+            fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True, single)
         else:
             fig = Interval(
-                value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=once
+                value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=single
             )
         owners = users.get(pos, set())
         inputs.append(InputFigure(model.names[pos], next(iter(owners)) if len(owners) == 1 else None, fig, ""))
-    values = _values(spec, model)
+    figure_values = _values(spec, model)
     inputs = [
         InputFigure(
             f.name,
@@ -882,7 +895,7 @@ def speculation_answer(
             v.trial_ids,
             _conditions_label(v.conditions),
         )
-        for f, v in zip(inputs, values, strict=True)
+        for f, v in zip(inputs, figure_values, strict=True)
     ]
     tiers = _tiers(answers)
     return SpeculationAnswer(

@@ -168,11 +168,11 @@ def _compute(
         report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
     rule = Rule(confidence=campaign.stats_confidence, min_effect=campaign.stats_min_effect)
     found_rows = answer_rows(session, campaign)
-    sets = condition_sets(found_rows) or [None]
+    sets: list[Conditions | None] = [*condition_sets(found_rows)] or [None]
     measurer = next(
         (a.key for a in rows if isinstance(a.recipe, dict) and a.recipe.get("kind") == "sglang_server"), None
     )
-    answers = {}
+    answers: dict[Conditions | None, SpeculationAnswer] = {}
     for c in sets:
         spec = speculation_inputs(campaign, batch1, rows, found_rows, c, rule)
         answers[c] = speculation_answer(spec, seed=rule.seed, measurer=measurer)
