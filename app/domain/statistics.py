@@ -466,8 +466,9 @@ def trial_resamples_many(
     for fi, trials in enumerate(sets):
         for ti, t in enumerate(trials):
             by_n.setdefault(len(t), []).append((fi, ti))
-    medians: dict[tuple[int, int], np.ndarray] = {}
-    singles: list[tuple[list[int], np.ndarray]] = []
+    # Every trial's resampled medians, one row each, in one matrix; `row_of[(figure, trial)]` finds them.
+    blocks: list[np.ndarray] = []
+    row_of: dict[tuple[int, int], int] = {}
     for n, where in by_n.items():
         values = np.sort(np.array([sets[fi][ti] for fi, ti in where], dtype=float), axis=1)  # [trial, n], sorted
         if n == 1:
@@ -477,23 +478,24 @@ def trial_resamples_many(
             pick = _draw_ranks(cum, rng.random((len(where), n_resamples)))
             rows = np.arange(len(where))[:, None]
             draws = 0.5 * (values[rows, lo[pick]] + values[rows, hi[pick]])
-        single = [row for row, (fi, _ti) in enumerate(where) if len(sets[fi]) == 1]
-        out_rows = [where[row][0] for row in single]
-        singles.append((out_rows, draws[single]))  # one-trial figures: their trial's medians are the figure's
-        for row, key in enumerate(where):
-            if len(sets[key[0]]) > 1:
-                medians[key] = draws[row]
+        start = sum(len(b) for b in blocks)
+        row_of.update((key, start + i) for i, key in enumerate(where))
+        blocks.append(draws)
     out = np.full((len(sets), n_resamples), np.nan)
-    for out_rows, rows_of in singles:
-        out[out_rows] = rows_of
+    if not blocks:
+        return out
+    medians = np.concatenate(blocks)  # [trial, R]
     by_m: dict[int, list[int]] = {}
     for fi, trials in enumerate(sets):
-        if len(trials) > 1:
+        if trials:
             by_m.setdefault(len(trials), []).append(fi)
     for m, group in by_m.items():
-        table = np.stack([np.stack([medians[(fi, ti)] for ti in range(m)]) for fi in group])  # [fig, trial, R]
-        pick = rng.integers(0, m, size=(len(group), n_resamples, m))
-        drawn = np.take_along_axis(table, pick.transpose(0, 2, 1), axis=1)  # [fig, m, R]
+        rows_m = np.array([[row_of[(fi, ti)] for ti in range(m)] for fi in group])  # [fig, m]
+        if m == 1:
+            out[group] = medians[rows_m[:, 0]]  # one trial: its resampled medians are the figure's
+            continue
+        pick = rng.integers(0, m, size=(len(group), m, n_resamples))  # which trial each draw takes
+        drawn = medians[np.take_along_axis(rows_m[:, :, None], pick, axis=1), np.arange(n_resamples)]
         out[group] = drawn.mean(axis=1)
     return out
 
