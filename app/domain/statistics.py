@@ -507,3 +507,44 @@ def percentile_intervals(resamples: np.ndarray, confidence: float) -> tuple[np.n
     k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
     part = np.partition(resamples, [k_low, k_high], axis=-1)
     return part[..., k_low], part[..., k_high]
+
+
+def trial_estimates_many(figures: Sequence[Sequence[Sequence[float]]]) -> list[TrialEstimate | None]:
+    """`trial_estimate` of many figures at once (each a list of trials, each its samples), the per-trial medians
+    and CVs computed vectorized over every trial of one sample count (the answer reads some thousand figures)."""
+    by_n: dict[int, list[tuple[int, int]]] = {}
+    for fi, trials in enumerate(figures):
+        for ti, t in enumerate(trials):
+            if len(t):
+                by_n.setdefault(len(t), []).append((fi, ti))
+    medians: dict[tuple[int, int], float] = {}
+    cvs: dict[tuple[int, int], float | None] = {}
+    for n, where in by_n.items():
+        values = np.array([figures[fi][ti] for fi, ti in where], dtype=float)  # [trial, n]
+        med = np.median(values, axis=1).tolist()
+        if n >= 2:
+            mean = values.mean(axis=1)
+            sd = values.std(axis=1, ddof=1)
+            cv = np.where(mean != 0, sd / np.where(mean != 0, np.abs(mean), 1.0), np.nan).tolist()
+        else:
+            cv = [float("nan")] * len(where)
+        for key, m, c in zip(where, med, cv, strict=True):
+            medians[key] = m
+            cvs[key] = None if c != c else c
+    out: list[TrialEstimate | None] = []
+    for fi, trials in enumerate(figures):
+        keys = [(fi, ti) for ti, t in enumerate(trials) if len(t)]
+        if not keys:
+            out.append(None)
+            continue
+        meds = [medians[k] for k in keys]
+        within = [c for k in keys if (c := cvs[k]) is not None]
+        out.append(
+            TrialEstimate(
+                sum(meds) / len(meds),
+                len(meds),
+                _cv(np.asarray(meds)) if len(meds) >= 2 else None,
+                sum(within) / len(within) if within else None,
+            )
+        )
+    return out

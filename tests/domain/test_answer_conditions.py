@@ -18,7 +18,7 @@ from app.domain.answer.values import measured
 from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
 from app.domain.errors import Invalid
-from app.domain.statistics import trial_resamples, trial_resamples_many
+from app.domain.statistics import trial_estimate, trial_estimates_many, trial_resamples, trial_resamples_many
 from app.schemas import ApproachCreate, CampaignCreate
 from tests.support.speculation import SweepBuilder, approach, build_sweep_campaign, spec
 
@@ -201,3 +201,17 @@ def test_vectorized_trial_resamples_match_the_statistics_home():
         one = trial_resamples(f, 40_000, np.random.default_rng(2))
         assert one is not None
         assert np.percentile(row, [2.5, 50, 97.5]) == pytest.approx(np.percentile(one, [2.5, 50, 97.5]), rel=0.01)
+
+
+def test_vectorized_trial_estimates_match_the_statistics_home():
+    rng = np.random.default_rng(4)
+    figures = [[list(rng.normal(10, 1, 10))], [list(rng.normal(10, 1, 7)), list(rng.normal(11, 1, 10))], [[3.0]], []]
+    for one, many in zip([trial_estimate(f) for f in figures], trial_estimates_many(figures), strict=True):
+        assert (one is None and many is None) or (
+            one is not None
+            and many is not None
+            and one.trials == many.trials
+            and one.value == pytest.approx(many.value)
+            and one.between_cv == pytest.approx(many.between_cv)
+            and one.within_cv == pytest.approx(many.within_cv)
+        )

@@ -34,7 +34,7 @@ from app.domain.answer.inputs import ModelInputs
 from app.domain.answer.metrics import is_cpu_floor, is_world_figure
 from app.domain.answer.model import BYTES_PER_ELEMENT
 from app.domain.answer.values import Conditions, Missing, Value, exact, of_trials
-from app.domain.statistics import Rule
+from app.domain.statistics import Rule, trial_estimates_many
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
 from runners.recipes.metric import ConditionTag, MetricName
 
@@ -90,6 +90,7 @@ def answer_rows(session: Session, campaign: Campaign) -> list[Row]:
         .order_by(m.c.trial_id.desc(), m.c.seq, m.c.index)
     )
     fingerprints: dict[str | None, dict[str, Any] | None] = {}
+    known: dict[tuple[Any, ...], Conditions] = {}
     out = []
     for trial_id, approach_id, name, value, tags_text, samples_text, fp_text in found:
         tags = json.loads(tags_text) if tags_text else {}
@@ -101,7 +102,11 @@ def answer_rows(session: Session, campaign: Campaign) -> list[Row]:
             fingerprints[fp_text] = json.loads(fp_text) if fp_text else None
         samples = json.loads(samples_text) if samples_text else None
         kept = tuple(float(x) for x in samples) if isinstance(samples, list) and samples else (float(value),)
-        conditions = Conditions.of(tags, fingerprints[fp_text], KEYS.get(name, _STEP_KEYS))
+        keys = KEYS.get(name, _STEP_KEYS)
+        seen = (keys, tuple(tags.get(k) for k in keys), tags.get("context_len"), fp_text)
+        conditions = known.get(seen)
+        if conditions is None:  # a few distinct condition sets among thousands of rows
+            conditions = known[seen] = Conditions.of(tags, fingerprints[fp_text], keys)
         out.append(Row(trial_id, approach_id, name, float(value), tags, kept, conditions))
     return out
 
@@ -156,11 +161,15 @@ def _points(rows: list[Row], point: Any, what: Any) -> dict[Any, Value]:
             continue
         by_point[p].setdefault(r.trial_id, r.samples)
         conditions[p] = conditions[p].merged(r.conditions) if p in conditions else r.conditions
+    points = list(by_point.items())
+    ordered = [sorted(trials, reverse=True) for _p, trials in points]
+    estimates = trial_estimates_many(
+        [[trials[i] for i in ids] for (_p, trials), ids in zip(points, ordered, strict=True)]
+    )
     out = {}
-    for p, trials in by_point.items():
-        ids = sorted(trials, reverse=True)
+    for (p, trials), ids, estimate in zip(points, ordered, estimates, strict=True):
         listed = ", ".join(f"#{i}" for i in ids)
-        out[p] = of_trials([trials[i] for i in ids], f"trial {listed} ({what(p)})", ids, conditions[p])
+        out[p] = of_trials([trials[i] for i in ids], f"trial {listed} ({what(p)})", ids, conditions[p], estimate)
     return out
 
 

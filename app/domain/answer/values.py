@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
-from app.domain.statistics import Rule, trial_estimate
+from app.domain.statistics import Rule, TrialEstimate, trial_estimate
 from runners.recipes.metric import ConditionTag
 
 # The stack components a figure depends on (the host name and Python version do not move a GPU timing).
@@ -198,10 +198,12 @@ def of_trials(
     source: str,
     trial_ids: Sequence[int] = (),
     conditions: Conditions | None = None,
+    estimate: TrialEstimate | None = None,
 ) -> Value:
-    """A figure measured by `trials` (each its samples), valued as the statistics home estimates a side."""
+    """A figure measured by `trials` (each its samples), valued as the statistics home estimates a side
+    (`estimate`: that estimate, computed already by `trial_estimates_many`)."""
     kept = tuple(tuple(t) for t in trials if len(t))
-    estimate = trial_estimate(kept)
+    estimate = estimate or trial_estimate(kept)
     assert estimate is not None, "a measured value needs a sample"
     cv = estimate.between_cv if estimate.between_cv is not None else estimate.within_cv
     ids = tuple(trial_ids)
