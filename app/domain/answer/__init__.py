@@ -43,6 +43,7 @@ from app.domain.answer.model import (
     leviathan_speedup,
     t_base_ms,
 )
+from app.domain.answer.read import Answer, read_answer
 from app.domain.answer.report import (
     ApproachPoint,
     ApproachVerdict,
@@ -56,6 +57,8 @@ from app.domain.answer.series import LatencySeries, ThroughputRow, latency_serie
 from app.domain.answer.values import Conditions, Input, Missing, Value
 
 __all__ = [
+    "read_answer",
+    "Answer",
     "BYTES_PER_ELEMENT",
     "t_base_ms",
     "leviathan_expected_tokens",
