@@ -404,19 +404,18 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
     gaps: list[str] = []
     curve_bytes = [b for b, _m in ai.curve]
     brackets: dict[int, Bracket] = {}  # b(k+1) repeats over the grid (2 x 4 = 4 x 2)
+    worded: dict[int, str] = {}
     for b in spec.batches:
         for k in spec.draft_tokens:
             nbytes = b * (k + 1) * spec.hidden_size * spec.bytes_per_element
             base, draft, verify = ai.t_base.get(b), ai.draft_step.get(b), ai.verify_compute.get((b, k))
-            why = [
-                text
-                for text, have in (
-                    (f"no plain decode step at batch {b}", base),
-                    (f"no draft step at batch {b}", draft),
-                    (f"no verify compute at batch {b}, {k} draft tokens", verify),
-                )
-                if have is None
-            ]
+            why = []  # worded only when something is missing (most cells have everything)
+            if base is None:
+                why.append(f"no plain decode step at batch {b}")
+            if draft is None:
+                why.append(f"no draft step at batch {b}")
+            if verify is None:
+                why.append(f"no verify compute at batch {b}, {k} draft tokens")
             br = Bracket(0, 0, 0.0)
             if ai.world_size > 1:
                 if spec.n_ar is None:
@@ -451,12 +450,15 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                 lo = model.add(ai.curve[br.lo][1], ALLREDUCE, "{}", _Size(curve_bytes[br.lo]))
                 hi = model.add(ai.curve[br.hi][1], ALLREDUCE, "{}", _Size(curve_bytes[br.hi]))
                 positions += [lo, hi]
-                notes[(b, k)] = (
-                    f"t_ar measured at {size_label(nbytes)}"
-                    if br.lo == br.hi
-                    else f"t_ar interpolated (log-log) between {size_label(curve_bytes[br.lo])} and "
-                    f"{size_label(curve_bytes[br.hi])}"
-                )
+                note = worded.get(nbytes)
+                if note is None:
+                    note = worded[nbytes] = (
+                        f"t_ar measured at {size_label(nbytes)}"
+                        if br.lo == br.hi
+                        else f"t_ar interpolated (log-log) between {size_label(curve_bytes[br.lo])} and "
+                        f"{size_label(curve_bytes[br.hi])}"
+                    )
+                notes[(b, k)] = note
             else:
                 lo = hi = positions[0]
                 notes[(b, k)] = "world size 1: no allreduce"
