@@ -167,7 +167,9 @@ class DeployOption:
 ENGINE_LABELS = {"sglang": "SGLang (launch flags)", "vllm": "vLLM (--speculative-config)"}
 
 
-def speculation_context(session: Session, campaign: Campaign, answer: Answer) -> dict[str, Any]:
+def speculation_context(
+    session: Session, campaign: Campaign, answer: Answer, *, read_only: bool = False
+) -> dict[str, Any]:
     """Context of `_partials/speculation.html`: the answer over (batch, draft tokens) under its condition set (the
     set select), its charts and the Deploy panel."""
     found = answer.speculation
@@ -182,6 +184,7 @@ def speculation_context(session: Session, campaign: Campaign, answer: Answer) ->
     return {
         "speculation": found,
         "answer": answer,
+        "read_only": read_only,
         "speculation_charts": {
             "speedup": charts_speculation.speedup_vs_batch(found),
             "heatmap": charts_speculation.speedup_heatmap(found),

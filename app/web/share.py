@@ -103,7 +103,7 @@ def _status_context(session: Session, campaign: Campaign, conditions: str | None
         "chart_throughput": throughput_figure(answer, campaign),
         "generated_at": datetime.now(UTC),
         "replays": public_replays(session, campaign),
-        **speculation_context(session, campaign, answer),
+        **speculation_context(session, campaign, answer, read_only=True),
     }
 
 
