@@ -493,24 +493,37 @@ def answer_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="The answer as GET /api/campaigns/SLUG/answer gives it.")
     ] = False,
+    conditions: Annotated[
+        str | None, typer.Option(help="The condition set (its key, as the answer lists them); default: the named one.")
+    ] = None,
+    context: Annotated[int | None, typer.Option(help="The condition set at this context length.")] = None,
+    mode: Annotated[str | None, typer.Option(help="The condition set in this mode (graph | eager).")] = None,
 ) -> None:
-    """Up to which batch speculation pays, with how many draft tokens and which allreduce (95% intervals)."""
+    """Up to which batch speculation pays, with how many draft tokens and which allreduce (intervals at the
+    campaign's confidence), under one condition set."""
     import json
 
     from app.domain import inventory
+    from app.domain.answer.read import answer_document, pick_conditions, read_answer
     from app.domain.errors import DomainError
-    from app.domain.speculation import answer_json
-    from app.domain.speculation_inputs import read_campaign_speculation
 
     with session_scope(_engine(get_settings()), write=False, snapshot=True) as session:
         try:
-            found, _rows = read_campaign_speculation(session, inventory.get_campaign(session, slug))
+            campaign = inventory.get_campaign(session, slug)
+            asked = pick_conditions(session, campaign, conditions, context=context, mode=mode)
+            answer = read_answer(session, campaign, conditions=asked)
         except DomainError as exc:
             _fail(exc.message)
+    found = answer.speculation
     if as_json:
-        print(json.dumps(answer_json(found), indent=2))
+        print(json.dumps(answer_document(answer), indent=2))
         return
     print(found.sentence)
+    if answer.conditions is not None:
+        default = " (the default)" if answer.is_default else ""
+        print(f"  under {answer.conditions.label}{default}")
+        for c in answer.condition_sets if len(answer.condition_sets) > 1 else ():
+            print(f"  also held: --conditions '{c.key}' ({c.label})")
     for a in found.approaches:
         b_star = a.break_even_batch if a.break_even_batch is not None else "-"
         schedule = ", ".join(f"b{b}:k{k}" for b, k in sorted(a.best_draft_tokens.items())) or "no speedup known"
@@ -520,6 +533,8 @@ def answer_cmd(
             print(f"  indistinguishable on this node: {', '.join(tier)}")
     for m in found.missing:
         print(f"  missing: {m.what}" + (f" ({m.approach})" if m.approach else "") + f": {m.how}")
+    for flag in answer.flags:
+        print(f"  contradictory: {flag}")
 
 
 @cli.command("answer-config")
@@ -536,13 +551,14 @@ def answer_config_cmd(
 
     from app.domain import inventory
     from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
+    from app.domain.answer.read import read_answer
     from app.domain.errors import DomainError
-    from app.domain.speculation_inputs import read_campaign_speculation
 
     with session_scope(_engine(get_settings()), write=False, snapshot=True) as session:
         try:
             serve = parse_serve_range(serve_batches)
-            found, rows = read_campaign_speculation(session, inventory.get_campaign(session, slug))
+            answer = read_answer(session, inventory.get_campaign(session, slug))
+            found, rows = answer.speculation, answer.approaches
             config = engine_config(engine, found, rows, serve=serve, target=deploy_target(session, found, rows))
         except DomainError as exc:
             _fail(exc.message)

@@ -175,7 +175,7 @@ class Campaign(ModelInputFields, table=True):
     # The comparisons' decision rule (app/domain/statistics.py): interval level and minimum effect.
     stats_confidence: float = 0.95
     stats_min_effect: float = 0.03
-    # The model over (batch, draft tokens) (app/domain/speculation.py, migration 0007): accept length per
+    # The model over (batch, draft tokens) (app/domain/answer/grid.py, migration 0007): accept length per
     # draft length ({"3": 2.4}), per-position acceptance rates alpha_i, and the grid to answer over.
     accept_length_by_k: dict[str, float] | None = _json()
     accept_alphas: list[float] | None = _json()

@@ -34,7 +34,7 @@ from runners.recipes import MAX_TIMEOUT_S, RecipeError, build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
-# The model over (batch, draft tokens) (app/domain/speculation.py): tau per k, alpha_i, the grid.
+# The model over (batch, draft tokens) (app/domain/answer/grid.py): tau per k, alpha_i, the grid.
 # Acceptance enters three ways (issue 33 item 3); each bound is app/domain/acceptance.py's, the one validator.
 AcceptLengthByK = Annotated[
     dict[Annotated[str, Field(pattern=r"^[1-9][0-9]?$")], Annotated[float, Field(ge=1, le=100, allow_inf_nan=False)]],

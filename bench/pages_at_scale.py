@@ -534,9 +534,9 @@ def time_answer(engine, slug: str, repeat: int) -> None:
     """The answer over (batch, draft tokens) alone, in process: what it adds to the charts and status pages,
     computed afresh (its per-process cache cleared) and then as a page shown again with nothing new gets it."""
     from app.db import session_scope
-    from app.domain import speculation_inputs as speculation
+    from app.domain.answer import load_campaign_metrics
+    from app.domain.answer import read as speculation
     from app.domain.inventory import approaches
-    from app.domain.profitability import load_campaign_metrics
 
     with session_scope(engine, write=False) as session:
         campaign = session.execute(select(Campaign).where(col(Campaign.slug) == slug)).scalar_one()
@@ -547,7 +547,7 @@ def time_answer(engine, slug: str, repeat: int) -> None:
                 if clear:
                     speculation._CACHE.clear()
                 t, cpu = time.perf_counter(), time.process_time()
-                found = speculation.campaign_speculation(session, campaign, metrics, rows)
+                found = speculation.read_answer(session, campaign, metrics=metrics, approach_rows=rows).speculation
                 times.append((time.perf_counter() - t) * 1000)
                 cpus.append((time.process_time() - cpu) * 1000)
             cells = sum(len(a.cells) for a in found.approaches)

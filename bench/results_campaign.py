@@ -8,7 +8,7 @@ into a results campaign that draws its profitability answer on import, with no f
   spread in the source), and one per verify-step approach for its allreduce *in situ* (the step with
   allreduces minus the same step without, / N);
 - and prints the break-even accept length tau* for each figure, from the product's own model
-  (app.domain.profitability.BreakEvenCurve), plus tau* from the measured verify steps directly.
+  (app.domain.answer.BreakEvenCurve), plus tau* from the measured verify steps directly.
 
     python bench/results_campaign.py EXPORTED.yaml METRICS.csv --slug allreduce-shootout-h200x2 \
         --name "Allreduce shootout, 2x H200" --measured "2x H200 ..." --out docs/results/...yaml
@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.domain.profitability import BreakEvenCurve, is_cpu_floor
+from app.domain.answer import BreakEvenCurve, is_cpu_floor
 from runners.recipes.metric import MetricName as M
 
 

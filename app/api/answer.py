@@ -1,4 +1,4 @@
-"""The answer over (batch, draft tokens) and the engine config to deploy it: `app/domain/speculation.py`,
+"""The answer over (batch, draft tokens) and the engine config to deploy it: `app/domain/answer/read.py`,
 `app/domain/answer/configs/`. Read-only."""
 
 from __future__ import annotations
@@ -12,20 +12,23 @@ from app.deps import SessionDep, require_operator
 from app.domain import inventory
 from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
 from app.domain.answer.configs.schedule import SERVE_PATTERN
-from app.domain.speculation import answer_json
-from app.domain.speculation_inputs import read_campaign_speculation
+from app.domain.answer.read import Answer, answer_document, pick_conditions, read_answer
 
 router = APIRouter(prefix="/api", tags=["answer"], dependencies=[Depends(require_operator)])
 
 
 class Figure(BaseModel):
-    """A figure with its 95% bootstrap interval; low/high are null without samples (`no_samples`)."""
+    """A figure with its trial-level bootstrap interval at the campaign's confidence; low/high are null when every
+    input is exact (`no_samples`: entered or derived)."""
 
     value: float
     low: float | None
     high: float | None
-    unstable: bool = Field(description="An input's samples vary more than 10% (coefficient of variation).")
-    no_samples: bool = Field(description="A point estimate: none of its inputs carries samples.")
+    unstable: bool = Field(description="An input's spread exceeds the statistics home's unstable CV (10%).")
+    no_samples: bool = Field(description="Exact: every input entered or derived, none measured by a trial.")
+    within_run_only: bool = Field(
+        False, description="An input was measured by one trial: the interval holds within-run noise only."
+    )
 
 
 class CellPublic(BaseModel):
@@ -65,12 +68,22 @@ class InputPublic(Figure):
     name: str
     approach: str | None = Field(description="The approach whose trial measured it; null when shared.")
     source: str
+    trials: list[int] = Field(description="The trials that measured it (empty: exact).")
+    conditions: str = Field(description="What it was measured under, the stand-in it came from included.")
 
 
 class MissingPublic(BaseModel):
     what: str
     approach: str | None = Field(description="The approach whose trial would measure it; null: enter it.")
     how: str
+    conditions: str | None = Field(description="The conditions it is missing under.")
+
+
+class ConditionSetPublic(BaseModel):
+    key: str = Field(description="Pass it as ?conditions= to get the answer under this set.")
+    label: str
+    approaches: int
+    cells: int
 
 
 class AnswerPublic(BaseModel):
@@ -87,6 +100,14 @@ class AnswerPublic(BaseModel):
     approaches: list[ApproachAnswerPublic]
     inputs: list[InputPublic]
     missing: list[MissingPublic]
+    conditions: str | None = Field(description="The condition set this answer is given under (its key).")
+    conditions_label: str | None
+    default_conditions: str | None = Field(description="The key of the default condition set.")
+    condition_sets: list[ConditionSetPublic]
+    within_run_only: bool = Field(description="Some figure reads an input measured by one trial.")
+    flags: list[str] = Field(
+        description="Contradictory inputs (accept length above k + 1, allreduces longer than the step)."
+    )
 
 
 class SettingPublic(BaseModel):
@@ -135,11 +156,23 @@ class EngineConfigPublic(BaseModel):
     )
 
 
+def _read(session: SessionDep, slug: str, conditions: str | None, context: int | None, mode: str | None) -> Answer:
+    campaign = inventory.get_campaign(session, slug)
+    asked = pick_conditions(session, campaign, conditions, context=context, mode=mode)
+    return read_answer(session, campaign, conditions=asked)
+
+
 @router.get("/campaigns/{slug}/answer", response_model=AnswerPublic)
-def answer(slug: str, session: SessionDep) -> dict[str, Any]:
-    """Speculation over batch sizes and draft lengths, per approach, with 95% intervals."""
-    found, _rows = read_campaign_speculation(session, inventory.get_campaign(session, slug))
-    return answer_json(found)
+def answer(
+    slug: str,
+    session: SessionDep,
+    conditions: str | None = None,
+    context: int | None = None,
+    mode: Literal["graph", "eager"] | None = None,
+) -> dict[str, Any]:
+    """Speculation over batch sizes and draft lengths, per approach, under one condition set (`conditions`, or
+    `context` / `mode`; default: the most complete, named), with intervals at the campaign's confidence."""
+    return answer_document(_read(session, slug, conditions, context, mode))
 
 
 @router.get("/campaigns/{slug}/answer/config", response_model=EngineConfigPublic)
@@ -153,8 +186,12 @@ def answer_config(
         pattern=SERVE_PATTERN,
         description="The batch range you serve, e.g. 1-32 (the default): SGLang's one-k line.",
     ),
+    conditions: str | None = None,
+    context: int | None = None,
+    mode: Literal["graph", "eager"] | None = None,
 ) -> Any:
     """The launch settings for the decision, each naming the measurement it comes from."""
     serve = parse_serve_range(serve_batches)
-    found, rows = read_campaign_speculation(session, inventory.get_campaign(session, slug))
-    return config_json(engine_config(engine, found, rows, serve=serve, target=deploy_target(session, found, rows)))
+    found = _read(session, slug, conditions, context, mode)
+    spec, rows = found.speculation, found.approaches
+    return config_json(engine_config(engine, spec, rows, serve=serve, target=deploy_target(session, spec, rows)))

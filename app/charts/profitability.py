@@ -1,6 +1,6 @@
 """The profitability figures: the break-even accept length against t_ar, the verify step's communication
 against speculation's savings, the allreduce latencies at the verify size and against message size
-(app/domain/profitability in, a plain figure dict out)."""
+(app/domain/answer in, a plain figure dict out)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from app.charts.base import (
     trace_groups,
     us,
 )
-from app.domain.profitability import LatencySeries, ProfitabilityReport, ReferencePoint
+from app.domain.answer import LatencySeries, ProfitabilityReport, ReferencePoint
 
 # Past this many reported figures a chart draws them as one trace (each point named in its hover): a
 # results campaign reports one figure per measured approach, and a legend entry each crushes the plot.

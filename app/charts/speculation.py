@@ -1,4 +1,4 @@
-"""The answer's figures over (batch, draft tokens) (app/domain/speculation.py). Text from data is HTML-escaped.
+"""The answer's figures over (batch, draft tokens) (app/domain/answer/grid.py). Text from data is HTML-escaped.
 
 - `speedup_vs_batch`: each approach's best speedup per batch, its 95% interval as a band, 1.0 marked.
 - `speedup_heatmap`: speedup over (batch, draft tokens) for one approach (the chosen one by default).
@@ -23,7 +23,7 @@ from app.charts.base import (
     scatter,
     status_color,
 )
-from app.domain.speculation import ApproachAnswer, SpeculationAnswer
+from app.domain.answer.grid import ApproachAnswer, SpeculationAnswer
 from app.domain.wording import plural
 
 MAX_LINES = 8  # more approaches than this: the best tiers' first eight (the rest are in the answer's table)

@@ -22,7 +22,7 @@ from app.charts.base import (
     status_color,
     status_label,
 )
-from app.domain.profitability import ThroughputRow
+from app.domain.answer import ThroughputRow
 
 DEAD_END_LABEL_GAP = 16  # px between a dead end's marker and its reason: past the ✕ and a reported diamond
 

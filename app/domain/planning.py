@@ -35,14 +35,10 @@ from sqlmodel import Session, select
 
 from app.domain import fingerprint as stack
 from app.domain import verdicts
+from app.domain.answer import LatencyEstimate, ProfitabilityReport, reported_latencies
+from app.domain.answer.read import read_answer
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import approaches
-from app.domain.profitability import (
-    LatencyEstimate,
-    ProfitabilityReport,
-    profitability_report,
-    reported_latencies,
-)
 from app.models import Approach, ApproachStatus, Campaign, Runner, RunOrder
 
 # approach.effort's first word -> effort points (the score divides by them). Unknown or empty: medium.
@@ -285,7 +281,7 @@ def payoff_ranking(
     """The candidates ranked by expected gain per effort (module docstring), best first. `candidates` in
     priority order (scheduling.candidates); `retest`: their re-test flags (verdicts.retest_flags)."""
     rows = rows if rows is not None else approaches(session, campaign)
-    report = report if report is not None else profitability_report(session, campaign, approach_rows=rows)
+    report = report if report is not None else read_answer(session, campaign, approach_rows=rows).report
     retest = retest if retest is not None else verdicts.retest_flags(session, campaign)
     needs = _needs(report)
     best = _current_best(report)
@@ -619,7 +615,7 @@ def upgrade_plan(session: Session, campaign: Campaign, target: dict[str, str] | 
             untouched.append(Untouched(x, found))
     ranked: dict[str, Ranked] = {}
     if opened:
-        report = profitability_report(session, campaign, approach_rows=rows)
+        report = read_answer(session, campaign, approach_rows=rows).report
         reopened = [x.approach for x, _, _ in opened]
         ranked = {r.key: r for r in payoff_ranking(session, campaign, reopened, {}, report=report, rows=rows)}
     reopens = [Reopen(x, c, why, ranked.get(x.approach.key)) for x, c, why in opened]

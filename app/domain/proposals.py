@@ -28,7 +28,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import comparison, statistics
 from app.domain import fingerprint as stack
-from app.domain.profitability import is_world_figure
+from app.domain.answer import is_world_figure
 from app.domain.verdicts import SIGNATURE_STATUS, SUMMARY_METRICS
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial, TrialState
 

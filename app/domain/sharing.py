@@ -19,11 +19,18 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from sqlmodel import Session, col, select
 
 from app.domain import replay
+from app.domain.answer import (
+    ApproachPoint,
+    ApproachVerdict,
+    CpuFloor,
+    ProfitabilityReport,
+    ThroughputRow,
+    stack_summary,
+)
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
 from app.domain.inventory import status_counts
 from app.domain.planning import run_next_order
-from app.domain.profitability import Answer, ApproachPoint, CpuFloor, ProfitabilityReport, ThroughputRow, stack_summary
 from app.domain.scheduling import candidates
 from app.models import Approach, ApproachStatus, Campaign, ShareLink, utcnow
 
@@ -123,8 +130,9 @@ class StatusReport:
     best: ThroughputRow | None
     best_vs_baseline: float | None  # best / baseline - 1
     speculative: bool  # the campaign asks "is EAGLE-3 profitable?"; else it is a latency comparison
-    headline: Answer | None  # does speculation pay now (ProfitabilityReport.headline)
-    others: tuple[Answer, ...]  # where each other approach or reported figure would move that, lowest tau* first
+    headline: ApproachVerdict | None  # does speculation pay now (ProfitabilityReport.headline)
+    # where each other approach or reported figure would move that, lowest tau* first
+    others: tuple[ApproachVerdict, ...]
     break_even_t_ar_us: float | None
     unknown: tuple[str, ...]  # the costs tau* counts as zero while they are unknown
     accept_length: float | None

@@ -688,3 +688,177 @@ def _pair(
         if first is not None and second is not None:
             needed = trials_needed(math.sqrt((first**2 + second**2) / 2), rule)
     return PairStats(Ratio(value, *interval), p_value, verdict, needed, used_known)
+
+
+@functools.lru_cache(maxsize=64)
+def _median_rank_table(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exact distribution of a resampled median's order statistics for n sorted samples: (cumulative
+    probabilities, lower index, upper index), the median being the mean of the two samples at those indices.
+
+    Resampling n values with replacement and sorting the draws, where the k-th smallest lands is counted by
+    binomials: C_j ~ Bin(n, (j + 1) / n) draws fall on samples <= j,
+    so P(X_(k) <= j) = P(C_j >= k). For even n the median pairs X_(k) with X_(k+1): P(X_(k) = j, X_(k+1) = l)
+    is P(C_j = k, C_(j-1) < k) times the chance that the smallest of the other n - k draws (uniform over the samples above
+    j) is l, for l > j; and P(C_(j-1) < k, C_j >= k + 1) for l = j. The same distribution `trial_resamples`
+    draws through Beta order statistics, tabulated once per n so a draw costs one uniform."""
+    k = (n + 1) // 2
+    j = np.arange(n)
+    sf = sps.binom.sf(k - 1, n, (j + 1) / n)  # P(C_j >= k)
+    if n % 2:
+        pmf = np.diff(np.concatenate([[0.0], sf]))
+        return np.cumsum(pmf), j, j
+    lows, highs, probs = [], [], []
+    at_k = sps.binom.pmf(k, n, (j + 1) / n)  # P(C_j = k)
+    below = np.concatenate([[0.0], sps.binom.sf(k - 1, n, j[:-1] / n + 1 / n)])  # P(C_(j-1) >= k), 0 at j = 0
+    for lo in range(n):
+        # l == j: C_(j-1) <= k - 1 and C_j >= k + 1.
+        same = sps.binom.sf(k, n, (lo + 1) / n) - (below[lo] - _both_at(n, k, lo))
+        lows.append(lo)
+        highs.append(lo)
+        probs.append(max(same, 0.0))
+        rest = n - lo - 1
+        exactly = at_k[lo] - _both_at(n, k, lo)  # k draws on samples <= j, at least one of them on j
+        if rest and exactly > 0:
+            hi = np.arange(lo + 1, n)
+            above = ((n - hi) / rest) ** (n - k) - ((n - hi - 1) / rest) ** (n - k)
+            lows.extend([lo] * hi.size)
+            highs.extend(hi.tolist())
+            probs.extend((exactly * above).tolist())
+    p = np.asarray(probs)
+    return np.cumsum(p / p.sum()), np.asarray(lows), np.asarray(highs)
+
+
+def _both_at(n: int, k: int, j: int) -> float:
+    """P(C_(j-1) = k and C_j = k): k draws on samples below j and none on j."""
+    if j == 0:
+        return 0.0
+    return float(sps.binom.pmf(k, n, j / n) * ((n - j - 1) / (n - j)) ** (n - k))
+
+
+_BINS = 1 << 14
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_bins(cum_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """For `_BINS` equal slices of [0, 1): the rank a uniform in the slice draws, and whether the slice straddles
+    a step of the cumulative distribution (there the rank is looked up exactly)."""
+    cum = np.frombuffer(cum_bytes)
+    edges = np.arange(_BINS + 1) / _BINS
+    at = np.minimum(np.searchsorted(cum, edges, side="right"), cum.size - 1)
+    return at[:-1], at[:-1] != at[1:]
+
+
+def _draw_ranks(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """searchsorted(cum, u, "right") (clipped), through a table: exact, one gather for all but the few uniforms
+    that land in a slice holding a step."""
+    first, straddles = _rank_bins(cum.tobytes())
+    slot = (u * _BINS).astype(np.intp)
+    pick = first[slot]
+    fix = straddles[slot]
+    if fix.any():
+        pick[fix] = np.minimum(np.searchsorted(cum, u[fix], side="right"), cum.size - 1)
+    return pick
+
+
+def trial_resamples_many(
+    figures: Sequence[Sequence[Sequence[float]]], n_resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """`trial_resamples` for many figures at once (each a list of trials, each its samples): a
+    [figure, resample] array with the same distribution (one trial: its resampled medians, the within-run
+    noise alone; 2 or more: the t posterior over the trials' medians), vectorized over every figure and
+    trial of one sample count. The answer's
+    grid resamples some thousand figures this way. Figures without a sample give NaN rows."""
+    sets = [[t for t in f if len(t)] for f in figures]
+    by_n: dict[int, list[tuple[int, int]]] = {}
+    for fi, trials in enumerate(sets):
+        for ti, t in enumerate(trials):
+            by_n.setdefault(len(t), []).append((fi, ti))
+    # Every trial's resampled medians, one row each, in one matrix; `row_of[(figure, trial)]` finds them.
+    blocks: list[np.ndarray] = []
+    row_of: dict[tuple[int, int], int] = {}
+    for n, where in by_n.items():
+        values = np.sort(np.array([sets[fi][ti] for fi, ti in where], dtype=float), axis=1)  # [trial, n], sorted
+        if n == 1:
+            draws = np.repeat(values, n_resamples, axis=1)
+        else:
+            cum, lo, hi = _median_rank_table(n)
+            pick = _draw_ranks(cum, rng.random((len(where), n_resamples)))
+            rows = np.arange(len(where))[:, None]
+            draws = 0.5 * (values[rows, lo[pick]] + values[rows, hi[pick]])
+        start = sum(len(b) for b in blocks)
+        row_of.update((key, start + i) for i, key in enumerate(where))
+        blocks.append(draws)
+    out = np.full((len(sets), n_resamples), np.nan)
+    if not blocks:
+        return out
+    medians = np.concatenate(blocks)  # [trial, R]
+    by_m: dict[int, list[int]] = {}
+    for fi, trials in enumerate(sets):
+        if trials:
+            by_m.setdefault(len(trials), []).append(fi)
+    for m, group in by_m.items():
+        rows_m = np.array([[row_of[(fi, ti)] for ti in range(m)] for fi in group])  # [fig, m]
+        if m == 1:
+            out[group] = medians[rows_m[:, 0]]  # one trial: its resampled medians are the figure's
+            continue
+        # 2 trials or more: trial_resamples' posterior of the mean over trials (a t over the trials' log
+        # medians), the same method as the comparisons' (a bootstrap over 2-3 trials is too narrow).
+        point = np.array([[float(np.median(sets[fi][ti])) for ti in range(m)] for fi in group])  # [fig, m]
+        draws = rng.standard_t(m - 1, size=(len(group), n_resamples))
+        if np.all(point > 0):
+            s = np.std(np.log(point), axis=1, ddof=1)[:, None] / math.sqrt(m)
+            out[group] = point.mean(axis=1)[:, None] * np.exp(s * draws)
+        else:
+            s = np.std(point, axis=1, ddof=1)[:, None] / math.sqrt(m)
+            out[group] = point.mean(axis=1)[:, None] + s * draws
+    return out
+
+
+def percentile_intervals(resamples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """`percentile_interval` of each row of a [figure, resample] array (the same ranks)."""
+    b = resamples.shape[-1]
+    alpha = 1 - confidence
+    k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
+    part = np.partition(resamples, [k_low, k_high], axis=-1)
+    return part[..., k_low], part[..., k_high]
+
+
+def trial_estimates_many(figures: Sequence[Sequence[Sequence[float]]]) -> list[TrialEstimate | None]:
+    """`trial_estimate` of many figures at once (each a list of trials, each its samples), the per-trial medians
+    and CVs computed vectorized over every trial of one sample count (the answer reads some thousand figures)."""
+    by_n: dict[int, list[tuple[int, int]]] = {}
+    for fi, trials in enumerate(figures):
+        for ti, t in enumerate(trials):
+            if len(t):
+                by_n.setdefault(len(t), []).append((fi, ti))
+    medians: dict[tuple[int, int], float] = {}
+    cvs: dict[tuple[int, int], float | None] = {}
+    for n, where in by_n.items():
+        values = np.array([figures[fi][ti] for fi, ti in where], dtype=float)  # [trial, n]
+        med = np.median(values, axis=1).tolist()
+        if n >= 2:
+            mean = values.mean(axis=1)
+            sd = values.std(axis=1, ddof=1)
+            cv = np.where(mean != 0, sd / np.where(mean != 0, np.abs(mean), 1.0), np.nan).tolist()
+        else:
+            cv = [float("nan")] * len(where)
+        for key, m, c in zip(where, med, cv, strict=True):
+            medians[key] = m
+            cvs[key] = None if c != c else c
+    out: list[TrialEstimate | None] = []
+    for fi, trials in enumerate(figures):
+        keys = [(fi, ti) for ti, t in enumerate(trials) if len(t)]
+        if not keys:
+            out.append(None)
+            continue
+        meds = [medians[k] for k in keys]
+        within = [c for k in keys if (c := cvs[k]) is not None]
+        out.append(
+            TrialEstimate(
+                sum(meds) / len(meds),
+                len(meds),
+                _cv(np.asarray(meds)) if len(meds) >= 2 else None,
+                sum(within) / len(within) if within else None,
+            )
+        )
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.domain.profitability import LatencyEstimate, ProfitabilityReport, ReferencePoint, answers_for
+from app.domain.answer import LatencyEstimate, ProfitabilityReport, ReferencePoint, answers_for
 
 T_AR_LABEL = "what-if t_ar"
 

@@ -6,7 +6,7 @@ The what-if is a GET: it computes with the values in the query and stores nothin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -19,6 +19,7 @@ from app import charts
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.acceptance import accept_length_bound_error, conversion_words
+from app.domain.answer import Input, ModelInputs, WhatIf, latency_series, throughput_rows
 from app.domain.answer.configs import (
     ENGINE_LABELS,
     ENGINES,
@@ -27,20 +28,9 @@ from app.domain.answer.configs import (
     engine_config,
     parse_serve_range,
 )
+from app.domain.answer.grid import SpeculationAnswer
+from app.domain.answer.read import Answer, read_answer
 from app.domain.errors import Conflict, Invalid
-from app.domain.profitability import (
-    CampaignMetrics,
-    Input,
-    ModelInputs,
-    ProfitabilityReport,
-    WhatIf,
-    latency_series,
-    load_campaign_metrics,
-    profitability_report,
-    throughput_rows,
-)
-from app.domain.speculation import SpeculationAnswer
-from app.domain.speculation_inputs import campaign_speculation
 from app.domain.timeline import campaign_timeline
 from app.domain.what_if import with_allreduce_latency
 from app.errors import form_error_headers
@@ -160,31 +150,20 @@ def form_inputs(inputs: ModelInputs, campaign: Campaign) -> list[FormInput]:
     return out
 
 
-@dataclass(frozen=True)
-class CampaignAnswer:
-    """What the charts and status pages draw, read once: the campaign's model metrics and approaches, and
-    the report (with the what-if laid over it, when there is one)."""
-
-    metrics: CampaignMetrics
-    approaches: list[Approach]
-    report: ProfitabilityReport
-    what_if: WhatIf
-    t_ar_us: float | None = None  # the what-if allreduce latency, used in place of the measured ones
-
-    def figures(self) -> dict[str, Any]:
-        """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
-        report = self.report
-        return {
-            "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
-            "chart_verify": charts.verify_comm_vs_savings(report),
-            "chart_comparison": None if report.speculative else charts.latency_comparison(report),
-            "chart_latency": charts.allreduce_latency_vs_size(
-                latency_series(self.metrics, self.approaches), report.inputs.verify_bytes, report.references
-            ),
-        }
+def answer_figures(answer: Answer) -> dict[str, Any]:
+    """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
+    report = answer.report
+    return {
+        "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
+        "chart_verify": charts.verify_comm_vs_savings(report),
+        "chart_comparison": None if report.speculative else charts.latency_comparison(report),
+        "chart_latency": charts.allreduce_latency_vs_size(
+            latency_series(answer.metrics, answer.approaches), report.inputs.verify_bytes, report.references
+        ),
+    }
 
 
-def throughput_figure(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any] | None:
+def throughput_figure(answer: Answer, campaign: Campaign) -> dict[str, Any] | None:
     """Chart 3, or None while no approach has a measured or reported throughput or a dead end to mark: a
     baseline line alone across empty rows says nothing (no empty axes)."""
     rows = throughput_rows(answer.metrics, answer.approaches)
@@ -195,18 +174,26 @@ def throughput_figure(answer: CampaignAnswer, campaign: Campaign) -> dict[str, A
     return charts.throughput_vs_baseline(rows, baseline, reported)
 
 
-def campaign_answer(session: Session, campaign: Campaign, form: BaseModel | None = None) -> CampaignAnswer:
-    """One pass over the campaign's metrics and approaches, however many approaches and trials it has."""
-    metrics = load_campaign_metrics(session, campaign)
-    rows = inventory.approaches(session, campaign)
-    report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
-    what_if = what_if_changes(form, report.inputs) if form is not None else WhatIf()
+def campaign_answer(
+    session: Session, campaign: Campaign, form: BaseModel | None = None, conditions: str | None = None
+) -> Answer:
+    """`read_answer`, with the form's values that differ from the campaign's laid over it as a what-if (and
+    the what-if allreduce latency, which replaces the measured and reported ones)."""
+    found = read_answer(session, campaign, conditions=conditions)
+    what_if = what_if_changes(form, found.report.inputs) if form is not None else WhatIf()
     if what_if.any():
-        report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
+        found = read_answer(
+            session,
+            campaign,
+            conditions=conditions,
+            what_if=what_if,
+            metrics=found.metrics,
+            approach_rows=found.approaches,
+        )
     t_ar_us = getattr(form, "allreduce_latency_us", None) if form is not None else None
     if t_ar_us is not None:
-        report = with_allreduce_latency(report, t_ar_us)
-    return CampaignAnswer(metrics, rows, report, what_if, t_ar_us)
+        found = replace(found, report=with_allreduce_latency(found.report, t_ar_us), t_ar_us=t_ar_us)
+    return found
 
 
 @dataclass(frozen=True)
@@ -240,13 +227,20 @@ def deploy_options(
 
 
 def speculation_context(
-    session: Session, campaign: Campaign, answer: CampaignAnswer, serve_batches: str | None = None
+    session: Session,
+    campaign: Campaign,
+    answer: Answer,
+    serve_batches: str | None = None,
+    *,
+    read_only: bool = False,
 ) -> dict[str, Any]:
-    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens), its charts and the
-    Deploy panel, from the metrics the page already read (one more query, for the samples)."""
-    found: SpeculationAnswer = campaign_speculation(session, campaign, answer.metrics, answer.approaches)
+    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens) under its condition set (the
+    set select), its charts and the Deploy panel."""
+    found = answer.speculation
     return {
         "speculation": found,
+        "answer": answer,
+        "read_only": read_only,
         "speculation_charts": {
             "speedup": charts.speedup_vs_batch(found),
             "heatmap": charts.speedup_heatmap(found),
@@ -256,21 +250,21 @@ def speculation_context(
     }
 
 
-def _profitability(answer: CampaignAnswer, campaign: Campaign) -> dict[str, Any]:
+def _profitability(answer: Answer, campaign: Campaign) -> dict[str, Any]:
     """Context of the what-if partial: the report and the figures that depend on its inputs."""
     return {
         "campaign": campaign,
         "report": answer.report,
         "what_if": answer.what_if,
         "t_ar_us": answer.t_ar_us,
-        **answer.figures(),
+        **answer_figures(answer),
     }
 
 
 @router.get("/campaigns/{slug}/charts")
-def charts_page(request: Request, session: SessionDep, slug: str) -> Response:
+def charts_page(request: Request, session: SessionDep, slug: str, conditions: str | None = None) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    answer = campaign_answer(session, campaign)
+    answer = campaign_answer(session, campaign, conditions=conditions)
     ctx = _profitability(answer, campaign)
     ctx["form_inputs"] = form_inputs(answer.report.inputs, campaign)
     ctx["chart_throughput"] = throughput_figure(answer, campaign)

@@ -16,7 +16,7 @@ from sqlmodel import Session
 from app.config import resource_dir
 from app.deps import OperatorDep, RowId, SessionDep, public_base_url
 from app.domain import inventory
-from app.domain.profitability import throughput_rows
+from app.domain.answer import throughput_rows
 from app.domain.sharing import (
     create_share_link,
     get_share_link,
@@ -29,7 +29,7 @@ from app.domain.sharing import (
 )
 from app.models import Campaign
 from app.templating import PLOTLY_JS
-from app.web.charts import campaign_answer, speculation_context, throughput_figure
+from app.web.charts import answer_figures, campaign_answer, speculation_context, throughput_figure
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -91,11 +91,11 @@ def revoke_link(request: Request, session: SessionDep, operator: OperatorDep, sl
     return _links(request, session, campaign)
 
 
-def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
-    answer = campaign_answer(session, campaign)
+def _status_context(session: Session, campaign: Campaign, conditions: str | None = None) -> dict[str, Any]:
+    answer = campaign_answer(session, campaign, conditions=conditions)
     report = answer.report
     rows = throughput_rows(answer.metrics, answer.approaches)
-    figures = answer.figures()
+    figures = answer_figures(answer)
     return {
         "status": status_report(session, campaign, report, rows, answer.approaches),
         "chart_break_even": figures["chart_break_even"],
@@ -103,14 +103,14 @@ def _status_context(session: Session, campaign: Campaign) -> dict[str, Any]:
         "chart_throughput": throughput_figure(answer, campaign),
         "generated_at": datetime.now(UTC),
         "replays": public_replays(session, campaign),
-        **speculation_context(session, campaign, answer),
+        **speculation_context(session, campaign, answer, read_only=True),
     }
 
 
 @router.get("/s/{token}")
-def status_page(request: Request, session: SessionDep, token: str) -> Response:
+def status_page(request: Request, session: SessionDep, token: str, conditions: str | None = None) -> Response:
     _link, campaign = resolve_share_token(session, token, _secret(request))
-    ctx = {**_status_context(session, campaign), "export": False, "export_url": f"/s/{token}/export.html"}
+    ctx = {**_status_context(session, campaign, conditions), "export": False, "export_url": f"/s/{token}/export.html"}
     return render(request, "status.html", ctx, headers=PUBLIC_HEADERS)
 
 

@@ -18,7 +18,7 @@ from app.domain.answer.configs.trtllm import check_trtllm_schedule
 from app.domain.answer.configs.vllm import check_vllm_schedule
 from tests.support.speculation import BATCHES, DRAFT_TOKENS, SLUG, build_sweep_campaign
 
-FIGURE = {"value", "low", "high", "unstable", "no_samples"}
+FIGURE = {"value", "low", "high", "unstable", "no_samples", "within_run_only"}
 CELL = {"batch", "draft_tokens", "t_base_ms", "t_draft_ms", "t_verify_ms", "t_ar_us", "verify_bytes", "tau_star"}
 
 
@@ -49,11 +49,15 @@ def test_answer_fields(client, api_headers, swept):
     assert cell["t_base_ms"] == pytest.approx(16.4, rel=0.02) and cell["t_verify_ms"] == pytest.approx(27.35, rel=0.03)
     assert cell["speedup"]["value"] == pytest.approx(1.8 * 16.4 / (0.82 + 27.35), rel=0.03)
     assert nccl["break_even_batch"] == 64 and nccl["best_draft_tokens"]["128"] == 0
-    assert by_key["symm-one-shot"]["break_even_batch"] == 128
+    # One trial per input: within-run noise only, so "pays" needs the campaign's min effect (3%) as a margin; at
+    # batch 128 symm-one-shot's best speedup is above 1 by less than that (docs/profitability.md).
+    one_shot = by_key["symm-one-shot"]
+    assert one_shot["break_even_batch"] == 64 and one_shot["first_losing_batch"] == 128
+    assert body["within_run_only"] is True
     two_shot = {(c["batch"], c["draft_tokens"]): c for c in by_key["symm-two-shot"]["by_batch"]}
     assert two_shot[(128, 7)]["speedup"] is None and "not extrapolated" in two_shot[(128, 7)]["note"]
     assert body["chosen"] == "symm-one-shot" and body["tiers"][0] == ["symm-one-shot"]
-    assert body["sentence"].startswith("On this node EAGLE-3 pays at every measured batch up to 128")
+    assert body["sentence"].startswith("On this node EAGLE-3 pays up to batch 64")
     sources = {i["name"]: i for i in body["inputs"]}
     assert sources["accept length at 3 draft tokens"]["source"].startswith("derived from the entered per-position")
     assert sources["accept length at 3 draft tokens"]["no_samples"] is True

@@ -10,7 +10,7 @@ from sqlmodel import Session, create_engine, select
 
 from app.db import session_scope
 from app.domain import artifacts as store_domain
-from app.domain.profitability import approach_latency, load_campaign_metrics, model_inputs
+from app.domain.answer import approach_latency, load_campaign_metrics, model_inputs
 from app.domain.scheduling import create_trial
 from app.domain.trials import end_trial
 from app.models import Approach, Artifact, Campaign, Metric, Runner, TrialState

@@ -9,7 +9,7 @@ import pytest
 
 from app import charts
 from app.domain import inventory
-from app.domain.profitability import (
+from app.domain.answer import (
     WhatIf,
     latency_series,
     load_campaign_metrics,
@@ -133,7 +133,7 @@ def test_chart4_timeline(session, campaign):
 
 
 def test_chart1_without_points_still_has_the_line():
-    from app.domain.profitability import CycleCosts, Input, ModelInputs, ProfitabilityReport
+    from app.domain.answer import CycleCosts, Input, ModelInputs, ProfitabilityReport
 
     inputs = ModelInputs(
         Input(82.0), Input(1000 / 82), Input(2.0), Input(0), Input(0.0), Input(0.0), Input(122), 4, 7168
@@ -146,7 +146,7 @@ def test_chart1_without_points_still_has_the_line():
 
 
 def test_many_approaches_draw_one_trace_per_status():
-    from app.domain.profitability import ApproachPoint, Input, LatencyEstimate, ModelInputs, ProfitabilityReport
+    from app.domain.answer import ApproachPoint, Input, LatencyEstimate, ModelInputs, ProfitabilityReport
 
     inputs = ModelInputs(
         Input(82.0), Input(1000 / 82), Input(None), Input(3), Input(None), Input(None), Input(122), 4, 7168
@@ -182,10 +182,9 @@ def test_many_approaches_draw_one_trace_per_status():
 
 def test_the_heatmaps_colour_scale_spans_the_data_with_white_at_one(session, campaign):
     """Issue 32 item 15: zmid 1.0 mirrored the range around 1, so speedups up to 2.5 started the scale at -0.5."""
-    from app.domain.speculation_inputs import campaign_speculation
+    from app.domain.answer.read import read_answer
 
-    metrics = load_campaign_metrics(session, campaign)
-    answer = campaign_speculation(session, campaign, metrics, inventory.approaches(session, campaign))
+    answer = read_answer(session, campaign).speculation
     fig = figure(charts.speedup_heatmap(answer))
     cells = fig["data"][0]
     values = [v for row in cells["z"] for v in row if v is not None]

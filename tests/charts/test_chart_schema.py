@@ -21,20 +21,20 @@ from app import charts
 from app.charts import base
 from app.db import session_scope
 from app.domain import inventory
-from app.domain.changes import Series, SeriesPoint
-from app.domain.comparison import compare
-from app.domain.demo import load_demo
-from app.domain.profitability import (
+from app.domain.answer import (
     WhatIf,
     latency_series,
     load_campaign_metrics,
     profitability_report,
     throughput_rows,
 )
-from app.domain.speculation_inputs import campaign_speculation
+from app.domain.answer.read import read_answer
+from app.domain.changes import Series, SeriesPoint
+from app.domain.comparison import compare
+from app.domain.demo import load_demo
 from app.domain.timeline import campaign_timeline
 from app.models import Campaign, ChangePoint, Trial
-from app.web.charts import campaign_answer, throughput_figure
+from app.web.charts import answer_figures, campaign_answer, throughput_figure
 from tests.support.charts import SLUG, add_metrics, build_fixture_campaign
 
 
@@ -137,7 +137,7 @@ def _samples(session, campaign: Campaign) -> list[dict[str, Any]]:
             campaign.reported, {a.key: a.title for a in approaches}
         ),
         "timeline: Timeline": campaign_timeline(session, campaign),
-        "answer: SpeculationAnswer": campaign_speculation(session, campaign, metrics, approaches),
+        "answer: SpeculationAnswer": read_answer(session, campaign).speculation,
     }
     if len(trial_ids) >= 2:  # the compare page needs two trials
         common["comparison: Comparison"] = compare(session, campaign, trial_ids[:4], [])
@@ -190,10 +190,10 @@ def test_every_builder_of_the_package_validates_against_plotlys_schema(session):
 
 
 def test_the_pages_figures_validate_too(session):
-    """The page's own guards pick the figures (answer.figures, throughput_figure): each one validates."""
+    """The page's own guards pick the figures (answer_figures, throughput_figure): each one validates."""
     for slug in ("kimi-k25-eagle3", "allreduce-shootout", SLUG):
         answer = campaign_answer(session, inventory.get_campaign(session, slug))
-        figures = [*answer.figures().values(), throughput_figure(answer, inventory.get_campaign(session, slug))]
+        figures = [*answer_figures(answer).values(), throughput_figure(answer, inventory.get_campaign(session, slug))]
         for fig in figures:
             if fig is not None:
                 _validate(fig)

@@ -11,8 +11,8 @@ from sqlmodel import select
 from app import charts
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.answer import profitability_report
 from app.domain.demo import load_demo
-from app.domain.profitability import profitability_report
 from app.domain.timeline import campaign_timeline
 from app.models import Metric, Trial
 from app.schemas import CampaignUpdate
@@ -159,7 +159,7 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
 
 
 def _status(session, campaign, what_if=None):
-    from app.domain.profitability import load_campaign_metrics, throughput_rows
+    from app.domain.answer import load_campaign_metrics, throughput_rows
     from app.domain.sharing import status_report
 
     rows = inventory.approaches(session, campaign)
@@ -213,7 +213,7 @@ def test_kimi_answer_with_every_input_known(session):
 def test_kimi_answer_decides_no_from_a_lower_bound(session):
     """With the draft cost and verify compute still unknown, an accept length below the communication-only
     tau* is already a "no" (unknown costs only raise tau*); above it, the answer waits for them."""
-    from app.domain.profitability import WhatIf
+    from app.domain.answer import WhatIf
 
     campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
     report, status = _status(session, campaign, WhatIf(accept_length=1.8))

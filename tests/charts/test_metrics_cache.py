@@ -8,7 +8,7 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import inventory
-from app.domain.profitability import CampaignMetrics, load_campaign_metrics
+from app.domain.answer import CampaignMetrics, load_campaign_metrics
 from app.models import Trial
 from tests.support.charts import SLUG, add_metrics, build_fixture_campaign
 

@@ -10,7 +10,7 @@ import pytest
 from sqlmodel import select
 
 from app.domain import inventory
-from app.domain.profitability import (
+from app.domain.answer import (
     CycleCosts,
     LatencyPoint,
     WhatIf,
@@ -262,7 +262,7 @@ def test_an_accept_length_below_one_means_no_speculation(session):
 
 
 def test_lower_bound_then_tightened_by_hand():
-    from app.domain.profitability import BreakEvenCurve
+    from app.domain.answer import BreakEvenCurve
 
     # Seed: T_base 12.195 ms, 122 x 0.2 ms = 24.4 ms: tau* > 2.0008 before anything else is paid.
     bound = BreakEvenCurve(t_base_ms=T_BASE, n_ar=122, draft_ms=None, verify_compute_ms=None)

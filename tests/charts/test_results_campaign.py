@@ -13,8 +13,8 @@ import pytest
 from app import charts
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.answer import profitability_report
 from app.domain.campaign_files import import_campaign
-from app.domain.profitability import profitability_report
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "allreduce-shootout-h200x2.yaml"
 
@@ -83,7 +83,7 @@ def test_the_results_campaign_page_says_its_answer(app, operator_client):
 def test_the_verify_chart_draws_each_measured_allreduce_at_its_point_with_tau_2_4(app):
     """Issue 32 item 6: with tau 2.4 the chart drew the region and y = x over 0-1.15 ms and no point: the
     results campaign's measurements are reported figures, which the chart did not draw."""
-    from app.domain.profitability import WhatIf
+    from app.domain.answer import WhatIf
 
     with session_scope(app.state.engine) as session:
         import_campaign(session, RESULTS.read_text(), actor="test")

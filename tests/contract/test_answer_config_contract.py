@@ -13,7 +13,7 @@ import pytest
 
 from app.domain.answer.configs import DeployTarget, ServeRange, engine_config
 from app.domain.answer.configs.sglang import FILE
-from app.domain.speculation import speculation_answer
+from app.domain.answer.grid import speculation_answer
 from app.models import Approach
 from tests.support.paths import ROOT
 from tests.support.speculation import approach, linear_curve, spec

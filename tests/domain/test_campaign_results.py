@@ -15,9 +15,9 @@ from sqlmodel import col, func, select
 
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.answer import load_campaign_metrics
 from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
-from app.domain.profitability import load_campaign_metrics
 from app.models import Campaign, Metric, Trial
 from tests.support.paths import ROOT
 

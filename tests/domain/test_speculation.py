@@ -6,15 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.domain.speculation import (
+from app.domain.answer.grid import (
     ApproachAnswer,
     Cell,
     Interval,
-    Measured,
     accept_length_from_alphas,
     bracket,
     measured,
     speculation_answer,
+)
+from app.domain.answer.grid import (
+    Value as Measured,
 )
 from tests.support.speculation import approach, linear_curve, spec
 

@@ -115,7 +115,7 @@ def test_multimem_and_quick_reduce_kernels_count_in_n_ar(tmp_path):
         ("rms_norm_kernel", 2.0),
         ("quickreduce::allreduce_prototype_twoshot<bf16>", 9.0),
     ] * 61
-    summary = read_trace(_cuda_trace(tmp_path / "t.json", kernels))
+    summary = read_trace(cuda_trace(tmp_path / "t.json", kernels))
     assert summary.allreduces_per_step == 122 and summary.allreduce_us == pytest.approx(7.0)
     kinds = {r["name"]: r["kind"] for r in summary.table()}
     assert kinds["quickreduce::allreduce_prototype_twoshot<bf16>"] == "quick reduce"

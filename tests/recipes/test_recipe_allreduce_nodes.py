@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from app.domain.profitability import CampaignMetrics, MetricRow, allreduce_curve, is_world_figure
+from app.domain.answer import CampaignMetrics, MetricRow, allreduce_curve, is_world_figure
 from runners.recipes._dist import Topology, group_nodes, node_identity
 from runners.recipes.metric import MetricName
 from tests.support.net import free_port

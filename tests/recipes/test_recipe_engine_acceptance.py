@@ -182,9 +182,8 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
 
     from app.db import session_scope
     from app.domain import inventory, logs
-    from app.domain.profitability import load_campaign_metrics
-    from app.domain.speculation_inputs import speculation_inputs
-    from app.models import Approach, Campaign, Trial
+    from app.domain.answer.read import read_answer
+    from app.models import Campaign, Trial
     from app.schemas import ApproachCreate
     from tests.support.speculation import SLUG, build_sweep_campaign
 
@@ -219,11 +218,10 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
         assert found
         logs._save_metrics(session, trial, found, only_missing=False)
         session.flush()
-        rows = list(session.exec(select(Approach).where(Approach.campaign_id == campaign.id)))
-        spec = speculation_inputs(session, campaign, load_campaign_metrics(session, campaign), rows)
+        spec = read_answer(session, campaign).speculation
         for k, tau in TAUS.items():
             assert spec.tau[k].value == pytest.approx(tau), k
-            assert f"trial #{trial.id}" in spec.tau[k].source and M.ENGINE_ACCEPT_LENGTH in spec.tau[k].source
+            assert f"trial #{trial.id}" in spec.tau_sources[k] and M.ENGINE_ACCEPT_LENGTH in spec.tau_sources[k]
         assert 4 not in spec.tau or spec.tau[4].value != pytest.approx(2.6)  # k = 4 was not measured here
     json.dumps(found[0][2])  # the rows are the recipe's own JSON
 

@@ -9,8 +9,8 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.answer.read import read_answer
 from app.domain.campaign_files import import_campaign
-from app.domain.speculation_inputs import read_campaign_speculation
 from app.models import Metric, Trial
 from runners.recipes.metric import ConditionTag as C
 from runners.recipes.metric import MetricName as M
@@ -41,5 +41,5 @@ def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
         }
         # decode at batch 1 reads top-8 of 384; verify at k = 3 (4 tokens) reads about 31
         assert touched[(1, 0)] == 8 and 28 <= touched[(1, 3)] <= 32 and touched[(128, 7)] > 300
-        answer, _ = read_campaign_speculation(session, campaign)
+        answer = read_answer(session, campaign).speculation
         assert "at batch 1 with 3 draft tokens" in answer.sentence

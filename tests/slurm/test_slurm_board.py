@@ -19,7 +19,7 @@ from sqlmodel import col, select
 
 from app.db import session_scope
 from app.domain import logs as log_domain
-from app.domain.profitability import load_campaign_metrics
+from app.domain.answer import load_campaign_metrics
 from app.models import Campaign, Metric, Runner, Trial
 from app.security import SESSION_COOKIE
 from runners.recipes.metric import MetricName

@@ -17,7 +17,8 @@ import numpy as np
 from sqlmodel import Session
 
 from app.domain import inventory
-from app.domain.speculation import ApproachInputs, Measured, SpeculationInputs
+from app.domain.answer.grid import ApproachInputs, SpeculationInputs
+from app.domain.answer.values import Value as Measured
 from app.models import Metric, Trial
 from app.schemas import ApproachCreate, CampaignCreate
 

@@ -30,8 +30,8 @@ from app.domain.answer.configs.schedule import (
 from app.domain.answer.configs.sglang import sglang_config
 from app.domain.answer.configs.trtllm import trtllm_config
 from app.domain.answer.configs.vllm import vllm_config
+from app.domain.answer.grid import SpeculationAnswer
 from app.domain.errors import Invalid
-from app.domain.speculation import SpeculationAnswer
 from app.models import Approach, Trial
 
 ENGINES = ("sglang", "vllm", "trtllm")

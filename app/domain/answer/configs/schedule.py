@@ -14,8 +14,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.domain.answer.grid import ApproachAnswer, Cell, SpeculationAnswer
 from app.domain.errors import Conflict, Invalid
-from app.domain.speculation import ApproachAnswer, Cell, SpeculationAnswer
 
 LARGEST_BATCH = 65_536  # the board's largest batch (schemas.BatchGrid): the off range ends here
 

@@ -38,7 +38,7 @@ from app.domain.answer.configs.schedule import (
     per_batch_schedule,
     static_choice,
 )
-from app.domain.speculation import ApproachAnswer, SpeculationAnswer
+from app.domain.answer.grid import ApproachAnswer, SpeculationAnswer
 from app.models import Approach
 
 FILE = "sglang-adaptive-spec.json"

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from app.domain.answer.configs.schedule import ConfigBuilder, ConfigFile, EngineConfig, Setting, per_batch_schedule
-from app.domain.speculation import SpeculationAnswer
+from app.domain.answer.grid import SpeculationAnswer
 from app.models import Approach
 
 FILE = "extra-llm-api-options.yaml"

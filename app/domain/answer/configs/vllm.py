@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.domain.answer.configs.schedule import ConfigBuilder, ConfigFile, EngineConfig, per_batch_schedule
-from app.domain.speculation import SpeculationAnswer
+from app.domain.answer.grid import SpeculationAnswer
 from app.models import Approach
 
 FILE = "speculative-config.json"

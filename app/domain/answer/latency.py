@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.domain.profitability.inputs import ModelInputs, _first_by_preference, _gpu
-from app.domain.profitability.metrics import CampaignMetrics, MetricRow
+from app.domain.answer.inputs import ModelInputs, _first_by_preference, _gpu
+from app.domain.answer.metrics import CampaignMetrics, MetricRow
 from app.models import Campaign
 from runners.recipes.metric import MetricName
 

@@ -10,7 +10,8 @@
                       verify or decode step ("from trace #id": device kernels first; a CPU trace's count only
                       when its trial measured the full geometry), else the field's default
 A what-if (`WhatIf`) lays values over them without storing anything.
-A missing input is reported as a `Missing` (what, and how to get it) instead of being guessed.
+A missing input is reported as a `Missing` (what, and how to get it) instead of being guessed; every value is
+the answer's one `Value` (values.py; `Input` is its name here).
 """
 
 from __future__ import annotations
@@ -19,26 +20,12 @@ from dataclasses import dataclass, replace
 
 from sqlmodel import Session
 
-from app.domain.profitability.metrics import CampaignMetrics, MetricRow, load_campaign_metrics
-from app.domain.profitability.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCosts, t_base_ms
+from app.domain.answer.metrics import CampaignMetrics, MetricRow, load_campaign_metrics
+from app.domain.answer.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCosts, t_base_ms
+from app.domain.answer.values import Input, Missing
 from app.domain.traces import StoredTrace
 from app.models import Campaign, ModelInputFields
 from runners.recipes.metric import MetricName
-
-
-@dataclass(frozen=True)
-class Missing:
-    """An input the model needs and does not have: what it is and how to get it."""
-
-    what: str
-    how: str
-
-
-@dataclass(frozen=True)
-class Input:
-    value: float | None
-    source: str = ""  # "entered on the campaign", "trial #12 (output_throughput_tok_s)", "what-if"
-    trial_id: int | None = None
 
 
 class WhatIf:

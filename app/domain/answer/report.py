@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
-from app.domain.inventory import approaches
-from app.domain.profitability.inputs import (
+from app.domain.answer.inputs import (
     Input,
     Missing,
     ModelInputs,
@@ -22,10 +21,11 @@ from app.domain.profitability.inputs import (
     _from_metric,
     model_inputs,
 )
-from app.domain.profitability.latency import LatencyEstimate, ReferencePoint, approach_latency, reported_latencies
-from app.domain.profitability.metrics import CampaignMetrics, load_campaign_metrics
-from app.domain.profitability.model import BreakEvenCurve, CycleCosts
-from app.domain.profitability.series import stack_summary
+from app.domain.answer.latency import LatencyEstimate, ReferencePoint, approach_latency, reported_latencies
+from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
+from app.domain.answer.model import BreakEvenCurve, CycleCosts
+from app.domain.answer.series import stack_summary
+from app.domain.inventory import approaches
 from app.models import Approach, ApproachStatus, Campaign
 from runners.recipes.metric import MetricName
 
@@ -69,7 +69,7 @@ class CpuFloor:
 
 
 @dataclass(frozen=True)
-class Answer:
+class ApproachVerdict:
     """Does speculation pay with one allreduce (a measured approach or a figure reported elsewhere)?
 
     Decided whenever the inputs allow it: with every cost known, tau against the full tau*; while the draft
@@ -127,7 +127,7 @@ def answers_for(
     references: Iterable[ReferencePoint],
     accept: Input,
     statuses: dict[str, str],
-) -> tuple[Answer, ...]:
+) -> tuple[ApproachVerdict, ...]:
     """Every measured approach and reported figure answered against the break-even curve, lowest tau* first
     (none without the curve). A reported figure is answered with the campaign's accept length."""
     if curve is None:
@@ -143,8 +143,8 @@ def answers_for(
         baseline: bool,
         tau: float | None,
         tau_source: str,
-    ) -> Answer:
-        return Answer(
+    ) -> ApproachVerdict:
+        return ApproachVerdict(
             label=label,
             approach_key=key,
             status=status,
@@ -186,10 +186,10 @@ class ProfitabilityReport:
     cpu_floor: tuple[CpuFloor, ...]
     unmeasured: tuple[str, ...]  # approach titles without a t_ar at the verify size
     speculative: bool  # does the campaign ask the speculation question (see asks_speculation)
-    answers: tuple[Answer, ...] = ()  # every approach and reported figure, lowest tau* first
+    answers: tuple[ApproachVerdict, ...] = ()  # every approach and reported figure, lowest tau* first
 
     @property
-    def headline(self) -> Answer | None:
+    def headline(self) -> ApproachVerdict | None:
         """The answer to "does speculation pay now?": a measured usable approach that pays, else today's state
         (the baseline's reported figure), else the best usable measured approach, else the lowest tau*."""
         measured = {a.approach_key: a for a in self.answers if a.measured}
@@ -202,18 +202,18 @@ class ProfitabilityReport:
             return measured.get(self.best.key)
         return next((a for a in self.answers if a.usable), next(iter(self.answers), None))
 
-    def answer_of(self, item: ApproachPoint | ReferencePoint) -> Answer | None:
+    def answer_of(self, item: ApproachPoint | ReferencePoint) -> ApproachVerdict | None:
         """The answer for one row of the points or the reported table."""
         if isinstance(item, ApproachPoint):
             return self._answers_by_key[0].get(item.key)
         return self._answers_by_key[1].get(item.label)
 
     @functools.cached_property
-    def _answers_by_key(self) -> tuple[dict[str, Answer], dict[str, Answer]]:
+    def _answers_by_key(self) -> tuple[dict[str, ApproachVerdict], dict[str, ApproachVerdict]]:
         """(measured answers by approach key, reported ones by label), the first of each: a page asks once
         per row (500 rows: one scan each was quadratic)."""
-        measured: dict[str, Answer] = {}
-        reported: dict[str, Answer] = {}
+        measured: dict[str, ApproachVerdict] = {}
+        reported: dict[str, ApproachVerdict] = {}
         for a in self.answers:
             if a.measured:
                 measured.setdefault(a.approach_key or "", a)
@@ -222,7 +222,7 @@ class ProfitabilityReport:
         return measured, reported
 
     @property
-    def others(self) -> tuple[Answer, ...]:
+    def others(self) -> tuple[ApproachVerdict, ...]:
         """The answers other than the headline, lowest tau* first: where each approach would move it."""
         head = self.headline
         return tuple(a for a in self.answers if a is not head)

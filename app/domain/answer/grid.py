@@ -11,14 +11,19 @@ The batch-1 model of `profitability/model.py`, extended over a grid (docs/profit
 t_ar is interpolated log-log on the approach's measured allreduce curve and never extrapolated: a message
 size outside the measured sizes leaves the cell open and says so. World size 1 has no allreduce.
 
-Confidence: every input figure is the mean of its metric row's `samples`; the whole grid is recomputed
-on bootstrap resamples of all inputs at once (one `scipy.stats.bootstrap` call whose statistic is the
-model), so tau* and speedup carry 95% percentile intervals that propagate every input's noise. An input
-whose samples have a coefficient of variation above 10% is *unstable*, and so is anything computed
-from it. A figure without samples is a point estimate marked "no samples".
+Confidence, from the statistics home (`app/domain/statistics.py`, docs/statistics.md): each measured input is
+a `Value` holding its trials (the unit of replication), valued as the trials' estimate; the whole grid is
+recomputed on hierarchical bootstrap resamples of every input (`trial_resamples_many`: trials with
+replacement, then each drawn trial's median), each input resampled independently of the others, so tau* and
+speedup carry percentile intervals (`percentile_intervals`) at the campaign's `stats_confidence` that propagate
+every input's run-to-run spread, and tau's when tau is measured. An entered or derived value is exact (no
+interval; said). An input measured by one trial carries only its within-run noise: a figure that reads one is
+marked `within_run_only`, and "pays" is then decided only on a margin of at least the campaign's
+`stats_min_effect` (docs/profitability.md, "Deciding with one trial"). An input whose spread exceeds the
+statistics home's unstable CV is *unstable*, and so is anything computed from it.
 
-Pure (numpy and scipy): `app/domain/speculation_inputs.py` reads a campaign's inputs and calls
-`speculation_answer`. No database, no FastAPI here.
+Pure (numpy): `app/domain/answer/loader.py` reads a campaign's inputs and `read.py` calls `speculation_answer`.
+No database, no FastAPI here.
 """
 
 from __future__ import annotations
@@ -27,54 +32,26 @@ import bisect
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
-from scipy import stats
 
-CONFIDENCE = 0.95
-RESAMPLES = 400  # bootstrap resamples: enough for stable 95% percentile bounds, cheap at 20 approaches
-UNSTABLE_CV = 0.10
-SEED = 20261201  # fixed: the same campaign reads the same intervals on every page load
+from app.domain.answer.values import Conditions, Missing, Value, measured
+from app.domain.statistics import Rule, percentile_intervals, trial_resamples_many
+
+# Bootstrap resamples of the grid: fewer than the comparisons' Rule.n_resamples (1,000) because one answer
+# resamples some thousand inputs at once; 400 keeps the 95% bounds within about 1% of their 1,000-resample
+# values (bench/speculation_model.py --resamples) and the answer under 50 ms at 20 approaches.
+RESAMPLES = 400
 ALGORITHM = "EAGLE-3"
+__all__ = ["Value", "measured", "Missing", "Conditions"]
 
 # Figure kinds, as the answer names them.
 DECODE, DRAFT, VERIFY, ALLREDUCE, ACCEPT = "decode step", "draft step", "verify compute", "allreduce", "accept length"
 
 
 # ---- figures ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One model input: its value (the mean of its samples, else the metric's value) and where it comes from."""
-
-    value: float
-    samples: tuple[float, ...] = ()
-    source: str = ""
-    trial_id: int | None = None
-    cv: float | None = None  # coefficient of variation of the samples (None without them)
-
-    @property
-    def sampled(self) -> bool:
-        return len(self.samples) >= 2
-
-    @property
-    def unstable(self) -> bool:
-        return self.cv is not None and self.cv > UNSTABLE_CV
-
-
-def measured(value: float, samples: Sequence[float] | None, source: str, trial_id: int | None = None) -> Measured:
-    """A figure from a metric row: with two or more samples its value is their mean (the model adds
-    expected times), else the row's own value."""
-    kept = tuple(float(x) for x in samples or () if math.isfinite(x))
-    n = len(kept)
-    if n >= 2:  # plain Python: faster than numpy for the ten-odd samples a row carries
-        mean = math.fsum(kept) / n
-        sd = math.sqrt(math.fsum((x - mean) ** 2 for x in kept) / (n - 1))
-        return Measured(mean, kept, source, trial_id, sd / abs(mean) if mean else None)
-    return Measured(float(value), (), source, trial_id)
 
 
 @dataclass(frozen=True)
@@ -85,7 +62,8 @@ class Interval:
     low: float | None
     high: float | None
     unstable: bool = False
-    no_samples: bool = False
+    no_samples: bool = False  # exact: every input entered or derived (no trial measured it)
+    within_run_only: bool = False  # an input measured by one trial: the interval holds within-run noise only
 
     def overlaps(self, other: Interval) -> bool:
         """Intervals overlap (a point estimate without an interval is its own interval)."""
@@ -100,6 +78,7 @@ class Interval:
             "high": self.high,
             "unstable": self.unstable,
             "no_samples": self.no_samples,
+            "within_run_only": self.within_run_only,
         }
 
 
@@ -176,10 +155,10 @@ class ApproachInputs:
     key: str
     title: str
     status: str
-    t_base: dict[int, Measured]
-    draft_step: dict[int, Measured]
-    verify_compute: dict[tuple[int, int], Measured]
-    curve: list[tuple[int, Measured]]  # (bytes, t_ar us), sorted by bytes
+    t_base: dict[int, Value]
+    draft_step: dict[int, Value]
+    verify_compute: dict[tuple[int, int], Value]
+    curve: list[tuple[int, Value]]  # (bytes, t_ar us), sorted by bytes
     curve_how: str  # "nccl graph, world 2" ...
     world_size: int  # 1: no allreduce
     deployable: bool = True  # False for a dead end: compared, never the one to deploy
@@ -191,11 +170,16 @@ class SpeculationInputs:
     draft_tokens: tuple[int, ...]
     n_ar: int | None
     hidden_size: int
-    tau: dict[int, Measured]  # per k
+    tau: dict[int, Value]  # per k
     approaches: tuple[ApproachInputs, ...]
     bytes_per_element: int  # of the activations an allreduce carries (bf16: 2)
     draft_steps: int | None = None  # the campaign's: the draft length tau* is quoted at without a speedup
     set_aside: tuple[tuple[str, str], ...] = ()  # (what, why) of entered inputs the loader could not use
+    conditions: Conditions | None = None  # the condition set every figure of this grid was measured under
+    missing: tuple[Missing, ...] = ()  # what the loader found only under other conditions, or not at all
+    flags: tuple[str, ...] = ()  # contradictory inputs (an accept length above k + 1, ...)
+    confidence: float = Rule.confidence
+    min_effect: float = Rule.min_effect
 
 
 # ---- the grid ---------------------------------------------------------------------------------------
@@ -213,16 +197,24 @@ class Cell:
     tau_star: Interval | None
     speedup: Interval | None
     note: str  # why a figure is open, or how t_ar was obtained
+    min_effect: float = 0.0  # the campaign's: the margin "pays" needs when an input was measured once
 
     @property
     def pays(self) -> str | None:
-        """ "yes" (its interval above 1), "no" (below), "unclear" (1 inside it), None (no speedup)."""
+        """ "yes" (its interval above 1), "no" (below), "unclear" (1 inside it), None (no speedup). Where an
+        input was measured by one trial the interval is within-run noise only: then the speedup must also be at
+        least `min_effect` away from 1 to decide (docs/profitability.md, "Deciding with one trial")."""
         s = self.speedup
         if s is None:
             return None
         low = s.low if s.low is not None else s.value
         high = s.high if s.high is not None else s.value
-        return "yes" if low > 1 else "no" if high <= 1 else "unclear"
+        margin = self.min_effect if s.within_run_only else 0.0
+        if low > 1 and s.value - 1 >= margin:
+            return "yes"
+        if high <= 1 and 1 - s.value >= margin:
+            return "no"
+        return "unclear"
 
 
 @dataclass(frozen=True)
@@ -255,18 +247,16 @@ class ApproachAnswer:
 
 
 @dataclass(frozen=True)
-class MissingInput:
-    what: str
-    approach: str | None  # the approach whose trial would measure it (None: enter it on the campaign)
-    how: str
-
-
-@dataclass(frozen=True)
 class InputFigure:
+    """One input as the answer shows it: its figure, its source (trials) and the conditions it was measured
+    under (the stand-in it came from included)."""
+
     name: str
     approach: str | None
     figure: Interval
     source: str
+    trial_ids: tuple[int, ...] = ()
+    conditions: str = ""
 
 
 @dataclass(frozen=True)
@@ -276,13 +266,21 @@ class SpeculationAnswer:
     approaches: tuple[ApproachAnswer, ...]
     tiers: tuple[tuple[str, ...], ...]  # approach keys, best first; keys within a tier are indistinguishable
     inputs: tuple[InputFigure, ...]
-    missing: tuple[MissingInput, ...]
+    missing: tuple[Missing, ...]
     n_ar: int | None
     tau: dict[int, Interval]
     tau_sources: dict[int, str]
     sentence: str
     resamples: int = RESAMPLES
-    confidence: float = CONFIDENCE
+    confidence: float = Rule.confidence
+    conditions: Conditions | None = None
+    flags: tuple[str, ...] = ()
+    min_effect: float = Rule.min_effect
+
+    @property
+    def within_run_only(self) -> bool:
+        """Some figure reads an input measured by one trial: its interval is within-run noise only."""
+        return any(f.figure.within_run_only for f in self.inputs)
 
     def approach(self, key: str) -> ApproachAnswer | None:
         return next((a for a in self.approaches if a.key == key), None)
@@ -305,16 +303,18 @@ def _chosen(answers: list[ApproachAnswer], tiers: tuple[tuple[str, ...], ...]) -
 @dataclass
 class _Model:
     """The figures of every approach's grid as one vector, so one statistic evaluates all of them on a
-    bootstrap replicate. Constants (no samples) and sampled figures (their replicate means) are mixed."""
+    bootstrap replicate. Exact figures (entered, derived) and measured ones (their replicate estimates) mix."""
 
     values: list[float] = field(default_factory=list)
-    sampled: list[int] = field(default_factory=list)  # which entries of `values` have samples
-    samples: list[np.ndarray] = field(default_factory=list)
+    sampled: list[int] = field(default_factory=list)  # which entries of `values` have something to resample
+    trials: list[tuple[tuple[float, ...], ...]] = field(default_factory=list)  # theirs, in `sampled` order
+    measured: list[bool] = field(default_factory=list)  # from trials (else exact)
+    one_trial: list[bool] = field(default_factory=list)  # measured by one trial: within-run noise only
     unstable: list[bool] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
-    index: dict[int, int] = field(default_factory=dict)  # id(Measured) -> position
+    index: dict[int, int] = field(default_factory=dict)  # id(Value) -> position
 
-    def add(self, m: Measured, kind: str, where: str, *args: Any) -> int:
+    def add(self, m: Value, kind: str, where: str, *args: Any) -> int:
         """The figure's position, adding it (named "<kind> at <where formatted with args>") the first time."""
         key = id(m)
         found = self.index.get(key)
@@ -323,12 +323,15 @@ class _Model:
         name = f"{kind} at {where.format(*args)}"
         pos = len(self.values)
         self.index[key] = pos
+        assert m.value is not None, f"{name} has no value"
         self.values.append(m.value)
         self.unstable.append(m.unstable)
+        self.measured.append(not m.exact)
+        self.one_trial.append(m.one_trial)
         self.names.append(name)
         if m.sampled:
             self.sampled.append(pos)
-            self.samples.append(np.asarray(m.samples, dtype=float))
+            self.trials.append(m.trials)
         return pos
 
     def vector(self, means: np.ndarray) -> np.ndarray:
@@ -360,16 +363,36 @@ class _Plan:
     positions: list[list[int]]  # per cell, every figure it reads
 
 
-def _evaluate(plan: _Plan, v: np.ndarray, n_ar: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tau*, speedup, T_verify) of a plan's cells on figure vector(s) v: shape (F,), or (F, R) replicates."""
+def _evaluate(
+    plan: _Plan, v: np.ndarray, n_ar: int, log_v: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tau*, speedup, T_verify) of a plan's cells on figure vector(s) v: shape (F,), or (F, R) replicates.
+    `log_v`: log(v) where already known (the replicates' logs are taken once per figure, not once per cell)."""
     shape = (-1,) + (1,) * (v.ndim - 1)
     base = v[plan.base]
-    cycle_draft = v[plan.draft] * plan.k.reshape(shape)
-    t_ar = interpolate_loglog(v[plan.ar_lo], v[plan.ar_hi], plan.ar_frac.reshape(shape))
-    verify = v[plan.verify] + np.where(plan.has_ar.reshape(shape), n_ar * t_ar / 1000.0, 0.0)
-    cycle = cycle_draft + verify
-    tau = np.where((plan.tau >= 0).reshape(shape), v[np.maximum(plan.tau, 0)], np.nan)
-    return cycle / base, tau * base / cycle, verify
+    verify = v[plan.verify]
+    cycle = v[plan.draft] * plan.k.astype(v.dtype).reshape(shape)
+    if plan.has_ar.any():
+        logs = log_v if log_v is not None else np.log(np.where(v > 0, v, np.nan))
+        every = bool(plan.has_ar.all())
+        ar = slice(None) if every else np.flatnonzero(plan.has_ar)
+        lo, hi = logs[plan.ar_lo[ar]], logs[plan.ar_hi[ar]]
+        hi -= lo
+        hi *= plan.ar_frac[ar].astype(v.dtype).reshape(shape)
+        hi += lo
+        comm = np.exp(hi, out=hi)
+        comm *= n_ar / 1000.0
+        if every:
+            verify += comm
+        else:
+            verify[ar] += comm
+    cycle += verify
+    tau = v[np.maximum(plan.tau, 0)]
+    tau[plan.tau < 0] = np.nan
+    tau *= base
+    tau /= cycle
+    cycle /= base
+    return cycle, tau, verify
 
 
 def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_Plan, list[Cell], list[str]]:
@@ -377,28 +400,27 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
     notes: dict[tuple[int, int], str] = {}
     valid: list[tuple[int, int]] = []
     cols: dict[str, list[Any]] = defaultdict(list)
-    unstable: list[bool] = []
     open_cells: list[Cell] = []
     gaps: list[str] = []
     curve_bytes = [b for b, _m in ai.curve]
+    brackets: dict[int, Bracket] = {}  # b(k+1) repeats over the grid (2 x 4 = 4 x 2)
+    worded: dict[int, str] = {}
     for b in spec.batches:
         for k in spec.draft_tokens:
             nbytes = b * (k + 1) * spec.hidden_size * spec.bytes_per_element
             base, draft, verify = ai.t_base.get(b), ai.draft_step.get(b), ai.verify_compute.get((b, k))
-            why = [
-                text
-                for text, have in (
-                    (f"no plain decode step at batch {b}", base),
-                    (f"no draft step at batch {b}", draft),
-                    (f"no verify compute at batch {b}, {k} draft tokens", verify),
-                )
-                if have is None
-            ]
+            why = []  # worded only when something is missing (most cells have everything)
+            if base is None:
+                why.append(f"no plain decode step at batch {b}")
+            if draft is None:
+                why.append(f"no draft step at batch {b}")
+            if verify is None:
+                why.append(f"no verify compute at batch {b}, {k} draft tokens")
             br = Bracket(0, 0, 0.0)
             if ai.world_size > 1:
                 if spec.n_ar is None:
                     why.append("allreduces per verify not known")
-                br = bracket(curve_bytes, nbytes)
+                br = brackets.get(nbytes) or brackets.setdefault(nbytes, bracket(curve_bytes, nbytes))
                 if br.outside:
                     why.append(br.outside)
             if why:
@@ -407,7 +429,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                         b,
                         k,
                         base.value if base else None,
-                        draft.value * k if draft else None,
+                        draft.value * k if draft and draft.value is not None else None,
                         None,
                         None,
                         nbytes,
@@ -428,12 +450,15 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                 lo = model.add(ai.curve[br.lo][1], ALLREDUCE, "{}", _Size(curve_bytes[br.lo]))
                 hi = model.add(ai.curve[br.hi][1], ALLREDUCE, "{}", _Size(curve_bytes[br.hi]))
                 positions += [lo, hi]
-                notes[(b, k)] = (
-                    f"t_ar measured at {size_label(nbytes)}"
-                    if br.lo == br.hi
-                    else f"t_ar interpolated (log-log) between {size_label(curve_bytes[br.lo])} and "
-                    f"{size_label(curve_bytes[br.hi])}"
-                )
+                note = worded.get(nbytes)
+                if note is None:
+                    note = worded[nbytes] = (
+                        f"t_ar measured at {size_label(nbytes)}"
+                        if br.lo == br.hi
+                        else f"t_ar interpolated (log-log) between {size_label(curve_bytes[br.lo])} and "
+                        f"{size_label(curve_bytes[br.hi])}"
+                    )
+                notes[(b, k)] = note
             else:
                 lo = hi = positions[0]
                 notes[(b, k)] = "world size 1: no allreduce"
@@ -449,7 +474,6 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
             cols["ar_frac"].append(br.frac)
             cols["has_ar"].append(ai.world_size > 1)
             cols["tau"].append(tau_pos)
-            unstable.append(any(model.unstable[p] for p in positions))
             cols["positions"].append(positions + ([tau_pos] if tau_pos >= 0 else []))
     plan = _Plan(
         cells=valid,
@@ -462,11 +486,35 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
         ar_frac=np.asarray(cols["ar_frac"], dtype=float),
         has_ar=np.asarray(cols["has_ar"], dtype=bool),
         tau=np.asarray(cols["tau"], dtype=int),
-        unstable=unstable,
+        unstable=[],  # filled below, vectorized
         notes=notes,
         positions=cols["positions"],
     )
+    plan = replace(plan, unstable=_bools(_reads(plan, np.asarray(model.unstable, dtype=bool))))
     return plan, open_cells, gaps
+
+
+def _floats(x: Any) -> list[float]:
+    """A 1-D array as plain Python numbers (`tolist()`, typed)."""
+    return cast(list[float], np.asarray(x, dtype=float).tolist())
+
+
+def _ints(x: Any) -> list[int]:
+    return cast(list[int], np.asarray(x, dtype=int).tolist())
+
+
+def _bools(x: Any) -> list[bool]:
+    return cast(list[bool], np.asarray(x, dtype=bool).tolist())
+
+
+def _reads(plan: _Plan, mask: np.ndarray) -> np.ndarray:
+    """Per cell: whether any figure it reads is marked in `mask` (one flag per model figure)."""
+    if not len(plan.cells):
+        return np.zeros(0, dtype=bool)
+    out = mask[plan.base] | mask[plan.draft] | mask[plan.verify]
+    out |= plan.has_ar & (mask[plan.ar_lo] | mask[plan.ar_hi])
+    out |= (plan.tau >= 0) & mask[np.maximum(plan.tau, 0)]
+    return out
 
 
 def _merge(plans: list[_Plan]) -> _Plan:
@@ -493,87 +541,61 @@ def _merge(plans: list[_Plan]) -> _Plan:
     )
 
 
-def _intervals(model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int) -> list[tuple[Any, ...]]:
+def _intervals(
+    model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int, confidence: float
+) -> list[tuple[Any, ...]]:
     """Per plan: (tau* point, low, high, speedup point, low, high, T_verify point), and the figures' own
     (point, low, high) last.
 
-    One `scipy.stats.bootstrap` call over every sampled figure: its statistic is the whole model, so a
-    replicate resamples all inputs together and each interval carries every input's noise. Figures with
-    the same number of samples travel as one array and share each replicate's indices (repetition r of
-    every sweep point is the r-th pass of the same recipe run, so a drift of the node between passes stays
-    in the intervals); figures with other sample counts are resampled independently. One resampling per
-    sample count instead of one per figure keeps the answer cheap at 20 approaches x 56 cells."""
+    Every measured input is resampled on its own at the trial level (`trial_resamples_many`: its trials with
+    replacement, then each drawn trial's median; inputs measured by different trials are independent), the
+    whole grid is evaluated on each replicate, and each cell's interval is the replicates' percentile interval
+    at `confidence` (`percentile_intervals`). Exact inputs (entered, derived) stay at their value."""
     merged = _merge(plans)
-    # Speedup = tau / tau*: with a constant tau (no samples) its percentile interval is tau over tau*'s, exactly
-    # (percentile intervals follow monotone maps), so only cells with a sampled tau resample speedup too.
-    sampled = np.zeros(len(model.values), dtype=bool)
-    sampled[model.sampled] = True
-    known = merged.tau >= 0
-    mask = known & sampled[np.maximum(merged.tau, 0)]
-    constant = known & ~mask
-    groups: dict[int, list[int]] = defaultdict(list)  # sample count -> indexes into model.samples
-    for i, samples in enumerate(model.samples):
-        groups[len(samples)].append(i)
-    order = [i for n in sorted(groups) for i in groups[n]]
-    # scipy.stats.bootstrap wants its samples of one shape but along `axis`: each group's rows (figures) are
-    # padded to the largest group's count by repeating its last row, and the statistic reads the real rows only.
-    counts = [len(groups[n]) for n in sorted(groups)]
-    rows = max(counts, default=0)
-    arrays = tuple(
-        np.array(
-            [model.samples[i] for i in groups[n]] + [model.samples[groups[n][-1]]] * (rows - len(groups[n])),
-            dtype=float,
-        )
-        for n in sorted(groups)
-    )
-    undo = np.argsort(np.asarray(order, dtype=int)) if order else np.array([], dtype=int)
-
-    def group_means(xs: tuple[np.ndarray, ...], axis: int = -1) -> np.ndarray:
-        """Each figure's mean, back in model.samples order (the padding rows left out)."""
-        return np.concatenate([x.mean(axis=axis)[:count] for x, count in zip(xs, counts, strict=True)], axis=0)[undo]
-
-    def statistic(*xs: np.ndarray, axis: int = -1) -> np.ndarray:
-        v = model.vector(group_means(xs, axis))
-        tau_star, speedup, _verify = _evaluate(merged, v, n_ar)
-        return np.concatenate([tau_star, speedup[mask], v[model.sampled]])
-
-    means = group_means(arrays) if arrays else np.array([])
-    point_v = model.vector(means)
-    n_cells, n_speed = len(merged.cells), int(mask.sum())
-    low = high = np.full(2 * n_cells + len(model.sampled), np.nan)
-    if arrays:
-        result = stats.bootstrap(
-            arrays,
-            statistic,
-            vectorized=True,
-            axis=-1,
-            n_resamples=resamples,
-            confidence_level=CONFIDENCE,
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        )
-        low, high = result.confidence_interval.low, result.confidence_interval.high
+    point_v = model.vector(np.array([]))
     tau_star, speedup, verify = _evaluate(merged, point_v, n_ar)
-    t_low, t_high = low[:n_cells], high[:n_cells]
-    s_low, s_high = np.full(n_cells, np.nan), np.full(n_cells, np.nan)
-    s_low[mask], s_high[mask] = low[n_cells : n_cells + n_speed], high[n_cells : n_cells + n_speed]
-    tau_c = point_v[merged.tau[constant]]
-    s_low[constant], s_high[constant] = tau_c / t_high[constant], tau_c / t_low[constant]
+    n_cells = len(merged.cells)
+    nan = np.full(n_cells, np.nan)
+    t_low, t_high, s_low, s_high = nan, nan, nan.copy(), nan.copy()
+    f_low = f_high = np.array([])
+    if model.sampled:
+        draws = trial_resamples_many(model.trials, resamples, np.random.default_rng(seed))  # [sampled, R]
+        # Replicates in single precision: their percentile bounds need 4 digits, not 16, at half the traffic.
+        v = model.vector(draws).astype(np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            log_v = np.log(v)
+        rep_tau_star, rep_speedup, _verify = _evaluate(merged, v, n_ar, log_v)
+        if n_cells:
+            t_low, t_high = percentile_intervals(rep_tau_star, confidence)
+            known = merged.tau >= 0
+            tau_sampled = np.zeros(len(model.values), dtype=bool)
+            tau_sampled[model.sampled] = True
+            resampled = known & tau_sampled[np.maximum(merged.tau, 0)]
+            if resampled.any():
+                s_low[resampled], s_high[resampled] = percentile_intervals(rep_speedup[resampled], confidence)
+            # An exact tau: speedup = tau / tau* is monotone in tau*, so its percentile bounds are tau over tau*'s
+            # (percentile intervals follow monotone maps), without a second pass over the replicates.
+            fixed = known & ~resampled
+            tau_c = point_v[merged.tau[fixed]]
+            s_low[fixed], s_high[fixed] = tau_c / t_high[fixed], tau_c / t_low[fixed]
+        f_low, f_high = percentile_intervals(draws, confidence)
     out: list[tuple[Any, ...]] = []
     at = 0
     for plan in plans:
         sl = slice(at, at + len(plan.cells))
         at = sl.stop
         out.append((tau_star[sl], t_low[sl], t_high[sl], speedup[sl], s_low[sl], s_high[sl], verify[sl]))
-    rest = slice(n_cells + n_speed, None)
-    out.append((point_v, low[rest] if arrays else np.array([]), high[rest] if arrays else np.array([])))
+    out.append((point_v, f_low, f_high))
     return out
 
 
-def _interval(value: float, low: float, high: float, unstable: bool, sampled: bool) -> Interval:
-    if not sampled or not math.isfinite(low) or not math.isfinite(high):
-        return Interval(float(value), None, None, unstable, no_samples=not sampled)
-    return Interval(float(value), float(min(low, value)), float(max(high, value)), unstable)
+def _interval(
+    value: float, low: float, high: float, unstable: bool, sampled: bool, one_trial: bool = False
+) -> Interval:
+    """Plain floats in (`tolist()`): no numpy scalars on the answer."""
+    if not sampled or low != low or high != high:  # NaN: no interval
+        return Interval(value, None, None, unstable, not sampled, one_trial)
+    return Interval(value, low if low < value else value, high if high > value else value, unstable, False, one_trial)
 
 
 def _tiers(answers: list[ApproachAnswer]) -> tuple[tuple[str, ...], ...]:
@@ -608,17 +630,18 @@ def _batches_text(values: Sequence[int]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str | None) -> list[MissingInput]:
-    out: list[MissingInput] = [MissingInput(what, None, why) for what, why in spec.set_aside]
+def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str | None) -> list[Missing]:
+    out: list[Missing] = [Missing(what, why) for what, why in spec.set_aside]
+    out += spec.missing
     if spec.n_ar is None:
-        out.append(MissingInput("allreduces per verify step", None, "enter it on the campaign (2 per layer for TP)"))
+        out.append(Missing("allreduces per verify step", "enter it on the campaign (2 per layer for TP)"))
     if not spec.approaches:
         out.append(
-            MissingInput(
+            Missing(
                 "a sweep over batch sizes and draft tokens",
-                None,
                 "run the verify_step recipe with `batches` and `draft_tokens` lists (it also reports the plain "
                 "decode step per batch) and the draft_step recipe with `batches`",
+                None,
             )
         )
     for key, why in gaps.items():
@@ -636,52 +659,55 @@ def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str 
                 kinds["curve"].append(text)
         if kinds["decode"]:
             out.append(
-                MissingInput(
+                Missing(
                     f"plain decode step at batch {_batches_text([int(b) for b in kinds['decode']])}",
-                    key,
                     "run this approach's verify_step recipe with these batches (it reports decode_step_ms per batch)",
+                    key,
                 )
             )
         if kinds["draft"]:
             out.append(
-                MissingInput(
+                Missing(
                     f"draft step at batch {_batches_text([int(b) for b in kinds['draft']])}",
-                    key,
                     "run the draft_step recipe with these `batches`",
+                    key,
                 )
             )
         if kinds["verify"]:
             cells = sorted(set(kinds["verify"]))
             shown = "; ".join(cells[:6]) + (f"; and {len(cells) - 6} more" if len(cells) > 6 else "")
             out.append(
-                MissingInput(
+                Missing(
                     f"verify compute at batch {shown}",
-                    key,
                     "run this approach's verify_step recipe with these `batches` and `draft_tokens`",
+                    key,
                 )
             )
         if kinds["allreduce"]:
             sizes = sorted(set(kinds["allreduce"]), key=_size_bytes)
             out.append(
-                MissingInput(
+                Missing(
                     f"allreduce latency at {sizes[0]}" + (f" to {sizes[-1]}" if len(sizes) > 1 else ""),
-                    key,
                     "run this approach's allreduce recipe with sizes up to these (the model does not extrapolate)",
+                    key,
                 )
             )
         if kinds["curve"]:
-            out.append(MissingInput("allreduce latency curve", key, "run this approach's allreduce recipe"))
+            out.append(Missing("allreduce latency curve", "run this approach's allreduce recipe", key))
     missing_k = [k for k in spec.draft_tokens if k not in spec.tau]
     if missing_k:
         out.append(
-            MissingInput(
+            Missing(
                 f"accept length tau at {', '.join(str(k) for k in missing_k)} draft tokens",
-                measurer,
                 "run an sglang_server trial with EAGLE-3 at each k (--speculative-num-steps k "
                 "--speculative-num-draft-tokens k+1, top-k 1), or enter tau per k or the per-position acceptance "
                 "rates on the campaign",
+                measurer,
             )
         )
+    if spec.conditions is not None:
+        label = spec.conditions.label
+        out = [m if m.conditions else replace(m, conditions=label) for m in out]
     return out
 
 
@@ -726,14 +752,20 @@ def _sentence(
             f"On this node {ALGORITHM} pays at every measured batch up to {b_star} with {_tokens(k)} using "
             f"{chosen.title}{tail}; above batch {b_star} it is not measured."
         )
+    losing = chosen.first_losing_batch
+    how = (
+        "it does not pay"
+        if chosen.best_speedup[losing].value <= 1
+        else "it is not shown to pay: its interval holds 1, or one trial leaves a margin below the minimum effect"
+    )
     return (
         f"On this node {ALGORITHM} pays up to batch {b_star} with {_tokens(k)} using {chosen.title}{tail}; "
-        f"above batch {b_star} turn it off (at batch {chosen.first_losing_batch} it does not pay)."
+        f"above batch {b_star} turn it off (at batch {losing} {how})."
     )
 
 
 def speculation_answer(
-    spec: SpeculationInputs, *, resamples: int = RESAMPLES, seed: int = SEED, measurer: str | None = None
+    spec: SpeculationInputs, *, resamples: int = RESAMPLES, seed: int = Rule.seed, measurer: str | None = None
 ) -> SpeculationAnswer:
     """The model over (batch, draft tokens) for every approach, with intervals, tiers and the sentence."""
     model = _Model()
@@ -748,53 +780,70 @@ def speculation_answer(
         open_cells.append(opened)
         if why:
             gaps[ai.key] = why
-    sampled_set = set(model.sampled)
-    results = _intervals(model, plans, spec.n_ar or 0, resamples, seed) if plans else [(np.array([]),) * 3]
+    sampled_mask = np.zeros(len(model.values), dtype=bool)
+    sampled_mask[model.sampled] = True
+    once_mask = np.asarray(model.one_trial, dtype=bool)
+    results = (
+        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence) if plans else [(np.array([]),) * 3]
+    )
     answers: list[ApproachAnswer] = []
     users: dict[int, set[str]] = defaultdict(set)
     for ai, plan, opened, res in zip(spec.approaches, plans, open_cells, results, strict=False):
-        t_point, t_low, t_high, s_point, s_low, s_high, verify = res
+        # Plain lists: indexing numpy arrays element by element costs more than the model itself here.
+        t_point, t_low, t_high, s_point, s_low, s_high, verify = (_floats(x) for x in res)
         positions = plan.positions
         cells = list(opened)
+        p_tau, p_base, p_verify, p_draft = (_ints(x) for x in (plan.tau, plan.base, plan.verify, plan.draft))
+        p_ar = _bools(plan.has_ar)
+        values, unstable = model.values, model.unstable
+        mine: set[int] = set()
+        cell_sampled = _bools(_reads(plan, sampled_mask))
+        cell_once = _bools(_reads(plan, once_mask))
         for i, (b, k) in enumerate(plan.cells):
-            for p in positions[i]:
-                users[p].add(ai.key)
-            sampled = any(p in sampled_set for p in positions[i])
-            tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled)
+            mine.update(positions[i])
+            sampled, once = cell_sampled[i], cell_once[i]
+            tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled, once)
             speedup = None
-            if plan.tau[i] >= 0:
+            if p_tau[i] >= 0:
                 speedup = _interval(
-                    s_point[i], s_low[i], s_high[i], plan.unstable[i] or model.unstable[plan.tau[i]], sampled
+                    s_point[i], s_low[i], s_high[i], plan.unstable[i] or unstable[p_tau[i]], sampled, once
                 )
-            base = model.values[plan.base[i]]
-            compute = model.values[plan.verify[i]]
-            t_ar = (float(verify[i]) - compute) / (spec.n_ar or 1) * 1000.0 if plan.has_ar[i] else None
+            base = values[p_base[i]]
+            compute = values[p_verify[i]]
+            t_ar = (verify[i] - compute) / (spec.n_ar or 1) * 1000.0 if p_ar[i] else None
             cells.append(
                 Cell(
                     b,
                     k,
                     base,
-                    model.values[plan.draft[i]] * k,
-                    float(verify[i]),
+                    values[p_draft[i]] * k,
+                    verify[i],
                     t_ar,
                     b * (k + 1) * spec.hidden_size * spec.bytes_per_element,
                     tau_star,
                     speedup,
                     plan.notes[(b, k)],
+                    spec.min_effect,
                 )
             )
+        for p in mine:
+            users[p].add(ai.key)
         cells.sort(key=lambda c: (c.batch, c.draft_tokens))
         best_k: dict[int, int] = {}
         best_s: dict[int, Interval] = {}
+        best_cell: dict[int, Cell] = {}
         for b in spec.batches:
             options = [c for c in cells if c.batch == b and c.speedup is not None]
             if options:
                 top = max(options, key=lambda c: c.speedup.value)  # type: ignore[union-attr]
                 best_s[b] = top.speedup  # type: ignore[assignment]
                 best_k[b] = top.draft_tokens if top.speedup.value > 1 else 0  # type: ignore[union-attr]
-        paying = [b for b, s in best_s.items() if s.value > 1]
+                best_cell[b] = top
+        # B*: the largest batch where the best draft length pays by the interval rule (Cell.pays), not by its
+        # point estimate alone; above it, the first batch where it does not (or cannot be said to) pay.
+        paying = [b for b, c in best_cell.items() if c.pays == "yes"]
         b_star = max(paying) if paying else None
-        losing = [b for b, s in best_s.items() if s.value <= 1 and (b_star is None or b > b_star)]
+        losing = [b for b, c in best_cell.items() if c.pays != "yes" and (b_star is None or b > b_star)]
         with_tau_star = [c for c in cells if c.tau_star is not None]
         headline_k = None
         tau_star_head = None
@@ -819,24 +868,37 @@ def speculation_answer(
                 best_speedup=best_s,
                 break_even_batch=b_star,
                 first_losing_batch=min(losing) if losing else None,
-                unstable_inputs=tuple(sorted({model.names[p] for pos in positions for p in pos if model.unstable[p]})),
+                unstable_inputs=tuple(sorted({model.names[p] for p in mine if unstable[p]})),
             )
         )
-    figures = results[-1]
+    figures = tuple(_floats(x) for x in results[-1])
     inputs = []
     sampled_rank = {p: i for i, p in enumerate(model.sampled)}
     for m_id, pos in model.index.items():
         del m_id
         rank = sampled_rank.get(pos)
         value = float(figures[0][pos]) if len(figures[0]) else model.values[pos]
+        single = model.one_trial[pos]
         if rank is not None and len(figures[1]):
-            fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True)
+            fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True, single)
         else:
-            fig = Interval(value, None, None, model.unstable[pos], no_samples=rank is None)
+            fig = Interval(
+                value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=single
+            )
         owners = users.get(pos, set())
         inputs.append(InputFigure(model.names[pos], next(iter(owners)) if len(owners) == 1 else None, fig, ""))
-    sources = _sources(spec, model)
-    inputs = [InputFigure(f.name, f.approach, f.figure, sources[i]) for i, f in enumerate(inputs)]
+    figure_values = _values(spec, model)
+    inputs = [
+        InputFigure(
+            f.name,
+            f.approach,
+            f.figure,
+            _source(v, spec),
+            v.trial_ids,
+            _conditions_label(v.conditions),
+        )
+        for f, v in zip(inputs, figure_values, strict=True)
+    ]
     tiers = _tiers(answers)
     return SpeculationAnswer(
         batches=spec.batches,
@@ -850,21 +912,36 @@ def speculation_answer(
         tau_sources={k: m.source for k, m in spec.tau.items()},
         sentence=_sentence(answers, tiers, _chosen(answers, tiers)),
         resamples=resamples,
+        confidence=spec.confidence,
+        conditions=spec.conditions,
+        flags=spec.flags,
+        min_effect=spec.min_effect,
     )
 
 
-def _sources(spec: SpeculationInputs, model: _Model) -> list[str]:
-    """Each model figure's source, in model order."""
-    by_id: dict[int, str] = {}
-    for m in spec.tau.values():
-        by_id[id(m)] = m.source
+def _values(spec: SpeculationInputs, model: _Model) -> list[Value]:
+    """Each model figure's Value, in model order."""
+    by_id: dict[int, Value] = {id(m): m for m in spec.tau.values()}
     for ai in spec.approaches:
         for group in (ai.t_base.values(), ai.draft_step.values(), ai.verify_compute.values()):
-            for m in group:
-                by_id[id(m)] = m.source
-        for _b, m in ai.curve:
-            by_id[id(m)] = m.source + (f" ({ai.curve_how})" if ai.curve_how else "")
-    return [by_id.get(m_id, "") for m_id in model.index]
+            by_id.update((id(m), m) for m in group)
+        by_id.update((id(m), m) for _b, m in ai.curve)
+    return [by_id[m_id] for m_id in model.index]
+
+
+def _conditions_label(c: Conditions | None) -> str:
+    if c is None:
+        return ""
+    return f"{c.label}; {c.stack_label}" if c.stack_label else c.label
+
+
+def _source(v: Value, spec: SpeculationInputs) -> str:
+    """Where a figure comes from, in words: its trials (or "entered, exact"), and how many of them."""
+    if v.exact:
+        return f"{v.source} (exact: no trial measured it)" if v.source else "exact: no trial measured it"
+    trials = len(v.trials)
+    count = "one trial: within-run noise only" if trials == 1 else f"{trials} trials"
+    return f"{v.source} ({count})"
 
 
 def _figure(f: Interval | None) -> dict[str, Any] | None:
@@ -880,6 +957,10 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
         "allreduces_per_verify": answer.n_ar,
         "confidence": answer.confidence,
         "resamples": answer.resamples,
+        "conditions": answer.conditions.key if answer.conditions else None,
+        "conditions_label": answer.conditions.label if answer.conditions else None,
+        "within_run_only": answer.within_run_only,
+        "flags": list(answer.flags),
         "chosen": answer.chosen.key if answer.chosen else None,
         "tiers": [list(t) for t in answer.tiers],
         "indistinguishable": [list(t) for t in answer.tiers if len(t) > 1],
@@ -918,7 +999,17 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
             for a in answer.approaches
         ],
         "inputs": [
-            {"name": f.name, "approach": f.approach, **f.figure.as_dict(), "source": f.source} for f in answer.inputs
+            {
+                "name": f.name,
+                "approach": f.approach,
+                **f.figure.as_dict(),
+                "source": f.source,
+                "trials": list(f.trial_ids),
+                "conditions": f.conditions,
+            }
+            for f in answer.inputs
         ],
-        "missing": [{"what": m.what, "approach": m.approach, "how": m.how} for m in answer.missing],
+        "missing": [
+            {"what": m.what, "approach": m.approach, "how": m.how, "conditions": m.conditions} for m in answer.missing
+        ],
     }

@@ -6,9 +6,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from app.domain.answer.latency import LatencyPoint, allreduce_curve
+from app.domain.answer.metrics import CampaignMetrics, MetricRow, is_cpu_floor
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
-from app.domain.profitability.latency import LatencyPoint, allreduce_curve
-from app.domain.profitability.metrics import CampaignMetrics, MetricRow, is_cpu_floor
 from app.models import Approach
 from runners.recipes.metric import MetricName
 

@@ -1,0 +1,225 @@
+"""`read_answer`: the campaign's answer, the one call every reader makes (the charts page and its what-if, the
+campaign page card, the share and status pages, `GET /api/campaigns/{slug}/answer` and its config, `campaign
+answer`, planning).
+
+One `Answer` holds: the grid over (batch, draft tokens) under one condition set (`speculation`), every condition
+set the campaign holds and which one is the default (the most complete: most approaches on the grid, then most
+cells with a speedup), the batch-1 report (the profitability card: tau*, the break-even latency, the verdict per
+approach, with a what-if laid over it), and the flags of contradictory inputs.
+
+The result is a pure function of the campaign's row, its approaches' rows, the metric rows it reads and the
+chosen conditions, so a process keeps the last few (`_CACHE`, an LRU). Its key is derived from declarations,
+never a hand list: every column the Campaign table declares (a new input field is in the key the day it is
+declared), every column of its approaches, the digest of the metric rows read (`CampaignMetrics.rows_key` and
+the answer rows' count and newest id: rows are only ever inserted), the traces' figures, the conditions asked
+and the what-if.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from sqlalchemy import func
+from sqlalchemy import select as sa_select
+from sqlmodel import Session
+
+from app.domain.answer.grid import SpeculationAnswer, answer_json, speculation_answer
+from app.domain.answer.inputs import WhatIf
+from app.domain.answer.loader import ANSWER_METRICS, answer_rows, condition_sets, speculation_inputs
+from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
+from app.domain.answer.report import ProfitabilityReport, profitability_report
+from app.domain.answer.values import Conditions
+from app.domain.inventory import approaches
+from app.domain.statistics import Rule
+from app.models import Approach, Campaign, Metric
+
+
+@dataclass(frozen=True)
+class ConditionSet:
+    """One condition set the campaign holds, as the page's select offers it."""
+
+    key: str
+    label: str
+    approaches: int  # on its grid
+    cells: int  # with a speedup
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The campaign's answer (module docstring)."""
+
+    speculation: SpeculationAnswer
+    report: ProfitabilityReport  # the answer at batch 1
+    conditions: Conditions | None  # the set this answer is given under (None: the campaign states none)
+    condition_sets: tuple[ConditionSet, ...]
+    default_conditions: str | None  # the key of the default set
+    metrics: CampaignMetrics = field(repr=False)
+    approaches: list[Approach] = field(repr=False)
+    what_if: WhatIf = field(default_factory=WhatIf)
+    t_ar_us: float | None = None  # a what-if allreduce latency laid over the report (app/domain/what_if.py)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return (*self.speculation.flags, *_report_flags(self.report))
+
+    @property
+    def is_default(self) -> bool:
+        return self.conditions is None or self.conditions.key == self.default_conditions
+
+
+def _report_flags(report: ProfitabilityReport) -> tuple[str, ...]:
+    """The baseline's own allreduce total cannot exceed the decode step that contains it (the Kimi demo's
+    122 x 200 us = 24.4 ms against an 82 tok/s = 12.2 ms step)."""
+    inputs = report.inputs
+    n_ar, t_base = inputs.allreduces_per_verify.value, inputs.t_base.value
+    base = report.baseline_reference
+    if not n_ar or not t_base or base is None:
+        return ()
+    total = n_ar * base.latency.t_ar_us / 1000.0
+    if total <= t_base:
+        return ()
+    return (
+        f"{base.label}: {int(n_ar)} allreduces x {base.latency.t_ar_us:g} us = {total:.1f} ms, longer than the "
+        f"{t_base:.1f} ms decode step that contains them ({inputs.t_base.source}): N_ar, t_ar or the baseline is wrong",
+    )
+
+
+_CACHE: OrderedDict[str, Answer] = OrderedDict()
+_CACHE_SIZE = 8
+_CACHE_LOCK = threading.Lock()
+
+
+def _columns(row: object) -> dict[str, object]:
+    """Every column the row's table declares."""
+    table = type(row).__table__  # type: ignore[attr-defined]
+    return {c.name: getattr(row, c.name) for c in table.columns}
+
+
+def _key(
+    session: Session,
+    campaign: Campaign,
+    metrics: CampaignMetrics,
+    rows: list[Approach],
+    conditions: str | None,
+    what_if: WhatIf,
+) -> str:
+    m = Metric.__table__  # type: ignore[attr-defined]
+    count, newest = session.execute(
+        sa_select(func.count(), func.max(m.c.id)).where(m.c.campaign_id == campaign.id, m.c.name.in_(ANSWER_METRICS))
+    ).one()
+    traces = [(t.artifact_id, t.figures) for t in metrics.traces]
+    return json.dumps(
+        [
+            _columns(campaign),
+            [_columns(a) for a in rows],
+            metrics.rows_key,
+            count,
+            newest,
+            traces,
+            conditions,
+            what_if.values,
+        ],
+        default=str,
+        sort_keys=True,
+    )
+
+
+def read_answer(
+    session: Session,
+    campaign: Campaign,
+    *,
+    conditions: str | None = None,
+    what_if: WhatIf | None = None,
+    metrics: CampaignMetrics | None = None,
+    approach_rows: list[Approach] | None = None,
+) -> Answer:
+    """The campaign's answer under `conditions` (a `Conditions.key`; None or unknown: the default set), with a
+    what-if laid over the batch-1 report. Pass `metrics` / `approach_rows` already read to skip reading them."""
+    what_if = what_if or WhatIf()
+    metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
+    rows = approach_rows if approach_rows is not None else approaches(session, campaign)
+    key = _key(session, campaign, metrics, rows, conditions, what_if)
+    with _CACHE_LOCK:
+        found = _CACHE.get(key)
+        if found is not None:
+            _CACHE.move_to_end(key)
+            return found
+    found = _compute(session, campaign, metrics, rows, conditions, what_if)
+    with _CACHE_LOCK:
+        _CACHE[key] = found
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return found
+
+
+def _compute(
+    session: Session,
+    campaign: Campaign,
+    metrics: CampaignMetrics,
+    rows: list[Approach],
+    conditions: str | None,
+    what_if: WhatIf,
+) -> Answer:
+    report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
+    batch1 = report.inputs
+    if what_if.any():
+        report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
+    rule = Rule(confidence=campaign.stats_confidence, min_effect=campaign.stats_min_effect)
+    found_rows = answer_rows(session, campaign)
+    sets: list[Conditions | None] = [*condition_sets(found_rows)] or [None]
+    measurer = next(
+        (a.key for a in rows if isinstance(a.recipe, dict) and a.recipe.get("kind") == "sglang_server"), None
+    )
+    answers: dict[Conditions | None, SpeculationAnswer] = {}
+    for c in sets:
+        spec = speculation_inputs(campaign, batch1, rows, found_rows, c, rule)
+        answers[c] = speculation_answer(spec, seed=rule.seed, measurer=measurer)
+
+    def completeness(c: Conditions | None) -> tuple[int, int]:
+        a = answers[c]
+        return (len(a.approaches), sum(1 for x in a.approaches for cell in x.cells if cell.speedup is not None))
+
+    default = max(sets, key=completeness)  # the most complete (the first, newest, among equals)
+    chosen = next((c for c in sets if c is not None and c.key == conditions), default)
+    listed = tuple(ConditionSet(c.key, c.label, *completeness(c)) for c in sets if c is not None)
+    return Answer(
+        speculation=answers[chosen],
+        report=report,
+        conditions=chosen,
+        condition_sets=listed,
+        default_conditions=default.key if default is not None else None,
+        metrics=metrics,
+        approaches=rows,
+        what_if=what_if,
+    )
+
+
+def pick_conditions(session: Session, campaign: Campaign, key: str | None = None, **stated: object) -> str | None:
+    """The condition-set key a reader asks for: `key` as given, else the first set whose tags include every
+    `stated` one that is not None (`context=4096, mode="graph"`), else None (the default). Asking for conditions
+    the campaign does not hold is Invalid, naming the sets it does hold."""
+    from app.domain.errors import Invalid
+
+    wanted = {k: v for k, v in stated.items() if v is not None}
+    if key is None and not wanted:
+        return None
+    sets = condition_sets(answer_rows(session, campaign))
+    for c in sets:
+        tags = c.tag_map
+        if (key is not None and c.key == key) or (key is None and all(tags.get(k) == v for k, v in wanted.items())):
+            return c.key
+    held = "; ".join(c.key for c in sets) or "none"
+    raise Invalid(f"no condition set {key or wanted} in this campaign (it holds: {held})", field="conditions")
+
+
+def answer_document(found: Answer) -> dict[str, object]:
+    """The answer as `GET /api/campaigns/{slug}/answer` and `campaign answer --json` give it."""
+    return {
+        **answer_json(found.speculation),
+        "default_conditions": found.default_conditions,
+        "condition_sets": [c.__dict__ for c in found.condition_sets],
+        "flags": list(found.flags),
+    }

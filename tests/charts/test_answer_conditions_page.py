@@ -1,0 +1,42 @@
+"""The charts page and the API give the answer per condition set: the committed sweep offers context 1,024
+(the default, named) and 4,096, each figure names its trials and conditions, and asking for 4,096 says what is
+missing there instead of borrowing 1,024's inputs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from app.db import session_scope
+from app.domain import inventory
+from app.domain.campaign_files import import_campaign
+
+SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
+SLUG = "speculation-sweep-h200x1"
+
+
+def _imported(app) -> None:
+    with session_scope(app.state.engine) as session:
+        import_campaign(session, SWEEP.read_text(), actor="test")
+        session.flush()
+        inventory.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+
+
+def test_the_charts_page_lets_a_person_choose_the_conditions(app, operator_client, api_headers, client):
+    _imported(app)
+    html = operator_client.get(f"/campaigns/{SLUG}/charts").text
+    assert 'id="condition-set"' in html and '<select name="conditions"' in html
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "context 1,024, graph" in text and "(the default: the most complete set)" in text
+    assert "context 4,096, graph" in text  # offered in the select
+    body = client.get(f"/api/campaigns/{SLUG}/answer", headers=api_headers).json()
+    assert body["conditions"] == body["default_conditions"] and "context=1024" in body["conditions"]
+    assert all(i["conditions"] for i in body["inputs"] if i["trials"])  # every measured figure names them
+    decode = next(i for i in body["inputs"] if i["name"] == "decode step at batch 128")
+    assert decode["trials"] and "dense stand-in, 61 layers" in decode["conditions"]
+    at_4096 = client.get(f"/api/campaigns/{SLUG}/answer?context=4096", headers=api_headers).json()
+    assert at_4096["approaches"] == [] and "context=4096" in at_4096["conditions"]
+    assert any(m["what"].startswith("verify compute") and "not borrowed" in m["how"] for m in at_4096["missing"])
+    page = operator_client.get(f"/campaigns/{SLUG}/charts?conditions={at_4096['conditions']}").text
+    assert "measured only under other conditions" in page
+    assert client.get(f"/api/campaigns/{SLUG}/answer?context=8192", headers=api_headers).status_code == 422

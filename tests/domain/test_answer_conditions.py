@@ -1,0 +1,217 @@
+"""The answer pairs inputs only under the same conditions (issue 33 items 2-3), on real databases: the committed
+sweep answers per context with a speedup that falls with batch; an eager draft never meets a graph verify; a
+decode step from another stack is refused; accept lengths land on their own k; contradictions are flagged; the
+cache follows every declared campaign field. Plus the statistics home's vectorized resampling (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.db import session_scope
+from app.domain import inventory
+from app.domain.answer.grid import speculation_answer
+from app.domain.answer.read import pick_conditions, read_answer
+from app.domain.answer.values import measured
+from app.domain.campaign_files import import_campaign
+from app.domain.demo import load_demo
+from app.domain.errors import Invalid
+from app.domain.statistics import trial_estimate, trial_estimates_many, trial_resamples, trial_resamples_many
+from app.schemas import ApproachCreate, CampaignCreate
+from tests.support.speculation import SweepBuilder, approach, build_sweep_campaign, spec
+
+SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
+ALPHAS = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+TORCH_211 = {"torch": "2.11.0+cu130", "cuda": "13.0", "gpus": [{"name": "NVIDIA H200", "sm": "9.0"}]}
+TORCH_210 = {"torch": "2.10.0+cu128", "cuda": "12.8", "gpus": [{"name": "NVIDIA H200", "sm": "9.0"}]}
+
+
+@pytest.fixture
+def session(app):
+    with session_scope(app.state.engine) as s:
+        yield s
+
+
+def _sweep(session):
+    import_campaign(session, SWEEP.read_text(), actor="test")
+    session.flush()
+    campaign = inventory.get_campaign(session, "speculation-sweep-h200x1")
+    campaign.accept_alphas = ALPHAS
+    session.flush()
+    return campaign
+
+
+def test_the_committed_sweep_answers_per_context_with_speedup_falling_with_batch(session):
+    campaign = _sweep(session)
+    answer = read_answer(session, campaign)
+    contexts = {c.label.split(",")[0]: c for c in answer.condition_sets}
+    assert {"context 1", "context 4", "context 0"} <= set(contexts)  # 1,024 / 4,096 / 0: each its own set
+    assert answer.conditions is not None and answer.conditions.tag_map["context"] == 1024
+    assert answer.conditions.tag_map["mode"] == "graph" and answer.is_default
+    (a,) = answer.speculation.approaches
+    speedups = [a.best_speedup[b].value for b in sorted(a.best_speedup)]
+    assert speedups[-1] < speedups[len(speedups) // 2] < speedups[0]  # falls with batch (it rose to 2.26 before)
+    assert a.best_speedup[128].value < a.best_speedup[64].value < 2.0
+    by_name = {f.name: f for f in answer.speculation.inputs}
+    decode = by_name["decode step at batch 64"]
+    assert "#16" not in decode.source and "context 1,024" in decode.conditions  # not the 4,096 variant
+    draft = by_name["draft step at batch 64"]
+    assert "#12" not in draft.source and "graph" in draft.conditions  # not the eager draft
+    assert "torch 2.11.0+cu130" in decode.conditions  # the stack it was measured on is named
+    # Context 4,096 holds a decode step only: the answer there says what is missing, never borrows 1,024's.
+    at_4096 = read_answer(session, campaign, conditions=pick_conditions(session, campaign, context=4096))
+    assert not at_4096.speculation.approaches and not at_4096.is_default
+    verify = next(m for m in at_4096.speculation.missing if m.what.startswith("verify compute"))
+    assert "measured only under other conditions" in verify.how and "not borrowed" in verify.how
+    assert "context: 4096" in verify.how and verify.conditions and "4,096" in verify.conditions
+    with pytest.raises(Invalid):
+        pick_conditions(session, campaign, context=8192)
+
+
+def test_only_an_eager_draft_leaves_the_graph_cells_open(session):
+    b = SweepBuilder(session)
+    b.campaign = inventory.create_campaign(
+        session,
+        CampaignCreate(
+            slug="only-eager",
+            name="eager draft only",
+            allreduces_per_verify=122,
+            hidden_size=7168,
+            accept_alphas=ALPHAS,
+        ),
+    )
+    a = inventory.add_approach(session, b.campaign, ApproachCreate(key="tp1", title="tp1"), actor="t")
+    b.verify_sweep(a, batches=(1, 2), ks=(1, 2), world=1)
+    eager = inventory.add_approach(session, b.campaign, ApproachCreate(key="draft-eager", title="eager"), actor="t")
+    b.trial(
+        eager,
+        [
+            ("draft_step_ms", 1.0, {"device": "cuda", "batch": bb, "context": 1024, "mode": "eager"}, [1.0, 1.01])
+            for bb in (1, 2)
+        ],
+    )
+    answer = read_answer(session, b.campaign)
+    (grid,) = answer.speculation.approaches
+    assert all(c.speedup is None and "no draft step" in c.note for c in grid.cells), [c.note for c in grid.cells]
+    draft = next(m for m in answer.speculation.missing if m.what.startswith("draft step under"))
+    assert "eager" in draft.how and "not borrowed" in draft.how and "mode: graph" in draft.how
+
+
+def test_a_decode_step_from_another_stack_is_refused(session):
+    b = SweepBuilder(session)
+    b.campaign = inventory.create_campaign(
+        session,
+        CampaignCreate(
+            slug="two-stacks", name="two stacks", allreduces_per_verify=122, hidden_size=7168, accept_alphas=ALPHAS
+        ),
+    )
+    verify = inventory.add_approach(session, b.campaign, ApproachCreate(key="verify", title="verify"), actor="t")
+    tags = {"device": "cuda", "mode": "graph", "world_size": 1, "context": 1024, "allreduces": 0}
+    rows = [("verify_compute_ms", 11.0, {**tags, "batch": 1, "draft_tokens": k}, [11.0, 11.1]) for k in (1, 2)]
+    b.trial(verify, rows).fingerprint = TORCH_211
+    decode = inventory.add_approach(session, b.campaign, ApproachCreate(key="decode", title="decode"), actor="t")
+    b.trial(
+        decode, [("decode_step_ms", 10.0, {**tags, "batch": 1, "draft_tokens": 0}, [10.0, 10.1])]
+    ).fingerprint = TORCH_210
+    draft = inventory.add_approach(session, b.campaign, ApproachCreate(key="draft", title="draft"), actor="t")
+    b.trial(
+        draft, [("draft_step_ms", 0.5, {"device": "cuda", "batch": 1, "context": 1024, "mode": "graph"}, [0.5, 0.51])]
+    ).fingerprint = TORCH_211
+    session.flush()
+    answer = read_answer(session, b.campaign)
+    grid = answer.speculation.approach("verify")
+    assert grid is not None and all(c.speedup is None and "no plain decode step" in c.note for c in grid.cells)
+    # Measured again on the verify's stack, it pairs.
+    b.trial(
+        decode, [("decode_step_ms", 10.0, {**tags, "batch": 1, "draft_tokens": 0}, [10.0, 10.1])]
+    ).fingerprint = TORCH_211
+    session.flush()
+    grid = read_answer(session, b.campaign).speculation.approach("verify")
+    assert grid is not None and grid.cell(1, 1) is not None and grid.cell(1, 1).speedup is not None  # type: ignore[union-attr]
+
+
+def test_accept_lengths_land_on_their_own_draft_length(session):
+    built = build_sweep_campaign(session, slug="tau-by-k", approaches={"nccl-graph": ("NCCL", 17.0, 1e5, 1024)})
+    campaign = built.campaign
+    campaign.accept_alphas = None
+    server = inventory.add_approach(
+        session,
+        campaign,
+        ApproachCreate(
+            key="sglang",
+            title="sglang",
+            recipe={"kind": "sglang_server", "params": {"model_path": "moonshotai/Kimi-K2.5"}},
+        ),
+        actor="t",
+    )
+    for k, tau in ((2, 2.3), (4, 2.9), (2, 2.4)):
+        built.trial(server, [("accept_length", tau, {"draft_tokens": k, "speculative_topk": 1}, None)])
+    built.trial(server, [("accept_length", 3.5, {"draft_tokens": 1, "speculative_topk": 1}, None)])  # > k + 1
+    built.trial(server, [("accept_length", 2.0, {"draft_tokens": 5, "speculative_topk": 4}, None)])  # a tree draft
+    built.trial(server, [("accept_length", 2.6, {}, None)])  # untagged: the campaign's draft steps (3)
+    session.flush()
+    answer = read_answer(session, campaign).speculation
+    assert answer.tau[2].value == pytest.approx(2.35) and answer.tau[2].low is not None  # two trials: an interval
+    assert "2 trials" in answer.tau_sources[2] or "#" in answer.tau_sources[2]
+    assert answer.tau[4].value == pytest.approx(2.9)
+    assert answer.tau[3].value == pytest.approx(2.6) and "untagged" in answer.tau_sources[3]
+    assert 1 not in answer.tau and 5 not in answer.tau
+    assert any("above k + 1 = 2" in f for f in answer.flags) and any("top-k 4" in f for f in answer.flags)
+
+
+def test_the_kimi_demo_flags_allreduces_longer_than_the_step(session):
+    load_demo(session)
+    session.flush()
+    answer = read_answer(session, inventory.get_campaign(session, "kimi-k25-eagle3"))
+    assert any("122 allreduces x 200 us = 24.4 ms" in f and "12.2 ms decode step" in f for f in answer.flags)
+
+
+def test_the_cache_follows_every_declared_campaign_field(session):
+    campaign = build_sweep_campaign(session, slug="cache-key", r=4).campaign
+    first = read_answer(session, campaign)
+    assert read_answer(session, campaign) is first  # nothing changed: the kept answer
+    campaign.stats_confidence = 0.9  # a field the old hand-listed key did not hold
+    session.flush()
+    again = read_answer(session, campaign)
+    assert again is not first and again.speculation.confidence == 0.9
+
+
+def test_one_trial_decides_pays_only_beyond_the_minimum_effect():
+    rng = np.random.default_rng(5)
+    noisy = measured(11.0, list(rng.normal(11.0, 0.01, 20)), "one trial", 1)
+    inputs = spec([approach("tp1", [1], [1], verify=noisy, world=1)], [1], [1], {1: 1.23})
+    inputs = type(inputs)(**{**inputs.__dict__, "min_effect": 0.03})
+    cell = speculation_answer(inputs).approaches[0].cells[0]
+    # 1.23 x 10 / 12 = 1.025: its within-run interval excludes 1, but a 2.5% margin from one trial decides nothing.
+    assert cell.speedup is not None and cell.speedup.within_run_only and cell.speedup.low > 1  # type: ignore[operator]
+    assert cell.pays == "unclear"
+
+
+def test_vectorized_trial_resamples_match_the_statistics_home():
+    rng = np.random.default_rng(3)
+    figures = [
+        [list(rng.normal(10, 1, 10))],
+        [list(rng.normal(10, 1, 7)), list(rng.normal(11, 1, 10)), list(rng.normal(10.5, 1, 9))],
+        [list(rng.normal(5, 1, 4)), list(rng.normal(5.2, 1, 4))],
+    ]
+    many = trial_resamples_many(figures, 40_000, np.random.default_rng(1))
+    for f, row in zip(figures, many, strict=True):
+        one = trial_resamples(f, 40_000, np.random.default_rng(2))
+        assert one is not None
+        assert np.percentile(row, [2.5, 50, 97.5]) == pytest.approx(np.percentile(one, [2.5, 50, 97.5]), rel=0.01)
+
+
+def test_vectorized_trial_estimates_match_the_statistics_home():
+    rng = np.random.default_rng(4)
+    figures = [[list(rng.normal(10, 1, 10))], [list(rng.normal(10, 1, 7)), list(rng.normal(11, 1, 10))], [[3.0]], []]
+    for one, many in zip([trial_estimate(f) for f in figures], trial_estimates_many(figures), strict=True):
+        assert (one is None and many is None) or (
+            one is not None
+            and many is not None
+            and one.trials == many.trials
+            and one.value == pytest.approx(many.value)
+            and one.between_cv == pytest.approx(many.between_cv)
+            and one.within_cv == pytest.approx(many.within_cv)
+        )
