@@ -41,5 +41,8 @@ def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
         }
         # decode at batch 1 reads top-8 of 384; verify at k = 3 (4 tokens) reads about 31
         assert touched[(1, 0)] == 8 and 28 <= touched[(1, 3)] <= 32 and touched[(128, 7)] > 300
-        answer = read_answer(session, campaign).speculation
+        sets = read_answer(session, campaign).condition_sets
+        assert len(sets) == 4  # bf16 / fp8 experts x context 1,024 / 4,096: never combined
+        bf16_1024 = next(c.key for c in sets if "bf16 experts" in c.label and "context 1,024" in c.label)
+        answer = read_answer(session, campaign, conditions=bf16_1024).speculation
         assert "at batch 1 with 3 draft tokens" in answer.sentence
