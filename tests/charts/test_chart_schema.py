@@ -137,12 +137,22 @@ def _samples(session, campaign: Campaign) -> list[dict[str, Any]]:
             campaign.reported, {a.key: a.title for a in approaches}
         ),
         "timeline: Timeline": campaign_timeline(session, campaign),
-        "answer: SpeculationAnswer": read_answer(session, campaign).speculation,
+        "answer: SpeculationAnswer": _sweep_answer(session),
     }
     if len(trial_ids) >= 2:  # the compare page needs two trials
         common["comparison: Comparison"] = compare(session, campaign, trial_ids[:4], [])
     what_if = profitability_report(session, campaign, WhatIf(accept_length=1.2))
     return [{**common, "report: ProfitabilityReport": r} for r in (report, what_if)]
+
+
+def _sweep_answer(session):
+    """The answer over (batch, k) of the sweep the answer's tests use (its inputs under one condition set)."""
+    from tests.support.speculation import SLUG as SWEEP
+    from tests.support.speculation import build_sweep_campaign
+
+    if session.exec(select(Campaign).where(Campaign.slug == SWEEP)).first() is None:
+        build_sweep_campaign(session)
+    return read_answer(session, inventory.get_campaign(session, SWEEP)).speculation
 
 
 def _call(builder: Callable[..., Any], sample: dict[str, Any]) -> Any:

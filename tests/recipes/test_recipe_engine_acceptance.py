@@ -191,8 +191,9 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
         done = run("--url", engine.url, "--window-s", "0.4", "--settle-s", "0")
     assert done.returncode == 0, done.stdout + done.stderr
     with session_scope(app.state.engine) as session:
-        build_sweep_campaign(session)  # entered alphas (0.8, 0.7, ...) would give other tau(k)
+        build_sweep_campaign(session)
         campaign = session.exec(select(Campaign).where(Campaign.slug == SLUG)).one()
+        campaign.accept_alphas = None  # entered acceptance takes precedence over a measured one (typed > measured)
         approach = inventory.add_approach(
             session,
             campaign,

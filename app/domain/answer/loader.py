@@ -371,16 +371,18 @@ def _step_flags(
 
 
 def _accept_rows(rows: Sequence[Row]) -> dict[int, list[Row]]:
-    """Each trial's best-ranked accept-length row (benchmark > server > decode log), by trial, newest first."""
-    best: dict[int, Row] = {}
+    """Each trial's best-ranked accept-length row (MetricName.ACCEPT_LENGTH's order) per draft length it
+    tags (a live engine's window gives tau(j) for every j up to its k), by approach, newest trial first."""
+    best: dict[tuple[int, object], Row] = {}
     for r in rows:
         if r.name in MetricName.ACCEPT_LENGTH:
-            have = best.get(r.trial_id)
+            key = (r.trial_id, r.tags.get(ConditionTag.DRAFT_TOKENS))
+            have = best.get(key)
             if have is None or MetricName.ACCEPT_LENGTH.index(r.name) < MetricName.ACCEPT_LENGTH.index(have.name):
-                best[r.trial_id] = r
+                best[key] = r
     out: dict[int, list[Row]] = defaultdict(list)
-    for trial_id in sorted(best, reverse=True):
-        out[best[trial_id].approach_id].append(best[trial_id])
+    for key in sorted(best, key=lambda k: k[0], reverse=True):
+        out[best[key].approach_id].append(best[key])
     return out
 
 
