@@ -73,6 +73,7 @@ def _seed(app) -> dict[str, str]:
             "name": "results.json",
             "rest": "x",
             "path": "app.css",
+            "field": "accept_length",
         }
 
 
