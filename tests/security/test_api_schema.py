@@ -44,6 +44,10 @@ CROSS_FIELD_RULES = [
     # generator does not follow), so a body with other keys is refused by design.
     "POST /api/campaigns",
     "PATCH /api/campaigns/{slug}",
+    # The answer under a condition set (conditions, or context / mode) the campaign does not hold is refused
+    # with the sets it does hold: data, not a schema.
+    "GET /api/campaigns/{slug}/answer",
+    "GET /api/campaigns/{slug}/answer/config",
 ]
 # What may still be reported, each (operation, failure code): the model inputs' integers take `false` as 0
 # (pydantic's lax mode; those fields are another change's: app/schemas.py CampaignBase / CampaignUpdate).
