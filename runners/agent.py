@@ -610,6 +610,9 @@ class Agent:
             if ending is None:
                 return
             try:
+                if ending.outcome == "cancelled" and attempt.cancel_reason and not attempt.rejected:
+                    # the board's Cancel: the log's closing line, flushed with the rest before the end
+                    self._closing_line(attempt, f"{attempt.cancel_reason}; the trial's processes were stopped")
                 await self._flush_logs(attempt)
                 await self._upload_now(attempt.trial_id)
             except Exception:  # the end is reported all the same (what was not uploaded stays on disk)
@@ -706,8 +709,6 @@ class Agent:
     ) -> None:
         if attempt.rejected:
             return
-        if outcome == "cancelled" and attempt.cancel_reason:  # the board's Cancel (not a spool of a past run)
-            self._closing_line(attempt, f"{attempt.cancel_reason}; the trial's processes were stopped")
         message = Finished(
             trial_id=attempt.trial_id,
             attempt_id=attempt.attempt_id,

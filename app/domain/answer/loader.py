@@ -19,6 +19,7 @@ campaign's draft steps. No FastAPI here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Sequence
@@ -345,9 +346,7 @@ def speculation_inputs(
 
 
 def _with_source(v: Value, source: str) -> Value:
-    from dataclasses import replace
-
-    return replace(v, source=source)
+    return dataclasses.replace(v, source=source)
 
 
 def _step_flags(

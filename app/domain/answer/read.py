@@ -32,6 +32,7 @@ from app.domain.answer.loader import ANSWER_METRICS, answer_rows, condition_sets
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.report import ProfitabilityReport, profitability_report
 from app.domain.answer.values import Conditions
+from app.domain.errors import Invalid
 from app.domain.inventory import approaches
 from app.domain.statistics import Rule
 from app.models import Approach, Campaign, Metric
@@ -201,8 +202,6 @@ def pick_conditions(session: Session, campaign: Campaign, key: str | None = None
     """The condition-set key a reader asks for: `key` as given, else the first set whose tags include every
     `stated` one that is not None (`context=4096, mode="graph"`), else None (the default). Asking for conditions
     the campaign does not hold is Invalid, naming the sets it does hold."""
-    from app.domain.errors import Invalid
-
     wanted = {k: v for k, v in stated.items() if v is not None}
     if key is None and not wanted:
         return None
