@@ -81,14 +81,15 @@ def test_a_replay_runs_on_its_runner_only_in_payoff_order_and_reports_before_and
             assert measured["before"]["status"] == "promising" and measured["after"]["trial_state"] == "succeeded"
             assert measured["metric"] == "allreduce_latency_us"
             (point,) = measured["points"]
-            assert point["verdict"] == "faster" and 0.75 < point["low"] < point["ratio"] < point["high"] < 0.85
+            # One trial before, one after, no run-to-run spread known on this runner: no verdict (issue 34).
+            assert point["verdict"] == "no_verdict" and 0.75 < point["ratio"] < 0.85
             listed = client.get("/api/campaigns/c/replays").json()
             assert [x["id"] for x in listed] == [body["id"]] and listed[0]["state"] == "finished"
 
             page = client.get(f"/campaigns/c/replays/{body['id']}")
             assert page.status_code == 200
             assert 'data-state="finished"' in page.text and 'id="replay-row-measured"' in page.text
-            assert "faster" in page.text and 'hx-trigger="feed:campaign, feed-stale"' in page.text
+            assert "no verdict" in page.text and 'hx-trigger="feed:campaign, feed-stale"' in page.text
             panel = client.get("/campaigns/c/replays")
             assert f'id="replay-{body["id"]}"' in panel.text and "3 of 3" in panel.text
             node_b.close()
