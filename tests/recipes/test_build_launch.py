@@ -107,7 +107,15 @@ def test_cli_and_build_launch_share_one_validator():
 
 
 def test_every_recipe_module_has_help():
-    for module in ("allreduce", "verify_step", "draft_step", "sglang_server", "engine_acceptance", "command"):
+    for module in (
+        "allreduce",
+        "verify_step",
+        "draft_step",
+        "sglang_server",
+        "engine_acceptance",
+        "moe_step",
+        "command",
+    ):
         done = run_module(f"runners.recipes.{module}", "--help", timeout=60)
         assert done.returncode == 0 and "usage:" in done.stdout, module
 
@@ -116,7 +124,15 @@ def test_every_kind_comes_from_the_one_registry_with_one_contract():
     from runners.recipes import Recipe, recipes
 
     kinds = recipes()
-    assert set(kinds) == {"command", "allreduce", "verify_step", "draft_step", "sglang_server", "engine_acceptance"}
+    assert set(kinds) == {
+        "command",
+        "allreduce",
+        "verify_step",
+        "draft_step",
+        "sglang_server",
+        "engine_acceptance",
+        "moe_step",
+    }
     for kind, recipe in kinds.items():
         assert isinstance(recipe, Recipe), kind
         assert callable(recipe.validate) and callable(recipe.argv), kind
