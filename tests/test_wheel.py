@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.support.paths import ROOT
 from tests.support.servers import start_live_server, stop_live_server
@@ -241,10 +242,13 @@ def test_the_runner_extra_brings_what_runners_and_recipes_import(wheel):
     # A range, never a pin: a node's torch is not the board's to replace (CI pins it in the Makefile).
     assert runner["torch"].startswith(">=") and "==" not in runner["torch"]
     assert "numpy" in runner  # torch warns at import without NumPy
-    provided = {r.name.lower() for r in requirements if not r.marker or r.marker.evaluate({"extra": "runner"})}
+    # Names compared as PEP 503 spells them (prometheus-client's import names its distribution prometheus_client).
+    provided = {
+        canonicalize_name(r.name) for r in requirements if not r.marker or r.marker.evaluate({"extra": "runner"})
+    }
     distributions = importlib.metadata.packages_distributions()
     for module in _third_party_imports(ROOT / "runners"):
-        dists = {d.lower() for d in distributions.get(module, [])}
+        dists = {canonicalize_name(d) for d in distributions.get(module, [])}
         assert dists & provided, f"runners/ imports {module} (from {dists or 'nowhere'}): not in the runner extra"
 
 
