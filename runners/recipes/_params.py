@@ -150,6 +150,19 @@ def build_parser(prog: str, description: str, spec: Sequence[Param]) -> argparse
     return parser
 
 
+def singular_flags(argv: Sequence[str], renames: dict[str, str]) -> list[str]:
+    """argv with each list param's singular flag (`renames`: param name -> "--server-arg") spelled as the
+    parser's plural one ("--server-args"), so both spellings are taken."""
+    out = []
+    for arg in argv:
+        for name, flag in renames.items():
+            if arg == flag or arg.startswith(flag + "="):
+                arg = "--" + name.replace("_", "-") + arg[len(flag) :]
+                break
+        out.append(arg)
+    return out
+
+
 def parse_cli(prog: str, description: str, spec: Sequence[Param], argv: Sequence[str] | None) -> dict[str, Any]:
     """Parse the CLI and validate through `validate`; on a bad value print it and exit 2."""
     parser = build_parser(prog, description, spec)

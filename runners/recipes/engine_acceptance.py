@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runners.recipes import RecipeError
-from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
+from runners.recipes._params import Param, module_recipe, parse_cli, singular_flags, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import ConditionTag as C
 from runners.recipes.metric import MetricName as M
@@ -483,7 +483,7 @@ def read(values: dict[str, Any]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv = [_cli_alias(a) for a in argv]
+    argv = singular_flags(argv, _CLI_RENAMES)
     values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
     try:
         values = validate(values)
@@ -494,15 +494,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refused as exc:
         print(str(exc), flush=True)
         return exc.code
-
-
-def _cli_alias(arg: str) -> str:
-    """Accept the singular --load-arg for the list param."""
-    for name, flag in _CLI_RENAMES.items():
-        plural = "--" + name.replace("_", "-")
-        if arg == flag or arg.startswith(flag + "="):
-            return plural + arg[len(flag) :]
-    return arg
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from typing import Any
 
 from runners.preflight import Context, check_names, run_checks
 from runners.recipes import SAFE_ENV, Recipe, RecipeError, module_argv
-from runners.recipes._params import Param, parse_cli, usage_error
+from runners.recipes._params import Param, parse_cli, singular_flags, usage_error
 from runners.recipes._params import validate as _validate
 from runners.recipes.metric import ConditionTag, emit, emit_phase
 from runners.recipes.metric import MetricName as M
@@ -647,22 +647,13 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv = [_cli_alias(a) for a in argv]
+    argv = singular_flags(argv, _CLI_RENAMES)
     values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
     try:
         values = validate(values)
     except RecipeError as exc:
         usage_error(PROG, str(exc))
     return run(values)
-
-
-def _cli_alias(arg: str) -> str:
-    """Accept the singular spellings --server-arg / --bench-arg for the list params."""
-    for name, flag in _CLI_RENAMES.items():
-        plural = "--" + name.replace("_", "-")
-        if arg == flag or arg.startswith(flag + "="):
-            return plural + arg[len(flag) :]
-    return arg
 
 
 if __name__ == "__main__":
