@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from app.protocol.logconfig import configure_logging
+from app.protocol.metrics import MetricName
+from app.protocol.recipes import RecipeError
 from runners import cli as runner_cli
-from runners.logconfig import configure_logging
-from runners.recipes import RecipeError
-from runners.recipes.metric import MetricName
 
 if TYPE_CHECKING:
     from app.config import Settings

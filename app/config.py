@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runners.logconfig import known_level
+from app.protocol.logconfig import known_level
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 

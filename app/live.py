@@ -25,8 +25,8 @@ from pydantic import BaseModel
 
 from app.db import session_scope
 from app.models import utcnow
-from app.protocol import CloseCode
-from runners.trace import Trace
+from app.protocol.messages import CloseCode
+from app.protocol.trace import Trace
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from starlette.websockets import WebSocket
 
 from app.deps import OPERATOR_SCOPE_KEY, operator_from
 from app.errors import error_response, login_required
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 
 # Pages load scripts and styles from this server only; no inline script anywhere (htmx reads its
 # config from a <meta> tag). Inline style attributes stay allowed: Plotly sets them.

@@ -30,7 +30,8 @@ from app.domain.acceptance import (
     check_unconditional,
 )
 from app.models import ApproachStatus, ModelInputFields, TrialState, aware
-from runners.recipes import MAX_TIMEOUT_S, RecipeError, build_launch, recipes
+from app.protocol.recipes import MAX_TIMEOUT_S, RecipeError
+from runners.recipes import build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 

@@ -18,10 +18,10 @@ from app.config import resource_dir
 from app.domain.logs import dropped_marker_json
 from app.domain.wording import plural
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
-from app.protocol import close_codes_json
+from app.protocol.messages import close_codes_json
+from app.protocol.metrics import METRIC_PREFIX, PHASE_PREFIX
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 from app.services.events import feed_attributes, hx_trigger, page_events_json
-from runners.recipes.metric import METRIC_PREFIX, PHASE_PREFIX
 
 HTMX_VERSION = "2.0.11"
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from runners.recipes.metric import MetricName, parse_metric_line  # noqa: E402
+from app.protocol.metrics import MetricName, parse_metric_line  # noqa: E402
 
 GPU_VARIANTS = (
     "nccl:eager,nccl:graph,symm_mem_two_shot:eager,symm_mem_two_shot:graph,"

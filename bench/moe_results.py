@@ -22,10 +22,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.domain.statistics import percentile_interval, trial_estimate, trial_resamples
+from app.protocol.metrics import ConditionTag as C
+from app.protocol.metrics import MetricName as M
+from app.protocol.metrics import parse_metric_line
 from runners.recipes import build_launch
-from runners.recipes.metric import ConditionTag as C
-from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import parse_metric_line
 
 LIST_PARAMS = {"batches", "draft_tokens"}
 TITLES = {

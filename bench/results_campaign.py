@@ -27,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.domain.answer import BreakEvenCurve, is_cpu_floor
-from runners.recipes.metric import MetricName as M
+from app.protocol.metrics import MetricName as M
 
 
 def rows_of(path: Path) -> list[dict[str, Any]]:

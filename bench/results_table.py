@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from runners.recipes.metric import MetricName as M
+from app.protocol.metrics import MetricName as M
 
 
 def main(path: str) -> None:

@@ -1,6 +1,6 @@
 """The runner sidecar: holds a websocket to the server, runs the trials it is sent, streams logs.
 
-Protocol (app/protocol.py): connect to <server>/api/runners/ws with the runner's bearer token,
+Protocol (app/protocol/messages.py): connect to <server>/api/runners/ws with the runner's bearer token,
 send `hello` (fingerprint, labels, attempts still held), get `welcome` (heartbeat period, the
 last seq the server stored per attempt), then the server pushes `dispatch` / `cancel` and the
 runner sends `started`, `phase`, `log`, `finished` and `heartbeat`.
@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from app.protocol import (
+from app.protocol.messages import (
     Ack,
     AttemptRef,
     Cancel,
@@ -57,6 +57,7 @@ from app.protocol import (
     Welcome,
     parse_server_message,
 )
+from app.protocol.recipes import RecipeError
 from runners import artifacts
 from runners import fingerprint as node
 from runners.executors import Executor, LocalExecutor, TrialHandle, spooled_end
@@ -69,7 +70,7 @@ from runners.process import (
     trace,
     withhold,
 )
-from runners.recipes import RecipeError, build_launch
+from runners.recipes import build_launch
 from runners.spool import AttemptSpool, Spool, SpoolBusy, SpooledChunk
 
 log = logging.getLogger("campaign.runner")

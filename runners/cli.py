@@ -17,12 +17,13 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 
+from app.protocol.logconfig import configure_logging, known_level
+from app.protocol.recipes import RecipeError
 from runners.agent import run
 from runners.executors import Executor
 from runners.executors.slurm import SlurmConfig, SlurmExecutor
-from runners.logconfig import configure_logging, known_level
 from runners.process import trial_env
-from runners.recipes import LaunchSpec, RecipeError, build_launch
+from runners.recipes import LaunchSpec, build_launch
 
 err = Console(stderr=True, soft_wrap=True)  # paths in errors stay whole (tests grep them)
 

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from app.protocol.metrics import PHASE_PREFIX  # a recipe line naming the trial's phase
+from app.protocol.trace import Trace
 from runners.fingerprint import query_compute_apps, query_gpus
 from runners.recipes import LaunchSpec
-from runners.recipes.metric import PHASE_PREFIX  # a recipe line naming the trial's phase
-from runners.trace import Trace
 
 ATTEMPT_ENV = "CAMPAIGN_ATTEMPT_ID"
 """Set in every trial's environment: marks the processes of one attempt, even daemonized ones."""

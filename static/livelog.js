@@ -21,13 +21,13 @@
   let retry = 0;
   let style = { bold: false, dim: false, italic: false, underline: false, fg: null };
   let trimmed = false;
-  // The server's formats come from the page (app/templating.py: runners/recipes/metric.py, app/protocol.py).
+  // The server's formats come from the page (app/templating.py: app/protocol/metrics.py, app/protocol/messages.py).
   const METRIC = section.dataset.metricPrefix;
   const PHASE = section.dataset.phasePrefix;
   let common = 0;
   while (common < METRIC.length && METRIC[common] === PHASE[common]) common++;
   const META = METRIC.slice(0, common); // what every line the recipes write for the board begins with
-  const CLOSE = JSON.parse(section.dataset.closeCodes); // app/protocol.py CloseCode, by name
+  const CLOSE = JSON.parse(section.dataset.closeCodes); // app/protocol/messages.py CloseCode, by name
   const DROPPED = JSON.parse(section.dataset.droppedMarker); // app/domain/logs.py dropped_marker's parts
   const EVENTS = JSON.parse(document.body.dataset.pageEvents); // app/services/events.py PAGE_EVENTS, by key
   let lineStart = true; // the next character starts a log line

@@ -4,6 +4,7 @@ with its reason, and no import cycle among the app.domain modules. Read with ast
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,15 +131,25 @@ def test_the_checks_can_fail(tmp_path):
     assert unexplained_local_imports(tmp_path, [domain / "d.py"]) == []
 
 
+# What the server and the runner share lives in app/protocol/ (messages, metric lines and names, condition tags,
+# the preflight line, SGLang's output formats, the recipe error, log levels, the trace): both sides import it.
+SHARED = "app.protocol"
 # The runner is installed on GPU nodes without the server: of app/ it may import only these.
 RUNNER_MAY_IMPORT = {
     "app": "the version (app.__version__)",
-    "app.protocol": "runner <-> server messages (pydantic only)",
+    SHARED: "the vocabulary both sides share (standard library only, but for the messages' pydantic)",
+}
+# The server's files that may import runners/ (anything else takes the shared words from app.protocol).
+SERVER_MAY_IMPORT_RUNNERS = {
+    "app/cli.py": "`campaign runner` and `campaign preflight` run the runner's own code on the node",
+    "app/services/lifespan.py": "starts and stops the embedded runner",
+    "app/schemas.py": "a recipe is validated by the runner's own `build_launch` and its registry of kinds, "
+    "so the board refuses exactly what a runner would (the kinds' validators are runner code)",
 }
 
 
-def app_imports_of(paths: list[Path]) -> dict[str, list[str]]:
-    """module of app imported -> the files importing it (any import statement, at any depth)."""
+def imports_of(paths: list[Path], package: str) -> dict[str, list[str]]:
+    """module of `package` imported -> the files importing it (any import statement, at any depth)."""
     found: dict[str, list[str]] = {}
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
@@ -148,26 +159,71 @@ def app_imports_of(paths: list[Path]) -> dict[str, list[str]]:
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = (
                     [node.module]
-                    if node.module != "app"
-                    else [f"app.{a.name}" if a.name != "__version__" else "app" for a in node.names]
+                    if node.module != package
+                    else [f"{package}.{a.name}" if a.name != "__version__" else package for a in node.names]
                 )
             for name in names:
-                if name == "app" or name.startswith("app."):
+                if name == package or name.startswith(package + "."):
                     found.setdefault(name, []).append(path.as_posix())
     return found
 
 
-def test_runners_import_nothing_of_the_server_but_the_protocol_and_the_version():
+def app_imports_of(paths: list[Path]) -> dict[str, list[str]]:
+    return imports_of(paths, "app")
+
+
+def _shared(module: str) -> bool:
+    return module == SHARED or module.startswith(SHARED + ".")
+
+
+def test_runners_import_nothing_of_the_server_but_the_shared_package_and_the_version():
     imported = app_imports_of(sorted(ROOT.joinpath("runners").rglob("*.py")))
-    assert "app.protocol" in imported  # the check sees the runner's imports
-    assert {m: files for m, files in imported.items() if m not in RUNNER_MAY_IMPORT} == {}
+    assert "app.protocol.messages" in imported and "app.protocol.metrics" in imported  # the check sees them
+    assert {m: files for m, files in imported.items() if m not in RUNNER_MAY_IMPORT and not _shared(m)} == {}
 
 
-def test_the_runner_import_check_can_fail(tmp_path):
+def test_the_server_imports_nothing_of_the_runner_but_from_its_entry_points():
+    app_files = sorted(ROOT.joinpath("app").rglob("*.py"))
+    importing = {
+        Path(f).relative_to(ROOT).as_posix() for files in imports_of(app_files, "runners").values() for f in files
+    }
+    assert "app/services/lifespan.py" in importing  # the check sees the server's imports
+    assert importing - set(SERVER_MAY_IMPORT_RUNNERS) == set()
+    assert set(SERVER_MAY_IMPORT_RUNNERS) <= importing  # an entry whose import is gone is removed
+
+
+def test_the_shared_package_imports_neither_side():
+    """app/protocol/ is the bottom: it imports no other module of app/ and nothing of runners/."""
+    paths = sorted(ROOT.joinpath("app", "protocol").rglob("*.py"))
+    assert {m for m in app_imports_of(paths) if not _shared(m)} == set()
+    assert imports_of(paths, "runners") == {}
+
+
+def test_the_shared_package_needs_no_third_party_package_but_pydantic_for_its_messages():
+    """Recipes import app.protocol under a GPU node's own python, which may have nothing but torch."""
+    third_party: dict[str, set[str]] = {}
+    for path in sorted(ROOT.joinpath("app", "protocol").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                tops = {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = {node.module.split(".")[0]}
+            else:
+                continue
+            extra = tops - set(sys.stdlib_module_names) - {"app", "__future__"}
+            if extra:
+                third_party.setdefault(path.name, set()).update(extra)
+    assert third_party == {"messages.py": {"pydantic"}}
+
+
+def test_the_import_checks_can_fail(tmp_path):
     (tmp_path / "a.py").write_text("from app.domain import trials\nfrom app import __version__\n")
     (tmp_path / "b.py").write_text("def f():\n    import app.db\n")
     found = app_imports_of([tmp_path / "a.py", tmp_path / "b.py"])
     assert set(found) == {"app.domain", "app", "app.db"}
+    (tmp_path / "c.py").write_text("from runners import recipes\nfrom runners.recipes.command import RECIPE\n")
+    assert set(imports_of([tmp_path / "c.py"], "runners")) == {"runners.recipes", "runners.recipes.command"}
+    assert not _shared("app.protocolx") and _shared("app.protocol.metrics")
 
 
 def test_the_domain_imports_nothing_of_the_web_side():

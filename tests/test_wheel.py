@@ -204,10 +204,15 @@ def _installed_runner_uses_the_nodes_torch(server, venv: Path, cwd: Path, env: d
         text=True,
         check=True,
     ).stdout.strip()
-    assert os.listdir(entry) == ["runners"]
+    assert sorted(os.listdir(entry)) == ["app", "runners"]
     assert Path(entry, "runners").resolve().is_relative_to(venv.resolve())  # the installed package
+    assert Path(entry, "app").resolve().is_relative_to(venv.resolve())  # for app.protocol, its vocabulary
     found = subprocess.run(
-        [sys.executable, "-c", "import runners, pydantic; print(runners.__file__); print(pydantic.__file__)"],
+        [
+            sys.executable,
+            "-c",
+            "import runners, app.protocol.metrics, pydantic; print(runners.__file__); print(pydantic.__file__)",
+        ],
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": entry},
         capture_output=True,

@@ -31,7 +31,7 @@ from app.domain import logs as log_domain
 from app.domain import trial_reads
 from app.live import Frame, Subscriber, get_hub, run_in_tx, trace
 from app.models import Trial
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 from app.services import access
 
 log = logging.getLogger(__name__)

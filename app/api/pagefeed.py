@@ -30,7 +30,7 @@ from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse
 
 from app.deps import operator_from, same_origin
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 from app.services import access, events
 
 router = APIRouter(tags=["pages"])

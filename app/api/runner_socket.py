@@ -1,7 +1,7 @@
 """The runner websocket (/api/runners/ws): one connected runner's session.
 
 `Authorization: Bearer <runner token>` at the handshake (refused before accept, HTTP 403, when
-unknown or revoked), then `hello` -> `welcome`, then messages both ways (app/protocol.py).
+unknown or revoked), then `hello` -> `welcome`, then messages both ways (app/protocol/messages.py).
 Received messages are processed in batches: whatever is already queued when the previous batch
 is done goes into one transaction (app/services/runners.py), and acks are sent after it commits.
 """
@@ -20,7 +20,7 @@ from app.deps import bearer_token
 from app.domain import runners as runner_domain
 from app.live import RunnerLink, get_hub, run_in_tx, trace
 from app.models import Runner, utcnow
-from app.protocol import CloseCode, Hello, parse_runner_message
+from app.protocol.messages import CloseCode, Hello, parse_runner_message
 from app.services.runners import RunnerIngest
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from sqlmodel import Session, col, select
 
 from app.domain.errors import Invalid
 from app.models import TERMINAL_TRIAL_STATES, Approach, Campaign, Metric, Trial, aware
-from runners.recipes.metric import MAX_SAMPLES
+from app.protocol.metrics import MAX_SAMPLES
 
 
 class Dumps(Protocol):

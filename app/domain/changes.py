@@ -43,7 +43,7 @@ from app.models import (
     TrialState,
     utcnow,
 )
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 MAX_PVALUE = 1e-3  # Otava's significance for a split (its own default); the false-alarm budget below
 WINDOW = 100  # Otava's sliding window (its default is 50; a wider one finds more of the 5% shifts)

@@ -37,7 +37,7 @@ from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import STACK_COMPONENTS, component_value, stack_changes
 from app.domain.runners import gpu_count
 from app.models import Approach, Campaign, Metric, Runner, Trial, TrialState, aware
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 MIN_TRIALS = 2
 MAX_TRIALS = 8

@@ -7,7 +7,7 @@ and metric lines read out of the stream.
   and the oldest tail chunks are deleted as new ones arrive. A *tombstone* row (offset -1) sits at
   the highest dropped seq: reads show a marker there, and a resent chunk it covers is not stored again.
   Trial.log_bytes counts every byte accepted, Trial.log_dropped_bytes those dropped.
-- Metrics: one line = one metric (runners.recipes.metric). A line may be split across chunks, so
+- Metrics: one line = one metric (app.protocol.metrics). A line may be split across chunks, so
   lines are cut from the contiguous stream; a metric is keyed by (trial, seq of the chunk holding
   the line's end, its index among the metric lines ending there), which makes the live extraction
   and the rescan at the end of a trial agree, so each metric is stored once.
@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 
 from app.domain.trials import StaleAttempt, current_trial
 from app.models import Attempt, LogChunk, Metric, Trial, utcnow
-from runners.recipes.metric import METRIC_PREFIX, parse_metric_line
+from app.protocol.metrics import METRIC_PREFIX, parse_metric_line
 
 TOMBSTONE_OFFSET = -1
 CARRY_LIMIT = 64 * 1024  # a "line" longer than this is not a metric line; keep its end only

@@ -33,7 +33,7 @@ from app.models import (
     TrialState,
     utcnow,
 )
-from app.protocol import AttemptRef, Dispatch
+from app.protocol.messages import AttemptRef, Dispatch
 
 QUEUED_PHASE = "waiting for a free runner"
 

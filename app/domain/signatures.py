@@ -43,11 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runners.preflight import parse_preflight_line
-from runners.recipes.metric import MetricName, parse_metric_line
-from runners.sglang_output import SUMMARY_METRICS, parse_bench_stdout
-
-VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
+from app.protocol.metrics import MetricName, parse_metric_line
+from app.protocol.preflight import VERDICTS, parse_preflight_line
+from app.protocol.sglang_output import SUMMARY_METRICS, parse_bench_stdout
 
 # The sglang_server recipe prints this (runners/recipes/sglang_server.py READY_TIMEOUT_MESSAGE):
 #   sglang_server: server not ready within 1800s: no 'The server is fired up and ready to roll!' line

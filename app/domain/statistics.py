@@ -49,7 +49,7 @@ import numpy as np
 from scipy import stats as sps
 from scipy.special import ndtr
 
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 Trials = Sequence[Sequence[float]]  # a side: its trials, each its samples
 

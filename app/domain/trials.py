@@ -46,8 +46,8 @@ from app.models import (
     aware,
     utcnow,
 )
-from app.protocol import AttemptRef, Cancel, Finished
-from runners.recipes.metric import MetricName
+from app.protocol.messages import AttemptRef, Cancel, Finished
+from app.protocol.metrics import MetricName
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from app.models import (
     Trial,
     utcnow,
 )
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 # What a failure signature's verdict means for the approach's status.
 SIGNATURE_STATUS = {

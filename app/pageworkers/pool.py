@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 from app.services.events import FORWARDED_MARK, get_feed
 
 if TYPE_CHECKING:

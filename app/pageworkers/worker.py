@@ -15,7 +15,7 @@ import uvicorn
 
 from app.config import get_settings
 from app.main import create_app
-from runners.logconfig import configure_logging
+from app.protocol.logconfig import configure_logging
 
 PR_SET_PDEATHSIG = 1
 

@@ -42,7 +42,7 @@ from markupsafe import Markup, escape
 from sqlalchemy import event
 from sqlmodel import Session
 
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from app.domain import runners as runner_domain
 from app.domain.artifacts import store_for
 from app.live import LiveHub, get_hub, run_in_tx, trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 from app.services import access, artifacts, changes, events, notifier
 from app.services.runners import sweep_once
 from runners.embedded import start_embedded, stop_embedded

@@ -28,7 +28,7 @@ from app.domain import notifications, scheduling, trial_reads, trials
 from app.domain import runners as runner_domain
 from app.live import Frame, LiveHub, get_hub, run_in_tx, trace
 from app.models import TERMINAL_TRIAL_STATES, Runner, utcnow
-from app.protocol import (
+from app.protocol.messages import (
     Cancel,
     CloseCode,
     Finished,

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.protocol.recipes import RecipeError
 from runners.fingerprint import slurm_partition
 from runners.process import ATTEMPT_ENV, LogChunker, OutputChunk, PhaseScanner, TrialResult, trial_env
-from runners.recipes import LaunchSpec, RecipeError
+from runners.recipes import LaunchSpec
 
 log = logging.getLogger("campaign.runner.slurm")
 

@@ -2,7 +2,7 @@
 
 Each check takes seconds. The first failing check ends the trial with its verdict proposal, the
 stack components it is bound to and its own output, printed as one structured line
-(`@@campaign-preflight {json}`, read by app/domain/signatures.py) after the check's output.
+(`@@campaign-preflight {json}`, app/protocol/preflight.py, read by app/domain/signatures.py) after the check's output.
 
 Checks are a registry a team can extend:
 
@@ -19,15 +19,13 @@ node's sglang interpreter (runners/preflight/probes.py). Standard library only h
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-PREFLIGHT_PREFIX = "@@campaign-preflight "
-VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
+from app.protocol.preflight import VERDICTS, format_preflight_line
 
 
 @dataclass
@@ -152,8 +150,7 @@ def run_checks(ctx: Context, *, skip: list[str] | tuple[str, ...] = (), out=None
             f"{' (bound to ' + bound + ')' if bound else ''}\n"
         )
         out.write(
-            PREFLIGHT_PREFIX
-            + json.dumps(
+            format_preflight_line(
                 {
                     "check": check.name,
                     "verdict": outcome.verdict,
@@ -161,8 +158,7 @@ def run_checks(ctx: Context, *, skip: list[str] | tuple[str, ...] = (), out=None
                     "summary": outcome.summary,
                     "bound_to": outcome.bound_to,
                     "sglang_version": ctx.sglang_version,
-                },
-                sort_keys=True,
+                }
             )
             + "\n"
         )
@@ -176,17 +172,6 @@ def _describe_bound(component: str, ctx: Context) -> str:
     if component == "sglang" and ctx.sglang_version:
         return f"sglang {ctx.sglang_version}"
     return component
-
-
-def parse_preflight_line(line: str) -> dict[str, Any] | None:
-    """The failure record in a `@@campaign-preflight {json}` line, or None."""
-    if not line.startswith(PREFLIGHT_PREFIX):
-        return None
-    try:
-        obj = json.loads(line[len(PREFLIGHT_PREFIX) :])
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 # The built-in checks register themselves (after the names above exist: they import them).

@@ -17,11 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_TIMEOUT_S = 7 * 24 * 3600  # a trial's time limit: longer is a typo, not a trial
-
-
-class RecipeError(ValueError):
-    """A recipe or its parameters are invalid; the message says which field and why."""
+from app.protocol.recipes import MAX_TIMEOUT_S, RecipeError
 
 
 @dataclass
@@ -104,27 +100,31 @@ def build_launch(recipe: dict[str, Any], *, python: str | None = None) -> Launch
 
 # Defaulted for every trial that may touch several GPUs: NVLink multicast stays off.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# What a recipe's interpreter may import of the runner's install: `app` for `app.protocol` only.
+ENTRY_PACKAGES = ("app", "runners")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def runners_path(root: str = _ROOT) -> str:
     """The PYTHONPATH entry through which another interpreter (the node's torch or SGLang environment)
-    imports this `runners` package: the checkout or install root, except when that is a site-packages
+    imports this `runners` package and the vocabulary it shares with the server (`app.protocol`, standard
+    library only but for its messages): the checkout or install root, except when that is a site-packages
     directory (the runner installed in a venv of its own). Then the root would put every package of the
     runner's venv ahead of the node's own (its pydantic, jinja2, ... in torch and in SGLang started from a
-    recipe), so the entry is a directory that holds only a link to `runners` (in the user's cache
+    recipe), so the entry is a directory that holds only links to `runners` and `app` (in the user's cache
     directory, which a SLURM job's nodes share with the runner's as they share the home directory)."""
     if os.path.basename(root) not in ("site-packages", "dist-packages"):
         return root
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     entry = os.path.join(cache, "campaign-board", "runners-" + hashlib.sha256(root.encode()).hexdigest()[:16])
-    link, target = os.path.join(entry, "runners"), os.path.join(root, "runners")
     try:
-        if os.path.realpath(link) != os.path.realpath(target):
-            os.makedirs(entry, exist_ok=True)
-            fresh = f"{link}.{os.getpid()}"
-            os.symlink(target, fresh)
-            os.replace(fresh, link)
+        for package in ENTRY_PACKAGES:
+            link, target = os.path.join(entry, package), os.path.join(root, package)
+            if os.path.realpath(link) != os.path.realpath(target):
+                os.makedirs(entry, exist_ok=True)
+                fresh = f"{link}.{os.getpid()}"
+                os.symlink(target, fresh)
+                os.replace(fresh, link)
     except OSError:
         return root  # no cache directory to write: the whole root, as before
     return entry

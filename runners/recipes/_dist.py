@@ -26,13 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from runners.recipes import (
-    SAFE_ENV,  # defaulted (never overridden) for every rank we start
-    RecipeError,
-)
+from app.protocol.metrics import emit_phase
+from app.protocol.recipes import RecipeError
+from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
 from runners.recipes._params import Param, parse_cli, usage_error
 from runners.recipes._timing import PerfCounterTimer, device_timer, time_back_to_back, time_per_call, torch_dtype
-from runners.recipes.metric import emit_phase
 
 # Parameters every collective recipe takes the same way.
 WORLD_SIZE = Param(

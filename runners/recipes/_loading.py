@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from types import ModuleType
 
-from runners.recipes.metric import emit_phase
+from app.protocol.metrics import emit_phase
 
 IMPORTING = "importing {name}"  # the phase while it loads
 AFTER = "running"  # the phase once it has loaded (the runner's own name for a started trial)

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runners.recipes import Recipe, RecipeError, module_argv
+from app.protocol.recipes import RecipeError
+from runners.recipes import Recipe, module_argv
 
 _MISSING = object()
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from app.protocol.metrics import emit, emit_phase
 from runners.recipes._params import Param
-from runners.recipes.metric import emit, emit_phase
 
 # Which clock times a GPU sample: CUDA events (the headline), or the host's wall clock with a
 # synchronize at each mark (an independent check of the same figure; tag timer "wall-sync").

@@ -23,12 +23,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from app.protocol.metrics import MetricName as M
+from app.protocol.metrics import emit
 from runners.recipes import _dist, _params, _timing
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
-from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit
 
 PROG = "runners.recipes.allreduce"
 PROFILE_LABEL = "allreduce"  # the profiled step's record_function name and the trace's file name

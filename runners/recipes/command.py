@@ -20,8 +20,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from runners.recipes import Recipe, RecipeError, module_argv
-from runners.recipes.metric import emit
+from app.protocol.metrics import emit
+from app.protocol.recipes import RecipeError
+from runners.recipes import Recipe, module_argv
 
 PROG = "runners.recipes.command"
 

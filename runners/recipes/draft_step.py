@@ -32,12 +32,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import RecipeError, _dist, _params, _timing
+from app.protocol.metrics import MetricName as M
+from app.protocol.metrics import emit_phase
+from app.protocol.recipes import RecipeError
+from runners.recipes import _dist, _params, _timing
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe, parse_cli, usage_error
 from runners.recipes._params import validate as _validate
-from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit_phase
 
 PROG = "runners.recipes.draft_step"
 

@@ -37,13 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.recipes import RecipeError
+from app.protocol.metrics import ConditionTag as C
+from app.protocol.metrics import MetricName as M
+from app.protocol.metrics import emit, emit_phase
+from app.protocol.recipes import RecipeError
+from app.protocol.sglang_output import accept_length_from_server_info, parse_decode_line
 from runners.recipes._params import Param, module_recipe, parse_cli, singular_flags, usage_error
 from runners.recipes._params import validate as _validate
-from runners.recipes.metric import ConditionTag as C
-from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit, emit_phase
-from runners.sglang_output import accept_length_from_server_info, parse_decode_line
 
 PROG = "runners.recipes.engine_acceptance"
 METHOD = "prometheus-counter-delta"

@@ -44,14 +44,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runners.recipes import RecipeError, _dist, _timing
+from app.protocol.metrics import ConditionTag as C
+from app.protocol.metrics import MetricName as M
+from app.protocol.metrics import emit
+from app.protocol.recipes import RecipeError
+from runners.recipes import _dist, _timing
 from runners.recipes import verify_step as dense
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
-from runners.recipes.metric import ConditionTag as C
-from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit
 
 PROG = "runners.recipes.moe_step"
 

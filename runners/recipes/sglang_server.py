@@ -32,13 +32,10 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from runners.preflight import Context, check_names, run_checks
-from runners.recipes import SAFE_ENV, Recipe, RecipeError, module_argv
-from runners.recipes._params import Param, parse_cli, singular_flags, usage_error
-from runners.recipes._params import validate as _validate
-from runners.recipes.metric import ConditionTag, emit, emit_phase
-from runners.recipes.metric import MetricName as M
-from runners.sglang_output import (
+from app.protocol.metrics import ConditionTag, emit, emit_phase
+from app.protocol.metrics import MetricName as M
+from app.protocol.recipes import RecipeError
+from app.protocol.sglang_output import (
     READY_LINE,
     UNITS,
     accept_length_from_server_info,
@@ -46,6 +43,10 @@ from runners.sglang_output import (
     parse_decode_line,
     parse_result_json,
 )
+from runners.preflight import Context, check_names, run_checks
+from runners.recipes import SAFE_ENV, Recipe, module_argv
+from runners.recipes._params import Param, parse_cli, singular_flags, usage_error
+from runners.recipes._params import validate as _validate
 
 PROG = "runners.recipes.sglang_server"
 # The wording app/domain/signatures.py matches (its READINESS_TIMEOUT_RE); keep them together.
@@ -288,7 +289,7 @@ def bench_argv(values: dict[str, Any], result_file: str) -> list[str]:
     return argv + values["bench_args"]
 
 
-# --- parsing SGLang's outputs: runners/sglang_output.py --------------------------------
+# --- parsing SGLang's outputs: app/protocol/sglang_output.py --------------------------------
 
 
 # --- running ---------------------------------------------------------------------------------

@@ -42,13 +42,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.recipes import RecipeError, _dist, _params, _timing
+from app.protocol.metrics import ConditionTag as C
+from app.protocol.metrics import MetricName as M
+from app.protocol.metrics import emit
+from app.protocol.recipes import RecipeError
+from runners.recipes import _dist, _params, _timing
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
-from runners.recipes.metric import ConditionTag as C
-from runners.recipes.metric import MetricName as M
-from runners.recipes.metric import emit
 
 PROG = "runners.recipes.verify_step"
 

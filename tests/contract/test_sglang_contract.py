@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.protocol.sglang_output import READY_LINE, accept_length_from_server_info, parse_decode_line
 from runners.preflight import REGISTRY, Context
 from runners.recipes.sglang_server import flatten, server_argv, validate
-from runners.sglang_output import READY_LINE, accept_length_from_server_info, parse_decode_line
 from tests.support.paths import ROOT
 from tests.support.sglang import SGLANG_VERSION
 
@@ -235,7 +235,7 @@ def run_recipe_with_real_bench(tmp_path: Path, sglang_env: dict, bench: dict, re
 
 
 def test_the_real_bench_serving_runs_and_the_recipe_reads_its_output(tmp_path, sglang_env):
-    from runners.sglang_output import SUMMARY_METRICS, parse_bench_stdout
+    from app.protocol.sglang_output import SUMMARY_METRICS, parse_bench_stdout
 
     result_file = tmp_path / "bench.jsonl"
     done, found = run_recipe_with_real_bench(
@@ -281,8 +281,8 @@ print(json.dumps({k: getattr(ns, k) for k in ("model_path", "base_url", "batch_s
 def test_bench_one_batch_server_argv_and_result_keys(sglang_env, sglang_source):
     """It cannot run here (its client resolves ServerArgs, which needs an accelerator), so: its own parser
     takes the recipe's argv, and its result writer has the keys the recipe reads."""
+    from app.protocol.sglang_output import JSON_METRICS
     from runners.recipes.sglang_server import bench_argv
-    from runners.sglang_output import JSON_METRICS
 
     values = validate(
         {

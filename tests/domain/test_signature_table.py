@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from app.domain.fingerprint import STACK_COMPONENTS
-from app.domain.signatures import SIGNATURE_TABLE, SIGNATURES, VERDICTS, _find, _Trial, classify
-from runners.recipes.metric import parse_metric_line
+from app.domain.signatures import SIGNATURE_TABLE, SIGNATURES, _find, _Trial, classify
+from app.protocol.metrics import parse_metric_line
+from app.protocol.preflight import VERDICTS
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 PREFLIGHT = (

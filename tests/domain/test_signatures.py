@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.signatures import SIGNATURES, VERDICTS, Classification, classify
-from runners.recipes.metric import parse_metric_line
+from app.domain.signatures import SIGNATURES, Classification, classify
+from app.protocol.metrics import parse_metric_line
+from app.protocol.preflight import VERDICTS
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -236,8 +237,8 @@ def test_signature_table_is_complete_and_verdicts_valid():
 
 
 def test_readiness_wording_is_the_recipes_own():
+    from app.protocol.sglang_output import READY_LINE
     from runners.recipes.sglang_server import READY_TIMEOUT_MESSAGE
-    from runners.sglang_output import READY_LINE
 
     line = READY_TIMEOUT_MESSAGE.format(timeout=42.5, ready_line=READY_LINE)
     found = hit(f"sglang_server: phase waiting for ready\n{line}\n", exit_code=3)

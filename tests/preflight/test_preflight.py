@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from app.domain.signatures import Classification, classify
-from runners.preflight import REGISTRY, Context, Outcome, check_names, parse_preflight_line, register, run_checks
+from app.protocol.preflight import parse_preflight_line
+from app.protocol.recipes import RecipeError
+from runners.preflight import REGISTRY, Context, Outcome, check_names, register, run_checks
 from runners.preflight.checks import nccl_env_problems
-from runners.recipes import RecipeError, build_launch
+from runners.recipes import build_launch
 from runners.recipes.sglang_server import validate
 from tests.support.net import free_port
 from tests.support.paths import ROOT

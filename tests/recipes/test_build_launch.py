@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runners.recipes import SAFE_ENV, RecipeError, build_launch
+from app.protocol.recipes import RecipeError
+from runners.recipes import SAFE_ENV, build_launch
 from tests.support.recipes import run_module
 
 PY = "/envs/runner/bin/python"

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from app.domain.answer import CampaignMetrics, MetricRow, allreduce_curve, is_world_figure
+from app.protocol.metrics import MetricName
 from runners.recipes._dist import Topology, group_nodes, node_identity
-from runners.recipes.metric import MetricName
 from tests.support.net import free_port
 from tests.support.paths import ROOT
 from tests.support.recipes import by_name, metrics, run_module

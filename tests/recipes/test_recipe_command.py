@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from runners.recipes import RecipeError, build_launch
+from app.protocol.recipes import RecipeError
+from runners.recipes import build_launch
 from tests.support.paths import ROOT
 from tests.support.recipes import metrics, run_spec
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runners.recipes import RecipeError, build_launch
+from app.protocol.recipes import RecipeError
+from runners.recipes import build_launch
 from tests.support.recipes import by_name, metrics, run_module, run_spec
 
 SMALL = {

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
+from app.protocol.metrics import ConditionTag as C
+from app.protocol.metrics import MetricName as M
 from runners.recipes import build_launch
-from runners.recipes.metric import ConditionTag as C
-from runners.recipes.metric import MetricName as M
 from tests.standins.prometheus_standin import EngineStandin
 from tests.support.net import free_port
 from tests.support.recipes import by_name, metrics, run_module

@@ -12,8 +12,8 @@ from app.domain import inventory
 from app.domain.answer.read import read_answer
 from app.domain.campaign_files import import_campaign
 from app.models import Metric, Trial
-from runners.recipes.metric import ConditionTag as C
-from runners.recipes.metric import MetricName as M
+from app.protocol.metrics import ConditionTag as C
+from app.protocol.metrics import MetricName as M
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "moe-sweep-h200x1.yaml"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runners.recipes import RecipeError, build_launch
-from runners.recipes.metric import ConditionTag as C
+from app.protocol.metrics import ConditionTag as C
+from app.protocol.recipes import RecipeError
+from runners.recipes import build_launch
 from tests.support.recipes import by_name, metrics, run_spec
 
 # 4 layers (1 dense + 3 MoE, 2 of them timed) of 16 experts, top-2, over a 16-position MLA-like cache.

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from app.domain.traces import read_trace
-from runners.recipes import RecipeError
+from app.protocol.metrics import MetricName as M
+from app.protocol.recipes import RecipeError
 from runners.recipes._params import Param, validate
-from runners.recipes.metric import MetricName as M
 from tests.support.recipes import by_name, metrics, run_module
 
 SMALL = [

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from app.domain.signatures import classify
+from app.protocol.sglang_output import READY_LINE, parse_bench_stdout, parse_decode_line, parse_result_json
 from runners.recipes import build_launch
 from runners.recipes.sglang_server import READY_TIMEOUT_MESSAGE, server_argv, speculative_tags, validate
-from runners.sglang_output import READY_LINE, parse_bench_stdout, parse_decode_line, parse_result_json
 from tests.support.net import free_port
 from tests.support.paths import ROOT
 from tests.support.recipes import by_name, metrics, run_spec

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from runners.recipes import RecipeError, build_launch
+from app.protocol.recipes import RecipeError
+from runners.recipes import build_launch
 from tests.support.recipes import by_name, metrics, run_module, run_spec
 
 # A geometry a 2-core machine runs in seconds: 2 layers, 4 heads over an MLA-like cache of 16 x (8 + 4).

@@ -1,5 +1,5 @@
 """The runner agent against a small fake board: a real websocket server on 127.0.0.1 that speaks
-app/protocol.py, stores chunks idempotently on (attempt, seq) and acks them, like the real one.
+app/protocol/messages.py, stores chunks idempotently on (attempt, seq) and acks them, like the real one.
 Trials are real processes."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from app.protocol import (
+from app.protocol.messages import (
     Ack,
     Cancel,
     Dispatch,

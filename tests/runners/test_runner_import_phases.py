@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.recipes.metric import PHASE_PREFIX
+from app.protocol.metrics import PHASE_PREFIX
 from tests.support.paths import ROOT
 
 PROGRAM = """

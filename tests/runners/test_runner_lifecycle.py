@@ -3,7 +3,7 @@ artifacts, then reports the end, last and exactly once (buildkite/agent's run_jo
 end, a timeout, a cancel, a program that does not start, and a runner bug.
 
 The board is a small fake over real HTTP and a real websocket (uvicorn + Starlette, in the test's loop):
-it speaks app/protocol.py, acks each log chunk a moment after it arrives (so a runner that did not wait
+it speaks app/protocol/messages.py, acks each log chunk a moment after it arrives (so a runner that did not wait
 for its log to be stored would upload or finish first), takes the resumable uploads of runners/artifacts.py,
 and writes down, in order, each chunk it acked, each artifact it completed and each Finished."""
 
@@ -24,7 +24,17 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from app.protocol import Ack, Cancel, Dispatch, Finished, FinishedAck, Hello, LogChunkMsg, Welcome, parse_runner_message
+from app.protocol.messages import (
+    Ack,
+    Cancel,
+    Dispatch,
+    Finished,
+    FinishedAck,
+    Hello,
+    LogChunkMsg,
+    Welcome,
+    parse_runner_message,
+)
 from runners import artifacts
 from runners.agent import Agent, RunnerOptions
 from runners.executors import LocalExecutor

@@ -1,6 +1,6 @@
 """How the recipes' interpreter (the node's torch or SGLang environment) finds the runner's `runners` package:
 from a checkout, through its root; from a runner installed in a venv of its own, through a directory that
-holds only `runners`, so none of the runner venv's other packages comes ahead of the node's own."""
+holds only `runners` and `app` (for the vocabulary in `app.protocol`), so none of the runner venv's other packages comes ahead of the node's own."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def _site_packages(tmp_path: Path) -> Path:
     (site / "runner_only_pkg").mkdir(parents=True)
     (site / "runner_only_pkg" / "__init__.py").write_text("")
     (site / "runners").symlink_to(ROOT / "runners")
+    (site / "app").symlink_to(ROOT / "app")
     return site
 
 
@@ -41,15 +42,19 @@ def test_a_checkout_is_on_the_path_as_it_is():
     assert spec.env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
 
 
-def test_an_installed_runner_shows_the_node_only_its_runners_package(tmp_path, monkeypatch):
+def test_an_installed_runner_shows_the_node_only_its_runners_package_and_the_shared_vocabulary(tmp_path, monkeypatch):
     site = _site_packages(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     entry = runners_path(str(site))
     assert Path(entry).is_relative_to(tmp_path / "cache" / "campaign-board")
-    assert os.listdir(entry) == ["runners"] and Path(entry, "runners").resolve() == (ROOT / "runners").resolve()
+    assert sorted(os.listdir(entry)) == ["app", "runners"]
+    assert Path(entry, "runners").resolve() == (ROOT / "runners").resolve()
+    assert Path(entry, "app").resolve() == (ROOT / "app").resolve()
     assert runners_path(str(site)) == entry  # the same entry each time, made once
-    assert _imports(entry, "runners.recipes.metric", "runner_only_pkg") == [
-        "runners.recipes.metric",
+    assert _imports(entry, "runners.recipes", "app.protocol.metrics", "runner_only_pkg") == [
+        "runners.recipes",
+        "True",
+        "app.protocol.metrics",
         "True",
         "runner_only_pkg",
         "False",

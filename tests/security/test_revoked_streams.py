@@ -21,7 +21,7 @@ from websockets.typing import Origin
 
 from app.db import session_scope
 from app.models import AuthToken, BrowserSession
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 from app.security import CSRF_HEADER, SESSION_COOKIE, create_api_token, hash_token, revoke_all_sessions
 from app.services.access import get_watch
 from tests.support.feeds import FeedReader

@@ -21,8 +21,8 @@ from app.db import session_scope
 from app.domain import logs as log_domain
 from app.domain.answer import load_campaign_metrics
 from app.models import Campaign, Metric, Runner, Trial
+from app.protocol.metrics import MetricName
 from app.security import SESSION_COOKIE
-from runners.recipes.metric import MetricName
 from tests.support.trials import (
     ROOT,
     ThreadServer,

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from app.protocol.recipes import RecipeError
 from runners.executors.slurm import SlurmConfig, SlurmExecutor, job_info
 from runners.process import OutputChunk
-from runners.recipes import RecipeError, build_launch
+from runners.recipes import build_launch
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 

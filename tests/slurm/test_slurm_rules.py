@@ -9,10 +9,11 @@ import pytest
 from pydantic import ValidationError
 
 from app.domain.runners import unmet_requirements
+from app.protocol.recipes import RecipeError
 from app.schemas import Requirements
 from runners.executors.slurm import SlurmConfig, batch_script, job_shape, parse_exit_code, tasks_per_node
 from runners.fingerprint import gres_gpus_of
-from runners.recipes import LaunchSpec, RecipeError
+from runners.recipes import LaunchSpec
 from runners.recipes._dist import rank_env_from_launcher
 
 

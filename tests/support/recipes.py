@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
+from app.protocol.metrics import parse_metric_line
 from runners.process import trial_env
 from runners.recipes import LaunchSpec
-from runners.recipes.metric import parse_metric_line
 from tests.support.paths import ROOT
 
 

@@ -9,7 +9,7 @@ from app.db import session_scope
 from app.domain import logs
 from app.domain.scheduling import create_trial
 from app.models import Approach, Campaign, Runner, TrialState, utcnow
-from runners.recipes.metric import format_metric
+from app.protocol.metrics import format_metric
 
 FP_OLD = {
     "gpu_count": 8,

@@ -1,5 +1,5 @@
 """Helpers for trials tests: settings for a ThreadServer (tests.support.servers), seeded campaigns, runner
-tokens, a runner stand-in that speaks app/protocol.py over a real websocket, and the real runner
+tokens, a runner stand-in that speaks app/protocol/messages.py over a real websocket, and the real runner
 (`campaign runner`) as its own process."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from app.config import Settings
 from app.db import session_scope
 from app.domain import runners as runner_domain
 from app.models import Approach, Campaign
-from app.protocol import AttemptRef, Finished, Heartbeat, Hello, LogChunkMsg, Started, parse_server_message
+from app.protocol.messages import AttemptRef, Finished, Heartbeat, Hello, LogChunkMsg, Started, parse_server_message
 from app.security import SESSION_COOKIE
 from runners.process import STARTED_PREFIX
 from tests.support.paths import ROOT

@@ -11,7 +11,7 @@ from sqlmodel import Session, select
 from app.domain import inventory, scheduling, trials, verdicts
 from app.domain import runners as runner_domain
 from app.models import Approach, Campaign, Metric, Runner, Trial
-from app.protocol import Finished
+from app.protocol.messages import Finished
 from tests.support.paths import ROOT
 from tests.support.trials import FINGERPRINT, command_recipe, seed_campaign
 

@@ -25,7 +25,7 @@ from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed
 
 from app.db import make_engine, session_scope
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 from app.security import SESSION_COOKIE, create_api_token
 from tests.support.trials import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, wait_for
 

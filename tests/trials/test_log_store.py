@@ -10,7 +10,7 @@ from app.db import make_engine, migrate, session_scope
 from app.domain import logs
 from app.domain.scheduling import create_trial
 from app.models import Approach, Campaign, Metric, Runner, Trial
-from runners.recipes.metric import format_metric
+from app.protocol.metrics import format_metric
 
 
 def _trial(session: Session, trial_id: int) -> Trial:

@@ -12,7 +12,7 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.models import Role, Runner
-from runners.recipes.metric import format_metric
+from app.protocol.metrics import format_metric
 from tests.support.auth import add_user, api_token
 from tests.support.replay import build, latency
 from tests.support.trials import (

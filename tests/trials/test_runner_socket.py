@@ -12,8 +12,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from app.db import session_scope
 from app.domain import logs as log_domain
 from app.models import Approach, Metric, StatusChange, Trial
-from app.protocol import AttemptRef, Finished
-from runners.recipes.metric import format_metric
+from app.protocol.messages import AttemptRef, Finished
+from app.protocol.metrics import format_metric
 from tests.support.trials import (
     ProtocolRunner,
     command_recipe,

@@ -16,7 +16,7 @@ from sqlmodel import select
 
 from app.db import make_engine, session_scope
 from app.models import Approach, Campaign, Runner
-from app.protocol import CloseCode
+from app.protocol.messages import CloseCode
 from app.security import SESSION_COOKIE, create_api_token
 from app.services.events import RETRY_MS, PageFeed, dom_event, feed_path, notice
 from tests.support.feeds import FeedReader

@@ -25,7 +25,7 @@ from app.domain.answer.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCost
 from app.domain.answer.values import Input, Missing
 from app.domain.traces import StoredTrace
 from app.models import Campaign, ModelInputFields
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 
 class WhatIf:

@@ -21,7 +21,7 @@ from typing import Any
 from app.domain.answer.inputs import ModelInputs, _first_by_preference, _gpu
 from app.domain.answer.metrics import CampaignMetrics, MetricRow
 from app.models import Campaign
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from app.domain.answer.model import BYTES_PER_ELEMENT
 from app.domain.answer.values import Conditions, Missing, Value, exact, of_trials
 from app.domain.statistics import Rule, trial_estimates_many
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
-from runners.recipes.metric import ConditionTag, MetricName
+from app.protocol.metrics import ConditionTag, MetricName
 
 DECODE, DRAFT, VERIFY, ALLREDUCE = (
     MetricName.DECODE_STEP_MS,

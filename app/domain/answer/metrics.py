@@ -30,7 +30,7 @@ from app.db import ReadSession
 from app.domain.artifacts import campaign_traces
 from app.domain.traces import StoredTrace
 from app.models import Approach, Campaign, Metric
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 # Every metric the model or its charts read.
 MODEL_METRICS = (

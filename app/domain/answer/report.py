@@ -27,7 +27,7 @@ from app.domain.answer.model import BreakEvenCurve, CycleCosts
 from app.domain.answer.series import stack_summary
 from app.domain.inventory import approaches
 from app.models import Approach, ApproachStatus, Campaign
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from app.domain.answer.latency import LatencyPoint, allreduce_curve
 from app.domain.answer.metrics import CampaignMetrics, MetricRow, is_cpu_floor
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
 from app.models import Approach
-from runners.recipes.metric import MetricName
+from app.protocol.metrics import MetricName
 
 
 @dataclass(frozen=True)

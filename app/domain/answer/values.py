@@ -1,6 +1,6 @@
 """The answer's vocabulary: the conditions a figure was measured under, one value type, one missing type.
 
-- `Conditions`: the tags of `runners.recipes.metric.ConditionTag` a figure carries (world size, mode, context,
+- `Conditions`: the tags of `app.protocol.metrics.ConditionTag` a figure carries (world size, mode, context,
   dtype, device, the model geometry and stand-in) and its trial's stack (the runner's fingerprint components).
   Two figures are combined only where every condition both state agrees (`agrees`); a condition a recipe does
   not state is "not stated", never a default, except the stand-in: a figure without `standin` is the dense one.
@@ -19,7 +19,7 @@ from typing import Any
 
 from app.domain.fingerprint import STACK_COMPONENTS, component_value
 from app.domain.statistics import Rule, TrialEstimate, trial_estimate
-from runners.recipes.metric import ConditionTag
+from app.protocol.metrics import ConditionTag
 
 # The stack components a figure depends on (the host name and Python version do not move a GPU timing).
 STACK_KEYS = tuple(c for c in STACK_COMPONENTS if c != "python")

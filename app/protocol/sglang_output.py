@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from runners.recipes.metric import MetricName as M
+from app.protocol.metrics import MetricName as M
 
 # The line the server logs once it accepts requests.
 READY_LINE = "The server is fired up and ready to roll!"
