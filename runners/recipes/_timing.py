@@ -23,6 +23,19 @@ CLOCK = Param(
 )
 
 
+def sampling(*, seed: str, per: str = "", warmup: int = 3, calls: int = 3) -> tuple[Param, ...]:
+    """The timing parameters every step recipe takes: warmup, iters (R), calls (K), the clock and the seed.
+    per: what one sample is of ("variant": "untimed steps per variant"); seed: what the seed seeds."""
+    each = f" per {per}" if per else ""
+    return (
+        Param("warmup", "int", warmup, f"untimed steps{each}", minimum=0),
+        Param("iters", "int", 20, f"timed samples{each} (R)", minimum=1),
+        Param("calls", "int", calls, "eager: steps back to back per sample (K)", minimum=1),
+        CLOCK,
+        Param("seed", "int", 0, seed, minimum=0),
+    )
+
+
 def torch_dtype(name: str):
     import torch
 

@@ -57,11 +57,7 @@ SPEC = (
     Param("tokens", "int", None, "one point: sequences per draft step, one token each (default 1)", minimum=1),
     Param("batches", "int_list", None, "sequences per draft step, swept (comma-separated)", minimum=1),
     Param("dtype", "choice", "bf16", "element type", choices=("bf16", "fp16", "fp32")),
-    Param("warmup", "int", 5, "untimed steps", minimum=0),
-    Param("iters", "int", 20, "timed samples (R)", minimum=1),
-    Param("calls", "int", 10, "eager: steps back to back per sample (K)", minimum=1),
-    _timing.CLOCK,
-    Param("seed", "int", 0, "weights seed", minimum=0),
+    *_timing.sampling(warmup=5, calls=10, seed="weights seed"),
     Param("profile", "bool", False, "after the timing, profile 3 steps of the first batch into a Chrome trace"),
     *_dist.TIMEOUTS,
 )

@@ -106,9 +106,7 @@ _OVERRIDES = (
     Param("shared_experts", "int", None, "shared experts per MoE layer", minimum=0),
     Param("routed_scaling_factor", "float", None, "scale of the routed experts' sum", minimum=0),
     Param("vocab_size", "int", None, "LM head vocabulary", minimum=1),
-    Param("heads", "int", None, "attention heads reading the cache (sharded over ranks)", minimum=1),
-    Param("kv_lora_rank", "int", None, "MLA latent values cached per token per layer", minimum=1),
-    Param("kv_rope_dim", "int", None, "MLA rope values cached per token per layer", minimum=0),
+    *dense.mla_cache(heads=None, kv_lora_rank=None, kv_rope_dim=None),
 )
 GEOMETRY_PARAMS = tuple(p.name for p in _OVERRIDES)
 
@@ -136,16 +134,9 @@ SPEC = (
     Param(
         "moe_layers_timed", "int", 2, "distinct MoE layers built and timed (scaled to the MoE layer count)", minimum=1
     ),
-    Param("tokens", "int", None, "one point at batch 1: tokens verified per step, k + 1 (default 4)", minimum=1),
-    Param("batches", "int_list", None, "sequences per step, swept (comma-separated; default 1)", minimum=1),
-    Param("draft_tokens", "int_list", None, "draft tokens k per sequence, swept (0: the plain decode step)", minimum=0),
-    Param("context", "int", 1024, "KV-cache positions per sequence (0: no cache read)", minimum=0),
+    *dense.POINTS,
     Param("dtype", "choice", "bf16", "activations and dense weights", choices=tuple(_dist.DTYPE_BYTES)),
-    Param("warmup", "int", 3, "untimed steps per part and variant", minimum=0),
-    Param("iters", "int", 20, "timed samples per part and variant (R)", minimum=1),
-    Param("calls", "int", 3, "eager: steps back to back per sample (K)", minimum=1),
-    _timing.CLOCK,
-    Param("seed", "int", 0, "weights, activations and so routing", minimum=0),
+    *_timing.sampling(per="part and variant", seed="weights, activations and so routing"),
     *_dist.TIMEOUTS,
 )
 
@@ -166,10 +157,7 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     """Validated params with the geometry filled in (raises RecipeError naming the parameter)."""
     values = _validate(params, SPEC)
     _dist.static_checks(values, min_world=1)
-    if values["tokens"] is not None and values["draft_tokens"] is not None:
-        raise RecipeError(
-            "params.tokens (--tokens): give tokens (one point at batch 1) or draft_tokens (a sweep), not both"
-        )
+    dense.check_points(values)
     _, geo = geometry_of(values)
     if geo["first_k_dense"] >= geo["layers"]:
         raise RecipeError(

@@ -53,6 +53,32 @@ from runners.recipes._params import validate as _validate
 
 PROG = "runners.recipes.verify_step"
 
+# The points a step recipe sweeps: this one and moe_step, which builds on it.
+POINTS = (
+    Param("tokens", "int", None, "one point at batch 1: tokens verified per step, k + 1 (default 4)", minimum=1),
+    Param("batches", "int_list", None, "sequences per step, swept (comma-separated; default 1)", minimum=1),
+    Param("draft_tokens", "int_list", None, "draft tokens k per sequence, swept (0: the plain decode step)", minimum=0),
+    Param("context", "int", 1024, "KV-cache positions per sequence (0: no cache read)", minimum=0),
+)
+
+
+def check_points(values: dict[str, Any]) -> None:
+    """One point (tokens) or a sweep (draft_tokens), never both (raises RecipeError)."""
+    if values["tokens"] is not None and values["draft_tokens"] is not None:
+        raise RecipeError(
+            "params.tokens (--tokens): give tokens (one point at batch 1) or draft_tokens (a sweep), not both"
+        )
+
+
+def mla_cache(*, heads: int | None, kv_lora_rank: int | None, kv_rope_dim: int | None) -> tuple[Param, ...]:
+    """The MLA cache a step reads (heads, the latent and rope widths), with the recipe's defaults."""
+    return (
+        Param("heads", "int", heads, "attention heads reading the cache (sharded over ranks)", minimum=1),
+        Param("kv_lora_rank", "int", kv_lora_rank, "MLA latent values cached per token per layer", minimum=1),
+        Param("kv_rope_dim", "int", kv_rope_dim, "MLA rope values cached per token per layer", minimum=0),
+    )
+
+
 SPEC = (
     Param("backend", "choice", "gloo", "allreduce implementation", choices=_dist.BACKENDS),
     Param("mode", "choice", "eager", "eager, or the whole step captured in one CUDA graph", choices=_dist.MODES),
@@ -60,19 +86,10 @@ SPEC = (
     Param("hidden_size", "int", 7168, "model hidden size", minimum=1),
     Param("ffn_size", "int", 18432, "MLP intermediate size (sharded over ranks)", minimum=1),
     Param("layers", "int", 61, "transformer layers (2 allreduces each)", minimum=1),
-    Param("tokens", "int", None, "one point at batch 1: tokens verified per step, k + 1 (default 4)", minimum=1),
-    Param("batches", "int_list", None, "sequences per step, swept (comma-separated; default 1)", minimum=1),
-    Param("draft_tokens", "int_list", None, "draft tokens k per sequence, swept (0: the plain decode step)", minimum=0),
-    Param("context", "int", 1024, "KV-cache positions per sequence (0: no cache read)", minimum=0),
-    Param("heads", "int", 64, "attention heads reading the cache (sharded over ranks)", minimum=1),
-    Param("kv_lora_rank", "int", 512, "MLA latent values cached per token per layer", minimum=1),
-    Param("kv_rope_dim", "int", 64, "MLA rope values cached per token per layer", minimum=0),
+    *POINTS,
+    *mla_cache(heads=64, kv_lora_rank=512, kv_rope_dim=64),
     Param("dtype", "choice", "bf16", "element type", choices=tuple(_dist.DTYPE_BYTES)),
-    Param("warmup", "int", 3, "untimed steps per variant", minimum=0),
-    Param("iters", "int", 20, "timed samples per variant (R)", minimum=1),
-    Param("calls", "int", 3, "eager: steps back to back per sample (K)", minimum=1),
-    _timing.CLOCK,
-    Param("seed", "int", 0, "weights and input seed", minimum=0),
+    *_timing.sampling(per="variant", seed="weights and input seed"),
     Param("profile", "bool", False, "after the timing, profile 3 steps of the first point into a Chrome trace"),
     *_dist.TIMEOUTS,
 )
@@ -95,10 +112,7 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     """Validated params with defaults (raises RecipeError naming the parameter)."""
     values = _validate(params, SPEC)
     _dist.static_checks(values, min_world=1)
-    if values["tokens"] is not None and values["draft_tokens"] is not None:
-        raise RecipeError(
-            "params.tokens (--tokens): give tokens (one point at batch 1) or draft_tokens (a sweep), not both"
-        )
+    check_points(values)
     ws = values["world_size"]
     for name in SHARDED:
         if ws is not None and values[name] % ws:
