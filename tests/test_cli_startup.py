@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from app.cli import login_block
+from app.cli.board import login_block
 from app.config import Settings
 from tests.support.paths import ROOT
 from tests.support.servers import start_live_server, stop_live_server

@@ -1,0 +1,98 @@
+"""The campaign's answer: `campaign answer` and `answer-config`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from app.cli.common import fail, get_settings, migrated_engine, session_scope
+
+
+def answer_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The answer as GET /api/campaigns/SLUG/answer gives it.")
+    ] = False,
+    conditions: Annotated[
+        str | None, typer.Option(help="The condition set (its key, as the answer lists them); default: the named one.")
+    ] = None,
+    context: Annotated[int | None, typer.Option(help="The condition set at this context length.")] = None,
+    mode: Annotated[str | None, typer.Option(help="The condition set in this mode (graph | eager).")] = None,
+) -> None:
+    """Up to which batch speculation pays, with how many draft tokens and which allreduce (intervals at the
+    campaign's confidence), under one condition set."""
+    import json
+
+    from app.domain import inventory
+    from app.domain.answer.read import answer_document, pick_conditions, read_answer
+    from app.domain.errors import DomainError
+
+    with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
+        try:
+            campaign = inventory.get_campaign(session, slug)
+            asked = pick_conditions(session, campaign, conditions, context=context, mode=mode)
+            answer = read_answer(session, campaign, conditions=asked)
+        except DomainError as exc:
+            fail(exc.message)
+    found = answer.speculation
+    if as_json:
+        print(json.dumps(answer_document(answer), indent=2))
+        return
+    print(found.sentence)
+    if answer.conditions is not None:
+        default = " (the default)" if answer.is_default else ""
+        print(f"  under {answer.conditions.label}{default}")
+        for c in answer.condition_sets if len(answer.condition_sets) > 1 else ():
+            print(f"  also held: --conditions '{c.key}' ({c.label})")
+    for a in found.approaches:
+        b_star = a.break_even_batch if a.break_even_batch is not None else "-"
+        schedule = ", ".join(f"b{b}:k{k}" for b, k in sorted(a.best_draft_tokens.items())) or "no speedup known"
+        print(f"  {a.key}: break-even batch {b_star}; best draft tokens {schedule}")
+    for tier in found.tiers:
+        if len(tier) > 1:
+            print(f"  indistinguishable on this node: {', '.join(tier)}")
+    for m in found.missing:
+        print(f"  missing: {m.what}" + (f" ({m.approach})" if m.approach else "") + f": {m.how}")
+    for flag in answer.flags:
+        print(f"  contradictory: {flag}")
+
+
+def answer_config_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    engine: Annotated[str, typer.Option(help="sglang, vllm or trtllm.")] = "sglang",
+    serve_batches: Annotated[
+        str | None, typer.Option(help="The batch range you serve, e.g. 1-32 (the default): SGLang's one-k line.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="As GET /api/campaigns/SLUG/answer/config gives it.")] = False,
+) -> None:
+    """The launch settings that deploy the answer on one engine, each naming the measurement it comes from."""
+    import json
+
+    from app.domain import inventory
+    from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
+    from app.domain.answer.read import read_answer
+    from app.domain.errors import DomainError
+
+    with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
+        try:
+            serve = parse_serve_range(serve_batches)
+            answer = read_answer(session, inventory.get_campaign(session, slug))
+            found, rows = answer.speculation, answer.approaches
+            config = engine_config(engine, found, rows, serve=serve, target=deploy_target(session, found, rows))
+        except DomainError as exc:
+            fail(exc.message)
+    if as_json:
+        print(json.dumps(config_json(config), indent=2))
+        return
+    if config.env:
+        print(f"export {config.env_shell}")
+    print(config.shell)
+    for f in config.files:
+        print(f"\n# {f.name}\n{f.content}", end="")
+    for s in config.settings:
+        print(f"# {s.option} = {s.value}: {s.source}")
+    if config.static is not None:
+        print(f"# without adaptive speculation, one k for batches {config.static.serve}: {config.static.shell}")
+    for note in config.notes:
+        print(f"# {note}")

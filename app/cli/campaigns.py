@@ -1,0 +1,128 @@
+"""A campaign as a file and as a plan: `campaign export`, `import` and `plan`."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from itertools import chain
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.cli.common import console, err, fail, get_settings, migrated_engine, session_scope
+
+
+def export_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="File to write (default: stdout).")] = None,
+    with_results: Annotated[
+        bool, typer.Option("--with-results", help="Also the ended trials with their metrics, samples and stack.")
+    ] = False,
+) -> None:
+    """Export a campaign to YAML (keep it in git; `campaign import` reads it back)."""
+    from app.domain.campaign_files import export_stream
+    from app.domain.errors import DomainError
+
+    with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
+        pieces = export_stream(session, slug, with_results)
+        try:
+            first = next(pieces)  # an unknown campaign fails here, before a file is written
+        except DomainError as exc:
+            fail(exc.message)
+        try:
+            with output.open("w", encoding="utf-8") if output else nullcontext(sys.stdout) as out:
+                for piece in chain([first], pieces):
+                    out.write(piece)
+        except OSError as exc:  # no such directory, not writable, disk full: one line, not a traceback
+            fail(f"cannot write {output}: {exc.strerror or exc}", code=2)
+    if output:
+        err.print(f"wrote {output}")
+
+
+def plan_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    target: Annotated[
+        list[str] | None, typer.Option("--target", "-t", help="A target version, COMPONENT=VERSION (repeat).")
+    ] = None,
+    runner: Annotated[int | None, typer.Option(help="Plan for this runner's stack (its id) instead.")] = None,
+) -> None:
+    """What to try next (the payoff ranking) and what an upgrade would re-open (docs/planning.md)."""
+    from rich.table import Table
+
+    from app.domain import inventory, planning, scheduling
+    from app.domain.errors import DomainError
+    from app.domain.fingerprint import STACK_COMPONENTS
+
+    try:
+        with session_scope(migrated_engine(get_settings()), write=False) as session:
+            campaign = inventory.get_campaign(session, slug)
+            ranked = scheduling.ranking(session, campaign)
+            plan = planning.upgrade_plan(session, campaign, planning.target_of(session, target or [], runner))
+            order = campaign.run_order
+    except DomainError as exc:
+        fail(exc.message)
+    table = Table(title=f"What to try next (Run next follows the {order})", show_lines=True)
+    for column in ("#", "approach", "score", "needs (us)", "expected (us)", "effort", "risk"):
+        table.add_column(column)
+    for n, r in enumerate(ranked, start=1):
+        table.add_row(
+            str(n),
+            r.approach.title,
+            f"{r.score:.3g}" if r.score is not None else "-",
+            f"{r.needs.us:.3g}" if r.needs.us is not None else "-",
+            f"{r.expected.t_ar_us:.3g} ({r.expected.source})" if r.expected else "-",
+            f"{r.effort:g}",
+            f"{r.risk.value:.0%}",
+        )
+    console.print(table)
+    if ranked:
+        console.print(f"next: {ranked[0].approach.title}: {planning.why_next(ranked)}", highlight=False)
+    upgrades = Table(title="Closed verdicts per stack component")
+    for column in ("component", "approach", "died on", "cause"):
+        upgrades.add_column(column)
+    for component, rows in plan.by_component.items():
+        for x in rows:
+            upgrades.add_row(
+                STACK_COMPONENTS[component], x.approach.title, x.died_on(component) or "?", x.approach.reason
+            )
+    console.print(upgrades)
+    if plan.target:
+        change = ", ".join(f"{STACK_COMPONENTS[c]} {old or '?'} -> {new}" for c, old, new in plan.changes)
+        console.print(f"target: {change or 'no change'}", highlight=False)
+        for reopen in plan.reopens:
+            console.print(f"  re-opens {reopen.closed.approach.title}: {reopen.why}", highlight=False)
+        for u in plan.untouched:
+            console.print(f"  leaves {u.closed.approach.title}: {u.why}", highlight=False)
+
+
+def import_cmd(
+    path: Annotated[Path, typer.Argument(help="A campaign YAML file ('-' for stdin).")],
+    replace: Annotated[bool, typer.Option(help="Also delete approaches that the file does not list.")] = False,
+) -> None:
+    """Import a campaign file: create the campaign or bring it up to date; all or nothing."""
+    from app.domain.campaign_files import import_campaign
+    from app.domain.errors import DomainError
+
+    limit = get_settings().max_campaign_file_bytes
+    try:
+        text = sys.stdin.read(limit + 1) if str(path) == "-" else _read(path, limit)
+    except UnicodeDecodeError:
+        fail(f"{path}: not a UTF-8 text file (a campaign file is YAML); nothing was imported", code=2)
+    if len(text.encode()) > limit:
+        fail(f"{path}: larger than {limit} bytes (CAMPAIGN_MAX_CAMPAIGN_FILE_BYTES); nothing was imported")
+    try:
+        with session_scope(migrated_engine(get_settings())) as session:
+            summary = import_campaign(session, text, actor="cli import", replace=replace)
+    except DomainError as exc:
+        fail(f"{path}: {exc.message}\nnothing was imported")
+    console.print(summary.summary)
+
+
+def _read(path: Path, limit: int) -> str:
+    try:
+        with path.open(encoding="utf-8") as f:
+            return f.read(limit + 1)
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}", code=2)
+    return ""
