@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from app.cli.common import console, fail, get_settings, migrated_engine, session_scope
+from app.domain.wording import plural
 
 replay_cli = typer.Typer(
     help="Campaign replay: re-run the closed verdicts a runner's stack may change (docs/planning.md, Replay).",
@@ -19,8 +20,8 @@ def _print_replay(report: Any) -> None:
 
     r = report.replay
     console.print(
-        f"replay #{r.id} on {r.runner_name} ({report.runner_stack}): {r.state}, {report.ended} of {report.queued} "
-        f"trial(s) ended; started by {r.requested_by or '?'} at {r.created_at:%Y-%m-%d %H:%M}",
+        f"replay #{r.id} on {r.runner_name} ({report.runner_stack}): {r.state}, {report.ended} of "
+        f"{plural(report.queued, 'trial')} ended; started by {r.requested_by or '?'} at {r.created_at:%Y-%m-%d %H:%M}",
         highlight=False,
     )
     table = Table(show_lines=True)
@@ -85,7 +86,7 @@ def replay_list_cmd(slug: Annotated[str, typer.Argument(help="The campaign's slu
     for x in rows:
         r = x.replay
         console.print(
-            f"#{r.id}  {r.state:<9} {r.runner_name}  {x.ended}/{x.queued} trial(s) ended  "
+            f"#{r.id}  {r.state:<9} {r.runner_name}  {x.ended}/{plural(x.queued, 'trial')} ended  "
             f"by {r.requested_by or '?'} at {r.created_at:%Y-%m-%d %H:%M}",
             highlight=False,
         )

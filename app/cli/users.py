@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from app.cli.common import UserOption, board_engine, console, fail, get_settings, session_scope
+from app.domain.wording import plural
 
 token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...).", no_args_is_help=True)
 sessions_cli = typer.Typer(help="Browser sessions: list them, or end them all at once.", no_args_is_help=True)
@@ -39,7 +40,7 @@ def token_revoke(name: str) -> None:
         count = revoke_api_token(session, name)
     if not count:
         fail(f"no live API token named {name!r}")
-    console.print(f"revoked {count} token(s)")
+    console.print(f"revoked {plural(count, 'token')}")
 
 
 @sessions_cli.command("list")
@@ -77,4 +78,4 @@ def sessions_revoke() -> None:
 
     with session_scope(board_engine(get_settings())) as session:
         count = revoke_all_sessions(session)
-    console.print(f"ended {count} session(s)")
+    console.print(f"ended {plural(count, 'session')}")

@@ -41,6 +41,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import campaign_results, inventory, replay
 from app.domain.errors import Invalid
+from app.domain.wording import plural
 from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, aware, utcnow
 from app.schemas import ApproachCreate, CampaignCreate, ImportSummary
 
@@ -413,7 +414,7 @@ def parse_campaign_file(text: str) -> CampaignFile:
     keys = [a.key for a in parsed.approaches]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
-        raise Invalid(f"approaches: duplicate key(s) {', '.join(dupes)}", field="approaches")
+        raise Invalid(f"approaches: {plural(len(dupes), 'duplicate key')}: {', '.join(dupes)}", field="approaches")
     campaign_results.check_approaches(parsed.results or [], set(keys), lambda loc: _line_of(node, loc))
     return parsed
 
@@ -520,7 +521,9 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
         summary += f" ({archived} of them archived: they have trials, which are kept)"
     if parsed.results is not None:
         trials, metrics, already = campaign_results.import_results(session, campaign, parsed.results)
-        summary += f"; results: {trials} trial(s) with {metrics} metric(s) added, {already} already here"
+        summary += (
+            f"; results: {plural(trials, 'trial')} with {plural(metrics, 'metric')} added, {already} already here"
+        )
     if parsed.replays is not None:
         replays, kept_replays = replay.import_replays(session, campaign, parsed.replays)
         summary += f"; replays: {replays} added, {kept_replays} already here"

@@ -30,6 +30,7 @@ from app.domain import comparison, statistics
 from app.domain import fingerprint as stack
 from app.domain.answer import is_world_figure
 from app.domain.verdicts import SIGNATURE_STATUS, SUMMARY_METRICS
+from app.domain.wording import plural
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial, TrialState
 
 
@@ -55,7 +56,7 @@ def _metric_summary(session: Session, trial: Trial) -> str:
             m = min(picked, key=lambda m: m.tags.get("tokens", 0) != 4)  # the verify size when there is one
             where = ", ".join(f"{k}={m.tags[k]}" for k in ("backend", "mode", "tokens", "world_size") if k in m.tags)
             return f"{name} {m.value:.4g} {m.unit}" + (f" ({where})" if where else "")
-    return f"{len(rows)} metric(s) recorded" if rows else "no metrics recorded"
+    return f"{plural(len(rows), 'metric')} recorded" if rows else "no metrics recorded"
 
 
 def reference_of(session: Session, campaign: Campaign, approach: Approach) -> tuple[Approach, bool] | None:
@@ -154,11 +155,9 @@ def _what_was_shown(verdicts: set[statistics.Verdict], reference: str, trials: i
     """Why no status follows: 'no verdict with 1 trial a side: repeat it', 'equivalent to X after 4 trials a
     side', 'faster at some points, slower at others than X', ..."""
     words = statistics.VERDICT_WORDS
-    after = f"after {trials} trial(s) a side"
+    after = f"after {plural(trials, 'trial')} a side"
     if not verdicts or verdicts == {statistics.Verdict.no_verdict}:
-        return (
-            f"no verdict against {reference} with {trials} trial(s) a side (its run-to-run spread is unknown): repeat"
-        )
+        return f"no verdict against {reference} with {plural(trials, 'trial')} a side (its run-to-run spread is unknown): repeat"
     if verdicts == {statistics.Verdict.equivalent}:
         return f"equivalent to {reference} {after} (within the campaign's minimum effect)"
     if verdicts == {statistics.Verdict.below_min_effect}:
@@ -180,5 +179,5 @@ def _evidence(group: comparison.MetricGroup, pairs: list) -> str:
     else:
         text = f"{group.name} x{ratio.value:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]"
     where = f" at {row.label}" if row.label else ""
-    more = f", {len(pairs)} point(s)" if len(pairs) > 1 else ""
+    more = f", {plural(len(pairs), 'point')}" if len(pairs) > 1 else ""
     return text + where + more

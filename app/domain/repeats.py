@@ -25,6 +25,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import comparison, scheduling, statistics
 from app.domain.errors import Invalid
+from app.domain.wording import plural
 from app.models import (
     ACTIVE_TRIAL_STATES,
     Approach,
@@ -149,14 +150,14 @@ def advance(session: Session, settle: Settle) -> bool:
             session,
             settle,
             SettleState.spent,
-            f"{rounds} trial(s) per approach spent" + ("" if len(approaches) == 1 else ", undecided"),
+            f"{plural(rounds, 'trial')} per approach spent" + ("" if len(approaches) == 1 else ", undecided"),
         )
     _queue_round(session, settle, settle.requested_by or "settle")
     return True
 
 
 def decision(session: Session, campaign: Campaign, a: Approach, b: Approach, metric: str | None) -> str | None:
-    """'B vs A on M: faster at 4 of 4 point(s)' once decided (see the module's docstring), else None."""
+    """'B vs A on M: faster at 4 of 4 points' once decided (see the module's docstring), else None."""
     result = comparison.compare_approaches(session, campaign, [a.key, b.key])
     group = comparison.deciding_group(result, metric)
     if group is None:
@@ -172,7 +173,7 @@ def decision(session: Session, campaign: Campaign, a: Approach, b: Approach, met
     if not verdicts:
         return None
     counts = ", ".join(f"{v} at {verdicts.count(v)}" for v in dict.fromkeys(verdicts))
-    return f"{b.title} vs {a.title} on {group.name}: {counts} of {len(verdicts)} point(s)"
+    return f"{b.title} vs {a.title} on {group.name}: {counts} of {plural(len(verdicts), 'point')}"
 
 
 def settle_pair(result: comparison.Comparison) -> tuple[str, str] | None:

@@ -160,7 +160,7 @@ def test_results_round_trip_as_measurements(engine):
     copy = text.replace("slug: sweep\n", "slug: sweep-copy\n", 1)
     with session_scope(engine) as s:
         summary = import_campaign(s, copy, actor="test").summary
-    assert "results: 3 trial(s) with 3 metric(s) added, 0 already here" in summary
+    assert "results: 3 trials with 3 metrics added, 0 already here" in summary
     assert _rows(engine, "sweep-copy") == [row for row in _rows(engine, "sweep") if row[1] != "running"]
     with session_scope(engine, write=False) as s:
         trials = s.exec(select(Trial).where(Trial.campaign_id == inventory.get_campaign(s, "sweep-copy").id)).all()
@@ -176,8 +176,8 @@ def test_importing_the_same_results_twice_adds_them_once(engine):
     _measure(engine)
     text = _export(engine).replace("slug: sweep\n", "slug: again\n", 1)
     for expected in (
-        "3 trial(s) with 3 metric(s) added, 0 already here",
-        "0 trial(s) with 0 metric(s) added, 3 already here",
+        "3 trials with 3 metrics added, 0 already here",
+        "0 trials with 0 metrics added, 3 already here",
     ):
         with session_scope(engine) as s:
             assert expected in import_campaign(s, text, actor="test").summary

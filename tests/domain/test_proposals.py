@@ -70,7 +70,7 @@ def test_one_trial_a_side_proposes_no_verdict_and_offers_repeat(engine):
         trial = _candidate(s, node, [9.5])
         p = proposals.propose(s, trial)
         assert (p.label, p.status) == ("inconclusive", ApproachStatus.untested)
-        assert "inconclusive: no verdict against BASE with 1 trial(s) a side" in p.reason
+        assert "inconclusive: no verdict against BASE with 1 trial a side" in p.reason
         assert "one trial a side: no interval" in p.reason and p.settle == ("base", "cand")
 
 
@@ -82,7 +82,7 @@ def test_a_success_within_the_minimum_effect_is_inconclusive_or_equivalent_and_o
         trial = _candidate(s, node, [9.7, 9.9, 10.1])
         p = proposals.propose(s, trial)
         assert (p.label, p.status) == ("inconclusive", ApproachStatus.untested)
-        assert "after 3 trial(s) a side (inconclusive)" in p.reason and p.settle == ("base", "cand")
+        assert "after 3 trials a side (inconclusive)" in p.reason and p.settle == ("base", "cand")
 
 
 def test_a_significant_slowdown_proposes_a_dead_end(engine):

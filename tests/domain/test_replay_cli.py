@@ -45,12 +45,12 @@ def test_replay_start_list_show(engine, db_url, tmp_path):
         queued = s.exec(select(Trial).where(Trial.replay_id == row.id).order_by(col(Trial.id))).all()
     assert row.id is not None and row.requested_by == "cli" and row.runner_id == node_b
     assert len(queued) == 3 and all(t.state == TrialState.queued and t.pinned_runner_id == node_b for t in queued)
-    assert f"replay #{row.id} on node-b" in r.stdout and "running, 0 of 3 trial(s) ended" in r.stdout
+    assert f"replay #{row.id} on node-b" in r.stdout and "running, 0 of 3 trials ended" in r.stdout
     rows = [line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│ ")]
     assert [k for k in rows if k] == ["fast", "slow", "measured"]  # payoff order
     r = _cli(db_url, tmp_path, "list", "c")
     assert r.returncode == 0, r.stderr
-    assert f"#{row.id}  running" in r.stdout and "node-b  0/3 trial(s) ended  by cli" in r.stdout
+    assert f"#{row.id}  running" in r.stdout and "node-b  0/3 trials ended  by cli" in r.stdout
     r = _cli(db_url, tmp_path, "show", "c", str(row.id))
     assert r.returncode == 0, r.stderr
     assert f"replay #{row.id} on node-b" in r.stdout and f"#{queued[0].id} queued" in r.stdout

@@ -54,7 +54,7 @@ def test_settle_queues_interleaved_trials_and_stops_when_decided(engine):
         assert ran == ["a", "b", "a", "b"]
         s.refresh(settle)
         assert settle.state == SettleState.decided and settle.ended_at is not None
-        assert settle.outcome == "B vs A on verify_time_ms: faster at 1 of 1 point(s)"
+        assert settle.outcome == "B vs A on verify_time_ms: faster at 1 of 1 point"
         assert s.exec(select(Trial).where(Trial.state == TrialState.queued)).first() is None
 
 
@@ -72,7 +72,7 @@ def test_a_settle_of_identical_configurations_stops_once_they_are_shown_equivale
         )
         s.refresh(settle)
         assert settle.state == SettleState.decided and len(ran) < 20
-        assert settle.outcome == "B vs A on verify_time_ms: equivalent at 1 of 1 point(s)"
+        assert settle.outcome == "B vs A on verify_time_ms: equivalent at 1 of 1 point"
         assert len(ran) >= 4  # one trial a side never decides
 
 
@@ -89,7 +89,7 @@ def test_an_undecided_settle_interleaves_rounds_until_its_budget_is_spent(engine
         )
         assert ran == ["a", "b"] * 3
         s.refresh(settle)
-        assert settle.state == SettleState.spent and settle.outcome == "3 trial(s) per approach spent, undecided"
+        assert settle.state == SettleState.spent and settle.outcome == "3 trials per approach spent, undecided"
         mine = s.exec(select(Trial).where(Trial.settle_id == settle.id).order_by(col(Trial.id))).all()
         assert len(mine) == 6 and all(t.state == TrialState.succeeded for t in mine)
 

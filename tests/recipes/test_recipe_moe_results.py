@@ -22,7 +22,7 @@ def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
     with session_scope(app.state.engine) as session:
         summary = import_campaign(session, RESULTS.read_text(), actor="test")
         session.flush()
-        assert "12 trial(s)" in summary.summary
+        assert "12 trials" in summary.summary
         campaign = inventory.get_campaign(session, "moe-sweep-h200x1")
         trials = session.exec(select(Trial).where(Trial.campaign_id == campaign.id)).all()
         assert len(trials) == 12 and all(t.state == "succeeded" for t in trials)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import yaml
 
+from app.domain.wording import plural
 from tests.support.paths import ROOT
 
 RESULTS = ROOT / "docs" / "results" / "speculation-sweep-h200x1.yaml"
@@ -19,7 +20,9 @@ def test_a_results_campaign_travels_through_the_api(client, api_headers):
     assert r.status_code == 200, r.text
     doc = yaml.safe_load(text)
     metrics = sum(len(t["metrics"]) for t in doc["results"])
-    assert f"results: {len(doc['results'])} trial(s) with {metrics} metric(s) added" in r.json()["summary"]
+    assert (
+        f"results: {plural(len(doc['results']), 'trial')} with {plural(metrics, 'metric')} added" in r.json()["summary"]
+    )
     assert client.get(f"/api/campaigns/{SLUG}/export?with_results=true").text == text
     plain = client.get(f"/api/campaigns/{SLUG}/export").text
     assert "\nresults:" not in plain and plain == text.split("results:\n")[0]
