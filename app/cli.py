@@ -284,7 +284,7 @@ def _login_link(session: Any, settings: Settings, user_name: str | None) -> tupl
     """A one-time login token for a user (default: the first admin) and who it logs in; on a
     board with no users, the first-admin link (its first login names the admin)."""
     from app.domain import users
-    from app.security import create_login_token
+    from app.domain.logins import create_login_token
 
     user = users.user_by_name(session, user_name) if user_name else users.first_admin(session)
     token = create_login_token(session, settings.login_token_ttl_s, user)
@@ -319,7 +319,7 @@ def token_create(
     """Create an API token acting as a user, with their role, and print it once."""
     from app.domain import users
     from app.domain.errors import DomainError
-    from app.security import create_api_token
+    from app.domain.logins import create_api_token
 
     try:
         with session_scope(_board_engine(get_settings())) as session:
@@ -332,7 +332,7 @@ def token_create(
 @token_cli.command("revoke")
 def token_revoke(name: str) -> None:
     """Revoke every API token with this name."""
-    from app.security import revoke_api_token
+    from app.domain.logins import revoke_api_token
 
     with session_scope(_board_engine(get_settings())) as session:
         count = revoke_api_token(session, name)
@@ -344,7 +344,7 @@ def token_revoke(name: str) -> None:
 @sessions_cli.command("list")
 def sessions_list() -> None:
     """Live browser sessions (opened by a login link; ended by logout or `sessions revoke`)."""
-    from app.security import live_sessions
+    from app.domain.logins import live_sessions
 
     with session_scope(_board_engine(get_settings()), write=False) as session:
         rows = live_sessions(session)
@@ -372,7 +372,7 @@ def users_list() -> None:
 @sessions_cli.command("revoke")
 def sessions_revoke() -> None:
     """End every browser session now: their cookies are refused from the next request on."""
-    from app.security import revoke_all_sessions
+    from app.domain.logins import revoke_all_sessions
 
     with session_scope(_board_engine(get_settings())) as session:
         count = revoke_all_sessions(session)
