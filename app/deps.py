@@ -12,17 +12,9 @@ from starlette.requests import HTTPConnection
 
 from app.config import Settings
 from app.db import open_session, session_scope
+from app.domain.logins import Operator, session_user, token_operator
 from app.models import Role
-from app.security import (
-    CSRF_FORM_FIELD,
-    CSRF_HEADER,
-    SESSION_COOKIE,
-    Operator,
-    csrf_ok,
-    origin_ok,
-    session_user,
-    token_operator,
-)
+from app.security import CSRF_FORM_FIELD, CSRF_HEADER, SESSION_COOKIE, csrf_ok, origin_ok
 from app.services.events import page_mark
 
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, ClassVar, overload
+from typing import Annotated, Any, ClassVar, overload
 
+import pydantic
+from pydantic import AfterValidator, ValidationInfo, field_validator, model_validator
 from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
+
+from app.domain.acceptance import (
+    alphas_from_unconditional,
+    check_accept_length,
+    check_accept_length_by_k,
+    check_unconditional,
+)
 
 
 def utcnow() -> datetime:
@@ -45,6 +54,11 @@ def _json(default: Any = None) -> Any:
     if callable(default):
         return Field(default_factory=default, sa_column=Column(JSON, nullable=False))
     return Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+def _text(**bounds: Any) -> Any:
+    """A text column (unbounded in the database, empty by default) with the bounds its input shapes check."""
+    return Field(default="", sa_column=Column(Text, nullable=False, default=""), **bounds)
 
 
 class RunOrder(StrEnum):
@@ -155,6 +169,128 @@ class ModelInputFields(SQLModel):
         4, "Verify tokens", "Tokens per verify step (--speculative-num-draft-tokens).", 1, gt=0, le=65_536
     )
 
+    @field_validator("draft_steps")
+    @classmethod
+    def _tau_within_steps(cls, steps: int | None, info: ValidationInfo) -> int | None:
+        """tau <= draft steps + 1 when a body gives both (accept_length is declared first, so it is in
+        info.data); a body with one of them is checked against the stored other by inventory.update_campaign."""
+        tau = info.data.get("accept_length")
+        if tau is not None and steps is not None:
+            check_accept_length(tau, steps, "draft step")
+        return steps
+
+
+# ---- a campaign's and an approach's fields, declared once: the table and the input shapes ----------------
+# (app/schemas.py: XBase, XCreate, XUpdate, XPublic) inherit them, bounds included; a table checks no bound.
+
+# The model over (batch, draft tokens) (app/domain/answer/grid.py): tau per k, alpha_i, the grid.
+# Acceptance enters three ways (issue 33 item 3); each bound is app/domain/acceptance.py's, the one validator.
+AcceptLengthByK = Annotated[
+    dict[
+        Annotated[str, pydantic.Field(pattern=r"^[1-9][0-9]?$")],
+        Annotated[float, pydantic.Field(ge=1, le=100, allow_inf_nan=False)],
+    ],
+    AfterValidator(check_accept_length_by_k),
+    pydantic.Field(
+        max_length=64,
+        description="Accept length tau (incl. the bonus token) per draft length k, e.g. {'3': 2.4}; at most k + 1.",
+    ),
+]
+AcceptUnconditional = Annotated[
+    list[Annotated[float, pydantic.Field(ge=0, le=1, allow_inf_nan=False)]],
+    AfterValidator(check_unconditional),
+    pydantic.Field(
+        min_length=1,
+        max_length=64,
+        description="vLLM's per-position acceptance rates, unconditional (accepted at position i / drafts); stored "
+        "with the conditional alphas they convert to (alpha_i = u_i / u_(i-1), u_0 = 1), which replace accept_alphas.",
+    ),
+]
+AcceptAlphas = Annotated[
+    list[Annotated[float, pydantic.Field(ge=0, le=1, allow_inf_nan=False)]],
+    pydantic.Field(
+        min_length=1,
+        max_length=64,
+        description="Per-position acceptance rates alpha_i (position i accepted given all before it were).",
+    ),
+]
+BatchGrid = Annotated[
+    list[Annotated[int, pydantic.Field(ge=1, le=65_536)]],
+    pydantic.Field(min_length=1, max_length=32, description="Batch sizes to answer over (default: the measured ones)."),
+]
+DraftTokenGrid = Annotated[
+    list[Annotated[int, pydantic.Field(ge=1, le=64)]],
+    pydantic.Field(
+        min_length=1, max_length=64, description="Draft lengths k to answer over (default: the measured ones)."
+    ),
+]
+# The comparisons' decision rule (docs/statistics.md): a verdict needs the interval at this level to
+# exclude 1 and an effect of at least this share.
+StatsConfidence = Annotated[
+    float,
+    pydantic.Field(ge=0.5, le=0.999, description="Confidence level of the comparisons' intervals (default 0.95)."),
+]
+StatsMinEffect = Annotated[
+    float,
+    pydantic.Field(ge=0.001, le=0.5, description="Smallest effect a comparison calls faster or slower (default 0.03)."),
+]
+
+
+class CampaignText(SQLModel):
+    name: str = Field(min_length=1, max_length=200)
+    description: str = _text(max_length=20000)
+
+
+def _sorted_unique(value: list[int] | None) -> list[int] | None:
+    """A grid is a set of sizes: kept in increasing order, each once."""
+    return sorted(set(value)) if value is not None else None
+
+
+class CampaignSettings(SQLModel):
+    """The comparisons' rule, then the model over (batch, draft tokens): how acceptance was entered, the grid."""
+
+    stats_confidence: StatsConfidence = 0.95
+    stats_min_effect: StatsMinEffect = 0.03
+    # Accept length per draft length ({"3": 2.4}), per-position acceptance rates alpha_i (migration 0007);
+    # vLLM's unconditional per-position rates as entered (migration 0017): accept_alphas holds their conversion.
+    accept_length_by_k: AcceptLengthByK | None = _json()
+    accept_alphas: AcceptAlphas | None = _json()
+    accept_unconditional: AcceptUnconditional | None = _json()
+    speculation_batches: BatchGrid | None = _json()
+    speculation_draft_tokens: DraftTokenGrid | None = _json()
+
+    _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)
+
+    @model_validator(mode="after")
+    def _acceptance(self) -> CampaignSettings:
+        """vLLM's unconditional rates become the conditional accept_alphas (entering alphas directly clears them)."""
+        if self.accept_unconditional is not None:
+            converted = alphas_from_unconditional(self.accept_unconditional)
+            given = self.accept_alphas if "accept_alphas" in self.model_fields_set else None
+            if given is not None and [round(a, 9) for a in given] != [round(a, 9) for a in converted]:
+                raise ValueError(
+                    "accept_alphas and accept_unconditional disagree: enter one (a campaign file carries both, "
+                    "the alphas being the unconditional rates' conversion)"
+                )
+            self.accept_alphas = converted
+        elif "accept_alphas" in self.model_fields_set:
+            self.accept_unconditional = None  # the stored unconditional rates no longer describe the alphas
+        return self
+
+
+def _strip(v: Any) -> Any:
+    return v.strip() if isinstance(v, str) else v
+
+
+class ApproachText(SQLModel):
+    title: str = Field(min_length=1, max_length=200)
+    description: str = _text(max_length=20000)
+    evidence: str = _text(max_length=100000)
+    effort: str = Field(default="", max_length=200)
+    prerequisites: str = _text(max_length=20000)
+
+    _strip = field_validator("title", "effort", mode="before")(_strip)
+
 
 # Ids that links and notifications carry (/trials/45, "trial #45 succeeded") are never reused: SQLite hands
 # out max(id) + 1 without AUTOINCREMENT, so a deleted newest row's id would name another row; PostgreSQL's
@@ -162,27 +298,18 @@ class ModelInputFields(SQLModel):
 NEVER_REUSED_IDS = {"sqlite_autoincrement": True}
 
 
-class Campaign(ModelInputFields, table=True):
+class Campaign(CampaignSettings, ModelInputFields, CampaignText, table=True):
+    """Its name and description, the model's inputs and the comparisons' and grid's settings (declared above,
+    shared with app/schemas.py), then what only the table holds."""
+
     __table_args__ = (NEVER_REUSED_IDS,)
 
     id: int | None = Field(default=None, primary_key=True)
     slug: str = Field(max_length=80, unique=True, index=True)
-    name: str = Field(max_length=200)
-    description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     baseline_trial_id: int | None = None
+    # As stored; the input shapes check them (schemas.CampaignBase: ModelInput names, schemas.ReportedFigure).
     input_sources: dict[str, str] | None = _json()  # model input -> where its entered value comes from
-    reported: list[dict[str, Any]] | None = _json()  # schemas.ReportedFigure: figures reported elsewhere
-    # The comparisons' decision rule (app/domain/statistics.py): interval level and minimum effect.
-    stats_confidence: float = 0.95
-    stats_min_effect: float = 0.03
-    # The model over (batch, draft tokens) (app/domain/answer/grid.py, migration 0007): accept length per
-    # draft length ({"3": 2.4}), per-position acceptance rates alpha_i, and the grid to answer over.
-    accept_length_by_k: dict[str, float] | None = _json()
-    accept_alphas: list[float] | None = _json()
-    # vLLM's unconditional per-position rates as entered (migration 0017): accept_alphas holds their conversion.
-    accept_unconditional: list[float] | None = _json()
-    speculation_batches: list[int] | None = _json()
-    speculation_draft_tokens: list[int] | None = _json()
+    reported: list[dict[str, Any]] | None = _json()  # figures reported elsewhere
     # What "Run next candidate" follows: the payoff ranking (app/domain/planning.py), or the priority a
     # person set by hand (moving an approach pins it). RunOrder above.
     run_order: str = Field(default="ranking", max_length=20, sa_column_kwargs={"server_default": "ranking"})
@@ -190,20 +317,16 @@ class Campaign(ModelInputFields, table=True):
     updated_at: datetime = _created()
 
 
-class Approach(SQLModel, table=True):
+class Approach(ApproachText, table=True):
     __table_args__ = (UniqueConstraint("campaign_id", "key", name="uq_approach_campaign_key"), NEVER_REUSED_IDS)
 
     id: int | None = Field(default=None, primary_key=True)
     campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
     key: str = Field(max_length=80, description="Stable identifier within the campaign (used in campaign files).")
-    title: str = Field(max_length=200)
-    description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     position: int = Field(default=0, description="Priority order: 1 runs first.")
     status: str = Field(default=ApproachStatus.untested, max_length=20, index=True)
     reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    evidence: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    effort: str = Field(default="", max_length=200)
-    prerequisites: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    # As stored; the input shapes check them (schemas.RecipeSpec, schemas.Requirements).
     recipe: dict[str, Any] | None = _json()
     requirements: dict[str, Any] | None = _json()
     # The stack the current verdict was reached on, and which of its components the verdict is bound to.

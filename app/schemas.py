@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from copy import copy
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -23,96 +22,46 @@ from pydantic import (
 from pydantic.config import JsonDict
 from sqlmodel import SQLModel
 
-from app.domain.acceptance import (
-    alphas_from_unconditional,
-    check_accept_length,
-    check_accept_length_by_k,
-    check_unconditional,
+from app.models import (
+    ApproachStatus,
+    ApproachText,
+    CampaignSettings,
+    CampaignText,
+    ModelInputFields,
+    TrialState,
+    aware,
 )
-from app.models import ApproachStatus, ModelInputFields, TrialState, aware
 from app.protocol.recipes import MAX_TIMEOUT_S, RecipeError
 from runners.recipes import build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
 
-# The model over (batch, draft tokens) (app/domain/answer/grid.py): tau per k, alpha_i, the grid.
-# Acceptance enters three ways (issue 33 item 3); each bound is app/domain/acceptance.py's, the one validator.
-AcceptLengthByK = Annotated[
-    dict[Annotated[str, Field(pattern=r"^[1-9][0-9]?$")], Annotated[float, Field(ge=1, le=100, allow_inf_nan=False)]],
-    AfterValidator(check_accept_length_by_k),
-    Field(
-        max_length=64,
-        description="Accept length tau (incl. the bonus token) per draft length k, e.g. {'3': 2.4}; at most k + 1.",
-    ),
-]
-AcceptUnconditional = Annotated[
-    list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]],
-    AfterValidator(check_unconditional),
-    Field(
-        min_length=1,
-        max_length=64,
-        description="vLLM's per-position acceptance rates, unconditional (accepted at position i / drafts); stored "
-        "with the conditional alphas they convert to (alpha_i = u_i / u_(i-1), u_0 = 1), which replace accept_alphas.",
-    ),
-]
-AcceptAlphas = Annotated[
-    list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]],
-    Field(
-        min_length=1,
-        max_length=64,
-        description="Per-position acceptance rates alpha_i (position i accepted given all before it were).",
-    ),
-]
-BatchGrid = Annotated[
-    list[Annotated[int, Field(ge=1, le=65_536)]],
-    Field(min_length=1, max_length=32, description="Batch sizes to answer over (default: the measured ones)."),
-]
-DraftTokenGrid = Annotated[
-    list[Annotated[int, Field(ge=1, le=64)]],
-    Field(min_length=1, max_length=64, description="Draft lengths k to answer over (default: the measured ones)."),
-]
+
+def _admits_none(annotation: Any) -> bool:
+    return annotation is None or type(None) in get_args(annotation)
 
 
-def _strip(v: Any) -> Any:
-    return v.strip() if isinstance(v, str) else v
+def _never_null(cls: type[BaseModel], data: Any) -> Any:
+    """For update shapes: a field whose type has no None (its column is NOT NULL) may be left out, never null."""
+    if isinstance(data, dict):
+        for name, info in cls.model_fields.items():
+            if name in data and data[name] is None and not _admits_none(info.annotation):
+                raise ValueError(f"{name} cannot be null: leave it out to keep it")
+    return data
 
 
-def _not_null(*names: str) -> Any:
-    """For update shapes: these fields may be left out, but never set to null (their columns are NOT NULL)."""
-
-    def check(cls: Any, data: Any) -> Any:
-        if isinstance(data, dict):
-            for name in names:
-                if name in data and data[name] is None:
-                    raise ValueError(f"{name} cannot be null: leave it out to keep it")
-        return data
-
-    return model_validator(mode="before")(check)  # pydantic makes it a classmethod (its first argument is cls)
+Shape = TypeVar("Shape", bound=BaseModel)
 
 
-def _tau_within_steps(cls: Any, steps: Any, info: Any) -> Any:
-    """tau <= draft steps + 1 when a body gives both (accept_length is declared first, so it is in info.data);
-    a body with one of them is checked against the stored other by inventory.update_campaign."""
-    tau = info.data.get("accept_length")
-    if tau is not None and steps is not None:
-        check_accept_length(tau, steps, "draft step")
-    return steps
-
-
-def _acceptance(self: Any) -> Any:
-    """vLLM's unconditional rates become the conditional accept_alphas (entering alphas directly clears them)."""
-    if self.accept_unconditional is not None:
-        converted = alphas_from_unconditional(self.accept_unconditional)
-        given = self.accept_alphas if "accept_alphas" in self.model_fields_set else None
-        if given is not None and [round(a, 9) for a in given] != [round(a, 9) for a in converted]:
-            raise ValueError(
-                "accept_alphas and accept_unconditional disagree: enter one (a campaign file carries both, "
-                "the alphas being the unconditional rates' conversion)"
-            )
-        self.accept_alphas = converted
-    elif "accept_alphas" in self.model_fields_set:
-        self.accept_unconditional = None  # the stored unconditional rates no longer describe the alphas
-    return self
+def leave_out_any(cls: type[Shape]) -> type[Shape]:
+    """An update shape (XUpdate) from the fields it inherits, their bounds and validators kept: each may be left
+    out (its default is None, and an update is applied with `exclude_unset`, so no creation default applies).
+    Its body adds `_never_null` for the fields that may not be null. mypy reads the inherited declarations
+    (a creation's required field looks required): build an update with `model_validate`."""
+    for info in cls.model_fields.values():
+        info.default, info.default_factory = None, None
+    cls.model_rebuild(force=True)
+    return cls
 
 
 def _utc(v: Any) -> Any:
@@ -234,11 +183,6 @@ def _no_defaults(schema: dict[str, Any]) -> None:
         prop.pop("default", None)
 
 
-def _sorted_unique(value: list[int] | None) -> list[int] | None:
-    """A grid is a set of sizes: kept in increasing order, each once."""
-    return sorted(set(value)) if value is not None else None
-
-
 class ReportedFigure(BaseModel):
     """A figure reported elsewhere (an earlier campaign, a library's docstring, a paper), with its source:
     it places an approach on the break-even chart before this campaign measures it. Exactly one of
@@ -290,25 +234,9 @@ class ReportedFigure(BaseModel):
         return {k: v for k, v in handler(self).items() if v is not None and not (k == "baseline" and v is False)}
 
 
-# The comparisons' decision rule (docs/statistics.md): a verdict needs the interval at this level to
-# exclude 1 and an effect of at least this share.
-StatsConfidence = Annotated[
-    float, Field(ge=0.5, le=0.999, description="Confidence level of the comparisons' intervals (default 0.95).")
-]
-StatsMinEffect = Annotated[
-    float, Field(ge=0.001, le=0.5, description="Smallest effect a comparison calls faster or slower (default 0.03).")
-]
+class CampaignSources(SQLModel):
+    """Where the entered model inputs come from, and figures reported elsewhere (the table stores them as given)."""
 
-
-class CampaignText(SQLModel):
-    name: str = Field(min_length=1, max_length=200)
-    description: str = Field("", max_length=20000)
-
-
-class CampaignBase(ModelInputFields, CampaignText):
-    """Name and description, then the model inputs (ModelInputFields), then where they come from."""
-
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)  # type: ignore[assignment]  # sqlmodel types model_config as its SQLModelConfig
     input_sources: dict[ModelInput, Annotated[str, Field(max_length=2000)]] | None = Field(
         None,
         max_length=50,
@@ -317,17 +245,14 @@ class CampaignBase(ModelInputFields, CampaignText):
     reported: list[ReportedFigure] | None = Field(
         None, max_length=500, description="Figures reported elsewhere, with their sources."
     )
-    stats_confidence: StatsConfidence = 0.95
-    stats_min_effect: StatsMinEffect = 0.03
-    accept_length_by_k: AcceptLengthByK | None = None
-    accept_alphas: AcceptAlphas | None = None
-    accept_unconditional: AcceptUnconditional | None = None
-    speculation_batches: BatchGrid | None = None
-    speculation_draft_tokens: DraftTokenGrid | None = None
 
-    _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)
-    _acceptance = model_validator(mode="after")(_acceptance)
-    _tau_within_steps = field_validator("draft_steps")(_tau_within_steps)
+
+class CampaignBase(CampaignSettings, CampaignSources, ModelInputFields, CampaignText):
+    """Name and description, then the model inputs (ModelInputFields), then where they come from."""
+
+    # Then the comparisons' and the grid's settings. app/models.py declares all but the sources, with their bounds.
+
+    model_config = {"extra": "forbid", "str_strip_whitespace": True}
 
 
 RESERVED_SLUGS = ("import",)  # `/api/campaigns/import` is the import's, not a campaign's
@@ -347,32 +272,19 @@ class CampaignCreate(CampaignBase):
         return value
 
 
-class CampaignUpdate(ModelInputFields):
+@leave_out_any
+class CampaignUpdate(CampaignSettings, CampaignText, ModelInputFields):
     """Any of the campaign's text and model inputs; a field left out keeps its stored value (applied with
     `exclude_unset`, so the inputs' creation defaults never apply here)."""
 
-    model_config = ConfigDict(  # type: ignore[assignment]  # sqlmodel types model_config as its SQLModelConfig
-        extra="forbid", str_strip_whitespace=True, json_schema_extra=_no_defaults
-    )
-    # Fields whose columns are NOT NULL: may be left out, never null (the schema says so too).
-    name: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
-    description: str = Field(None, max_length=20000)  # type: ignore[assignment]
-    stats_confidence: StatsConfidence = None  # type: ignore[assignment]
-    stats_min_effect: StatsMinEffect = None  # type: ignore[assignment]
-    accept_length_by_k: AcceptLengthByK | None = None
-    accept_alphas: AcceptAlphas | None = None
-    accept_unconditional: AcceptUnconditional | None = None
-    speculation_batches: BatchGrid | None = None
-    speculation_draft_tokens: DraftTokenGrid | None = None
+    # Its settings too, not its sources; each field as CampaignBase's, left out by default (leave_out_any).
 
-    _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)
-    _acceptance = model_validator(mode="after")(_acceptance)
-    _tau_within_steps = field_validator("draft_steps")(_tau_within_steps)
-    _not_null = _not_null("name", "description", "hidden_size", "verify_tokens", "stats_confidence", "stats_min_effect")
+    model_config = {"extra": "forbid", "str_strip_whitespace": True, "json_schema_extra": _no_defaults}
+    _never_null = model_validator(mode="before")(_never_null)
 
 
 class CampaignPublic(CampaignCreate):
-    model_config = ConfigDict(from_attributes=True)  # type: ignore[assignment]  # as CampaignBase's
+    model_config = {"from_attributes": True}
     id: int
     created_at: datetime
     updated_at: datetime
@@ -380,17 +292,11 @@ class CampaignPublic(CampaignCreate):
     _utc = field_validator("created_at", "updated_at", mode="before")(_utc)
 
 
-class ApproachBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    title: str = Field(min_length=1, max_length=200)
-    description: str = Field("", max_length=20000)
-    evidence: str = Field("", max_length=100000)
-    effort: str = Field("", max_length=200)
-    prerequisites: str = Field("", max_length=20000)
+class ApproachBase(ApproachText):
+    # The approach's text (app/models.py declares it, with its bounds), then what it runs and needs.
+    model_config = {"extra": "forbid", "str_strip_whitespace": True}
     recipe: RecipeSpec | None = None
     requirements: Requirements | None = None
-
-    _strip = field_validator("title", "effort", mode="before")(_strip)
 
 
 class ApproachCreate(ApproachBase):
@@ -399,17 +305,9 @@ class ApproachCreate(ApproachBase):
     reason: str = Field("", max_length=20000)
 
 
-class ApproachUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    title: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
-    description: str = Field(None, max_length=20000)  # type: ignore[assignment]
-    evidence: str = Field(None, max_length=100000)  # type: ignore[assignment]
-    effort: str = Field(None, max_length=200)  # type: ignore[assignment]
-    prerequisites: str = Field(None, max_length=20000)  # type: ignore[assignment]
-    recipe: RecipeSpec | None = None
-    requirements: Requirements | None = None
-
-    _not_null = _not_null("title", "description", "evidence", "effort", "prerequisites")
+@leave_out_any
+class ApproachUpdate(ApproachBase):
+    _never_null = model_validator(mode="before")(_never_null)
 
 
 class ImportSummary(BaseModel):
@@ -464,11 +362,10 @@ class StatusChangePublic(BaseModel):
 
 
 class ApproachPublic(ApproachCreate):
-    model_config = ConfigDict(from_attributes=True)
+    model_config = {"from_attributes": True}
     id: int
     position: int
     recipe: dict[str, Any] | None = None  # type: ignore[assignment]  # as stored: read back, never re-checked
-    requirements: Requirements | None = None
     bound_to: dict[str, Any] | None = None
     verdict_fingerprint: dict[str, Any] | None = None
     archived_at: datetime | None = Field(

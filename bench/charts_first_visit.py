@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.db import make_engine, session_scope  # noqa: E402
-from app.security import create_login_token  # noqa: E402
+from app.domain.logins import create_login_token  # noqa: E402
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 from tests.support.servers import start_live_server, stop_live_server  # noqa: E402
 

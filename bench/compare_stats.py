@@ -88,8 +88,8 @@ def measure(db_url: str, repeat: int, trials: int, points: int, samples: int) ->
     from app.config import Settings
     from app.db import session_scope
     from app.domain import statistics as stats_domain
+    from app.domain.logins import create_api_token
     from app.main import create_app
-    from app.security import create_api_token
 
     data_dir = Path(tempfile.mkdtemp(prefix="compare-bench-"))
     app = create_app(

@@ -569,9 +569,9 @@ def measure(
 
     from app.config import Settings
     from app.db import session_scope
+    from app.domain.logins import create_api_token
     from app.domain.sharing import create_share_link, share_token
     from app.main import create_app
-    from app.security import create_api_token
 
     data_dir = Path(tempfile.mkdtemp(prefix="pages-at-scale-"))
     app = create_app(

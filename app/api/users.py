@@ -12,8 +12,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url, require_user
 from app.domain import users
 from app.domain.errors import Invalid
-from app.models import Invite, Role, User, aware
-from app.security import (
+from app.domain.logins import (
     create_api_token,
     create_invite,
     invite_state,
@@ -24,6 +23,7 @@ from app.security import (
     revoke_invite,
     revoke_session,
 )
+from app.models import Invite, Role, User, aware
 from app.services import access
 
 router = APIRouter(prefix="/api", tags=["users"], dependencies=[Depends(require_user)])

@@ -189,7 +189,7 @@ def _login_link(session: Any, settings: Settings, user_name: str | None) -> tupl
     """A one-time login token for a user (default: the first admin) and who it logs in; on a
     board with no users, the first-admin link (its first login names the admin)."""
     from app.domain import users
-    from app.security import create_login_token
+    from app.domain.logins import create_login_token
 
     user = users.user_by_name(session, user_name) if user_name else users.first_admin(session)
     token = create_login_token(session, settings.login_token_ttl_s, user)

@@ -21,7 +21,7 @@ def token_create(
     """Create an API token acting as a user, with their role, and print it once."""
     from app.domain import users
     from app.domain.errors import DomainError
-    from app.security import create_api_token
+    from app.domain.logins import create_api_token
 
     try:
         with session_scope(board_engine(get_settings())) as session:
@@ -34,7 +34,7 @@ def token_create(
 @token_cli.command("revoke")
 def token_revoke(name: str) -> None:
     """Revoke every API token with this name."""
-    from app.security import revoke_api_token
+    from app.domain.logins import revoke_api_token
 
     with session_scope(board_engine(get_settings())) as session:
         count = revoke_api_token(session, name)
@@ -46,7 +46,7 @@ def token_revoke(name: str) -> None:
 @sessions_cli.command("list")
 def sessions_list() -> None:
     """Live browser sessions (opened by a login link; ended by logout or `sessions revoke`)."""
-    from app.security import live_sessions
+    from app.domain.logins import live_sessions
 
     with session_scope(board_engine(get_settings()), write=False) as session:
         rows = live_sessions(session)
@@ -74,7 +74,7 @@ def users_list() -> None:
 @sessions_cli.command("revoke")
 def sessions_revoke() -> None:
     """End every browser session now: their cookies are refused from the next request on."""
-    from app.security import revoke_all_sessions
+    from app.domain.logins import revoke_all_sessions
 
     with session_scope(board_engine(get_settings())) as session:
         count = revoke_all_sessions(session)

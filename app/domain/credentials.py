@@ -1,6 +1,6 @@
 """Secrets as the domain keeps them: a new secret and the SHA-256 hash that is all a row ever stores.
 
-Runner tokens (app/domain/runners.py), API tokens, login links, invites and session ids (app/security.py)
+Runner tokens (app/domain/runners.py), API tokens, login links, invites and session ids (app/domain/logins.py)
 are made with `new_secret` and looked up by `hash_token`. Pure: no web framework, no database.
 """
 

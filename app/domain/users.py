@@ -2,7 +2,7 @@
 
 Rules: display names are unique (case-insensitive) and short; roles are ordered viewer < operator
 < admin; a board keeps at least one enabled admin (the last one can be neither demoted nor
-disabled). Secrets (login links, invites, tokens, sessions) live in app/security.py; their hashing in app/domain/credentials.py.
+disabled). Secrets (login links, invites, tokens, sessions) live in app/domain/logins.py; their hashing in app/domain/credentials.py.
 """
 
 from __future__ import annotations

@@ -25,9 +25,10 @@ from sqlmodel import Session, col, select
 from starlette.requests import HTTPConnection
 
 from app.deps import bearer_token
+from app.domain.credentials import hash_token
 from app.live import run_in_tx
 from app.models import AuthToken, BrowserSession, User, utcnow
-from app.security import SESSION_COOKIE, hash_token
+from app.security import SESSION_COOKIE
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,7 @@ from fastapi.responses import RedirectResponse, Response
 from app.config import Settings
 from app.deps import SessionDep, SettingsDep, UserDep, WriteSessionDep, same_origin
 from app.domain.errors import DomainError, Invalid
-from app.security import (
-    SESSION_COOKIE,
+from app.domain.logins import (
     InviteRefused,
     accept_invite,
     end_session,
@@ -25,6 +24,7 @@ from app.security import (
     redeem_login_token,
     redeem_setup_token,
 )
+from app.security import SESSION_COOKIE
 from app.services import access
 
 router = APIRouter(include_in_schema=False)

@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url
 from app.domain import users
-from app.security import (
+from app.domain.logins import (
     create_api_token,
     create_invite,
     invite_state,

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from app.db import session_scope
+from app.domain.logins import create_api_token
 from app.models import Role
-from app.security import create_api_token
 from runners.artifacts import Client, UploadError, files_of, upload_dir
 from tests.support.artifacts import ended_trial
 from tests.support.auth import _user, add_user

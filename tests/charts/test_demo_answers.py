@@ -189,7 +189,11 @@ def test_kimi_answer_with_every_input_known(session):
     FlashInfer PCIe-IPC's 5.3 us: tau* = (11.9 + 0.647) / 12.195 = 1.03, it would pay."""
     campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
     inventory.update_campaign(
-        session, campaign, CampaignUpdate(accept_length=2.4, draft_steps=3, draft_step_ms=0.8, verify_compute_ms=9.5)
+        session,
+        campaign,
+        CampaignUpdate.model_validate(
+            {"accept_length": 2.4, "draft_steps": 3, "draft_step_ms": 0.8, "verify_compute_ms": 9.5}
+        ),
     )
     report, status = _status(session, campaign)
     answers = {a.label: a for a in report.answers}

@@ -13,7 +13,7 @@ from sqlmodel import col, select
 from app.db import session_scope
 from app.domain import inventory
 from app.models import Replay, StatusChange, Trial
-from app.schemas import ApproachCreate, CampaignCreate
+from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 from tests.support.charts import add_metrics
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -39,7 +39,7 @@ def _build(engine, slug: str, approaches: int, trials_each: int) -> None:
             approach = inventory.add_approach(
                 s,
                 campaign,
-                ApproachCreate(key=f"a{i}", title=f"approach {i}", recipe={"kind": "allreduce", "params": {}}),
+                ApproachCreate(key=f"a{i}", title=f"approach {i}", recipe=RecipeSpec(kind="allreduce")),
                 "t",
             )
             assert approach.id is not None

@@ -10,9 +10,9 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.logins import create_api_token
 from app.domain.runners import create_runner
 from app.models import Replay, Runner
-from app.security import create_api_token
 from app.templating import PLOTLY_JS, PLOTLY_JS_ASSET, asset_url
 from tests.support.charts import SECRETS, SLUG
 

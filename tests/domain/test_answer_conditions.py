@@ -19,7 +19,7 @@ from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
 from app.domain.errors import Invalid
 from app.domain.statistics import trial_estimate, trial_estimates_many, trial_resamples, trial_resamples_many
-from app.schemas import ApproachCreate, CampaignCreate
+from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 from tests.support.speculation import SweepBuilder, approach, build_sweep_campaign, spec
 
 SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
@@ -142,7 +142,9 @@ def test_accept_lengths_land_on_their_own_draft_length(session):
         ApproachCreate(
             key="sglang",
             title="sglang",
-            recipe={"kind": "sglang_server", "params": {"model_path": "moonshotai/Kimi-K2.5"}},
+            recipe=RecipeSpec.model_validate(
+                {"kind": "sglang_server", "params": {"model_path": "moonshotai/Kimi-K2.5"}}
+            ),
         ),
         actor="t",
     )

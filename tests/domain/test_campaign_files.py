@@ -286,11 +286,13 @@ def test_the_batch_models_inputs_travel_in_the_file_only_when_set(engine, tmp_pa
         inventory.update_campaign(
             s,
             inventory.get_campaign(s, DEMO_SLUG),
-            CampaignUpdate(
-                accept_length_by_k={"3": 2.4},
-                accept_alphas=[0.8, 0.6],
-                speculation_batches=[1, 8, 64],
-                speculation_draft_tokens=[1, 2, 3],
+            CampaignUpdate.model_validate(
+                {
+                    "accept_length_by_k": {"3": 2.4},
+                    "accept_alphas": [0.8, 0.6],
+                    "speculation_batches": [1, 8, 64],
+                    "speculation_draft_tokens": [1, 2, 3],
+                }
             ),
         )
     text = _export(engine)

@@ -71,10 +71,10 @@ def _second_traced_trial(engine, url: str, first: int) -> int:
     import httpx
 
     from app.db import session_scope
+    from app.domain.logins import create_api_token
     from app.domain.scheduling import create_trial
     from app.domain.trials import end_trial
     from app.models import Approach, Runner, Trial, TrialState
-    from app.security import create_api_token
     from tests.support.auth import ensure_admin
 
     with session_scope(engine) as session:

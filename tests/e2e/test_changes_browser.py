@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from app.db import make_engine, session_scope
+from app.domain.logins import create_login_token
 from app.domain.runners import mark_connected
 from app.models import ApproachStatus
-from app.security import create_login_token
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, end_trial, runner, seed
 
 pytestmark = pytest.mark.browser

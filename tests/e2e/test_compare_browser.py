@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 from tests.support.charts import H200, RERUN_US, SLUG, build_fixture_rerun
 
 pytestmark = pytest.mark.browser

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.db import make_engine, session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, end_trial, runner, seed
 
 pytestmark = pytest.mark.browser

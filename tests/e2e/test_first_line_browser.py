@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from app.db import make_engine, session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 from runners.process import STARTED_PREFIX
 from tests.support.browser import start_next_trial
 from tests.support.servers import start_live_server, stop_live_server

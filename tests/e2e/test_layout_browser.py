@@ -10,9 +10,9 @@ import pytest
 
 from app.db import make_engine, session_scope
 from app.domain import inventory, users
+from app.domain.logins import create_login_token
 from app.domain.sharing import create_share_link, share_token
 from app.models import Role
-from app.security import create_login_token
 from tests.support.servers import LiveServer
 from tests.support.trials import FINGERPRINT
 from tests.support.verdicts import end_trial, runner

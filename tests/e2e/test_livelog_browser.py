@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 from runners.process import STARTED_PREFIX
 from tests.support.browser import login_context, start_next_trial
 from tests.support.servers import start_live_server, stop_live_server

@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from app.db import make_engine, session_scope
+from app.domain.logins import create_api_token
 from app.main import create_app
 from app.pageworkers.pool import PageWorkerPool
-from app.security import create_api_token
 from tests.support.feeds import FeedReader
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.trials import make_settings

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app.db import make_engine, session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 
 pytestmark = pytest.mark.browser
 SLUG = "kimi-k25-eagle3"

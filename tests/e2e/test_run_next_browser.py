@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 from runners.process import STARTED_PREFIX
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign

@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from app.db import make_engine, session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 from tests.support.speculation import BATCHES, SLUG, build_sweep_campaign
 
 pytestmark = pytest.mark.browser

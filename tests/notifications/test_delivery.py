@@ -98,8 +98,8 @@ def test_destination_urls_are_redacted_everywhere_they_are_shown_and_only_admins
     assert page.status_code == 200 and "json://ops:****@127.0.0.1:9/hook" in page.text
     assert SECRET_URL_PART not in page.text
     from app.db import session_scope
+    from app.domain.logins import create_api_token
     from app.models import Role
-    from app.security import create_api_token
     from tests.support.auth import _user, add_user
 
     add_user(server.app, "olga", Role.operator)

@@ -184,7 +184,7 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
     from app.domain import inventory, logs
     from app.domain.answer.read import read_answer
     from app.models import Campaign, Trial
-    from app.schemas import ApproachCreate
+    from app.schemas import ApproachCreate, RecipeSpec
     from tests.support.speculation import SLUG, build_sweep_campaign
 
     with EngineStandin("vllm", tick_s=0.05) as engine:
@@ -200,7 +200,7 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
             ApproachCreate(
                 key="acceptance",
                 title="vLLM acceptance",
-                recipe={"kind": "engine_acceptance", "params": {"url": engine.url}},
+                recipe=RecipeSpec.model_validate({"kind": "engine_acceptance", "params": {"url": engine.url}}),
             ),
             actor="fixture",
         )

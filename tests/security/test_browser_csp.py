@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.db import make_engine, session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 from tests.support.security import api_client
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign

@@ -20,9 +20,11 @@ from websockets.sync.client import connect
 from websockets.typing import Origin
 
 from app.db import session_scope
+from app.domain.credentials import hash_token
+from app.domain.logins import create_api_token, revoke_all_sessions
 from app.models import AuthToken, BrowserSession
 from app.protocol.messages import CloseCode
-from app.security import CSRF_HEADER, SESSION_COOKIE, create_api_token, hash_token, revoke_all_sessions
+from app.security import CSRF_HEADER, SESSION_COOKIE
 from app.services.access import get_watch
 from tests.support.feeds import FeedReader
 from tests.support.servers import ThreadServer

@@ -13,8 +13,8 @@ from sqlalchemy import Engine, func
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
+from app.domain.logins import create_login_token
 from app.models import BrowserSession
-from app.security import create_login_token
 from tests.support.security import csrf_from_page
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
 

@@ -16,8 +16,8 @@ import pytest
 
 from app.db import ReadOnlyTransaction, make_engine, open_session, session_scope
 from app.domain import runners as runner_domain
+from app.domain.logins import create_login_token
 from app.models import Campaign
-from app.security import create_login_token
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import ProtocolRunner
 

@@ -9,8 +9,8 @@ from sqlmodel import Session
 
 from app.db import session_scope
 from app.domain import users
+from app.domain.logins import create_api_token, create_login_token
 from app.models import Role, User
-from app.security import create_api_token, create_login_token
 from tests.support.databases import TEST_ADMIN
 
 

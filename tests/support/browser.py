@@ -4,8 +4,8 @@ import os
 
 from app.db import session_scope
 from app.domain import users
+from app.domain.logins import create_login_token
 from app.models import Role
-from app.security import create_login_token
 
 CHROMIUM = os.environ.get("CAMPAIGN_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

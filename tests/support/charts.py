@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from app.domain import inventory
 from app.models import Campaign, Metric, StatusChange, Trial
-from app.schemas import ApproachCreate, CampaignCreate
+from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 
 SLUG = "fixture-h200"
 HIDDEN = 7168
@@ -99,7 +99,7 @@ class Builder:
             ApproachCreate(
                 key=key,
                 title=title,
-                recipe=recipe,
+                recipe=None if recipe is None else RecipeSpec.model_validate(recipe),
                 evidence=f"notes {SECRETS['evidence']}",
                 description=f"how: {SECRETS['description']}",
             ),

@@ -20,7 +20,7 @@ import uvicorn
 
 from app.config import Settings
 from app.db import session_scope
-from app.security import create_api_token
+from app.domain.logins import create_api_token
 from tests.support.databases import seed_admin
 from tests.support.net import free_port
 from tests.support.paths import ROOT
@@ -167,7 +167,7 @@ class ThreadServer:
             return {"Authorization": f"Bearer {create_api_token(session, 'tests-' + uuid.uuid4().hex[:6])}"}
 
     def session_cookie(self) -> str:
-        from app.security import create_login_token, redeem_login_token
+        from app.domain.logins import create_login_token, redeem_login_token
         from tests.support.auth import ensure_admin
 
         with session_scope(self.engine) as session:

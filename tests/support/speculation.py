@@ -20,7 +20,7 @@ from app.domain import inventory
 from app.domain.answer.grid import ApproachInputs, SpeculationInputs
 from app.domain.answer.values import Value as Measured
 from app.models import Metric, Trial
-from app.schemas import ApproachCreate, CampaignCreate
+from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 
 SLUG = "sweep-h200"
 HIDDEN = 7168
@@ -172,10 +172,9 @@ def build_sweep_campaign(
             ApproachCreate(
                 key=key,
                 title=title,
-                recipe={
-                    "kind": "verify_step",
-                    "params": {"batches": list(batches), "draft_tokens": list(DRAFT_TOKENS)},
-                },
+                recipe=RecipeSpec.model_validate(
+                    {"kind": "verify_step", "params": {"batches": list(batches), "draft_tokens": list(DRAFT_TOKENS)}}
+                ),
             ),
             actor="fixture",
         )

@@ -25,8 +25,9 @@ from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed
 
 from app.db import make_engine, session_scope
+from app.domain.logins import create_api_token
 from app.protocol.messages import CloseCode
-from app.security import SESSION_COOKIE, create_api_token
+from app.security import SESSION_COOKIE
 from tests.support.trials import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

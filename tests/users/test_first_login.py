@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.db import session_scope
-from app.security import create_login_token
+from app.domain.logins import create_login_token
 from tests.support.servers import start_live_server, stop_live_server
 
 

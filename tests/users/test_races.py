@@ -10,8 +10,8 @@ import httpx
 from sqlmodel import select
 
 from app.db import session_scope
+from app.domain.logins import Operator, create_api_token, create_invite
 from app.models import BrowserSession, Role, User
-from app.security import Operator, create_api_token, create_invite
 from tests.support.servers import ThreadServer
 from tests.support.trials import make_settings
 

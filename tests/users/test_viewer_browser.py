@@ -18,8 +18,8 @@ from app.config import Settings
 from app.db import make_engine, session_scope
 from app.deps import VIEWER_REFUSED
 from app.domain import users
+from app.domain.logins import create_api_token, create_login_token
 from app.models import Role, Trial
-from app.security import create_api_token, create_login_token
 from tests.support.routes import fill, unsafe_routes
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign

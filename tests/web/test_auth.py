@@ -101,7 +101,7 @@ def test_cross_origin_write_is_refused(operator_client):
 
 def test_api_tokens_need_no_csrf_and_can_be_revoked(app, client):
     from app.db import session_scope
-    from app.security import revoke_api_token
+    from app.domain.logins import revoke_api_token
     from tests.support.auth import api_token
 
     headers = {"Authorization": f"Bearer {api_token(app, 'ci')}"}

@@ -15,9 +15,10 @@ import pytest
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
+from app.domain.logins import create_api_token
 from app.models import Approach, Campaign, Runner
 from app.protocol.messages import CloseCode
-from app.security import SESSION_COOKIE, create_api_token
+from app.security import SESSION_COOKIE
 from app.services.events import RETRY_MS, PageFeed, dom_event, feed_path, notice
 from tests.support.feeds import FeedReader
 from tests.support.servers import ThreadServer, start_live_server
