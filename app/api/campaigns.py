@@ -28,6 +28,7 @@ from app.schemas import (
     StatusChangeRequest,
 )
 from app.services import events
+from app.state import app_state
 
 router = APIRouter(prefix="/api", tags=["campaigns"], dependencies=[Depends(require_operator)])
 
@@ -67,7 +68,7 @@ def export(request: Request, slug: str, session: SessionDep, with_results: bool 
     """The campaign file (YAML), streamed in constant memory: see `campaign_files.export_stream`.
     `with_results`: also the ended trials with their metrics, samples and stack fingerprint."""
     inventory.get_campaign(session, slug)  # 404 before streaming starts
-    body = stream_in_session(request.app.state.engine, export_stream, slug, with_results)
+    body = stream_in_session(app_state(request).engine, export_stream, slug, with_results)
     return StreamingResponse(body, media_type="application/x-yaml")
 
 

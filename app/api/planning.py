@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory, planning, replay, scheduling
-from app.live import run_in_tx
 from app.models import RunOrder
 from app.services import events
 from app.services import trials as trial_services
+from app.state import app_state
 
 router = APIRouter(prefix="/api", tags=["planning"], dependencies=[Depends(require_operator)])
 
@@ -114,7 +114,7 @@ async def start_replay(request: Request, slug: str, data: ReplayRequest, operato
     """Replay on a runner: one trial of every approach whose verdict is bound to a component in which the
     runner's stack differs, queued for that runner only, in payoff order. 422 when nothing differs."""
     row, _ = await trial_services.start_replay(request.app, slug, data.runner_id, operator.name)
-    return await run_in_tx(request.app.state.engine, _replay_view, slug, row.id, write=False)
+    return await app_state(request).db.read_in_tx(_replay_view, slug, row.id)
 
 
 @router.get("/campaigns/{slug}/replays", response_model=list[ReplayPublic])
@@ -136,4 +136,4 @@ async def cancel_replay(
 ) -> dict[str, Any]:
     """Cancel the replay's queued trials, and nothing else (a trial its runner took runs on)."""
     await trial_services.cancel_replay(request.app, slug, replay_id, operator.name)
-    return await run_in_tx(request.app.state.engine, _replay_view, slug, replay_id, write=False)
+    return await app_state(request).db.read_in_tx(_replay_view, slug, replay_id)

@@ -20,6 +20,7 @@ from app.domain.errors import Invalid
 from app.models import ApproachStatus
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements
 from app.services import events
+from app.state import app_state
 from app.web.render import CHANGED, navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
@@ -122,7 +123,7 @@ def inventory_fragment(request: Request, session: SessionDep, slug: str) -> Resp
 def export_file(request: Request, session: SessionDep, slug: str) -> StreamingResponse:
     campaign = inventory.get_campaign(session, slug)  # 404 before streaming starts
     return StreamingResponse(
-        stream_in_session(request.app.state.engine, export_stream, slug),
+        stream_in_session(app_state(request).engine, export_stream, slug),
         media_type="application/x-yaml",
         headers={"Content-Disposition": f'attachment; filename="{campaign.slug}.yaml"'},
     )

@@ -21,6 +21,7 @@ from app.domain.errors import Invalid, NotFound
 from app.domain.trial_reads import trial_metrics
 from app.models import NO_VERDICT_TRIAL_STATES, TERMINAL_TRIAL_STATES, Approach, ApproachStatus, Campaign, Trial
 from app.services import events
+from app.state import app_state
 from app.web.render import CHANGED, render
 
 router = APIRouter(dependencies=[Depends(require_operator)])
@@ -214,7 +215,7 @@ def metrics_csv(request: Request, slug: str, session: SessionDep) -> StreamingRe
     """Streamed in constant memory on a worker thread: see `csv_blocks`."""
     campaign_id = inventory.get_campaign(session, slug).id  # 404 before streaming starts
     assert campaign_id is not None
-    body = csv_blocks(request.app.state.engine, campaign_id)
+    body = csv_blocks(app_state(request).engine, campaign_id)
     return StreamingResponse(
         body, media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{slug}-metrics.csv"'}
     )

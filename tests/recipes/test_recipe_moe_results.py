@@ -12,6 +12,7 @@ from app.domain import inventory
 from app.domain.answer.read import read_answer
 from app.domain.campaign_files import import_campaign
 from app.models import Metric, Trial
+from app.state import app_state
 from runners.recipes.metric import ConditionTag as C
 from runners.recipes.metric import MetricName as M
 
@@ -19,7 +20,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "moe-sweep-
 
 
 def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         summary = import_campaign(session, RESULTS.read_text(), actor="test")
         session.flush()
         assert "12 trial(s)" in summary.summary

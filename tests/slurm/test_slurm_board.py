@@ -22,6 +22,7 @@ from app.domain import logs as log_domain
 from app.domain.answer import load_campaign_metrics
 from app.models import Campaign, Metric, Runner, Trial
 from app.security import SESSION_COOKIE
+from app.state import app_state
 from runners.recipes.metric import MetricName
 from tests.support.trials import (
     ROOT,
@@ -81,7 +82,7 @@ class SlurmNode:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_for(lambda: self.srv.app.state.live_hub.online(), timeout=60, what="the SLURM runner to connect")
+        wait_for(lambda: app_state(self.srv.app).hub.online(), timeout=60, what="the SLURM runner to connect")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
