@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory, planning, replay, scheduling
 from app.models import RunOrder
-from app.services import events
+from app.services import campaigns as campaign_writes
 from app.services import trials as trial_services
 from app.state import app_state
 
@@ -54,8 +54,7 @@ def ranking(slug: str, session: SessionDep) -> list[dict[str, Any]]:
 def set_run_order(slug: str, data: RunOrderRequest, session: SessionDep, operator: OperatorDep) -> RunOrderPublic:
     """Pin the priority order, or let "Run next candidate" follow the ranking again."""
     campaign = inventory.get_campaign(session, slug)
-    inventory.set_run_order(session, campaign, data.order)
-    events.after_commit(session, events.campaign(campaign.id))
+    campaign_writes.set_run_order(session, campaign, data.order)
     return RunOrderPublic(order=data.order)
 
 

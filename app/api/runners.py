@@ -11,8 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.deps import AdminDep, OperatorDep, RowId
 from app.domain import runners as runner_domain
 from app.schemas import RunnerPublic
-from app.services import events
-from app.services.runners import revoke
+from app.services.runners import create, revoke
 from app.state import app_state
 
 router = APIRouter(tags=["runners"])
@@ -50,8 +49,7 @@ async def get_runner(request: Request, runner_id: RowId, operator: OperatorDep) 
 
 @router.post("/api/runners", status_code=201)
 async def create_runner(request: Request, body: RunnerCreate, operator: AdminDep) -> RunnerCreated:
-    runner, token = await app_state(request).db.run_in_tx(runner_domain.create_runner, body.name)
-    events.publish(request.app, events.RUNNERS)
+    runner, token = await create(request.app, body.name)
     return RunnerCreated(id=runner.id, name=runner.name, token=token)
 
 

@@ -19,10 +19,12 @@ and the events the board's own scripts and htmx answers fire): templates write t
 `hx_trigger(...)` (a Jinja global) and the scripts read the names from <body data-page-events>
 (`page_events_json`), so a renamed event cannot leave a panel listening for nothing.
 
-Where publishes come from (one line at each place that commits):
-- services (`trials.py`, `runners.py`): `publish(app, *topics)` after `run_in_tx` returns;
-- routes on a request session (SessionDep, committed by the dependency): `after_commit(session,
-  request.app, *topics)`, which publishes from SQLAlchemy's after_commit hook (nothing on rollback).
+Where publishes come from: the services, never a route (tests/web/test_page_event_sources.py).
+- async services (`trials.py`, `runners.py`, `artifacts.py`, `changes.py`): `publish(app, *topics)` after
+  their `Database.run_in_tx` returns;
+- the writes routes make on the request session (SessionDep, committed by the dependency) go through
+  `campaigns.py`, which calls `after_commit(session, *topics)`: published from SQLAlchemy's after_commit
+  hook (nothing on rollback).
 """
 
 from __future__ import annotations
@@ -305,8 +307,8 @@ def publish(app: StateOwner, *topics: str) -> None:
 
 def after_commit(session: Session, *topics: str) -> None:
     """Publish `topics` once `session`'s transaction commits (from the thread that commits); nothing
-    if it rolls back. For routes on the request session (app/deps.get_session), which the
-    dependency commits before the response is sent."""
+    if it rolls back. For a service's write on a session of app.db.Database (the request session,
+    app/deps.get_session, which the dependency commits before the response is sent), which carries the feed."""
     feed: PageFeed | None = session.info.get("page_feed")
     if feed is None:
         return  # a session outside a request (CLI, tests): no open pages to tell

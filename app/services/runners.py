@@ -48,6 +48,13 @@ from app.state import app_state
 log = logging.getLogger(__name__)
 
 
+async def create(app: FastAPI, name: str) -> tuple[Runner, str]:
+    """A new runner and its token (shown once); the Runners page hears of it."""
+    runner, token = await app_state(app).db.run_in_tx(runner_domain.create_runner, name)
+    events.publish(app, events.RUNNERS)
+    return runner, token
+
+
 async def revoke(app: FastAPI, runner_id: int) -> Runner:
     """Revoke a runner's token and close its live socket."""
 

@@ -16,6 +16,7 @@ from app.domain import trial_reads, trials
 from app.domain.inventory import get_campaign
 from app.models import Approach, Campaign, Runner
 from app.services import events
+from app.services.runners import create as create_runner
 from app.services.runners import revoke
 from app.services.trials import cancel, start_next
 from app.state import app_state
@@ -131,10 +132,8 @@ async def runners_table(request: Request, operator: OperatorDep) -> HTMLResponse
 @router.post("/runners")
 async def runners_create(request: Request, operator: AdminDep, name: str = Form("")) -> HTMLResponse:
     # An error (duplicate or empty name) goes through app/errors.py: shown by the name field, input kept.
-    db = app_state(request).db
-    runner, token = await db.run_in_tx(runner_domain.create_runner, name)
-    events.publish(request.app, events.RUNNERS)
-    ctx = await db.read_in_tx(_runners)
+    runner, token = await create_runner(request.app, name)
+    ctx = await app_state(request).db.read_in_tx(_runners)
     return render(request, "runners.html", {**ctx, "created": {"name": runner.name, "token": token}}, block="runners")
 
 

@@ -1,5 +1,5 @@
 """Real servers for tests: `campaign serve` in its own process (LiveServer) and uvicorn serving
-create_app(settings) in a thread of the test process (ThreadServer, when a test needs app.state)."""
+create_app(settings) in a thread of the test process (ThreadServer, when a test needs the AppState)."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def stop_live_server(server: LiveServer) -> None:
 
 
 class ThreadServer:
-    """uvicorn serving create_app(settings) in a thread of this process (tests can reach app.state)."""
+    """uvicorn serving create_app(settings) in a thread of this process (tests can reach its AppState)."""
 
     def __init__(self, settings: Settings) -> None:
         from app.main import create_app
