@@ -112,8 +112,12 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _default_lost_after(self) -> Settings:
         if self.runner_lost_after_s is None:
-            self.runner_lost_after_s = 3 * self.heartbeat_s
+            self.runner_lost_after_s = self.lost_after_s()
         return self
+
+    def lost_after_s(self) -> float:
+        """How long a silent runner stays online: runner_lost_after_s, or three heartbeats when unset."""
+        return self.runner_lost_after_s if self.runner_lost_after_s is not None else 3 * self.heartbeat_s
 
     def host_allowlist(self) -> list[str]:
         """Host header values this server answers to: loopback names, the bind address, the public

@@ -1,7 +1,8 @@
 """Engine and sessions. SQLite gets WAL, foreign keys and a busy timeout; the same code runs on PostgreSQL.
 
-Transactions: domain functions flush but never commit; the caller (a route through
-`session_scope`/the SessionDep dependency, or the CLI) commits once per request.
+Transactions: domain functions flush but never commit; the caller (a sync route through the
+SessionDep dependency, an async route, socket or service through `Database.run_in_tx`/`read_in_tx`,
+or the CLI through `session_scope`) commits once per unit of work.
 
 Every transaction says up front whether it may write (`write=True`): on SQLite that is
 `BEGIN IMMEDIATE`, so a writer never upgrades a read lock mid-transaction (the source of
@@ -12,10 +13,11 @@ forgotten `write=True` fails loudly in tests instead of intermittently in produc
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from alembic.config import Config
 from sqlalchemy import event
@@ -27,6 +29,7 @@ from alembic import command
 from app.config import resource_dir
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def make_engine(url: str) -> Engine:
@@ -136,3 +139,40 @@ def stream_in_session(engine: Engine, produce: Callable[..., Iterator[T]], *args
     request's session has closed."""
     with session_scope(engine, write=False, snapshot=True) as session:
         yield from produce(session, *args)
+
+
+class Database:
+    """The board's engine and what every one of its sessions carries (`info`: the page feed and the
+    access watch, read by app/services/events.after_commit and access.recheck_after_commit), and the one
+    way async code (routes, sockets, services) runs a transaction: on a worker thread, so the event loop
+    never waits on the database lock."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.info: dict[str, object] = {}
+
+    @contextmanager
+    def scope(self, *, write: bool = True, snapshot: bool = False) -> Iterator[Session]:
+        """`session_scope` on this engine, its session carrying `info`."""
+        with session_scope(self.engine, write=write, snapshot=snapshot) as session:
+            session.info.update(self.info)
+            yield session
+
+    async def run_in_tx(self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(session, *args, **kwargs)` in one write transaction on a worker thread, committed on success
+        (what it registered with `events.after_commit` is published then)."""
+
+        def work() -> T:
+            with self.scope(write=True) as session:
+                return fn(session, *args, **kwargs)
+
+        return await asyncio.to_thread(work)
+
+    async def read_in_tx(self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(session, *args, **kwargs)` in one read-only transaction on a worker thread (a write raises)."""
+
+        def work() -> T:
+            with self.scope(write=False) as session:
+                return fn(session, *args, **kwargs)
+
+        return await asyncio.to_thread(work)

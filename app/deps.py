@@ -11,34 +11,33 @@ from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
 from app.config import Settings
-from app.db import open_session, session_scope
+from app.db import open_session
 from app.domain.logins import Operator, session_user, token_operator
 from app.models import Role
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER, SESSION_COOKIE, csrf_ok, origin_ok
 from app.services.events import page_mark
+from app.state import app_state
 
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 def get_settings_dep(request: Request) -> Settings:
-    return request.app.state.settings
+    return app_state(request).settings
 
 
 def get_session(request: Request) -> Iterator[Session]:
     """One transaction per request. Unsafe methods get a write transaction (the write lock up
     front, see app.db); safe methods a read-only one, where a write raises at once. The page feed's
-    mark is taken first (a page knows what it may have missed) and writes may publish after commit."""
-    feed = request.app.state.page_feed
+    mark is taken first (a page knows what it may have missed) and writes may publish after commit (the
+    session carries the page feed and the access watch: app.db.Database.info)."""
     request.state.feed_mark = page_mark(request)  # the hub's, when a page worker serves the read
-    with session_scope(request.app.state.engine, write=request.method in UNSAFE_METHODS) as session:
-        session.info["page_feed"] = feed  # app/services/events.after_commit
-        session.info["access_watch"] = request.app.state.access_watch  # app/services/access.recheck_after_commit
+    with app_state(request).db.scope(write=request.method in UNSAFE_METHODS) as session:
         yield session
 
 
 def get_write_session(request: Request) -> Iterator[Session]:
     """A write transaction whatever the method: for the few GET routes that write (login)."""
-    with session_scope(request.app.state.engine, write=True) as session:
+    with app_state(request).db.scope(write=True) as session:
         yield session
 
 
@@ -79,18 +78,18 @@ def operator_from(conn: HTTPConnection) -> Operator | None:
     app = conn.app
     token = bearer_token(conn)
     if token:
-        with open_session(app.state.engine, write=False) as session:
+        with open_session(app_state(app).engine, write=False) as session:
             operator = token_operator(session, token)
         if operator is not None:
             return operator
-        if app.state.settings.auth_enabled:
+        if app_state(app).settings.auth_enabled:
             return None
-    if not app.state.settings.auth_enabled:
-        return Operator(name="local", csrf_token=app.state.session_signer.local_csrf_token(), role=Role.admin)
-    cookie = app.state.session_signer.read(conn.cookies.get(SESSION_COOKIE))
+    if not app_state(app).settings.auth_enabled:
+        return Operator(name="local", csrf_token=app_state(app).session_signer.local_csrf_token(), role=Role.admin)
+    cookie = app_state(app).session_signer.read(conn.cookies.get(SESSION_COOKIE))
     if cookie is None or cookie.session_id is None:
         return None
-    with open_session(app.state.engine, write=False) as session:
+    with open_session(app_state(app).engine, write=False) as session:
         found = session_user(session, cookie.session_id)
     if found is None:
         return None
@@ -105,12 +104,12 @@ def current_operator(request: Request) -> Operator | None:
 
 
 def same_origin(conn: HTTPConnection) -> bool:
-    return origin_ok(conn.headers.get("origin"), conn.headers.get("host"), conn.app.state.settings.public_url)
+    return origin_ok(conn.headers.get("origin"), conn.headers.get("host"), app_state(conn).settings.public_url)
 
 
 def public_base_url(conn: HTTPConnection) -> str:
     """This board's address as people reach it (the public URL behind a proxy), for links to hand out."""
-    public_url = conn.app.state.settings.public_url
+    public_url = app_state(conn).settings.public_url
     return public_url.rstrip("/") if public_url else str(conn.base_url).rstrip("/")
 
 

@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Match
 from app.deps import NotLoggedIn
 from app.domain.errors import DomainError
 from app.services.events import PAGE_EVENTS
+from app.state import app_state
 
 
 def _wants_json(request: Request) -> bool:
@@ -53,7 +54,7 @@ def _error(
     elif request.headers.get("hx-request"):
         response = _htmx_error(message, status, field)
     else:
-        response = request.app.state.templates.TemplateResponse(
+        response = app_state(request).templates.TemplateResponse(
             request, "error.html", {"message": message, "status": status}, status_code=status
         )
     response.headers.update(headers or {})  # e.g. Allow on a 405

@@ -23,7 +23,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.db import session_scope
 from app.models import utcnow
 from app.protocol.messages import CloseCode
 from app.protocol.trace import Trace
@@ -378,18 +377,3 @@ class LiveHub:
         link = self.runners.get(runner_id)
         if link is not None:
             await link.close(code, reason)
-
-
-def get_hub(app: Any) -> LiveHub:
-    return app.state.live_hub
-
-
-async def run_in_tx(engine: Any, fn: Callable[..., Any], *args: Any, write: bool = True) -> Any:
-    """Run `fn(session, *args)` in one transaction on a worker thread (the event loop never waits on
-    the database lock), committing on success. Async routes use this, then push over sockets."""
-
-    def work() -> Any:
-        with session_scope(engine, write=write) as session:
-            return fn(session, *args)
-
-    return await asyncio.to_thread(work)

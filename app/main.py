@@ -21,12 +21,16 @@ from app.api import share_links as api_share_links
 from app.api import trials as api_trials
 from app.api import users as api_users
 from app.config import Settings, get_settings, resource_dir
-from app.db import make_engine, migrate
+from app.db import Database, make_engine, migrate
+from app.domain.logs import MetricExtractor
 from app.errors import install_error_handlers, install_openapi
+from app.live import LiveHub
 from app.middleware import RUNNER_UPLOADS, AuthenticateFirst, BodyLimit, SecurityHeaders
 from app.pageworkers.pool import FromHub, PageProxy, PageWorkerPool
 from app.security import LoginLimiter, SessionSigner
+from app.services import access, events
 from app.services import lifespan as server_lifespan
+from app.state import AppState
 from app.templating import ASSET_PREFIX, RevalidatedStatic, VersionedStatic, make_templates
 from app.web import artifacts as web_artifacts
 from app.web import auth as web_auth
@@ -97,7 +101,7 @@ def create_app(
                 yield
                 return
             async with server_lifespan.lifespan(app):
-                pool = app.state.page_workers
+                pool = state.page_workers
                 if pool is not None:
                     pool.start()
                 try:
@@ -116,14 +120,24 @@ def create_app(
         docs_url=None,
         redoc_url=None,  # /docs is app/web/docs.py: Swagger UI from static/vendor, no CDN, no inline script
     )
-    app.state.settings = settings
-    app.state.role = role
-    app.state.page_workers = PageWorkerPool(settings, page_workers) if role == "hub" and page_workers > 0 else None
-    app.state.engine = engine
-    app.state.templates = make_templates()
-    app.state.session_signer = SessionSigner(settings.resolved_secret_key(), settings.session_max_age_s)
-    app.state.login_limiter = LoginLimiter(settings.login_attempts_per_minute)
-    server_lifespan.install_state(app)
+    db = Database(engine)
+    feed = events.PageFeed(windows={events.HEARTBEATS: settings.heartbeat_notice_s})
+    watch = access.AccessWatch(db, settings.access_recheck_s)
+    db.info.update(page_feed=feed, access_watch=watch)  # app/services/events.after_commit, access.recheck_after_commit
+    state = AppState(
+        settings=settings,
+        role=role,
+        db=db,
+        templates=make_templates(),
+        session_signer=SessionSigner(settings.resolved_secret_key(), settings.session_max_age_s),
+        login_limiter=LoginLimiter(settings.login_attempts_per_minute),
+        page_workers=PageWorkerPool(settings, page_workers) if role == "hub" and page_workers > 0 else None,
+        hub=LiveHub(),
+        metric_extractor=MetricExtractor(),
+        page_feed=feed,
+        access_watch=watch,
+    )
+    state.install(app)
     install_error_handlers(app)
     # Outermost last: Host allowlist, hardening headers, body limit, authenticate before the body.
     app.add_middleware(AuthenticateFirst)
@@ -135,7 +149,7 @@ def create_app(
     )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_allowlist(), www_redirect=False)
     app.add_middleware(SecurityHeaders)
-    if app.state.page_workers is not None:
+    if state.page_workers is not None:
         app.add_middleware(PageProxy)  # outermost: a forwarded read runs none of this process's stack
     if role == "pages":
         app.add_middleware(FromHub)
@@ -151,7 +165,7 @@ def create_app(
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:
-        pool = app.state.page_workers
+        pool = state.page_workers
         return {"ok": True, "version": __version__, "role": role} | (
             {"page_workers": pool.health()} if pool is not None else {}
         )

@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from app.models import Approach, Campaign, Metric, Runner, Trial, TrialState, utcnow  # noqa: E402
+from app.state import app_state  # noqa: E402
 
 FINGERPRINT = {"gpu_count": 8, "sm": "9.0", "torch": "2.10.0", "cuda": "12.8", "nccl": "2.27.3", "driver": "570.124"}
 
@@ -95,7 +96,7 @@ def measure(db_url: str, repeat: int, trials: int, points: int, samples: int) ->
     app = create_app(
         Settings(data_dir=data_dir, database_url=db_url, embedded_runner=False, secret_key="bench-" + uuid.uuid4().hex)
     )
-    engine = app.state.engine
+    engine = app_state(app).engine
     t = time.perf_counter()
     ids = build(engine, trials, points, samples)
     print(

@@ -50,6 +50,7 @@ from app.models import (  # noqa: E402
     utcnow,
 )
 from app.services import changes as change_points  # noqa: E402
+from app.state import app_state  # noqa: E402
 
 FINGERPRINT_OLD = {
     "hostname": "node-a",
@@ -577,7 +578,7 @@ def measure(
     app = create_app(
         Settings(data_dir=data_dir, database_url=db_url, embedded_runner=False, secret_key="bench-" + uuid.uuid4().hex)
     )
-    engine = app.state.engine
+    engine = app_state(app).engine
     t = time.perf_counter()
     build_campaign(engine, approaches=max(2, int(500 * scale)), trials=max(4, int(50_000 * scale)))
     add_sweeps(engine, "scale", min(20, max(2, int(500 * scale))))
@@ -602,7 +603,7 @@ def measure(
     with session_scope(engine) as session:
         headers = {"Authorization": f"Bearer {create_api_token(session, 'bench')}"}
         campaign = session.execute(select(Campaign).where(col(Campaign.slug) == "scale")).scalar_one()
-        share_path = f"/s/{share_token(create_share_link(session, campaign, 'bench', 'bench'), app.state.settings.resolved_secret_key())}"
+        share_path = f"/s/{share_token(create_share_link(session, campaign, 'bench', 'bench'), app_state(app).settings.resolved_secret_key())}"
     counter = StatementCounter(engine)
     # The change-point pass would start on the 50,000 freshly loaded trials in this process and take the GIL
     # from the requests being timed (a running board did that work as the trials arrived, off the request

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from app.state import app_state
 from tests.support.auth import api_token, login_token
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.cli import run  # noqa: F401  (the CLI tests' fixture: `campaign` in a subprocess)
@@ -123,7 +124,8 @@ def operator_client(client, app):
 
     r = client.get(f"/login?token={login_token(app)}", follow_redirects=False)
     assert r.status_code == 303, r.text
-    operator = app.state.session_signer.read(client.cookies.get(SESSION_COOKIE))
+    operator = app_state(app).session_signer.read(client.cookies.get(SESSION_COOKIE))
+    assert operator is not None and operator.csrf_token is not None
     client.headers[CSRF_HEADER] = operator.csrf_token
     return client
 

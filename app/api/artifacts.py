@@ -25,9 +25,9 @@ from app.domain import artifacts as store_domain
 from app.domain import runners as runner_domain
 from app.domain import traces
 from app.domain.errors import NotFound
-from app.live import run_in_tx
 from app.models import Artifact, Runner, Trial
 from app.services.artifacts import complete_upload
+from app.state import app_state
 
 router = APIRouter(prefix="/api", tags=["artifacts"])
 # The upload routes take the trial's runner token as well as a person's credential (AuthenticateFirst lets a
@@ -93,12 +93,12 @@ class KernelTable(BaseModel):
 
 
 def _caps(request: Request) -> store_domain.Caps:
-    s = request.app.state.settings
+    s = app_state(request).settings
     return store_domain.Caps(s.artifact_max_file_bytes, s.artifact_max_trial_bytes, s.artifact_retention_bytes)
 
 
 def store_of(request: Request) -> store_domain.LocalStore:
-    return store_domain.store_for(request.app.state.settings.data_dir)
+    return store_domain.store_for(app_state(request).settings.data_dir)
 
 
 def _runner_of(session: Session, token: str | None) -> Runner | None:
@@ -115,12 +115,12 @@ def _trial(session: Session, trial_id: int) -> Trial:
 async def _who(request: Request, trial_id: RowId) -> tuple[Trial, str]:
     """The trial and who uploads to it: its own runner (by its token), or a person who may change things (the
     usual checks first: role, CSRF and Origin for a browser; then the trial)."""
-    engine = request.app.state.engine
-    runner = await run_in_tx(engine, _runner_of, bearer_token(request), write=False)
+    db = app_state(request).db
+    runner = await db.read_in_tx(_runner_of, bearer_token(request))
     if runner is None:
         operator = await require_operator(request, await require_user(request))
-        return await run_in_tx(engine, _trial, trial_id, write=False), operator.name
-    trial = await run_in_tx(engine, _trial, trial_id, write=False)
+        return await db.read_in_tx(_trial, trial_id), operator.name
+    trial = await db.read_in_tx(_trial, trial_id)
     if runner.id != trial.runner_id:
         raise store_domain.Forbidden(f"trial #{trial_id} is not runner {runner.name}'s", field="trial_id")
     return trial, f"runner {runner.name}"
@@ -141,7 +141,7 @@ async def upload_status(request: Request, trial_id: RowId, name: str, upload: Up
         stored = session.exec(select(Artifact.id).where(Artifact.trial_id == trial.id, Artifact.name == name)).first()
         return UploadStatus(name=name, offset=store.part_size(trial_id, name), limit=limit, complete=stored is not None)
 
-    return await run_in_tx(request.app.state.engine, read, write=False)
+    return await app_state(request).db.read_in_tx(read)
 
 
 @router.put("/trials/{trial_id}/uploads/{name:path}", response_model=UploadStatus)
@@ -152,9 +152,7 @@ async def upload_chunk(
     trial, _ = upload
     name = store_domain.check_name(name)
     store = store_of(request)
-    limit = await run_in_tx(
-        request.app.state.engine, store_domain.upload_limit, trial, name, _caps(request), store, write=False
-    )
+    limit = await app_state(request).db.read_in_tx(store_domain.upload_limit, trial, name, _caps(request), store)
     part = await asyncio.to_thread(store.begin_append, trial_id, name, offset)
     have = offset
     try:
@@ -203,7 +201,7 @@ async def upload_complete(request: Request, trial_id: RowId, data: UploadComplet
 
 @router.get("/trials/{trial_id}/artifacts", response_model=list[ArtifactPublic], dependencies=[Depends(require_user)])
 async def list_all(request: Request, trial_id: RowId) -> list[ArtifactPublic]:
-    rows = await run_in_tx(request.app.state.engine, store_domain.list_artifacts, trial_id, write=False)
+    rows = await app_state(request).db.read_in_tx(store_domain.list_artifacts, trial_id)
     return [ArtifactPublic.of(r) for r in rows]
 
 
@@ -216,7 +214,7 @@ async def list_all(request: Request, trial_id: RowId) -> list[ArtifactPublic]:
 async def download(request: Request, trial_id: RowId, name: str) -> FileResponse:
     """The file, with its type; text and JSON inline (the browser shows them, never runs them), anything else
     as an attachment."""
-    row = await run_in_tx(request.app.state.engine, store_domain.get_artifact, trial_id, name, write=False)
+    row = await app_state(request).db.read_in_tx(store_domain.get_artifact, trial_id, name)
     inline = row.content_type in store_domain.TEXT_TYPES
     media = "text/plain; charset=utf-8" if inline and row.content_type == "text/plain" else row.content_type
     return FileResponse(
@@ -231,7 +229,7 @@ async def download(request: Request, trial_id: RowId, name: str) -> FileResponse
 async def kernels(request: Request, trial_id: RowId) -> KernelTable:
     """The kernel table of the trial's profiler trace (its first artifact that is a Chrome/Kineto trace),
     with the N_ar and t_ar it gives. Read off the event loop, once per trace (cached by its hash)."""
-    row = await run_in_tx(request.app.state.engine, store_domain.trace_of, trial_id, write=False)
+    row = await app_state(request).db.read_in_tx(store_domain.trace_of, trial_id)
     if row is None:
         raise NotFound(f"trial #{trial_id} has no profiler trace (an artifact named *.trace.json or *trace*.json)")
     summary = await asyncio.to_thread(traces.read_stored, store_of(request).path(row.sha256), row.sha256)

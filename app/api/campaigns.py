@@ -27,7 +27,8 @@ from app.schemas import (
     StatusChangePublic,
     StatusChangeRequest,
 )
-from app.services import events
+from app.services import campaigns as campaign_writes
+from app.state import app_state
 
 router = APIRouter(prefix="/api", tags=["campaigns"], dependencies=[Depends(require_operator)])
 
@@ -54,8 +55,7 @@ def get_campaign(slug: str, session: SessionDep):
 @router.patch("/campaigns/{slug}", response_model=CampaignPublic, dependencies=OWN_PATHS_FIRST)
 def update_campaign(slug: str, data: CampaignUpdate, session: SessionDep, operator: OperatorDep):
     campaign = inventory.get_campaign(session, slug)
-    events.after_commit(session, events.campaign(campaign.id))  # its pages show the name and the model inputs
-    return inventory.update_campaign(session, campaign, data)
+    return campaign_writes.update_campaign(session, campaign, data)
 
 
 @router.get(
@@ -67,7 +67,7 @@ def export(request: Request, slug: str, session: SessionDep, with_results: bool 
     """The campaign file (YAML), streamed in constant memory: see `campaign_files.export_stream`.
     `with_results`: also the ended trials with their metrics, samples and stack fingerprint."""
     inventory.get_campaign(session, slug)  # 404 before streaming starts
-    body = stream_in_session(request.app.state.engine, export_stream, slug, with_results)
+    body = stream_in_session(app_state(request).engine, export_stream, slug, with_results)
     return StreamingResponse(body, media_type="application/x-yaml")
 
 
@@ -109,8 +109,7 @@ def list_approaches(slug: str, session: SessionDep):
 @router.post("/campaigns/{slug}/approaches", response_model=ApproachPublic, status_code=201)
 def add_approach(slug: str, data: ApproachCreate, session: SessionDep, operator: OperatorDep):
     campaign = inventory.get_campaign(session, slug)
-    events.after_commit(session, events.campaign(campaign.id))
-    return inventory.add_approach(session, campaign, data, operator.name)
+    return campaign_writes.add_approach(session, campaign, data, operator.name)
 
 
 @router.get("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
@@ -121,8 +120,7 @@ def get_approach(slug: str, key: str, session: SessionDep):
 @router.patch("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
 def update_approach(slug: str, key: str, data: ApproachUpdate, session: SessionDep, operator: OperatorDep):
     approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
-    events.after_commit(session, events.campaign(approach.campaign_id), events.approach(approach.id))
-    return inventory.update_approach(session, approach, data)
+    return campaign_writes.update_approach(session, approach, data)
 
 
 def _evidence(found: inventory.Evidence) -> EvidencePublic:
@@ -153,8 +151,7 @@ def delete_approach(
     archive it to keep them. The answer counts what went."""
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
-    removed = inventory.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
+    removed = campaign_writes.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
     return ApproachDeleted(deleted=key, removed=_evidence(removed))
 
 
@@ -163,8 +160,7 @@ def archive_approach(slug: str, key: str, session: SessionDep, operator: Operato
     """Off the active list and "run next", its trials and answers kept; `restore` brings it back."""
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    inventory.archive_approach(session, campaign, approach, operator.name)
-    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    campaign_writes.archive_approach(session, campaign, approach, operator.name)
     return approach
 
 
@@ -172,23 +168,20 @@ def archive_approach(slug: str, key: str, session: SessionDep, operator: Operato
 def restore_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep):
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    inventory.restore_approach(session, campaign, approach)
-    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    campaign_writes.restore_approach(session, campaign, approach)
     return approach
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/status", response_model=StatusChangePublic)
 def change_status(slug: str, key: str, data: StatusChangeRequest, session: SessionDep, operator: OperatorDep):
     approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
-    events.after_commit(session, events.campaign(approach.campaign_id), events.approach(approach.id))
-    return inventory.change_status(session, approach, data.status, data.reason, operator.name)
+    return campaign_writes.change_status(session, approach, data.status, data.reason, operator.name)
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/move", response_model=list[ApproachPublic])
 def move_approach(slug: str, key: str, data: MoveRequest, session: SessionDep, operator: OperatorDep):
     campaign = inventory.get_campaign(session, slug)
-    inventory.move_approach(session, campaign, inventory.get_approach(session, campaign, key), data.position)
-    events.after_commit(session, events.campaign(campaign.id))
+    campaign_writes.move_approach(session, campaign, inventory.get_approach(session, campaign, key), data.position)
     return inventory.approaches(session, campaign)
 
 

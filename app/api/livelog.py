@@ -21,18 +21,19 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from sqlmodel import Session
 
+from app.db import Database
 from app.deps import LogAfter, RowId, socket_operator
 from app.domain import logs as log_domain
 from app.domain import trial_reads
-from app.live import Frame, Subscriber, get_hub, run_in_tx, trace
+from app.live import Frame, Subscriber, trace
 from app.models import Trial
 from app.protocol.messages import CloseCode
 from app.services import access
+from app.state import app_state
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["trials"])
@@ -62,10 +63,10 @@ def _backlog_page(session: Session, trial_id: int, after: int) -> tuple[list[tup
 class LogFollower:
     """Sends one viewer the backlog after its seq, then live frames, in seq order without repeats."""
 
-    def __init__(self, ws: WebSocket, sub: Subscriber, after: int, engine: Any) -> None:
+    def __init__(self, ws: WebSocket, sub: Subscriber, after: int, db: Database) -> None:
         self.ws = ws
         self.sub = sub
-        self.engine = engine
+        self.db = db
         self.last = after
         self.pending: dict[int, str] = {}
         self._gap_checked_at: int | None = None
@@ -88,7 +89,7 @@ class LogFollower:
     async def backlog(self) -> None:
         """Stored chunks after the last seq sent, page by page (read and encoded on a worker thread)."""
         while True:
-            rows, more = await run_in_tx(self.engine, _backlog_page, self.sub.trial_id, self.last, write=False)
+            rows, more = await self.db.read_in_tx(_backlog_page, self.sub.trial_id, self.last)
             out = []
             for seq, text, marker in rows:
                 if marker:  # the seqs before the cap's marker were dropped, not late
@@ -174,8 +175,8 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: LogAfter = -1)
     if not await asyncio.to_thread(browser_allowed, ws):
         await ws.close(code=CloseCode.LOGIN_REQUIRED, reason="log in first")  # before accept: HTTP 403
         return
-    engine = ws.app.state.engine
-    hub = get_hub(ws.app)
+    db = app_state(ws).db
+    hub = app_state(ws).hub
     sub = hub.subscribe(trial_id)  # before reading the database, so no chunk falls in between
     sender: asyncio.Task | None = None
     reader: asyncio.Task | None = None
@@ -183,12 +184,12 @@ async def trial_log_socket(ws: WebSocket, trial_id: RowId, after: LogAfter = -1)
     watched = access.watch(ws.app, access.credential(ws), ended.set)
     revoked = asyncio.create_task(ended.wait())
     try:
-        trial = await run_in_tx(engine, lambda s: s.get(Trial, trial_id), write=False)
+        trial = await db.read_in_tx(lambda s: s.get(Trial, trial_id))
         if trial is None:
             await ws.close(code=CloseCode.NOT_FOUND, reason="no such trial")
             return
         await ws.accept()
-        follower = LogFollower(ws, sub, max(after, -1), engine)
+        follower = LogFollower(ws, sub, max(after, -1), db)
         sender = asyncio.create_task(follower.run(trial))
         reader = asyncio.create_task(_until_disconnect(ws))
         sub.on_drop = sender.cancel  # fell behind: stop sending (even mid-send to a stuck viewer)

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse
 from app.deps import operator_from, same_origin
 from app.protocol.messages import CloseCode
 from app.services import access, events
+from app.state import app_state
 
 router = APIRouter(tags=["pages"])
 
@@ -85,7 +86,7 @@ async def page_feed(ws: WebSocket) -> None:
     if refusal is not None:
         await _refuse(ws, *refusal)
         return
-    feed = events.get_feed(ws.app)
+    feed = app_state(ws).page_feed
     stream = feed.open(topics)  # before reading the mark: a publish in between is sent, not lost
     missed = feed.missed(topics, ws.query_params.get("since", "")[:64])
     mark = feed.mark()

@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory, planning, replay, scheduling
-from app.live import run_in_tx
 from app.models import RunOrder
-from app.services import events
+from app.services import campaigns as campaign_writes
 from app.services import trials as trial_services
+from app.state import app_state
 
 router = APIRouter(prefix="/api", tags=["planning"], dependencies=[Depends(require_operator)])
 
@@ -54,8 +54,7 @@ def ranking(slug: str, session: SessionDep) -> list[dict[str, Any]]:
 def set_run_order(slug: str, data: RunOrderRequest, session: SessionDep, operator: OperatorDep) -> RunOrderPublic:
     """Pin the priority order, or let "Run next candidate" follow the ranking again."""
     campaign = inventory.get_campaign(session, slug)
-    inventory.set_run_order(session, campaign, data.order)
-    events.after_commit(session, events.campaign(campaign.id))
+    campaign_writes.set_run_order(session, campaign, data.order)
     return RunOrderPublic(order=data.order)
 
 
@@ -114,7 +113,7 @@ async def start_replay(request: Request, slug: str, data: ReplayRequest, operato
     """Replay on a runner: one trial of every approach whose verdict is bound to a component in which the
     runner's stack differs, queued for that runner only, in payoff order. 422 when nothing differs."""
     row, _ = await trial_services.start_replay(request.app, slug, data.runner_id, operator.name)
-    return await run_in_tx(request.app.state.engine, _replay_view, slug, row.id, write=False)
+    return await app_state(request).db.read_in_tx(_replay_view, slug, row.id)
 
 
 @router.get("/campaigns/{slug}/replays", response_model=list[ReplayPublic])
@@ -136,4 +135,4 @@ async def cancel_replay(
 ) -> dict[str, Any]:
     """Cancel the replay's queued trials, and nothing else (a trial its runner took runs on)."""
     await trial_services.cancel_replay(request.app, slug, replay_id, operator.name)
-    return await run_in_tx(request.app.state.engine, _replay_view, slug, replay_id, write=False)
+    return await app_state(request).db.read_in_tx(_replay_view, slug, replay_id)

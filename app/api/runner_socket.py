@@ -18,10 +18,11 @@ from sqlmodel import Session
 
 from app.deps import bearer_token
 from app.domain import runners as runner_domain
-from app.live import RunnerLink, get_hub, run_in_tx, trace
+from app.live import RunnerLink, trace
 from app.models import Runner, utcnow
 from app.protocol.messages import CloseCode, Hello, parse_runner_message
 from app.services.runners import RunnerIngest
+from app.state import app_state
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["runners"])
@@ -37,8 +38,8 @@ class RunnerSession:
         self.ws = ws
         self.runner_id: int = runner.id  # type: ignore[assignment]
         self.name = runner.name
-        self.engine = ws.app.state.engine
-        self.hub = get_hub(ws.app)
+        self.db = app_state(ws).db
+        self.hub = app_state(ws).hub
         self.ingest = RunnerIngest(ws.app, self.runner_id, runner.name)
         self.link = RunnerLink(self.runner_id, runner.name, ws.send_text, self._close)
         self.inbox: asyncio.Queue[str | None] = asyncio.Queue(RECEIVE_QUEUE)
@@ -131,7 +132,7 @@ def _authenticate(session: Session, token: str | None) -> Runner | None:
 
 @router.websocket("/api/runners/ws")
 async def runner_socket(ws: WebSocket) -> None:
-    runner = await run_in_tx(ws.app.state.engine, _authenticate, bearer_token(ws), write=False)
+    runner = await app_state(ws).db.read_in_tx(_authenticate, bearer_token(ws))
     if runner is None:
         await ws.close(code=CloseCode.UNAUTHORIZED, reason="unknown or revoked runner token")  # before accept: HTTP 403
         return

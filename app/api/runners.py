@@ -10,10 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import AdminDep, OperatorDep, RowId
 from app.domain import runners as runner_domain
-from app.live import run_in_tx
 from app.schemas import RunnerPublic
-from app.services import events
-from app.services.runners import revoke
+from app.services.runners import create, revoke
+from app.state import app_state
 
 router = APIRouter(tags=["runners"])
 
@@ -38,20 +37,19 @@ class RunnerCreated(BaseModel):
 @router.get("/api/runners", response_model=list[RunnerPublic])
 async def list_runners(request: Request, operator: OperatorDep) -> list[dict[str, Any]]:
     """Every runner: online, busy (with its trial), offline or revoked, and its stack in one line."""
-    views = await run_in_tx(request.app.state.engine, runner_domain.list_runners, write=False)
+    views = await app_state(request).db.read_in_tx(runner_domain.list_runners)
     return [v.as_dict() for v in views]
 
 
 @router.get("/api/runners/{runner_id}", response_model=RunnerPublic)
 async def get_runner(request: Request, runner_id: RowId, operator: OperatorDep) -> dict[str, Any]:
-    view = await run_in_tx(request.app.state.engine, runner_domain.runner_view, runner_id, write=False)
+    view = await app_state(request).db.read_in_tx(runner_domain.runner_view, runner_id)
     return view.as_dict()
 
 
 @router.post("/api/runners", status_code=201)
 async def create_runner(request: Request, body: RunnerCreate, operator: AdminDep) -> RunnerCreated:
-    runner, token = await run_in_tx(request.app.state.engine, runner_domain.create_runner, body.name)
-    events.publish(request.app, events.RUNNERS)
+    runner, token = await create(request.app, body.name)
     return RunnerCreated(id=runner.id, name=runner.name, token=token)
 
 

@@ -10,12 +10,13 @@ from app.domain import inventory
 from app.domain.sharing import create_share_link, get_share_link, list_share_links, revoke_share_link, share_url
 from app.models import ShareLink
 from app.schemas import ShareLinkCreate, ShareLinkPublic
+from app.state import app_state
 
 router = APIRouter(prefix="/api", tags=["share links"], dependencies=[Depends(require_operator)])
 
 
 def _public(request: Request, link: ShareLink) -> ShareLinkPublic:
-    secret = request.app.state.settings.resolved_secret_key()
+    secret = app_state(request).settings.resolved_secret_key()
     return ShareLinkPublic(
         id=link.id,
         name=link.name,

@@ -20,7 +20,6 @@ from app.domain import logs as log_domain
 from app.domain import queue as queue_domain
 from app.domain import scheduling, trial_reads, trials
 from app.domain.inventory import get_campaign
-from app.live import run_in_tx
 from app.models import TrialState
 from app.schemas import (
     SLUG_PATTERN,
@@ -45,6 +44,7 @@ from app.schemas import (
     TrialSummary,
 )
 from app.services.trials import cancel, start_next, start_settle
+from app.state import app_state
 
 router = APIRouter(tags=["trials"])
 
@@ -296,7 +296,7 @@ async def settle(request: Request, slug: Slug, data: SettleRequest, operator: Op
 async def campaign_queue(request: Request, slug: Slug, operator: OperatorDep) -> list[QueuedTrialPublic]:
     """The campaign's queued trials in the order they will start (approach priority, then when queued).
     Cancel one with `POST /api/trials/{trial_id}/cancel`."""
-    return await run_in_tx(request.app.state.engine, _queue, slug, write=False)
+    return await app_state(request).db.read_in_tx(_queue, slug)
 
 
 @router.get("/api/trials", response_model=TrialPage)
@@ -317,19 +317,19 @@ async def list_trials(
     read = partial(
         _trial_page, campaign=campaign, approach=approach, state=state, runner=runner, before=before, limit=limit
     )
-    return await run_in_tx(request.app.state.engine, read, write=False)
+    return await app_state(request).db.read_in_tx(read)
 
 
 @router.get("/api/trials/{trial_id}", response_model=TrialPublic)
 async def get_trial(request: Request, trial_id: RowId, operator: OperatorDep) -> TrialPublic:
     """A trial: state, phase, attempts, runner, stack, timings, the verdict it proposes."""
-    return await run_in_tx(request.app.state.engine, _trial_public, trial_id, write=False)
+    return await app_state(request).db.read_in_tx(_trial_public, trial_id)
 
 
 @router.get("/api/trials/{trial_id}/metrics", response_model=list[MetricPublic])
 async def trial_metrics(request: Request, trial_id: RowId, operator: OperatorDep) -> list[MetricPublic]:
     """The trial's metric rows, in the order its log printed them."""
-    return await run_in_tx(request.app.state.engine, _metrics, trial_id, write=False)
+    return await app_state(request).db.read_in_tx(_metrics, trial_id)
 
 
 @router.post("/api/trials/{trial_id}/cancel")
@@ -352,11 +352,11 @@ def _log_bytes(session: Session, trial_id: int) -> Iterator[bytes]:
 async def download_log(request: Request, trial_id: RowId, operator: OperatorDep) -> StreamingResponse:
     """The full stored log (text/plain, as an attachment), every attempt in order, streamed a page of
     chunks at a time from a worker thread (constant memory, however long the log)."""
-    engine = request.app.state.engine
-    await run_in_tx(engine, trials.get_trial, trial_id, write=False)  # 404 before streaming starts
+    db = app_state(request).db
+    await db.read_in_tx(trials.get_trial, trial_id)  # 404 before streaming starts
 
     return StreamingResponse(
-        stream_in_session(engine, _log_bytes, trial_id),  # iterated on worker threads, in its own session
+        stream_in_session(db.engine, _log_bytes, trial_id),  # iterated on worker threads, in its own session
         media_type="text/plain; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="trial-{trial_id}.log"'},
     )
@@ -378,4 +378,4 @@ async def compare(
     read = partial(
         _compare, slug=slug, trial_ids=trial or [], approach_keys=approach or [], across_stacks=across_stacks
     )
-    return await run_in_tx(request.app.state.engine, read, write=False)
+    return await app_state(request).db.read_in_tx(read)

@@ -127,18 +127,19 @@ STARTUP_QUIET_S = 1.0  # then a moment for their own start-up lines, so the bloc
 async def _announce_login(app: Any, server: Any, block: str) -> None:
     """Print the login block once the server listens, and again at the end of start-up (the embedded
     runner connected, the page workers ready), so it is not left among their log lines."""
-    from app.live import get_hub
+    from app.state import app_state
 
+    state = app_state(app)
     while not server.started:
         await asyncio.sleep(0.05)
     console.print(block, highlight=False, markup=False)
-    runner, pool = app.state.settings.embedded_runner, app.state.page_workers
+    runner, pool = state.settings.embedded_runner, state.page_workers
     if not runner and pool is None:
         return  # nothing else starts: the block is the last line already
 
     def started_up() -> bool:
         workers = pool.health() if pool is not None else {"ready": 0, "of": 0}
-        return (not runner or bool(get_hub(app).runners)) and workers["ready"] == workers["of"]
+        return (not runner or bool(state.hub.runners)) and workers["ready"] == workers["of"]
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + STARTUP_WAIT_S

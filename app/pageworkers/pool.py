@@ -39,7 +39,8 @@ import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.protocol.messages import CloseCode
-from app.services.events import FORWARDED_MARK, get_feed
+from app.services.events import FORWARDED_MARK
+from app.state import app_state
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -248,7 +249,7 @@ class PageProxy:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pool: PageWorkerPool | None = scope["app"].state.page_workers if "app" in scope else None
+        pool: PageWorkerPool | None = app_state(scope["app"]).page_workers if "app" in scope else None
         if pool is None or not forwarded(scope):
             await self.app(scope, receive, send)
             return
@@ -279,7 +280,7 @@ class PageProxy:
     @staticmethod
     def _request(scope: Scope, client: httpx.AsyncClient) -> httpx.Request:
         headers = [(k, v) for k, v in scope["headers"] if k not in FORWARDED and k not in HOP_BY_HOP]
-        headers.append((b"x-campaign-feed-mark", get_feed(scope["app"]).mark().encode()))
+        headers.append((b"x-campaign-feed-mark", app_state(scope["app"]).page_feed.mark().encode()))
         if scope.get("client"):
             host, port = scope["client"][:2]
             headers.append((b"x-campaign-client", f"{host}:{port}".encode()))

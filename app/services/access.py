@@ -18,17 +18,17 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import event, or_
 from sqlmodel import Session, col, select
 from starlette.requests import HTTPConnection
 
+from app.db import Database
 from app.deps import bearer_token
 from app.domain.credentials import hash_token
-from app.live import run_in_tx
 from app.models import AuthToken, BrowserSession, User, utcnow
 from app.security import SESSION_COOKIE
+from app.state import StateOwner, app_state
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,9 @@ def credential(conn: HTTPConnection) -> tuple[str, str] | None:
     token = bearer_token(conn)
     if token:
         return "token", hash_token(token)
-    if not app.state.settings.auth_enabled:
+    if not app_state(app).settings.auth_enabled:
         return None
-    cookie = app.state.session_signer.read(conn.cookies.get(SESSION_COOKIE))
+    cookie = app_state(app).session_signer.read(conn.cookies.get(SESSION_COOKIE))
     if cookie is None or cookie.session_id is None:
         return None
     return "session", hash_token(cookie.session_id)
@@ -92,8 +92,8 @@ def _live_hashes(session: Session, sessions: set[str], tokens: set[str]) -> set[
 class AccessWatch:
     """The open streams' credentials, checked together."""
 
-    def __init__(self, engine: Any, recheck_s: float) -> None:
-        self.engine = engine
+    def __init__(self, db: Database, recheck_s: float) -> None:
+        self.db = db
         self.recheck_s = recheck_s
         self.watches: set[Watch] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -118,7 +118,7 @@ class AccessWatch:
             return
         sessions = {w.secret_hash for w in watches if w.kind == "session"}
         tokens = {w.secret_hash for w in watches if w.kind == "token"}
-        live = await run_in_tx(self.engine, _live_hashes, sessions, tokens, write=False)
+        live = await self.db.read_in_tx(_live_hashes, sessions, tokens)
         for watch in watches:
             if watch.secret_hash not in live and watch in self.watches:
                 self.watches.discard(watch)
@@ -146,21 +146,13 @@ class AccessWatch:
                 log.exception("checking open streams' sessions failed")
 
 
-def get_watch(app: Any) -> AccessWatch:
-    return app.state.access_watch
-
-
-def install(app: Any) -> None:
-    app.state.access_watch = AccessWatch(app.state.engine, app.state.settings.access_recheck_s)
-
-
-def watch(app: Any, cred: tuple[str, str] | None, close: Callable[[], None]) -> Watch | None:
+def watch(app: StateOwner, cred: tuple[str, str] | None, close: Callable[[], None]) -> Watch | None:
     """Register an accepted stream (its `credential(conn)`); pass the result to `unwatch` when it ends."""
-    return get_watch(app).add(cred, close)
+    return app_state(app).access_watch.add(cred, close)
 
 
-def unwatch(app: Any, handle: Watch | None) -> None:
-    get_watch(app).remove(handle)
+def unwatch(app: StateOwner, handle: Watch | None) -> None:
+    app_state(app).access_watch.remove(handle)
 
 
 def recheck_after_commit(session: Session) -> None:

@@ -13,9 +13,9 @@ from fastapi import FastAPI
 
 from app.domain import artifacts as store_domain
 from app.domain import traces
-from app.live import run_in_tx
 from app.models import Artifact, Trial
 from app.services import events
+from app.state import app_state
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,7 @@ async def complete_upload(
     """Check and store the upload (hashing off the event loop, no transaction open), record it (retention
     applied), then publish the trial's topic (and the trials whose artifacts retention removed)."""
     size, sha = await asyncio.to_thread(store.finish_checked, trial.id or 0, name, size, sha256)
-    row, removed = await run_in_tx(
-        app.state.engine,
+    row, removed = await app_state(app).db.run_in_tx(
         functools.partial(store_domain.record, store=store, caps=caps, actor=actor),
         trial,
         name,
@@ -44,7 +43,7 @@ async def complete_upload(
     )
     events.publish(app, events.trial(trial.id), *{events.trial(r.trial_id) for r in removed})
     if store_domain.needs_trace(row):
-        queue: asyncio.Queue[int] | None = getattr(app.state, "trace_queue", None)
+        queue = app_state(app).trace_queue
         if queue is None:  # an app without its lifespan's reader: read it here
             row = await read_trace(app, row, store)
         else:
@@ -52,15 +51,15 @@ async def complete_upload(
     return row, removed
 
 
-async def run_reader(app: FastAPI, store: store_domain.ArtifactStore) -> None:
+async def run_reader(app: FastAPI, queue: asyncio.Queue[int], store: store_domain.ArtifactStore) -> None:
     """The lifespan's trace reader: first every stored trace not read yet (one uploaded just before the server
-    stopped), then each new one as its upload completes, one at a time (a trace's read is CPU-bound)."""
-    queue: asyncio.Queue[int] = app.state.trace_queue
-    for artifact_id in await run_in_tx(app.state.engine, store_domain.unread_traces, write=False):
+    stopped), then each new one as its upload completes (on `queue`, the AppState's trace_queue), one at a time
+    (a trace's read is CPU-bound)."""
+    for artifact_id in await app_state(app).db.read_in_tx(store_domain.unread_traces):
         queue.put_nowait(artifact_id)
     while True:
         artifact_id = await queue.get()
-        row = await run_in_tx(app.state.engine, store_domain.artifact_by_id, artifact_id, write=False)
+        row = await app_state(app).db.read_in_tx(store_domain.artifact_by_id, artifact_id)
         if row is not None and store_domain.needs_trace(row):
             try:
                 await read_trace(app, row, store)
@@ -77,7 +76,7 @@ async def read_trace(app: FastAPI, row: Artifact, store: store_domain.ArtifactSt
         figures = summary.figures()
     except traces.TraceError as exc:
         figures = {"error": exc.message}
-    stored = await run_in_tx(app.state.engine, store_domain.set_trace, row.id, row.sha256, figures)
+    stored = await app_state(app).db.run_in_tx(store_domain.set_trace, row.id or 0, row.sha256, figures)
     if stored is None:
         return row
     events.publish(app, events.trial(row.trial_id), events.campaign(row.campaign_id))

@@ -9,8 +9,8 @@ import logging
 from fastapi import FastAPI
 
 from app.domain import changes
-from app.live import run_in_tx
 from app.services import events
+from app.state import app_state
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +21,9 @@ async def pass_once(app: FastAPI) -> int:
     """One pass: recompute the dirty series, publish their approach and campaign topics; returns how many
     (approach, runner) pairs were recomputed. Whether any series is dirty is read first: the write transaction
     (SQLite's write lock) is taken only when there is work."""
-    if not await run_in_tx(app.state.engine, changes.dirty, 1, write=False):
+    if not await app_state(app).db.read_in_tx(changes.dirty, 1):
         return 0
-    touched = await run_in_tx(app.state.engine, changes.pass_once)
+    touched = await app_state(app).db.run_in_tx(changes.pass_once)
     topics = {events.approach(a) for _, a in touched} | {events.campaign(c) for c, _ in touched}
     if topics:
         events.publish(app, *sorted(topics))

@@ -19,10 +19,12 @@ and the events the board's own scripts and htmx answers fire): templates write t
 `hx_trigger(...)` (a Jinja global) and the scripts read the names from <body data-page-events>
 (`page_events_json`), so a renamed event cannot leave a panel listening for nothing.
 
-Where publishes come from (one line at each place that commits):
-- services (`trials.py`, `runners.py`): `publish(app, *topics)` after `run_in_tx` returns;
-- routes on a request session (SessionDep, committed by the dependency): `after_commit(session,
-  request.app, *topics)`, which publishes from SQLAlchemy's after_commit hook (nothing on rollback).
+Where publishes come from: the services, never a route (tests/web/test_page_event_sources.py).
+- async services (`trials.py`, `runners.py`, `artifacts.py`, `changes.py`): `publish(app, *topics)` after
+  their `Database.run_in_tx` returns;
+- the writes routes make on the request session (SessionDep, committed by the dependency) go through
+  `campaigns.py`, which calls `after_commit(session, *topics)`: published from SQLAlchemy's after_commit
+  hook (nothing on rollback).
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from typing import Any
 from markupsafe import Markup, escape
 from sqlalchemy import event
 from sqlmodel import Session
+from starlette.requests import HTTPConnection
 
 from app.protocol.messages import CloseCode
+from app.state import StateOwner, app_state
 
 log = logging.getLogger(__name__)
 
@@ -287,28 +291,24 @@ class PageFeed:
             loop.call_soon_threadsafe(self.publish, *topics)
 
 
-def get_feed(app: Any) -> PageFeed:
-    return app.state.page_feed
-
-
 FORWARDED_MARK = "forwarded_feed_mark"  # request.state key: the hub's mark, in a page worker (app/pageworkers/pool.py)
 
 
-def page_mark(request: Any) -> str:
+def page_mark(request: HTTPConnection) -> str:
     """The mark a page read takes first: the hub's, forwarded with the request, in a page worker; this
     process's own otherwise."""
-    return request.scope.get("state", {}).get(FORWARDED_MARK) or get_feed(request.app).mark()
+    return request.scope.get("state", {}).get(FORWARDED_MARK) or app_state(request).page_feed.mark()
 
 
-def publish(app: Any, *topics: str) -> None:
+def publish(app: StateOwner, *topics: str) -> None:
     """After a commit, on the event loop: tell open pages that these topics changed."""
-    get_feed(app).publish(*topics)
+    app_state(app).page_feed.publish(*topics)
 
 
 def after_commit(session: Session, *topics: str) -> None:
     """Publish `topics` once `session`'s transaction commits (from the thread that commits); nothing
-    if it rolls back. For routes on the request session (app/deps.get_session), which the
-    dependency commits before the response is sent."""
+    if it rolls back. For a service's write on a session of app.db.Database (the request session,
+    app/deps.get_session, which the dependency commits before the response is sent), which carries the feed."""
     feed: PageFeed | None = session.info.get("page_feed")
     if feed is None:
         return  # a session outside a request (CLI, tests): no open pages to tell
@@ -332,15 +332,11 @@ def after_commit(session: Session, *topics: str) -> None:
     event.listen(session, "after_soft_rollback", rolled_back)
 
 
-def install(app: Any, heartbeat_notice_s: float = 5.0) -> None:
-    app.state.page_feed = PageFeed(windows={HEARTBEATS: heartbeat_notice_s})
-
-
-async def start(app: Any) -> None:
+async def start(app: StateOwner) -> None:
     """On the server's event loop: remember it (for publishes from worker threads) and end every page
     feed as soon as SIGTERM or SIGINT arrives (CloseCode.GOING_AWAY: the pages reconnect to the next
     server and catch up), before uvicorn waits for its open connections."""
-    feed = get_feed(app)
+    feed = app_state(app).page_feed
     loop = asyncio.get_running_loop()
     feed.loop = loop
     if threading.current_thread() is not threading.main_thread():
@@ -357,5 +353,5 @@ async def start(app: Any) -> None:
         signal.signal(sig, on_signal)
 
 
-def stop(app: Any) -> None:
-    get_feed(app).close_all()
+def stop(app: StateOwner) -> None:
+    app_state(app).page_feed.close_all()

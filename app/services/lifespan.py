@@ -1,5 +1,5 @@
-"""What the server starts and stops with its lifespan: the live hub, the page feed (app/services/events.py),
-the open streams' credential check (app/services/access.py), the lost-runner sweeper, the notifier (app/services/notifier.py), the change-point pass (app/services/changes.py), the trace reader (app/services/artifacts.py), the embedded runner, gc.freeze, and tracing probes."""
+"""What the server starts and stops with its lifespan (on the AppState that app/main.create_app made): the page
+feed's signal handlers (app/services/events.py), the open streams' credential check (app/services/access.py), the lost-runner sweeper, the notifier (app/services/notifier.py), the change-point pass (app/services/changes.py), the trace reader (app/services/artifacts.py), the embedded runner, gc.freeze, and tracing probes."""
 
 from __future__ import annotations
 
@@ -7,31 +7,22 @@ import asyncio
 import contextlib
 import gc
 import logging
-import subprocess
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from sqlmodel import Session, col, select
 
-from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
 from app.domain.artifacts import store_for
-from app.live import LiveHub, get_hub, run_in_tx, trace, trace_probes
+from app.live import trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
 from app.protocol.messages import CloseCode
-from app.services import access, artifacts, changes, events, notifier
+from app.services import artifacts, changes, events, notifier
 from app.services.runners import sweep_once
+from app.state import app_state
 from runners.embedded import start_embedded, stop_embedded
 
 log = logging.getLogger(__name__)
-
-
-def install_state(app: FastAPI) -> None:
-    """The live hub and the metric extractor: app state every socket and service uses."""
-    app.state.live_hub = LiveHub()
-    app.state.metric_extractor = log_domain.MetricExtractor()
-    events.install(app, heartbeat_notice_s=app.state.settings.heartbeat_notice_s)
-    access.install(app)
 
 
 def _needs_sweep(session: Session) -> bool:
@@ -46,7 +37,7 @@ async def _sweeper(app: FastAPI, period_s: float = 1.0) -> None:
     while True:
         await asyncio.sleep(period_s)
         try:
-            if await run_in_tx(app.state.engine, _needs_sweep, write=False):
+            if await app_state(app).db.read_in_tx(_needs_sweep):
                 await sweep_once(app)
         except asyncio.CancelledError:
             raise
@@ -83,37 +74,42 @@ def settle_heap() -> None:
 
 
 async def start(app: FastAPI) -> None:
+    state = app_state(app)
     await events.start(app)
-    await run_in_tx(app.state.engine, _all_offline)
+    await state.db.run_in_tx(_all_offline)
     settle_heap()
-    app.state.runner_sweeper = asyncio.create_task(_sweeper(app))
-    app.state.access_checker = asyncio.create_task(access.get_watch(app).run())
-    app.state.notifier = asyncio.create_task(notifier.run(app))
-    app.state.change_points = asyncio.create_task(changes.run(app))
-    app.state.trace_queue = asyncio.Queue()
-    app.state.trace_reader = asyncio.create_task(artifacts.run_reader(app, store_for(app.state.settings.data_dir)))
-    app.state.trace_probes = asyncio.create_task(trace_probes()) if trace.on else None
-    settings = app.state.settings
-    app.state.embedded_runner = None
+    trace_queue: asyncio.Queue[int] = asyncio.Queue()
+    state.trace_queue = trace_queue
+    # Stopped in this order.
+    state.tasks["runner_sweeper"] = asyncio.create_task(_sweeper(app))
+    state.tasks["access_checker"] = asyncio.create_task(state.access_watch.run())
+    state.tasks["notifier"] = asyncio.create_task(notifier.run(app))
+    state.tasks["change_points"] = asyncio.create_task(changes.run(app))
+    if trace.on:
+        state.tasks["trace_probes"] = asyncio.create_task(trace_probes())
+    state.tasks["trace_reader"] = asyncio.create_task(
+        artifacts.run_reader(app, trace_queue, store_for(state.settings.data_dir))
+    )
+    settings = state.settings
     if settings.embedded_runner:
-        _, token = await run_in_tx(app.state.engine, runner_domain.ensure_embedded_runner)
+        _, token = await state.db.run_in_tx(runner_domain.ensure_embedded_runner)
         # The runner retries its connection with backoff, so starting it before the server listens is fine.
-        app.state.embedded_runner = start_embedded(settings.base_url(), token, settings.data_dir / "spool")
+        state.embedded_runner = start_embedded(settings.base_url(), token, settings.data_dir / "spool")
 
 
 async def stop(app: FastAPI) -> None:
+    state = app_state(app)
     events.stop(app)
-    for name in ("runner_sweeper", "access_checker", "notifier", "change_points", "trace_probes", "trace_reader"):
-        task = getattr(app.state, name, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-    proc: subprocess.Popen | None = getattr(app.state, "embedded_runner", None)
+    for task in state.tasks.values():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+    state.tasks.clear()
+    proc, state.embedded_runner = state.embedded_runner, None
     if proc is not None:
         # SIGTERM: it cancels its running trial and reports it while the server still listens.
-        await asyncio.to_thread(stop_embedded, proc, app.state.settings.cancel_grace_s + 5)
-    for link in list(get_hub(app).runners.values()):
+        await asyncio.to_thread(stop_embedded, proc, state.settings.cancel_grace_s + 5)
+    for link in list(state.hub.runners.values()):
         await link.close(CloseCode.GOING_AWAY, "server shutting down")
 
 

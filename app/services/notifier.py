@@ -18,8 +18,8 @@ import apprise
 from fastapi import FastAPI
 
 from app.domain import notifications
-from app.live import run_in_tx
 from app.models import utcnow
+from app.state import app_state
 
 log = logging.getLogger(__name__)
 
@@ -60,31 +60,30 @@ def _quiet_apprise() -> None:
 
 async def deliver_once(app: FastAPI, now: datetime | None = None) -> int:
     """One pass: claim, send, settle. Returns how many messages went out (sent or failed)."""
-    base = app.state.settings.base_url()
-    if not await run_in_tx(app.state.engine, lambda s: notifications.has_due(s, now), write=False):
+    base = app_state(app).settings.base_url()
+    if not await app_state(app).db.read_in_tx(lambda s: notifications.has_due(s, now)):
         return 0
-    messages = await run_in_tx(app.state.engine, lambda s: notifications.claim_due(s, base, now))
+    messages = await app_state(app).db.run_in_tx(lambda s: notifications.claim_due(s, base, now))
     for message in messages:
         error = await asyncio.to_thread(send, message)
         if error is not None:
             log.warning("notification to %s failed: %s", message.redacted, error[:300])
-        await run_in_tx(app.state.engine, lambda s, m=message, e=error: notifications.settle(s, m, e))
+        await app_state(app).db.run_in_tx(notifications.settle, message, error)
     return len(messages)
 
 
 async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
     _quiet_apprise()
-    await run_in_tx(app.state.engine, lambda s: notifications.requeue_claims(s))
+    await app_state(app).db.run_in_tx(lambda s: notifications.requeue_claims(s))
     last_waiting = 0.0
     loop = asyncio.get_running_loop()
     while True:
         try:
             if loop.time() - last_waiting >= WAITING_CHECK_S:
                 last_waiting = loop.time()
-                if await run_in_tx(app.state.engine, notifications.follows_waiting, write=False):
-                    await run_in_tx(app.state.engine, lambda s: notifications.waiting_verdicts(s, utcnow()))
-                await run_in_tx(
-                    app.state.engine,
+                if await app_state(app).db.read_in_tx(notifications.follows_waiting):
+                    await app_state(app).db.run_in_tx(lambda s: notifications.waiting_verdicts(s, utcnow()))
+                await app_state(app).db.run_in_tx(
                     lambda s: notifications.requeue_claims(s, older_than_s=notifications.STALE_CLAIM_S),
                 )
             await deliver_once(app)

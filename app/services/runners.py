@@ -22,11 +22,10 @@ from typing import Any
 from fastapi import FastAPI
 from sqlmodel import Session
 
-from app.db import session_scope
 from app.domain import logs as log_domain
 from app.domain import notifications, scheduling, trial_reads, trials
 from app.domain import runners as runner_domain
-from app.live import Frame, LiveHub, get_hub, run_in_tx, trace
+from app.live import Frame, LiveHub, trace
 from app.models import TERMINAL_TRIAL_STATES, Runner, utcnow
 from app.protocol.messages import (
     Cancel,
@@ -44,8 +43,16 @@ from app.protocol.messages import (
 )
 from app.services import events
 from app.services.trials import start_queued
+from app.state import app_state
 
 log = logging.getLogger(__name__)
+
+
+async def create(app: FastAPI, name: str) -> tuple[Runner, str]:
+    """A new runner and its token (shown once); the Runners page hears of it."""
+    runner, token = await app_state(app).db.run_in_tx(runner_domain.create_runner, name)
+    events.publish(app, events.RUNNERS)
+    return runner, token
 
 
 async def revoke(app: FastAPI, runner_id: int) -> Runner:
@@ -56,23 +63,23 @@ async def revoke(app: FastAPI, runner_id: int) -> Runner:
         runner_domain.revoke_runner(session, runner)
         return runner
 
-    runner = await run_in_tx(app.state.engine, work)
-    await get_hub(app).disconnect_runner(runner_id, CloseCode.UNAUTHORIZED, "runner token revoked")
+    runner = await app_state(app).db.run_in_tx(work)
+    await app_state(app).hub.disconnect_runner(runner_id, CloseCode.UNAUTHORIZED, "runner token revoked")
     events.publish(app, events.RUNNERS)
     return runner
 
 
 async def sweep_once(app: FastAPI) -> None:
     """Runners silent past runner_lost_after_s go offline and their trials are lost."""
-    hub = get_hub(app)
+    hub = app_state(app).hub
     async with hub.attempts.exclusive():  # it may end trials whose chunks are being published early
-        lost, silent = await run_in_tx(
-            app.state.engine, trials.sweep_lost, app.state.settings.runner_lost_after_s, hub.last_seen()
+        lost, silent = await app_state(app).db.run_in_tx(
+            trials.sweep_lost, app_state(app).settings.lost_after_s(), hub.last_seen()
         )
         for trial in lost:
-            hub.attempts.forget(trial.id)
+            hub.attempts.forget(trial.id or 0)
     for trial in lost:
-        hub.publish_state(trial.id, trial_reads.trial_view(trial))
+        hub.publish_state(trial.id or 0, trial_reads.trial_view(trial))
     if lost or silent:
         events.publish(app, events.RUNNERS, *(t for trial in lost for t in events.of_trial(trial)))
     for runner_id in silent:
@@ -101,18 +108,18 @@ class RunnerIngest:
         self.app = app
         self.runner_id = runner_id
         self.name = name
-        self.settings = app.state.settings
-        self.engine = app.state.engine
-        self.hub: LiveHub = get_hub(app)
-        self.feed = events.get_feed(app)
-        self.metrics: log_domain.MetricExtractor = app.state.metric_extractor
+        self.settings = app_state(app).settings
+        self.db = app_state(app).db
+        self.hub: LiveHub = app_state(app).hub
+        self.feed = app_state(app).page_feed
+        self.metrics: log_domain.MetricExtractor = app_state(app).metric_extractor
         self.received_ns: deque[int] = deque()  # tracing only: when each message was received
 
     async def hello(self, hello: Hello) -> tuple[Welcome, list[Any]]:
         """The welcome and the dispatches to send again; trials the runner no longer has end."""
         async with self.hub.attempts.exclusive():  # it may end this runner's trials (AttemptGate)
             self.hub.attempts.forget_runner(self.runner_id)
-            welcome, redispatch, ended, topics = await run_in_tx(self.engine, self._on_hello, hello)
+            welcome, redispatch, ended, topics = await self.db.run_in_tx(self._on_hello, hello)
         for view in ended:
             self.hub.publish_state(view["id"], view)
         self.feed.publish(events.RUNNERS, *topics)
@@ -127,8 +134,7 @@ class RunnerIngest:
 
     async def disconnected(self, last_seen: Any) -> None:
         """The runner's socket closed (it was this runner's current one): offline now."""
-        await run_in_tx(
-            self.engine,
+        await self.db.run_in_tx(
             functools.partial(
                 runner_domain.mark_disconnected,
                 reconnected=lambda: self.runner_id in self.hub.runners,  # a newer link registered
@@ -179,7 +185,7 @@ class RunnerIngest:
                     stamps["s_parsed"] = stamps["s_thread"] = time.time_ns()
                 if validating:
                     loop.call_soon_threadsafe(publish_early, messages)
-                with session_scope(self.engine) as session:
+                with self.db.scope() as session:
                     out = self._apply(session, messages)
                     if trace.on:
                         stamps["s_applied"] = time.time_ns()

@@ -11,15 +11,15 @@ from sqlmodel import Session
 
 from app.domain import queue, repeats, replay, scheduling, trial_reads, trials
 from app.domain.inventory import get_approach, get_campaign
-from app.live import get_hub, run_in_tx
 from app.models import Trial
 from app.services import events
+from app.state import app_state
 
 
 async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | None = None) -> scheduling.RunNext:
     """Run next candidate (or, with `approach_key`, "run this approach"): one transaction (serialized
     per campaign), then push the Dispatch; or the trial waits in the queue (app/domain/queue.py)."""
-    hub = get_hub(app)
+    hub = app_state(app).hub
 
     def work(session: Session) -> scheduling.RunNext:
         campaign = get_campaign(session, slug)
@@ -40,7 +40,7 @@ async def start_next(app: FastAPI, slug: str, actor: str, approach_key: str | No
 async def start_queued(app: FastAPI, runner_id: int) -> scheduling.RunNext | None:
     """A runner may have freed up (a trial of its ended, or it was welcomed): it takes the first queued
     trial it can run, if any (one transaction, then the push and the publish)."""
-    hub = get_hub(app)
+    hub = app_state(app).hub
     settled: list[int] = []
 
     def work(session: Session) -> scheduling.RunNext | None:
@@ -68,7 +68,7 @@ async def start_settle(
         b = get_approach(session, campaign, b_key) if b_key else None
         return repeats.start(session, campaign, a, b, budget, actor, metric)
 
-    settle, queued = await run_in_tx(app.state.engine, work)
+    settle, queued = await app_state(app).db.run_in_tx(work)
     for trial in queued:
         events.publish(app, *events.of_trial(trial))
     await start_queued_anywhere(app)
@@ -82,7 +82,7 @@ async def start_replay(app: FastAPI, slug: str, runner_id: int, actor: str) -> t
     def work(session: Session) -> tuple[Any, list[Trial]]:
         return replay.start(session, get_campaign(session, slug), runner_id, actor)
 
-    row, queued = await run_in_tx(app.state.engine, work)
+    row, queued = await app_state(app).db.run_in_tx(work)
     events.publish(app, events.campaign(row.campaign_id), *(t for trial in queued for t in events.of_trial(trial)))
     await start_queued_anywhere(app)
     return row, queued
@@ -96,26 +96,26 @@ async def cancel_replay(app: FastAPI, slug: str, replay_id: int, actor: str) -> 
         cancelled = replay.cancel(session, campaign, replay_id, actor)
         return replay.get(session, campaign, replay_id), cancelled
 
-    row, cancelled = await run_in_tx(app.state.engine, work)
-    hub = get_hub(app)
+    row, cancelled = await app_state(app).db.run_in_tx(work)
+    hub = app_state(app).hub
     for trial in cancelled:
-        hub.publish_state(trial.id, trial_reads.trial_view(trial))
+        hub.publish_state(trial.id or 0, trial_reads.trial_view(trial))
     events.publish(app, events.campaign(row.campaign_id), *(t for trial in cancelled for t in events.of_trial(trial)))
     return row, cancelled
 
 
 async def start_queued_anywhere(app: FastAPI) -> None:
     """Each connected runner looks at the queue (a no-op for the busy ones)."""
-    for runner_id in sorted(get_hub(app).online()):
+    for runner_id in sorted(app_state(app).hub.online()):
         await start_queued(app, runner_id)
 
 
 async def _dispatch(app: FastAPI, work: Callable[[Session], scheduling.RunNext | None]) -> scheduling.RunNext | None:
     """Run `work` in a write transaction; push the Dispatch of the trial it started (if any) to its
     runner and publish the trial's change to viewers (a trial it queued: the publish only)."""
-    hub = get_hub(app)
+    hub = app_state(app).hub
     with hub.attempts.share() as validating:
-        result: scheduling.RunNext | None = await run_in_tx(app.state.engine, work)
+        result: scheduling.RunNext | None = await app_state(app).db.run_in_tx(work)
         if validating and result is not None and result.trial is not None and result.runner is not None:
             if result.dispatch is not None:
                 hub.attempts.remember(result.dispatch.trial_id, result.dispatch.attempt_id, result.runner.id)  # type: ignore[arg-type]
@@ -139,11 +139,11 @@ async def cancel(app: FastAPI, trial_id: int, actor: str) -> Trial:
         trial = queue.lock_trial(session, trial_id)  # a queued one is not started meanwhile
         return trial, trials.request_cancel(session, trial, actor)
 
-    trial, message = await run_in_tx(app.state.engine, work)
-    hub = get_hub(app)
+    trial, message = await app_state(app).db.run_in_tx(work)
+    hub = app_state(app).hub
     if message is not None and trial.runner_id is not None:
         await hub.send_to_runner(trial.runner_id, message)
-    hub.publish_state(trial.id, trial_reads.trial_view(trial))
+    hub.publish_state(trial.id or 0, trial_reads.trial_view(trial))
     events.publish(app, *events.of_trial(trial))
     if trial.runner_id is None:
         # A runner that freed up while this cancel held the queued trial's row skipped it (SKIP LOCKED)

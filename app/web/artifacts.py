@@ -15,8 +15,8 @@ from app.api.artifacts import store_of
 from app.deps import OperatorDep, RowId
 from app.domain import artifacts as store_domain
 from app.domain.traces import StoredTrace, TraceSummary, kernel_diff, read_stored
-from app.live import run_in_tx
 from app.models import Artifact
+from app.state import app_state
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -31,7 +31,7 @@ def _listing(session: Session, trial_id: int) -> dict[str, Any]:
 
 @router.get("/trials/{trial_id}/artifacts")
 async def artifacts_fragment(request: Request, trial_id: RowId, operator: OperatorDep) -> HTMLResponse:
-    ctx = await run_in_tx(request.app.state.engine, _listing, trial_id, write=False)
+    ctx = await app_state(request).db.read_in_tx(_listing, trial_id)
     trace = store_domain.first_trace(ctx["artifacts"])
     summary: TraceSummary | None = None
     stored: StoredTrace | None = None
@@ -53,7 +53,7 @@ async def artifacts_fragment(request: Request, trial_id: RowId, operator: Operat
 async def artifact_view(
     request: Request, trial_id: RowId, operator: OperatorDep, name: str = Query(max_length=255)
 ) -> HTMLResponse:
-    row = await run_in_tx(request.app.state.engine, store_domain.get_artifact, trial_id, name, write=False)
+    row = await app_state(request).db.read_in_tx(store_domain.get_artifact, trial_id, name)
     if row.content_type not in store_domain.TEXT_TYPES:
         raise store_domain.Invalid(f"{name!r} is {row.content_type}: download it", field="name")
     with store_of(request).path(row.sha256).open("rb") as f:
@@ -76,7 +76,7 @@ async def kernel_diff_fragment(
 ) -> HTMLResponse:
     """The compare page's kernel diff: the first two picked trials that left a profiler trace, kernel by kernel
     per step (what got faster or slower, what appeared, what vanished)."""
-    traced = await run_in_tx(request.app.state.engine, _traces_of, list(dict.fromkeys(trial or [])), write=False)
+    traced = await app_state(request).db.read_in_tx(_traces_of, list(dict.fromkeys(trial or [])))
     diff: list[dict[str, Any]] = []
     pair = traced[:2]
     if len(pair) == 2:

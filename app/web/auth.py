@@ -26,6 +26,7 @@ from app.domain.logins import (
 )
 from app.security import SESSION_COOKIE
 from app.services import access
+from app.state import app_state
 
 router = APIRouter(include_in_schema=False)
 DEFAULT_ADMIN_NAME = "admin"
@@ -42,7 +43,7 @@ def _logged_in(request: Request, settings: Settings, session_id: str, target: st
     response = RedirectResponse(_safe_next(target), status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
-        request.app.state.session_signer.issue(session_id),
+        app_state(request).session_signer.issue(session_id),
         max_age=settings.session_max_age_s,
         httponly=True,
         samesite="lax",
@@ -52,7 +53,7 @@ def _logged_in(request: Request, settings: Settings, session_id: str, target: st
 
 
 def _page(request: Request, template: str, context: dict, status_code: int = 200) -> Response:
-    return request.app.state.templates.TemplateResponse(request, template, context, status_code=status_code)
+    return app_state(request).templates.TemplateResponse(request, template, context, status_code=status_code)
 
 
 def _user_agent(request: Request) -> str:
@@ -68,7 +69,7 @@ def _login_refused(request: Request, message: str) -> Response:
     """A wrong, spent or expired link: 403, or 429 once its address is past the limit of failures. Only
     failures are limited: a valid link always logs in, whoever else guessed wrong from the same address
     (behind a proxy a whole team shares one); a link's 256 random bits are what defeat guessing."""
-    limiter = request.app.state.login_limiter
+    limiter = app_state(request).login_limiter
     client = request.client.host if request.client else "unknown"
     wait_s = limiter.retry_after(client)
     if wait_s:

@@ -19,7 +19,8 @@ from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements
-from app.services import events
+from app.services import campaigns as campaign_writes
+from app.state import app_state
 from app.web.render import CHANGED, navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
@@ -122,7 +123,7 @@ def inventory_fragment(request: Request, session: SessionDep, slug: str) -> Resp
 def export_file(request: Request, session: SessionDep, slug: str) -> StreamingResponse:
     campaign = inventory.get_campaign(session, slug)  # 404 before streaming starts
     return StreamingResponse(
-        stream_in_session(request.app.state.engine, export_stream, slug),
+        stream_in_session(app_state(request).engine, export_stream, slug),
         media_type="application/x-yaml",
         headers={"Content-Disposition": f'attachment; filename="{campaign.slug}.yaml"'},
     )
@@ -142,8 +143,7 @@ def add_approach(
 ) -> Response:
     campaign = inventory.get_campaign(session, slug)
     data = _validated(ApproachCreate, key=key, title=title, effort=effort, evidence=evidence, description=description)
-    inventory.add_approach(session, campaign, data, operator.name)
-    events.after_commit(session, events.campaign(campaign.id))
+    campaign_writes.add_approach(session, campaign, data, operator.name)
     return _overview(request, session, slug, block="inventory", headers=CHANGED)
 
 
@@ -156,8 +156,7 @@ def move_approach(
     step = {"up": -1, "down": 1, "top": -(10**6)}.get(direction)
     if step is None:
         raise Invalid("direction: must be up, down or top", field="direction")
-    inventory.move_approach(session, campaign, approach, approach.position + step)
-    events.after_commit(session, events.campaign(campaign.id))
+    campaign_writes.move_approach(session, campaign, approach, approach.position + step)
     return _overview(request, session, slug, block="inventory", headers=CHANGED)
 
 
@@ -176,8 +175,7 @@ def change_status(
     approach = inventory.get_approach(session, campaign, key)
     if status not in ApproachStatus.__members__:
         raise Invalid(f"status: unknown status {status!r}", field="status")
-    inventory.change_status(session, approach, status, reason, operator.name)
-    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    campaign_writes.change_status(session, approach, status, reason, operator.name)
     if view == "inventory":
         return _overview(request, session, slug, block="inventory", headers=CHANGED)
     return _approach(request, session, slug, key, block="verdict", headers=CHANGED)
@@ -295,8 +293,7 @@ def edit_approach(
         values["recipe"] = _json_field(values["recipe"], "recipe")
     if any(name in form for name in Requirements.model_fields):
         values["requirements"] = _form_requirements(approach.requirements, form)
-    inventory.update_approach(session, approach, _validated(ApproachUpdate, **values))
-    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    campaign_writes.update_approach(session, approach, _validated(ApproachUpdate, **values))
     return _approach(request, session, slug, key, block="details", headers=CHANGED)
 
 
@@ -313,8 +310,7 @@ def delete_approach(
     `delete_evidence` (the button whose confirm counts what goes). Archive keeps them."""
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
-    inventory.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
+    campaign_writes.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
     return navigate(request, f"/campaigns/{slug}")
 
 
@@ -322,8 +318,7 @@ def delete_approach(
 def archive_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    inventory.archive_approach(session, campaign, approach, operator.name)
-    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    campaign_writes.archive_approach(session, campaign, approach, operator.name)
     return navigate(request, f"/campaigns/{slug}/approaches/{key}")
 
 
@@ -331,6 +326,5 @@ def archive_approach(request: Request, session: SessionDep, operator: OperatorDe
 def restore_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     approach = inventory.get_approach(session, campaign, key)
-    inventory.restore_approach(session, campaign, approach)
-    events.after_commit(session, events.campaign(campaign.id), events.approach(approach.id))
+    campaign_writes.restore_approach(session, campaign, approach)
     return navigate(request, f"/campaigns/{slug}/approaches/{key}")

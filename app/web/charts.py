@@ -36,6 +36,7 @@ from app.domain.what_if import with_allreduce_latency
 from app.errors import form_error_headers
 from app.models import Approach, Campaign, ModelInputFields
 from app.schemas import CampaignUpdate, optional_inputs
+from app.services import campaigns as campaign_writes
 from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
@@ -299,7 +300,7 @@ async def save_what_if(request: Request, session: SessionDep, operator: Operator
     campaign = inventory.get_campaign(session, slug)
     form = what_if_form(dict((await request.form()).items()))
     values = {k: v for k, v in form.model_dump(exclude=set(WHAT_IF_ONLY)).items() if v is not None}
-    inventory.update_campaign(session, campaign, _validated(CampaignUpdate, values))
+    campaign_writes.update_campaign(session, campaign, _validated(CampaignUpdate, values))
     url = f"/campaigns/{campaign.slug}/charts"
     return navigate(request, url)
 
@@ -329,7 +330,7 @@ async def save_acceptance(request: Request, session: SessionDep, operator: Opera
     """Store acceptance entered per k, as conditional alphas or as vLLM's unconditional rates (converted)."""
     campaign = inventory.get_campaign(session, slug)
     values = _acceptance_values(dict((await request.form()).items()))
-    inventory.update_campaign(session, campaign, _validated(CampaignUpdate, values))
+    campaign_writes.update_campaign(session, campaign, _validated(CampaignUpdate, values))
     return navigate(request, f"/campaigns/{campaign.slug}/charts#acceptance")
 
 
@@ -339,5 +340,5 @@ def clear_stored_input(request: Request, session: SessionDep, operator: Operator
     campaign = inventory.get_campaign(session, slug)
     if field not in ModelInputFields.WHAT_IF or not _nullable(field):
         raise Invalid(f"not a what-if input that can be cleared: {field[:40]!r}", field="field")
-    inventory.update_campaign(session, campaign, CampaignUpdate.model_validate({field: None}))
+    campaign_writes.update_campaign(session, campaign, CampaignUpdate.model_validate({field: None}))
     return navigate(request, f"/campaigns/{campaign.slug}/charts")

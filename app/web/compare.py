@@ -19,10 +19,10 @@ from app.deps import OperatorDep
 from app.domain import comparison as comparison_domain
 from app.domain import repeats, statistics, trial_reads
 from app.domain.inventory import get_campaign
-from app.live import run_in_tx
 from app.schemas import SLUG_PATTERN
 from app.services import events
 from app.services.trials import start_settle
+from app.state import app_state
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -74,9 +74,7 @@ async def compare_page(
     across_stacks: bool = False,
 ) -> HTMLResponse:
     request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
-    ctx = await run_in_tx(
-        request.app.state.engine, _compare_page, slug, trial or [], approach or [], across_stacks, write=False
-    )
+    ctx = await app_state(request).db.read_in_tx(_compare_page, slug, trial or [], approach or [], across_stacks)
     # The page feed's refresh asks for the metrics alone (htmx sends HX-Request).
     block = "metrics" if request.headers.get("HX-Request") else None
     return render(request, "compare.html", ctx, block=block)

@@ -13,7 +13,7 @@ from app.domain import fingerprint as stack
 from app.domain import inventory, planning, scheduling
 from app.domain import runners as runner_domain
 from app.domain.errors import Invalid
-from app.services import events
+from app.services import campaigns as campaign_writes
 from app.web.render import CHANGED, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
@@ -36,8 +36,7 @@ def set_run_order(
     request: Request, session: SessionDep, operator: OperatorDep, slug: str, order: Annotated[str, Form()]
 ) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    inventory.set_run_order(session, campaign, order)
-    events.after_commit(session, events.campaign(campaign.id))
+    campaign_writes.set_run_order(session, campaign, order)
     return _ranking(request, session, slug, headers=CHANGED)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import current_operator
 from app.services.events import PAGE_EVENTS
+from app.state import app_state
 
 # A write's answer to htmx: the campaign's fragments listen for this event (hx-trigger="campaign-changed from:body").
 CHANGED = {"HX-Trigger": PAGE_EVENTS["campaign_changed"].name}
@@ -32,8 +33,12 @@ def render(
         "feed_mark": getattr(request.state, "feed_mark", ""),
         **context,
     }
-    return request.app.state.templates.TemplateResponse(
-        request, template, ctx, block_name=block, status_code=status_code, headers=headers
+    # jinja2_fragments types it Response; it is Starlette's _TemplateResponse, an HTMLResponse.
+    return cast(
+        HTMLResponse,
+        app_state(request).templates.TemplateResponse(
+            request, template, ctx, block_name=block, status_code=status_code, headers=headers
+        ),
     )
 
 

@@ -13,9 +13,9 @@ from sqlmodel import Session
 from app.deps import OperatorDep, require_operator
 from app.domain import inventory, replay
 from app.domain import runners as runner_domain
-from app.live import run_in_tx
 from app.services import events
 from app.services import trials as trial_services
+from app.state import app_state
 from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
@@ -31,7 +31,7 @@ def _panel(session: Session, slug: str) -> dict[str, Any]:
 @router.get("/campaigns/{slug}/replays")
 async def replays_panel(request: Request, slug: str, part: Literal["list"] | None = None) -> Response:
     """The campaign page's Replays panel (an htmx fragment), or with `part=list` its list alone (the feed's refresh)."""
-    ctx = await run_in_tx(request.app.state.engine, _panel, slug, write=False)
+    ctx = await app_state(request).db.read_in_tx(_panel, slug)
     return render(request, "_partials/replays.html", ctx, block="replay_list" if part == "list" else None)
 
 
@@ -54,7 +54,7 @@ def _report(session: Session, slug: str, replay_id: int) -> dict[str, Any]:
 async def report_page(request: Request, slug: str, replay_id: ReplayId) -> Response:
     """A replay's report: per approach before and after; its rows re-fetch on "feed:campaign"."""
     request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
-    ctx = await run_in_tx(request.app.state.engine, _report, slug, replay_id, write=False)
+    ctx = await app_state(request).db.read_in_tx(_report, slug, replay_id)
     block = "report" if request.headers.get("hx-request") else None
     return render(request, "replay.html", ctx, block=block)
 

@@ -28,6 +28,7 @@ from app.domain.sharing import (
     status_report,
 )
 from app.models import Campaign
+from app.state import app_state
 from app.templating import PLOTLY_JS
 from app.web.charts import answer_figures, campaign_answer, speculation_context, throughput_figure
 from app.web.render import render
@@ -57,7 +58,7 @@ EXPORT_HEADERS = {
 
 
 def _secret(request: Request) -> str:
-    return request.app.state.settings.resolved_secret_key()
+    return app_state(request).settings.resolved_secret_key()
 
 
 def _links(request: Request, session: Session, campaign: Campaign, created_id: int | None = None) -> Response:
@@ -119,12 +120,16 @@ def status_export(request: Request, session: SessionDep, token: str) -> Response
     """The status page as one file: inline CSS, plotly.js and figure JSON, so it opens offline."""
     _link, campaign = resolve_share_token(session, token, _secret(request))
     ctx = _status_context(session, campaign)
-    html = request.app.state.templates.get_template("status.html").render(
-        **ctx,
-        export=True,
-        export_url=None,
-        plotly_js=PLOTLY_JS.read_text(encoding="utf-8"),
-        charts_js=CHARTS_JS.read_text(encoding="utf-8"),
+    html = (
+        app_state(request)
+        .templates.get_template("status.html")
+        .render(
+            **ctx,
+            export=True,
+            export_url=None,
+            plotly_js=PLOTLY_JS.read_text(encoding="utf-8"),
+            charts_js=CHARTS_JS.read_text(encoding="utf-8"),
+        )
     )
     filename = f"{campaign.slug}-status-{ctx['generated_at']:%Y%m%d}.html"
     return HTMLResponse(html, headers={**EXPORT_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'})

@@ -14,11 +14,12 @@ from app.domain import queue as queue_domain
 from app.domain import runners as runner_domain
 from app.domain import trial_reads, trials
 from app.domain.inventory import get_campaign
-from app.live import run_in_tx
 from app.models import Approach, Campaign, Runner
 from app.services import events
+from app.services.runners import create as create_runner
 from app.services.runners import revoke
 from app.services.trials import cancel, start_next
+from app.state import app_state
 from app.web.render import CHANGED, render
 
 router = APIRouter(include_in_schema=False)
@@ -62,7 +63,7 @@ def _runners(session: Session) -> dict[str, Any]:
 @router.get("/trials/{trial_id}")
 async def trial_page(request: Request, trial_id: RowId, operator: OperatorDep) -> HTMLResponse:
     request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
-    ctx = await run_in_tx(request.app.state.engine, _trial_page, trial_id, write=False)
+    ctx = await app_state(request).db.read_in_tx(_trial_page, trial_id)
     return render(request, "trial.html", ctx)
 
 
@@ -75,14 +76,14 @@ async def trial_cancel(request: Request, trial_id: RowId, operator: OperatorDep)
 @router.post("/campaigns/{slug}/run-next")
 async def run_next(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
     result = await start_next(request.app, slug, operator.name)
-    campaign = await run_in_tx(request.app.state.engine, get_campaign, slug, write=False)
+    campaign = await app_state(request).db.read_in_tx(get_campaign, slug)
     return render(request, "_partials/run_next.html", {"campaign": campaign, "result": result}, headers=CHANGED)
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/run")
 async def run_this(request: Request, slug: str, key: str, operator: OperatorDep) -> HTMLResponse:
     result = await start_next(request.app, slug, operator.name, approach_key=key)
-    campaign = await run_in_tx(request.app.state.engine, get_campaign, slug, write=False)
+    campaign = await app_state(request).db.read_in_tx(get_campaign, slug)
     return render(
         request,
         "_partials/run_this.html",
@@ -94,13 +95,13 @@ async def run_this(request: Request, slug: str, key: str, operator: OperatorDep)
 @router.get("/campaigns/{slug}/queue")
 async def campaign_queue(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
     """The campaign's queue (an htmx fragment, empty when nothing waits)."""
-    ctx = await run_in_tx(request.app.state.engine, _queue, slug, write=False)
+    ctx = await app_state(request).db.read_in_tx(_queue, slug)
     return render(request, "_partials/queue.html", ctx)
 
 
 @router.get("/campaigns/{slug}/trials")
 async def campaign_trials(request: Request, slug: str, operator: OperatorDep) -> HTMLResponse:
-    ctx = await run_in_tx(request.app.state.engine, _recent, slug, write=False)
+    ctx = await app_state(request).db.read_in_tx(_recent, slug)
     return render(request, "_partials/trial_rows.html", ctx)
 
 
@@ -109,14 +110,14 @@ async def approach_trials(
     request: Request, slug: str, key: str, operator: OperatorDep, before: PageAfter = None
 ) -> HTMLResponse:
     """The approach's trials, newest first; `before` (htmx, from the "more" row): the next page's rows only."""
-    ctx = await run_in_tx(request.app.state.engine, _recent, slug, key, before, write=False)
+    ctx = await app_state(request).db.read_in_tx(_recent, slug, key, before)
     return render(request, "_partials/trial_rows.html", ctx, block="rows" if before is not None else None)
 
 
 @router.get("/runners")
 async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
     request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
-    ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
+    ctx = await app_state(request).db.read_in_tx(_runners)
     block = "runners" if request.headers.get("hx-request") else None
     return render(request, "runners.html", {**ctx, "created": None}, block=block)
 
@@ -124,22 +125,20 @@ async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
 @router.get("/runners/table")
 async def runners_table(request: Request, operator: OperatorDep) -> HTMLResponse:
     """The runners table alone: re-fetched on the page feed's "runners" notices."""
-    ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
+    ctx = await app_state(request).db.read_in_tx(_runners)
     return render(request, "runners.html", {**ctx, "created": None}, block="runner_table")
 
 
 @router.post("/runners")
 async def runners_create(request: Request, operator: AdminDep, name: str = Form("")) -> HTMLResponse:
     # An error (duplicate or empty name) goes through app/errors.py: shown by the name field, input kept.
-    engine = request.app.state.engine
-    runner, token = await run_in_tx(engine, runner_domain.create_runner, name)
-    events.publish(request.app, events.RUNNERS)
-    ctx = await run_in_tx(engine, _runners, write=False)
+    runner, token = await create_runner(request.app, name)
+    ctx = await app_state(request).db.read_in_tx(_runners)
     return render(request, "runners.html", {**ctx, "created": {"name": runner.name, "token": token}}, block="runners")
 
 
 @router.post("/runners/{runner_id}/revoke")
 async def runners_revoke(request: Request, runner_id: RowId, operator: AdminDep) -> HTMLResponse:
     await revoke(request.app, runner_id)
-    ctx = await run_in_tx(request.app.state.engine, _runners, write=False)
+    ctx = await app_state(request).db.read_in_tx(_runners)
     return render(request, "runners.html", {**ctx, "created": None}, block="runners")

@@ -20,7 +20,8 @@ from app.domain import fingerprint as stack
 from app.domain.errors import Invalid, NotFound
 from app.domain.trial_reads import trial_metrics
 from app.models import NO_VERDICT_TRIAL_STATES, TERMINAL_TRIAL_STATES, Approach, ApproachStatus, Campaign, Trial
-from app.services import events
+from app.services import campaigns as campaign_writes
+from app.state import app_state
 from app.web.render import CHANGED, render
 
 router = APIRouter(dependencies=[Depends(require_operator)])
@@ -79,16 +80,14 @@ def confirm_from_form(
     if status not in ApproachStatus.__members__:
         raise Invalid(f"status: unknown status {status!r}", field="status")
     trial, approach, _ = _trial(session, trial_id)
-    verdicts.confirm(session, approach, trial, status, reason, components or [], operator.name)
-    events.after_commit(session, *events.of_trial(trial))
+    campaign_writes.confirm_verdict(session, approach, trial, status, reason, components or [], operator.name)
     return _verdict_fragment(request, session, trial_id, headers=CHANGED)
 
 
 @router.post("/api/trials/{trial_id}/verdict", tags=["trials"], summary="Confirm or edit a trial's proposed verdict")
 def confirm_from_api(trial_id: RowId, data: VerdictRequest, session: SessionDep, operator: OperatorDep) -> dict:
     trial, approach, _ = _trial(session, trial_id)
-    verdicts.confirm(session, approach, trial, data.status, data.reason, data.components, operator.name)
-    events.after_commit(session, *events.of_trial(trial))
+    campaign_writes.confirm_verdict(session, approach, trial, data.status, data.reason, data.components, operator.name)
     return {
         "approach": approach.key,
         "status": approach.status,
@@ -214,7 +213,7 @@ def metrics_csv(request: Request, slug: str, session: SessionDep) -> StreamingRe
     """Streamed in constant memory on a worker thread: see `csv_blocks`."""
     campaign_id = inventory.get_campaign(session, slug).id  # 404 before streaming starts
     assert campaign_id is not None
-    body = csv_blocks(request.app.state.engine, campaign_id)
+    body = csv_blocks(app_state(request).engine, campaign_id)
     return StreamingResponse(
         body, media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{slug}-metrics.csv"'}
     )

@@ -7,6 +7,7 @@ import pytest
 
 from app.db import session_scope
 from app.models import Trial
+from app.state import app_state
 from tests.support.seeded_trials import Seeded, seed_trials
 
 
@@ -18,7 +19,7 @@ def api(client, api_headers):
 
 @pytest.fixture
 def seeded(app) -> Seeded:
-    return seed_trials(app.state.engine)
+    return seed_trials(app_state(app).engine)
 
 
 def trial_state(engine, trial_id: int) -> str:

@@ -16,6 +16,7 @@ import yaml
 from app.db import session_scope
 from app.domain.answer.configs.trtllm import check_trtllm_schedule
 from app.domain.answer.configs.vllm import check_vllm_schedule
+from app.state import app_state
 from tests.support.speculation import BATCHES, DRAFT_TOKENS, SLUG, build_sweep_campaign
 
 FIGURE = {"value", "low", "high", "unstable", "no_samples", "within_run_only"}
@@ -24,7 +25,7 @@ CELL = {"batch", "draft_tokens", "t_base_ms", "t_draft_ms", "t_verify_ms", "t_ar
 
 @pytest.fixture
 def swept(app):
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         build_sweep_campaign(session)
     return app
 
@@ -121,7 +122,7 @@ def test_engine_configs(client, api_headers, swept):
 
 
 def test_config_says_why_when_nothing_to_deploy(client, api_headers, app):
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         campaign = build_sweep_campaign(session, slug="no-tau").campaign
         campaign.accept_alphas = None
     r = client.get("/api/campaigns/no-tau/answer/config?engine=vllm", headers=api_headers)
@@ -190,7 +191,7 @@ def test_a_new_measurement_changes_the_answer(client, api_headers, swept):
         return next(c for c in two["by_batch"] if c["batch"] == 128 and c["draft_tokens"] == 7)
 
     assert cell_128_7()["speedup"] is None
-    with session_scope(swept.state.engine) as session:
+    with session_scope(app_state(swept).engine) as session:
         builder = SweepBuilder(session)
         builder.campaign = session.exec(select(Campaign).where(Campaign.slug == SLUG)).one()
         builder.allreduces = {**ALLREDUCES, "symm-two-shot": (*ALLREDUCES["symm-two-shot"][:3], 1024)}
@@ -234,7 +235,7 @@ def test_world_size_one_and_wall_clock_checks(client, api_headers, app):
     from app.schemas import ApproachCreate, CampaignCreate
     from tests.support.speculation import SweepBuilder
 
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         b = SweepBuilder(session)
         b.campaign = inventory.create_campaign(
             session, CampaignCreate(slug="tp1", name="TP 1", accept_alphas=[0.8, 0.6], draft_steps=2)

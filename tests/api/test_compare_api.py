@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from app.db import session_scope
+from app.state import app_state
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, end_trial, runner, seed
 
 
@@ -36,7 +37,7 @@ def test_a_trial_without_a_point_shows_null(api, seeded, app):
     from app.models import Trial
     from tests.support.charts import add_metrics
 
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         trial = s.get(Trial, seeded.trial_ids[1])
         assert trial is not None
         add_metrics(s, trial, [("allreduce_latency_us", 99.0, "us", {"tokens": 256, "mode": "graph"})], seq=50)
@@ -95,8 +96,8 @@ def _timed(center: float, seed: int, n: int = 12) -> list[dict]:
 @pytest.fixture
 def timed(app):
     """Campaign `s`: approach a (two trials at 10 us), b (one at 9 us) on one stack, b once more on another."""
-    seed(app.state.engine, {"key": "a"}, {"key": "b"}, slug="s")
-    with session_scope(app.state.engine) as s:
+    seed(app_state(app).engine, {"key": "a"}, {"key": "b"}, slug="s")
+    with session_scope(app_state(app).engine) as s:
         node, other = runner(s, "node-a", OLD_STACK), runner(s, "node-b", NEW_TORCH)
         a, b = approach(s, "a", "s"), approach(s, "b", "s")
         ids = [end_trial(s, a, node, metrics=_timed(10.0, 1)).id, end_trial(s, a, node, metrics=_timed(10.0, 2)).id]
@@ -123,7 +124,7 @@ def test_one_trial_a_side_gives_no_verdict_and_says_so(api, timed):
 
 
 def test_each_row_carries_its_stats(api, app, timed):
-    with session_scope(app.state.engine) as s:  # earlier repeats of a on node-a: the spread is known there
+    with session_scope(app_state(app).engine) as s:  # earlier repeats of a on node-a: the spread is known there
         a, node = approach(s, "a", "s"), _runner(s, "node-a")
         for n in range(2):
             end_trial(s, a, node, metrics=_timed(10.0 * (1 + 0.003 * n), 10 + n))
@@ -164,7 +165,7 @@ def test_approaches_are_compared_over_their_trials_on_one_stack(api, app, timed)
     assert body["columns"][1]["left_out"] == 1
     stats = body["metrics"][0]["rows"][0]["stats"]
     assert stats["trials"] == [2, 1] and stats["n"] == [24, 12] and stats["verdict"] == "no_verdict"
-    with session_scope(app.state.engine) as s:  # b repeated on node-a: two trials a side decide a 10% gain
+    with session_scope(app_state(app).engine) as s:  # b repeated on node-a: two trials a side decide a 10% gain
         end_trial(s, approach(s, "b", "s"), _runner(s, "node-a"), metrics=_timed(9.0, 5))
     stats = api.get("/api/campaigns/s/compare?approach=a&approach=b").json()["metrics"][0]["rows"][0]["stats"]
     assert stats["trials"] == [2, 2] and stats["verdict"] == "faster" and stats["p_value"] is not None

@@ -8,13 +8,14 @@ import pytest
 
 from app.db import session_scope
 from app.domain.demo import load_demo
+from app.state import app_state
 
 SLUG = "kimi-k25-eagle3"
 
 
 @pytest.fixture
 def demo_client(app, operator_client):
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         load_demo(s)
     return operator_client
 

@@ -10,6 +10,7 @@ from app.db import session_scope
 from app.domain import logs
 from app.domain.scheduling import create_trial
 from app.models import Approach, Campaign, Runner, Trial
+from app.state import app_state
 from tests.support.seeded_trials import FP_OLD, seed_trials
 from tests.support.servers import ThreadServer
 from tests.support.trials import make_settings
@@ -60,7 +61,7 @@ def test_pages_follow_the_cursor_to_the_end(api, seeded):
 
 def test_detail_has_attempts_stack_timings_and_proposal(api, seeded, app):
     tid = seeded.trial_ids[0]
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         trial = s.get(Trial, tid)
         assert trial is not None
         trial.proposal = {"status": "dead_end", "reason": "KeyError: 12"}
@@ -174,8 +175,8 @@ def test_query_count_of_the_list_does_not_grow_with_trials(app, api_headers):
     from bench.pages_at_scale import StatementCounter
 
     quiet = TestClient(app, base_url="http://127.0.0.1", headers=api_headers)  # no lifespan: no sweeper
-    seed_trials(app.state.engine, count=6)
-    counter = StatementCounter(app.state.engine)
+    seed_trials(app_state(app).engine, count=6)
+    counter = StatementCounter(app_state(app).engine)
 
     def count(params: dict) -> int:
         before = counter.count
@@ -183,7 +184,7 @@ def test_query_count_of_the_list_does_not_grow_with_trials(app, api_headers):
         return counter.count - before
 
     small = [count(p) for p in ({"campaign": "c"}, {"runner": "node-2", "state": "succeeded"}, {"limit": 200})]
-    seed_trials(app.state.engine, count=60, suffix="-big")
+    seed_trials(app_state(app).engine, count=60, suffix="-big")
     large = [
         count(p)
         for p in ({"campaign": "c-big", "limit": 200}, {"runner": "node-2-big", "state": "succeeded"}, {"limit": 200})

@@ -15,6 +15,7 @@ import pytest
 from app.db import session_scope
 from app.domain.logins import create_api_token
 from app.models import Role
+from app.state import app_state
 from runners.artifacts import Client, UploadError, files_of, upload_dir
 from tests.support.artifacts import ended_trial
 from tests.support.auth import _user, add_user
@@ -163,7 +164,7 @@ def test_a_real_runner_uploads_what_the_trial_wrote(tmp_path):
     _, token = new_runner_token(srv.engine, "test-node")
     proc = start_real_runner(srv, token, tmp_path / "spool")
     try:
-        wait_for(lambda: srv.app.state.live_hub.online(), timeout=30, what="the runner to connect")
+        wait_for(lambda: app_state(srv.app).hub.online(), timeout=30, what="the runner to connect")
         started = run_next(srv)
         wait_for(lambda: trial(srv, started["trial_id"])["state"] == "succeeded", timeout=60, what="the trial")
         listed = wait_for(

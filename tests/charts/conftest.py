@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.state import app_state
 from tests.support.charts import build_fixture_campaign
 
 
@@ -12,7 +13,7 @@ def fixture_app(app):
     """The app (on each storage backend) with the fixture campaign loaded."""
     from app.db import session_scope
 
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         build_fixture_campaign(session)
     return app
 
@@ -21,5 +22,5 @@ def fixture_app(app):
 def session(fixture_app):
     from app.db import session_scope
 
-    with session_scope(fixture_app.state.engine) as s:
+    with session_scope(app_state(fixture_app).engine) as s:
         yield s

@@ -10,13 +10,14 @@ from pathlib import Path
 from app.db import session_scope
 from app.domain import inventory
 from app.domain.campaign_files import import_campaign
+from app.state import app_state
 
 SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
 SLUG = "speculation-sweep-h200x1"
 
 
 def _imported(app) -> None:
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         import_campaign(session, SWEEP.read_text(), actor="test")
         session.flush()
         inventory.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]

@@ -34,13 +34,14 @@ from app.domain.comparison import compare
 from app.domain.demo import load_demo
 from app.domain.timeline import campaign_timeline
 from app.models import Campaign, ChangePoint, Trial
+from app.state import app_state
 from app.web.charts import answer_figures, campaign_answer, throughput_figure
 from tests.support.charts import SLUG, add_metrics, build_fixture_campaign
 
 
 @pytest.fixture
 def session(app):
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         load_demo(s)
         build_fixture_campaign(s)  # measured speculation: the verify-vs-savings chart too
         s.flush()

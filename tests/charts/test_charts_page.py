@@ -9,6 +9,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+from app.state import app_state
 from app.templating import PLOTLY_JS_ASSET, asset_url
 from tests.support.charts import SLUG
 
@@ -106,7 +107,7 @@ def test_kimi_demo_answers_once_every_input_is_known(app, operator_client):
     from app.db import session_scope
     from app.domain.demo import load_demo
 
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         load_demo(session)
     inputs = {"accept_length": "2.4", "draft_steps": "3", "draft_step_ms": "0.8", "verify_compute_ms": "9.5"}
     expected = (
@@ -237,7 +238,7 @@ def test_zero_allreduces_per_verify_names_the_real_cause(app, operator_client):
     from app.db import session_scope
     from app.domain.demo import load_demo
 
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         load_demo(session)
     inputs = {
         "accept_length": "2.4",

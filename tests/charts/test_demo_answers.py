@@ -16,6 +16,7 @@ from app.domain.demo import load_demo
 from app.domain.timeline import campaign_timeline
 from app.models import Metric, Trial
 from app.schemas import CampaignUpdate
+from app.state import app_state
 from tests.support.charts import add_metrics
 
 T_BASE = 1000 / 82
@@ -29,7 +30,7 @@ def figure(fig: dict[str, Any] | None) -> dict[str, Any]:
 
 @pytest.fixture
 def session(app):
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         load_demo(s)
         s.flush()
         yield s

@@ -10,6 +10,7 @@ from app.db import session_scope
 from app.domain import inventory
 from app.domain.answer import CampaignMetrics, load_campaign_metrics
 from app.models import Trial
+from app.state import app_state
 from tests.support.charts import SLUG, add_metrics, build_fixture_campaign
 
 
@@ -33,7 +34,7 @@ def _add_to_newest(engine, value: float) -> None:
 
 
 def test_a_second_read_is_the_first_and_equals_a_fresh_one(app):
-    engine = app.state.engine
+    engine = app_state(app).engine
     with session_scope(engine) as session:
         build_fixture_campaign(session)
     first = _read(engine)
@@ -43,7 +44,7 @@ def test_a_second_read_is_the_first_and_equals_a_fresh_one(app):
 
 
 def test_a_committed_metric_is_seen_by_the_next_read(app):
-    engine = app.state.engine
+    engine = app_state(app).engine
     with session_scope(engine) as session:
         build_fixture_campaign(session)
     before = _read(engine)
@@ -55,7 +56,7 @@ def test_a_committed_metric_is_seen_by_the_next_read(app):
 
 
 def test_an_uncommitted_metric_is_never_kept(app):
-    engine = app.state.engine
+    engine = app_state(app).engine
     with session_scope(engine) as session:
         build_fixture_campaign(session)
     before = _read(engine)
@@ -76,7 +77,7 @@ def test_an_uncommitted_metric_is_never_kept(app):
 def test_the_rows_key_is_computed_once_per_read_and_changes_with_a_new_metric(app):
     """The speculation answer's cache keys on `rows_key`: the kept read's copies share it (computed once, not on
     every visit), an uncached read of the same rows gives the same key, and a new committed row a new one."""
-    engine = app.state.engine
+    engine = app_state(app).engine
     with session_scope(engine) as session:
         build_fixture_campaign(session)
     first = _read(engine)

@@ -14,6 +14,7 @@ from app.db import session_scope
 from app.domain import inventory
 from app.models import Replay, StatusChange, Trial
 from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
+from app.state import app_state
 from tests.support.charts import add_metrics
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -162,7 +163,7 @@ def _counts(app, operator, slug: str, replay_id: int) -> dict[str, int]:
         operator.get(path)  # warm: one-time work (session, caches) is not what is measured
         seen = []
         for _ in range(3):  # the fewest of three: the app's own periodic sweeps may share the engine meanwhile
-            with _counting(app.state.engine) as statements:
+            with _counting(app_state(app).engine) as statements:
                 r = operator.get(path)
             assert r.status_code == 200, (name, r.text[:500])
             seen.append(len(statements))
@@ -186,18 +187,18 @@ def _close_some(engine, slug: str) -> None:
 
 
 def test_queries_per_page_do_not_grow_with_approaches_or_trials(app, operator_client):
-    _build(app.state.engine, "small", approaches=5, trials_each=2)
-    _build(app.state.engine, "large", approaches=50, trials_each=6)
-    _close_some(app.state.engine, "small")
-    _close_some(app.state.engine, "large")
-    small = _counts(app, operator_client, "small", _replay(app.state.engine, "small"))
-    large = _counts(app, operator_client, "large", _replay(app.state.engine, "large"))
+    _build(app_state(app).engine, "small", approaches=5, trials_each=2)
+    _build(app_state(app).engine, "large", approaches=50, trials_each=6)
+    _close_some(app_state(app).engine, "small")
+    _close_some(app_state(app).engine, "large")
+    small = _counts(app, operator_client, "small", _replay(app_state(app).engine, "small"))
+    large = _counts(app, operator_client, "large", _replay(app_state(app).engine, "large"))
     assert small == large, (small, large)
     assert max(small.values()) < 40, small
 
 
 def test_large_campaign_still_answers(app, operator_client):
-    _build(app.state.engine, "large", approaches=30, trials_each=3)
+    _build(app_state(app).engine, "large", approaches=30, trials_each=3)
     html = operator_client.get("/campaigns/large/charts").text
     assert "EAGLE-3 now" in html and 'id="break-even-tau"' in html
     # The timeline is windowed to the most recently active approaches, trials aggregated.

@@ -15,13 +15,14 @@ from app.db import session_scope
 from app.domain import inventory
 from app.domain.answer import profitability_report
 from app.domain.campaign_files import import_campaign
+from app.state import app_state
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "allreduce-shootout-h200x2.yaml"
 
 
 @pytest.fixture
 def report(app):
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         import_campaign(session, RESULTS.read_text(), actor="test")
         session.flush()
         campaign = inventory.get_campaign(session, "allreduce-shootout-h200x2")
@@ -68,7 +69,7 @@ def test_the_results_campaign_draws_its_break_even_chart(report):
 
 
 def test_the_results_campaign_page_says_its_answer(app, operator_client):
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         import_campaign(session, RESULTS.read_text(), actor="test")
     html = operator_client.get("/campaigns/allreduce-shootout-h200x2/charts").text
     text = " ".join(re.sub(r"<[^>]+>", "", html).split())
@@ -85,7 +86,7 @@ def test_the_verify_chart_draws_each_measured_allreduce_at_its_point_with_tau_2_
     results campaign's measurements are reported figures, which the chart did not draw."""
     from app.domain.answer import WhatIf
 
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         import_campaign(session, RESULTS.read_text(), actor="test")
         session.flush()
         campaign = inventory.get_campaign(session, "allreduce-shootout-h200x2")

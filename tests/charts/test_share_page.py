@@ -13,6 +13,7 @@ from app.domain import inventory
 from app.domain.logins import create_api_token
 from app.domain.runners import create_runner
 from app.models import Replay, Runner
+from app.state import app_state
 from app.templating import PLOTLY_JS, PLOTLY_JS_ASSET, asset_url
 from tests.support.charts import SECRETS, SLUG
 
@@ -66,7 +67,7 @@ def test_status_page_answers_the_stakeholder_questions(operator, anonymous):
 
 
 def test_status_page_shows_no_secrets_and_no_forms(fixture_app, operator, anonymous):
-    with session_scope(fixture_app.state.engine) as session:
+    with session_scope(app_state(fixture_app).engine) as session:
         _runner, runner_token = create_runner(session, f"runner-{SECRETS['hostname']}")
         api = create_api_token(session, "ci")
     path, _ = _create_link(operator)
@@ -130,11 +131,11 @@ def test_a_token_signed_with_another_secret_is_refused(fixture_app, operator, an
     from app.models import ShareLink
 
     _path, link_id = _create_link(operator)
-    with session_scope(fixture_app.state.engine) as session:
+    with session_scope(app_state(fixture_app).engine) as session:
         link = session.get(ShareLink, link_id)
         assert link is not None
         forged = share_token(link, "another-secret")
-        assert share_token(link, fixture_app.state.settings.resolved_secret_key()) != forged
+        assert share_token(link, app_state(fixture_app).settings.resolved_secret_key()) != forged
     assert anonymous.get(f"/s/{forged}").status_code == 404
 
 
@@ -171,7 +172,7 @@ def test_status_page_has_the_answer_over_batch_sizes(fixture_app, operator, anon
     """The status page reads the same answer as the charts page and the API (its own partial)."""
     from tests.support.speculation import build_sweep_campaign
 
-    with session_scope(fixture_app.state.engine) as session:
+    with session_scope(app_state(fixture_app).engine) as session:
         build_sweep_campaign(session, slug="sweep-share")
     r = operator.post("/campaigns/sweep-share/share-links", data={"name": "batch"}, headers={"HX-Request": "true"})
     shown = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text)
@@ -185,7 +186,7 @@ def test_status_page_has_the_answer_over_batch_sizes(fixture_app, operator, anon
 
 
 def test_status_page_shows_the_replays_and_their_reports_without_runner_or_actor(fixture_app, operator, anonymous):
-    with session_scope(fixture_app.state.engine) as s:
+    with session_scope(app_state(fixture_app).engine) as s:
         campaign = inventory.get_campaign(s, SLUG)
         first, second = inventory.approaches(s, campaign)[:2]
         runner, runner_token = create_runner(s, "secret-node-name")

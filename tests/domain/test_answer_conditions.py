@@ -20,6 +20,7 @@ from app.domain.demo import load_demo
 from app.domain.errors import Invalid
 from app.domain.statistics import trial_estimate, trial_estimates_many, trial_resamples, trial_resamples_many
 from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
+from app.state import app_state
 from tests.support.speculation import SweepBuilder, approach, build_sweep_campaign, spec
 
 SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
@@ -30,7 +31,7 @@ TORCH_210 = {"torch": "2.10.0+cu128", "cuda": "12.8", "gpus": [{"name": "NVIDIA 
 
 @pytest.fixture
 def session(app):
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         yield s
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from app.db import session_scope
 from app.domain import inventory, scheduling
 from app.schemas import ApproachCreate, CampaignCreate
+from app.state import app_state
 
 
 def test_an_empty_campaign_says_it_has_no_approaches_yet(app):
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         campaign = inventory.create_campaign(session, CampaignCreate(slug="empty", name="Empty"))
         assert (
             scheduling.run_next(session, campaign, "ada").reason == "this campaign has no approaches yet: add one first"

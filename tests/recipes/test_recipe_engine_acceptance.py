@@ -15,6 +15,7 @@ import pytest
 
 from app.protocol.metrics import ConditionTag as C
 from app.protocol.metrics import MetricName as M
+from app.state import app_state
 from runners.recipes import build_launch
 from tests.standins.prometheus_standin import EngineStandin
 from tests.support.net import free_port
@@ -190,7 +191,7 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
     with EngineStandin("vllm", tick_s=0.05) as engine:
         done = run("--url", engine.url, "--window-s", "0.4", "--settle-s", "0")
     assert done.returncode == 0, done.stdout + done.stderr
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         build_sweep_campaign(session)
         campaign = session.exec(select(Campaign).where(Campaign.slug == SLUG)).one()
         campaign.accept_alphas = None  # entered acceptance takes precedence over a measured one (typed > measured)
@@ -241,14 +242,14 @@ def test_a_drop_in_acceptance_over_trials_is_a_change_point(app):
     assert done.returncode == 0, done.stdout + done.stderr
     lines = metrics(done.stdout)
     rng = np.random.default_rng(3)
-    seed(app.state.engine, {"key": "acceptance"})
-    with session_scope(app.state.engine) as s:
+    seed(app_state(app).engine, {"key": "acceptance"})
+    with session_scope(app_state(app).engine) as s:
         node, a = runner(s, "node-a", OLD_STACK), approach(s, "acceptance")
         trials = []
         for i in range(20):
             scale = (1.0 if i < 10 else 0.9) * float(rng.normal(1.0, 0.01))
             trials.append(end_trial(s, a, node, metrics=[{**m, "value": m["value"] * scale} for m in lines]))
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         changes.pass_once(s)
         found = {(c.metric, c.point): c for c in changes.of_approach(s, approach(s, "acceptance"))}
     key = (M.ENGINE_ACCEPT_LENGTH, "derivation=1 + accepted / drafts, draft_tokens=3")

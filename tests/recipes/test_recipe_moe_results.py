@@ -14,12 +14,13 @@ from app.domain.campaign_files import import_campaign
 from app.models import Metric, Trial
 from app.protocol.metrics import ConditionTag as C
 from app.protocol.metrics import MetricName as M
+from app.state import app_state
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "moe-sweep-h200x1.yaml"
 
 
 def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         summary = import_campaign(session, RESULTS.read_text(), actor="test")
         session.flush()
         assert "12 trials" in summary.summary

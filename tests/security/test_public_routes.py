@@ -16,6 +16,7 @@ from app.db import session_scope
 from app.domain import demo, inventory, runners, sharing
 from app.middleware import PUBLIC_ROUTES, is_public
 from app.models import Artifact, Invite, NotificationTarget, Replay, Trial, TrialState, utcnow
+from app.state import app_state
 from tests.support.auth import ensure_admin
 
 
@@ -27,7 +28,7 @@ def db_url(request, sqlite_template, tmp_path):
 def _seed(app) -> dict[str, str]:
     """Real rows for every kind of path parameter: a campaign with an approach, a trial with an artifact,
     a runner, a share link, an invite, a notification target, a replay, a user with a session."""
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         demo.load_demo(session)
         campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
         approach = inventory.approaches(session, campaign)[0]
@@ -62,7 +63,7 @@ def _seed(app) -> dict[str, str]:
             "trial_id": str(trial.id),
             "runner_id": str(runner.id),
             "link_id": str(link.id),
-            "token": sharing.share_token(link, app.state.settings.resolved_secret_key()),
+            "token": sharing.share_token(link, app_state(app).settings.resolved_secret_key()),
             "invite_id": str(invite.id),
             "target_id": str(target.id),
             "replay_id": str(replay.id),

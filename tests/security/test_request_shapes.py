@@ -12,6 +12,7 @@ from fastapi import params
 from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
 
+from app.state import app_state
 from tests.support.paths import ROOT
 
 HUGE_VERSION = "9" * 4400
@@ -83,7 +84,7 @@ def test_a_huge_version_is_a_field_error_on_the_upgrades_page_and_api(operator_c
 
 
 def test_an_import_over_the_limit_is_the_forms_error_not_raw_json(app, operator_client):
-    limit = app.state.settings.max_campaign_file_bytes
+    limit = app_state(app).settings.max_campaign_file_bytes
     big = {"file": ("big.yaml", b"x" * (limit + 128 * 1024), "application/x-yaml")}
     r = operator_client.post("/campaigns/import", files=big, headers={"HX-Request": "true", "accept": "text/html"})
     assert r.status_code == 413 and r.headers["content-type"].startswith("text/html"), r.text[:200]

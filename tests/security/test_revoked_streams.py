@@ -25,7 +25,7 @@ from app.domain.logins import create_api_token, revoke_all_sessions
 from app.models import AuthToken, BrowserSession
 from app.protocol.messages import CloseCode
 from app.security import CSRF_HEADER, SESSION_COOKIE
-from app.services.access import get_watch
+from app.state import app_state
 from tests.support.feeds import FeedReader
 from tests.support.servers import ThreadServer
 from tests.support.trials import ProtocolRunner, command_recipe, make_settings, new_runner_token, seed_campaign
@@ -40,7 +40,9 @@ def _server(tmp_path, db_url, recheck_s: float) -> ThreadServer:
 
 
 def _session_row_id(srv: ThreadServer, cookie: str) -> int:
-    session_id = srv.app.state.session_signer.read(cookie).session_id
+    operator = app_state(srv.app).session_signer.read(cookie)
+    assert operator is not None and operator.session_id is not None
+    session_id = operator.session_id
     with session_scope(srv.engine) as s:
         row = s.exec(select(BrowserSession).where(BrowserSession.session_hash == hash_token(session_id))).one()
         assert row.id is not None
@@ -130,7 +132,7 @@ def _revoke_one_and_keep_the_other(srv, revoked, feed, other_feed, ws, other_ws,
     assert other_feed.until("runners").event == "feed:runners"
     assert not other_feed.ended.is_set()
     assert other_ws.ping().wait(10)  # the socket still answers
-    assert get_watch(srv.app).closed == 2
+    assert app_state(srv.app).access_watch.closed == 2
 
 
 def test_logging_out_and_revoking_a_token_close_their_streams(srv):
@@ -139,7 +141,9 @@ def test_logging_out_and_revoking_a_token_close_their_streams(srv):
         token = create_api_token(s, "script")
     by_cookie, by_token = _feed(srv, cookie), _feed(srv, token=token)
     try:
-        csrf = srv.app.state.session_signer.read(cookie).csrf_token
+        operator = app_state(srv.app).session_signer.read(cookie)
+        assert operator is not None
+        csrf = operator.csrf_token
         r = httpx.post(
             f"{srv.url}/logout",
             cookies={SESSION_COOKIE: cookie},

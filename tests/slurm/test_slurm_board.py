@@ -23,6 +23,7 @@ from app.domain.answer import load_campaign_metrics
 from app.models import Campaign, Metric, Runner, Trial
 from app.protocol.metrics import MetricName
 from app.security import SESSION_COOKIE
+from app.state import app_state
 from tests.support.trials import (
     ROOT,
     ThreadServer,
@@ -81,7 +82,7 @@ class SlurmNode:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_for(lambda: self.srv.app.state.live_hub.online(), timeout=60, what="the SLURM runner to connect")
+        wait_for(lambda: app_state(self.srv.app).hub.online(), timeout=60, what="the SLURM runner to connect")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

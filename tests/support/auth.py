@@ -11,6 +11,7 @@ from app.db import session_scope
 from app.domain import users
 from app.domain.logins import create_api_token, create_login_token
 from app.models import Role, User
+from app.state import app_state
 from tests.support.databases import TEST_ADMIN
 
 
@@ -19,7 +20,7 @@ def ensure_admin(session: Session) -> User:
 
 
 def add_user(app, name: str, role: Role) -> int:
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         return users.create_user(session, name, role).id or 0
 
 
@@ -28,10 +29,10 @@ def _user(session: Session, name: str | None) -> User:
 
 
 def login_token(app, user: str | None = None) -> str:
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         return create_login_token(session, 3600, _user(session, user))
 
 
 def api_token(app, name: str = "tests", user: str | None = None) -> str:
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         return create_api_token(session, name, _user(session, user))

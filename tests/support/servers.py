@@ -1,5 +1,5 @@
 """Real servers for tests: `campaign serve` in its own process (LiveServer) and uvicorn serving
-create_app(settings) in a thread of the test process (ThreadServer, when a test needs app.state)."""
+create_app(settings) in a thread of the test process (ThreadServer, when a test needs the AppState)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import uvicorn
 from app.config import Settings
 from app.db import session_scope
 from app.domain.logins import create_api_token
+from app.state import app_state
 from tests.support.databases import seed_admin
 from tests.support.net import free_port
 from tests.support.paths import ROOT
@@ -110,7 +111,7 @@ def stop_live_server(server: LiveServer) -> None:
 
 
 class ThreadServer:
-    """uvicorn serving create_app(settings) in a thread of this process (tests can reach app.state)."""
+    """uvicorn serving create_app(settings) in a thread of this process (tests can reach its AppState)."""
 
     def __init__(self, settings: Settings) -> None:
         from app.main import create_app
@@ -160,7 +161,7 @@ class ThreadServer:
 
     @property
     def engine(self):
-        return self.app.state.engine
+        return app_state(self.app).engine
 
     def api_headers(self) -> dict[str, str]:
         with session_scope(self.engine) as session:
@@ -172,4 +173,4 @@ class ThreadServer:
 
         with session_scope(self.engine) as session:
             session_id = redeem_login_token(session, create_login_token(session, 60, ensure_admin(session)), 3600)
-        return self.app.state.session_signer.issue(session_id)
+        return app_state(self.app).session_signer.issue(session_id)

@@ -33,7 +33,7 @@ def test_a_viewer_behind_sends_queued_frames_as_one_message_and_keeps_state_in_p
         hub = LiveHub()
         sub = hub.subscribe(7)
         ws = RecordingSocket()
-        follower = LogFollower(ws, sub, -1, engine=None)  # type: ignore[arg-type]
+        follower = LogFollower(ws, sub, -1, db=None)  # type: ignore[arg-type]
         hub.publish_chunks(7, [(0, "l0\n"), (1, "l1\n")])
         hub.publish_chunks(7, [(2, "l2\n")])
         hub.publish_state(7, {"id": 7, "state": "running"})

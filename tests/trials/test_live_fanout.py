@@ -28,6 +28,7 @@ from app.db import make_engine, session_scope
 from app.domain.logins import create_api_token
 from app.protocol.messages import CloseCode
 from app.security import SESSION_COOKIE
+from app.state import app_state
 from tests.support.trials import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ def test_every_viewer_gets_every_chunk_in_order_whenever_it_joins(server, run):
     streamer.start()
     results = asyncio.run(_viewers_joining_at_random(server, started["trial_id"], rng, VIEWERS, 2.5, 90))
     streamer.join(60)
-    hub = server.app.state.live_hub
+    hub = app_state(server.app).hub
     stuck = [(i, seqs[-1] if seqs else None) for i, seqs in enumerate(results) if seqs != list(range(CHUNKS))]
     assert not stuck, (
         f"{len(stuck)} of {VIEWERS} viewers did not get seqs 0..{CHUNKS - 1} in order: (viewer, last seq) {stuck[:10]}"
@@ -134,7 +135,7 @@ def test_viewers_that_leave_are_cleaned_up_at_once(server):
     d = runner.expect("dispatch")
     _stream(runner, d, random.Random(7), chunks=50)
     runner.expect("finished_ack", skip=("ack",))
-    hub = server.app.state.live_hub
+    hub = app_state(server.app).hub
     url = f"{server.ws_url}/api/trials/{started['trial_id']}/logs/ws"
     headers = {"Cookie": f"{SESSION_COOKIE}={server.session_cookie()}"}
 

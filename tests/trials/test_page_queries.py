@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from app.models import Approach, Campaign, StatusChange, Trial
+from app.state import app_state
 from bench.pages_at_scale import StatementCounter, build_campaign
 
 PAGES = [
@@ -91,7 +92,7 @@ def quiet_client(app, api_headers):
 
 def test_query_counts_do_not_grow_with_approaches_and_trials(quiet_client, app):
     operator_client = quiet_client
-    engine = app.state.engine
+    engine = app_state(app).engine
     build_campaign(engine, "small", approaches=3, trials=6, metrics_per_trial=3)
     build_campaign(engine, "large", approaches=12, trials=1440, metrics_per_trial=3)
     small, large = _ids(engine, "small"), _ids(engine, "large")
@@ -116,7 +117,7 @@ def test_query_counts_do_not_grow_with_approaches_and_trials(quiet_client, app):
     ],
 )
 def test_lists_are_paged_latest_first_and_more_loads_the_rest(operator_client, app, path, rows):
-    engine = app.state.engine
+    engine = app_state(app).engine
     build_campaign(engine, "large", approaches=2, trials=240)
     ids = _ids(engine, "large")
     seen = []

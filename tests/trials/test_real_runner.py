@@ -15,6 +15,7 @@ import pytest
 from app.db import session_scope
 from app.domain import logs as log_domain
 from app.models import Trial
+from app.state import app_state
 from tests.support.servers import ThreadServer
 from tests.support.trials import (
     command_recipe,
@@ -59,7 +60,7 @@ def node(tmp_path):
     _, token = new_runner_token(srv.engine, "test-node")
     proc = start_real_runner(srv, token, tmp_path / "spool")
     try:
-        wait_for(lambda: srv.app.state.live_hub.online(), timeout=30, what="the runner to connect")
+        wait_for(lambda: app_state(srv.app).hub.online(), timeout=30, what="the runner to connect")
         yield srv, proc
     finally:
         if proc.poll() is None:
@@ -175,7 +176,7 @@ def test_socket_cut_mid_stream_keeps_the_stored_log_exact(node):
     )
     tid = run_next(srv)["trial_id"]
     wait_for(lambda: trial(srv, tid)["log_bytes"] > 20000, timeout=30, what="some output")
-    hub = srv.app.state.live_hub
+    hub = app_state(srv.app).hub
     for link in list(hub.runners.values()):  # cut the runner's socket from the server side, mid-stream
         asyncio.run_coroutine_threadsafe(link.close(1012, "test cut"), srv.loop).result(5)
     wait_for(lambda: trial(srv, tid)["state"] == "succeeded", timeout=60, what="the trial to succeed")

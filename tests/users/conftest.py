@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from app.models import Role
 from app.security import CSRF_HEADER, SESSION_COOKIE
+from app.state import app_state
 from tests.support.auth import add_user, login_token
 
 
@@ -17,7 +18,8 @@ def browser_client(app, name: str | None = None) -> TestClient:
     client = TestClient(app, base_url="http://127.0.0.1")
     r = client.get(f"/login?token={login_token(app, name)}", follow_redirects=False)
     assert r.status_code == 303, r.text
-    cookie = app.state.session_signer.read(client.cookies.get(SESSION_COOKIE))
+    cookie = app_state(app).session_signer.read(client.cookies.get(SESSION_COOKIE))
+    assert cookie is not None and cookie.csrf_token is not None
     client.headers[CSRF_HEADER] = cookie.csrf_token
     return client
 

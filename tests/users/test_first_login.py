@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.db import session_scope
 from app.domain.logins import create_login_token
+from app.state import app_state
 from tests.support.servers import start_live_server, stop_live_server
 
 
@@ -31,7 +32,7 @@ def new_board(tmp_path, empty_db_url):
 
 def test_first_login_asks_a_name_and_makes_the_admin(new_board):
     app, client = new_board
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         link = create_login_token(session, 600)  # no user to name: the first-admin link
     page = client.get(f"/login?token={link}", follow_redirects=False)
     assert page.status_code == 200 and "name this board's admin" in page.text
@@ -48,7 +49,7 @@ def test_first_login_asks_a_name_and_makes_the_admin(new_board):
     # The link was spent; a new link names the admin and logs straight in.
     client.cookies.clear()
     assert client.get(f"/login?token={link}", follow_redirects=False).status_code == 403
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         second = create_login_token(session, 600)
     assert client.get(f"/login?token={second}", follow_redirects=False).status_code == 303
     assert client.get("/api/me").json()["name"] == "Ada Lovelace"
@@ -56,7 +57,7 @@ def test_first_login_asks_a_name_and_makes_the_admin(new_board):
 
 def test_a_second_first_admin_link_cannot_make_a_second_admin(new_board):
     app, client = new_board
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         first, second = create_login_token(session, 600), create_login_token(session, 600)
     assert client.post("/login", data={"token": first, "name": "admin"}, follow_redirects=False).status_code == 303
     client.cookies.clear()

@@ -10,6 +10,7 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.models import Invite, Role, User, utcnow
+from app.state import app_state
 
 
 def _join(client, url: str, name: str, **kw):
@@ -50,7 +51,7 @@ def test_expired_revoked_and_unknown_invites_are_clear_pages(app, client, login_
     admin = login_as()
     expired = admin.post("/api/invites", json={"role": "viewer"}).json()
     revoked = admin.post("/api/invites", json={"role": "viewer", "expires_in_days": 1}).json()
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         row = session.get(Invite, expired["invite"]["id"])
         assert row is not None
         row.expires_at = utcnow() - timedelta(seconds=1)
@@ -65,7 +66,7 @@ def test_expired_revoked_and_unknown_invites_are_clear_pages(app, client, login_
     ]:
         for r in (client.get(url[url.index("/invite/") :]), _join(client, url, "Someone")):
             assert r.status_code == 410 and said in r.text, (url, r.status_code, r.text[:300])
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         assert [u.name for u in session.exec(select(User)).all()] == ["admin"]
     # Bad invite input through the API is a 422 naming the field.
     r = admin.post("/api/invites", json={"role": "owner"})
@@ -83,7 +84,7 @@ def test_invites_from_the_page_show_a_link_to_copy(app, client, login_as):
     assert r.status_code == 200 and 'id="invite-url"' in r.text and "/invite/invite_" in r.text
     r = admin.post("/invites", data={"role": "root", "days": "3"}, headers={"HX-Request": "true"})
     assert r.status_code == 422 and "Unknown role" in r.text
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         invite = session.exec(select(Invite)).one()
         assert invite.role == Role.viewer
         assert invite.expires_at.replace(tzinfo=None) > (utcnow() + timedelta(days=2)).replace(tzinfo=None)

@@ -20,6 +20,7 @@ from app.deps import VIEWER_REFUSED
 from app.domain import users
 from app.domain.logins import create_api_token, create_login_token
 from app.models import Role, Trial
+from app.state import app_state
 from tests.support.routes import fill, unsafe_routes
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import command_recipe, seed_campaign
@@ -142,5 +143,5 @@ def _routes_app(tmp_path, db_url):
 
     settings = Settings(data_dir=tmp_path / "routes", database_url=db_url, embedded_runner=False, secret_key="x" * 40)
     app = create_app(settings, run_migrations=False)
-    app.state.engine.dispose()
+    app_state(app).engine.dispose()
     return app

@@ -14,6 +14,7 @@ from sqlmodel import select
 from app.db import session_scope
 from app.domain import inventory
 from app.models import Approach, ApproachStatus, Artifact, LogChunk, Metric, Trial, TrialState
+from app.state import app_state
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def measured(app, operator_client):
     for key in ("kept", "bare"):
         r = client.post("/api/campaigns/c/approaches", json={"key": key, "title": key.title()})
         assert r.status_code == 201, r.text
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         campaign = inventory.get_campaign(s, "c")
         approach = inventory.get_approach(s, campaign, "kept")
         approach.status = ApproachStatus.adopted
@@ -51,7 +52,7 @@ def measured(app, operator_client):
 
 
 def _rows(app, model) -> int:
-    with session_scope(app.state.engine, write=False) as s:
+    with session_scope(app_state(app).engine, write=False) as s:
         return len(s.exec(select(model)).all())
 
 
@@ -119,7 +120,7 @@ def test_an_import_with_replace_archives_what_has_trials(app, operator_client, m
     )
     assert r.status_code == 200, r.text
     assert "1 removed" in r.json()["summary"] and "1 of them archived" in r.json()["summary"]
-    with session_scope(app.state.engine, write=False) as s:
+    with session_scope(app_state(app).engine, write=False) as s:
         left = s.exec(select(Approach)).all()
         assert [(a.key, a.archived_at is not None) for a in left] == [("kept", True)]
     assert _rows(app, Trial) == 1

@@ -12,6 +12,7 @@ import plotly
 import pytest
 
 from app.config import resource_dir
+from app.state import app_state
 from app.templating import IMMUTABLE, PLOTLY_JS, PLOTLY_JS_ASSET, PLOTLY_JS_VERSION, asset_hash, asset_url
 from tests.support.charts import build_fixture_campaign
 
@@ -28,7 +29,7 @@ def pages(app, operator_client):
     from app.db import session_scope
     from app.domain import inventory
 
-    with session_scope(app.state.engine) as session:
+    with session_scope(app_state(app).engine) as session:
         campaign = build_fixture_campaign(session)
         approach = inventory.approaches(session, campaign)[0]
         slug, key = campaign.slug, approach.key

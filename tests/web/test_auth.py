@@ -6,6 +6,7 @@ import pytest
 from fastapi.routing import APIRoute, iter_route_contexts
 
 from app.security import CSRF_HEADER
+from app.state import app_state
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 # Routes anyone may call. Share pages are read-only (GET); the first-admin form and accepting an
@@ -106,7 +107,7 @@ def test_api_tokens_need_no_csrf_and_can_be_revoked(app, client):
 
     headers = {"Authorization": f"Bearer {api_token(app, 'ci')}"}
     assert client.post("/api/campaigns", json={"slug": "a", "name": "A"}, headers=headers).status_code == 201
-    with session_scope(app.state.engine) as s:
+    with session_scope(app_state(app).engine) as s:
         assert revoke_api_token(s, "ci") == 1
     assert client.post("/api/campaigns", json={"slug": "b", "name": "B"}, headers=headers).status_code == 401
     assert client.get("/api/campaigns", headers={"Authorization": "Bearer cbt_unknown"}).status_code == 401

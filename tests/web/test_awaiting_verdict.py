@@ -6,12 +6,13 @@ page (badge, count, filterable data-status) and on its own page."""
 import re
 
 from app.db import session_scope
+from app.state import app_state
 from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
 
 
 def test_a_tested_unconfirmed_approach_is_waiting_for_a_verdict(app, operator_client):
-    seed(app.state.engine, {"key": "a", "title": "Tested"}, {"key": "b", "title": "Not yet"})
-    with session_scope(app.state.engine) as s:
+    seed(app_state(app).engine, {"key": "a", "title": "Tested"}, {"key": "b", "title": "Not yet"})
+    with session_scope(app_state(app).engine) as s:
         trial = end_trial(s, approach(s, "a"), runner(s, "node-a", OLD_STACK), exit_code=1)
         trial_id = trial.id
     html = operator_client.get("/campaigns/c").text

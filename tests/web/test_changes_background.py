@@ -10,11 +10,12 @@ from sqlmodel import select
 from app.db import session_scope
 from app.models import ChangeScan
 from app.services import changes as changes_service
+from app.state import app_state
 from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
 
 
 def test_the_lifespan_pass_reads_new_trials_without_a_request(client, app):
-    engine = app.state.engine
+    engine = app_state(app).engine
     seed(engine, {"key": "nccl"})
     with session_scope(engine) as s:
         node = runner(s, "node-a", OLD_STACK)

@@ -18,6 +18,7 @@ from app.domain.runners import mark_connected
 from app.models import ApproachStatus
 from app.services import changes as changes_service
 from app.services import events
+from app.state import app_state
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, end_trial, runner, seed
 
 
@@ -36,7 +37,7 @@ def _line(value: float, seed_: int) -> dict:
 
 
 def test_a_throughput_drop_after_a_torch_upgrade_reaches_both_pages(operator_client, app, monkeypatch):
-    engine = app.state.engine
+    engine = app_state(app).engine
     seed(engine, {"key": "nccl", "title": "NCCL <ring>"})
     with session_scope(engine) as s:
         node = runner(s, "node-a", OLD_STACK)

@@ -13,6 +13,7 @@ import pytest
 
 from app.db import session_scope
 from app.domain.logs import dropped_marker
+from app.state import app_state
 from app.templating import asset_url
 from tests.support.seeded_trials import seed_trials
 from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
@@ -20,7 +21,7 @@ from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
 
 @pytest.fixture
 def page_client(operator_client, app):
-    seeded = seed_trials(app.state.engine)
+    seeded = seed_trials(app_state(app).engine)
     return operator_client, seeded
 
 
@@ -88,8 +89,8 @@ def test_campaign_trials_and_trial_page_lead_to_compare(page_client):
 def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_client, app):
     """?approach=a&approach=b pools each approach's succeeded trials; the Settle form queues a first round
     and shows the comparison; the page feed's refresh (HX-Request) gets the metrics block alone."""
-    seed(app.state.engine, {"key": "a"}, {"key": "b"}, slug="p")
-    with session_scope(app.state.engine) as s:
+    seed(app_state(app).engine, {"key": "a"}, {"key": "b"}, slug="p")
+    with session_scope(app_state(app).engine) as s:
         node = runner(s, "node-a", OLD_STACK)
         for key, center in (("a", 10.0), ("a", 10.0), ("b", 9.0)):
             raw = [float(x) for x in np.random.default_rng(int(center * 10)).normal(center, 0.05, 10)]
@@ -120,8 +121,8 @@ def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_clie
 
 def test_two_trials_of_one_approach_get_no_verdict_and_a_repeat_button(operator_client, app):
     """Issue 32 item 10: "indistinguishable x2.292 one sample a side" said a verdict it could not give."""
-    seed(app.state.engine, {"key": "a"}, slug="q")
-    with session_scope(app.state.engine) as s:
+    seed(app_state(app).engine, {"key": "a"}, slug="q")
+    with session_scope(app_state(app).engine) as s:
         node = runner(s, "node-a", OLD_STACK)
         line = lambda v: {"name": "verify_time_ms", "value": v, "unit": "ms"}  # noqa: E731
         ids = [end_trial(s, approach(s, "a", "q"), node, metrics=[line(v)]).id for v in (1.0, 2.292)]

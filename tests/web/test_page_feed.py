@@ -20,6 +20,7 @@ from app.models import Approach, Campaign, Runner
 from app.protocol.messages import CloseCode
 from app.security import SESSION_COOKIE
 from app.services.events import RETRY_MS, PageFeed, dom_event, feed_path, notice
+from app.state import app_state
 from tests.support.feeds import FeedReader
 from tests.support.servers import ThreadServer, start_live_server
 from tests.support.trials import (
@@ -90,7 +91,7 @@ def test_the_feed_needs_a_session_and_this_origin(srv):
         r = c.get(url, headers=headers)
         assert r.status_code == 426 and "websocket" in r.json()["detail"] and r.headers["upgrade"] == "websocket"
         assert c.post(url, headers=headers).status_code in (403, 405)
-    assert srv.app.state.page_feed.count() == 0  # refused requests leave no stream behind
+    assert app_state(srv.app).page_feed.count() == 0  # refused requests leave no stream behind
 
 
 def test_writes_publish_after_commit_and_failed_writes_do_not(srv):
@@ -108,7 +109,7 @@ def test_writes_publish_after_commit_and_failed_writes_do_not(srv):
         assert r.status_code == 200, r.text
         got = {feed.next().topic, feed.next().topic}
         assert got == {f"campaign:{cid}", f"approach:{aid}"}
-        hub: PageFeed = srv.app.state.page_feed
+        hub: PageFeed = app_state(srv.app).page_feed
         before = hub.last_seq[f"approach:{aid}"]
         # A write that fails (a dead end needs a reason) rolls back: it publishes nothing.
         r = httpx.post(
@@ -173,7 +174,7 @@ def test_a_trial_and_a_runner_notify_campaign_and_runners_pages(srv):
 def test_a_reconnecting_feed_is_sent_what_it_missed(srv):
     cid, aid = _seed(srv)
     headers, cookies = _browser(srv)
-    feed: PageFeed = srv.app.state.page_feed
+    feed: PageFeed = app_state(srv.app).page_feed
     mark = feed.mark()
     r = httpx.post(
         f"{srv.url}/api/campaigns/spec/approaches/echo/status",
@@ -297,7 +298,7 @@ def test_runners_heartbeats_are_one_notice_per_window_on_a_real_server(tmp_path,
     others only when the (long) window ends: never one notice per beat."""
     server = ThreadServer(make_settings(tmp_path, db_url, heartbeat_notice_s=3600.0)).start()
     runners: list[ProtocolRunner] = []
-    feed: PageFeed = server.app.state.page_feed
+    feed: PageFeed = app_state(server.app).page_feed
     headers, cookies = _browser(server)
     reader = FeedReader(_feed_url(server, "heartbeats", "runners", since=feed.mark()), headers, cookies)
     try:
@@ -344,7 +345,9 @@ def test_pages_carry_what_pagefeed_js_needs_and_their_fragments_follow_real_even
     assert attrs["data-feed-ended-code"] == str(CloseCode.UNAUTHORIZED)
     assert int(attrs["data-feed-retry-ms"]) == RETRY_MS
     url = attrs["data-feed-url"].replace("&amp;", "&")
-    assert url.startswith(f"/api/pages/feed?topic=campaign:{cid}&topic=runners&since={srv.app.state.page_feed.boot}.")
+    assert url.startswith(
+        f"/api/pages/feed?topic=campaign:{cid}&topic=runners&since={app_state(srv.app).page_feed.boot}."
+    )
     reader = FeedReader(srv.url + url, headers, cookies)
     try:
         assert reader.status == 101

@@ -7,6 +7,7 @@ import pytest
 from app.db import session_scope
 from app.domain import campaign_files, inventory
 from app.domain.campaign_files import export_campaign
+from app.state import app_state
 
 
 @pytest.fixture
@@ -106,7 +107,7 @@ def test_both_export_routes_stream_the_campaign_file(pages, app, monkeypatch):
         assert pages.post("/api/campaigns/c/approaches", json={"key": key, "title": f"{key}: yes"}).status_code == 201
     r = pages.post("/api/campaigns/c/approaches/d/status", json={"status": "deferred", "reason": "needs\na build"})
     assert r.status_code == 200
-    with session_scope(app.state.engine, write=False) as s:
+    with session_scope(app_state(app).engine, write=False) as s:
         expected = export_campaign(s, inventory.get_campaign(s, "c"))
     assert "- key: e" in expected and "reason: |-" in expected
     for path in ("/campaigns/c/export.yaml", "/api/campaigns/c/export"):

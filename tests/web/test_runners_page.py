@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from app.state import app_state
+
 
 @pytest.fixture(params=["sqlite"])
 def db_url(request, tmp_path):
@@ -23,12 +25,12 @@ def test_create_shows_the_token_once_and_revoke_refuses_it(operator_client, app)
     assert "CAMPAIGN_RUNNER_TOKEN=&lt;token&gt; campaign runner --server http://127.0.0.1" in r.text
     page = operator_client.get("/runners").text
     assert "gpu-node-1" in page and token not in page  # shown once, only its hash is kept
-    with session_scope(app.state.engine, write=False) as s:
+    with session_scope(app_state(app).engine, write=False) as s:
         runner = authenticate(s, token)
         assert runner is not None and runner.name == "gpu-node-1"
     r = operator_client.post(f"/runners/{runner.id}/revoke", headers={"HX-Request": "true"})
     assert r.status_code == 200
-    with session_scope(app.state.engine, write=False) as s:
+    with session_scope(app_state(app).engine, write=False) as s:
         assert authenticate(s, token) is None
 
 

@@ -6,6 +6,7 @@ import math
 import re
 
 from app.models import ApproachStatus, TrialState
+from app.state import app_state
 from tests.support.colours import CSS, colours
 
 NAMES = sorted({s.value for s in ApproachStatus} | {s.value for s in TrialState} | {"awaiting"})
@@ -39,7 +40,7 @@ def test_every_status_and_state_has_its_own_colour_defined_once():
 
 
 def test_trial_state_badge_uses_the_state_colour(app):
-    template = app.state.templates.env.get_template("_partials/trial_state.html")
+    template = app_state(app).templates.env.get_template("_partials/trial_state.html")
     for state in TrialState:
         html = template.render(state=state.value)
         assert f'class="badge badge-{state.value}"' in html, html

@@ -13,6 +13,7 @@ from sqlmodel import col, select
 from app.db import session_scope
 from app.models import Metric, Trial
 from app.security import CSRF_HEADER
+from app.state import app_state
 from tests.support.verdicts import (
     NEW_TORCH,
     OLD_STACK,
@@ -29,7 +30,7 @@ HTMX = {"HX-Request": "true"}
 
 @pytest.fixture
 def engine(app, operator_client):
-    return app.state.engine
+    return app_state(app).engine
 
 
 @pytest.fixture
