@@ -368,6 +368,8 @@ class _SideData:
     samples: int
     medians: np.ndarray  # each trial's median
     within_cv: float | None
+    log_value: float = math.nan  # log of the side's figure (NaN: no trial, or a median <= 0)
+    log_var: float = math.nan  # 2 trials or more: the variance of log_value, s^2 / m over the log medians
 
 
 def compare_rows(
@@ -455,6 +457,7 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
         grouped.setdefault(key, []).append(i)
     sizes = [len(t) for t in flat]
     cvs_of = cv_of.tolist()
+    medians_of = median_of.tolist()
     empty = _SideData(0, 0, np.empty(0), None)
     out = []
     for r, row in enumerate(rows):
@@ -465,16 +468,24 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
                 line.append(empty)
             elif len(members) == 1:  # most compared columns are one trial: no numpy call per side
                 (i,) = members
-                cv = cvs_of[i]
-                line.append(_SideData(1, sizes[i], median_of[i : i + 1], cv if cv == cv else None))
+                cv, median = cvs_of[i], medians_of[i]
+                log_value = math.log(median) if median > 0 else math.nan
+                line.append(_SideData(1, sizes[i], median_of[i : i + 1], cv if cv == cv else None, log_value))
             else:
                 cvs = [cvs_of[i] for i in members if cvs_of[i] == cvs_of[i]]  # NaN: no spread within
+                medians = median_of[members]
+                log_value = log_var = math.nan
+                if all(medians_of[i] > 0 for i in members):
+                    log_value = math.log(float(medians.mean()))
+                    log_var = float(np.var(np.log(medians), ddof=1)) / len(members)
                 line.append(
                     _SideData(
                         len(members),
                         sum(sizes[i] for i in members),
-                        median_of[members],
+                        medians,
                         sum(cvs) / len(cvs) if cvs else None,
+                        log_value,
+                        log_var,
                     )
                 )
         out.append(line)
@@ -554,8 +565,28 @@ def _known_intervals(
     sqrt 2) is exactly Student t with the estimate's df; otherwise Welch-Satterthwaite's df. The spread's own
     uncertainty is in the t quantile, computed, not drawn."""
     out: dict[tuple[int, int], tuple[float, float]] = {}
-    if not pairs:
-        return out
+    kept, centre, variance, dof = [], [], [], []
+    for r, c in pairs:
+        a, b = data[r][0], data[r][c]
+        if not (a.log_value == a.log_value and b.log_value == b.log_value):
+            continue  # NaN: no log scale, no interval
+        ka, kb = known[r][0], known[r][c]
+        va, fa = (math.log1p(ka.cv**2), ka.df) if ka is not None and a.trials == 1 else (a.log_var, a.trials - 1)
+        vb, fb = (math.log1p(kb.cv**2), kb.df) if kb is not None and b.trials == 1 else (b.log_var, b.trials - 1)
+        v = va + vb
+        if a.trials == 1 and b.trials == 1 and ka == kb:
+            f = float(fa)  # one estimate for both sides: its error moves them together
+        else:
+            f = v * v / (va * va / fa + vb * vb / fb) if v > 0 else float(min(fa, fb))
+        kept.append((r, c))
+        centre.append(b.log_value - a.log_value)
+        variance.append(v)
+        dof.append(f)
+    if kept:
+        half = sps.t.ppf(1 - (1 - confidence) / 2, np.array(dof)) * np.sqrt(np.array(variance))
+        low, high = np.exp(np.array(centre) - half), np.exp(np.array(centre) + half)
+        out.update(zip(kept, zip(low.tolist(), high.tolist(), strict=True), strict=True))
+    return out
 
     def moments(d: _SideData, k: KnownSpread | None) -> tuple[float, float, float]:  # log figure, variance, df
         if d.trials == 1:
