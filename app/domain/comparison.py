@@ -283,7 +283,7 @@ def compare_trial_pairs(
     """`compare_trials` of each (before, after) pair, in two queries whatever the number of pairs (the
     replay report). A pair with a trial not in the campaign is left out. `deciding_only`: each comparison
     holds only its deciding metric (`deciding_group`), the only one the replay report shows, so statistics
-    are computed for that metric alone (the same seeded method; its bootstrap draws are its own)."""
+    are computed for that metric alone (the same seeded method; its draws are its own)."""
     ids = sorted({i for pair in pairs for i in pair})
     by_id = _compared_trials(session, campaign, ids) if ids else {}
     kept = [pair for pair in pairs if pair[0] != pair[1] and all(i in by_id for i in pair)]
