@@ -10,8 +10,9 @@ statements it ran).
 
 --detection measures `changes.detect` on series with one value per trial: planted 5% shifts at 3% noise
 (60 points, the shift at a random position with at least 20 on each side; found = a change point within
-two points of it), flat series at 3% noise (false change points per 1,000 points), and, for reference, an
-oracle that knows there is exactly one shift and takes its maximum-likelihood location.
+two points of it), flat series at 3% noise (false change points per 1,000 points), and, for reference,
+oracles that know there is exactly one shift (its maximum-likelihood location; the board's locator) and
+the ceiling of the design: the Bayes locator that knows everything but the position.
 """
 
 from __future__ import annotations
@@ -127,20 +128,47 @@ def run(url: str, scale: float, new: int) -> None:
     engine.dispose()
 
 
+def _ml_split(values) -> int:
+    """The maximum-likelihood location of one shift: the split with the least residual sum of squares."""
+    import numpy as np
+
+    v = np.asarray(values) - np.mean(values)
+    n = v.size
+    k = np.arange(1, n)
+    left = np.cumsum(v)[:-1]
+    return int(k[np.argmax(left**2 / k + left**2 / (n - k))])
+
+
+def _ceiling_split(values, low: int, high: int, before: float, after: float, sd: float) -> int:
+    """The best any locator can do on this design: everything known but the position (both means, the noise,
+    the position uniform over low..high), the split with the most posterior mass within two points."""
+    import numpy as np
+
+    v = np.asarray(values)
+    k = np.arange(low, high + 1)
+    # log-likelihood of split k, up to a constant: the values from k on are `after`, those before `before`.
+    gain = np.cumsum(((v - before) ** 2 - (v - after) ** 2)[::-1])[::-1] / (2 * sd * sd)  # gain[j]: from j on
+    log_mass = gain[k]
+    mass = np.exp(log_mass - log_mass.max())
+    return int(k[np.argmax(np.convolve(mass, np.ones(5), mode="same"))])
+
+
 def detection(series: int, flat_points: int) -> None:
     import numpy as np
 
     from app.domain import changes
 
     rng = np.random.default_rng(24)
-    found = oracle = 0
+    found = ml = bayes = ceiling = 0
     for _ in range(series):
         at = int(rng.integers(20, 41))
         values = 100 * (1 + 0.03 * rng.standard_normal(60))
         values[at:] *= 1.05
         listed = [float(v) for v in values]
         found += any(abs(d.index - at) <= 2 for d in changes.detect(listed))
-        oracle += abs(changes._relocate(listed, 0, len(listed)) - at) <= 2
+        ml += abs(_ml_split(listed) - at) <= 2
+        bayes += abs(changes._relocate(listed, 0, len(listed)) - at) <= 2
+        ceiling += abs(_ceiling_split(listed, 20, 40, 100.0, 105.0, 3.0) - at) <= 2
     rng = np.random.default_rng(25)
     points = false = 0
     while points < flat_points:
@@ -148,7 +176,9 @@ def detection(series: int, flat_points: int) -> None:
         false += len(changes.detect(flat))
         points += len(flat)
     print(f"planted 5% shifts at 3% noise, {series} series of 60: found within 2 points {found / series:.1%}")
-    print(f"  oracle (one shift known, its maximum-likelihood location): {oracle / series:.1%}")
+    print(f"  oracle, one shift known, its maximum-likelihood location: {ml / series:.1%}")
+    print(f"  oracle, one shift known, the board's locator (most posterior mass within 2): {bayes / series:.1%}")
+    print(f"  ceiling, all but the position known (means, noise, position in 20..40): {ceiling / series:.1%}")
     print(
         f"flat series at 3% noise, {points} points: {false} false change points, {1000 * false / points:.2f} per 1,000"
     )

@@ -1,7 +1,7 @@
 """The compare page and API at the size of issue 24: 8 trials x 200 metric points x 100 raw samples each
 (160,000 samples), with every row's statistics over trials (issue 34: each column is one trial, so each
 row's interval uses the runner's run-to-run spread, estimated from --earlier repeats of the approach on
-that runner: the heaviest path, a bootstrap of every trial's samples times the spread's t draws).
+that runner: every pair's interval the known-spread t interval of docs/statistics.md, 1,400 of them).
 Prints the server time per request (median of --repeat, in-process ASGI: no network) on two clocks
 (wall, and this process's CPU), and the statistics pass alone.
 

@@ -94,7 +94,9 @@ class AnswerPublic(BaseModel):
     confidence: float
     resamples: int
     chosen: str | None
-    tiers: list[list[str]] = Field(description="Approach keys, best first; keys in one tier are indistinguishable.")
+    tiers: list[list[str]] = Field(
+        description="Approach keys, best first; keys in one tier are not ranked (inconclusive: their intervals overlap)."
+    )
     indistinguishable: list[list[str]]
     accept_length: list[AcceptLengthPublic]
     approaches: list[ApproachAnswerPublic]

@@ -4,8 +4,8 @@ A **series** is one approach's figure at one metric point on one runner, over it
 order they ran: one value per trial (the median of the row's samples, else its value). Candidates come from
 Apache Otava's E-divisive detection (`otava.analysis.compute_change_points`, Hunter's windowed variant
 with a t-test between the segments, MAX_PVALUE over WINDOW points): Otava's own significance test decides
-that a change exists. Each candidate is then placed (the likeliest single shift between its neighbours)
-and labelled by the board's own rule (statistics.compare_rows of the segments around it, one value per
+that a change exists. Each candidate is then placed between its neighbours (`_relocate`: the split with the
+most posterior mass within NEAR points, the Bayes estimator for "within two points") and labelled by the board's own rule (statistics.compare_rows of the segments around it, one value per
 trial, after over before): it is kept only when that interval excludes 1 and the effect is at least the
 campaign's minimum, so a change point always says "faster" or "slower" with its ratio and interval; the
 rule can drop a candidate, never add one. Derived series (DERIVED_FROM: bandwidths from the latency) are
@@ -47,6 +47,7 @@ from app.protocol.metrics import MetricName
 
 MAX_PVALUE = 1e-3  # Otava's significance for a split (its own default); the false-alarm budget below
 WINDOW = 100  # Otava's sliding window (its default is 50; a wider one finds more of the 5% shifts)
+NEAR = 2  # a change point is placed to be within this many points of the shift (issue 34 item 3)
 MIN_POINTS = 6  # a series shorter than this has no change points
 MAX_SERIES_POINTS = 500  # the newest trials a series is read over (bounds the CPU per new trial)
 # Figures derived from another metric's samples in the same trial (the allreduce bandwidths are the message
@@ -98,17 +99,28 @@ def detect(
 
 
 def _relocate(series: list[float], start: int, stop: int) -> int:
-    """Where in series[start:stop] one shift of the mean is likeliest: the split that maximizes the
-    standardized difference of the two sides' means (the Gaussian maximum-likelihood location; E-divisive's
-    energy distance finds the shift but places a small one less precisely)."""
-    segment = np.asarray(series[start:stop])
+    """Where in series[start:stop] its one shift of the mean most likely lies within NEAR points: the split
+    with the most posterior mass within +/- NEAR of it, the posterior over splits that of one shift (uniform
+    over the splits, flat priors on the two means, 1 / sigma on the common noise: the mass of split k is
+    proportional to (k (n - k))^(-1/2) RSS_k^(-(n - 2) / 2)). That is the Bayes estimator for "within NEAR
+    points"; the maximum-likelihood split (the least RSS) lands there less often (bench/change_points.py
+    --detection)."""
+    segment = np.asarray(series[start:stop], dtype=float)
     n = segment.size
+    if n <= 2:
+        return start + 1
+    centred = segment - segment.mean()
     split = np.arange(1, n)
-    left = np.cumsum(segment)[:-1]
-    mean_left = left / split
-    mean_right = (segment.sum() - left) / (n - split)
-    score = np.abs(mean_left - mean_right) * np.sqrt(split * (n - split) / n)
-    return start + int(split[int(np.argmax(score))])
+    left, squares = np.cumsum(centred)[:-1], np.cumsum(centred**2)[:-1]
+    right, right_squares = -left, float(np.sum(centred**2)) - squares
+    rss = squares - left**2 / split + right_squares - right**2 / (n - split)
+    floor = max(float(np.sum(centred**2)), 1e-300) * 1e-12  # identical sides: a finite log
+    log_mass = -0.5 * np.log(split * (n - split)) - 0.5 * (n - 2) * np.log(np.maximum(rss, floor))
+    mass = np.exp(log_mass - log_mass.max())
+    near = np.convolve(mass, np.ones(2 * NEAR + 1), mode="same")  # near[i]: the mass of splits i - NEAR..i + NEAR
+    # Windows that tie (a sharp step's whole mass on one split lies in 2 NEAR + 1 of them): its likeliest split.
+    best = np.flatnonzero(near >= near.max() * (1 - 1e-9))
+    return start + int(split[best[int(np.argmax(mass[best]))]])
 
 
 @dataclass(frozen=True)

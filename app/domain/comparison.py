@@ -283,7 +283,7 @@ def compare_trial_pairs(
     """`compare_trials` of each (before, after) pair, in two queries whatever the number of pairs (the
     replay report). A pair with a trial not in the campaign is left out. `deciding_only`: each comparison
     holds only its deciding metric (`deciding_group`), the only one the replay report shows, so statistics
-    are computed for that metric alone (the same seeded method; its bootstrap draws are its own)."""
+    are computed for that metric alone (the same seeded method; its draws are its own)."""
     ids = sorted({i for pair in pairs for i in pair})
     by_id = _compared_trials(session, campaign, ids) if ids else {}
     kept = [pair for pair in pairs if pair[0] != pair[1] and all(i in by_id for i in pair)]
@@ -575,15 +575,21 @@ class Spreads:
         self._logs = logs
         self._titles = titles
         self._cache: dict[tuple[SpreadKey, frozenset[int]], Spread | None] = {}
+        self._asked: dict[tuple[SpreadKey, frozenset[int]], Spread | None] = {}  # (key, judged) -> of()
 
     def of(self, key: SpreadKey, judged: frozenset[int]) -> Spread | None:
+        asked = (key, judged)
+        if asked in self._asked:  # every one-trial column of a row asks the same
+            return self._asked[asked]
         by_approach = self._logs.get(key)
-        if not by_approach:
-            return None
-        skip = frozenset(t for trials in by_approach.values() for t in trials if t in judged)
-        if (key, skip) not in self._cache:
-            self._cache[(key, skip)] = self._pooled(by_approach, skip)
-        return self._cache[(key, skip)]
+        found = None
+        if by_approach:
+            skip = frozenset(t for trials in by_approach.values() for t in trials if t in judged)
+            if (key, skip) not in self._cache:
+                self._cache[(key, skip)] = self._pooled(by_approach, skip)
+            found = self._cache[(key, skip)]
+        self._asked[asked] = found
+        return found
 
     def _pooled(self, by_approach: dict[int, dict[int, float]], skip: frozenset[int]) -> Spread | None:
         parts = []
@@ -646,9 +652,14 @@ def run_to_run_spreads(
         about[trial_id] = (approach_id, runner_id, stack_of[text], title)
     logs: dict[SpreadKey, dict[int, dict[int, float]]] = {}
     titles: dict[int, str] = {}
+    # A trial every one of these comparisons judges is left out by Spreads.of anyway: not read (the window of
+    # the newest SPREAD_TRIALS above still counts it, so the spreads are the same).
+    judged_by_all = set.intersection(*({t.id for t in trials} for _, trials in items))
     for trial_id, name, value, tags in session.execute(
         sa_select(Metric.trial_id, Metric.name, Metric.value, cast(Metric.tags, Text))  # type: ignore[call-overload]
-        .where(col(Metric.trial_id).in_(list(about)), col(Metric.name).in_(sorted(names)))
+        .where(
+            col(Metric.trial_id).in_([t for t in about if t not in judged_by_all]), col(Metric.name).in_(sorted(names))
+        )
         .order_by(col(Metric.trial_id), col(Metric.seq), col(Metric.index))
     ):
         if value is None or value <= 0 or name not in keyed_of:

@@ -34,9 +34,7 @@ from app.domain import fingerprint as stack
 from app.domain import runners as runner_domain
 from app.domain.campaign_results import Dumps, iso_utc, naive_utc
 from app.domain.errors import Invalid, NotFound
-from app.domain.runners import unmet_requirements
 from app.models import (
-    ACTIVE_TRIAL_STATES,
     TERMINAL_TRIAL_STATES,
     Approach,
     ApproachStatus,
@@ -73,19 +71,10 @@ def _verdict_trial(session: Session, approach: Approach) -> int | None:
 
 
 def _skip_reason(session: Session, approach: Approach, runner: Runner) -> str | None:
-    if not scheduling.has_recipe(approach):
-        return "no recipe"
-    unmet = unmet_requirements(approach.requirements, runner.fingerprint)
-    if unmet:
-        return f"{runner.name} lacks {', '.join(unmet)}"
-    if approach.pending_trial_id is not None:
-        return f"waits for a verdict on trial #{approach.pending_trial_id}"
-    active = session.exec(
-        select(Trial.id).where(Trial.approach_id == approach.id, col(Trial.state).in_(ACTIVE_TRIAL_STATES))
-    ).first()
-    if active is not None:
-        return f"trial #{active} of it has not ended"
-    return None
+    """Why a replay on `runner` cannot queue a trial of the approach: the one runnability check
+    (scheduling.can_run), asked of that runner alone; None when it can."""
+    check = scheduling.can_run(session, approach, runner=runner)
+    return None if check.able else check.reason
 
 
 def start(session: Session, campaign: Campaign, runner_id: int, actor: str) -> tuple[Replay, list[Trial]]:

@@ -261,13 +261,19 @@ class CanRun:
 
 
 def can_run(
-    session: Session, approach: Approach, *, online: set[int] | None = None, verdict_first: bool = True
+    session: Session,
+    approach: Approach,
+    *,
+    online: set[int] | None = None,
+    verdict_first: bool = True,
+    runner: Runner | None = None,
 ) -> CanRun:
     """The one check of what can run, for every way of starting or queueing a trial of a chosen approach
     (run this, repeat, settle; run next applies the same requirement test to its candidates): a recipe,
     not archived, no trial of it queued or running, no verdict awaited, and a connected runner that meets
     its requirements. A trial no runner can take is refused with the reason, never queued to wait forever.
-    `verdict_first=False` (repeat, settle): their rounds measure, they do not wait for the pending verdict."""
+    `verdict_first=False` (repeat, settle): their rounds measure, they do not wait for the pending verdict.
+    `runner` (a replay, whose trials are pinned to it): that runner alone must be connected and able."""
     if approach.archived_at is not None:
         return CanRun([], f"{approach.title} is archived: restore it first")
     if not has_recipe(approach):
@@ -281,12 +287,20 @@ def can_run(
         return CanRun(
             [], f"{approach.title} waits for your verdict on trial #{approach.pending_trial_id}: confirm it first"
         )
-    return runners_for(session, approach, online=online)
+    return runners_for(session, approach, online=online, runner=runner)
 
 
-def runners_for(session: Session, approach: Approach, *, online: set[int] | None = None) -> CanRun:
+def runners_for(
+    session: Session, approach: Approach, *, online: set[int] | None = None, runner: Runner | None = None
+) -> CanRun:
     """The runner half of `can_run`: the connected runners that meet the approach's requirements, or why
-    none does (the queue says it of a trial that waits for a runner that is not there)."""
+    none does (the queue says it of a trial that waits for a runner that is not there); with `runner`,
+    that one runner, or why not."""
+    if runner is not None:
+        if not runner.connected or runner.revoked_at is not None or (online is not None and runner.id not in online):
+            return CanRun([], f"{runner.name} is not connected")
+        unmet = unmet_requirements(approach.requirements, runner.fingerprint)
+        return CanRun([], f"{runner.name} lacks {_join(unmet)}") if unmet else CanRun([runner])
     connected = _connected_runners(session, online)
     if not connected:
         return CanRun([], "no runner is connected")

@@ -13,8 +13,11 @@ Between a side and the first (the reference) side, per metric point:
     show, and calls identical configurations different far more often than its confidence says
     (bench/verdict_error_rates.py measures both);
   - 1 trial: only with a **known run-to-run spread** (`KnownSpread`: the campaign's earlier repeats of
-    that metric on that runner and stack): the trial's bootstrap medians (its samples resampled) times
-    exp(sigma x t_df), df the spread's own degrees of freedom; without one the side gives **no verdict**;
+    that metric on that runner and stack), and then the pair's interval is computed, not drawn
+    (`_known_intervals`): the prediction form, log ratio +/- t_df x sqrt(sigma_a^2 + sigma_b^2), sigma^2 =
+    log(1 + cv^2), df the spread's own degrees of freedom (exact when both sides read one estimate; else
+    Welch-Satterthwaite's, a side of m trials contributing s^2 / m with m - 1); without one the side gives
+    **no verdict**;
 - a **Welch t-test** p-value over the trials' log medians (2 trials a side or more), else None;
 - a **verdict**, against the campaign's minimum effect m (`Rule.min_effect`):
   **faster** / **slower** when the interval excludes 1 and the ratio is at least 1 + m or at most
@@ -27,10 +30,10 @@ Between a side and the first (the reference) side, per metric point:
 - each side's within-run and run-to-run **coefficients of variation**; over `Rule.unstable_cv` the side
   is **unstable** (pyperf warns about unstable benchmarks the same way).
 
-Vectorized over every row of a comparison at once (8 trials x 200 points in one pass): a trial's
-bootstrap median costs O(1) (the k-th order statistic at floor(n U), U ~ Beta(k, n - k + 1)), and each
-kind of draw comes from a pool seeded by (seed, its size), each side reading it at an offset of its own
-column: a row's figures depend on its own samples alone, the same on every page load.
+Vectorized over every row of a comparison at once (8 trials x 200 points in one pass): the t draws of
+sides of 2 trials or more come from a pool seeded by (seed, df), each side reading it at an offset of its
+own column; the known-spread pairs are closed-form: a row's figures depend on its own samples alone, the
+same on every page load.
 
 Pure functions over numbers (numpy, scipy); no database, no web. `compare` is the one-pair call;
 `compare_rows` the vectorized one; both answer with the same dataclasses. `trial_estimate`,
@@ -297,7 +300,8 @@ def trial_resamples(
     between_cv: float | None = None,
     between_df: int | None = None,
 ) -> np.ndarray | None:
-    """Draws of `trial_estimate(...).value`'s uncertainty, the method of `compare_rows` for one side:
+    """Draws of `trial_estimate(...).value`'s uncertainty, one side alone (`compare_rows` computes a pair with
+    a known spread in closed form instead):
 
     - `between_cv` given (the run-to-run spread known from the campaign's earlier repeats of this metric on
       this runner and stack; `between_df` its degrees of freedom, None: taken as exact): each trial's
@@ -363,8 +367,9 @@ class _SideData:
     trials: int
     samples: int
     medians: np.ndarray  # each trial's median
-    single: np.ndarray | None  # the one trial's sorted samples (one-trial sides)
     within_cv: float | None
+    log_value: float = math.nan  # log of the side's figure (NaN: no trial, or a median <= 0)
+    log_var: float = math.nan  # 2 trials or more: the variance of log_value, s^2 / m over the log medians
 
 
 def compare_rows(
@@ -396,10 +401,12 @@ def compare_rows(
         if d.trials >= 2 or (d.trials == 1 and known_of[r][c] is not None)
     }
     wanted = {(r, c) for r, row in enumerate(data) for c in range(1, len(row)) if (r, 0) in usable and (r, c) in usable}
-    need = {key for pair in wanted for key in (pair, (pair[0], 0))}
-    draws = _side_draws(data, known_of, need, rule)
-    pairs_ix = sorted(wanted)
-    intervals = _intervals(draws, pairs_ix, rule.confidence)
+    # Both sides of 2 trials or more: draws of each side's t posterior; a one-trial side (its spread known): the
+    # t interval of the prediction form, exact, computed (no draws).
+    drawn = sorted((r, c) for r, c in wanted if data[r][0].trials >= 2 and data[r][c].trials >= 2)
+    need = {key for pair in drawn for key in (pair, (pair[0], 0))}
+    intervals = _intervals(_side_draws(data, need, rule), drawn, rule.confidence)
+    intervals.update(_known_intervals(data, known_of, sorted(wanted.difference(drawn)), rule.confidence))
     p_values = _welch(data, [(r, c) for r, row in enumerate(data) for c in range(1, len(row))])
     out: list[RowStats] = []
     for r, row in enumerate(data):
@@ -422,7 +429,7 @@ def compare_rows(
 
 
 def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
-    """Each trial sorted (one sort per sample size over the stacked trials), its median and CV."""
+    """Each trial's median and CV (one numpy pass per sample size over the stacked trials)."""
     flat: list[Sequence[float]] = []
     where: list[tuple[int, int]] = []
     for r, row in enumerate(rows):
@@ -434,26 +441,24 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
     by_size: dict[int, list[int]] = {}
     for i, one in enumerate(flat):
         by_size.setdefault(len(one), []).append(i)
-    sorted_of: list[np.ndarray] = [np.empty(0)] * len(flat)
     median_of = np.empty(len(flat))
     cv_of = np.full(len(flat), np.nan)
     for n, members in by_size.items():
-        # One conversion and one sort for every trial of this size (not one numpy call per trial).
-        stacked = np.sort(np.array([flat[i] for i in members], dtype=float), axis=1)
-        median_of[members] = 0.5 * (stacked[:, (n - 1) // 2] + stacked[:, n // 2])
+        # One conversion for every trial of this size (not one numpy call per trial).
+        stacked = np.array([flat[i] for i in members], dtype=float)
+        median_of[members] = np.median(stacked, axis=1)
         if n >= 2:
             means = stacked.mean(axis=1)
             with np.errstate(divide="ignore", invalid="ignore"):
                 cvs = stacked.std(axis=1, ddof=1) / np.abs(means)
             cv_of[members] = np.where(means != 0, cvs, np.nan)
-        for j, i in enumerate(members):
-            sorted_of[i] = stacked[j]
     grouped: dict[tuple[int, int], list[int]] = {}
     for i, key in enumerate(where):
         grouped.setdefault(key, []).append(i)
     sizes = [len(t) for t in flat]
     cvs_of = cv_of.tolist()
-    empty = _SideData(0, 0, np.empty(0), None, None)
+    medians_of = median_of.tolist()
+    empty = _SideData(0, 0, np.empty(0), None)
     out = []
     for r, row in enumerate(rows):
         line = []
@@ -463,17 +468,24 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
                 line.append(empty)
             elif len(members) == 1:  # most compared columns are one trial: no numpy call per side
                 (i,) = members
-                cv = cvs_of[i]
-                line.append(_SideData(1, sizes[i], median_of[i : i + 1], sorted_of[i], cv if cv == cv else None))
+                cv, median = cvs_of[i], medians_of[i]
+                log_value = math.log(median) if median > 0 else math.nan
+                line.append(_SideData(1, sizes[i], median_of[i : i + 1], cv if cv == cv else None, log_value))
             else:
                 cvs = [cvs_of[i] for i in members if cvs_of[i] == cvs_of[i]]  # NaN: no spread within
+                medians = median_of[members]
+                log_value = log_var = math.nan
+                if all(medians_of[i] > 0 for i in members):
+                    log_value = math.log(float(medians.mean()))
+                    log_var = float(np.var(np.log(medians), ddof=1)) / len(members)
                 line.append(
                     _SideData(
                         len(members),
                         sum(sizes[i] for i in members),
-                        median_of[members],
-                        None,
+                        medians,
                         sum(cvs) / len(cvs) if cvs else None,
+                        log_value,
+                        log_var,
                     )
                 )
         out.append(line)
@@ -500,56 +512,30 @@ def _read_at(pool: np.ndarray, columns: np.ndarray, widths: np.ndarray) -> np.nd
     return np.lib.stride_tricks.sliding_window_view(np.concatenate([pool, pool]), b)[offsets]
 
 
-_POOL_KINDS = {"t": 1, "normal": 3, "scale": 4}
-
-
 @functools.lru_cache(maxsize=512)
-def _pool(seed: int, b: int, kind: str, df: int) -> np.ndarray:
-    """b draws of one kind (Student t with df, standard normal, or 1 / sqrt(chi2_df / df)), stratified: one
-    draw in each 1/b-quantile slice, shuffled. The same pool serves every page load and every row, so an
-    unlucky plain sample would shift every interval the same way. Cached (read-only) across calls."""
-    rng = np.random.default_rng((seed, _POOL_KINDS[kind], df))
+def _t_pool(seed: int, b: int, df: int) -> np.ndarray:
+    """b Student t draws with df degrees of freedom, stratified: one in each 1/b-quantile slice, shuffled. The
+    same pool serves every page load and every row, so an unlucky plain sample would shift every interval
+    the same way. Cached (read-only) across calls."""
+    rng = np.random.default_rng((seed, 1, df))
     u = rng.permutation((np.arange(b) + rng.random(b)) / b)
-    if kind == "t":
-        drawn = sps.t.ppf(u, df)
-    elif kind == "normal":
-        drawn = sps.norm.ppf(u)
-    else:
-        drawn = 1 / np.sqrt(sps.chi2.ppf(u, df) / df)
-    out = drawn.astype(np.float32)
+    out = sps.t.ppf(u, df).astype(np.float32)
     out.flags.writeable = False
     return out
 
 
 def _side_draws(
-    data: list[list[_SideData]], known: list[list[KnownSpread | None]], need: set[tuple[int, int]], rule: Rule
+    data: list[list[_SideData]], need: set[tuple[int, int]], rule: Rule
 ) -> tuple[dict[tuple[int, int], int], np.ndarray]:
-    """Draws of each needed side's figure on the log scale (log value + its uncertainty): (side -> row of
-    the matrix, the [side, n_resamples] matrix)."""
+    """Draws of each needed side's figure (2 trials or more) on the log scale, log(mean of medians) +
+    s / sqrt(m) x t_(m-1): (side -> row of the matrix, the [side, n_resamples] matrix)."""
     b = rule.n_resamples
     keys = sorted(need)
     at = {key: i for i, key in enumerate(keys)}
     out = np.empty((len(keys), b), dtype=np.float32)  # ample for interval ends to 3 decimals
-
-    def t_pool(df: int) -> np.ndarray:
-        return _pool(rule.seed, b, "t", df)
-
-    def normal_pool() -> np.ndarray:
-        return _pool(rule.seed, b, "normal", 0)
-
-    def scale_pool(df: int) -> np.ndarray:  # 1 / sqrt(chi2_df / df)
-        return _pool(rule.seed, b, "scale", df)
-
     by_m: dict[int, list[tuple[int, int]]] = {}
-    by_n: dict[int, list[tuple[int, int]]] = {}
     for key in keys:
-        d = data[key[0]][key[1]]
-        if d.trials >= 2:
-            by_m.setdefault(d.trials, []).append(key)
-        else:
-            assert d.single is not None
-            by_n.setdefault(int(d.single.size), []).append(key)
-    # Sides of 2 trials or more: log(mean of medians) + s / sqrt(m) x t_(m-1).
+        by_m.setdefault(data[key[0]][key[1]].trials, []).append(key)
     for m, members in by_m.items():
         medians = np.stack([data[r][c].medians for r, c in members])
         positive = np.all(medians > 0, axis=1)
@@ -557,65 +543,79 @@ def _side_draws(
         centre = np.log(np.where(positive, medians.mean(axis=1), np.nan))
         scale = logs.std(axis=1, ddof=1) / math.sqrt(m)
         spread = _read_at(
-            t_pool(m - 1), np.array([c for _, c in members]), np.array([len(data[r]) for r, _ in members])
+            _t_pool(rule.seed, b, m - 1),
+            np.array([c for _, c in members]),
+            np.array([len(data[r]) for r, _ in members]),
         )
         out[[at[k] for k in members]] = centre[:, None] + scale[:, None] * spread
-    # One-trial sides with a known spread: the trial's bootstrap medians x exp(sigma x t_df).
-    for n, members in by_n.items():
-        lo_ix, hi_ix = _median_indexes(rule.seed, n, b)
-        columns = np.array([c for _, c in members])
-        widths = np.array([len(data[r]) for r, _ in members])
-        trials = np.stack([data[r][c].single for r, c in members])  # type: ignore[misc]
-        # On the log scale first (n logs a trial, not n_resamples; for even n the two middle order statistics
-        # are then averaged geometrically, a difference far below the resampling error).
-        with np.errstate(divide="ignore", invalid="ignore"):
-            trials = np.log(np.where(trials > 0, trials, np.nan)).astype(np.float32)
-        values = np.empty((len(members), b), dtype=np.float32)
-        # Sides at one (column, width) read the same indexes: one column gather each, not one per side.
-        read_key = columns * 100_003 + widths
-        for key in np.unique(read_key):
-            rows = np.flatnonzero(read_key == key)
-            lo = _read_at(lo_ix, columns[rows[:1]], widths[rows[:1]])[0]
-            picked = trials[rows][:, lo]
-            if hi_ix is not None:
-                picked = 0.5 * (picked + trials[rows][:, _read_at(hi_ix, columns[rows[:1]], widths[rows[:1]])[0]])
-            values[rows] = picked
-        logs = values
-        spreads = [known[r][c] for r, c in members]
-        sigma = np.array([math.sqrt(math.log1p(k.cv**2)) for k in spreads if k is not None])
-        dfs = np.array([k.df for k in spreads if k is not None])
-        # sigma x t_df as Z / sqrt(chi2_df / df): the Z each side's own, the chi-square scale one draw for every
-        # side of a row (read at one offset). The sides of a row usually share one spread estimate, and its
-        # error moves them together: independent t draws would average it out and call too much.
-        factor = _read_at(normal_pool(), columns + 1, widths + 1)
-        for df in np.unique(dfs):
-            rows = np.flatnonzero(dfs == df)
-            factor[rows] *= _read_at(scale_pool(int(df)), np.zeros(rows.size, dtype=np.intp), widths[rows])
-        out[[at[k] for k in members]] = logs + sigma[:, None] * factor
     return at, out
 
 
-@functools.lru_cache(maxsize=512)
-def _median_indexes(seed: int, n: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """`_order_statistic_draws` of a sample size, seeded by (seed, size), cached (read-only) across calls."""
-    lo, hi = _order_statistic_draws(n, b, np.random.default_rng((seed, 2, n)))
-    for a in (lo, hi):
-        if a is not None:
-            a.flags.writeable = False
-    return lo, hi
+def _known_intervals(
+    data: list[list[_SideData]],
+    known: list[list[KnownSpread | None]],
+    pairs: list[tuple[int, int]],
+    confidence: float,
+) -> dict[tuple[int, int], tuple[float, float]]:
+    """The pairs with a one-trial side that uses a known run-to-run spread: the t interval of the log ratio
+    (the prediction form for a new trial). Each side's log figure has a variance and its degrees of freedom:
+    a one-trial side its known spread's (sigma^2 = log(1 + cv^2), the spread's df: the spread was estimated
+    from trial medians, so it carries the within-run noise too), a side of m trials s^2 / m with m - 1 (s
+    over its trials' log medians). Two one-trial sides reading the same estimate: (log b - log a) / (sigma
+    sqrt 2) is exactly Student t with the estimate's df; otherwise Welch-Satterthwaite's df. The spread's own
+    uncertainty is in the t quantile, computed, not drawn."""
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    kept, centre, variance, dof = [], [], [], []
+    for r, c in pairs:
+        a, b = data[r][0], data[r][c]
+        if not (a.log_value == a.log_value and b.log_value == b.log_value):
+            continue  # NaN: no log scale, no interval
+        ka, kb = known[r][0], known[r][c]
+        va, fa = (math.log1p(ka.cv**2), ka.df) if ka is not None and a.trials == 1 else (a.log_var, a.trials - 1)
+        vb, fb = (math.log1p(kb.cv**2), kb.df) if kb is not None and b.trials == 1 else (b.log_var, b.trials - 1)
+        v = va + vb
+        if a.trials == 1 and b.trials == 1 and ka == kb:
+            f = float(fa)  # one estimate for both sides: its error moves them together
+        else:
+            f = v * v / (va * va / fa + vb * vb / fb) if v > 0 else float(min(fa, fb))
+        kept.append((r, c))
+        centre.append(b.log_value - a.log_value)
+        variance.append(v)
+        dof.append(f)
+    if kept:
+        half = sps.t.ppf(1 - (1 - confidence) / 2, np.array(dof)) * np.sqrt(np.array(variance))
+        low, high = np.exp(np.array(centre) - half), np.exp(np.array(centre) + half)
+        out.update(zip(kept, zip(low.tolist(), high.tolist(), strict=True), strict=True))
+    return out
 
+    def moments(d: _SideData, k: KnownSpread | None) -> tuple[float, float, float]:  # log figure, variance, df
+        if d.trials == 1:
+            assert k is not None
+            return math.log(float(d.medians[0])), math.log1p(k.cv**2), float(k.df)
+        logs = np.log(d.medians)
+        return math.log(float(d.medians.mean())), float(np.var(logs, ddof=1)) / d.trials, float(d.trials - 1)
 
-def _order_statistic_draws(n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
-    """Indexes into a sorted sample of n for `size` bootstrap medians (the second index for even n)."""
-    if n == 1:
-        return np.zeros(size, dtype=np.intp), None
-    k = (n + 1) // 2
-    u = rng.beta(k, n - k + 1, size=size)
-    lo = np.minimum((u * n).astype(np.intp), n - 1)
-    if n % 2:
-        return lo, None
-    v = u + (1 - u) * rng.beta(1, n - k, size=size)
-    return lo, np.minimum((v * n).astype(np.intp), n - 1)
+    kept, centre, variance, dof = [], [], [], []
+    for r, c in pairs:
+        a, b = data[r][0], data[r][c]
+        if not (np.all(a.medians > 0) and np.all(b.medians > 0)):
+            continue  # no log scale: no interval
+        (la, va, fa), (lb, vb, fb) = moments(a, known[r][0]), moments(b, known[r][c])
+        v = va + vb
+        if a.trials == 1 and b.trials == 1 and known[r][0] == known[r][c]:
+            f = fa  # one estimate for both sides: its error moves them together
+        else:
+            f = v * v / (va * va / fa + vb * vb / fb) if v > 0 else min(fa, fb)
+        kept.append((r, c))
+        centre.append(lb - la)
+        variance.append(v)
+        dof.append(f)
+    if kept:
+        half = sps.t.ppf(1 - (1 - confidence) / 2, np.array(dof)) * np.sqrt(np.array(variance))
+        low, high = np.exp(np.array(centre) - half), np.exp(np.array(centre) + half)
+        for key, lo, hi in zip(kept, low.tolist(), high.tolist(), strict=True):
+            out[key] = (lo, hi)
+    return out
 
 
 def _intervals(

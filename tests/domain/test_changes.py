@@ -14,9 +14,9 @@ from app.models import ApproachStatus, ChangePoint, ChangeScan, NotificationEven
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, end_trial, runner, seed
 
 # The detection-rate property, measured on this seed: planted 5% shifts at 3% noise, in series of 60 points
-# with at least 20 on each side of the shift. Found within two points: 173 of 200 on this seed, so REACHED,
-# below the 90% issues 24 and 34 ask (docs/statistics.md says why).
-REACHED = 0.85
+# with at least 20 on each side of the shift. Found within two points: 176 of 200 on this seed (173 with the
+# maximum-likelihood split), so REACHED, below the 90% issues 24 and 34 ask (docs/statistics.md says why).
+REACHED = 0.87
 
 
 def _planted(rng: np.random.Generator, n: int = 60) -> tuple[list[float], int]:
@@ -34,6 +34,35 @@ def test_planted_5_percent_shifts_at_3_percent_noise_are_found_within_two_points
         values, at = _planted(rng)
         found += any(abs(d.index - at) <= 2 for d in changes.detect(values))
     assert found / trials >= REACHED
+
+
+def _least_squares_split(values: list[float]) -> int:
+    """The maximum-likelihood location of one shift (the split with the least residual sum of squares)."""
+    v = np.asarray(values) - np.mean(values)
+    k = np.arange(1, v.size)
+    left = np.cumsum(v)[:-1]
+    return int(k[np.argmax(left**2 / k + left**2 / (v.size - k))])
+
+
+def test_the_locator_lands_within_two_points_more_often_than_the_maximum_likelihood_split():
+    # The most posterior mass within +/- 2 is the Bayes estimator for "within two points": on 2,000 planted
+    # shifts it is there 90.2% of the time, the least-squares split 85.5% (seed 31).
+    rng = np.random.default_rng(31)
+    board = least_squares = 0
+    for _ in range(2000):
+        values, at = _planted(rng)
+        board += abs(changes._relocate(values, 0, len(values)) - at) <= 2
+        least_squares += abs(_least_squares_split(values) - at) <= 2
+    assert board / 2000 >= 0.89
+    assert board - least_squares >= 60
+
+
+def test_the_locator_places_a_clear_step_exactly_and_a_flat_run_without_failing():
+    step = [10.0, 10.1, 9.9, 10.0, 10.05, 12.0, 12.1, 11.9, 12.0, 12.05, 11.95]
+    assert changes._relocate(step, 0, len(step)) == 5
+    assert changes._relocate([0.0, *step], 1, len(step) + 1) == 6  # an index into the whole series
+    assert 1 <= changes._relocate([3.0] * 8, 0, 8) <= 7
+    assert changes._relocate([1.0, 2.0], 0, 2) == 1
 
 
 def test_at_most_one_false_change_point_per_thousand_points_without_a_shift():

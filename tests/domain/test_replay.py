@@ -22,6 +22,7 @@ from app.models import (
     Runner,
     Trial,
     TrialState,
+    utcnow,
 )
 from tests.support.replay import build, latency
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, run_to_end, runner
@@ -181,11 +182,44 @@ def test_a_replay_skips_what_the_runner_cannot_run_and_refuses_when_that_is_ever
         assert _keys(s, queued) == ["fast", "measured"]
         assert row.entries[-1] == {
             "approach_id": approach(s, "slow").id, "key": "slow", "title": "SLOW", "status": "queued",
-            "skipped": f"trial #{busy.id} of it has not ended",
+            "skipped": f"SLOW is already being tried: trial #{busy.id} is queued",
         }  # fmt: skip
         assert [r.skipped for r in replay.report(s, campaign(s), row).rows] == [
             "",
             "",
-            f"trial #{busy.id} of it has not ended",
+            f"SLOW is already being tried: trial #{busy.id} is queued",
         ]
         assert s.exec(select(Trial).where(col(Trial.replay_id) == row.id)).all() == queued
+
+
+def test_a_replay_asks_the_one_runnability_check_of_its_runner(engine, monkeypatch):
+    # replay._skip_reason is scheduling.can_run asked of the replay's runner: a runner that is not connected,
+    # a verdict awaited and an archived approach are refused as "Run this" refuses them.
+    build(engine)
+    with session_scope(engine) as s:
+        away = runner(s, "away", {**NEW_TORCH, "hostname": "away"}, connected=False)
+        gone = "nothing to replay on away: SLOW: away is not connected; FAST: away is not connected; MEASURED: away is not connected"
+        with pytest.raises(Invalid, match=f"^{gone}$"):
+            replay.start(s, campaign(s), away.id, "bob")  # type: ignore[arg-type]
+        node_b = runner(s, "node-b", NEW_TORCH)
+        fast, slow = approach(s, "fast"), approach(s, "slow")
+        slow.archived_at = utcnow()
+        fast.pending_trial_id = s.exec(select(Trial.id).where(Trial.approach_id == fast.id)).first()
+        s.add_all([fast, slow])
+        s.flush()
+        asked = []
+        real = scheduling.can_run
+
+        def can_run(*a, **k):
+            asked.append((a[1].key, k["runner"].name))
+            return real(*a, **k)
+
+        monkeypatch.setattr(scheduling, "can_run", can_run)
+        row, queued = replay.start(s, campaign(s), node_b.id, "bob")  # type: ignore[arg-type]
+        assert sorted(asked) == [("fast", "node-b"), ("measured", "node-b"), ("slow", "node-b")]
+        assert _keys(s, queued) == ["measured"]
+        skipped = {e["key"]: e["skipped"] for e in row.entries if "skipped" in e}
+        assert skipped == {
+            "fast": f"FAST waits for your verdict on trial #{fast.pending_trial_id}: confirm it first",
+            "slow": "SLOW is archived: restore it first",
+        }
