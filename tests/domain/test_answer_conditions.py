@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import inventory
@@ -19,6 +20,7 @@ from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
 from app.domain.errors import Invalid
 from app.domain.statistics import trial_estimate, trial_estimates_many, trial_resamples, trial_resamples_many
+from app.models import Metric
 from app.schemas import ApproachCreate, CampaignCreate
 from tests.support.speculation import SweepBuilder, approach, build_sweep_campaign, spec
 
@@ -217,3 +219,33 @@ def test_vectorized_trial_estimates_match_the_statistics_home():
             and one.between_cv == pytest.approx(many.between_cv)
             and one.within_cv == pytest.approx(many.within_cv)
         )
+
+
+def test_a_draft_step_at_another_world_size_is_missing_until_measured_at_the_verify_tp(session):
+    """The draft step runs the head's collectives at the target's TP: one measured at TP 1 never pairs with a
+    TP 2 verify (issue 33: the draft step's world size is one of the compared conditions)."""
+    built = build_sweep_campaign(
+        session, slug="draft-tp", approaches={"nccl-graph": ("NCCL", 17.0, 1e5, 1024)}, batches=(1, 2)
+    )
+    campaign = built.campaign
+    (verify,) = [a for a in inventory.approaches(session, campaign)]
+    draft = inventory.add_approach(session, campaign, ApproachCreate(key="draft-tp1", title="draft"), actor="t")
+    tp1 = {"device": "cuda", "context": 1024, "mode": "graph", "world_size": 1}
+    # The fixture's draft sweep states no world size: replace it by one at TP 1, newer than everything.
+    for trial_metrics in session.exec(select(Metric).where(Metric.name == "draft_step_ms")).all():
+        session.delete(trial_metrics)
+    built.trial(draft, [("draft_step_ms", 0.5, {**tp1, "batch": b}, [0.5, 0.51]) for b in (1, 2)])
+    session.flush()
+    answer = read_answer(session, campaign)
+    grid = answer.speculation.approach(verify.key)
+    assert grid is not None and all(c.speedup is None and "no draft step" in c.note for c in grid.cells)
+    missing = next(m for m in answer.speculation.missing if m.what.startswith("draft step"))
+    assert "world size 1" in missing.how and "world_size: 2" in missing.how and "not borrowed" in missing.how
+    assert not any(f.name.startswith("draft step") for f in answer.speculation.inputs)  # never borrowed
+    # Measured at the verify's TP, it pairs.
+    built.trial(draft, [("draft_step_ms", 0.6, {**tp1, "world_size": 2, "batch": b}, [0.6, 0.61]) for b in (1, 2)])
+    session.flush()
+    grid = read_answer(session, campaign).speculation.approach(verify.key)
+    assert grid is not None and all(c.speedup is not None for c in grid.cells)
+    draft_fig = next(f for f in read_answer(session, campaign).speculation.inputs if f.name == "draft step at batch 2")
+    assert "world size 2" in draft_fig.conditions

@@ -644,6 +644,7 @@ def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str 
                 None,
             )
         )
+    worlds = {ai.key: ai.world_size for ai in spec.approaches}
     for key, why in gaps.items():
         kinds: dict[str, list[str]] = defaultdict(list)
         for text in why:
@@ -666,10 +667,12 @@ def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str 
                 )
             )
         if kinds["draft"]:
+            world = worlds.get(key, 1)
             out.append(
                 Missing(
                     f"draft step at batch {_batches_text([int(b) for b in kinds['draft']])}",
-                    "run the draft_step recipe with these `batches`",
+                    f"run the draft_step recipe with these `batches` and `world_size` {world} (the verify step's TP: "
+                    "a draft step measured at another world size is not paired)",
                     key,
                 )
             )

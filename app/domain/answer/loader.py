@@ -3,9 +3,9 @@
 Every decode step T_base(b), draft step, verify compute (b, k) and allreduce figure of the campaign is read with
 its trial's stack (`answer_rows`: one query). A figure's conditions are its ConditionTag tags and its trial's
 stack (`values.Conditions`); what must agree depends on the figure (`KEYS`): the decode and verify steps on world
-size, mode, context, dtype, device and the model geometry (the same stand-in); the draft step (its recipe runs one
-GPU) on mode, context, dtype and device; the allreduce curve on world size, mode, dtype and device; all of them on
-the stack. The decode and verify figures' distinct conditions are the campaign's *condition sets*
+size, mode, context, dtype, device and the model geometry (the same stand-in); the draft step on world size (the
+target's TP: its recipe runs the head's collectives at that size), mode, context, dtype and device; the allreduce
+curve on world size, mode, dtype and device; all of them on the stack. The decode and verify figures' distinct conditions are the campaign's *condition sets*
 (`condition_sets`); the answer is given per set, and an input found only under other conditions is `Missing`,
 never borrowed. Within a set, each input comes from the approach's own trials, else from the approach with the
 newest agreeing trial; every agreeing trial of that approach is a replicate (the trial is the unit).
@@ -51,7 +51,7 @@ _STEP_KEYS = (*ConditionTag.PAIRING, *ConditionTag.GEOMETRY_KEYS)
 KEYS: dict[str, tuple[str, ...]] = {
     DECODE: _STEP_KEYS,
     VERIFY: _STEP_KEYS,
-    DRAFT: (ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE, ConditionTag.DEVICE),
+    DRAFT: (ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE, ConditionTag.DEVICE),
     ALLREDUCE: (ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.DTYPE, ConditionTag.DEVICE),
 }
 # A figure timed by the wall clock around a synchronize (`timer: wall-sync`, the recipes' `clock: wall`) is an
@@ -225,7 +225,7 @@ def speculation_inputs(
     run = _params(want, ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE)
     for what, pool, keys, how in (
         ("plain decode step", decode, _STEP_KEYS, "the verify_step recipe (`batches`, draft_tokens [0])"),
-        ("draft step", draft, KEYS[DRAFT], "the draft_step recipe (`batches`)"),
+        ("draft step", draft, KEYS[DRAFT], "the draft_step recipe (`batches`, `world_size`)"),
         ("verify compute", verify, _STEP_KEYS, "the verify_step recipe (`batches`, `draft_tokens` 1-7)"),
     ):
         if conditions is None or any(r.conditions.agrees(want.only(keys)) for r in pool.rows):
