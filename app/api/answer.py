@@ -84,6 +84,10 @@ class ConditionSetPublic(BaseModel):
     label: str
     approaches: int
     cells: int
+    inputs: int = Field(
+        0, description="Of the four inputs an answer needs (decode step, draft step, verify compute, accept length)."
+    )
+    answers: bool = Field(False, description="It holds all four: this set can answer.")
 
 
 class AnswerPublic(BaseModel):
@@ -102,7 +106,11 @@ class AnswerPublic(BaseModel):
     missing: list[MissingPublic]
     conditions: str | None = Field(description="The condition set this answer is given under (its key).")
     conditions_label: str | None
-    default_conditions: str | None = Field(description="The key of the default condition set.")
+    default_conditions: str | None = Field(
+        description="The key of the default condition set: the one holding most of the four inputs an answer "
+        "needs (decode, draft and verify steps, accept length), then most approaches, then most cells with a speedup."
+    )
+    default_conditions_label: str | None = Field(None, description="The default condition set in words.")
     condition_sets: list[ConditionSetPublic]
     within_run_only: bool = Field(description="Some figure reads an input measured by one trial.")
     flags: list[str] = Field(

@@ -37,6 +37,11 @@ def test_the_charts_page_lets_a_person_choose_the_conditions(app, operator_clien
     at_4096 = client.get(f"/api/campaigns/{SLUG}/answer?context=4096", headers=api_headers).json()
     assert at_4096["approaches"] == [] and "context=4096" in at_4096["conditions"]
     assert any(m["what"].startswith("verify compute") and "not borrowed" in m["how"] for m in at_4096["missing"])
+    assert (
+        at_4096["default_conditions"] == body["conditions"] and "context 1,024" in at_4096["default_conditions_label"]
+    )
+    assert next(c for c in body["condition_sets"] if c["key"] == body["default_conditions"])["answers"]
     page = operator_client.get(f"/campaigns/{SLUG}/charts?conditions={at_4096['conditions']}").text
     assert "measured only under other conditions" in page
+    assert "(the default is context 1,024, graph" in " ".join(re.sub(r"<[^>]+>", " ", page).split())
     assert client.get(f"/api/campaigns/{SLUG}/answer?context=8192", headers=api_headers).status_code == 422

@@ -3,8 +3,9 @@ campaign page card, the share and status pages, `GET /api/campaigns/{slug}/answe
 answer`, planning).
 
 One `Answer` holds: the grid over (batch, draft tokens) under one condition set (`speculation`), every condition
-set the campaign holds and which one is the default (the most complete: most approaches on the grid, then most
-cells with a speedup), the batch-1 report (the profitability card: tau*, the break-even latency, the verdict per
+set the campaign holds and which one is the default (the most complete: first the set holding most of the four
+inputs an answer needs, a decode step, a draft step, a verify compute and an accept length at a verified draft
+length, so a set that can answer comes first; then most approaches on the grid, then most cells with a speedup), the batch-1 report (the profitability card: tau*, the break-even latency, the verdict per
 approach, with a what-if laid over it), and the flags of contradictory inputs.
 
 The result is a pure function of the campaign's row, its approaches' rows, the metric rows it reads and the
@@ -26,7 +27,7 @@ from sqlalchemy import func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from app.domain.answer.grid import SpeculationAnswer, answer_json, speculation_answer
+from app.domain.answer.grid import SpeculationAnswer, SpeculationInputs, answer_json, speculation_answer
 from app.domain.answer.inputs import WhatIf
 from app.domain.answer.loader import ANSWER_METRICS, answer_rows, condition_sets, speculation_inputs
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
@@ -46,6 +47,8 @@ class ConditionSet:
     label: str
     approaches: int  # on its grid
     cells: int  # with a speedup
+    inputs: int = 0  # of the four an answer needs (T_base, draft step, verify compute, tau) one approach holds
+    answers: bool = False  # all four: the set can answer
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,16 @@ class Answer:
     @property
     def is_default(self) -> bool:
         return self.conditions is None or self.conditions.key == self.default_conditions
+
+    @property
+    def default_set(self) -> ConditionSet | None:
+        return next((c for c in self.condition_sets if c.key == self.default_conditions), None)
+
+    @property
+    def default_label(self) -> str | None:
+        """The default condition set in words (the page and the API name it)."""
+        found = self.default_set
+        return found.label if found is not None else None
 
 
 def _report_flags(report: ProfitabilityReport) -> tuple[str, ...]:
@@ -175,17 +188,25 @@ def _compute(
         (a.key for a in rows if isinstance(a.recipe, dict) and a.recipe.get("kind") == "sglang_server"), None
     )
     answers: dict[Conditions | None, SpeculationAnswer] = {}
+    held: dict[Conditions | None, int] = {}
     for c in sets:
         spec = speculation_inputs(campaign, batch1, rows, found_rows, c, rule)
         answers[c] = speculation_answer(spec, seed=rule.seed, measurer=measurer)
+        held[c] = answerable(spec)
 
-    def completeness(c: Conditions | None) -> tuple[int, int]:
+    def completeness(c: Conditions | None) -> tuple[int, int, int]:
         a = answers[c]
-        return (len(a.approaches), sum(1 for x in a.approaches for cell in x.cells if cell.speedup is not None))
+        cells = sum(1 for x in a.approaches for cell in x.cells if cell.speedup is not None)
+        return (held[c], len(a.approaches), cells)
 
     default = max(sets, key=completeness)  # the most complete (the first, newest, among equals)
     chosen = next((c for c in sets if c is not None and c.key == conditions), default)
-    listed = tuple(ConditionSet(c.key, c.label, *completeness(c)) for c in sets if c is not None)
+    listed = tuple(
+        ConditionSet(c.key, c.label, n_approaches, cells, inputs, inputs == 4)
+        for c in sets
+        if c is not None
+        for inputs, n_approaches, cells in (completeness(c),)
+    )
     return Answer(
         speculation=answers[chosen],
         report=report,
@@ -195,6 +216,22 @@ def _compute(
         metrics=metrics,
         approaches=rows,
         what_if=what_if,
+    )
+
+
+def answerable(spec: SpeculationInputs) -> int:
+    """How many of the four inputs an answer needs one approach of the set holds (the most of any approach): a
+    decode step T_base, a draft step, a verify compute, an accept length at a draft length it verified (4: the set
+    can answer; the allreduce curve aside, a missing one is said per cell)."""
+    return max(
+        (
+            bool(ai.t_base)
+            + bool(ai.draft_step)
+            + bool(ai.verify_compute)
+            + any(k in spec.tau for _b, k in ai.verify_compute)
+            for ai in spec.approaches
+        ),
+        default=0,
     )
 
 
@@ -219,6 +256,7 @@ def answer_document(found: Answer) -> dict[str, object]:
     return {
         **answer_json(found.speculation),
         "default_conditions": found.default_conditions,
+        "default_conditions_label": found.default_label,
         "condition_sets": [c.__dict__ for c in found.condition_sets],
         "flags": list(found.flags),
     }
