@@ -198,6 +198,7 @@ class Cell:
     speedup: Interval | None
     note: str  # why a figure is open, or how t_ar was obtained
     min_effect: float = 0.0  # the campaign's: the margin "pays" needs when an input was measured once
+    inputs: tuple[int, ...] = ()  # the figures it reads: indexes into SpeculationAnswer.inputs
 
     @property
     def pays(self) -> str | None:
@@ -284,6 +285,10 @@ class SpeculationAnswer:
 
     def approach(self, key: str) -> ApproachAnswer | None:
         return next((a for a in self.approaches if a.key == key), None)
+
+    def inputs_of(self, cell: Cell) -> tuple[InputFigure, ...]:
+        """The input figures one cell reads (their trials and conditions)."""
+        return tuple(self.inputs[i] for i in cell.inputs)
 
     @property
     def chosen(self) -> ApproachAnswer | None:
@@ -827,6 +832,7 @@ def speculation_answer(
                     speedup,
                     plan.notes[(b, k)],
                     spec.min_effect,
+                    tuple(positions[i]),
                 )
             )
         for p in mine:
