@@ -13,6 +13,7 @@ from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.acceptance import alphas_from_unconditional
 from app.domain.answer.grid import speculation_answer
 from app.domain.answer.read import pick_conditions, read_answer
 from app.domain.answer.values import measured
@@ -249,3 +250,31 @@ def test_a_draft_step_at_another_world_size_is_missing_until_measured_at_the_ver
     assert grid is not None and all(c.speedup is not None for c in grid.cells)
     draft_fig = next(f for f in read_answer(session, campaign).speculation.inputs if f.name == "draft step at batch 2")
     assert "world size 2" in draft_fig.conditions
+
+
+def test_entered_acceptance_takes_precedence_and_names_the_measurement_and_the_vllm_conversion(session):
+    """Typed acceptance (here vLLM's unconditional rates, converted) is used over a measured tau(k); its source
+    says so, names the measured figure it replaces, and says how the rates were converted (issue 33 item 3)."""
+    built = build_sweep_campaign(session, slug="typed-wins", approaches={"nccl-graph": ("NCCL", 17.0, 1e5, 1024)})
+    campaign = built.campaign
+    rates = [0.8, 0.56, 0.336]
+    campaign.accept_unconditional = rates
+    campaign.accept_alphas = alphas_from_unconditional(rates)
+    server = inventory.add_approach(session, campaign, ApproachCreate(key="sglang", title="sglang"), actor="t")
+    built.trial(server, [("accept_length", 2.1, {"draft_tokens": 2, "speculative_topk": 1}, None)])
+    session.flush()
+    found = read_answer(session, campaign).speculation
+    assert found.tau[2].value == pytest.approx(1 + 0.8 + 0.56)  # the typed rates, not the measured 2.1
+    source = found.tau_sources[2]
+    assert source.startswith("derived from the entered per-position acceptance rates")
+    assert "converted from vLLM's unconditional per-position rates u (0.8, 0.56, 0.336)" in source
+    assert "used in place of the measured 2.1" in source and "takes precedence" in source
+    shown = next(f for f in found.inputs if f.name == "accept length at 2 draft tokens")
+    assert "used in place of the measured 2.1" in shown.source  # the page's inputs table and the API
+    assert "used in place" not in found.tau_sources[3]  # nothing measured at k = 3: nothing replaced
+    # Cleared, the measurement is used.
+    campaign.accept_alphas = None
+    campaign.accept_unconditional = None
+    session.flush()
+    again = read_answer(session, campaign).speculation
+    assert again.tau[2].value == pytest.approx(2.1) and "trial #" in again.tau_sources[2]

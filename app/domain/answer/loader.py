@@ -11,10 +11,11 @@ never borrowed. Within a set, each input comes from the approach's own trials, e
 newest agreeing trial; every agreeing trial of that approach is a replicate (the trial is the unit).
 
 Accept length tau(k) is the model's and the draft head's, not the stand-in's: shared by every condition set. Per
-k, first found wins: entered per k on the campaign, measured by speculative trials at that k (tag `draft_tokens`,
-chain drafts: `speculative_topk` 1 or untagged; untagged trials are filed under the campaign's draft steps, as
-before, and said), derived from the entered per-position acceptance rates, the batch-1 accept length at the
-campaign's draft steps. No FastAPI here.
+k, first found wins: entered per k on the campaign, derived from the entered per-position acceptance rates (vLLM's
+unconditional rates converted, and said), measured by speculative trials at that k (tag `draft_tokens`, chain
+drafts: `speculative_topk` 1 or untagged; untagged trials are filed under the campaign's draft steps, and said),
+the batch-1 accept length at the campaign's draft steps. An entered (typed) acceptance takes precedence over a
+measured one, and its source names the measurement it is used in place of. No FastAPI here.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sqlalchemy import Text, cast
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
+from app.domain.acceptance import conversion_words
 from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas, size_label
 from app.domain.answer.inputs import ModelInputs
 from app.domain.answer.metrics import is_cpu_floor, is_world_figure
@@ -407,6 +409,16 @@ def accept_lengths(
             flags.append(f"entered accept length {tau:g} at k = {k_text} is above k + 1 = {int(k_text) + 1}")
             continue
         out.setdefault(int(k_text), exact(float(tau), "entered on the campaign (accept length by draft tokens)"))
+    alphas = campaign.accept_alphas or []
+    unconditional = campaign.accept_unconditional
+    how = f"; {conversion_words(unconditional)}" if unconditional else ""
+    for k in grid_k:
+        if k not in out and k <= len(alphas):
+            out[k] = exact(
+                accept_length_from_alphas(alphas, k),
+                f"derived from the entered per-position acceptance rates ({', '.join(f'{a:g}' for a in alphas[:k])})"
+                + how,
+            )
     steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else None
     measured: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))  # k -> approach -> rows
     for approach_rows in _accept_rows(rows).values():
@@ -430,24 +442,25 @@ def accept_lengths(
                 )
                 continue
             measured[k][r.approach_id].append(r)
-    for k, by_approach in measured.items():
-        if k in out:
-            continue
+    for k, by_approach in sorted(measured.items()):
         newest = max(by_approach.values(), key=lambda rs: rs[0].trial_id)
         untagged = newest[0].tags.get(ConditionTag.DRAFT_TOKENS) is None
         ids = [r.trial_id for r in newest]
         listed = ", ".join(f"#{i}" for i in ids)
         where = "untagged, filed under the campaign's draft steps" if untagged else "its draft_tokens tag"
-        out[k] = of_trials(
+        found = of_trials(
             [(r.value,) for r in newest], f"trial {listed} ({newest[0].name} at {k} draft tokens, {where})", ids
         )
-    alphas = campaign.accept_alphas or []
-    for k in grid_k:
-        if k not in out and k <= len(alphas):
-            out[k] = exact(
-                accept_length_from_alphas(alphas, k),
-                f"derived from the entered per-position acceptance rates ({', '.join(f'{a:g}' for a in alphas[:k])})",
-            )
+        typed = out.get(k)
+        if typed is None:
+            out[k] = found
+            continue
+        # An entered (typed) acceptance takes precedence over a measured one; the source says the other exists.
+        out[k] = dataclasses.replace(
+            typed,
+            source=f"{typed.source}; used in place of the measured {found.value:.3g} (trial {listed}): an entered "
+            "acceptance takes precedence, clear it to use the measurement",
+        )
     if steps is not None and steps not in out and batch1.accept_length.value is not None:
         out[steps] = exact(batch1.accept_length.value, batch1.accept_length.source, batch1.accept_length.trial_id)
     return out
