@@ -425,9 +425,10 @@ def accept_lengths(
         for r in approach_rows:
             topk = r.tags.get(ConditionTag.TOPK)
             tagged = r.tags.get(ConditionTag.DRAFT_TOKENS)
-            k = int(tagged) if tagged is not None else steps
-            if k is None:
+            found_k = int(tagged) if tagged is not None else steps
+            if found_k is None:
                 continue
+            k = found_k
             if topk is not None and int(topk) != 1:
                 flags.append(
                     f"trial #{r.trial_id}'s accept length {r.value:.2f} ran top-k {topk} (a tree draft): the chain "
