@@ -39,6 +39,7 @@ import numpy as np
 
 from app.domain.answer.values import Conditions, Missing, Value, measured
 from app.domain.statistics import Rule, percentile_intervals, trial_resamples_many
+from app.domain.wording import size_label
 
 # Bootstrap resamples of the grid: fewer than the comparisons' Rule.n_resamples (1,000) because one answer
 # resamples some thousand inputs at once; 400 keeps the 95% bounds within about 1% of their 1,000-resample
@@ -119,14 +120,6 @@ def bracket(curve_bytes: Sequence[int], nbytes: int) -> Bracket:
 def interpolate_loglog(lo_us: Any, hi_us: Any, frac: Any) -> Any:
     """exp(log lo + frac (log hi - log lo)): elementwise, so it runs on bootstrap replicates too."""
     return np.exp(np.log(lo_us) + frac * (np.log(hi_us) - np.log(lo_us)))
-
-
-def size_label(nbytes: int) -> str:
-    if nbytes >= 1024 * 1024:
-        return f"{nbytes / (1024 * 1024):.3g} MiB"
-    if nbytes >= 1024:
-        return f"{nbytes / 1024:.3g} KiB"
-    return f"{nbytes} B"
 
 
 class _Size(int):

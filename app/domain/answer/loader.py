@@ -32,12 +32,13 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from app.domain.acceptance import conversion_words
-from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas, size_label
+from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas
 from app.domain.answer.inputs import ModelInputs
 from app.domain.answer.metrics import is_cpu_floor, is_world_figure
 from app.domain.answer.model import BYTES_PER_ELEMENT
 from app.domain.answer.values import Conditions, Missing, Value, exact, of_trials
 from app.domain.statistics import Rule, trial_estimates_many
+from app.domain.wording import size_label
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
 from runners.recipes.metric import ConditionTag, MetricName
 
