@@ -42,6 +42,11 @@ class CellPublic(BaseModel):
     tau_star: Figure | None
     speedup: Figure | None = Field(description="Null while the accept length at this draft length is unknown.")
     pays: Literal["yes", "no", "unclear"] | None
+    verdict: str | None = Field(
+        None,
+        description="The speedup against 1 labelled as the comparisons label a ratio (faster, slower, equivalent, "
+        "below_min_effect, inconclusive) at the campaign's confidence and minimum effect; null without a speedup.",
+    )
     note: str = Field(description="How t_ar was obtained, or why the cell is open (e.g. not extrapolated).")
 
 
@@ -79,6 +84,15 @@ class MissingPublic(BaseModel):
     conditions: str | None = Field(description="The conditions it is missing under.")
 
 
+class TierVerdictPublic(BaseModel):
+    leader: str = Field(description="The tier leader's key.")
+    verdict: str = Field(description="equivalent, below_min_effect or inconclusive (statistics.verdict_of).")
+    words: str = Field(description="The label in words: equivalent, not shown to differ, ...")
+    ratio: float = Field(description="This approach's headline figure over the leader's.")
+    low: float | None
+    high: float | None
+
+
 class ConditionSetPublic(BaseModel):
     key: str = Field(description="Pass it as ?conditions= to get the answer under this set.")
     label: str
@@ -98,8 +112,14 @@ class AnswerPublic(BaseModel):
     confidence: float
     resamples: int
     chosen: str | None
-    tiers: list[list[str]] = Field(description="Approach keys, best first; keys in one tier are indistinguishable.")
-    indistinguishable: list[list[str]]
+    tiers: list[list[str]] = Field(
+        description="Approach keys, best first; keys in one tier are not shown to differ by the campaign's minimum "
+        "effect (the comparisons' rule on the ratio of their headline figures)."
+    )
+    indistinguishable: list[list[str]] = Field(description="The tiers of more than one key (kept for older clients).")
+    tier_verdicts: dict[str, TierVerdictPublic] = Field(
+        default_factory=dict, description="Each tier member (not its leader) against its tier's leader."
+    )
     accept_length: list[AcceptLengthPublic]
     approaches: list[ApproachAnswerPublic]
     inputs: list[InputPublic]

@@ -38,7 +38,14 @@ from typing import Any, cast
 import numpy as np
 
 from app.domain.answer.values import Conditions, Missing, Value, measured
-from app.domain.statistics import Rule, percentile_intervals, trial_resamples_many
+from app.domain.statistics import (
+    VERDICT_WORDS,
+    Rule,
+    Verdict,
+    percentile_intervals,
+    trial_resamples_many,
+    verdict_of,
+)
 from app.domain.wording import size_label
 
 # Bootstrap resamples of the grid: fewer than the comparisons' Rule.n_resamples (1,000) because one answer
@@ -194,20 +201,32 @@ class Cell:
     inputs: tuple[int, ...] = ()  # the figures it reads: indexes into SpeculationAnswer.inputs
 
     @property
-    def pays(self) -> str | None:
-        """ "yes" (its interval above 1), "no" (below), "unclear" (1 inside it), None (no speedup). Where an
-        input was measured by one trial the interval is within-run noise only: then the speedup must also be at
-        least `min_effect` away from 1 to decide (docs/profitability.md, "Deciding with one trial")."""
+    def verdict(self) -> Verdict | None:
+        """The speedup against 1 as the comparisons label a ratio (statistics.verdict_of, higher is better, at
+        the campaign's minimum effect): faster (pays by at least the minimum effect), below_min_effect, equivalent,
+        slower, inconclusive; None without a speedup."""
         s = self.speedup
-        if s is None:
+        if s is None or s.value <= 0:
             return None
         low = s.low if s.low is not None else s.value
         high = s.high if s.high is not None else s.value
-        margin = self.min_effect if s.within_run_only else 0.0
-        if low > 1 and s.value - 1 >= margin:
+        return verdict_of(s.value, low, high, False, self.min_effect)
+
+    @property
+    def pays(self) -> str | None:
+        """ "yes", "no", "unclear", None (no speedup), from `verdict`: faster is "yes" and slower "no"; a
+        difference below the minimum effect decides only with run-to-run spread in its interval (where an input
+        was measured by one trial the interval is within-run noise only: docs/profitability.md, "Deciding with
+        one trial"); equivalent and inconclusive are "unclear"."""
+        verdict = self.verdict
+        if verdict is None:
+            return None
+        if verdict == Verdict.faster:
             return "yes"
-        if high <= 1 and 1 - s.value >= margin:
+        if verdict == Verdict.slower:
             return "no"
+        if verdict == Verdict.below_min_effect and not self.speedup.within_run_only:  # type: ignore[union-attr]
+            return "yes" if self.speedup.value > 1 else "no"  # type: ignore[union-attr]
         return "unclear"
 
 
@@ -254,11 +273,30 @@ class InputFigure:
 
 
 @dataclass(frozen=True)
+class TierVerdict:
+    """One approach against its tier's leader, as the comparisons label a pair (app/domain/statistics.py): the
+    ratio of their headline figures (this one's over the leader's) with its interval at the campaign's
+    confidence, from the same bootstrap replicates as the cells, and the verdict at the campaign's minimum
+    effect. In the leader's tier only when not shown faster or slower."""
+
+    leader: str
+    verdict: Verdict
+    ratio: float
+    low: float | None
+    high: float | None
+
+    @property
+    def words(self) -> str:
+        """ "equivalent", "not shown to differ" (inconclusive), "different, below the minimum effect"."""
+        return "not shown to differ" if self.verdict == Verdict.inconclusive else VERDICT_WORDS[self.verdict]
+
+
+@dataclass(frozen=True)
 class SpeculationAnswer:
     batches: tuple[int, ...]
     draft_tokens: tuple[int, ...]
     approaches: tuple[ApproachAnswer, ...]
-    tiers: tuple[tuple[str, ...], ...]  # approach keys, best first; keys within a tier are indistinguishable
+    tiers: tuple[tuple[str, ...], ...]  # approach keys, best first; keys within a tier are not shown to differ
     inputs: tuple[InputFigure, ...]
     missing: tuple[Missing, ...]
     n_ar: int | None
@@ -270,6 +308,9 @@ class SpeculationAnswer:
     conditions: Conditions | None = None
     flags: tuple[str, ...] = ()
     min_effect: float = Rule.min_effect
+    # Each tier member's label against its tier's leader (statistics.verdict_of: "equivalent", "inconclusive",
+    # "below_min_effect"), with the ratio of their headline figures and its interval; leaders are not listed.
+    tier_verdicts: dict[str, TierVerdict] = field(default_factory=dict)  # not shown to differ by the minimum effect
 
     @property
     def within_run_only(self) -> bool:
@@ -541,9 +582,10 @@ def _merge(plans: list[_Plan]) -> _Plan:
 
 def _intervals(
     model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int, confidence: float
-) -> list[tuple[Any, ...]]:
+) -> tuple[list[tuple[Any, ...]], tuple[np.ndarray, np.ndarray] | None]:
     """Per plan: (tau* point, low, high, speedup point, low, high, T_verify point), and the figures' own
-    (point, low, high) last.
+    (point, low, high) last; and the replicates of every cell's (tau*, speedup), cells in plan order (None
+    when nothing is sampled), which the tiers compare approaches on.
 
     Every measured input is resampled on its own at the trial level (`trial_resamples_many`: its trials with
     replacement, then each drawn trial's median; inputs measured by different trials are independent), the
@@ -556,6 +598,7 @@ def _intervals(
     nan = np.full(n_cells, np.nan)
     t_low, t_high, s_low, s_high = nan, nan, nan.copy(), nan.copy()
     f_low = f_high = np.array([])
+    replicates: tuple[np.ndarray, np.ndarray] | None = None
     if model.sampled:
         draws = trial_resamples_many(model.trials, resamples, np.random.default_rng(seed))  # [sampled, R]
         # Replicates in single precision: their percentile bounds need 4 digits, not 16, at half the traffic.
@@ -563,6 +606,7 @@ def _intervals(
         with np.errstate(invalid="ignore", divide="ignore"):
             log_v = np.log(v)
         rep_tau_star, rep_speedup, _verify = _evaluate(merged, v, n_ar, log_v)
+        replicates = (rep_tau_star, rep_speedup)
         if n_cells:
             t_low, t_high = percentile_intervals(rep_tau_star, confidence)
             known = merged.tau >= 0
@@ -584,7 +628,7 @@ def _intervals(
         at = sl.stop
         out.append((tau_star[sl], t_low[sl], t_high[sl], speedup[sl], s_low[sl], s_high[sl], verify[sl]))
     out.append((point_v, f_low, f_high))
-    return out
+    return out, replicates
 
 
 def _interval(
@@ -596,10 +640,31 @@ def _interval(
     return Interval(value, low if low < value else value, high if high > value else value, unstable, False, one_trial)
 
 
-def _tiers(answers: list[ApproachAnswer]) -> tuple[tuple[str, ...], ...]:
-    """Best first: the highest break-even batch, then the headline figure. An approach with the same
-    break-even batch whose headline interval overlaps its tier leader's is indistinguishable from it on
-    this node: it shares the tier, unranked."""
+def _headline_cell(a: ApproachAnswer) -> tuple[int, int] | None:
+    """(b, k) of the cell whose figure is the approach's headline (ApproachAnswer.headline)."""
+    if a.best_speedup:
+        at = a.break_even_batch if a.break_even_batch is not None else min(a.best_speedup)
+        options = [c for c in a.cells if c.batch == at and c.speedup is not None]
+        top = max(options, key=lambda c: c.speedup.value)  # type: ignore[union-attr]
+        return top.batch, top.draft_tokens
+    if a.tau_star is None or a.headline_k is None:
+        return None
+    b0 = min(c.batch for c in a.cells if c.tau_star is not None)
+    return b0, a.headline_k
+
+
+def _tiers(
+    answers: list[ApproachAnswer],
+    cell_index: dict[tuple[str, int, int], int],
+    replicates: tuple[np.ndarray, np.ndarray] | None,
+    confidence: float,
+    min_effect: float,
+) -> tuple[tuple[tuple[str, ...], ...], dict[str, TierVerdict]]:
+    """Best first: the highest break-even batch, then the headline figure. An approach with the same break-even
+    batch as its tier leader shares the tier, unranked, unless the comparisons' rule (statistics.verdict_of, at
+    the campaign's confidence and minimum effect) shows it slower: the ratio of the two headline figures, with
+    its percentile interval over the same bootstrap replicates as the cells (inputs both read, such as tau and
+    the draft step, move together), labelled equivalent, below the minimum effect or inconclusive."""
     ranked = [a for a in answers if a.headline is not None]
     higher_better = any(a.best_speedup for a in ranked)
     ranked = [a for a in ranked if bool(a.best_speedup) == higher_better]
@@ -609,18 +674,51 @@ def _tiers(answers: list[ApproachAnswer]) -> tuple[tuple[str, ...], ...]:
         return (-(a.break_even_batch or 0), -value if higher_better else value)
 
     ranked.sort(key=order)
+    rows = replicates[1 if higher_better else 0] if replicates is not None else None
     tiers: list[list[ApproachAnswer]] = []
+    verdicts: dict[str, TierVerdict] = {}
     for a in ranked:
         leader = tiers[-1][0] if tiers else None
-        if (
-            leader is not None
-            and leader.break_even_batch == a.break_even_batch
-            and leader.headline.overlaps(a.headline)  # type: ignore[union-attr, arg-type]
-        ):
-            tiers[-1].append(a)
-        else:
+        if leader is None or leader.break_even_batch != a.break_even_batch:
             tiers.append([a])
-    return tuple(tuple(a.key for a in tier) for tier in tiers)
+            continue
+        found = _against(a, leader, cell_index, rows, confidence, min_effect, lower_better=not higher_better)
+        if found is None or found.verdict in (Verdict.faster, Verdict.slower):
+            tiers.append([a])
+        else:
+            tiers[-1].append(a)
+            verdicts[a.key] = found
+    return tuple(tuple(a.key for a in tier) for tier in tiers), verdicts
+
+
+def _against(
+    a: ApproachAnswer,
+    leader: ApproachAnswer,
+    cell_index: dict[tuple[str, int, int], int],
+    rows: np.ndarray | None,
+    confidence: float,
+    min_effect: float,
+    *,
+    lower_better: bool,
+) -> TierVerdict | None:
+    """`a`'s headline over the leader's, with its interval and the comparisons' verdict (None: no ratio)."""
+    mine, theirs = _headline_cell(a), _headline_cell(leader)
+    if mine is None or theirs is None or not leader.headline or not leader.headline.value:
+        return None
+    ratio = a.headline.value / leader.headline.value  # type: ignore[union-attr]
+    low = high = ratio
+    i, j = cell_index.get((a.key, *mine)), cell_index.get((leader.key, *theirs))
+    if rows is not None and i is not None and j is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            draws = (rows[i].astype(float) / rows[j].astype(float))[None, :]
+        if np.isfinite(draws).all():
+            lo, hi = percentile_intervals(draws, confidence)
+            low, high = min(float(lo[0]), ratio), max(float(hi[0]), ratio)
+    if ratio <= 0 or low <= 0:
+        return None
+    verdict = verdict_of(ratio, low, high, lower_better, min_effect)
+    exact = rows is None  # every input exact: the ratio has no interval
+    return TierVerdict(leader.key, verdict, ratio, None if exact else low, None if exact else high)
 
 
 def _batches_text(values: Sequence[int]) -> str:
@@ -731,7 +829,12 @@ def _sentence(
     peers = [by_key[k].title for k in tier if k != chosen.key]
     named = peers if len(peers) <= 3 else [*peers[:3], f"{len(peers) - 3} more"]
     listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}" if named else ""
-    tail = f" ({listed} {'is' if len(peers) == 1 else 'are'} indistinguishable from it on this node)" if peers else ""
+    tail = (
+        f" ({listed} {'is' if len(peers) == 1 else 'are'} not shown to differ from it by the minimum effect "
+        "at the campaign's confidence)"
+        if peers
+        else ""
+    )
     if not chosen.best_speedup:
         t = chosen.tau_star
         b0 = min(c.batch for c in chosen.cells if c.tau_star is not None)
@@ -784,9 +887,15 @@ def speculation_answer(
     sampled_mask = np.zeros(len(model.values), dtype=bool)
     sampled_mask[model.sampled] = True
     once_mask = np.asarray(model.one_trial, dtype=bool)
-    results = (
-        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence) if plans else [(np.array([]),) * 3]
+    results, replicates = (
+        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence)
+        if plans
+        else ([(np.array([]),) * 3], None)
     )
+    cell_index: dict[tuple[str, int, int], int] = {}  # (approach, b, k) -> its row in the replicates
+    for ai, plan in zip(spec.approaches, plans, strict=True):
+        base_index = len(cell_index)
+        cell_index.update(((ai.key, b, k), base_index + i) for i, (b, k) in enumerate(plan.cells))
     answers: list[ApproachAnswer] = []
     users: dict[int, set[str]] = defaultdict(set)
     for ai, plan, opened, res in zip(spec.approaches, plans, open_cells, results, strict=False):
@@ -901,7 +1010,7 @@ def speculation_answer(
         )
         for f, v in zip(inputs, figure_values, strict=True)
     ]
-    tiers = _tiers(answers)
+    tiers, tier_verdicts = _tiers(answers, cell_index, replicates, spec.confidence, spec.min_effect)
     return SpeculationAnswer(
         batches=spec.batches,
         draft_tokens=spec.draft_tokens,
@@ -918,6 +1027,7 @@ def speculation_answer(
         conditions=spec.conditions,
         flags=spec.flags,
         min_effect=spec.min_effect,
+        tier_verdicts=tier_verdicts,
     )
 
 
@@ -965,7 +1075,18 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
         "flags": list(answer.flags),
         "chosen": answer.chosen.key if answer.chosen else None,
         "tiers": [list(t) for t in answer.tiers],
-        "indistinguishable": [list(t) for t in answer.tiers if len(t) > 1],
+        "indistinguishable": [list(t) for t in answer.tiers if len(t) > 1],  # kept: the tiers not shown to differ
+        "tier_verdicts": {
+            key: {
+                "leader": v.leader,
+                "verdict": str(v.verdict),
+                "words": v.words,
+                "ratio": v.ratio,
+                "low": v.low,
+                "high": v.high,
+            }
+            for key, v in answer.tier_verdicts.items()
+        },
         "accept_length": [
             {"draft_tokens": k, **answer.tau[k].as_dict(), "source": answer.tau_sources[k]} for k in sorted(answer.tau)
         ],
@@ -993,6 +1114,7 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
                         "tau_star": _figure(c.tau_star),
                         "speedup": _figure(c.speedup),
                         "pays": c.pays,
+                        "verdict": str(c.verdict) if c.verdict is not None else None,
                         "note": c.note,
                     }
                     for c in a.cells
