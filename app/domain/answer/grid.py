@@ -29,6 +29,7 @@ No database, no FastAPI here.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -352,6 +353,7 @@ class _Model:
     unstable: list[bool] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(Value) -> position
+    figures: list[Value] = field(default_factory=list)  # each position's Value
 
     def add(self, m: Value, kind: str, where: str, *args: Any) -> int:
         """The figure's position, adding it (named "<kind> at <where formatted with args>") the first time."""
@@ -364,6 +366,7 @@ class _Model:
         self.index[key] = pos
         assert m.value is not None, f"{name} has no value"
         self.values.append(m.value)
+        self.figures.append(m)
         self.unstable.append(m.unstable)
         self.measured.append(not m.exact)
         self.one_trial.append(m.one_trial)
@@ -373,12 +376,12 @@ class _Model:
             self.trials.append(m.trials)
         return pos
 
-    def vector(self, means: np.ndarray) -> np.ndarray:
-        """The figures with the sampled ones replaced by `means`: shape (S,), or (S, R) replicates."""
+    def vector(self, means: np.ndarray, dtype: Any = float) -> np.ndarray:
+        """The figures with the sampled ones replaced by `means`: shape (S,), or (S, R) replicates, in `dtype`."""
         if not len(means):
-            return np.asarray(self.values, dtype=float)
-        out = np.empty((len(self.values), *means.shape[1:]))
-        out[...] = np.asarray(self.values, dtype=float).reshape((-1,) + (1,) * (means.ndim - 1))
+            return np.asarray(self.values, dtype=dtype)
+        out = np.empty((len(self.values), *means.shape[1:]), dtype=dtype)
+        out[...] = np.asarray(self.values, dtype=dtype).reshape((-1,) + (1,) * (means.ndim - 1))
         out[self.sampled] = means
         return out
 
@@ -434,6 +437,13 @@ def _evaluate(
     return cycle, tau, verify
 
 
+@functools.lru_cache(maxsize=64)
+def _brackets(curve_bytes: tuple[int, ...]) -> dict[int, Bracket]:
+    """A curve's brackets by message size, filled as asked: approaches measured at the same sizes share them."""
+    del curve_bytes  # the cache key
+    return {}
+
+
 def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_Plan, list[Cell], list[str]]:
     """Place one approach's cells in the model; cells missing an input stay open with the reason."""
     notes: dict[tuple[int, int], str] = {}
@@ -442,7 +452,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
     open_cells: list[Cell] = []
     gaps: list[str] = []
     curve_bytes = [b for b, _m in ai.curve]
-    brackets: dict[int, Bracket] = {}  # b(k+1) repeats over the grid (2 x 4 = 4 x 2)
+    brackets = _brackets(tuple(curve_bytes))  # b(k+1) repeats over the grid (2 x 4 = 4 x 2) and the approaches
     worded: dict[int, str] = {}
     for b in spec.batches:
         for k in spec.draft_tokens:
@@ -602,7 +612,7 @@ def _intervals(
     if model.sampled:
         draws = trial_resamples_many(model.trials, resamples, np.random.default_rng(seed))  # [sampled, R]
         # Replicates in single precision: their percentile bounds need 4 digits, not 16, at half the traffic.
-        v = model.vector(draws).astype(np.float32)
+        v = model.vector(draws, np.float32)
         with np.errstate(invalid="ignore", divide="ignore"):
             log_v = np.log(v)
         rep_tau_star, rep_speedup, _verify = _evaluate(merged, v, n_ar, log_v)
@@ -620,7 +630,7 @@ def _intervals(
             fixed = known & ~resampled
             tau_c = point_v[merged.tau[fixed]]
             s_low[fixed], s_high[fixed] = tau_c / t_high[fixed], tau_c / t_low[fixed]
-        f_low, f_high = percentile_intervals(draws, confidence)
+        f_low, f_high = percentile_intervals(v[model.sampled], confidence)  # the same draws, single precision
     out: list[tuple[Any, ...]] = []
     at = 0
     for plan in plans:
@@ -985,8 +995,8 @@ def speculation_answer(
     figures = tuple(_floats(x) for x in results[-1])
     inputs = []
     sampled_rank = {p: i for i, p in enumerate(model.sampled)}
-    for m_id, pos in model.index.items():
-        del m_id
+    conditions_labels: dict[Conditions | None, str] = {}
+    for pos, v in enumerate(model.figures):  # model order: a cell's `inputs` index this list
         rank = sampled_rank.get(pos)
         value = float(figures[0][pos]) if len(figures[0]) else model.values[pos]
         single = model.one_trial[pos]
@@ -997,19 +1007,19 @@ def speculation_answer(
                 value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=single
             )
         owners = users.get(pos, set())
-        inputs.append(InputFigure(model.names[pos], next(iter(owners)) if len(owners) == 1 else None, fig, ""))
-    figure_values = _values(spec, model)
-    inputs = [
-        InputFigure(
-            f.name,
-            f.approach,
-            f.figure,
-            _source(v, spec),
-            v.trial_ids,
-            _conditions_label(v.conditions),
+        label = conditions_labels.get(v.conditions)
+        if label is None:
+            label = conditions_labels[v.conditions] = _conditions_label(v.conditions)
+        inputs.append(
+            InputFigure(
+                model.names[pos],
+                next(iter(owners)) if len(owners) == 1 else None,
+                fig,
+                _source(v, spec),
+                v.trial_ids,
+                label,
+            )
         )
-        for f, v in zip(inputs, figure_values, strict=True)
-    ]
     tiers, tier_verdicts = _tiers(answers, cell_index, replicates, spec.confidence, spec.min_effect)
     return SpeculationAnswer(
         batches=spec.batches,
@@ -1029,16 +1039,6 @@ def speculation_answer(
         min_effect=spec.min_effect,
         tier_verdicts=tier_verdicts,
     )
-
-
-def _values(spec: SpeculationInputs, model: _Model) -> list[Value]:
-    """Each model figure's Value, in model order."""
-    by_id: dict[int, Value] = {id(m): m for m in spec.tau.values()}
-    for ai in spec.approaches:
-        for group in (ai.t_base.values(), ai.draft_step.values(), ai.verify_compute.values()):
-            by_id.update((id(m), m) for m in group)
-        by_id.update((id(m), m) for _b, m in ai.curve)
-    return [by_id[m_id] for m_id in model.index]
 
 
 def _conditions_label(c: Conditions | None) -> str:
