@@ -15,6 +15,7 @@ from app.db import session_scope
 from app.domain import inventory
 from app.domain.acceptance import alphas_from_unconditional
 from app.domain.answer.grid import speculation_answer
+from app.domain.answer.inputs import WhatIf
 from app.domain.answer.read import pick_conditions, read_answer
 from app.domain.answer.values import measured
 from app.domain.campaign_files import import_campaign
@@ -278,3 +279,29 @@ def test_entered_acceptance_takes_precedence_and_names_the_measurement_and_the_v
     session.flush()
     again = read_answer(session, campaign).speculation
     assert again.tau[2].value == pytest.approx(2.1) and "trial #" in again.tau_sources[2]
+
+
+def test_a_what_if_changes_the_whole_answer_not_only_the_batch_1_report(session):
+    """Issue 33: the what-if is laid over the grid's inputs too, so B*, the tiers, the sentence and the configs
+    follow it (it changed only the batch-1 report before)."""
+    campaign = build_sweep_campaign(session, slug="what-if-grid", r=4).campaign
+    plain = read_answer(session, campaign)
+    chosen = plain.speculation.chosen
+    assert chosen is not None and chosen.break_even_batch is not None
+    # Ten times the allreduces per verify: communication swamps the savings at far smaller batches.
+    tried = read_answer(session, campaign, what_if=WhatIf(allreduces_per_verify=1220))
+    assert tried.speculation.n_ar == 1220 and tried.report.inputs.allreduces_per_verify.value == 1220
+    mine = tried.speculation.approach(chosen.key)
+    assert mine is not None
+    assert (mine.break_even_batch or 0) < chosen.break_even_batch
+    assert tried.speculation.sentence != plain.speculation.sentence
+    # A what-if accept length at the campaign's draft steps (3) replaces the campaign's tau(3) on the grid, said.
+    tau = read_answer(session, campaign, what_if=WhatIf(accept_length=1.2)).speculation
+    assert tau.tau[3].value == pytest.approx(1.2) and tau.tau_sources[3] == "what-if"
+    assert all(c.pays != "yes" for a in tau.approaches for c in a.cells if c.draft_tokens == 3)
+    # The batch-1 figures land at batch 1, exact and said.
+    t_base = read_answer(session, campaign, what_if=WhatIf(baseline_tok_s=50.0)).speculation
+    cell = t_base.approach(chosen.key).cell(1, 1)  # type: ignore[union-attr]
+    assert cell is not None and cell.t_base_ms == pytest.approx(20.0)
+    assert any(f.name == "decode step at batch 1" and f.source.startswith("what-if") for f in t_base.inputs)
+    assert read_answer(session, campaign) is plain  # nothing stored changed: the kept answer

@@ -33,7 +33,7 @@ from sqlmodel import Session
 
 from app.domain.acceptance import conversion_words
 from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas
-from app.domain.answer.inputs import ModelInputs
+from app.domain.answer.inputs import ModelInputs, WhatIf
 from app.domain.answer.metrics import is_cpu_floor, is_world_figure
 from app.domain.answer.model import BYTES_PER_ELEMENT
 from app.domain.answer.values import Conditions, Missing, Value, exact, of_trials
@@ -216,8 +216,11 @@ def speculation_inputs(
     rows: Sequence[Row],
     conditions: Conditions | None,
     rule: Rule,
+    what_if: WhatIf | None = None,
 ) -> SpeculationInputs:
-    """The grid's inputs under one condition set (None: the campaign has no decode or verify figure)."""
+    """The grid's inputs under one condition set (None: the campaign has no decode or verify figure), with a
+    what-if laid over them (`_laid_over`): nothing stored changes."""
+    what_if = what_if or WhatIf()
     want = conditions or Conditions()
     decode, draft, curves = (_Pool(rows, n) for n in (DECODE, DRAFT, ALLREDUCE))
     verify = _Pool([r for r in rows if r.name != VERIFY or _verify_k(r) >= 1], VERIFY)  # k = 0 is a decode step
@@ -330,6 +333,9 @@ def speculation_inputs(
     set_aside: list[tuple[str, str]] = []
     tau = accept_lengths(campaign, rows, batch1, ks, set_aside, flags)
     n_ar = int(batch1.allreduces_per_verify.value) if batch1.allreduces_per_verify.value is not None else None
+    draft_steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else None
+    if what_if.any():
+        per_approach, tau, n_ar, draft_steps = _laid_over(what_if, per_approach, tau, n_ar, draft_steps, campaign)
     return SpeculationInputs(
         batches=batches,
         draft_tokens=ks,
@@ -338,7 +344,7 @@ def speculation_inputs(
         tau=tau,
         approaches=tuple(per_approach),
         bytes_per_element=BYTES_PER_ELEMENT,
-        draft_steps=int(batch1.draft_steps.value) if batch1.draft_steps.value else None,
+        draft_steps=draft_steps,
         set_aside=tuple(set_aside),
         conditions=conditions,
         missing=tuple(dict.fromkeys(missing)),
@@ -346,6 +352,43 @@ def speculation_inputs(
         confidence=rule.confidence,
         min_effect=rule.min_effect,
     )
+
+
+WHAT_IF = "what-if"
+
+
+def _laid_over(
+    what_if: WhatIf,
+    approaches: list[ApproachInputs],
+    tau: dict[int, Value],
+    n_ar: int | None,
+    draft_steps: int | None,
+    campaign: Campaign,
+) -> tuple[list[ApproachInputs], dict[int, Value], int | None, int | None]:
+    """The what-if over the grid's inputs: allreduces per verify everywhere; the accept length at the draft
+    steps (the what-if's, else the campaign's); the batch-1 figures (baseline tok/s as T_base = 1000 / tok/s,
+    ms per draft step, verify compute at the draft steps) at batch 1, where the batch-1 model reads them. Each
+    value is exact and its source says "what-if". Verify tokens is the batch-1 report's: the grid's verify sizes
+    are b (k + 1)."""
+    if what_if.allreduces_per_verify is not None:
+        n_ar = int(what_if.allreduces_per_verify)
+    if what_if.draft_steps is not None:
+        draft_steps = int(what_if.draft_steps)
+    steps = draft_steps or campaign.verify_tokens - 1
+    tau = dict(tau)
+    if what_if.accept_length is not None and steps >= 1:
+        tau[steps] = exact(what_if.accept_length, WHAT_IF)
+    out = []
+    for ai in approaches:
+        t_base, draft, verify = dict(ai.t_base), dict(ai.draft_step), dict(ai.verify_compute)
+        if what_if.baseline_tok_s:
+            t_base[1] = exact(1000.0 / what_if.baseline_tok_s, f"{WHAT_IF}: 1000 / {what_if.baseline_tok_s:g} tok/s")
+        if what_if.draft_step_ms is not None:
+            draft[1] = exact(what_if.draft_step_ms, WHAT_IF)
+        if what_if.verify_compute_ms is not None and steps >= 1:
+            verify[(1, steps)] = exact(what_if.verify_compute_ms, WHAT_IF)
+        out.append(dataclasses.replace(ai, t_base=t_base, draft_step=draft, verify_compute=verify))
+    return out, tau, n_ar, draft_steps
 
 
 def _with_source(v: Value, source: str) -> Value:

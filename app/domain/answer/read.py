@@ -6,7 +6,8 @@ One `Answer` holds: the grid over (batch, draft tokens) under one condition set 
 set the campaign holds and which one is the default (the most complete: first the set holding most of the four
 inputs an answer needs, a decode step, a draft step, a verify compute and an accept length at a verified draft
 length, so a set that can answer comes first; then most approaches on the grid, then most cells with a speedup), the batch-1 report (the profitability card: tau*, the break-even latency, the verdict per
-approach, with a what-if laid over it), and the flags of contradictory inputs.
+approach), and the flags of contradictory inputs. A what-if is laid over all of it (the grid's inputs too:
+loader._laid_over), so B*, the tiers and the configs follow it.
 
 The result is a pure function of the campaign's row, its approaches' rows, the metric rows it reads and the
 chosen conditions, so a process keeps the last few (`_CACHE`, an LRU). Its key is derived from declarations,
@@ -151,7 +152,7 @@ def read_answer(
     approach_rows: list[Approach] | None = None,
 ) -> Answer:
     """The campaign's answer under `conditions` (a `Conditions.key`; None or unknown: the default set), with a
-    what-if laid over the batch-1 report. Pass `metrics` / `approach_rows` already read to skip reading them."""
+    what-if laid over the whole answer: the grid, B*, tiers and configs, and the batch-1 report. Pass `metrics` / `approach_rows` already read to skip reading them."""
     what_if = what_if or WhatIf()
     metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
     rows = approach_rows if approach_rows is not None else approaches(session, campaign)
@@ -190,7 +191,7 @@ def _compute(
     answers: dict[Conditions | None, SpeculationAnswer] = {}
     held: dict[Conditions | None, int] = {}
     for c in sets:
-        spec = speculation_inputs(campaign, batch1, rows, found_rows, c, rule)
+        spec = speculation_inputs(campaign, batch1, rows, found_rows, c, rule, what_if)
         answers[c] = speculation_answer(spec, seed=rule.seed, measurer=measurer)
         held[c] = answerable(spec)
 
