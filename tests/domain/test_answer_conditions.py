@@ -305,3 +305,26 @@ def test_a_what_if_changes_the_whole_answer_not_only_the_batch_1_report(session)
     assert cell is not None and cell.t_base_ms == pytest.approx(20.0)
     assert any(f.name == "decode step at batch 1" and f.source.startswith("what-if") for f in t_base.inputs)
     assert read_answer(session, campaign) is plain  # nothing stored changed: the kept answer
+
+
+def test_the_batch_1_report_is_the_answer_at_batch_1(session):
+    """The report reads the grid's batch-1 inputs (paired by conditions, their trials and conditions named) and
+    shows each approach's grid cell there, with its interval, instead of picking its own inputs (issue 33)."""
+    campaign = _sweep(session)
+    found = read_answer(session, campaign)
+    grid = {f.name: f for f in found.speculation.inputs}
+    t_base = found.report.inputs.t_base
+    assert t_base.trial_ids == grid["decode step at batch 1"].trial_ids and "#16" not in t_base.source
+    assert t_base.conditions is not None and t_base.conditions.tag_map["context"] == 1024  # not the 4,096 variant
+    k = found.speculation.approaches[0].headline_k
+    steps = int(found.report.inputs.draft_steps.value or campaign.verify_tokens - 1)
+    verify = found.report.inputs.verify_compute_ms
+    assert verify.trial_ids == grid[f"verify compute at batch 1, {steps} draft tokens"].trial_ids, k
+    # With allreduce approaches on the grid, each point is its grid cell at batch 1 and the draft steps.
+    built = build_sweep_campaign(session, slug="report-is-grid", r=6).campaign
+    answer = read_answer(session, built)
+    assert answer.report.points
+    for p in answer.report.points:
+        cell = answer.speculation.approach(p.key).cell(1, 3)  # type: ignore[union-attr]
+        assert p.cell is cell and p.speedup_interval is not None and p.speedup_interval.low is not None
+        assert p.speedup == pytest.approx(cell.speedup.value, rel=0.05)  # type: ignore[union-attr]

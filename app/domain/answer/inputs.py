@@ -235,10 +235,11 @@ def model_inputs(
         verify_tokens=verify_tokens,
         hidden_size=campaign.hidden_size,
     )
-    return replace(inputs, missing=tuple(_missing(inputs)))
+    return replace(inputs, missing=tuple(batch_1_missing(inputs)))
 
 
-def _missing(inputs: ModelInputs) -> list[Missing]:
+def batch_1_missing(inputs: ModelInputs) -> list[Missing]:
+    """What the batch-1 model lacks, and how to measure it."""
     out = []
     if not inputs.t_base.value:
         out.append(

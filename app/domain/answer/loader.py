@@ -12,9 +12,10 @@ newest agreeing trial; every agreeing trial of that approach is a replicate (the
 
 Accept length tau(k) is the model's and the draft head's, not the stand-in's: shared by every condition set. Per
 k, first found wins: entered per k on the campaign, derived from the entered per-position acceptance rates (vLLM's
-unconditional rates converted, and said), measured by speculative trials at that k (tag `draft_tokens`, chain
+unconditional rates converted, and said), the campaign's typed accept length at its draft steps, measured by
+speculative trials at that k (tag `draft_tokens`, chain
 drafts: `speculative_topk` 1 or untagged; untagged trials are filed under the campaign's draft steps, and said),
-the batch-1 accept length at the campaign's draft steps. An entered (typed) acceptance takes precedence over a
+the batch-1 loader's measured accept length at the campaign's draft steps. An entered (typed) acceptance takes precedence over a
 measured one, and its source names the measurement it is used in place of. No FastAPI here.
 """
 
@@ -464,6 +465,9 @@ def accept_lengths(
                 + how,
             )
     steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else None
+    typed = batch1.accept_length
+    if steps is not None and steps not in out and typed.value is not None and typed.trial_id is None:
+        out[steps] = exact(typed.value, typed.source)  # the campaign's accept length, typed: at its draft steps
     measured: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))  # k -> approach -> rows
     for approach_rows in _accept_rows(rows).values():
         for r in approach_rows:
@@ -496,15 +500,17 @@ def accept_lengths(
         found = of_trials(
             [(r.value,) for r in newest], f"trial {listed} ({newest[0].name} at {k} draft tokens, {where})", ids
         )
-        typed = out.get(k)
-        if typed is None:
+        entered = out.get(k)
+        if entered is None:
             out[k] = found
+            continue
+        if "used in place of the measured" in entered.source:  # the batch-1 input's own note already says it
             continue
         # An entered (typed) acceptance takes precedence over a measured one; the source says the other exists.
         out[k] = dataclasses.replace(
-            typed,
-            source=f"{typed.source}; used in place of the measured {found.value:.3g} (trial {listed}): an entered "
-            "acceptance takes precedence, clear it to use the measurement",
+            entered,
+            source=f"{entered.source}; used in place of the measured {found.value:.3g} (trial {listed}): an "
+            "entered acceptance takes precedence, clear it to use the measurement",
         )
     if steps is not None and steps not in out and batch1.accept_length.value is not None:
         out[steps] = exact(batch1.accept_length.value, batch1.accept_length.source, batch1.accept_length.trial_id)

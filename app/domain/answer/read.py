@@ -22,18 +22,18 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from app.domain.answer.grid import SpeculationAnswer, SpeculationInputs, answer_json, speculation_answer
-from app.domain.answer.inputs import WhatIf
+from app.domain.answer.grid import Cell, SpeculationAnswer, SpeculationInputs, answer_json, speculation_answer
+from app.domain.answer.inputs import ModelInputs, WhatIf, batch_1_missing
 from app.domain.answer.loader import ANSWER_METRICS, answer_rows, condition_sets, speculation_inputs
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.report import ProfitabilityReport, profitability_report
-from app.domain.answer.values import Conditions
+from app.domain.answer.values import Conditions, Value
 from app.domain.errors import Invalid
 from app.domain.inventory import approaches
 from app.domain.statistics import Rule
@@ -189,9 +189,10 @@ def _compute(
         (a.key for a in rows if isinstance(a.recipe, dict) and a.recipe.get("kind") == "sglang_server"), None
     )
     answers: dict[Conditions | None, SpeculationAnswer] = {}
+    specs: dict[Conditions | None, SpeculationInputs] = {}
     held: dict[Conditions | None, int] = {}
     for c in sets:
-        spec = speculation_inputs(campaign, batch1, rows, found_rows, c, rule, what_if)
+        spec = specs[c] = speculation_inputs(campaign, batch1, rows, found_rows, c, rule, what_if)
         answers[c] = speculation_answer(spec, seed=rule.seed, measurer=measurer)
         held[c] = answerable(spec)
 
@@ -208,6 +209,14 @@ def _compute(
         if c is not None
         for inputs, n_approaches, cells in (completeness(c),)
     )
+    # The batch-1 report is the answer at batch 1: the grid's own batch-1 inputs (paired by conditions) and
+    # each approach's cell there, not a second pick of inputs.
+    laid = at_batch_1(report.inputs, specs[chosen], answers[chosen])
+    if laid is not report.inputs:
+        cells = batch_1_cells(specs[chosen], answers[chosen])
+        report = profitability_report(
+            session, campaign, what_if, metrics=metrics, approach_rows=rows, inputs=laid, cells=cells
+        )
     return Answer(
         speculation=answers[chosen],
         report=report,
@@ -218,6 +227,44 @@ def _compute(
         approaches=rows,
         what_if=what_if,
     )
+
+
+def _steps(spec: SpeculationInputs, inputs: ModelInputs) -> int:
+    return int(spec.draft_steps or inputs.verify_tokens - 1)
+
+
+def at_batch_1(inputs: ModelInputs, spec: SpeculationInputs, found: SpeculationAnswer) -> ModelInputs:
+    """The batch-1 report's inputs taken from the grid at batch 1 and the draft steps: T_base, the draft step,
+    the verify compute and tau of the approach the answer chooses (else the first on the grid holding them),
+    each the grid's own Value (its trials and conditions). `inputs` itself where the grid holds none of them
+    (no sweep: the batch-1 inputs stand alone)."""
+    k = _steps(spec, inputs)
+    chosen = found.chosen
+    order = sorted(spec.approaches, key=lambda ai: chosen is None or ai.key != chosen.key)
+    source = next((ai for ai in order if 1 in ai.t_base and (1, k) in ai.verify_compute), None)
+    changes: dict[str, Value] = {}
+    if source is not None:
+        changes["t_base"] = source.t_base[1]
+        changes["verify_compute_ms"] = source.verify_compute[(1, k)]
+        if 1 in source.draft_step:
+            changes["draft_step_ms"] = source.draft_step[1]
+    if k in spec.tau:
+        changes["accept_length"] = spec.tau[k]
+    if not changes:
+        return inputs
+    laid = replace(inputs, **changes)  # type: ignore[arg-type]
+    return replace(laid, missing=tuple(batch_1_missing(laid)))
+
+
+def batch_1_cells(spec: SpeculationInputs, found: SpeculationAnswer) -> dict[str, Cell]:
+    """Each approach's grid cell at batch 1 and the draft steps (the report's points show its intervals)."""
+    k = int(spec.draft_steps or 0)
+    out = {}
+    for a in found.approaches:
+        cell = a.cell(1, k) if k else None
+        if cell is not None:
+            out[a.key] = cell
+    return out
 
 
 def answerable(spec: SpeculationInputs) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
+from app.domain.answer.grid import Cell, Interval
 from app.domain.answer.inputs import (
     Input,
     Missing,
@@ -47,6 +48,15 @@ class ApproachPoint:
     comm_ms: float
     savings_ms: float | None  # None while the full costs are unknown
     speedup: float | None
+    cell: Cell | None = None  # the answer's grid cell at batch 1 and the draft steps: its figures' intervals
+
+    @property
+    def speedup_interval(self) -> Interval | None:
+        return self.cell.speedup if self.cell is not None else None
+
+    @property
+    def tau_star_interval(self) -> Interval | None:
+        return self.cell.tau_star if self.cell is not None else None
 
     @property
     def profitable(self) -> bool | None:
@@ -299,12 +309,16 @@ def profitability_report(
     *,
     metrics: CampaignMetrics | None = None,
     approach_rows: list[Approach] | None = None,
+    inputs: ModelInputs | None = None,
+    cells: dict[str, Cell] | None = None,
 ) -> ProfitabilityReport:
     """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs.
-    Pass `metrics` and `approach_rows` already read to compute a what-if without reading again."""
+    Pass `metrics` and `approach_rows` already read to compute a what-if without reading again; `inputs` (the
+    answer's grid at batch 1, read.at_batch_1) in place of the campaign's own batch-1 picks, and `cells` each
+    approach's grid cell there."""
     metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
     rows = approach_rows if approach_rows is not None else approaches(session, campaign)
-    inputs = model_inputs(session, campaign, what_if, metrics)
+    inputs = inputs if inputs is not None else model_inputs(session, campaign, what_if, metrics)
     curve = inputs.curve()
     costs = inputs.costs()
     own_tau_allowed = not (what_if and what_if.accept_length is not None)
@@ -341,6 +355,7 @@ def profitability_report(
                 comm_ms=n_ar * estimate.t_ar_us / 1000.0,
                 savings_ms=mine.savings_ms if mine else None,
                 speedup=mine.speedup(estimate.t_ar_us) if mine else None,
+                cell=(cells or {}).get(approach.key),
             )
         )
     titles = {a.key: a.title for a in rows}
