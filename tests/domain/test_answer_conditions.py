@@ -327,4 +327,7 @@ def test_the_batch_1_report_is_the_answer_at_batch_1(session):
     for p in answer.report.points:
         cell = answer.speculation.approach(p.key).cell(1, 3)  # type: ignore[union-attr]
         assert p.cell is cell and p.speedup_interval is not None and p.speedup_interval.low is not None
-        assert p.speedup == pytest.approx(cell.speedup.value, rel=0.05)  # type: ignore[union-attr]
+        # The same figures, not a second model's: the point's tau* and speedup are the cell's.
+        assert p.speedup == cell.speedup.value and p.tau_star == cell.tau_star.value  # type: ignore[union-attr]
+        verdict = answer.report.answer_of(p)
+        assert verdict is not None and verdict.tau_star == cell.tau_star.value  # type: ignore[union-attr]

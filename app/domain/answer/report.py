@@ -153,6 +153,7 @@ def answers_for(
         baseline: bool,
         tau: float | None,
         tau_source: str,
+        tau_star: float | None = None,
     ) -> ApproachVerdict:
         return ApproachVerdict(
             label=label,
@@ -163,13 +164,17 @@ def answers_for(
             baseline=baseline,
             tau=tau,
             tau_source=tau_source,
-            tau_star=found.tau_star(latency.t_ar_us),
+            tau_star=tau_star if tau_star is not None else found.tau_star(latency.t_ar_us),
             contains=found.contains,
             exact=not found.lower_bound,
             t_base_ms=found.t_base_ms,
         )
 
-    out = [answer(p.title, p.key, p.status, p.latency, True, False, p.tau, p.tau_source) for p in points]
+    # A measured point on the grid answers with its cell's tau* (the grid's figure at batch 1).
+    out = [
+        answer(p.title, p.key, p.status, p.latency, True, False, p.tau, p.tau_source, p.tau_star if p.cell else None)
+        for p in points
+    ]
     out += [
         answer(
             r.label,
@@ -340,6 +345,10 @@ def profitability_report(
         tau = own.value if own else inputs.accept_length.value
         mine = inputs.costs(tau=tau) if tau is not None else None
         n_ar = int(inputs.allreduces_per_verify.value or 0)
+        cell = (cells or {}).get(approach.key)
+        # On the grid, the point is its cell at batch 1: the grid's figures (the same inputs), not a second model's.
+        grid_tau_star = cell.tau_star.value if cell is not None and cell.tau_star is not None else None
+        grid_speedup = cell.speedup.value if cell is not None and cell.speedup is not None and not own else None
         points.append(
             ApproachPoint(
                 approach_id=approach.id,
@@ -349,13 +358,17 @@ def profitability_report(
                 reason=approach.reason,
                 stack=stack_summary(approach.verdict_fingerprint),
                 latency=estimate,
-                tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+                tau_star=grid_tau_star
+                if grid_tau_star is not None
+                else curve.tau_star(estimate.t_ar_us)
+                if curve
+                else None,
                 tau=tau,
                 tau_source=(own.source if own else inputs.accept_length.source),
                 comm_ms=n_ar * estimate.t_ar_us / 1000.0,
                 savings_ms=mine.savings_ms if mine else None,
-                speedup=mine.speedup(estimate.t_ar_us) if mine else None,
-                cell=(cells or {}).get(approach.key),
+                speedup=grid_speedup if grid_speedup is not None else mine.speedup(estimate.t_ar_us) if mine else None,
+                cell=cell,
             )
         )
     titles = {a.key: a.title for a in rows}
