@@ -1,5 +1,5 @@
 """The node's commands: `campaign runner` (run trials for a board) and the node side of `campaign preflight`
-(an sglang_server recipe's checks without its server). app/cli.py registers `runner` and parses the campaign
+(an sglang_server recipe's checks without its server). app/cli/runners.py registers `runner` and parses the campaign
 file for `preflight`; nothing here reads the server's settings: `RunnerSettings` holds the few CAMPAIGN_*
 variables a runner reads (docs/configuration.md).
 """

@@ -42,6 +42,11 @@ class CellPublic(BaseModel):
     tau_star: Figure | None
     speedup: Figure | None = Field(description="Null while the accept length at this draft length is unknown.")
     pays: Literal["yes", "no", "unclear"] | None
+    verdict: str | None = Field(
+        None,
+        description="The speedup against 1 labelled as the comparisons label a ratio (faster, slower, equivalent, "
+        "below_min_effect, inconclusive) at the campaign's confidence and minimum effect; null without a speedup.",
+    )
     note: str = Field(description="How t_ar was obtained, or why the cell is open (e.g. not extrapolated).")
 
 
@@ -79,11 +84,24 @@ class MissingPublic(BaseModel):
     conditions: str | None = Field(description="The conditions it is missing under.")
 
 
+class TierVerdictPublic(BaseModel):
+    leader: str = Field(description="The tier leader's key.")
+    verdict: str = Field(description="equivalent, below_min_effect or inconclusive (statistics.verdict_of).")
+    words: str = Field(description="The label in words: equivalent, not shown to differ, ...")
+    ratio: float = Field(description="This approach's headline figure over the leader's.")
+    low: float | None
+    high: float | None
+
+
 class ConditionSetPublic(BaseModel):
     key: str = Field(description="Pass it as ?conditions= to get the answer under this set.")
     label: str
     approaches: int
     cells: int
+    inputs: int = Field(
+        0, description="Of the four inputs an answer needs (decode step, draft step, verify compute, accept length)."
+    )
+    answers: bool = Field(False, description="It holds all four: this set can answer.")
 
 
 class AnswerPublic(BaseModel):
@@ -95,16 +113,24 @@ class AnswerPublic(BaseModel):
     resamples: int
     chosen: str | None
     tiers: list[list[str]] = Field(
-        description="Approach keys, best first; keys in one tier are not ranked (inconclusive: their intervals overlap)."
+        description="Approach keys, best first; keys in one tier are not shown to differ by the campaign's minimum "
+        "effect (the comparisons' rule on the ratio of their headline figures)."
     )
-    indistinguishable: list[list[str]]
+    indistinguishable: list[list[str]] = Field(description="The tiers of more than one key (kept for older clients).")
+    tier_verdicts: dict[str, TierVerdictPublic] = Field(
+        default_factory=dict, description="Each tier member (not its leader) against its tier's leader."
+    )
     accept_length: list[AcceptLengthPublic]
     approaches: list[ApproachAnswerPublic]
     inputs: list[InputPublic]
     missing: list[MissingPublic]
     conditions: str | None = Field(description="The condition set this answer is given under (its key).")
     conditions_label: str | None
-    default_conditions: str | None = Field(description="The key of the default condition set.")
+    default_conditions: str | None = Field(
+        description="The key of the default condition set: the one holding most of the four inputs an answer "
+        "needs (decode, draft and verify steps, accept length), then most approaches, then most cells with a speedup."
+    )
+    default_conditions_label: str | None = Field(None, description="The default condition set in words.")
     condition_sets: list[ConditionSetPublic]
     within_run_only: bool = Field(description="Some figure reads an input measured by one trial.")
     flags: list[str] = Field(

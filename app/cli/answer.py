@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app.cli.common import fail, get_settings, migrated_engine, session_scope
+
+if TYPE_CHECKING:
+    from app.domain.answer.grid import SpeculationAnswer
 
 
 def answer_cmd(
@@ -41,7 +44,7 @@ def answer_cmd(
         return
     print(found.sentence)
     if answer.conditions is not None:
-        default = " (the default)" if answer.is_default else ""
+        default = " (the default)" if answer.is_default else f" (the default is {answer.default_label})"
         print(f"  under {answer.conditions.label}{default}")
         for c in answer.condition_sets if len(answer.condition_sets) > 1 else ():
             print(f"  also held: --conditions '{c.key}' ({c.label})")
@@ -49,9 +52,8 @@ def answer_cmd(
         b_star = a.break_even_batch if a.break_even_batch is not None else "-"
         schedule = ", ".join(f"b{b}:k{k}" for b, k in sorted(a.best_draft_tokens.items())) or "no speedup known"
         print(f"  {a.key}: break-even batch {b_star}; best draft tokens {schedule}")
-    for tier in found.tiers:
-        if len(tier) > 1:
-            print(f"  indistinguishable on this node: {', '.join(tier)}")
+    for line in tier_lines(found):
+        print(f"  {line}")
     for m in found.missing:
         print(f"  missing: {m.what}" + (f" ({m.approach})" if m.approach else "") + f": {m.how}")
     for flag in answer.flags:
@@ -96,3 +98,19 @@ def answer_config_cmd(
         print(f"# without adaptive speculation, one k for batches {config.static.serve}: {config.static.shell}")
     for note in config.notes:
         print(f"# {note}")
+
+
+def tier_lines(found: SpeculationAnswer) -> list[str]:
+    """One line per unranked tier member, with the comparisons' label against its leader (issue 34's words,
+    the campaign's minimum effect and confidence), as the page says it."""
+    rule = f"{found.min_effect:.0%} at {found.confidence:.0%} confidence"
+    lines = []
+    for tier in found.tiers:
+        for key in tier[1:]:
+            v = found.tier_verdicts[key]
+            interval = f" [{v.low:.3f}, {v.high:.3f}]" if v.low is not None and v.high is not None else ""
+            lines.append(
+                f"not ranked: {key} against {v.leader}: {v.words} by the minimum effect ({rule}), "
+                f"ratio {v.ratio:.3f}{interval}"
+            )
+    return lines

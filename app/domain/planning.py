@@ -39,6 +39,7 @@ from app.domain.answer import LatencyEstimate, ProfitabilityReport, reported_lat
 from app.domain.answer.read import read_answer
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import approaches
+from app.domain.wording import size_label
 from app.models import Approach, ApproachStatus, Campaign, Runner, RunOrder
 
 # approach.effort's first word -> effort points (the score divides by them). Unknown or empty: medium.
@@ -52,10 +53,6 @@ def effort_points(text: str) -> float:
     """'low (one flag)' -> 1.0; 'high (build MSCCL++)' -> 4.0; '' or unknown words -> 2.0 (medium)."""
     found = re.match(r"\s*([a-zA-Z]+)", text or "")
     return EFFORT_POINTS.get(found.group(1).lower(), DEFAULT_EFFORT) if found else DEFAULT_EFFORT
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 1024:g} KiB" if nbytes % 1024 == 0 else f"{nbytes} B"
 
 
 @dataclass(frozen=True)
@@ -193,7 +190,7 @@ def _expected(
         return Expected(
             median,
             "its kind",
-            f"median of {len(peers)} {kind} approach(es) measured on {where} at {_size(verify_bytes)} "
+            f"median of {len(peers)} {kind} approach(es) measured on {where} at {size_label(verify_bytes)} "
             f"({', '.join(title for title, _ in peers[:3])}{' …' if len(peers) > 3 else ''})",
         )
     return None
@@ -240,7 +237,7 @@ class _Verdicts:
 def _reasons(r: Ranked) -> tuple[str, ...]:
     n = r.needs
     out = []
-    at = _size(n.bytes)
+    at = size_label(n.bytes)
     if n.beat_best_us is not None:
         out.append(f"needs <= {n.beat_best_us:.3g} us at {at} to beat {n.beat_best_of}")
     if n.pay_us is not None:
@@ -329,7 +326,7 @@ def why_next(ranked: list[Ranked]) -> str:
     top = ranked[0]
     parts = []
     if top.needs.us is not None:
-        parts.append(f"needs <= {top.needs.us:.3g} us at {_size(top.needs.bytes)}")
+        parts.append(f"needs <= {top.needs.us:.3g} us at {size_label(top.needs.bytes)}")
     if top.expected is not None:
         parts.append(f"expected {top.expected.t_ar_us:.3g} us ({top.expected.source})")
     else:

@@ -1,5 +1,6 @@
 """Counts in words: "1 trial", "3 trials", "1 draft token": the one helper for singular and plural, used by
-the domain's messages, the templates (the `plural` filter) and the charts. Never "trial(s)"."""
+the domain's messages, the templates (the `plural` filter) and the charts. Never "trial(s)". And byte counts in
+words ("56 KiB", "1.75 MiB"): the one size formatter of the answer, its latencies and planning."""
 
 from __future__ import annotations
 
@@ -16,3 +17,11 @@ def plural(count: int | float, word: str, many: str | None = None) -> str:
         last = IRREGULAR.get(last, last + "s")
         many = f"{head} {last}" if head else last
     return f"{count} {many}"
+
+
+def size_label(nbytes: int) -> str:
+    """A message size in binary units, 4 significant digits: "512 B", "56 KiB", "1.75 MiB" (never 1e+03)."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes} B"

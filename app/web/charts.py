@@ -282,8 +282,9 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
     """The answer with the form's values. A value out of its bounds answers nothing: the partial says which
     field (and the form marks it), so no earlier result stays on the page as if it were this one's."""
     campaign = inventory.get_campaign(session, slug)
+    conditions = request.query_params.get("conditions") or None
     try:
-        answer = campaign_answer(session, campaign, what_if_form(dict(request.query_params)))
+        answer = campaign_answer(session, campaign, what_if_form(dict(request.query_params)), conditions)
     except Invalid as exc:
         return render(
             request,
@@ -292,7 +293,12 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
             status_code=422,
             headers=form_error_headers(exc.message, exc.field),
         )
-    return render(request, "_partials/whatif.html", _profitability(answer, campaign))
+    ctx = _profitability(answer, campaign)
+    # The whole answer follows the what-if: the grid, B*, tiers and the configs shown (swapped in out of band).
+    ctx.update(speculation_context(session, campaign, answer, request.query_params.get("serve_batches")))
+    ctx["deploy_form"] = True
+    ctx["oob_speculation"] = True
+    return render(request, "_partials/whatif.html", ctx)
 
 
 @router.post("/campaigns/{slug}/charts/whatif/save")

@@ -148,11 +148,13 @@ def test_cli_answer(swept, settings):
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["chosen"] == "symm-one-shot"
+    body = json.loads(done.stdout)
+    assert body["chosen"] == "symm-one-shot"
     text = subprocess.run(
         [sys.executable, "-m", "app.cli", "answer", SLUG], capture_output=True, text=True, env=env, timeout=120
     )
     assert text.stdout.startswith("On this node EAGLE-3") and "symm-two-shot: break-even batch 32" in text.stdout
+    assert "indistinguishable" not in text.stdout
 
 
 def test_cli_answer_config(swept, settings):

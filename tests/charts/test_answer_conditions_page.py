@@ -38,6 +38,30 @@ def test_the_charts_page_lets_a_person_choose_the_conditions(app, operator_clien
     at_4096 = client.get(f"/api/campaigns/{SLUG}/answer?context=4096", headers=api_headers).json()
     assert at_4096["approaches"] == [] and "context=4096" in at_4096["conditions"]
     assert any(m["what"].startswith("verify compute") and "not borrowed" in m["how"] for m in at_4096["missing"])
+    assert (
+        at_4096["default_conditions"] == body["conditions"] and "context 1,024" in at_4096["default_conditions_label"]
+    )
+    assert next(c for c in body["condition_sets"] if c["key"] == body["default_conditions"])["answers"]
     page = operator_client.get(f"/campaigns/{SLUG}/charts?conditions={at_4096['conditions']}").text
     assert "measured only under other conditions" in page
+    assert "(the default is context 1,024, graph" in " ".join(re.sub(r"<[^>]+>", " ", page).split())
     assert client.get(f"/api/campaigns/{SLUG}/answer?context=8192", headers=api_headers).status_code == 422
+
+
+def test_the_what_if_swaps_in_the_whole_answer(app, operator_client):
+    """The what-if partial carries the answer over batches too (out of band): its grid, inputs and figures are
+    computed with the what-if, so B*, the tiers and the Deploy panel follow it (issue 33)."""
+    _imported(app)
+    page = operator_client.get(f"/campaigns/{SLUG}/charts").text
+    assert page.count('id="speculation-answer"') == 1 and "hx-swap-oob" not in page
+    r = operator_client.get(
+        f"/campaigns/{SLUG}/charts/whatif", params={"draft_step_ms": "50"}, headers={"HX-Request": "true"}
+    )
+    assert r.status_code == 200 and '<div id="speculation-answer" hx-swap-oob="innerHTML">' in r.text
+    heatmap = re.search(r'id="figure-speedup-heatmap">(.*?)</script>', r.text, re.S)
+    before = re.search(r'id="figure-speedup-heatmap">(.*?)</script>', page, re.S)
+    assert heatmap and before and heatmap.group(1) != before.group(1)  # the grid was recomputed
+    text = " ".join(re.sub(r"<[^>]+>", " ", r.text).split())
+    assert "draft step at batch 1 50 (exact) what-if" in text  # the inputs table names the what-if figure
+    assert "1: off" in text  # 50 ms a draft step: batch 1 no longer speculates
+    assert 'id="deploy"' in r.text or "Deploy" in r.text

@@ -106,7 +106,9 @@ def _campaign(session) -> Campaign:
 def test_inputs_and_their_sources(session):
     inputs = model_inputs(session, _campaign(session))
     assert inputs.baseline_tok_s.value == 82.0 and "output_throughput_tok_s" in inputs.baseline_tok_s.source
-    assert inputs.accept_length.value == 2.4 and inputs.accept_length.source == "entered on the campaign"
+    assert inputs.accept_length.value == 2.4 and inputs.accept_length.source.startswith("entered on the campaign")
+    # The typed value wins over the measured one, and says the measurement exists.
+    assert "used in place of the measured 2.6 (trial #" in inputs.accept_length.source
     assert inputs.verify_bytes == 4 * 7168 * 2 == 57344
     assert inputs.missing == ()
 

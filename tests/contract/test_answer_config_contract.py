@@ -14,6 +14,7 @@ import pytest
 from app.domain.answer.configs import DeployTarget, ServeRange, engine_config
 from app.domain.answer.configs.sglang import FILE
 from app.domain.answer.grid import speculation_answer
+from app.domain.answer.values import Conditions, Value, of_trials
 from app.models import Approach
 from tests.support.paths import ROOT
 from tests.support.speculation import approach, linear_curve, spec
@@ -144,8 +145,26 @@ def test_the_one_k_line_parses_too(sglang_env, tmp_path):
     assert found["speculative_adaptive"] is False and found["disable_custom_all_reduce"] is True
 
 
+def _measured_answer():
+    """`_answer`'s figures as trials measured them: decode by trial #11, draft #12, verify #13 (two samples each),
+    under context 1,024 and world size 2."""
+    where = Conditions((("context", 1024), ("world_size", 2)))
+
+    def by(trial: int, value: float) -> Value:
+        return of_trials([[value, value * 1.001]], f"trial #{trial}", [trial], where)
+
+    curve = {n: by(14, us) for n, us in linear_curve(1 / 4096, [4096, 4096 * 256]).items()}
+    row = approach("ar", BATCHES, (1, 2, 3), base=by(11, 10.0), draft=by(12, 1.0), verify=by(13, 11.0), curve=curve)
+    return speculation_answer(spec([row], BATCHES, (1, 2, 3), {1: 1.8, 2: 2.28, 3: 2.472}, n_ar=500))
+
+
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
 def test_every_setting_names_its_measurement(engine):
-    config = engine_config(engine, _answer(), [_row("nccl")], target=DeployTarget("9.0"))
+    """Each per-batch setting names the trials of the figures its cell reads and their conditions (the cell's
+    inputs' trial_ids, never trial numbers parsed out of names), and an entered figure as entered."""
+    config = engine_config(engine, _measured_answer(), [_row("nccl")], target=DeployTarget("9.0"))
     per_batch = [s for s in config.settings if "batches" in s.source]
-    assert per_batch and all("trial" in s.source for s in per_batch)
+    assert per_batch and all("trials #11, #12, #13, #14" in s.source for s in per_batch), per_batch
+    assert all("measured under context 1,024, world size 2" in s.source for s in per_batch)
+    entered = engine_config(engine, _answer(), [_row("nccl")], target=DeployTarget("9.0"))
+    assert all("entered figures" in s.source for s in entered.settings if "batches" in s.source)

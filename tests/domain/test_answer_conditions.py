@@ -9,16 +9,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlmodel import select
 
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.acceptance import alphas_from_unconditional
 from app.domain.answer.grid import speculation_answer
+from app.domain.answer.inputs import WhatIf
 from app.domain.answer.read import pick_conditions, read_answer
 from app.domain.answer.values import measured
 from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
 from app.domain.errors import Invalid
 from app.domain.statistics import trial_estimate, trial_estimates_many, trial_resamples, trial_resamples_many
+from app.models import Metric
 from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 from app.state import app_state
 from tests.support.speculation import SweepBuilder, approach, build_sweep_campaign, spec
@@ -220,3 +224,113 @@ def test_vectorized_trial_estimates_match_the_statistics_home():
             and one.between_cv == pytest.approx(many.between_cv)
             and one.within_cv == pytest.approx(many.within_cv)
         )
+
+
+def test_a_draft_step_at_another_world_size_is_missing_until_measured_at_the_verify_tp(session):
+    """The draft step runs the head's collectives at the target's TP: one measured at TP 1 never pairs with a
+    TP 2 verify (issue 33: the draft step's world size is one of the compared conditions)."""
+    built = build_sweep_campaign(
+        session, slug="draft-tp", approaches={"nccl-graph": ("NCCL", 17.0, 1e5, 1024)}, batches=(1, 2)
+    )
+    campaign = built.campaign
+    (verify,) = [a for a in inventory.approaches(session, campaign)]
+    draft = inventory.add_approach(session, campaign, ApproachCreate(key="draft-tp1", title="draft"), actor="t")
+    tp1 = {"device": "cuda", "context": 1024, "mode": "graph", "world_size": 1}
+    # The fixture's draft sweep states no world size: replace it by one at TP 1, newer than everything.
+    for trial_metrics in session.exec(select(Metric).where(Metric.name == "draft_step_ms")).all():
+        session.delete(trial_metrics)
+    built.trial(draft, [("draft_step_ms", 0.5, {**tp1, "batch": b}, [0.5, 0.51]) for b in (1, 2)])
+    session.flush()
+    answer = read_answer(session, campaign)
+    grid = answer.speculation.approach(verify.key)
+    assert grid is not None and all(c.speedup is None and "no draft step" in c.note for c in grid.cells)
+    missing = next(m for m in answer.speculation.missing if m.what.startswith("draft step"))
+    assert "world size 1" in missing.how and "world_size: 2" in missing.how and "not borrowed" in missing.how
+    assert not any(f.name.startswith("draft step") for f in answer.speculation.inputs)  # never borrowed
+    # Measured at the verify's TP, it pairs.
+    built.trial(draft, [("draft_step_ms", 0.6, {**tp1, "world_size": 2, "batch": b}, [0.6, 0.61]) for b in (1, 2)])
+    session.flush()
+    grid = read_answer(session, campaign).speculation.approach(verify.key)
+    assert grid is not None and all(c.speedup is not None for c in grid.cells)
+    draft_fig = next(f for f in read_answer(session, campaign).speculation.inputs if f.name == "draft step at batch 2")
+    assert "world size 2" in draft_fig.conditions
+
+
+def test_entered_acceptance_takes_precedence_and_names_the_measurement_and_the_vllm_conversion(session):
+    """Typed acceptance (here vLLM's unconditional rates, converted) is used over a measured tau(k); its source
+    says so, names the measured figure it replaces, and says how the rates were converted (issue 33 item 3)."""
+    built = build_sweep_campaign(session, slug="typed-wins", approaches={"nccl-graph": ("NCCL", 17.0, 1e5, 1024)})
+    campaign = built.campaign
+    rates = [0.8, 0.56, 0.336]
+    campaign.accept_unconditional = rates
+    campaign.accept_alphas = alphas_from_unconditional(rates)
+    server = inventory.add_approach(session, campaign, ApproachCreate(key="sglang", title="sglang"), actor="t")
+    built.trial(server, [("accept_length", 2.1, {"draft_tokens": 2, "speculative_topk": 1}, None)])
+    session.flush()
+    found = read_answer(session, campaign).speculation
+    assert found.tau[2].value == pytest.approx(1 + 0.8 + 0.56)  # the typed rates, not the measured 2.1
+    source = found.tau_sources[2]
+    assert source.startswith("derived from the entered per-position acceptance rates")
+    assert "converted from vLLM's unconditional per-position rates u (0.8, 0.56, 0.336)" in source
+    assert "used in place of the measured 2.1" in source and "takes precedence" in source
+    shown = next(f for f in found.inputs if f.name == "accept length at 2 draft tokens")
+    assert "used in place of the measured 2.1" in shown.source  # the page's inputs table and the API
+    assert "used in place" not in found.tau_sources[3]  # nothing measured at k = 3: nothing replaced
+    # Cleared, the measurement is used.
+    campaign.accept_alphas = None
+    campaign.accept_unconditional = None
+    session.flush()
+    again = read_answer(session, campaign).speculation
+    assert again.tau[2].value == pytest.approx(2.1) and "trial #" in again.tau_sources[2]
+
+
+def test_a_what_if_changes_the_whole_answer_not_only_the_batch_1_report(session):
+    """Issue 33: the what-if is laid over the grid's inputs too, so B*, the tiers, the sentence and the configs
+    follow it (it changed only the batch-1 report before)."""
+    campaign = build_sweep_campaign(session, slug="what-if-grid", r=4).campaign
+    plain = read_answer(session, campaign)
+    chosen = plain.speculation.chosen
+    assert chosen is not None and chosen.break_even_batch is not None
+    # Ten times the allreduces per verify: communication swamps the savings at far smaller batches.
+    tried = read_answer(session, campaign, what_if=WhatIf(allreduces_per_verify=1220))
+    assert tried.speculation.n_ar == 1220 and tried.report.inputs.allreduces_per_verify.value == 1220
+    mine = tried.speculation.approach(chosen.key)
+    assert mine is not None
+    assert (mine.break_even_batch or 0) < chosen.break_even_batch
+    assert tried.speculation.sentence != plain.speculation.sentence
+    # A what-if accept length at the campaign's draft steps (3) replaces the campaign's tau(3) on the grid, said.
+    tau = read_answer(session, campaign, what_if=WhatIf(accept_length=1.2)).speculation
+    assert tau.tau[3].value == pytest.approx(1.2) and tau.tau_sources[3] == "what-if"
+    assert all(c.pays != "yes" for a in tau.approaches for c in a.cells if c.draft_tokens == 3)
+    # The batch-1 figures land at batch 1, exact and said.
+    t_base = read_answer(session, campaign, what_if=WhatIf(baseline_tok_s=50.0)).speculation
+    cell = t_base.approach(chosen.key).cell(1, 1)  # type: ignore[union-attr]
+    assert cell is not None and cell.t_base_ms == pytest.approx(20.0)
+    assert any(f.name == "decode step at batch 1" and f.source.startswith("what-if") for f in t_base.inputs)
+    assert read_answer(session, campaign) is plain  # nothing stored changed: the kept answer
+
+
+def test_the_batch_1_report_is_the_answer_at_batch_1(session):
+    """The report reads the grid's batch-1 inputs (paired by conditions, their trials and conditions named) and
+    shows each approach's grid cell there, with its interval, instead of picking its own inputs (issue 33)."""
+    campaign = _sweep(session)
+    found = read_answer(session, campaign)
+    grid = {f.name: f for f in found.speculation.inputs}
+    t_base = found.report.inputs.t_base
+    assert t_base.trial_ids == grid["decode step at batch 1"].trial_ids and "#16" not in t_base.source
+    assert t_base.conditions is not None and t_base.conditions.tag_map["context"] == 1024  # not the 4,096 variant
+    k = found.speculation.approaches[0].headline_k
+    steps = int(found.report.inputs.draft_steps.value or campaign.verify_tokens - 1)
+    verify = found.report.inputs.verify_compute_ms
+    assert verify.trial_ids == grid[f"verify compute at batch 1, {steps} draft tokens"].trial_ids, k
+    # With allreduce approaches on the grid, each point is its grid cell at batch 1 and the draft steps.
+    built = build_sweep_campaign(session, slug="report-is-grid", r=6).campaign
+    answer = read_answer(session, built)
+    assert answer.report.points
+    for p in answer.report.points:
+        cell = answer.speculation.approach(p.key).cell(1, 3)  # type: ignore[union-attr]
+        assert p.cell is cell and p.speedup_interval is not None and p.speedup_interval.low is not None
+        # The same figures, not a second model's: the point's tau* and speedup are the cell's.
+        assert p.speedup == cell.speedup.value and p.tau_star == cell.tau_star.value  # type: ignore[union-attr]
+        verdict = answer.report.answer_of(p)
+        assert verdict is not None and verdict.tau_star == cell.tau_star.value  # type: ignore[union-attr]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.cli.answer import tier_lines
 from app.domain.answer.grid import (
     ApproachAnswer,
     Cell,
@@ -106,7 +107,7 @@ def _noisy(rng, mean, sd, n=20):
     return measured(mean, samples(rng.normal(mean, sd, n)), "synthetic")
 
 
-def test_overlapping_approaches_are_indistinguishable_not_ranked():
+def test_approaches_not_shown_to_differ_share_a_tier_with_the_comparisons_label():
     rng = np.random.default_rng(3)
     sizes = [4096, 4096 * 8]
     # Two allreduces 2% apart with 10% noise per sample: their intervals overlap. A third is far slower.
@@ -119,7 +120,18 @@ def test_overlapping_approaches_are_indistinguishable_not_ranked():
     assert answer.tiers[0] == tuple(sorted(answer.tiers[0], key=lambda k: -fig(fig_of(answer.approach(k))).value))
     assert set(answer.tiers[0]) == {"one-shot", "two-shot"}
     assert answer.tiers[1] == ("nccl-eager",)
-    assert "indistinguishable from it on this node" in answer.sentence
+    assert "not shown to differ from it by the minimum effect at the campaign's confidence" in answer.sentence
+    # The tier is the comparisons' rule (statistics.verdict_of), not an overlap of intervals: the ratio of the two
+    # headline speedups over the same replicates, labelled; the far slower one is shown slower, so not listed.
+    member = next(k for k in answer.tiers[0][1:])
+    label = answer.tier_verdicts[member]
+    assert label.leader == answer.tiers[0][0] and label.verdict in ("inconclusive", "equivalent")
+    assert label.low is not None and label.high is not None and label.low < 1 < label.high
+    assert label.words in ("not shown to differ", "equivalent") and "nccl-eager" not in answer.tier_verdicts
+    # `campaign answer` prints the same label, the rule and the ratio with its interval.
+    (line,) = tier_lines(answer)
+    assert line.startswith(f"not ranked: {member} against {label.leader}: {label.words} by the minimum effect (")
+    assert f"ratio {label.ratio:.3f} [{label.low:.3f}, {label.high:.3f}]" in line
     s1, s2 = (fig(cell(answer.approach(k), 1, 1).speedup) for k in ("one-shot", "two-shot"))
     low, high = bounds(s1)
     assert s1.overlaps(s2) and low < s1.value < high
@@ -130,7 +142,7 @@ def test_overlapping_approaches_are_indistinguishable_not_ranked():
 def test_a_dead_end_is_never_the_one_to_deploy():
     curve = linear_curve(1 / 4096, [4096, 4096 * 64])
     fast = approach("fast", [1], [1], curve=curve, status="dead_end")
-    slow = approach("slow", [1], [1], curve=linear_curve(2 / 4096, [4096, 4096 * 64]))
+    slow = approach("slow", [1], [1], curve=linear_curve(400 / 4096, [4096, 4096 * 64]))  # 8% slower: shown
     answer = speculation_answer(spec([fast, slow], [1], [1], {1: 2.0}))
     assert answer.tiers[0] == ("fast",)
     assert answer.chosen is not None and answer.chosen.key == "slow"
@@ -200,3 +212,18 @@ def test_figures_with_different_sample_counts_are_resampled_together():
     low, high = bounds(c.speedup)
     assert low < fig(c.speedup).value < high  # speedup = 2 x 10 / (1 + 11) = 1.67
     assert fig(c.speedup).value == pytest.approx(2.0 * 10.0 / 12.0, rel=0.02)
+
+
+def test_a_difference_below_the_minimum_effect_shares_the_tier_and_is_labelled_so():
+    """Exact inputs 0.1% apart: shown different (no interval holds 1), but below the campaign's minimum effect,
+    so not a reason to rank; the label says which (issue 34 item 2's labels), where the overlap rule split them."""
+    curve = linear_curve(1 / 4096, [4096, 4096 * 64])
+    a = approach("a", [1], [1], curve=curve)
+    b = approach("b", [1], [1], curve=linear_curve(2 / 4096, [4096, 4096 * 64]))
+    answer = speculation_answer(spec([a, b], [1], [1], {1: 2.0}))
+    assert answer.tiers == (("a", "b"),)
+    label = answer.tier_verdicts["b"]
+    assert label.verdict == "below_min_effect" and label.words == "different, below the minimum effect"
+    assert label.low is None and label.ratio == pytest.approx(1.6639 / 1.6653, abs=1e-3)  # exact: no interval
+    cell_b = answer.approach("b").cell(1, 1)  # type: ignore[union-attr]
+    assert cell_b is not None and cell_b.verdict == "faster" and cell_b.pays == "yes"  # 1.66 against 1

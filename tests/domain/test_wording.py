@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.wording import plural
+import app.domain.answer.grid as grid
+import app.domain.answer.latency as latency
+import app.domain.planning as planning
+from app.domain.wording import plural, size_label
 from app.templating import make_templates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,3 +38,17 @@ def test_templates_use_the_filter_and_never_write_s_in_brackets():
     assert env.from_string('{{ 1 | plural("trial") }}, {{ 4 | plural("trial") }}').render() == "1 trial, 4 trials"
     written = [p.name for p in (ROOT / "templates").rglob("*.html") if "(s)" in p.read_text()]
     assert written == []
+
+
+def test_one_size_formatter_for_the_answer_its_latencies_and_planning():
+    assert [size_label(n) for n in (512, 1024, 57344, 1000 * 1024, 1835008, 14 * 1024 * 1024)] == [
+        "512 B",
+        "1 KiB",
+        "56 KiB",
+        "1000 KiB",  # not 1e+03 KiB
+        "1.75 MiB",
+        "14 MiB",
+    ]
+    # The old copies are gone: every reader imports this one.
+    assert grid.size_label is latency.size_label is planning.size_label is size_label
+    assert not hasattr(latency, "_size") and not hasattr(planning, "_size")

@@ -144,3 +144,29 @@ def test_what_if_refuses_what_the_browser_cannot_parse_and_clears_a_stored_input
         assert page.locator('[data-testid="clear-allreduces_per_verify"]').count() == 0
     finally:
         context.close()
+
+
+def test_a_what_if_redraws_the_answer_over_batches(server, browser):
+    """Typing a what-if swaps in the whole answer (out of band): the sentence and the speedup chart are those
+    of the what-if, and the page still has one answer (issue 33: the what-if changes the whole answer)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(server.login)
+        page.wait_for_url(f"**/campaigns/{SLUG}/charts")
+        page.wait_for_function("() => document.getElementById('chart-speedup-batch')?.data?.length")
+        before = page.inner_text("#speculation-answer [data-sentence]")
+        first = page.evaluate("JSON.stringify(document.getElementById('chart-speedup-batch').data.map(t => t.y))")
+        page.fill("input[name=allreduces_per_verify]", "1220")  # ten times the communication
+        page.wait_for_selector("#whatif-result [data-testid=whatif-active]")
+        page.wait_for_function(
+            "(s) => document.querySelector('#speculation-answer [data-sentence]')?.innerText !== s", arg=before
+        )
+        after = page.evaluate("JSON.stringify(document.getElementById('chart-speedup-batch').data.map(t => t.y))")
+        assert after != first  # the chart was re-plotted from the what-if's figure
+        assert page.locator("#speculation-answer").count() == 1 and page.locator("#speculation").count() == 1
+        assert errors == [], errors
+    finally:
+        context.close()

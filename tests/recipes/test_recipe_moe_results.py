@@ -42,8 +42,14 @@ def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
         }
         # decode at batch 1 reads top-8 of 384; verify at k = 3 (4 tokens) reads about 31
         assert touched[(1, 0)] == 8 and 28 <= touched[(1, 3)] <= 32 and touched[(128, 7)] > 300
-        sets = read_answer(session, campaign).condition_sets
+        found = read_answer(session, campaign)
+        sets = found.condition_sets
         assert len(sets) == 4  # bf16 / fp8 experts x context 1,024 / 4,096: never combined
-        bf16_1024 = next(c.key for c in sets if "bf16 experts" in c.label and "context 1,024" in c.label)
-        answer = read_answer(session, campaign, conditions=bf16_1024).speculation
-        assert "at batch 1 with 3 draft tokens" in answer.sentence
+        # The default holds most of what an answer needs: at context 4,096 there is no draft step (the file holds
+        # no accept length anywhere), so the default is a context-1,024 set (it was fp8 at 4,096 before).
+        default = next(c for c in sets if c.key == found.default_conditions)
+        assert found.is_default and found.default_label == default.label and "context 1,024" in default.label
+        assert default.inputs == 3 and not default.answers  # decode, draft, verify; tau is missing
+        assert all(c.inputs == 2 for c in sets if "context 4,096" in c.label)
+        assert any(m.what.startswith("accept length tau") for m in found.speculation.missing)
+        assert "at batch 1 with 3 draft tokens" in found.speculation.sentence  # the default answers, tau* at b = 1

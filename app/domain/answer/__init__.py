@@ -15,7 +15,8 @@ One idea a module:
     series.py   the measurements the charts draw beside the model
     configs/    each engine's launch settings for the answer (SGLang, vLLM, TensorRT-LLM), checked by its rules
 The names are re-exported here: `from app.domain.answer import X` is the way in. The batch-1 report (report.py)
-is the answer at batch 1: `Answer.report`.
+is the answer at batch 1: `Answer.report` reads the grid's batch-1 inputs (read.at_batch_1) and each approach's
+grid cell there (`ApproachPoint.cell`, its intervals); its break-even curve over t_ar stays, for reported figures.
 """
 
 from app.domain.answer.inputs import ModelInputs, WhatIf, model_inputs

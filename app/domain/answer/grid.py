@@ -29,6 +29,7 @@ No database, no FastAPI here.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -38,7 +39,15 @@ from typing import Any, cast
 import numpy as np
 
 from app.domain.answer.values import Conditions, Missing, Value, measured
-from app.domain.statistics import Rule, percentile_intervals, trial_resamples_many
+from app.domain.statistics import (
+    VERDICT_WORDS,
+    Rule,
+    Verdict,
+    percentile_intervals,
+    trial_resamples_many,
+    verdict_of,
+)
+from app.domain.wording import size_label
 
 # Bootstrap resamples of the grid: fewer than the comparisons' Rule.n_resamples (1,000) because one answer
 # resamples some thousand inputs at once; 400 keeps the 95% bounds within about 1% of their 1,000-resample
@@ -121,14 +130,6 @@ def interpolate_loglog(lo_us: Any, hi_us: Any, frac: Any) -> Any:
     return np.exp(np.log(lo_us) + frac * (np.log(hi_us) - np.log(lo_us)))
 
 
-def size_label(nbytes: int) -> str:
-    if nbytes >= 1024 * 1024:
-        return f"{nbytes / (1024 * 1024):.3g} MiB"
-    if nbytes >= 1024:
-        return f"{nbytes / 1024:.3g} KiB"
-    return f"{nbytes} B"
-
-
 class _Size(int):
     """A byte count that formats as its label (only when a name is made)."""
 
@@ -198,22 +199,35 @@ class Cell:
     speedup: Interval | None
     note: str  # why a figure is open, or how t_ar was obtained
     min_effect: float = 0.0  # the campaign's: the margin "pays" needs when an input was measured once
+    inputs: tuple[int, ...] = ()  # the figures it reads: indexes into SpeculationAnswer.inputs
 
     @property
-    def pays(self) -> str | None:
-        """ "yes" (its interval above 1), "no" (below), "unclear" (1 inside it), None (no speedup). Where an
-        input was measured by one trial the interval is within-run noise only: then the speedup must also be at
-        least `min_effect` away from 1 to decide (docs/profitability.md, "Deciding with one trial")."""
+    def verdict(self) -> Verdict | None:
+        """The speedup against 1 as the comparisons label a ratio (statistics.verdict_of, higher is better, at
+        the campaign's minimum effect): faster (pays by at least the minimum effect), below_min_effect, equivalent,
+        slower, inconclusive; None without a speedup."""
         s = self.speedup
-        if s is None:
+        if s is None or s.value <= 0:
             return None
         low = s.low if s.low is not None else s.value
         high = s.high if s.high is not None else s.value
-        margin = self.min_effect if s.within_run_only else 0.0
-        if low > 1 and s.value - 1 >= margin:
+        return verdict_of(s.value, low, high, False, self.min_effect)
+
+    @property
+    def pays(self) -> str | None:
+        """ "yes", "no", "unclear", None (no speedup), from `verdict`: faster is "yes" and slower "no"; a
+        difference below the minimum effect decides only with run-to-run spread in its interval (where an input
+        was measured by one trial the interval is within-run noise only: docs/profitability.md, "Deciding with
+        one trial"); equivalent and inconclusive are "unclear"."""
+        verdict = self.verdict
+        if verdict is None:
+            return None
+        if verdict == Verdict.faster:
             return "yes"
-        if high <= 1 and 1 - s.value >= margin:
+        if verdict == Verdict.slower:
             return "no"
+        if verdict == Verdict.below_min_effect and not self.speedup.within_run_only:  # type: ignore[union-attr]
+            return "yes" if self.speedup.value > 1 else "no"  # type: ignore[union-attr]
         return "unclear"
 
 
@@ -260,11 +274,30 @@ class InputFigure:
 
 
 @dataclass(frozen=True)
+class TierVerdict:
+    """One approach against its tier's leader, as the comparisons label a pair (app/domain/statistics.py): the
+    ratio of their headline figures (this one's over the leader's) with its interval at the campaign's
+    confidence, from the same bootstrap replicates as the cells, and the verdict at the campaign's minimum
+    effect. In the leader's tier only when not shown faster or slower."""
+
+    leader: str
+    verdict: Verdict
+    ratio: float
+    low: float | None
+    high: float | None
+
+    @property
+    def words(self) -> str:
+        """ "equivalent", "not shown to differ" (inconclusive), "different, below the minimum effect"."""
+        return "not shown to differ" if self.verdict == Verdict.inconclusive else VERDICT_WORDS[self.verdict]
+
+
+@dataclass(frozen=True)
 class SpeculationAnswer:
     batches: tuple[int, ...]
     draft_tokens: tuple[int, ...]
     approaches: tuple[ApproachAnswer, ...]
-    tiers: tuple[tuple[str, ...], ...]  # approach keys, best first; keys within a tier are indistinguishable
+    tiers: tuple[tuple[str, ...], ...]  # approach keys, best first; keys within a tier are not shown to differ
     inputs: tuple[InputFigure, ...]
     missing: tuple[Missing, ...]
     n_ar: int | None
@@ -276,6 +309,9 @@ class SpeculationAnswer:
     conditions: Conditions | None = None
     flags: tuple[str, ...] = ()
     min_effect: float = Rule.min_effect
+    # Each tier member's label against its tier's leader (statistics.verdict_of: "equivalent", "inconclusive",
+    # "below_min_effect"), with the ratio of their headline figures and its interval; leaders are not listed.
+    tier_verdicts: dict[str, TierVerdict] = field(default_factory=dict)  # not shown to differ by the minimum effect
 
     @property
     def within_run_only(self) -> bool:
@@ -284,6 +320,10 @@ class SpeculationAnswer:
 
     def approach(self, key: str) -> ApproachAnswer | None:
         return next((a for a in self.approaches if a.key == key), None)
+
+    def inputs_of(self, cell: Cell) -> tuple[InputFigure, ...]:
+        """The input figures one cell reads (their trials and conditions)."""
+        return tuple(self.inputs[i] for i in cell.inputs)
 
     @property
     def chosen(self) -> ApproachAnswer | None:
@@ -313,6 +353,7 @@ class _Model:
     unstable: list[bool] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(Value) -> position
+    figures: list[Value] = field(default_factory=list)  # each position's Value
 
     def add(self, m: Value, kind: str, where: str, *args: Any) -> int:
         """The figure's position, adding it (named "<kind> at <where formatted with args>") the first time."""
@@ -325,6 +366,7 @@ class _Model:
         self.index[key] = pos
         assert m.value is not None, f"{name} has no value"
         self.values.append(m.value)
+        self.figures.append(m)
         self.unstable.append(m.unstable)
         self.measured.append(not m.exact)
         self.one_trial.append(m.one_trial)
@@ -334,12 +376,12 @@ class _Model:
             self.trials.append(m.trials)
         return pos
 
-    def vector(self, means: np.ndarray) -> np.ndarray:
-        """The figures with the sampled ones replaced by `means`: shape (S,), or (S, R) replicates."""
+    def vector(self, means: np.ndarray, dtype: Any = float) -> np.ndarray:
+        """The figures with the sampled ones replaced by `means`: shape (S,), or (S, R) replicates, in `dtype`."""
         if not len(means):
-            return np.asarray(self.values, dtype=float)
-        out = np.empty((len(self.values), *means.shape[1:]))
-        out[...] = np.asarray(self.values, dtype=float).reshape((-1,) + (1,) * (means.ndim - 1))
+            return np.asarray(self.values, dtype=dtype)
+        out = np.empty((len(self.values), *means.shape[1:]), dtype=dtype)
+        out[...] = np.asarray(self.values, dtype=dtype).reshape((-1,) + (1,) * (means.ndim - 1))
         out[self.sampled] = means
         return out
 
@@ -395,6 +437,13 @@ def _evaluate(
     return cycle, tau, verify
 
 
+@functools.lru_cache(maxsize=64)
+def _brackets(curve_bytes: tuple[int, ...]) -> dict[int, Bracket]:
+    """A curve's brackets by message size, filled as asked: approaches measured at the same sizes share them."""
+    del curve_bytes  # the cache key
+    return {}
+
+
 def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_Plan, list[Cell], list[str]]:
     """Place one approach's cells in the model; cells missing an input stay open with the reason."""
     notes: dict[tuple[int, int], str] = {}
@@ -403,7 +452,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
     open_cells: list[Cell] = []
     gaps: list[str] = []
     curve_bytes = [b for b, _m in ai.curve]
-    brackets: dict[int, Bracket] = {}  # b(k+1) repeats over the grid (2 x 4 = 4 x 2)
+    brackets = _brackets(tuple(curve_bytes))  # b(k+1) repeats over the grid (2 x 4 = 4 x 2) and the approaches
     worded: dict[int, str] = {}
     for b in spec.batches:
         for k in spec.draft_tokens:
@@ -543,9 +592,10 @@ def _merge(plans: list[_Plan]) -> _Plan:
 
 def _intervals(
     model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int, confidence: float
-) -> list[tuple[Any, ...]]:
+) -> tuple[list[tuple[Any, ...]], tuple[np.ndarray, np.ndarray] | None]:
     """Per plan: (tau* point, low, high, speedup point, low, high, T_verify point), and the figures' own
-    (point, low, high) last.
+    (point, low, high) last; and the replicates of every cell's (tau*, speedup), cells in plan order (None
+    when nothing is sampled), which the tiers compare approaches on.
 
     Every measured input is resampled on its own at the trial level (`trial_resamples_many`: its trials with
     replacement, then each drawn trial's median; inputs measured by different trials are independent), the
@@ -558,13 +608,15 @@ def _intervals(
     nan = np.full(n_cells, np.nan)
     t_low, t_high, s_low, s_high = nan, nan, nan.copy(), nan.copy()
     f_low = f_high = np.array([])
+    replicates: tuple[np.ndarray, np.ndarray] | None = None
     if model.sampled:
         draws = trial_resamples_many(model.trials, resamples, np.random.default_rng(seed))  # [sampled, R]
         # Replicates in single precision: their percentile bounds need 4 digits, not 16, at half the traffic.
-        v = model.vector(draws).astype(np.float32)
+        v = model.vector(draws, np.float32)
         with np.errstate(invalid="ignore", divide="ignore"):
             log_v = np.log(v)
         rep_tau_star, rep_speedup, _verify = _evaluate(merged, v, n_ar, log_v)
+        replicates = (rep_tau_star, rep_speedup)
         if n_cells:
             t_low, t_high = percentile_intervals(rep_tau_star, confidence)
             known = merged.tau >= 0
@@ -578,7 +630,7 @@ def _intervals(
             fixed = known & ~resampled
             tau_c = point_v[merged.tau[fixed]]
             s_low[fixed], s_high[fixed] = tau_c / t_high[fixed], tau_c / t_low[fixed]
-        f_low, f_high = percentile_intervals(draws, confidence)
+        f_low, f_high = percentile_intervals(v[model.sampled], confidence)  # the same draws, single precision
     out: list[tuple[Any, ...]] = []
     at = 0
     for plan in plans:
@@ -586,7 +638,7 @@ def _intervals(
         at = sl.stop
         out.append((tau_star[sl], t_low[sl], t_high[sl], speedup[sl], s_low[sl], s_high[sl], verify[sl]))
     out.append((point_v, f_low, f_high))
-    return out
+    return out, replicates
 
 
 def _interval(
@@ -598,10 +650,31 @@ def _interval(
     return Interval(value, low if low < value else value, high if high > value else value, unstable, False, one_trial)
 
 
-def _tiers(answers: list[ApproachAnswer]) -> tuple[tuple[str, ...], ...]:
-    """Best first: the highest break-even batch, then the headline figure. An approach with the same
-    break-even batch whose headline interval overlaps its tier leader's is indistinguishable from it on
-    this node: it shares the tier, unranked."""
+def _headline_cell(a: ApproachAnswer) -> tuple[int, int] | None:
+    """(b, k) of the cell whose figure is the approach's headline (ApproachAnswer.headline)."""
+    if a.best_speedup:
+        at = a.break_even_batch if a.break_even_batch is not None else min(a.best_speedup)
+        options = [c for c in a.cells if c.batch == at and c.speedup is not None]
+        top = max(options, key=lambda c: c.speedup.value)  # type: ignore[union-attr]
+        return top.batch, top.draft_tokens
+    if a.tau_star is None or a.headline_k is None:
+        return None
+    b0 = min(c.batch for c in a.cells if c.tau_star is not None)
+    return b0, a.headline_k
+
+
+def _tiers(
+    answers: list[ApproachAnswer],
+    cell_index: dict[tuple[str, int, int], int],
+    replicates: tuple[np.ndarray, np.ndarray] | None,
+    confidence: float,
+    min_effect: float,
+) -> tuple[tuple[tuple[str, ...], ...], dict[str, TierVerdict]]:
+    """Best first: the highest break-even batch, then the headline figure. An approach with the same break-even
+    batch as its tier leader shares the tier, unranked, unless the comparisons' rule (statistics.verdict_of, at
+    the campaign's confidence and minimum effect) shows it slower: the ratio of the two headline figures, with
+    its percentile interval over the same bootstrap replicates as the cells (inputs both read, such as tau and
+    the draft step, move together), labelled equivalent, below the minimum effect or inconclusive."""
     ranked = [a for a in answers if a.headline is not None]
     higher_better = any(a.best_speedup for a in ranked)
     ranked = [a for a in ranked if bool(a.best_speedup) == higher_better]
@@ -611,18 +684,51 @@ def _tiers(answers: list[ApproachAnswer]) -> tuple[tuple[str, ...], ...]:
         return (-(a.break_even_batch or 0), -value if higher_better else value)
 
     ranked.sort(key=order)
+    rows = replicates[1 if higher_better else 0] if replicates is not None else None
     tiers: list[list[ApproachAnswer]] = []
+    verdicts: dict[str, TierVerdict] = {}
     for a in ranked:
         leader = tiers[-1][0] if tiers else None
-        if (
-            leader is not None
-            and leader.break_even_batch == a.break_even_batch
-            and leader.headline.overlaps(a.headline)  # type: ignore[union-attr, arg-type]
-        ):
-            tiers[-1].append(a)
-        else:
+        if leader is None or leader.break_even_batch != a.break_even_batch:
             tiers.append([a])
-    return tuple(tuple(a.key for a in tier) for tier in tiers)
+            continue
+        found = _against(a, leader, cell_index, rows, confidence, min_effect, lower_better=not higher_better)
+        if found is None or found.verdict in (Verdict.faster, Verdict.slower):
+            tiers.append([a])
+        else:
+            tiers[-1].append(a)
+            verdicts[a.key] = found
+    return tuple(tuple(a.key for a in tier) for tier in tiers), verdicts
+
+
+def _against(
+    a: ApproachAnswer,
+    leader: ApproachAnswer,
+    cell_index: dict[tuple[str, int, int], int],
+    rows: np.ndarray | None,
+    confidence: float,
+    min_effect: float,
+    *,
+    lower_better: bool,
+) -> TierVerdict | None:
+    """`a`'s headline over the leader's, with its interval and the comparisons' verdict (None: no ratio)."""
+    mine, theirs = _headline_cell(a), _headline_cell(leader)
+    if mine is None or theirs is None or not leader.headline or not leader.headline.value:
+        return None
+    ratio = a.headline.value / leader.headline.value  # type: ignore[union-attr]
+    low = high = ratio
+    i, j = cell_index.get((a.key, *mine)), cell_index.get((leader.key, *theirs))
+    if rows is not None and i is not None and j is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            draws = (rows[i].astype(float) / rows[j].astype(float))[None, :]
+        if np.isfinite(draws).all():
+            lo, hi = percentile_intervals(draws, confidence)
+            low, high = min(float(lo[0]), ratio), max(float(hi[0]), ratio)
+    if ratio <= 0 or low <= 0:
+        return None
+    verdict = verdict_of(ratio, low, high, lower_better, min_effect)
+    exact = rows is None  # every input exact: the ratio has no interval
+    return TierVerdict(leader.key, verdict, ratio, None if exact else low, None if exact else high)
 
 
 def _batches_text(values: Sequence[int]) -> str:
@@ -644,6 +750,7 @@ def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str 
                 None,
             )
         )
+    worlds = {ai.key: ai.world_size for ai in spec.approaches}
     for key, why in gaps.items():
         kinds: dict[str, list[str]] = defaultdict(list)
         for text in why:
@@ -666,10 +773,12 @@ def _missing(spec: SpeculationInputs, gaps: dict[str, list[str]], measurer: str 
                 )
             )
         if kinds["draft"]:
+            world = worlds.get(key, 1)
             out.append(
                 Missing(
                     f"draft step at batch {_batches_text([int(b) for b in kinds['draft']])}",
-                    "run the draft_step recipe with these `batches`",
+                    f"run the draft_step recipe with these `batches` and `world_size` {world} (the verify step's TP: "
+                    "a draft step measured at another world size is not paired)",
                     key,
                 )
             )
@@ -730,7 +839,12 @@ def _sentence(
     peers = [by_key[k].title for k in tier if k != chosen.key]
     named = peers if len(peers) <= 3 else [*peers[:3], f"{len(peers) - 3} more"]
     listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}" if named else ""
-    tail = f" ({listed} {'is' if len(peers) == 1 else 'are'} indistinguishable from it on this node)" if peers else ""
+    tail = (
+        f" ({listed} {'is' if len(peers) == 1 else 'are'} not shown to differ from it by the minimum effect "
+        "at the campaign's confidence)"
+        if peers
+        else ""
+    )
     if not chosen.best_speedup:
         t = chosen.tau_star
         b0 = min(c.batch for c in chosen.cells if c.tau_star is not None)
@@ -783,9 +897,15 @@ def speculation_answer(
     sampled_mask = np.zeros(len(model.values), dtype=bool)
     sampled_mask[model.sampled] = True
     once_mask = np.asarray(model.one_trial, dtype=bool)
-    results = (
-        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence) if plans else [(np.array([]),) * 3]
+    results, replicates = (
+        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence)
+        if plans
+        else ([(np.array([]),) * 3], None)
     )
+    cell_index: dict[tuple[str, int, int], int] = {}  # (approach, b, k) -> its row in the replicates
+    for ai, plan in zip(spec.approaches, plans, strict=True):
+        base_index = len(cell_index)
+        cell_index.update(((ai.key, b, k), base_index + i) for i, (b, k) in enumerate(plan.cells))
     answers: list[ApproachAnswer] = []
     users: dict[int, set[str]] = defaultdict(set)
     for ai, plan, opened, res in zip(spec.approaches, plans, open_cells, results, strict=False):
@@ -824,6 +944,7 @@ def speculation_answer(
                     speedup,
                     plan.notes[(b, k)],
                     spec.min_effect,
+                    tuple(positions[i]),
                 )
             )
         for p in mine:
@@ -874,8 +995,8 @@ def speculation_answer(
     figures = tuple(_floats(x) for x in results[-1])
     inputs = []
     sampled_rank = {p: i for i, p in enumerate(model.sampled)}
-    for m_id, pos in model.index.items():
-        del m_id
+    conditions_labels: dict[Conditions | None, str] = {}
+    for pos, v in enumerate(model.figures):  # model order: a cell's `inputs` index this list
         rank = sampled_rank.get(pos)
         value = float(figures[0][pos]) if len(figures[0]) else model.values[pos]
         single = model.one_trial[pos]
@@ -886,20 +1007,20 @@ def speculation_answer(
                 value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=single
             )
         owners = users.get(pos, set())
-        inputs.append(InputFigure(model.names[pos], next(iter(owners)) if len(owners) == 1 else None, fig, ""))
-    figure_values = _values(spec, model)
-    inputs = [
-        InputFigure(
-            f.name,
-            f.approach,
-            f.figure,
-            _source(v, spec),
-            v.trial_ids,
-            _conditions_label(v.conditions),
+        label = conditions_labels.get(v.conditions)
+        if label is None:
+            label = conditions_labels[v.conditions] = _conditions_label(v.conditions)
+        inputs.append(
+            InputFigure(
+                model.names[pos],
+                next(iter(owners)) if len(owners) == 1 else None,
+                fig,
+                _source(v, spec),
+                v.trial_ids,
+                label,
+            )
         )
-        for f, v in zip(inputs, figure_values, strict=True)
-    ]
-    tiers = _tiers(answers)
+    tiers, tier_verdicts = _tiers(answers, cell_index, replicates, spec.confidence, spec.min_effect)
     return SpeculationAnswer(
         batches=spec.batches,
         draft_tokens=spec.draft_tokens,
@@ -916,17 +1037,8 @@ def speculation_answer(
         conditions=spec.conditions,
         flags=spec.flags,
         min_effect=spec.min_effect,
+        tier_verdicts=tier_verdicts,
     )
-
-
-def _values(spec: SpeculationInputs, model: _Model) -> list[Value]:
-    """Each model figure's Value, in model order."""
-    by_id: dict[int, Value] = {id(m): m for m in spec.tau.values()}
-    for ai in spec.approaches:
-        for group in (ai.t_base.values(), ai.draft_step.values(), ai.verify_compute.values()):
-            by_id.update((id(m), m) for m in group)
-        by_id.update((id(m), m) for _b, m in ai.curve)
-    return [by_id[m_id] for m_id in model.index]
 
 
 def _conditions_label(c: Conditions | None) -> str:
@@ -963,7 +1075,18 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
         "flags": list(answer.flags),
         "chosen": answer.chosen.key if answer.chosen else None,
         "tiers": [list(t) for t in answer.tiers],
-        "indistinguishable": [list(t) for t in answer.tiers if len(t) > 1],
+        "indistinguishable": [list(t) for t in answer.tiers if len(t) > 1],  # kept: the tiers not shown to differ
+        "tier_verdicts": {
+            key: {
+                "leader": v.leader,
+                "verdict": str(v.verdict),
+                "words": v.words,
+                "ratio": v.ratio,
+                "low": v.low,
+                "high": v.high,
+            }
+            for key, v in answer.tier_verdicts.items()
+        },
         "accept_length": [
             {"draft_tokens": k, **answer.tau[k].as_dict(), "source": answer.tau_sources[k]} for k in sorted(answer.tau)
         ],
@@ -991,6 +1114,7 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
                         "tau_star": _figure(c.tau_star),
                         "speedup": _figure(c.speedup),
                         "pays": c.pays,
+                        "verdict": str(c.verdict) if c.verdict is not None else None,
                         "note": c.note,
                     }
                     for c in a.cells

@@ -197,11 +197,17 @@ def model_inputs(
     else:
         decode = min(_gpu(metrics.newest(MetricName.DECODE_STEP_MS)), key=lambda m: m.value, default=None)
         t_base = _from_metric(decode, "synthetic plain decode step, the fastest measured") or Input(None)
-    accept = pick(
-        "accept_length",
-        _entered(campaign, "accept_length"),
-        _from_metric(_first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH), MetricName.ACCEPT_LENGTH)),
+    entered_accept = _entered(campaign, "accept_length")
+    measured_accept = _from_metric(
+        _first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH), MetricName.ACCEPT_LENGTH)
     )
+    if entered_accept is not None and measured_accept is not None:  # typed wins; say the measurement exists
+        entered_accept = replace(
+            entered_accept,
+            source=f"{entered_accept.source}; used in place of the measured {measured_accept.value:.3g} "
+            f"({measured_accept.source}): an entered acceptance takes precedence, clear it to use the measurement",
+        )
+    accept = pick("accept_length", entered_accept, measured_accept)
     verify_tokens = int(what_if.verify_tokens or campaign.verify_tokens)
     compute_rows = _gpu(metrics.newest(MetricName.VERIFY_COMPUTE_MS))
     compute_metric = next((m for m in compute_rows if m.tags.get("tokens") == verify_tokens), None) or (
@@ -229,10 +235,11 @@ def model_inputs(
         verify_tokens=verify_tokens,
         hidden_size=campaign.hidden_size,
     )
-    return replace(inputs, missing=tuple(_missing(inputs)))
+    return replace(inputs, missing=tuple(batch_1_missing(inputs)))
 
 
-def _missing(inputs: ModelInputs) -> list[Missing]:
+def batch_1_missing(inputs: ModelInputs) -> list[Missing]:
+    """What the batch-1 model lacks, and how to measure it."""
     out = []
     if not inputs.t_base.value:
         out.append(

@@ -20,6 +20,7 @@ from typing import Any
 
 from app.domain.answer.inputs import ModelInputs, _first_by_preference, _gpu
 from app.domain.answer.metrics import CampaignMetrics, MetricRow
+from app.domain.wording import size_label
 from app.models import Campaign
 from app.protocol.metrics import MetricName
 
@@ -70,7 +71,7 @@ def latency_at(curve: list[LatencyPoint], nbytes: int) -> tuple[float, str, str]
         return None
     for p in curve:
         if p.bytes == nbytes:
-            return p.latency_us, "measured", f"measured at {_size(nbytes)}"
+            return p.latency_us, "measured", f"measured at {size_label(nbytes)}"
     below = [p for p in curve if p.bytes < nbytes]
     above = [p for p in curve if p.bytes > nbytes]
     if below and above:
@@ -82,20 +83,16 @@ def latency_at(curve: list[LatencyPoint], nbytes: int) -> tuple[float, str, str]
                 value,
                 "interpolated",
                 (
-                    f"interpolated (log-log) between {_size(lo.bytes)} and "
-                    f"{_size(hi.bytes)}; not measured at {_size(nbytes)}"
+                    f"interpolated (log-log) between {size_label(lo.bytes)} and "
+                    f"{size_label(hi.bytes)}; not measured at {size_label(nbytes)}"
                 ),
             )
     nearest = min(curve, key=lambda p: abs(math.log(p.bytes) - math.log(nbytes)))
     return (
         nearest.latency_us,
         "nearest",
-        (f"nearest measured size {_size(nearest.bytes)}; not measured at {_size(nbytes)}"),
+        (f"nearest measured size {size_label(nearest.bytes)}; not measured at {size_label(nbytes)}"),
     )
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 1024:g} KiB" if nbytes % 1024 == 0 else f"{nbytes} B"
 
 
 def approach_latency(metrics: CampaignMetrics, approach_id: int, inputs: ModelInputs) -> LatencyEstimate | None:
@@ -187,7 +184,7 @@ def reported_latencies(campaign: Campaign, inputs: ModelInputs) -> list[tuple[di
     out = []
     for f in figures:
         if f.get("t_ar_us"):
-            size = f" at {_size(int(f['bytes']))}" if f.get("bytes") else ""
+            size = f" at {size_label(int(f['bytes']))}" if f.get("bytes") else ""
             out.append((f, LatencyEstimate(float(f["t_ar_us"]), "reported", f"reported{size}: {f['source']}", None)))
         elif f.get("tok_s") and base and inputs.t_base.value and n_ar:
             step_ms = 1000.0 / float(f["tok_s"])

@@ -3,18 +3,20 @@
 Every decode step T_base(b), draft step, verify compute (b, k) and allreduce figure of the campaign is read with
 its trial's stack (`answer_rows`: one query). A figure's conditions are its ConditionTag tags and its trial's
 stack (`values.Conditions`); what must agree depends on the figure (`KEYS`): the decode and verify steps on world
-size, mode, context, dtype, device and the model geometry (the same stand-in); the draft step (its recipe runs one
-GPU) on mode, context, dtype and device; the allreduce curve on world size, mode, dtype and device; all of them on
-the stack. The decode and verify figures' distinct conditions are the campaign's *condition sets*
+size, mode, context, dtype, device and the model geometry (the same stand-in); the draft step on world size (the
+target's TP: its recipe runs the head's collectives at that size), mode, context, dtype and device; the allreduce
+curve on world size, mode, dtype and device; all of them on the stack. The decode and verify figures' distinct conditions are the campaign's *condition sets*
 (`condition_sets`); the answer is given per set, and an input found only under other conditions is `Missing`,
 never borrowed. Within a set, each input comes from the approach's own trials, else from the approach with the
 newest agreeing trial; every agreeing trial of that approach is a replicate (the trial is the unit).
 
 Accept length tau(k) is the model's and the draft head's, not the stand-in's: shared by every condition set. Per
-k, first found wins: entered per k on the campaign, measured by speculative trials at that k (tag `draft_tokens`,
-chain drafts: `speculative_topk` 1 or untagged; untagged trials are filed under the campaign's draft steps, as
-before, and said), derived from the entered per-position acceptance rates, the batch-1 accept length at the
-campaign's draft steps. No FastAPI here.
+k, first found wins: entered per k on the campaign, derived from the entered per-position acceptance rates (vLLM's
+unconditional rates converted, and said), the campaign's typed accept length at its draft steps, measured by
+speculative trials at that k (tag `draft_tokens`, chain
+drafts: `speculative_topk` 1 or untagged; untagged trials are filed under the campaign's draft steps, and said),
+the batch-1 loader's measured accept length at the campaign's draft steps. An entered (typed) acceptance takes precedence over a
+measured one, and its source names the measurement it is used in place of. No FastAPI here.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from sqlalchemy import Text, cast
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas, size_label
-from app.domain.answer.inputs import ModelInputs
+from app.domain.acceptance import conversion_words
+from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas
+from app.domain.answer.inputs import ModelInputs, WhatIf
 from app.domain.answer.metrics import is_cpu_floor, is_world_figure
 from app.domain.answer.model import BYTES_PER_ELEMENT
 from app.domain.answer.values import Conditions, Missing, Value, exact, of_trials
 from app.domain.statistics import Rule, trial_estimates_many
+from app.domain.wording import size_label
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
 from app.protocol.metrics import ConditionTag, MetricName
 
@@ -51,7 +55,7 @@ _STEP_KEYS = (*ConditionTag.PAIRING, *ConditionTag.GEOMETRY_KEYS)
 KEYS: dict[str, tuple[str, ...]] = {
     DECODE: _STEP_KEYS,
     VERIFY: _STEP_KEYS,
-    DRAFT: (ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE, ConditionTag.DEVICE),
+    DRAFT: (ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE, ConditionTag.DEVICE),
     ALLREDUCE: (ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.DTYPE, ConditionTag.DEVICE),
 }
 # A figure timed by the wall clock around a synchronize (`timer: wall-sync`, the recipes' `clock: wall`) is an
@@ -213,8 +217,11 @@ def speculation_inputs(
     rows: Sequence[Row],
     conditions: Conditions | None,
     rule: Rule,
+    what_if: WhatIf | None = None,
 ) -> SpeculationInputs:
-    """The grid's inputs under one condition set (None: the campaign has no decode or verify figure)."""
+    """The grid's inputs under one condition set (None: the campaign has no decode or verify figure), with a
+    what-if laid over them (`_laid_over`): nothing stored changes."""
+    what_if = what_if or WhatIf()
     want = conditions or Conditions()
     decode, draft, curves = (_Pool(rows, n) for n in (DECODE, DRAFT, ALLREDUCE))
     verify = _Pool([r for r in rows if r.name != VERIFY or _verify_k(r) >= 1], VERIFY)  # k = 0 is a decode step
@@ -225,7 +232,7 @@ def speculation_inputs(
     run = _params(want, ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE)
     for what, pool, keys, how in (
         ("plain decode step", decode, _STEP_KEYS, "the verify_step recipe (`batches`, draft_tokens [0])"),
-        ("draft step", draft, KEYS[DRAFT], "the draft_step recipe (`batches`)"),
+        ("draft step", draft, KEYS[DRAFT], "the draft_step recipe (`batches`, `world_size`)"),
         ("verify compute", verify, _STEP_KEYS, "the verify_step recipe (`batches`, `draft_tokens` 1-7)"),
     ):
         if conditions is None or any(r.conditions.agrees(want.only(keys)) for r in pool.rows):
@@ -327,6 +334,9 @@ def speculation_inputs(
     set_aside: list[tuple[str, str]] = []
     tau = accept_lengths(campaign, rows, batch1, ks, set_aside, flags)
     n_ar = int(batch1.allreduces_per_verify.value) if batch1.allreduces_per_verify.value is not None else None
+    draft_steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else None
+    if what_if.any():
+        per_approach, tau, n_ar, draft_steps = _laid_over(what_if, per_approach, tau, n_ar, draft_steps, campaign)
     return SpeculationInputs(
         batches=batches,
         draft_tokens=ks,
@@ -335,7 +345,7 @@ def speculation_inputs(
         tau=tau,
         approaches=tuple(per_approach),
         bytes_per_element=BYTES_PER_ELEMENT,
-        draft_steps=int(batch1.draft_steps.value) if batch1.draft_steps.value else None,
+        draft_steps=draft_steps,
         set_aside=tuple(set_aside),
         conditions=conditions,
         missing=tuple(dict.fromkeys(missing)),
@@ -343,6 +353,43 @@ def speculation_inputs(
         confidence=rule.confidence,
         min_effect=rule.min_effect,
     )
+
+
+WHAT_IF = "what-if"
+
+
+def _laid_over(
+    what_if: WhatIf,
+    approaches: list[ApproachInputs],
+    tau: dict[int, Value],
+    n_ar: int | None,
+    draft_steps: int | None,
+    campaign: Campaign,
+) -> tuple[list[ApproachInputs], dict[int, Value], int | None, int | None]:
+    """The what-if over the grid's inputs: allreduces per verify everywhere; the accept length at the draft
+    steps (the what-if's, else the campaign's); the batch-1 figures (baseline tok/s as T_base = 1000 / tok/s,
+    ms per draft step, verify compute at the draft steps) at batch 1, where the batch-1 model reads them. Each
+    value is exact and its source says "what-if". Verify tokens is the batch-1 report's: the grid's verify sizes
+    are b (k + 1)."""
+    if what_if.allreduces_per_verify is not None:
+        n_ar = int(what_if.allreduces_per_verify)
+    if what_if.draft_steps is not None:
+        draft_steps = int(what_if.draft_steps)
+    steps = draft_steps or campaign.verify_tokens - 1
+    tau = dict(tau)
+    if what_if.accept_length is not None and steps >= 1:
+        tau[steps] = exact(what_if.accept_length, WHAT_IF)
+    out = []
+    for ai in approaches:
+        t_base, draft, verify = dict(ai.t_base), dict(ai.draft_step), dict(ai.verify_compute)
+        if what_if.baseline_tok_s:
+            t_base[1] = exact(1000.0 / what_if.baseline_tok_s, f"{WHAT_IF}: 1000 / {what_if.baseline_tok_s:g} tok/s")
+        if what_if.draft_step_ms is not None:
+            draft[1] = exact(what_if.draft_step_ms, WHAT_IF)
+        if what_if.verify_compute_ms is not None and steps >= 1:
+            verify[(1, steps)] = exact(what_if.verify_compute_ms, WHAT_IF)
+        out.append(dataclasses.replace(ai, t_base=t_base, draft_step=draft, verify_compute=verify))
+    return out, tau, n_ar, draft_steps
 
 
 def _with_source(v: Value, source: str) -> Value:
@@ -407,15 +454,29 @@ def accept_lengths(
             flags.append(f"entered accept length {tau:g} at k = {k_text} is above k + 1 = {int(k_text) + 1}")
             continue
         out.setdefault(int(k_text), exact(float(tau), "entered on the campaign (accept length by draft tokens)"))
+    alphas = campaign.accept_alphas or []
+    unconditional = campaign.accept_unconditional
+    how = f"; {conversion_words(unconditional)}" if unconditional else ""
+    for k in grid_k:
+        if k not in out and k <= len(alphas):
+            out[k] = exact(
+                accept_length_from_alphas(alphas, k),
+                f"derived from the entered per-position acceptance rates ({', '.join(f'{a:g}' for a in alphas[:k])})"
+                + how,
+            )
     steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else None
+    typed = batch1.accept_length
+    if steps is not None and steps not in out and typed.value is not None and typed.trial_id is None:
+        out[steps] = exact(typed.value, typed.source)  # the campaign's accept length, typed: at its draft steps
     measured: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))  # k -> approach -> rows
     for approach_rows in _accept_rows(rows).values():
         for r in approach_rows:
             topk = r.tags.get(ConditionTag.TOPK)
             tagged = r.tags.get(ConditionTag.DRAFT_TOKENS)
-            k = int(tagged) if tagged is not None else steps
-            if k is None:
+            found_k = int(tagged) if tagged is not None else steps
+            if found_k is None:
                 continue
+            k = found_k
             if topk is not None and int(topk) != 1:
                 flags.append(
                     f"trial #{r.trial_id}'s accept length {r.value:.2f} ran top-k {topk} (a tree draft): the chain "
@@ -430,24 +491,27 @@ def accept_lengths(
                 )
                 continue
             measured[k][r.approach_id].append(r)
-    for k, by_approach in measured.items():
-        if k in out:
-            continue
+    for k, by_approach in sorted(measured.items()):
         newest = max(by_approach.values(), key=lambda rs: rs[0].trial_id)
         untagged = newest[0].tags.get(ConditionTag.DRAFT_TOKENS) is None
         ids = [r.trial_id for r in newest]
         listed = ", ".join(f"#{i}" for i in ids)
         where = "untagged, filed under the campaign's draft steps" if untagged else "its draft_tokens tag"
-        out[k] = of_trials(
+        found = of_trials(
             [(r.value,) for r in newest], f"trial {listed} ({newest[0].name} at {k} draft tokens, {where})", ids
         )
-    alphas = campaign.accept_alphas or []
-    for k in grid_k:
-        if k not in out and k <= len(alphas):
-            out[k] = exact(
-                accept_length_from_alphas(alphas, k),
-                f"derived from the entered per-position acceptance rates ({', '.join(f'{a:g}' for a in alphas[:k])})",
-            )
+        entered = out.get(k)
+        if entered is None:
+            out[k] = found
+            continue
+        if "used in place of the measured" in entered.source:  # the batch-1 input's own note already says it
+            continue
+        # An entered (typed) acceptance takes precedence over a measured one; the source says the other exists.
+        out[k] = dataclasses.replace(
+            entered,
+            source=f"{entered.source}; used in place of the measured {found.value:.3g} (trial {listed}): an "
+            "entered acceptance takes precedence, clear it to use the measurement",
+        )
     if steps is not None and steps not in out and batch1.accept_length.value is not None:
         out[steps] = exact(batch1.accept_length.value, batch1.accept_length.source, batch1.accept_length.trial_id)
     return out

@@ -3,9 +3,11 @@ campaign page card, the share and status pages, `GET /api/campaigns/{slug}/answe
 answer`, planning).
 
 One `Answer` holds: the grid over (batch, draft tokens) under one condition set (`speculation`), every condition
-set the campaign holds and which one is the default (the most complete: most approaches on the grid, then most
-cells with a speedup), the batch-1 report (the profitability card: tau*, the break-even latency, the verdict per
-approach, with a what-if laid over it), and the flags of contradictory inputs.
+set the campaign holds and which one is the default (the most complete: first the set holding most of the four
+inputs an answer needs, a decode step, a draft step, a verify compute and an accept length at a verified draft
+length, so a set that can answer comes first; then most approaches on the grid, then most cells with a speedup), the batch-1 report (the profitability card: tau*, the break-even latency, the verdict per
+approach), and the flags of contradictory inputs. A what-if is laid over all of it (the grid's inputs too:
+loader._laid_over), so B*, the tiers and the configs follow it.
 
 The result is a pure function of the campaign's row, its approaches' rows, the metric rows it reads and the
 chosen conditions, so a process keeps the last few (`_CACHE`, an LRU). Its key is derived from declarations,
@@ -20,18 +22,18 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from app.domain.answer.grid import SpeculationAnswer, answer_json, speculation_answer
-from app.domain.answer.inputs import WhatIf
+from app.domain.answer.grid import Cell, SpeculationAnswer, SpeculationInputs, answer_json, speculation_answer
+from app.domain.answer.inputs import ModelInputs, WhatIf, batch_1_missing
 from app.domain.answer.loader import ANSWER_METRICS, answer_rows, condition_sets, speculation_inputs
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.report import ProfitabilityReport, profitability_report
-from app.domain.answer.values import Conditions
+from app.domain.answer.values import Conditions, Value
 from app.domain.errors import Invalid
 from app.domain.inventory import approaches
 from app.domain.statistics import Rule
@@ -46,6 +48,8 @@ class ConditionSet:
     label: str
     approaches: int  # on its grid
     cells: int  # with a speedup
+    inputs: int = 0  # of the four an answer needs (T_base, draft step, verify compute, tau) one approach holds
+    answers: bool = False  # all four: the set can answer
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,16 @@ class Answer:
     @property
     def is_default(self) -> bool:
         return self.conditions is None or self.conditions.key == self.default_conditions
+
+    @property
+    def default_set(self) -> ConditionSet | None:
+        return next((c for c in self.condition_sets if c.key == self.default_conditions), None)
+
+    @property
+    def default_label(self) -> str | None:
+        """The default condition set in words (the page and the API name it)."""
+        found = self.default_set
+        return found.label if found is not None else None
 
 
 def _report_flags(report: ProfitabilityReport) -> tuple[str, ...]:
@@ -138,7 +152,7 @@ def read_answer(
     approach_rows: list[Approach] | None = None,
 ) -> Answer:
     """The campaign's answer under `conditions` (a `Conditions.key`; None or unknown: the default set), with a
-    what-if laid over the batch-1 report. Pass `metrics` / `approach_rows` already read to skip reading them."""
+    what-if laid over the whole answer: the grid, B*, tiers and configs, and the batch-1 report. Pass `metrics` / `approach_rows` already read to skip reading them."""
     what_if = what_if or WhatIf()
     metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
     rows = approach_rows if approach_rows is not None else approaches(session, campaign)
@@ -175,17 +189,34 @@ def _compute(
         (a.key for a in rows if isinstance(a.recipe, dict) and a.recipe.get("kind") == "sglang_server"), None
     )
     answers: dict[Conditions | None, SpeculationAnswer] = {}
+    specs: dict[Conditions | None, SpeculationInputs] = {}
+    held: dict[Conditions | None, int] = {}
     for c in sets:
-        spec = speculation_inputs(campaign, batch1, rows, found_rows, c, rule)
+        spec = specs[c] = speculation_inputs(campaign, batch1, rows, found_rows, c, rule, what_if)
         answers[c] = speculation_answer(spec, seed=rule.seed, measurer=measurer)
+        held[c] = answerable(spec)
 
-    def completeness(c: Conditions | None) -> tuple[int, int]:
+    def completeness(c: Conditions | None) -> tuple[int, int, int]:
         a = answers[c]
-        return (len(a.approaches), sum(1 for x in a.approaches for cell in x.cells if cell.speedup is not None))
+        cells = sum(1 for x in a.approaches for cell in x.cells if cell.speedup is not None)
+        return (held[c], len(a.approaches), cells)
 
     default = max(sets, key=completeness)  # the most complete (the first, newest, among equals)
     chosen = next((c for c in sets if c is not None and c.key == conditions), default)
-    listed = tuple(ConditionSet(c.key, c.label, *completeness(c)) for c in sets if c is not None)
+    listed = tuple(
+        ConditionSet(c.key, c.label, n_approaches, cells, inputs, inputs == 4)
+        for c in sets
+        if c is not None
+        for inputs, n_approaches, cells in (completeness(c),)
+    )
+    # The batch-1 report is the answer at batch 1: the grid's own batch-1 inputs (paired by conditions) and
+    # each approach's cell there, not a second pick of inputs.
+    laid = at_batch_1(report.inputs, specs[chosen], answers[chosen])
+    if laid is not report.inputs:
+        cells = batch_1_cells(specs[chosen], answers[chosen])
+        report = profitability_report(
+            session, campaign, what_if, metrics=metrics, approach_rows=rows, inputs=laid, cells=cells
+        )
     return Answer(
         speculation=answers[chosen],
         report=report,
@@ -195,6 +226,60 @@ def _compute(
         metrics=metrics,
         approaches=rows,
         what_if=what_if,
+    )
+
+
+def _steps(spec: SpeculationInputs, inputs: ModelInputs) -> int:
+    return int(spec.draft_steps or inputs.verify_tokens - 1)
+
+
+def at_batch_1(inputs: ModelInputs, spec: SpeculationInputs, found: SpeculationAnswer) -> ModelInputs:
+    """The batch-1 report's inputs taken from the grid at batch 1 and the draft steps: T_base, the draft step,
+    the verify compute and tau of the approach the answer chooses (else the first on the grid holding them),
+    each the grid's own Value (its trials and conditions). `inputs` itself where the grid holds none of them
+    (no sweep: the batch-1 inputs stand alone)."""
+    k = _steps(spec, inputs)
+    chosen = found.chosen
+    order = sorted(spec.approaches, key=lambda ai: chosen is None or ai.key != chosen.key)
+    source = next((ai for ai in order if 1 in ai.t_base and (1, k) in ai.verify_compute), None)
+    changes: dict[str, Value] = {}
+    if source is not None:
+        changes["t_base"] = source.t_base[1]
+        changes["verify_compute_ms"] = source.verify_compute[(1, k)]
+        if 1 in source.draft_step:
+            changes["draft_step_ms"] = source.draft_step[1]
+    if k in spec.tau:
+        changes["accept_length"] = spec.tau[k]
+    if not changes:
+        return inputs
+    laid = replace(inputs, **changes)  # type: ignore[arg-type]
+    return replace(laid, missing=tuple(batch_1_missing(laid)))
+
+
+def batch_1_cells(spec: SpeculationInputs, found: SpeculationAnswer) -> dict[str, Cell]:
+    """Each approach's grid cell at batch 1 and the draft steps (the report's points show its intervals)."""
+    k = int(spec.draft_steps or 0)
+    out = {}
+    for a in found.approaches:
+        cell = a.cell(1, k) if k else None
+        if cell is not None:
+            out[a.key] = cell
+    return out
+
+
+def answerable(spec: SpeculationInputs) -> int:
+    """How many of the four inputs an answer needs one approach of the set holds (the most of any approach): a
+    decode step T_base, a draft step, a verify compute, an accept length at a draft length it verified (4: the set
+    can answer; the allreduce curve aside, a missing one is said per cell)."""
+    return max(
+        (
+            bool(ai.t_base)
+            + bool(ai.draft_step)
+            + bool(ai.verify_compute)
+            + any(k in spec.tau for _b, k in ai.verify_compute)
+            for ai in spec.approaches
+        ),
+        default=0,
     )
 
 
@@ -219,6 +304,7 @@ def answer_document(found: Answer) -> dict[str, object]:
     return {
         **answer_json(found.speculation),
         "default_conditions": found.default_conditions,
+        "default_conditions_label": found.default_label,
         "condition_sets": [c.__dict__ for c in found.condition_sets],
         "flags": list(found.flags),
     }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
+from app.domain.answer.grid import Cell, Interval
 from app.domain.answer.inputs import (
     Input,
     Missing,
@@ -47,6 +48,15 @@ class ApproachPoint:
     comm_ms: float
     savings_ms: float | None  # None while the full costs are unknown
     speedup: float | None
+    cell: Cell | None = None  # the answer's grid cell at batch 1 and the draft steps: its figures' intervals
+
+    @property
+    def speedup_interval(self) -> Interval | None:
+        return self.cell.speedup if self.cell is not None else None
+
+    @property
+    def tau_star_interval(self) -> Interval | None:
+        return self.cell.tau_star if self.cell is not None else None
 
     @property
     def profitable(self) -> bool | None:
@@ -143,6 +153,7 @@ def answers_for(
         baseline: bool,
         tau: float | None,
         tau_source: str,
+        tau_star: float | None = None,
     ) -> ApproachVerdict:
         return ApproachVerdict(
             label=label,
@@ -153,13 +164,17 @@ def answers_for(
             baseline=baseline,
             tau=tau,
             tau_source=tau_source,
-            tau_star=found.tau_star(latency.t_ar_us),
+            tau_star=tau_star if tau_star is not None else found.tau_star(latency.t_ar_us),
             contains=found.contains,
             exact=not found.lower_bound,
             t_base_ms=found.t_base_ms,
         )
 
-    out = [answer(p.title, p.key, p.status, p.latency, True, False, p.tau, p.tau_source) for p in points]
+    # A measured point on the grid answers with its cell's tau* (the grid's figure at batch 1).
+    out = [
+        answer(p.title, p.key, p.status, p.latency, True, False, p.tau, p.tau_source, p.tau_star if p.cell else None)
+        for p in points
+    ]
     out += [
         answer(
             r.label,
@@ -299,12 +314,16 @@ def profitability_report(
     *,
     metrics: CampaignMetrics | None = None,
     approach_rows: list[Approach] | None = None,
+    inputs: ModelInputs | None = None,
+    cells: dict[str, Cell] | None = None,
 ) -> ProfitabilityReport:
     """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs.
-    Pass `metrics` and `approach_rows` already read to compute a what-if without reading again."""
+    Pass `metrics` and `approach_rows` already read to compute a what-if without reading again; `inputs` (the
+    answer's grid at batch 1, read.at_batch_1) in place of the campaign's own batch-1 picks, and `cells` each
+    approach's grid cell there."""
     metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
     rows = approach_rows if approach_rows is not None else approaches(session, campaign)
-    inputs = model_inputs(session, campaign, what_if, metrics)
+    inputs = inputs if inputs is not None else model_inputs(session, campaign, what_if, metrics)
     curve = inputs.curve()
     costs = inputs.costs()
     own_tau_allowed = not (what_if and what_if.accept_length is not None)
@@ -326,6 +345,10 @@ def profitability_report(
         tau = own.value if own else inputs.accept_length.value
         mine = inputs.costs(tau=tau) if tau is not None else None
         n_ar = int(inputs.allreduces_per_verify.value or 0)
+        cell = (cells or {}).get(approach.key)
+        # On the grid, the point is its cell at batch 1: the grid's figures (the same inputs), not a second model's.
+        grid_tau_star = cell.tau_star.value if cell is not None and cell.tau_star is not None else None
+        grid_speedup = cell.speedup.value if cell is not None and cell.speedup is not None and not own else None
         points.append(
             ApproachPoint(
                 approach_id=approach.id,
@@ -335,12 +358,17 @@ def profitability_report(
                 reason=approach.reason,
                 stack=stack_summary(approach.verdict_fingerprint),
                 latency=estimate,
-                tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+                tau_star=grid_tau_star
+                if grid_tau_star is not None
+                else curve.tau_star(estimate.t_ar_us)
+                if curve
+                else None,
                 tau=tau,
                 tau_source=(own.source if own else inputs.accept_length.source),
                 comm_ms=n_ar * estimate.t_ar_us / 1000.0,
                 savings_ms=mine.savings_ms if mine else None,
-                speedup=mine.speedup(estimate.t_ar_us) if mine else None,
+                speedup=grid_speedup if grid_speedup is not None else mine.speedup(estimate.t_ar_us) if mine else None,
+                cell=cell,
             )
         )
     titles = {a.key: a.title for a in rows}

@@ -170,36 +170,20 @@ def decision(answer: SpeculationAnswer) -> ApproachAnswer:
     return chosen
 
 
-_TRIAL = re.compile(r"trial #(\d+)")
-
-
-def _input_names(chosen: ApproachAnswer, cell: Cell) -> list[str]:
-    """The answer's input names one cell reads (`speculation.py` names them "<kind> at <where>")."""
-    b, k = cell.batch, cell.draft_tokens
-    names = [f"decode step at batch {b}", f"draft step at batch {b}", f"verify compute at batch {b}, {k} draft tokens"]
-    names.append(f"accept length at {k} draft tokens")
-    names += [f"allreduce at {size}" for size in re.findall(r"(\d[\d.]* (?:B|KiB|MiB))", cell.note)]
-    return names
-
-
 def measurement(answer: SpeculationAnswer, chosen: ApproachAnswer, cell: Cell) -> str:
-    """The measurement a cell's figure comes from: its speedup, the trials it reads and their conditions."""
-    wanted = set(_input_names(chosen, cell))
-    trials = sorted(
-        {
-            int(t)
-            for f in answer.inputs
-            if f.name in wanted and f.approach in (chosen.key, None)
-            for t in _TRIAL.findall(f.source)
-        }
-    )
+    """The measurement a cell's figure comes from: its speedup, the trials of the inputs it reads (`Cell.inputs`:
+    each figure's `trial_ids`) and the conditions they were measured under."""
+    figures = answer.inputs_of(cell)
+    trials = sorted({t for f in figures for t in f.trial_ids})
+    conditions = list(dict.fromkeys(f.conditions for f in figures if f.trial_ids and f.conditions))
     s = cell.speedup
     figure = ""
     if s is not None:
         figure = f"speedup {s.value:.2f}" + (f" [{s.low:.2f}, {s.high:.2f}]" if s.low is not None else " (no samples)")
-    where = ", ".join(f"#{t}" for t in trials) or "entered figures"
-    conditions = f"world size {chosen.world_size}; {cell.note}" if cell.note else f"world size {chosen.world_size}"
-    return f"batch {cell.batch}, k = {cell.draft_tokens}: {figure} (trials {where}; {conditions})"
+    where = f"trials {', '.join(f'#{t}' for t in trials)}" if trials else "entered figures"
+    measured_under = f"measured under {' and '.join(conditions)}" if conditions else f"world size {chosen.world_size}"
+    tail = f"{measured_under}; {cell.note}" if cell.note else measured_under
+    return f"batch {cell.batch}, k = {cell.draft_tokens}: {figure} ({where}; {tail})"
 
 
 def per_batch_schedule(answer: SpeculationAnswer) -> Schedule:
