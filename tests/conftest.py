@@ -110,9 +110,17 @@ def app(settings):
 
 
 @pytest.fixture
-def client(app):
+def client(app, monkeypatch):
+    """The app with its lifespan, in process. Its lost-runner sweeper is off: within a second it marks offline
+    every runner the database says is connected but whose socket this hub does not hold, which is what the
+    runners these tests seed straight into the database are, so a slow test lost that race (a Settle refused
+    with "no runner is connected"). The sweeper's own tests run a real server with real runner sockets
+    (tests/trials, tests/runners)."""
     from fastapi.testclient import TestClient
 
+    from app.services import lifespan
+
+    monkeypatch.setattr(lifespan, "_needs_sweep", lambda session: False)
     with TestClient(app, base_url="http://127.0.0.1") as c:
         yield c
 
