@@ -413,7 +413,8 @@ def _evaluate(
     shape = (-1,) + (1,) * (v.ndim - 1)
     base = v[plan.base]
     verify = v[plan.verify]
-    cycle = v[plan.draft] * plan.k.astype(v.dtype).reshape(shape)
+    cycle = v[plan.draft]
+    cycle *= plan.k.astype(v.dtype).reshape(shape)
     if plan.has_ar.any():
         logs = log_v if log_v is not None else np.log(np.where(v > 0, v, np.nan))
         every = bool(plan.has_ar.all())
@@ -600,6 +601,16 @@ def _reads(plan: _Plan, mask: np.ndarray) -> np.ndarray:
     out |= plan.has_ar & (mask[plan.ar_lo] | mask[plan.ar_hi])
     out |= (plan.tau >= 0) & mask[np.maximum(plan.tau, 0)]
     return out
+
+
+def _read_by(plan: _Plan) -> set[int]:
+    """Every figure some cell of the plan reads (the union of the cells' `positions`)."""
+    if not len(plan.cells):
+        return set()
+    parts = [plan.base, plan.draft, plan.verify, plan.tau[plan.tau >= 0]]
+    if plan.has_ar.any():
+        parts += [plan.ar_lo[plan.has_ar], plan.ar_hi[plan.has_ar]]
+    return set(_ints(np.unique(np.concatenate(parts))))
 
 
 def _merge(plans: list[_Plan]) -> _Plan:
@@ -952,11 +963,10 @@ def speculation_answer(
         p_tau, p_base, p_verify, p_draft = (_ints(x) for x in (plan.tau, plan.base, plan.verify, plan.draft))
         p_ar = _bools(plan.has_ar)
         values, unstable = model.values, model.unstable
-        mine: set[int] = set()
+        mine = _read_by(plan)
         cell_sampled = _bools(_reads(plan, sampled_mask))
         cell_once = _bools(_reads(plan, once_mask))
         for i, (b, k) in enumerate(plan.cells):
-            mine.update(positions[i])
             sampled, once = cell_sampled[i], cell_once[i]
             tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled, once)
             speedup = None
@@ -1042,7 +1052,7 @@ def speculation_answer(
             fig = Interval(
                 value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=single
             )
-        owners = users.get(pos, set())
+        owners = users.get(pos, ())
         label = conditions_labels.get(v.conditions)
         if label is None:
             label = conditions_labels[v.conditions] = _conditions_label(v.conditions)
