@@ -797,9 +797,9 @@ def trial_resamples_many(
         # Each trial's possible bootstrap medians (one per (lo, hi) rank pair), then the drawn ones: the same
         # numbers as averaging the two drawn order statistics, with one gather instead of four.
         candidates = 0.5 * (values[:, lo] + values[:, hi])  # [trial, pair]
-        index = np.int32 if len(where) * lo.size < 2**31 else np.intp
+        index: type[np.signedinteger] = np.int32 if len(where) * lo.size < 2**31 else np.intp
         pick = pick.astype(index, copy=False)
-        pick += (np.arange(len(where), dtype=index) * lo.size)[:, None]
+        pick += np.arange(0, len(where) * lo.size, lo.size, dtype=index)[:, None]
         flat = candidates.ravel()
         if single.all() and figure_of.size == len(sets) and (figure_of == np.arange(len(sets))).all():
             np.take(flat, pick, out=out, mode="clip")  # every figure one trial of n samples: no copy
