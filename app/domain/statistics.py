@@ -739,24 +739,26 @@ _BINS = 1 << 14
 
 
 @functools.lru_cache(maxsize=64)
-def _rank_bins(cum_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """For `_BINS` equal slices of [0, 1): the rank a uniform in the slice draws, and whether the slice straddles
-    a step of the cumulative distribution (there the rank is looked up exactly)."""
+def _rank_bins(cum_bytes: bytes) -> np.ndarray:
+    """For `_BINS` equal slices of [0, 1): the rank a uniform in the slice draws, or -1 where the slice straddles
+    a step of the cumulative distribution (there the rank is looked up exactly). int32: the gathers move half the
+    bytes of intp."""
     cum = np.frombuffer(cum_bytes)
     edges = np.arange(_BINS + 1) / _BINS
     at = np.minimum(np.searchsorted(cum, edges, side="right"), cum.size - 1)
-    return at[:-1], at[:-1] != at[1:]
+    return np.where(at[:-1] != at[1:], -1, at[:-1]).astype(np.int32)
 
 
 def _draw_ranks(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
     """searchsorted(cum, u, "right") (clipped), through a table: exact, one gather for all but the few uniforms
-    that land in a slice holding a step."""
-    first, straddles = _rank_bins(cum.tobytes())
-    slot = (u * _BINS).astype(np.intp)
-    pick = first[slot]
-    fix = straddles[slot]
+    that land in a slice holding a step. int32 ranks. `u` is scaled in place (by 2^14: exact, and undone where a
+    rank is looked up), so no second array of its size is made."""
+    table = _rank_bins(cum.tobytes())
+    np.multiply(u, _BINS, out=u)
+    pick = table[u.astype(np.int32)]
+    fix = pick < 0
     if fix.any():
-        pick[fix] = np.minimum(np.searchsorted(cum, u[fix], side="right"), cum.size - 1)
+        pick[fix] = np.minimum(np.searchsorted(cum, u[fix] / _BINS, side="right"), cum.size - 1)
     return pick
 
 
@@ -767,40 +769,47 @@ def trial_resamples_many(
     [figure, resample] array with the same distribution (one trial: its resampled medians, the within-run
     noise alone; 2 or more: the t posterior over the trials' medians), vectorized over every figure and
     trial of one sample count. The answer's
-    grid resamples some thousand figures this way. Figures without a sample give NaN rows."""
+    grid resamples some thousand figures this way. Figures without a sample give NaN rows.
+
+    The random stream is drawn in one order whatever is kept of it (every trial's uniforms per sample count,
+    then the t draws per trial count), so a seed gives the same draws however the work below is arranged."""
     sets = [[t for t in f if len(t)] for f in figures]
     by_n: dict[int, list[tuple[int, int]]] = {}
     for fi, trials in enumerate(sets):
         for ti, t in enumerate(trials):
             by_n.setdefault(len(t), []).append((fi, ti))
-    # Every trial's resampled medians, one row each, in one matrix; `row_of[(figure, trial)]` finds them.
-    blocks: list[np.ndarray] = []
-    row_of: dict[tuple[int, int], int] = {}
+    out = np.empty((len(sets), n_resamples))
+    empty = [fi for fi, trials in enumerate(sets) if not trials]
+    out[empty] = np.nan
+    # One trial: its resampled medians are the figure's, written straight into `out`. A figure of 2 trials or
+    # more reads only its trials' medians (below), but their uniforms are drawn all the same (the stream).
     for n, where in by_n.items():
+        figure_of = np.fromiter((fi for fi, _ti in where), dtype=np.intp, count=len(where))
+        single = np.fromiter((len(sets[fi]) == 1 for fi, _ti in where), dtype=bool, count=len(where))
         values = np.sort(np.array([sets[fi][ti] for fi, ti in where], dtype=float), axis=1)  # [trial, n], sorted
         if n == 1:
-            draws = np.repeat(values, n_resamples, axis=1)
+            out[figure_of[single]] = values[single]
+            continue
+        cum, lo, hi = _median_rank_table(n)
+        pick = _draw_ranks(cum, rng.random((len(where), n_resamples)))
+        if not single.any():
+            continue
+        # Each trial's possible bootstrap medians (one per (lo, hi) rank pair), then the drawn ones: the same
+        # numbers as averaging the two drawn order statistics, with one gather instead of four.
+        candidates = 0.5 * (values[:, lo] + values[:, hi])  # [trial, pair]
+        index: type[np.signedinteger] = np.int32 if len(where) * lo.size < 2**31 else np.intp
+        pick = pick.astype(index, copy=False)
+        pick += np.arange(0, len(where) * lo.size, lo.size, dtype=index)[:, None]
+        flat = candidates.ravel()
+        if single.all() and figure_of.size == len(sets) and (figure_of == np.arange(len(sets))).all():
+            np.take(flat, pick, out=out, mode="clip")  # every figure one trial of n samples: no copy
         else:
-            cum, lo, hi = _median_rank_table(n)
-            pick = _draw_ranks(cum, rng.random((len(where), n_resamples)))
-            rows = np.arange(len(where))[:, None]
-            draws = 0.5 * (values[rows, lo[pick]] + values[rows, hi[pick]])
-        start = sum(len(b) for b in blocks)
-        row_of.update((key, start + i) for i, key in enumerate(where))
-        blocks.append(draws)
-    out = np.full((len(sets), n_resamples), np.nan)
-    if not blocks:
-        return out
-    medians = np.concatenate(blocks)  # [trial, R]
+            out[figure_of[single]] = np.take(flat, pick[single], mode="clip")
     by_m: dict[int, list[int]] = {}
     for fi, trials in enumerate(sets):
-        if trials:
+        if len(trials) >= 2:
             by_m.setdefault(len(trials), []).append(fi)
     for m, group in by_m.items():
-        rows_m = np.array([[row_of[(fi, ti)] for ti in range(m)] for fi in group])  # [fig, m]
-        if m == 1:
-            out[group] = medians[rows_m[:, 0]]  # one trial: its resampled medians are the figure's
-            continue
         # 2 trials or more: trial_resamples' posterior of the mean over trials (a t over the trials' log
         # medians), the same method as the comparisons' (a bootstrap over 2-3 trials is too narrow).
         point = np.array([[float(np.median(sets[fi][ti])) for ti in range(m)] for fi in group])  # [fig, m]
@@ -819,7 +828,9 @@ def percentile_intervals(resamples: np.ndarray, confidence: float) -> tuple[np.n
     b = resamples.shape[-1]
     alpha = 1 - confidence
     k_low, k_high = math.floor(alpha / 2 * (b - 1)), math.ceil((1 - alpha / 2) * (b - 1))
-    part = np.partition(resamples, [k_low, k_high], axis=-1)
+    # A full sort, not np.partition with two ranks: the same order statistics (NaN last in both), and numpy's
+    # vectorized sort of short rows is several times faster than its per-row introselect.
+    part = np.sort(resamples, axis=-1)
     return part[..., k_low], part[..., k_high]
 
 

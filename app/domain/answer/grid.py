@@ -402,7 +402,7 @@ class _Plan:
     tau: np.ndarray  # position, or -1 without tau(k)
     unstable: list[bool]
     notes: dict[tuple[int, int], str]
-    positions: list[list[int]]  # per cell, every figure it reads
+    positions: list[tuple[int, ...]]  # per cell, every figure it reads
 
 
 def _evaluate(
@@ -413,7 +413,8 @@ def _evaluate(
     shape = (-1,) + (1,) * (v.ndim - 1)
     base = v[plan.base]
     verify = v[plan.verify]
-    cycle = v[plan.draft] * plan.k.astype(v.dtype).reshape(shape)
+    cycle = v[plan.draft]
+    cycle *= plan.k.astype(v.dtype).reshape(shape)
     if plan.has_ar.any():
         logs = log_v if log_v is not None else np.log(np.where(v > 0, v, np.nan))
         every = bool(plan.has_ar.all())
@@ -438,26 +439,50 @@ def _evaluate(
 
 
 @functools.lru_cache(maxsize=64)
-def _brackets(curve_bytes: tuple[int, ...]) -> dict[int, Bracket]:
-    """A curve's brackets by message size, filled as asked: approaches measured at the same sizes share them."""
+def _brackets(curve_bytes: tuple[int, ...]) -> dict[int, tuple[Bracket, str]]:
+    """A curve's brackets by message size, with the note a cell gets there, filled as asked: approaches measured at
+    the same sizes share them."""
     del curve_bytes  # the cache key
     return {}
 
 
+_NO_AR = Bracket(0, 0, 0.0)
+_WORLD_1 = "world size 1: no allreduce"
+
+
 def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_Plan, list[Cell], list[str]]:
-    """Place one approach's cells in the model; cells missing an input stay open with the reason."""
+    """Place one approach's cells in the model; cells missing an input stay open with the reason.
+
+    A figure is placed (`_Model.add`) the first time a valid cell reads it, in cell order (base, draft, verify,
+    the two allreduce points, tau): the model's order, and so which bootstrap draws each figure gets, is that of
+    the cells. Positions already known (a batch's base and draft, a curve point, tau at k) are reused."""
     notes: dict[tuple[int, int], str] = {}
     valid: list[tuple[int, int]] = []
-    cols: dict[str, list[Any]] = defaultdict(list)
+    c_base: list[int] = []
+    c_draft: list[int] = []
+    c_k: list[int] = []
+    c_verify: list[int] = []
+    c_lo: list[int] = []
+    c_hi: list[int] = []
+    c_frac: list[float] = []
+    c_tau: list[int] = []
+    c_positions: list[tuple[int, ...]] = []
     open_cells: list[Cell] = []
     gaps: list[str] = []
     curve_bytes = [b for b, _m in ai.curve]
     brackets = _brackets(tuple(curve_bytes))  # b(k+1) repeats over the grid (2 x 4 = 4 x 2) and the approaches
-    worded: dict[int, str] = {}
+    index, add = model.index, model.add
+    has_ar = ai.world_size > 1
+    point_at: dict[int, int] = {}  # curve index -> position
+    tau_at: dict[int, int] = {}  # k -> position (-1: no tau)
+    per_element = spec.hidden_size * spec.bytes_per_element
     for b in spec.batches:
+        base, draft = ai.t_base.get(b), ai.draft_step.get(b)
+        base_pos = draft_pos = -1
         for k in spec.draft_tokens:
-            nbytes = b * (k + 1) * spec.hidden_size * spec.bytes_per_element
-            base, draft, verify = ai.t_base.get(b), ai.draft_step.get(b), ai.verify_compute.get((b, k))
+            nbytes = b * (k + 1) * per_element
+            verify = ai.verify_compute.get((b, k))
+            br, note = _NO_AR, _WORLD_1
             why = []  # worded only when something is missing (most cells have everything)
             if base is None:
                 why.append(f"no plain decode step at batch {b}")
@@ -465,11 +490,13 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                 why.append(f"no draft step at batch {b}")
             if verify is None:
                 why.append(f"no verify compute at batch {b}, {k} draft tokens")
-            br = Bracket(0, 0, 0.0)
-            if ai.world_size > 1:
+            if has_ar:
                 if spec.n_ar is None:
                     why.append("allreduces per verify not known")
-                br = brackets.get(nbytes) or brackets.setdefault(nbytes, bracket(curve_bytes, nbytes))
+                found = brackets.get(nbytes)
+                if found is None:
+                    found = brackets[nbytes] = _bracketed(curve_bytes, nbytes)
+                br, note = found
                 if br.outside:
                     why.append(br.outside)
             if why:
@@ -490,57 +517,67 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                 gaps.extend(why)
                 continue
             assert base and draft and verify
-            positions = [
-                model.add(base, DECODE, "batch {}", b),
-                model.add(draft, DRAFT, "batch {}", b),
-                model.add(verify, VERIFY, "batch {}, {} draft tokens", b, k),
-            ]
-            if ai.world_size > 1:
-                lo = model.add(ai.curve[br.lo][1], ALLREDUCE, "{}", _Size(curve_bytes[br.lo]))
-                hi = model.add(ai.curve[br.hi][1], ALLREDUCE, "{}", _Size(curve_bytes[br.hi]))
-                positions += [lo, hi]
-                note = worded.get(nbytes)
-                if note is None:
-                    note = worded[nbytes] = (
-                        f"t_ar measured at {size_label(nbytes)}"
-                        if br.lo == br.hi
-                        else f"t_ar interpolated (log-log) between {size_label(curve_bytes[br.lo])} and "
-                        f"{size_label(curve_bytes[br.hi])}"
-                    )
-                notes[(b, k)] = note
+            if base_pos < 0:
+                base_pos = add(base, DECODE, "batch {}", b)
+                draft_pos = add(draft, DRAFT, "batch {}", b)
+            verify_pos = index.get(id(verify))
+            if verify_pos is None:
+                verify_pos = add(verify, VERIFY, "batch {}, {} draft tokens", b, k)
+            if has_ar:
+                lo = point_at.get(br.lo)
+                if lo is None:
+                    lo = point_at[br.lo] = add(ai.curve[br.lo][1], ALLREDUCE, "{}", _Size(curve_bytes[br.lo]))
+                hi = point_at.get(br.hi)
+                if hi is None:
+                    hi = point_at[br.hi] = add(ai.curve[br.hi][1], ALLREDUCE, "{}", _Size(curve_bytes[br.hi]))
+                positions: tuple[int, ...] = (base_pos, draft_pos, verify_pos, lo, hi)
             else:
-                lo = hi = positions[0]
-                notes[(b, k)] = "world size 1: no allreduce"
-            tau = spec.tau.get(k)
-            tau_pos = model.add(tau, ACCEPT, "{} draft tokens", k) if tau is not None else -1
+                lo = hi = base_pos
+                positions = (base_pos, draft_pos, verify_pos)
+            notes[(b, k)] = note
+            tau_pos = tau_at.get(k)
+            if tau_pos is None:
+                tau = spec.tau.get(k)
+                tau_pos = tau_at[k] = add(tau, ACCEPT, "{} draft tokens", k) if tau is not None else -1
             valid.append((b, k))
-            cols["base"].append(positions[0])
-            cols["draft"].append(positions[1])
-            cols["k"].append(k)
-            cols["verify"].append(positions[2])
-            cols["ar_lo"].append(lo)
-            cols["ar_hi"].append(hi)
-            cols["ar_frac"].append(br.frac)
-            cols["has_ar"].append(ai.world_size > 1)
-            cols["tau"].append(tau_pos)
-            cols["positions"].append(positions + ([tau_pos] if tau_pos >= 0 else []))
+            c_base.append(base_pos)
+            c_draft.append(draft_pos)
+            c_k.append(k)
+            c_verify.append(verify_pos)
+            c_lo.append(lo)
+            c_hi.append(hi)
+            c_frac.append(br.frac)
+            c_tau.append(tau_pos)
+            c_positions.append((*positions, tau_pos) if tau_pos >= 0 else positions)
     plan = _Plan(
         cells=valid,
-        base=np.asarray(cols["base"], dtype=int),
-        draft=np.asarray(cols["draft"], dtype=int),
-        k=np.asarray(cols["k"], dtype=float),
-        verify=np.asarray(cols["verify"], dtype=int),
-        ar_lo=np.asarray(cols["ar_lo"], dtype=int),
-        ar_hi=np.asarray(cols["ar_hi"], dtype=int),
-        ar_frac=np.asarray(cols["ar_frac"], dtype=float),
-        has_ar=np.asarray(cols["has_ar"], dtype=bool),
-        tau=np.asarray(cols["tau"], dtype=int),
+        base=np.asarray(c_base, dtype=int),
+        draft=np.asarray(c_draft, dtype=int),
+        k=np.asarray(c_k, dtype=float),
+        verify=np.asarray(c_verify, dtype=int),
+        ar_lo=np.asarray(c_lo, dtype=int),
+        ar_hi=np.asarray(c_hi, dtype=int),
+        ar_frac=np.asarray(c_frac, dtype=float),
+        has_ar=np.full(len(valid), has_ar, dtype=bool),
+        tau=np.asarray(c_tau, dtype=int),
         unstable=[],  # filled below, vectorized
         notes=notes,
-        positions=cols["positions"],
+        positions=c_positions,
     )
-    plan = replace(plan, unstable=_bools(_reads(plan, np.asarray(model.unstable, dtype=bool))))
+    plan.unstable.extend(_bools(_reads(plan, np.asarray(model.unstable, dtype=bool))))
     return plan, open_cells, gaps
+
+
+def _bracketed(curve_bytes: Sequence[int], nbytes: int) -> tuple[Bracket, str]:
+    """`bracket` and the note of a cell whose verify carries `nbytes`."""
+    br = bracket(curve_bytes, nbytes)
+    if br.outside:
+        return br, ""
+    if br.lo == br.hi:
+        return br, f"t_ar measured at {size_label(nbytes)}"
+    return br, (
+        f"t_ar interpolated (log-log) between {size_label(curve_bytes[br.lo])} and {size_label(curve_bytes[br.hi])}"
+    )
 
 
 def _floats(x: Any) -> list[float]:
@@ -564,6 +601,16 @@ def _reads(plan: _Plan, mask: np.ndarray) -> np.ndarray:
     out |= plan.has_ar & (mask[plan.ar_lo] | mask[plan.ar_hi])
     out |= (plan.tau >= 0) & mask[np.maximum(plan.tau, 0)]
     return out
+
+
+def _read_by(plan: _Plan) -> set[int]:
+    """Every figure some cell of the plan reads (the union of the cells' `positions`)."""
+    if not len(plan.cells):
+        return set()
+    parts = [plan.base, plan.draft, plan.verify, plan.tau[plan.tau >= 0]]
+    if plan.has_ar.any():
+        parts += [plan.ar_lo[plan.has_ar], plan.ar_hi[plan.has_ar]]
+    return set(_ints(np.unique(np.concatenate(parts))))
 
 
 def _merge(plans: list[_Plan]) -> _Plan:
@@ -916,11 +963,10 @@ def speculation_answer(
         p_tau, p_base, p_verify, p_draft = (_ints(x) for x in (plan.tau, plan.base, plan.verify, plan.draft))
         p_ar = _bools(plan.has_ar)
         values, unstable = model.values, model.unstable
-        mine: set[int] = set()
+        mine = _read_by(plan)
         cell_sampled = _bools(_reads(plan, sampled_mask))
         cell_once = _bools(_reads(plan, once_mask))
         for i, (b, k) in enumerate(plan.cells):
-            mine.update(positions[i])
             sampled, once = cell_sampled[i], cell_once[i]
             tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled, once)
             speedup = None
@@ -944,7 +990,7 @@ def speculation_answer(
                     speedup,
                     plan.notes[(b, k)],
                     spec.min_effect,
-                    tuple(positions[i]),
+                    positions[i],
                 )
             )
         for p in mine:
@@ -1006,7 +1052,7 @@ def speculation_answer(
             fig = Interval(
                 value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=single
             )
-        owners = users.get(pos, set())
+        owners = users.get(pos, ())
         label = conditions_labels.get(v.conditions)
         if label is None:
             label = conditions_labels[v.conditions] = _conditions_label(v.conditions)
