@@ -329,7 +329,8 @@ def trial_resamples(
         scale = float(np.std(medians, ddof=1)) / math.sqrt(medians.size)
         return float(np.mean(medians)) + scale * rng.standard_t(medians.size - 1, size=n_resamples)
     s = float(np.std(np.log(medians), ddof=1)) / math.sqrt(medians.size)
-    return float(np.mean(medians)) * np.exp(s * rng.standard_t(medians.size - 1, size=n_resamples))
+    with np.errstate(over="ignore"):  # Student-t with 1-2 df: a far tail draw is +inf, a resample like any other
+        return float(np.mean(medians)) * np.exp(s * rng.standard_t(medians.size - 1, size=n_resamples))
 
 
 def percentile_interval(resamples: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -816,7 +817,8 @@ def trial_resamples_many(
         draws = rng.standard_t(m - 1, size=(len(group), n_resamples))
         if np.all(point > 0):
             s = np.std(np.log(point), axis=1, ddof=1)[:, None] / math.sqrt(m)
-            out[group] = point.mean(axis=1)[:, None] * np.exp(s * draws)
+            with np.errstate(over="ignore"):  # as in trial_resamples: a far t tail is +inf
+                out[group] = point.mean(axis=1)[:, None] * np.exp(s * draws)
         else:
             s = np.std(point, axis=1, ddof=1)[:, None] / math.sqrt(m)
             out[group] = point.mean(axis=1)[:, None] + s * draws
