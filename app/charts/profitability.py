@@ -65,9 +65,9 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
     if curve is None:
         return None
     verify_bytes = report.inputs.verify_bytes
-    t_ars = [p.latency.t_ar_us for p in report.points] + [r.latency.t_ar_us for r in report.references]
+    t_ars = [p.latency.t_ar_us for p in report.on_t_ar_axis] + [r.latency.t_ar_us for r in report.references]
     lo, hi = (min(t_ars), max(t_ars)) if t_ars else (1.0, 1000.0)
-    log_x = hi / lo > 20
+    log_x = lo > 0 and hi / lo > 20
     if log_x:
         x_lo, x_hi = lo / 1.6, hi * 1.6
         grid = [x_lo * (x_hi / x_lo) ** (i / 80) for i in range(81)]
@@ -98,7 +98,7 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
             )
         )
     for name, group in trace_groups(
-        list(report.points), lambda p: p.title + _point_size(p.latency.method), lambda p: p.status
+        list(report.on_t_ar_axis), lambda p: p.title + _point_size(p.latency.method), lambda p: p.status
     ):
         traces.append(
             scatter(
@@ -145,7 +145,7 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
                 ),
             )
         )
-    marks = [p.tau_star for p in report.points] + [r.tau_star for r in report.references]
+    marks = [p.tau_star for p in report.on_t_ar_axis] + [r.tau_star for r in report.references]
     top = max([m for m in marks if m is not None] + ([accept.value] if accept.value is not None else []) + [1.0])
     parts = [f"T_base {curve.t_base_ms:.2f} ms, {curve.n_ar} allreduces per verify"]
     if curve.lower_bound:
@@ -153,9 +153,9 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
     else:
         parts.append(f"draft + verify compute {curve.fixed_ms:.2f} ms")
     # (name, the size it was measured at when not the axis', t_ar, tau*): the size always shows in full.
-    labelled = [(p.title, _point_size(p.latency.method), p.latency.t_ar_us, p.tau_star) for p in report.points] + [
-        (r.label, _reference_size(r, verify_bytes), r.latency.t_ar_us, r.tau_star) for r in report.references
-    ]
+    labelled = [
+        (p.title, _point_size(p.latency.method), p.latency.t_ar_us, p.tau_star) for p in report.on_t_ar_axis
+    ] + [(r.label, _reference_size(r, verify_bytes), r.latency.t_ar_us, r.tau_star) for r in report.references]
 
     def _frac(x: float) -> float:  # the point's place across the x axis, 0..1
         if log_x:
@@ -192,7 +192,7 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
     y_lo = 1.0 if floor >= 1.0 and marks else 0.0
     x_title = f"per-allreduce latency t_ar (us) at {size(verify_bytes)}"
     if any(_reference_size(r, verify_bytes) for r in report.references) or any(
-        _point_size(p.latency.method) for p in report.points
+        _point_size(p.latency.method) for p in report.on_t_ar_axis
     ):
         x_title += ", unless a point names its size"
     return figure(
@@ -219,7 +219,7 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
     with this node's GPU measurements. A log axis when the values span decades (a CPU floor of 3,829 us
     beside GPU figures of 6.5 us). None with nothing to draw."""
     verify_bytes = report.inputs.verify_bytes
-    points = sorted(report.points, key=lambda p: p.latency.t_ar_us)
+    points = sorted(report.on_t_ar_axis, key=lambda p: p.latency.t_ar_us)
     refs = sorted(report.references, key=lambda r: r.latency.t_ar_us)
     floor = [f for f in report.cpu_floor if f.name.endswith("_us")]
     if not points and not refs and not floor:

@@ -323,6 +323,13 @@ def test_the_batch_1_report_is_the_answer_at_batch_1(session):
     steps = int(found.report.inputs.draft_steps.value or campaign.verify_tokens - 1)
     verify = found.report.inputs.verify_compute_ms
     assert verify.trial_ids == grid[f"verify compute at batch 1, {steps} draft tokens"].trial_ids, k
+    # The sweep's verify step ran on one GPU: no allreduce, so no t_ar is needed; the report places it at its grid
+    # cell (t_ar 0) and answers, as the grid does, instead of "needs a measured allreduce latency".
+    (point,) = found.report.points
+    one_gpu = found.speculation.approach(point.key)
+    assert one_gpu is not None and point.latency.t_ar_us == 0.0 and point.latency.method == "world size 1"
+    assert point.cell is one_gpu.cell(1, steps) and point.speedup == point.cell.speedup.value  # type: ignore[union-attr]
+    assert point.title not in found.report.unmeasured and found.report.answer_of(point) is not None
     # With allreduce approaches on the grid, each point is its grid cell at batch 1 and the draft steps.
     built = build_sweep_campaign(session, slug="report-is-grid", r=6).campaign
     answer = read_answer(session, built)

@@ -447,7 +447,7 @@ def _brackets(curve_bytes: tuple[int, ...]) -> dict[int, tuple[Bracket, str]]:
 
 
 _NO_AR = Bracket(0, 0, 0.0)
-_WORLD_1 = "world size 1: no allreduce"
+WORLD_1 = "world size 1: no allreduce"  # a cell's note where the verify step runs no allreduce
 
 
 def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_Plan, list[Cell], list[str]]:
@@ -482,7 +482,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
         for k in spec.draft_tokens:
             nbytes = b * (k + 1) * per_element
             verify = ai.verify_compute.get((b, k))
-            br, note = _NO_AR, _WORLD_1
+            br, note = _NO_AR, WORLD_1
             why = []  # worded only when something is missing (most cells have everything)
             if base is None:
                 why.append(f"no plain decode step at batch {b}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
-from app.domain.answer.grid import Cell, Interval
+from app.domain.answer.grid import WORLD_1, Cell, Interval
 from app.domain.answer.inputs import (
     Input,
     Missing,
@@ -204,6 +204,12 @@ class ProfitabilityReport:
     answers: tuple[ApproachVerdict, ...] = ()  # every approach and reported figure, lowest tau* first
 
     @property
+    def on_t_ar_axis(self) -> tuple[ApproachPoint, ...]:
+        """The points with an allreduce latency: a verify step at world size 1 runs none (t_ar 0) and has no
+        place on a t_ar axis; it is still a point of the report (its grid cell at batch 1)."""
+        return tuple(p for p in self.points if p.latency.t_ar_us > 0)
+
+    @property
     def headline(self) -> ApproachVerdict | None:
         """The answer to "does speculation pay now?": a measured usable approach that pays, else today's state
         (the baseline's reported figure), else the best usable measured approach, else the lowest tau*."""
@@ -268,7 +274,7 @@ class ProfitabilityReport:
     @property
     def fastest(self) -> ApproachPoint | None:
         """The approach with the lowest measured t_ar, dead ends included (a latency comparison)."""
-        return min(self.points, key=lambda p: p.latency.t_ar_us, default=None)
+        return min(self.on_t_ar_axis, key=lambda p: p.latency.t_ar_us, default=None)
 
     @property
     def baseline_reference(self) -> ReferencePoint | None:
@@ -288,7 +294,7 @@ class ProfitabilityReport:
         acceptance speculation needs, known from T_base and one allreduce figure alone."""
         if self.curve is None:
             return None
-        t_ars = [p.latency.t_ar_us for p in self.points] or [r.latency.t_ar_us for r in self.references]
+        t_ars = [p.latency.t_ar_us for p in self.on_t_ar_axis] or [r.latency.t_ar_us for r in self.references]
         if not t_ars:
             return None
         t_ar = min(t_ars)
@@ -332,6 +338,10 @@ def profitability_report(
     for approach in rows:
         assert approach.id is not None  # read from the database
         estimate = approach_latency(metrics, approach.id, inputs)
+        cell = (cells or {}).get(approach.key)
+        if estimate is None and cell is not None and cell.note == WORLD_1:
+            # A verify step at world size 1 runs no allreduce: its batch-1 point is its grid cell, t_ar 0.
+            estimate = LatencyEstimate(0.0, "world size 1", "the verify step runs no allreduce on one GPU", None)
         if estimate is None:
             unmeasured.append(approach.title)
             continue
@@ -345,7 +355,6 @@ def profitability_report(
         tau = own.value if own else inputs.accept_length.value
         mine = inputs.costs(tau=tau) if tau is not None else None
         n_ar = int(inputs.allreduces_per_verify.value or 0)
-        cell = (cells or {}).get(approach.key)
         # On the grid, the point is its cell at batch 1: the grid's figures (the same inputs), not a second model's.
         grid_tau_star = cell.tau_star.value if cell is not None and cell.tau_star is not None else None
         grid_speedup = cell.speedup.value if cell is not None and cell.speedup is not None and not own else None
