@@ -110,6 +110,19 @@ def app(settings):
 
 
 @pytest.fixture
+def srv(tmp_path, db_url):
+    """A real server (uvicorn on a thread, its lifespan and sweeper running) on the test's database."""
+    from tests.support.servers import ThreadServer
+    from tests.support.trials import make_settings
+
+    server = ThreadServer(make_settings(tmp_path, db_url)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def client(app, monkeypatch):
     """The app with its lifespan, in process. Its lost-runner sweeper is off: within a second it marks offline
     every runner the database says is connected but whose socket this hub does not hold, which is what the

@@ -17,8 +17,7 @@ from app.models import Campaign
 from app.security import SESSION_COOKIE
 from app.services.events import campaign, feed_path
 from tests.support.feeds import FeedReader
-from tests.support.servers import ThreadServer
-from tests.support.trials import command_recipe, make_settings, seed_campaign
+from tests.support.trials import command_recipe, seed_campaign
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PUBLISHERS = {"publish", "after_commit", "publish_threadsafe"}  # app/services/events.py's ways to publish
@@ -95,15 +94,6 @@ def test_the_checks_can_fail(tmp_path):
         "6: app.state.live_hub",
         "7: scope['app'].state.page_workers",
     ]
-
-
-@pytest.fixture
-def srv(tmp_path, db_url):
-    server = ThreadServer(make_settings(tmp_path, db_url)).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ import signal
 import time
 
 import httpx
-import pytest
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
@@ -31,15 +30,6 @@ from tests.support.trials import (
     seed_campaign,
     wait_for,
 )
-
-
-@pytest.fixture
-def srv(tmp_path, db_url):
-    server = ThreadServer(make_settings(tmp_path, db_url)).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _ids(srv: ThreadServer, slug: str = "spec") -> tuple[int, int]:
