@@ -9,8 +9,8 @@ statements it ran).
     .venv/bin/python bench/change_points.py --detection     # what detection reaches (docs/statistics.md)
 
 --detection measures `changes.detect` on series with one value per trial: planted 5% shifts at 3% noise
-(60 points, the shift at a random position with at least 20 on each side; found = a change point within
-two points of it), flat series at 3% noise (false change points per 1,000 points), and, for reference,
+(for each design m in --sides, default 20 30 50: 3 m points, the shift at a random position with at least m
+on each side; found = a change point within two points of it), flat series at 3% noise (false change points per 1,000 points), and, for reference,
 oracles that know there is exactly one shift (its maximum-likelihood location; the board's locator) and
 the ceiling of the design: the Bayes locator that knows everything but the position.
 """
@@ -153,35 +153,41 @@ def _ceiling_split(values, low: int, high: int, before: float, after: float, sd:
     return int(k[np.argmax(np.convolve(mass, np.ones(5), mode="same"))])
 
 
-def detection(series: int, flat_points: int) -> None:
+# Designs: m points at least on each side of the shift, series of 3 m points, the shift uniform over m..2 m.
+SIDES = (20, 30, 50)
+
+
+def detection(series: int, flat_points: int, sides: tuple[int, ...] = SIDES) -> None:
     import numpy as np
 
     from app.domain import changes
 
-    rng = np.random.default_rng(24)
-    found = ml = bayes = ceiling = 0
-    for _ in range(series):
-        at = int(rng.integers(20, 41))
-        values = 100 * (1 + 0.03 * rng.standard_normal(60))
-        values[at:] *= 1.05
-        listed = [float(v) for v in values]
-        found += any(abs(d.index - at) <= 2 for d in changes.detect(listed))
-        ml += abs(_ml_split(listed) - at) <= 2
-        bayes += abs(changes._relocate(listed, 0, len(listed)) - at) <= 2
-        ceiling += abs(_ceiling_split(listed, 20, 40, 100.0, 105.0, 3.0) - at) <= 2
-    rng = np.random.default_rng(25)
-    points = false = 0
-    while points < flat_points:
-        flat = [float(v) for v in 100 * (1 + 0.03 * rng.standard_normal(60))]
-        false += len(changes.detect(flat))
-        points += len(flat)
-    print(f"planted 5% shifts at 3% noise, {series} series of 60: found within 2 points {found / series:.1%}")
-    print(f"  oracle, one shift known, its maximum-likelihood location: {ml / series:.1%}")
-    print(f"  oracle, one shift known, the board's locator (most posterior mass within 2): {bayes / series:.1%}")
-    print(f"  ceiling, all but the position known (means, noise, position in 20..40): {ceiling / series:.1%}")
-    print(
-        f"flat series at 3% noise, {points} points: {false} false change points, {1000 * false / points:.2f} per 1,000"
-    )
+    for m in sides:
+        n = 3 * m
+        rng = np.random.default_rng(24)
+        found = ml = bayes = ceiling = 0
+        for _ in range(series):
+            at = int(rng.integers(m, 2 * m + 1))
+            values = 100 * (1 + 0.03 * rng.standard_normal(n))
+            values[at:] *= 1.05
+            listed = [float(v) for v in values]
+            found += any(abs(d.index - at) <= 2 for d in changes.detect(listed))
+            ml += abs(_ml_split(listed) - at) <= 2
+            bayes += abs(changes._relocate(listed, 0, len(listed)) - at) <= 2
+            ceiling += abs(_ceiling_split(listed, m, 2 * m, 100.0, 105.0, 3.0) - at) <= 2
+        rng = np.random.default_rng(25)
+        points = false = 0
+        while points < flat_points:
+            flat = [float(v) for v in 100 * (1 + 0.03 * rng.standard_normal(n))]
+            false += len(changes.detect(flat))
+            points += len(flat)
+        print(f"{m} points at least on each side ({series} series of {n}, the shift at {m}..{2 * m}):")
+        print(f"  planted 5% shifts at 3% noise found within 2 points: {found / series:.1%}")
+        print(f"  oracle, one shift known, its maximum-likelihood location: {ml / series:.1%}")
+        print(f"  oracle, one shift known, the board's locator (most posterior mass within 2): {bayes / series:.1%}")
+        print(f"  ceiling, all but the position known (means, noise, position in {m}..{2 * m}): {ceiling / series:.1%}")
+        print(f"  flat series of {n} at 3% noise, {points} points: {false} false, {1000 * false / points:.2f} per 1,000")
+        sys.stdout.flush()
 
 
 def main() -> None:
@@ -192,9 +198,10 @@ def main() -> None:
     parser.add_argument("--detection", action="store_true", help="detection and false-alarm rates, no database")
     parser.add_argument("--series", type=int, default=1000)
     parser.add_argument("--flat-points", type=int, default=30_000)
+    parser.add_argument("--sides", type=int, nargs="+", default=list(SIDES), help="points at least on each side")
     args = parser.parse_args()
     if args.detection:
-        detection(args.series, args.flat_points)
+        detection(args.series, args.flat_points, tuple(args.sides))
         return
     if args.db == "sqlite":
         with tempfile.TemporaryDirectory() as tmp:

@@ -13,27 +13,30 @@ from app.domain.runners import mark_connected
 from app.models import ApproachStatus, ChangePoint, ChangeScan, NotificationEvent, NotificationOutbox, Runner
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, end_trial, runner, seed
 
-# The detection-rate property, measured on this seed: planted 5% shifts at 3% noise, in series of 60 points
-# with at least 20 on each side of the shift. Found within two points: 176 of 200 on this seed (173 with the
-# maximum-likelihood split), so REACHED, below the 90% issues 24 and 34 ask (docs/statistics.md says why).
-REACHED = 0.87
+# The detection-rate property, measured on this seed: planted 5% shifts at 3% noise, in series of 3 m points
+# with at least m on each side of the shift. Found within two points, m = 20: 176 of 200 on this seed (173 with
+# the maximum-likelihood split); m = 30: 1,794 of 2,000. The bench's 10,000 series give 88.2% and 90.1%: the
+# 90% issues 24 and 34 ask is reached from 30 points on each side (docs/statistics.md says why not at 20).
+REACHED = {20: (200, 0.87), 30: (2000, 0.89)}
 
 
 def _planted(rng: np.random.Generator, n: int = 60) -> tuple[list[float], int]:
-    at = int(rng.integers(20, n - 19))
+    side = n // 3
+    at = int(rng.integers(side, 2 * side + 1))
     values = 100 * (1 + 0.03 * rng.standard_normal(n))
     values[at:] *= 1.05
     return [float(v) for v in values], at
 
 
-def test_planted_5_percent_shifts_at_3_percent_noise_are_found_within_two_points():
+@pytest.mark.parametrize("side", sorted(REACHED))
+def test_planted_5_percent_shifts_at_3_percent_noise_are_found_within_two_points(side):
     rng = np.random.default_rng(24)
-    trials = 200
+    trials, reached = REACHED[side]
     found = 0
     for _ in range(trials):
-        values, at = _planted(rng)
+        values, at = _planted(rng, 3 * side)
         found += any(abs(d.index - at) <= 2 for d in changes.detect(values))
-    assert found / trials >= REACHED
+    assert found / trials >= reached
 
 
 def _least_squares_split(values: list[float]) -> int:
