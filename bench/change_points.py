@@ -186,7 +186,9 @@ def detection(series: int, flat_points: int, sides: tuple[int, ...] = SIDES) -> 
         print(f"  oracle, one shift known, its maximum-likelihood location: {ml / series:.1%}")
         print(f"  oracle, one shift known, the board's locator (most posterior mass within 2): {bayes / series:.1%}")
         print(f"  ceiling, all but the position known (means, noise, position in {m}..{2 * m}): {ceiling / series:.1%}")
-        print(f"  flat series of {n} at 3% noise, {points} points: {false} false, {1000 * false / points:.2f} per 1,000")
+        print(
+            f"  flat series of {n} at 3% noise, {points} points: {false} false, {1000 * false / points:.2f} per 1,000"
+        )
         sys.stdout.flush()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from app.db import session_scope
 from app.domain import inventory
 from app.domain.campaign_files import import_campaign
+from app.domain.demo import load_demo
 from app.state import app_state
 
 SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
@@ -65,3 +66,27 @@ def test_the_what_if_swaps_in_the_whole_answer(app, operator_client):
     assert "draft step at batch 1 50 (exact) what-if" in text  # the inputs table names the what-if figure
     assert "1: off" in text  # 50 ms a draft step: batch 1 no longer speculates
     assert 'id="deploy"' in r.text or "Deploy" in r.text
+
+
+def _status_page(operator_client, client, slug: str) -> str:
+    r = operator_client.post(f"/campaigns/{slug}/share-links", data={"name": "q"}, headers={"HX-Request": "true"})
+    found = re.search(r'class="share-url" readonly value="http://127.0.0.1([^"]+)"', r.text)
+    assert found is not None, r.text
+    page = client.get(found.group(1))
+    assert page.status_code == 200
+    return page.text
+
+
+def test_the_status_page_offers_the_condition_sets_and_flags_contradictions(app, operator_client, client):
+    """The status page includes the charts page's answer partial: it names the sets (as links: it has no forms)
+    and the contradictory inputs. Its template once imported its wording macros under the name `answer`, which
+    hid the answer from the partial: no sets, no flags (the Kimi demo's 24.4 ms of allreduces in a 12.2 ms step
+    went unsaid to stakeholders)."""
+    _imported(app)
+    text = " ".join(re.sub(r"<[^>]+>", " ", _status_page(operator_client, client, SLUG)).split())
+    assert "Measured under: context 4,096, graph" in text  # a link to the other set
+    assert "context 1,024, graph, world size 1, bf16, cuda; dense stand-in, 61 layers, hidden 7168 (default)" in text
+    with session_scope(app_state(app).engine) as session:
+        load_demo(session)
+    text = " ".join(re.sub(r"<[^>]+>", " ", _status_page(operator_client, client, "kimi-k25-eagle3")).split())
+    assert "Contradictory inputs" in text and "122 allreduces x 200 us = 24.4 ms" in text
