@@ -406,22 +406,33 @@ class _Plan:
 
 
 def _evaluate(
-    plan: _Plan, v: np.ndarray, n_ar: int, log_v: np.ndarray | None = None
+    plan: _Plan,
+    v: np.ndarray,
+    n_ar: int,
+    logs: tuple[np.ndarray, np.ndarray] | None = None,
+    rows: slice = slice(None),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tau*, speedup, T_verify) of a plan's cells on figure vector(s) v: shape (F,), or (F, R) replicates.
-    `log_v`: log(v) where already known (the replicates' logs are taken once per figure, not once per cell)."""
+    """(tau*, speedup, T_verify) of a plan's cells (those in `rows`) on figure vector(s) v: shape (F,), or (F, R)
+    replicates. `logs`: (each figure's row in `table`, table), the logs of the replicates of the figures the
+    allreduce interpolation reads, taken once per figure (not once per cell, nor for every figure)."""
     shape = (-1,) + (1,) * (v.ndim - 1)
-    base = v[plan.base]
-    verify = v[plan.verify]
-    cycle = v[plan.draft]
-    cycle *= plan.k.astype(v.dtype).reshape(shape)
-    if plan.has_ar.any():
-        logs = log_v if log_v is not None else np.log(np.where(v > 0, v, np.nan))
-        every = bool(plan.has_ar.all())
-        ar = slice(None) if every else np.flatnonzero(plan.has_ar)
-        lo, hi = logs[plan.ar_lo[ar]], logs[plan.ar_hi[ar]]
+    base = v[plan.base[rows]]
+    verify = v[plan.verify[rows]]
+    cycle = v[plan.draft[rows]]
+    cycle *= plan.k[rows].astype(v.dtype).reshape(shape)
+    has_ar = plan.has_ar[rows]
+    if has_ar.any():
+        every = bool(has_ar.all())
+        ar = slice(None) if every else np.flatnonzero(has_ar)
+        at_lo, at_hi = plan.ar_lo[rows][ar], plan.ar_hi[rows][ar]
+        if logs is None:
+            table = np.log(np.where(v > 0, v, np.nan))
+        else:
+            where, table = logs
+            at_lo, at_hi = where[at_lo], where[at_hi]
+        lo, hi = table[at_lo], table[at_hi]
         hi -= lo
-        hi *= plan.ar_frac[ar].astype(v.dtype).reshape(shape)
+        hi *= plan.ar_frac[rows][ar].astype(v.dtype).reshape(shape)
         hi += lo
         comm = np.exp(hi, out=hi)
         comm *= n_ar / 1000.0
@@ -430,8 +441,9 @@ def _evaluate(
         else:
             verify[ar] += comm
     cycle += verify
-    tau = v[np.maximum(plan.tau, 0)]
-    tau[plan.tau < 0] = np.nan
+    tau_at = plan.tau[rows]
+    tau = v[np.maximum(tau_at, 0)]
+    tau[tau_at < 0] = np.nan
     tau *= base
     tau /= cycle
     cycle /= base
@@ -447,6 +459,7 @@ def _brackets(curve_bytes: tuple[int, ...]) -> dict[int, tuple[Bracket, str]]:
 
 
 _NO_AR = Bracket(0, 0, 0.0)
+_CELL_ROWS = 64  # cells (or figures) a replicate block holds: 64 x 400 floats, 100 KB a temporary
 WORLD_1 = "world size 1: no allreduce"  # a cell's note where the verify step runs no allreduce
 
 
@@ -654,24 +667,42 @@ def _intervals(
         draws = trial_resamples_many(model.trials, resamples, np.random.default_rng(seed))  # [sampled, R]
         # Replicates in single precision: their percentile bounds need 4 digits, not 16, at half the traffic.
         v = model.vector(draws, np.float32)
+        del draws
+        curve = np.unique(np.concatenate([merged.ar_lo[merged.has_ar], merged.ar_hi[merged.has_ar]]))
+        where = np.full(len(model.values), -1, dtype=np.intp)
+        where[curve] = np.arange(curve.size)
         with np.errstate(invalid="ignore", divide="ignore"):
-            log_v = np.log(v)
-        rep_tau_star, rep_speedup, _verify = _evaluate(merged, v, n_ar, log_v)
+            logs = (where, np.log(v[curve]))
+        known = merged.tau >= 0
+        tau_sampled = np.zeros(len(model.values), dtype=bool)
+        tau_sampled[model.sampled] = True
+        resampled = known & tau_sampled[np.maximum(merged.tau, 0)]
+        rep_tau_star = np.empty((n_cells, resamples), dtype=np.float32)
+        rep_speedup = np.empty((n_cells, resamples), dtype=np.float32)
+        t_low, t_high = np.empty(n_cells, dtype=np.float32), np.empty(n_cells, dtype=np.float32)
+        # In blocks of cells: the same numbers (every figure is computed per cell and per replicate), with
+        # block-sized scratch the allocator reuses where [cell, resample] temporaries were fresh pages each call.
+        for start in range(0, n_cells, _CELL_ROWS):
+            rows = slice(start, min(start + _CELL_ROWS, n_cells))
+            block_tau_star, block_speedup, _verify = _evaluate(merged, v, n_ar, logs, rows)
+            rep_tau_star[rows], rep_speedup[rows] = block_tau_star, block_speedup
+            t_low[rows], t_high[rows] = percentile_intervals(block_tau_star, confidence)
+            again = resampled[rows]
+            if again.any():
+                at = np.flatnonzero(again) + start
+                s_low[at], s_high[at] = percentile_intervals(block_speedup[again], confidence)
         replicates = (rep_tau_star, rep_speedup)
         if n_cells:
-            t_low, t_high = percentile_intervals(rep_tau_star, confidence)
-            known = merged.tau >= 0
-            tau_sampled = np.zeros(len(model.values), dtype=bool)
-            tau_sampled[model.sampled] = True
-            resampled = known & tau_sampled[np.maximum(merged.tau, 0)]
-            if resampled.any():
-                s_low[resampled], s_high[resampled] = percentile_intervals(rep_speedup[resampled], confidence)
             # An exact tau: speedup = tau / tau* is monotone in tau*, so its percentile bounds are tau over tau*'s
             # (percentile intervals follow monotone maps), without a second pass over the replicates.
             fixed = known & ~resampled
             tau_c = point_v[merged.tau[fixed]]
             s_low[fixed], s_high[fixed] = tau_c / t_high[fixed], tau_c / t_low[fixed]
-        f_low, f_high = percentile_intervals(v[model.sampled], confidence)  # the same draws, single precision
+        sampled = np.asarray(model.sampled, dtype=np.intp)
+        f_low, f_high = np.empty(sampled.size, dtype=np.float32), np.empty(sampled.size, dtype=np.float32)
+        for start in range(0, sampled.size, _CELL_ROWS):  # the same draws, single precision
+            rows = slice(start, start + _CELL_ROWS)
+            f_low[rows], f_high[rows] = percentile_intervals(v[sampled[rows]], confidence)
     return (tau_star, t_low, t_high, speedup, s_low, s_high, verify), (point_v, f_low, f_high), replicates
 
 
