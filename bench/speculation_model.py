@@ -92,7 +92,8 @@ def main() -> None:
     cells = sum(len(a.cells) for a in found.approaches)
     print(
         f"{args.approaches} approaches, {cells} cells, {args.samples} samples each, {args.resamples} resamples: "
-        f"wall {statistics.median(walls):.1f} ms (min {min(walls):.1f}), CPU {statistics.median(cpus):.1f} ms; "
+        f"wall {statistics.median(walls):.1f} ms (min {min(walls):.1f}), CPU {statistics.median(cpus):.1f} ms "
+        f"(min {min(cpus):.1f}); "
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; numpy {np.__version__}, "
         f"scipy {__import__('scipy').__version__}, Python {sys.version.split()[0]}"
     )

@@ -737,6 +737,7 @@ def _both_at(n: int, k: int, j: int) -> float:
 
 
 _BINS = 1 << 14
+_RESAMPLE_ROWS = 64  # rows of uniforms drawn at a time by trial_resamples_many (64 x 400 doubles: 200 KB)
 
 
 @functools.lru_cache(maxsize=64)
@@ -792,20 +793,28 @@ def trial_resamples_many(
             out[figure_of[single]] = values[single]
             continue
         cum, lo, hi = _median_rank_table(n)
-        pick = _draw_ranks(cum, rng.random((len(where), n_resamples)))
         if not single.any():
+            for start in range(0, len(where), _RESAMPLE_ROWS):  # the stream: these trials' uniforms, never read
+                rng.random((min(_RESAMPLE_ROWS, len(where) - start), n_resamples))
             continue
         # Each trial's possible bootstrap medians (one per (lo, hi) rank pair), then the drawn ones: the same
         # numbers as averaging the two drawn order statistics, with one gather instead of four.
         candidates = 0.5 * (values[:, lo] + values[:, hi])  # [trial, pair]
         index: type[np.signedinteger] = np.int32 if len(where) * lo.size < 2**31 else np.intp
-        pick = pick.astype(index, copy=False)
-        pick += np.arange(0, len(where) * lo.size, lo.size, dtype=index)[:, None]
         flat = candidates.ravel()
-        if single.all() and figure_of.size == len(sets) and (figure_of == np.arange(len(sets))).all():
-            np.take(flat, pick, out=out, mode="clip")  # every figure one trial of n samples: no copy
-        else:
-            out[figure_of[single]] = np.take(flat, pick[single], mode="clip")
+        in_order = single.all() and figure_of.size == len(sets) and (figure_of == np.arange(len(sets))).all()
+        # In blocks of rows: the uniforms of one call are those of consecutive calls (the stream, so the seed, is
+        # unchanged), and block-sized scratch is reused by the allocator where whole [trial, resample] arrays
+        # were fresh pages each call (some 2,000 page faults per answer).
+        for start in range(0, len(where), _RESAMPLE_ROWS):
+            stop = min(start + _RESAMPLE_ROWS, len(where))
+            pick = _draw_ranks(cum, rng.random((stop - start, n_resamples))).astype(index, copy=False)
+            pick += np.arange(start * lo.size, stop * lo.size, lo.size, dtype=index)[:, None]
+            if in_order:
+                np.take(flat, pick, out=out[start:stop], mode="clip")  # every figure one trial of n samples
+            else:
+                keep = single[start:stop]
+                out[figure_of[start:stop][keep]] = np.take(flat, pick[keep], mode="clip")
     by_m: dict[int, list[int]] = {}
     for fi, trials in enumerate(sets):
         if len(trials) >= 2:

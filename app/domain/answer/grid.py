@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
+import operator
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -63,9 +65,11 @@ DECODE, DRAFT, VERIFY, ALLREDUCE, ACCEPT = "decode step", "draft step", "verify 
 # ---- figures ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A figure with its 95% interval (None without samples), and whether it is unstable."""
+class Interval(NamedTuple):
+    """A figure with its 95% interval (None without samples), and whether it is unstable.
+
+    A named tuple, not a frozen dataclass: the answer makes some 3,700 of them, and a tuple is built in one C call
+    (`_intervals_of` builds them with `map`), a frozen dataclass in about a microsecond each."""
 
     value: float
     low: float | None
@@ -81,14 +85,10 @@ class Interval:
         return lo1 <= hi2 and lo2 <= hi1  # type: ignore[operator]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "value": self.value,
-            "low": self.low,
-            "high": self.high,
-            "unstable": self.unstable,
-            "no_samples": self.no_samples,
-            "within_run_only": self.within_run_only,
-        }
+        return dict(zip(_INTERVAL_KEYS, self, strict=True))
+
+
+_INTERVAL_KEYS = Interval._fields
 
 
 # ---- interpolation ------------------------------------------------------------------------------
@@ -186,8 +186,9 @@ class SpeculationInputs:
 # ---- the grid ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Cell:
+class Cell(NamedTuple):
+    """One (batch, draft tokens) cell of an approach's grid (a named tuple, as `Interval`: 1,120 per answer)."""
+
     batch: int
     draft_tokens: int
     t_base_ms: float | None
@@ -260,8 +261,7 @@ class ApproachAnswer:
         return self.tau_star
 
 
-@dataclass(frozen=True)
-class InputFigure:
+class InputFigure(NamedTuple):
     """One input as the answer shows it: its figure, its source (trials) and the conditions it was measured
     under (the stand-in it came from included)."""
 
@@ -401,27 +401,38 @@ class _Plan:
     has_ar: np.ndarray  # bool
     tau: np.ndarray  # position, or -1 without tau(k)
     unstable: list[bool]
-    notes: dict[tuple[int, int], str]
+    notes: list[str]  # per valid cell: how t_ar was obtained
     positions: list[tuple[int, ...]]  # per cell, every figure it reads
 
 
 def _evaluate(
-    plan: _Plan, v: np.ndarray, n_ar: int, log_v: np.ndarray | None = None
+    plan: _Plan,
+    v: np.ndarray,
+    n_ar: int,
+    logs: tuple[np.ndarray, np.ndarray] | None = None,
+    rows: slice = slice(None),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tau*, speedup, T_verify) of a plan's cells on figure vector(s) v: shape (F,), or (F, R) replicates.
-    `log_v`: log(v) where already known (the replicates' logs are taken once per figure, not once per cell)."""
+    """(tau*, speedup, T_verify) of a plan's cells (those in `rows`) on figure vector(s) v: shape (F,), or (F, R)
+    replicates. `logs`: (each figure's row in `table`, table), the logs of the replicates of the figures the
+    allreduce interpolation reads, taken once per figure (not once per cell, nor for every figure)."""
     shape = (-1,) + (1,) * (v.ndim - 1)
-    base = v[plan.base]
-    verify = v[plan.verify]
-    cycle = v[plan.draft]
-    cycle *= plan.k.astype(v.dtype).reshape(shape)
-    if plan.has_ar.any():
-        logs = log_v if log_v is not None else np.log(np.where(v > 0, v, np.nan))
-        every = bool(plan.has_ar.all())
-        ar = slice(None) if every else np.flatnonzero(plan.has_ar)
-        lo, hi = logs[plan.ar_lo[ar]], logs[plan.ar_hi[ar]]
+    base = v[plan.base[rows]]
+    verify = v[plan.verify[rows]]
+    cycle = v[plan.draft[rows]]
+    cycle *= plan.k[rows].astype(v.dtype).reshape(shape)
+    has_ar = plan.has_ar[rows]
+    if has_ar.any():
+        every = bool(has_ar.all())
+        ar = slice(None) if every else np.flatnonzero(has_ar)
+        at_lo, at_hi = plan.ar_lo[rows][ar], plan.ar_hi[rows][ar]
+        if logs is None:
+            table = np.log(np.where(v > 0, v, np.nan))
+        else:
+            where, table = logs
+            at_lo, at_hi = where[at_lo], where[at_hi]
+        lo, hi = table[at_lo], table[at_hi]
         hi -= lo
-        hi *= plan.ar_frac[ar].astype(v.dtype).reshape(shape)
+        hi *= plan.ar_frac[rows][ar].astype(v.dtype).reshape(shape)
         hi += lo
         comm = np.exp(hi, out=hi)
         comm *= n_ar / 1000.0
@@ -430,8 +441,9 @@ def _evaluate(
         else:
             verify[ar] += comm
     cycle += verify
-    tau = v[np.maximum(plan.tau, 0)]
-    tau[plan.tau < 0] = np.nan
+    tau_at = plan.tau[rows]
+    tau = v[np.maximum(tau_at, 0)]
+    tau[tau_at < 0] = np.nan
     tau *= base
     tau /= cycle
     cycle /= base
@@ -447,6 +459,7 @@ def _brackets(curve_bytes: tuple[int, ...]) -> dict[int, tuple[Bracket, str]]:
 
 
 _NO_AR = Bracket(0, 0, 0.0)
+_CELL_ROWS = 64  # cells (or figures) a replicate block holds: 64 x 400 floats, 100 KB a temporary
 WORLD_1 = "world size 1: no allreduce"  # a cell's note where the verify step runs no allreduce
 
 
@@ -456,7 +469,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
     A figure is placed (`_Model.add`) the first time a valid cell reads it, in cell order (base, draft, verify,
     the two allreduce points, tau): the model's order, and so which bootstrap draws each figure gets, is that of
     the cells. Positions already known (a batch's base and draft, a curve point, tau at k) are reused."""
-    notes: dict[tuple[int, int], str] = {}
+    notes: list[str] = []
     valid: list[tuple[int, int]] = []
     c_base: list[int] = []
     c_draft: list[int] = []
@@ -534,7 +547,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
             else:
                 lo = hi = base_pos
                 positions = (base_pos, draft_pos, verify_pos)
-            notes[(b, k)] = note
+            notes.append(note)
             tau_pos = tau_at.get(k)
             if tau_pos is None:
                 tau = spec.tau.get(k)
@@ -578,11 +591,6 @@ def _bracketed(curve_bytes: Sequence[int], nbytes: int) -> tuple[Bracket, str]:
     return br, (
         f"t_ar interpolated (log-log) between {size_label(curve_bytes[br.lo])} and {size_label(curve_bytes[br.hi])}"
     )
-
-
-def _floats(x: Any) -> list[float]:
-    """A 1-D array as plain Python numbers (`tolist()`, typed)."""
-    return cast(list[float], np.asarray(x, dtype=float).tolist())
 
 
 def _ints(x: Any) -> list[int]:
@@ -632,23 +640,22 @@ def _merge(plans: list[_Plan]) -> _Plan:
         has_ar=cat("has_ar", bool),
         tau=cat("tau", int),
         unstable=[u for p in plans for u in p.unstable],
-        notes={},
-        positions=[],
+        notes=[n for p in plans for n in p.notes],
+        positions=[c for p in plans for c in p.positions],
     )
 
 
 def _intervals(
-    model: _Model, plans: list[_Plan], n_ar: int, resamples: int, seed: int, confidence: float
-) -> tuple[list[tuple[Any, ...]], tuple[np.ndarray, np.ndarray] | None]:
-    """Per plan: (tau* point, low, high, speedup point, low, high, T_verify point), and the figures' own
-    (point, low, high) last; and the replicates of every cell's (tau*, speedup), cells in plan order (None
-    when nothing is sampled), which the tiers compare approaches on.
+    model: _Model, merged: _Plan, n_ar: int, resamples: int, seed: int, confidence: float
+) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], tuple[np.ndarray, np.ndarray] | None]:
+    """Over every approach's cells (`_merge`, in plan order): (tau* point, low, high, speedup point, low, high,
+    T_verify point); the figures' own (point, low, high); and the replicates of every cell's (tau*, speedup)
+    (None when nothing is sampled), which the tiers compare approaches on.
 
     Every measured input is resampled on its own at the trial level (`trial_resamples_many`: its trials with
     replacement, then each drawn trial's median; inputs measured by different trials are independent), the
     whole grid is evaluated on each replicate, and each cell's interval is the replicates' percentile interval
     at `confidence` (`percentile_intervals`). Exact inputs (entered, derived) stay at their value."""
-    merged = _merge(plans)
     point_v = model.vector(np.array([]))
     tau_star, speedup, verify = _evaluate(merged, point_v, n_ar)
     n_cells = len(merged.cells)
@@ -660,41 +667,127 @@ def _intervals(
         draws = trial_resamples_many(model.trials, resamples, np.random.default_rng(seed))  # [sampled, R]
         # Replicates in single precision: their percentile bounds need 4 digits, not 16, at half the traffic.
         v = model.vector(draws, np.float32)
+        del draws
+        curve = np.unique(np.concatenate([merged.ar_lo[merged.has_ar], merged.ar_hi[merged.has_ar]]))
+        where = np.full(len(model.values), -1, dtype=np.intp)
+        where[curve] = np.arange(curve.size)
         with np.errstate(invalid="ignore", divide="ignore"):
-            log_v = np.log(v)
-        rep_tau_star, rep_speedup, _verify = _evaluate(merged, v, n_ar, log_v)
+            logs = (where, np.log(v[curve]))
+        known = merged.tau >= 0
+        tau_sampled = np.zeros(len(model.values), dtype=bool)
+        tau_sampled[model.sampled] = True
+        resampled = known & tau_sampled[np.maximum(merged.tau, 0)]
+        rep_tau_star = np.empty((n_cells, resamples), dtype=np.float32)
+        rep_speedup = np.empty((n_cells, resamples), dtype=np.float32)
+        t_low, t_high = np.empty(n_cells, dtype=np.float32), np.empty(n_cells, dtype=np.float32)
+        # In blocks of cells: the same numbers (every figure is computed per cell and per replicate), with
+        # block-sized scratch the allocator reuses where [cell, resample] temporaries were fresh pages each call.
+        for start in range(0, n_cells, _CELL_ROWS):
+            rows = slice(start, min(start + _CELL_ROWS, n_cells))
+            block_tau_star, block_speedup, _verify = _evaluate(merged, v, n_ar, logs, rows)
+            rep_tau_star[rows], rep_speedup[rows] = block_tau_star, block_speedup
+            t_low[rows], t_high[rows] = percentile_intervals(block_tau_star, confidence)
+            again = resampled[rows]
+            if again.any():
+                at = np.flatnonzero(again) + start
+                s_low[at], s_high[at] = percentile_intervals(block_speedup[again], confidence)
         replicates = (rep_tau_star, rep_speedup)
         if n_cells:
-            t_low, t_high = percentile_intervals(rep_tau_star, confidence)
-            known = merged.tau >= 0
-            tau_sampled = np.zeros(len(model.values), dtype=bool)
-            tau_sampled[model.sampled] = True
-            resampled = known & tau_sampled[np.maximum(merged.tau, 0)]
-            if resampled.any():
-                s_low[resampled], s_high[resampled] = percentile_intervals(rep_speedup[resampled], confidence)
             # An exact tau: speedup = tau / tau* is monotone in tau*, so its percentile bounds are tau over tau*'s
             # (percentile intervals follow monotone maps), without a second pass over the replicates.
             fixed = known & ~resampled
             tau_c = point_v[merged.tau[fixed]]
             s_low[fixed], s_high[fixed] = tau_c / t_high[fixed], tau_c / t_low[fixed]
-        f_low, f_high = percentile_intervals(v[model.sampled], confidence)  # the same draws, single precision
-    out: list[tuple[Any, ...]] = []
-    at = 0
-    for plan in plans:
-        sl = slice(at, at + len(plan.cells))
-        at = sl.stop
-        out.append((tau_star[sl], t_low[sl], t_high[sl], speedup[sl], s_low[sl], s_high[sl], verify[sl]))
-    out.append((point_v, f_low, f_high))
-    return out, replicates
+        sampled = np.asarray(model.sampled, dtype=np.intp)
+        f_low, f_high = np.empty(sampled.size, dtype=np.float32), np.empty(sampled.size, dtype=np.float32)
+        for start in range(0, sampled.size, _CELL_ROWS):  # the same draws, single precision
+            rows = slice(start, start + _CELL_ROWS)
+            f_low[rows], f_high[rows] = percentile_intervals(v[sampled[rows]], confidence)
+    return (tau_star, t_low, t_high, speedup, s_low, s_high, verify), (point_v, f_low, f_high), replicates
 
 
-def _interval(
-    value: float, low: float, high: float, unstable: bool, sampled: bool, one_trial: bool = False
-) -> Interval:
-    """Plain floats in (`tolist()`): no numpy scalars on the answer."""
-    if not sampled or low != low or high != high:  # NaN: no interval
-        return Interval(value, None, None, unstable, not sampled, one_trial)
-    return Interval(value, low if low < value else value, high if high > value else value, unstable, False, one_trial)
+_NONE = np.array(None, dtype=object)  # None into object arrays (numpy's stubs refuse a bare None)
+_new_interval = cast(Callable[[Iterable[Any]], Interval], functools.partial(tuple.__new__, Interval))
+_new_cell = cast(Callable[[Iterable[Any]], Cell], functools.partial(tuple.__new__, Cell))
+_new_input = cast(Callable[[Iterable[Any]], InputFigure], functools.partial(tuple.__new__, InputFigure))
+
+
+def _intervals_of(
+    value: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    unstable: np.ndarray,
+    bounded: np.ndarray,
+    no_samples: np.ndarray,
+    one_trial: np.ndarray,
+    values: list[float] | None = None,
+) -> list[Interval]:
+    """An `Interval` per row: the bounds where `bounded` and neither is NaN (else None), widened to hold the
+    point; plain Python numbers (no numpy scalars on the answer). Built without a Python call per interval."""
+    value = np.asarray(value, dtype=float)
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    shown = bounded & ~np.isnan(low) & ~np.isnan(high)
+    lows = np.where(low < value, low, value).astype(object)
+    highs = np.where(high > value, high, value).astype(object)
+    lows[~shown] = _NONE
+    highs[~shown] = _NONE
+    points = value.tolist() if values is None else values
+    rows = zip(points, lows.tolist(), highs.tolist(), _bools(unstable), _bools(no_samples), _bools(one_trial))
+    return list(map(_new_interval, rows))
+
+
+def _cells(
+    spec: SpeculationInputs,
+    merged: _Plan,
+    figures: tuple[np.ndarray, ...],
+    values: list[float],
+    point_v: np.ndarray,
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> list[Cell]:
+    """Every valid cell of every approach, in `merged`'s order, built column by column: `figures` are
+    `_intervals`' per-cell arrays, `masks` the model's (sampled, one trial, unstable) flags per figure."""
+    if not merged.cells:
+        return []
+    t_point, t_low, t_high, s_point, s_low, s_high, verify = figures
+    sampled_mask, once_mask, unstable_mask = masks
+    sampled, once = _reads(merged, sampled_mask), _reads(merged, once_mask)
+    unstable = np.asarray(merged.unstable, dtype=bool)
+    known = merged.tau >= 0
+    tau_star = _intervals_of(t_point, t_low, t_high, unstable, sampled, ~sampled, once)
+    with_tau = unstable | (known & unstable_mask[np.maximum(merged.tau, 0)])
+    speedup: list[Interval | None] = [*_intervals_of(s_point, s_low, s_high, with_tau, sampled, ~sampled, once)]
+    for i in _ints(np.flatnonzero(~known)):
+        speedup[i] = None
+    batches, ks = (list(c) for c in zip(*merged.cells, strict=True))
+    base = [values[p] for p in _ints(merged.base)]
+    draft = list(map(operator.mul, (values[p] for p in _ints(merged.draft)), ks))
+    verify_ms = np.asarray(verify, dtype=float)
+    t_ar = ((verify_ms - point_v[merged.verify]) / (spec.n_ar or 1) * 1000.0).astype(object)
+    t_ar[~merged.has_ar] = _NONE
+    per_token = spec.hidden_size * spec.bytes_per_element
+    nbytes = [b * (k + 1) * per_token for b, k in merged.cells]
+    rows = zip(
+        batches,
+        ks,
+        base,
+        draft,
+        verify_ms.tolist(),
+        t_ar.tolist(),
+        nbytes,
+        tau_star,
+        speedup,
+        merged.notes,
+        itertools.repeat(spec.min_effect),
+        merged.positions,
+    )
+    return list(map(_new_cell, rows))
+
+
+_BATCH_K = operator.attrgetter("batch", "draft_tokens")
+
+
+def _speedup_value(c: Cell) -> float:
+    return c.speedup.value  # type: ignore[union-attr]
 
 
 def _headline_cell(a: ApproachAnswer) -> tuple[int, int] | None:
@@ -941,68 +1034,44 @@ def speculation_answer(
         open_cells.append(opened)
         if why:
             gaps[ai.key] = why
-    sampled_mask = np.zeros(len(model.values), dtype=bool)
+    n_figures = len(model.values)
+    sampled_mask = np.zeros(n_figures, dtype=bool)
     sampled_mask[model.sampled] = True
     once_mask = np.asarray(model.one_trial, dtype=bool)
-    results, replicates = (
-        _intervals(model, plans, spec.n_ar or 0, resamples, seed, spec.confidence)
-        if plans
-        else ([(np.array([]),) * 3], None)
-    )
+    unstable_mask = np.asarray(model.unstable, dtype=bool)
+    merged = _merge(plans)
+    if plans:
+        cell_figures, figures, replicates = _intervals(model, merged, spec.n_ar or 0, resamples, seed, spec.confidence)
+        masks = (sampled_mask, once_mask, unstable_mask)
+        built = _cells(spec, merged, cell_figures, model.values, figures[0], masks)
+    else:
+        figures, replicates, built = (np.array([]),) * 3, None, []
     cell_index: dict[tuple[str, int, int], int] = {}  # (approach, b, k) -> its row in the replicates
     for ai, plan in zip(spec.approaches, plans, strict=True):
         base_index = len(cell_index)
         cell_index.update(((ai.key, b, k), base_index + i) for i, (b, k) in enumerate(plan.cells))
     answers: list[ApproachAnswer] = []
     users: dict[int, set[str]] = defaultdict(set)
-    for ai, plan, opened, res in zip(spec.approaches, plans, open_cells, results, strict=False):
-        # Plain lists: indexing numpy arrays element by element costs more than the model itself here.
-        t_point, t_low, t_high, s_point, s_low, s_high, verify = (_floats(x) for x in res)
-        positions = plan.positions
-        cells = list(opened)
-        p_tau, p_base, p_verify, p_draft = (_ints(x) for x in (plan.tau, plan.base, plan.verify, plan.draft))
-        p_ar = _bools(plan.has_ar)
-        values, unstable = model.values, model.unstable
+    unstable = model.unstable
+    at = 0
+    for ai, plan, opened in zip(spec.approaches, plans, open_cells, strict=False):
         mine = _read_by(plan)
-        cell_sampled = _bools(_reads(plan, sampled_mask))
-        cell_once = _bools(_reads(plan, once_mask))
-        for i, (b, k) in enumerate(plan.cells):
-            sampled, once = cell_sampled[i], cell_once[i]
-            tau_star = _interval(t_point[i], t_low[i], t_high[i], plan.unstable[i], sampled, once)
-            speedup = None
-            if p_tau[i] >= 0:
-                speedup = _interval(
-                    s_point[i], s_low[i], s_high[i], plan.unstable[i] or unstable[p_tau[i]], sampled, once
-                )
-            base = values[p_base[i]]
-            compute = values[p_verify[i]]
-            t_ar = (verify[i] - compute) / (spec.n_ar or 1) * 1000.0 if p_ar[i] else None
-            cells.append(
-                Cell(
-                    b,
-                    k,
-                    base,
-                    values[p_draft[i]] * k,
-                    verify[i],
-                    t_ar,
-                    b * (k + 1) * spec.hidden_size * spec.bytes_per_element,
-                    tau_star,
-                    speedup,
-                    plan.notes[(b, k)],
-                    spec.min_effect,
-                    positions[i],
-                )
-            )
+        cells = [*opened, *built[at : at + len(plan.cells)]]
+        at += len(plan.cells)
         for p in mine:
             users[p].add(ai.key)
-        cells.sort(key=lambda c: (c.batch, c.draft_tokens))
+        cells.sort(key=_BATCH_K)
+        by_batch: dict[int, list[Cell]] = {}
+        for c in cells:
+            if c.speedup is not None:
+                by_batch.setdefault(c.batch, []).append(c)
         best_k: dict[int, int] = {}
         best_s: dict[int, Interval] = {}
         best_cell: dict[int, Cell] = {}
         for b in spec.batches:
-            options = [c for c in cells if c.batch == b and c.speedup is not None]
+            options = by_batch.get(b)
             if options:
-                top = max(options, key=lambda c: c.speedup.value)  # type: ignore[union-attr]
+                top = max(options, key=_speedup_value)
                 best_s[b] = top.speedup  # type: ignore[assignment]
                 best_k[b] = top.draft_tokens if top.speedup.value > 1 else 0  # type: ignore[union-attr]
                 best_cell[b] = top
@@ -1038,34 +1107,45 @@ def speculation_answer(
                 unstable_inputs=tuple(sorted({model.names[p] for p in mine if unstable[p]})),
             )
         )
-    figures = tuple(_floats(x) for x in results[-1])
-    inputs = []
-    sampled_rank = {p: i for i, p in enumerate(model.sampled)}
-    conditions_labels: dict[Conditions | None, str] = {}
-    for pos, v in enumerate(model.figures):  # model order: a cell's `inputs` index this list
-        rank = sampled_rank.get(pos)
-        value = float(figures[0][pos]) if len(figures[0]) else model.values[pos]
-        single = model.one_trial[pos]
-        if rank is not None and len(figures[1]):
-            fig = _interval(value, figures[1][rank], figures[2][rank], model.unstable[pos], True, single)
-        else:
-            fig = Interval(
-                value, None, None, model.unstable[pos], no_samples=not model.measured[pos], within_run_only=single
-            )
-        owners = users.get(pos, ())
-        label = conditions_labels.get(v.conditions)
+    point, f_low, f_high = figures
+    low, high = np.full(n_figures, np.nan), np.full(n_figures, np.nan)
+    if len(f_low):
+        low[model.sampled], high[model.sampled] = f_low, f_high
+    measured_mask = np.asarray(model.measured, dtype=bool)
+    figs = _intervals_of(
+        point if len(point) else np.asarray(model.values, dtype=float),
+        low,
+        high,
+        unstable_mask,
+        sampled_mask if len(f_low) else np.zeros(n_figures, dtype=bool),
+        ~measured_mask,
+        once_mask,
+        None if len(point) else model.values,
+    )
+    owner: list[str | None] = [None] * n_figures
+    for pos, keys in users.items():
+        if len(keys) == 1:
+            owner[pos] = next(iter(keys))
+    sources: list[str] = []
+    labels: list[str] = []
+    source_of: dict[tuple[str, int], str] = {}
+    label_of: dict[int, str] = {}  # id(Conditions) -> its label (the figures are alive for the whole call)
+    label_by_value: dict[Conditions | None, str] = {}
+    for v in model.figures:  # model order: a cell's `inputs` index this list
+        key = (v.source, len(v.trials))
+        source = source_of.get(key)
+        if source is None:
+            source = source_of[key] = _source(v, spec)
+        sources.append(source)
+        label = label_of.get(id(v.conditions))
         if label is None:
-            label = conditions_labels[v.conditions] = _conditions_label(v.conditions)
-        inputs.append(
-            InputFigure(
-                model.names[pos],
-                next(iter(owners)) if len(owners) == 1 else None,
-                fig,
-                _source(v, spec),
-                v.trial_ids,
-                label,
-            )
-        )
+            label = label_by_value.get(v.conditions)
+            if label is None:
+                label = label_by_value[v.conditions] = _conditions_label(v.conditions)
+            label_of[id(v.conditions)] = label
+        labels.append(label)
+    rows = zip(model.names, owner, figs, sources, (v.trial_ids for v in model.figures), labels, strict=True)
+    inputs = list(map(_new_input, rows))
     tiers, tier_verdicts = _tiers(answers, cell_index, replicates, spec.confidence, spec.min_effect)
     return SpeculationAnswer(
         batches=spec.batches,
