@@ -38,6 +38,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from app.domain.answer import model as formula
 from app.domain.answer.values import Conditions, Missing, Value, measured
 from app.domain.statistics import (
     VERDICT_WORDS,
@@ -200,6 +201,35 @@ class Cell:
     note: str  # why a figure is open, or how t_ar was obtained
     min_effect: float = 0.0  # the campaign's: the margin "pays" needs when an input was measured once
     inputs: tuple[int, ...] = ()  # the figures it reads: indexes into SpeculationAnswer.inputs
+    verify_compute_ms: float | None = None  # the verify step without its communication
+    tau: float | None = None  # the accept length tau(k) it reads (None: not known at k)
+    n_ar: int = 0  # allreduces per verify (0: world size 1, none)
+
+    @property
+    def comm_ms(self) -> float | None:
+        """The verify step's communication N_ar x t_ar (0 at world size 1)."""
+        if self.t_verify_ms is None or self.verify_compute_ms is None:
+            return None
+        return self.t_verify_ms - self.verify_compute_ms
+
+    @property
+    def savings_ms(self) -> float | None:
+        """tau x T_base - T_draft - T_verify_compute (model.savings_ms); None without tau or an input."""
+        if self.tau is None or self.t_base_ms is None or self.t_draft_ms is None or self.verify_compute_ms is None:
+            return None
+        return float(formula.savings_ms(self.tau, self.t_base_ms, self.t_draft_ms, self.verify_compute_ms))
+
+    @property
+    def break_even_t_ar_us(self) -> float | None:
+        """t_ar* = savings / N_ar; None at world size 1 (no allreduce decides it) or without the savings."""
+        savings = self.savings_ms
+        return float(formula.break_even_t_ar_us(savings, self.n_ar)) if savings is not None and self.n_ar else None
+
+    @property
+    def profitable(self) -> bool | None:
+        """Point estimate: the communication below the savings (S > 1); `pays` decides with the interval."""
+        comm, savings = self.comm_ms, self.savings_ms
+        return None if comm is None or savings is None else bool(formula.profitable(comm, savings))
 
     @property
     def verdict(self) -> Verdict | None:
@@ -413,8 +443,8 @@ def _evaluate(
     shape = (-1,) + (1,) * (v.ndim - 1)
     base = v[plan.base]
     verify = v[plan.verify]
-    cycle = v[plan.draft]
-    cycle *= plan.k.astype(v.dtype).reshape(shape)
+    draft = v[plan.draft]
+    draft *= plan.k.astype(v.dtype).reshape(shape)
     if plan.has_ar.any():
         logs = log_v if log_v is not None else np.log(np.where(v > 0, v, np.nan))
         every = bool(plan.has_ar.all())
@@ -423,19 +453,15 @@ def _evaluate(
         hi -= lo
         hi *= plan.ar_frac[ar].astype(v.dtype).reshape(shape)
         hi += lo
-        comm = np.exp(hi, out=hi)
-        comm *= n_ar / 1000.0
+        comm = formula.comm_ms(n_ar, np.exp(hi, out=hi))
         if every:
-            verify += comm
+            verify = formula.verify_ms(verify, comm)
         else:
-            verify[ar] += comm
-    cycle += verify
+            verify[ar] = formula.verify_ms(verify[ar], comm)
     tau = v[np.maximum(plan.tau, 0)]
     tau[plan.tau < 0] = np.nan
-    tau *= base
-    tau /= cycle
-    cycle /= base
-    return cycle, tau, verify
+    # The formula itself is model.py's (one definition: the batch-1 report and its curve compute it there too).
+    return formula.break_even_tau(base, draft, verify), formula.speedup(tau, base, draft, verify), verify
 
 
 @functools.lru_cache(maxsize=64)
@@ -991,6 +1017,9 @@ def speculation_answer(
                     plan.notes[(b, k)],
                     spec.min_effect,
                     positions[i],
+                    compute,
+                    values[p_tau[i]] if p_tau[i] >= 0 else None,
+                    (spec.n_ar or 0) if p_ar[i] else 0,
                 )
             )
         for p in mine:
