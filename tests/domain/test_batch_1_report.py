@@ -19,7 +19,9 @@ from app.domain.answer.model import BreakEvenCurve, CycleCosts
 from app.domain.answer.read import Answer, read_answer
 from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
+from app.schemas import ApproachCreate
 from app.state import app_state
+from tests.support.speculation import build_sweep_campaign
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 ALPHAS = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
@@ -149,3 +151,25 @@ def test_one_formula_on_floats_and_arrays():
         assert curve.tau_star(t) == costs.break_even_tau(t) == grid_tau_star[i]
         assert curve.speedup(costs.tau, t) == costs.speedup(t) == grid_speedup[i]
         assert costs.profitable(t) == (grid_speedup[i] > 1)
+
+
+def test_an_approach_off_the_grid_shows_no_speedup_and_says_why(session):
+    """A measured allreduce whose curve does not reach the verify message size: the report places it at its
+    nearest measured t_ar on the chart (tau* there) but computes no speedup for it; its answer is undecided and
+    names the grid's reason. The synthetic sweep's own approaches stay their cells."""
+    b = build_sweep_campaign(session, slug="off-grid", r=4)
+    far = inventory.add_approach(session, b.campaign, ApproachCreate(key="far", title="far curve"), actor="t")
+    tags = {"backend": "nccl", "mode": "graph", "method": "graph-replay", "world_size": 2, "device": "cuda"}
+    b.trial(
+        far, [("allreduce_latency_us", us, {**tags, "bytes": n}, None) for n, us in ((1 << 22, 90.0), (1 << 24, 300.0))]
+    )
+    session.flush()
+    found = read_answer(session, b.campaign)
+    assert assert_the_report_is_the_grid_at_batch_1(found) == len(b.allreduces)
+    point = next(p for p in found.report.points if p.key == "far")
+    assert point.cell is None and point.speedup is None and point.savings_ms is None and point.profitable is None
+    assert point.grid_note.startswith("not on the grid at batch 1, 3 draft tokens: ") and "outside" in point.grid_note
+    assert point.tau_star == found.report.curve.tau_star(point.latency.t_ar_us)  # type: ignore[union-attr]
+    verdict = found.report.answer_of(point)
+    assert verdict is not None and verdict.profitable is None and verdict.speedup is None
+    assert verdict.grid_note == point.grid_note
