@@ -49,7 +49,7 @@ class ApproachPoint:
     stack: str
     latency: LatencyEstimate
     tau_star: float | None  # on the break-even curve (a lower bound while the curve is one)
-    tau: float | None  # its own accept length, else the campaign's, else None
+    tau: float | None  # on the grid its cell's; off it its own accept length, else the campaign's, else None
     tau_source: str
     comm_ms: float
     savings_ms: float | None  # None while the full costs are unknown, or off the grid
@@ -75,10 +75,6 @@ class ApproachPoint:
     def break_even_t_ar_us(self) -> float | None:
         """t_ar* of its cell (None off the grid, at world size 1, or without an accept length)."""
         return self.cell.break_even_t_ar_us if self.cell is not None else None
-
-    @property
-    def on_grid(self) -> bool:
-        return self.cell is not None
 
     @property
     def break_even_tau(self) -> float | None:
