@@ -367,7 +367,9 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure | None:
                 ),
             )
         )
-    for name, group in trace_groups(list(report.points), lambda p: p.title, lambda p: p.status):
+    # A point off the answer's grid has no savings nor speedup (its grid note says why): not drawn here.
+    decided = [p for p in report.points if p.savings_ms is not None and p.speedup is not None]
+    for name, group in trace_groups(decided, lambda p: p.title, lambda p: p.status):
         traces.append(
             scatter(
                 x=[p.comm_ms for p in group],

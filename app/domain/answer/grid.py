@@ -40,6 +40,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
+from app.domain.answer import model as formula
 from app.domain.answer.values import Conditions, Missing, Value, measured
 from app.domain.statistics import (
     VERDICT_WORDS,
@@ -201,6 +202,35 @@ class Cell(NamedTuple):
     note: str  # why a figure is open, or how t_ar was obtained
     min_effect: float = 0.0  # the campaign's: the margin "pays" needs when an input was measured once
     inputs: tuple[int, ...] = ()  # the figures it reads: indexes into SpeculationAnswer.inputs
+    verify_compute_ms: float | None = None  # the verify step without its communication
+    tau: float | None = None  # the accept length tau(k) it reads (None: not known at k)
+    n_ar: int = 0  # allreduces per verify (0: world size 1, none)
+
+    @property
+    def comm_ms(self) -> float | None:
+        """The verify step's communication N_ar x t_ar (0 at world size 1)."""
+        if self.t_verify_ms is None or self.verify_compute_ms is None:
+            return None
+        return self.t_verify_ms - self.verify_compute_ms
+
+    @property
+    def savings_ms(self) -> float | None:
+        """tau x T_base - T_draft - T_verify_compute (model.savings_ms); None without tau or an input."""
+        if self.tau is None or self.t_base_ms is None or self.t_draft_ms is None or self.verify_compute_ms is None:
+            return None
+        return float(formula.savings_ms(self.tau, self.t_base_ms, self.t_draft_ms, self.verify_compute_ms))
+
+    @property
+    def break_even_t_ar_us(self) -> float | None:
+        """t_ar* = savings / N_ar; None at world size 1 (no allreduce decides it) or without the savings."""
+        savings = self.savings_ms
+        return float(formula.break_even_t_ar_us(savings, self.n_ar)) if savings is not None and self.n_ar else None
+
+    @property
+    def profitable(self) -> bool | None:
+        """Point estimate: the communication below the savings (S > 1); `pays` decides with the interval."""
+        comm, savings = self.comm_ms, self.savings_ms
+        return None if comm is None or savings is None else bool(formula.profitable(comm, savings))
 
     @property
     def verdict(self) -> Verdict | None:
@@ -418,8 +448,8 @@ def _evaluate(
     shape = (-1,) + (1,) * (v.ndim - 1)
     base = v[plan.base[rows]]
     verify = v[plan.verify[rows]]
-    cycle = v[plan.draft[rows]]
-    cycle *= plan.k[rows].astype(v.dtype).reshape(shape)
+    draft = v[plan.draft[rows]]
+    draft *= plan.k[rows].astype(v.dtype).reshape(shape)
     has_ar = plan.has_ar[rows]
     if has_ar.any():
         every = bool(has_ar.all())
@@ -434,20 +464,16 @@ def _evaluate(
         hi -= lo
         hi *= plan.ar_frac[rows][ar].astype(v.dtype).reshape(shape)
         hi += lo
-        comm = np.exp(hi, out=hi)
-        comm *= n_ar / 1000.0
+        comm = formula.comm_ms(n_ar, np.exp(hi, out=hi))
         if every:
-            verify += comm
+            verify = formula.verify_ms(verify, comm)
         else:
-            verify[ar] += comm
-    cycle += verify
+            verify[ar] = formula.verify_ms(verify[ar], comm)
     tau_at = plan.tau[rows]
     tau = v[np.maximum(tau_at, 0)]
     tau[tau_at < 0] = np.nan
-    tau *= base
-    tau /= cycle
-    cycle /= base
-    return cycle, tau, verify
+    # The formula itself is model.py's (one definition: the batch-1 report and its curve compute it there too).
+    return formula.break_even_tau(base, draft, verify), formula.speedup(tau, base, draft, verify), verify
 
 
 @functools.lru_cache(maxsize=64)
@@ -762,8 +788,12 @@ def _cells(
     base = [values[p] for p in _ints(merged.base)]
     draft = list(map(operator.mul, (values[p] for p in _ints(merged.draft)), ks))
     verify_ms = np.asarray(verify, dtype=float)
-    t_ar = ((verify_ms - point_v[merged.verify]) / (spec.n_ar or 1) * 1000.0).astype(object)
+    compute = point_v[merged.verify]
+    t_ar = ((verify_ms - compute) / (spec.n_ar or 1) * 1000.0).astype(object)
     t_ar[~merged.has_ar] = _NONE
+    tau = point_v[np.maximum(merged.tau, 0)].astype(object)
+    tau[~known] = _NONE
+    n_ar = np.where(merged.has_ar, spec.n_ar or 0, 0)
     per_token = spec.hidden_size * spec.bytes_per_element
     nbytes = [b * (k + 1) * per_token for b, k in merged.cells]
     rows = zip(
@@ -779,6 +809,9 @@ def _cells(
         merged.notes,
         itertools.repeat(spec.min_effect),
         merged.positions,
+        compute.tolist(),
+        tau.tolist(),
+        n_ar.tolist(),
     )
     return list(map(_new_cell, rows))
 

@@ -13,13 +13,57 @@ tau*(t_ar) = (T_draft + T_verify_compute + N_ar x t_ar) / T_base.
 The break-even curve tau*(t_ar) needs only T_base and N_ar: while the draft cost or the verify compute
 is unknown it is drawn with them at zero, a *lower bound* (labelled so), and it tightens as they become
 known. Accept length is only needed to say whether speculation pays now.
+
+One definition: the functions below are the formula, and every figure of it is computed by them: the answer's
+grid (grid.py, on numpy arrays of every cell and bootstrap replicate), its cells' savings and break-even latency,
+and the scalar `CycleCosts` / `BreakEvenCurve` the batch-1 report and its chart draw (on floats). Each works on
+floats and numpy arrays alike (`Num`), in the one operation order, so a figure is the same number whichever
+reader computes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 BYTES_PER_ELEMENT = 2  # bf16 activations
+
+Num = Any  # a float, or a numpy array of them (the grid's cells and replicates): the functions below take both
+
+
+def comm_ms(n_ar: Num, t_ar_us: Num) -> Num:
+    """The verify step's communication N_ar x t_ar, in ms (t_ar in us)."""
+    return t_ar_us * (n_ar / 1000.0)
+
+
+def verify_ms(verify_compute_ms: Num, comm: Num) -> Num:
+    """T_verify = T_verify_compute + N_ar x t_ar."""
+    return verify_compute_ms + comm
+
+
+def break_even_tau(t_base: Num, draft_ms: Num, verify: Num) -> Num:
+    """tau* = (T_draft + T_verify) / T_base: the accept length speculation must exceed."""
+    return (draft_ms + verify) / t_base
+
+
+def speedup(tau: Num, t_base: Num, draft_ms: Num, verify: Num) -> Num:
+    """S = tau x T_base / (T_draft + T_verify)."""
+    return tau * t_base / (draft_ms + verify)
+
+
+def savings_ms(tau: Num, t_base: Num, draft_ms: Num, verify_compute_ms: Num) -> Num:
+    """tau x T_base - T_draft - T_verify_compute: what the verify communication must stay under."""
+    return tau * t_base - draft_ms - verify_compute_ms
+
+
+def break_even_t_ar_us(savings: Num, n_ar: Num) -> Num:
+    """t_ar* = savings / N_ar, in us."""
+    return savings / n_ar * 1000.0
+
+
+def profitable(comm: Num, savings: Num) -> Num:
+    """S > 1, i.e. the communication below the savings."""
+    return comm < savings
 
 
 def t_base_ms(baseline_tok_s: float) -> float:
@@ -52,29 +96,29 @@ class CycleCosts:
     @property
     def savings_ms(self) -> float:
         """tau x T_base - T_draft - T_verify_compute: what the verify communication must stay under."""
-        return self.tau * self.t_base_ms - self.draft_ms - self.verify_compute_ms
+        return float(savings_ms(self.tau, self.t_base_ms, self.draft_ms, self.verify_compute_ms))
 
     @property
     def break_even_t_ar_us(self) -> float | None:
         """t_ar* = savings / N_ar (None without allreduces: then communication cannot decide it)."""
-        return self.savings_ms / self.n_ar * 1000.0 if self.n_ar > 0 else None
+        return float(break_even_t_ar_us(self.savings_ms, self.n_ar)) if self.n_ar > 0 else None
 
     def comm_ms(self, t_ar_us: float) -> float:
-        return self.n_ar * t_ar_us / 1000.0
+        return float(comm_ms(self.n_ar, t_ar_us))
 
     def verify_ms(self, t_ar_us: float) -> float:
-        return self.verify_compute_ms + self.comm_ms(t_ar_us)
+        return float(verify_ms(self.verify_compute_ms, self.comm_ms(t_ar_us)))
 
     def speedup(self, t_ar_us: float) -> float:
         """S = tau x T_base / (T_draft + T_verify)."""
-        return self.tau * self.t_base_ms / (self.draft_ms + self.verify_ms(t_ar_us))
+        return float(speedup(self.tau, self.t_base_ms, self.draft_ms, self.verify_ms(t_ar_us)))
 
     def break_even_tau(self, t_ar_us: float) -> float:
         """tau* = (T_draft + T_verify) / T_base."""
-        return (self.draft_ms + self.verify_ms(t_ar_us)) / self.t_base_ms
+        return float(break_even_tau(self.t_base_ms, self.draft_ms, self.verify_ms(t_ar_us)))
 
     def profitable(self, t_ar_us: float) -> bool:
-        return self.comm_ms(t_ar_us) < self.savings_ms
+        return bool(profitable(self.comm_ms(t_ar_us), self.savings_ms))
 
 
 @dataclass(frozen=True)
@@ -106,7 +150,14 @@ class BreakEvenCurve:
         return (self.draft_ms or 0.0) + (self.verify_compute_ms or 0.0)
 
     def tau_star(self, t_ar_us: float) -> float:
-        return (self.fixed_ms + self.n_ar * t_ar_us / 1000.0) / self.t_base_ms
+        """The formula's tau* at `t_ar_us` (the unknown terms at 0), as the grid computes a cell's."""
+        verify = verify_ms(self.verify_compute_ms or 0.0, comm_ms(self.n_ar, t_ar_us))
+        return float(break_even_tau(self.t_base_ms, self.draft_ms or 0.0, verify))
+
+    def speedup(self, tau: float, t_ar_us: float) -> float:
+        """S at `t_ar_us` with accept length `tau` (meaningful only while the curve is not a lower bound)."""
+        verify = verify_ms(self.verify_compute_ms or 0.0, comm_ms(self.n_ar, t_ar_us))
+        return float(speedup(tau, self.t_base_ms, self.draft_ms or 0.0, verify))
 
     @property
     def contains(self) -> str:

@@ -29,7 +29,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from app.domain.answer.grid import Cell, SpeculationAnswer, SpeculationInputs, answer_json, speculation_answer
-from app.domain.answer.inputs import ModelInputs, WhatIf, batch_1_missing
+from app.domain.answer.inputs import ModelInputs, WhatIf, batch_1_missing, model_inputs
 from app.domain.answer.loader import ANSWER_METRICS, answer_rows, condition_sets, speculation_inputs
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.report import ProfitabilityReport, profitability_report
@@ -178,10 +178,7 @@ def _compute(
     conditions: str | None,
     what_if: WhatIf,
 ) -> Answer:
-    report = profitability_report(session, campaign, metrics=metrics, approach_rows=rows)
-    batch1 = report.inputs
-    if what_if.any():
-        report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
+    batch1 = model_inputs(session, campaign, None, metrics)
     rule = Rule(confidence=campaign.stats_confidence, min_effect=campaign.stats_min_effect)
     found_rows = answer_rows(session, campaign)
     sets: list[Conditions | None] = [*condition_sets(found_rows)] or [None]
@@ -210,13 +207,23 @@ def _compute(
         for inputs, n_approaches, cells in (completeness(c),)
     )
     # The batch-1 report is the answer at batch 1: the grid's own batch-1 inputs (paired by conditions) and
-    # each approach's cell there, not a second pick of inputs.
-    laid = at_batch_1(report.inputs, specs[chosen], answers[chosen])
-    if laid is not report.inputs:
-        cells = batch_1_cells(specs[chosen], answers[chosen])
-        report = profitability_report(
-            session, campaign, what_if, metrics=metrics, approach_rows=rows, inputs=laid, cells=cells
-        )
+    # each approach's cell there (or why it has none), not a second pick of inputs nor a second model.
+    # Where the grid holds no cell at batch 1 at all (no decode step there under its conditions: a campaign with
+    # batch-1 inputs alone), the report evaluates those inputs by the same formula (model.py), on its own.
+    own = model_inputs(session, campaign, what_if, metrics) if what_if.any() else batch1
+    laid = at_batch_1(own, specs[chosen], answers[chosen])
+    cells = batch_1_cells(specs[chosen], answers[chosen])
+    on_grid = any(c.tau_star is not None for c in cells.values())
+    report = profitability_report(
+        session,
+        campaign,
+        what_if,
+        metrics=metrics,
+        approach_rows=rows,
+        inputs=laid,
+        cells=cells if on_grid else None,
+        off_grid=off_grid_notes(specs[chosen], answers[chosen], rows) if on_grid else None,
+    )
     return Answer(
         speculation=answers[chosen],
         report=report,
@@ -264,6 +271,25 @@ def batch_1_cells(spec: SpeculationInputs, found: SpeculationAnswer) -> dict[str
         cell = a.cell(1, k) if k else None
         if cell is not None:
             out[a.key] = cell
+    return out
+
+
+def off_grid_notes(spec: SpeculationInputs, found: SpeculationAnswer, rows: list[Approach]) -> dict[str, str]:
+    """Why each approach has no grid cell with a tau* at batch 1 and the draft steps, in the grid's words: the
+    open cell's note, else what the grid misses for it."""
+    k = int(spec.draft_steps or 0)
+    out: dict[str, str] = {}
+    for row in rows:
+        answer = found.approach(row.key)
+        cell = answer.cell(1, k) if answer is not None and k else None
+        if cell is not None and cell.tau_star is not None:
+            continue
+        if cell is not None and cell.note:
+            out[row.key] = f"not on the grid at batch 1, {k} draft tokens: {cell.note}"
+            continue
+        missing = [m.what for m in found.missing if m.approach in (row.key, None)]
+        why = "; ".join(missing) if missing else ("no draft steps" if not k else "no cell at batch 1")
+        out[row.key] = f"not on the grid at batch 1{f', {k} draft tokens' if k else ''}: {why}"
     return out
 
 

@@ -1,5 +1,10 @@
 """The profitability report: every approach placed against the break-even curve, and the answers it gives.
 
+The report is the answer's grid at batch 1 (read.py passes the grid's batch-1 inputs and each approach's cell):
+an approach with a cell there shows the cell's figures (tau*, speedup, savings, communication, break-even t_ar,
+profitable), an approach without one says why it is not on the grid and shows no speedup, and a reported
+allreduce figure is answered by the same formula (model.py) with the grid's batch-1 inputs.
+
 `profitability_report` reads the campaign's metrics once (metrics.py) and works in Python.
 No FastAPI here: routes call `profitability_report` and render what it returns.
 """
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
+from app.domain.answer import model as formula
 from app.domain.answer.grid import WORLD_1, Cell, Interval
 from app.domain.answer.inputs import (
     Input,
@@ -43,12 +49,13 @@ class ApproachPoint:
     stack: str
     latency: LatencyEstimate
     tau_star: float | None  # on the break-even curve (a lower bound while the curve is one)
-    tau: float | None  # its own accept length, else the campaign's, else None
+    tau: float | None  # on the grid its cell's; off it its own accept length, else the campaign's, else None
     tau_source: str
     comm_ms: float
-    savings_ms: float | None  # None while the full costs are unknown
+    savings_ms: float | None  # None while the full costs are unknown, or off the grid
     speedup: float | None
-    cell: Cell | None = None  # the answer's grid cell at batch 1 and the draft steps: its figures' intervals
+    cell: Cell | None = None  # the answer's grid cell at batch 1 and the draft steps: every figure above is its
+    grid_note: str = ""  # off the grid: why (the grid's own note); tau* is then the chart's point only
 
     @property
     def speedup_interval(self) -> Interval | None:
@@ -60,7 +67,14 @@ class ApproachPoint:
 
     @property
     def profitable(self) -> bool | None:
-        return None if self.savings_ms is None else self.comm_ms < self.savings_ms
+        if self.cell is not None:
+            return self.cell.profitable
+        return None if self.savings_ms is None else bool(formula.profitable(self.comm_ms, self.savings_ms))
+
+    @property
+    def break_even_t_ar_us(self) -> float | None:
+        """t_ar* of its cell (None off the grid, at world size 1, or without an accept length)."""
+        return self.cell.break_even_t_ar_us if self.cell is not None else None
 
     @property
     def break_even_tau(self) -> float | None:
@@ -97,6 +111,9 @@ class ApproachVerdict:
     contains: str  # what tau* counts (BreakEvenCurve.contains)
     exact: bool  # tau* is the full break-even, not a lower bound
     t_base_ms: float
+    cell: Cell | None = None  # a measured approach on the grid: its batch-1 cell, which answers for it
+    grid_note: str = ""  # a measured approach off the grid: why (no speedup is computed for it elsewhere)
+    formula_speedup: float | None = None  # a reported figure's S (model.py), with every cost known
 
     @property
     def t_ar_us(self) -> float:
@@ -104,8 +121,11 @@ class ApproachVerdict:
 
     @property
     def profitable(self) -> bool | None:
-        """S > 1 iff tau > tau*; None while the accept length, or (above a lower bound) a cost, is unknown."""
-        if self.tau is None:
+        """S > 1 iff tau > tau*; None while the accept length, or (above a lower bound) a cost, is unknown, and for
+        a measured approach off the grid. On the grid, the cell's."""
+        if self.cell is not None:
+            return self.cell.profitable
+        if self.tau is None or self.grid_note:
             return None
         if self.tau <= self.tau_star:
             return False
@@ -119,12 +139,18 @@ class ApproachVerdict:
     @property
     def margin_ms(self) -> float | None:
         """Savings - communication per cycle, (tau - tau*) x T_base; only with every cost known."""
+        cell = self.cell
+        if cell is not None:
+            comm, savings = cell.comm_ms, cell.savings_ms
+            return savings - comm if comm is not None and savings is not None else None
         return self.margin * self.t_base_ms if self.margin is not None and self.exact else None
 
     @property
     def speedup(self) -> float | None:
-        """S = tau / tau* (= tau x T_base / cycle time); only with every cost known."""
-        return self.tau / self.tau_star if self.tau is not None and self.exact and self.tau_star > 0 else None
+        """S = tau x T_base / cycle time (model.speedup); only with every cost known. On the grid, the cell's."""
+        if self.cell is not None:
+            return self.cell.speedup.value if self.cell.speedup is not None else None
+        return self.formula_speedup if self.tau is not None and self.exact and not self.grid_note else None
 
     @property
     def usable(self) -> bool:
@@ -139,7 +165,9 @@ def answers_for(
     statuses: dict[str, str],
 ) -> tuple[ApproachVerdict, ...]:
     """Every measured approach and reported figure answered against the break-even curve, lowest tau* first
-    (none without the curve). A reported figure is answered with the campaign's accept length."""
+    (none without the curve). A measured approach on the grid is answered by its batch-1 cell; one off the grid
+    says why and is not decided; a reported figure is answered by the formula (model.py) with the campaign's
+    (the grid's batch-1) inputs and accept length."""
     if curve is None:
         return ()
     found = curve
@@ -154,7 +182,10 @@ def answers_for(
         tau: float | None,
         tau_source: str,
         tau_star: float | None = None,
+        cell: Cell | None = None,
+        grid_note: str = "",
     ) -> ApproachVerdict:
+        on_grid = cell is not None and cell.tau_star is not None
         return ApproachVerdict(
             label=label,
             approach_key=key,
@@ -165,14 +196,29 @@ def answers_for(
             tau=tau,
             tau_source=tau_source,
             tau_star=tau_star if tau_star is not None else found.tau_star(latency.t_ar_us),
-            contains=found.contains,
-            exact=not found.lower_bound,
+            contains="the full break-even" if on_grid else found.contains,
+            exact=on_grid or not found.lower_bound,
             t_base_ms=found.t_base_ms,
+            cell=cell if on_grid else None,
+            grid_note=grid_note,
+            formula_speedup=found.speedup(tau, latency.t_ar_us) if tau is not None and not found.lower_bound else None,
         )
 
-    # A measured point on the grid answers with its cell's tau* (the grid's figure at batch 1).
+    # A measured point on the grid answers with its cell (the grid's figures at batch 1).
     out = [
-        answer(p.title, p.key, p.status, p.latency, True, False, p.tau, p.tau_source, p.tau_star if p.cell else None)
+        answer(
+            p.title,
+            p.key,
+            p.status,
+            p.latency,
+            True,
+            False,
+            p.tau,
+            p.tau_source,
+            p.tau_star if p.cell else None,
+            p.cell,
+            p.grid_note,
+        )
         for p in points
     ]
     out += [
@@ -301,6 +347,16 @@ class ProfitabilityReport:
         return self.curve.n_ar * t_ar / 1000.0 / self.curve.t_base_ms, t_ar
 
 
+NOT_ON_GRID = "not on the answer's grid at batch 1"
+
+
+def _grid_tau_source(inputs: ModelInputs, cell: Cell) -> str:
+    """Where a cell's accept length comes from: the grid's batch-1 input (read.at_batch_1 lays it over)."""
+    if cell.tau is None:
+        return "not known"
+    return inputs.accept_length.source if inputs.accept_length.value == cell.tau else "the answer's accept length"
+
+
 def asks_speculation(campaign: Campaign, approaches: list[Approach], inputs: ModelInputs) -> bool:
     """Whether the campaign is about speculation: an accept length or draft cost is known, or an approach's
     recipe speculates. An allreduce shootout with none of these gets a latency comparison instead."""
@@ -322,28 +378,55 @@ def profitability_report(
     approach_rows: list[Approach] | None = None,
     inputs: ModelInputs | None = None,
     cells: dict[str, Cell] | None = None,
+    off_grid: dict[str, str] | None = None,
 ) -> ProfitabilityReport:
     """Every approach with a t_ar at the verify message size, evaluated against the campaign's inputs.
     Pass `metrics` and `approach_rows` already read to compute a what-if without reading again; `inputs` (the
-    answer's grid at batch 1, read.at_batch_1) in place of the campaign's own batch-1 picks, and `cells` each
-    approach's grid cell there."""
+    answer's grid at batch 1, read.at_batch_1) in place of the campaign's own batch-1 picks, `cells` each
+    approach's grid cell there and `off_grid` why an approach has none: then the report is the grid at batch 1
+    (an approach on it shows its cell's figures, one off it no speedup). Without `cells` (no grid given) the
+    points are evaluated by the same formula on the batch-1 inputs."""
     metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
     rows = approach_rows if approach_rows is not None else approaches(session, campaign)
     inputs = inputs if inputs is not None else model_inputs(session, campaign, what_if, metrics)
     curve = inputs.curve()
     costs = inputs.costs()
     own_tau_allowed = not (what_if and what_if.accept_length is not None)
+    gridded = cells is not None
     points: list[ApproachPoint] = []
     unmeasured: list[str] = []
     for approach in rows:
         assert approach.id is not None  # read from the database
         estimate = approach_latency(metrics, approach.id, inputs)
-        cell = (cells or {}).get(approach.key)
+        found = (cells or {}).get(approach.key)
+        cell = found if found is not None and found.tau_star is not None else None  # an open cell is no figure
         if estimate is None and cell is not None and cell.note == WORLD_1:
             # A verify step at world size 1 runs no allreduce: its batch-1 point is its grid cell, t_ar 0.
             estimate = LatencyEstimate(0.0, "world size 1", "the verify step runs no allreduce on one GPU", None)
         if estimate is None:
             unmeasured.append(approach.title)
+            continue
+        n_ar = int(inputs.allreduces_per_verify.value or 0)
+        if cell is not None:
+            # On the grid, the point is its cell at batch 1: every figure the grid's (the same inputs).
+            points.append(
+                ApproachPoint(
+                    approach_id=approach.id,
+                    key=approach.key,
+                    title=approach.title,
+                    status=approach.status,
+                    reason=approach.reason,
+                    stack=stack_summary(approach.verdict_fingerprint),
+                    latency=estimate,
+                    tau_star=cell.tau_star.value if cell.tau_star is not None else None,
+                    tau=cell.tau,
+                    tau_source=_grid_tau_source(inputs, cell),
+                    comm_ms=cell.comm_ms if cell.comm_ms is not None else float(formula.comm_ms(n_ar, 0.0)),
+                    savings_ms=cell.savings_ms,
+                    speedup=cell.speedup.value if cell.speedup is not None else None,
+                    cell=cell,
+                )
+            )
             continue
         own = (
             _from_metric(
@@ -353,11 +436,12 @@ def profitability_report(
             else None
         )
         tau = own.value if own else inputs.accept_length.value
-        mine = inputs.costs(tau=tau) if tau is not None else None
-        n_ar = int(inputs.allreduces_per_verify.value or 0)
-        # On the grid, the point is its cell at batch 1: the grid's figures (the same inputs), not a second model's.
-        grid_tau_star = cell.tau_star.value if cell is not None and cell.tau_star is not None else None
-        grid_speedup = cell.speedup.value if cell is not None and cell.speedup is not None and not own else None
+        # Off the grid (or no grid given): tau* is the curve's at its t_ar (the chart's point); a speedup only
+        # without a grid, from the same formula: with one, the grid's note says why this approach is not on it.
+        mine = inputs.costs(tau=tau) if tau is not None and not gridded else None
+        note = ""
+        if gridded:
+            note = (off_grid or {}).get(approach.key) or (found.note if found is not None else "") or NOT_ON_GRID
         points.append(
             ApproachPoint(
                 approach_id=approach.id,
@@ -367,17 +451,13 @@ def profitability_report(
                 reason=approach.reason,
                 stack=stack_summary(approach.verdict_fingerprint),
                 latency=estimate,
-                tau_star=grid_tau_star
-                if grid_tau_star is not None
-                else curve.tau_star(estimate.t_ar_us)
-                if curve
-                else None,
+                tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
                 tau=tau,
                 tau_source=(own.source if own else inputs.accept_length.source),
-                comm_ms=n_ar * estimate.t_ar_us / 1000.0,
+                comm_ms=float(formula.comm_ms(n_ar, estimate.t_ar_us)),
                 savings_ms=mine.savings_ms if mine else None,
-                speedup=grid_speedup if grid_speedup is not None else mine.speedup(estimate.t_ar_us) if mine else None,
-                cell=cell,
+                speedup=mine.speedup(estimate.t_ar_us) if mine else None,
+                grid_note=note,
             )
         )
     titles = {a.key: a.title for a in rows}

@@ -1,0 +1,175 @@
+"""The batch-1 report is the answer at batch 1, not a second model (issue 33, must-hold 1): on the committed
+sweep, the Kimi demo campaign and the MoE results campaign, every figure the report shows for an approach on the
+grid is its batch-1 cell's, an approach off the grid shows no speedup and says why, every answer of a measured
+approach agrees with its cell, and a reported allreduce figure is answered by the same formula with the grid's
+batch-1 inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.db import session_scope
+from app.domain import inventory
+from app.domain.answer import model as formula
+from app.domain.answer.grid import Cell
+from app.domain.answer.model import BreakEvenCurve, CycleCosts
+from app.domain.answer.read import Answer, read_answer
+from app.domain.campaign_files import import_campaign
+from app.domain.demo import load_demo
+from app.schemas import ApproachCreate
+from app.state import app_state
+from tests.support.speculation import build_sweep_campaign
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+ALPHAS = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+
+
+@pytest.fixture
+def session(app):
+    with session_scope(app_state(app).engine) as s:
+        yield s
+
+
+def _imported(session, name: str, alphas: list[float] | None = None):
+    import_campaign(session, (RESULTS / f"{name}.yaml").read_text(), actor="test")
+    session.flush()
+    campaign = inventory.get_campaign(session, name)
+    if alphas is not None:
+        campaign.accept_alphas = alphas
+        session.flush()
+    return campaign
+
+
+def _cell(found: Answer, key: str) -> Cell | None:
+    """The approach's grid cell at batch 1 and the campaign's draft steps, read from the grid itself."""
+    inputs = found.report.inputs
+    k = int(inputs.draft_steps.value or inputs.verify_tokens - 1)
+    approach = found.speculation.approach(key)
+    cell = approach.cell(1, k) if approach is not None else None
+    return cell if cell is not None and cell.tau_star is not None else None
+
+
+def assert_the_report_is_the_grid_at_batch_1(found: Answer) -> int:
+    """Every point and answer of the report against the grid's batch-1 cells; returns the points on the grid."""
+    report = found.report
+    on_grid = 0
+    for p in report.points:
+        cell = _cell(found, p.key)
+        if cell is None:
+            # Off the grid: no speedup and no savings from a second path, and the grid's reason said.
+            assert p.speedup is None and p.savings_ms is None and p.cell is None, p.title
+            assert p.grid_note.startswith("not on the grid"), p.title
+            continue
+        on_grid += 1
+        assert p.cell == cell and cell.tau_star is not None
+        assert p.tau_star == cell.tau_star.value
+        assert p.speedup == (cell.speedup.value if cell.speedup is not None else None)
+        # Savings and communication from the cell's own inputs (T_verify = compute + N_ar x t_ar).
+        n_ar = found.speculation.n_ar if cell.t_ar_us is not None else 0
+        comm = (n_ar or 0) * (cell.t_ar_us or 0.0) / 1000.0
+        assert p.comm_ms == pytest.approx(comm, rel=1e-9, abs=1e-12)
+        tau = found.speculation.tau.get(cell.draft_tokens)
+        assert p.tau == (tau.value if tau is not None else None)
+        if tau is None:
+            assert p.savings_ms is None and p.speedup is None and p.profitable is None
+        else:
+            assert cell.t_verify_ms is not None and cell.t_base_ms is not None and cell.t_draft_ms is not None
+            assert cell.speedup is not None
+            compute = cell.t_verify_ms - comm
+            savings = tau.value * cell.t_base_ms - cell.t_draft_ms - compute
+            assert p.savings_ms == pytest.approx(savings, rel=1e-9)
+            assert p.profitable == (cell.speedup.value > 1)
+            if n_ar:
+                assert p.break_even_t_ar_us == pytest.approx(savings / n_ar * 1000.0, rel=1e-9)
+            else:
+                assert p.break_even_t_ar_us is None
+        verdict = report.answer_of(p)
+        assert verdict is not None and verdict.measured
+        assert verdict.tau_star == cell.tau_star.value and verdict.tau == p.tau
+        assert verdict.speedup == p.speedup and verdict.profitable == p.profitable
+    # A reported figure: the formula with the grid's batch-1 inputs (report.inputs is read.at_batch_1's).
+    inputs = report.inputs
+    for r in report.references:
+        if report.curve is None:
+            assert r.tau_star is None
+            continue
+        draft = inputs.draft_ms or 0.0
+        compute = inputs.verify_compute_ms.value or 0.0
+        allreduces, t_base = inputs.allreduces_per_verify.value, inputs.t_base.value
+        assert allreduces is not None and t_base is not None
+        expected = (draft + compute + allreduces * r.latency.t_ar_us / 1000.0) / t_base
+        assert r.tau_star == pytest.approx(expected, rel=1e-12)
+        answer = report.answer_of(r)
+        assert answer is not None and answer.tau_star == r.tau_star
+    return on_grid
+
+
+def test_the_committed_sweep_report_is_its_grid_at_batch_1(session):
+    campaign = _imported(session, "speculation-sweep-h200x1", ALPHAS)
+    found = read_answer(session, campaign)
+    assert assert_the_report_is_the_grid_at_batch_1(found) >= 1
+    assert any(p.speedup is not None for p in found.report.points)
+    # Without an accept length the grid gives tau* alone, and so does the report.
+    campaign.accept_alphas = []
+    session.flush()
+    assert assert_the_report_is_the_grid_at_batch_1(read_answer(session, campaign)) >= 1
+
+
+def test_the_moe_results_report_is_its_grid_at_batch_1(session):
+    campaign = _imported(session, "moe-sweep-h200x1")
+    assert_the_report_is_the_grid_at_batch_1(read_answer(session, campaign))
+    campaign.accept_alphas = ALPHAS
+    session.flush()
+    assert_the_report_is_the_grid_at_batch_1(read_answer(session, campaign))
+
+
+def test_the_kimi_demo_report_answers_its_reported_figures_with_the_grid_inputs(session):
+    load_demo(session)
+    session.flush()
+    found = read_answer(session, inventory.get_campaign(session, "kimi-k25-eagle3"))
+    assert_the_report_is_the_grid_at_batch_1(found)
+    base = found.report.baseline_reference
+    assert base is not None and base.tau_star == pytest.approx(122 * 0.2 / (1000 / 82), abs=1e-12)
+
+
+def test_the_shootout_report_is_its_grid_at_batch_1(session):
+    assert_the_report_is_the_grid_at_batch_1(read_answer(session, _imported(session, "allreduce-shootout-h200x2")))
+
+
+def test_one_formula_on_floats_and_arrays():
+    """The scalar model and the grid call the same functions: a float and a numpy array give the same number."""
+    costs = CycleCosts(t_base_ms=1000 / 82, tau=2.6, draft_ms=3 * 0.9, verify_compute_ms=9.08, n_ar=122)
+    t_ar = np.array([5.3, 20.0, 200.0])
+    verify = formula.verify_ms(costs.verify_compute_ms, formula.comm_ms(costs.n_ar, t_ar))
+    grid_tau_star = formula.break_even_tau(costs.t_base_ms, costs.draft_ms, verify)
+    grid_speedup = formula.speedup(costs.tau, costs.t_base_ms, costs.draft_ms, verify)
+    curve = BreakEvenCurve(costs.t_base_ms, costs.n_ar, costs.draft_ms, costs.verify_compute_ms)
+    for i, t in enumerate(t_ar.tolist()):
+        assert curve.tau_star(t) == costs.break_even_tau(t) == grid_tau_star[i]
+        assert curve.speedup(costs.tau, t) == costs.speedup(t) == grid_speedup[i]
+        assert costs.profitable(t) == (grid_speedup[i] > 1)
+
+
+def test_an_approach_off_the_grid_shows_no_speedup_and_says_why(session):
+    """A measured allreduce whose curve does not reach the verify message size: the report places it at its
+    nearest measured t_ar on the chart (tau* there) but computes no speedup for it; its answer is undecided and
+    names the grid's reason. The synthetic sweep's own approaches stay their cells."""
+    b = build_sweep_campaign(session, slug="off-grid", r=4)
+    far = inventory.add_approach(session, b.campaign, ApproachCreate(key="far", title="far curve"), actor="t")
+    tags = {"backend": "nccl", "mode": "graph", "method": "graph-replay", "world_size": 2, "device": "cuda"}
+    b.trial(
+        far, [("allreduce_latency_us", us, {**tags, "bytes": n}, None) for n, us in ((1 << 22, 90.0), (1 << 24, 300.0))]
+    )
+    session.flush()
+    found = read_answer(session, b.campaign)
+    assert assert_the_report_is_the_grid_at_batch_1(found) == len(b.allreduces)
+    point = next(p for p in found.report.points if p.key == "far")
+    assert point.cell is None and point.speedup is None and point.savings_ms is None and point.profitable is None
+    assert point.grid_note.startswith("not on the grid at batch 1, 3 draft tokens: ") and "outside" in point.grid_note
+    assert point.tau_star == found.report.curve.tau_star(point.latency.t_ar_us)  # type: ignore[union-attr]
+    verdict = found.report.answer_of(point)
+    assert verdict is not None and verdict.profitable is None and verdict.speedup is None
+    assert verdict.grid_note == point.grid_note
