@@ -104,7 +104,10 @@ def _campaign(session) -> Campaign:
 
 
 def test_inputs_and_their_sources(session):
-    inputs = model_inputs(session, _campaign(session))
+    campaign = _campaign(session)
+    assert model_inputs(session, campaign).baseline_tok_s.source == "entered on the campaign"  # typed wins
+    campaign.baseline_tok_s = None
+    inputs = model_inputs(session, campaign)
     assert inputs.baseline_tok_s.value == 82.0 and "output_throughput_tok_s" in inputs.baseline_tok_s.source
     assert inputs.accept_length.value == 2.4 and inputs.accept_length.source.startswith("entered on the campaign")
     # The typed value wins over the measured one, and says the measurement exists.
@@ -183,6 +186,7 @@ def test_missing_inputs_are_listed_not_guessed(session):
     campaign.draft_step_ms = None
     campaign.verify_compute_ms = None
     campaign.baseline_trial_id = None
+    campaign.baseline_tok_s = None
     session.add(campaign)
     # The speculative trial's accept length now stands in for the campaign's: remove it to see it missing.
     for metric in session.exec(select(Metric).where(Metric.name == "accept_length")):
@@ -285,6 +289,7 @@ def test_lower_bound_then_tightened_by_hand():
 def test_inputs_build_the_curve_and_t_base_from_a_gpu_decode_step(session):
     campaign = _campaign(session)
     campaign.baseline_trial_id = None
+    campaign.baseline_tok_s = None
     campaign.draft_step_ms = None
     campaign.verify_compute_ms = None
     session.add(campaign)
@@ -351,3 +356,27 @@ def test_cpu_floor_latency_never_feeds_the_model(session):
     report = profitability_report(session, campaign)
     assert "mscclpp" not in {p.key for p in report.points} and "MSCCL++" in report.unmeasured
     assert [(f.title, f.value) for f in report.cpu_floor] == [("MSCCL++", 120.0)]
+
+
+def test_a_t_base_from_one_machine_is_never_paired_with_another_machines_allreduce(session):
+    """Issue 33 item 2 at batch 1, off the grid: with T_base read from the baseline trial on the seed node (8x RTX
+    PRO 6000, SM 12.0), the allreduces measured on 2x H200 are not combined with it (listed, with the
+    difference); the seed node's own in-situ figure is. Entered, the same 82 tok/s pairs with them: the person
+    typed it for these figures (the page names it entered)."""
+    campaign = _campaign(session)
+    entered = profitability_report(session, campaign)
+    assert {"symm-mem-two-shot", "nccl-graph"} <= {p.key for p in entered.points} and not entered.other_stack
+    campaign.baseline_tok_s = None
+    session.add(campaign)
+    session.flush()
+    report = profitability_report(session, campaign)
+    assert "baseline trial" in report.inputs.t_base.source and report.inputs.t_base.trial_id is not None
+    keys = {p.key for p in report.points}
+    assert "nccl-pcie" in keys
+    assert not keys & {"nccl-graph", "nccl-eager", "symm-mem-two-shot", "symm-mem-one-shot"}
+    other = dict(report.other_stack)
+    assert set(other) == {"NCCL in a CUDA graph", "NCCL eager", "torch symm-mem two-shot", "torch symm-mem one-shot"}
+    assert all(
+        "GPU NVIDIA RTX PRO 6000 Blackwell -> NVIDIA H200" in why and "SM 12.0 -> 9.0" in why for why in other.values()
+    )
+    assert report.headline is not None and report.headline.label != "torch symm-mem two-shot"

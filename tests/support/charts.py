@@ -196,7 +196,10 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
             slug=slug,
             name="FIXTURE: EAGLE-3 break-even (H200 allreduce measurements + seed inputs)",
             description=f"Test fixture. {SECRETS['description']}",
-            baseline_tok_s=None,
+            # Entered (the seed's 82 tok/s, which the baseline trial below also measures on the seed node): the
+            # person typed it to weigh the H200 allreduces against; a T_base read from the seed node's trial
+            # is never paired with another machine's t_ar (tests/charts/test_profitability.py).
+            baseline_tok_s=82.0 if with_inputs else None,
             accept_length=2.4 if with_inputs else None,
             draft_steps=3 if with_inputs else None,
             draft_step_ms=0.5 if with_inputs else None,

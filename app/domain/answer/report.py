@@ -15,7 +15,8 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlmodel import Session
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col
 
 from app.domain.answer import model as formula
 from app.domain.answer.grid import WORLD_1, Cell, Interval
@@ -32,8 +33,9 @@ from app.domain.answer.latency import LatencyEstimate, ReferencePoint, approach_
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.model import BreakEvenCurve, CycleCosts
 from app.domain.answer.series import stack_summary
+from app.domain.fingerprint import STACK_COMPONENTS, stack_changes
 from app.domain.inventory import approaches
-from app.models import Approach, ApproachStatus, Campaign
+from app.models import Approach, ApproachStatus, Campaign, Trial
 from app.protocol.metrics import MetricName
 
 
@@ -248,6 +250,9 @@ class ProfitabilityReport:
     unmeasured: tuple[str, ...]  # approach titles without a t_ar at the verify size
     speculative: bool  # does the campaign ask the speculation question (see asks_speculation)
     answers: tuple[ApproachVerdict, ...] = ()  # every approach and reported figure, lowest tau* first
+    # Approaches whose t_ar was measured on another stack than the plain decode step: (title, the difference).
+    # Never combined with it (issue 33 item 2): their point would pair two machines' figures.
+    other_stack: tuple[tuple[str, str], ...] = ()
 
     @property
     def on_t_ar_axis(self) -> tuple[ApproachPoint, ...]:
@@ -348,6 +353,8 @@ class ProfitabilityReport:
 
 
 NOT_ON_GRID = "not on the answer's grid at batch 1"
+# t_ar figures measured in the serving step itself, which the grid (allreduce curves by message size) does not hold.
+BATCH_1_METHODS = ("in situ", "trace", "derived")
 
 
 def _grid_tau_source(inputs: ModelInputs, cell: Cell) -> str:
@@ -367,6 +374,37 @@ def asks_speculation(campaign: Campaign, approaches: list[Approach], inputs: Mod
         if isinstance(params, dict) and params.get("speculative"):
             return True
     return False
+
+
+# What "the same stack" means for pairing a t_ar with the plain decode step: the machine and its libraries, where
+# both trials report them (a trial that does not name a component is not known to differ on it).
+PAIRED_STACK = ("gpu", "sm", "driver", "cuda", "torch", "nccl")
+
+
+def _other_stacks(session: Session, inputs: ModelInputs, trial_ids: set[int | None]) -> dict[int, str]:
+    """The latency trials measured on another stack than the trial the plain decode step T_base comes from:
+    {trial id: "GPU NVIDIA RTX PRO 6000 Blackwell -> NVIDIA H200, SM 12.0 -> 9.0"}. None is checked while T_base
+    is entered (no trial: the person who typed it chose it for these figures)."""
+    base = inputs.t_base.trial_id
+    wanted = {t for t in trial_ids if t is not None} - {base}
+    if base is None or not wanted:
+        return {}
+    rows = session.execute(
+        sa_select(Trial.id, Trial.fingerprint).where(col(Trial.id).in_([base, *sorted(wanted)]))  # type: ignore[call-overload]
+    ).all()
+    found = {trial_id: fp for trial_id, fp in rows}
+    reference = found.get(base) or {}
+    out = {}
+    for trial_id in wanted:
+        fp = found.get(trial_id) or {}
+        changes = [
+            f"{STACK_COMPONENTS[c]} {old} -> {new}"
+            for c, old, new in stack_changes(reference, fp, list(PAIRED_STACK))
+            if old is not None and new is not None
+        ]
+        if changes:
+            out[trial_id] = f"trial #{trial_id} ran on another stack than T_base's trial #{base}: {', '.join(changes)}"
+    return out
 
 
 def profitability_report(
@@ -395,9 +433,12 @@ def profitability_report(
     gridded = cells is not None
     points: list[ApproachPoint] = []
     unmeasured: list[str] = []
+    other_stack: list[tuple[str, str]] = []
+    estimates = {a.id: approach_latency(metrics, a.id or 0, inputs) for a in rows}
+    stacks = _other_stacks(session, inputs, {e.trial_id for e in estimates.values() if e})
     for approach in rows:
         assert approach.id is not None  # read from the database
-        estimate = approach_latency(metrics, approach.id, inputs)
+        estimate = estimates[approach.id]
         found = (cells or {}).get(approach.key)
         cell = found if found is not None and found.tau_star is not None else None  # an open cell is no figure
         if estimate is None and cell is not None and cell.note == WORLD_1:
@@ -407,6 +448,9 @@ def profitability_report(
             unmeasured.append(approach.title)
             continue
         n_ar = int(inputs.allreduces_per_verify.value or 0)
+        if cell is None and estimate.trial_id is not None and estimate.trial_id in stacks:
+            other_stack.append((approach.title, stacks[estimate.trial_id]))
+            continue
         if cell is not None:
             # On the grid, the point is its cell at batch 1: every figure the grid's (the same inputs).
             points.append(
@@ -436,11 +480,14 @@ def profitability_report(
             else None
         )
         tau = own.value if own else inputs.accept_length.value
-        # Off the grid (or no grid given): tau* is the curve's at its t_ar (the chart's point); a speedup only
-        # without a grid, from the same formula: with one, the grid's note says why this approach is not on it.
-        mine = inputs.costs(tau=tau) if tau is not None and not gridded else None
+        # Off the grid (or no grid given): tau* is the curve's at its t_ar (the chart's point), and the speedup the
+        # same formula's on the same batch-1 inputs where the grid has no place for the figure: no grid, or a t_ar
+        # measured in the serving step itself (in situ, a trace, derived from an engine's TPOT), which the grid's
+        # allreduce curves do not hold. Another off-grid approach gets no speedup: the grid's note says why.
+        batch_1_figure = not gridded or estimate.method in BATCH_1_METHODS
+        mine = inputs.costs(tau=tau) if tau is not None and batch_1_figure else None
         note = ""
-        if gridded:
+        if not batch_1_figure:
             note = (off_grid or {}).get(approach.key) or (found.note if found is not None else "") or NOT_ON_GRID
         points.append(
             ApproachPoint(
@@ -496,4 +543,5 @@ def profitability_report(
         tuple(unmeasured),
         asks_speculation(campaign, rows, inputs),
         answers_for(curve, points, references, inputs.accept_length, {a.key: a.status for a in rows}),
+        tuple(other_stack),
     )
