@@ -301,3 +301,21 @@ def test_acceptance_is_entered_three_ways_from_the_page(operator):
     ):
         r = operator.post(url, data=data, headers={"HX-Request": "true"})
         assert r.status_code == 422 and json.loads(r.headers["HX-Trigger"])["form-error"]["field"] == field, r.text
+
+
+def test_the_page_lists_allreduces_from_another_stack_as_not_combined(fixture_app, operator):
+    """With T_base read from the seed node's baseline trial (nothing typed), the 2x H200 allreduces are listed as
+    not combined with it, each with the stack difference, and the verify chart draws only the seed node's points."""
+    from app.db import session_scope
+    from app.domain import inventory
+
+    with session_scope(app_state(fixture_app).engine) as session:
+        inventory.get_campaign(session, SLUG).baseline_tok_s = None
+    html = operator.get(f"/campaigns/{SLUG}/charts").text
+    block = re.search(r"<div class=\"missing small\" data-other-stack>(.*?)</div>", html, re.S)
+    assert block is not None, html
+    text = " ".join(re.sub(r"<[^>]+>", " ", block.group(1)).split())
+    assert "Not combined with the plain decode step" in text
+    assert "torch symm-mem two-shot: trial #" in text and "GPU NVIDIA RTX PRO 6000 Blackwell -&gt; NVIDIA H200" in text
+    names = {t["name"] for t in _figure(html, "figure-verify")["data"] if t.get("mode") == "markers"}
+    assert "NCCL on PCIe (seed node)" in names and "torch symm-mem two-shot" not in names
