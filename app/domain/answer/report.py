@@ -2,8 +2,10 @@
 
 The report is the answer's grid at batch 1 (read.py passes the grid's batch-1 inputs and each approach's cell):
 an approach with a cell there shows the cell's figures (tau*, speedup, savings, communication, break-even t_ar,
-profitable), an approach without one says why it is not on the grid and shows no speedup, and a reported
-allreduce figure is answered by the same formula (model.py) with the grid's batch-1 inputs.
+profitable); an approach without one says why it is not on the grid and shows no speedup, unless its t_ar was
+measured in the serving step itself (BATCH_1_METHODS); that figure and a reported allreduce figure are answered
+by the same formula (model.py) with the grid's batch-1 inputs. A t_ar off the grid is never paired with a T_base
+measured on another stack (PAIRED_STACK): it is listed in `other_stack` instead.
 
 `profitability_report` reads the campaign's metrics once (metrics.py) and works in Python.
 No FastAPI here: routes call `profitability_report` and render what it returns.
