@@ -409,6 +409,40 @@ def _other_stacks(session: Session, inputs: ModelInputs, trial_ids: set[int | No
     return out
 
 
+def _point(
+    approach: Approach,
+    estimate: LatencyEstimate,
+    *,
+    tau_star: float | None,
+    tau: float | None,
+    tau_source: str,
+    comm_ms: float,
+    savings_ms: float | None,
+    speedup: float | None,
+    cell: Cell | None = None,
+    grid_note: str = "",
+) -> ApproachPoint:
+    """One approach's point of the report."""
+    assert approach.id is not None  # read from the database
+    return ApproachPoint(
+        approach_id=approach.id,
+        key=approach.key,
+        title=approach.title,
+        status=approach.status,
+        reason=approach.reason,
+        stack=stack_summary(approach.verdict_fingerprint),
+        latency=estimate,
+        tau_star=tau_star,
+        tau=tau,
+        tau_source=tau_source,
+        comm_ms=comm_ms,
+        savings_ms=savings_ms,
+        speedup=speedup,
+        cell=cell,
+        grid_note=grid_note,
+    )
+
+
 def profitability_report(
     session: Session,
     campaign: Campaign,
@@ -456,14 +490,9 @@ def profitability_report(
         if cell is not None:
             # On the grid, the point is its cell at batch 1: every figure the grid's (the same inputs).
             points.append(
-                ApproachPoint(
-                    approach_id=approach.id,
-                    key=approach.key,
-                    title=approach.title,
-                    status=approach.status,
-                    reason=approach.reason,
-                    stack=stack_summary(approach.verdict_fingerprint),
-                    latency=estimate,
+                _point(
+                    approach,
+                    estimate,
                     tau_star=cell.tau_star.value if cell.tau_star is not None else None,
                     tau=cell.tau,
                     tau_source=_grid_tau_source(inputs, cell),
@@ -492,14 +521,9 @@ def profitability_report(
         if not batch_1_figure:
             note = (off_grid or {}).get(approach.key) or (found.note if found is not None else "") or NOT_ON_GRID
         points.append(
-            ApproachPoint(
-                approach_id=approach.id,
-                key=approach.key,
-                title=approach.title,
-                status=approach.status,
-                reason=approach.reason,
-                stack=stack_summary(approach.verdict_fingerprint),
-                latency=estimate,
+            _point(
+                approach,
+                estimate,
                 tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
                 tau=tau,
                 tau_source=(own.source if own else inputs.accept_length.source),
