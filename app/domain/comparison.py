@@ -34,7 +34,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import statistics
 from app.domain.errors import Invalid, NotFound
-from app.domain.fingerprint import STACK_COMPONENTS, component_value, stack_changes
+from app.domain.fingerprint import STACK_COMPONENTS, component_value, stack_difference
 from app.domain.runners import gpu_count
 from app.models import Approach, Campaign, Metric, Runner, Trial, TrialState, aware
 from app.protocol.metrics import MetricName
@@ -181,10 +181,7 @@ def rule_of(campaign: Campaign) -> statistics.Rule:
 
 def same_stack_difference(reference: dict[str, Any] | None, other: dict[str, Any] | None) -> str | None:
     """'torch 2.10.0 -> 2.11.0, NCCL 2.27 -> 2.28' over SAME_STACK, or None when those are equal."""
-    changes = stack_changes(reference, other, list(SAME_STACK))
-    if not changes:
-        return None
-    return ", ".join(f"{STACK_COMPONENTS[c]} {old or 'unknown'} -> {new or 'unknown'}" for c, old, new in changes)
+    return stack_difference(reference, other, list(SAME_STACK))
 
 
 def compare(

@@ -89,6 +89,21 @@ def stack_changes(
     return changes
 
 
+def stack_difference(
+    reference: dict[str, Any] | None, other: dict[str, Any] | None, components: list[str], known_only: bool = False
+) -> str | None:
+    """'torch 2.10.0 -> 2.11.0, NCCL 2.27 -> 2.28' over `components`, or None when those are equal. With
+    `known_only`, a component either side does not report is not a difference (nothing is known to differ)."""
+    changes = [
+        (c, old, new)
+        for c, old, new in stack_changes(reference, other, components)
+        if not known_only or (old is not None and new is not None)
+    ]
+    if not changes:
+        return None
+    return ", ".join(f"{STACK_COMPONENTS[c]} {old or 'unknown'} -> {new or 'unknown'}" for c, old, new in changes)
+
+
 def retest_reason(
     bound_to: dict[str, Any] | None, verdict_fp: dict[str, Any] | None, runner_fp: dict[str, Any] | None
 ) -> str | None:

@@ -35,7 +35,7 @@ from app.domain.answer.latency import LatencyEstimate, ReferencePoint, approach_
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.model import BreakEvenCurve, CycleCosts
 from app.domain.answer.series import stack_summary
-from app.domain.fingerprint import STACK_COMPONENTS, stack_changes
+from app.domain.fingerprint import stack_difference
 from app.domain.inventory import approaches
 from app.models import Approach, ApproachStatus, Campaign, Trial
 from app.protocol.metrics import MetricName
@@ -398,14 +398,9 @@ def _other_stacks(session: Session, inputs: ModelInputs, trial_ids: set[int | No
     reference = found.get(base) or {}
     out = {}
     for trial_id in wanted:
-        fp = found.get(trial_id) or {}
-        changes = [
-            f"{STACK_COMPONENTS[c]} {old} -> {new}"
-            for c, old, new in stack_changes(reference, fp, list(PAIRED_STACK))
-            if old is not None and new is not None
-        ]
-        if changes:
-            out[trial_id] = f"trial #{trial_id} ran on another stack than T_base's trial #{base}: {', '.join(changes)}"
+        difference = stack_difference(reference, found.get(trial_id) or {}, list(PAIRED_STACK), known_only=True)
+        if difference:
+            out[trial_id] = f"trial #{trial_id} ran on another stack than T_base's trial #{base}: {difference}"
     return out
 
 
@@ -471,7 +466,10 @@ def profitability_report(
     unmeasured: list[str] = []
     other_stack: list[tuple[str, str]] = []
     estimates = {a.id: approach_latency(metrics, a.id or 0, inputs) for a in rows}
-    stacks = _other_stacks(session, inputs, {e.trial_id for e in estimates.values() if e})
+    with_cell = {key for key, c in (cells or {}).items() if c.tau_star is not None}
+    stacks = _other_stacks(
+        session, inputs, {e.trial_id for a in rows if (e := estimates[a.id]) and a.key not in with_cell}
+    )
     for approach in rows:
         assert approach.id is not None  # read from the database
         estimate = estimates[approach.id]
