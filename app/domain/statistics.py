@@ -589,35 +589,6 @@ def _known_intervals(
         out.update(zip(kept, zip(low.tolist(), high.tolist(), strict=True), strict=True))
     return out
 
-    def moments(d: _SideData, k: KnownSpread | None) -> tuple[float, float, float]:  # log figure, variance, df
-        if d.trials == 1:
-            assert k is not None
-            return math.log(float(d.medians[0])), math.log1p(k.cv**2), float(k.df)
-        logs = np.log(d.medians)
-        return math.log(float(d.medians.mean())), float(np.var(logs, ddof=1)) / d.trials, float(d.trials - 1)
-
-    kept, centre, variance, dof = [], [], [], []
-    for r, c in pairs:
-        a, b = data[r][0], data[r][c]
-        if not (np.all(a.medians > 0) and np.all(b.medians > 0)):
-            continue  # no log scale: no interval
-        (la, va, fa), (lb, vb, fb) = moments(a, known[r][0]), moments(b, known[r][c])
-        v = va + vb
-        if a.trials == 1 and b.trials == 1 and known[r][0] == known[r][c]:
-            f = fa  # one estimate for both sides: its error moves them together
-        else:
-            f = v * v / (va * va / fa + vb * vb / fb) if v > 0 else min(fa, fb)
-        kept.append((r, c))
-        centre.append(lb - la)
-        variance.append(v)
-        dof.append(f)
-    if kept:
-        half = sps.t.ppf(1 - (1 - confidence) / 2, np.array(dof)) * np.sqrt(np.array(variance))
-        low, high = np.exp(np.array(centre) - half), np.exp(np.array(centre) + half)
-        for key, lo, hi in zip(kept, low.tolist(), high.tolist(), strict=True):
-            out[key] = (lo, hi)
-    return out
-
 
 def _intervals(
     draws: tuple[dict[tuple[int, int], int], np.ndarray], pairs: list[tuple[int, int]], confidence: float

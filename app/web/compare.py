@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from markupsafe import Markup, escape
 from pydantic import Field
 from sqlmodel import Session
 
@@ -38,95 +39,89 @@ PageApproachKeys = Annotated[
 
 
 @dataclass(frozen=True)
-class ValueCell:
-    """A column's figure at a point, as the table prints it."""
-
-    text: str  # "%.4g", or "–" when not measured
-    note: str  # "3 trials · n=300 · CV 1.0% · run-to-run 2.0%" ("" for a lone value)
-    unstable: bool
-
-
-@dataclass(frozen=True)
-class VerdictCell:
-    """A column against the first at a point, as the table prints it (verdict "none": not compared)."""
-
-    verdict: str
-    words: str = ""
-    ratio: str = ""  # "×0.953 [0.941, 0.966]"
-    p_value: str = ""
-    needed: str = ""  # an inconclusive row's trials a side, or that none would do
-    spread: str = ""
-    stack_difference: str = ""
-    not_compared: str = ""
-
-
-@dataclass(frozen=True)
 class TableRow:
     metric: str
     first: bool  # the metric's first row (its name is printed there)
     lower_is_better: bool
     point: str
     unit: str
-    cells: list[tuple[ValueCell, VerdictCell | None]]  # per column; the first has no verdict
+    cells: Markup  # its columns' cells, escaped: each figure, then (after the first) its verdict against the first
 
 
 def metric_table(comparison: comparison_domain.Comparison) -> list[TableRow]:
-    """The values table's rows with their text formatted once here: 1,600 cells a page (issue 24's size)
-    cost the template a third of the request when each cell looked its figures up and formatted them."""
+    """The values table's rows, their cells built here as one escaped text a row: 1,600 points x 8 columns a
+    page (issue 24's size) cost the template a third of the request when it printed each cell's dozen
+    fields itself (docs/performance.md, "Compare page, fourth pass")."""
     out = []
     for group in comparison.metrics:
         for r, row in enumerate(group.rows):
             sides = row.stats.sides if row.stats else []
             pairs = row.stats.pairs if row.stats else []
-            cells: list[tuple[ValueCell, VerdictCell | None]] = []
+            cells = []
             for c, v in enumerate(row.values):
-                side = sides[c] if c < len(sides) else None
-                cells.append(
-                    (_value_cell(v, side), _verdict_cell(pairs[c - 1] if c <= len(pairs) else None) if c else None)
-                )
-            out.append(TableRow(group.name, r == 0, group.lower_is_better, row.label, group.unit, cells))
+                cells.append(_value_cell(v, sides[c] if c < len(sides) else None))
+                if c:
+                    cells.append(_verdict_cell(pairs[c - 1] if c <= len(pairs) else None))
+            out.append(
+                TableRow(group.name, r == 0, group.lower_is_better, row.label, group.unit, Markup("".join(cells)))
+            )
     return out
 
 
-def _value_cell(v: float | None, side: statistics.Side | None) -> ValueCell:
+def _value_cell(v: float | None, side: statistics.Side | None) -> str:
+    """'<td class="num">12.3<br><span ...>3 trials · n=300 · CV 1.0% · run-to-run 2.0%</span></td>' (no note
+    for a lone value)."""
     text = f"{v:.4g}" if v is not None else "–"
     if side is None or side.samples <= 1:
-        return ValueCell(text, "", False)
+        return f'<td class="num">{text}</td>'
     note = f"{side.trials} trial{'s' if side.trials != 1 else ''} · n={side.samples}"
     if side.cv is not None:
         note += f" · CV {side.cv * 100:.1f}%"
     if side.between_cv is not None:
         note += f" · run-to-run {side.between_cv * 100:.1f}%"
-    return ValueCell(text, note, side.unstable)
+    unstable = ' <span class="unstable-mark" data-unstable="1">unstable</span>' if side.unstable else ""
+    return f'<td class="num">{text}<br><span class="small muted">{note}</span>{unstable}</td>'
 
 
-def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> VerdictCell:
+NO_VERDICT = (
+    '<span class="muted no-verdict">one trial a side and no run-to-run spread known for this point: no difference'
+    " can be claimed; repeat to decide</span>"
+)
+
+
+def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
+    """A column against the first at a point: its verdict's words, ratio and interval, p-value, the trials a
+    side that would decide an inconclusive row, the spread it used, the stack difference; or why it was not
+    compared (data-verdict "none")."""
     if pair is None:
-        return VerdictCell("none")
+        return '<td class="verdict-cell small" data-verdict="none"></td>'
     st = pair.stats
     if st is None:
-        return VerdictCell("none", not_compared=pair.not_compared)
-    ratio = ""
+        why = f'<span class="muted">{escape(pair.not_compared)}</span>' if pair.not_compared else ""
+        return f'<td class="verdict-cell small" data-verdict="none">{why}</td>'
+    verdict = st.verdict.value
+    parts = [f'<span class="verdict verdict-{verdict}">{escape(statistics.VERDICT_WORDS[st.verdict])}</span>']
+    if st.verdict == statistics.Verdict.no_verdict:
+        parts.append(NO_VERDICT)
     if st.ratio:
         ratio = f"×{st.ratio.value:.3f}"
         if st.ratio.low is not None and st.ratio.high is not None:
             ratio += f" [{st.ratio.low:.3f}, {st.ratio.high:.3f}]"
-    needed = ""
+        parts.append(f'<span class="ratio">{ratio}</span>')
+    if st.p_value is not None:
+        parts.append(f'<span class="muted">p={st.p_value:.2g}</span>')
     if st.verdict == statistics.Verdict.inconclusive:
         needed = (
             f"needs {st.trials_needed} trials a side"
             if st.trials_needed is not None
             else "too noisy to decide: fix the noise first"
         )
-    return VerdictCell(
-        st.verdict.value,
-        statistics.VERDICT_WORDS[st.verdict],
-        ratio,
-        f"p={st.p_value:.2g}" if st.p_value is not None else "",
-        needed,
-        pair.spread,
-        pair.stack_difference or "",
-    )
+        parts.append(f'<span class="muted trials-needed">{needed}</span>')
+    if pair.spread:
+        parts.append(f'<span class="muted spread-note">{escape(pair.spread)}</span>')
+    if pair.stack_difference:
+        parts.append(f'<span class="differs-mark">≠ {escape(pair.stack_difference)}</span>')
+    return f'<td class="verdict-cell small" data-verdict="{verdict}">{" ".join(parts)}</td>'
 
 
 def _compare_page(

@@ -140,3 +140,26 @@ def test_the_trial_page_hands_livelog_the_dropped_bytes_marker(page_client):
     assert found is not None
     parts = json.loads(html.unescape(found.group(1)))
     assert parts["start"] + "12,345" + parts["words"] == dropped_marker(12345)
+
+
+def test_verdict_cells_escape_what_runners_and_people_wrote(operator_client, app):
+    """The values table's cells are built as HTML in Python (web.compare.metric_table): a runner's reported
+    stack (the cell's stack difference) and an approach's title (the run-to-run spread's note) come out
+    escaped, never as markup."""
+    seed(app_state(app).engine, {"key": "a", "title": "A <i>spread</i>"}, {"key": "b"}, slug="x")
+    odd = {**OLD_STACK, "hostname": "node-z", "torch": "<b>2.11</b>"}
+    with session_scope(app_state(app).engine) as s:
+        old, new = runner(s, "node-a", OLD_STACK), runner(s, "node-z", odd)
+        line = lambda v: {"name": "verify_time_ms", "value": v, "unit": "ms", "samples": [v, v * 1.001]}  # noqa: E731
+        earlier = [end_trial(s, approach(s, "a", "x"), old, metrics=[line(v)]).id for v in (10.0, 10.1, 9.9)]
+        a = end_trial(s, approach(s, "a", "x"), old, metrics=[line(10.0)]).id
+        b = end_trial(s, approach(s, "b", "x"), old, metrics=[line(9.0)]).id
+        c = end_trial(s, approach(s, "b", "x"), new, metrics=[line(9.5)]).id
+    assert earlier
+    page = operator_client.get(f"/campaigns/x/compare?trial={a}&trial={b}&trial={c}&across_stacks=true").text
+    cells = re.findall(r'<td class="verdict-cell small" data-verdict="(\w+)">(.*?)</td>', page, re.S)
+    assert len(cells) == 2, cells
+    spread_note = html.unescape(cells[0][1])
+    assert "run-to-run spread" in spread_note and "A <i>spread</i>" in spread_note
+    assert "<i>spread</i>" not in cells[0][1] and "&lt;i&gt;spread&lt;/i&gt;" in cells[0][1]
+    assert "&lt;b&gt;2.11&lt;/b&gt;" in cells[1][1] and "<b>2.11</b>" not in page
