@@ -509,6 +509,11 @@ class Metric(SQLModel, table=True):
     tags: dict[str, Any] = _json(dict)
     # The raw samples the line's value summarises (recipes emit their R repetitions; at most 1,000), or None.
     samples: list[float] | None = _json()
+    # Their summary as the statistics read a trial (statistics.summary_columns, written with the samples;
+    # all None without samples): a comparison reads these, not the samples (docs/statistics.md).
+    samples_median: float | None = Field(default=None)
+    samples_cv: float | None = Field(default=None)
+    samples_n: int | None = Field(default=None)
     created_at: datetime = _created()
 
 

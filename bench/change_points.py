@@ -83,6 +83,9 @@ def add_trial(engine, rng: random.Random, slower: float) -> None:
                         unit=m.unit,
                         tags=m.tags,
                         samples=m.samples,
+                        samples_median=m.samples_median,
+                        samples_cv=m.samples_cv,
+                        samples_n=m.samples_n,
                         created_at=now,
                     )
                     for m in rows

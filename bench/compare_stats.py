@@ -7,6 +7,7 @@ Prints the server time per request (median of --repeat, in-process ASGI: no netw
 
     .venv/bin/python bench/compare_stats.py               # SQLite
     .venv/bin/python bench/compare_stats.py --db postgres
+    .venv/bin/python bench/compare_stats.py --no-summary  # rows read from their samples (before migration 0018)
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ from app.state import app_state  # noqa: E402
 FINGERPRINT = {"gpu_count": 8, "sm": "9.0", "torch": "2.10.0", "cuda": "12.8", "nccl": "2.27.3", "driver": "570.124"}
 
 
-def build(engine, trials: int, points: int, samples: int, earlier: int = 4) -> list[int]:
-    """The compared trials' ids (the `earlier` repeats come first and are not compared)."""
+def build(engine, trials: int, points: int, samples: int, earlier: int = 4, summary: bool = True) -> list[int]:
+    """The compared trials' ids (the `earlier` repeats come first and are not compared). Each row's samples
+    summary is written with them as the log ingest does (statistics.summary_columns); summary=False: rows
+    as written before migration 0018 filled them, read from their samples."""
     from app.db import session_scope
+    from app.domain import statistics as stats_domain
 
     rng = np.random.default_rng(0)
     with session_scope(engine) as s:
@@ -76,6 +80,7 @@ def build(engine, trials: int, points: int, samples: int, earlier: int = 4) -> l
                         "unit": "us",
                         "tags": {"tokens": p + 1, "p10_us": float(np.percentile(raw, 10)), "backend": "nccl"},
                         "samples": [float(x) for x in raw],
+                        **stats_domain.summary_columns([float(x) for x in raw] if summary else None),
                         "created_at": utcnow(),
                     }
                 )
@@ -83,7 +88,7 @@ def build(engine, trials: int, points: int, samples: int, earlier: int = 4) -> l
     return ids[earlier:]  # type: ignore[return-value]
 
 
-def measure(db_url: str, repeat: int, trials: int, points: int, samples: int) -> None:
+def measure(db_url: str, repeat: int, trials: int, points: int, samples: int, summary: bool = True) -> None:
     from fastapi.testclient import TestClient
 
     from app.config import Settings
@@ -98,9 +103,10 @@ def measure(db_url: str, repeat: int, trials: int, points: int, samples: int) ->
     )
     engine = app_state(app).engine
     t = time.perf_counter()
-    ids = build(engine, trials, points, samples)
+    ids = build(engine, trials, points, samples, summary=summary)
     print(
-        f"  built {trials} trials (and 4 earlier repeats) x {points} points x {samples} samples in {time.perf_counter() - t:.1f} s"
+        f"  built {trials} trials (and 4 earlier repeats) x {points} points x {samples} samples"
+        f" ({'with' if summary else 'without'} their summaries) in {time.perf_counter() - t:.1f} s"
     )
     with session_scope(engine) as s:
         headers = {"Authorization": f"Bearer {create_api_token(s, 'bench')}"}
@@ -145,11 +151,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--points", type=int, default=200)
     parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument(
+        "--no-summary", action="store_true", help="rows without their stored sample summary (read from the samples)"
+    )
     args = parser.parse_args()
     print(f"compare bench; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     if args.db == "sqlite":
         url = f"sqlite:///{tempfile.mkdtemp(prefix='compare-bench-')}/bench.db"
-        measure(url, args.repeat, args.trials, args.points, args.samples)
+        measure(url, args.repeat, args.trials, args.points, args.samples, not args.no_summary)
         return
     import psycopg
 
@@ -159,7 +168,14 @@ def main() -> None:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        measure(admin.rsplit("/", 1)[0] + "/" + name, args.repeat, args.trials, args.points, args.samples)
+        measure(
+            admin.rsplit("/", 1)[0] + "/" + name,
+            args.repeat,
+            args.trials,
+            args.points,
+            args.samples,
+            not args.no_summary,
+        )
     finally:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

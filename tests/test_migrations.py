@@ -1,13 +1,18 @@
 """Migrations upgrade an empty database (SQLite and PostgreSQL) to exactly what the models say."""
 
+from typing import Any
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlmodel import SQLModel
 
 import app.models  # noqa: F401
-from app.db import make_engine, migrate
+from alembic import command
+from app.db import alembic_config, make_engine, migrate, session_scope
+from app.domain.statistics import summary_columns
 from tests.support.databases import make_postgres_db
+from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
 
 
 def test_upgrade_empty_database_matches_models(empty_db_url):
@@ -54,3 +59,31 @@ def test_postgres_connections_plan_every_statement_for_its_parameters(postgres_a
     finally:
         engine.dispose()
         drop()
+
+
+def test_0018_fills_the_sample_summaries_of_rows_written_before_it(empty_db_url):
+    """Rows written before 0018 have samples and no summary: the upgrade computes it from their samples
+    (statistics.summary_columns); rows without samples keep none. Checked through 0018's downgrade and a
+    second upgrade on the same rows."""
+    migrate(empty_db_url)
+    engine = make_engine(empty_db_url)
+    try:
+        seed(engine, {"key": "a"}, slug="m")
+        with session_scope(engine) as s:
+            node = runner(s, "node-a", OLD_STACK)
+            lines: list[dict[str, Any]] = [
+                {"name": "lat", "value": 2.0, "samples": [3.0, 1.0, 2.0, 10.0]},
+                {"name": "lat", "value": 7.0, "tags": {"tokens": 8}},
+                {"name": "tput", "value": 5.0, "samples": [5.0]},
+            ]
+            end_trial(s, approach(s, "a", "m"), node, metrics=lines)
+        command.downgrade(alembic_config(empty_db_url), "0017")
+        assert "samples_median" not in {c["name"] for c in inspect(engine).get_columns("metric")}
+        migrate(empty_db_url)
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT samples_median, samples_cv, samples_n FROM metric ORDER BY id")).all()
+    finally:
+        engine.dispose()
+    expected = [summary_columns(line.get("samples")) for line in lines]
+    assert [tuple(row) for row in found] == [(e["samples_median"], e["samples_cv"], e["samples_n"]) for e in expected]
+    assert found[0][0] == 2.5 and found[1] == (None, None, None) and found[2] == (5.0, None, 1)

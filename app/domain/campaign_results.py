@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sqlalchemy import insert
 from sqlmodel import Session, col, select
 
+from app.domain import statistics
 from app.domain.errors import Invalid
 from app.models import TERMINAL_TRIAL_STATES, Approach, Campaign, Metric, Trial, aware
 from app.protocol.metrics import MAX_SAMPLES
@@ -268,6 +269,7 @@ def import_results(session: Session, campaign: Campaign, results: list[ResultTri
             "unit": m.unit,
             "tags": m.tags,
             "samples": m.samples,
+            **statistics.summary_columns(m.samples),
             **({"created_at": m.at} if m.at is not None else {}),
         }
         for trial, result in added

@@ -154,7 +154,7 @@ def load_series(session: Session, approach_id: int, runner_id: int) -> list[Seri
         t_id: dict(fp) if fp else None for t_id, fp in trials if t_id is not None
     }
     rows = session.execute(
-        sa_select(Metric.trial_id, Metric.name, Metric.unit, Metric.tags, Metric.value, Metric.samples)  # type: ignore[call-overload]
+        sa_select(*comparison.ROW_COLUMNS)  # type: ignore[call-overload]
         .where(Metric.approach_id == approach_id, col(Metric.trial_id).in_(list(fingerprint_of)))
         .order_by(Metric.trial_id, Metric.seq, Metric.index)
     ).all()
@@ -180,8 +180,9 @@ def load_series(session: Session, approach_id: int, runner_id: int) -> list[Seri
 
 
 def _value(m: Any) -> float:
-    median = statistics.trial_value(m.samples) if m.samples else None
-    return median if median is not None else float(m.value)
+    """A row's one value per trial: its samples' median (stored with them, comparison.trial_of), else its value."""
+    trial = comparison.trial_of(m)
+    return trial.median if isinstance(trial, statistics.TrialSummary) else float(np.median(trial))
 
 
 def dirty(session: Session, limit: int = 200) -> list[tuple[int, int, int]]:

@@ -7,9 +7,10 @@ except spread tags (p10_us, max_ms, ...: they describe the samples, not the poin
 same within each trial (backend, mode, torch) describe the trial and are left out of the alignment, so
 trial A's 8-token latency sits beside trial B's.
 
-A column (a trial, or an approach) holds, per point, its trials, each with the raw samples of its metric
-row (a row without samples counts its value once): the trial is the unit (statistics.compare_rows), never
-the pooled samples. A one-trial column gets a verdict only when the campaign holds the run-to-run spread
+A column (a trial, or an approach) holds, per point, its trials, each its metric row's samples as their
+stored summary (median, CV, count: `trial_of`; the samples themselves for a row written without one, and a
+row without samples counts its value once): the trial is the unit (statistics.compare_rows), never the
+pooled samples. A one-trial column gets a verdict only when the campaign holds the run-to-run spread
 of that metric point on that runner and stack (`run_to_run_spreads`: the CV across the trials of each
 approach that ran there more than once), named beside the verdict. Columns are compared with the first
 one only on the same stack (SAME_STACK components): a column on another stack is compared when asked
@@ -28,7 +29,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-from sqlalchemy import Text, cast
+from sqlalchemy import JSON, Text, case, cast, func, null, type_coerce
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -116,7 +117,7 @@ class MetricRow:
 
     point: tuple[tuple[str, Any], ...]
     values: list[float | None]  # each column's figure: its trial's value, or the mean of its trials' medians
-    trials: list[list[list[float]]]  # trials[c]: column c's trials at this point, each its samples
+    trials: list[list[statistics.Trial]]  # trials[c]: column c's trials at this point (statistics.Trial)
     trial_ids: list[list[int]]  # trial_ids[c]: the trials of trials[c], in order
     stats: RowStats | None = None
 
@@ -328,12 +329,15 @@ class _Row(NamedTuple):
     value: float | None
     unit: str
     tags: dict[str, Any] | None
+    samples_median: float | None
+    samples_cv: float | None
+    samples_n: int | None
     samples: list[float] | None
 
 
 def _deciding_groups_of(session: Session, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], list[MetricGroup]]:
-    """`_deciding_groups` of each pair, in one query whatever the number of pairs, decoding a row's tags and
-    samples (JSON) only for the names that can decide: each pair's first candidate (HEADLINE_METRICS first,
+    """`_deciding_groups` of each pair, in one query whatever the number of pairs, decoding a row's tags (and
+    samples, for a row without their summary) only for the names that can decide: each pair's first candidate (HEADLINE_METRICS first,
     then by name), and every name of the few pairs whose first candidate had no point both measured (the
     replay report's thousand trials hold about eleven metrics each, one or two of which decide). The JSON
     columns come as text: filtering by name in SQL made SQLite walk the name index over every trial."""
@@ -343,7 +347,15 @@ def _deciding_groups_of(session: Session, pairs: list[tuple[int, int]]) -> dict[
     raw: dict[int, list[tuple[Any, ...]]] = {}
     for line in session.execute(
         sa_select(  # type: ignore[call-overload]
-            Metric.trial_id, Metric.name, Metric.value, Metric.unit, cast(Metric.tags, Text), cast(Metric.samples, Text)
+            Metric.trial_id,
+            Metric.name,
+            Metric.value,
+            Metric.unit,
+            cast(Metric.tags, Text),
+            Metric.samples_median,
+            Metric.samples_cv,
+            Metric.samples_n,
+            cast(case((col(Metric.samples_n).is_(None), col(Metric.samples)), else_=null()), Text),
         )
         .where(col(Metric.trial_id).in_(ids))
         .order_by(col(Metric.trial_id), col(Metric.seq), col(Metric.index))
@@ -352,9 +364,19 @@ def _deciding_groups_of(session: Session, pairs: list[tuple[int, int]]) -> dict[
 
     def rows(pair: tuple[int, int], names: set[str]) -> list[_Row]:
         return [
-            _Row(t, n, v, u, None if tags is None else json.loads(tags), None if sam is None else json.loads(sam))
+            _Row(
+                t,
+                n,
+                v,
+                u,
+                None if tags is None else json.loads(tags),
+                med,
+                cv,
+                k,
+                None if sam is None else json.loads(sam),
+            )
             for i in pair
-            for t, n, v, u, tags, sam in raw.get(i, [])
+            for t, n, v, u, tags, med, cv, k, sam in raw.get(i, [])
             if n in names
         ]
 
@@ -465,11 +487,33 @@ def _metric_rows(session: Session, trial_ids: list[int]) -> list[Any]:
         return []
     return list(
         session.execute(
-            sa_select(Metric.trial_id, Metric.name, Metric.value, Metric.unit, Metric.tags, Metric.samples)  # type: ignore[call-overload]
+            sa_select(*ROW_COLUMNS)  # type: ignore[call-overload]
             .where(col(Metric.trial_id).in_(trial_ids))
             .order_by(col(Metric.trial_id), col(Metric.seq), col(Metric.index))
         )
     )
+
+
+# What a comparison reads of a metric row (the attributes `metric_groups` reads): the samples' stored summary,
+# and the samples themselves only for a row written without one (statistics.summary_columns).
+ROW_COLUMNS = (
+    Metric.trial_id,
+    Metric.name,
+    Metric.value,
+    Metric.unit,
+    Metric.tags,
+    Metric.samples_median,
+    Metric.samples_cv,
+    Metric.samples_n,
+    type_coerce(case((col(Metric.samples_n).is_(None), col(Metric.samples)), else_=null()), JSON).label("samples"),
+)
+
+
+def trial_of(m: Any) -> statistics.Trial:
+    """A metric row as one trial: its samples' stored summary, else its samples, else its value alone."""
+    if m.samples_n is not None:
+        return statistics.TrialSummary(m.samples_median, m.samples_cv, m.samples_n)
+    return m.samples if m.samples else [m.value]
 
 
 def _hashable(value: Any) -> Any:
@@ -489,13 +533,19 @@ def point_tags(rows: list[Any]) -> list[str]:
     keyed = {k for k in POINT_TAGS if k in present}
     if "tokens" in keyed:
         keyed.discard("bytes")
-    seen: dict[tuple[int, str], set[str]] = {}
+    # The other tags that may key a point (not spread tags; not bytes beside tokens): each one does as soon
+    # as one trial holds two values of it.
+    candidates = {
+        k for k in present - keyed if not SPREAD_TAG.fullmatch(k) and not (k == "bytes" and "tokens" in keyed)
+    }
+    first: dict[tuple[int, str], str] = {}
     for m in rows:
+        if not candidates:
+            break
         for k, v in (m.tags or {}).items():
-            seen.setdefault((m.trial_id, k), set()).add(repr(v))
-    for (_, k), values in seen.items():
-        if len(values) > 1 and not SPREAD_TAG.fullmatch(k) and not (k == "bytes" and "tokens" in keyed):
-            keyed.add(k)
+            if k in candidates and first.setdefault((m.trial_id, k), text := repr(v)) != text:
+                keyed.add(k)
+                candidates.discard(k)
     return sorted(keyed)
 
 
@@ -515,15 +565,15 @@ def metric_groups(column_of: dict[int, int], width: int, metrics: list[Any]) -> 
             tags = m.tags or {}
             point = tuple((k, _hashable(tags.get(k))) for k in keyed)
             latest.setdefault(point, {})[m.trial_id] = m
-        numeric = [k for k in keyed if all(_sort_key(dict(p)[k])[0] == 0 for p in latest)]
+        numeric = [k for i, k in enumerate(keyed) if all(_sort_key(p[i][1])[0] == 0 for p in latest)]
         metric_rows = []
         for point in sorted(latest, key=lambda p: [_sort_key(v) for _, v in p]):
             values: list[float | None] = [None] * width
-            trials: list[list[list[float]]] = [[] for _ in range(width)]
+            trials: list[list[statistics.Trial]] = [[] for _ in range(width)]
             ids: list[list[int]] = [[] for _ in range(width)]
             for trial_id, m in sorted(latest[point].items()):
                 c = column_of[trial_id]
-                trials[c].append(m.samples if m.samples else [m.value])
+                trials[c].append(trial_of(m))
                 ids[c].append(trial_id)
                 values[c] = m.value
             for c in range(width):
@@ -612,9 +662,9 @@ def run_to_run_spreads(
 ) -> Spreads:
     """The spreads the one-trial columns of these comparisons could use, keyed by (runner, stack, metric,
     point): from the campaign's succeeded trials on those runners (the newest SPREAD_TRIALS each; Spreads.of
-    leaves out the compared ones), per
-    approach with 2 trials or more at the point on the same stack, the variance of their log values pooled
-    over the approaches (df = trials - approaches). Two queries; none when no column has one trial."""
+    leaves out the compared ones), per approach with 2 trials or more at the point on the same stack, the
+    variance of their log figures (each its samples' median, else its value) pooled over the approaches
+    (df = trials - approaches). Two queries; none when no column has one trial."""
     wanted_runners: set[int] = set()
     keyed_of: dict[str, list[str]] = {}
     names: set[str] = set()
@@ -652,8 +702,10 @@ def run_to_run_spreads(
     # A trial every one of these comparisons judges is left out by Spreads.of anyway: not read (the window of
     # the newest SPREAD_TRIALS above still counts it, so the spreads are the same).
     judged_by_all = set.intersection(*({t.id for t in trials} for _, trials in items))
+    # Each trial's figure, as the comparison reads it: its samples' median, else its value.
+    figure = func.coalesce(col(Metric.samples_median), col(Metric.value))
     for trial_id, name, value, tags in session.execute(
-        sa_select(Metric.trial_id, Metric.name, Metric.value, cast(Metric.tags, Text))  # type: ignore[call-overload]
+        sa_select(Metric.trial_id, Metric.name, figure, cast(Metric.tags, Text))  # type: ignore[call-overload]
         .where(
             col(Metric.trial_id).in_([t for t in about if t not in judged_by_all]), col(Metric.name).in_(sorted(names))
         )

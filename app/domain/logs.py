@@ -23,6 +23,7 @@ from sqlalchemy import delete, insert, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from app.domain import statistics
 from app.domain.trials import StaleAttempt, current_trial
 from app.models import Attempt, LogChunk, Metric, Trial, utcnow
 from app.protocol.metrics import METRIC_PREFIX, parse_metric_line
@@ -201,6 +202,7 @@ def _save_metrics(session: Session, trial: Trial, found: list[tuple[int, int, di
             "unit": m["unit"][:40],
             "tags": m["tags"],
             "samples": m.get("samples"),
+            **statistics.summary_columns(m.get("samples")),
             "created_at": now,
         }
         for seq, index, m in found

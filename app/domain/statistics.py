@@ -2,7 +2,8 @@
 
 **The trial is the unit.** Samples inside one trial (graph replays, repeated calls) share the process,
 the clocks and the GPU's state: they estimate that trial's figure (its median), nothing more. A side of
-a comparison is a list of trials, each a list of samples; its figure is the mean of its trials' medians.
+a comparison is a list of trials, each a list of samples or their `TrialSummary` (median, CV, count: what
+a metric row stores with its samples); its figure is the mean of its trials' medians.
 Between a side and the first (the reference) side, per metric point:
 
 - the **ratio** of the two figures (other / reference) with a percentile interval at `Rule.confidence`,
@@ -47,6 +48,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypedDict
 
 import numpy as np
 from scipy import stats as sps
@@ -54,7 +56,21 @@ from scipy.special import ndtr
 
 from app.protocol.metrics import MetricName
 
-Trials = Sequence[Sequence[float]]  # a side: its trials, each its samples
+
+@dataclass(frozen=True, slots=True)
+class TrialSummary:
+    """One trial's samples as every method here reads them: their median (the trial's figure), their CV (None
+    under 2 samples or at a zero mean) and how many there were. Stored with each metric row as it is
+    written (`Metric.samples_median`, `samples_cv`, `samples_n`: `summary_columns`), so a comparison of 8 x
+    200 points need not decode 160,000 samples to read 1,600 trials."""
+
+    median: float
+    cv: float | None
+    n: int
+
+
+Trial = Sequence[float] | TrialSummary  # one trial: its samples, or their summary
+Trials = Sequence[Trial]  # a side: its trials
 
 
 class Verdict(StrEnum):
@@ -174,6 +190,31 @@ def trial_value(samples: Sequence[float]) -> float | None:
     return float(np.median(samples)) if len(samples) else None
 
 
+def summarize(samples: Sequence[float] | None) -> TrialSummary | None:
+    """The summary of one trial's samples (None without any): the same median and CV `_side_data` computes
+    over stacked trials (tests/domain/test_statistics.py checks they agree)."""
+    if not samples:
+        return None
+    values = np.asarray(samples, dtype=float)
+    return TrialSummary(float(np.median(values)), _cv(values), int(values.size))
+
+
+class SummaryColumns(TypedDict):
+    """A metric row's columns that hold its samples' summary (app.models.Metric)."""
+
+    samples_median: float | None
+    samples_cv: float | None
+    samples_n: int | None
+
+
+def summary_columns(samples: Sequence[float] | None) -> SummaryColumns:
+    """A metric row's summary columns for these samples (all None without samples), for every writer."""
+    found = summarize(samples)
+    if found is None:
+        return SummaryColumns(samples_median=None, samples_cv=None, samples_n=None)
+    return SummaryColumns(samples_median=found.median, samples_cv=found.cv, samples_n=found.n)
+
+
 # --- The rule --------------------------------------------------------------------------------------------
 
 
@@ -266,10 +307,11 @@ class TrialEstimate:
 
 def trial_estimate(trials: Trials) -> TrialEstimate | None:
     """The side's estimate when the trial is the unit: None when no trial has a sample."""
-    medians = [float(np.median(t)) for t in trials if len(t)]
+    summaries = [t if isinstance(t, TrialSummary) else summarize(t) for t in trials]
+    medians = [t.median for t in summaries if t is not None]
     if not medians:
         return None
-    within = [c for c in (_cv(np.asarray(t, dtype=float)) for t in trials if len(t) >= 2) if c is not None]
+    within = [t.cv for t in summaries if t is not None and t.cv is not None]
     return TrialEstimate(
         float(np.mean(medians)),
         len(medians),
@@ -293,7 +335,7 @@ def _bootstrap_medians(sorted_trial: np.ndarray, n_resamples: int, rng: np.rando
 
 
 def trial_resamples(
-    trials: Trials,
+    trials: Sequence[Sequence[float]],
     n_resamples: int,
     rng: np.random.Generator,
     *,
@@ -430,33 +472,43 @@ def compare_rows(
 
 
 def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
-    """Each trial's median and CV (one numpy pass per sample size over the stacked trials)."""
-    flat: list[Sequence[float]] = []
-    where: list[tuple[int, int]] = []
+    """Each trial's median and CV: a summary's as stored, samples' in one numpy pass per sample size over the
+    stacked trials."""
+    where: list[tuple[int, int]] = []  # each trial's side, in order
+    sizes: list[int] = []  # each trial's sample count
+    sampled: dict[int, list[tuple[int, Sequence[float]]]] = {}  # sample count -> (trial, its samples)
+    summarized: list[tuple[int, TrialSummary]] = []
     for r, row in enumerate(rows):
         for c, trials in enumerate(row):
             for t in trials:
-                if len(t):
-                    flat.append(t)
-                    where.append((r, c))
-    by_size: dict[int, list[int]] = {}
-    for i, one in enumerate(flat):
-        by_size.setdefault(len(one), []).append(i)
-    median_of = np.empty(len(flat))
-    cv_of = np.full(len(flat), np.nan)
-    for n, members in by_size.items():
+                if isinstance(t, TrialSummary):
+                    summarized.append((len(where), t))
+                    sizes.append(t.n)
+                elif len(t):
+                    sampled.setdefault(len(t), []).append((len(where), t))
+                    sizes.append(len(t))
+                else:
+                    continue
+                where.append((r, c))
+    median_of = np.empty(len(where))
+    cv_of = np.full(len(where), np.nan)
+    for n, of_size in sampled.items():
         # One conversion for every trial of this size (not one numpy call per trial).
-        stacked = np.array([flat[i] for i in members], dtype=float)
-        median_of[members] = np.median(stacked, axis=1)
+        at = [i for i, _ in of_size]
+        stacked = np.array([t for _, t in of_size], dtype=float)
+        median_of[at] = np.median(stacked, axis=1)
         if n >= 2:
             means = stacked.mean(axis=1)
             with np.errstate(divide="ignore", invalid="ignore"):
                 cvs = stacked.std(axis=1, ddof=1) / np.abs(means)
-            cv_of[members] = np.where(means != 0, cvs, np.nan)
+            cv_of[at] = np.where(means != 0, cvs, np.nan)
+    if summarized:
+        at = [i for i, _ in summarized]
+        median_of[at] = [t.median for _, t in summarized]
+        cv_of[at] = [math.nan if t.cv is None else t.cv for _, t in summarized]
     grouped: dict[tuple[int, int], list[int]] = {}
     for i, key in enumerate(where):
         grouped.setdefault(key, []).append(i)
-    sizes = [len(t) for t in flat]
     cvs_of = cv_of.tolist()
     medians_of = median_of.tolist()
     empty = _SideData(0, 0, np.empty(0), None)

@@ -7,6 +7,7 @@ GET /api/campaigns/{slug}/compare (app/api/trials.py)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -89,6 +90,15 @@ NO_VERDICT = (
 )
 
 
+VERDICT_SPANS = {
+    v: f'<span class="verdict verdict-{v.value}">{escape(words)}</span>'
+    for v, words in statistics.VERDICT_WORDS.items()
+}
+# The spreads' notes and stack differences repeat down the table (one text per runner and point set): each
+# is escaped once.
+_escaped = functools.lru_cache(maxsize=4096)(escape)
+
+
 def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
     """A column against the first at a point: its verdict's words, ratio and interval, p-value, the trials a
     side that would decide an inconclusive row, the spread it used, the stack difference; or why it was not
@@ -100,7 +110,7 @@ def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
         why = f'<span class="muted">{escape(pair.not_compared)}</span>' if pair.not_compared else ""
         return f'<td class="verdict-cell small" data-verdict="none">{why}</td>'
     verdict = st.verdict.value
-    parts = [f'<span class="verdict verdict-{verdict}">{escape(statistics.VERDICT_WORDS[st.verdict])}</span>']
+    parts = [VERDICT_SPANS[st.verdict]]
     if st.verdict == statistics.Verdict.no_verdict:
         parts.append(NO_VERDICT)
     if st.ratio:
@@ -118,9 +128,9 @@ def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
         )
         parts.append(f'<span class="muted trials-needed">{needed}</span>')
     if pair.spread:
-        parts.append(f'<span class="muted spread-note">{escape(pair.spread)}</span>')
+        parts.append(f'<span class="muted spread-note">{_escaped(pair.spread)}</span>')
     if pair.stack_difference:
-        parts.append(f'<span class="differs-mark">≠ {escape(pair.stack_difference)}</span>')
+        parts.append(f'<span class="differs-mark">≠ {_escaped(pair.stack_difference)}</span>')
     return f'<td class="verdict-cell small" data-verdict="{verdict}">{" ".join(parts)}</td>'
 
 

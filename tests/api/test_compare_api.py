@@ -201,3 +201,25 @@ def test_settle_queues_a_first_round_and_refuses_bad_requests(api, timed):
     ]:
         r = api.post("/api/campaigns/s/settle", json=payload)
         assert r.status_code == status and words in r.text, (payload, r.text)
+
+
+def test_rows_without_a_stored_summary_compare_as_their_samples_do(api, app):
+    """A comparison reads each row's stored sample summary; a row written without one (before migration 0018,
+    or by a writer that leaves it out) is read from its samples, to the same figures, intervals and
+    verdicts, with a known run-to-run spread, trial against trial and approach against approach."""
+    bodies = []
+    for slug, summary in (("with", True), ("without", False)):
+        seed(app_state(app).engine, {"key": "a"}, {"key": "b"}, slug=slug)
+        with session_scope(app_state(app).engine) as s:
+            node = runner(s, f"node-{slug}", OLD_STACK)
+            ids = []
+            for key, center, n in (("a", 10.0, 1), ("a", 10.1, 2), ("a", 9.9, 3), ("b", 9.0, 4), ("b", 9.1, 5)):
+                lines = [{**line, "summary": summary} for line in _timed(center, n)]
+                ids.append(end_trial(s, approach(s, key, slug), node, metrics=lines).id)
+        pair = api.get(f"/api/campaigns/{slug}/compare", params=[("trial", ids[0]), ("trial", ids[3])]).json()
+        pooled = api.get(f"/api/campaigns/{slug}/compare?approach=a&approach=b").json()
+        bodies.append([pair["metrics"], pooled["metrics"]])
+    assert bodies[0] == bodies[1]
+    pair_stats, pooled_stats = (m[0]["rows"][0]["stats"] for m in bodies[0])
+    assert pair_stats["trials"] == [1, 1] and "run-to-run spread" in pair_stats["spread"]
+    assert pooled_stats["trials"] == [3, 2] and pooled_stats["n"] == [36, 24]

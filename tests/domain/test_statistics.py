@@ -214,6 +214,39 @@ def test_rows_of_many_sides_and_sizes_in_one_pass_match_one_pair_at_a_time():
                 assert alone.ratio.value == pytest.approx(out[r].pairs[c - 1].ratio.value)  # type: ignore[union-attr]
 
 
+def test_trials_as_their_stored_summary_give_what_their_samples_give():
+    """A comparison reads each trial's stored summary (median, CV, count: `summarize`, written with the
+    samples), not the samples: every side, interval, p-value and verdict is the one the samples give, in
+    sides mixing both kinds, with one-trial sides using a known spread, and sides with an odd sample count."""
+    rng = np.random.default_rng(23)
+    rows = [
+        [_trials(rng, 4, 10.0, 0.01, 0.01), _trials(rng, 3, 9.0, 0.01, 0.01), _trials(rng, 1, 10.4, 0.01, 0.02)],
+        [_trials(rng, 1, 3.0, 0.01, 0.01), _trials(rng, 1, 3.3, 0.01, 0.01), [[2.9, 3.1, 3.0]]],
+        [[[1.0]], [[1.2]], [[1.1, 1.3]]],
+    ]
+    known: list[list[KnownSpread | None]] = [
+        [None, None, KnownSpread(0.02, 4)],
+        [KnownSpread(0.02, 4)] * 3,
+        [KnownSpread(0.05, 3)] * 3,
+    ]
+
+    def summarized(row, mixed):
+        return [[st.summarize(t) if not mixed or i % 2 == 0 else t for i, t in enumerate(side)] for side in row]
+
+    from_samples = st.compare_rows(rows, lower_better=[True, False, True], known=known)
+    for mixed in (False, True):
+        from_summaries = st.compare_rows(
+            [summarized(row, mixed) for row in rows], lower_better=[True, False, True], known=known
+        )
+        assert from_summaries == from_samples
+    one = st.summarize([3.0, 1.0, 2.0, 10.0])
+    assert one == st.TrialSummary(2.5, float(np.std([3.0, 1.0, 2.0, 10.0], ddof=1) / 4.0), 4)
+    assert st.summarize([5.0]) == st.TrialSummary(5.0, None, 1) and st.summarize([]) is None
+    assert st.summary_columns(None) == {"samples_median": None, "samples_cv": None, "samples_n": None}
+    summaries = [st.summarize(t) for t in rows[0][0]]
+    assert all(summaries) and st.trial_estimate([t for t in summaries if t]) == st.trial_estimate(rows[0][0])
+
+
 def test_seeded_the_same_trials_give_the_same_interval():
     rng = np.random.default_rng(21)
     a, b = _trials(rng, 3, 5.0, 0.02, 0.01), _trials(rng, 3, 5.1, 0.02, 0.01)

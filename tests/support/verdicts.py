@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from app.domain import inventory, scheduling, trials, verdicts
+from app.domain import inventory, scheduling, statistics, trials, verdicts
 from app.domain import runners as runner_domain
 from app.models import Approach, Campaign, Metric, Runner, Trial
 from app.protocol.messages import Finished
@@ -92,6 +92,8 @@ def run_to_end(
                 unit=m.get("unit", ""),
                 tags=m.get("tags", {}),
                 samples=m.get("samples"),
+                # As the ingest writes them (logs._save_metrics); m["summary"] False: a row written without them.
+                **statistics.summary_columns(m.get("samples") if m.get("summary", True) else None),
             )
         )
     s.flush()

@@ -3,6 +3,7 @@ cap with its marker, metrics from lines split across chunks."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from sqlmodel import Session, col, select
 
@@ -108,6 +109,10 @@ def test_a_metric_lines_samples_are_stored_with_it_and_bad_samples_are_left_out(
     with session_scope(engine, write=False) as session:
         rows = session.exec(select(Metric).where(Metric.trial_id == tid).order_by(col(Metric.index))).all()
         assert [(m.value, m.samples) for m in rows] == [(6.5, [6.4, 6.5, 6.7]), (7.0, None), (8.0, None)]
+        # Their summary is written with them (what comparisons read: statistics.summary_columns).
+        assert (rows[0].samples_median, rows[0].samples_n) == (6.5, 3)
+        assert rows[0].samples_cv == pytest.approx(np.std([6.4, 6.5, 6.7], ddof=1) / np.mean([6.4, 6.5, 6.7]))
+        assert [(m.samples_median, m.samples_cv, m.samples_n) for m in rows[1:]] == [(None, None, None)] * 2
 
 
 def test_format_metric_refuses_more_samples_than_a_line_may_carry():
