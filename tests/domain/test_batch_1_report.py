@@ -15,6 +15,7 @@ from app.db import session_scope
 from app.domain import inventory
 from app.domain.answer import model as formula
 from app.domain.answer.grid import Cell
+from app.domain.answer.inputs import WhatIf
 from app.domain.answer.model import BreakEvenCurve, CycleCosts
 from app.domain.answer.read import Answer, read_answer
 from app.domain.campaign_files import import_campaign
@@ -116,6 +117,38 @@ def test_the_committed_sweep_report_is_its_grid_at_batch_1(session):
     campaign.accept_alphas = []
     session.flush()
     assert assert_the_report_is_the_grid_at_batch_1(read_answer(session, campaign)) >= 1
+
+
+def test_the_sweep_report_counts_the_allreduces_it_measured_none_at_world_size_1(session):
+    """The sweep ran at world size 1 (TP 1): its verify step runs no allreduce, so the report's N_ar is 0, as its
+    grid cells' is, not the campaign's default 122 (which drew a curve and a break-even t_ar of 193.9 us per
+    allreduce that nothing measured). The grid's cell still answers."""
+    campaign = _imported(session, "speculation-sweep-h200x1", ALPHAS)
+    found = read_answer(session, campaign)
+    report = found.report
+    n_ar = report.inputs.allreduces_per_verify
+    assert n_ar.value == 0 and n_ar.source.startswith("world size 1: no allreduces in the verify step"), n_ar
+    assert report.world_1 and report.curve is None and not report.missing
+    assert report.costs is not None and report.costs.break_even_t_ar_us is None
+    assert report.points and all(p.world_1 and p.comm_ms == 0 and p.cell is not None for p in report.points)
+    assert all(p.cell.n_ar == 0 for p in report.points if p.cell is not None)
+    head = report.headline
+    assert head is not None and head.world_1 and head.profitable and head.speedup == report.points[0].speedup
+    assert assert_the_report_is_the_grid_at_batch_1(found) == len(report.points)
+    # A count asked for in the what-if is the person's: the curve is drawn with it.
+    asked = read_answer(session, campaign, what_if=WhatIf(allreduces_per_verify=122)).report
+    assert asked.inputs.allreduces_per_verify.value == 122 and asked.curve is not None and not asked.world_1
+    # A reported allreduce figure is placed on the campaign's curve: N_ar stays the campaign's.
+    campaign.reported = [{"label": "NCCL on PCIe", "t_ar_us": 200.0, "baseline": True, "source": "seed"}]
+    session.flush()
+    reported = read_answer(session, campaign).report
+    assert reported.inputs.allreduces_per_verify.value == 122 and reported.curve is not None
+    assert not reported.world_1 and reported.curve.n_ar == 122
+
+
+def test_a_campaign_that_communicates_keeps_its_allreduce_count(session):
+    report = read_answer(session, _imported(session, "allreduce-shootout-h200x2")).report
+    assert report.inputs.allreduces_per_verify.value == 122 and report.curve is not None and not report.world_1
 
 
 def test_the_moe_results_report_is_its_grid_at_batch_1(session):
