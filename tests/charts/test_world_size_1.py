@@ -2,7 +2,8 @@
 the status page say so instead of claiming the campaign's default 122 allreduces per verify and a break-even
 allreduce latency that no measurement has. On the committed sweep (docs/results/speculation-sweep-h200x1.yaml)
 the verify chart's subtitle once read "T_base 16.12 ms, 122 allreduces per verify" and the what-if "break-even
-t_ar* 193.9 us per allreduce (122 per verify)"."""
+t_ar* 193.9 us per allreduce (122 per verify)". Nor does the page list the sweep's steps as missing an allreduce
+latency they do not have."""
 
 from __future__ import annotations
 
@@ -94,3 +95,12 @@ def test_a_what_if_allreduce_count_brings_the_curve_back_and_says_the_one_gpu_st
     assert "1 approach at world size 1, no allreduces in the verify step (not drawn)" in subtitle
     text = _text(r.text)
     assert "(world size 1: no allreduces in the verify step)" in text and "t ar 0.0 us" not in text
+
+
+def test_the_charts_page_asks_no_allreduce_latency_of_steps_that_have_none(app, operator_client):
+    """The sweep's decode, verify and draft steps ran on one GPU: none is waiting for an allreduce latency, so the
+    page does not list them as missing one ("No GPU allreduce latency at 56 KiB yet: Decode step T_base(b), ...,
+    EAGLE-3 draft step in a CUDA graph, ...")."""
+    _imported(app)
+    text = _text(operator_client.get(f"/campaigns/{SLUG}/charts").text)
+    assert "No GPU allreduce latency" not in text

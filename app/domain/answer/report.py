@@ -272,7 +272,7 @@ class ProfitabilityReport:
     points: tuple[ApproachPoint, ...]
     references: tuple[ReferencePoint, ...]
     cpu_floor: tuple[CpuFloor, ...]
-    unmeasured: tuple[str, ...]  # approach titles without a t_ar at the verify size
+    unmeasured: tuple[str, ...]  # titles of allreduce candidates (measures_allreduce) without a t_ar at the verify size
     speculative: bool  # does the campaign ask the speculation question (see asks_speculation)
     answers: tuple[ApproachVerdict, ...] = ()  # every approach and reported figure, lowest tau* first
     # Approaches whose t_ar was measured on another stack than the plain decode step: (title, the difference).
@@ -442,6 +442,37 @@ def _allreduces_measured(
     return replace(laid, missing=tuple(batch_1_missing(laid)))
 
 
+# Recipe kinds whose trials never give an allreduce latency: they measure another input of the model (a draft
+# head's step, an engine's acceptance), so an approach of theirs is never waiting for a t_ar.
+NO_ALLREDUCE_KINDS = frozenset({"draft_step", "engine_acceptance"})
+
+
+def _count(value: object) -> int | None:
+    """A rank count as a recipe or a tag spells it (a campaign file may write "1"), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
+
+
+def measures_allreduce(approach: Approach, metrics: CampaignMetrics) -> bool:
+    """Whether the approach is an allreduce candidate, one whose t_ar the report waits for until it has one. Not
+    when its recipe's kind never measures an allreduce (NO_ALLREDUCE_KINDS), nor when it runs on one GPU, where a
+    verify step runs no allreduce: its recipe's `world_size` (`tp_size` for sglang_server) is 1, or its trials'
+    decode and verify steps all ran at world size 1 (tag `world_size` 1 or `allreduces` 0). Every other approach
+    is one, run or not: an allreduce or sglang_server recipe above one GPU, a verify step whose world size is not
+    known yet (it defaults to every visible GPU), a command, an approach with no recipe."""
+    recipe = approach.recipe if isinstance(approach.recipe, dict) else {}
+    kind = recipe.get("kind")
+    if kind in NO_ALLREDUCE_KINDS:
+        return False
+    params = recipe.get("params") if isinstance(recipe.get("params"), dict) else {}
+    if _count((params or {}).get("tp_size" if kind == "sglang_server" else "world_size")) == 1:
+        return False
+    steps = metrics.newest((MetricName.VERIFY_COMPUTE_MS, MetricName.DECODE_STEP_MS), approach.id)
+    one_gpu = [m for m in steps if _count(m.tags.get("world_size")) == 1 or m.tags.get("allreduces") == 0]
+    return not steps or len(one_gpu) < len(steps)
+
+
 def _other_stacks(session: Session, inputs: ModelInputs, trial_ids: set[int | None]) -> dict[int, str]:
     """The latency trials measured on another stack than the trial the plain decode step T_base comes from:
     {trial id: "GPU NVIDIA RTX PRO 6000 Blackwell -> NVIDIA H200, SM 12.0 -> 9.0"}. None is checked while T_base
@@ -540,7 +571,8 @@ def profitability_report(
             # A verify step at world size 1 runs no allreduce: its batch-1 point is its grid cell, t_ar 0.
             estimate = LatencyEstimate(0.0, WORLD_1_METHOD, "the verify step runs no allreduce on one GPU", None)
         if estimate is None:
-            unmeasured.append(approach.title)
+            if measures_allreduce(approach, metrics):  # not a draft step, nor a verify step on one GPU
+                unmeasured.append(approach.title)
             continue
         n_ar = int(inputs.allreduces_per_verify.value or 0)
         if cell is None and estimate.trial_id is not None and estimate.trial_id in stacks:
