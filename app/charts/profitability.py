@@ -26,7 +26,8 @@ from app.charts.base import (
     trace_groups,
     us,
 )
-from app.domain.answer import LatencySeries, ProfitabilityReport, ReferencePoint
+from app.domain.answer import NO_ALLREDUCES, LatencySeries, ProfitabilityReport, ReferencePoint
+from app.domain.wording import plural
 
 # Past this many reported figures a chart draws them as one trace (each point named in its hover): a
 # results campaign reports one figure per measured approach, and a legend entry each crushes the plot.
@@ -148,6 +149,11 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
     marks = [p.tau_star for p in report.on_t_ar_axis] + [r.tau_star for r in report.references]
     top = max([m for m in marks if m is not None] + ([accept.value] if accept.value is not None else []) + [1.0])
     parts = [f"T_base {curve.t_base_ms:.2f} ms, {curve.n_ar} allreduces per verify"]
+    one_gpu = [p for p in report.points if p.world_1]
+    if one_gpu:  # beside approaches that communicate: the count is theirs, not the one-GPU steps'
+        parts.append(
+            f"{plural(len(one_gpu), 'approach')} at world size 1, no allreduces in the verify step (not drawn)"
+        )
     if curve.lower_bound:
         parts.append(f"a lower bound: {' and '.join(curve.unknown)} counted as 0")
     else:
@@ -407,6 +413,10 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure | None:
             )
         )
     subtitle = "above the line: speculation pays"
+    if costs.n_ar == 0:  # no communication: every point sits at x = 0, and no t_ar decides it
+        subtitle = (
+            f"{NO_ALLREDUCES if report.world_1 else 'no allreduces per verify'}, so no break-even t_ar · {subtitle}"
+        )
     if costs.break_even_t_ar_us is not None:
         subtitle = (
             f"break-even t_ar* = {costs.break_even_t_ar_us:.1f} us per allreduce at "

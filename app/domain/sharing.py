@@ -135,6 +135,7 @@ class StatusReport:
     others: tuple[ApproachVerdict, ...]
     break_even_t_ar_us: float | None
     unknown: tuple[str, ...]  # the costs tau* counts as zero while they are unknown
+    world_1: bool  # the verify steps measured ran at world size 1: no allreduce, no curve over t_ar
     accept_length: float | None
     accept_source: str
     fastest: ApproachPoint | None  # the lowest measured t_ar (latency comparison)
@@ -191,6 +192,7 @@ def status_report(
         others=profitability.others,
         break_even_t_ar_us=costs.break_even_t_ar_us if costs else None,
         unknown=curve.unknown if curve else (),
+        world_1=profitability.world_1,
         accept_length=profitability.inputs.accept_length.value,
         accept_source=profitability.inputs.accept_length.source,
         fastest=profitability.fastest,

@@ -4,7 +4,7 @@ words ("56 KiB", "1.75 MiB"): the one size formatter of the answer, its latencie
 
 from __future__ import annotations
 
-IRREGULAR = {"entry": "entries", "query": "queries", "batch": "batches"}
+IRREGULAR = {"entry": "entries", "query": "queries", "batch": "batches", "approach": "approaches"}
 
 
 def plural(count: int | float, word: str, many: str | None = None) -> str:

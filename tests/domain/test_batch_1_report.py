@@ -15,12 +15,18 @@ from app.db import session_scope
 from app.domain import inventory
 from app.domain.answer import model as formula
 from app.domain.answer.grid import Cell
+from app.domain.answer.inputs import WhatIf
+from app.domain.answer.metrics import CampaignMetrics, MetricRow
 from app.domain.answer.model import BreakEvenCurve, CycleCosts
 from app.domain.answer.read import Answer, read_answer
+from app.domain.answer.report import NO_ALLREDUCE_KINDS, measures_allreduce
 from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
+from app.models import Approach
+from app.protocol.metrics import MetricName
 from app.schemas import ApproachCreate
 from app.state import app_state
+from runners.recipes import recipes
 from tests.support.speculation import build_sweep_campaign
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -118,6 +124,38 @@ def test_the_committed_sweep_report_is_its_grid_at_batch_1(session):
     assert assert_the_report_is_the_grid_at_batch_1(read_answer(session, campaign)) >= 1
 
 
+def test_the_sweep_report_counts_the_allreduces_it_measured_none_at_world_size_1(session):
+    """The sweep ran at world size 1 (TP 1): its verify step runs no allreduce, so the report's N_ar is 0, as its
+    grid cells' is, not the campaign's default 122 (which drew a curve and a break-even t_ar of 193.9 us per
+    allreduce that nothing measured). The grid's cell still answers."""
+    campaign = _imported(session, "speculation-sweep-h200x1", ALPHAS)
+    found = read_answer(session, campaign)
+    report = found.report
+    n_ar = report.inputs.allreduces_per_verify
+    assert n_ar.value == 0 and n_ar.source.startswith("world size 1: no allreduces in the verify step"), n_ar
+    assert report.world_1 and report.curve is None and not report.missing
+    assert report.costs is not None and report.costs.break_even_t_ar_us is None
+    assert report.points and all(p.world_1 and p.comm_ms == 0 and p.cell is not None for p in report.points)
+    assert all(p.cell.n_ar == 0 for p in report.points if p.cell is not None)
+    head = report.headline
+    assert head is not None and head.world_1 and head.profitable and head.speedup == report.points[0].speedup
+    assert assert_the_report_is_the_grid_at_batch_1(found) == len(report.points)
+    # A count asked for in the what-if is the person's: the curve is drawn with it.
+    asked = read_answer(session, campaign, what_if=WhatIf(allreduces_per_verify=122)).report
+    assert asked.inputs.allreduces_per_verify.value == 122 and asked.curve is not None and not asked.world_1
+    # A reported allreduce figure is placed on the campaign's curve: N_ar stays the campaign's.
+    campaign.reported = [{"label": "NCCL on PCIe", "t_ar_us": 200.0, "baseline": True, "source": "seed"}]
+    session.flush()
+    reported = read_answer(session, campaign).report
+    assert reported.inputs.allreduces_per_verify.value == 122 and reported.curve is not None
+    assert not reported.world_1 and reported.curve.n_ar == 122
+
+
+def test_a_campaign_that_communicates_keeps_its_allreduce_count(session):
+    report = read_answer(session, _imported(session, "allreduce-shootout-h200x2")).report
+    assert report.inputs.allreduces_per_verify.value == 122 and report.curve is not None and not report.world_1
+
+
 def test_the_moe_results_report_is_its_grid_at_batch_1(session):
     campaign = _imported(session, "moe-sweep-h200x1")
     assert_the_report_is_the_grid_at_batch_1(read_answer(session, campaign))
@@ -173,3 +211,57 @@ def test_an_approach_off_the_grid_shows_no_speedup_and_says_why(session):
     verdict = found.report.answer_of(point)
     assert verdict is not None and verdict.profitable is None and verdict.speedup is None
     assert verdict.grid_note == point.grid_note
+
+
+def _approach(recipe: dict | None) -> Approach:
+    return Approach(id=7, campaign_id=1, key="a", title="A", recipe=recipe)
+
+
+def _steps(**tags) -> CampaignMetrics:
+    """One trial of approach 7 that measured a decode step under `tags`."""
+    return CampaignMetrics([MetricRow(3, 7, MetricName.DECODE_STEP_MS, 16.1, tags, 0, 0)])
+
+
+@pytest.mark.parametrize(
+    ("recipe", "metrics", "candidate"),
+    [
+        ({"kind": "draft_step", "params": {"world_size": 8}}, None, False),  # times a draft head, never a t_ar
+        ({"kind": "engine_acceptance", "params": {}}, None, False),  # reads acceptance counters
+        ({"kind": "verify_step", "params": {"world_size": 1}}, None, False),  # one GPU: no allreduce
+        ({"kind": "moe_step", "params": {"world_size": "1"}}, None, False),  # as the MoE results file spells it
+        ({"kind": "sglang_server", "params": {"tp_size": 1}}, None, False),
+        ({"kind": "verify_step", "params": {}}, _steps(world_size=1, allreduces=0), False),  # ran on one GPU
+        ({"kind": "verify_step", "params": {}}, _steps(world_size=2, allreduces=122), True),
+        ({"kind": "verify_step", "params": {}}, None, True),  # not run yet: every visible GPU, maybe several
+        ({"kind": "verify_step", "params": {"world_size": 2}}, None, True),
+        ({"kind": "allreduce", "params": {"tokens": [1, 4]}}, None, True),
+        ({"kind": "sglang_server", "params": {"tp_size": 8}}, None, True),  # the Kimi demo's approaches
+        ({"kind": "command", "params": {"argv": ["./all_reduce_perf"]}}, None, True),
+        (None, None, True),  # no recipe yet: an inventory item
+    ],
+)
+def test_an_allreduce_candidate_is_an_approach_with_an_allreduce_to_measure(recipe, metrics, candidate):
+    assert measures_allreduce(_approach(recipe), metrics or CampaignMetrics([])) is candidate
+
+
+def test_the_kinds_that_never_measure_an_allreduce_are_recipe_kinds():
+    assert NO_ALLREDUCE_KINDS <= set(recipes())
+
+
+def test_unmeasured_lists_only_allreduce_candidates(session):
+    """ "No GPU allreduce latency at 56 KiB yet: ..." names the approaches waiting for an allreduce latency. The
+    sweep's decode, verify and draft steps on one GPU have none to measure (it listed all eight of them); a
+    draft step never measures one; an allreduce candidate that has not run stays listed."""
+    assert read_answer(session, _imported(session, "speculation-sweep-h200x1", ALPHAS)).report.unmeasured == ()
+    shootout = _imported(session, "allreduce-shootout-h200x2")
+    unmeasured = read_answer(session, shootout).report.unmeasured
+    titles = {a.key: a.title for a in inventory.approaches(session, shootout)}
+    for key in ("draft-step-graph", "draft-step-eager", "draft-step-cpu"):
+        assert titles[key] not in unmeasured, key
+    for key in ("nccl-graph", "verify-step-nccl-graph", "decode-step-nccl-graph", "gloo-cpu"):
+        assert titles[key] in unmeasured, key  # results reported, not measured here: still waiting
+    load_demo(session)
+    session.flush()
+    kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
+    report = read_answer(session, kimi).report
+    assert set(report.unmeasured) == {a.title for a in inventory.approaches(session, kimi)}  # none has run

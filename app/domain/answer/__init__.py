@@ -47,6 +47,7 @@ from app.domain.answer.model import (
 )
 from app.domain.answer.read import Answer, read_answer
 from app.domain.answer.report import (
+    NO_ALLREDUCES,
     ApproachPoint,
     ApproachVerdict,
     CpuFloor,
@@ -92,6 +93,7 @@ __all__ = [
     "ApproachVerdict",
     "answers_for",
     "ProfitabilityReport",
+    "NO_ALLREDUCES",
     "asks_speculation",
     "profitability_report",
     "LatencySeries",

@@ -5,7 +5,9 @@ an approach with a cell there shows the cell's figures (tau*, speedup, savings, 
 profitable); an approach without one says why it is not on the grid and shows no speedup, unless its t_ar was
 measured in the serving step itself (BATCH_1_METHODS); that figure and a reported allreduce figure are answered
 by the same formula (model.py) with the grid's batch-1 inputs. A t_ar off the grid is never paired with a T_base
-measured on another stack (PAIRED_STACK): it is listed in `other_stack` instead.
+measured on another stack (PAIRED_STACK): it is listed in `other_stack` instead. A verify step at world size 1
+runs no allreduce: where the report holds nothing else, its N_ar is 0, as the cells' is (`_allreduces_measured`),
+so no curve over t_ar nor break-even t_ar claims the campaign's default 122 allreduces; the cells still answer.
 
 `profitability_report` reads the campaign's metrics once (metrics.py) and works in Python.
 No FastAPI here: routes call `profitability_report` and render what it returns.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
@@ -29,6 +31,7 @@ from app.domain.answer.inputs import (
     WhatIf,
     _first_by_preference,
     _from_metric,
+    batch_1_missing,
     model_inputs,
 )
 from app.domain.answer.latency import LatencyEstimate, ReferencePoint, approach_latency, reported_latencies
@@ -84,6 +87,11 @@ class ApproachPoint:
     def break_even_tau(self) -> float | None:
         return self.tau_star
 
+    @property
+    def world_1(self) -> bool:
+        """A verify step at world size 1, placed at its grid cell: t_ar 0 because no allreduce runs."""
+        return self.latency.method == WORLD_1_METHOD
+
 
 @dataclass(frozen=True)
 class CpuFloor:
@@ -122,6 +130,11 @@ class ApproachVerdict:
     @property
     def t_ar_us(self) -> float:
         return self.latency.t_ar_us
+
+    @property
+    def world_1(self) -> bool:
+        """Its verify step ran at world size 1: no allreduce, so its t_ar of 0 is no latency to quote."""
+        return self.cell is not None and self.cell.note == WORLD_1
 
     @property
     def profitable(self) -> bool | None:
@@ -168,13 +181,11 @@ def answers_for(
     accept: Input,
     statuses: dict[str, str],
 ) -> tuple[ApproachVerdict, ...]:
-    """Every measured approach and reported figure answered against the break-even curve, lowest tau* first
-    (none without the curve). A measured approach on the grid is answered by its batch-1 cell; one off the grid
-    says why and is not decided; a reported figure is answered by the formula (model.py) with the campaign's
-    (the grid's batch-1) inputs and accept length."""
-    if curve is None:
-        return ()
-    found = curve
+    """Every measured approach and reported figure answered against the break-even curve, lowest tau* first.
+    A measured approach on the grid is answered by its batch-1 cell; one off the grid says why and is not decided;
+    a reported figure is answered by the formula (model.py) with the campaign's (the grid's batch-1) inputs and
+    accept length. Without the curve (no T_base, or no allreduce in the verify step: world size 1) only the
+    approaches on the grid are answered: their cells hold every figure, the rest need the curve's tau*."""
 
     def answer(
         label: str,
@@ -188,8 +199,16 @@ def answers_for(
         tau_star: float | None = None,
         cell: Cell | None = None,
         grid_note: str = "",
-    ) -> ApproachVerdict:
+    ) -> ApproachVerdict | None:
         on_grid = cell is not None and cell.tau_star is not None
+        if curve is not None:
+            t_base_ms = curve.t_base_ms
+            tau_star = tau_star if tau_star is not None else curve.tau_star(latency.t_ar_us)
+        elif cell is not None and cell.tau_star is not None and cell.t_base_ms is not None:
+            t_base_ms, tau_star = cell.t_base_ms, cell.tau_star.value
+        else:
+            return None
+        exact = on_grid or (curve is not None and not curve.lower_bound)
         return ApproachVerdict(
             label=label,
             approach_key=key,
@@ -199,17 +218,21 @@ def answers_for(
             baseline=baseline,
             tau=tau,
             tau_source=tau_source,
-            tau_star=tau_star if tau_star is not None else found.tau_star(latency.t_ar_us),
-            contains="the full break-even" if on_grid else found.contains,
-            exact=on_grid or not found.lower_bound,
-            t_base_ms=found.t_base_ms,
+            tau_star=tau_star,
+            contains="the full break-even" if on_grid or curve is None else curve.contains,
+            exact=exact,
+            t_base_ms=t_base_ms,
             cell=cell if on_grid else None,
             grid_note=grid_note,
-            formula_speedup=found.speedup(tau, latency.t_ar_us) if tau is not None and not found.lower_bound else None,
+            formula_speedup=(
+                curve.speedup(tau, latency.t_ar_us)
+                if curve is not None and tau is not None and not curve.lower_bound
+                else None
+            ),
         )
 
     # A measured point on the grid answers with its cell (the grid's figures at batch 1).
-    out = [
+    found = [
         answer(
             p.title,
             p.key,
@@ -225,7 +248,7 @@ def answers_for(
         )
         for p in points
     ]
-    out += [
+    found += [
         answer(
             r.label,
             r.approach_key,
@@ -238,7 +261,7 @@ def answers_for(
         )
         for r in references
     ]
-    return tuple(sorted(out, key=lambda a: a.tau_star))
+    return tuple(sorted((a for a in found if a is not None), key=lambda a: a.tau_star))
 
 
 @dataclass(frozen=True)
@@ -249,12 +272,20 @@ class ProfitabilityReport:
     points: tuple[ApproachPoint, ...]
     references: tuple[ReferencePoint, ...]
     cpu_floor: tuple[CpuFloor, ...]
-    unmeasured: tuple[str, ...]  # approach titles without a t_ar at the verify size
+    unmeasured: tuple[str, ...]  # titles of allreduce candidates (measures_allreduce) without a t_ar at the verify size
     speculative: bool  # does the campaign ask the speculation question (see asks_speculation)
     answers: tuple[ApproachVerdict, ...] = ()  # every approach and reported figure, lowest tau* first
     # Approaches whose t_ar was measured on another stack than the plain decode step: (title, the difference).
     # Never combined with it (issue 33 item 2): their point would pair two machines' figures.
     other_stack: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def world_1(self) -> bool:
+        """Every point is a verify step at world size 1 and N_ar is 0 (`_allreduces_measured`): no allreduce was
+        measured because none runs, so there is no curve over t_ar and no break-even allreduce latency."""
+        return (
+            self.inputs.allreduces_per_verify.value == 0 and bool(self.points) and all(p.world_1 for p in self.points)
+        )
 
     @property
     def on_t_ar_axis(self) -> tuple[ApproachPoint, ...]:
@@ -383,6 +414,65 @@ def asks_speculation(campaign: Campaign, approaches: list[Approach], inputs: Mod
 PAIRED_STACK = ("gpu", "sm", "driver", "cuda", "torch", "nccl")
 
 
+# A verify step at world size 1 as the report places it: its grid cell, t_ar 0 (no latency to put on a t_ar axis).
+WORLD_1_METHOD = "world size 1"
+NO_ALLREDUCES = "world size 1: no allreduces in the verify step"
+
+
+def _world_1_cell(cell: Cell | None) -> bool:
+    """A grid cell with a tau* whose verify step ran at world size 1 (no allreduce)."""
+    return cell is not None and cell.tau_star is not None and cell.note == WORLD_1
+
+
+def _allreduces_measured(
+    inputs: ModelInputs, campaign: Campaign, what_if: WhatIf | None, one_gpu: bool, any_t_ar: bool
+) -> ModelInputs:
+    """N_ar as measured at batch 1: 0 where the grid places verify steps run at world size 1 and nothing else in
+    the report carries an allreduce (no approach's t_ar, no reported figure), unless a what-if gives the count.
+    The campaign's N_ar (the default 122: 2 per layer under tensor parallelism) counts a verify step that
+    communicates; one GPU runs none, and a curve or a break-even t_ar drawn with it would claim allreduces that
+    never ran. Anywhere else the campaign's N_ar stands: the grid's cells above world size 1 read it too."""
+    entered = inputs.allreduces_per_verify
+    asked = what_if is not None and what_if.allreduces_per_verify is not None
+    if not one_gpu or any_t_ar or asked or entered.value == 0 or reported_latencies(campaign, inputs):
+        return inputs
+    instead = f"; the campaign's {entered.value:g} counts a verify step that communicates" if entered.value else ""
+    source = f"{NO_ALLREDUCES}: the verify steps measured ran on one GPU{instead}"
+    laid = replace(inputs, allreduces_per_verify=Input(0.0, source))
+    return replace(laid, missing=tuple(batch_1_missing(laid)))
+
+
+# Recipe kinds whose trials never give an allreduce latency: they measure another input of the model (a draft
+# head's step, an engine's acceptance), so an approach of theirs is never waiting for a t_ar.
+NO_ALLREDUCE_KINDS = frozenset({"draft_step", "engine_acceptance"})
+
+
+def _count(value: object) -> int | None:
+    """A rank count as a recipe or a tag spells it (a campaign file may write "1"), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
+
+
+def measures_allreduce(approach: Approach, metrics: CampaignMetrics) -> bool:
+    """Whether the approach is an allreduce candidate, one whose t_ar the report waits for until it has one. Not
+    when its recipe's kind never measures an allreduce (NO_ALLREDUCE_KINDS), nor when it runs on one GPU, where a
+    verify step runs no allreduce: its recipe's `world_size` (`tp_size` for sglang_server) is 1, or its trials'
+    decode and verify steps all ran at world size 1 (tag `world_size` 1 or `allreduces` 0). Every other approach
+    is one, run or not: an allreduce or sglang_server recipe above one GPU, a verify step whose world size is not
+    known yet (it defaults to every visible GPU), a command, an approach with no recipe."""
+    recipe = approach.recipe if isinstance(approach.recipe, dict) else {}
+    kind = recipe.get("kind")
+    if kind in NO_ALLREDUCE_KINDS:
+        return False
+    params = recipe.get("params") if isinstance(recipe.get("params"), dict) else {}
+    if _count((params or {}).get("tp_size" if kind == "sglang_server" else "world_size")) == 1:
+        return False
+    steps = metrics.newest((MetricName.VERIFY_COMPUTE_MS, MetricName.DECODE_STEP_MS), approach.id)
+    one_gpu = [m for m in steps if _count(m.tags.get("world_size")) == 1 or m.tags.get("allreduces") == 0]
+    return not steps or len(one_gpu) < len(steps)
+
+
 def _other_stacks(session: Session, inputs: ModelInputs, trial_ids: set[int | None]) -> dict[int, str]:
     """The latency trials measured on another stack than the trial the plain decode step T_base comes from:
     {trial id: "GPU NVIDIA RTX PRO 6000 Blackwell -> NVIDIA H200, SM 12.0 -> 9.0"}. None is checked while T_base
@@ -458,14 +548,16 @@ def profitability_report(
     metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
     rows = approach_rows if approach_rows is not None else approaches(session, campaign)
     inputs = inputs if inputs is not None else model_inputs(session, campaign, what_if, metrics)
-    curve = inputs.curve()
-    costs = inputs.costs()
     own_tau_allowed = not (what_if and what_if.accept_length is not None)
     gridded = cells is not None
     points: list[ApproachPoint] = []
     unmeasured: list[str] = []
     other_stack: list[tuple[str, str]] = []
     estimates = {a.id: approach_latency(metrics, a.id or 0, inputs) for a in rows}
+    one_gpu = any(estimates[a.id] is None and _world_1_cell((cells or {}).get(a.key)) for a in rows)
+    inputs = _allreduces_measured(inputs, campaign, what_if, one_gpu, any(e is not None for e in estimates.values()))
+    curve = inputs.curve()
+    costs = inputs.costs()
     with_cell = {key for key, c in (cells or {}).items() if c.tau_star is not None}
     stacks = _other_stacks(
         session, inputs, {e.trial_id for a in rows if (e := estimates[a.id]) and a.key not in with_cell}
@@ -475,11 +567,12 @@ def profitability_report(
         estimate = estimates[approach.id]
         found = (cells or {}).get(approach.key)
         cell = found if found is not None and found.tau_star is not None else None  # an open cell is no figure
-        if estimate is None and cell is not None and cell.note == WORLD_1:
+        if estimate is None and _world_1_cell(cell):
             # A verify step at world size 1 runs no allreduce: its batch-1 point is its grid cell, t_ar 0.
-            estimate = LatencyEstimate(0.0, "world size 1", "the verify step runs no allreduce on one GPU", None)
+            estimate = LatencyEstimate(0.0, WORLD_1_METHOD, "the verify step runs no allreduce on one GPU", None)
         if estimate is None:
-            unmeasured.append(approach.title)
+            if measures_allreduce(approach, metrics):  # not a draft step, nor a verify step on one GPU
+                unmeasured.append(approach.title)
             continue
         n_ar = int(inputs.allreduces_per_verify.value or 0)
         if cell is None and estimate.trial_id is not None and estimate.trial_id in stacks:
