@@ -108,7 +108,10 @@ class AnswerPublic(BaseModel):
     sentence: str
     batches: list[int]
     draft_tokens: list[int]
-    allreduces_per_verify: int | None
+    allreduces_per_verify: int | None = Field(
+        description="Allreduces per verify step in a cell whose verify step communicates (world_size above 1: the "
+        "campaign's N_ar); a cell at world_size 1 runs none."
+    )
     confidence: float
     resamples: int
     chosen: str | None
