@@ -8,6 +8,7 @@ Prints the server time per request (median of --repeat, in-process ASGI: no netw
     .venv/bin/python bench/compare_stats.py               # SQLite
     .venv/bin/python bench/compare_stats.py --db postgres
     .venv/bin/python bench/compare_stats.py --no-summary  # rows read from their samples (before migration 0018)
+    .venv/bin/python bench/compare_stats.py --parts --repeat 15  # the page's parts, timed in one thread
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ def build(engine, trials: int, points: int, samples: int, earlier: int = 4, summ
     return ids[earlier:]  # type: ignore[return-value]
 
 
-def measure(db_url: str, repeat: int, trials: int, points: int, samples: int, summary: bool = True) -> None:
+def measure(
+    db_url: str, repeat: int, trials: int, points: int, samples: int, summary: bool = True, parts: bool = False
+) -> None:
     from fastapi.testclient import TestClient
 
     from app.config import Settings
@@ -124,6 +127,10 @@ def measure(db_url: str, repeat: int, trials: int, points: int, samples: int, su
     print(
         f"  {'statistics pass alone':28} {statistics.median(wall):10.1f} {max(wall):8.1f} {statistics.median(cpu):7.1f}"
     )
+    if parts:
+        measure_parts(app, headers, f"/campaigns/bench/compare?{query}", repeat)
+        engine.dispose()
+        return
     with TestClient(app, base_url="http://127.0.0.1", headers=headers) as client:
         for label, path in (
             ("GET /api/.../compare", f"/api/campaigns/bench/compare?{query}"),
@@ -144,6 +151,67 @@ def measure(db_url: str, repeat: int, trials: int, points: int, samples: int, su
     engine.dispose()
 
 
+PARTS = (  # (module, function): the page's parts --parts times
+    ("app.domain.comparison", "_metric_rows"),
+    ("app.domain.comparison", "metric_groups"),
+    ("app.domain.comparison", "point_tags"),
+    ("app.domain.comparison", "run_to_run_spreads"),
+    ("app.domain.statistics", "compare_rows"),
+    ("app.domain.statistics", "_side_data"),
+    ("app.domain.comparison", "with_statistics"),
+    ("app.web.compare", "metric_table"),
+    ("app.web.compare", "_compare_page"),
+    ("app.web.compare", "render"),
+)
+
+
+def measure_parts(app, headers: dict[str, str], path: str, repeat: int) -> None:
+    """The page's parts, each the fewest CPU ms over the requests: the request served in this thread (an ASGI
+    client, the database work not sent to a worker thread) with a timer around each function of PARTS."""
+    import asyncio
+    import importlib
+
+    import httpx
+
+    spent: dict[str, list[float]] = {}
+    for module_name, name in PARTS:
+        module = importlib.import_module(module_name)
+        inner = getattr(module, name)
+
+        def timed(*args, _inner=inner, _name=name, **kwargs):
+            start = time.process_time()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                spent.setdefault(_name, []).append(time.process_time() - start)
+
+        setattr(module, name, timed)
+
+    async def inline(fn, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    asyncio.to_thread = inline  # type: ignore[assignment]
+
+    async def run() -> list[float]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", headers=headers) as client:
+                for _ in range(2):
+                    assert (await client.get(path)).status_code == 200
+                spent.clear()
+                totals = []
+                for _ in range(repeat):
+                    start = time.process_time()
+                    await client.get(path)
+                    totals.append(time.process_time() - start)
+                return totals
+
+    totals = asyncio.run(run())
+    print(f"  compare page in one thread, the fewest CPU ms of {repeat}: request {min(totals) * 1000:.1f}")
+    for _, name in PARTS:
+        print(f"    {name:22} {min(spent.get(name, [0.0])) * 1000:7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
@@ -154,11 +222,12 @@ def main() -> None:
     parser.add_argument(
         "--no-summary", action="store_true", help="rows without their stored sample summary (read from the samples)"
     )
+    parser.add_argument("--parts", action="store_true", help="the compare page's parts, timed in one thread")
     args = parser.parse_args()
     print(f"compare bench; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     if args.db == "sqlite":
         url = f"sqlite:///{tempfile.mkdtemp(prefix='compare-bench-')}/bench.db"
-        measure(url, args.repeat, args.trials, args.points, args.samples, not args.no_summary)
+        measure(url, args.repeat, args.trials, args.points, args.samples, not args.no_summary, args.parts)
         return
     import psycopg
 
@@ -175,6 +244,7 @@ def main() -> None:
             args.points,
             args.samples,
             not args.no_summary,
+            args.parts,
         )
     finally:
         with psycopg.connect(conninfo, autocommit=True) as conn:
