@@ -655,7 +655,9 @@ class ComparedColumnPublic(BaseModel):
     key: str = Field(description="'trial-12' or 'approach-nccl'.")
     label: str
     approach: str
-    trials: list[int] = Field(description="The trials whose samples the column pools.")
+    trials: list[int] = Field(
+        description="The column's trials, each one observation (its figure is the mean of their medians)."
+    )
     stack_difference: str | None
     left_out: int = Field(description="Succeeded trials of the approach on another stack, not pooled.")
 

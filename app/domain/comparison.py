@@ -2,10 +2,11 @@
 their metrics aligned row by row, each row's statistics (app/domain/statistics.py), their stacks diffed.
 
 A row is a metric's **point**: the tags that say where it was measured (POINT_TAGS: tokens, batch,
-draft_tokens, scope; bytes when there are no tokens), plus any other tag that varies within a trial,
-except spread tags (p10_us, max_ms, ...: they describe the samples, not the point). Tags that are the
-same within each trial (backend, mode, torch) describe the trial and are left out of the alignment, so
-trial A's 8-token latency sits beside trial B's.
+draft_tokens, scope; bytes when there are no tokens), plus any other tag that separates rows of one trial
+those leave together (`point_tags`), except spread tags (p10_us, max_ms, ...: they describe the samples,
+not the point). Tags that are the same within each trial (backend, mode, torch) describe the trial, and
+tags that follow from the point (a MoE step's read bytes from its batch) describe the row: both are left
+out of the alignment, so trial A's 8-token latency sits beside trial B's.
 
 A column (a trial, or an approach) holds, per point, its trials, each its metric row's samples as their
 stored summary (median, CV, count: `trial_of`; the samples themselves for a row written without one, and a
@@ -410,7 +411,7 @@ def _deciding_groups(column_of: dict[int, int], rows: list[Any]) -> list[MetricG
 def compare_approaches(
     session: Session, campaign: Campaign, keys: list[str], *, across_stacks: bool = False
 ) -> Comparison:
-    """Approach against approach: a column per approach, pooling its succeeded trials on the stack of the
+    """Approach against approach: a column per approach, holding its succeeded trials on the stack of the
     first approach's newest succeeded trial (every succeeded trial with `across_stacks`)."""
     distinct = list(dict.fromkeys(keys))
     if not MIN_TRIALS <= len(distinct) <= MAX_COLUMNS:
@@ -528,24 +529,30 @@ def _sort_key(value: Any) -> tuple[int, float, str]:
 
 
 def point_tags(rows: list[Any]) -> list[str]:
-    """The tags that make a point for these rows of one metric name (see the module's docstring)."""
+    """The tags that make a point for these rows of one metric name (see the module's docstring): the
+    POINT_TAGS they carry, then each other tag (by name; never a spread tag, nor bytes beside tokens) that
+    separates rows of one trial the tags so far leave together. A tag that follows from them, as a MoE
+    step's read bytes and experts touched follow from its batch, describes a row and does not place it:
+    keyed, it kept an FP8 trial's rows from ever meeting a BF16 trial's."""
     present = {k for m in rows for k in (m.tags or {})}
-    keyed = {k for k in POINT_TAGS if k in present}
-    if "tokens" in keyed:
-        keyed.discard("bytes")
-    # The other tags that may key a point (not spread tags; not bytes beside tokens): each one does as soon
-    # as one trial holds two values of it.
-    candidates = {
-        k for k in present - keyed if not SPREAD_TAG.fullmatch(k) and not (k == "bytes" and "tokens" in keyed)
-    }
-    first: dict[tuple[int, str], str] = {}
-    for m in rows:
-        if not candidates:
-            break
-        for k, v in (m.tags or {}).items():
-            if k in candidates and first.setdefault((m.trial_id, k), text := repr(v)) != text:
-                keyed.add(k)
-                candidates.discard(k)
+    keyed = [k for k in POINT_TAGS if k in present]
+    if "tokens" in keyed and "bytes" in keyed:
+        keyed.remove("bytes")
+    candidates = sorted(
+        k for k in present - set(keyed) if not SPREAD_TAG.fullmatch(k) and not (k == "bytes" and "tokens" in keyed)
+    )
+    if not candidates:
+        return sorted(keyed)
+    tagged = [(m.tags or {}) for m in rows]
+    groups = [(m.trial_id, *(repr(tags.get(k)) for k in keyed)) for m, tags in zip(rows, tagged, strict=True)]
+    for k in candidates:
+        seen: dict[tuple[Any, ...], str] = {}
+        if any(
+            k in tags and seen.setdefault(group, text := repr(tags[k])) != text
+            for group, tags in zip(groups, tagged, strict=True)
+        ):
+            keyed.append(k)
+            groups = [(*group, repr(tags.get(k))) for group, tags in zip(groups, tagged, strict=True)]
     return sorted(keyed)
 
 

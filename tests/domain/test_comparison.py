@@ -112,3 +112,24 @@ def test_the_figure_has_a_trace_per_trial_and_metric_and_escapes_text():
     assert [b["label"] for b in menu] == ["&lt;b&gt;x&lt;/b&gt;", "lat"]
     assert menu[1]["args"][0]["visible"] == [False, True, True] and menu[1]["args"][1]["xaxis.type"] == "log"
     assert trial_comparison(Comparison(Campaign(slug="c", name="C"), columns, trials, [], [], Rule())) is None
+
+
+def test_a_tag_that_follows_from_the_point_describes_the_row_and_does_not_place_it():
+    """The MoE stand-in tags each step with the bytes it read and the experts it touched: they vary within
+    a trial, but follow from its batch, and differ between an FP8 and a BF16 trial. Keyed, the two trials'
+    rows never met ("not measured on both" on every row). A tag that separates rows the point leaves
+    together (two backends at each size in one trial) still places them."""
+    rows = []
+    for trial_id, per_expert in ((1, 1.0), (2, 2.0)):  # FP8 experts read half the bytes of BF16
+        for batch in (1, 2, 4):
+            touched = 8.0 * batch**0.5
+            tags = {"batch": batch, "draft_tokens": 0, "read_bytes": per_expert * touched, "experts_touched": touched}
+            rows.append(_m(trial_id, "decode_step_ms", 10.0 * trial_id + batch, "ms", **tags))
+            for backend in ("nccl", "symm"):
+                rows.append(_m(trial_id, "lat", 5.0 + batch, "us", tokens=batch, backend=backend, bytes=batch * 2048))
+    decode, lat = _groups(rows)
+    assert [(r.point, r.values) for r in decode.rows] == [
+        ((("batch", b), ("draft_tokens", 0)), [10.0 + b, 20.0 + b]) for b in (1, 2, 4)
+    ]
+    labels = {f"backend={b}, tokens={t}" for b in ("nccl", "symm") for t in (1, 2, 4)}
+    assert {r.label for r in lat.rows} == labels and all(None not in r.values for r in lat.rows)

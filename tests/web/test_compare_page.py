@@ -87,7 +87,7 @@ def test_campaign_trials_and_trial_page_lead_to_compare(page_client):
 
 
 def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_client, app):
-    """?approach=a&approach=b pools each approach's succeeded trials; the Settle form queues a first round
+    """?approach=a&approach=b holds each approach's succeeded trials; the Settle form queues a first round
     and shows the comparison; the page feed's refresh (HX-Request) gets the metrics block alone."""
     seed(app_state(app).engine, {"key": "a"}, {"key": "b"}, slug="p")
     with session_scope(app_state(app).engine) as s:
@@ -99,6 +99,7 @@ def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_clie
     r = operator_client.get("/campaigns/p/compare?approach=a&approach=b")
     assert r.status_code == 200, r.text
     assert 'id="compare-columns"' in r.text and "2 trials" in r.text and "1 trial" in r.text
+    assert "samples pooled" not in r.text and "each trial one observation" in r.text  # as the statistics do
     # B has one trial and no run-to-run spread is known: no verdict, said so (issue 32 item 10, issue 34).
     assert 'data-verdict="no_verdict"' in r.text and "no difference can be claimed" in r.text
     assert "indistinguishable" not in r.text and "2 trials · n=20" in r.text and "1 trial · n=10" in r.text
