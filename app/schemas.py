@@ -685,3 +685,8 @@ class ComparisonPublic(BaseModel):
     trials: list[ComparedTrialPublic]
     metrics: list[ComparedMetric]
     stack: list[ComparedComponent]
+    conditions: list[ComparedComponent] = Field(
+        default_factory=list,
+        description="The conditions the columns' metrics name (world_size, mode, context, dtype, experts_dtype, ...): "
+        "each column's values, several where its trials or metrics ran under more than one.",
+    )

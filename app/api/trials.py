@@ -246,6 +246,10 @@ def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
         stack=[
             ComparedComponent(component=s.component, label=s.label, values=s.values, differs=s.differs) for s in c.stack
         ],
+        conditions=[
+            ComparedComponent(component=s.component, label=s.label, values=s.values, differs=s.differs)
+            for s in c.conditions
+        ],
     )
 
 

@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -39,7 +39,7 @@ from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import STACK_COMPONENTS, component_value, stack_difference
 from app.domain.runners import gpu_count
 from app.models import Approach, Campaign, Metric, Runner, Trial, TrialState, aware
-from app.protocol.metrics import MetricName
+from app.protocol.metrics import ConditionTag, MetricName
 
 MIN_TRIALS = 2
 MAX_TRIALS = 8
@@ -163,6 +163,8 @@ class Comparison:
     rule: statistics.Rule
     across_stacks: bool = False
     by: str = "trial"  # "trial" or "approach"
+    # The conditions the columns' metrics were measured under (CONDITIONS), a row each any column names.
+    conditions: list[StackRow] = field(default_factory=list)
 
 
 def parse_trial_ids(ids: list[int]) -> list[int]:
@@ -475,10 +477,66 @@ def _comparison(
     rule = rule_of(campaign)
     ids = [i for c in columns for i in c.trial_ids]
     column_of = {i: n for n, c in enumerate(columns) for i in c.trial_ids}
-    groups = metric_groups(column_of, len(columns), _metric_rows(session, ids))
+    rows = _metric_rows(session, ids)
+    groups = metric_groups(column_of, len(columns), rows)
     spreads = run_to_run_spreads(session, campaign, [(groups, trials)])
     groups = with_statistics(groups, columns, rule, across_stacks, {t.id: t for t in trials}, spreads)
-    return Comparison(campaign, columns, trials, groups, stack_rows(columns), rule, across_stacks, by)
+    conditions = condition_rows(column_of, len(columns), rows)
+    return Comparison(campaign, columns, trials, groups, stack_rows(columns), rule, across_stacks, by, conditions)
+
+
+# The tags that name the conditions a figure was measured under, as the compare page lists them: what the
+# answer pairs on, and what tells one model stand-in from another (the rest of ConditionTag are coordinates).
+CONDITIONS = (
+    *ConditionTag.PAIRING,
+    ConditionTag.STANDIN,
+    ConditionTag.GEOMETRY,
+    ConditionTag.LAYERS,
+    ConditionTag.HIDDEN,
+    ConditionTag.EXPERTS,
+    ConditionTag.EXPERTS_TOP_K,
+    ConditionTag.EXPERTS_DTYPE,
+    ConditionTag.DRAFT_VOCAB,
+    ConditionTag.TOPK,
+)
+CONDITION_SET = frozenset(CONDITIONS)
+
+
+def _mixed_conditions(rows: list[Any], column_of: dict[int, int], keyed: list[str]) -> list[str]:
+    """The conditions (CONDITIONS) a column's trials differ in, beyond the point's tags: each keys the rows too,
+    so a column never pools an FP8 trial with a BF16 one, or a context of 1,024 with one of 4,096, into one
+    figure. Columns that differ from each other are compared as asked (the page lists their conditions)."""
+    wanted = CONDITION_SET.difference(keyed)
+    values: dict[tuple[str, int], set[str]] = {}
+    for m in rows:
+        for tag, value in (m.tags or {}).items():
+            if tag in wanted:
+                values.setdefault((tag, column_of[m.trial_id]), set()).add(repr(value))
+    mixed = {tag for (tag, _), found in values.items() if len(found) > 1}
+    return [tag for tag in CONDITIONS if tag in mixed]
+
+
+def condition_rows(column_of: dict[int, int], width: int, rows: Iterable[Any]) -> list[StackRow]:
+    """Each condition some column's metric rows name, with each column's values ("1024"; "1024, 4096" for a
+    column whose trials, or whose metrics, ran under several): a comparison across conditions is shown as
+    one, as a comparison across stacks is."""
+    seen: dict[str, list[set[str]]] = {}
+    for m in rows:
+        for tag, value in (m.tags or {}).items():
+            if tag in CONDITION_SET and value is not None:
+                seen.setdefault(tag, [set() for _ in range(width)])[column_of[m.trial_id]].add(str(value))
+    return [
+        StackRow(tag, tag.replace("_", " "), [", ".join(sorted(v, key=_sort_text)) or None for v in seen[tag]])
+        for tag in CONDITIONS
+        if tag in seen
+    ]
+
+
+def _sort_text(text: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (1, 0.0, text)
 
 
 def _metric_rows(session: Session, trial_ids: list[int]) -> list[Any]:
@@ -567,6 +625,7 @@ def metric_groups(column_of: dict[int, int], width: int, metrics: list[Any]) -> 
     for name in sorted(by_name):
         rows = by_name[name]
         keyed = point_tags(rows)
+        keyed = sorted([*keyed, *_mixed_conditions(rows, column_of, keyed)])
         latest: dict[tuple, dict[int, Any]] = {}
         for m in rows:
             tags = m.tags or {}

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from app.charts import trial_comparison
-from app.domain.comparison import Column, ComparedTrial, Comparison, metric_groups, parse_trial_ids, stack_rows
+from app.domain.comparison import (
+    Column,
+    ComparedTrial,
+    Comparison,
+    condition_rows,
+    metric_groups,
+    parse_trial_ids,
+    stack_rows,
+)
 from app.domain.errors import Invalid
 from app.domain.statistics import Rule
 from app.models import Campaign, Metric
@@ -133,3 +141,25 @@ def test_a_tag_that_follows_from_the_point_describes_the_row_and_does_not_place_
     ]
     labels = {f"backend={b}, tokens={t}" for b in ("nccl", "symm") for t in (1, 2, 4)}
     assert {r.label for r in lat.rows} == labels and all(None not in r.values for r in lat.rows)
+
+
+def test_a_column_never_pools_trials_measured_under_different_conditions():
+    """Two trials of one approach column at contexts 1,024 and 4,096 are not one figure: the context keys
+    their rows. Two trial columns that differ in context are compared as picked, and the conditions list
+    says how they differ."""
+    rows = [
+        _m(1, "decode_step_ms", 10.0, "ms", batch=1, context=1024, mode="graph"),
+        _m(2, "decode_step_ms", 14.0, "ms", batch=1, context=4096, mode="graph"),
+        _m(3, "decode_step_ms", 9.0, "ms", batch=1, context=1024, mode="graph"),
+    ]
+    pooled = metric_groups({1: 0, 2: 0, 3: 1}, 2, rows)[0]  # column 0 holds trials 1 and 2
+    assert [(r.point, r.values) for r in pooled.rows] == [
+        ((("batch", 1), ("context", 1024)), [10.0, 9.0]),
+        ((("batch", 1), ("context", 4096)), [14.0, None]),
+    ]
+    apart = metric_groups({2: 0, 3: 1}, 2, rows[1:])[0]  # each column one context: compared as picked
+    assert [(r.point, r.values) for r in apart.rows] == [((("batch", 1),), [14.0, 9.0])]
+    conditions = {r.component: r for r in condition_rows({1: 0, 2: 0, 3: 1}, 2, rows)}
+    assert conditions["context"].values == ["1024, 4096", "1024"] and conditions["context"].differs
+    assert conditions["mode"].values == ["graph", "graph"] and not conditions["mode"].differs
+    assert list(conditions) == ["mode", "context"]  # in ConditionTag's order

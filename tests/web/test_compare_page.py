@@ -164,3 +164,30 @@ def test_verdict_cells_escape_what_runners_and_people_wrote(operator_client, app
     assert "run-to-run spread" in spread_note and "A <i>spread</i>" in spread_note
     assert "<i>spread</i>" not in cells[0][1] and "&lt;i&gt;spread&lt;/i&gt;" in cells[0][1]
     assert "&lt;b&gt;2.11&lt;/b&gt;" in cells[1][1] and "<b>2.11</b>" not in page
+
+
+def test_the_conditions_the_columns_ran_under_are_listed(operator_client, app, api_headers, client):
+    """Two trials at contexts 1,024 and 4,096 line up by batch and are compared as picked; the page and the
+    API list the conditions, the context marked as differing."""
+    seed(app_state(app).engine, {"key": "a"}, {"key": "b"}, slug="k")
+    with session_scope(app_state(app).engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        line = lambda v, ctx: {  # noqa: E731
+            "name": "decode_step_ms",
+            "value": v,
+            "unit": "ms",
+            "tags": {"batch": 1, "context": ctx, "mode": "graph"},
+            "samples": [v, v * 1.01, v * 0.99],
+        }
+        a = end_trial(s, approach(s, "a", "k"), node, metrics=[line(10.0, 1024)]).id
+        b = end_trial(s, approach(s, "b", "k"), node, metrics=[line(14.0, 4096)]).id
+    page = operator_client.get(f"/campaigns/k/compare?trial={a}&trial={b}").text
+    context = re.search(r'<tr data-condition="context" class="(\w+)">(.*?)</tr>', page, re.S)
+    assert context and context.group(1) == "differs" and "1024" in context.group(2) and "4096" in context.group(2)
+    assert re.search(r'<tr data-condition="mode" class="same">', page)
+    body = client.get(f"/api/campaigns/k/compare?trial={a}&trial={b}", headers=api_headers).json()
+    assert {c["component"]: c["values"] for c in body["conditions"]} == {
+        "mode": ["graph", "graph"],
+        "context": ["1024", "4096"],
+    }
+    assert [r["values"] for r in body["metrics"][0]["rows"]] == [[10.0, 14.0]]
