@@ -2,11 +2,12 @@
 their metrics aligned row by row, each row's statistics (app/domain/statistics.py), their stacks diffed.
 
 A row is a metric's **point**: the tags that say where it was measured (POINT_TAGS: tokens, batch,
-draft_tokens, scope; bytes when there are no tokens), plus any other tag that separates rows of one trial
-those leave together (`point_tags`), except spread tags (p10_us, max_ms, ...: they describe the samples,
-not the point). Tags that are the same within each trial (backend, mode, torch) describe the trial, and
-tags that follow from the point (a MoE step's read bytes from its batch) describe the row: both are left
-out of the alignment, so trial A's 8-token latency sits beside trial B's.
+draft_tokens, scope; bytes when there are no tokens), plus any other tag that varies within a trial (a
+number only when it separates rows those leave together: `point_tags`), except spread tags (p10_us,
+max_ms, ...: they describe the samples, not the point). Tags that are the same within each trial (backend,
+mode, torch) describe the trial, and numbers that follow from the point (a MoE step's read bytes from its
+batch) describe the row: both are left out of the alignment, so trial A's 8-token latency sits beside
+trial B's.
 
 A column (a trial, or an approach) holds, per point, its trials, each its metric row's samples as their
 stored summary (median, CV, count: `trial_of`; the samples themselves for a row written without one, and a
@@ -589,7 +590,8 @@ def _sort_key(value: Any) -> tuple[int, float, str]:
 def point_tags(rows: list[Any]) -> list[str]:
     """The tags that make a point for these rows of one metric name (see the module's docstring): the
     POINT_TAGS they carry, then each other tag (by name; never a spread tag, nor bytes beside tokens) that
-    separates rows of one trial the tags so far leave together. A tag that follows from them, as a MoE
+    varies within a trial: a text always (a method, a derivation, a backend), a number only when it
+    separates rows of one trial the tags so far leave together. A number that follows from them, as a MoE
     step's read bytes and experts touched follow from its batch, describes a row and does not place it:
     keyed, it kept an FP8 trial's rows from ever meeting a BF16 trial's."""
     present = {k for m in rows for k in (m.tags or {})}
@@ -604,14 +606,32 @@ def point_tags(rows: list[Any]) -> list[str]:
     tagged = [(m.tags or {}) for m in rows]
     groups = [(m.trial_id, *(repr(tags.get(k)) for k in keyed)) for m, tags in zip(rows, tagged, strict=True)]
     for k in candidates:
-        seen: dict[tuple[Any, ...], str] = {}
-        if any(
-            k in tags and seen.setdefault(group, text := repr(tags[k])) != text
-            for group, tags in zip(groups, tagged, strict=True)
-        ):
+        values = [tags[k] for tags in tagged if k in tags]
+        varies = _varies_within_a_trial(rows, tagged, k)
+        if not varies:
+            continue
+        # A number that follows from the point re-expresses it; a text (a method, a derivation, a backend)
+        # that varies within a trial names what was measured, and keys the point as before.
+        if not all(_sort_key(v)[0] == 0 for v in values):
+            separates = True
+        else:
+            seen: dict[tuple[Any, ...], str] = {}
+            separates = any(
+                k in tags and seen.setdefault(group, text := repr(tags[k])) != text
+                for group, tags in zip(groups, tagged, strict=True)
+            )
+        if separates:
             keyed.append(k)
             groups = [(*group, repr(tags.get(k))) for group, tags in zip(groups, tagged, strict=True)]
     return sorted(keyed)
+
+
+def _varies_within_a_trial(rows: list[Any], tagged: list[dict[str, Any]], k: str) -> bool:
+    first: dict[int, str] = {}
+    return any(
+        k in tags and first.setdefault(m.trial_id, text := repr(tags[k])) != text
+        for m, tags in zip(rows, tagged, strict=True)
+    )
 
 
 def metric_groups(column_of: dict[int, int], width: int, metrics: list[Any]) -> list[MetricGroup]:

@@ -163,3 +163,18 @@ def test_a_column_never_pools_trials_measured_under_different_conditions():
     assert conditions["context"].values == ["1024, 4096", "1024"] and conditions["context"].differs
     assert conditions["mode"].values == ["graph", "graph"] and not conditions["mode"].differs
     assert list(conditions) == ["mode", "context"]  # in ConditionTag's order
+
+
+def test_a_text_tag_that_varies_within_a_trial_still_keys_its_rows():
+    """A derivation or method named in a tag is what was measured: varying within a trial it keys the row
+    even where it follows from the point (the engine-acceptance recipe's derivation per draft length)."""
+    rows = [
+        _m(1, "acc", 2.1, "", draft_tokens=1, derivation="engine"),
+        _m(1, "acc", 2.5, "", draft_tokens=3, derivation="1 + accepted / drafts"),
+        _m(2, "acc", 2.4, "", draft_tokens=3, derivation="1 + accepted / drafts"),
+    ]
+    (group,) = _groups(rows)
+    assert {r.label: r.values for r in group.rows} == {
+        "derivation=engine, draft_tokens=1": [2.1, None],
+        "derivation=1 + accepted / drafts, draft_tokens=3": [2.5, 2.4],
+    }

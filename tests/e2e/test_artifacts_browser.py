@@ -9,6 +9,7 @@ import json
 import sys
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from app.db import make_engine
@@ -131,7 +132,15 @@ def test_the_trial_page_lists_artifacts_escaped_and_the_traces_kernels(tmp_path,
         expect(page.locator("#trace-inputs")).to_contain_text("t_ar = 17.5 us")
         nccl = page.locator("#artifacts table.kernels tr[data-kind='NCCL allreduce']")
         expect(nccl).to_contain_text("ncclDevKernel_AllReduce_Sum_bf16")
-        page.locator("#artifacts tr[data-name='notes.txt'] button", has_text="view").click()
+        # The fragment follows the trial's feed: a refresh landing just after the click swaps the opened view
+        # away (the whole fragment is re-rendered), so the view is opened again until it stays.
+        for _ in range(5):
+            page.locator("#artifacts tr[data-name='notes.txt'] button", has_text="view").click()
+            try:
+                page.locator("#artifact-view pre").wait_for(timeout=5000)
+                break
+            except PlaywrightTimeout:
+                continue
         expect(page.locator("#artifact-view pre")).to_contain_text(EVIL)
         assert page.locator("#artifacts img").count() == 0 and dialogs == []
 
