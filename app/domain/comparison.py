@@ -521,23 +521,21 @@ def condition_rows(column_of: dict[int, int], width: int, rows: Iterable[Any]) -
     """Each condition some column's metric rows name, with each column's values ("1024"; "1024, 4096" for a
     column whose trials, or whose metrics, ran under several): a comparison across conditions is shown as
     one, as a comparison across stacks is."""
-    seen: dict[str, list[set[str]]] = {}
+    seen: dict[str, list[dict[str, Any]]] = {}  # tag -> per column, {text: value}
     for m in rows:
         for tag, value in (m.tags or {}).items():
             if tag in CONDITION_SET and value is not None:
-                seen.setdefault(tag, [set() for _ in range(width)])[column_of[m.trial_id]].add(str(value))
+                seen.setdefault(tag, [{} for _ in range(width)])[column_of[m.trial_id]][str(value)] = value
     return [
-        StackRow(tag, tag.replace("_", " "), [", ".join(sorted(v, key=_sort_text)) or None for v in seen[tag]])
+        StackRow(tag, tag.replace("_", " "), [_listed(found) for found in seen[tag]])
         for tag in CONDITIONS
         if tag in seen
     ]
 
 
-def _sort_text(text: str) -> tuple[int, float, str]:
-    try:
-        return (0, float(text), "")
-    except ValueError:
-        return (1, 0.0, text)
+def _listed(found: dict[str, Any]) -> str | None:
+    """One column's values of a condition, in value order ("1024, 4096"); None when it names none."""
+    return ", ".join(text for text, _ in sorted(found.items(), key=lambda item: _sort_key(item[1]))) or None
 
 
 def _metric_rows(session: Session, trial_ids: list[int]) -> list[Any]:
@@ -604,33 +602,24 @@ def point_tags(rows: list[Any]) -> list[str]:
     if not candidates:
         return sorted(keyed)
     tagged = [(m.tags or {}) for m in rows]
+    by_trial = [(m.trial_id,) for m in rows]
     groups = [(m.trial_id, *(repr(tags.get(k)) for k in keyed)) for m, tags in zip(rows, tagged, strict=True)]
     for k in candidates:
-        values = [tags[k] for tags in tagged if k in tags]
-        varies = _varies_within_a_trial(rows, tagged, k)
-        if not varies:
-            continue
-        # A number that follows from the point re-expresses it; a text (a method, a derivation, a backend)
-        # that varies within a trial names what was measured, and keys the point as before.
-        if not all(_sort_key(v)[0] == 0 for v in values):
-            separates = True
-        else:
-            seen: dict[tuple[Any, ...], str] = {}
-            separates = any(
-                k in tags and seen.setdefault(group, text := repr(tags[k])) != text
-                for group, tags in zip(groups, tagged, strict=True)
-            )
-        if separates:
+        # A number that follows from the point re-expresses it: it keys only rows the point leaves together.
+        # A text (a method, a derivation, a backend) names what was measured: it keys whenever a trial holds two.
+        number = all(_sort_key(tags[k])[0] == 0 for tags in tagged if k in tags)
+        if _separates(groups if number else by_trial, tagged, k):
             keyed.append(k)
             groups = [(*group, repr(tags.get(k))) for group, tags in zip(groups, tagged, strict=True)]
     return sorted(keyed)
 
 
-def _varies_within_a_trial(rows: list[Any], tagged: list[dict[str, Any]], k: str) -> bool:
-    first: dict[int, str] = {}
+def _separates(groups: list[tuple[Any, ...]], tagged: list[dict[str, Any]], k: str) -> bool:
+    """Whether two rows of one group hold different values of tag k."""
+    seen: dict[tuple[Any, ...], str] = {}
     return any(
-        k in tags and first.setdefault(m.trial_id, text := repr(tags[k])) != text
-        for m, tags in zip(rows, tagged, strict=True)
+        k in tags and seen.setdefault(group, text := repr(tags[k])) != text
+        for group, tags in zip(groups, tagged, strict=True)
     )
 
 
