@@ -65,6 +65,18 @@ class MetricName:
     ENGINE_ACCEPT_RATE_POS = "engine_accept_rate_pos"  # vLLM: accepted at position i / drafts (unconditional)
     ENGINE_ACCEPT_ALPHA_POS = "engine_accept_alpha_pos"  # the conditional alpha_i = u_i / u_(i-1)
     ENGINE_LOG_ACCEPT_LENGTH = "engine_log_accept_length"  # vLLM's SpecDecoding log lines in the same window
+    # vllm_server recipe (a real engine, issue 42): every figure tagged with its conditions (engine,
+    # engine_version, model, method, draft_tokens, batch, dtype, mode, prompt_set, input_len, output_len,
+    # prefix_caching, temperature, ignore_eos) and `spec` (off | on); windows with speculation off and on
+    # alternate inside one trial, so a trial yields one paired speedup (its samples: one ratio per pair).
+    ENGINE_OUTPUT_TOK_S = "engine_output_tok_s"  # output tokens / window wall time; one sample per window
+    ENGINE_TPOT_MS = "engine_tpot_ms"  # time per output token after the first; tag stat: median | p90
+    ENGINE_REQUEST_LATENCY_MS = "engine_request_latency_ms"  # tag stat: median | p90
+    ENGINE_SPEEDUP = "engine_speedup"  # spec-on / spec-off output tok/s, one ratio per adjacent window pair
+    # The engine's step time (spec off: a decode step; on: draft + verify of k tokens), tag method:
+    # iteration-counter (window wall / steps counted by vllm:iteration_tokens_total) or tpot-x-tokens-per-step
+    # (the independent check: the requests' own TPOT x tokens emitted per step).
+    ENGINE_STEP_MS = "engine_step_ms"
     # Accept length, best source first: the engine's counters over the window (exactly the run), the benchmark's
     # figure (bench_serving reads the server's cumulative one), the server's cumulative one, log lines.
     ACCEPT_LENGTH = (
