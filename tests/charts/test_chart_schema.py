@@ -201,13 +201,23 @@ def test_every_builder_of_the_package_validates_against_plotlys_schema(session):
 
 
 def test_the_pages_figures_validate_too(session):
-    """The page's own guards pick the figures (answer_figures, throughput_figure): each one validates."""
+    """The page's own guards pick the figures (answer_figures, throughput_figure): each one validates, and
+    every kind of figure the page draws is drawn (and so checked) for at least one of these campaigns: a
+    guard that stopped drawing a figure must not pass here by validating nothing."""
+    validated: dict[str, set[str]] = {}
+    kinds: set[str] = set()
     for slug in ("kimi-k25-eagle3", "allreduce-shootout", SLUG):
-        answer = campaign_answer(session, inventory.get_campaign(session, slug))
-        figures = [*answer_figures(answer).values(), throughput_figure(answer, inventory.get_campaign(session, slug))]
-        for fig in figures:
+        campaign = inventory.get_campaign(session, slug)
+        answer = campaign_answer(session, campaign)
+        figures = {**answer_figures(answer), "chart_throughput": throughput_figure(answer, campaign)}
+        kinds |= set(figures)
+        for name, fig in figures.items():
             if fig is not None:
                 _validate(fig)
+                validated.setdefault(name, set()).add(slug)
+    assert kinds == {"chart_break_even", "chart_verify", "chart_comparison", "chart_latency", "chart_throughput"}
+    assert set(validated) == kinds, f"never drawn: {sorted(kinds - set(validated))}"
+    assert all(any(slug in slugs for slugs in validated.values()) for slug in ("kimi-k25-eagle3", SLUG))
 
 
 def test_the_validator_refuses_what_plotly_js_would_ignore():
