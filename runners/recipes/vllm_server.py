@@ -392,12 +392,13 @@ def vllm_version(python: str, env: dict[str, str]) -> tuple[str | None, str]:
     return (words[0] if words else None), (words[1] if len(words) > 1 else "unknown")
 
 
-def wait_ready(engine: Engine, deadline: float) -> str:
+def wait_ready(server: Server, url: str, deadline: float) -> str:
+    """'ready' (GET /health 200), 'exited' or 'timeout'."""
     while time.monotonic() < deadline:
-        if engine.server.proc.poll() is not None:
-            engine.server.drain()
+        if server.proc.poll() is not None:
+            server.drain()
             return "exited"
-        status, _ = http_get(engine.url + "/health", timeout=2.0)
+        status, _ = http_get(url + "/health", timeout=2.0)
         if status == 200:
             return "ready"
         time.sleep(0.5)
@@ -533,7 +534,7 @@ def run(values: dict[str, Any]) -> int:
         started = time.monotonic()
         deadline = started + values["ready_timeout_s"]
         for engine in engines:
-            state = wait_ready(engine, deadline)
+            state = wait_ready(engine.server, engine.url, deadline)
             if state == "exited":
                 tail = list(engine.server.tail)
                 print(
