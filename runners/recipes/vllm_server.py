@@ -459,13 +459,13 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
             steps=sum(w.steps for w in windows),
             derivation="window wall time / engine steps in the window (vllm:iteration_tokens_total count delta)",
         )
-    per_window = [w.engine_tpot_s * 1000 * tokens_per_step for w in windows if w.engine_tpot_s is not None]
-    if per_window:
+    by_tpot = [w.engine_tpot_s * 1000 * tokens_per_step for w in windows if w.engine_tpot_s is not None]
+    if by_tpot:
         emit(
             M.ENGINE_STEP_MS,
-            statistics.median(per_window),
+            statistics.median(by_tpot),
             "ms",
-            samples=bounded(per_window),
+            samples=bounded(by_tpot),
             **tags,
             method="tpot-x-tokens-per-step",
             tokens_per_step=round(tokens_per_step, 4),
@@ -516,7 +516,7 @@ def run(values: dict[str, Any]) -> int:
             "ignore_eos": True,
         }
         emit_phase("launching")
-        wanted = []
+        wanted: list[tuple[str, int, dict[str, Any] | None]] = []
         if config is not None:
             wanted.append(("on", values["port"], config))
         if config is None or values["baseline"] == "on":
@@ -657,9 +657,7 @@ def measure(
                 statistics.median(ratios),
                 "x",
                 samples=bounded(ratios),
-                **tags,
-                speculative_method=method,
-                **{C.DRAFT_TOKENS: k},
+                **{**tags, "speculative_method": method, C.DRAFT_TOKENS: k},
                 pairs=len(ratios),
                 min=round(min(ratios), 4),
                 max=round(max(ratios), 4),

@@ -29,8 +29,8 @@ def draft_of(approach: Approach | None) -> tuple[str, str | None]:
     `speculative_config`, an sglang_server recipe's `speculative` algorithm and draft path; the campaign's
     question, EAGLE-3 with no path, when it names neither. (The keys are vLLM 0.32's: the vllm_server
     recipe checks its JSON against them, and tests/contract/test_vllm_engine.py checks that list.)"""
-    recipe = approach.recipe if approach is not None and isinstance(approach.recipe, dict) else {}
-    params = recipe.get("params") if isinstance(recipe.get("params"), dict) else {}
+    recipe: dict[str, Any] = approach.recipe if approach is not None and isinstance(approach.recipe, dict) else {}
+    params: dict[str, Any] = recipe["params"] if isinstance(recipe.get("params"), dict) else {}
     if recipe.get("kind") == "vllm_server":
         config = params.get("speculative_config")
         if isinstance(config, str):
@@ -42,7 +42,7 @@ def draft_of(approach: Approach | None) -> tuple[str, str | None]:
             model = config.get("model")
             return str(config.get("method") or "draft_model"), str(model) if model else None
     if recipe.get("kind") == "sglang_server":
-        spec = params.get("speculative") if isinstance(params.get("speculative"), dict) else {}
+        spec: dict[str, Any] = params["speculative"] if isinstance(params.get("speculative"), dict) else {}
         algorithm = str(spec.get("algorithm") or "").upper()
         if algorithm in SGLANG_METHODS:
             path = spec.get("draft_model_path")
