@@ -46,4 +46,4 @@ def test_each_runs_only_where_vllm_is_and_says_how_to_get_it():
             assert json.loads(config.split("=", 1)[1]) == _config(approach)
         assert unmet_requirements(approach["requirements"], WITH) == []
         (missing,) = unmet_requirements(approach["requirements"], WITHOUT)
-        assert missing.startswith("vllm (run `make engine`")
+        assert missing.startswith("vllm (run 'make engine'")
