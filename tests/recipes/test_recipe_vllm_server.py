@@ -11,7 +11,8 @@ import pytest
 
 from app.protocol.recipes import RecipeError
 from runners.recipes import build_launch
-from runners.recipes.vllm_server import SERVER_MODULE, SPECULATIVE_KEYS, prompts, server_argv, validate
+from runners.recipes.engine_acceptance import parse_exposition
+from runners.recipes.vllm_server import SERVER_MODULE, SPECULATIVE_KEYS, STEPS, prompts, server_argv, validate
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
@@ -78,3 +79,19 @@ def test_the_prompt_set_is_seeded_and_fixed():
     assert other != first
     randoms = prompts(validate({"model": "/m", "input_len": 20, "prompt_set": "random"}), 1)[0]
     assert randoms[:8] != randoms[8:16]
+
+
+def test_the_step_counter_is_read_off_the_histogram_by_engine_acceptances_parser():
+    text = (
+        "# HELP vllm:iteration_tokens_total Histogram of tokens per engine step.\n"
+        "# TYPE vllm:iteration_tokens_total histogram\n"
+        'vllm:iteration_tokens_total_bucket{engine="0",le="1.0"} 3.0\n'
+        'vllm:iteration_tokens_total_bucket{engine="0",le="+Inf"} 23.0\n'
+        'vllm:iteration_tokens_total_count{engine="0"} 23.0\n'
+        'vllm:iteration_tokens_total_sum{engine="0"} 192.0\n'
+        'vllm:iteration_tokens_total_count{engine="1"} 2.0\n'
+        'vllm:iteration_tokens_total_sum{engine="1"} 8.0\n'
+    )
+    scrape = parse_exposition(text, 0.0)
+    assert scrape.histogram(STEPS) == (25.0, 200.0)  # summed over the engines' series
+    assert scrape.histogram("vllm:absent") == (0.0, 0.0)
