@@ -114,7 +114,7 @@ def main() -> int:
     )
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     url = f"http://127.0.0.1:{args.port}"
-    argv = server_argv(values, args.port, None)
+    argv = server_argv(values, args.port, False)
     print("starting " + " ".join(argv), file=sys.stderr, flush=True)
     started = time.monotonic()
     server = Server(argv, env)

@@ -182,7 +182,7 @@ def method_of(config: dict[str, Any] | None) -> str:
 def validate(params: dict[str, Any]) -> dict[str, Any]:
     params = dict(params)
     if isinstance(params.get("speculative_config"), dict):  # the JSON recipe may carry the object itself
-        params["speculative_config"] = json.dumps(params["speculative_config"], sort_keys=True)
+        params["speculative_config"] = json.dumps(params["speculative_config"], separators=(",", ":"))
     values = _validate(params, SPEC)
     speculative_config(values["speculative_config"])
     for item in values["server_args"]:
@@ -200,7 +200,9 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
 RECIPE = module_recipe(PROG, SPEC, validate)
 
 
-def server_argv(values: dict[str, Any], port: int, config: dict[str, Any] | None) -> list[str]:
+def server_argv(values: dict[str, Any], port: int, speculate: bool) -> list[str]:
+    """The server's argv; with `speculate`, `--speculative-config` is the recipe's JSON text as given (the Deploy
+    panel's, byte for byte)."""
     argv = [
         values["vllm_python"],
         "-m",
@@ -223,8 +225,8 @@ def server_argv(values: dict[str, Any], port: int, config: dict[str, Any] | None
     ]
     if values["mode"] == "eager":
         argv.append("--enforce-eager")
-    if config is not None:
-        argv += ["--speculative-config", json.dumps(config, sort_keys=True)]
+    if speculate and values["speculative_config"] is not None:
+        argv += ["--speculative-config", values["speculative_config"]]
     return argv + values["server_args"]
 
 
@@ -516,13 +518,13 @@ def run(values: dict[str, Any]) -> int:
             "ignore_eos": True,
         }
         emit_phase("launching")
-        wanted: list[tuple[str, int, dict[str, Any] | None]] = []
+        wanted: list[tuple[str, int]] = []
         if config is not None:
-            wanted.append(("on", values["port"], config))
+            wanted.append(("on", values["port"]))
         if config is None or values["baseline"] == "on":
-            wanted.append(("off", values["port"] + 1, None))
-        for which, port, cfg in wanted:
-            argv = server_argv(values, port, cfg)
+            wanted.append(("off", values["port"] + 1))
+        for which, port in wanted:
+            argv = server_argv(values, port, which == "on")
             print(f"vllm_server: launching the speculation-{which} server " + json.dumps(argv), flush=True)
             try:
                 engines.append(Engine(which, argv, env, f"http://{values['host']}:{port}"))

@@ -59,13 +59,13 @@ def test_lengths_that_do_not_fit_the_context_are_refused():
 
 def test_the_server_is_one_argv_list_with_the_engines_own_flags():
     values = validate({"model": "/m dir", "speculative_config": NGRAM, "server_args": ["--max-num-seqs", "8"]})
-    argv = server_argv(values, 18000, NGRAM)
+    argv = server_argv(values, 18000, True)
     assert argv[:3] == ["python3", "-m", SERVER_MODULE]
     assert argv[argv.index("--model") + 1] == "/m dir"  # a space stays inside its element
     assert "--enforce-eager" in argv and "--no-enable-prefix-caching" in argv
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == NGRAM
     assert argv[-2:] == ["--max-num-seqs", "8"]
-    off = server_argv(validate({"model": "/m", "mode": "graph", "prefix_caching": "on"}), 18001, None)
+    off = server_argv(validate({"model": "/m", "mode": "graph", "prefix_caching": "on"}), 18001, False)
     assert "--speculative-config" not in off and "--enforce-eager" not in off
     assert "--enable-prefix-caching" in off
 
@@ -95,3 +95,12 @@ def test_the_step_counter_is_read_off_the_histogram_by_engine_acceptances_parser
     scrape = parse_exposition(text, 0.0)
     assert scrape.histogram(STEPS) == (25.0, 200.0)  # summed over the engines' series
     assert scrape.histogram("vllm:absent") == (0.0, 0.0)
+
+
+def test_the_panels_text_reaches_the_engine_byte_for_byte():
+    printed = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'
+    spec = build_launch({"kind": "vllm_server", "params": {"model": "/m", "speculative_config": printed}})
+    values = validate({"model": "/m", "speculative_config": printed})
+    assert f"--speculative-config={printed}" in spec.argv
+    argv = server_argv(values, 18000, True)
+    assert argv[argv.index("--speculative-config") + 1] == printed
