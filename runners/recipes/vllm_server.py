@@ -463,6 +463,10 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
         )
     by_tpot = [w.engine_tpot_s * 1000 * tokens_per_step for w in windows if w.engine_tpot_s is not None]
     if by_tpot:
+        # the check against the first method, in the same trial: this figure / the iteration counter's
+        check = (
+            {"vs_iteration_counter": round(statistics.median(by_tpot) / statistics.median(steps), 4)} if steps else {}
+        )
         emit(
             M.ENGINE_STEP_MS,
             statistics.median(by_tpot),
@@ -471,6 +475,7 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
             **tags,
             method="tpot-x-tokens-per-step",
             tokens_per_step=round(tokens_per_step, 4),
+            **check,
             derivation=(
                 "the engine's mean TPOT (vllm:request_time_per_output_token_seconds sum / count, differenced) x tokens "
                 "per sequence step (1 without speculation; 1 + accepted / drafts with)"

@@ -66,6 +66,9 @@ def test_ngram_k3_runs_the_whole_path_with_every_figure_tagged(ngram_run):
         by_counter = _one(found, M.ENGINE_STEP_MS, spec=spec, method="iteration-counter")
         by_tpot = _one(found, M.ENGINE_STEP_MS, spec=spec, method="tpot-x-tokens-per-step")
         assert by_counter["value"] > 0 and by_tpot["value"] > 0
+        assert by_tpot["tags"]["vs_iteration_counter"] == pytest.approx(
+            by_tpot["value"] / by_counter["value"], rel=1e-3
+        )
         for tag, value in (
             ("prompt_set", "repeats:seed=0"),
             ("input_len", 64),
