@@ -464,7 +464,7 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
     by_tpot = [w.engine_tpot_s * 1000 * tokens_per_step for w in windows if w.engine_tpot_s is not None]
     if by_tpot:
         # the check against the first method, in the same trial: this figure / the iteration counter's
-        check = (
+        check: dict[str, Any] = (
             {"vs_iteration_counter": round(statistics.median(by_tpot) / statistics.median(steps), 4)} if steps else {}
         )
         emit(
