@@ -254,7 +254,9 @@ def components(fingerprint: dict[str, Any] | None) -> dict[str, str]:
 
 
 # Software a runner lacks, said with the one command that makes it there (the page shows it as is).
-SOFTWARE_HINTS = {"vllm": "vllm (run 'make engine' in the runner's checkout: vLLM and the tiny models into .cache/vllm)"}
+SOFTWARE_HINTS = {
+    "vllm": "vllm (run 'make engine' in the runner's checkout: vLLM and the tiny models into .cache/vllm)"
+}
 
 
 def unmet_requirements(requirements: dict[str, Any] | None, fingerprint: dict[str, Any] | None) -> list[str]:
