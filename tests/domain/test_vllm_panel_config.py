@@ -12,7 +12,7 @@ from runners.recipes.vllm_server import validate
 
 
 def _approach(recipe: dict | None) -> Approach:
-    return Approach(key="a", title="A", recipe=recipe)
+    return Approach(campaign_id=1, key="a", title="A", recipe=recipe)
 
 
 def test_a_vllm_server_recipe_names_its_method_and_draft():
