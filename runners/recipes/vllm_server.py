@@ -560,7 +560,7 @@ def run(values: dict[str, Any]) -> int:
                 return EXIT_NOT_READY
             print(f"vllm_server: the speculation-{engine.which} server is ready", flush=True)
         emit(M.SERVER_READY_S, time.monotonic() - started, "s", **conditions, servers=len(engines))
-        return measure(values, engines, config, method, k, conditions)
+        return measure(values, engines, method, k, conditions)
     except _Terminated:
         print("vllm_server: terminated; tearing the servers down", flush=True)
         return 143
@@ -586,7 +586,6 @@ def run(values: dict[str, Any]) -> int:
 def measure(
     values: dict[str, Any],
     engines: list[Engine],
-    config: dict[str, Any] | None,
     method: str,
     k: int,
     conditions: dict[str, Any],
