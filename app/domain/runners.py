@@ -253,6 +253,12 @@ def components(fingerprint: dict[str, Any] | None) -> dict[str, str]:
 # ---- requirement matching: what an approach needs against what a runner's fingerprint has --------
 
 
+# Software a runner lacks, said with the one command that makes it there (the page shows it as is).
+SOFTWARE_HINTS = {
+    "vllm": "vllm (run 'make engine' in the runner's checkout: vLLM and the tiny models into .cache/vllm)"
+}
+
+
 def unmet_requirements(requirements: dict[str, Any] | None, fingerprint: dict[str, Any] | None) -> list[str]:
     """What a runner with this fingerprint lacks for these requirements, in words ([] = it can run)."""
     req = requirements or {}
@@ -269,7 +275,7 @@ def unmet_requirements(requirements: dict[str, Any] | None, fingerprint: dict[st
     installed = components(fingerprint)
     for name in req.get("software") or []:
         if str(name).lower() not in installed:
-            missing.append(str(name))
+            missing.append(SOFTWARE_HINTS.get(str(name).lower(), str(name)))
     return missing
 
 

@@ -9,11 +9,16 @@ traces: a torch symmetric-memory `KeyError: 12` also makes NCCL complain and the
 its readiness deadline; an out-of-memory error often surfaces again as an NCCL error.
 
   0. preflight_failed      a preflight check's `@@campaign-preflight {json}`      the check's own proposal
-  1. unknown_flag          argparse `error: unrecognized arguments: --x`        retest    (sglang)
+  1. unknown_flag          argparse `error: unrecognized arguments: --x`        retest    (sglang; vLLM's
+                           api_server.py unbound)
+  1b. model_path_missing   the vllm_server recipe's `model path not found`, or  retest
+                           vLLM/transformers refusing a path that is no model
   2. module_not_installed  `ModuleNotFoundError: No module named 'mscclpp'`     deferred
   3. symm_mem_sm_keyerror  `KeyError: 12` in torch symmetric memory             dead_end  (torch, sm)
   4. jit_no_sm_target      nvcc / FlashInfer JIT without a target for the SM    dead_end  (cuda|flashinfer, sm)
   5. cuda_oom              `torch.OutOfMemoryError: CUDA out of memory`         dead_end
+  5b. host_oom             a CPU engine's KV cache or weights beyond the host's dead_end
+                           memory (vLLM CPU's own errors, torch's CPU allocator)
   6. illegal_memory_access `CUDA error: an illegal memory access`              dead_end  (torch, sglang, sm)
   6b. segfault            `Segmentation fault (core dumped)`, SIGSEGV          inconclusive (torch, sglang)
   7. cuda_graph_capture    CUDA graph capture failed                            dead_end  (nccl, torch)
@@ -47,11 +52,12 @@ from app.protocol.metrics import MetricName, parse_metric_line
 from app.protocol.preflight import VERDICTS, parse_preflight_line
 from app.protocol.sglang_output import SUMMARY_METRICS, parse_bench_stdout
 
-# The sglang_server recipe prints this (runners/recipes/sglang_server.py READY_TIMEOUT_MESSAGE):
+# The sglang_server and vllm_server recipes print this (their READY_TIMEOUT_MESSAGE):
 #   sglang_server: server not ready within 1800s: no 'The server is fired up and ready to roll!' line
 #   and GET /health never returned 200
+#   vllm_server: server not ready within 600s: GET http://127.0.0.1:18000/health never returned 200
 READINESS_TIMEOUT_RE = re.compile(
-    r"sglang_server: server not ready within (?P<seconds>[0-9.]+)s\b"
+    r"(?:sglang|vllm)_server: server not ready within (?P<seconds>[0-9.]+)s\b"
     r"(?:.*?; its last line came (?P<idle>[0-9.]+)s before)?"
 )
 
@@ -177,6 +183,24 @@ def _preflight_failed(t: _Trial) -> Classification | None:
 
 
 _UNRECOGNIZED = re.compile(r"(?P<prog>\S+): error: unrecognized arguments: (?P<args>.+)$")
+# vLLM's OpenAI server (`python -m vllm.entrypoints.openai.api_server`) names itself api_server.py.
+_UNRECOGNIZED_VLLM = re.compile(r"(?P<prog>api_server\.py|vllm): error: unrecognized arguments: (?P<args>.+)$")
+
+# runners/recipes/vllm_server.py MODEL_MISSING_MESSAGE, and what vLLM / transformers say of a path that is no model.
+_MODEL_MISSING = re.compile(
+    r"vllm_server: model path not found: (?P<path>.+)$"
+    r"|Repo id must be in the form 'repo_name' or 'namespace/repo_name': '(?P<path2>[^']+)'"
+    r"|Invalid repository ID or local directory specified: '(?P<path3>[^']+)'"
+    r"|(?P<path4>\S+) does not appear to have a file named config\.json"
+)
+
+# A CPU engine past the host's memory: vLLM CPU's checks (cpu_worker.py, kv_cache_utils.py) and torch's allocator.
+_HOST_OOM = re.compile(
+    r"is less than desired CPU memory utilization"
+    r"|on kv cache allocation is less than requested memory for kv"
+    r"|No available memory for the cache blocks"
+    r"|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
+)
 
 
 _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<module>[\w.]+)'")
@@ -297,7 +321,7 @@ _STALL_PHASES = (
     (re.compile(r"KV Cache is allocated|Memory pool end"), "after the KV cache allocation"),
 )
 # Lines that are the recipe's or the runner's, not the server's own output.
-_OWN_LINE = re.compile(r"^(?:sglang_server: |@@campaign-|preflight: |    )")
+_OWN_LINE = re.compile(r"^(?:sglang_server: |vllm_server: |@@campaign-|preflight: |    )")
 STALL_MIN_IDLE_S = 60.0
 # Signals that end a trial from outside (the runner's time limit or a cancel: SIGTERM, then SIGKILL).
 _STOP_SIGNALS = {2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}
@@ -436,12 +460,32 @@ SIGNATURE_TABLE: tuple[Signature, ...] = (
         "retest",
         (
             LinePattern(
+                _UNRECOGNIZED_VLLM,
+                "flag not supported by this vLLM: {flags}",
+                '{prog} rejected {flags} ("{line}"); the approach was not tried. '
+                "Re-test with a vLLM that has the flag, or with the flag this version spells differently.",
+                fields=lambda m: {"flags": m.group("args").strip()},
+            ),
+            LinePattern(
                 _UNRECOGNIZED,
                 "flag not supported by this sglang: {flags}",
                 '{prog} rejected {flags} ("{line}"); the approach was not tried. '
                 "Re-test with an sglang that has the flag, or with the flag this version spells differently.",
                 ("sglang",),
                 lambda m: {"flags": m.group("args").strip()},
+            ),
+        ),
+    ),
+    Signature(
+        "model_path_missing",
+        "retest",
+        (
+            LinePattern(
+                _MODEL_MISSING,
+                "model path missing: {path}",
+                'The server was given a model it cannot find ("{line}"); the approach was not tried. '
+                "Fix the path (on this node) and run again.",
+                fields=lambda m: {"path": next(p for p in m.groups() if p).strip()},
             ),
         ),
     ),
@@ -500,6 +544,18 @@ SIGNATURE_TABLE: tuple[Signature, ...] = (
                 'A kernel faulted: "{line}": a bug in this stack\'s kernels for this GPU, '
                 "which another torch/sglang build may not have.",
                 ("torch", "sglang", "sm"),
+            ),
+        ),
+    ),
+    Signature(
+        "host_oom",
+        "dead_end",
+        (
+            LinePattern(
+                _HOST_OOM,
+                "out of host memory (the engine's KV cache or weights)",
+                'The engine ran out of host memory: "{line}". The approach does not fit in this node\'s memory at '
+                "these settings (on a CPU build, VLLM_CPU_KVCACHE_SPACE sizes the KV cache).",
             ),
         ),
     ),

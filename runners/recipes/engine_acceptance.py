@@ -139,6 +139,11 @@ class Scrape:
     counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = field(default_factory=dict)
     gauges: dict[str, float] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
+    histograms: dict[str, tuple[float, float]] = field(default_factory=dict)  # (`_count`, `_sum`) over series
+
+    def histogram(self, family: str) -> tuple[float, float]:
+        """(observations, their sum) of a histogram (vllm:iteration_tokens_total: one per engine step)."""
+        return self.histograms.get(family, (0.0, 0.0))
 
     def total(self, family: str, **match: str) -> float:
         """The family summed over its series (those whose labels include `match`)."""
@@ -172,6 +177,11 @@ def parse_exposition(text: str, at: float) -> Scrape:
                     series[key] = series.get(key, 0.0) + float(sample.value)
         elif family.type == "gauge" and family.samples:
             scrape.gauges[family.name] = float(family.samples[-1].value)
+        elif family.type == "histogram":
+            scrape.histograms[family.name] = (
+                sum(float(s.value) for s in family.samples if s.name == family.name + "_count"),
+                sum(float(s.value) for s in family.samples if s.name == family.name + "_sum"),
+            )
     return scrape
 
 

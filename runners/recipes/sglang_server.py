@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -300,9 +301,10 @@ def phase(name: str) -> None:
 
 
 class Server:
-    """The launched server: its process group, a thread streaming its log, readiness and decode stats."""
+    """The launched server: its process group, a thread streaming its log, readiness and decode stats
+    (and the lines `keep` finds: vllm_server launches its engines through this class too)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]):
+    def __init__(self, argv: list[str], env: dict[str, str], keep: re.Pattern[str] | None = None):
         self.proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
@@ -317,6 +319,8 @@ class Server:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.ready_line_seen = threading.Event()
         self.decode: list[tuple[float, float]] = []
+        self.keep = keep
+        self.kept: list[str] = []  # every line `keep` finds (vllm_server: the SpecDecoding lines), in order
         self.lines = 0
         self.last_line_at: float | None = None
         self._reader = threading.Thread(target=self._pump, daemon=True)
@@ -332,6 +336,8 @@ class Server:
             self.last_line_at = time.monotonic()
             if READY_LINE in line:
                 self.ready_line_seen.set()
+            if self.keep is not None and self.keep.search(line):
+                self.kept.append(line.rstrip("\n"))
             stats = parse_decode_line(line)
             if stats:
                 self.decode.append(stats)

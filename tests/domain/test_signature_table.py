@@ -29,11 +29,14 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     *[
         ((LOGS / name).read_text(), {"exit_code": 1})
         for name in (
+            "vllm_unknown_flag.log",
             "unknown_flag_sglang059.log",
+            "vllm_model_path_missing.log",
             "mscclpp_not_installed.log",
             "symm_mem_keyerror_sm120.log",
             "flashinfer_jit_sm120.log",
             "cuda_oom_nccl_channels.log",
+            "vllm_cpu_kv_cache_oom.log",
             "illegal_memory_access.log",
             "segfault_core_dumped.log",
             "cuda_graph_capture_nccl_tree.log",

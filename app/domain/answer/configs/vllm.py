@@ -18,6 +18,36 @@ from app.domain.answer.grid import SpeculationAnswer
 from app.models import Approach
 
 FILE = "speculative-config.json"
+# SGLang's --speculative-algorithm -> vLLM's `method` (an approach measured on SGLang deploys on vLLM).
+SGLANG_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NGRAM": "ngram", "STANDALONE": "draft_model"}
+# Methods whose drafts come from a model (the JSON's "model" key); n-gram and suffix decoding need none.
+MODEL_METHODS = ("eagle3", "eagle", "draft_model", "medusa", "mlp_speculator", "mtp")
+
+
+def draft_of(approach: Approach | None) -> tuple[str, str | None]:
+    """(vLLM's method, the draft's path) the approach's recipe names: a vllm_server recipe's own
+    `speculative_config`, an sglang_server recipe's `speculative` algorithm and draft path; the campaign's
+    question, EAGLE-3 with no path, when it names neither. (The keys are vLLM 0.32's: the vllm_server
+    recipe checks its JSON against them, and tests/contract/test_vllm_engine.py checks that list.)"""
+    recipe: dict[str, Any] = approach.recipe if approach is not None and isinstance(approach.recipe, dict) else {}
+    params: dict[str, Any] = recipe["params"] if isinstance(recipe.get("params"), dict) else {}
+    if recipe.get("kind") == "vllm_server":
+        config = params.get("speculative_config")
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except ValueError:
+                config = None
+        if isinstance(config, dict) and (config.get("method") or config.get("model")):
+            model = config.get("model")
+            return str(config.get("method") or "draft_model"), str(model) if model else None
+    if recipe.get("kind") == "sglang_server":
+        spec: dict[str, Any] = params["speculative"] if isinstance(params.get("speculative"), dict) else {}
+        algorithm = str(spec.get("algorithm") or "").upper()
+        if algorithm in SGLANG_METHODS:
+            path = spec.get("draft_model_path")
+            return SGLANG_METHODS[algorithm], str(path) if path else None
+    return "eagle3", None
 
 
 def check_vllm_schedule(schedule: Any, num_speculative_tokens: Any) -> None:
@@ -44,22 +74,29 @@ def check_vllm_schedule(schedule: Any, num_speculative_tokens: Any) -> None:
 
 
 def vllm_config(answer: SpeculationAnswer, approaches: Sequence[Approach]) -> EngineConfig:
-    del approaches  # vLLM picks its own allreduce: no speculative option selects it
     schedule = per_batch_schedule(answer)
     chosen = schedule.approach
     ranges = [[r.start, r.end, r.k] for r in schedule.ranges]
     top = schedule.largest_k
     check_vllm_schedule(ranges, top)
-    spec = {"method": "eagle3", "num_speculative_tokens": top, "num_speculative_tokens_per_batch_size": ranges}
+    method, draft = draft_of(next((a for a in approaches if a.key == chosen.key), None))
+    spec: dict[str, Any] = {"method": method}
+    if draft:
+        spec["model"] = draft
+    spec.update({"num_speculative_tokens": top, "num_speculative_tokens_per_batch_size": ranges})
     text = json.dumps(spec, separators=(",", ":"))
     out = ConfigBuilder()
-    out.add("method", "eagle3", "the campaign's question (EAGLE-3)", argv=[])
+    named = method != "eagle3" or draft is not None
+    out.add("method", method, f"{chosen.title}'s recipe" if named else "the campaign's question (EAGLE-3)", argv=[])
+    if draft:
+        out.add("model", draft, f"the draft {chosen.title}'s recipe names", argv=[])
     out.add("num_speculative_tokens", top, "the largest K of the schedule (vLLM sizes its buffers by it)", argv=[])
     for r in schedule.ranges:
         out.add(f"batches {r.start}-{r.end}", r.k, r.source, argv=[])
     out.argv = ["--speculative-config", text]
+    if method in MODEL_METHODS and not draft:
+        out.notes.append('Add "model": the path of your draft (for EAGLE-3, its draft head) to the JSON.')
     out.notes += [
-        'Add "model": the path of your EAGLE-3 draft head to the JSON.',
         f"Data parallelism > 1 turns vLLM's per-batch speculation off: it then drafts {top} tokens at every batch, "
         f"including above batch {schedule.break_even_batch}, where this answer turns speculation off.",
         f"Above batch {schedule.break_even_batch}: {schedule.off_reason}.",
