@@ -65,7 +65,21 @@ START_TIME = "process_start_time_seconds"
 VLLM_LOG_LINE = re.compile(
     r"SpecDecoding metrics: Mean acceptance length: (?P<mean>[0-9.]+).*?"
     r"Accepted: (?P<accepted>\d+) tokens, Drafted: (?P<drafted>\d+) tokens"
+    r"(?:, Per-position acceptance rate: (?P<rates>[0-9., ]*[0-9]))?"
 )
+
+
+def log_line_drafts(line: re.Match[str], k: int) -> float:
+    """How many drafts one SpecDecoding line covers. The line prints no draft count, but its per-position rates
+    are accepted-at-i / drafts, so drafts = accepted / (sum of the rates) (the rates carry 3 decimals: the count
+    is rounded to a whole draft). A line that accepted nothing (or prints no rates) falls back to drafted / k,
+    exact only where every draft proposed k tokens (an n-gram drafter proposes fewer when it finds no match)."""
+    accepted = int(line.group("accepted"))
+    rates = [float(r) for r in (line.group("rates") or "").split(",") if r.strip()]
+    if accepted and sum(rates) > 0:
+        return float(round(accepted / sum(rates)))
+    return int(line.group("drafted")) / k
+
 
 SPEC = (
     Param("url", "str", None, "the server's base URL, e.g. http://127.0.0.1:8000", required=True),
@@ -366,15 +380,16 @@ def vllm_figures(before: Scrape, after: Scrape, values: dict[str, Any], tags: di
             emit(M.ENGINE_ACCEPT_ALPHA_POS, u / previous, "", **tags, position=i, rate="conditional: u_i / u_(i-1)")
         previous = u
     logged = [m for m in (VLLM_LOG_LINE.search(line) for line in lines) if m]
-    drafted = sum(int(m.group("drafted")) for m in logged)
-    if drafted:
+    line_drafts = sum(log_line_drafts(m, k) for m in logged)
+    if line_drafts:
         emit(
             M.ENGINE_LOG_ACCEPT_LENGTH,
-            1 + k * sum(int(m.group("accepted")) for m in logged) / drafted,
+            1 + sum(int(m.group("accepted")) for m in logged) / line_drafts,
             "",
             **{**tags, "method": "vllm-log-lines"},
             lines=len(logged),
-            derivation="1 + k x accepted / drafted over the SpecDecoding log lines written in the window",
+            derivation="1 + accepted / drafts over the SpecDecoding log lines written in the window (a line's drafts: "
+            "its accepted tokens over the sum of its per-position rates)",
         )
 
 

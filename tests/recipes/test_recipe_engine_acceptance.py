@@ -256,3 +256,26 @@ def test_a_drop_in_acceptance_over_trials_is_a_change_point(app):
     assert key in found, sorted(found)
     assert found[key].verdict == "slower" and found[key].trial_id == trials[10].id
     assert found[key].ratio == pytest.approx(0.9, abs=0.02)
+
+
+def test_log_lines_of_drafts_shorter_than_k_give_the_counters_accept_length():
+    """An n-gram drafter proposes fewer than k tokens when it finds no match, so `Drafted` is not drafts x k:
+    each line's drafts come from its per-position rates (accepted at i / drafts). These two lines are vLLM
+    0.32's own format (SpecDecodingLogging.log) for 100 and 40 drafts at k = 3 that proposed 274 and 100 tokens;
+    over both, the counters' accept length is 1 + (237 + 80) / 140."""
+    from runners.recipes.engine_acceptance import VLLM_LOG_LINE, log_line_drafts
+
+    lines = [
+        "INFO 12-05 17:00:00 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.37, Accepted "
+        "throughput: 40.00 tokens/s, Drafted throughput: 75.00 tokens/s, Accepted: 237 tokens, Drafted: 274 tokens, "
+        "Per-position acceptance rate: 0.910, 0.760, 0.700, Avg Draft acceptance rate: 86.5%",
+        "INFO 12-05 17:00:01 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.00, Accepted "
+        "throughput: 40.00 tokens/s, Drafted throughput: 75.00 tokens/s, Accepted: 80 tokens, Drafted: 100 tokens, "
+        "Per-position acceptance rate: 0.800, 0.650, 0.550, Avg Draft acceptance rate: 80.0%",
+    ]
+    found = [m for m in map(VLLM_LOG_LINE.search, lines) if m]
+    assert [log_line_drafts(m, 3) for m in found] == [100, 40]
+    tau = 1 + sum(int(m.group("accepted")) for m in found) / sum(log_line_drafts(m, 3) for m in found)
+    assert tau == pytest.approx(1 + 317 / 140)
+    # The old reading, 1 + k x accepted / drafted, said 3.54 here: drafts that proposed fewer than k tokens.
+    assert 1 + 3 * 317 / 374 == pytest.approx(3.543, abs=1e-3)
