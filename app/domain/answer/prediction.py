@@ -45,6 +45,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -185,7 +186,9 @@ def engine_label(conditions: Conditions) -> str:
     """ "vllm 0.32.0, tiny-llama, ngram, bf16, eager, input 128, output 64"."""
     t = conditions.tag_map
     parts = [" ".join(str(t[k]) for k in ("engine", "engine_version") if k in t)]
-    parts += [str(t[k]) for k in ("model", "method", "dtype", "mode", "prompt_set") if k in t]
+    if "model" in t:  # a path names where the weights lie, not the model: its last part
+        parts.append(PurePath(str(t["model"])).name or str(t["model"]))
+    parts += [str(t[k]) for k in ("method", "dtype", "mode", "prompt_set") if k in t]
     parts += [f"{k.split('_')[0]} {t[k]}" for k in ("input_len", "output_len") if k in t]
     if "temperature" in t:
         parts.append(f"temperature {t['temperature']}")
