@@ -5,6 +5,7 @@ overhead as an input with its source trials, and nothing paired across condition
 from __future__ import annotations
 
 import pytest
+from sqlmodel import select
 
 from app.db import session_scope
 from app.domain.answer.prediction import (
@@ -15,8 +16,9 @@ from app.domain.answer.prediction import (
     check_lines,
     engine_check,
 )
+from app.models import Metric
 from app.state import app_state
-from tests.support.engine_check import FP, EngineCheckBuilder, build_engine_check_campaign
+from tests.support.engine_check import ENGINE, FP, EngineCheckBuilder, build_engine_check_campaign
 
 
 @pytest.fixture
@@ -128,6 +130,22 @@ def test_engine_trials_are_replicates_only_under_the_same_conditions(session):
     assert other.measured.interval.value == pytest.approx(1.25)
     # the other model's engine states no geometry: it pairs with the llama stand-in on what both state
     assert _pred(other, ENGINE_COUNTING).figure.interval.value == pytest.approx(2.0 * 10 / 16)
+    # and it measured no other k at batch 4, so its drafter cost is not borrowed from the first model's cells
+    assert other.drafter_ms is None and "T_draft counted 0" in _pred(other, STANDIN).note
+    assert _pred(other, STANDIN).figure.interval.value == pytest.approx(2.0 * 2 / 4)
+
+
+def test_spec_off_windows_tagged_k_0_serve_every_k_of_their_batch(session):
+    b = EngineCheckBuilder(session)
+    b.standin_trial()
+    trial = b.engine_trial({(4, 3): ENGINE[(4, 3)]})
+    for m in session.exec(select(Metric).where(Metric.trial_id == trial.id)):
+        if m.tags.get("spec") == "off":
+            m.tags = {**m.tags, "draft_tokens": 0}
+    session.flush()
+    cell = _cell(engine_check(session, b.campaign), 4, 3)
+    assert _pred(cell, ENGINE_COUNTING).figure.interval.value == pytest.approx(1.5625)
+    assert cell.overhead_ms.interval.value == pytest.approx(8.0)
 
 
 def test_an_engine_that_states_its_geometry_pairs_only_with_that_geometry(session):

@@ -273,9 +273,13 @@ def engine_check(session: Session, campaign: Campaign) -> EngineCheck:
             named.setdefault((r.trial_id, *_point(r)), r.conditions)
     cells: dict[tuple[Conditions, int, int], list[_Row]] = defaultdict(list)
     for r in engine_rows:
-        cond = named.get((r.trial_id, *_point(r)))
-        if cond is not None:
-            cells[(cond, *_point(r))].append(r)
+        b, k = _point(r)
+        if r.tags.get("spec") == "off":  # a spec-off window has no k of its own: it serves every k of its batch
+            for trial_id, bb, kk in named:
+                if (trial_id, bb) == (r.trial_id, b):
+                    cells[(named[(trial_id, bb, kk)], bb, kk)].append(r)
+        elif (cond := named.get((r.trial_id, b, k))) is not None:
+            cells[(cond, b, k)].append(r)
     rng = np.random.default_rng(SEED)
     built: list[CheckCell] = []
     missing: list[str] = []
