@@ -154,3 +154,23 @@ def test_an_engine_that_states_its_geometry_pairs_only_with_that_geometry(sessio
     b.engine_trial(hidden_size=256)
     cell = _cell(engine_check(session, b.campaign), 4, 3)
     assert "hidden size 256 vs 128" in _pred(cell, STANDIN).missing
+
+
+def test_stand_ins_of_two_geometries_are_not_picked_between_for_an_engine_that_states_none(session):
+    b = EngineCheckBuilder(session)
+    b.standin_trial()
+    b.standin_trial(hidden_size=256)
+    b.engine_trial()
+    cell = _cell(engine_check(session, b.campaign), 4, 3)
+    p = _pred(cell, STANDIN)
+    assert p.figure is None and "2 stand-in geometries agree" in p.missing and "hidden_size" in p.missing
+
+
+def test_among_stand_in_contexts_the_nearest_to_the_engine_decode_context_is_taken_and_named(session):
+    b = EngineCheckBuilder(session)
+    b.standin_trial(context=1024)  # far from the engine's 128 + 64 / 2 = 160
+    near = b.standin_trial(context=160)
+    b.engine_trial()
+    cell = _cell(engine_check(session, b.campaign), 4, 3)
+    assert "context 160" in cell.standin
+    assert cell.decode_ms is not None and cell.decode_ms.trials == (near.id,)
