@@ -71,6 +71,7 @@ def test_a_held_cell_and_missed_ones_with_their_exact_percent(session):
     assert missed.held is False and missed.off_by == pytest.approx(1.2 / 1.385 - 1)
     assert missed.words == "missed by -13.4%"
     assert _pred(other, ENGINE_COUNTING).figure.interval.value == pytest.approx(1.8 * 10 / 13)
+    assert _pred(other, ENGINE_COUNTING).words == "held (off by 0.0%)"  # -0.03%: never "-0.0%"
 
 
 def test_the_engine_overhead_is_an_input_with_its_source_trials(session):

@@ -133,9 +133,9 @@ class Prediction:
         """ "held (off by +2.1%)", "missed by -41.3%", or what is missing."""
         if self.figure is None or self.held is None or self.off_by is None:
             return f"not predicted: {self.missing}" if self.missing else "not predicted"
-        if self.held:
-            return f"held (off by {self.off_by:+.1%})"
-        return f"missed by {self.off_by:+.1%}"
+        pct = round(self.off_by * 100, 1)
+        shown = f"{pct:+.1f}%" if pct else "0.0%"  # never "-0.0%"
+        return f"held (off by {shown})" if self.held else f"missed by {shown}"
 
 
 @dataclass(frozen=True)
