@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from app.db import session_scope
+from app.domain.answer.prediction import STANDIN, STANDIN_OVERHEAD, engine_check
 from app.protocol.recipes import RecipeError
+from app.state import app_state
 from runners.recipes import build_launch
+from tests.support.engine_check import EngineCheckBuilder
 from tests.support.recipes import by_name, metrics, run_spec
 
 TINY = {
@@ -115,3 +119,22 @@ def test_bad_llama_geometries_are_refused_naming_the_parameter(params, message):
     with pytest.raises(RecipeError) as exc:
         build_launch({"kind": "verify_step", "params": params})
     assert message in str(exc.value)
+
+
+def test_the_recipes_own_lines_pair_with_an_engine_trial_of_that_geometry(app):
+    """The stand-in's real metric lines (not hand-written tags) pair with a vllm_server cell at the same batch and
+    dtype (the engine's bfloat16 is the recipe's bf16), and the engine's overhead is its spec-off step minus them."""
+    params = {**TINY, "kv_heads": 4, "world_size": 1, "dtype": "bf16", "batches": [4], "draft_tokens": [0, 3]}
+    done = run_spec(build_launch({"kind": "verify_step", "params": {**params, "context": 160}}))
+    assert done.returncode == 0, done.stderr
+    lines = [m for m in metrics(done.stdout) if m["name"] in ("decode_step_ms", "verify_compute_ms")]
+    with session_scope(app_state(app).engine) as session:
+        b = EngineCheckBuilder(session)
+        standin = b.trial(b.standin_approach, [(m["name"], m["value"], m["tags"], m["samples"]) for m in lines])
+        b.engine_trial()
+        (cell,) = [c for c in engine_check(session, b.campaign).cells if (c.batch, c.draft_tokens) == (4, 3)]
+        assert cell.decode_ms is not None and cell.decode_ms.trials == (standin.id,)
+        assert "Llama stand-in" in cell.standin and "context 160" in cell.standin
+        assert cell.overhead_ms is not None
+        assert cell.overhead_ms.interval.value == pytest.approx(10.0 - cell.decode_ms.interval.value)
+        assert all(p.figure is not None for p in cell.predictions if p.name in (STANDIN, STANDIN_OVERHEAD))

@@ -354,7 +354,8 @@ def _standin_for(cond: Conditions, tags: dict[str, Any], b: int, k: int, rows: S
         key=lambda c: (abs(float(c.tag_map.get(ConditionTag.CONTEXT, target)) - target), -_newest(agreeing, c)),
     )
     mine = [r for r in agreeing if r.conditions == chosen]
-    label = standin_label(chosen.tag_map) or "llama stand-in"
+    # The recipe's own words ("Llama stand-in: grouped-query attention (4 heads, 4 KV heads), SwiGLU MLP 256, ...").
+    label = str(mine[0].tags.get("standin_label") or standin_label(chosen.tag_map) or "llama stand-in")
     if ConditionTag.CONTEXT in chosen.tag_map:
         label += f", context {chosen.tag_map[ConditionTag.CONTEXT]}"
     decode_rows = [r for r in mine if r.name == M.DECODE_STEP_MS and int(r.tags.get("batch") or 1) == b]
