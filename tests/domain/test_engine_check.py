@@ -175,3 +175,25 @@ def test_among_stand_in_contexts_the_nearest_to_the_engine_decode_context_is_tak
     cell = _cell(engine_check(session, b.campaign), 4, 3)
     assert "context 160" in cell.standin
     assert cell.decode_ms is not None and cell.decode_ms.trials == (near.id,)
+
+
+def test_unstable_inputs_make_held_a_weak_test_and_say_so(session):
+    b = EngineCheckBuilder(session)
+    b.standin_trial()
+    b.engine_trial({(4, 3): (2.5, 10.0, 16.0, [0.9, 1.55, 2.4])})  # a 40% spread between window pairs
+    p = _pred(_cell(engine_check(session, b.campaign), 4, 3), ENGINE_COUNTING)
+    assert p.held is True and p.figure.interval.unstable
+    assert p.words == "held (off by +0.8%; unstable inputs (spread above 10%): a weak test)"
+
+
+def test_a_standin_slower_than_the_engines_whole_step_derives_no_overhead(session):
+    b = EngineCheckBuilder(session)
+    b.standin_trial()
+    b.engine_trial({(4, 3): (2.5, 1.5, 2.4, [1.50, 1.55, 1.60])})  # engine step off 1.5 ms < stand-in decode 2 ms
+    check = engine_check(session, b.campaign)
+    cell = _cell(check, 4, 3)
+    p = _pred(cell, STANDIN_OVERHEAD)
+    assert p.figure is None and p.held is None
+    assert "stand-in's decode (2.000 ms) is not below the engine's whole spec-off step (1.500 ms)" in p.missing
+    assert cell.overhead_ms.interval.value == pytest.approx(-0.5)  # shown as measured, never used
+    assert check.overheads == ()

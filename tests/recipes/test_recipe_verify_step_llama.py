@@ -131,10 +131,12 @@ def test_the_recipes_own_lines_pair_with_an_engine_trial_of_that_geometry(app):
     with session_scope(app_state(app).engine) as session:
         b = EngineCheckBuilder(session)
         standin = b.trial(b.standin_approach, [(m["name"], m["value"], m["tags"], m["samples"]) for m in lines])
-        b.engine_trial()
+        # an engine step far above any stand-in step on this (shared) machine: the overhead is positive whatever
+        # the load, so the test asserts the pairing and the arithmetic, not a timing
+        b.engine_trial({(4, 3): (2.5, 1000.0, 1600.0, [1.50, 1.55, 1.60])})
         (cell,) = [c for c in engine_check(session, b.campaign).cells if (c.batch, c.draft_tokens) == (4, 3)]
         assert cell.decode_ms is not None and cell.decode_ms.trials == (standin.id,)
         assert "Llama stand-in" in cell.standin and "context 160" in cell.standin
         assert cell.overhead_ms is not None
-        assert cell.overhead_ms.interval.value == pytest.approx(10.0 - cell.decode_ms.interval.value)
+        assert cell.overhead_ms.interval.value == pytest.approx(1000.0 - cell.decode_ms.interval.value)
         assert all(p.figure is not None for p in cell.predictions if p.name in (STANDIN, STANDIN_OVERHEAD))

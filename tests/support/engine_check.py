@@ -28,11 +28,12 @@ T0 = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 ENGINE_TAGS = {
     "engine": "vllm",
     "engine_version": "0.32.0",
-    "model": "tiny-llama",
-    "method": "ngram",
+    "model": ".cache/vllm/models/tiny-llama",
     "dtype": "bfloat16",
     "mode": "eager",
-    "prompt_set": "repeats",
+    "device": "cpu",
+    "world_size": 1,
+    "prompt_set": "repeats:seed=0",
     "input_len": 128,
     "output_len": 64,
     "prefix_caching": False,
@@ -113,29 +114,32 @@ class EngineCheckBuilder:
         return trial
 
     def engine_trial(self, cells=None, fp=FP, **tags: Any) -> Trial:
-        """One vllm_server trial per cell (the recipe runs one (batch, k) per trial), as its metric lines say."""
+        """One vllm_server trial per cell, tagged as the recipe tags its lines (runners/recipes/vllm_server.py on the
+        vllm branch): spec-off figures carry no k, spec-on ones and the speedup carry k and `speculative_method`,
+        a figure's `method` names how it was measured."""
         last = None
         for (b, k), (tau, off, on, speedups) in (cells or ENGINE).items():
-            base = {**ENGINE_TAGS, **tags, "batch": b, "draft_tokens": k}
+            base = {**ENGINE_TAGS, **tags, "batch": b, "requests_per_window": 2 * b}
+            off_tags = {**base, "spec": "off", "speculative_method": "none"}
+            on_tags = {**base, "spec": "on", "speculative_method": "ngram", "draft_tokens": k}
             median = sorted(speedups)[len(speedups) // 2]
+            acc = {**on_tags, "method": "prometheus-counter-delta"}
             rows = [
-                ("engine_speedup", median, base, speedups),
-                ("engine_accept_length", tau, {**base, "spec": "on", "derivation": "1 + accepted / drafts"}, None),
-                ("engine_step_ms", off, {**base, "spec": "off", "method": "iteration-counter"}, None),
-                ("engine_step_ms", on, {**base, "spec": "on", "method": "iteration-counter"}, None),
+                ("engine_speedup", median, {**base, "speculative_method": "ngram", "draft_tokens": k}, speedups),
+                ("engine_accept_length", tau, {**acc, "derivation": "1 + accepted / drafts"}, None),
+                ("engine_step_ms", off, {**off_tags, "method": "iteration-counter"}, None),
+                ("engine_step_ms", on, {**on_tags, "method": "iteration-counter"}, None),
                 # the independent check's figure: read by no prediction (a different number on purpose)
-                ("engine_step_ms", on * 3, {**base, "spec": "on", "method": "tpot-x-tokens-per-step"}, None),
-                ("engine_output_tok_s", 100.0, {**base, "spec": "off"}, None),
+                ("engine_step_ms", on * 3, {**on_tags, "method": "tpot-x-tokens-per-step"}, None),
+                ("engine_output_tok_s", 100.0, off_tags, None),
             ]
             if k > 1:  # a k run also derives tau at shorter drafts (engine_acceptance does): never the k run's
-                rows.append(
-                    (
-                        "engine_accept_length",
-                        1.1,
-                        {**base, "draft_tokens": 1, "spec": "on", "derivation": "1 + sum of per-position rates to 1"},
-                        None,
-                    )
-                )
+                derived = {
+                    **acc,
+                    "draft_tokens": 1,
+                    "derivation": "1 + sum of per-position rates to 1 (of a 3-token run)",
+                }
+                rows.append(("engine_accept_length", 1.1, derived, None))
             last = self.trial(self.engine_approach, rows, fp)
         assert last is not None
         return last

@@ -73,6 +73,7 @@ ENGINE_KEYS = (
     "engine",
     "engine_version",
     "model",
+    "speculative_method",  # the vllm_server recipe's name for it (its `method` tags name measurement methods)
     "method",
     "dtype",
     "mode",
@@ -130,12 +131,18 @@ class Prediction:
 
     @property
     def words(self) -> str:
-        """ "held (off by +2.1%)", "missed by -41.3%", or what is missing."""
+        """ "held (off by +2.1%)", "missed by -41.3%", or what is missing; a figure read from an input whose
+        spread is above the statistics home's unstable CV says so: wide intervals make "held" a weak test."""
         if self.figure is None or self.held is None or self.off_by is None:
             return f"not predicted: {self.missing}" if self.missing else "not predicted"
         pct = round(self.off_by * 100, 1)
         shown = f"{pct:+.1f}%" if pct else "0.0%"  # never "-0.0%"
-        return f"held (off by {shown})" if self.held else f"missed by {shown}"
+        weak = (
+            f"; unstable inputs (spread above {Rule.unstable_cv:.0%}): a weak test"
+            if self.figure.interval.unstable
+            else ""
+        )
+        return f"held (off by {shown}{weak})" if self.held else f"missed by {shown}{weak}"
 
 
 @dataclass(frozen=True)
@@ -188,7 +195,7 @@ def engine_label(conditions: Conditions) -> str:
     parts = [" ".join(str(t[k]) for k in ("engine", "engine_version") if k in t)]
     if "model" in t:  # a path names where the weights lie, not the model: its last part
         parts.append(PurePath(str(t["model"])).name or str(t["model"]))
-    parts += [str(t[k]) for k in ("method", "dtype", "mode", "prompt_set") if k in t]
+    parts += [str(t[k]) for k in ("speculative_method", "method", "dtype", "mode", "prompt_set") if k in t]
     parts += [f"{k.split('_')[0]} {t[k]}" for k in ("input_len", "output_len") if k in t]
     if "temperature" in t:
         parts.append(f"temperature {t['temperature']}")
@@ -217,7 +224,7 @@ def _read_rows(session: Session, campaign: Campaign) -> tuple[list[_Row], list[_
         raw = json.loads(samples_text) if samples_text else None
         samples = tuple(float(x) for x in raw) if isinstance(raw, list) and raw else (float(value),)
         if name in ENGINE_METRICS:
-            if "batch" not in tags or ConditionTag.DRAFT_TOKENS not in tags:
+            if "batch" not in tags:
                 continue
             engine.append(_Row(trial_id, name, float(value), tags, samples, Conditions.of(tags, fp, ENGINE_KEYS)))
         elif tags.get(ConditionTag.GEOMETRY) == GEOMETRY:
@@ -274,7 +281,7 @@ def engine_check(session: Session, campaign: Campaign) -> EngineCheck:
     cells: dict[tuple[Conditions, int, int], list[_Row]] = defaultdict(list)
     for r in engine_rows:
         b, k = _point(r)
-        if r.tags.get("spec") == "off":  # a spec-off window has no k of its own: it serves every k of its batch
+        if r.tags.get("spec") == "off":  # a spec-off window has no k of its own (none, or 0): every k of its batch
             for trial_id, bb, kk in named:
                 if (trial_id, bb) == (r.trial_id, b):
                     cells[(named[(trial_id, bb, kk)], bb, kk)].append(r)
@@ -294,13 +301,16 @@ def engine_check(session: Session, campaign: Campaign) -> EngineCheck:
             continue
         built.append(_cell(cond, b, k, rows, standin_rows, drafters, rng, confidence))
     overheads = tuple(
-        (c.batch, c.overhead_ms) for c in built if c.overhead_ms is not None and c.draft_tokens == min_k(built, c)
+        (c.batch, c.overhead_ms)
+        for c in built
+        if c.overhead_ms is not None and c.overhead_ms.interval.value > 0 and c.draft_tokens == min_k(built, c)
     )
     return EngineCheck(tuple(built), tuple(missing), confidence, RULE, overheads)
 
 
 def _point(r: _Row) -> tuple[int, int]:
-    return int(r.tags["batch"]), int(r.tags[ConditionTag.DRAFT_TOKENS])
+    """(batch, k); k is -1 where the row states none (a spec-off window's figures)."""
+    return int(r.tags["batch"]), int(r.tags.get(ConditionTag.DRAFT_TOKENS, -1))
 
 
 def step_method(tags: dict[str, Any]) -> str:
@@ -397,19 +407,26 @@ def _draws(value: Value | None, rng: np.random.Generator) -> np.ndarray | None:
     return trial_resamples_many([value.trials], RESAMPLES, rng)[0]
 
 
-def _figure(point: float, draws: np.ndarray | None, confidence: float, trials: Sequence[int], source: str) -> Figure:
+def _figure(
+    point: float,
+    draws: np.ndarray | None,
+    confidence: float,
+    trials: Sequence[int],
+    source: str,
+    unstable: bool = False,
+) -> Figure:
     low = high = None
     one = len(set(trials)) <= 1
     if draws is not None and np.isfinite(draws).all() and np.ptp(draws) > 0:
         lo, hi = percentile_intervals(draws[None, :], confidence)
         low, high = float(lo[0]), float(hi[0])
-    interval = Interval(float(point), low, high, no_samples=low is None, within_run_only=one)
+    interval = Interval(float(point), low, high, unstable, no_samples=low is None, within_run_only=one)
     return Figure(interval, tuple(sorted(set(trials))), source)
 
 
 def _fig(value: Value, draws: np.ndarray | None, confidence: float) -> Figure:
     assert value.value is not None
-    return _figure(value.value, draws, confidence, value.trial_ids, value.source)
+    return _figure(value.value, draws, confidence, value.trial_ids, value.source, value.unstable)
 
 
 def _drafters(
@@ -456,8 +473,19 @@ def _cell(
     engine_missing = [w for w, v in (("accept length", tau), ("spec-off step", off), ("spec-on step", on)) if v is None]
     predictions: list[Prediction] = []
 
-    def judged(name: str, point: float, draws: np.ndarray, ids: Sequence[int], source: str, note: str = "") -> None:
-        fig = _figure(point, draws, confidence, ids, source)
+    def judged(
+        name: str,
+        point: float,
+        draws: np.ndarray,
+        inputs: Sequence[Value],
+        source: str,
+        note: str = "",
+        ids: Sequence[int] = (),
+    ) -> None:
+        """Judge one prediction against the measured figure; unstable when any input or the measurement is."""
+        trial_ids = (*ids, *(i for v in inputs for i in v.trial_ids))
+        unstable = speedup.unstable or any(v.unstable for v in inputs)
+        fig = _figure(point, draws, confidence, trial_ids, source, unstable)
         held, off_by = _verdict(fig, measured)
         predictions.append(Prediction(name, fig, held, off_by, note=note))
 
@@ -469,7 +497,7 @@ def _cell(
             ENGINE_COUNTING,
             float(formula.speedup(tau.value, off.value, 0.0, on.value)),
             formula.speedup(d_tau, d_off, 0.0, d_on),
-            (*tau.trial_ids, *off.trial_ids, *on.trial_ids),
+            (tau, off, on),
             "tau x T_off / T_on, the engine's own figures",
         )
     st = _standin_for(cond, rows[0].tags, b, k, standin_rows)
@@ -485,7 +513,15 @@ def _cell(
         others = sorted(
             ((abs(kk - k), kk) for (c, bb, kk) in drafters if c == cond and bb == b and kk != k),
         )
-        if others:
+        draft_ids: tuple[int, ...] = ()
+        if others and drafters[(cond, b, others[0][1])][0] < 0:
+            kk = others[0][1]
+            t_draft, d_draft = 0.0, np.zeros(RESAMPLES)
+            draft_note = (
+                f"T_draft counted 0: measured at k {kk} it came out negative ({drafters[(cond, b, kk)][0]:.3f} ms), "
+                "the stand-in's compute above the engine's step there"
+            )
+        elif others:
             kk = others[0][1]
             t_draft, d_draft, draft_ids = drafters[(cond, b, kk)]
             drafter_fig = _figure(
@@ -493,16 +529,16 @@ def _cell(
             )
             draft_note = f"T_draft {t_draft:.3f} ms: the engine's n-gram drafter, measured at k {kk}"
         else:
-            t_draft, d_draft, draft_ids = 0.0, np.zeros(RESAMPLES), ()
+            t_draft, d_draft = 0.0, np.zeros(RESAMPLES)
             draft_note = "T_draft counted 0: the engine measured no other k at this batch to take it from"
-        base_ids = (*tau.trial_ids, *st.decode.trial_ids, *st.verify.trial_ids, *draft_ids)
         judged(
             STANDIN,
             float(formula.speedup(tau.value, st.decode.value, t_draft, st.verify.value)),
             formula.speedup(d_tau, d_dec, d_draft, d_ver),
-            base_ids,
+            (tau, st.decode, st.verify),
             f"tau x decode / (T_draft + verify), {st.label}",
             draft_note,
+            draft_ids,
         )
         if off is None:
             predictions.append(Prediction(STANDIN_OVERHEAD, None, None, None, "the engine's spec-off step"))
@@ -519,14 +555,27 @@ def _cell(
                 f"engine step, spec off (trial {_ids(off.trial_ids)}) - stand-in decode at batch {b} "
                 f"(trial {_ids(st.decode.trial_ids)})",
             )
-            judged(
-                STANDIN_OVERHEAD,
-                float(formula.speedup(tau.value, st.decode.value + overhead, t_draft, st.verify.value + overhead)),
-                formula.speedup(d_tau, d_dec + d_ovh, d_draft, d_ver + d_ovh),
-                (*base_ids, *off.trial_ids),
-                f"tau x (decode + overhead) / (T_draft + verify + overhead), overhead {overhead:.3f} ms",
-                draft_note,
-            )
+            if overhead <= 0:  # the stand-in's compute alone exceeds the engine's whole step: nothing to add
+                predictions.append(
+                    Prediction(
+                        STANDIN_OVERHEAD,
+                        None,
+                        None,
+                        None,
+                        f"the stand-in's decode ({st.decode.value:.3f} ms) is not below the engine's whole spec-off "
+                        f"step ({off.value:.3f} ms): no overhead can be derived (a loaded node, or a slower stand-in)",
+                    )
+                )
+            else:
+                judged(
+                    STANDIN_OVERHEAD,
+                    float(formula.speedup(tau.value, st.decode.value + overhead, t_draft, st.verify.value + overhead)),
+                    formula.speedup(d_tau, d_dec + d_ovh, d_draft, d_ver + d_ovh),
+                    (tau, st.decode, st.verify, off),
+                    f"tau x (decode + overhead) / (T_draft + verify + overhead), overhead {overhead:.3f} ms",
+                    draft_note,
+                    draft_ids,
+                )
     figures = {
         name: (_fig(v, _draws(v, rng), confidence) if v is not None else None)
         for name, v in (("tau", tau), ("off", off), ("on", on), ("dec", st.decode), ("ver", st.verify))
