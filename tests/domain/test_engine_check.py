@@ -197,3 +197,14 @@ def test_a_standin_slower_than_the_engines_whole_step_derives_no_overhead(sessio
     assert "stand-in's decode (2.000 ms) is not below the engine's whole spec-off step (1.500 ms)" in p.missing
     assert cell.overhead_ms.interval.value == pytest.approx(-0.5)  # shown as measured, never used
     assert check.overheads == ()
+
+
+def test_a_drafter_cost_measured_negative_counts_zero_and_says_so(session):
+    b = EngineCheckBuilder(session)
+    b.standin_trial()
+    # at k 1 the spec-on step (10.5 ms) is below verify 3 + overhead 8: the drafter comes out at -0.5 ms
+    b.engine_trial({(4, 3): ENGINE[(4, 3)], (4, 1): (1.8, 10.0, 10.5, [1.38, 1.385, 1.39])})
+    cell = _cell(engine_check(session, b.campaign), 4, 3)
+    p = _pred(cell, STANDIN)
+    assert "T_draft counted 0: measured at k 1 it came out negative (-0.500 ms)" in p.note
+    assert p.figure.interval.value == pytest.approx(2.5 * 2 / 4) and cell.drafter_ms is None
