@@ -12,6 +12,7 @@ from app.deps import SessionDep, require_operator
 from app.domain import inventory
 from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
 from app.domain.answer.configs.schedule import SERVE_PATTERN
+from app.domain.answer.prediction import check_document, engine_check
 from app.domain.answer.read import Answer, answer_document, pick_conditions, read_answer
 
 router = APIRouter(prefix="/api", tags=["answer"], dependencies=[Depends(require_operator)])
@@ -187,6 +188,51 @@ class EngineConfigPublic(BaseModel):
     )
 
 
+class CheckFigurePublic(Figure):
+    trials: list[int] = Field(description="The trials the figure comes from.")
+    source: str = Field(description="How it was obtained (metric, method, the formula it comes from).")
+
+
+class PredictionPublic(BaseModel):
+    name: str = Field(description="engine's counting | stand-in compute | stand-in + engine overhead")
+    figure: CheckFigurePublic | None = Field(description="Null when an input is missing (`missing` says which).")
+    held: bool | None = Field(description="The prediction's interval overlaps the measured one; null: not predicted.")
+    off_by: float | None = Field(description="(predicted - measured) / measured, on the point estimates.")
+    words: str = Field(description="'held (off by +0.8%)', 'missed by -46.2%' or 'not predicted: ...'.")
+    missing: str
+    note: str
+
+
+class CheckCellPublic(BaseModel):
+    batch: int
+    draft_tokens: int
+    conditions: str = Field(description="The engine's conditions (engine, release, model, method, ...) as a key.")
+    conditions_label: str
+    trials: list[int] = Field(description="The engine trials measuring this cell under these conditions.")
+    one_trial: bool = Field(description="One trial: the measured interval is its within-trial spread only.")
+    measured: CheckFigurePublic
+    predictions: list[PredictionPublic]
+    inputs: dict[str, CheckFigurePublic | None] = Field(
+        description="accept_length, engine_step_off_ms, engine_step_on_ms, standin_decode_ms, standin_verify_ms, "
+        "engine_overhead_ms (an input of the answer), ngram_drafter_ms (null: counted 0)."
+    )
+    standin: str = Field(description="The stand-in paired with the engine, or why none was.")
+
+
+class OverheadPublic(CheckFigurePublic):
+    batch: int
+
+
+class EngineCheckPublic(BaseModel):
+    rule: str
+    confidence: float
+    held: int
+    missed: int
+    missing: list[str] = Field(description="What the check lacks (no engine trial, no stand-in): never silently empty.")
+    overheads: list[OverheadPublic] = Field(description="The engine's per-step overhead per batch, with its source.")
+    cells: list[CheckCellPublic]
+
+
 def _read(session: SessionDep, slug: str, conditions: str | None, context: int | None, mode: str | None) -> Answer:
     campaign = inventory.get_campaign(session, slug)
     asked = pick_conditions(session, campaign, conditions, context=context, mode=mode)
@@ -226,3 +272,10 @@ def answer_config(
     found = _read(session, slug, conditions, context, mode)
     spec, rows = found.speculation, found.approaches
     return config_json(engine_config(engine, spec, rows, serve=serve, target=deploy_target(session, spec, rows)))
+
+
+@router.get("/campaigns/{slug}/answer/engine-check", response_model=EngineCheckPublic)
+def answer_engine_check(slug: str, session: SessionDep) -> dict[str, Any]:
+    """The answer checked against a real engine: every (batch, draft tokens) cell a vllm_server trial measured,
+    its measured speedup beside the answer's predictions, each held or missed by x% (docs/profitability.md)."""
+    return check_document(engine_check(session, inventory.get_campaign(session, slug)))

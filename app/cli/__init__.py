@@ -1,6 +1,6 @@
 """`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...), in groups:
 board (serve, demo, login-url), users (users, token, sessions), runners (runners, runner, preflight), notify,
-campaigns (export, import, plan), answer (answer, answer-config), replay, trials (classify); common holds what
+campaigns (export, import, plan), answer (answer, answer-config, answer-check), replay, trials (classify); common holds what
 they share.
 
 Each subcommand imports what it runs, inside its function (tests/test_import_graph.py allows it for these
@@ -26,6 +26,7 @@ cli.command("login-url")(board.login_url)
 cli.command("export")(campaigns.export_cmd)
 cli.command("answer")(answer.answer_cmd)
 cli.command("answer-config")(answer.answer_config_cmd)
+cli.command("answer-check")(answer.answer_check_cmd)
 cli.command("plan")(campaigns.plan_cmd)
 cli.command("import")(campaigns.import_cmd)
 cli.command()(trials.classify)

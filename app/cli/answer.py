@@ -100,6 +100,32 @@ def answer_config_cmd(
         print(f"# {note}")
 
 
+def answer_check_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="As GET /api/campaigns/SLUG/answer/engine-check gives it.")
+    ] = False,
+) -> None:
+    """The answer checked against a real engine: each (batch, draft tokens) cell a vllm_server trial measured, its
+    measured speedup beside the predictions (engine's counting, stand-in, stand-in + engine overhead), each held
+    or missed by x%."""
+    import json
+
+    from app.domain import inventory
+    from app.domain.answer.prediction import check_document, check_lines, engine_check
+    from app.domain.errors import DomainError
+
+    with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
+        try:
+            check = engine_check(session, inventory.get_campaign(session, slug))
+        except DomainError as exc:
+            fail(exc.message)
+    if as_json:
+        print(json.dumps(check_document(check), indent=2))
+        return
+    print("\n".join(check_lines(check)))
+
+
 def tier_lines(found: SpeculationAnswer) -> list[str]:
     """One line per unranked tier member, with the comparisons' label against its leader (issue 34's words,
     the campaign's minimum effect and confidence), as the page says it."""

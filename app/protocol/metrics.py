@@ -104,7 +104,9 @@ class ConditionTag:
     HIDDEN = "hidden_size"
     FFN = "ffn_size"
     STANDIN = "standin"  # dense | moe: the recipe's stand-in for the target's compute; absent = dense
-    GEOMETRY = "geometry"  # kimi-k2.5 | deepseek-v3 | custom
+    GEOMETRY = "geometry"  # kimi-k2.5 | deepseek-v3 | custom (moe_step); llama (verify_step --geometry llama)
+    KV_HEADS = "kv_heads"  # key/value heads of grouped-query attention (the llama geometry)
+    VOCAB = "vocab"  # the LM head's vocabulary, when the step computes one (the llama geometry)
     EXPERTS = "experts"  # routed experts per MoE layer (0 or absent: dense)
     EXPERTS_TOP_K = "experts_top_k"
     EXPERTS_DTYPE = "experts_dtype"  # bf16 | fp8 | int4
@@ -117,7 +119,7 @@ class ConditionTag:
     # What must agree for two figures to be combined in one answer (plus the trial's stack fingerprint).
     PAIRING = (WORLD_SIZE, MODE, CONTEXT, DTYPE, DEVICE)
     # What must also agree between a decode and a verify step (the same model stand-in).
-    GEOMETRY_KEYS = (LAYERS, HIDDEN, FFN, STANDIN, GEOMETRY, EXPERTS, EXPERTS_TOP_K, EXPERTS_DTYPE)
+    GEOMETRY_KEYS = (LAYERS, HIDDEN, FFN, STANDIN, GEOMETRY, EXPERTS, EXPERTS_TOP_K, EXPERTS_DTYPE, KV_HEADS, VOCAB)
 
 
 def emit_phase(name: str, *, stream: TextIO | None = None) -> None:

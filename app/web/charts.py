@@ -29,6 +29,7 @@ from app.domain.answer.configs import (
     parse_serve_range,
 )
 from app.domain.answer.grid import SpeculationAnswer
+from app.domain.answer.prediction import engine_check
 from app.domain.answer.read import Answer, read_answer
 from app.domain.errors import Conflict, Invalid
 from app.domain.timeline import campaign_timeline
@@ -272,6 +273,7 @@ def charts_page(request: Request, session: SessionDep, slug: str, conditions: st
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     ctx.update(speculation_context(session, campaign, answer, request.query_params.get("serve_batches")))
     ctx["deploy_form"] = True
+    ctx["engine_check"] = engine_check(session, campaign)
     unconditional = campaign.accept_unconditional
     ctx["acceptance_conversion"] = conversion_words(unconditional) if unconditional else None
     return render(request, "charts.html", ctx)

@@ -17,6 +17,7 @@ from app.config import resource_dir
 from app.deps import OperatorDep, RowId, SessionDep, public_base_url
 from app.domain import inventory
 from app.domain.answer import throughput_rows
+from app.domain.answer.prediction import engine_check
 from app.domain.sharing import (
     create_share_link,
     get_share_link,
@@ -104,6 +105,7 @@ def _status_context(session: Session, campaign: Campaign, conditions: str | None
         "chart_throughput": throughput_figure(answer, campaign),
         "generated_at": datetime.now(UTC),
         "replays": public_replays(session, campaign),
+        "engine_check": engine_check(session, campaign),
         **speculation_context(session, campaign, answer, read_only=True),
     }
 

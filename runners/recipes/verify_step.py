@@ -17,6 +17,15 @@ as a serving engine decodes): q = h @ W_q[hidden x 576] for each of the rank's h
 q . cache^T over the context, softmax, p @ cache[:, :512], summed over heads, @ W_kv[512 x hidden].
 So a step reads b x context x 576 values per layer besides the weights.
 
+`--geometry llama` swaps the layer for a Llama's (the engine model a real vLLM serves, issue 42): RMSNorm
+(with its weight) -> grouped-query attention (q over `--heads`, k and v over `--kv-heads`, head size
+hidden / heads, rotary positions, each sequence's new tokens attending causally over its own K/V cache of
+`--context` positions and each other) -> o_proj -> allreduce; RMSNorm -> SwiGLU MLP
+(down(silu(gate(x)) * up(x)), `--ffn-size` the intermediate size) -> allreduce; and after the last layer the
+final RMSNorm and the LM head over `--vocab` (each rank its vocabulary shard; the logits' gather is not in the
+step). Its lines are tagged geometry=llama, standin=dense, with hidden_size, ffn_size, layers, heads, kv_heads
+and vocab, so the answer pairs them with an engine serving that geometry.
+
 `--batches` and `--draft-tokens` are swept: every (b, k) is its own point, with its own metric
 lines tagged batch, draft_tokens, tokens = b(k+1) and context. k = 0 is the plain decode step
 (T_base(b), metric decode_step_ms). Without them: one point, batch 1, k = --tokens - 1.
@@ -52,6 +61,7 @@ from runners.recipes._params import Param, module_recipe
 from runners.recipes._params import validate as _validate
 
 PROG = "runners.recipes.verify_step"
+LLAMA = "llama"
 
 # The points a step recipe sweeps: this one and moe_step, which builds on it.
 POINTS = (
@@ -88,6 +98,15 @@ SPEC = (
     Param("layers", "int", 61, "transformer layers (2 allreduces each)", minimum=1),
     *POINTS,
     *mla_cache(heads=64, kv_lora_rank=512, kv_rope_dim=64),
+    Param(
+        "geometry",
+        "choice",
+        "mla",
+        "the layer: mla (the MLA cache read) or llama (GQA, SwiGLU)",
+        choices=("mla", LLAMA),
+    ),
+    Param("kv_heads", "int", None, "llama: key/value heads of grouped-query attention (default: heads)", minimum=1),
+    Param("vocab", "int", 0, "llama: the LM head's vocabulary (0: no LM head)", minimum=0),
     Param("dtype", "choice", "bf16", "element type", choices=tuple(_dist.DTYPE_BYTES)),
     *_timing.sampling(per="variant", seed="weights and input seed"),
     Param("profile", "bool", False, "after the timing, profile 3 steps of the first point into a Chrome trace"),
@@ -119,7 +138,25 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
             raise RecipeError(
                 f"params.{name} (--{name.replace('_', '-')}): {values[name]} is not divisible by world size {ws}"
             )
+    if values["geometry"] == LLAMA:
+        _llama_checks(values, ws)
+    elif values["kv_heads"] is not None or values["vocab"]:
+        raise RecipeError("params.kv_heads (--kv-heads) and params.vocab (--vocab) are llama's: add --geometry llama")
     return values
+
+
+def _llama_checks(values: dict[str, Any], ws: int | None) -> None:
+    """The Llama layer's shape rules (raises RecipeError naming the parameter)."""
+    heads, kv = values["heads"], values["kv_heads"] or values["heads"]
+    if values["hidden_size"] % heads or (values["hidden_size"] // heads) % 2:
+        raise RecipeError(
+            f"params.heads (--heads): hidden size {values['hidden_size']} / {heads} heads must be a whole, even head size"
+        )
+    if heads % kv:
+        raise RecipeError(f"params.kv_heads (--kv-heads): {heads} heads are not a multiple of {kv} key/value heads")
+    for name, n in (("kv_heads", kv), ("vocab", values["vocab"])):
+        if ws is not None and n % ws:
+            raise RecipeError(f"params.{name} (--{name.replace('_', '-')}): {n} is not divisible by world size {ws}")
 
 
 def _shard_weights(seed: int, layer: int, rank: int, ws: int, hidden: int, ffn: int, dtype, device, kv=None):
@@ -226,6 +263,188 @@ def _reference(values: dict[str, Any], ws: int, x0, caches):
     return x
 
 
+# ---- the Llama geometry (grouped-query attention, SwiGLU MLP, RMSNorm, LM head) ----------------------------
+
+
+def _llama_shape(values: dict[str, Any], ws: int) -> tuple[int, int, int]:
+    """(this rank's q heads, its key/value heads, the head size)."""
+    heads = values["heads"]
+    return heads // ws, (values["kv_heads"] or heads) // ws, values["hidden_size"] // heads
+
+
+def _llama_weights(seed: int, layer: int, rank: int, ws: int, values: dict[str, Any], dtype, device):
+    """This rank's shards of one Llama layer (q/k/v/gate/up by columns, o/down by rows) and the norms' weights
+    (the same on every rank), regenerable by any rank for the reference."""
+    import torch
+
+    device = torch.device(device)
+    hidden, ffn = values["hidden_size"], values["ffn_size"]
+    heads, kv, hd = _llama_shape(values, ws)
+    gen = torch.Generator(device=device).manual_seed(seed * 7919 + layer * 131 + rank + 11)
+    shared = torch.Generator(device=device).manual_seed(seed * 6007 + layer * 17)
+
+    def w(rows: int, cols: int, fan_in: int):
+        return (torch.randn(rows, cols, generator=gen, device=device) / fan_in**0.5).to(dtype=dtype)
+
+    def norm_weight():
+        return (1 + 0.1 * torch.randn(hidden, generator=shared, device=device)).to(dtype=dtype)
+
+    f = ffn // ws
+    return {
+        "w_q": w(hidden, heads * hd, hidden),
+        "w_k": w(hidden, kv * hd, hidden),
+        "w_v": w(hidden, kv * hd, hidden),
+        "w_o": w(heads * hd, hidden, hidden),
+        "w_gate": w(hidden, f, hidden),
+        "w_up": w(hidden, f, hidden),
+        "w_down": w(f, hidden, ffn),
+        "n_attn": norm_weight(),
+        "n_mlp": norm_weight(),
+    }
+
+
+def _llama_head(seed: int, rank: int, ws: int, values: dict[str, Any], dtype, device):
+    """The final norm's weight (shared) and this rank's vocabulary shard of the LM head."""
+    import torch
+
+    device = torch.device(device)
+    hidden = values["hidden_size"]
+    gen = torch.Generator(device=device).manual_seed(seed * 3571 + rank)
+    shared = torch.Generator(device=device).manual_seed(seed * 3571 + 997)
+    return {
+        "n_final": (1 + 0.1 * torch.randn(hidden, generator=shared, device=device)).to(dtype=dtype),
+        "w_lm": (torch.randn(hidden, values["vocab"] // ws, generator=gen, device=device) / hidden**0.5).to(dtype),
+    }
+
+
+def _llama_cache(seed: int, layer: int, rank: int, batch: int, context: int, kv: int, hd: int, dtype, device):
+    """This rank's K and V caches of one layer: [batch, its key/value heads, context, head size] each."""
+    import torch
+
+    def one(which: int):  # its own stream per tensor: the first b sequences are the same at any batch
+        gen = torch.Generator(device=torch.device(device)).manual_seed(
+            seed * 104729 + layer * 7 + rank * 13 + which * 5 + 5
+        )
+        return torch.randn(batch, kv, context, hd, generator=gen, device=device).to(dtype)
+
+    return one(0), one(1)
+
+
+def _rope_table(context: int, per: int, hd: int, dtype, device):
+    """cos and sin at the step's positions context .. context + per - 1 (rotary, base 10,000)."""
+    import torch
+
+    half = hd // 2
+    inv = 1.0 / (10000 ** (torch.arange(half, device=device, dtype=torch.float32) / half))
+    ang = torch.arange(context, context + per, device=device, dtype=torch.float32)[:, None] * inv[None, :]
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def _rotate(x, cos, sin):
+    import torch
+
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+
+
+def _causal_mask(context: int, per: int, device):
+    """Each new token sees the whole cache and the sequence's new tokens up to itself."""
+    import torch
+
+    cols = torch.arange(context + per, device=device)
+    return cols[None, :] <= (context + torch.arange(per, device=device))[:, None]
+
+
+def _gqa(h, w, cache, b: int, heads: int, kv: int, hd: int, rope, mask):
+    """Grouped-query attention of the step's tokens (sequence-major, b x per) over each sequence's own cache and
+    its new tokens; returns the o_proj output (before the allreduce)."""
+    import torch
+    import torch.nn.functional as F
+
+    t = h.shape[0]
+    per = t // b
+    q = (h @ w["w_q"]).view(b, per, heads, hd).transpose(1, 2)
+    k = (h @ w["w_k"]).view(b, per, kv, hd).transpose(1, 2)
+    v = (h @ w["w_v"]).view(b, per, kv, hd).transpose(1, 2)
+    q, k = _rotate(q, *rope), _rotate(k, *rope)
+    if cache is not None:
+        k = torch.cat([cache[0][:b], k], 2)
+        v = torch.cat([cache[1][:b], v], 2)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=heads != kv)
+    return o.transpose(1, 2).reshape(t, heads * hd) @ w["w_o"]
+
+
+def _llama_layer(x, w, allreduce, attn):
+    import torch.nn.functional as F
+
+    x = x + allreduce(attn(_norm(x) * w["n_attn"]))
+    h = _norm(x) * w["n_mlp"]
+    return x + allreduce((F.silu(h @ w["w_gate"]) * (h @ w["w_up"])) @ w["w_down"])
+
+
+def _lm_head(x, head):
+    return (_norm(x) * head["n_final"]) @ head["w_lm"]
+
+
+def _llama_stack(values: dict[str, Any], ws: int, rank: int, dtype, device, max_batch: int):
+    """This rank's layers, caches and LM head (None without a vocabulary)."""
+    heads, kv, hd = _llama_shape(values, ws)
+    context = values["context"]
+    layers = [_llama_weights(values["seed"], i, rank, ws, values, dtype, device) for i in range(values["layers"])]
+    caches = [
+        _llama_cache(values["seed"], i, rank, max_batch, context, kv, hd, dtype, device) if context else None
+        for i in range(values["layers"])
+    ]
+    head = _llama_head(values["seed"], rank, ws, values, dtype, device) if values["vocab"] else None
+    return layers, caches, head
+
+
+def _llama_run(values: dict[str, Any], ws: int, stack, b: int, per: int, device):
+    """The step's body over `stack` for b sequences of `per` tokens: run(allreduce)(x) -> hidden or logits."""
+    layers, caches, head = stack
+    heads, kv, hd = _llama_shape(values, ws)
+    dtype = layers[0]["w_q"].dtype
+    rope = _rope_table(values["context"], per, hd, dtype, device)
+    mask = _causal_mask(values["context"], per, device)
+    attns = [
+        (lambda h, w=w, c=c: _gqa(h, w, c, b, heads, kv, hd, rope, mask)) for w, c in zip(layers, caches, strict=True)
+    ]
+
+    def run(allreduce, x):
+        for w, attn in zip(layers, attns, strict=True):
+            x = _llama_layer(x, w, allreduce, attn)
+        return _lm_head(x, head) if head is not None else x
+
+    return run
+
+
+def _llama_reference(values: dict[str, Any], ws: int, x0, b: int, per: int):
+    """The same Llama step unsharded, in float32: every shard concatenated (q/k/v/gate/up by columns, o/down by
+    rows, the caches by key/value head); rank 0's vocabulary columns of the logits (what rank 0 computes)."""
+    import torch
+
+    f32, device = torch.float32, x0.device
+    ranks = [_llama_stack(values, ws, r, f32, device, b) for r in range(ws)]
+    cols, rows = ("w_q", "w_k", "w_v", "w_gate", "w_up"), ("w_o", "w_down")
+    layers = []
+    for i in range(values["layers"]):
+        shards = [r[0][i] for r in ranks]
+        full = {n: torch.cat([s[n] for s in shards], 1) for n in cols}
+        full.update({n: torch.cat([s[n] for s in shards], 0) for n in rows})
+        full.update(n_attn=shards[0]["n_attn"], n_mlp=shards[0]["n_mlp"])
+        layers.append(full)
+    caches = [
+        (torch.cat([r[1][i][0] for r in ranks], 1), torch.cat([r[1][i][1] for r in ranks], 1))
+        if values["context"]
+        else None
+        for i in range(values["layers"])
+    ]
+    head = ranks[0][2]
+    run = _llama_run(values, 1, (layers, caches, head), b, per, device)
+    return run(lambda t: t, x0.float())
+
+
 RECIPE = module_recipe(PROG, SPEC, validate)
 
 
@@ -250,14 +469,19 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     pts = points(values)
     max_batch = max(b for b, _ in pts)
     max_tokens = max(b * (k + 1) for b, k in pts)
-    weights = [
-        _shard_weights(values["seed"], layer, rank.rank, ws, hidden, ffn, dtype, rank.device, kv)
-        for layer in range(layers)
-    ]
-    caches = [
-        _kv_cache(values["seed"], layer, max_batch, context, dim, dtype, rank.device) if context else None
-        for layer in range(layers)
-    ]
+    llama = values["geometry"] == LLAMA
+    if llama:
+        stack = _llama_stack(values, ws, rank.rank, dtype, rank.device, max_batch)
+        weights, caches = [], []
+    else:
+        weights = [
+            _shard_weights(values["seed"], layer, rank.rank, ws, hidden, ffn, dtype, rank.device, kv)
+            for layer in range(layers)
+        ]
+        caches = [
+            _kv_cache(values["seed"], layer, max_batch, context, dim, dtype, rank.device) if context else None
+            for layer in range(layers)
+        ]
     gen = torch.Generator().manual_seed(values["seed"] + 17)
     x_all = torch.randn(max_tokens, hidden, generator=gen).to(dtype=dtype, device=rank.device)
     graph = values["mode"] == "graph"
@@ -278,7 +502,11 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             ar.buffer.copy_(x)
             return ar().clone()  # the buffer is reused by the next allreduce
 
+        body = _llama_run(values, ws, stack, b, k + 1, rank.device) if llama else None
+
         def run(allreduce):
+            if body is not None:
+                return body(allreduce, inp)
             x = inp
             for w, read in zip(weights, reads):
                 x = _layer(x, w, allreduce, read)
@@ -309,6 +537,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "kv_dim": dim if context else 0,
         "allreduces": 2 * layers if ws > 1 else 0,
         "scaled": _params.scaled(values, SPEC, GEOMETRY),
+        **(_llama_tags(values) if llama else {}),
         "timer": timer.name,
         "method": "graph-replay" if graph else "nccl-tests",
         "sample_count": values["iters"],
@@ -338,7 +567,10 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     rank.synchronize()
     ok = True
     if rank.rank == 0:
-        ref = _reference(values, ws, x_all[: cb * (ck + 1)], [c[:cb] if c is not None else None for c in caches])
+        if llama:
+            ref = _llama_reference(values, ws, x_all[: cb * (ck + 1)], cb, ck + 1)
+        else:
+            ref = _reference(values, ws, x_all[: cb * (ck + 1)], [c[:cb] if c is not None else None for c in caches])
         ref = ref.cpu()
         rel = float((out - ref).norm() / ref.norm())
         limit = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}[values["dtype"]]
@@ -396,7 +628,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             "tokens": t,
             "context": context,
             "bytes": t * hidden * elt,
-            "kv_bytes": b * context * dim * elt * layers,
+            "kv_bytes": b * context * (tags["kv_dim"] if llama else dim) * elt * layers,
         }
         if rank.rank == 0:
             rows.append(_emit_point(values, ws, point, times, scoped, tags, world_tags, topo))
@@ -411,6 +643,25 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         )
         rank.barrier()
     return 0
+
+
+def _llama_tags(values: dict[str, Any]) -> dict[str, Any]:
+    """A Llama stand-in's geometry as conditions (ConditionTag.GEOMETRY_KEYS): the answer pairs it with an engine
+    serving that geometry. Not scaled: the geometry given is the model's own."""
+    kv = values["kv_heads"] or values["heads"]
+    hd = values["hidden_size"] // values["heads"]
+    return {
+        C.GEOMETRY: LLAMA,
+        C.KV_HEADS: kv,
+        C.VOCAB: values["vocab"],
+        "head_dim": hd,
+        "kv_dim": 2 * kv * hd if values["context"] else 0,  # K and V values cached per token per layer
+        "scaled": False,
+        "standin_label": (
+            f"Llama stand-in: grouped-query attention ({values['heads']} heads, {kv} KV heads), SwiGLU MLP "
+            f"{values['ffn_size']}, {values['layers']} layers, hidden {values['hidden_size']}, vocab {values['vocab']}"
+        ),
+    }
 
 
 def _ms(samples_us: list[float]) -> list[float]:

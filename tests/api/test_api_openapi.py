@@ -14,6 +14,7 @@ ROUTES = {
     ("/api/campaigns/{slug}/approaches/{key}/run", "post"): "RunResultPublic",
     ("/api/campaigns/{slug}/answer", "get"): "AnswerPublic",
     ("/api/campaigns/{slug}/answer/config", "get"): "EngineConfigPublic",
+    ("/api/campaigns/{slug}/answer/engine-check", "get"): "EngineCheckPublic",
     ("/api/campaigns/{slug}/run-order", "put"): "RunOrderPublic",
 }
 
