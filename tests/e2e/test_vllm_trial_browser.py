@@ -85,8 +85,15 @@ def test_a_vllm_trial_shows_the_engines_log_live_and_ends_with_its_figures(tmp_p
             "engine_accept_length",
             "engine_accept_rate_pos",
         } <= names
-        # TODO(issue 42 item 3, the `predict` branch): assert the trial page's prediction row (the answer's
-        # predicted speedup against engine_speedup) here once that row is merged.
+        # The prediction row: the charts page checks the engine's own counting (tau x step off / step on, this
+        # trial's figures) against the speedup the trial measured, and says held or missed, never hides it.
+        page.goto(f"{server.url}/campaigns/vllm/charts")
+        row = page.locator("#engine-check tr[data-cell='1,3'][data-prediction=\"engine's counting\"]")
+        expect(row).to_have_count(1)
+        assert row.get_attribute("data-held") in {"held", "missed"}
+        verdict = row.locator("[data-verdict]").inner_text()
+        assert verdict.startswith(("held", "missed by")), verdict
+        assert "one trial" in page.inner_text("#engine-check [data-measured]")
     finally:
         page.close()
         engine.dispose()
