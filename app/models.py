@@ -69,13 +69,30 @@ class RunOrder(StrEnum):
 
 
 class ApproachStatus(StrEnum):
+    """What a person decided of an approach (or "untested": nothing yet). Only a person sets it: a trial
+    proposes (Trial.proposal, Approach.pending_trial_id), it never decides; what is running is `Activity`."""
+
     untested = "untested"
-    queued = "queued"
-    running = "running"
     promising = "promising"
     adopted = "adopted"
     dead_end = "dead_end"
     deferred = "deferred"
+
+
+class Activity(StrEnum):
+    """What an approach's trial is doing now, shown beside its decided status: read from its active trial
+    (app/domain/inventory.activities), never stored on the approach."""
+
+    queued = "queued"  # a trial of it waits for a runner, or was handed to one that has not started it
+    running = "running"
+
+
+class HistoryKind(StrEnum):
+    """A row of an approach's history: a person's status change, or an event of one of its trials (queued,
+    ended), which changes no status (from_status == to_status: the decided status at the time)."""
+
+    status = "status"
+    trial = "trial"
 
 
 class TrialState(StrEnum):
@@ -353,6 +370,7 @@ class StatusChange(SQLModel, table=True):
     reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     actor: str = Field(default="", max_length=120)
     trial_id: int | None = Field(default=None, foreign_key="trial.id", index=True, ondelete="SET NULL")
+    kind: str = Field(default=HistoryKind.status, max_length=20, sa_column_kwargs={"server_default": "status"})
     at: datetime = _created()
 
 

@@ -23,10 +23,12 @@ from pydantic.config import JsonDict
 from sqlmodel import SQLModel
 
 from app.models import (
+    Activity,
     ApproachStatus,
     ApproachText,
     CampaignSettings,
     CampaignText,
+    HistoryKind,
     ModelInputFields,
     TrialState,
     aware,
@@ -322,12 +324,10 @@ class ImportSummary(BaseModel):
     summary: str = Field(description="The same, as a sentence.")
 
 
-# The statuses a person sets (queued and running follow the approach's trial): the schema says so.
+# The statuses a person sets (what a trial is doing is its activity, never a status): the schema says so.
 PersonStatus = Literal["untested", "promising", "adopted", "dead_end", "deferred"]
-if list(get_args(PersonStatus)) != [
-    s.value for s in ApproachStatus if s not in (ApproachStatus.queued, ApproachStatus.running)
-]:  # one list: ApproachStatus's, less the two that follow the trial
-    raise RuntimeError("PersonStatus no longer matches ApproachStatus less queued and running")
+if list(get_args(PersonStatus)) != [s.value for s in ApproachStatus]:  # one list: ApproachStatus's
+    raise RuntimeError("PersonStatus no longer matches ApproachStatus")
 
 
 # Statuses a verdict can end in; they need a reason so the next person knows why (the schema says so too).
@@ -356,6 +356,10 @@ class StatusChangePublic(BaseModel):
     reason: str
     actor: str
     trial_id: int | None
+    kind: HistoryKind = Field(
+        HistoryKind.status,
+        description="status: a person's change; trial: a trial's event (queued, ended), which changes no status.",
+    )
     at: datetime
 
     _utc = field_validator("at", mode="before")(_utc)
@@ -370,6 +374,13 @@ class ApproachPublic(ApproachCreate):
     verdict_fingerprint: dict[str, Any] | None = None
     archived_at: datetime | None = Field(
         None, description="When it was archived (off the active list, its trials kept); null while active."
+    )
+    activity: Activity | None = Field(
+        None, description="What its trial is doing now (queued, running), beside its decided status; null: none."
+    )
+    activity_trial_id: int | None = Field(None, description="The trial queued or running (null when none).")
+    pending_trial_id: int | None = Field(
+        None, description="The ended trial whose proposal waits for a person's verdict (null when none)."
     )
     created_at: datetime
     updated_at: datetime

@@ -24,7 +24,7 @@ from app.state import app_state
 from app.web.render import CHANGED, navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
-PERSON_STATUSES = [s for s in ApproachStatus if s not in inventory.TRIAL_DRIVEN]
+PERSON_STATUSES = list(ApproachStatus)
 HISTORY_PAGE = 50
 
 
@@ -55,11 +55,14 @@ def _overview(
 ) -> Response:
     campaign = inventory.get_campaign(session, slug)
     rows = inventory.approaches(session, campaign, archived=False)
+    doing = inventory.activities(session, rows)
     ctx = {
         "campaign": campaign,
         "approaches": rows,
         "archived": inventory.approaches(session, campaign, archived=True),
-        "counts": inventory.status_counts(rows, awaiting=True),
+        "counts": inventory.status_counts(rows),
+        "doing": doing,
+        "doing_counts": inventory.doing_counts(rows, doing),
         "person_statuses": PERSON_STATUSES,
     }
     return render(request, "campaign.html", ctx, block=block, headers=headers)
@@ -225,6 +228,7 @@ def _approach(
     ctx = {
         "campaign": campaign,
         "approach": approach,
+        "doing": inventory.activities(session, [approach]).get(approach.id or 0),
         "requirements": requirements_view(approach.requirements),
         "evidence": inventory.evidence(session, approach),
         **_history_page(session, approach),

@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import col, select
 
 from app.db import session_scope
+from app.domain import scheduling
 from app.models import Metric, Trial
 from app.security import CSRF_HEADER
 from app.state import app_state
@@ -18,9 +19,11 @@ from tests.support.verdicts import (
     NEW_TORCH,
     OLD_STACK,
     approach,
+    campaign,
     dead_end_on_old_stack,
     end_trial,
     fixture_log,
+    run_to_end,
     runner,
     seed,
 )
@@ -295,3 +298,61 @@ def test_the_trial_pages_metric_series_run_along_the_points_size_not_print_order
         "x_tag": "tokens",
     }
     assert series["decode_tok_s"]["x_tag"] == "" and series["decode_tok_s"]["x"] == [1, 2]
+
+
+def test_an_old_trial_page_shows_only_its_own_verdicts(operator_client, engine):
+    """Issue 43, item 3: trial 1's page never shows trial 2's verdict (or the approach's status as if it
+    were trial 1's); a trial no person gave a verdict says so."""
+    seed(engine, {"key": "a", "title": "A"})
+    with session_scope(engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        first = end_trial(s, approach(s, "a"), node, log=fixture_log("symm_mem_keyerror_sm120.log"), exit_code=1)
+    r = operator_client.post(
+        f"/trials/{first.id}/verdict", headers=HTMX, data={"status": "dead_end", "reason": "KeyError 12 on torch 2.10"}
+    )
+    assert r.status_code == 200, r.text
+    with session_scope(engine) as s:
+        second = end_trial(s, approach(s, "a"), node)
+        third = end_trial(s, approach(s, "a"), node)
+    r = operator_client.post(
+        f"/trials/{third.id}/verdict", headers=HTMX, data={"status": "untested", "reason": "retry"}
+    )
+    assert r.status_code == 200, r.text
+
+    old = operator_client.get(f"/trials/{first.id}/verdict", headers=HTMX).text
+    assert "Verdict recorded on this trial" in old and "KeyError 12 on torch 2.10" in old
+    assert 'data-status="dead_end"' in old and "a later verdict replaced it" in old
+    assert "retry" not in old and 'data-status="untested"' not in old
+    middle = operator_client.get(f"/trials/{second.id}/verdict", headers=HTMX).text
+    assert "No verdict was recorded on this trial" in middle and "KeyError" not in middle and "retry" not in middle
+    newest = operator_client.get(f"/trials/{third.id}/verdict", headers=HTMX).text
+    assert 'data-status="untested"' in newest and "retry" in newest and "KeyError 12" not in newest
+
+
+def test_a_decided_approach_shows_its_trial_beside_its_status(operator_client, engine, api_headers):
+    """Issue 43, item 1: the approach page, the inventory and the API show the decided status and, beside
+    it, the trial queued or running; the trial's end leaves the status and a proposal waiting."""
+    seed(engine, {"key": "a", "title": "A"})
+    with session_scope(engine) as s:
+        dead_end_on_old_stack(s, "a")
+        trial = scheduling.run_approach(s, campaign(s), approach(s, "a"), "bob").trial
+        assert trial is not None and trial.id is not None
+        trial_id = trial.id
+    api = operator_client.get("/api/campaigns/c/approaches/a", headers=api_headers).json()
+    assert (api["status"], api["activity"], api["activity_trial_id"]) == ("dead_end", "queued", trial_id)
+    listed = operator_client.get("/api/campaigns/c/approaches", headers=api_headers).json()
+    assert [(a["status"], a["activity"]) for a in listed] == [("dead_end", "queued")]
+    page = operator_client.get("/campaigns/c/approaches/a").text
+    assert 'data-status="dead_end"' in page and f'data-activity="queued" href="/trials/{trial_id}"' in page
+    inventory_html = operator_client.get("/campaigns/c").text
+    assert 'data-states="dead_end queued"' in inventory_html
+    with session_scope(engine) as s:
+        ended = s.get(Trial, trial_id)
+        assert ended is not None
+        run_to_end(s, ended)
+    api = operator_client.get("/api/campaigns/c/approaches/a", headers=api_headers).json()
+    assert (api["status"], api["activity"], api["pending_trial_id"]) == ("dead_end", None, trial_id)
+    assert 'data-states="dead_end awaiting"' in operator_client.get("/campaigns/c").text
+    history = operator_client.get("/api/campaigns/c/approaches/a/history", headers=api_headers).json()
+    assert [(h["kind"], h["to_status"]) for h in history[:2]] == [("trial", "dead_end"), ("trial", "dead_end")]
+    assert history[0]["reason"].startswith(f"trial #{trial_id} succeeded")
