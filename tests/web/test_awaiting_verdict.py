@@ -1,7 +1,8 @@
 # mypy: disable-error-code="union-attr"
 # (each test asserts the optional parts it reads: `result.started`, a regex that must match)
-"""An approach whose trial ended reads "waiting for your verdict", never "untested", on the campaign
-page (badge, count, filterable data-status) and on its own page."""
+"""An approach whose trial ended reads "waiting for your verdict" beside its decided status (untested
+here: a trial never decides) on the campaign page (badge, count, filterable data-states) and on its
+own page."""
 
 import re
 
@@ -19,11 +20,12 @@ def test_a_tested_unconfirmed_approach_is_waiting_for_a_verdict(app, operator_cl
     row_a = re.search(r'<tr id="approach-a".*?</tr>', html, re.S).group(0)
     row_b = re.search(r'<tr id="approach-b".*?</tr>', html, re.S).group(0)
     badge = re.compile(r'<span class="badge [^"]*"[^>]*>([^<]*)</span>')
-    assert 'data-status="awaiting"' in row_a and badge.findall(row_a) == ["waiting for your verdict"]
-    assert 'data-status="untested"' in row_b and badge.findall(row_b) == ["untested"]
+    assert 'data-states="untested awaiting"' in row_a
+    assert badge.findall(row_a) == ["untested", "waiting for your verdict"]
+    assert 'data-states="untested"' in row_b and badge.findall(row_b) == ["untested"]
     counts = re.search(r'<ul class="counts".*?</ul>', html, re.S).group(0)
-    assert re.search(r'data-status="awaiting">.*?<b>1</b>', counts, re.S)
-    assert re.search(r'data-status="untested">.*?<b>1</b>', counts, re.S)
+    assert re.search(r'data-doing="awaiting">.*?<b>1</b>', counts, re.S)
+    assert re.search(r'data-status="untested">.*?<b>2</b>', counts, re.S)
     assert '<option value="awaiting">waiting for your verdict</option>' in html  # the status filter
     page = operator_client.get("/campaigns/c/approaches/a").text
     status_line = re.search(r'<p class="status-line">.*?</p>', page, re.S).group(0)

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 
+import numpy as np
 import pytest
 from sqlmodel import col, select
 
@@ -23,6 +24,7 @@ from tests.support.verdicts import (
     dead_end_on_old_stack,
     end_trial,
     fixture_log,
+    read_every_proposal,
     run_to_end,
     runner,
     seed,
@@ -356,3 +358,38 @@ def test_a_decided_approach_shows_its_trial_beside_its_status(operator_client, e
     history = operator_client.get("/api/campaigns/c/approaches/a/history", headers=api_headers).json()
     assert [(h["kind"], h["to_status"]) for h in history[:2]] == [("trial", "dead_end"), ("trial", "dead_end")]
     assert history[0]["reason"].startswith(f"trial #{trial_id} succeeded")
+
+
+def test_repeat_from_a_waiting_proposal_takes_it_first(operator_client, engine):
+    """Issue 43, item 7: Repeat and Run this refuse alike while a proposal waits (scheduling.can_run); the trial
+    page's Repeat is "take the proposal and repeat": the person's verdict first, then the settle."""
+    seed(engine, {"key": "base", "title": "Base"}, {"key": "cand", "title": "Cand"})
+    verify = lambda center, seed_: [  # noqa: E731
+        {"name": "verify_time_ms", "value": center, "unit": "ms", "tags": {"tokens": 4},
+         "samples": [float(x) for x in np.random.default_rng(seed_).normal(center, center * 0.01, 20)]}
+    ]  # fmt: skip
+    with session_scope(engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        base = end_trial(s, approach(s, "base"), node, metrics=verify(10.0, 1))
+        read_every_proposal(s)
+        c = campaign(s)
+        c.baseline_trial_id = base.id
+        s.add(c)
+        cand = end_trial(s, approach(s, "cand"), node, metrics=verify(9.5, 2))
+        cand_id = cand.id
+    box = operator_client.get(f"/trials/{cand_id}/verdict", headers=HTMX).text
+    assert f'name="taking" value="{cand_id}"' in box and "Take the proposal and repeat" in box
+    refused = operator_client.post("/campaigns/c/settle", data={"a": "base", "b": "cand", "budget": "2"})
+    assert refused.status_code == 422 and f"Cand waits for your verdict on trial #{cand_id}" in refused.text
+    r = operator_client.post(
+        "/campaigns/c/settle",
+        data={"a": "base", "b": "cand", "budget": "2", "taking": str(cand_id)},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    with session_scope(engine, write=False) as s:
+        a = approach(s, "cand")
+        assert (a.status, a.pending_trial_id) == ("untested", None)
+        assert "inconclusive" in a.reason
+        queued = s.exec(select(Trial).where(col(Trial.state) == "queued")).all()
+        assert sorted(t.approach_id for t in queued) == sorted([approach(s, "base").id or 0, a.id or 0])
