@@ -81,6 +81,11 @@ class HistoryEntry(BaseModel):
         return aware(value) or value
 
 
+def _named(value: Any, names: set[str]) -> bool:
+    """Whether a value read from a file is one of these names (a file may hold any YAML there)."""
+    return isinstance(value, str) and value in names
+
+
 class ApproachFile(ApproachCreate):
     bound_to: dict[str, Any] | None = None
     verdict_fingerprint: dict[str, Any] | None = None
@@ -96,9 +101,9 @@ class ApproachFile(ApproachCreate):
         driven = {a.value for a in Activity}
         history = value.get("history")
         if isinstance(history, list):
-            history = [e for e in history if not (isinstance(e, dict) and e.get("to") in driven)]
+            history = [e for e in history if not (isinstance(e, dict) and _named(e.get("to"), driven))]
             value = {**value, "history": history}
-        if value.get("status") in driven:
+        if _named(value.get("status"), driven):
             decided = [e.get("to") for e in history or [] if isinstance(e, dict)]
             value = {**value, "status": decided[-1] if decided else ApproachStatus.untested.value}
         return value
