@@ -613,16 +613,16 @@ class PairStatsPublic(BaseModel):
     verdict: VerdictValue | None = Field(
         description="faster / slower: the interval excludes 1 and the effect reaches the minimum; below_min_effect: "
         "it excludes 1 with a smaller effect; equivalent: it holds 1 inside +/- the minimum; inconclusive; "
-        "no_verdict: one trial a side and no known run-to-run spread (repeat), or an unstable trial (see "
-        "unstable). null: not compared (see not_compared)."
+        "no_verdict: one trial a side and no known run-to-run spread (repeat), or see no_verdict_reason. null: not compared (see not_compared)."
     )
     trials_needed: int | None = Field(
         description="For an inconclusive row: trials a side at which the rule decides with 80% power, at the "
         "observed run-to-run spread."
     )
-    unstable: str = Field(
+    no_verdict_reason: str = Field(
         "",
-        description="Why there is no verdict and no ratio: a trial whose samples vary too much to decide; '' if none.",
+        description="Why there is no verdict where the numbers alone would not say: an unstable trial (no ratio "
+        "either), or an interval too wide to mean anything (not given); '' if none.",
     )
     spread: str = Field("", description="The known run-to-run spread a one-trial side used, named; '' if none.")
     stack_difference: str | None = Field(
@@ -644,7 +644,7 @@ class RowStatsPublic(BaseModel):
     )
     unstable: list[bool] = Field(description="Each column: a coefficient of variation over 10%.")
     trials_needed: int | None
-    no_verdict_reason: str = Field("", description="The second column's `unstable` reason, if any.")
+    no_verdict_reason: str = Field("", description="The second column's `no_verdict_reason`, if any.")
     trials: list[int] = Field(description="Each column's number of trials at this point.")
     n: list[int] = Field(description="Each column's number of samples at this point (over its trials).")
     spread: str = ""

@@ -95,6 +95,7 @@ VERDICT_WORDS = {
 # The verdicts that answer the question: a Settle stops on them.
 DECIDED = frozenset((Verdict.faster, Verdict.slower, Verdict.equivalent, Verdict.below_min_effect))
 MAX_TRIALS_NEEDED = 1000  # beyond this "trials needed" is None: fix the noise first
+MAX_INTERVAL_SPAN = 1000.0  # an interval whose ends are further apart than this factor says nothing: not shown
 
 
 @dataclass(frozen=True)
@@ -160,9 +161,10 @@ class PairStats:
     verdict: Verdict
     trials_needed: int | None  # for "inconclusive" with a known spread on both sides
     known_spread: bool = False  # a one-trial side's interval used a KnownSpread
-    # "unstable: a trial's samples vary 73% (over 10%)": a trial too noisy to decide anything gives no verdict
-    # and no ratio, whatever its interval would say.
-    unstable: str = ""
+    # Why there is no verdict where the numbers alone would not say: "unstable: a trial's samples vary 73% (over
+    # 10%)" (no ratio either: a trial too noisy to decide anything), or "no interval: ..." (an interval too wide
+    # to mean anything, [0.000, 221632438781.093] once, is not shown).
+    why_no_verdict: str = ""
 
 
 @dataclass(frozen=True)
@@ -712,11 +714,18 @@ def _pair(
     worst = max((s.worst_cv for s in (reference, other) if s.worst_cv is not None), default=None)
     if worst is not None and worst > rule.unstable_cv:
         why = f"unstable: a trial's samples vary {worst:.0%} (over {rule.unstable_cv:.0%}), too noisy to decide"
-        return PairStats(None, None, Verdict.no_verdict, None, unstable=why)
+        return PairStats(None, None, Verdict.no_verdict, None, why_no_verdict=why)
     value = other.value / reference.value
     used_known = (reference.trials == 1 and known[0] is not None) or (other.trials == 1 and known[c] is not None)
     if interval is None:
         return PairStats(Ratio(value, None, None), p_value, Verdict.no_verdict, None, used_known)
+    low, high = interval
+    if not (math.isfinite(low) and math.isfinite(high) and low > 0 and high / low <= MAX_INTERVAL_SPAN):
+        why = (
+            f"no interval: at {rule.confidence:.0%} it would span more than a factor of {MAX_INTERVAL_SPAN:g} "
+            "(the spread behind it rests on too few trials); repeat the trials"
+        )
+        return PairStats(Ratio(value, None, None), p_value, Verdict.no_verdict, None, used_known, why)
     verdict = verdict_of(value, *interval, lower_better, rule.min_effect)
     needed = None
     if verdict == Verdict.inconclusive:

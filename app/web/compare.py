@@ -111,8 +111,8 @@ def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
         return f'<td class="verdict-cell small" data-verdict="none">{why}</td>'
     verdict = st.verdict.value
     parts = [VERDICT_SPANS[st.verdict]]
-    if st.unstable:
-        parts.append(f'<span class="unstable-mark no-verdict">{escape(st.unstable)}</span>')
+    if st.why_no_verdict:
+        parts.append(f'<span class="unstable-mark no-verdict">{escape(st.why_no_verdict)}</span>')
     elif st.verdict == statistics.Verdict.no_verdict:
         parts.append(NO_VERDICT)
     if st.ratio:

@@ -15,9 +15,11 @@ import numpy as np
 from sqlmodel import Session, select
 
 from app.db import session_scope
-from app.domain import comparison
+from app.domain import comparison, statistics
+from app.domain.comparison import PairVerdict
 from app.domain.statistics import Verdict
 from app.models import Runner
+from app.web.compare import _verdict_cell
 from tests.support.verdicts import OLD_STACK, approach, campaign, end_trial, runner, seed
 
 DIFFERENT = {Verdict.faster, Verdict.slower, Verdict.below_min_effect}
@@ -71,7 +73,7 @@ def _verdict(s: Session, ids: list[int]) -> tuple[Verdict | None, str, str]:
     ((row,),) = [g.rows for g in result.metrics]
     pair = row.stats.pairs[0]  # type: ignore[union-attr]
     assert pair.stats is not None
-    return pair.stats.verdict, pair.spread, pair.stats.unstable
+    return pair.stats.verdict, pair.spread, pair.stats.why_no_verdict
 
 
 def test_identical_pairs_are_called_different_at_most_1_in_20(engine):
@@ -139,4 +141,15 @@ def test_an_unstable_trial_gives_no_verdict_never_a_factor(engine):
         ((row,),) = [g.rows for g in result.metrics]
         pair = row.stats.pairs[0]  # type: ignore[union-attr]
         assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict and pair.stats.ratio is None
-        assert pair.stats.unstable.startswith("unstable: a trial's samples vary")
+        assert pair.stats.why_no_verdict.startswith("unstable: a trial's samples vary")
+
+
+def test_an_interval_too_wide_to_mean_anything_is_not_shown_and_says_why():
+    """Issue 43, item 9: "[0.000, 221632438781.093]" once stood on the page. One trial a side with a spread
+    known from 2 trials (df 1) and 300% wide: no interval, no verdict, and the reason; the page says it."""
+    known = statistics.KnownSpread(cv=3.0, df=1)
+    _, _, pair = statistics.compare([[100.0, 101.0]], [[40.0, 41.0]], known=(known, known))
+    assert pair.verdict == Verdict.no_verdict and pair.ratio is not None and pair.ratio.low is None
+    assert pair.why_no_verdict.startswith("no interval: at 95% it would span more than a factor of 1000")
+    cell = _verdict_cell(PairVerdict(pair, None))
+    assert "no interval" in cell and "[0.000" not in cell and "×0.403" in cell
