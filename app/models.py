@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Any, ClassVar, overload
 
 import pydantic
-from pydantic import AfterValidator, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, field_validator, model_validator
 from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -186,15 +186,18 @@ class ModelInputFields(SQLModel):
         4, "Verify tokens", "Tokens per verify step (--speculative-num-draft-tokens).", 1, gt=0, le=65_536
     )
 
-    @field_validator("draft_steps")
-    @classmethod
-    def _tau_within_steps(cls, steps: int | None, info: ValidationInfo) -> int | None:
-        """tau <= draft steps + 1 when a body gives both (accept_length is declared first, so it is in
-        info.data); a body with one of them is checked against the stored other by inventory.update_campaign."""
-        tau = info.data.get("accept_length")
+    @model_validator(mode="after")
+    def _tau_within_steps(self) -> Any:
+        """tau <= draft steps + 1 when a body gives both, refused as accept_length's (the value above its
+        bound: a campaign file's error names its line, not draft_steps'); a body with one of them is checked
+        against the stored other by inventory.update_campaign."""
+        tau, steps = getattr(self, "accept_length", None), getattr(self, "draft_steps", None)
         if tau is not None and steps is not None:
-            check_accept_length(tau, steps, "draft step")
-        return steps
+            try:
+                check_accept_length(tau, steps, "draft step")
+            except ValueError as exc:
+                raise ValueError(f"accept_length: {exc}") from None
+        return self
 
 
 # ---- a campaign's and an approach's fields, declared once: the table and the input shapes ----------------
