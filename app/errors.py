@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Match
 
 from app.deps import NotLoggedIn
 from app.domain.errors import DomainError
+from app.schemas import error_words
 from app.services.events import PAGE_EVENTS
 from app.state import app_state
 from app.web.render import render
@@ -192,7 +193,7 @@ def install_error_handlers(app: FastAPI) -> None:
             loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "form")]
             field = ".".join(loc)
             first_field = first_field or field
-            parts.append(f"{field}: {err.get('msg')}" if field else str(err.get("msg")))
+            parts.append(f"{field}: {error_words(err)}" if field else error_words(err))
         return _error(request, "; ".join(parts) or "Invalid request.", 422, first_field)
 
     @app.exception_handler(StarletteHTTPException)

@@ -37,6 +37,17 @@ from app.protocol.recipes import MAX_TIMEOUT_S, RecipeError
 from runners.recipes import build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
+SLUG_WORDS = (
+    "use 1 to 80 lowercase letters, digits and dashes, starting with a letter or a digit (like kimi-k25-eagle3)"
+)
+
+
+def error_words(err: Any) -> str:
+    """A pydantic error (one of `ValidationError.errors()`) as a person reads it: a slug's pattern in words,
+    a model's own check without pydantic's "Value error, " prefix. Every error reader uses it."""
+    if err.get("type") == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == SLUG_PATTERN:
+        return SLUG_WORDS
+    return str(err.get("msg", "")).removeprefix("Value error, ")
 
 
 def _admits_none(annotation: Any) -> bool:

@@ -43,7 +43,7 @@ from app.domain import campaign_results, inventory, replay
 from app.domain.errors import Invalid
 from app.domain.wording import plural
 from app.models import Activity, Approach, ApproachStatus, Campaign, HistoryKind, RunOrder, StatusChange, aware, utcnow
-from app.schemas import ApproachCreate, CampaignCreate, ImportSummary
+from app.schemas import ApproachCreate, CampaignCreate, ImportSummary, error_words
 
 FORMAT = "campaign-board/v1"
 
@@ -425,7 +425,7 @@ def parse_campaign_file(text: str) -> CampaignFile:
         fields = []
         for err in exc.errors()[:5]:
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-            msg = err["msg"].removeprefix("Value error, ")
+            msg = error_words(err)
             if named := _NAMED_FIELD.match(msg):  # a model's own check names its field: the line is that field's
                 loc += tuple(named[1].split("."))
             line = _line_of(node, loc)

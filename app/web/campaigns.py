@@ -18,7 +18,7 @@ from app.domain import inventory
 from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
-from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements
+from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements, error_words
 from app.services import campaigns as campaign_writes
 from app.state import app_state
 from app.web.render import CHANGED, navigate, render
@@ -35,7 +35,7 @@ def _validated(model, **values):
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise Invalid(f"{field}: {err['msg']}", field=field) from None
+        raise Invalid(f"{field}: {error_words(err)}", field=field) from None
 
 
 def _json_field(text: str, field: str) -> dict | None:

@@ -51,3 +51,15 @@ def test_the_way_back_never_leaves_the_board(board):
     r = board.post("/campaigns/c/settle", data={"a": "b", "b": "b"}, headers={"Referer": "https://evil.example/x"})
     html = _page(r)
     assert "evil.example" not in html and 'href="/campaigns/c"' in html  # the campaign the form was about
+
+
+def test_a_bad_slug_is_refused_in_words(board, api_headers):
+    """Issue 43, item 9: not "String should match pattern '^[a-z0-9][a-z0-9-]{0,79}$'"."""
+    r = board.post("/api/campaigns", json={"slug": "My Campaign", "name": "x"}, headers=api_headers)
+    assert r.status_code == 422
+    assert r.json()["detail"] == (
+        "slug: use 1 to 80 lowercase letters, digits and dashes, starting with a letter or a digit "
+        "(like kimi-k25-eagle3)"
+    )
+    page = board.post("/campaigns", data={"slug": "My Campaign", "name": "x"})
+    assert "lowercase letters, digits and dashes" in page.text and "should match pattern" not in page.text
