@@ -233,6 +233,7 @@ def _approach(
         "evidence": inventory.evidence(session, approach),
         **_history_page(session, approach),
         "person_statuses": PERSON_STATUSES,
+        "heading_oob": block == "details",  # the heading rides along with the details fragment
     }
     return render(request, "approach.html", ctx, block=block, headers=headers)
 
