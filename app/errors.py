@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,8 +19,10 @@ from starlette.routing import BaseRoute, Match
 
 from app.deps import NotLoggedIn
 from app.domain.errors import DomainError
+from app.schemas import error_words
 from app.services.events import PAGE_EVENTS
 from app.state import app_state
+from app.web.render import render
 
 
 def _wants_json(request: Request) -> bool:
@@ -54,11 +57,33 @@ def _error(
     elif request.headers.get("hx-request"):
         response = _htmx_error(message, status, field)
     else:
-        response = app_state(request).templates.TemplateResponse(
-            request, "error.html", {"message": message, "status": status}, status_code=status
+        back, back_label = way_back(request)
+        response = render(
+            request,
+            "error.html",
+            {"message": message, "status": status, "back": back, "back_label": back_label},
+            status_code=status,
         )
     response.headers.update(headers or {})  # e.g. Allow on a 405
     return response
+
+
+_CAMPAIGN_PATH = re.compile(r"^/campaigns/([a-z0-9][a-z0-9-]{0,79})(?:/|$)")
+
+
+def way_back(request: Request) -> tuple[str, str]:
+    """Where an error page sends a person back to: the page the request came from when it is this board's
+    (its Referer, same host), else the campaign the URL names, else the campaigns list. Never elsewhere."""
+    referer = urlsplit(request.headers.get("referer", ""))
+    public = urlsplit(app_state(request).settings.public_url or "")
+    here = {request.url.netloc, public.netloc} - {""}
+    if referer.netloc in here and referer.path.startswith("/") and not referer.path.startswith("//"):
+        if referer.path != request.url.path or request.method != "GET":
+            return referer.path + (f"?{referer.query}" if referer.query else ""), "Back to the page you were on"
+    found = _CAMPAIGN_PATH.match(request.url.path)
+    if found and found.group(1) != "import":
+        return f"/campaigns/{found.group(1)}", "Back to the campaign"
+    return "/", "Back to campaigns"
 
 
 error_response = _error  # for app/middleware.py: its refusals are shaped like every other error
@@ -168,7 +193,7 @@ def install_error_handlers(app: FastAPI) -> None:
             loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "form")]
             field = ".".join(loc)
             first_field = first_field or field
-            parts.append(f"{field}: {err.get('msg')}" if field else str(err.get("msg")))
+            parts.append(f"{field}: {error_words(err)}" if field else error_words(err))
         return _error(request, "; ".join(parts) or "Invalid request.", 422, first_field)
 
     @app.exception_handler(StarletteHTTPException)

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Any, ClassVar, overload
 
 import pydantic
-from pydantic import AfterValidator, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, field_validator, model_validator
 from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -69,13 +69,30 @@ class RunOrder(StrEnum):
 
 
 class ApproachStatus(StrEnum):
+    """What a person decided of an approach (or "untested": nothing yet). Only a person sets it: a trial
+    proposes (Trial.proposal, Approach.pending_trial_id), it never decides; what is running is `Activity`."""
+
     untested = "untested"
-    queued = "queued"
-    running = "running"
     promising = "promising"
     adopted = "adopted"
     dead_end = "dead_end"
     deferred = "deferred"
+
+
+class Activity(StrEnum):
+    """What an approach's trial is doing now, shown beside its decided status: read from its active trial
+    (app/domain/inventory.activities), never stored on the approach."""
+
+    queued = "queued"  # a trial of it waits for a runner, or was handed to one that has not started it
+    running = "running"
+
+
+class HistoryKind(StrEnum):
+    """A row of an approach's history: a person's status change, or an event of one of its trials (queued,
+    ended), which changes no status (from_status == to_status: the decided status at the time)."""
+
+    status = "status"
+    trial = "trial"
 
 
 class TrialState(StrEnum):
@@ -169,15 +186,18 @@ class ModelInputFields(SQLModel):
         4, "Verify tokens", "Tokens per verify step (--speculative-num-draft-tokens).", 1, gt=0, le=65_536
     )
 
-    @field_validator("draft_steps")
-    @classmethod
-    def _tau_within_steps(cls, steps: int | None, info: ValidationInfo) -> int | None:
-        """tau <= draft steps + 1 when a body gives both (accept_length is declared first, so it is in
-        info.data); a body with one of them is checked against the stored other by inventory.update_campaign."""
-        tau = info.data.get("accept_length")
+    @model_validator(mode="after")
+    def _tau_within_steps(self) -> Any:
+        """tau <= draft steps + 1 when a body gives both, refused as accept_length's (the value above its
+        bound: a campaign file's error names its line, not draft_steps'); a body with one of them is checked
+        against the stored other by inventory.update_campaign."""
+        tau, steps = getattr(self, "accept_length", None), getattr(self, "draft_steps", None)
         if tau is not None and steps is not None:
-            check_accept_length(tau, steps, "draft step")
-        return steps
+            try:
+                check_accept_length(tau, steps, "draft step")
+            except ValueError as exc:
+                raise ValueError(f"accept_length: {exc}") from None
+        return self
 
 
 # ---- a campaign's and an approach's fields, declared once: the table and the input shapes ----------------
@@ -353,6 +373,7 @@ class StatusChange(SQLModel, table=True):
     reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     actor: str = Field(default="", max_length=120)
     trial_id: int | None = Field(default=None, foreign_key="trial.id", index=True, ondelete="SET NULL")
+    kind: str = Field(default=HistoryKind.status, max_length=20, sa_column_kwargs={"server_default": "status"})
     at: datetime = _created()
 
 

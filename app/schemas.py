@@ -23,10 +23,12 @@ from pydantic.config import JsonDict
 from sqlmodel import SQLModel
 
 from app.models import (
+    Activity,
     ApproachStatus,
     ApproachText,
     CampaignSettings,
     CampaignText,
+    HistoryKind,
     ModelInputFields,
     TrialState,
     aware,
@@ -35,6 +37,17 @@ from app.protocol.recipes import MAX_TIMEOUT_S, RecipeError
 from runners.recipes import build_launch, recipes
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,79}$"
+SLUG_WORDS = (
+    "use 1 to 80 lowercase letters, digits and dashes, starting with a letter or a digit (like kimi-k25-eagle3)"
+)
+
+
+def error_words(err: Any) -> str:
+    """A pydantic error (one of `ValidationError.errors()`) as a person reads it: a slug's pattern in words,
+    a model's own check without pydantic's "Value error, " prefix. Every error reader uses it."""
+    if err.get("type") == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == SLUG_PATTERN:
+        return SLUG_WORDS
+    return str(err.get("msg", "")).removeprefix("Value error, ")
 
 
 def _admits_none(annotation: Any) -> bool:
@@ -322,12 +335,10 @@ class ImportSummary(BaseModel):
     summary: str = Field(description="The same, as a sentence.")
 
 
-# The statuses a person sets (queued and running follow the approach's trial): the schema says so.
+# The statuses a person sets (what a trial is doing is its activity, never a status): the schema says so.
 PersonStatus = Literal["untested", "promising", "adopted", "dead_end", "deferred"]
-if list(get_args(PersonStatus)) != [
-    s.value for s in ApproachStatus if s not in (ApproachStatus.queued, ApproachStatus.running)
-]:  # one list: ApproachStatus's, less the two that follow the trial
-    raise RuntimeError("PersonStatus no longer matches ApproachStatus less queued and running")
+if list(get_args(PersonStatus)) != [s.value for s in ApproachStatus]:  # one list: ApproachStatus's
+    raise RuntimeError("PersonStatus no longer matches ApproachStatus")
 
 
 # Statuses a verdict can end in; they need a reason so the next person knows why (the schema says so too).
@@ -356,6 +367,10 @@ class StatusChangePublic(BaseModel):
     reason: str
     actor: str
     trial_id: int | None
+    kind: HistoryKind = Field(
+        HistoryKind.status,
+        description="status: a person's change; trial: a trial's event (queued, ended), which changes no status.",
+    )
     at: datetime
 
     _utc = field_validator("at", mode="before")(_utc)
@@ -370,6 +385,13 @@ class ApproachPublic(ApproachCreate):
     verdict_fingerprint: dict[str, Any] | None = None
     archived_at: datetime | None = Field(
         None, description="When it was archived (off the active list, its trials kept); null while active."
+    )
+    activity: Activity | None = Field(
+        None, description="What its trial is doing now (queued, running), beside its decided status; null: none."
+    )
+    activity_trial_id: int | None = Field(None, description="The trial queued or running (null when none).")
+    pending_trial_id: int | None = Field(
+        None, description="The ended trial whose proposal waits for a person's verdict (null when none)."
     )
     created_at: datetime
     updated_at: datetime
@@ -602,11 +624,16 @@ class PairStatsPublic(BaseModel):
     verdict: VerdictValue | None = Field(
         description="faster / slower: the interval excludes 1 and the effect reaches the minimum; below_min_effect: "
         "it excludes 1 with a smaller effect; equivalent: it holds 1 inside +/- the minimum; inconclusive; "
-        "no_verdict: one trial a side and no known run-to-run spread (repeat). null: not compared (see not_compared)."
+        "no_verdict: one trial a side and no known run-to-run spread (repeat), or see no_verdict_reason. null: not compared (see not_compared)."
     )
     trials_needed: int | None = Field(
         description="For an inconclusive row: trials a side at which the rule decides with 80% power, at the "
         "observed run-to-run spread."
+    )
+    no_verdict_reason: str = Field(
+        "",
+        description="Why there is no verdict where the numbers alone would not say: an unstable trial (no ratio "
+        "either), or an interval too wide to mean anything (not given); '' if none.",
     )
     spread: str = Field("", description="The known run-to-run spread a one-trial side used, named; '' if none.")
     stack_difference: str | None = Field(
@@ -628,6 +655,7 @@ class RowStatsPublic(BaseModel):
     )
     unstable: list[bool] = Field(description="Each column: a coefficient of variation over 10%.")
     trials_needed: int | None
+    no_verdict_reason: str = Field("", description="The second column's `no_verdict_reason`, if any.")
     trials: list[int] = Field(description="Each column's number of trials at this point.")
     n: list[int] = Field(description="Each column's number of samples at this point (over its trials).")
     spread: str = ""

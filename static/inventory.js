@@ -17,7 +17,7 @@
     let visible = 0;
     rows.forEach(function (row) {
       const text = row.dataset.search || "";
-      const ok = (!status.value || row.dataset.status === status.value) && words.every((w) => text.includes(w));
+      const ok = (!status.value || (row.dataset.states || "").split(" ").includes(status.value)) && words.every((w) => text.includes(w));
       row.hidden = !ok;
       if (ok) visible++;
     });

@@ -249,8 +249,26 @@
     drawSeries(new Map(Object.entries(stored)), true);
   }
 
+  // "follow" pins the view to the newest line: ticked, the view jumps to the end and stays there as lines
+  // arrive; scrolling up to read unticks it (the reader is never pulled away), re-ticking resumes.
+  function atBottom() {
+    return pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
+  }
+  function toEnd() {
+    pre.scrollTop = pre.scrollHeight;
+  }
+  let lastTop = 0;
+  follow.addEventListener("change", function () {
+    if (follow.checked) toEnd();
+    lastTop = pre.scrollTop;
+  });
+  pre.addEventListener("scroll", function () {
+    // Only a move up is the reader's: appended lines and toEnd() move the view down.
+    if (follow.checked && pre.scrollTop < lastTop - 4 && !atBottom()) follow.checked = false;
+    lastTop = pre.scrollTop;
+  });
+
   function append(chunks) {
-    const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
     const frag = document.createDocumentFragment();
     for (const [seq, text] of chunks) {
       if (seq <= lastSeq) continue;
@@ -274,7 +292,8 @@
         statusEl.textContent = "earlier lines left the view; download the log for all of it";
       }
     }
-    if (follow.checked && atBottom) pre.scrollTop = pre.scrollHeight;
+    if (follow.checked) toEnd();
+    lastTop = pre.scrollTop;
   }
 
   function fmtElapsed(ms) {

@@ -87,3 +87,78 @@ def test_0018_fills_the_sample_summaries_of_rows_written_before_it(empty_db_url)
     expected = [summary_columns(line.get("samples")) for line in lines]
     assert [tuple(row) for row in found] == [(e["samples_median"], e["samples_cv"], e["samples_n"]) for e in expected]
     assert found[0][0] == 2.5 and found[1] == (None, None, None) and found[2] == (5.0, None, 1)
+
+
+def test_0019_gives_back_what_a_person_decided_and_keeps_trials_as_events(empty_db_url):
+    """Before 0019 a trial moved its approach to queued / running and then to untested (or back): the
+    upgrade walks each history, turns those rows into trial events at the decided status, and gives each
+    approach its decided status and reason back (issue 43, item 1)."""
+    migrate(empty_db_url)
+    engine = make_engine(empty_db_url)
+    try:
+        seed(engine, {"key": "a"}, {"key": "b"}, slug="m")
+        with session_scope(engine) as s:
+            node = runner(s, "node-a", OLD_STACK)
+            a, b = approach(s, "a", "m"), approach(s, "b", "m")
+            ids = (a.id, b.id, end_trial(s, a, node).id, end_trial(s, b, node).id)
+        command.downgrade(alembic_config(empty_db_url), "0018")
+        a_id, b_id, t1, t2 = ids
+        old = [  # (approach, from, to, reason, actor, trial): what the board wrote before 0019
+            (a_id, "", "untested", "added", "alice", None),
+            (a_id, "untested", "adopted", "fastest kernel", "alice", None),
+            (a_id, "adopted", "queued", f"trial #{t1} on node-a", "bob", t1),
+            (a_id, "queued", "running", f"trial #{t1} started", "runner node-a", t1),
+            (a_id, "running", "untested", f"trial #{t1} succeeded", "runner node-a", t1),
+            (b_id, "", "untested", "added", "alice", None),
+            (b_id, "untested", "dead_end", "KeyError 12", "alice", None),
+            (b_id, "dead_end", "queued", f"trial #{t2} on node-a", "bob", t2),
+            (b_id, "queued", "running", f"trial #{t2} started", "runner node-a", t2),
+            (b_id, "running", "deferred", "needs a new driver", "carol", None),  # a person, while it ran
+        ]
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM status_change"))
+            for i, (ap, frm, to, reason, actor, trial) in enumerate(old):
+                conn.execute(
+                    text(
+                        "INSERT INTO status_change (approach_id, from_status, to_status, reason, actor, trial_id, at) "
+                        "VALUES (:a, :f, :t, :r, :actor, :trial, :at)"
+                    ),
+                    {
+                        "a": ap,
+                        "f": frm,
+                        "t": to,
+                        "r": reason,
+                        "actor": actor,
+                        "trial": trial,
+                        "at": f"2026-01-01 10:{i:02d}:00",
+                    },
+                )
+            conn.execute(
+                text("UPDATE approach SET status = 'untested', reason = :r WHERE id = :id"),
+                {"r": f"trial #{t1} succeeded", "id": a_id},
+            )
+            conn.execute(
+                text("UPDATE approach SET status = 'running', reason = :r WHERE id = :id"), {"r": "x", "id": b_id}
+            )
+        migrate(empty_db_url)
+        with engine.connect() as conn:
+            approaches = conn.execute(text("SELECT id, status, reason FROM approach ORDER BY id")).all()
+            rows = conn.execute(text("SELECT kind, from_status, to_status FROM status_change ORDER BY id")).all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in approaches] == [
+        (a_id, "adopted", "fastest kernel"),
+        (b_id, "deferred", "needs a new driver"),
+    ]
+    assert [tuple(r) for r in rows] == [
+        ("status", "", "untested"),
+        ("status", "untested", "adopted"),
+        ("trial", "adopted", "adopted"),
+        ("trial", "adopted", "adopted"),
+        ("trial", "adopted", "adopted"),
+        ("status", "", "untested"),
+        ("status", "untested", "dead_end"),
+        ("trial", "dead_end", "dead_end"),
+        ("trial", "dead_end", "dead_end"),
+        ("status", "dead_end", "deferred"),
+    ]

@@ -13,6 +13,7 @@ from app.domain import inventory
 from app.domain.campaign_files import campaign_file_schema, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.errors import concrete_paths_first
+from app.models import Approach
 from app.schemas import (
     ApproachCreate,
     ApproachDeleted,
@@ -101,9 +102,26 @@ def import_file(
     return import_campaign(session, body, actor=operator.name, replace=replace)
 
 
+def _public(session: SessionDep, rows: list[Approach]) -> list[ApproachPublic]:
+    """The approaches as the API shows them: each decided status with what its trial is doing beside it."""
+    doing = inventory.activities(session, rows)
+    out = []
+    for approach in rows:
+        found = doing.get(approach.id) if approach.id is not None else None
+        public = ApproachPublic.model_validate(approach)
+        if found is not None:
+            public = public.model_copy(update={"activity": found.activity, "activity_trial_id": found.trial_id})
+        out.append(public)
+    return out
+
+
+def _one(session: SessionDep, approach: Approach) -> ApproachPublic:
+    return _public(session, [approach])[0]
+
+
 @router.get("/campaigns/{slug}/approaches", response_model=list[ApproachPublic])
 def list_approaches(slug: str, session: SessionDep):
-    return inventory.approaches(session, inventory.get_campaign(session, slug))
+    return _public(session, inventory.approaches(session, inventory.get_campaign(session, slug)))
 
 
 @router.post("/campaigns/{slug}/approaches", response_model=ApproachPublic, status_code=201)
@@ -114,13 +132,13 @@ def add_approach(slug: str, data: ApproachCreate, session: SessionDep, operator:
 
 @router.get("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
 def get_approach(slug: str, key: str, session: SessionDep):
-    return inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    return _one(session, inventory.get_approach(session, inventory.get_campaign(session, slug), key))
 
 
 @router.patch("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
 def update_approach(slug: str, key: str, data: ApproachUpdate, session: SessionDep, operator: OperatorDep):
     approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
-    return campaign_writes.update_approach(session, approach, data)
+    return _one(session, campaign_writes.update_approach(session, approach, data))
 
 
 def _evidence(found: inventory.Evidence) -> EvidencePublic:
@@ -182,7 +200,7 @@ def change_status(slug: str, key: str, data: StatusChangeRequest, session: Sessi
 def move_approach(slug: str, key: str, data: MoveRequest, session: SessionDep, operator: OperatorDep):
     campaign = inventory.get_campaign(session, slug)
     campaign_writes.move_approach(session, campaign, inventory.get_approach(session, campaign, key), data.position)
-    return inventory.approaches(session, campaign)
+    return _public(session, inventory.approaches(session, campaign))
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/history", response_model=list[StatusChangePublic])

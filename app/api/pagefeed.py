@@ -114,10 +114,14 @@ async def page_feed(ws: WebSocket) -> None:
         access.unwatch(ws.app, watched)
         feed.release(stream)
         for task in (sender, reader):
-            if task is not None and not task.done():
+            if task is None:
+                continue
+            if not task.done():
                 task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+            # Awaited even when done: a closed tab fails both at once (the sender's WebSocketDisconnect), and an
+            # exception nobody retrieves is logged as "Task exception was never retrieved".
+            with contextlib.suppress(BaseException):
+                await task
 
 
 # A plain GET (a script, an old page's EventSource) gets a clear answer instead of a 404.

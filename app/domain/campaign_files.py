@@ -42,8 +42,8 @@ from sqlmodel import Session, col, select
 from app.domain import campaign_results, inventory, replay
 from app.domain.errors import Invalid
 from app.domain.wording import plural
-from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, aware, utcnow
-from app.schemas import ApproachCreate, CampaignCreate, ImportSummary
+from app.models import Activity, Approach, ApproachStatus, Campaign, HistoryKind, RunOrder, StatusChange, aware, utcnow
+from app.schemas import ApproachCreate, CampaignCreate, ImportSummary, error_words
 
 FORMAT = "campaign-board/v1"
 
@@ -81,10 +81,32 @@ class HistoryEntry(BaseModel):
         return aware(value) or value
 
 
+def _named(value: Any, names: set[str]) -> bool:
+    """Whether a value read from a file is one of these names (a file may hold any YAML there)."""
+    return isinstance(value, str) and value in names
+
+
 class ApproachFile(ApproachCreate):
     bound_to: dict[str, Any] | None = None
     verdict_fingerprint: dict[str, Any] | None = None
     history: list[HistoryEntry] | None = None  # oldest first; used when the import creates the approach
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decided_only(cls, value: Any) -> Any:
+        # Files written before issue 43 may name queued / running (a trial's activity, once stored as the
+        # status): their history drops those entries, and the status is the last one a person decided.
+        if not isinstance(value, dict):
+            return value
+        driven = {a.value for a in Activity}
+        history = value.get("history")
+        if isinstance(history, list):
+            history = [e for e in history if not (isinstance(e, dict) and _named(e.get("to"), driven))]
+            value = {**value, "history": history}
+        if _named(value.get("status"), driven):
+            decided = [e.get("to") for e in history or [] if isinstance(e, dict)]
+            value = {**value, "status": decided[-1] if decided else ApproachStatus.untested.value}
+        return value
 
     @model_validator(mode="after")
     def _verdict_has_reason(self) -> ApproachFile:
@@ -289,7 +311,7 @@ def _history_rows(session: Session, batch: list[Approach]) -> Iterator[tuple[int
             col(StatusChange.actor),
         )
         .join(Approach, col(Approach.id) == col(StatusChange.approach_id))
-        .where(col(StatusChange.approach_id).in_([a.id for a in batch]))
+        .where(col(StatusChange.approach_id).in_([a.id for a in batch]), col(StatusChange.kind) == HistoryKind.status)
         .order_by(col(Approach.position), col(Approach.id), col(StatusChange.at), col(StatusChange.id))
         .execution_options(yield_per=HISTORY_FETCH)
     )
@@ -403,7 +425,7 @@ def parse_campaign_file(text: str) -> CampaignFile:
         fields = []
         for err in exc.errors()[:5]:
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-            msg = err["msg"].removeprefix("Value error, ")
+            msg = error_words(err)
             if named := _NAMED_FIELD.match(msg):  # a model's own check names its field: the line is that field's
                 loc += tuple(named[1].split("."))
             line = _line_of(node, loc)
@@ -488,7 +510,9 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
             for name, value in values.items():
                 setattr(approach, name, value)
             if approach.status != item.status.value:
-                inventory.change_status(session, approach, item.status, item.reason, actor, by_trial=True)
+                pending = approach.pending_trial_id  # a file's status is no verdict on this board's trial
+                inventory.change_status(session, approach, item.status, item.reason, actor)
+                approach.pending_trial_id = pending
             approach.reason = item.reason
             if before != (approach.status, approach.reason, [getattr(approach, n) for n in values]):
                 changed += 1

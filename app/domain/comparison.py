@@ -681,32 +681,62 @@ class Spread:
 
 
 SPREAD_TRIALS = 400  # the newest succeeded trials per runner a spread is estimated from
-SpreadKey = tuple[int, tuple[Any, ...], str, tuple[tuple[str, Any], ...]]  # runner, stack, metric, point
+# The conditions a spread must share with the trial it is used for, beside the runner, the stack and the
+# point (a condition the compared rows do not vary is not in the point): ConditionTag's, the model's.
+SPREAD_CONDITIONS = (*ConditionTag.PAIRING, *ConditionTag.GEOMETRY_KEYS)
+Conditions = tuple[tuple[str, Any], ...]
+# runner, stack, metric, point, conditions
+SpreadKey = tuple[int, tuple[Any, ...], str, tuple[tuple[str, Any], ...], Conditions]
+Point = tuple[int, str, tuple[tuple[str, Any], ...]]  # trial, metric, point
 
 
 def _stack_key(fingerprint: dict[str, Any] | None) -> tuple[Any, ...]:
     return tuple(component_value(fingerprint, c) for c in SAME_STACK)
 
 
+def _conditions(tags: dict[str, Any], point: tuple[tuple[str, Any], ...]) -> Conditions:
+    named = {k for k, _ in point}
+    return tuple((k, _hashable(tags.get(k))) for k in SPREAD_CONDITIONS if k not in named)
+
+
 class Spreads:
     """The log values a spread is estimated from, per key and approach; `of` leaves out the trials being
-    judged (each comparison its own), so a spread never judges the trials it was measured on and a pair
-    gets the same spread alone as among the replay report's thousand."""
+    judged (each comparison its own) and every trial that had not ended before the comparison's newest one,
+    so a spread never judges the trials it was measured on, is never measured on later runs, and a pair
+    gets the same spread alone as among the replay report's thousand. `conditions_of`: a trial's conditions
+    at a point (the key's last part: a spread is only ever read under the same conditions)."""
 
-    def __init__(self, logs: dict[SpreadKey, dict[int, dict[int, float]]], titles: dict[int, str]) -> None:
+    def __init__(
+        self,
+        logs: dict[SpreadKey, dict[int, dict[int, float]]],
+        titles: dict[int, str],
+        ended: dict[int, datetime] | None = None,
+        conditions: dict[Point, Conditions] | None = None,
+    ) -> None:
         self._logs = logs
         self._titles = titles
+        self._ended = ended or {}
+        self._conditions = conditions or {}
         self._cache: dict[tuple[SpreadKey, frozenset[int]], Spread | None] = {}
-        self._asked: dict[tuple[SpreadKey, frozenset[int]], Spread | None] = {}  # (key, judged) -> of()
+        self._asked: dict[tuple[SpreadKey, frozenset[int], datetime | None], Spread | None] = {}
 
-    def of(self, key: SpreadKey, judged: frozenset[int]) -> Spread | None:
-        asked = (key, judged)
+    def conditions_of(self, trial_id: int, name: str, point: tuple[tuple[str, Any], ...]) -> Conditions | None:
+        return self._conditions.get((trial_id, name, point))
+
+    def of(self, key: SpreadKey, judged: frozenset[int], before: datetime | None = None) -> Spread | None:
+        """The spread at `key` from the trials not judged here that ended before `before` (None: no bound)."""
+        asked = (key, judged, before)
         if asked in self._asked:  # every one-trial column of a row asks the same
             return self._asked[asked]
         by_approach = self._logs.get(key)
         found = None
         if by_approach:
-            skip = frozenset(t for trials in by_approach.values() for t in trials if t in judged)
+            skip = frozenset(
+                t
+                for trials in by_approach.values()
+                for t in trials
+                if t in judged or (before is not None and not (t in self._ended and self._ended[t] < before))
+            )
             if (key, skip) not in self._cache:
                 self._cache[(key, skip)] = self._pooled(by_approach, skip)
             found = self._cache[(key, skip)]
@@ -736,13 +766,15 @@ def run_to_run_spreads(
     session: Session, campaign: Campaign, items: list[tuple[list[MetricGroup], list[ComparedTrial]]]
 ) -> Spreads:
     """The spreads the one-trial columns of these comparisons could use, keyed by (runner, stack, metric,
-    point): from the campaign's succeeded trials on those runners (the newest SPREAD_TRIALS each; Spreads.of
-    leaves out the compared ones), per approach with 2 trials or more at the point on the same stack, the
+    point, conditions): from the campaign's succeeded trials on those runners (the newest SPREAD_TRIALS
+    each; Spreads.of leaves out the compared ones and those that ended after the comparison's newest),
+    per approach with 2 trials or more at the point on the same stack under the same conditions, the
     variance of their log figures (each its samples' median, else its value) pooled over the approaches
     (df = trials - approaches). Two queries; none when no column has one trial."""
     wanted_runners: set[int] = set()
     keyed_of: dict[str, list[str]] = {}
     names: set[str] = set()
+    compared: set[int] = set()
     for groups, trials in items:
         runners = {t.runner_id for t in trials if t.runner_id is not None}
         if not runners:
@@ -750,13 +782,21 @@ def run_to_run_spreads(
         for g in groups:
             if any(len(side) == 1 for row in g.rows for side in row.trials):
                 wanted_runners |= runners
+                compared |= {t.id for t in trials}
                 names.add(g.name)
                 if g.rows:
                     keyed_of.setdefault(g.name, [k for k, _ in g.rows[0].point])
     if not wanted_runners:
         return NO_SPREADS
     found = session.execute(
-        sa_select(Trial.id, Trial.approach_id, Trial.runner_id, cast(Trial.fingerprint, Text), Approach.title)  # type: ignore[call-overload]
+        sa_select(  # type: ignore[call-overload]
+            Trial.id,
+            Trial.approach_id,
+            Trial.runner_id,
+            cast(Trial.fingerprint, Text),
+            Approach.title,
+            Trial.finished_at,
+        )
         .join(Approach, col(Approach.id) == Trial.approach_id)
         .where(
             Trial.campaign_id == campaign.id,
@@ -768,33 +808,38 @@ def run_to_run_spreads(
     ).all()
     stack_of: dict[str, tuple[Any, ...]] = {}
     about: dict[int, tuple[int, int, tuple[Any, ...], str]] = {}
-    for trial_id, approach_id, runner_id, text, title in found:
+    ended: dict[int, datetime] = {}
+    for trial_id, approach_id, runner_id, text, title, finished_at in found:
         if text not in stack_of:
             stack_of[text] = _stack_key(json.loads(text) if text else None)
         about[trial_id] = (approach_id, runner_id, stack_of[text], title)
+        if finished_at is not None:
+            ended[trial_id] = aware(finished_at)
     logs: dict[SpreadKey, dict[int, dict[int, float]]] = {}
     titles: dict[int, str] = {}
-    # A trial every one of these comparisons judges is left out by Spreads.of anyway: not read (the window of
-    # the newest SPREAD_TRIALS above still counts it, so the spreads are the same).
-    judged_by_all = set.intersection(*({t.id for t in trials} for _, trials in items))
-    # Each trial's figure, as the comparison reads it: its samples' median, else its value.
+    conditions: dict[Point, Conditions] = {}
+    # Each trial's figure, as the comparison reads it: its samples' median, else its value. The compared
+    # trials are read too, for their conditions (Spreads.of leaves their figures out).
     figure = func.coalesce(col(Metric.samples_median), col(Metric.value))
     for trial_id, name, value, tags in session.execute(
         sa_select(Metric.trial_id, Metric.name, figure, cast(Metric.tags, Text))  # type: ignore[call-overload]
-        .where(
-            col(Metric.trial_id).in_([t for t in about if t not in judged_by_all]), col(Metric.name).in_(sorted(names))
-        )
+        .where(col(Metric.trial_id).in_(sorted(set(about) | compared)), col(Metric.name).in_(sorted(names)))
         .order_by(col(Metric.trial_id), col(Metric.seq), col(Metric.index))
     ):
-        if value is None or value <= 0 or name not in keyed_of:
+        if name not in keyed_of:
             continue
-        approach_id, runner_id, stack, title = about[trial_id]
         parsed = json.loads(tags) if tags else {}
         point = tuple((k, _hashable(parsed.get(k))) for k in keyed_of[name])
+        where = _conditions(parsed, point)
+        conditions[(trial_id, name, point)] = where
+        if value is None or value <= 0 or trial_id not in about:
+            continue
+        approach_id, runner_id, stack, title = about[trial_id]
         titles[approach_id] = title
         # Within a trial a later row for the same point wins, as in metric_groups.
-        logs.setdefault((runner_id, stack, name, point), {}).setdefault(approach_id, {})[trial_id] = math.log(value)
-    return Spreads(logs, titles)
+        key = (runner_id, stack, name, point, where)
+        logs.setdefault(key, {}).setdefault(approach_id, {})[trial_id] = math.log(value)
+    return Spreads(logs, titles, ended, conditions)
 
 
 def with_statistics(
@@ -829,6 +874,12 @@ def _with_statistics_of(
         return [groups for groups, _ in items]
 
     judged = [frozenset(i for c in columns for i in c.trial_ids) for _, columns in items]
+    # Each comparison's newest trial: a spread reads only trials that ended before it (none unbounded
+    # while one of them has not ended: every ended trial is earlier).
+    newest: list[datetime | None] = []
+    for ids in judged:
+        ends = [trials[i].finished_at if i in trials else None for i in ids]
+        newest.append(None if not ends or None in ends else max(aware(e) for e in ends if e is not None))
     stack_of: dict[int, tuple[Any, ...]] = {}  # trial id -> its SAME_STACK values
 
     def spread_of(k: int, name: str, row: MetricRow, c: int) -> Spread | None:
@@ -837,9 +888,12 @@ def _with_statistics_of(
         t = trials.get(row.trial_ids[c][0])
         if t is None or t.runner_id is None:
             return None
+        where = spreads.conditions_of(t.id, name, row.point)
+        if where is None:
+            return None
         if t.id not in stack_of:
             stack_of[t.id] = _stack_key(t.fingerprint)
-        return spreads.of((t.runner_id, stack_of[t.id], name, row.point), judged[k])
+        return spreads.of((t.runner_id, stack_of[t.id], name, row.point, where), judged[k], newest[k])
 
     notes: dict[int, str] = {}
 

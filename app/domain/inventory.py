@@ -1,4 +1,8 @@
-"""The approach inventory: campaigns, approaches in priority order, status transitions with history."""
+"""The approach inventory: campaigns, approaches in priority order, a person's status changes with history.
+
+An approach's status is what a person decided (`change_status`); what its trial is doing (queued, running)
+is its activity, read from the trial (`activities`), and a trial's queueing and end are events in its
+history (`trial_event`), which change no status."""
 
 from __future__ import annotations
 
@@ -13,21 +17,22 @@ from app.domain.acceptance import accept_length_bound_error
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import (
     ACTIVE_TRIAL_STATES,
+    Activity,
     Approach,
     ApproachStatus,
     Artifact,
     Campaign,
+    HistoryKind,
     Metric,
     RunOrder,
     Settle,
     StatusChange,
     Trial,
+    TrialState,
     utcnow,
 )
 from app.schemas import NEEDS_REASON, ApproachCreate, ApproachUpdate, CampaignCreate, CampaignUpdate
 
-# Statuses that follow an approach's trial; people do not set them by hand.
-TRIAL_DRIVEN = {ApproachStatus.queued, ApproachStatus.running}
 STATUS_ORDER = list(ApproachStatus)
 
 
@@ -82,27 +87,72 @@ def get_approach(session: Session, campaign: Campaign, key: str) -> Approach:
     return approach
 
 
-AWAITING = "awaiting"  # shown for an approach whose ended trial waits for a person's verdict
+@dataclass(frozen=True)
+class Doing:
+    """What an approach's active trial is doing: queued (waiting for or handed to a runner) or running."""
+
+    activity: Activity
+    trial_id: int
 
 
-def shown_status(approach: Approach) -> str:
-    """What the board shows: "awaiting" (waiting for your verdict) while a trial's verdict is due."""
-    return AWAITING if approach.pending_trial_id is not None else approach.status
+def activities(session: Session, rows: list[Approach]) -> dict[int, Doing]:
+    """approach id -> its active trial's activity (one query; an approach with none is absent)."""
+    ids = [a.id for a in rows if a.id is not None]
+    if not ids:
+        return {}
+    found: dict[int, Doing] = {}
+    query = (
+        select(Trial.approach_id, Trial.id, Trial.state)
+        .where(col(Trial.approach_id).in_(ids), col(Trial.state).in_(ACTIVE_TRIAL_STATES))
+        .order_by(col(Trial.id))
+    )
+    for approach_id, trial_id, state in session.exec(query):
+        doing = Activity.running if state == TrialState.running else Activity.queued
+        if approach_id not in found or doing == Activity.running:
+            found[approach_id] = Doing(doing, trial_id or 0)
+    return found
 
 
-def status_counts(rows: list[Approach], *, awaiting: bool = False) -> dict[str, int]:
-    """Approaches per status; with `awaiting`, those waiting for a verdict are counted apart."""
-    counts = Counter(shown_status(a) if awaiting else a.status for a in rows)
-    order = [s.value for s in STATUS_ORDER]
-    if awaiting:
-        order.insert(order.index(ApproachStatus.running.value) + 1, AWAITING)
-    return {s: counts.get(s, 0) for s in order}
+AWAITING = "awaiting"  # beside the status of an approach whose ended trial's proposal waits for a person
+
+
+def status_counts(rows: list[Approach]) -> dict[str, int]:
+    """Approaches per decided status (what a person decided; a trial never moves it)."""
+    counts = Counter(a.status for a in rows)
+    return {s.value: counts.get(s.value, 0) for s in STATUS_ORDER}
+
+
+def doing_counts(rows: list[Approach], doing: dict[int, Doing]) -> dict[str, int]:
+    """Beside the status counts: approaches whose proposal awaits a person, and those queued or running."""
+    counts = Counter(d.activity.value for d in doing.values())
+    return {
+        AWAITING: sum(a.pending_trial_id is not None for a in rows),
+        **{a.value: counts.get(a.value, 0) for a in Activity},
+    }
+
+
+def trial_event(session: Session, approach: Approach, trial: Trial, words: str, actor: str) -> StatusChange:
+    """A trial's event in the approach's history ("trial #12 queued on gpu-1", "trial #12 succeeded: proposes
+    promising"): it changes no status, so it stands at the decided status (from == to)."""
+    assert approach.id is not None  # a stored approach
+    event = StatusChange(
+        approach_id=approach.id,
+        from_status=approach.status,
+        to_status=approach.status,
+        reason=words,
+        actor=actor,
+        trial_id=trial.id,
+        kind=HistoryKind.trial,
+    )
+    session.add(event)
+    session.flush()
+    return event
 
 
 def history(
     session: Session, approach: Approach, *, before: int | None = None, limit: int | None = None
 ) -> list[StatusChange]:
-    """The approach's status changes, newest first; a page: at most `limit`, older than change `before`."""
+    """The approach's status changes and its trials' events (`StatusChange.kind`), newest first; a page: at most `limit`, older than change `before`."""
     query = select(StatusChange).where(StatusChange.approach_id == approach.id)
     if before is not None:
         anchor = session.get(StatusChange, before)
@@ -172,17 +222,18 @@ def change_status(
     actor: str,
     *,
     trial_id: int | None = None,
-    by_trial: bool = False,
 ) -> StatusChange:
-    """Move an approach to a new status and keep the change as history.
-
-    People may not set queued/running: those follow the approach's trial (by_trial=True).
-    """
-    to = ApproachStatus(to)
-    if to in TRIAL_DRIVEN and not by_trial:
+    """A person's decision: move an approach to a new status and keep the change as history. It is also the
+    verdict on the last ended trial (a waiting proposal is then settled)."""
+    try:
+        to = ApproachStatus(to)
+    except ValueError:
+        choices = ", ".join(s.value for s in ApproachStatus)
         raise Invalid(
-            f"{to.value} follows the approach's trial: use “Run next candidate” to start one.", field="status"
-        )
+            f"status: {to!r} is not a status a person decides ({choices}); queued and running are what a "
+            "trial is doing, shown beside it",
+            field="status",
+        ) from None
     if approach.status == to.value:
         raise Conflict(f"The approach is already {to.value.replace('_', ' ')}.", field="status")
     _check_reason(to, reason)
@@ -197,8 +248,7 @@ def change_status(
     )
     approach.status = to.value
     approach.reason = reason.strip()
-    if not by_trial:
-        approach.pending_trial_id = None  # a person's status change is the verdict on the last trial
+    approach.pending_trial_id = None  # a person's status change is the verdict on the last trial
     approach.updated_at = utcnow()
     session.add(approach)
     session.add(change)

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 
 from sqlmodel import Session, col, select
 
-from app.domain import comparison, statistics
+from app.domain import comparison, statistics, verdicts
 from app.domain import fingerprint as stack
 from app.domain.answer import is_world_figure
+from app.domain.errors import Invalid
 from app.domain.verdicts import SIGNATURE_STATUS, SUMMARY_METRICS
 from app.domain.wording import plural
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial, TrialState
@@ -181,3 +182,14 @@ def _evidence(group: comparison.MetricGroup, pairs: list) -> str:
     where = f" at {row.label}" if row.label else ""
     more = f", {plural(len(pairs), 'point')}" if len(pairs) > 1 else ""
     return text + where + more
+
+
+def take(session: Session, trial: Trial, actor: str) -> None:
+    """A person takes the trial's waiting proposal as it stands (its status, reason and binding): the
+    "Take the proposal and repeat" of an inconclusive trial. Refused unless the proposal still waits."""
+    approach = session.get(Approach, trial.approach_id)
+    if approach is None or approach.pending_trial_id != trial.id:
+        raise Invalid(f"trial #{trial.id}'s proposal no longer waits for a verdict: reload the page", field="taking")
+    found = propose(session, trial)
+    reason = found.reason or f"trial #{trial.id}: {found.label}"
+    verdicts.confirm(session, approach, trial, found.status, reason, list(found.components), actor)

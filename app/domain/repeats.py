@@ -70,7 +70,7 @@ def start(
     for field, approach in (("a", a), ("b", b)):
         if approach is None:
             continue
-        check = scheduling.can_run(session, approach, online=online, verdict_first=False)
+        check = scheduling.can_run(session, approach, online=online)
         if check.reason:  # a round no runner can take would wait in the queue forever
             raise Invalid(check.reason, field=field)
     settle = Settle(

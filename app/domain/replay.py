@@ -39,6 +39,7 @@ from app.models import (
     Approach,
     ApproachStatus,
     Campaign,
+    HistoryKind,
     Replay,
     ReplayState,
     Runner,
@@ -64,6 +65,7 @@ def _verdict_trial(session: Session, approach: Approach) -> int | None:
         .where(
             StatusChange.approach_id == approach.id,
             StatusChange.to_status == approach.status,
+            StatusChange.kind == HistoryKind.status,
             col(StatusChange.trial_id).is_not(None),
         )
         .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
@@ -397,7 +399,7 @@ def _confirmed_on(session: Session, trial_ids: list[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     for trial_id, to_status in session.exec(
         select(StatusChange.trial_id, StatusChange.to_status)
-        .where(col(StatusChange.trial_id).in_(trial_ids))
+        .where(col(StatusChange.trial_id).in_(trial_ids), StatusChange.kind == HistoryKind.status)
         .order_by(col(StatusChange.at), col(StatusChange.id))
     ):
         if to_status in VERDICTS or to_status == ApproachStatus.untested:

@@ -17,9 +17,8 @@ from typing import Any
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from app.domain import planning, trials, verdicts
+from app.domain import inventory, planning, trials, verdicts
 from app.domain import runners as runner_domain
-from app.domain.inventory import change_status
 from app.domain.runners import unmet_requirements
 from app.models import (
     ACTIVE_TRIAL_STATES,
@@ -52,18 +51,32 @@ def retest_candidates(session: Session, campaign: Campaign) -> list[Approach]:
     )
 
 
+def _being_tried() -> Any:
+    """Approaches with a trial queued or running (the trial is their activity; their status stays)."""
+    return select(Trial.approach_id).where(col(Trial.state).in_(ACTIVE_TRIAL_STATES))
+
+
 def candidates(session: Session, campaign: Campaign) -> list[Approach]:
-    """Approaches that may run next: untested ones by priority, then those flagged for re-test; each with a recipe."""
+    """Approaches that may run next: untested ones by priority, then those flagged for re-test; each with a
+    recipe, none being tried already."""
     untested = list(
         session.exec(
             select(Approach)
-            .where(Approach.campaign_id == campaign.id, Approach.status == ApproachStatus.untested)
+            .where(
+                Approach.campaign_id == campaign.id,
+                Approach.status == ApproachStatus.untested,
+                col(Approach.id).not_in(_being_tried()),
+            )
             .order_by(col(Approach.position), col(Approach.id))
         )
     )
     # Untested first, then the re-test flags; an approach whose last trial awaits a verdict waits too.
     seen = {a.id for a in untested}
-    rows = untested + [a for a in retest_candidates(session, campaign) if a.id not in seen]
+    retest = [a for a in retest_candidates(session, campaign) if a.id not in seen]
+    if retest:
+        busy = set(session.exec(_being_tried().where(col(Trial.approach_id).in_([a.id for a in retest]))))
+        retest = [a for a in retest if a.id not in busy]
+    rows = untested + retest
     return [a for a in rows if has_recipe(a) and a.pending_trial_id is None and a.archived_at is None]
 
 
@@ -151,6 +164,7 @@ def run_next(session: Session, campaign: Campaign, actor: str, *, online: set[in
                 Approach.campaign_id == campaign.id,
                 Approach.status == ApproachStatus.untested,
                 col(Approach.archived_at).is_(None),
+                col(Approach.id).not_in(_being_tried()),
             )
             .order_by(col(Approach.position), col(Approach.id))
         ).first()
@@ -265,14 +279,14 @@ def can_run(
     approach: Approach,
     *,
     online: set[int] | None = None,
-    verdict_first: bool = True,
     runner: Runner | None = None,
 ) -> CanRun:
     """The one check of what can run, for every way of starting or queueing a trial of a chosen approach
     (run this, repeat, settle; run next applies the same requirement test to its candidates): a recipe,
     not archived, no trial of it queued or running, no verdict awaited, and a connected runner that meets
     its requirements. A trial no runner can take is refused with the reason, never queued to wait forever.
-    `verdict_first=False` (repeat, settle): their rounds measure, they do not wait for the pending verdict.
+    One rule for every door (issue 43): a proposal waiting for a person is read before more is measured;
+    only the later rounds of a started Settle / Repeat go on without it (repeats.advance: no new decision).
     `runner` (a replay, whose trials are pinned to it): that runner alone must be connected and able."""
     if approach.archived_at is not None:
         return CanRun([], f"{approach.title} is archived: restore it first")
@@ -283,7 +297,7 @@ def can_run(
     ).first()
     if active is not None:
         return CanRun([], f"{approach.title} is already being tried: trial #{active.id} is {active.state}")
-    if verdict_first and approach.pending_trial_id is not None:
+    if approach.pending_trial_id is not None:
         return CanRun(
             [], f"{approach.title} waits for your verdict on trial #{approach.pending_trial_id}: confirm it first"
         )
@@ -330,7 +344,8 @@ def run_approach(
 
 
 def create_trial(session: Session, approach: Approach, runner: Runner | None, actor: str) -> Trial:
-    """A trial of the approach on the runner, with its first attempt; the approach becomes queued.
+    """A trial of the approach on the runner, with its first attempt, an event in the approach's history (its
+    decided status stays: the trial is its activity, `inventory.activities`).
     Without a runner the trial waits in the queue (state queued, no attempt) until
     app/domain/queue.start_queued gives it one."""
     trial = Trial(
@@ -344,14 +359,14 @@ def create_trial(session: Session, approach: Approach, runner: Runner | None, ac
     )
     session.add(trial)
     session.flush()
-    change_status(
+    inventory.trial_event(
         session,
         approach,
-        ApproachStatus.queued,
-        f"trial #{trial.id} on {runner.name}" if runner is not None else f"trial #{trial.id} waits for a free runner",
+        trial,
+        f"trial #{trial.id} queued on {runner.name}"
+        if runner is not None
+        else f"trial #{trial.id} queued: waits for a free runner",
         actor,
-        trial_id=trial.id,
-        by_trial=True,
     )
     if runner is not None:
         new_attempt(session, trial, runner)

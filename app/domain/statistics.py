@@ -25,7 +25,8 @@ Between a side and the first (the reference) side, per metric point:
   1 / (1 + m); **below_min_effect** when it excludes 1 with a smaller effect (a real difference too small
   to matter); **equivalent** when it holds 1 and lies inside (1 / (1 + m), 1 + m) (equivalence,
   TOST-style); **inconclusive** otherwise;
-  **no_verdict** when a side has one trial and no known spread;
+  **no_verdict** when a side has one trial and no known spread, and, with no ratio at all, when a trial of
+  either side is **unstable**: its samples' CV over `Rule.unstable_cv` (`PairStats.unstable` says so);
 - **trials_needed** for an inconclusive row: trials a side at which this rule decides (any verdict but
   inconclusive) with `Rule.power` whatever the true effect, at the observed run-to-run spread;
 - each side's within-run and run-to-run **coefficients of variation**; over `Rule.unstable_cv` the side
@@ -94,6 +95,7 @@ VERDICT_WORDS = {
 # The verdicts that answer the question: a Settle stops on them.
 DECIDED = frozenset((Verdict.faster, Verdict.slower, Verdict.equivalent, Verdict.below_min_effect))
 MAX_TRIALS_NEEDED = 1000  # beyond this "trials needed" is None: fix the noise first
+MAX_INTERVAL_SPAN = 1000.0  # an interval whose ends are further apart than this factor says nothing: not shown
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class Side:
     cv: float | None  # within-run: the mean of the trials' CVs (None: no trial with 2 samples)
     between_cv: float | None  # run-to-run: the CV of the trials' medians (None below 2 trials)
     unstable: bool
+    worst_cv: float | None = None  # the widest within-run CV of its trials: over Rule.unstable_cv, no verdict
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,10 @@ class PairStats:
     verdict: Verdict
     trials_needed: int | None  # for "inconclusive" with a known spread on both sides
     known_spread: bool = False  # a one-trial side's interval used a KnownSpread
+    # Why there is no verdict where the numbers alone would not say: "unstable: a trial's samples vary 73% (over
+    # 10%)" (no ratio either: a trial too noisy to decide anything), or "no interval: ..." (an interval too wide
+    # to mean anything, [0.000, 221632438781.093] once, is not shown).
+    why_no_verdict: str = ""
 
 
 @dataclass(frozen=True)
@@ -411,6 +418,7 @@ class _SideData:
     samples: int
     medians: np.ndarray  # each trial's median
     within_cv: float | None
+    worst_cv: float | None = None  # the widest of its trials' within-run CVs
     log_value: float = math.nan  # log of the side's figure (NaN: no trial, or a median <= 0)
     log_var: float = math.nan  # 2 trials or more: the variance of log_value, s^2 / m over the log medians
 
@@ -523,7 +531,8 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
                 (i,) = members
                 cv, median = cvs_of[i], medians_of[i]
                 log_value = math.log(median) if median > 0 else math.nan
-                line.append(_SideData(1, sizes[i], median_of[i : i + 1], cv if cv == cv else None, log_value))
+                within = cv if cv == cv else None
+                line.append(_SideData(1, sizes[i], median_of[i : i + 1], within, within, log_value))
             else:
                 cvs = [cvs_of[i] for i in members if cvs_of[i] == cvs_of[i]]  # NaN: no spread within
                 medians = median_of[members]
@@ -537,6 +546,7 @@ def _side_data(rows: Sequence[Sequence[Trials]]) -> list[list[_SideData]]:
                         sum(sizes[i] for i in members),
                         medians,
                         sum(cvs) / len(cvs) if cvs else None,
+                        max(cvs) if cvs else None,
                         log_value,
                         log_var,
                     )
@@ -553,7 +563,7 @@ def _side(d: _SideData, rule: Rule) -> Side:
     else:
         value, between = float(d.medians.mean()), _cv(d.medians)
     unstable = (d.within_cv or 0) > rule.unstable_cv or (between or 0) > rule.unstable_cv
-    return Side(d.trials, d.samples, value, d.within_cv, between, unstable)
+    return Side(d.trials, d.samples, value, d.within_cv, between, unstable, d.worst_cv)
 
 
 def _read_at(pool: np.ndarray, columns: np.ndarray, widths: np.ndarray) -> np.ndarray:
@@ -701,10 +711,21 @@ def _pair(
 ) -> PairStats:
     if reference.value is None or other.value is None or reference.value <= 0:
         return PairStats(None, p_value, Verdict.no_verdict, None)
+    worst = max((s.worst_cv for s in (reference, other) if s.worst_cv is not None), default=None)
+    if worst is not None and worst > rule.unstable_cv:
+        why = f"unstable: a trial's samples vary {worst:.0%} (over {rule.unstable_cv:.0%}), too noisy to decide"
+        return PairStats(None, None, Verdict.no_verdict, None, why_no_verdict=why)
     value = other.value / reference.value
     used_known = (reference.trials == 1 and known[0] is not None) or (other.trials == 1 and known[c] is not None)
     if interval is None:
         return PairStats(Ratio(value, None, None), p_value, Verdict.no_verdict, None, used_known)
+    low, high = interval
+    if not (math.isfinite(low) and math.isfinite(high) and low > 0 and high / low <= MAX_INTERVAL_SPAN):
+        why = (
+            f"no interval: at {rule.confidence:.0%} it would span more than a factor of {MAX_INTERVAL_SPAN:g} "
+            "(the spread behind it rests on too few trials); repeat the trials"
+        )
+        return PairStats(Ratio(value, None, None), p_value, Verdict.no_verdict, None, used_known, why)
     verdict = verdict_of(value, *interval, lower_better, rule.min_effect)
     needed = None
     if verdict == Verdict.inconclusive:

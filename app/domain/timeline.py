@@ -18,7 +18,7 @@ from sqlalchemy import func, union_all
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from app.models import Approach, Campaign, StatusChange, Trial, aware
+from app.models import Approach, Campaign, HistoryKind, StatusChange, Trial, aware
 
 MAX_APPROACHES = 40
 CHANGES_PER_APPROACH = 8
@@ -94,7 +94,7 @@ def campaign_timeline(
                     col(StatusChange.to_status),
                     col(StatusChange.reason),
                 )
-                .where(col(StatusChange.approach_id) == approach_id)
+                .where(col(StatusChange.approach_id) == approach_id, col(StatusChange.kind) == HistoryKind.status)
                 .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
                 .limit(changes_per_approach)
                 .subquery()

@@ -9,8 +9,9 @@ goes through `advance`, which looks the change up in TRANSITIONS and refuses any
 the runner); an ended trial (TERMINAL_TRIAL_STATES) takes no event. An Attempt follows the same table:
 its state is its trial's while it is the current one. Around the table: the runner's reports
 (`mark_started`, `record_phase`, `finish`), a person's cancel (`request_cancel`), lost runners
-(`mark_lost`, `sweep_lost`), and what an ended trial does to its approach (back to untested or to
-its status before the trial, then the verdict hook) and its proposal (`classify_failure`).
+(`mark_lost`, `sweep_lost`), and what an ended trial does to its approach (an event in its history, its
+proposal waiting for a person: never its status, which only a person decides) and its proposal
+(`classify_failure`).
 
 Which approach runs where (and creating trials and attempts) is app/domain/scheduling.py. Functions
 flush, never commit: the caller commits, then pushes the returned protocol messages.
@@ -26,21 +27,18 @@ from typing import Any, Protocol
 
 from sqlmodel import Session, select
 
-from app.domain import notifications, proposals, verdicts
+from app.domain import inventory, notifications, proposals, verdicts
 from app.domain.errors import Conflict, Invalid, NotFound
-from app.domain.inventory import change_status
 from app.domain.signatures import classify
 from app.models import (
     ACTIVE_TRIAL_STATES,
     NO_VERDICT_TRIAL_STATES,
     TERMINAL_TRIAL_STATES,
     Approach,
-    ApproachStatus,
     Attempt,
     Campaign,
     Metric,
     Runner,
-    StatusChange,
     Trial,
     TrialState,
     aware,
@@ -157,17 +155,6 @@ def mark_started(session: Session, trial: Trial) -> None:
             advance(attempt, TrialEvent.start)
             session.add(attempt)
         session.add(trial)
-        approach = session.get(Approach, trial.approach_id)
-        if approach is not None and approach.status == ApproachStatus.queued:
-            change_status(
-                session,
-                approach,
-                ApproachStatus.running,
-                f"trial #{trial.id} started",
-                _runner_actor(session, trial.runner_id),
-                trial_id=trial.id,
-                by_trial=True,
-            )
         session.flush()
 
 
@@ -211,7 +198,8 @@ def end_trial(
     actor: str | None = None,
 ) -> None:
     """End an active trial in `state` (a terminal one): its attempt ends too, `log_text` (when given)
-    is classified into its proposal, its approach leaves queued / running, and the verdict hook runs.
+    is classified into its proposal, the end is an event in its approach's history (its decided status
+    stays what a person made it), and the verdict hook leaves the proposal waiting for a person.
     `actor`: who ended it, for the approach's history (default: its runner)."""
     never_ran = trial.state == TrialState.queued  # cancelled while waiting for a runner
     advance(trial, ENDING_EVENT[state])
@@ -228,46 +216,15 @@ def end_trial(
         trial.proposal = classify_failure(session, trial, log_text)
     session.add(trial)
     session.flush()
-    approach = session.get(Approach, trial.approach_id)
-    if approach is not None and approach.status in (ApproachStatus.queued, ApproachStatus.running):
-        # A trial that measured something leaves the approach untested, waiting for a person's verdict
-        # (verdicts.on_trial_ended). One that was cancelled or lost measured nothing: the approach
-        # goes back to what it was before (a re-tested dead end stays a dead end, with its reason).
-        words = f"trial #{trial.id} {state.value.replace('_', ' ')}" + (f": {reason}" if reason else "")
-        back_to, back_reason = ApproachStatus.untested, words
-        if state in (TrialState.cancelled, TrialState.lost):
-            before = _status_before(session, approach, trial)
-            if before is not None:
-                back_to, back_reason = before
-        change_status(
-            session,
-            approach,
-            back_to,
-            back_reason,
-            actor or _runner_actor(session, trial.runner_id),
-            trial_id=trial.id,
-            by_trial=True,
-        )
     verdicts.on_trial_ended(session, trial)
     proposal = proposals.propose(session, trial) if trial.state not in NO_VERDICT_TRIAL_STATES else None
+    approach = session.get(Approach, trial.approach_id)
+    if approach is not None:
+        words = f"trial #{trial.id} {state.value.replace('_', ' ')}" + (f": {reason}" if reason else "")
+        if proposal is not None:
+            words += f"; proposes {proposal.status.replace('_', ' ')}, waiting for a person"
+        inventory.trial_event(session, approach, trial, words, actor or _runner_actor(session, trial.runner_id))
     notifications.trial_ended(session, trial, (proposal.status, proposal.reason) if proposal else None)
-
-
-def _status_before(session: Session, approach: Approach, trial: Trial) -> tuple[ApproachStatus, str] | None:
-    """The approach's status and reason from before this trial queued it (None when unknown)."""
-    changes = list(
-        session.exec(
-            select(StatusChange)
-            .where(StatusChange.approach_id == approach.id)
-            .order_by(StatusChange.at, StatusChange.id)  # type: ignore[arg-type]
-        )
-    )
-    for index, change in enumerate(changes):
-        if change.trial_id == trial.id and change.to_status == ApproachStatus.queued:
-            earlier = changes[index - 1] if index > 0 else None
-            reason = earlier.reason if earlier is not None and earlier.to_status == change.from_status else ""
-            return ApproachStatus(change.from_status), reason
-    return None
 
 
 def classify_failure(session: Session, trial: Trial, log_text: str) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from app.models import (
     Approach,
     ApproachStatus,
     Campaign,
+    HistoryKind,
     Runner,
     StatusChange,
     Trial,
@@ -84,12 +85,6 @@ def confirm(
         raise Invalid(
             f"trial #{trial.id} has not ended ({trial.state}): confirm its verdict when it has", field="trial_id"
         )
-    if approach.status in (ApproachStatus.queued, ApproachStatus.running):
-        raise Invalid(
-            f"{approach.title} is {approach.status} (another trial of it is active): "
-            "confirm a verdict when that trial has ended",
-            field="status",
-        )
     unknown = sorted(set(components) - set(stack.STACK_COMPONENTS))
     if unknown:
         raise Invalid(
@@ -102,9 +97,10 @@ def confirm(
     try:
         status = ApproachStatus(status)
     except ValueError:
-        raise Invalid(f"status: unknown status {status!r}", field="status") from None
-    if status in (ApproachStatus.queued, ApproachStatus.running):
-        raise Invalid("a verdict cannot be queued or running", field="status")
+        raise Invalid(
+            f"status: {status!r} is not a verdict (one of {', '.join(s.value for s in ApproachStatus)})",
+            field="status",
+        ) from None
     # A verdict on an older trial is not one on the trial still waiting (if another one is).
     still_pending = approach.pending_trial_id if approach.pending_trial_id not in (None, trial.id) else None
     if approach.status == status.value:
@@ -174,6 +170,26 @@ def retest_flags(session: Session, campaign: Campaign) -> dict[int, str]:
                 flags[approach.id] = f"{reason} (on {runner.name})"
                 break
     return flags
+
+
+def recorded_for(session: Session, trial: Trial) -> tuple[list[StatusChange], bool]:
+    """The verdicts people recorded on this trial, newest first (a trial's own events are not verdicts),
+    and whether the newest is the approach's current verdict (a later trial's may have replaced it)."""
+    rows = list(
+        session.exec(
+            select(StatusChange)
+            .where(StatusChange.trial_id == trial.id, StatusChange.kind == HistoryKind.status)
+            .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
+        )
+    )
+    if not rows:
+        return rows, False
+    newest = session.exec(
+        select(StatusChange.id)
+        .where(StatusChange.approach_id == trial.approach_id, StatusChange.kind == HistoryKind.status)
+        .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
+    ).first()
+    return rows, newest == rows[0].id
 
 
 def pending(session: Session, campaign: Campaign) -> list[tuple[Approach, Trial]]:

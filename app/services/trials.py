@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from sqlmodel import Session
 
-from app.domain import queue, repeats, replay, scheduling, trial_reads, trials
+from app.domain import proposals, queue, repeats, replay, scheduling, trial_reads, trials
 from app.domain.inventory import get_approach, get_campaign
 from app.models import Trial
 from app.services import events
@@ -56,14 +56,27 @@ async def start_queued(app: FastAPI, runner_id: int) -> scheduling.RunNext | Non
 
 
 async def start_settle(
-    app: FastAPI, slug: str, a_key: str, b_key: str | None, budget: int, actor: str, metric: str | None = None
+    app: FastAPI,
+    slug: str,
+    a_key: str,
+    b_key: str | None,
+    budget: int,
+    actor: str,
+    metric: str | None = None,
+    *,
+    taking: int | None = None,
 ) -> tuple[Any, list[Trial]]:
     """ "Settle A vs B" (or "Repeat A" without b_key): the settle and its first round, queued in one
     transaction; then every connected runner looks at the queue. Its check of what can run counts the runners
-    the database holds as connected (a round waits for a busy or reconnecting one; scheduling.can_run)."""
+    the database holds as connected (a round waits for a busy or reconnecting one; scheduling.can_run: a
+    proposal waiting for a person refuses it, as it refuses "Run this"). `taking`: the trial whose waiting
+    proposal the person takes as it stands first, in the same transaction (the trial page's "Take the
+    proposal and repeat")."""
 
     def work(session: Session) -> tuple[Any, list[Trial]]:
         campaign = get_campaign(session, slug)
+        if taking is not None:
+            proposals.take(session, trials.get_trial(session, taking), actor)
         a = get_approach(session, campaign, a_key)
         b = get_approach(session, campaign, b_key) if b_key else None
         return repeats.start(session, campaign, a, b, budget, actor, metric)

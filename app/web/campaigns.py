@@ -18,13 +18,13 @@ from app.domain import inventory
 from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
-from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements
+from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements, error_words
 from app.services import campaigns as campaign_writes
 from app.state import app_state
 from app.web.render import CHANGED, navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
-PERSON_STATUSES = [s for s in ApproachStatus if s not in inventory.TRIAL_DRIVEN]
+PERSON_STATUSES = list(ApproachStatus)
 HISTORY_PAGE = 50
 
 
@@ -35,7 +35,7 @@ def _validated(model, **values):
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise Invalid(f"{field}: {err['msg']}", field=field) from None
+        raise Invalid(f"{field}: {error_words(err)}", field=field) from None
 
 
 def _json_field(text: str, field: str) -> dict | None:
@@ -55,11 +55,14 @@ def _overview(
 ) -> Response:
     campaign = inventory.get_campaign(session, slug)
     rows = inventory.approaches(session, campaign, archived=False)
+    doing = inventory.activities(session, rows)
     ctx = {
         "campaign": campaign,
         "approaches": rows,
         "archived": inventory.approaches(session, campaign, archived=True),
-        "counts": inventory.status_counts(rows, awaiting=True),
+        "counts": inventory.status_counts(rows),
+        "doing": doing,
+        "doing_counts": inventory.doing_counts(rows, doing),
         "person_statuses": PERSON_STATUSES,
     }
     return render(request, "campaign.html", ctx, block=block, headers=headers)
@@ -225,10 +228,12 @@ def _approach(
     ctx = {
         "campaign": campaign,
         "approach": approach,
+        "doing": inventory.activities(session, [approach]).get(approach.id or 0),
         "requirements": requirements_view(approach.requirements),
         "evidence": inventory.evidence(session, approach),
         **_history_page(session, approach),
         "person_statuses": PERSON_STATUSES,
+        "heading_oob": block == "details",  # the heading rides along with the details fragment
     }
     return render(request, "approach.html", ctx, block=block, headers=headers)
 

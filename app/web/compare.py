@@ -111,7 +111,9 @@ def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
         return f'<td class="verdict-cell small" data-verdict="none">{why}</td>'
     verdict = st.verdict.value
     parts = [VERDICT_SPANS[st.verdict]]
-    if st.verdict == statistics.Verdict.no_verdict:
+    if st.why_no_verdict:
+        parts.append(f'<span class="unstable-mark no-verdict">{escape(st.why_no_verdict)}</span>')
+    elif st.verdict == statistics.Verdict.no_verdict:
         parts.append(NO_VERDICT)
     if st.ratio:
         ratio = f"×{st.ratio.value:.3f}"
@@ -187,9 +189,11 @@ async def settle_form(
     a: Annotated[str, Form()],
     b: Annotated[str, Form()] = "",
     budget: Annotated[int, Form(ge=1, le=repeats.MAX_BUDGET)] = repeats.DEFAULT_BUDGET,
+    taking: Annotated[int | None, Form(ge=1, le=2**63 - 1)] = None,
 ) -> RedirectResponse:
-    """The compare page's "Settle A vs B" and the approach page's "Repeat": queue, then show the comparison."""
-    await start_settle(request.app, slug, a, b or None, budget, operator.name)
+    """The compare page's "Settle A vs B", the approach page's "Repeat" and the trial page's "Take the
+    proposal and repeat" (`taking`: that trial's proposal, decided first): queue, then show the comparison."""
+    await start_settle(request.app, slug, a, b or None, budget, operator.name, taking=taking)
     keys = f"approach={a}" + (f"&approach={b}" if b else "")
     target = f"/campaigns/{slug}/compare?{keys}" if b else f"/campaigns/{slug}/approaches/{a}"
     return RedirectResponse(target, status_code=303)

@@ -46,7 +46,10 @@ def _trial(session: Session, trial_id: int) -> tuple[Trial, Approach, Campaign]:
 
 def _verdict_fragment(request: Request, session: Session, trial_id: int, headers: dict | None = None) -> Response:
     trial, approach, campaign = _trial(session, trial_id)
+    recorded, current = verdicts.recorded_for(session, trial)
     ctx = {
+        "recorded": recorded,
+        "current": current,
         "trial": trial,
         "approach": approach,
         "campaign": campaign,

@@ -162,7 +162,22 @@ def launch_ranks(
     apply_safe_env(os.environ)
     port = free_port()
     procs: list[subprocess.Popen] = []
+    # The handler goes in before the first rank exists: a SIGTERM between a spawn and the handler would end
+    # the launcher and leave its ranks running. One that comes while ranks are being spawned stops those
+    # spawned so far (and starts no more).
+    state: dict[str, Any] = {"spawning": True, "signal": None}
+
+    def on_term(signum: int, _frame: Any) -> None:
+        if state["spawning"]:
+            state["signal"] = signum  # acted on once the spawn at hand returns
+            return
+        _stop(procs, grace_s=2.0)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
     for rank in range(world_size):
+        if state["signal"] is not None:
+            break
         env = dict(os.environ)
         env.update(
             {
@@ -177,12 +192,11 @@ def launch_ranks(
             }
         )
         procs.append(subprocess.Popen([sys.executable, "-m", module, *argv], env=env))
-
-    def on_term(signum: int, _frame: Any) -> None:
+    state["spawning"] = False  # from here the handler stops the ranks itself
+    if state["signal"] is not None:
         _stop(procs, grace_s=2.0)
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+        print(f"{prog}: signal {state['signal']} while starting the ranks: stopped them", file=sys.stderr, flush=True)
+        return 128 + int(state["signal"])
     deadline = time.monotonic() + run_timeout_s
     while True:
         codes = [p.poll() for p in procs]

@@ -127,20 +127,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics = validate_metrics(dict(_parse_metric_flag(m) for m in ns.metric))
     except RecipeError as exc:
         parser.exit(2, f"{PROG}: error: {exc}\n")
+    # The handlers go in before the child exists: a SIGTERM / SIGINT between the spawn and the handlers
+    # would end this wrapper with its default action and leave the child running, unowned. One that comes
+    # before the spawn is kept (and the child never started); one during it is forwarded once it exists.
+    held: list[int] = []
+    spawned: list[subprocess.Popen[str]] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        if not spawned:
+            held.append(signum)
+        elif spawned[0].poll() is None:
+            spawned[0].send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    if held:
+        print(f"{PROG}: signal {held[0]} before the command started: not started", file=sys.stderr, flush=True)
+        return 128 + held[0]
     try:
-        child = subprocess.Popen(
-            child_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, errors="replace"
+        spawned.append(
+            subprocess.Popen(
+                child_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, errors="replace"
+            )
         )
     except OSError as exc:
         print(f"{PROG}: error: cannot start {child_argv[0]!r}: {exc}", file=sys.stderr, flush=True)
         return 127
-
-    def forward(signum: int, _frame: Any) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    child = spawned[0]
+    for signum in held:  # came while it was being spawned: it gets them now
+        forward(signum, None)
     lock = threading.Lock()
     pumps = [
         threading.Thread(target=_pump, args=(child.stdout, sys.stdout, metrics, lock), daemon=True),

@@ -506,7 +506,16 @@ def run(values: dict[str, Any]) -> int:
         env.setdefault(key, value)
     base_url = f"http://{values['host']}:{values['port']}"
 
+    # While the server is being launched a SIGTERM is held, not raised: raised between its spawn (in its own
+    # session, out of reach of the trial's process group) and the `try` that tears it down, it would leave
+    # the server running. It is raised as soon as that `try` holds the server.
+    held: list[int] = []
+    holding = [False]
+
     def on_term(signum: int, _frame: Any) -> None:
+        if holding[0]:
+            held.append(signum)
+            return
         raise _Terminated(signum)
 
     signal.signal(signal.SIGTERM, on_term)
@@ -544,13 +553,18 @@ def run(values: dict[str, Any]) -> int:
                 flush=True,
             )
     print("sglang_server: launching " + json.dumps(argv), flush=True)
+    holding[0] = True
     try:
         server = Server(argv, env)
     except OSError as exc:
+        holding[0] = False
         print(f"sglang_server: cannot start {argv[0]!r}: {exc}", flush=True)
         return EXIT_STARTUP
     print(f"sglang_server: server pid {server.proc.pid}, process group {server.pgid}", flush=True)
     try:
+        holding[0] = False
+        if held:
+            raise _Terminated(held[0])
         phase("waiting for ready")
         started = time.monotonic()
         state = wait_ready(server, base_url, values["ready_timeout_s"])

@@ -125,7 +125,7 @@ def test_any_value_the_api_refuses_the_import_refuses_with_its_line(name, value)
     ("extra", "field"),
     [
         ("  accept_length_by_k: {'1': 5.0}\n", "accept_length_by_k"),  # tau <= k + 1 (issue 32 item 7)
-        ("  accept_length: 10\n  draft_steps: 3\n", "draft_steps"),
+        ("  accept_length: 10\n  draft_steps: 3\n", "accept_length"),  # the value above its bound
         ("  accept_unconditional: [0.5, 0.6]\n", "accept_unconditional"),  # vLLM's rates cannot rise
     ],
 )
@@ -140,3 +140,13 @@ def test_the_import_converts_vllm_rates():
         FILE.replace("  hidden_size: 7168\n", "  hidden_size: 7168\n  accept_unconditional: [0.8, 0.56]\n")
     )
     assert parsed.campaign.accept_alphas == pytest.approx([0.8, 0.7])
+
+
+def test_tau_above_its_bound_names_the_accept_length_line():
+    """Issue 43, item 9: the error named draft_steps' line; the value above its bound is accept_length."""
+    text = FILE.replace("  hidden_size: 7168\n", "  hidden_size: 7168\n  accept_length: 10\n  draft_steps: 3\n")
+    line = text.splitlines().index("  accept_length: 10") + 1
+    with pytest.raises(Invalid) as refused:
+        parse_campaign_file(text)
+    assert refused.value.message.startswith(f"line {line}: "), refused.value.message
+    assert "accept length 10 is above 4" in refused.value.message

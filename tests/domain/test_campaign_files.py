@@ -307,3 +307,28 @@ def test_the_batch_models_inputs_travel_in_the_file_only_when_set(engine, tmp_pa
         campaign = inventory.get_campaign(s, DEMO_SLUG)
         assert campaign.accept_length_by_k == {"3": 2.4} and campaign.speculation_batches == [1, 8, 64]
     other.dispose()
+
+
+def test_a_file_written_before_issue_43_imports_with_the_decided_status(engine):
+    """A trial's queued / running were once stored as the status: a file exported then imports with the
+    status a person decided last, its history without the trial's entries; anything else there is refused."""
+    text = """
+format: campaign-board/v1
+campaign: {slug: old, name: Old}
+approaches:
+- key: a
+  title: A
+  status: running
+  history:
+  - {at: '2026-01-01T10:00:00Z', to: untested, reason: added}
+  - {at: '2026-01-01T11:00:00Z', to: adopted, reason: fastest}
+  - {at: '2026-01-01T12:00:00Z', to: queued, reason: 'trial #3 on node-a'}
+  - {at: '2026-01-01T12:01:00Z', to: running, reason: 'trial #3 started'}
+"""
+    with session_scope(engine) as s:
+        import_campaign(s, text, actor="test")
+        a = inventory.get_approach(s, inventory.get_campaign(s, "old"), "a")
+        assert a.status == "adopted"
+        assert [h.to_status for h in inventory.history(s, a)] == ["adopted", "untested"]
+    with session_scope(engine) as s, pytest.raises(Invalid):
+        import_campaign(s, text.replace("to: adopted", "to: {}"), actor="test")

@@ -36,20 +36,20 @@ def _latency(tokens: int, center: float, seed: int, n: int = 20, name: str = "al
 def test_two_gloo_trials_line_up_by_tokens_not_by_spread_tags(engine):
     """Issue 21 item 4: 4 pairs, not 8 half-empty rows keyed by p10/p90/min/max. Issue 34: one trial a side
     gives no verdict until the campaign holds earlier repeats on that runner, whose spread is then named."""
-    seed(engine, {"key": "gloo"})
+    seed(engine, {"key": "gloo"}, {"key": "fast"})
     with session_scope(engine) as s:
         node = runner(s, "node-a", OLD_STACK)
-        a = approach(s, "gloo")
+        a, fast = approach(s, "gloo"), approach(s, "fast")
         lines = lambda shift, seed: [  # noqa: E731
             _latency(t, (50 + t) * shift, seed + t, name=name)
             for name in ("allreduce_latency_us", "allreduce_per_call_us")
             for t in (1, 4, 8, 64)
         ]
         first = end_trial(s, a, node, metrics=lines(1.0, 100))
-        second = end_trial(s, a, node, metrics=lines(0.9, 200))
+        second = end_trial(s, fast, node, metrics=lines(0.9, 200))
 
-        def pairs():
-            result = comparison.compare_trials(s, campaign(s), [first.id, second.id])  # type: ignore[list-item]
+        def pairs(ids=(first.id, second.id)):
+            result = comparison.compare_trials(s, campaign(s), list(ids))
             assert [g.name for g in result.metrics] == ["allreduce_latency_us", "allreduce_per_call_us"]
             for group in result.metrics:
                 assert [r.point for r in group.rows] == [(("tokens", t),) for t in (1, 4, 8, 64)]
@@ -62,11 +62,16 @@ def test_two_gloo_trials_line_up_by_tokens_not_by_spread_tags(engine):
         for pair in pairs():  # 10% lower latency, but one trial a side: no verdict, and why
             assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict and pair.spread == ""
             assert pair.stats.ratio is not None and pair.stats.ratio.low is None
-        for n in range(3):  # earlier repeats of the approach on this runner: their spread decides
+        for n in range(3):  # repeats of the approach on this runner, after the pair: not earlier, not used
             end_trial(s, a, node, metrics=lines(1.0 + 0.005 * n, 300 + 10 * n))
         for pair in pairs():
+            assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict and pair.spread == ""
+        # A pair that ran after those repeats: their spread decides (issue 43: only earlier trials).
+        third = end_trial(s, a, node, metrics=lines(1.0, 400))
+        fourth = end_trial(s, fast, node, metrics=lines(0.9, 500))
+        for pair in pairs((third.id, fourth.id)):
             assert pair.stats is not None and pair.stats.verdict == Verdict.faster and pair.stats.known_spread
-            assert pair.spread.startswith("run-to-run spread ") and "from 3 earlier trials of GLOO" in pair.spread
+            assert pair.spread.startswith("run-to-run spread ") and "from 4 earlier trials of GLOO" in pair.spread
 
 
 def test_trials_on_different_stacks_are_compared_only_when_asked(engine):

@@ -20,6 +20,7 @@ from tests.support.verdicts import (
     TWO_GPUS_NEW_TORCH,
     approach,
     campaign,
+    doing,
     run_to_end,
     runner,
     seed,
@@ -66,7 +67,8 @@ def test_queued_trials_start_in_priority_order_not_the_order_they_were_queued(en
         assert len(waiting) == 3 and all(t.runner_id is None and t.attempt_id is None for t in waiting)
         assert {t.requested_by for t in waiting} == {"alice"}
         assert len(s.exec(select(Attempt)).all()) == 1
-        assert approach(s, "p1").status == ApproachStatus.queued
+        assert approach(s, "p1").status == ApproachStatus.untested
+        assert doing(s, "p1").activity == "queued"
         change = s.exec(select(StatusChange).order_by(StatusChange.id.desc())).first()
         assert change.reason.endswith("waits for a free runner") and change.actor == "alice"
 
@@ -79,7 +81,7 @@ def test_queued_trials_start_in_priority_order_not_the_order_they_were_queued(en
         order.append(started)
         with session_scope(engine, write=False) as s:
             trial_id = s.exec(select(Trial).where(Trial.state == TrialState.dispatched)).one().id
-            assert approach(s, started).status == ApproachStatus.queued  # running once the runner says started
+            assert doing(s, started).activity == "queued"  # running once the runner says started
     assert order == ["p1", "p2", "p3"]
     assert queued_keys(engine) == []
 
@@ -181,7 +183,7 @@ def test_the_lost_runner_sweep_leaves_queued_trials_alone(engine):
     with session_scope(engine, write=False) as s:
         queued = s.get(Trial, queued_id)
         assert (queued.state, queued.runner_id, queued.error) == (TrialState.queued, None, "")
-        assert approach(s, "b").status == ApproachStatus.queued
+        assert doing(s, "b").activity == "queued"
     assert queued_keys(engine) == [(1, "b")]
 
 

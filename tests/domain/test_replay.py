@@ -181,7 +181,7 @@ def test_a_replay_skips_what_the_runner_cannot_run_and_refuses_when_that_is_ever
         row, queued = replay.start(s, campaign(s), node_b.id, "bob")  # type: ignore[arg-type]
         assert _keys(s, queued) == ["fast", "measured"]
         assert row.entries[-1] == {
-            "approach_id": approach(s, "slow").id, "key": "slow", "title": "SLOW", "status": "queued",
+            "approach_id": approach(s, "slow").id, "key": "slow", "title": "SLOW", "status": "dead_end",
             "skipped": f"SLOW is already being tried: trial #{busy.id} is queued",
         }  # fmt: skip
         assert [r.skipped for r in replay.report(s, campaign(s), row).rows] == [

@@ -17,6 +17,7 @@ from tests.support.verdicts import (
     approach,
     campaign,
     dead_end_on_old_stack,
+    doing,
     end_trial,
     runner,
     seed,
@@ -35,7 +36,8 @@ def test_runs_the_chosen_approach_not_the_next_one(engine):
         assert result.started and result.approach.key == "second" and result.runner.id == node.id
         assert result.dispatch.trial_id == result.trial.id and result.dispatch.attempt_id == result.trial.attempt_id
         assert result.trial.requested_by == "alice" and result.trial.state == "dispatched"
-        assert approach(s, "second").status == ApproachStatus.queued
+        assert approach(s, "second").status == ApproachStatus.untested  # what a person decided: nothing yet
+        assert doing(s, "second").activity == "queued"
         assert approach(s, "first").status == ApproachStatus.untested
 
 
@@ -48,9 +50,14 @@ def test_a_decided_approach_can_be_run_again(engine):
         # run next would not pick it (same stack: no re-test flag); a person may.
         assert not scheduling.run_next(s, campaign(s), "alice").started
         result = run(s, "a")
-        assert result.started and approach(s, "a").status == ApproachStatus.queued
+        assert result.started and approach(s, "a").status == ApproachStatus.dead_end
         change = s.exec(select(StatusChange).order_by(StatusChange.id.desc())).first()
-        assert (change.from_status, change.to_status, change.trial_id) == ("dead_end", "queued", result.trial.id)
+        assert (change.kind, change.from_status, change.to_status, change.trial_id) == (
+            "trial",
+            "dead_end",
+            "dead_end",
+            result.trial.id,
+        )
 
 
 def refused(engine, key: str, online: set[int] | None = None) -> str:

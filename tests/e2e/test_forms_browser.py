@@ -258,3 +258,25 @@ def test_an_import_over_the_limit_is_said_by_the_form(page, live_server, tmp_pat
     expect(form.locator(".field-error")).to_contain_text("Request body too large", timeout=30_000)
     assert '{"detail"' not in page.content()
     one_page(page)
+
+
+def test_a_rename_updates_the_heading_without_a_reload(page, live_server, browser):
+    """Issue 43, item 9: the heading kept the old title until a reload; on another open page too."""
+    url = live_server.url + KIMI + "/approaches/expert-parallelism"
+    other = browser.new_page()
+    other.goto(live_server.cli("login-url").stdout.strip().splitlines()[-1])
+    other.wait_for_url(live_server.url + "/")
+    other.goto(url)
+    other.wait_for_selector(".page-feed[data-feed=open]")
+    try:
+        page.goto(url)
+        page.click("details.edit summary")
+        page.fill(".edit-form input[name=title]", "Expert parallelism, renamed")
+        page.click(".edit-form button[type=submit]")
+        expect(page.locator("#approach-heading")).to_have_text("Expert parallelism, renamed")
+        expect(page.locator("h1")).to_have_count(1)
+        expect(other.locator("#approach-heading")).to_have_text("Expert parallelism, renamed")  # via the feed
+        expect(other.locator("h1")).to_have_count(1)
+        one_page(page)
+    finally:
+        other.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import pytest
+from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
 from app.domain import inventory, users
@@ -240,3 +241,30 @@ def test_a_10000_character_reason_folds_and_its_whole_text_is_one_click_away(boa
             assert row.bounding_box()["height"] < 600  # open, the text scrolls inside its box
         finally:
             context.close()
+
+
+# Every cell of the table under `sel` is in view: none clipped, no sideways scroll inside the table either
+# (seven columns at 390 px were cut off at the card's edge: issue 43, item 9).
+CELLS_CLIPPED = """(sel) => {
+  const table = document.querySelector(sel + ' table');
+  const width = document.documentElement.clientWidth;
+  const out = Array.from(table.querySelectorAll('td')).filter(td => td.getBoundingClientRect().right > width + 1
+    || td.scrollWidth > td.clientWidth + 1).map(td => td.textContent.trim().slice(0, 30));
+  if (table.scrollWidth > table.clientWidth + 1) out.push(`table ${table.scrollWidth} > ${table.clientWidth}`);
+  return out;
+}"""
+
+
+def test_the_recent_trials_table_at_390_px_shows_every_column(board, browser):
+    context, page = _page(board, browser, 390)
+    try:
+        page.goto(board.url + board.paths["campaign"])
+        page.locator("#recent-trials table.trials").wait_for()
+        assert page.evaluate(CELLS_CLIPPED, "#recent-trials") == []
+        started = page.locator("#recent-trials tbody tr").first.locator("td[data-label=Started]")
+        expect(started).to_be_visible()
+        started.scroll_into_view_if_needed()  # down the page, never sideways
+        expect(started).to_be_in_viewport()
+        assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    finally:
+        context.close()

@@ -115,7 +115,7 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
 
         # The other person's campaign page, untouched: the trial appears and runs.
         watcher.wait_for_selector("#recent-trials [data-state=running]", timeout=20000)
-        watcher.wait_for_selector("#approach-steps[data-status=running]")
+        watcher.wait_for_selector("#approach-steps[data-status=untested][data-activity=running]")
         # The starter's trial page: running, "live", a chart per metric name growing with the log.
         starter.wait_for_selector("[data-live=state] [data-state=running]")
         starter.wait_for_selector("#log-status[data-live=live]")
@@ -146,7 +146,7 @@ def test_a_trial_started_by_one_person_runs_and_ends_on_anothers_open_pages(tmp_
 
         watcher.wait_for_selector("#recent-trials [data-state=succeeded]", timeout=30000)
         watcher.wait_for_selector("#campaign-verdicts:has-text('Waiting for your verdict')")
-        watcher.wait_for_selector("#approach-steps[data-status=awaiting]")
+        watcher.wait_for_selector("#approach-steps[data-status=untested][data-states~=awaiting]")
         expect(watcher.locator("#recent-trials [data-state=running]")).to_have_count(0)
         assert watcher.evaluate(NOT_RELOADED)
 

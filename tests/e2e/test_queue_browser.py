@@ -92,7 +92,8 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
         expect(rows.nth(0)).to_contain_text("admin", use_inner_text=True)
         expect(viewer.locator("#queue button.queue-cancel").first).to_be_hidden()
         # The inventory is another fragment, swapped on the same notice but on its own.
-        expect(viewer.locator("#approach-next")).to_have_attribute("data-status", "queued")
+        expect(viewer.locator("#approach-next")).to_have_attribute("data-activity", "queued")
+        expect(viewer.locator("#approach-next")).to_have_attribute("data-status", "untested")
 
         # The operator cancels "later" from the queue; it leaves the viewer's page.
         # It asks first, as cancelling a running trial does (a queued trial's cancel is just as final).
@@ -110,7 +111,7 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
         operator.once("dialog", lambda dialog: dialog.accept())
         operator.click("#queue tr[data-approach=later] button.queue-cancel")
         viewer.wait_for_selector("#queue tr[data-approach=later]", state="detached")
-        viewer.wait_for_selector("#approach-later[data-status=untested]")
+        viewer.wait_for_selector("#approach-later[data-status=untested]:not([data-activity])")
         expect(viewer.locator("#queue tbody tr")).to_have_count(1)
 
         # The viewer opens the queued trial's page: no runner yet.
@@ -131,8 +132,8 @@ def test_a_queued_trial_shows_on_another_open_page_and_starts_when_the_runner_fr
 
         # The queue has disappeared from the viewer's campaign page.
         viewer.wait_for_selector("#queue tr", state="detached", timeout=30000)
-        viewer.wait_for_selector("#approach-next[data-status=awaiting]", timeout=30000)
-        viewer.wait_for_selector("#approach-long[data-status=awaiting]")
+        viewer.wait_for_selector("#approach-next[data-status=untested][data-states~=awaiting]", timeout=30000)
+        viewer.wait_for_selector("#approach-long[data-status=untested][data-states~=awaiting]")
         assert viewer.evaluate(NOT_RELOADED)
 
         operator.goto(f"{server.url}/campaigns/live/approaches/next")

@@ -118,3 +118,20 @@ def dead_end_on_old_stack(s: Session, key: str, components: Sequence[str] = ("to
     trial = end_trial(s, a, node, log=fixture_log("symm_mem_keyerror_sm120.log"), exit_code=1)
     verdicts.confirm(s, a, trial, "dead_end", "KeyError: 12 in symmetric memory", list(components), "alice")
     return a
+
+
+def doing(s: Session, key: str, slug: str = "c") -> inventory.Doing | None:
+    """What the approach's trial is doing (queued, running), or None: shown beside its decided status."""
+    a = approach(s, key, slug)
+    assert a.id is not None
+    return inventory.activities(s, [a]).get(a.id)
+
+
+def read_every_proposal(s: Session, slug: str = "c") -> None:
+    """A person has read every waiting proposal of the campaign (kept untested): Run this, Repeat and
+    Settle refuse an approach whose proposal still waits (scheduling.can_run)."""
+    for a in inventory.approaches(s, campaign(s, slug)):
+        if a.pending_trial_id is not None:
+            trial = s.get(Trial, a.pending_trial_id)
+            assert trial is not None
+            verdicts.confirm(s, a, trial, "untested", "read: measure more", [], "tester")

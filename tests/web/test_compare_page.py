@@ -16,7 +16,7 @@ from app.domain.logs import dropped_marker
 from app.state import app_state
 from app.templating import asset_url
 from tests.support.seeded_trials import seed_trials
-from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
+from tests.support.verdicts import OLD_STACK, approach, end_trial, read_every_proposal, runner, seed
 
 
 @pytest.fixture
@@ -109,6 +109,8 @@ def test_approaches_side_by_side_with_settle_and_the_feeds_refresh(operator_clie
     assert r.text.lstrip().startswith('<section class="card" id="compare-metrics"') and "<html" not in r.text
     assert 'hx-trigger="feed:campaign, feed-stale"' in r.text
 
+    with session_scope(app_state(app).engine) as s:
+        read_every_proposal(s, "p")
     r = operator_client.post("/campaigns/p/settle", data={"a": "a", "b": "b", "budget": "3"}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/campaigns/p/compare?approach=a&approach=b"
     queued = operator_client.get("/api/campaigns/p/queue").json()

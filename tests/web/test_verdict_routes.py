@@ -7,10 +7,12 @@ import csv
 import io
 import json
 
+import numpy as np
 import pytest
 from sqlmodel import col, select
 
 from app.db import session_scope
+from app.domain import scheduling
 from app.models import Metric, Trial
 from app.security import CSRF_HEADER
 from app.state import app_state
@@ -18,9 +20,12 @@ from tests.support.verdicts import (
     NEW_TORCH,
     OLD_STACK,
     approach,
+    campaign,
     dead_end_on_old_stack,
     end_trial,
     fixture_log,
+    read_every_proposal,
+    run_to_end,
     runner,
     seed,
 )
@@ -295,3 +300,96 @@ def test_the_trial_pages_metric_series_run_along_the_points_size_not_print_order
         "x_tag": "tokens",
     }
     assert series["decode_tok_s"]["x_tag"] == "" and series["decode_tok_s"]["x"] == [1, 2]
+
+
+def test_an_old_trial_page_shows_only_its_own_verdicts(operator_client, engine):
+    """Issue 43, item 3: trial 1's page never shows trial 2's verdict (or the approach's status as if it
+    were trial 1's); a trial no person gave a verdict says so."""
+    seed(engine, {"key": "a", "title": "A"})
+    with session_scope(engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        first = end_trial(s, approach(s, "a"), node, log=fixture_log("symm_mem_keyerror_sm120.log"), exit_code=1)
+    r = operator_client.post(
+        f"/trials/{first.id}/verdict", headers=HTMX, data={"status": "dead_end", "reason": "KeyError 12 on torch 2.10"}
+    )
+    assert r.status_code == 200, r.text
+    with session_scope(engine) as s:
+        second = end_trial(s, approach(s, "a"), node)
+        third = end_trial(s, approach(s, "a"), node)
+    r = operator_client.post(
+        f"/trials/{third.id}/verdict", headers=HTMX, data={"status": "untested", "reason": "retry"}
+    )
+    assert r.status_code == 200, r.text
+
+    old = operator_client.get(f"/trials/{first.id}/verdict", headers=HTMX).text
+    assert "Verdict recorded on this trial" in old and "KeyError 12 on torch 2.10" in old
+    assert 'data-status="dead_end"' in old and "a later verdict replaced it" in old
+    assert "retry" not in old and 'data-status="untested"' not in old
+    middle = operator_client.get(f"/trials/{second.id}/verdict", headers=HTMX).text
+    assert "No verdict was recorded on this trial" in middle and "KeyError" not in middle and "retry" not in middle
+    newest = operator_client.get(f"/trials/{third.id}/verdict", headers=HTMX).text
+    assert 'data-status="untested"' in newest and "retry" in newest and "KeyError 12" not in newest
+
+
+def test_a_decided_approach_shows_its_trial_beside_its_status(operator_client, engine, api_headers):
+    """Issue 43, item 1: the approach page, the inventory and the API show the decided status and, beside
+    it, the trial queued or running; the trial's end leaves the status and a proposal waiting."""
+    seed(engine, {"key": "a", "title": "A"})
+    with session_scope(engine) as s:
+        dead_end_on_old_stack(s, "a")
+        trial = scheduling.run_approach(s, campaign(s), approach(s, "a"), "bob").trial
+        assert trial is not None and trial.id is not None
+        trial_id = trial.id
+    api = operator_client.get("/api/campaigns/c/approaches/a", headers=api_headers).json()
+    assert (api["status"], api["activity"], api["activity_trial_id"]) == ("dead_end", "queued", trial_id)
+    listed = operator_client.get("/api/campaigns/c/approaches", headers=api_headers).json()
+    assert [(a["status"], a["activity"]) for a in listed] == [("dead_end", "queued")]
+    page = operator_client.get("/campaigns/c/approaches/a").text
+    assert 'data-status="dead_end"' in page and f'data-activity="queued" href="/trials/{trial_id}"' in page
+    inventory_html = operator_client.get("/campaigns/c").text
+    assert 'data-states="dead_end queued"' in inventory_html
+    with session_scope(engine) as s:
+        ended = s.get(Trial, trial_id)
+        assert ended is not None
+        run_to_end(s, ended)
+    api = operator_client.get("/api/campaigns/c/approaches/a", headers=api_headers).json()
+    assert (api["status"], api["activity"], api["pending_trial_id"]) == ("dead_end", None, trial_id)
+    assert 'data-states="dead_end awaiting"' in operator_client.get("/campaigns/c").text
+    history = operator_client.get("/api/campaigns/c/approaches/a/history", headers=api_headers).json()
+    assert [(h["kind"], h["to_status"]) for h in history[:2]] == [("trial", "dead_end"), ("trial", "dead_end")]
+    assert history[0]["reason"].startswith(f"trial #{trial_id} succeeded")
+
+
+def test_repeat_from_a_waiting_proposal_takes_it_first(operator_client, engine):
+    """Issue 43, item 7: Repeat and Run this refuse alike while a proposal waits (scheduling.can_run); the trial
+    page's Repeat is "take the proposal and repeat": the person's verdict first, then the settle."""
+    seed(engine, {"key": "base", "title": "Base"}, {"key": "cand", "title": "Cand"})
+    verify = lambda center, seed_: [  # noqa: E731
+        {"name": "verify_time_ms", "value": center, "unit": "ms", "tags": {"tokens": 4},
+         "samples": [float(x) for x in np.random.default_rng(seed_).normal(center, center * 0.01, 20)]}
+    ]  # fmt: skip
+    with session_scope(engine) as s:
+        node = runner(s, "node-a", OLD_STACK)
+        base = end_trial(s, approach(s, "base"), node, metrics=verify(10.0, 1))
+        read_every_proposal(s)
+        c = campaign(s)
+        c.baseline_trial_id = base.id
+        s.add(c)
+        cand = end_trial(s, approach(s, "cand"), node, metrics=verify(9.5, 2))
+        cand_id = cand.id
+    box = operator_client.get(f"/trials/{cand_id}/verdict", headers=HTMX).text
+    assert f'name="taking" value="{cand_id}"' in box and "Take the proposal and repeat" in box
+    refused = operator_client.post("/campaigns/c/settle", data={"a": "base", "b": "cand", "budget": "2"})
+    assert refused.status_code == 422 and f"Cand waits for your verdict on trial #{cand_id}" in refused.text
+    r = operator_client.post(
+        "/campaigns/c/settle",
+        data={"a": "base", "b": "cand", "budget": "2", "taking": str(cand_id)},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    with session_scope(engine, write=False) as s:
+        a = approach(s, "cand")
+        assert (a.status, a.pending_trial_id) == ("untested", None)
+        assert "inconclusive" in a.reason
+        queued = s.exec(select(Trial).where(col(Trial.state) == "queued")).all()
+        assert sorted(t.approach_id for t in queued) == sorted([approach(s, "base").id or 0, a.id or 0])
