@@ -229,9 +229,9 @@ class Cell(NamedTuple):
 
     @property
     def profitable(self) -> bool | None:
-        """Point estimate: the communication below the savings (S > 1); `pays` decides with the interval."""
-        comm, savings = self.comm_ms, self.savings_ms
-        return None if comm is None or savings is None else bool(formula.profitable(comm, savings))
+        """Whether speculation pays here, by the one rule (`pays`: the interval, issue 43 item 13): True for "yes",
+        False for "no", None where it is unclear or there is no speedup. Never the point estimate alone."""
+        return {"yes": True, "no": False}.get(self.pays or "")
 
     @property
     def verdict(self) -> Verdict | None:
@@ -272,12 +272,15 @@ class ApproachAnswer:
     cells: tuple[Cell, ...]
     tau_star: Interval | None  # at the smallest batch, its best (or the campaign's) draft length
     headline_k: int | None
-    best_draft_tokens: dict[int, int]  # batch -> k (0: do not speculate); only batches with a speedup
+    best_draft_tokens: dict[int, int]  # batch -> k (0: do not speculate: its best cell does not pay by the interval)
     best_speedup: dict[int, Interval]  # batch -> the speedup at its best k (k >= 1)
     break_even_batch: int | None  # largest measured batch whose best speedup > 1
     first_losing_batch: int | None  # the smallest measured batch above B* where it does not pay
     unstable_inputs: tuple[str, ...]
     deployable: bool = True
+    # batch -> its best cell's `pays` ("yes", "no", "unclear"): the one rule, which best_draft_tokens follows (on only
+    # for "yes"), and the grid, the sentence and the configs read
+    decision: dict[int, str] = field(default_factory=dict)
 
     def cell(self, batch: int, k: int) -> Cell | None:
         return next((c for c in self.cells if c.batch == batch and c.draft_tokens == k), None)
@@ -740,7 +743,7 @@ def _intervals(
         f_low, f_high = np.empty(sampled.size, dtype=np.float32), np.empty(sampled.size, dtype=np.float32)
         for start in range(0, sampled.size, _CELL_ROWS):  # the same draws, single precision
             rows = slice(start, start + _CELL_ROWS)
-            block = sum(v[sampled[rows]] for v in vectors) / len(vectors)  # a figure over the drawn runs
+            block = np.mean([v[sampled[rows]] for v in vectors], axis=0)  # a figure over the drawn runs
             f_low[rows], f_high[rows] = percentile_intervals(block, confidence)
     return (tau_star, t_low, t_high, speedup, s_low, s_high, verify), (point_v, f_low, f_high), replicates
 
@@ -1099,6 +1102,10 @@ def _sentence(
             f"On this node {ALGORITHM} does not pay at any measured batch ({measured_b[0]}-{measured_b[-1]}) using "
             f"{chosen.title}{tail}: turn it off."
         )
+    below = [b for b in measured_b if b <= b_star]
+    if {chosen.decision.get(b) for b in below} != {"yes"} or len({chosen.best_draft_tokens[b] for b in below}) > 1:
+        # The batches up to B* do not all pay with one k: the sentence names k per batch range, as the grid does.
+        return _sentence_by_range(chosen, tail)
     k = chosen.best_draft_tokens[b_star]
     if chosen.first_losing_batch is None:
         return (
@@ -1114,6 +1121,44 @@ def _sentence(
     return (
         f"On this node {ALGORITHM} pays up to batch {b_star} with {_tokens(k)} using {chosen.title}{tail}; "
         f"above batch {b_star} turn it off (at batch {losing} {how})."
+    )
+
+
+def _batches_words(first: int, last: int) -> str:
+    return f"batch {first}" if first == last else f"batches {first}-{last}"
+
+
+def batch_ranges(a: ApproachAnswer) -> list[tuple[int, int, str, int]]:
+    """The measured batches in runs of one decision: (first batch, last batch, "yes" / "no" / "unclear", k), k the
+    draft length on ("yes") and 0 otherwise; consecutive measured batches with the same decision and k merge."""
+    out: list[tuple[int, int, str, int]] = []
+    for b in sorted(a.best_speedup):
+        state, k = a.decision.get(b, "unclear"), a.best_draft_tokens.get(b, 0)
+        if out and out[-1][2] == state and out[-1][3] == k:
+            out[-1] = (out[-1][0], b, state, k)
+        else:
+            out.append((b, b, state, k))
+    return out
+
+
+def _sentence_by_range(chosen: ApproachAnswer, tail: str) -> str:
+    """The answer per batch range, from the same decisions the grid shows (ApproachAnswer.decision)."""
+    parts = []
+    for first, last, state, k in batch_ranges(chosen):
+        where = _batches_words(first, last)
+        if state == "yes":
+            parts.append(f"{_tokens(k)} at {where}")
+        elif state == "no":
+            parts.append(f"off at {where} (it does not pay)")
+        else:
+            parts.append(
+                f"off at {where} (not shown to pay: the interval holds 1, or one trial leaves a margin below the "
+                "minimum effect)"
+            )
+    top = max(chosen.best_speedup)
+    return (
+        f"On this node {ALGORITHM} with {chosen.title}{tail}, by batch: {'; '.join(parts)}; above batch {top} it is "
+        "not measured."
     )
 
 
@@ -1172,7 +1217,8 @@ def speculation_answer(
             if options:
                 top = max(options, key=_speedup_value)
                 best_s[b] = top.speedup  # type: ignore[assignment]
-                best_k[b] = top.draft_tokens if top.speedup.value > 1 else 0  # type: ignore[union-attr]
+                # On only where the best cell pays by the interval rule (Cell.pays), as B* below: never the point.
+                best_k[b] = top.draft_tokens if top.pays == "yes" else 0
                 best_cell[b] = top
         # B*: the largest batch where the best draft length pays by the interval rule (Cell.pays), not by its
         # point estimate alone; above it, the first batch where it does not (or cannot be said to) pay.
@@ -1204,6 +1250,7 @@ def speculation_answer(
                 break_even_batch=b_star,
                 first_losing_batch=min(losing) if losing else None,
                 unstable_inputs=tuple(sorted({model.names[p] for p in mine if unstable[p]})),
+                decision={b: c.pays or "unclear" for b, c in best_cell.items()},
             )
         )
     point, f_low, f_high = figures
@@ -1328,6 +1375,7 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
                 "break_even_batch": a.break_even_batch,
                 "first_losing_batch": a.first_losing_batch,
                 "best_draft_tokens": {str(b): k for b, k in sorted(a.best_draft_tokens.items())},
+                "pays_by_batch": {str(b): d for b, d in sorted(a.decision.items())},
                 "unstable_inputs": list(a.unstable_inputs),
                 "by_batch": [
                     {
