@@ -58,9 +58,17 @@ class ApproachAnswerPublic(BaseModel):
     world_size: int
     tau_star: Figure | None = Field(description="tau* at the smallest batch with `tau_star_draft_tokens`.")
     tau_star_draft_tokens: int | None
-    break_even_batch: int | None = Field(description="The largest measured batch whose best speedup exceeds 1.")
+    break_even_batch: int | None = Field(
+        description="The largest measured batch whose best speedup pays by the interval rule (pays_by_batch 'yes')."
+    )
     first_losing_batch: int | None
-    best_draft_tokens: dict[str, int] = Field(description="Batch -> best draft length (0: do not speculate).")
+    best_draft_tokens: dict[str, int] = Field(
+        description="Batch -> best draft length; 0 (do not speculate) where its best cell does not pay by the interval."
+    )
+    pays_by_batch: dict[str, str] = Field(
+        default_factory=dict,
+        description="Batch -> its best cell's verdict by the interval rule: 'yes', 'no' or 'unclear' (the one rule).",
+    )
     unstable_inputs: list[str]
     by_batch: list[CellPublic]
 
@@ -115,6 +123,7 @@ class AnswerPublic(BaseModel):
     )
     confidence: float
     resamples: int
+    paired_runs: int = Field(0, description="The runs whose inputs were paired (each speedup per run, then over them).")
     chosen: str | None
     tiers: list[list[str]] = Field(
         description="Approach keys, best first; keys in one tier are not shown to differ by the campaign's minimum "
@@ -233,9 +242,16 @@ class EngineCheckPublic(BaseModel):
     cells: list[CheckCellPublic]
 
 
-def _read(session: SessionDep, slug: str, conditions: str | None, context: int | None, mode: str | None) -> Answer:
+def _read(
+    session: SessionDep,
+    slug: str,
+    conditions: str | None,
+    context: int | None,
+    mode: str | None,
+    experts_dtype: str | None = None,
+) -> Answer:
     campaign = inventory.get_campaign(session, slug)
-    asked = pick_conditions(session, campaign, conditions, context=context, mode=mode)
+    asked = pick_conditions(session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype)
     return read_answer(session, campaign, conditions=asked)
 
 
@@ -246,10 +262,11 @@ def answer(
     conditions: str | None = None,
     context: int | None = None,
     mode: Literal["graph", "eager"] | None = None,
+    experts_dtype: Literal["bf16", "fp8", "int4"] | None = None,
 ) -> dict[str, Any]:
     """Speculation over batch sizes and draft lengths, per approach, under one condition set (`conditions`, or
     `context` / `mode`; default: the most complete, named), with intervals at the campaign's confidence."""
-    return answer_document(_read(session, slug, conditions, context, mode))
+    return answer_document(_read(session, slug, conditions, context, mode, experts_dtype))
 
 
 @router.get("/campaigns/{slug}/answer/config", response_model=EngineConfigPublic)
@@ -266,10 +283,11 @@ def answer_config(
     conditions: str | None = None,
     context: int | None = None,
     mode: Literal["graph", "eager"] | None = None,
+    experts_dtype: Literal["bf16", "fp8", "int4"] | None = None,
 ) -> Any:
     """The launch settings for the decision, each naming the measurement it comes from."""
     serve = parse_serve_range(serve_batches)
-    found = _read(session, slug, conditions, context, mode)
+    found = _read(session, slug, conditions, context, mode, experts_dtype)
     spec, rows = found.speculation, found.approaches
     return config_json(engine_config(engine, spec, rows, serve=serve, target=deploy_target(session, spec, rows)))
 

@@ -22,6 +22,9 @@ def answer_cmd(
     ] = None,
     context: Annotated[int | None, typer.Option(help="The condition set at this context length.")] = None,
     mode: Annotated[str | None, typer.Option(help="The condition set in this mode (graph | eager).")] = None,
+    experts_dtype: Annotated[
+        str | None, typer.Option(help="The condition set with these experts (bf16 | fp8 | int4); default bf16.")
+    ] = None,
 ) -> None:
     """Up to which batch speculation pays, with how many draft tokens and which allreduce (intervals at the
     campaign's confidence), under one condition set."""
@@ -34,7 +37,9 @@ def answer_cmd(
     with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
         try:
             campaign = inventory.get_campaign(session, slug)
-            asked = pick_conditions(session, campaign, conditions, context=context, mode=mode)
+            asked = pick_conditions(
+                session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype
+            )
             answer = read_answer(session, campaign, conditions=asked)
         except DomainError as exc:
             fail(exc.message)

@@ -58,7 +58,11 @@ def test_answer_fields(client, api_headers, swept):
     two_shot = {(c["batch"], c["draft_tokens"]): c for c in by_key["symm-two-shot"]["by_batch"]}
     assert two_shot[(128, 7)]["speedup"] is None and "not extrapolated" in two_shot[(128, 7)]["note"]
     assert body["chosen"] == "symm-one-shot" and body["tiers"][0] == ["symm-one-shot"]
-    assert body["sentence"].startswith("On this node EAGLE-3 pays up to batch 64")
+    # k differs by batch up to B*: the sentence names it per range, as the grid does (issue 43 item 10; it said
+    # "pays up to batch 64 with <B*'s k>"), and batch 128 off by the interval rule.
+    assert body["sentence"].startswith("On this node EAGLE-3 with symmetric memory one-shot in a graph, by batch: ")
+    assert "off at batch 128 (not shown to pay" in body["sentence"]
+    assert one_shot["pays_by_batch"]["128"] == "unclear" and one_shot["best_draft_tokens"]["128"] == 0
     sources = {i["name"]: i for i in body["inputs"]}
     assert sources["accept length at 3 draft tokens"]["source"].startswith("derived from the entered per-position")
     assert sources["accept length at 3 draft tokens"]["no_samples"] is True

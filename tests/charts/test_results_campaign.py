@@ -103,3 +103,14 @@ def test_the_verify_chart_draws_each_measured_allreduce_at_its_point_with_tau_2_
     xs = sorted(x for x, _ in points)
     refs = sorted(report.costs.comm_ms(r.latency.t_ar_us) for r in report.references)
     assert xs == pytest.approx(sorted(refs + [p.comm_ms for p in report.points]))
+
+
+def test_approaches_with_a_figure_at_the_verify_size_are_not_listed_as_without_one(report):
+    """Issue 43 item 8: the page listed the 13 figures at 56 KiB, then 'No GPU allreduce latency at 56 KiB yet'
+    for every approach. An approach reported at the verify size is placed; one measured at another size says it."""
+    placed = {r.approach_key for r in report.references if r.bytes == report.inputs.verify_bytes}
+    assert len(placed) >= 10
+    titles = set(report.unmeasured)
+    assert not any(t.startswith(("NCCL, eager", "NCCL in a CUDA graph", "torch symmetric memory")) for t in titles)
+    assert "Decode step (1 token), NCCL in a CUDA graph (its recipe runs 1 token: 14 KiB)" in titles
+    assert len(titles) == 4  # the two decode steps (14 KiB) and the two CPU gloo approaches

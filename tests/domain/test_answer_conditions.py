@@ -168,11 +168,24 @@ def test_accept_lengths_land_on_their_own_draft_length(session):
     assert any("above k + 1 = 2" in f for f in answer.flags) and any("top-k 4" in f for f in answer.flags)
 
 
-def test_the_kimi_demo_flags_allreduces_longer_than_the_step(session):
+def test_the_decode_step_allreduces_are_priced_at_the_decode_steps_own_size(session):
+    """Issue 43 item 5: the Kimi demo's ~200 us is the verify step's (56 KiB); the 12.2 ms decode step carries
+    14 KiB per allreduce, where the seed gives no figure, so the demo is not contradictory (it said 122 x 200 us =
+    24.4 ms inside the 12.2 ms step). A baseline figure at the decode step's 14 KiB is still checked."""
     load_demo(session)
     session.flush()
-    answer = read_answer(session, inventory.get_campaign(session, "kimi-k25-eagle3"))
-    assert any("122 allreduces x 200 us = 24.4 ms" in f and "12.2 ms decode step" in f for f in answer.flags)
+    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    answer = read_answer(session, campaign)
+    assert answer.flags == ()
+    base = next(r for r in answer.report.references if r.baseline)
+    assert base.bytes == 4 * 7168 * 2 and "56 KiB" in base.latency.note and "14 KiB" in base.latency.note
+    campaign.reported = [{**f, "bytes": 7168 * 2} if f.get("baseline") else f for f in campaign.reported or []]
+    session.flush()
+    flagged = read_answer(session, campaign)
+    assert any(
+        "122 allreduces x 200 us at the decode step's 14 KiB = 24.4 ms" in f and "12.2 ms decode step" in f
+        for f in flagged.flags
+    )
 
 
 def test_the_cache_follows_every_declared_campaign_field(session):

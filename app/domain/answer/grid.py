@@ -14,7 +14,8 @@ size outside the measured sizes leaves the cell open and says so. World size 1 h
 Confidence, from the statistics home (`app/domain/statistics.py`, docs/statistics.md): each measured input is
 a `Value` holding its trials (the unit of replication), valued as the trials' estimate; the whole grid is
 recomputed on hierarchical bootstrap resamples of every input (`trial_resamples_many`: trials with
-replacement, then each drawn trial's median), each input resampled independently of the others, so tau* and
+replacement, then each drawn trial's median), inputs measured in the same runs resampled together (the speedup
+per run first, then over the runs: `paired_runs`, `_run_slots`), the others independently, so tau* and
 speedup carry percentile intervals (`percentile_intervals`) at the campaign's `stats_confidence` that propagate
 every input's run-to-run spread, and tau's when tau is measured. An entered or derived value is exact (no
 interval; said). An input measured by one trial carries only its within-run noise: a figure that reads one is
@@ -228,9 +229,9 @@ class Cell(NamedTuple):
 
     @property
     def profitable(self) -> bool | None:
-        """Point estimate: the communication below the savings (S > 1); `pays` decides with the interval."""
-        comm, savings = self.comm_ms, self.savings_ms
-        return None if comm is None or savings is None else bool(formula.profitable(comm, savings))
+        """Whether speculation pays here, by the one rule (`pays`: the interval, issue 43 item 13): True for "yes",
+        False for "no", None where it is unclear or there is no speedup. Never the point estimate alone."""
+        return {"yes": True, "no": False}.get(self.pays or "")
 
     @property
     def verdict(self) -> Verdict | None:
@@ -271,12 +272,15 @@ class ApproachAnswer:
     cells: tuple[Cell, ...]
     tau_star: Interval | None  # at the smallest batch, its best (or the campaign's) draft length
     headline_k: int | None
-    best_draft_tokens: dict[int, int]  # batch -> k (0: do not speculate); only batches with a speedup
+    best_draft_tokens: dict[int, int]  # batch -> k (0: do not speculate: its best cell does not pay by the interval)
     best_speedup: dict[int, Interval]  # batch -> the speedup at its best k (k >= 1)
     break_even_batch: int | None  # largest measured batch whose best speedup > 1
     first_losing_batch: int | None  # the smallest measured batch above B* where it does not pay
     unstable_inputs: tuple[str, ...]
     deployable: bool = True
+    # batch -> its best cell's `pays` ("yes", "no", "unclear"): the one rule, which best_draft_tokens follows (on only
+    # for "yes"), and the grid, the sentence and the configs read
+    decision: dict[int, str] = field(default_factory=dict)
 
     def cell(self, batch: int, k: int) -> Cell | None:
         return next((c for c in self.cells if c.batch == batch and c.draft_tokens == k), None)
@@ -342,6 +346,7 @@ class SpeculationAnswer:
     # Each tier member's label against its tier's leader (statistics.verdict_of: "equivalent", "inconclusive",
     # "below_min_effect"), with the ratio of their headline figures and its interval; leaders are not listed.
     tier_verdicts: dict[str, TierVerdict] = field(default_factory=dict)  # not shown to differ by the minimum effect
+    runs: int = 0  # the runs its inputs were paired over (paired_runs: each speedup per run, then over them); 0: none
 
     @property
     def within_run_only(self) -> bool:
@@ -690,15 +695,17 @@ def _intervals(
     f_low = f_high = np.array([])
     replicates: tuple[np.ndarray, np.ndarray] | None = None
     if model.sampled:
-        draws = trial_resamples_many(model.trials, resamples, np.random.default_rng(seed))  # [sampled, R]
+        rng = np.random.default_rng(seed)
+        draws = trial_resamples_many(model.trials, resamples, rng)  # [sampled, R]
         # Replicates in single precision: their percentile bounds need 4 digits, not 16, at half the traffic.
-        v = model.vector(draws, np.float32)
+        # Inputs measured in the same runs are paired (`_paired_runs`): one figure vector per run slot.
+        vectors = [model.vector(d, np.float32) for d in _run_slots(model, draws, resamples, rng)]
         del draws
         curve = np.unique(np.concatenate([merged.ar_lo[merged.has_ar], merged.ar_hi[merged.has_ar]]))
         where = np.full(len(model.values), -1, dtype=np.intp)
         where[curve] = np.arange(curve.size)
         with np.errstate(invalid="ignore", divide="ignore"):
-            logs = (where, np.log(v[curve]))
+            all_logs = [(where, np.log(v[curve])) for v in vectors]
         known = merged.tau >= 0
         tau_sampled = np.zeros(len(model.values), dtype=bool)
         tau_sampled[model.sampled] = True
@@ -710,7 +717,15 @@ def _intervals(
         # block-sized scratch the allocator reuses where [cell, resample] temporaries were fresh pages each call.
         for start in range(0, n_cells, _CELL_ROWS):
             rows = slice(start, min(start + _CELL_ROWS, n_cells))
-            block_tau_star, block_speedup, _verify = _evaluate(merged, v, n_ar, logs, rows)
+            # Each run's tau* and speedup from that run's own figures, then their mean over the drawn runs.
+            block_tau_star, block_speedup, _verify = _evaluate(merged, vectors[0], n_ar, all_logs[0], rows)
+            for v, logs in zip(vectors[1:], all_logs[1:], strict=True):
+                more_tau_star, more_speedup, _verify = _evaluate(merged, v, n_ar, logs, rows)
+                block_tau_star += more_tau_star
+                block_speedup += more_speedup
+            if len(vectors) > 1:
+                block_tau_star /= len(vectors)
+                block_speedup /= len(vectors)
             rep_tau_star[rows], rep_speedup[rows] = block_tau_star, block_speedup
             t_low[rows], t_high[rows] = percentile_intervals(block_tau_star, confidence)
             again = resampled[rows]
@@ -728,8 +743,62 @@ def _intervals(
         f_low, f_high = np.empty(sampled.size, dtype=np.float32), np.empty(sampled.size, dtype=np.float32)
         for start in range(0, sampled.size, _CELL_ROWS):  # the same draws, single precision
             rows = slice(start, start + _CELL_ROWS)
-            f_low[rows], f_high[rows] = percentile_intervals(v[sampled[rows]], confidence)
+            block = np.mean([v[sampled[rows]] for v in vectors], axis=0)  # a figure over the drawn runs
+            f_low[rows], f_high[rows] = percentile_intervals(block, confidence)
     return (tau_star, t_low, t_high, speedup, s_low, s_high, verify), (point_v, f_low, f_high), replicates
+
+
+def paired_runs(model_trials: Sequence[Value]) -> tuple[int, list[int]] | None:
+    """The runs the answer pairs on: (m, the positions among `model_trials` of the figures measured in them), or
+    None when nothing can be paired.
+
+    A run is one repetition of the campaign's sweep (bench/gpu_session.sh and bench/moe_gpu_session.sh run every
+    recipe once per session): the figures measured by m >= 2 trials (m the count most figures share) are paired
+    by rank, their i-th trial (in trial id order) being run i, provided the runs do not interleave (every
+    figure's i-th trial is older than every figure's (i+1)-th). Figures of another trial count stay
+    independent."""
+    counts: dict[int, int] = defaultdict(int)
+    for v in model_trials:
+        if len(v.trials) >= 2 and len(v.trial_ids) == len(v.trials):
+            counts[len(v.trials)] += 1
+    if not counts:
+        return None
+    m = max(counts, key=lambda c: (counts[c], c))
+    members = [i for i, v in enumerate(model_trials) if len(v.trials) == m and len(v.trial_ids) == m]
+    ids = np.sort(np.array([model_trials[i].trial_ids for i in members], dtype=np.int64), axis=1)  # [figure, run]
+    if not all(ids[:, i].max() < ids[:, i + 1].min() for i in range(m - 1)):
+        return None  # the trials interleave: they do not fall into runs
+    return m, members
+
+
+def _run_slots(model: _Model, draws: np.ndarray, resamples: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """The replicates of the sampled figures, one [sampled, R] array per run slot: the hierarchical bootstrap over
+    runs (docs/statistics.md, "The answer uses the same home"). Each replicate draws m runs with replacement,
+    the same runs for every paired figure (a run's figures move together: what one run's clocks and placement
+    do to its decode step they do to its verify step), and within each drawn run its trial's bootstrap median;
+    the cells are evaluated per slot and averaged over the slots, so a speedup is computed per run first and its
+    interval is the spread of the runs (and their within-run noise). Unpaired figures (`draws`, their own
+    trial posteriors) are the same in every slot. One slot, `draws` itself, where nothing is paired."""
+    figures = [model.figures[p] for p in model.sampled]
+    found = paired_runs(figures)
+    if found is None:
+        return [draws]
+    m, members = found
+    runs = []  # [figure, run] -> the run's samples, runs in trial id order
+    for i in members:
+        v = figures[i]
+        order = np.argsort(v.trial_ids)
+        runs.append([v.trials[int(j)] for j in order])
+    singles = [[t] for trials in runs for t in trials]
+    columns = np.arange(resamples)
+    slots = []
+    pick = rng.integers(0, m, size=(m, resamples))  # the runs each replicate draws, shared by every paired figure
+    for slot in range(m):
+        within = trial_resamples_many(singles, resamples, rng).reshape(len(members), m, resamples)
+        out = draws.copy()
+        out[members] = within[:, pick[slot], columns]
+        slots.append(out)
+    return slots
 
 
 _NONE = np.array(None, dtype=object)  # None into object arrays (numpy's stubs refuse a bare None)
@@ -1033,6 +1102,10 @@ def _sentence(
             f"On this node {ALGORITHM} does not pay at any measured batch ({measured_b[0]}-{measured_b[-1]}) using "
             f"{chosen.title}{tail}: turn it off."
         )
+    below = [b for b in measured_b if b <= b_star]
+    if {chosen.decision.get(b) for b in below} != {"yes"} or len({chosen.best_draft_tokens[b] for b in below}) > 1:
+        # The batches up to B* do not all pay with one k: the sentence names k per batch range, as the grid does.
+        return _sentence_by_range(chosen, tail)
     k = chosen.best_draft_tokens[b_star]
     if chosen.first_losing_batch is None:
         return (
@@ -1048,6 +1121,44 @@ def _sentence(
     return (
         f"On this node {ALGORITHM} pays up to batch {b_star} with {_tokens(k)} using {chosen.title}{tail}; "
         f"above batch {b_star} turn it off (at batch {losing} {how})."
+    )
+
+
+def _batches_words(first: int, last: int) -> str:
+    return f"batch {first}" if first == last else f"batches {first}-{last}"
+
+
+def batch_ranges(a: ApproachAnswer) -> list[tuple[int, int, str, int]]:
+    """The measured batches in runs of one decision: (first batch, last batch, "yes" / "no" / "unclear", k), k the
+    draft length on ("yes") and 0 otherwise; consecutive measured batches with the same decision and k merge."""
+    out: list[tuple[int, int, str, int]] = []
+    for b in sorted(a.best_speedup):
+        state, k = a.decision.get(b, "unclear"), a.best_draft_tokens.get(b, 0)
+        if out and out[-1][2] == state and out[-1][3] == k:
+            out[-1] = (out[-1][0], b, state, k)
+        else:
+            out.append((b, b, state, k))
+    return out
+
+
+def _sentence_by_range(chosen: ApproachAnswer, tail: str) -> str:
+    """The answer per batch range, from the same decisions the grid shows (ApproachAnswer.decision)."""
+    parts = []
+    for first, last, state, k in batch_ranges(chosen):
+        where = _batches_words(first, last)
+        if state == "yes":
+            parts.append(f"{_tokens(k)} at {where}")
+        elif state == "no":
+            parts.append(f"off at {where} (it does not pay)")
+        else:
+            parts.append(
+                f"off at {where} (not shown to pay: the interval holds 1, or one trial leaves a margin below the "
+                "minimum effect)"
+            )
+    top = max(chosen.best_speedup)
+    return (
+        f"On this node {ALGORITHM} with {chosen.title}{tail}, by batch: {'; '.join(parts)}; above batch {top} it is "
+        "not measured."
     )
 
 
@@ -1106,7 +1217,8 @@ def speculation_answer(
             if options:
                 top = max(options, key=_speedup_value)
                 best_s[b] = top.speedup  # type: ignore[assignment]
-                best_k[b] = top.draft_tokens if top.speedup.value > 1 else 0  # type: ignore[union-attr]
+                # On only where the best cell pays by the interval rule (Cell.pays), as B* below: never the point.
+                best_k[b] = top.draft_tokens if top.pays == "yes" else 0
                 best_cell[b] = top
         # B*: the largest batch where the best draft length pays by the interval rule (Cell.pays), not by its
         # point estimate alone; above it, the first batch where it does not (or cannot be said to) pay.
@@ -1138,6 +1250,7 @@ def speculation_answer(
                 break_even_batch=b_star,
                 first_losing_batch=min(losing) if losing else None,
                 unstable_inputs=tuple(sorted({model.names[p] for p in mine if unstable[p]})),
+                decision={b: c.pays or "unclear" for b, c in best_cell.items()},
             )
         )
     point, f_low, f_high = figures
@@ -1197,6 +1310,7 @@ def speculation_answer(
         flags=spec.flags,
         min_effect=spec.min_effect,
         tier_verdicts=tier_verdicts,
+        runs=paired[0] if (paired := paired_runs([model.figures[p] for p in model.sampled])) else 0,
     )
 
 
@@ -1228,6 +1342,7 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
         "allreduces_per_verify": answer.n_ar,
         "confidence": answer.confidence,
         "resamples": answer.resamples,
+        "paired_runs": answer.runs,
         "conditions": answer.conditions.key if answer.conditions else None,
         "conditions_label": answer.conditions.label if answer.conditions else None,
         "within_run_only": answer.within_run_only,
@@ -1260,6 +1375,7 @@ def answer_json(answer: SpeculationAnswer) -> dict[str, Any]:
                 "break_even_batch": a.break_even_batch,
                 "first_losing_batch": a.first_losing_batch,
                 "best_draft_tokens": {str(b): k for b, k in sorted(a.best_draft_tokens.items())},
+                "pays_by_batch": {str(b): d for b, d in sorted(a.decision.items())},
                 "unstable_inputs": list(a.unstable_inputs),
                 "by_batch": [
                     {

@@ -33,7 +33,13 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from app.domain.acceptance import conversion_words
-from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas
+from app.domain.answer.grid import (
+    ApproachInputs,
+    SpeculationInputs,
+    accept_length_from_alphas,
+    bracket,
+    interpolate_loglog,
+)
 from app.domain.answer.inputs import ModelInputs, WhatIf
 from app.domain.answer.metrics import is_cpu_floor, is_world_figure
 from app.domain.answer.model import BYTES_PER_ELEMENT
@@ -399,19 +405,31 @@ def _with_source(v: Value, source: str) -> Value:
 def _step_flags(
     a: Approach, t_base: dict[int, Value], curve: list[tuple[int, Value]], batch1: ModelInputs
 ) -> list[str]:
-    """A decode step contains N_ar allreduces of b x hidden x 2 bytes: their total cannot exceed the step."""
+    """A decode step at batch b contains N_ar allreduces of its own size, b x hidden x 2 bytes (never the verify
+    step's b(k+1) x hidden x 2): their total cannot exceed the step. t_ar at that size from the measured curve,
+    exact or log-log between the measured sizes around it (`grid.bracket`); outside them no check."""
     n_ar = batch1.allreduces_per_verify.value
     if not n_ar or not curve:
         return []
     out = []
-    sizes = dict(curve)
+    sizes = [b for b, _v in curve]
     for b, base in sorted(t_base.items()):
         nbytes = b * batch1.hidden_size * BYTES_PER_ELEMENT
-        t_ar = sizes.get(nbytes)
-        if t_ar is not None and t_ar.value and base.value and n_ar * t_ar.value / 1000.0 > base.value:
+        br = bracket(sizes, nbytes)
+        lo, hi = curve[br.lo][1].value, curve[br.hi][1].value
+        if br.outside or not lo or not hi or not base.value:
+            continue
+        t_ar = float(interpolate_loglog(lo, hi, br.frac))
+        if n_ar * t_ar / 1000.0 > base.value:
+            how = (
+                f"at {size_label(nbytes)}"
+                if br.lo == br.hi
+                else f"at {size_label(nbytes)}, log-log between {size_label(sizes[br.lo])} and {size_label(sizes[br.hi])}"
+            )
             out.append(
-                f"{a.title}: {int(n_ar)} allreduces x {t_ar.value:.1f} us = {n_ar * t_ar.value / 1000.0:.1f} ms, longer "
-                f"than the {base.value:.1f} ms decode step at batch {b} that contains them: N_ar, t_ar or the step is wrong"
+                f"{a.title}: {int(n_ar)} allreduces x {t_ar:.1f} us ({how}, the decode step's size) = "
+                f"{n_ar * t_ar / 1000.0:.1f} ms, longer than the {base.value:.1f} ms decode step at batch {b} that "
+                "contains them: N_ar, t_ar or the step is wrong"
             )
     return out
 

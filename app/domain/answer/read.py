@@ -32,12 +32,15 @@ from app.domain.answer.grid import Cell, SpeculationAnswer, SpeculationInputs, a
 from app.domain.answer.inputs import ModelInputs, WhatIf, batch_1_missing, model_inputs
 from app.domain.answer.loader import ANSWER_METRICS, answer_rows, condition_sets, speculation_inputs
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
+from app.domain.answer.model import BYTES_PER_ELEMENT
 from app.domain.answer.report import ProfitabilityReport, profitability_report
 from app.domain.answer.values import Conditions, Value
 from app.domain.errors import Invalid
 from app.domain.inventory import approaches
 from app.domain.statistics import Rule
+from app.domain.wording import size_label
 from app.models import Approach, Campaign, Metric
+from app.protocol.metrics import ConditionTag
 
 
 @dataclass(frozen=True)
@@ -86,19 +89,24 @@ class Answer:
 
 
 def _report_flags(report: ProfitabilityReport) -> tuple[str, ...]:
-    """The baseline's own allreduce total cannot exceed the decode step that contains it (the Kimi demo's
-    122 x 200 us = 24.4 ms against an 82 tok/s = 12.2 ms step)."""
+    """The baseline's own allreduces cannot take longer than the decode step that contains them, priced at the
+    decode step's own message size: at batch 1 it carries 1 x hidden x 2 bytes per allreduce (14 KiB at hidden
+    7168), a verify step k + 1 times that. A reported figure without `bytes` is at the verify message size
+    (docs/profitability.md), so it says nothing about the decode step: no check then (issue 43 item 5: the Kimi
+    demo's 200 us, quoted for the verify step's 56 KiB, was charged 122 times to the 12.2 ms decode step)."""
     inputs = report.inputs
     n_ar, t_base = inputs.allreduces_per_verify.value, inputs.t_base.value
     base = report.baseline_reference
-    if not n_ar or not t_base or base is None:
+    decode_bytes = inputs.hidden_size * BYTES_PER_ELEMENT
+    if not n_ar or not t_base or base is None or base.bytes != decode_bytes:
         return ()
     total = n_ar * base.latency.t_ar_us / 1000.0
     if total <= t_base:
         return ()
     return (
-        f"{base.label}: {int(n_ar)} allreduces x {base.latency.t_ar_us:g} us = {total:.1f} ms, longer than the "
-        f"{t_base:.1f} ms decode step that contains them ({inputs.t_base.source}): N_ar, t_ar or the baseline is wrong",
+        f"{base.label}: {int(n_ar)} allreduces x {base.latency.t_ar_us:g} us at the decode step's "
+        f"{size_label(decode_bytes)} = {total:.1f} ms, longer than the {t_base:.1f} ms decode step that contains them "
+        f"({inputs.t_base.source}): N_ar, t_ar or the baseline is wrong",
     )
 
 
@@ -198,7 +206,10 @@ def _compute(
         cells = sum(1 for x in a.approaches for cell in x.cells if cell.speedup is not None)
         return (held[c], len(a.approaches), cells)
 
-    default = max(sets, key=completeness)  # the most complete (the first, newest, among equals)
+    # The most complete; among equals the one stating most of the declared reference conditions (REFERENCE: bf16
+    # experts, not a precision stand-in), then the key's text: declared conditions decide, never a trial id (issue 43
+    # item 11: the newest trial made the fp8 stand-in the MoE default). Other precisions are asked for by name.
+    default = min(sets, key=lambda c: (*(-x for x in completeness(c)), -_reference(c), c.key if c else ""))
     chosen = next((c for c in sets if c is not None and c.key == conditions), default)
     listed = tuple(
         ConditionSet(c.key, c.label, n_approaches, cells, inputs, inputs == 4)
@@ -293,6 +304,18 @@ def off_grid_notes(spec: SpeculationInputs, found: SpeculationAnswer, rows: list
     return out
 
 
+# The conditions the default answer is given under when sets are equally complete (docs/profitability.md,
+# "Conditions"): the activations' and the experts' dtype of the served model, bf16, and CUDA graphs (SGLang decodes
+# under them). A set under another precision (fp8, int4 experts) is asked for by name (`?experts_dtype=fp8`).
+REFERENCE = {ConditionTag.EXPERTS_DTYPE: "bf16", ConditionTag.DTYPE: "bf16", ConditionTag.MODE: "graph"}
+
+
+def _reference(c: Conditions | None) -> int:
+    """How many of the REFERENCE conditions `c` states as declared."""
+    tags = c.tag_map if c is not None else {}
+    return sum(tags.get(k) == v for k, v in REFERENCE.items())
+
+
 def answerable(spec: SpeculationInputs) -> int:
     """How many of the four inputs an answer needs one approach of the set holds (the most of any approach): a
     decode step T_base, a draft step, a verify compute, an accept length at a draft length it verified (4: the set
@@ -317,7 +340,9 @@ def pick_conditions(session: Session, campaign: Campaign, key: str | None = None
     if key is None and not wanted:
         return None
     sets = condition_sets(answer_rows(session, campaign))
-    for c in sets:
+    # Among the sets that match, the one stating most of the REFERENCE conditions (then the key's text): asking
+    # for context 1,024 gives bf16 experts unless fp8 is asked for by name, whichever trial is newest.
+    for c in sorted(sets, key=lambda c: (-_reference(c), c.key)):
         tags = c.tag_map
         if (key is not None and c.key == key) or (key is None and all(tags.get(k) == v for k, v in wanted.items())):
             return c.key

@@ -36,10 +36,11 @@ from app.domain.answer.inputs import (
 )
 from app.domain.answer.latency import LatencyEstimate, ReferencePoint, approach_latency, reported_latencies
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
-from app.domain.answer.model import BreakEvenCurve, CycleCosts
+from app.domain.answer.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCosts
 from app.domain.answer.series import stack_summary
 from app.domain.fingerprint import stack_difference
 from app.domain.inventory import approaches
+from app.domain.wording import size_label
 from app.models import Approach, ApproachStatus, Campaign, Trial
 from app.protocol.metrics import MetricName
 
@@ -554,6 +555,13 @@ def profitability_report(
     unmeasured: list[str] = []
     other_stack: list[tuple[str, str]] = []
     estimates = {a.id: approach_latency(metrics, a.id or 0, inputs) for a in rows}
+    # Each approach's reported figures by size (a tok/s figure is derived at the verify size): an approach whose
+    # figures are all reported is not "without a latency" where one is at the verify size (issue 43 item 8).
+    reported_sizes: dict[str, set[int]] = {}
+    for f in campaign.reported or []:
+        if f.get("approach") and (f.get("t_ar_us") or f.get("tok_s")):
+            size = int(f["bytes"]) if f.get("t_ar_us") and f.get("bytes") else inputs.verify_bytes
+            reported_sizes.setdefault(str(f["approach"]), set()).add(size)
     one_gpu = any(estimates[a.id] is None and _world_1_cell((cells or {}).get(a.key)) for a in rows)
     inputs = _allreduces_measured(inputs, campaign, what_if, one_gpu, any(e is not None for e in estimates.values()))
     curve = inputs.curve()
@@ -572,7 +580,20 @@ def profitability_report(
             estimate = LatencyEstimate(0.0, WORLD_1_METHOD, "the verify step runs no allreduce on one GPU", None)
         if estimate is None:
             if measures_allreduce(approach, metrics):  # not a draft step, nor a verify step on one GPU
-                unmeasured.append(approach.title)
+                sizes = reported_sizes.get(approach.key)
+                params = approach.recipe.get("params") if isinstance(approach.recipe, dict) else None
+                tokens = params.get("tokens") if isinstance(params, dict) else None
+                if sizes is None and isinstance(tokens, int) and tokens != inputs.verify_tokens:
+                    at = size_label(tokens * inputs.hidden_size * BYTES_PER_ELEMENT)
+                    unmeasured.append(
+                        f"{approach.title} (its recipe runs {tokens} token{'s' if tokens > 1 else ''}: {at})"
+                    )
+                elif sizes is None:
+                    unmeasured.append(approach.title)
+                elif inputs.verify_bytes not in sizes:  # reported only at other sizes: say which
+                    listed = ", ".join(size_label(b) for b in sorted(sizes))
+                    unmeasured.append(f"{approach.title} (reported only at {listed})")
+                # else a reported figure at the verify size places it (the reported table): not "no latency"
             continue
         n_ar = int(inputs.allreduces_per_verify.value or 0)
         if cell is None and estimate.trial_id is not None and estimate.trial_id in stacks:

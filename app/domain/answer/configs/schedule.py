@@ -203,7 +203,8 @@ def per_batch_schedule(answer: SpeculationAnswer) -> Schedule:
         )
         why = measurement(answer, chosen, best)
         if k == 0:
-            why = f"no k pays at batch {b}: best {why}"
+            shown = "no k is shown to pay" if chosen.decision.get(b) == "unclear" else "no k pays"
+            why = f"{shown} at batch {b} (its interval decides): best {why}"
         if ranges and ranges[-1].k == k:
             last = ranges[-1]
             ranges[-1] = BatchRange(last.start, b, k, f"{last.source}; {why}")
