@@ -96,10 +96,10 @@ def test_the_reference_notices_a_wrong_expert():
     assert coerce({**TINY, "world_size": 1}, SPEC)["experts"] == 16
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
     topk = torch.tensor([[0, 1], [2, 3], [4, 5]])
-    plans = [make_plan(topk, set(range(16)), 1, x.device) for _ in range(2)]
+    plans = [make_plan(topk, list(range(16)), 1, x.device) for _ in range(2)]
     assert plans[0].touched == 6 and [e for e, _, _ in plans[0].experts] == [0, 1, 2, 3, 4, 5]
     ref = reference(values, 1, x, 3, plans)
-    other = [make_plan(torch.tensor([[0, 1], [2, 3], [4, 6]]), set(range(16)), 1, x.device)] + plans[1:]
+    other = [make_plan(torch.tensor([[0, 1], [2, 3], [4, 6]]), list(range(16)), 1, x.device)] + plans[1:]
     moved = reference(values, 1, x, 3, other)
     assert ref.shape == (3, 256)
     assert torch.allclose(ref[:2], moved[:2], atol=1e-5) and not torch.allclose(ref[2], moved[2], atol=1e-3)
@@ -128,7 +128,10 @@ def validate_ok(params):
     "params, message",
     [
         ({"experts_dtype": "fp8"}, "params.experts_dtype (--experts-dtype): fp8 experts need a CUDA GPU"),
-        ({"experts_dtype": "int4"}, "int4 experts need a CUDA GPU (torch._weight_int4pack_mm)"),
+        (
+            {"experts_dtype": "int4"},
+            "int4 experts need a CUDA GPU (a Triton W4A16 kernel or torch._weight_int4pack_mm)",
+        ),
         ({"tokens": 4, "draft_tokens": [1]}, "params.tokens (--tokens): give tokens"),
         ({"world_size": 3}, "params.hidden_size (--hidden-size): 64 is not divisible by world size 3"),
         ({"experts_top_k": 32}, "params.experts_top_k (--experts-top-k): 32 is more than 16 experts"),
