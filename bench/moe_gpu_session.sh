@@ -52,9 +52,10 @@ if [ "$STEPS" = sweep ] || [ "$STEPS" = all ]; then
     trial "draft-v$dv" 120 runners.recipes.draft_step --device cuda --mode graph --batches $BATCHES --draft-vocab $dv --iters 20
   done
 fi
-if [ "$STEPS" = int4 ]; then  # the int4 sweep alone (a rerun after a kernel fix)
+if [ "$STEPS" = int4 ]; then  # the int4 sweep alone (a rerun after a kernel fix), with bf16 at 1,024 as the card's baseline
   for ctx in 1024 4096; do
     trial "moe-int4-ctx$ctx" 150 $MOE --batches $BATCHES --draft-tokens $KS --context $ctx --iters 20 --experts-dtype int4
   done
+  trial "moe-bf16-ctx1024" 150 $MOE --batches $BATCHES --draft-tokens $KS --context 1024 --iters 20 --experts-dtype bf16
 fi
 echo "=== $(date -u +%H:%M:%S) done"; ls -la "$OUT"

@@ -19,7 +19,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runners.recipes import _moe_int4
 from runners.recipes import moe_step as ms
 
 HID, FFN, EXPERTS, TOP_K = 7168, 2048, 384, 8
@@ -109,10 +108,8 @@ def main() -> int:
         )
     rows = []
     for dtype in args.dtypes.split(","):
-        for name in ("grouped:dequant", "grouped:groupdot", "loop") if dtype == "int4" else ("grouped", "loop"):
-            kernel, _, variant = name.partition(":")
-            if variant:
-                _moe_int4.VARIANT = variant
+        for name in ("grouped", "loop"):
+            kernel = name
             t0 = time.time()
             refusal = ms.probe_experts_dtype(dtype, dev, torch.bfloat16, True, kernel, 32)
             if refusal:
