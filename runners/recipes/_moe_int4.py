@@ -72,24 +72,16 @@ def block_m_for(counts: list[int]) -> int:
     return 16 if most <= 16 else 32 if most <= 32 else 64
 
 
-VARIANT = "groupdot"  # or "dequant": which kernel body (bench/moe_kernels.py compares them)
-_KERNELS: dict[str, Any] = {}
+_KERNEL: Any = None
 
 
-def _build(variant: str):
+def _build():
     import triton
     import triton.language as tl
 
     configs = [
-        triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-        for bn, bk, w, s in (
-            (64, 128, 4, 4),
-            (128, 128, 4, 3),
-            (64, 64, 4, 5),
-            (32, 128, 4, 4),
-            (128, 64, 8, 4),
-            (64, 256, 4, 3),
-        )
+        triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bn, w, s in ((64, 4, 4), (128, 4, 3), (64, 4, 6), (32, 4, 4), (128, 8, 4))
     ]
 
     @triton.autotune(configs=configs, key=["N", "K", "BLOCK_M"])
@@ -113,8 +105,6 @@ def _build(variant: str):
         GROUP: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr,
-        GROUP_DOT: tl.constexpr,
     ):
         # n-tiles vary fastest: the programs of one block of rows run together and share its rows in the L2
         pid_n = tl.program_id(0)
@@ -128,34 +118,20 @@ def _build(variant: str):
         half = K // 2
         x_rows = x_ptr + (row0 + offs_m)[:, None] * stride_xm
         w_base = w_ptr + e * stride_we + offs_n[None, :]
-        s_base = s_ptr + e * stride_se + offs_n[None, :]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if GROUP_DOT:  # dot per group of K rows over the nibbles, then the group's scale on the partial product
-            offs_g = tl.arange(0, GROUP)
-            for k0 in range(0, half, GROUP):
-                kk = k0 + offs_g
-                b = tl.load(w_base + kk[:, None] * stride_wk)
-                s_lo = tl.load(s_ptr + e * stride_se + (k0 // GROUP) * stride_sk + offs_n).to(tl.float32)
-                s_hi = tl.load(s_ptr + e * stride_se + ((k0 + half) // GROUP) * stride_sk + offs_n).to(tl.float32)
-                a_lo = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0)
-                a_hi = tl.load(x_rows + (kk + half)[None, :], mask=m_mask[:, None], other=0.0)
-                q_lo = ((b & 0xF).to(tl.int8) - 8).to(tl.bfloat16)
-                q_hi = ((b >> 4).to(tl.int8) - 8).to(tl.bfloat16)
-                acc += tl.dot(a_lo, q_lo) * s_lo[None, :]
-                acc += tl.dot(a_hi, q_hi) * s_hi[None, :]
-        else:  # dequantize the tile (scale gathered per row), one dot per half
-            offs_k = tl.arange(0, BLOCK_K)
-            for k0 in range(0, half, BLOCK_K):
-                kk = k0 + offs_k
-                b = tl.load(w_base + kk[:, None] * stride_wk)
-                s_lo = tl.load(s_base + (kk // GROUP)[:, None] * stride_sk)
-                s_hi = tl.load(s_base + ((kk + half) // GROUP)[:, None] * stride_sk)
-                a_lo = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0)
-                a_hi = tl.load(x_rows + (kk + half)[None, :], mask=m_mask[:, None], other=0.0)
-                w_lo = ((b & 0xF).to(tl.int8) - 8).to(tl.bfloat16) * s_lo
-                w_hi = ((b >> 4).to(tl.int8) - 8).to(tl.bfloat16) * s_hi
-                acc += tl.dot(a_lo, w_lo)
-                acc += tl.dot(a_hi, w_hi)
+        # one dot per group of K rows over the nibbles, then the group's scale on the partial product
+        offs_g = tl.arange(0, GROUP)
+        for k0 in range(0, half, GROUP):
+            kk = k0 + offs_g
+            b = tl.load(w_base + kk[:, None] * stride_wk)
+            s_lo = tl.load(s_ptr + e * stride_se + (k0 // GROUP) * stride_sk + offs_n).to(tl.float32)
+            s_hi = tl.load(s_ptr + e * stride_se + ((k0 + half) // GROUP) * stride_sk + offs_n).to(tl.float32)
+            a_lo = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0)
+            a_hi = tl.load(x_rows + (kk + half)[None, :], mask=m_mask[:, None], other=0.0)
+            q_lo = ((b & 0xF).to(tl.int8) - 8).to(tl.bfloat16)
+            q_hi = ((b >> 4).to(tl.int8) - 8).to(tl.bfloat16)
+            acc += tl.dot(a_lo, q_lo) * s_lo[None, :]
+            acc += tl.dot(a_hi, q_hi) * s_hi[None, :]
         out = out_ptr + (row0 + offs_m)[:, None] * stride_om + offs_n[None, :]
         tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None])
 
@@ -167,9 +143,10 @@ def grouped(xs, packed, scales, table, block_m: int, group: int, out=None):
     device (block_table's). N must be a multiple of 128 and K/2 of 256 (every tile config divides them)."""
     import torch
 
-    kernel = _KERNELS.get(VARIANT)
-    if kernel is None:
-        kernel = _KERNELS[VARIANT] = _build(VARIANT)
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = _build()
+    kernel = _KERNEL
     n = packed.shape[-1]
     k = packed.shape[-2] * 2
     if out is None:
@@ -200,7 +177,6 @@ def grouped(xs, packed, scales, table, block_m: int, group: int, out=None):
         out.stride(0),
         GROUP=group,
         BLOCK_M=block_m,
-        GROUP_DOT=VARIANT == "groupdot",
     )
     return out
 
