@@ -237,8 +237,7 @@ def tables(doc: dict[str, Any]) -> None:
             base = _interval(by[(approach, M.VERIFY_TIME_MS, b, 0)])[0]
             draft = _interval(by[("draft-v32000", M.DRAFT_STEP_MS, b, None)])[0]
             cells = [
-                f"{(k * draft + _interval(by[(approach, M.VERIFY_TIME_MS, b, k)])[0]) / base:.2f}"
-                for k in range(1, 8)
+                f"{(k * draft + _interval(by[(approach, M.VERIFY_TIME_MS, b, k)])[0]) / base:.2f}" for k in range(1, 8)
             ]
             print(f"| {b} | " + " | ".join(cells) + " |")
 

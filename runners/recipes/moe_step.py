@@ -9,22 +9,29 @@ its metric lines. Per layer:
   attention:  h = norm(x); h @ W_in @ W_o + the MLA read over each sequence's own cache (verify_step's
               absorbed-MLA read, heads sharded over the ranks) -> allreduce
   layers < first_k_dense:  a SwiGLU MLP (gate, up, down; 18,432 for Kimi) sharded over the ranks -> allreduce
-  MoE layers: a router over the step's hidden states (sigmoid scores plus a correction bias choose the
-              top-k, the chosen scores normalized x routed_scaling_factor: DeepSeek-V3's noaux_tc without
-              group limits), the shared expert(s), and for each expert the step's tokens were routed to:
-              gather its tokens, SwiGLU (moe_intermediate), scale by the gate, scatter-add -> allreduce
+  MoE layers: a router over the step's hidden states (sigmoid scores plus a correction bias, the chosen
+              scores normalized x routed_scaling_factor: DeepSeek-V3's noaux_tc without group limits), the
+              shared expert(s), and the routed experts: the step's (token, slot) pairs sorted by expert, one
+              grouped GEMM per matrix over every routed expert (gate-up, SwiGLU, down), scaled by the gates and
+              summed back per token -> allreduce
 and at the end the LM head (each rank its vocab/ws share, the logits all-gathered at world size > 1).
 
 Experts' layout: tensor parallelism (default) gives every rank its moe_intermediate/ws share of every
 expert; `--expert-parallel` gives each rank experts/ws whole experts (its tokens are the same on every rank
 under TP attention, so each rank runs its own experts over them and the allreduce sums; no all-to-all).
-Experts' dtype: bf16, fp8 (e4m3, a scale per output channel and per token, `torch._scaled_mm`) or int4
-(group-128 asymmetric, `torch._weight_int4pack_mm`), each only where the node's torch runs it (probed).
+Experts' dtype and kernel (`--experts-kernel grouped`, the default, as engines run them; `loop`: a pair of
+matmuls per expert, the earlier stand-in's): bf16 (`torch._grouped_mm`), fp8 (e4m3, a scale per output channel
+and per token; `torch._scaled_grouped_mm`, or `torch._scaled_mm` per expert) or int4 (symmetric, a bf16 scale per
+`--int4-group` weights along K, 32 as Kimi-K2.5 ships; the Triton W4A16 kernel of `_moe_int4`, or
+`torch._weight_int4pack_mm` per expert), each only where the node's torch runs it and matches the dequantized
+float32 product (probed).
 
-Routing is real and seeded: the point's tokens (random activations, seeded) go through the stack once
-eagerly; each MoE layer's router picks the experts, and that plan (which experts, which tokens) is kept.
-The timed step (eager or in a CUDA graph) recomputes the router and the gate weights every time and runs
-the kept plan: a graph replays that step's routing, which is the routing of its own inputs.
+Routing, seeded: `--routing balanced` (the default) draws each token's top-k experts uniformly without
+replacement, as a trained load-balanced router spreads them: the distinct experts per layer follow
+experts x (1 - (1 - k/experts)^T) (tag `experts_touched_uniform`); `--routing router` keeps the random-weight
+router's own top-k (skewed: fewer experts). The point's tokens (random activations) go through the stack once
+eagerly and that plan (which experts, which tokens) is kept; the timed step (eager or in a CUDA graph)
+recomputes the router's scores and the gate weights from them every time and runs the kept plan.
 Tags carry `experts_touched` (distinct experts routed per MoE layer, the mean over the timed layers).
 
 Only `moe_layers_timed` distinct MoE layers are built (one Kimi MoE layer is 33.8 GB in bf16: 60 do not fit
@@ -48,7 +55,7 @@ from app.protocol.metrics import ConditionTag as C
 from app.protocol.metrics import MetricName as M
 from app.protocol.metrics import emit
 from app.protocol.recipes import RecipeError
-from runners.recipes import _dist, _timing
+from runners.recipes import _dist, _moe_int4, _timing
 from runners.recipes import verify_step as dense
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
@@ -391,8 +398,6 @@ class ExpertBank:
         """Store expert e's float32 weights ([hidden, 2f], [f, hidden]) in this bank's dtype."""
         import torch
 
-        from runners.recipes import _moe_int4
-
         i = self.slot.setdefault(e, len(self.slot))
         if self.kind == "bf16":
             self.gu[i].copy_(gu)
@@ -422,7 +427,8 @@ class ExpertBank:
             return dequantize_fp8(*quantize_fp8(gu, self.rowwise)), dequantize_fp8(*quantize_fp8(down, self.rowwise))
         if self.kind == "int4":
             g = self.group
-            return dequantize_int4(*quantize_int4(gu, g), g), dequantize_int4(*quantize_int4(down, g), g)
+            (qg, sg), (qd, sd) = quantize_int4(gu, g), quantize_int4(down, g)
+            return dequantize_int4(qg, sg, g), dequantize_int4(qd, sd, g)
         return gu, down
 
     def _quantize_rows(self, x):
@@ -457,8 +463,6 @@ class ExpertBank:
 
     def _gmm(self, x, which: str, plan: Plan):
         import torch
-
-        from runners.recipes import _moe_int4
 
         w = self.gu if which == "gu" else self.down
         if self.kind == "bf16":
@@ -573,8 +577,6 @@ class Plan:
 def make_plan(topk, local: Sequence[int], pad_to: int, device, grouped: bool = False) -> Plan:
     """local: this rank's experts in its bank's slot order."""
     import torch
-
-    from runners.recipes import _moe_int4
 
     t, k = topk.shape
     flat = topk.reshape(-1).cpu()
@@ -873,8 +875,6 @@ def standin_label(geo_name: str, values: dict[str, Any], geo: dict[str, Any]) ->
 
 def _kernel_refusal(values: dict[str, Any], ws: int) -> str | None:
     """The grouped int4 kernel's tiles must divide the experts' matrices on this rank."""
-    from runners.recipes import _moe_int4
-
     if values["experts_dtype"] != "int4" or values["experts_kernel"] != "grouped":
         return None
     _, geo = geometry_of(values)
