@@ -83,7 +83,15 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body a route accepts (413 past it).")
     max_campaign_file_bytes: int = Field(
-        2 * 1024 * 1024, ge=1024, description="Largest campaign YAML file an import accepts (413 past it)."
+        2 * 1024 * 1024,
+        ge=1024,
+        description="Largest campaign file an import accepts as sent, YAML or gzip-compressed YAML (413 past it).",
+    )
+    max_campaign_file_expanded_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Largest YAML a gzip-compressed campaign file may expand to (a results campaign); past it the "
+        "import is refused and nothing is imported.",
     )
     login_attempts_per_minute: int = Field(
         10, ge=1, description="Failed login-link attempts allowed per client address per minute; then 429."

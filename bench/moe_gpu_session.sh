@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The MoE stand-in on ONE GPU (issue 35), recipes run directly, each trial one process under `timeout`:
-#   OUT=dir bash bench/moe_gpu_session.sh [smoke|sweep|all|extra] [RUN]
-# smoke: the float32 checks and one point each (bf16, fp8, int4 experts; the draft step at 32,000 and
-# 163,840). sweep: moe_step over batch 1-128 x k 0-7 at contexts 1,024 and 4,096 with bf16 and fp8 experts,
+# The MoE stand-in on ONE GPU (issues 35, 44), recipes run directly, each trial one process under `timeout`:
+#   OUT=dir bash bench/moe_gpu_session.sh [kernels|smoke|sweep|all|int4] [RUN]
+# kernels: bench/moe_kernels.py (one MoE layer's experts per kernel and dtype against its memory floor), then
+# smoke. smoke: the float32 checks at batch 1 and 16, k 0 and 3 (bf16, fp8, int4 group 32 experts with the
+# grouped kernels; int4 with the per-expert loop; the router's own routing). sweep: moe_step over batch 1-128
+# x k 0-7 at contexts 1,024 and 4,096 with int4, bf16 and fp8 experts (balanced routing, grouped kernels),
 # and the draft step (TP 1, draft vocab 32,000 and 163,840) over batch 1-128, all in CUDA graphs.
-# extra: the same sweep at context 1,024 with fp8 experts scaled per tensor, and with int4 experts.
 # Every trial's log goes to $OUT/logs-RUN.tar.gz (refreshed after each trial, so a stop keeps what ran);
 # bench/moe_results.py turns the logs into a results campaign (trials with their metric lines).
 set -u
@@ -32,22 +33,29 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$LOGS/no
 "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "sm", torch.cuda.get_device_capability())' >> "$LOGS/node.txt" 2>&1
 cat "$LOGS/node.txt"
 MOE="runners.recipes.moe_step --backend nccl --world-size 1 --mode graph --warmup 2"
-if [ "$STEPS" = smoke ] || [ "$STEPS" = all ]; then
-  trial smoke-moe-bf16 150 $MOE --batches 1 --draft-tokens 0,3 --iters 5 --experts-dtype bf16 || { echo "bf16 smoke failed: no sweep"; exit 3; }
-  trial smoke-moe-fp8 150 $MOE --batches 1 --draft-tokens 0 --iters 5 --experts-dtype fp8
-  trial smoke-moe-int4 150 $MOE --batches 1 --draft-tokens 0 --iters 5 --experts-dtype int4
-  trial smoke-moe-dsv3 150 $MOE --geometry deepseek-v3 --batches 1 --draft-tokens 0 --iters 5 --moe-layers-timed 1
+if [ "$STEPS" = kernels ] || [ "$STEPS" = all ]; then  # one MoE layer's experts per kernel and dtype (issue 44)
+  echo "=== $(date -u +%H:%M:%S) bench/moe_kernels.py"
+  timeout -k 10 240 "$PY" bench/moe_kernels.py 2>&1 | tee "$OUT/kernels-$RUN.txt"
+fi
+if [ "$STEPS" = smoke ] || [ "$STEPS" = all ] || [ "$STEPS" = kernels ]; then
+  for edt in bf16 fp8 int4; do
+    trial "smoke-moe-$edt" 150 $MOE --batches 1,16 --draft-tokens 0,3 --iters 5 --experts-dtype $edt
+  done
+  trial smoke-moe-int4-loop 150 $MOE --batches 1,16 --draft-tokens 0,3 --iters 5 --experts-dtype int4 --experts-kernel loop
+  trial smoke-moe-bf16-router 150 $MOE --batches 1,16 --draft-tokens 0,3 --iters 5 --experts-dtype bf16 --routing router
 fi
 if [ "$STEPS" = sweep ] || [ "$STEPS" = all ]; then
-  for ctx in 1024 4096; do for edt in bf16 fp8; do
-    trial "moe-$edt-ctx$ctx" 200 $MOE --batches $BATCHES --draft-tokens $KS --context $ctx --iters 20 --experts-dtype $edt
+  for ctx in 1024 4096; do for edt in int4 bf16 fp8; do
+    trial "moe-$edt-ctx$ctx" 150 $MOE --batches $BATCHES --draft-tokens $KS --context $ctx --iters 20 --experts-dtype $edt
   done; done
   for dv in 32000 163840; do
     trial "draft-v$dv" 120 runners.recipes.draft_step --device cuda --mode graph --batches $BATCHES --draft-vocab $dv --iters 20
   done
 fi
-if [ "$STEPS" = extra ]; then  # the other experts' kernels, context 1,024: fp8 with one scale per tensor, int4
-  trial moe-fp8tensor-ctx1024 200 $MOE --batches $BATCHES --draft-tokens $KS --context 1024 --iters 20 --experts-dtype fp8 --fp8-scaling tensorwise
-  trial moe-int4-ctx1024 200 $MOE --batches $BATCHES --draft-tokens $KS --context 1024 --iters 20 --experts-dtype int4
+if [ "$STEPS" = int4 ]; then  # the int4 sweep alone (a rerun after a kernel fix), with bf16 at 1,024 as the card's baseline
+  for ctx in 1024 4096; do
+    trial "moe-int4-ctx$ctx" 150 $MOE --batches $BATCHES --draft-tokens $KS --context $ctx --iters 20 --experts-dtype int4
+  done
+  trial "moe-bf16-ctx1024" 150 $MOE --batches $BATCHES --draft-tokens $KS --context 1024 --iters 20 --experts-dtype bf16
 fi
 echo "=== $(date -u +%H:%M:%S) done"; ls -la "$OUT"

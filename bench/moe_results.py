@@ -33,6 +33,8 @@ TITLES = {
     "smoke-moe-fp8": "MoE stand-in smoke, fp8 experts (check + batch 1)",
     "smoke-moe-int4": "MoE stand-in smoke, int4 experts (check + batch 1)",
     "smoke-moe-dsv3": "MoE stand-in smoke, DeepSeek-V3 geometry, bf16 experts",
+    "moe-int4-ctx1024": "MoE verify/decode sweep, int4 experts (group 32), context 1,024",
+    "moe-int4-ctx4096": "MoE verify/decode sweep, int4 experts (group 32), context 4,096",
     "moe-bf16-ctx1024": "MoE verify/decode sweep, bf16 experts, context 1,024",
     "moe-fp8-ctx1024": "MoE verify/decode sweep, fp8 experts, context 1,024",
     "moe-bf16-ctx4096": "MoE verify/decode sweep, bf16 experts, context 4,096",
@@ -119,7 +121,7 @@ def trial_of(log: Path, fp: dict[str, Any], run: int) -> dict[str, Any]:
     }
 
 
-def build(runs: list[Path]) -> dict[str, Any]:
+def build(runs: list[Path], slug: str) -> dict[str, Any]:
     results = []
     for run, folder in enumerate(runs, 1):
         fp = fingerprint((folder / "node.txt").read_text())
@@ -135,7 +137,7 @@ def build(runs: list[Path]) -> dict[str, Any]:
                 "key": key,
                 "title": TITLES.get(key, key),
                 "status": "promising" if ok else "dead end",
-                "evidence": f"{len(ok)} trial(s) on 1x H200 (bench/moe_gpu_session.sh); see docs/results.md.",
+                "evidence": f"{len(ok)} trial(s) on 1x {first['fingerprint']['gpus'][0]['name']} (bench/moe_gpu_session.sh); see docs/results.md.",
                 "effort": "none",
                 "recipe": first["recipe"],
                 "requirements": {"gpus": 1, "software": ["torch"]},
@@ -144,13 +146,15 @@ def build(runs: list[Path]) -> dict[str, Any]:
     return {
         "format": "campaign-board/v1",
         "campaign": {
-            "slug": "moe-sweep-h200x1",
-            "name": "MoE stand-in: decode, verify and draft by batch and draft length, 1x H200",
+            "slug": slug,
+            "name": "MoE stand-in (faithful): decode, verify and draft by batch and draft length, 1x H200",
             "description": (
-                "On one H200 (TP 1, no allreduce): the MoE stand-in (runners/recipes/moe_step.py) at the "
-                "Kimi-K2.5 geometry, layer 0 dense and 2 distinct MoE layers timed, scaled to 61 layers; batch "
-                "1-128 x draft tokens 0-7, contexts 1,024 and 4,096, bf16 and fp8 experts; the EAGLE-3 draft "
-                "step at draft vocabularies 32,000 and 163,840. Two runs, each on a fresh machine."
+                "On one H200 (TP 1, no allreduce): the MoE stand-in (runners/recipes/moe_step.py, issue 44: "
+                "balanced routing, one grouped kernel per matrix over the routed experts) at the Kimi-K2.5 "
+                "geometry, layer 0 dense and 2 distinct MoE layers timed, scaled to 61 layers; batch 1-128 x "
+                "draft tokens 0-7, contexts 1,024 and 4,096, int4 (group 32, as Kimi-K2.5 ships: the deployed "
+                "precision), bf16 and fp8 experts; the EAGLE-3 draft step at draft vocabularies 32,000 and "
+                "163,840. Two runs, each trial its own process."
             ),
             "baseline_tok_s": None,
             "accept_length": None,
@@ -191,7 +195,8 @@ def tables(doc: dict[str, Any]) -> None:
             tags[key] = t
             if m["name"] == M.STEP_FLOOR_MS:
                 floors[(r["approach"], t.get("batch"), t.get("draft_tokens"))].append(t)
-    for approach in ("moe-bf16-ctx1024", "moe-fp8-ctx1024", "moe-bf16-ctx4096", "moe-fp8-ctx4096"):
+    sweeps = [a for a in TITLES if a.startswith("moe-") and any(r["approach"] == a for r in doc["results"])]
+    for approach in sweeps:
         print(f"\n#### {TITLES[approach]}: verify step, ms (k = 0 is the decode step T_base(b))\n")
         print("| batch | " + " | ".join(f"k={k}" for k in range(8)) + " |")
         print("|---|" + "---|" * 8)
@@ -220,19 +225,21 @@ def tables(doc: dict[str, Any]) -> None:
             v, lo, hi = _interval(by[(a, M.DRAFT_STEP_MS, b, None)])
             cells.append(f"{v:.3f} ({lo:.3f}-{hi:.3f})")
         print(f"| {b} | " + " | ".join(cells) + " |")
-    print(
-        "\n#### tau* = (k x T_draft(b) + T_verify(b, k)) / T_base(b), bf16 experts, context 1,024, draft vocab 32,000\n"
-    )
-    print("| batch | " + " | ".join(f"k={k}" for k in range(1, 8)) + " |")
-    print("|---|" + "---|" * 7)
-    for b in (1, 2, 4, 8, 16, 32, 64, 128):
-        base = _interval(by[("moe-bf16-ctx1024", M.VERIFY_TIME_MS, b, 0)])[0]
-        draft = _interval(by[("draft-v32000", M.DRAFT_STEP_MS, b, None)])[0]
-        cells = [
-            f"{(k * draft + _interval(by[('moe-bf16-ctx1024', M.VERIFY_TIME_MS, b, k)])[0]) / base:.2f}"
-            for k in range(1, 8)
-        ]
-        print(f"| {b} | " + " | ".join(cells) + " |")
+    for approach in (a for a in sweeps if a.endswith("ctx1024")):
+        edt = approach.split("-")[1]
+        print(
+            f"\n#### tau* = (k x T_draft(b) + T_verify(b, k)) / T_base(b), {edt} experts, context 1,024, "
+            "draft vocab 32,000\n"
+        )
+        print("| batch | " + " | ".join(f"k={k}" for k in range(1, 8)) + " |")
+        print("|---|" + "---|" * 7)
+        for b in (1, 2, 4, 8, 16, 32, 64, 128):
+            base = _interval(by[(approach, M.VERIFY_TIME_MS, b, 0)])[0]
+            draft = _interval(by[("draft-v32000", M.DRAFT_STEP_MS, b, None)])[0]
+            cells = [
+                f"{(k * draft + _interval(by[(approach, M.VERIFY_TIME_MS, b, k)])[0]) / base:.2f}" for k in range(1, 8)
+            ]
+            print(f"| {b} | " + " | ".join(cells) + " |")
 
 
 def main() -> int:
@@ -240,8 +247,9 @@ def main() -> int:
     ap.add_argument("runs", type=Path, nargs="+", help="one folder of logs per run, oldest first")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--tables", action="store_true")
+    ap.add_argument("--slug", default="moe-faithful-h200x1")
     args = ap.parse_args()
-    doc = build(args.runs)
+    doc = build(args.runs, args.slug)
     # leaf lists and mappings inline (samples, tags): the file stays under the import limit (2 MiB)
     args.out.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110, default_flow_style=None))
     print(f"wrote {args.out}: {len(doc['results'])} trials, {sum(len(r['metrics']) for r in doc['results'])} metrics")

@@ -87,3 +87,20 @@ def test_notify_add_and_list_show_the_url_redacted_and_refuse_unknown_events(run
     assert "hunter2" not in listed.stdout and "[every campaign] runner.lost, trial.ended: nothing sent" in listed.stdout
     bad = run("notify", "add", "json://127.0.0.1:9/hook", "--event", "trial.started")
     assert bad.returncode != 0 and "unknown event 'trial.started'" in bad.stderr + bad.stdout
+
+
+def test_a_gzip_compressed_results_campaign_past_the_yaml_limit_imports(run, tmp_path):
+    """The committed faithful MoE sweep is 3.3 MB of YAML (past the 2 MiB limit) and 0.3 MB compressed: it
+    imports; a small gzip file that expands past CAMPAIGN_MAX_CAMPAIGN_FILE_EXPANDED_BYTES (64 MiB) does not."""
+    import gzip
+
+    results = Path(__file__).resolve().parent.parent / "docs" / "results" / "moe-faithful-h200x1.yaml.gz"
+    assert len(gzip.decompress(results.read_bytes())) > 2 * 1024 * 1024
+    r = run("import", str(results))
+    assert r.returncode == 0, r.stderr
+    assert "created campaign 'moe-faithful-h200x1'" in r.stdout and "16 trials" in r.stdout
+    bomb = tmp_path / "bomb.yaml.gz"
+    bomb.write_bytes(gzip.compress(b"#" * (65 << 20)))
+    r = run("import", str(bomb))
+    assert r.returncode == 2 and "expands past 67108864 bytes" in r.stderr and "nothing was imported" in r.stderr
+    assert "Traceback" not in r.stderr

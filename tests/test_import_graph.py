@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # Imported at call time anywhere: heavy, and only on a GPU node (or only under the node's sglang python).
-HEAVY_OPTIONAL = {"torch", "sglang", "flashinfer", "pynvml"}
+HEAVY_OPTIONAL = {"torch", "triton", "sglang", "flashinfer", "pynvml"}
 
 # (file, imported module) -> why it is imported inside a function. "*": every import in that file.
 ALLOWED: dict[tuple[str, str], str] = {

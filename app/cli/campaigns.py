@@ -100,17 +100,20 @@ def import_cmd(
     path: Annotated[Path, typer.Argument(help="A campaign YAML file ('-' for stdin).")],
     replace: Annotated[bool, typer.Option(help="Also delete approaches that the file does not list.")] = False,
 ) -> None:
-    """Import a campaign file: create the campaign or bring it up to date; all or nothing."""
-    from app.domain.campaign_files import import_campaign
+    """Import a campaign file (YAML, or YAML gzip-compressed: .yaml.gz): create the campaign or bring it up to
+    date; all or nothing."""
+    from app.domain.campaign_files import campaign_file_text, import_campaign
     from app.domain.errors import DomainError
 
-    limit = get_settings().max_campaign_file_bytes
-    try:
-        text = sys.stdin.read(limit + 1) if str(path) == "-" else _read(path, limit)
-    except UnicodeDecodeError:
-        fail(f"{path}: not a UTF-8 text file (a campaign file is YAML); nothing was imported", code=2)
-    if len(text.encode()) > limit:
+    settings = get_settings()
+    limit = settings.max_campaign_file_bytes
+    data = sys.stdin.buffer.read(limit + 1) if str(path) == "-" else _read(path, limit)
+    if len(data) > limit:
         fail(f"{path}: larger than {limit} bytes (CAMPAIGN_MAX_CAMPAIGN_FILE_BYTES); nothing was imported")
+    try:
+        text = campaign_file_text(data, expanded_limit=settings.max_campaign_file_expanded_bytes)
+    except DomainError as exc:
+        fail(f"{path}: {exc.message}; nothing was imported", code=2)
     try:
         with session_scope(migrated_engine(get_settings())) as session:
             summary = import_campaign(session, text, actor="cli import", replace=replace)
@@ -119,10 +122,10 @@ def import_cmd(
     console.print(summary.summary)
 
 
-def _read(path: Path, limit: int) -> str:
+def _read(path: Path, limit: int) -> bytes:
     try:
-        with path.open(encoding="utf-8") as f:
+        with path.open("rb") as f:
             return f.read(limit + 1)
     except OSError as exc:
         fail(f"cannot read {path}: {exc.strerror}", code=2)
-    return ""
+    return b""

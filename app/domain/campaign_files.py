@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import re
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -411,6 +412,35 @@ def _describe_loc(data: Any, loc: tuple[Any, ...]) -> str:
 
 # "params.tokens (--tokens): must be ..." (a recipe's validator), "history: entries must be ...": the field it names
 _NAMED_FIELD = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?: \(--[\w-]+\))?: ")
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def campaign_file_text(data: bytes, *, expanded_limit: int) -> str:
+    """A campaign file's text from its bytes as sent: UTF-8 YAML, or that YAML gzip-compressed (`.yaml.gz`: a
+    results campaign with its samples runs to megabytes of YAML). The caller bounds the bytes sent; here the
+    decompression stops at `expanded_limit` bytes, so a small hostile upload cannot expand without bound."""
+    raw = data
+    if data[:2] == GZIP_MAGIC:
+        inflate = zlib.decompressobj(wbits=31)
+        try:
+            raw = inflate.decompress(data, expanded_limit + 1)
+        except zlib.error as exc:
+            raise Invalid(f"the gzip file is damaged ({exc})", field="file") from None
+        if len(raw) > expanded_limit or inflate.unconsumed_tail:
+            raise Invalid(
+                f"the gzip file expands past {expanded_limit} bytes (CAMPAIGN_MAX_CAMPAIGN_FILE_EXPANDED_BYTES)",
+                field="file",
+            )
+        if not inflate.eof or inflate.unused_data:
+            raise Invalid("the gzip file is truncated or holds more than one file", field="file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Invalid(
+            "not a UTF-8 text file (a campaign file is YAML, or YAML gzip-compressed)", field="file"
+        ) from None
 
 
 def parse_campaign_file(text: str) -> CampaignFile:

@@ -15,7 +15,7 @@ from starlette.datastructures import FormData
 from app.db import stream_in_session
 from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
 from app.domain import inventory
-from app.domain.campaign_files import export_stream, import_campaign
+from app.domain.campaign_files import campaign_file_text, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements, error_words
@@ -96,12 +96,10 @@ async def import_page(
     file: UploadFile | None = None,
     text: Annotated[str, Form()] = "",
 ) -> Response:
-    if file is not None and file.filename:
-        raw = await file.read()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise Invalid("the file is not UTF-8 text", field="file") from None
+    if file is not None and file.filename:  # YAML, or YAML gzip-compressed (a results campaign)
+        text = campaign_file_text(
+            await file.read(), expanded_limit=app_state(request).settings.max_campaign_file_expanded_bytes
+        )
     if not text.strip():
         raise Invalid("choose a campaign file or paste its YAML", field="file")
     summary = import_campaign(session, text, actor=operator.name)

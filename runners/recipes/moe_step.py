@@ -9,22 +9,29 @@ its metric lines. Per layer:
   attention:  h = norm(x); h @ W_in @ W_o + the MLA read over each sequence's own cache (verify_step's
               absorbed-MLA read, heads sharded over the ranks) -> allreduce
   layers < first_k_dense:  a SwiGLU MLP (gate, up, down; 18,432 for Kimi) sharded over the ranks -> allreduce
-  MoE layers: a router over the step's hidden states (sigmoid scores plus a correction bias choose the
-              top-k, the chosen scores normalized x routed_scaling_factor: DeepSeek-V3's noaux_tc without
-              group limits), the shared expert(s), and for each expert the step's tokens were routed to:
-              gather its tokens, SwiGLU (moe_intermediate), scale by the gate, scatter-add -> allreduce
+  MoE layers: a router over the step's hidden states (sigmoid scores plus a correction bias, the chosen
+              scores normalized x routed_scaling_factor: DeepSeek-V3's noaux_tc without group limits), the
+              shared expert(s), and the routed experts: the step's (token, slot) pairs sorted by expert, one
+              grouped GEMM per matrix over every routed expert (gate-up, SwiGLU, down), scaled by the gates and
+              summed back per token -> allreduce
 and at the end the LM head (each rank its vocab/ws share, the logits all-gathered at world size > 1).
 
 Experts' layout: tensor parallelism (default) gives every rank its moe_intermediate/ws share of every
 expert; `--expert-parallel` gives each rank experts/ws whole experts (its tokens are the same on every rank
 under TP attention, so each rank runs its own experts over them and the allreduce sums; no all-to-all).
-Experts' dtype: bf16, fp8 (e4m3, a scale per output channel and per token, `torch._scaled_mm`) or int4
-(group-128 asymmetric, `torch._weight_int4pack_mm`), each only where the node's torch runs it (probed).
+Experts' dtype and kernel (`--experts-kernel grouped`, the default, as engines run them; `loop`: a pair of
+matmuls per expert, the earlier stand-in's): bf16 (`torch._grouped_mm`), fp8 (e4m3, a scale per output channel
+and per token; `torch._scaled_grouped_mm`, or `torch._scaled_mm` per expert) or int4 (symmetric, a bf16 scale per
+`--int4-group` weights along K, 32 as Kimi-K2.5 ships; the Triton W4A16 kernel of `_moe_int4`, or
+`torch._weight_int4pack_mm` per expert), each only where the node's torch runs it and matches the dequantized
+float32 product (probed).
 
-Routing is real and seeded: the point's tokens (random activations, seeded) go through the stack once
-eagerly; each MoE layer's router picks the experts, and that plan (which experts, which tokens) is kept.
-The timed step (eager or in a CUDA graph) recomputes the router and the gate weights every time and runs
-the kept plan: a graph replays that step's routing, which is the routing of its own inputs.
+Routing, seeded: `--routing balanced` (the default) draws each token's top-k experts uniformly without
+replacement, as a trained load-balanced router spreads them: the distinct experts per layer follow
+experts x (1 - (1 - k/experts)^T) (tag `experts_touched_uniform`); `--routing router` keeps the random-weight
+router's own top-k (skewed: fewer experts). The point's tokens (random activations) go through the stack once
+eagerly and that plan (which experts, which tokens) is kept; the timed step (eager or in a CUDA graph)
+recomputes the router's scores and the gate weights from them every time and runs the kept plan.
 Tags carry `experts_touched` (distinct experts routed per MoE layer, the mean over the timed layers).
 
 Only `moe_layers_timed` distinct MoE layers are built (one Kimi MoE layer is 33.8 GB in bf16: 60 do not fit
@@ -48,7 +55,7 @@ from app.protocol.metrics import ConditionTag as C
 from app.protocol.metrics import MetricName as M
 from app.protocol.metrics import emit
 from app.protocol.recipes import RecipeError
-from runners.recipes import _dist, _timing
+from runners.recipes import _dist, _moe_int4, _timing
 from runners.recipes import verify_step as dense
 from runners.recipes._loading import announce_import
 from runners.recipes._params import Param, module_recipe
@@ -91,8 +98,10 @@ GEOMETRIES: dict[str, dict[str, Any]] = {
 }
 GEOMETRY_NAMES = {"kimi-k2.5": "Kimi-K2.5", "deepseek-v3": "DeepSeek-V3", "custom": "custom"}
 EXPERT_DTYPES = ("bf16", "fp8", "int4")
-EXPERT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
-INT4_GROUP = 128
+EXPERT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}  # the weights; the scales come on top (scale_bytes)
+INT4_GROUPS = (32, 64, 128, 256)  # torch._weight_int4pack_mm's; Kimi-K2.5 ships group 32
+ROUTINGS = ("balanced", "router")
+KERNELS = ("grouped", "loop")
 FP8_MAX = 448.0
 
 _OVERRIDES = (
@@ -124,6 +133,29 @@ SPEC = (
     *_OVERRIDES,
     Param("expert_parallel", "bool", False, "each rank holds experts/ws whole experts (else a TP share of each)"),
     Param("experts_dtype", "choice", "bf16", "routed experts' weights: bf16, fp8 or int4", choices=EXPERT_DTYPES),
+    Param(
+        "int4_group",
+        "int",
+        32,
+        "int4 experts: weights per bf16 scale along K (symmetric; Kimi-K2.5's compressed-tensors W4A16: 32)",
+        minimum=1,
+    ),
+    Param(
+        "experts_kernel",
+        "choice",
+        "grouped",
+        "grouped: one grouped GEMM per matrix over every routed expert (torch._grouped_mm, "
+        "torch._scaled_grouped_mm, a Triton W4A16 kernel), as engines run them; loop: a pair of matmuls per expert",
+        choices=KERNELS,
+    ),
+    Param(
+        "routing",
+        "choice",
+        "balanced",
+        "balanced: each token's top-k experts drawn uniformly without replacement (seeded), as a trained, "
+        "load-balanced router spreads them; router: the random-weight router's own top-k (skewed)",
+        choices=ROUTINGS,
+    ),
     Param(
         "fp8_scaling",
         "choice",
@@ -175,11 +207,27 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
     if values["experts_dtype"] != "bf16" and values["backend"] == "gloo":
         raise RecipeError(
             f"params.experts_dtype (--experts-dtype): {values['experts_dtype']} experts need a CUDA GPU "
-            f"({'torch._scaled_mm, SM 8.9 or newer' if values['experts_dtype'] == 'fp8' else 'torch._weight_int4pack_mm'}"
+            f"({'torch._scaled_grouped_mm or torch._scaled_mm, SM 8.9 or newer' if values['experts_dtype'] == 'fp8' else 'a Triton W4A16 kernel or torch._weight_int4pack_mm'}"
             "); backend gloo runs on CPU: use bf16"
         )
-    if values["experts_dtype"] == "int4" and geo["hidden_size"] % INT4_GROUP:
-        raise RecipeError(f"params.hidden_size (--hidden-size): int4 experts need a multiple of {INT4_GROUP}")
+    if values["int4_group"] not in INT4_GROUPS:
+        raise RecipeError(f"params.int4_group (--int4-group): {values['int4_group']} is not one of {INT4_GROUPS}")
+    if values["experts_dtype"] == "int4":
+        for name in ("hidden_size", "moe_ffn_size"):
+            if geo[name] % (2 * values["int4_group"]):
+                raise RecipeError(
+                    f"params.{name} (--{name.replace('_', '-')}): int4 experts need a multiple of "
+                    f"{2 * values['int4_group']} (twice the group)"
+                )
+    if (
+        values["experts_dtype"] == "fp8"
+        and values["fp8_scaling"] == "tensorwise"
+        and values["experts_kernel"] == "grouped"
+    ):
+        raise RecipeError(
+            "params.fp8_scaling (--fp8-scaling): tensorwise fp8 runs only with --experts-kernel loop "
+            "(torch._scaled_grouped_mm takes row-wise scales)"
+        )
     ws = values["world_size"]
     if ws is not None:
         problem = _divisible(values, ws)
@@ -230,7 +278,7 @@ def _randn(rows: int, cols: int, fan_in: int, key: int, device):
 
 
 # roles
-ATTN, MLP, ROUTER, SHARED, EXPERT, HEAD = range(6)
+ATTN, MLP, ROUTER, SHARED, EXPERT, HEAD, ROUTING = range(7)
 
 
 def attn_shard(seed, layer, rank, ws, geo, device):
@@ -285,40 +333,47 @@ def dequantize_fp8(q, scale):
     return q.float().t() * scale
 
 
-def quantize_int4(w):
-    """[K, N] float32 -> (q uint8 [N, K] in 0..15, scales_and_zeros [K/g, N, 2] float32), group 128 along K,
-    asymmetric: w ~ (q - 8) * scale + zero (the tinygemm convention of torch._weight_int4pack_mm)."""
+def quantize_int4(w, group: int):
+    """[K, N] float32 -> (q uint8 [N, K] in 0..15, scale float32 [K/group, N]): symmetric, w ~ (q - 8) x scale,
+    one scale per `group` weights along K and per output column (compressed-tensors W4A16, as Kimi-K2.5
+    ships its routed experts: group 32, symmetric)."""
     import torch
 
     k, n = w.shape
-    g = w.t().reshape(n, k // INT4_GROUP, INT4_GROUP)
-    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
-    scale = ((hi - lo) / 15).clamp(min=1e-12)
-    q = ((g - lo) / scale).round().clamp(0, 15).to(torch.uint8).reshape(n, k)
-    zero = lo + 8 * scale
-    sz = torch.cat([scale, zero], -1).permute(1, 0, 2).contiguous()  # [K/g, N, 2]
-    return q, sz
+    g = w.t().reshape(n, k // group, group)
+    scale = (g.abs().amax(-1, keepdim=True) / 7).clamp(min=1e-12)
+    q = ((g / scale).round().clamp(-8, 7) + 8).to(torch.uint8).reshape(n, k)
+    return q, scale[..., 0].t().contiguous()
 
 
-def dequantize_int4(q, sz):
-    import torch
-
-    n, k = q.shape
-    scale = sz[..., 0].t().repeat_interleave(INT4_GROUP, 1)  # [N, K]
-    zero = sz[..., 1].t().repeat_interleave(INT4_GROUP, 1)
-    return ((q.float() - 8) * scale + zero).t().contiguous().to(torch.float32)
+def dequantize_int4(q, scale, group: int):
+    """(q, scale) of quantize_int4 -> float32 [K, N]."""
+    return ((q.float() - 8) * scale.t().repeat_interleave(group, 1)).t().contiguous()
 
 
 class ExpertBank:
-    """One MoE layer's routed experts on this rank, in their dtype: `run(e, x)` is expert e's SwiGLU."""
+    """One MoE layer's routed experts on this rank, in their dtype and for one kernel: `grouped(xs, plan)` runs
+    every routed expert over its rows of xs (sorted by expert) in one grouped GEMM per matrix; `run(e, x)` is
+    expert e's SwiGLU alone (the per-expert loop)."""
 
-    def __init__(self, dtype_name: str, act_dtype, device, count: int, hidden: int, ffn: int, fp8_rowwise: bool = True):
+    def __init__(
+        self,
+        dtype_name: str,
+        act_dtype,
+        device,
+        count: int,
+        hidden: int,
+        ffn: int,
+        fp8_rowwise: bool = True,
+        kernel: str = "grouped",
+        group: int = 32,
+    ):
         import torch
 
-        self.kind, self.act, self.ffn = dtype_name, act_dtype, ffn
-        self.rowwise = fp8_rowwise
+        self.kind, self.act, self.ffn, self.kernel, self.group = dtype_name, act_dtype, ffn, kernel, group
+        self.rowwise, self.count, self.hidden = fp8_rowwise, count, hidden
         self.slot: dict[int, int] = {}
-        # bf16/fp8: one stacked tensor per role; int4: a list of packed tensors per role
+        # stacked tensors per role [count, ...]; int4 with the loop: a list of tinygemm-packed tensors per role
         self.gu: Any
         self.gu_s: Any
         self.down: Any
@@ -331,8 +386,13 @@ class ExpertBank:
             self.gu_s = torch.empty(count, 1, 2 * ffn if fp8_rowwise else 1, dtype=torch.float32, device=device)
             self.down = torch.empty(count, hidden, ffn, dtype=torch.float8_e4m3fn, device=device)
             self.down_s = torch.empty(count, 1, hidden if fp8_rowwise else 1, dtype=torch.float32, device=device)
+        elif kernel == "grouped":  # int4, the Triton kernel's layout (_moe_int4.pack)
+            self.gu = torch.empty(count, hidden // 2, 2 * ffn, dtype=torch.uint8, device=device)
+            self.gu_s = torch.empty(count, hidden // group, 2 * ffn, dtype=torch.bfloat16, device=device)
+            self.down = torch.empty(count, ffn // 2, hidden, dtype=torch.uint8, device=device)
+            self.down_s = torch.empty(count, ffn // group, hidden, dtype=torch.bfloat16, device=device)
         else:
-            self.gu, self.gu_s, self.down, self.down_s = [], [], [], []  # packed per expert
+            self.gu, self.gu_s, self.down, self.down_s = [], [], [], []  # tinygemm-packed per expert
 
     def put(self, e: int, gu, down) -> None:
         """Store expert e's float32 weights ([hidden, 2f], [f, hidden]) in this bank's dtype."""
@@ -349,19 +409,34 @@ class ExpertBank:
             q, s = quantize_fp8(down, self.rowwise)
             self.down[i].copy_(q)
             self.down_s[i].copy_(s)
+        elif self.kernel == "grouped":
+            for w, packed, scales in ((gu, self.gu, self.gu_s), (down, self.down, self.down_s)):
+                p, s = _moe_int4.pack(*quantize_int4(w, self.group))
+                packed[i].copy_(p)
+                scales[i].copy_(s)
         else:
             for w, packed, scales in ((gu, self.gu, self.gu_s), (down, self.down, self.down_s)):
-                q, sz = quantize_int4(w)
+                q, scale = quantize_int4(w, self.group)
                 packed.append(torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).contiguous(), 8))
-                scales.append(sz.to(torch.bfloat16))
+                sz = torch.stack([scale, torch.zeros_like(scale)], -1)  # tinygemm: (q - 8) x scale + zero
+                scales.append(sz.to(torch.bfloat16).contiguous())
 
     def dequantized(self, gu, down):
         """What the reference computes with: the float32 weights as this dtype stores them."""
         if self.kind == "fp8":
             return dequantize_fp8(*quantize_fp8(gu, self.rowwise)), dequantize_fp8(*quantize_fp8(down, self.rowwise))
         if self.kind == "int4":
-            return dequantize_int4(*quantize_int4(gu)), dequantize_int4(*quantize_int4(down))
+            g = self.group
+            (qg, sg), (qd, sd) = quantize_int4(gu, g), quantize_int4(down, g)
+            return dequantize_int4(qg, sg, g), dequantize_int4(qd, sd, g)
         return gu, down
+
+    def _quantize_rows(self, x):
+        import torch
+
+        amax = x.abs().amax(-1, keepdim=True) if self.rowwise else x.abs().amax()
+        sx = (amax.float() / FP8_MAX).clamp(min=1e-12)
+        return (x.float() / sx).to(torch.float8_e4m3fn), sx
 
     def _mm(self, x, which: str, i: int):
         import torch
@@ -371,15 +446,13 @@ class ExpertBank:
         if self.kind == "fp8":
             w = (self.gu if which == "gu" else self.down)[i]
             ws = (self.gu_s if which == "gu" else self.down_s)[i]
-            amax = x.abs().amax(-1, keepdim=True) if self.rowwise else x.abs().amax()
-            sx = (amax.float() / FP8_MAX).clamp(min=1e-12)
-            xq = (x.float() / sx).to(torch.float8_e4m3fn)
+            xq, sx = self._quantize_rows(x)
             if not self.rowwise:  # tensorwise: one scale each (0-dim), cuBLASLt's fp8 path
                 sx, ws = sx.reshape(()), ws.reshape(())
             return torch._scaled_mm(xq, w.t(), scale_a=sx, scale_b=ws, out_dtype=self.act)
         packed = (self.gu if which == "gu" else self.down)[i]
         sz = (self.gu_s if which == "gu" else self.down_s)[i]
-        return torch._weight_int4pack_mm(x.to(torch.bfloat16), packed, INT4_GROUP, sz).to(self.act)
+        return torch._weight_int4pack_mm(x.to(torch.bfloat16), packed, self.group, sz).to(self.act)
 
     def run(self, e: int, x):
         import torch.nn.functional as F
@@ -388,31 +461,92 @@ class ExpertBank:
         gate, up = self._mm(x, "gu", i).chunk(2, dim=-1)
         return self._mm((F.silu(gate) * up).contiguous(), "down", i)
 
+    def _gmm(self, x, which: str, plan: Plan):
+        import torch
+
+        w = self.gu if which == "gu" else self.down
+        if self.kind == "bf16":
+            return torch._grouped_mm(x, w, offs=plan.offs)
+        s = self.gu_s if which == "gu" else self.down_s
+        if self.kind == "fp8":
+            xq, sx = self._quantize_rows(x)
+            return torch._scaled_grouped_mm(
+                xq, w.transpose(-2, -1), sx.reshape(-1), s.reshape(self.count, -1), offs=plan.offs, out_dtype=self.act
+            )
+        return _moe_int4.grouped(x.to(torch.bfloat16), w, s, plan.blocks, plan.block_m, self.group).to(self.act)
+
+    def grouped(self, xs, plan: Plan):
+        """xs: the plan's rows (sorted by this bank's slots): each routed expert's SwiGLU over its rows."""
+        import torch.nn.functional as F
+
+        gate, up = self._gmm(xs, "gu", plan).chunk(2, dim=-1)
+        return self._gmm((F.silu(gate) * up).contiguous(), "down", plan)
+
     def bytes_per_expert(self, hidden: int) -> float:
-        return 3 * hidden * self.ffn * EXPERT_BYTES[self.kind]
+        """One expert's bytes as stored: the weights and their scales (fp8 rowwise: fp32 per output column;
+        int4: bf16 per group, tinygemm's scale and zero with the loop)."""
+        weights = 3 * hidden * self.ffn
+        scales = 0.0
+        if self.kind == "fp8":
+            scales = 4 * ((2 * self.ffn + hidden) if self.rowwise else 2)
+        elif self.kind == "int4":
+            scales = weights / self.group * (2 if self.kernel == "grouped" else 4)
+        return weights * EXPERT_BYTES[self.kind] + scales
 
 
-def probe_experts_dtype(kind: str, device, act_dtype, fp8_rowwise: bool = True) -> str | None:
-    """None when this torch and device run `kind` experts; else why not (the trial is refused, exit 2)."""
+def probe_experts_dtype(
+    kind: str, device, act_dtype, fp8_rowwise: bool = True, kernel: str = "grouped", group: int = 32
+) -> str | None:
+    """None when this torch and device run `kind` experts with `kernel` and the result matches the dequantized
+    float32 product (relative error under 5e-2); else why not (the trial is refused, exit 2)."""
     import torch
 
-    if kind == "bf16":
-        return None
-    if device.type != "cuda":
+    if kind != "bf16" and device.type != "cuda":
         return f"{kind} experts need a CUDA GPU"
-    cap = torch.cuda.get_device_capability(device)
+    cap = torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0)
     if kind == "fp8" and cap < (8, 9):
         return f"fp8 experts need SM 8.9 or newer for torch._scaled_mm; this GPU is SM {cap[0]}.{cap[1]}"
+    hidden, ffn, experts = 512, 512, 4
+    op = {
+        ("bf16", "grouped"): "torch._grouped_mm",
+        ("fp8", "grouped"): "torch._scaled_grouped_mm",
+        ("int4", "grouped"): "the Triton W4A16 kernel (runners/recipes/_moe_int4.py)",
+        ("bf16", "loop"): "torch.matmul",
+        ("fp8", "loop"): "torch._scaled_mm",
+        ("int4", "loop"): "torch._weight_int4pack_mm",
+    }[(kind, kernel)]
     try:
-        bank = ExpertBank(kind, act_dtype, device, 1, 256, 256, fp8_rowwise)
-        bank.put(0, torch.randn(256, 512, device=device) / 16, torch.randn(256, 256, device=device) / 16)
-        x = torch.randn(16, 256, device=device).to(act_dtype)
-        out = bank.run(0, x).float()
-        torch.cuda.synchronize(device)
-        if not bool(torch.isfinite(out).all()):
-            return f"{kind} experts: the probe's product is not finite"
-    except (RuntimeError, AttributeError, TypeError, NotImplementedError) as exc:
-        op = "torch._scaled_mm" if kind == "fp8" else "torch._weight_int4pack_mm"
+        gen = torch.Generator(device=device).manual_seed(5)
+        bank = ExpertBank(kind, act_dtype, device, experts, hidden, ffn, fp8_rowwise, kernel, group)
+        weights = []
+        for e in range(experts):
+            gu = torch.randn(hidden, 2 * ffn, generator=gen, device=device) / hidden**0.5
+            down = torch.randn(ffn, hidden, generator=gen, device=device) / ffn**0.5
+            bank.put(e, gu, down)
+            weights.append(bank.dequantized(gu, down))
+        topk = torch.tensor([[0, 2], [2, 3], [0, 3], [3, 2], [0, 2]])
+        plan = make_plan(topk, list(range(experts)), 16 if kind == "fp8" else 1, device, kernel == "grouped")
+        x = torch.randn(5, hidden, generator=gen, device=device)
+        xs = x.to(act_dtype)
+        if kernel == "grouped":
+            out = bank.grouped(xs.index_select(0, plan.rows), plan).float()
+            ends = plan.offs.tolist()
+            segments = [(e, plan.rows[a:b]) for e, a, b in zip(range(experts), [0, *ends[:-1]], ends)]
+        else:
+            segments = [(e, rows) for e, rows, _ in plan.experts]
+            out = torch.cat([bank.run(e, xs.index_select(0, rows)).float() for e, rows in segments])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        ref = []
+        for e, rows in segments:
+            gu, down = weights[e]
+            gate, up = (x.float()[rows] @ gu).chunk(2, dim=-1)
+            ref.append((torch.nn.functional.silu(gate) * up) @ down)
+        want = torch.cat(ref)
+        rel = float((out - want).norm() / want.norm())
+        if not bool(torch.isfinite(out).all()) or rel > 5e-2:
+            return f"{kind} experts with {op}: the probe's product is off (relative error {rel:.3g})"
+    except (RuntimeError, AttributeError, TypeError, NotImplementedError, ImportError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"{kind} experts: {op} does not run on torch {torch.__version__}, SM {cap[0]}.{cap[1]}: {first}"
     return None
@@ -423,27 +557,39 @@ def probe_experts_dtype(kind: str, device, act_dtype, fp8_rowwise: bool = True) 
 
 @dataclass
 class Plan:
-    """One MoE layer's routing at one point: the chosen experts per token, and per local touched expert
-    its token rows and their flat (token x k + slot) gate positions; `touched` counts all ranks' experts."""
+    """One MoE layer's routing at one point: the chosen experts per token; `touched` counts all ranks' experts.
+    The loop's view: per local touched expert its token rows and their flat (token x k + slot) gate positions.
+    The grouped view: every local routed (token, slot) sorted by the bank's expert slots, each expert's rows
+    padded to `pad_to`: `rows` (the token of each), `flat` (its gate position; padding: t x k, a zero gate),
+    `offs` (int32 cumulative row ends per local expert, the grouped GEMMs' groups) and, for the int4 kernel,
+    `blocks` (_moe_int4.block_table as int32 tensors) of `block_m` rows."""
 
     topk: Any  # [T, k] long, on the device
     experts: list[tuple[int, Any, Any]]  # (expert, rows, flat positions), on the device
     touched: int
+    rows: Any = None
+    flat: Any = None
+    offs: Any = None
+    blocks: Any = None
+    block_m: int = 16
 
 
-def make_plan(topk, local: set[int], pad_to: int, device) -> Plan:
+def make_plan(topk, local: Sequence[int], pad_to: int, device, grouped: bool = False) -> Plan:
+    """local: this rank's experts in its bank's slot order."""
     import torch
 
     t, k = topk.shape
     flat = topk.reshape(-1).cpu()
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=int(flat.max()) + 1)
+    counts = torch.bincount(flat, minlength=max(int(flat.max()) + 1, max(local, default=0) + 1))
     starts = torch.cumsum(counts, 0) - counts
     experts = []
-    touched = 0
-    for e in torch.nonzero(counts).flatten().tolist():
-        touched += 1
-        if e not in local:
+    per_slot: list[tuple[Any, Any]] = []
+    touched = int((counts > 0).sum())
+    empty = torch.zeros(0, dtype=torch.long)
+    for e in local:
+        if not counts[e]:
+            per_slot.append((empty, empty))
             continue
         pos = order[starts[e] : starts[e] + counts[e]]
         rows = pos // k
@@ -451,8 +597,23 @@ def make_plan(topk, local: set[int], pad_to: int, device) -> Plan:
             extra = pad_to - len(pos) % pad_to  # padded rows: token 0 with a zero gate (flat index t*k)
             rows = torch.cat([rows, torch.zeros(extra, dtype=rows.dtype)])
             pos = torch.cat([pos, torch.full((extra,), t * k, dtype=pos.dtype)])
-        experts.append((e, rows.to(device), pos.to(device)))
-    return Plan(topk, experts, touched)
+        per_slot.append((rows, pos))
+    for e, (rows, pos) in zip(local, per_slot):
+        if len(rows):
+            experts.append((e, rows.to(device), pos.to(device)))
+    experts.sort(key=lambda item: item[0])
+    plan = Plan(topk, experts, touched)
+    if grouped:
+        sizes = [len(rows) for rows, _ in per_slot]
+        ends = torch.cumsum(torch.tensor(sizes, dtype=torch.long), 0)
+        plan.rows = torch.cat([r for r, _ in per_slot]).to(device) if per_slot else empty.to(device)
+        plan.flat = torch.cat([p for _, p in per_slot]).to(device) if per_slot else empty.to(device)
+        plan.offs = ends.to(torch.int32).to(device)
+        plan.block_m = _moe_int4.block_m_for(sizes)
+        starts_l = (ends - torch.tensor(sizes, dtype=torch.long)).tolist()
+        table = _moe_int4.block_table(sizes, starts_l, plan.block_m)
+        plan.blocks = tuple(torch.tensor(col, dtype=torch.int32).to(device) for col in table)
+    return plan
 
 
 def route(h, w_router, bias, top_k: int, scaling: float):
@@ -462,6 +623,20 @@ def route(h, w_router, bias, top_k: int, scaling: float):
     scores = torch.sigmoid((h @ w_router).float())
     topk = torch.topk(scores + bias.float(), top_k, dim=-1).indices
     return scores, topk
+
+
+def balanced_topk(tokens: int, experts: int, top_k: int, key: int):
+    """Each token's top_k experts drawn uniformly without replacement (seeded, on the CPU: the same on every
+    rank): what a load-balanced router (DeepSeek-V3's bias correction, noaux_tc) spreads tokens like. The
+    expected distinct experts over T tokens: experts x (1 - (1 - top_k/experts)^T) (expected_touched)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(key)
+    return torch.rand(tokens, experts, generator=gen).topk(top_k, dim=-1).indices
+
+
+def expected_touched(experts: int, top_k: int, tokens: int) -> float:
+    return experts * (1 - (1 - top_k / experts) ** tokens)
 
 
 def gates(scores, topk, scaling: float, dtype):
@@ -491,6 +666,7 @@ class Stack:
         self.moe_layers = geo["layers"] - self.fkd
         self.local, self.f_local, self.shards = expert_layout(values, geo, ws, r)
         self.pad = 16 if values["experts_dtype"] == "fp8" else 1
+        self.kernel, self.routing = values["experts_kernel"], values["routing"]
         hid = geo["hidden_size"]
         timed = self.fkd + self.n_moe
         self.attn = [{k: v.to(dtype) for k, v in attn_shard(seed, i, r, ws, geo, dev).items()} for i in range(timed)]
@@ -516,6 +692,8 @@ class Stack:
                 hid,
                 self.f_local,
                 values["fp8_scaling"] == "rowwise",
+                self.kernel,
+                values["int4_group"],
             )
             shard = r if self.shards > 1 else 0
             for e in self.local:
@@ -557,7 +735,10 @@ class Stack:
         w_router, bias = self.router[j]
         scores, topk = route(h, w_router, bias, self.geo["experts_top_k"], self.geo["routed_scaling_factor"])
         if record:
-            plans.append(make_plan(topk, set(self.local), self.pad, h.device))
+            if self.routing == "balanced":
+                key = _key(self.values["seed"], ROUTING, i, b, h.shape[0])
+                topk = balanced_topk(h.shape[0], self.geo["experts"], self.geo["experts_top_k"], key).to(h.device)
+            plans.append(make_plan(topk, self.local, self.pad, h.device, self.kernel == "grouped"))
         plan = plans[j]
         g = gates(scores, plan.topk, self.geo["routed_scaling_factor"], h.dtype)
         shared = self.shared[j]
@@ -568,9 +749,14 @@ class Stack:
         else:
             out = h.new_zeros(h.shape)
         bank = self.banks[j]
-        for e, rows, flat in plan.experts:
-            y = bank.run(e, h.index_select(0, rows)) * g[flat].unsqueeze(1)
-            out.index_add_(0, rows, y)
+        if self.kernel == "grouped":
+            if plan.rows.numel():  # one grouped GEMM per matrix over every routed expert, then the combine
+                y = bank.grouped(h.index_select(0, plan.rows), plan) * g[plan.flat].unsqueeze(1)
+                out.index_add_(0, plan.rows, y)
+        else:
+            for e, rows, flat in plan.experts:
+                y = bank.run(e, h.index_select(0, rows)) * g[flat].unsqueeze(1)
+                out.index_add_(0, rows, y)
         return x + allreduce(out)
 
     def lm_head(self, x, gather):
@@ -593,7 +779,17 @@ def reference(values, ws: int, x0, b: int, plans: list[Plan]):
     fkd, hid = geo["first_k_dense"], geo["hidden_size"]
     ctx = values["context"]
     x = x0.float()
-    bank = ExpertBank(values["experts_dtype"], torch.float32, dev, 0, hid, 0, values["fp8_scaling"] == "rowwise")
+    bank = ExpertBank(
+        values["experts_dtype"],
+        torch.float32,
+        dev,
+        0,
+        hid,
+        0,
+        values["fp8_scaling"] == "rowwise",
+        "loop",
+        values["int4_group"],
+    )
 
     def swiglu(h, gu, down):
         gate, up = (h @ gu).chunk(2, dim=-1)
@@ -662,9 +858,33 @@ def copy_bandwidth_gbps(rank: _dist.Rank) -> float:
 def standin_label(geo_name: str, values: dict[str, Any], geo: dict[str, Any]) -> str:
     timed = geo["first_k_dense"] + values["moe_layers_timed"]
     scaling = "timed and scaled" if timed < geo["layers"] else "timed"
+    edt = values["experts_dtype"] + (f" (group {values['int4_group']})" if values["experts_dtype"] == "int4" else "")
+    extra = "".join(
+        f", {what}"
+        for what, default in (
+            (f"{values['experts_kernel']} experts' kernel", values["experts_kernel"] == "grouped"),
+            (f"{values['routing']} routing", values["routing"] == "balanced"),
+        )
+        if not default
+    )
     return (
-        f"MoE stand-in, {GEOMETRY_NAMES[geo_name]} geometry, {values['experts_dtype']} experts, "
-        f"{timed} of {geo['layers']} layers {scaling}"
+        f"MoE stand-in, {GEOMETRY_NAMES[geo_name]} geometry, {edt} experts, "
+        f"{timed} of {geo['layers']} layers {scaling}{extra}"
+    )
+
+
+def _kernel_refusal(values: dict[str, Any], ws: int) -> str | None:
+    """The grouped int4 kernel's tiles must divide the experts' matrices on this rank."""
+    if values["experts_dtype"] != "int4" or values["experts_kernel"] != "grouped":
+        return None
+    _, geo = geometry_of(values)
+    f = geo["moe_ffn_size"] if values["expert_parallel"] else geo["moe_ffn_size"] // ws
+    hid, g = geo["hidden_size"], values["int4_group"]
+    if _moe_int4.fits(hid, 2 * f, g) and _moe_int4.fits(f, hid, g):
+        return None
+    return (
+        f"int4 experts with the grouped kernel need hidden size and the experts' ffn share ({hid}, {f}) "
+        "to split into its tiles (K/2 a multiple of 256, N of 128): use --experts-kernel loop"
     )
 
 
@@ -677,7 +897,14 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         print(f"moe_step: {problem}", file=sys.stderr)
         return 2
     dtype = _timing.torch_dtype(values["dtype"])
-    refusal = probe_experts_dtype(values["experts_dtype"], rank.device, dtype, values["fp8_scaling"] == "rowwise")
+    refusal = probe_experts_dtype(
+        values["experts_dtype"],
+        rank.device,
+        dtype,
+        values["fp8_scaling"] == "rowwise",
+        values["experts_kernel"],
+        values["int4_group"],
+    ) or _kernel_refusal(values, rank.world_size)
     if not rank.all_true(refusal is None):
         if rank.rank == 0:
             print(f"moe_step: error: {refusal or 'another rank refused the experts dtype'}", file=sys.stderr)
@@ -713,6 +940,9 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         C.EXPERTS_TOP_K: geo["experts_top_k"],
         C.EXPERTS_DTYPE: values["experts_dtype"],
         **({"fp8_scaling": values["fp8_scaling"]} if values["experts_dtype"] == "fp8" else {}),
+        **({"int4_group": values["int4_group"]} if values["experts_dtype"] == "int4" else {}),
+        "experts_kernel": values["experts_kernel"],
+        "routing": values["routing"],
         C.LAYERS: geo["layers"],
         C.LAYERS_TIMED: timed_layers,
         "moe_layers_timed": stack.n_moe,
@@ -862,6 +1092,7 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
             "bytes": t * hid * elt,
             "kv_bytes": b * ctx * stack.dim * elt * geo["layers"],
             C.EXPERTS_TOUCHED: round(touched, 2),
+            "experts_touched_uniform": round(expected_touched(geo["experts"], geo["experts_top_k"], t), 2),
             "experts_touched_rank": round(local, 2),
             "read_bytes": int(read),
         }

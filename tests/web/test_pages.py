@@ -1,5 +1,6 @@
 """HTML pages and htmx fragments: user text is escaped, errors come back as a flash."""
 
+import gzip
 import json
 
 import pytest
@@ -97,6 +98,15 @@ def test_export_download_and_import_upload(pages):
     r = pages.post("/campaigns/import", files={"file": ("c.yaml", text, "application/x-yaml")}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/campaigns/c-copy"
     assert len(pages.get("/api/campaigns/c-copy/approaches").json()) == 1
+    # gzip-compressed YAML (a results campaign past the limit as YAML) imports the same way
+    packed = gzip.compress(text.replace("slug: c-copy", "slug: c-gz").encode())
+    r = pages.post(
+        "/campaigns/import", files={"file": ("c.yaml.gz", packed, "application/gzip")}, follow_redirects=False
+    )
+    assert r.status_code == 303 and r.headers["location"] == "/campaigns/c-gz"
+    bomb = {"file": ("b.yaml.gz", gzip.compress(b"#" * (65 << 20)), "application/gzip")}
+    r = pages.post("/campaigns/import", files=bomb, headers={"HX-Request": "true"})
+    assert r.status_code == 422 and "expands past" in r.text
 
 
 def test_both_export_routes_stream_the_campaign_file(pages, app, monkeypatch):
