@@ -459,6 +459,9 @@ class Trial(SQLModel, table=True):
     __table_args__ = (
         Index("ix_trial_campaign_id_id", "campaign_id", "id"),
         Index("ix_trial_approach_id_id", "approach_id", "id"),
+        # The trials page's date sorts and date range within a campaign (migration 0019).
+        Index("ix_trial_campaign_created", "campaign_id", "created_at"),
+        Index("ix_trial_campaign_finished", "campaign_id", "finished_at"),
         NEVER_REUSED_IDS,
     )
     id: int | None = Field(default=None, primary_key=True)

@@ -43,9 +43,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_campaign_event_campaign_id", "campaign_event", ["campaign_id"])
+    op.create_index("ix_trial_campaign_created", "trial", ["campaign_id", "created_at"])
+    op.create_index("ix_trial_campaign_finished", "trial", ["campaign_id", "finished_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_trial_campaign_finished", table_name="trial")
+    op.drop_index("ix_trial_campaign_created", table_name="trial")
     op.drop_index("ix_campaign_event_campaign_id", table_name="campaign_event")
     op.drop_table("campaign_event")
     op.drop_index("ix_campaign_slug_campaign_id", table_name="campaign_slug")

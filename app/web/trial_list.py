@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
@@ -86,7 +86,11 @@ def _page(session: Session, filters: TrialFilter, sort: str, page: int) -> dict[
 
 
 @router.get("/trials")
-async def trials_page(request: Request, operator: OperatorDep) -> HTMLResponse:
+async def trials_page(request: Request, operator: OperatorDep) -> Response:
     filters, sort, page = _view(dict(request.query_params))
+    if any(not v.strip() for v in request.query_params.values()):
+        # The filter form sends its empty fields: the shared URL is the view without them.
+        clean = [(k, v) for k, v in request.query_params.multi_items() if v.strip()]
+        return RedirectResponse("/trials" + (f"?{urlencode(clean)}" if clean else ""), status_code=303)
     ctx = await app_state(request).db.read_in_tx(_page, filters, sort, page)
     return render(request, "trials.html", ctx)
