@@ -26,7 +26,7 @@ from app.models import (
     TrialState,
 )
 from app.state import app_state
-from tests.support.auth import add_user, api_token
+from tests.support.auth import add_user, api_token, login_token
 
 
 def _finish_running(app, campaign: str = "c") -> None:
@@ -206,3 +206,40 @@ def test_roles_viewer_reads_operator_renames_and_archives_admin_deletes(api, see
     assert client.delete("/api/campaigns/c3", params={"confirm": "C"}, headers=viewer).status_code == 403
     assert client.delete("/api/campaigns/c3", params={"confirm": "C"}, headers=admin).status_code == 200
     assert client.get("/api/campaigns/c3", headers=viewer).status_code == 404
+
+
+def _browser_as(app, client, name: str, role: Role) -> None:
+    from app.security import CSRF_HEADER, SESSION_COOKIE
+
+    add_user(app, name, role)
+    client.cookies.clear()
+    r = client.get(f"/login?token={login_token(app, name)}", follow_redirects=False)
+    assert r.status_code == 303
+    signed = app_state(app).session_signer.read(client.cookies.get(SESSION_COOKIE))
+    assert signed is not None
+    client.headers[CSRF_HEADER] = signed.csrf_token or ""
+
+
+def test_the_pages_forms_enforce_the_same_roles(client, seeded, app):
+    _finish_running(app)
+    _browser_as(app, client, "Vera", Role.viewer)
+    assert client.post("/campaigns/c/rename", data={"slug": "c9"}).status_code == 403
+    assert client.post("/campaigns/c/archive", data={}).status_code == 403
+    page = client.get("/campaigns/c")
+    assert page.status_code == 200 and 'id="rename-form"' not in page.text and 'id="lifecycle"' in page.text
+    _browser_as(app, client, "Otto", Role.operator)
+    moved = client.post("/campaigns/c/rename", data={"slug": "c9"}, follow_redirects=False)
+    assert moved.status_code == 303 and moved.headers["location"] == "/campaigns/c9"
+    assert client.get("/campaigns/c", follow_redirects=False).headers["location"] == "/campaigns/c9"
+    assert client.post("/campaigns/c9/archive", data={}, follow_redirects=False).status_code == 303
+    front = client.get("/")
+    assert 'id="archived-campaigns"' in front.text and "/campaigns/c9" in front.text.split('id="archived-campaigns"')[1]
+    page = client.get("/campaigns/c9")
+    assert (
+        'id="archived-banner"' in page.text and 'id="restore-form"' in page.text and 'id="delete-form"' not in page.text
+    )
+    assert client.post("/campaigns/c9/delete", data={"confirm": "C"}).status_code == 403
+    _browser_as(app, client, "Ada", Role.admin)
+    assert 'id="delete-form"' in client.get("/campaigns/c9").text
+    gone = client.post("/campaigns/c9/delete", data={"confirm": "C"}, follow_redirects=False)
+    assert gone.status_code == 303 and gone.headers["location"] == "/"
