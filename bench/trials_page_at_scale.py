@@ -22,7 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from pages_at_scale import StatementCounter, _no_change_point_pass, build_campaign  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
@@ -30,6 +29,7 @@ from sqlalchemy import func, select  # noqa: E402
 from app.models import Trial, utcnow  # noqa: E402
 from app.services import changes as change_points  # noqa: E402
 from app.state import app_state  # noqa: E402
+from bench.pages_at_scale import StatementCounter, _no_change_point_pass, build_campaign  # noqa: E402
 
 TARGET_MS = 150.0
 

@@ -169,12 +169,22 @@ def search_trials(
     if page < 1:
         raise Invalid("page must be 1 or more.", field="page")
     order = _order(sort)
-    counted = _filtered(session, select(func.count()).select_from(Trial), f)
-    if f.approach is not None and f.campaign is None:
-        counted = counted.join(Approach, col(Approach.id) == col(Trial.approach_id))
-    total = int(session.exec(counted).one())
-    query = _filtered(session, _rows_query(), f).order_by(*order).offset((page - 1) * per_page).limit(per_page)
-    rows = [TrialRow(t, a, slug, name) for t, a, slug, name in session.exec(query).all()]
+    name = sort.removeprefix("-")
+    # The page's ids first, over the trial table and only the joins the filter or the sort needs; then those
+    # rows with their approach, campaign and runner (a join of 50 rows, not of every trial the filter finds).
+    narrowed = _filtered(session, select(Trial.id), f)
+    if name == "approach" or (f.approach is not None and f.campaign is None):
+        narrowed = narrowed.join(Approach, col(Approach.id) == col(Trial.approach_id))
+    if name == "campaign":
+        narrowed = narrowed.join(Campaign, col(Campaign.id) == col(Trial.campaign_id))
+    if name == "runner":
+        narrowed = narrowed.outerjoin(Runner, col(Runner.id) == col(Trial.runner_id))
+    total = int(session.exec(select(func.count()).select_from(narrowed.order_by(None).subquery())).one())
+    ids = list(session.exec(narrowed.order_by(*order).offset((page - 1) * per_page).limit(per_page)))
+    found = {
+        t.id: (t, a, slug, runner) for t, a, slug, runner in session.exec(_rows_query().where(col(Trial.id).in_(ids)))
+    }
+    rows = [TrialRow(*found[i]) for i in ids if i in found]
     return TrialSearch(rows, total, page, per_page, sort)
 
 

@@ -16,7 +16,7 @@ from app.deps import OperatorDep
 from app.domain import inventory, trial_reads
 from app.domain.errors import Invalid
 from app.domain.verdicts import SIGNATURE_STATUS
-from app.models import Runner, TrialState
+from app.models import Approach, Runner, TrialState
 from app.schemas import NO_PROPOSAL, TRIAL_SORTS, TrialFilter
 from app.state import app_state
 from app.web.render import render
@@ -78,11 +78,17 @@ def _page(session: Session, filters: TrialFilter, sort: str, page: int) -> dict[
         "export_query": urlencode(base + [("sort", sort)]),
         "campaign": campaign,
         "campaigns": inventory.list_campaigns(session) + inventory.list_campaigns(session, archived=True),
-        "approaches": inventory.approaches(session, campaign) if campaign else [],
+        "approaches": _approach_options(session, campaign.id) if campaign else [],
         "runners": list(session.exec(select(Runner.name).order_by(col(Runner.name)))),
         "states": list(TrialState),
         "proposals": [*SIGNATURE_STATUS, NO_PROPOSAL],
     }
+
+
+def _approach_options(session: Session, campaign_id: int | None) -> list[tuple[str, str]]:
+    """(key, title) of the campaign's approaches in priority order: the approach select (not 500 full rows)."""
+    query = select(Approach.key, Approach.title).where(Approach.campaign_id == campaign_id)
+    return [(k, t) for k, t in session.exec(query.order_by(col(Approach.position), col(Approach.id)))]
 
 
 @router.get("/trials")

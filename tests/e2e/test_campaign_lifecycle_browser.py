@@ -49,7 +49,7 @@ def test_rename_archive_and_delete_in_the_page(live_server, browser):
         page.wait_for_url(live_server.url + "/")
         expect(page.locator("body")).not_to_contain_text(SHOOTOUT)
         expect(page.locator(".campaign-list")).to_contain_text("Kimi-K2.5 + EAGLE-3")
-        assert page.goto(live_server.url + "/campaigns/shootout-q4").status == 404  # type: ignore[union-attr]
+        assert page.goto(live_server.url + "/campaigns/shootout-q4").status == 404
     finally:
         page.close()
 
