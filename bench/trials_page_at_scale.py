@@ -23,7 +23,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pages_at_scale import StatementCounter, _no_change_point_pass, build_campaign  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
 from app.models import Trial, utcnow  # noqa: E402
