@@ -94,9 +94,13 @@ def _filtered(session: Session, query: Any, f: TrialFilter) -> Any:
         query = query.where(verdict == ("" if f.proposal == NO_PROPOSAL else f.proposal))
     if f.tag is not None:
         name, value = _tag(f.tag)
-        tagged = select(Metric.trial_id).where(
-            Metric.trial_id == Trial.id, cast(col(Metric.tags)[name].as_string(), String) == value
-        )
+        exact = cast(col(Metric.tags)[name].as_string(), String) == value
+        if (name + value).isascii() and not set(name + value) & set('"\\%_'):
+            # A text test first, far cheaper than reading the JSON: the stored text holds the name in quotes and
+            # the value (the JSON check then decides; non-ASCII or escaped text skips this shortcut).
+            text = cast(col(Metric.tags), String)
+            exact = text.like(f'%"{name}"%') & text.like(f"%{value}%") & exact
+        tagged = select(Metric.trial_id).where(Metric.trial_id == Trial.id, exact)
         query = query.where(tagged.exists())
     if f.since is not None:
         query = query.where(col(Trial.created_at) >= f.since)
