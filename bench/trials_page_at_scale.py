@@ -59,7 +59,7 @@ def views(scale: float) -> list[tuple[str, str]]:
     ]
 
 
-def measure(db_url: str, scale: float, repeat: int) -> None:
+def measure(db_url: str, scale: float, repeat: int, only: list[str]) -> None:
     from fastapi.testclient import TestClient
 
     from app.config import Settings
@@ -96,6 +96,8 @@ def measure(db_url: str, scale: float, repeat: int) -> None:
             f"  {'view':30} {'median ms':>9} {'min':>7} {'max':>7} {'queries':>8} {'trials':>8}  target {TARGET_MS:.0f} ms"
         )
         for label, path in views(scale):
+            if only and not any(o in label for o in only):
+                continue
             r = client.get(path)  # warm-up (and the check that it answers)
             if r.status_code != 200:
                 print(f"  {label:30} HTTP {r.status_code}: {r.text[:160]}")
@@ -113,6 +115,8 @@ def measure(db_url: str, scale: float, repeat: int) -> None:
                 f"  {label:30} {median:9.1f} {min(times):7.1f} {max(times):7.1f} {queries:8d} {found:8,d}  "
                 + ("ok" if median < TARGET_MS else "OVER")
             )
+        if only and not any(o in "export CSV" for o in only):
+            return
         t = time.perf_counter()
         r = client.get("/api/trials/export?campaign=scale&format=csv")
         print(
@@ -131,11 +135,12 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (1.0: 50,000 trials)")
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--repeat", type=int, default=7, help="timed requests per view (after one warm-up)")
+    parser.add_argument("--only", action="append", default=[], help="only views whose label contains this")
     args = parser.parse_args()
     print(f"trials page at scale x{args.scale}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     if args.db in ("sqlite", "both"):
         print("SQLite")
-        measure(f"sqlite:///{tempfile.mkdtemp(prefix='trials-at-scale-')}/scale.db", args.scale, args.repeat)
+        measure(f"sqlite:///{tempfile.mkdtemp(prefix='trials-at-scale-')}/scale.db", args.scale, args.repeat, args.only)
     if args.db in ("postgres", "both"):
         import psycopg
 
@@ -146,7 +151,7 @@ def main() -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
         try:
             print("PostgreSQL")
-            measure(admin.rsplit("/", 1)[0] + "/" + name, args.scale, args.repeat)
+            measure(admin.rsplit("/", 1)[0] + "/" + name, args.scale, args.repeat, args.only)
         finally:
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -95,9 +95,11 @@ def _filtered(session: Session, query: Any, f: TrialFilter) -> Any:
     if f.tag is not None:
         name, value = _tag(f.tag)
         exact = cast(col(Metric.tags)[name].as_string(), String) == value
-        if (name + value).isascii() and not set(name + value) & set('"\\%_'):
-            # A text test first, far cheaper than reading the JSON: the stored text holds the name in quotes and
-            # the value (the JSON check then decides; non-ASCII or escaped text skips this shortcut).
+        plain = (name + value).isascii() and not set(name + value) & set('"\\%_')
+        if plain and session.get_bind().dialect.name == "sqlite":
+            # SQLite: a text test first, far cheaper than json_extract: the stored text holds the name in quotes
+            # and the value (the JSON check then decides). On PostgreSQL the cast made the query 5x slower
+            # (docs/performance.md, "The trials page").
             text = cast(col(Metric.tags), String)
             exact = text.like(f'%"{name}"%') & text.like(f"%{value}%") & exact
         tagged = select(Metric.trial_id).where(Metric.trial_id == Trial.id, exact)
