@@ -6,7 +6,7 @@ import copy
 import json
 import re
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from app.deps import NotLoggedIn
-from app.domain.errors import DomainError
+from app.domain.errors import DomainError, Moved
 from app.schemas import error_words
 from app.services.events import PAGE_EVENTS
 from app.state import app_state
@@ -176,9 +176,26 @@ def login_required(request: Request) -> Response:
     return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
 
 
+def moved_location(request: Request, exc: Moved) -> str | None:
+    """The same URL with the campaign's old slug (the segment after `campaigns`, or `?campaign=`) replaced by its
+    new one; None when the URL does not name it there."""
+    parts = request.url.path.split("/")
+    hits = [i for i in range(1, len(parts)) if parts[i - 1] == "campaigns" and parts[i] == exc.old]
+    for i in hits:
+        parts[i] = exc.slug
+    query = [(k, exc.slug if k == "campaign" and v == exc.old else v) for k, v in request.query_params.multi_items()]
+    moved_query = query != list(request.query_params.multi_items())
+    if not hits and not moved_query:
+        return None
+    url = request.url.replace(path="/".join(parts), query=urlencode(query))
+    return str(url.path) + (f"?{url.query}" if url.query else "")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain(request: Request, exc: DomainError) -> Response:
+        if isinstance(exc, Moved) and (location := moved_location(request, exc)) is not None:
+            return RedirectResponse(location, status_code=308)  # 308: the method and body are kept
         return _error(request, exc.message, exc.status_code, exc.field)
 
     @app.exception_handler(NotLoggedIn)

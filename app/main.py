@@ -43,6 +43,7 @@ from app.web import notifications as web_notifications
 from app.web import planning as web_planning
 from app.web import replay as web_replay
 from app.web import share as web_share
+from app.web import trial_list as web_trial_list
 from app.web import trials as web_trials
 from app.web import users as web_users
 from app.web import verdicts as web_verdicts
@@ -62,6 +63,7 @@ ROUTERS = [
     livelog.router,
     pagefeed.router,
     web_trials.router,
+    web_trial_list.router,
     web_charts.router,
     web_compare.router,
     web_share.router,

@@ -335,6 +335,41 @@ class Campaign(CampaignSettings, ModelInputFields, CampaignText, table=True):
     run_order: str = Field(default="ranking", max_length=20, sa_column_kwargs={"server_default": "ranking"})
     created_at: datetime = _created()
     updated_at: datetime = _created()
+    # Archived: read-only, off the front page, restorable (app/domain/lifecycle.py, migration 0019).
+    archived_at: datetime | None = _ts()
+
+
+class CampaignSlug(SQLModel, table=True):
+    """A slug a campaign had before a rename: its old URLs redirect to the campaign while the row exists, and no
+    other campaign may take the slug meanwhile (app/domain/lifecycle.py)."""
+
+    __tablename__ = "campaign_slug"
+
+    id: int | None = Field(default=None, primary_key=True)
+    slug: str = Field(max_length=80, unique=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    created_at: datetime = _created()
+
+
+class CampaignEventKind(StrEnum):
+    """What a campaign's own history records (its approaches keep theirs in StatusChange)."""
+
+    renamed = "renamed"
+    archived = "archived"
+    restored = "restored"
+
+
+class CampaignEvent(SQLModel, table=True):
+    """One step of a campaign's lifecycle: who renamed, archived or restored it, when, and what it did."""
+
+    __tablename__ = "campaign_event"
+
+    id: int | None = Field(default=None, primary_key=True)
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    kind: str = Field(max_length=20)
+    detail: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    actor: str = Field(default="", max_length=120)
+    at: datetime = _created()
 
 
 class Approach(ApproachText, table=True):
@@ -445,6 +480,9 @@ class Trial(SQLModel, table=True):
     __table_args__ = (
         Index("ix_trial_campaign_id_id", "campaign_id", "id"),
         Index("ix_trial_approach_id_id", "approach_id", "id"),
+        # The trials page's date sorts and date range within a campaign (migration 0019).
+        Index("ix_trial_campaign_created", "campaign_id", "created_at"),
+        Index("ix_trial_campaign_finished", "campaign_id", "finished_at"),
         NEVER_REUSED_IDS,
     )
     id: int | None = Field(default=None, primary_key=True)

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -271,18 +272,59 @@ class CampaignBase(CampaignSettings, CampaignSources, ModelInputFields, Campaign
 RESERVED_SLUGS = ("import",)  # `/api/campaigns/import` is the import's, not a campaign's
 
 
-class CampaignCreate(CampaignBase):
-    slug: str = Field(
+def _not_reserved(value: str) -> str:
+    if value in RESERVED_SLUGS:
+        raise ValueError(f"{value!r} is reserved (a path of the API), choose another name")
+    return value
+
+
+# A campaign's slug as it is entered: at creation (CampaignCreate) and at a rename (CampaignRename).
+CampaignSlugText = Annotated[
+    str,
+    Field(
         pattern=SLUG_PATTERN,
         description=f"URL name: lowercase letters, digits, dashes; not {', '.join(RESERVED_SLUGS)}.",
+    ),
+    AfterValidator(_not_reserved),
+]
+
+
+class CampaignCreate(CampaignBase):
+    slug: CampaignSlugText
+
+
+class CampaignRename(BaseModel):
+    """The campaign's new slug: its old URLs redirect to it (docs/board.md "A campaign's lifecycle")."""
+
+    model_config = {"extra": "forbid", "str_strip_whitespace": True}
+    slug: CampaignSlugText
+
+
+class ArchiveRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+    cancel_active: bool = Field(
+        False, description="Cancel the campaign's queued and running trials in the same step (else 409 while any)."
     )
 
-    @field_validator("slug")
-    @classmethod
-    def _not_reserved(cls, value: str) -> str:
-        if value in RESERVED_SLUGS:
-            raise ValueError(f"{value!r} is reserved (a path of the API), choose another name")
-        return value
+
+class DeleteRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+    confirm: str = Field(description="The campaign's name, typed to confirm (the delete cannot be undone).")
+
+
+class CampaignEventPublic(BaseModel):
+    model_config = {"from_attributes": True}
+    kind: str
+    detail: str
+    actor: str
+    at: datetime
+
+    _utc = field_validator("at", mode="before")(_utc)
+
+
+class CampaignDeleted(BaseModel):
+    deleted: str = Field(description="The deleted campaign's slug.")
+    removed: dict[str, int] = Field(description="How many of its rows went with it, per kind.")
 
 
 @leave_out_any
@@ -301,8 +343,9 @@ class CampaignPublic(CampaignCreate):
     id: int
     created_at: datetime
     updated_at: datetime
+    archived_at: datetime | None = Field(None, description="Archived (read-only) since then; null: active.")
 
-    _utc = field_validator("created_at", "updated_at", mode="before")(_utc)
+    _utc = field_validator("created_at", "updated_at", "archived_at", mode="before")(_utc)
 
 
 class ApproachBase(ApproachText):
@@ -457,6 +500,7 @@ class TrialSummary(BaseModel):
     dispatched_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    proposed: str = Field("", description="The verdict its failure signature proposed (empty: none matched).")
 
     _utc = field_validator("created_at", "dispatched_at", "started_at", "finished_at", mode="before")(_utc)
 
@@ -530,9 +574,61 @@ class TrialPublic(TrialSummary):
     gpu_note: str
 
 
+NO_PROPOSAL = "none"  # the proposal filter's value for "no failure signature matched"
+_NAME = r"^[^\x00-\x1f\x7f]+$"
+
+
+class TrialFilter(BaseModel):
+    """What the trials page, `GET /api/trials`, its export and `campaign trials` filter by (each optional, all
+    ANDed). Declared once: the API reads it as query parameters, the page from its URL (so a filtered view can
+    be shared), the CLI from its options. (Other query parameters sit beside it: no "extra": "forbid".)"""
+
+    model_config = {"str_strip_whitespace": True}
+
+    campaign: str | None = Field(None, pattern=SLUG_PATTERN, description="A campaign's slug.")
+    approach: str | None = Field(
+        None, pattern=SLUG_PATTERN, description="An approach's key (in `campaign`, or in any)."
+    )
+    state: TrialState | None = None
+    runner: str | None = Field(None, min_length=1, max_length=120, pattern=_NAME, description="A runner's name.")
+    proposal: str | None = Field(
+        None,
+        min_length=1,
+        max_length=60,
+        pattern=_NAME,
+        description=f"The verdict the trial's failure signature proposed (e.g. oom); {NO_PROPOSAL!r}: none matched.",
+    )
+    tag: str | None = Field(
+        None,
+        min_length=3,
+        max_length=200,
+        pattern=_NAME,
+        description="A metric tag or condition, name=value (e.g. world_size=8): the trial printed a metric with it.",
+    )
+    since: datetime | None = Field(None, description="Created at or after (ISO 8601; UTC when no zone is given).")
+    until: datetime | None = Field(None, description="Created before (ISO 8601; UTC when no zone is given).")
+    requested_by: str | None = Field(None, min_length=1, max_length=120, pattern=_NAME, description="Who started it.")
+
+    _utc = field_validator("since", "until", mode="after")(_utc)
+
+    def items(self) -> list[tuple[str, str]]:
+        """The filter as URL query items (the page's links keep it)."""
+        out = []
+        for name, value in self.model_dump(exclude_none=True).items():
+            out.append((name, value.isoformat() if isinstance(value, datetime) else str(value)))
+        return out
+
+
+TRIAL_SORTS = ("id", "campaign", "approach", "state", "runner", "requested_by", "created", "started", "finished")
+
+
 class TrialPage(BaseModel):
     items: list[TrialSummary]
-    next_before: int | None = Field(description="Pass as `before` for the next (older) page; null on the last page.")
+    next_before: int | None = Field(
+        description="Pass as `before` for the next (older) page; null on the last page or when sorted otherwise."
+    )
+    total: int = Field(description="How many trials the filter finds (every page).")
+    page: int = Field(description="This page's number (from 1) when paged by `page`.")
 
 
 class MetricPublic(BaseModel):

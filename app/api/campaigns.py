@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from app.db import stream_in_session
-from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
-from app.domain import inventory
+from app.deps import AdminDep, OperatorDep, PageAfter, SessionDep, require_operator
+from app.domain import inventory, lifecycle
 from app.domain.campaign_files import campaign_file_schema, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.errors import concrete_paths_first
@@ -19,8 +19,12 @@ from app.schemas import (
     ApproachDeleted,
     ApproachPublic,
     ApproachUpdate,
+    ArchiveRequest,
     CampaignCreate,
+    CampaignDeleted,
+    CampaignEventPublic,
     CampaignPublic,
+    CampaignRename,
     CampaignUpdate,
     EvidencePublic,
     ImportSummary,
@@ -29,14 +33,18 @@ from app.schemas import (
     StatusChangeRequest,
 )
 from app.services import campaigns as campaign_writes
+from app.services import lifecycle as lifecycle_steps
 from app.state import app_state
 
 router = APIRouter(prefix="/api", tags=["campaigns"], dependencies=[Depends(require_operator)])
 
 
 @router.get("/campaigns", response_model=list[CampaignPublic])
-def list_campaigns(session: SessionDep):
-    return inventory.list_campaigns(session)
+def list_campaigns(
+    session: SessionDep,
+    archived: Annotated[bool, Query(description="The archived campaigns instead of the active ones.")] = False,
+):
+    return inventory.list_campaigns(session, archived=archived)
 
 
 @router.post("/campaigns", response_model=CampaignPublic, status_code=201)
@@ -57,6 +65,51 @@ def get_campaign(slug: str, session: SessionDep):
 def update_campaign(slug: str, data: CampaignUpdate, session: SessionDep, operator: OperatorDep):
     campaign = inventory.get_campaign(session, slug)
     return campaign_writes.update_campaign(session, campaign, data)
+
+
+async def _campaign(request: Request, slug: str) -> CampaignPublic:
+    read = await app_state(request).db.read_in_tx(inventory.get_campaign, slug)
+    return CampaignPublic.model_validate(read)
+
+
+@router.post("/campaigns/{slug}/rename", response_model=CampaignPublic)
+async def rename_campaign(request: Request, slug: str, data: CampaignRename, operator: OperatorDep):
+    """A new slug: the old one's URLs redirect (308) to the new ones, and no other campaign may take it meanwhile."""
+    await lifecycle_steps.rename(request.app, slug, data, operator.name)
+    return await _campaign(request, data.slug)
+
+
+@router.post("/campaigns/{slug}/archive", response_model=CampaignPublic)
+async def archive_campaign(request: Request, slug: str, data: ArchiveRequest, operator: OperatorDep):
+    """Read-only from now on and off the front page (listed with `?archived=true`); `restore` brings it back.
+    409 while trials are queued or running, unless `cancel_active`."""
+    await lifecycle_steps.archive(request.app, slug, operator.name, cancel_active=data.cancel_active)
+    return await _campaign(request, slug)
+
+
+@router.post("/campaigns/{slug}/restore", response_model=CampaignPublic)
+async def restore_campaign(request: Request, slug: str, operator: OperatorDep):
+    await lifecycle_steps.restore(request.app, slug, operator.name)
+    return await _campaign(request, slug)
+
+
+@router.delete("/campaigns/{slug}", response_model=CampaignDeleted, dependencies=OWN_PATHS_FIRST)
+async def delete_campaign(
+    request: Request,
+    slug: str,
+    operator: AdminDep,
+    confirm: Annotated[str, Query(max_length=200, description="The campaign's name, typed to confirm.")],
+) -> CampaignDeleted:
+    """Admin only, and only an archived campaign: it goes with every row of its own (approaches, trials, logs,
+    metrics, artifacts, share links, history), nothing else. Export it first (`/export?with_results=true`)."""
+    done = await lifecycle_steps.delete(request.app, slug, confirm, operator.name)
+    return CampaignDeleted(deleted=done.slug, removed=done.removed)
+
+
+@router.get("/campaigns/{slug}/history", response_model=list[CampaignEventPublic])
+def campaign_history(slug: str, session: SessionDep):
+    """The campaign's lifecycle steps (renamed, archived, restored), newest first."""
+    return lifecycle.history(session, inventory.get_campaign(session, slug))
 
 
 @router.get(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
@@ -19,10 +19,12 @@ from app.domain import comparison as comparison_domain
 from app.domain import logs as log_domain
 from app.domain import queue as queue_domain
 from app.domain import scheduling, trial_reads, trials
+from app.domain.errors import Invalid
 from app.domain.inventory import get_campaign
 from app.models import TrialState
 from app.schemas import (
     SLUG_PATTERN,
+    TRIAL_SORTS,
     AttemptPublic,
     ComparedColumnPublic,
     ComparedComponent,
@@ -39,6 +41,7 @@ from app.schemas import (
     RunResultPublic,
     SettlePublic,
     SettleRequest,
+    TrialFilter,
     TrialPage,
     TrialPublic,
     TrialSummary,
@@ -100,33 +103,12 @@ def _queue(session: Session, slug: str) -> list[QueuedTrialPublic]:
     ]
 
 
-def _summary(row: trial_reads.TrialRow) -> dict[str, Any]:
-    t = row.trial
-    return {
-        "id": t.id,
-        "campaign": row.campaign_slug,
-        "approach": row.approach.key,
-        "approach_title": row.approach.title,
-        "state": t.state,
-        "phase": t.phase,
-        "runner_id": t.runner_id,
-        "runner": row.runner_name,
-        "attempt_count": t.attempt_count,
-        "requested_by": t.requested_by,
-        "exit_code": t.exit_code,
-        "created_at": t.created_at,
-        "dispatched_at": t.dispatched_at,
-        "started_at": t.started_at,
-        "finished_at": t.finished_at,
-    }
-
-
 def _trial_public(session: Session, trial_id: int) -> TrialPublic:
     d = trial_reads.trial_detail(session, trial_id)
     t = d.trial
     row = trial_reads.TrialRow(t, d.approach, d.campaign.slug, d.runner.name if d.runner else None)
     return TrialPublic(
-        **_summary(row),
+        **trial_reads.summary(row),
         exit_signal=t.exit_signal,
         error=t.error,
         attempt_id=t.attempt_id,
@@ -143,9 +125,26 @@ def _trial_public(session: Session, trial_id: int) -> TrialPublic:
     )
 
 
-def _trial_page(session: Session, **filters: Any) -> TrialPage:
-    page = trial_reads.list_trials(session, **filters)
-    return TrialPage(items=[TrialSummary(**_summary(r)) for r in page.rows], next_before=page.next_before)
+def _trial_page(
+    session: Session, filters: TrialFilter, sort: str, page: int, before: int | None, limit: int
+) -> TrialPage:
+    if before is not None:
+        cursor = trial_reads.list_trials(session, before=before, limit=limit, **filters.model_dump())
+        found = trial_reads.search_trials(session, filters, per_page=1)  # the count
+        return TrialPage(
+            items=[TrialSummary(**trial_reads.summary(r)) for r in cursor.rows],
+            next_before=cursor.next_before,
+            total=found.total,
+            page=page,
+        )
+    found = trial_reads.search_trials(session, filters, sort=sort, page=page, per_page=limit)
+    last = found.rows[-1].trial.id if found.rows and page < found.pages and sort == "-id" else None
+    return TrialPage(
+        items=[TrialSummary(**trial_reads.summary(r)) for r in found.rows],
+        next_before=last,
+        total=found.total,
+        page=page,
+    )
 
 
 def _metrics(session: Session, trial_id: int) -> list[MetricPublic]:
@@ -305,25 +304,53 @@ async def campaign_queue(request: Request, slug: Slug, operator: OperatorDep) ->
     return await app_state(request).db.read_in_tx(_queue, slug)
 
 
+TRIAL_EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {}, "application/json": {}}, "description": "The trials, CSV or a JSON array"}
+}
+TrialSort = Annotated[
+    str,
+    Query(
+        pattern="^-?(" + "|".join(TRIAL_SORTS) + ")$",
+        description="A column to sort by, a leading - for descending (default -id: newest first).",
+    ),
+]
+
+
 @router.get("/api/trials", response_model=TrialPage)
 async def list_trials(
     request: Request,
     operator: OperatorDep,
-    campaign: Annotated[Slug | None, Query(description="A campaign's slug.")] = None,
-    approach: Annotated[Slug | None, Query(description="An approach's key (in `campaign`, or in any).")] = None,
-    state: TrialState | None = None,
-    runner: Annotated[
-        str | None, Query(min_length=1, max_length=120, pattern=r"^[^\x00-\x1f\x7f]+$", description="A runner's name.")
-    ] = None,
+    filters: Annotated[TrialFilter, Query()],
+    sort: TrialSort = "-id",
+    page: Annotated[int, Query(ge=1, le=10**6, description="The page (from 1), of `limit` trials each.")] = 1,
     before: PageAfter = None,
     limit: Annotated[int, Query(ge=1, le=trial_reads.MAX_PAGE)] = 50,
 ) -> TrialPage:
-    """Trials, newest first, a page at a time: pass `next_before` back as `before` for the next page.
-    An unknown campaign, approach or runner is a 404."""
-    read = partial(
-        _trial_page, campaign=campaign, approach=approach, state=state, runner=runner, before=before, limit=limit
+    """Trials, filtered (`TrialFilter`), sorted, a page at a time, with how many the filter finds (`total`).
+    Page by `page`, or (newest first only) pass `next_before` back as `before`. An unknown campaign, approach or
+    runner is a 404. `GET /api/trials/export?format=csv|json` gives every trial the same filter finds."""
+    if before is not None and sort != "-id":
+        raise Invalid("before: only with the default sort (-id); use page otherwise", field="before")
+    return await app_state(request).db.read_in_tx(_trial_page, filters, sort, page, before, limit)
+
+
+@router.get("/api/trials/export", response_class=StreamingResponse, responses=TRIAL_EXPORT_RESPONSES)
+async def export_trials(
+    request: Request,
+    operator: OperatorDep,
+    filters: Annotated[TrialFilter, Query()],
+    sort: TrialSort = "-id",
+    format: Annotated[Literal["csv", "json"], Query(description="csv or json (a JSON array).")] = "csv",
+) -> StreamingResponse:
+    """Every trial the filter finds, in `sort`'s order, streamed (the trials page's "Export")."""
+    await app_state(request).db.read_in_tx(trial_reads.search_trials, filters, sort=sort, per_page=1)  # 4xx first
+    body = stream_in_session(app_state(request).engine, trial_reads.export_stream, filters, sort, format)
+    name = f"trials-{filters.campaign or 'all'}.{format}"
+    return StreamingResponse(
+        body,
+        media_type=trial_reads.MEDIA_TYPES[format],
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
-    return await app_state(request).db.read_in_tx(read)
 
 
 @router.get("/api/trials/{trial_id}", response_model=TrialPublic)

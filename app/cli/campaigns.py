@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import console, err, fail, get_settings, migrated_engine, session_scope
+from app.cli.common import board_engine, console, err, fail, get_settings, migrated_engine, session_scope
 
 
 def export_cmd(
@@ -129,3 +129,96 @@ def _read(path: Path, limit: int) -> bytes:
     except OSError as exc:
         fail(f"cannot read {path}: {exc.strerror}", code=2)
     return b""
+
+
+ActorOption = Annotated[str, typer.Option("--by", help="The name the campaign's history shows for this step.")]
+
+
+def rename_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug now.")],
+    new_slug: Annotated[str, typer.Argument(help="Its new slug (the old one's URLs redirect to it).")],
+    by: ActorOption = "cli",
+) -> None:
+    """Rename a campaign's slug: its old URLs and share links keep working (they redirect)."""
+    from pydantic import ValidationError
+
+    from app.domain import inventory, lifecycle
+    from app.domain.errors import DomainError
+    from app.schemas import CampaignRename
+
+    try:
+        data = CampaignRename(slug=new_slug)
+    except ValidationError as exc:
+        fail(f"{new_slug!r}: {exc.errors()[0]['msg']}", code=2)
+    try:
+        with session_scope(board_engine(get_settings())) as session:
+            lifecycle.rename(session, inventory.get_campaign(session, slug), data, by)
+    except DomainError as exc:
+        fail(exc.message)
+    console.print(f"renamed {slug} -> {new_slug} (the old URLs redirect)", highlight=False)
+
+
+def archive_cmd(slug: Annotated[str, typer.Argument(help="The campaign's slug.")], by: ActorOption = "cli") -> None:
+    """Archive a campaign: read-only, off the front page, restorable. Refused while trials are queued or
+    running: cancel them first (the page and the API can cancel them in the same step; the server tells
+    their runners)."""
+    from app.domain import inventory, lifecycle
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(board_engine(get_settings())) as session:
+            lifecycle.archive(session, inventory.get_campaign(session, slug), by)
+    except DomainError as exc:
+        fail(exc.message)
+    console.print(f"archived {slug}: read-only; `campaign restore {slug}` brings it back", highlight=False)
+
+
+def restore_cmd(slug: Annotated[str, typer.Argument(help="The campaign's slug.")], by: ActorOption = "cli") -> None:
+    """Restore an archived campaign: back on the front page, writable again."""
+    from app.domain import inventory, lifecycle
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(board_engine(get_settings())) as session:
+            lifecycle.restore(session, inventory.get_campaign(session, slug), by)
+    except DomainError as exc:
+        fail(exc.message)
+    console.print(f"restored {slug}", highlight=False)
+
+
+def delete_cmd(
+    slug: Annotated[str, typer.Argument(help="The archived campaign's slug.")],
+    confirm: Annotated[str, typer.Option("--confirm", help="The campaign's name, typed to confirm.")],
+    by: ActorOption = "cli",
+) -> None:
+    """Delete an archived campaign for good, with its approaches, trials, logs, metrics, artifacts, share links
+    and history (nothing else). `campaign export SLUG --with-results` first keeps a copy."""
+    from app.domain import artifacts, inventory, lifecycle
+    from app.domain.errors import DomainError
+
+    settings = get_settings()
+    try:
+        with session_scope(board_engine(settings)) as session:
+            done = lifecycle.delete(session, inventory.get_campaign(session, slug), confirm, by)
+    except DomainError as exc:
+        fail(exc.message)
+    store = artifacts.store_for(settings.data_dir)
+    for sha in done.blobs:
+        store.delete(sha)
+    removed = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in done.removed.items())
+    console.print(f"deleted {slug}: {removed}", highlight=False)
+
+
+def history_cmd(slug: Annotated[str, typer.Argument(help="The campaign's slug.")]) -> None:
+    """A campaign's lifecycle steps (renamed, archived, restored), newest first."""
+    from app.domain import inventory, lifecycle
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(board_engine(get_settings()), write=False) as session:
+            campaign = inventory.get_campaign(session, slug)
+            rows = [(e.at, e.kind, e.detail, e.actor) for e in lifecycle.history(session, campaign)]
+    except DomainError as exc:
+        fail(exc.message)
+    for at, kind, detail, actor in rows:
+        console.print(f"{at:%Y-%m-%d %H:%M}  {kind:9} {detail}  by {actor or '?'}", highlight=False)

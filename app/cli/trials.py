@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import console, fail
+from app.cli.common import board_engine, console, fail, get_settings, session_scope
 from app.protocol.metrics import MetricName
 
 
@@ -90,3 +90,67 @@ def classify(
     ]
     for label, value in lines:
         console.print(f"[cyan]{label + ':':<11}[/cyan]{value}", soft_wrap=True, highlight=False)
+
+
+def trials_cmd(
+    campaign: Annotated[str | None, typer.Option(help="A campaign's slug.")] = None,
+    approach: Annotated[str | None, typer.Option(help="An approach's key (in --campaign, or in any).")] = None,
+    state: Annotated[str | None, typer.Option(help="queued, running, succeeded, failed, ...")] = None,
+    runner: Annotated[str | None, typer.Option(help="A runner's name.")] = None,
+    proposal: Annotated[str | None, typer.Option(help="The verdict its failure signature proposed; 'none'.")] = None,
+    tag: Annotated[str | None, typer.Option(help="A metric tag or condition, name=value (world_size=8).")] = None,
+    since: Annotated[str | None, typer.Option(help="Created at or after (ISO 8601 date or time).")] = None,
+    until: Annotated[str | None, typer.Option(help="Created before (ISO 8601 date or time).")] = None,
+    requested_by: Annotated[str | None, typer.Option("--requested-by", help="Who started it.")] = None,
+    sort: Annotated[str, typer.Option(help="A column, a leading - for descending.")] = "-id",
+    page: Annotated[int, typer.Option(min=1)] = 1,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="Trials per page.")] = 50,
+    output: Annotated[
+        str, typer.Option("--format", help="table (one page), csv or json (every trial the filter finds).")
+    ] = "table",
+) -> None:
+    """Trials, filtered as on the trials page and `GET /api/trials` (the same filter), sorted, paged."""
+    from pydantic import ValidationError
+    from rich.markup import escape
+    from rich.table import Table
+
+    from app.domain import trial_reads
+    from app.domain.errors import DomainError
+    from app.schemas import TrialFilter
+
+    if output not in ("table", "csv", "json"):
+        fail("--format: table, csv or json", code=2)
+    given = dict(campaign=campaign, approach=approach, state=state, runner=runner, proposal=proposal, tag=tag)
+    given |= dict(since=since, until=until, requested_by=requested_by)
+    try:
+        filters = TrialFilter.model_validate({k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fail(f"--{'.'.join(str(p) for p in err['loc']).replace('_', '-')}: {err['msg']}", code=2)
+    try:
+        with session_scope(board_engine(get_settings()), write=False, snapshot=True) as session:
+            if output != "table":
+                for piece in trial_reads.export_stream(session, filters, sort, output):
+                    sys.stdout.write(piece)
+                if output == "json":
+                    sys.stdout.write("\n")
+                return
+            found = trial_reads.search_trials(session, filters, sort=sort, page=page, per_page=limit)
+            rows = [trial_reads.summary(r) for r in found.rows]
+    except DomainError as exc:
+        fail(exc.message)
+    table = Table(title=f"{found.total:,} trial(s), page {found.page} of {found.pages}")
+    for column in ("trial", "campaign", "approach", "state", "proposed", "runner", "started by", "created"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            f"#{r['id']}",
+            escape(r["campaign"]),
+            escape(r["approach"]),
+            r["state"],
+            r["proposed"],
+            escape(r["runner"] or ""),
+            escape(r["requested_by"]),
+            f"{r['created_at']:%Y-%m-%d %H:%M}",
+        )
+    console.print(table)

@@ -24,3 +24,12 @@ class Conflict(DomainError):
 
 class Invalid(DomainError):
     status_code = 422
+
+
+class Moved(NotFound):
+    """A campaign's old slug: it was renamed to `slug` (app/errors.py redirects a URL that names the old one)."""
+
+    def __init__(self, message: str, *, old: str, slug: str) -> None:
+        super().__init__(message, field="slug")
+        self.old = old
+        self.slug = slug

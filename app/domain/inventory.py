@@ -13,8 +13,9 @@ from typing import Any
 from sqlalchemy import func, tuple_
 from sqlmodel import Session, col, select
 
+from app.domain import read_only  # noqa: F401  (installs the archived campaigns' read-only check)
 from app.domain.acceptance import accept_length_bound_error
-from app.domain.errors import Conflict, Invalid, NotFound
+from app.domain.errors import Conflict, Invalid, Moved, NotFound
 from app.models import (
     ACTIVE_TRIAL_STATES,
     Activity,
@@ -22,6 +23,7 @@ from app.models import (
     ApproachStatus,
     Artifact,
     Campaign,
+    CampaignSlug,
     HistoryKind,
     Metric,
     RunOrder,
@@ -36,20 +38,48 @@ from app.schemas import NEEDS_REASON, ApproachCreate, ApproachUpdate, CampaignCr
 STATUS_ORDER = list(ApproachStatus)
 
 
-def list_campaigns(session: Session) -> list[Campaign]:
-    return list(session.exec(select(Campaign).order_by(Campaign.name)))
+def list_campaigns(session: Session, *, archived: bool = False) -> list[Campaign]:
+    """The active campaigns (the front page), or the archived ones."""
+    archived_at = col(Campaign.archived_at)
+    query = select(Campaign).where(archived_at.is_not(None) if archived else archived_at.is_(None))
+    return list(session.exec(query.order_by(Campaign.name)))
+
+
+def _redirects_to(session: Session, slug: str) -> str | None:
+    """The slug of the campaign that `slug` was before a rename (its old URLs redirect there), or None."""
+    query = (
+        select(Campaign.slug)
+        .join(CampaignSlug, col(CampaignSlug.campaign_id) == col(Campaign.id))
+        .where(CampaignSlug.slug == slug)
+    )
+    return session.exec(query).first()
 
 
 def get_campaign(session: Session, slug: str) -> Campaign:
+    """The campaign by its slug; a slug it had before a rename is `Moved` (its URLs redirect)."""
     campaign = session.exec(select(Campaign).where(Campaign.slug == slug)).first()
     if campaign is None:
+        moved = _redirects_to(session, slug)
+        if moved is not None:
+            raise Moved(f"Campaign {slug!r} was renamed: it is {moved!r} now.", old=slug, slug=moved)
         raise NotFound(f"No campaign named {slug!r}.")
     return campaign
 
 
+def slug_taken(session: Session, slug: str) -> str | None:
+    """Why `slug` cannot name a new campaign (or a renamed one): a campaign has it, or it redirects to one."""
+    if session.exec(select(Campaign.id).where(Campaign.slug == slug)).first() is not None:
+        return f"A campaign named {slug!r} exists already."
+    owner = _redirects_to(session, slug)
+    if owner is not None:
+        return f"{slug!r} was campaign {owner!r}'s slug and its old links redirect there: choose another."
+    return None
+
+
 def create_campaign(session: Session, data: CampaignCreate) -> Campaign:
-    if session.exec(select(Campaign).where(Campaign.slug == data.slug)).first():
-        raise Conflict(f"A campaign named {data.slug!r} exists already.", field="slug")
+    taken = slug_taken(session, data.slug)
+    if taken:
+        raise Conflict(taken, field="slug")
     campaign = Campaign(**data.model_dump())
     session.add(campaign)
     session.flush()

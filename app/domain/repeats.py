@@ -111,6 +111,11 @@ def _end(session: Session, settle: Settle, state: SettleState, outcome: str) -> 
     return True
 
 
+def stop(session: Session, settle: Settle, outcome: str) -> None:
+    """End an open settle where it stands (its campaign is being archived): no further round is queued."""
+    _end(session, settle, SettleState.stopped, outcome)
+
+
 def advance_open(session: Session) -> list[int]:
     """Move every open settle whose round has ended on: decide, spend, stop, or queue the next round.
     Returns the campaign ids whose settles changed (their pages refresh). A settle another transaction

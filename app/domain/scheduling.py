@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from app.domain import inventory, planning, trials, verdicts
+from app.domain import inventory, planning, read_only, trials, verdicts
 from app.domain import runners as runner_domain
 from app.domain.runners import unmet_requirements
 from app.models import (
@@ -110,6 +110,9 @@ class RunNext:
 
 
 def lock_campaign(session: Session, campaign: Campaign) -> None:
+    """Taken by every way of starting trials (run next, run this, repeat, settle, replay); an archived campaign
+    is refused here, before any is looked for (read_only.py would refuse the trial's row anyway)."""
+    read_only.check_writable(session, campaign)
     # Serializes "run next" per campaign. SQLite: the write session already holds BEGIN IMMEDIATE.
     # PostgreSQL: FOR NO KEY UPDATE, not FOR UPDATE: rows that reference the campaign (a runner's batch
     # inserting metrics) go on meanwhile, so that batch, holding its runner's row, never waits for this

@@ -23,10 +23,10 @@ from fastapi import FastAPI
 from sqlmodel import Session
 
 from app.domain import logs as log_domain
-from app.domain import notifications, scheduling, trial_reads, trials
+from app.domain import notifications, read_only, scheduling, trial_reads, trials
 from app.domain import runners as runner_domain
 from app.live import Frame, LiveHub, trace
-from app.models import TERMINAL_TRIAL_STATES, Runner, utcnow
+from app.models import TERMINAL_TRIAL_STATES, Runner, Trial, utcnow
 from app.protocol.messages import (
     Cancel,
     CloseCode,
@@ -69,12 +69,17 @@ async def revoke(app: FastAPI, runner_id: int) -> Runner:
     return runner
 
 
+def _sweep_lost(session: Session, lost_after_s: float, seen: dict[int, Any]) -> tuple[list[Trial], list[int]]:
+    read_only.recording_runs(session)  # a trial's end is recorded, in an archived campaign too
+    return trials.sweep_lost(session, lost_after_s, seen)
+
+
 async def sweep_once(app: FastAPI) -> None:
     """Runners silent past runner_lost_after_s go offline and their trials are lost."""
     hub = app_state(app).hub
     async with hub.attempts.exclusive():  # it may end trials whose chunks are being published early
         lost, silent = await app_state(app).db.run_in_tx(
-            trials.sweep_lost, app_state(app).settings.lost_after_s(), hub.last_seen()
+            _sweep_lost, app_state(app).settings.lost_after_s(), hub.last_seen()
         )
         for trial in lost:
             hub.attempts.forget(trial.id or 0)
@@ -145,6 +150,7 @@ class RunnerIngest:
         self.feed.publish(events.RUNNERS)
 
     def _on_hello(self, session: Session, hello: Hello) -> tuple[Welcome, list[Any], list[dict[str, Any]], list[str]]:
+        read_only.recording_runs(session)  # what the runner reports is recorded, in an archived campaign too
         runner = session.get(Runner, self.runner_id)
         assert runner is not None
         runner_domain.mark_connected(session, runner, hello.fingerprint, hello.labels)
@@ -237,6 +243,7 @@ class RunnerIngest:
         return messages
 
     def _apply(self, session: Session, messages: list[Any]) -> BatchOut:
+        read_only.recording_runs(session)  # a trial that ran when its campaign was archived still ends here
         out = BatchOut()
         pending: list[log_domain.Chunk] = []
 

@@ -13,19 +13,27 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData
 
 from app.db import stream_in_session
-from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
-from app.domain import inventory
+from app.deps import AdminDep, OperatorDep, PageAfter, SessionDep, require_operator
+from app.domain import inventory, lifecycle
 from app.domain.campaign_files import campaign_file_text, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
-from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, Requirements, error_words
+from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, CampaignRename, Requirements, error_words
 from app.services import campaigns as campaign_writes
+from app.services import lifecycle as lifecycle_steps
 from app.state import app_state
 from app.web.render import CHANGED, navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
 PERSON_STATUSES = list(ApproachStatus)
 HISTORY_PAGE = 50
+
+
+async def _posted_form(request: Request) -> FormData:
+    return await request.form()  # parsed on the loop; the sync route reads the parsed fields
+
+
+PostedForm = Annotated[FormData, Depends(_posted_form)]
 
 
 def _validated(model, **values):
@@ -64,13 +72,49 @@ def _overview(
         "doing": doing,
         "doing_counts": inventory.doing_counts(rows, doing),
         "person_statuses": PERSON_STATUSES,
+        "campaign_history": lifecycle.history(session, campaign),
+        "old_slugs": lifecycle.old_slugs(session, campaign),
     }
     return render(request, "campaign.html", ctx, block=block, headers=headers)
 
 
+def _front(session: SessionDep) -> dict[str, Any]:
+    return {
+        "campaigns": inventory.list_campaigns(session),
+        "archived_campaigns": inventory.list_campaigns(session, archived=True),
+    }
+
+
 @router.get("/")
 def campaigns_page(request: Request, session: SessionDep) -> Response:
-    return render(request, "campaigns.html", {"campaigns": inventory.list_campaigns(session)})
+    return render(request, "campaigns.html", _front(session))
+
+
+@router.post("/campaigns/{slug}/rename")
+async def rename_campaign(request: Request, operator: OperatorDep, slug: str, form: PostedForm) -> Response:
+    data = _validated(CampaignRename, slug=form.get("slug", ""))
+    await lifecycle_steps.rename(request.app, slug, data, operator.name)
+    return navigate(request, f"/campaigns/{data.slug}")
+
+
+@router.post("/campaigns/{slug}/archive")
+async def archive_campaign(request: Request, operator: OperatorDep, slug: str, form: PostedForm) -> Response:
+    cancel = form.get("cancel_active") in ("true", "on", "1")
+    await lifecycle_steps.archive(request.app, slug, operator.name, cancel_active=cancel)
+    return navigate(request, f"/campaigns/{slug}")
+
+
+@router.post("/campaigns/{slug}/restore")
+async def restore_campaign(request: Request, operator: OperatorDep, slug: str) -> Response:
+    await lifecycle_steps.restore(request.app, slug, operator.name)
+    return navigate(request, f"/campaigns/{slug}")
+
+
+@router.post("/campaigns/{slug}/delete")
+async def delete_campaign(request: Request, operator: AdminDep, slug: str, form: PostedForm) -> Response:
+    confirm = form.get("confirm", "")
+    await lifecycle_steps.delete(request.app, slug, confirm if isinstance(confirm, str) else "", operator.name)
+    return navigate(request, "/")
 
 
 @router.post("/campaigns")
@@ -106,7 +150,7 @@ async def import_page(
     if not request.headers.get("hx-request"):
         return navigate(request, f"/campaigns/{summary.campaign}")
     # htmx: the summary of what it added or changed, in the import card, with the way to the campaign.
-    ctx = {"campaigns": inventory.list_campaigns(session), "imported": summary}
+    ctx = {**_front(session), "imported": summary}
     return render(request, "campaigns.html", ctx, block="import_result")
 
 
@@ -259,13 +303,6 @@ def details_fragment(request: Request, session: SessionDep, slug: str, key: str)
 @router.get("/campaigns/{slug}/approaches/{key}")
 def approach_page(request: Request, session: SessionDep, slug: str, key: str) -> Response:
     return _approach(request, session, slug, key)
-
-
-async def _posted_form(request: Request) -> FormData:
-    return await request.form()  # parsed on the loop; the sync route reads the parsed fields
-
-
-PostedForm = Annotated[FormData, Depends(_posted_form)]
 
 
 def _form_requirements(stored: dict[str, Any] | None, form: FormData) -> Requirements | None:

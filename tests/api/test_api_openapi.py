@@ -16,6 +16,10 @@ ROUTES = {
     ("/api/campaigns/{slug}/answer/config", "get"): "EngineConfigPublic",
     ("/api/campaigns/{slug}/answer/engine-check", "get"): "EngineCheckPublic",
     ("/api/campaigns/{slug}/run-order", "put"): "RunOrderPublic",
+    ("/api/campaigns/{slug}/rename", "post"): "CampaignPublic",
+    ("/api/campaigns/{slug}/archive", "post"): "CampaignPublic",
+    ("/api/campaigns/{slug}/restore", "post"): "CampaignPublic",
+    ("/api/campaigns/{slug}", "delete"): "CampaignDeleted",
 }
 
 
@@ -44,7 +48,11 @@ def test_new_routes_declare_their_models_and_errors(client):
     ] == {"$ref": "#/components/schemas/RankedPublic"}
     assert "text/plain" in paths["/api/trials/{trial_id}/log"]["get"]["responses"]["200"]["content"]
     params = {p["name"]: p for p in paths["/api/trials"]["get"]["parameters"]}
-    assert set(params) == {"campaign", "approach", "state", "runner", "before", "limit"}
+    filters = {"campaign", "approach", "state", "runner", "proposal", "tag", "since", "until", "requested_by"}
+    assert set(params) == filters | {"sort", "page", "before", "limit"}
+    export = {p["name"] for p in paths["/api/trials/export"]["get"]["parameters"]}
+    assert export == filters | {"sort", "format"}
+    assert set(paths["/api/trials/export"]["get"]["responses"]["200"]["content"]) == {"text/csv", "application/json"}
     assert params["limit"]["schema"]["maximum"] == 200 and params["limit"]["schema"]["minimum"] == 1
     states = doc["components"]["schemas"]["TrialState"]["enum"]
     assert "succeeded" in states and "lost" in states
