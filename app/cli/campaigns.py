@@ -126,3 +126,55 @@ def _read(path: Path, limit: int) -> str:
     except OSError as exc:
         fail(f"cannot read {path}: {exc.strerror}", code=2)
     return ""
+
+
+def settles_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    approach: Annotated[
+        str | None, typer.Option(help="Only this approach's (its open ones and newest ended one).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="As GET /api/campaigns/SLUG/settles gives it.")] = False,
+) -> None:
+    """Repeat / Settle progress: trials done of the most it may take, each side's interval so far."""
+    import json
+
+    from app.domain import inventory, repeats
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(migrated_engine(get_settings()), write=False) as session:
+            campaign = inventory.get_campaign(session, slug)
+            if approach is not None:
+                found = repeats.approach_progress(session, inventory.get_approach(session, campaign, approach))
+            else:
+                found = repeats.campaign_progress(session, campaign)
+            rows = [repeats.progress_json(p) for p in found]
+            lines = [repeats.progress_line(p) for p in found]
+    except DomainError as exc:
+        fail(exc.message)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for line in lines or ["no Repeat or Settle yet"]:
+        print(line)
+
+
+def history_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    key: Annotated[str, typer.Argument(help="The approach's key.")],
+    limit: Annotated[int, typer.Option(min=1, max=200, help="Decisions to show.")] = 20,
+) -> None:
+    """An approach's decisions, newest first, each with the trial events after it folded under it."""
+    from app.domain import history, inventory
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(migrated_engine(get_settings()), write=False) as session:
+            approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+            groups, more = history.folded_history(session, approach, limit=limit)
+            lines = history.history_lines(groups)
+    except DomainError as exc:
+        fail(exc.message)
+    print("\n".join(lines))
+    if more is not None:
+        print(f"... older decisions: GET /api/campaigns/{slug}/approaches/{key}/decisions?before={more}")

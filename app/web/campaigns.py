@@ -14,7 +14,7 @@ from starlette.datastructures import FormData
 
 from app.db import stream_in_session
 from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
-from app.domain import inventory
+from app.domain import history, inventory, repeats
 from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
@@ -182,12 +182,10 @@ def change_status(
 
 
 def _history_page(session: SessionDep, approach, before: int | None = None) -> dict:
-    """One page of the approach's history, newest first, and the id to ask the next page after (or None)."""
-    rows = inventory.history(session, approach, before=before, limit=HISTORY_PAGE + 1)
-    return {
-        "history": rows[:HISTORY_PAGE],
-        "history_more": rows[HISTORY_PAGE - 1].id if len(rows) > HISTORY_PAGE else None,
-    }
+    """One page of the approach's history, decisions first with their trial events folded (app/domain/history.py),
+    and the decision id to ask the next page before (or None)."""
+    groups, more = history.folded_history(session, approach, before=before, limit=HISTORY_PAGE)
+    return {"groups": groups, "history_more": more}
 
 
 def _shown(value: Any) -> str:
@@ -228,6 +226,7 @@ def _approach(
         "requirements": requirements_view(approach.requirements),
         "evidence": inventory.evidence(session, approach),
         **_history_page(session, approach),
+        "repeats": repeats.approach_progress(session, approach),
         "person_statuses": PERSON_STATUSES,
     }
     return render(request, "approach.html", ctx, block=block, headers=headers)
@@ -240,6 +239,15 @@ def history_rows(request: Request, session: SessionDep, slug: str, key: str, bef
     approach = inventory.get_approach(session, campaign, key)
     ctx = {"campaign": campaign, "approach": approach, **_history_page(session, approach, before)}
     return render(request, "approach.html", ctx, block="history_rows")
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/repeats")
+def repeats_fragment(request: Request, session: SessionDep, slug: str, key: str) -> Response:
+    """Repeat / Settle progress of the approach: re-fetched on the page feed's notices."""
+    campaign = inventory.get_campaign(session, slug)
+    approach = inventory.get_approach(session, campaign, key)
+    ctx = {"campaign": campaign, "approach": approach, "repeats": repeats.approach_progress(session, approach)}
+    return render(request, "_partials/repeat_progress.html", ctx)
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/status")
