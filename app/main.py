@@ -13,6 +13,7 @@ from app import __version__
 from app.api import answer as api_answer
 from app.api import artifacts as api_artifacts
 from app.api import campaigns as api_campaigns
+from app.api import inbox as api_inbox
 from app.api import livelog, pagefeed, runner_socket
 from app.api import notifications as api_notifications
 from app.api import planning as api_planning
@@ -39,6 +40,7 @@ from app.web import changes as web_changes
 from app.web import charts as web_charts
 from app.web import compare as web_compare
 from app.web import docs as web_docs
+from app.web import inbox as web_inbox
 from app.web import notifications as web_notifications
 from app.web import planning as web_planning
 from app.web import replay as web_replay
@@ -75,6 +77,8 @@ ROUTERS = [
     web_planning.router,
     web_replay.router,
     api_planning.router,
+    web_inbox.router,
+    api_inbox.router,
 ]
 
 

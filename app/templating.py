@@ -21,7 +21,7 @@ from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol.messages import close_codes_json
 from app.protocol.metrics import METRIC_PREFIX, PHASE_PREFIX
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
-from app.services.events import feed_attributes, hx_trigger, page_events_json
+from app.services.events import feed_attributes, hx_trigger, inbox, page_events_json
 
 HTMX_VERSION = "2.0.11"
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
@@ -137,6 +137,7 @@ def make_templates() -> Jinja2Blocks:
         active_trial_states=ACTIVE_TRIAL_STATES,
         terminal_trial_states=TERMINAL_TRIAL_STATES,
         page_feed=feed_attributes,  # <div {{ page_feed(topics, feed_mark) }}>: the page feed's element
+        inbox_topic=inbox,  # the navigation's inbox feed (base.html)
         hx_trigger=hx_trigger,  # hx-trigger="{{ hx_trigger('campaign_changed', 'campaign') }}" (events.PAGE_EVENTS)
         page_events=page_events_json(),  # <body data-page-events>: the event names static/*.js fire and hear
         # What static/livelog.js must know of the server's formats, read from the trial page.

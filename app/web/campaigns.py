@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData
 
 from app.db import stream_in_session
-from app.deps import OperatorDep, PageAfter, SessionDep, require_operator
-from app.domain import history, inventory, repeats
+from app.deps import OperatorDep, PageAfter, SessionDep, current_operator, require_operator
+from app.domain import history, inbox, inventory, repeats
 from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
@@ -61,8 +61,16 @@ def _overview(
         "archived": inventory.approaches(session, campaign, archived=True),
         "counts": inventory.status_counts(rows, awaiting=True),
         "person_statuses": PERSON_STATUSES,
+        **_watching(request, session, campaign),
     }
     return render(request, "campaign.html", ctx, block=block, headers=headers)
+
+
+def _watching(request: Request, session: SessionDep, campaign, approach=None) -> dict[str, Any]:
+    """The Watch button's context (_partials/watch.html) for the person asking."""
+    operator = current_operator(request)
+    user_id = operator.user_id if operator is not None else None
+    return {"watch_approach": approach, "watching": inbox.watching(session, user_id, campaign, approach)}
 
 
 @router.get("/")
@@ -227,6 +235,7 @@ def _approach(
         "evidence": inventory.evidence(session, approach),
         **_history_page(session, approach),
         "repeats": repeats.approach_progress(session, approach),
+        **_watching(request, session, campaign, approach),
         "person_statuses": PERSON_STATUSES,
     }
     return render(request, "approach.html", ctx, block=block, headers=headers)
