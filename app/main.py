@@ -18,6 +18,7 @@ from app.api import livelog, pagefeed, runner_socket
 from app.api import notifications as api_notifications
 from app.api import planning as api_planning
 from app.api import runners as api_runners
+from app.api import search as api_search
 from app.api import share_links as api_share_links
 from app.api import trials as api_trials
 from app.api import users as api_users
@@ -44,6 +45,7 @@ from app.web import inbox as web_inbox
 from app.web import notifications as web_notifications
 from app.web import planning as web_planning
 from app.web import replay as web_replay
+from app.web import search as web_search
 from app.web import share as web_share
 from app.web import trials as web_trials
 from app.web import users as web_users
@@ -79,6 +81,8 @@ ROUTERS = [
     api_planning.router,
     web_inbox.router,
     api_inbox.router,
+    web_search.router,
+    api_search.router,
 ]
 
 

@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime
 
 from jinja2_fragments.fastapi import Jinja2Blocks
+from markupsafe import Markup, escape
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
@@ -16,6 +17,7 @@ from starlette.types import Scope
 from app import __version__
 from app.config import resource_dir
 from app.domain.logs import dropped_marker_json
+from app.domain.search import MARK_END, MARK_START
 from app.domain.wording import plural
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol.messages import close_codes_json
@@ -147,9 +149,17 @@ def make_templates() -> Jinja2Blocks:
         dropped_marker=dropped_marker_json(),
     )
     env.filters["ago"] = _ago
+    env.filters["highlight"] = highlight  # a search snippet: escaped, then its matched words in <mark>
     env.filters["plural"] = plural  # {{ n | plural("trial") }}: "1 trial", "2 trials"
     env.filters["utc"] = _utc
     env.filters["status_label"] = lambda s: STATUS_LABELS.get(s, s)
     env.filters["tojson_compact"] = lambda v: json.dumps(v, sort_keys=True)
     env.globals["status_badge"] = env.get_template("_partials/status_badge.html").module.status_badge  # type: ignore[attr-defined]
     return templates
+
+
+def highlight(snippet: str) -> Markup:
+    """A search snippet as HTML: every character escaped (log text stays text), then the database's marks
+    around the matched words (app/domain/search.py MARK_START / MARK_END) become <mark>."""
+    safe = str(escape(snippet))
+    return Markup(safe.replace(MARK_START, "<mark>").replace(MARK_END, "</mark>"))

@@ -178,3 +178,29 @@ def history_cmd(
     print("\n".join(lines))
     if more is not None:
         print(f"... older decisions: GET /api/campaigns/{slug}/approaches/{key}/decisions?before={more}")
+
+
+def search_cmd(
+    query: Annotated[str, typer.Argument(help='Words to find, e.g. "KeyError: 12" or a trial\'s #id.')],
+    limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="As GET /api/search gives it.")] = False,
+) -> None:
+    """Search approaches, trials (parameters, logs) and verdicts across every campaign, best first."""
+    import json
+
+    from app.domain import search
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(migrated_engine(get_settings()), write=False) as session:
+            hits = search.search(session, query, limit=limit)
+    except DomainError as exc:
+        fail(exc.message)
+    if as_json:
+        print(json.dumps([vars(h) for h in hits], indent=2))
+        return
+    for h in hits:
+        snippet = h.snippet.replace(search.MARK_START, "[").replace(search.MARK_END, "]").replace("\n", " ")
+        print(f"{h.kind:8} {h.campaign_slug}: {h.title} ({h.field}) {h.link}\n         {snippet}")
+    if not hits:
+        print("nothing matches")
