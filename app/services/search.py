@@ -1,7 +1,8 @@
 """The hub's log indexer (app/domain/search.py `index_logs`): every POLL_S, the log chunks stored since the
 last pass become searchable, in transactions of their own, never in the log pipeline's insert. A pass takes at
-most INDEX_BATCH chunks or INDEX_BYTES of text, so a log flood is indexed behind it, a batch per poll, while
-ordinary logs are searchable within about a second. PostgreSQL indexes on insert (GIN): nothing to run."""
+most INDEX_BATCH chunks or INDEX_BYTES of text (a short hold of SQLite's write lock); while it is behind, the
+next pass follows after BACKLOG_S. Ordinary logs are searchable within about a second; a flood is indexed
+behind it. PostgreSQL indexes on insert (GIN): nothing to run."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from app.state import app_state
 
 log = logging.getLogger(__name__)
 
-POLL_S = 1.0
+POLL_S = 1.0  # idle: look for new chunks this often
+BACKLOG_S = 0.05  # behind (the last pass was full): the next pass after this pause, the pipeline's commits between
 
 
 async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
@@ -23,10 +25,12 @@ async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
     if db.engine.dialect.name == "postgresql":
         return
     while True:
+        pause = poll_s
         try:
-            await db.run_in_tx(search.index_logs)
+            if await db.run_in_tx(search.index_logs) >= search.INDEX_BATCH:
+                pause = BACKLOG_S
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("search indexing pass failed")
-        await asyncio.sleep(poll_s)
+        await asyncio.sleep(pause)
