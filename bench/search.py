@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import insert, select  # noqa: E402
+from sqlmodel import col  # noqa: E402
 
 from app.db import make_engine, migrate, session_scope  # noqa: E402
 from app.domain import search  # noqa: E402
@@ -34,7 +35,7 @@ def run(url: str, scale: float, repeat: int) -> None:
     t0 = time.perf_counter()
     build_campaign(engine, "scale", approaches=max(1, int(500 * scale)), trials=int(50_000 * scale), runners=True)
     with session_scope(engine) as s:
-        ids = [t for (t,) in s.execute(select(Trial.id).order_by(Trial.id).limit(50))]
+        ids = [t for (t,) in s.execute(select(col(Trial.id)).order_by(col(Trial.id)).limit(50))]
         s.execute(
             insert(LogChunk),
             [
@@ -42,7 +43,7 @@ def run(url: str, scale: float, repeat: int) -> None:
                 for t in ids
             ],
         )
-        chunks = s.execute(select(LogChunk.id).order_by(LogChunk.id.desc()).limit(1)).scalar_one()
+        chunks = s.execute(select(col(LogChunk.id)).order_by(col(LogChunk.id).desc()).limit(1)).scalar_one()
     print(f"{engine.dialect.name}: seed built in {time.perf_counter() - t0:.1f} s ({chunks} log chunks)")
     t0 = time.perf_counter()
     batches = 0
