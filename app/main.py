@@ -13,10 +13,12 @@ from app import __version__
 from app.api import answer as api_answer
 from app.api import artifacts as api_artifacts
 from app.api import campaigns as api_campaigns
+from app.api import inbox as api_inbox
 from app.api import livelog, pagefeed, runner_socket
 from app.api import notifications as api_notifications
 from app.api import planning as api_planning
 from app.api import runners as api_runners
+from app.api import search as api_search
 from app.api import share_links as api_share_links
 from app.api import trials as api_trials
 from app.api import users as api_users
@@ -39,9 +41,11 @@ from app.web import changes as web_changes
 from app.web import charts as web_charts
 from app.web import compare as web_compare
 from app.web import docs as web_docs
+from app.web import inbox as web_inbox
 from app.web import notifications as web_notifications
 from app.web import planning as web_planning
 from app.web import replay as web_replay
+from app.web import search as web_search
 from app.web import share as web_share
 from app.web import trial_list as web_trial_list
 from app.web import trials as web_trials
@@ -77,6 +81,10 @@ ROUTERS = [
     web_planning.router,
     web_replay.router,
     api_planning.router,
+    web_inbox.router,
+    api_inbox.router,
+    web_search.router,
+    api_search.router,
 ]
 
 

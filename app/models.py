@@ -335,7 +335,7 @@ class Campaign(CampaignSettings, ModelInputFields, CampaignText, table=True):
     run_order: str = Field(default="ranking", max_length=20, sa_column_kwargs={"server_default": "ranking"})
     created_at: datetime = _created()
     updated_at: datetime = _created()
-    # Archived: read-only, off the front page, restorable (app/domain/lifecycle.py, migration 0019).
+    # Archived: read-only, off the front page, restorable (app/domain/lifecycle.py, migration 0020).
     archived_at: datetime | None = _ts()
 
 
@@ -480,7 +480,7 @@ class Trial(SQLModel, table=True):
     __table_args__ = (
         Index("ix_trial_campaign_id_id", "campaign_id", "id"),
         Index("ix_trial_approach_id_id", "approach_id", "id"),
-        # The trials page's date sorts and date range within a campaign (migration 0019).
+        # The trials page's date sorts and date range within a campaign (migration 0020).
         Index("ix_trial_campaign_created", "campaign_id", "created_at"),
         Index("ix_trial_campaign_finished", "campaign_id", "finished_at"),
         NEVER_REUSED_IDS,
@@ -703,6 +703,53 @@ class NotificationTarget(SQLModel, table=True):
     last_sent_at: datetime | None = _ts()  # the coalescing window starts here
 
 
+class EventRecord(SQLModel, table=True):
+    """One record of each event the board tells (a trial ended, a verdict waiting, a re-test flagged, ...),
+    written once by `notifications.record` whoever follows it: the destinations' outbox rows and the people's
+    inbox items point at it (issue 45)."""
+
+    __tablename__ = "event_record"
+    __table_args__ = (NEVER_REUSED_IDS,)
+
+    id: int | None = Field(default=None, primary_key=True)
+    event: str = Field(max_length=40, description="Its kind: a NotificationEvent value.")
+    dedupe_key: str = Field(max_length=200, unique=True)
+    title: str = Field(max_length=300)
+    body: str = Field(sa_column=Column(Text, nullable=False))
+    link: str = Field(default="", max_length=500)
+    campaign_id: int | None = Field(default=None, foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    approach_id: int | None = Field(default=None, foreign_key="approach.id", index=True, ondelete="CASCADE")
+    created_at: datetime = _created()
+
+
+class Watch(SQLModel, table=True):
+    """A person follows a campaign (approach_id None) or one approach of it: its events reach their inbox."""
+
+    __table_args__ = (UniqueConstraint("user_id", "campaign_id", "approach_id", name="uq_watch_user_target"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="board_user.id", index=True, ondelete="CASCADE")
+    campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
+    approach_id: int | None = Field(default=None, foreign_key="approach.id", index=True, ondelete="CASCADE")
+    created_at: datetime = _created()
+
+
+class InboxItem(SQLModel, table=True):
+    """One event in one person's inbox, unread until they read it."""
+
+    __tablename__ = "inbox_item"
+    __table_args__ = (
+        UniqueConstraint("user_id", "event_id", name="uq_inbox_user_event"),
+        Index("ix_inbox_user_read", "user_id", "read_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="board_user.id", ondelete="CASCADE")
+    event_id: int = Field(foreign_key="event_record.id", index=True, ondelete="CASCADE")
+    read_at: datetime | None = _ts()
+    created_at: datetime = _created()
+
+
 class NotificationOutbox(SQLModel, table=True):
     """One event for one destination, written in the transaction of the event itself; the hub's notifier
     delivers it (retried with backoff, coalesced into digests) and keeps it as the delivery log."""
@@ -715,6 +762,7 @@ class NotificationOutbox(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     target_id: int = Field(foreign_key="notificationtarget.id", ondelete="CASCADE")
+    event_id: int | None = Field(default=None, foreign_key="event_record.id", index=True, ondelete="SET NULL")
     event: str = Field(max_length=40)
     dedupe_key: str = Field(max_length=200)
     title: str = Field(max_length=300)

@@ -419,6 +419,48 @@ class StatusChangePublic(BaseModel):
     _utc = field_validator("at", mode="before")(_utc)
 
 
+class HistoryEntryPublic(StatusChangePublic):
+    id: int
+
+
+class HistoryGroupPublic(BaseModel):
+    """A decision (null: trial events older than any decision read) and the trial events after it, newest first."""
+
+    decision: HistoryEntryPublic | None
+    events: list[HistoryEntryPublic]
+
+
+class DecisionsPage(BaseModel):
+    groups: list[HistoryGroupPublic]
+    next_before: int | None = Field(description="Pass as `before` for the next page (null: no more).")
+
+
+class SideSoFarPublic(BaseModel):
+    title: str
+    trials: int = Field(description="Succeeded trials measured at the point.")
+    value: float | None = Field(description="The mean of the trials' medians.")
+    low: float | None = Field(description="The interval over trials at the campaign's confidence (null below 2).")
+    high: float | None
+
+
+class SettleProgressPublic(BaseModel):
+    """A Repeat or Settle while it runs: trials done of the most it may take, each side's figure so far."""
+
+    id: int
+    a: str
+    b: str | None
+    state: Literal["open", "decided", "spent", "stopped"]
+    outcome: str
+    done: int
+    total: int
+    active: int = Field(description="Trials of it queued or running now.")
+    metric: str | None
+    unit: str
+    point: str
+    confidence: float
+    sides: list[SideSoFarPublic]
+
+
 class ApproachPublic(ApproachCreate):
     model_config = {"from_attributes": True}
     id: int

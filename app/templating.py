@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime
 
 from jinja2_fragments.fastapi import Jinja2Blocks
+from markupsafe import Markup, escape
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
@@ -16,12 +17,13 @@ from starlette.types import Scope
 from app import __version__
 from app.config import resource_dir
 from app.domain.logs import dropped_marker_json
+from app.domain.search import MARK_END, MARK_START
 from app.domain.wording import plural
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol.messages import close_codes_json
 from app.protocol.metrics import METRIC_PREFIX, PHASE_PREFIX
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
-from app.services.events import feed_attributes, hx_trigger, page_events_json
+from app.services.events import feed_attributes, hx_trigger, inbox, page_events_json
 
 HTMX_VERSION = "2.0.11"
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui
@@ -137,6 +139,7 @@ def make_templates() -> Jinja2Blocks:
         active_trial_states=ACTIVE_TRIAL_STATES,
         terminal_trial_states=TERMINAL_TRIAL_STATES,
         page_feed=feed_attributes,  # <div {{ page_feed(topics, feed_mark) }}>: the page feed's element
+        inbox_topic=inbox,  # the navigation's inbox feed (base.html)
         hx_trigger=hx_trigger,  # hx-trigger="{{ hx_trigger('campaign_changed', 'campaign') }}" (events.PAGE_EVENTS)
         page_events=page_events_json(),  # <body data-page-events>: the event names static/*.js fire and hear
         # What static/livelog.js must know of the server's formats, read from the trial page.
@@ -146,9 +149,17 @@ def make_templates() -> Jinja2Blocks:
         dropped_marker=dropped_marker_json(),
     )
     env.filters["ago"] = _ago
+    env.filters["highlight"] = highlight  # a search snippet: escaped, then its matched words in <mark>
     env.filters["plural"] = plural  # {{ n | plural("trial") }}: "1 trial", "2 trials"
     env.filters["utc"] = _utc
     env.filters["status_label"] = lambda s: STATUS_LABELS.get(s, s)
     env.filters["tojson_compact"] = lambda v: json.dumps(v, sort_keys=True)
     env.globals["status_badge"] = env.get_template("_partials/status_badge.html").module.status_badge  # type: ignore[attr-defined]
     return templates
+
+
+def highlight(snippet: str) -> Markup:
+    """A search snippet as HTML: every character escaped (log text stays text), then the database's marks
+    around the matched words (app/domain/search.py MARK_START / MARK_END) become <mark>."""
+    safe = str(escape(snippet))
+    return Markup(safe.replace(MARK_START, "<mark>").replace(MARK_END, "</mark>"))

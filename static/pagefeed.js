@@ -12,17 +12,24 @@
 //    typed is pending (the "stale" event of <body data-page-events>); submitting the form swaps it anyway;
 //  - a notice that arrives while a fragment re-fetches itself, or before its replacement is live, is
 //    not lost: the fragment re-fetches once more.
+//  - every feed element of the page gets its own socket: the page's (its content) and the navigation's
+//    inbox (a person's unread count, base.html), each delivering to the fragments inside it.
 (function () {
   "use strict";
-  if (!window.htmx) return;
-  const feed = document.querySelector("[data-feed-url]");
-  if (!feed) return;
+  if (!window.htmx || window.__pageFeedLoaded) return;
+  window.__pageFeedLoaded = true; // base.html and a page's head may both load this script
+  const feeds = document.querySelectorAll("[data-feed-url]");
+  if (!feeds.length) return;
 
   // The events' names are the server's (app/services/events.PAGE_EVENTS), by key.
   const STALE = JSON.parse(document.body.dataset.pageEvents).stale;
+  const lastNotice = new Map(); // DOM event name -> performance.now() of its last notice (see below)
+
+  feeds.forEach(function (feed) { follow(feed); });
+
+  function follow(feed) {
   const endedCode = Number(feed.dataset.feedEndedCode);
   const retryMs = Number(feed.dataset.feedRetryMs) || 1000;
-  const lastNotice = new Map(); // DOM event name -> performance.now() of its last notice (see below)
   let failures = 0;
 
   function socketUrl() {
@@ -73,6 +80,7 @@
   // open (something changed since the page was drawn) finds every fragment listening.
   if (document.readyState === "complete") connect();
   else document.addEventListener("DOMContentLoaded", connect);
+  }
 
   const FIELDS = "input:not([type=hidden]):not([type=submit]):not([type=button]), select, textarea";
 

@@ -8,7 +8,7 @@ decided; a trial no longer moves it to queued / running and back (issue 43, item
 - an approach left queued / running (or reset to untested by a trial's end) gets its decided status and
   reason back.
 
-Revision ID: 0019_trust
+Revision ID: 0019
 Revises: 0018
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision: str = "0019_trust"
+revision: str = "0019"
 down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

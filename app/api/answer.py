@@ -182,6 +182,24 @@ class StaticChoicePublic(BaseModel):
     rule: str
 
 
+class PathChoicePublic(BaseModel):
+    value: str = Field(description="The path on the launch line, or a named placeholder such as <target-model-path>.")
+    source: str = Field(description="Where it comes from (an approach's recipe), or what to replace.")
+
+
+class LaunchCommandPublic(BaseModel):
+    """The whole server command a person pastes (app/domain/answer/configs/launch.py)."""
+
+    argv: list[str] = Field(description="The engine's server command, one element per argument.")
+    command: str = Field(description="argv quoted for a POSIX shell: shlex.split(command) == argv.")
+    shell: str = Field(description="What to paste: the files written by quoted here-documents, then the command.")
+    files: list[ConfigFilePublic]
+    model: PathChoicePublic
+    draft: PathChoicePublic
+    tensor_parallel: int = Field(description="The world size the answer was measured at.")
+    placeholders: list[str] = Field(description="Placeholders left on the line for the person to replace.")
+
+
 class EngineConfigPublic(BaseModel):
     engine: Literal["sglang", "vllm", "trtllm"]
     approach: str | None
@@ -195,6 +213,7 @@ class EngineConfigPublic(BaseModel):
     proposed_trials: list[dict[str, Any]] = Field(
         description="Recipes that would measure what the config cannot cite (e.g. the kernel SGLang would run)."
     )
+    launch: LaunchCommandPublic | None = Field(description="The whole launch command around argv.")
 
 
 class CheckFigurePublic(Figure):

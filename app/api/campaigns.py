@@ -9,7 +9,7 @@ from fastapi.responses import StreamingResponse
 
 from app.db import stream_in_session
 from app.deps import AdminDep, OperatorDep, PageAfter, SessionDep, require_operator
-from app.domain import inventory, lifecycle
+from app.domain import history, inventory, lifecycle, repeats
 from app.domain.campaign_files import campaign_file_schema, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.errors import concrete_paths_first
@@ -26,9 +26,11 @@ from app.schemas import (
     CampaignPublic,
     CampaignRename,
     CampaignUpdate,
+    DecisionsPage,
     EvidencePublic,
     ImportSummary,
     MoveRequest,
+    SettleProgressPublic,
     StatusChangePublic,
     StatusChangeRequest,
 )
@@ -267,3 +269,32 @@ def approach_history(
     """Newest first, a page at a time: pass the last id you got as `before` for the next page."""
     approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
     return inventory.history(session, approach, before=before, limit=limit)
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/decisions", response_model=DecisionsPage)
+def approach_decisions(
+    slug: str,
+    key: str,
+    session: SessionDep,
+    before: PageAfter = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+):
+    """The history as the approach page shows it: decisions first, each with the trial events after it folded
+    under it, newest first; `limit` decisions a page (pass `next_before` as `before` for the next)."""
+    approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    groups, more = history.folded_history(session, approach, before=before, limit=limit)
+    return {"groups": [{"decision": g.decision, "events": g.events} for g in groups], "next_before": more}
+
+
+@router.get("/campaigns/{slug}/settles", response_model=list[SettleProgressPublic])
+def settle_progress(
+    slug: str, session: SessionDep, approach: Annotated[str | None, Query(max_length=80)] = None
+) -> list[dict]:
+    """Repeat / Settle progress: an approach's open settles and its newest ended one (`approach`), else the
+    campaign's ten newest; each with trials done of the most it may take and each side's interval so far."""
+    campaign = inventory.get_campaign(session, slug)
+    if approach is not None:
+        found = repeats.approach_progress(session, inventory.get_approach(session, campaign, approach))
+    else:
+        found = repeats.campaign_progress(session, campaign)
+    return [repeats.progress_json(p) for p in found]

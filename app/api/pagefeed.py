@@ -41,7 +41,8 @@ CLOSE_TIMEOUT_S = 5.0  # a close frame behind unread notices: a stuck reader is 
 
 def _refusal(ws: WebSocket, topics: list[str]) -> tuple[int, str] | None:
     """Why this socket may not open (HTTP status, reason), or None. Reads the database: run on a thread."""
-    if operator_from(ws) is None:
+    operator = operator_from(ws)
+    if operator is None:
         return 401, "Log in first: the page feed needs a session."
     if ws.headers.get("sec-fetch-site") == "cross-site" or not same_origin(ws):
         return 403, "Cross-origin request refused."
@@ -49,7 +50,13 @@ def _refusal(ws: WebSocket, topics: list[str]) -> tuple[int, str] | None:
         return 422, f"topic: give 1 to {events.MAX_TOPICS} topics"
     for t in topics:
         if not events.TOPIC.fullmatch(t):
-            return 422, f"topic: {t[:80]!r} is not campaign:<id>, approach:<id>, trial:<id>, runners or heartbeats"
+            return 422, (
+                f"topic: {t[:80]!r} is not campaign:<id>, approach:<id>, trial:<id>, inbox:<your id>, runners or "
+                "heartbeats"
+            )
+    theirs = events.inbox(operator.user_id)
+    if any(events.kind(t) == "inbox" and t != theirs for t in topics):
+        return 403, "topic: an inbox is followed only by its owner"
     return None
 
 

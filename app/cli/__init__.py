@@ -1,7 +1,7 @@
 """`campaign`: one command with subcommands (serve, demo, import, export, login-url, token, ...), in groups:
 board (serve, demo, login-url), users (users, token, sessions), runners (runners, runner, preflight), notify,
-campaigns (export, import, plan, rename, archive, restore, delete, history), answer (answer, answer-config,
-answer-check), replay, trials (trials, classify); common holds what they share.
+campaigns (export, import, plan, rename, archive, restore, delete, settles, history, search), answer (answer,
+answer-config, answer-check), replay, trials (trials, classify); common holds what they share.
 
 Each subcommand imports what it runs, inside its function (tests/test_import_graph.py allows it for these
 files): `campaign runner` on a GPU node and `campaign --help` start without the web app, the database layer
@@ -28,12 +28,14 @@ cli.command("answer")(answer.answer_cmd)
 cli.command("answer-config")(answer.answer_config_cmd)
 cli.command("answer-check")(answer.answer_check_cmd)
 cli.command("plan")(campaigns.plan_cmd)
+cli.command("settles")(campaigns.settles_cmd)
+cli.command("history")(campaigns.history_cmd)
+cli.command("search")(campaigns.search_cmd)
 cli.command("import")(campaigns.import_cmd)
 cli.command("rename")(campaigns.rename_cmd)
 cli.command("archive")(campaigns.archive_cmd)
 cli.command("restore")(campaigns.restore_cmd)
 cli.command("delete")(campaigns.delete_cmd)
-cli.command("history")(campaigns.history_cmd)
 cli.command("trials")(trials.trials_cmd)
 cli.command()(trials.classify)
 cli.command()(runners.preflight)

@@ -94,9 +94,13 @@ def answer_config_cmd(
         return
     if config.env:
         print(f"export {config.env_shell}")
-    print(config.shell)
-    for f in config.files:
-        print(f"\n# {f.name}\n{f.content}", end="")
+    if config.launch is not None:  # the whole command, its files written first: the Deploy panel's text
+        print(config.launch.shell, end="")
+        print(f"# {config.launch.model.source}; {config.launch.draft.source}")
+    else:
+        print(config.shell)
+        for f in config.files:
+            print(f"\n# {f.name}\n{f.content}", end="")
     for s in config.settings:
         print(f"# {s.option} = {s.value}: {s.source}")
     if config.static is not None:

@@ -209,16 +209,94 @@ def delete_cmd(
     console.print(f"deleted {slug}: {removed}", highlight=False)
 
 
-def history_cmd(slug: Annotated[str, typer.Argument(help="The campaign's slug.")]) -> None:
-    """A campaign's lifecycle steps (renamed, archived, restored), newest first."""
-    from app.domain import inventory, lifecycle
+
+
+def settles_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    approach: Annotated[
+        str | None, typer.Option(help="Only this approach's (its open ones and newest ended one).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="As GET /api/campaigns/SLUG/settles gives it.")] = False,
+) -> None:
+    """Repeat / Settle progress: trials done of the most it may take, each side's interval so far."""
+    import json
+
+    from app.domain import inventory, repeats
     from app.domain.errors import DomainError
 
     try:
-        with session_scope(board_engine(get_settings()), write=False) as session:
+        with session_scope(migrated_engine(get_settings()), write=False) as session:
             campaign = inventory.get_campaign(session, slug)
-            rows = [(e.at, e.kind, e.detail, e.actor) for e in lifecycle.history(session, campaign)]
+            if approach is not None:
+                found = repeats.approach_progress(session, inventory.get_approach(session, campaign, approach))
+            else:
+                found = repeats.campaign_progress(session, campaign)
+            rows = [repeats.progress_json(p) for p in found]
+            lines = [repeats.progress_line(p) for p in found]
     except DomainError as exc:
         fail(exc.message)
-    for at, kind, detail, actor in rows:
-        console.print(f"{at:%Y-%m-%d %H:%M}  {kind:9} {detail}  by {actor or '?'}", highlight=False)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for line in lines or ["no Repeat or Settle yet"]:
+        print(line)
+
+
+def history_cmd(
+    slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
+    key: Annotated[
+        str | None, typer.Argument(help="An approach's key: its decisions. Without it: the campaign's lifecycle.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="Decisions to show.")] = 20,
+) -> None:
+    """A campaign's lifecycle steps (renamed, archived, restored), newest first; with an approach's KEY, that
+    approach's decisions, newest first, each with the trial events after it folded under it."""
+    from app.domain import history, inventory, lifecycle
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(migrated_engine(get_settings()), write=False) as session:
+            campaign = inventory.get_campaign(session, slug)
+            if key is None:
+                steps = [(e.at, e.kind, e.detail, e.actor) for e in lifecycle.history(session, campaign)]
+            else:
+                approach = inventory.get_approach(session, campaign, key)
+                groups, more = history.folded_history(session, approach, limit=limit)
+                lines = history.history_lines(groups)
+    except DomainError as exc:
+        fail(exc.message)
+    if key is None:
+        for at, kind, detail, actor in steps:
+            console.print(f"{at:%Y-%m-%d %H:%M}  {kind:9} {detail}  by {actor or '?'}", highlight=False)
+        if not steps:
+            print("no lifecycle steps yet (renamed, archived, restored)")
+        return
+    print("\n".join(lines))
+    if more is not None:
+        print(f"... older decisions: GET /api/campaigns/{slug}/approaches/{key}/decisions?before={more}")
+
+
+def search_cmd(
+    query: Annotated[str, typer.Argument(help='Words to find, e.g. "KeyError: 12" or a trial\'s #id.')],
+    limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="As GET /api/search gives it.")] = False,
+) -> None:
+    """Search approaches, trials (parameters, logs) and verdicts across every campaign, best first."""
+    import json
+
+    from app.domain import search
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(migrated_engine(get_settings()), write=False) as session:
+            hits = search.search(session, query, limit=limit)
+    except DomainError as exc:
+        fail(exc.message)
+    if as_json:
+        print(json.dumps([vars(h) for h in hits], indent=2))
+        return
+    for h in hits:
+        snippet = h.snippet.replace(search.MARK_START, "[").replace(search.MARK_END, "]").replace("\n", " ")
+        print(f"{h.kind:8} {h.campaign_slug}: {h.title} ({h.field}) {h.link}\n         {snippet}")
+    if not hits:
+        print("nothing matches")

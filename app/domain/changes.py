@@ -280,6 +280,7 @@ def _regression_detected(session: Session, campaign: Campaign, approach: Approac
             f"{approach.key} is adopted, and its figures moved: {describe(c)}.\nProposal: re-open it.",
             f"/campaigns/{campaign.slug}/approaches/{approach.key}",
             campaign.id,
+            approach.id,
         ),
     )
 

@@ -1,7 +1,9 @@
 """Notifications: destinations (Apprise URLs) and the durable outbox of what to tell them.
 
-An event (a trial ended, a verdict confirmed, a runner lost, ...) is written to the outbox by `record`, in
-the transaction of the event itself, once per destination that follows it: nothing is told that did not
+An event (a trial ended, a verdict confirmed, a runner lost, ...) is recorded once by `record` (`EventRecord`),
+in the transaction of the event itself, whoever follows it; that one record feeds the outbox (a row per
+destination that follows it) and the people's inboxes (app/domain/inbox.py: who watches its campaign or
+approach). Nothing is told that did not
 happen, and nothing that happened is lost when the server dies before delivering it. The hub's notifier
 (app/services/notifier.py) delivers the outbox: due rows are claimed, sent through Apprise (a burst to one
 destination becomes one digest), then marked sent, or retried with backoff until MAX_ATTEMPTS. A row
@@ -23,9 +25,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import apprise
 from sqlalchemy import func, insert, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import Session, col, select
 
 from app.domain import fingerprint as stack
+from app.domain import inbox
 from app.domain import runners as runner_domain
 from app.domain.errors import Invalid, NotFound
 from app.models import (
@@ -33,6 +38,7 @@ from app.models import (
     Approach,
     Campaign,
     DeliveryState,
+    EventRecord,
     NotificationEvent,
     NotificationOutbox,
     NotificationTarget,
@@ -53,6 +59,7 @@ DIGEST_LINES = 40  # a digest lists this many events, then "and N more"
 CLAIM_LIMIT = 2000  # events one message may carry
 STALE_CLAIM_S = 120.0  # a claim older than this is a delivery that died: deliver again
 MAX_URL = 2000
+INBOX_WAITING_HOURS = NotificationTarget.model_fields["waiting_hours"].default  # a destination's default, 4 h
 
 
 def redact(url: str) -> str:
@@ -171,12 +178,46 @@ class Event:
     body: str
     link: str = ""
     campaign_id: int | None = None
+    approach_id: int | None = None
 
 
-def record(session: Session, event: Event, *, force_target: NotificationTarget | None = None) -> int:
-    """Write `event` to the outbox of every enabled destination that follows it (the campaign's and the
-    board-wide ones), in the caller's transaction. Returns how many rows were written; an event already
-    written (same dedupe key) is not written again."""
+def _event_record(session: Session, event: Event) -> EventRecord:
+    """The one record of `event` (by its dedupe key): written the first time, found every other. Another
+    transaction may record the same event at once: the insert then does nothing (no savepoint, no error that
+    would undo the caller's transaction) and the row it committed is read."""
+    key = event.dedupe_key[:200]
+    found = session.exec(select(EventRecord).where(EventRecord.dedupe_key == key)).first()
+    if found is not None:
+        return found
+    dialect_insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    session.execute(
+        dialect_insert(EventRecord)
+        .values(
+            event=str(event.name),
+            dedupe_key=key,
+            title=event.title[:300],
+            body=event.body,
+            link=event.link[:500],
+            campaign_id=event.campaign_id,
+            approach_id=event.approach_id,
+            created_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=["dedupe_key"])
+    )
+    return session.exec(select(EventRecord).where(EventRecord.dedupe_key == key)).one()
+
+
+def record(
+    session: Session, event: Event, *, force_target: NotificationTarget | None = None, to_inbox: bool = True
+) -> int:
+    """Record `event` once (`EventRecord`) and write it to the outbox of every enabled destination that follows
+    it (the campaign's and the board-wide ones) and, with `to_inbox`, to the inbox of everyone who watches its
+    campaign or approach (app/domain/inbox.py), in the caller's transaction. Returns how many outbox rows were
+    written; an event already written (same dedupe key) is not written again. A test message is no event: it
+    goes to its destination alone."""
+    stored = None if event.name == NotificationEvent.test else _event_record(session, event)
+    if stored is not None and to_inbox:
+        inbox.deliver(session, stored)
     if force_target is not None:
         targets = [force_target]
     else:
@@ -202,6 +243,7 @@ def record(session: Session, event: Event, *, force_target: NotificationTarget |
     rows = [
         {
             "target_id": t.id,
+            "event_id": stored.id if stored is not None else None,
             "event": event.name,
             "dedupe_key": event.dedupe_key[:200],
             "title": event.title[:300],
@@ -250,6 +292,7 @@ def trial_ended(session: Session, trial: Trial, proposed: tuple[str, str] | None
             "\n".join(lines),
             f"/trials/{trial.id}",
             trial.campaign_id,
+            trial.approach_id,
         ),
     )
     still = session.exec(
@@ -285,6 +328,7 @@ def verdict_confirmed(session: Session, approach: Approach, trial: Trial | None,
             + (f"\nReason: {approach.reason}" if approach.reason else ""),
             f"/campaigns/{slug}/approaches/{approach.key}",
             approach.campaign_id,
+            approach.id,
         ),
     )
 
@@ -325,8 +369,11 @@ def runner_lost(session: Session, runner_name: str, runner_id: int, lost_trials:
 
 
 def _follows(session: Session, event: str) -> bool:
+    """Does anyone follow `event`: a destination, or (for an inbox event) a person watching something."""
     targets = session.exec(select(NotificationTarget.events).where(col(NotificationTarget.disabled_at).is_(None)))
-    return any(event in (events or []) for events in targets)
+    if any(event in (events or []) for events in targets):
+        return True
+    return event in inbox.INBOX_EVENTS and inbox.anyone_watches(session)
 
 
 def retest_on_connect(session: Session, runner: Runner) -> int:
@@ -355,6 +402,7 @@ def retest_on_connect(session: Session, runner: Runner) -> int:
                 f"{approach.title} ({approach.status}) was decided on another stack; {runner.name}: {why}.",
                 f"/campaigns/{slug}/approaches/{approach.key}",
                 approach.campaign_id,
+                approach.id,
             ),
         )
     return written
@@ -362,11 +410,13 @@ def retest_on_connect(session: Session, runner: Runner) -> int:
 
 def waiting_verdicts(session: Session, now: datetime | None = None) -> int:
     """verdict.waiting for every ended trial whose verdict has waited longer than a destination's
-    `waiting_hours` (checked by the notifier once a minute; each trial told once per destination)."""
+    `waiting_hours` (checked by the notifier once a minute; each trial told once per destination), and, after
+    INBOX_WAITING_HOURS, to the inboxes of those who watch it."""
     now = now or utcnow()
     targets = session.exec(select(NotificationTarget).where(col(NotificationTarget.disabled_at).is_(None))).all()
     targets = [t for t in targets if NotificationEvent.verdict_waiting in (t.events or [])]
-    if not targets:
+    watched = inbox.anyone_watches(session)
+    if not targets and not watched:
         return 0
     rows = session.exec(
         select(Approach, Trial, Campaign.slug)
@@ -379,24 +429,26 @@ def waiting_verdicts(session: Session, now: datetime | None = None) -> int:
         ended = aware(trial.finished_at)
         if ended is None:
             continue
+        waited = now - ended
+        hours = waited.total_seconds() / 3600
+
+        event = Event(
+            NotificationEvent.verdict_waiting,
+            f"verdict.waiting:{trial.id}",
+            f"{slug}/{approach.key}: a verdict has waited {hours:.0f} h",
+            f"Trial #{trial.id} of {approach.key} ended {hours:.1f} hours ago and waits for a verdict.",
+            f"/trials/{trial.id}",
+            approach.campaign_id,
+            approach.id,
+        )
+        if watched and waited >= timedelta(hours=INBOX_WAITING_HOURS):
+            inbox.deliver(session, _event_record(session, event))
         for target in targets:
             if target.campaign_id not in (None, approach.campaign_id):
                 continue
-            if now - ended < timedelta(hours=target.waiting_hours):
+            if waited < timedelta(hours=target.waiting_hours):
                 continue
-            hours = (now - ended).total_seconds() / 3600
-            written += record(
-                session,
-                Event(
-                    NotificationEvent.verdict_waiting,
-                    f"verdict.waiting:{trial.id}",
-                    f"{slug}/{approach.key}: a verdict has waited {hours:.0f} h",
-                    f"Trial #{trial.id} of {approach.key} ended {hours:.1f} hours ago and waits for a verdict.",
-                    f"/trials/{trial.id}",
-                    approach.campaign_id,
-                ),
-                force_target=target,
-            )
+            written += record(session, event, force_target=target, to_inbox=False)
     return written
 
 

@@ -15,12 +15,18 @@ succeeded trials on the same stack (app/domain/comparison.compare_approaches) on
 
 "Repeat A N times" is a Settle without B: rounds of one trial, until N are spent. Functions flush, never
 commit.
+
+`progress` is what the pages show while it runs (issue 45): trials done of the most it may take, and each
+side's deciding metric so far with its interval over trials (`statistics.trial_resamples`, the trial the unit).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from sqlmodel import Session, col, select
 
 from app.domain import comparison, scheduling, statistics
@@ -28,8 +34,10 @@ from app.domain.errors import Invalid
 from app.domain.wording import plural
 from app.models import (
     ACTIVE_TRIAL_STATES,
+    TERMINAL_TRIAL_STATES,
     Approach,
     Campaign,
+    Metric,
     Settle,
     SettleState,
     Trial,
@@ -211,3 +219,182 @@ def open_settles(session: Session, campaign: Campaign) -> list[SettleView]:
         count = len(session.exec(select(Trial.id).where(Trial.settle_id == s.id)).all())
         out.append(SettleView(s, a, rest[0] if rest else None, count))
     return out
+
+
+@dataclass(frozen=True)
+class SideSoFar:
+    """One side's deciding metric over its succeeded trials of the settle: the mean of the trials' medians and
+    its interval at the campaign's confidence (None below 2 trials: one trial has no run-to-run spread)."""
+
+    title: str
+    trials: int
+    value: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A settle while it runs: `done` trials ended of `total` at most (budget x sides), `active` still queued or
+    running, and each side's figure so far on `metric` at `point`."""
+
+    settle: Settle
+    a: Approach
+    b: Approach | None
+    done: int
+    total: int
+    active: int
+    metric: str | None
+    unit: str
+    point: str
+    sides: tuple[SideSoFar, ...]
+    confidence: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.a.title} vs {self.b.title}" if self.b is not None else f"{self.a.title} repeated"
+
+
+def _point_label(tags: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={tags[k]}" for k in comparison.POINT_TAGS if k in tags)
+
+
+def _figures(
+    session: Session, settle: Settle, approaches: list[Approach], succeeded: dict[int, list[int]], rule: statistics.Rule
+) -> tuple[str | None, str, str, tuple[SideSoFar, ...]]:
+    """The deciding metric (the settle's, else the first headline metric side A measured, else the first
+    name), its point (the tags most of A's trials measured) and each side's trials' medians there."""
+    ids = [i for a in approaches for i in succeeded.get(a.id or 0, [])]
+    rows = list(
+        session.exec(select(Metric).where(col(Metric.trial_id).in_(ids)).order_by(col(Metric.trial_id), col(Metric.id)))
+    )
+    first = set(succeeded.get(approaches[0].id or 0, []))
+    names = {m.name for m in rows if m.trial_id in first}
+    metric = settle.metric if settle.metric in names else None
+    metric = metric or next((n for n in comparison.HEADLINE_METRICS if n in names), None) or min(names, default=None)
+    if metric is None:
+        empty = tuple(SideSoFar(a.title, 0, None, None, None) for a in approaches)
+        return None, "", "", empty
+    mine = [m for m in rows if m.name == metric]
+    points: dict[str, set[int]] = {}
+    for m in mine:
+        key = json.dumps({k: m.tags[k] for k in comparison.POINT_TAGS if k in m.tags}, sort_keys=True, default=str)
+        points.setdefault(key, set()).add(m.trial_id)
+    point = max(points, key=lambda k: (len(points[k] & first), -list(points).index(k)))
+    at = json.loads(point)
+    sides = []
+    unit = ""
+    for a in approaches:
+        medians: dict[int, float] = {}
+        for m in mine:
+            if m.trial_id in succeeded.get(a.id or 0, []) and m.trial_id not in medians:
+                if {k: m.tags[k] for k in comparison.POINT_TAGS if k in m.tags} == at:
+                    summary = comparison.trial_of(m)
+                    value = (
+                        summary.median if isinstance(summary, statistics.TrialSummary) else float(np.median(summary))
+                    )
+                    medians[m.trial_id] = value
+                    unit = unit or m.unit
+        values = list(medians.values())
+        low = high = None
+        if len(values) >= 2:
+            draws = statistics.trial_resamples(
+                [[v] for v in values], rule.n_resamples, np.random.default_rng(rule.seed)
+            )
+            if draws is not None:
+                low, high = statistics.percentile_interval(draws, rule.confidence)
+        mean = float(np.mean(values)) if values else None
+        sides.append(SideSoFar(a.title, len(values), mean, low, high))
+    return metric, unit, _point_label(at), tuple(sides)
+
+
+def progress(session: Session, settle: Settle) -> Progress:
+    """Where one settle stands (see `Progress`)."""
+    campaign = session.get(Campaign, settle.campaign_id)
+    assert campaign is not None
+    approaches = _approaches(session, settle)
+    mine = list(session.exec(select(Trial).where(Trial.settle_id == settle.id).order_by(col(Trial.id))))
+    succeeded: dict[int, list[int]] = {}
+    for t in mine:
+        if t.state == TrialState.succeeded:
+            succeeded.setdefault(t.approach_id, []).append(t.id)  # type: ignore[arg-type]
+    rule = comparison.rule_of(campaign)
+    metric, unit, point, sides = _figures(session, settle, approaches, succeeded, rule)
+    return Progress(
+        settle=settle,
+        a=approaches[0],
+        b=approaches[1] if len(approaches) == 2 else None,
+        done=sum(1 for t in mine if t.state in TERMINAL_TRIAL_STATES),
+        total=settle.budget * len(approaches),
+        active=sum(1 for t in mine if t.state in ACTIVE_TRIAL_STATES),
+        metric=metric,
+        unit=unit,
+        point=point,
+        sides=sides,
+        confidence=rule.confidence,
+    )
+
+
+def campaign_progress(session: Session, campaign: Campaign) -> list[Progress]:
+    """The campaign's ten newest settles, newest first."""
+    settles = session.exec(
+        select(Settle).where(Settle.campaign_id == campaign.id).order_by(col(Settle.id).desc()).limit(10)
+    ).all()
+    return [progress(session, s) for s in settles]
+
+
+def progress_json(p: Progress) -> dict[str, Any]:
+    """A Progress as the API's SettleProgressPublic and the CLI's --json give it."""
+    return {
+        "id": p.settle.id,
+        "a": p.a.key,
+        "b": p.b.key if p.b is not None else None,
+        "state": p.settle.state,
+        "outcome": p.settle.outcome,
+        "done": p.done,
+        "total": p.total,
+        "active": p.active,
+        "metric": p.metric,
+        "unit": p.unit,
+        "point": p.point,
+        "confidence": p.confidence,
+        "sides": [vars(s) for s in p.sides],
+    }
+
+
+def progress_line(p: Progress) -> str:
+    """One line of progress, as the CLI prints it: "A repeated: 2 of 5 done, 1 queued or running; m: ..."."""
+    head = f"{p.label}: {p.done} of {p.total} done" + (f", {p.active} queued or running" if p.active else "")
+    if p.settle.state != SettleState.open:
+        head += f" ({p.settle.state}{': ' + p.settle.outcome if p.settle.outcome else ''})"
+    if p.metric is None:
+        return head
+    figures = []
+    for s in p.sides:
+        name = f"{s.title} " if p.b is not None else ""
+        if s.value is None:
+            figures.append(f"{name}no trial yet")
+        elif s.low is None:
+            figures.append(f"{name}{s.value:.4g} {p.unit} (one trial: no interval yet)")
+        else:
+            figures.append(
+                f"{name}{s.value:.4g} {p.unit} [{s.low:.4g}, {s.high:.4g}] "
+                f"({p.confidence:.0%} over {plural(s.trials, 'trial')})"
+            )
+    at = f" at {p.point}" if p.point else ""
+    return f"{head}; {p.metric}{at}: {'; '.join(figures)}"
+
+
+def approach_progress(session: Session, approach: Approach) -> list[Progress]:
+    """The settles of an approach to show on its page: the open ones, and the newest ended one."""
+    settles = session.exec(
+        select(Settle)
+        .where((Settle.approach_a_id == approach.id) | (Settle.approach_b_id == approach.id))
+        .order_by(col(Settle.id).desc())
+        .limit(10)
+    ).all()
+    shown = [s for s in settles if s.state == SettleState.open]
+    ended = next((s for s in settles if s.state != SettleState.open), None)
+    if ended is not None:
+        shown.append(ended)
+    return [progress(session, s) for s in shown]

@@ -45,6 +45,7 @@ from sqlalchemy import event
 from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
+from app.domain import inbox as inbox_domain
 from app.protocol.messages import CloseCode
 from app.state import StateOwner, app_state
 
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 COALESCE_S = 0.2  # at most one notice per topic per this many seconds (a burst's first at once)
 RUNNERS = "runners"
 HEARTBEATS = "heartbeats"  # every runner's heartbeat: coalesced over Settings.heartbeat_notice_s
-ROW_KINDS = ("campaign", "approach", "trial")  # topics of one row: `<kind>:<id>`
+ROW_KINDS = ("campaign", "approach", "trial", "inbox")  # topics of one row: `<kind>:<id>` (inbox: a user's)
 KINDS = (*ROW_KINDS, RUNNERS, HEARTBEATS)  # every topic's kind
 TOPIC = re.compile(rf"(?:({'|'.join(ROW_KINDS)}):([1-9][0-9]{{0,18}})|{RUNNERS}|{HEARTBEATS})")  # fullmatch
 MAX_TOPICS = 8  # per stream
@@ -72,6 +73,11 @@ def approach(approach_id: int | None) -> str:
 
 def trial(trial_id: int | None) -> str:
     return f"trial:{trial_id}"
+
+
+def inbox(user_id: int | None) -> str:
+    """A person's inbox (app/domain/inbox.py): only they may follow it (app/api/pagefeed.py)."""
+    return f"inbox:{user_id}"
 
 
 def of_trial(t: Any) -> tuple[str, ...]:
@@ -150,11 +156,12 @@ def feed_path(topics: Iterable[str], since: str = "") -> str:
     return f"{FEED_PATH}?{query}&since={since}" if since else f"{FEED_PATH}?{query}"
 
 
-def feed_attributes(topics: Iterable[str], since: str) -> Markup:
+def feed_attributes(topics: Iterable[str], since: str, css_class: str = "page-feed") -> Markup:
     """The attributes of a page's feed element (`<div {{ page_feed(topics, feed_mark) }}>`), which
-    static/pagefeed.js reads: where to connect, and what the server's close codes and retry delay are."""
+    static/pagefeed.js reads: where to connect, and what the server's close codes and retry delay are. The
+    navigation's inbox feed (base.html) is another such element, of class "inbox-feed"."""
     attrs = {
-        "class": "page-feed",
+        "class": css_class,
         "data-feed-url": feed_path(topics, since),
         "data-feed-ended-code": str(CloseCode.UNAUTHORIZED),
         "data-feed-retry-ms": str(RETRY_MS),
@@ -330,6 +337,24 @@ def after_commit(session: Session, *topics: str) -> None:
 
     event.listen(session, "after_commit", committed)
     event.listen(session, "after_soft_rollback", rolled_back)
+
+
+@event.listens_for(Session, "after_commit")
+def _inbox_committed(session: Session) -> None:
+    """The inboxes a committed transaction wrote to (app/domain/inbox.py leaves their users on the session)
+    are published, whichever service wrote them: a person's unread count moves live."""
+    if session.in_nested_transaction():
+        return  # a savepoint's commit: the transaction itself has not committed yet
+    users = session.info.pop(inbox_domain.INBOX_USERS, None)
+    feed: PageFeed | None = session.info.get("page_feed")
+    if users and feed is not None:
+        feed.publish_threadsafe(*(inbox(u) for u in sorted(users)))
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _inbox_rolled_back(session: Session, previous_transaction: Any) -> None:
+    if previous_transaction.parent is None:  # the whole transaction, not a savepoint inside it
+        session.info.pop(inbox_domain.INBOX_USERS, None)
 
 
 async def start(app: StateOwner) -> None:

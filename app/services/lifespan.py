@@ -1,5 +1,5 @@
 """What the server starts and stops with its lifespan (on the AppState that app/main.create_app made): the page
-feed's signal handlers (app/services/events.py), the open streams' credential check (app/services/access.py), the lost-runner sweeper, the notifier (app/services/notifier.py), the change-point pass (app/services/changes.py), the trace reader (app/services/artifacts.py), the embedded runner, gc.freeze, and tracing probes."""
+feed's signal handlers (app/services/events.py), the open streams' credential check (app/services/access.py), the lost-runner sweeper, the notifier (app/services/notifier.py), the change-point pass (app/services/changes.py), the search log indexer (app/services/search.py), the trace reader (app/services/artifacts.py), the embedded runner, gc.freeze, and tracing probes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from app.domain.artifacts import store_for
 from app.live import trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
 from app.protocol.messages import CloseCode
-from app.services import artifacts, changes, events, notifier
+from app.services import artifacts, changes, events, notifier, search
 from app.services.runners import sweep_once
 from app.state import app_state
 from runners.embedded import start_embedded, stop_embedded
@@ -85,6 +85,7 @@ async def start(app: FastAPI) -> None:
     state.tasks["access_checker"] = asyncio.create_task(state.access_watch.run())
     state.tasks["notifier"] = asyncio.create_task(notifier.run(app))
     state.tasks["change_points"] = asyncio.create_task(changes.run(app))
+    state.tasks["search_indexer"] = asyncio.create_task(search.run(app))
     if trace.on:
         state.tasks["trace_probes"] = asyncio.create_task(trace_probes())
     state.tasks["trace_reader"] = asyncio.create_task(

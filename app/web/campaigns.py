@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData
 
 from app.db import stream_in_session
-from app.deps import AdminDep, OperatorDep, PageAfter, SessionDep, require_operator
-from app.domain import inventory, lifecycle
+from app.deps import AdminDep, OperatorDep, PageAfter, SessionDep, current_operator, require_operator
+from app.domain import history, inbox, inventory, lifecycle, repeats
 from app.domain.campaign_files import campaign_file_text, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
@@ -74,6 +74,7 @@ def _overview(
         "person_statuses": PERSON_STATUSES,
         "campaign_history": lifecycle.history(session, campaign),
         "old_slugs": lifecycle.old_slugs(session, campaign),
+        **_watching(request, session, campaign),
     }
     return render(request, "campaign.html", ctx, block=block, headers=headers)
 
@@ -83,6 +84,13 @@ def _front(session: SessionDep) -> dict[str, Any]:
         "campaigns": inventory.list_campaigns(session),
         "archived_campaigns": inventory.list_campaigns(session, archived=True),
     }
+
+
+def _watching(request: Request, session: SessionDep, campaign, approach=None) -> dict[str, Any]:
+    """The Watch button's context (_partials/watch.html) for the person asking."""
+    operator = current_operator(request)
+    user_id = operator.user_id if operator is not None else None
+    return {"watch_approach": approach, "watching": inbox.watching(session, user_id, campaign, approach)}
 
 
 @router.get("/")
@@ -227,12 +235,10 @@ def change_status(
 
 
 def _history_page(session: SessionDep, approach, before: int | None = None) -> dict:
-    """One page of the approach's history, newest first, and the id to ask the next page after (or None)."""
-    rows = inventory.history(session, approach, before=before, limit=HISTORY_PAGE + 1)
-    return {
-        "history": rows[:HISTORY_PAGE],
-        "history_more": rows[HISTORY_PAGE - 1].id if len(rows) > HISTORY_PAGE else None,
-    }
+    """One page of the approach's history, decisions first with their trial events folded (app/domain/history.py),
+    and the decision id to ask the next page before (or None)."""
+    groups, more = history.folded_history(session, approach, before=before, limit=HISTORY_PAGE)
+    return {"groups": groups, "history_more": more}
 
 
 def _shown(value: Any) -> str:
@@ -274,6 +280,8 @@ def _approach(
         "requirements": requirements_view(approach.requirements),
         "evidence": inventory.evidence(session, approach),
         **_history_page(session, approach),
+        "repeats": repeats.approach_progress(session, approach),
+        **_watching(request, session, campaign, approach),
         "person_statuses": PERSON_STATUSES,
         "heading_oob": block == "details",  # the heading rides along with the details fragment
     }
@@ -287,6 +295,15 @@ def history_rows(request: Request, session: SessionDep, slug: str, key: str, bef
     approach = inventory.get_approach(session, campaign, key)
     ctx = {"campaign": campaign, "approach": approach, **_history_page(session, approach, before)}
     return render(request, "approach.html", ctx, block="history_rows")
+
+
+@router.get("/campaigns/{slug}/approaches/{key}/repeats")
+def repeats_fragment(request: Request, session: SessionDep, slug: str, key: str) -> Response:
+    """Repeat / Settle progress of the approach: re-fetched on the page feed's notices."""
+    campaign = inventory.get_campaign(session, slug)
+    approach = inventory.get_approach(session, campaign, key)
+    ctx = {"campaign": campaign, "approach": approach, "repeats": repeats.approach_progress(session, approach)}
+    return render(request, "_partials/repeat_progress.html", ctx)
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/status")

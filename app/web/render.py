@@ -8,6 +8,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import current_operator
+from app.domain import inbox
 from app.services.events import PAGE_EVENTS
 from app.state import app_state
 
@@ -28,6 +29,7 @@ def render(
     operator = current_operator(request)
     ctx = {
         "operator": operator,
+        "inbox_unread": _unread(request, operator.user_id) if operator is not None and _whole(template, block) else 0,
         "csrf_token": operator.csrf_token if operator else None,
         # The page feed's mark, taken before the page read the database (app/deps.get_session).
         "feed_mark": getattr(request.state, "feed_mark", ""),
@@ -40,6 +42,19 @@ def render(
             request, template, ctx, block_name=block, status_code=status_code, headers=headers
         ),
     )
+
+
+def _whole(template: str, block: str | None) -> bool:
+    """A whole page (it has the navigation), not a block or a partial."""
+    return block is None and not template.startswith("_partials/")
+
+
+def _unread(request: Request, user_id: int | None) -> int:
+    """The navigation's unread count (a full page only: a fragment has no navigation)."""
+    if user_id is None:
+        return 0
+    with app_state(request).db.scope(write=False) as session:
+        return inbox.unread_count(session, user_id)
 
 
 def navigate(request: Request, url: str) -> Response:

@@ -122,6 +122,15 @@ def test_engine_configs(client, api_headers, swept):
     check_trtllm_schedule(options)
     assert options["max_concurrency"] == b_star and 0 not in options["draft_len_schedule"].values()
     assert client.get(f"{url}?engine=tgi", headers=api_headers).status_code == 422
+
+    # issue 45 item 5: the whole launch command around each writer's arguments, the world size it was measured at
+    for body, program in ((sglang, ["python", "-m", "sglang.launch_server"]), (vllm, ["vllm", "serve"]), (trt, None)):
+        launch = body["launch"]
+        assert launch["argv"][-len(body["argv"]) :] == body["argv"] and launch["tensor_parallel"] == 2
+        assert shlex.split(launch["command"]) == launch["argv"] and launch["shell"].endswith(launch["command"] + "\n")
+        assert launch["argv"][: len(program or ["trtllm-serve"])] == (program or ["trtllm-serve"])
+        for f in launch["files"]:
+            assert f"cat > {f['name']} <<'CAMPAIGN_BOARD_EOF'\n" in launch["shell"]
     assert client.get("/api/campaigns/nope/answer", headers=api_headers).status_code == 404
 
 
@@ -174,8 +183,11 @@ def test_cli_answer_config(swept, settings):
     body = json.loads(done.stdout)
     assert body["static"]["serve_batches"] == "64-128" and "--speculative-adaptive" in body["argv"]
     text = cli("--engine", "vllm").stdout
+    launch = json.loads(cli("--engine", "vllm", "--json").stdout)["launch"]
+    assert text.startswith(launch["shell"])  # issue 45 item 5: the CLI prints the API's whole command
     line = text.splitlines()[0]
-    assert shlex.split(line)[0] == "--speculative-config" and len(shlex.split(line)) == 2
+    assert shlex.split(line) == launch["argv"] and shlex.split(line)[:2] == ["vllm", "serve"]
+    assert shlex.split(line)[-2] == "--speculative-config"
     bad = cli("--serve-batches", "zero")
     assert bad.returncode != 0 and "serve_batches" in bad.stderr + bad.stdout
 

@@ -94,6 +94,18 @@ def test_deploy_panel_copies_the_quoted_line_and_downloads_the_file(server, brow
             "() => document.querySelector('[data-copy=\"#deploy-shell-vllm\"]').textContent === 'Copied'"
         )
         assert page.evaluate("navigator.clipboard.readText()") == line
+        # issue 45 item 5: the whole launch command, its file first; Copy gives exactly the text the API gives
+        whole = page.locator("#deploy-launch-sglang").input_value()
+        assert whole.startswith("cat > sglang-adaptive-spec.json <<'CAMPAIGN_BOARD_EOF'\n")
+        command = whole.rstrip("\n").splitlines()[-1]
+        assert shlex.split(command)[:3] == ["python", "-m", "sglang.launch_server"]
+        assert "--tp-size" in shlex.split(command) and "--speculative-adaptive" in shlex.split(command)
+        page.locator('#deploy [data-copy="#deploy-launch-sglang"]').click()
+        page.wait_for_function(
+            "() => document.querySelector('[data-copy=\"#deploy-launch-sglang\"]').textContent === 'Copied'"
+        )
+        assert page.evaluate("navigator.clipboard.readText()") == whole
+        assert "<target-model-path>" in page.locator('[data-testid="launch-vllm"]').inner_text()
         with page.expect_download() as info:
             page.locator('[data-testid="download-sglang"]').click()
         download = info.value

@@ -11,8 +11,25 @@ UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 # What a viewer may still write: the public writes (first login, accepting an invite; they spend a
-# secret from the form), logging out and ending their own sessions.
-VIEWER_MAY = {"/login", "/invite/{token}", "/logout", "/sessions/{session_row_id}/revoke", "/api/sessions/{session_id}"}
+# secret from the form), logging out and ending their own sessions, and their own inbox: what they watch and
+# what they have read (app/web/inbox.py, app/api/inbox.py).
+VIEWER_MAY = {
+    "/login",
+    "/invite/{token}",
+    "/logout",
+    "/sessions/{session_row_id}/revoke",
+    "/api/sessions/{session_id}",
+    "/inbox/read",
+    "/inbox/{item_id}/read",
+    "/campaigns/{slug}/watch",
+    "/campaigns/{slug}/unwatch",
+    "/campaigns/{slug}/approaches/{key}/watch",
+    "/campaigns/{slug}/approaches/{key}/unwatch",
+    "/api/inbox/read",
+    "/api/inbox/{item_id}/read",
+    "/api/watches",
+    "/api/watches/remove",
+}
 
 
 def unsafe_routes(app) -> list[tuple[str, str]]:

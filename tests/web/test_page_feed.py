@@ -348,7 +348,9 @@ def test_pages_carry_what_pagefeed_js_needs_and_their_fragments_follow_real_even
     with httpx.Client(timeout=10, cookies=cookies) as c:
         for path in re.findall(r'hx-get="([^"]+)" hx-trigger="load"', html):
             html += c.get(srv.url + path, headers={"HX-Request": "true"}).text
-    subscribed = {dom_event(t) for t in re.findall(r"topic=([a-z0-9:]+)", url)}
+    # every feed of the page: its own and the navigation's inbox (base.html)
+    feeds = " ".join(re.findall(r'data-feed-url="([^"]*)"', html))
+    subscribed = {dom_event(t) for t in re.findall(r"topic=([a-z0-9:]+)", feeds)}
     listened = {
         name.split()[0]
         for spec in re.findall(r'hx-trigger="([^"]*)"', html)

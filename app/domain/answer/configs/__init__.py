@@ -8,6 +8,7 @@ against that engine's own rules (docs/profitability.md, "Deploy").
   flag only for the kernel SGLang will run at that TP and SM, and one k for the served range where
   adaptive speculation is off.
 - `trtllm.py`: `speculative_config` with `draft_len_schedule` and `max_concurrency`.
+- `launch.py`: the whole server command around a writer's arguments (model, parallelism, draft head, files).
 
 Pure: the answer (`SpeculationAnswer`) and the approaches in, an `EngineConfig` out. No FastAPI here.
 """
@@ -15,10 +16,12 @@ Pure: the answer (`SpeculationAnswer`) and the approaches in, an `EngineConfig` 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlmodel import Session, col, select
 
+from app.domain.answer.configs.launch import launch_command
 from app.domain.answer.configs.schedule import (
     DEFAULT_SERVE,
     DeployTarget,
@@ -79,20 +82,25 @@ def engine_config(
     serve: ServeRange = DEFAULT_SERVE,
     target: DeployTarget | None = None,
 ) -> EngineConfig:
-    """One engine's launch settings for the answer's chosen approach; Conflict when there is nothing to
-    deploy yet (it says what is missing), Invalid for an unknown engine."""
+    """One engine's launch settings for the answer's chosen approach, with the whole launch command around them;
+    Conflict when there is nothing to deploy yet (it says what is missing), Invalid for an unknown engine."""
     if engine == "sglang":
-        return sglang_config(answer, approaches, serve=serve, target=target)
-    if engine == "vllm":
-        return vllm_config(answer, approaches)
-    if engine == "trtllm":
-        return trtllm_config(answer, approaches)
-    raise Invalid(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}", field="engine")
+        config = sglang_config(answer, approaches, serve=serve, target=target)
+    elif engine == "vllm":
+        config = vllm_config(answer, approaches)
+    elif engine == "trtllm":
+        config = trtllm_config(answer, approaches)
+    else:
+        raise Invalid(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}", field="engine")
+    chosen = answer.approach(config.approach) if config.approach is not None else None
+    world_size = chosen.world_size if chosen is not None else 1
+    return replace(config, launch=launch_command(config, approaches, world_size))
 
 
 def config_json(config: EngineConfig) -> dict[str, Any]:
     """An EngineConfig as the API's EngineConfigPublic and `campaign answer --config` give it."""
     static = config.static
+    launch = config.launch
     return {
         "engine": config.engine,
         "approach": config.approach,
@@ -114,4 +122,16 @@ def config_json(config: EngineConfig) -> dict[str, Any]:
             "rule": static.rule,
         },
         "proposed_trials": list(config.proposed_trials),
+        "launch": None
+        if launch is None
+        else {
+            "argv": list(launch.argv),
+            "command": launch.command,
+            "shell": launch.shell,
+            "files": [vars(f) for f in launch.files],
+            "model": vars(launch.model),
+            "draft": vars(launch.draft),
+            "tensor_parallel": launch.tensor_parallel,
+            "placeholders": list(launch.placeholders),
+        },
     }

@@ -61,6 +61,53 @@ class StaticChoice:
     rule: str
 
 
+MODEL_PLACEHOLDER = "<target-model-path>"  # what the launch line says where nothing names the path
+DRAFT_PLACEHOLDER = "<eagle3-draft-path>"
+HEREDOC_END = "CAMPAIGN_BOARD_EOF"
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """A path for the launch line and where it came from ("" and the placeholder when nothing names it)."""
+
+    value: str
+    source: str
+
+    @property
+    def placeholder(self) -> bool:
+        return self.value in (MODEL_PLACEHOLDER, DRAFT_PLACEHOLDER)
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """The engine's whole server command: argv (one element per argument), the files to write first, and where
+    the model and draft paths come from."""
+
+    argv: tuple[str, ...]
+    files: tuple[ConfigFile, ...]
+    model: PathChoice
+    draft: PathChoice
+    tensor_parallel: int
+
+    @property
+    def command(self) -> str:
+        """argv quoted for a POSIX shell (`shlex.split(command) == argv`)."""
+        return shlex.join(self.argv)
+
+    @property
+    def shell(self) -> str:
+        """What to paste: each file written by a quoted here-document (nothing in it expands), then the command."""
+        parts = [
+            f"cat > {shlex.quote(f.name)} <<'{HEREDOC_END}'\n{f.content.rstrip(chr(10))}\n{HEREDOC_END}"
+            for f in self.files
+        ]
+        return "\n".join([*parts, self.command]) + "\n"
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        return tuple(p.value for p in (self.model, self.draft) if p.placeholder)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     engine: str
@@ -72,6 +119,7 @@ class EngineConfig:
     files: tuple[ConfigFile, ...] = ()
     static: StaticChoice | None = None
     proposed_trials: tuple[dict[str, Any], ...] = ()  # recipes that would measure what this config cannot cite
+    launch: LaunchCommand | None = None  # the whole server command around argv (configs/launch.py)
 
     @property
     def shell(self) -> str:

@@ -1,8 +1,8 @@
 """A campaign's lifecycle: campaign.archived_at, the old slugs that redirect (campaign_slug), the campaign's own
 history (campaign_event); and the trials page's indexes (its filters and sorts within a campaign)
 
-Revision ID: 0019_lifecycle
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 """
 
 from collections.abc import Sequence
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision: str = "0019_lifecycle"
-down_revision: str | None = "0018"
+revision: str = "0020"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,40 @@
+"""The hub's log indexer (app/domain/search.py `index_logs`): every POLL_S, the log chunks stored since the
+last pass become searchable, in transactions of their own, never in the log pipeline's insert. A pass takes at
+most INDEX_BATCH chunks or INDEX_BYTES of text (a short hold of SQLite's write lock); while it is behind, it
+works at most DUTY of the time (the CPU and the lock it takes from the log pipeline stay small). Ordinary logs are searchable within about a second; a flood is indexed
+behind it. PostgreSQL indexes on insert (GIN): nothing to run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import FastAPI
+
+from app.domain import search
+from app.state import app_state
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0  # idle: look for new chunks this often
+DUTY = 0.1  # behind: indexing takes at most this share of the time (a pass, then 9x its length of pause)
+BACKLOG_S = 0.05  # ... and never less pause than this between passes
+
+
+async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
+    db = app_state(app).db
+    if db.engine.dialect.name == "postgresql":
+        return
+    loop = asyncio.get_running_loop()
+    while True:
+        pause = poll_s
+        started = loop.time()
+        try:
+            if await db.run_in_tx(search.index_logs) >= search.INDEX_BATCH:
+                took = loop.time() - started
+                pause = max(BACKLOG_S, took * (1 - DUTY) / DUTY)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("search indexing pass failed")
+        await asyncio.sleep(pause)

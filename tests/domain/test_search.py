@@ -1,0 +1,101 @@
+"""Issue 45 item 3 on SQLite and PostgreSQL: the databases' own full-text search over approaches, trials
+(parameters, log text) and verdicts; ranked, the words marked, each hit linking to its field or log line;
+logs searchable once indexed, and a trimmed chunk leaving the index."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import delete
+from sqlmodel import select
+
+from app.db import session_scope
+from app.domain import search
+from app.domain.errors import Invalid
+from app.models import Approach, Campaign, LogChunk, StatusChange, Trial
+
+
+def _seed(engine) -> dict[str, int]:
+    with session_scope(engine) as s:
+        c = Campaign(slug="kimi", name="Kimi")
+        s.add(c)
+        s.flush()
+        a = Approach(
+            campaign_id=c.id,  # type: ignore[arg-type]
+            key="symm",
+            title="Symmetric memory allreduce",
+            evidence="Measured twice: the one-shot kernel halves the latency at 8 tokens.",
+            prerequisites="torch 2.10 with NVSHMEM",
+        )
+        b = Approach(campaign_id=c.id, key="pcie", title="PCIe IPC allreduce")  # type: ignore[arg-type]
+        s.add_all([a, b])
+        s.flush()
+        assert c.id is not None and b.id is not None
+        t = Trial(
+            campaign_id=c.id, approach_id=b.id, recipe={"kind": "command", "params": {"argv": ["bench", "--tp", "8"]}}
+        )
+        s.add(t)
+        s.flush()
+        s.add(StatusChange(approach_id=b.id, from_status="untested", to_status="dead_end", reason="NCCL hangs on PCIe"))
+        chunks = [
+            LogChunk(trial_id=t.id, attempt_id="a1", seq=0, offset=0, data="starting\nloading weights\n"),  # type: ignore[arg-type]
+            LogChunk(trial_id=t.id, attempt_id="a1", seq=1, offset=25, data="step 3\n<b>KeyError: 12</b>\ndone\n"),  # type: ignore[arg-type]
+        ]
+        s.add_all(chunks)
+        s.flush()
+        return {"trial": t.id or 0, "chunk": chunks[1].id or 0}
+
+
+def _index(engine) -> None:
+    with session_scope(engine) as s:
+        while search.index_logs(s):
+            pass
+
+
+def test_search_finds_each_kind_marked_and_linked(engine):
+    ids = _seed(engine)
+    with session_scope(engine, write=False) as s:
+        if s.get_bind().dialect.name == "sqlite":
+            assert search.search(s, "KeyError 12") == []  # stored, not yet indexed
+            assert search.log_backlog(s) == 2
+    _index(engine)
+    with session_scope(engine, write=False) as s:
+        (log,) = [h for h in search.search(s, "KeyError: 12") if h.kind == "log"]
+        assert log.link == f"/trials/{ids['trial']}/log/1#L2" and log.campaign_slug == "kimi"
+        assert f"{search.MARK_START}KeyError{search.MARK_END}" in log.snippet
+        (evidence,) = search.search(s, "one-shot latency")
+        assert evidence.kind == "approach" and evidence.field == "evidence"
+        assert evidence.link == "/campaigns/kimi/approaches/symm#field-evidence"
+        (verdict,) = [h for h in search.search(s, "NCCL hangs") if h.kind == "verdict"]
+        assert verdict.link.startswith("/campaigns/kimi/approaches/pcie#change-")
+        assert [h.kind for h in search.search(s, "nvshmem")] == ["approach"]  # any letter case
+        params = [h for h in search.search(s, "bench") if h.kind == "trial"]
+        assert params and params[0].field == "parameters" and params[0].link == f"/trials/{ids['trial']}"
+        by_id = search.search(s, f"#{ids['trial']}")
+        assert by_id[0].link == f"/trials/{ids['trial']}"
+        # ranked: the approach that says "allreduce" in its title twice over beats none; both found
+        assert {h.title for h in search.search(s, "allreduce")} >= {"Symmetric memory allreduce", "PCIe IPC allreduce"}
+        for bad in ("", "   ", "?!", "x" * 300):
+            with pytest.raises(Invalid):
+                search.search(s, bad)
+        assert isinstance(search.search(s, 'NEAR(a b) OR "x'), list)  # FTS syntax is never interpreted: no error
+
+
+def test_a_trimmed_chunk_leaves_the_index(engine):
+    ids = _seed(engine)
+    _index(engine)
+    with session_scope(engine) as s:
+        s.execute(delete(LogChunk).where(LogChunk.id == ids["chunk"]))  # type: ignore[arg-type]
+    with session_scope(engine, write=False) as s:
+        assert [h for h in search.search(s, "KeyError") if h.kind == "log"] == []
+        assert [h.kind for h in search.search(s, "weights")] == ["log"]
+        if s.get_bind().dialect.name == "sqlite":  # the index holds exactly the chunks that remain
+            n = s.execute(
+                search.text("SELECT count(*) FROM search_log WHERE search_log MATCH '\"KeyError\"'")
+            ).scalar_one()
+            assert n == 0
+    with session_scope(engine) as s:  # an approach edited: its old words leave, its new ones come
+        a = s.exec(select(Approach).where(Approach.key == "symm")).one()
+        a.evidence = "Replaced by the multimem kernel."
+        s.add(a)
+    with session_scope(engine, write=False) as s:
+        assert search.search(s, "halves") == [] and search.search(s, "multimem")[0].field == "evidence"
