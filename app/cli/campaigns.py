@@ -209,8 +209,6 @@ def delete_cmd(
     console.print(f"deleted {slug}: {removed}", highlight=False)
 
 
-
-
 def settles_cmd(
     slug: Annotated[str, typer.Argument(help="The campaign's slug.")],
     approach: Annotated[

@@ -4,7 +4,6 @@ trials so far) while it runs; an approach's history shows decisions first, its t
 from __future__ import annotations
 
 from datetime import timedelta
-from types import SimpleNamespace
 
 import numpy as np
 from scipy import stats as sps
@@ -75,14 +74,13 @@ def test_history_folds_trial_events_under_decisions_and_pages_at_decisions(engin
         t0 = utcnow() + timedelta(days=1)  # after the seed's own creation entry
         # decision 1, then a trial's events (queued, started, ended: kind "trial", the decided status kept), ...
         d1 = _change(s, a.id, "untested", "deferred", t0)
-        trial = {"trial_id": None, "kind": "trial"}
         events = [
-            _change(s, a.id, "deferred", "deferred", t0 + timedelta(seconds=1), **trial),
-            _change(s, a.id, "deferred", "deferred", t0 + timedelta(seconds=2), **trial),
-            _change(s, a.id, "deferred", "deferred", t0 + timedelta(seconds=3), **trial),
+            _change(s, a.id, "deferred", "deferred", t0 + timedelta(seconds=1), kind="trial"),
+            _change(s, a.id, "deferred", "deferred", t0 + timedelta(seconds=2), kind="trial"),
+            _change(s, a.id, "deferred", "deferred", t0 + timedelta(seconds=3), kind="trial"),
         ]
         d2 = _change(s, a.id, "deferred", "promising", t0 + timedelta(seconds=4))
-        late = _change(s, a.id, "promising", "promising", t0 + timedelta(seconds=5), **trial)
+        late = _change(s, a.id, "promising", "promising", t0 + timedelta(seconds=5), kind="trial")
         groups, more = history.folded_history(s, a, limit=50)
         decisions = [g.decision for g in groups]
         assert decisions[:2] == [d2, d1] and more is None
@@ -95,9 +93,13 @@ def test_history_folds_trial_events_under_decisions_and_pages_at_decisions(engin
         assert second[0].decision == d1 and second[0].events == events[::-1]
         # any kind other than a person's decision that names a trial folds; an unknown kind naming no trial
         # stays a decision
-        trial_kind = SimpleNamespace(kind="trial", trial_id=7, from_status="promising", to_status="promising")
-        new_kind = SimpleNamespace(kind="verdict_note", trial_id=None, from_status="x", to_status="x")
-        person = SimpleNamespace(kind="status", trial_id=7, from_status="untested", to_status="adopted")
+        trial_kind = StatusChange(approach_id=1, kind="trial", trial_id=None, from_status="x", to_status="x")
+        new_kind = StatusChange(approach_id=1, kind="verdict_note", trial_id=None, from_status="x", to_status="x")
+        unknown_with_trial = StatusChange(
+            approach_id=1, kind="verdict_note", trial_id=7, from_status="x", to_status="x"
+        )
+        person = StatusChange(approach_id=1, kind="status", trial_id=7, from_status="untested", to_status="adopted")
+        assert not history.is_decision(unknown_with_trial)
         assert not history.is_decision(trial_kind) and history.is_decision(new_kind) and history.is_decision(person)
         lines = history.history_lines(groups)
         assert lines[0].endswith("deferred -> promising by x") and lines[1].startswith("    ")
