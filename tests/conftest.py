@@ -3,7 +3,9 @@ apps on a fresh database, a real `campaign serve` on a free port, and Chromium t
 The helpers behind them live in tests/support/.
 
 Databases: each backend is migrated once per session (per xdist worker) into a template, and every
-test gets its own copy (tests/support/databases.py). When PostgreSQL is unreachable its cases fail
+test gets its own copy (tests/support/databases.py). A test runs on SQLite; a test (or module, through
+`pytestmark`) marked `both_databases` runs on PostgreSQL too, and CAMPAIGN_TEST_ALL_DATABASES=1 runs every
+test on both (docs/testing.md says which tests carry the mark). When PostgreSQL is unreachable its cases fail
 (CI starts it); set CAMPAIGN_TEST_SKIP_POSTGRES=1 to skip them locally.
 
 Markers: `serial` tests run alone, after the parallel pass (scripts/run-tests).
@@ -26,6 +28,24 @@ from tests.support.databases import PG_ADMIN_URL, PostgresTemplate, SqliteTempla
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+BOTH_DATABASES = "both_databases"  # the marker of tests whose behaviour differs between the databases
+ALL_DATABASES_ENV = "CAMPAIGN_TEST_ALL_DATABASES"
+
+
+def all_databases() -> bool:
+    """CAMPAIGN_TEST_ALL_DATABASES: "1" runs every test on both databases, unset, "" or "0" only the marked ones."""
+    value = os.environ.get(ALL_DATABASES_ENV, "")
+    if value not in ("", "0", "1"):
+        raise pytest.UsageError(f"{ALL_DATABASES_ENV} must be 1 (every test on both databases) or 0, not {value!r}")
+    return value == "1"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The backend of every test that takes a database (through `db_backend`): SQLite, and PostgreSQL too for a
+    test marked `both_databases` or with CAMPAIGN_TEST_ALL_DATABASES=1. The ids stay `[sqlite]`, `[postgres]`."""
+    if "db_backend" in metafunc.fixturenames:
+        both = all_databases() or metafunc.definition.get_closest_marker(BOTH_DATABASES) is not None
+        metafunc.parametrize("db_backend", BACKENDS if both else BACKENDS[:1], indirect=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -64,10 +84,16 @@ def postgres_template(postgres_admin) -> Iterator[PostgresTemplate]:
         template.drop()
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request, tmp_path) -> Iterator[str]:
-    """A database at the newest schema, the test's own, once per backend."""
-    if request.param == "sqlite":
+@pytest.fixture
+def db_backend(request) -> str:
+    """ "sqlite" or "postgres": the database this test case runs on (pytest_generate_tests parametrizes it)."""
+    return request.param
+
+
+@pytest.fixture
+def db_url(request, tmp_path, db_backend) -> Iterator[str]:
+    """A database at the newest schema, the test's own, once per backend the test runs on."""
+    if db_backend == "sqlite":
         yield request.getfixturevalue("sqlite_template").copy(tmp_path)
         return
     url, drop = request.getfixturevalue("postgres_template").copy()
@@ -77,10 +103,10 @@ def db_url(request, tmp_path) -> Iterator[str]:
         drop()
 
 
-@pytest.fixture(params=BACKENDS)
-def empty_db_url(request, tmp_path) -> Iterator[str]:
-    """An empty database (no tables), once per backend: for the migrations themselves."""
-    if request.param == "sqlite":
+@pytest.fixture
+def empty_db_url(request, tmp_path, db_backend) -> Iterator[str]:
+    """An empty database (no tables), once per backend the test runs on: for the migrations themselves."""
+    if db_backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
     url, drop = make_postgres_db(request.getfixturevalue("postgres_admin"))

@@ -13,6 +13,8 @@ from sqlmodel import select
 from app.db import loads_json, make_engine, session_scope
 from app.models import Runner
 
+pytestmark = pytest.mark.both_databases  # JSON columns as each database stores and returns them
+
 TEXTS = [
     "[1.5, 2.0, -0.0, 1e-07, 5e-324, 1.7976931348623157e+308, 0.30000000000000004]",
     "[1e400, -1e400, 1e-400]",  # out of range for orjson: inf, -inf, 0.0 as json reads them

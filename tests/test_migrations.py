@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
@@ -14,6 +15,8 @@ from app.domain.search import SEARCH_TABLE_PREFIX
 from app.domain.statistics import summary_columns
 from tests.support.databases import make_postgres_db
 from tests.support.verdicts import OLD_STACK, approach, end_trial, runner, seed
+
+pytestmark = pytest.mark.both_databases  # the migrations, per dialect
 
 
 def _search_table(name: str | None, kind: str) -> bool:

@@ -196,6 +196,7 @@ def _env(settings) -> dict[str, str]:
     return {"CAMPAIGN_DATABASE_URL": settings.resolved_database_url(), "CAMPAIGN_DATA_DIR": str(settings.data_dir)}
 
 
+@pytest.mark.both_databases  # the answer's metric loading queries
 def test_a_new_measurement_changes_the_answer(client, api_headers, swept):
     """The answer is kept per process while nothing it reads changes; a new trial's rows change it."""
     from sqlmodel import select

@@ -42,6 +42,7 @@ def _as(app, client, role: Role, name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_token(app, name, user=name)}"}
 
 
+@pytest.mark.both_databases  # unique slugs
 def test_rename_redirects_old_urls_and_holds_the_old_slug(api, seeded, app):
     r = api.post("/api/campaigns/c/rename", json={"slug": "c-2026"})
     assert r.status_code == 200, r.text
@@ -160,6 +161,7 @@ def _counts(app, cid: int) -> dict[str, int]:
         }
 
 
+@pytest.mark.both_databases  # cascade deletes
 def test_delete_from_the_archive_removes_its_rows_and_nothing_else(api, seeded, app):
     with session_scope(app_state(app).engine) as s:
         c = s.exec(select(Campaign).where(Campaign.slug == "c")).one()

@@ -7,10 +7,14 @@ import csv
 import io
 from datetime import timedelta
 
+import pytest
+
 from app.db import session_scope
 from app.models import Role, Trial, utcnow
 from app.state import app_state
 from tests.support.auth import add_user, login_token
+
+pytestmark = pytest.mark.both_databases  # the trials page's filter, sort and page SQL
 
 
 def _ids(body: dict) -> list[int]:

@@ -20,6 +20,7 @@ def _ids(body: dict) -> list[int]:
     return [t["id"] for t in body["items"]]
 
 
+@pytest.mark.both_databases  # the trials list's filter and sort SQL
 def test_list_is_newest_first_and_filters(api, seeded):
     ids = seeded.trial_ids
     everything = api.get("/api/trials").json()
@@ -43,6 +44,7 @@ def test_list_is_newest_first_and_filters(api, seeded):
     assert _ids(both.json()) == [ids[4]]
 
 
+@pytest.mark.both_databases  # the trials list's cursor paging SQL
 def test_pages_follow_the_cursor_to_the_end(api, seeded):
     seen: list[int] = []
     params: dict = {"campaign": "c", "limit": 4}
@@ -81,6 +83,7 @@ def test_detail_has_attempts_stack_timings_and_proposal(api, seeded, app):
     assert running["state"] == "running" and running["finished_at"] is None
 
 
+@pytest.mark.both_databases  # bulk metric ingest
 def test_metrics_are_the_logged_lines(api, seeded):
     tid = seeded.trial_ids[1]
     rows = api.get(f"/api/trials/{tid}/metrics").json()
@@ -99,6 +102,7 @@ def test_log_download_is_the_stored_log(api, seeded):
     assert r.text == seeded.logs[tid] and "<b>&amp;</b>" in r.text  # as stored: plain text, not HTML
 
 
+@pytest.mark.both_databases  # the trials list's filter SQL
 @pytest.mark.parametrize(
     "path,status,words",
     [
@@ -134,6 +138,7 @@ def test_reads_need_a_login_or_a_token(client, seeded):
         assert r.status_code == 401 and "Login required" in r.json()["detail"]
 
 
+@pytest.mark.both_databases  # bulk log chunks
 def test_a_long_log_downloads_streamed_and_exact(tmp_path, db_url):
     """Thousands of chunks (several pages of the log reader) over real HTTP: chunked transfer, no
     Content-Length (the server never holds the whole log), the bytes exactly the stored log."""
@@ -168,6 +173,7 @@ def test_a_long_log_downloads_streamed_and_exact(tmp_path, db_url):
         srv.stop()
 
 
+@pytest.mark.both_databases  # query counts
 def test_query_count_of_the_list_does_not_grow_with_trials(app, api_headers):
     """The list is one joined query (plus one lookup per filter), for 6 trials or 60."""
     from fastapi.testclient import TestClient

@@ -186,6 +186,7 @@ def test_kimi_status_headline_is_todays_break_even(session):
     ]
 
 
+@pytest.mark.both_databases  # the answer's metric loading queries
 def test_kimi_answer_with_every_input_known(session):
     """Issue 21's numbers: tau 2.4, 3 draft steps x 0.8 ms, verify compute 9.5 ms, 122 allreduces at the
     82 tok/s baseline. NCCL's 200 us: tau* = (2.4 + 9.5 + 24.4) / 12.195 = 2.98 > 2.4, not profitable;

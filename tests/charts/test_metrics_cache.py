@@ -4,6 +4,7 @@ writing session has not committed, is seen at once (a stale answer is the failur
 
 from __future__ import annotations
 
+import pytest
 from sqlmodel import select
 
 from app.db import session_scope
@@ -12,6 +13,8 @@ from app.domain.answer import CampaignMetrics, load_campaign_metrics
 from app.models import Trial
 from app.state import app_state
 from tests.support.charts import SLUG, add_metrics, build_fixture_campaign
+
+pytestmark = pytest.mark.both_databases  # the answer's metric loading queries and what a transaction sees
 
 
 def _read(engine) -> CampaignMetrics:

@@ -7,6 +7,7 @@ import re
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import event
 from sqlmodel import col, select
 
@@ -16,6 +17,8 @@ from app.models import Replay, StatusChange, Trial
 from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 from app.state import app_state
 from tests.support.charts import add_metrics
+
+pytestmark = pytest.mark.both_databases  # query counts
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 

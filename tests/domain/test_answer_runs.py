@@ -18,6 +18,8 @@ from app.domain.campaign_files import import_campaign
 from app.state import app_state
 from tests.support.speculation import approach, spec
 
+pytestmark = pytest.mark.both_databases  # the answer's metric loading queries (samples JSON cast to text)
+
 SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
 ALPHAS = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
 

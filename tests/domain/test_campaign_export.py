@@ -30,6 +30,8 @@ from app.domain.campaign_files import (
 )
 from app.models import Approach, Campaign, StatusChange
 
+pytestmark = pytest.mark.both_databases  # export round trip, read in one snapshot (REPEATABLE READ on PostgreSQL)
+
 # ---- the reference: the whole document in memory, dumped at once (the export before it streamed) ----------
 
 

@@ -9,6 +9,8 @@ from app.domain.campaign_files import export_campaign, import_campaign
 from app.domain.demo import demo_files, load_demo
 from app.domain.errors import Invalid
 
+pytestmark = pytest.mark.both_databases  # import/export round trips, rollback of a failed import
+
 DEMO_SLUG = "kimi-k25-eagle3"
 
 

@@ -15,6 +15,8 @@ from app.protocol.messages import Finished
 from app.schemas import ApproachCreate, CampaignRename, CampaignUpdate
 from tests.support.seeded_trials import seed_trials
 
+pytestmark = pytest.mark.both_databases  # the read-only flush rule
+
 
 def _c(s) -> Campaign:
     return s.exec(select(Campaign).where(Campaign.slug == "c")).one()

@@ -21,6 +21,8 @@ from app.domain.errors import Invalid
 from app.models import Campaign, Metric, Trial
 from tests.support.paths import ROOT
 
+pytestmark = pytest.mark.both_databases  # bulk metric insert, import/export round trip, times
+
 FILE = """\
 format: campaign-board/v1
 campaign:

@@ -14,6 +14,8 @@ from app.db import session_scope
 from app.domain import comparison
 from tests.support.verdicts import OLD_STACK, approach, campaign, end_trial, runner, seed
 
+pytestmark = pytest.mark.both_databases  # statement counts of the deciding path
+
 
 def _metric(name: str, center: float, seed: int, unit: str = "ms", **tags) -> dict:
     samples = [float(x) for x in np.random.default_rng(seed).normal(center, center * 0.02, 8)]

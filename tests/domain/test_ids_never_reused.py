@@ -4,6 +4,7 @@ fresh database and on one upgraded through migration 0016 (whose SQLite table re
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateTable
 from sqlmodel import select
@@ -11,6 +12,8 @@ from sqlmodel import select
 from alembic import command
 from app.db import alembic_config, make_engine, migrate, session_scope
 from app.models import Approach, Artifact, Campaign, LogChunk, Metric, Replay, StatusChange, Trial, utcnow
+
+pytestmark = pytest.mark.both_databases  # ids never reused: AUTOINCREMENT on SQLite, sequences on PostgreSQL
 
 
 def _insert(conn, model, **values) -> int:

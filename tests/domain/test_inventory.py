@@ -28,6 +28,7 @@ def test_new_approaches_go_last_in_priority(engine, campaign_slug):
         assert [a.position for a in inventory.approaches(s, inventory.get_campaign(s, "c"))] == [1, 2, 3, 4]
 
 
+@pytest.mark.both_databases  # renumbering positions in one flush
 def test_move_renumbers_densely(engine, campaign_slug):
     with session_scope(engine) as s:
         c = inventory.get_campaign(s, "c")
@@ -84,6 +85,7 @@ def test_same_status_is_refused(engine, campaign_slug):
             inventory.change_status(s, a, "untested", "", "tester")
 
 
+@pytest.mark.both_databases  # the unique key and its error
 def test_duplicate_keys_and_missing_things(engine, campaign_slug):
     with session_scope(engine) as s:
         c = inventory.get_campaign(s, "c")
@@ -97,6 +99,7 @@ def test_duplicate_keys_and_missing_things(engine, campaign_slug):
             inventory.get_campaign(s, "nope")
 
 
+@pytest.mark.both_databases  # renumbering positions in one flush
 def test_delete_keeps_positions_dense(engine, campaign_slug):
     with session_scope(engine) as s:
         c = inventory.get_campaign(s, "c")

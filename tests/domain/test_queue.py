@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlmodel import col, select
 
 from app.db import session_scope
@@ -25,6 +26,8 @@ from tests.support.verdicts import (
     runner,
     seed,
 )
+
+pytestmark = pytest.mark.both_databases  # queue claims: FOR UPDATE SKIP LOCKED on PostgreSQL
 
 
 def run_this(engine, key: str, actor: str = "alice", slug: str = "c") -> scheduling.RunNext:

@@ -6,12 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import numpy as np
+import pytest
 from scipy import stats as sps
 
 from app.db import session_scope
 from app.domain import history, queue, repeats
 from app.models import StatusChange, utcnow
 from tests.support.verdicts import OLD_STACK, approach, campaign, run_to_end, runner, seed
+
+pytestmark = pytest.mark.both_databases  # repeat claims (SKIP LOCKED) and the history's paging SQL
 
 
 def _line(center: float, seed_: int) -> list[dict]:

@@ -27,6 +27,8 @@ from app.models import (
 from tests.support.replay import build, latency
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, run_to_end, runner
 
+pytestmark = pytest.mark.both_databases  # replay claims: FOR UPDATE SKIP LOCKED on PostgreSQL
+
 
 def _keys(s, trials: list[Trial]) -> list[str]:
     return [s.get_one(Approach, t.approach_id).key for t in trials]

@@ -5,6 +5,7 @@ results' identity; importing the file again adds no second replay; a plain expor
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from sqlmodel import select
 
@@ -15,6 +16,8 @@ from app.domain.errors import Invalid
 from app.models import Replay, Trial
 from tests.support.replay import build, latency
 from tests.support.verdicts import NEW_TORCH, approach, campaign, run_to_end, runner
+
+pytestmark = pytest.mark.both_databases  # import/export round trip
 
 
 def _rows(report: replay.Report) -> list[dict]:

@@ -4,9 +4,13 @@ runner would then take no queued work and show offline while connected)."""
 
 from __future__ import annotations
 
+import pytest
+
 from app.db import session_scope
 from app.domain import runners as runner_domain
 from app.models import Runner
+
+pytestmark = pytest.mark.both_databases  # the runner row lock (FOR KEY SHARE) of a disconnect
 
 
 def _runner(engine) -> int:

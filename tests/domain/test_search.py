@@ -13,6 +13,8 @@ from app.domain import search
 from app.domain.errors import Invalid
 from app.models import Approach, Campaign, LogChunk, StatusChange, Trial
 
+pytestmark = pytest.mark.both_databases  # full-text search: FTS5 on SQLite, tsvector + GIN on PostgreSQL
+
 
 def _seed(engine) -> dict[str, int]:
     with session_scope(engine) as s:

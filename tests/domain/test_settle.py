@@ -14,6 +14,8 @@ from app.domain.errors import Invalid
 from app.models import Settle, SettleState, Trial, TrialState
 from tests.support.verdicts import OLD_STACK, approach, campaign, run_to_end, runner, seed
 
+pytestmark = pytest.mark.both_databases  # settle and repeat claims under row locks
+
 
 def _line(center: float, cv: float, n: int, seed: int) -> list[dict]:
     samples = [float(x) for x in np.random.default_rng(seed).normal(center, center * cv, n)]

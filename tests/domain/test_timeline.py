@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import event
 
 from app.db import session_scope
 from app.domain.timeline import campaign_timeline
 from app.models import StatusChange
 from tests.support.verdicts import approach, campaign, seed
+
+pytestmark = pytest.mark.both_databases  # timestamps ordered and round-tripped
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 

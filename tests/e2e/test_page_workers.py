@@ -69,6 +69,7 @@ def board(tmp_path: Path, db_url: str) -> Iterator[tuple[LiveServer, dict[str, s
         stop_live_server(server)
 
 
+@pytest.mark.both_databases  # reads in other processes see the hub's commits
 def test_reads_go_to_the_workers_writes_to_the_hub_and_each_sees_the_others(board):
     server, headers = board
     with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:

@@ -115,6 +115,7 @@ def test_destination_urls_are_redacted_everywhere_they_are_shown_and_only_admins
     assert bad.status_code == 422 and "not a notification URL" in bad.text
 
 
+@pytest.mark.both_databases  # outbox claims across a crash
 def test_nothing_is_lost_when_the_server_is_killed_mid_delivery(tmp_path, db_url):
     with Receiver(delay_s=1.5) as receiver:
         server = start_live_server(tmp_path, db_url, "--no-runner")

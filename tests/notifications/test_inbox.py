@@ -30,6 +30,8 @@ from app.models import (
     utcnow,
 )
 
+pytestmark = pytest.mark.both_databases  # ON CONFLICT DO NOTHING per dialect, the inbox's bulk insert and unique key
+
 
 @pytest.fixture
 def engine(db_url):

@@ -15,6 +15,8 @@ from app.domain.scheduling import create_trial
 from app.domain.trials import end_trial
 from app.models import Approach, Campaign, DeliveryState, NotificationOutbox, Runner, Trial, TrialState, utcnow
 
+pytestmark = pytest.mark.both_databases  # ON CONFLICT DO NOTHING per dialect, outbox claims, timestamps
+
 BASE = "http://board.example:8000"
 
 

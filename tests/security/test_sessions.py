@@ -82,6 +82,7 @@ def test_an_admin_ends_every_session(server):
     assert "no live sessions" in server.cli("sessions", "list").stdout
 
 
+@pytest.mark.both_databases  # concurrent claims of one link (unique key)
 def test_twenty_concurrent_uses_of_one_login_link_make_exactly_one_session(server):
     url = _new_login_url(server)
     statuses: list[int] = []

@@ -21,6 +21,8 @@ from app.models import Campaign
 from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import ProtocolRunner
 
+pytestmark = pytest.mark.both_databases  # concurrent writers: SQLite's write lock, PostgreSQL's row locks
+
 
 def test_logins_during_runner_connects_never_fail(tmp_path, board_db):
     server = start_live_server(tmp_path, board_db, "--no-runner")

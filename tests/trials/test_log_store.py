@@ -13,6 +13,8 @@ from app.domain.scheduling import create_trial
 from app.models import Approach, Campaign, Metric, Runner, Trial
 from app.protocol.metrics import format_metric
 
+pytestmark = pytest.mark.both_databases  # bulk ingest of log chunks and metrics, their unique constraints
+
 
 def _trial(session: Session, trial_id: int) -> Trial:
     trial = session.get(Trial, trial_id)

@@ -15,6 +15,8 @@ from app.models import Approach, Campaign, StatusChange, Trial
 from app.state import app_state
 from bench.pages_at_scale import StatementCounter, build_campaign
 
+pytestmark = pytest.mark.both_databases  # paged lists' SQL and query counts
+
 PAGES = [
     "/campaigns/{slug}",
     "/campaigns/{slug}/inventory",

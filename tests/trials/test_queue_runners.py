@@ -6,6 +6,7 @@ with no message to any runner; a viewer reads the queue and is refused the cance
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from app.models import Role
 from tests.support.auth import add_user, api_token
@@ -19,6 +20,8 @@ from tests.support.trials import (
     seed_campaign,
     trial,
 )
+
+pytestmark = pytest.mark.both_databases  # queue claims by runners that connect at once
 
 # The protocol runners here send no heartbeats: a loaded machine must not let the sweeper take them for
 # lost (4408) in the middle of a test about the queue (the sweeper has its own tests).

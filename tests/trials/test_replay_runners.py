@@ -8,6 +8,7 @@ and says so; a viewer reads replays and is refused starting or cancelling one.""
 from __future__ import annotations
 
 import httpx
+import pytest
 from sqlmodel import select
 
 from app.db import session_scope
@@ -24,6 +25,8 @@ from tests.support.trials import (
     wait_for,
 )
 from tests.support.verdicts import NEW_TORCH
+
+pytestmark = pytest.mark.both_databases  # replay claims by a real runner
 
 LOST_AFTER_S = 120.0  # these runners send no heartbeats: the sweeper must not take them for lost
 SKIP = ("ack", "finished_ack")

@@ -16,6 +16,8 @@ from app.models import Approach, Attempt, Trial
 from tests.support.servers import ThreadServer
 from tests.support.trials import ProtocolRunner, command_recipe, make_settings, new_runner_token, seed_campaign
 
+pytestmark = pytest.mark.both_databases  # concurrent run next: row locks on PostgreSQL, the write lock on SQLite
+
 
 @pytest.mark.parametrize("clicks", [2, 20])
 def test_concurrent_run_next_dispatch_one_trial_and_queue_the_next(tmp_path, db_url, clicks):

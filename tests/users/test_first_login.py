@@ -55,6 +55,7 @@ def test_first_login_asks_a_name_and_makes_the_admin(new_board):
     assert client.get("/api/me").json()["name"] == "Ada Lovelace"
 
 
+@pytest.mark.both_databases  # a race settled by the database
 def test_a_second_first_admin_link_cannot_make_a_second_admin(new_board):
     app, client = new_board
     with session_scope(app_state(app).engine) as session:

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 
 import httpx
+import pytest
 from sqlmodel import select
 
 from app.db import session_scope
@@ -14,6 +15,8 @@ from app.domain.logins import Operator, create_api_token, create_invite
 from app.models import BrowserSession, Role, User
 from tests.support.servers import ThreadServer
 from tests.support.trials import make_settings
+
+pytestmark = pytest.mark.both_databases  # races settled by row locks and unique constraints
 
 BROWSERS = 6
 

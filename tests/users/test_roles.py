@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from app.deps import ADMIN_ONLY, VIEWER_REFUSED
 from app.models import Role
 from tests.support.auth import add_user, api_token
@@ -111,6 +113,7 @@ def test_tokens_carry_their_users_role_now_and_after_a_change(app, client, login
     assert client.get("/api/me", headers=bearer).status_code == 401
 
 
+@pytest.mark.both_databases  # the admins' row lock (FOR UPDATE)
 def test_the_last_admin_can_be_neither_demoted_nor_disabled(app, client, login_as):
     admin = login_as()
     me = admin.get("/api/me").json()

@@ -16,6 +16,8 @@ from app.domain import inventory
 from app.models import Approach, ApproachStatus, Artifact, LogChunk, Metric, Trial, TrialState
 from app.state import app_state
 
+pytestmark = pytest.mark.both_databases  # deletes and their foreign keys
+
 
 @pytest.fixture
 def measured(app, operator_client):

@@ -4,10 +4,13 @@ with results is the committed file, byte for byte."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from app.domain.wording import plural
 from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.both_databases  # import/export round trip of a results campaign
 
 RESULTS = ROOT / "docs" / "results" / "speculation-sweep-h200x1.yaml"
 SLUG = "speculation-sweep-h200x1"

@@ -8,10 +8,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from app.db import session_scope
 from app.domain import search
 from app.models import Approach, Campaign, LogChunk, Trial
 from app.state import app_state
+
+pytestmark = pytest.mark.both_databases  # full-text search: FTS5 on SQLite, tsvector + GIN on PostgreSQL
 
 
 def _seed(app) -> int:

@@ -180,6 +180,7 @@ METRICS = [
 ]
 
 
+@pytest.mark.both_databases  # the CSV export's raw SQL, per dialect
 def test_metrics_csv_and_table(operator_client, engine):
     seed(engine, {"key": "ar", "title": "NCCL allreduce"})
     with session_scope(engine) as s:
@@ -202,6 +203,7 @@ def test_metrics_csv_and_table(operator_client, engine):
     assert "<th>p10_us</th>" not in r.text  # percentiles stay in the CSV
 
 
+@pytest.mark.both_databases  # the CSV export's raw SQL, per dialect
 def test_metrics_csv_is_what_csv_writer_writes(operator_client, engine):
     """The CSV stream formats lines itself (for speed): byte for byte what csv.writer writes, with fields
     that need quoting, an empty unit, a value without a fraction and a tiny one."""
