@@ -22,6 +22,7 @@ from app.domain.acceptance import (
     check_accept_length_by_k,
     check_unconditional,
 )
+from app.protocol.metrics import ConditionTag
 
 
 def utcnow() -> datetime:
@@ -238,6 +239,29 @@ BatchGrid = Annotated[
     list[Annotated[int, pydantic.Field(ge=1, le=65_536)]],
     pydantic.Field(min_length=1, max_length=32, description="Batch sizes to answer over (default: the measured ones)."),
 ]
+
+
+def check_answer_conditions(value: dict[str, str]) -> dict[str, str]:
+    declarable = ConditionTag.DECLARABLE
+    unknown = sorted(k for k in value if k not in declarable)
+    if unknown:
+        raise ValueError(f"not a condition: {', '.join(unknown)} (conditions: {', '.join(sorted(declarable))})")
+    return value
+
+
+AnswerConditions = Annotated[
+    dict[
+        Annotated[str, pydantic.Field(max_length=40)],
+        Annotated[str, pydantic.Field(min_length=1, max_length=80)],
+    ],
+    AfterValidator(check_answer_conditions),
+    pydantic.Field(
+        max_length=12,
+        description="The conditions the default answer is given under, as the docs name them (e.g. "
+        "{experts_dtype: int4}, the precision a team deploys); unset: the most complete set, bf16 and CUDA graphs "
+        "among equals. Other sets are asked for by name.",
+    ),
+]
 DraftTokenGrid = Annotated[
     list[Annotated[int, pydantic.Field(ge=1, le=64)]],
     pydantic.Field(
@@ -277,6 +301,7 @@ class CampaignSettings(SQLModel):
     accept_alphas: AcceptAlphas | None = _json()
     accept_unconditional: AcceptUnconditional | None = _json()
     speculation_batches: BatchGrid | None = _json()
+    answer_conditions: AnswerConditions | None = _json()
     speculation_draft_tokens: DraftTokenGrid | None = _json()
 
     _grids = field_validator("speculation_batches", "speculation_draft_tokens")(_sorted_unique)

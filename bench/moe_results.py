@@ -165,6 +165,7 @@ def build(runs: list[Path], slug: str) -> dict[str, Any]:
             "hidden_size": 7168,
             "verify_tokens": 4,
             "input_sources": {"draft_steps": "SGLang's default for the DeepSeek-V3 family (--speculative-num-steps 3)"},
+            "answer_conditions": {"experts_dtype": "int4"},  # the deployed precision: the default answer's
         },
         "approaches": approaches,
         "results": results,

@@ -144,6 +144,11 @@ class AnswerPublic(BaseModel):
         "needs (decode, draft and verify steps, accept length), then most approaches, then most cells with a speedup."
     )
     default_conditions_label: str | None = Field(None, description="The default condition set in words.")
+    default_conditions_declared: bool | None = Field(
+        None,
+        description="true: the default is the set the campaign declares (answer_conditions); false: it declares "
+        "conditions no set that can answer states, so the default is the most complete; null: it declares none.",
+    )
     condition_sets: list[ConditionSetPublic]
     within_run_only: bool = Field(description="Some figure reads an input measured by one trial.")
     flags: list[str] = Field(

@@ -259,6 +259,7 @@ OPTIONAL_CAMPAIGN_FIELDS: dict[str, Any] = {
         "accept_unconditional",
         "speculation_batches",
         "speculation_draft_tokens",
+        "answer_conditions",
         "stats_confidence",
         "stats_min_effect",
     )

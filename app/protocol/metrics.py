@@ -120,6 +120,8 @@ class ConditionTag:
     PAIRING = (WORLD_SIZE, MODE, CONTEXT, DTYPE, DEVICE)
     # What must also agree between a decode and a verify step (the same model stand-in).
     GEOMETRY_KEYS = (LAYERS, HIDDEN, FFN, STANDIN, GEOMETRY, EXPERTS, EXPERTS_TOP_K, EXPERTS_DTYPE, KV_HEADS, VOCAB)
+    # What a campaign may declare its default answer under (Campaign.answer_conditions).
+    DECLARABLE = frozenset((*PAIRING, *GEOMETRY_KEYS, DRAFT_VOCAB, TOPK))
 
 
 def emit_phase(name: str, *, stream: TextIO | None = None) -> None:

@@ -12,8 +12,9 @@ import re
 import socket
 import subprocess
 
-from runners.preflight import Context, Outcome, register
+from runners.preflight.registry import Context, Outcome, register
 from runners.recipes import runners_path
+from runners.recipes._sglang_launch import server_argv
 
 
 def run_probe(ctx: Context, *args: str) -> tuple[int, str]:
@@ -104,9 +105,6 @@ _ARG_ERROR = re.compile(r"error: (?P<msg>.+)$", re.MULTILINE)
 
 
 def launch_args(ctx: Context) -> list[str]:
-    # At call time: sglang_server imports runners.preflight, whose import registers these checks (a cycle).
-    from runners.recipes.sglang_server import server_argv
-
     argv = server_argv(ctx.values)
     return argv[3:]  # drop `python -m sglang.launch_server`
 

@@ -48,6 +48,7 @@ from runners.preflight import Context, check_names, run_checks
 from runners.recipes import SAFE_ENV, Recipe, module_argv
 from runners.recipes._params import Param, parse_cli, singular_flags, usage_error
 from runners.recipes._params import validate as _validate
+from runners.recipes._sglang_launch import server_argv
 
 PROG = "runners.recipes.sglang_server"
 # The wording app/domain/signatures.py matches (its READINESS_TIMEOUT_RE); keep them together.
@@ -181,33 +182,6 @@ RECIPE = Recipe(
     argv=lambda values, python: module_argv(python, PROG, cli_argv(values)),
     safe_env=True,
 )
-
-
-def server_argv(values: dict[str, Any]) -> list[str]:
-    argv = [
-        values["sglang_python"],
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        values["model_path"],
-        "--tp-size",
-        str(values["tp_size"]),
-        "--host",
-        values["host"],
-        "--port",
-        str(values["port"]),
-    ]
-    argv += values["server_args"]
-    for name, flag in (
-        ("speculative_algorithm", "--speculative-algorithm"),
-        ("speculative_draft_model_path", "--speculative-draft-model-path"),
-        ("speculative_num_steps", "--speculative-num-steps"),
-        ("speculative_eagle_topk", "--speculative-eagle-topk"),
-        ("speculative_num_draft_tokens", "--speculative-num-draft-tokens"),
-    ):
-        if values[name] is not None:
-            argv += [flag, str(values[name])]
-    return argv
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:

@@ -88,3 +88,43 @@ def test_the_moe_default_is_bf16_by_its_conditions_and_fp8_is_asked_for_by_name(
     fp8 = pick_conditions(session, campaign, experts_dtype="fp8")
     assert fp8 is not None and "experts_dtype=fp8" in fp8
     assert pick_conditions(session, campaign, context=1024) == found.default_conditions  # not the newest (fp8)
+
+
+def test_a_campaign_declares_the_conditions_of_its_default_answer(session, client):
+    """The default is the set the campaign declares (`answer_conditions`: the precision it deploys), else the
+    most complete (bf16 among equals); a declaration no answering set states is said, never silently dropped."""
+    import_campaign(session, MOE.read_text(), actor="test")
+    session.flush()
+    campaign = inventory.get_campaign(session, "moe-sweep-h200x1")
+    campaign.accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    campaign.answer_conditions = {"experts_dtype": "fp8", "context": "1024"}
+    session.flush()
+    found = read_answer(session, campaign)
+    assert found.conditions is not None and found.conditions.tag_map["experts_dtype"] == "fp8"
+    assert found.default_declared is True and "fp8 experts" in (found.default_label or "")
+    # asking for a context picks the declared precision among the sets that match it
+    assert pick_conditions(session, campaign, context=1024) == found.default_conditions
+    assert "experts_dtype=bf16" in (pick_conditions(session, campaign, experts_dtype="bf16") or "")
+    campaign.answer_conditions = {"experts_dtype": "int4"}  # not measured in this campaign
+    session.flush()
+    found = read_answer(session, campaign)
+    assert found.conditions is not None and found.conditions.tag_map["experts_dtype"] == "bf16"
+    assert found.default_declared is False
+    campaign.answer_conditions = None
+    session.flush()
+    assert read_answer(session, campaign).default_declared is None
+
+
+def test_answer_conditions_are_checked_and_said_on_the_page(app, operator_client, session):
+    client = operator_client
+    import_campaign(session, MOE.read_text(), actor="test")
+    session.commit()
+    bad = client.patch("/api/campaigns/moe-sweep-h200x1", json={"answer_conditions": {"precision": "int4"}})
+    assert bad.status_code == 422 and "not a condition: precision" in bad.text
+    assert client.get("/api/campaigns/moe-sweep-h200x1").json()["answer_conditions"] is None  # nothing was lost
+    ok = client.patch("/api/campaigns/moe-sweep-h200x1", json={"answer_conditions": {"experts_dtype": "int4"}})
+    assert ok.status_code == 200, ok.text
+    page = client.get("/campaigns/moe-sweep-h200x1/charts").text
+    assert "no set that can answer is measured under the conditions this campaign declares (experts_dtype int4)" in page
+    body = client.get("/api/campaigns/moe-sweep-h200x1/answer").json()
+    assert body["default_conditions_declared"] is False

@@ -5,6 +5,7 @@ fresh database and on one upgraded through migration 0016 (whose SQLite table re
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateTable
 from sqlmodel import select
@@ -17,17 +18,20 @@ pytestmark = pytest.mark.both_databases  # ids never reused: AUTOINCREMENT on SQ
 
 
 def _insert(conn, model, **values) -> int:
-    """One row through SQLAlchemy Core, so it also works on a database at an older schema (0015 has no
-    approach.archived_at); required columns not given get a plain value of their type."""
-    table = model.__table__
-    for column in table.columns:
-        if column.name in values or column.primary_key or column.nullable or column.default is not None:
+    """One row through SQLAlchemy Core into the columns the database's table has (reflected), so it also works
+    on a database at an older schema (0015 has no approach.archived_at, no status_change.kind); required columns
+    not given get a plain value of their type."""
+    existing = sa.Table(model.__table__.name, sa.MetaData(), autoload_with=conn)
+    for column in model.__table__.columns:
+        if column.name not in existing.c or column.name in values or column.primary_key or column.nullable:
+            continue
+        if existing.c[column.name].server_default is not None:
             continue
         kind = type(column.type).__name__
         values[column.name] = {"DateTime": utcnow(), "JSON": {}, "Boolean": False, "Integer": 0, "Float": 0.0}.get(
             kind, ""
         )
-    return conn.execute(table.insert().values(**values).returning(table.c.id)).scalar_one()
+    return conn.execute(existing.insert().values(**values).returning(existing.c.id)).scalar_one()
 
 
 def _seed(engine, slug: str) -> dict[str, int]:

@@ -68,6 +68,10 @@ class Answer:
     approaches: list[Approach] = field(repr=False)
     what_if: WhatIf = field(default_factory=WhatIf)
     t_ar_us: float | None = None  # a what-if allreduce latency laid over the report (app/domain/what_if.py)
+    # The default set is the one the campaign declares (Campaign.answer_conditions); False: it declares conditions
+    # no set that can answer states (the default is then the most complete); None: it declares none.
+    default_declared: bool | None = None
+    declared_conditions: dict[str, str] = field(default_factory=dict)  # Campaign.answer_conditions, as read
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -206,10 +210,20 @@ def _compute(
         cells = sum(1 for x in a.approaches for cell in x.cells if cell.speedup is not None)
         return (held[c], len(a.approaches), cells)
 
-    # The most complete; among equals the one stating most of the declared reference conditions (REFERENCE: bf16
-    # experts, not a precision stand-in), then the key's text: declared conditions decide, never a trial id (issue 43
-    # item 11: the newest trial made the fp8 stand-in the MoE default). Other precisions are asked for by name.
-    default = min(sets, key=lambda c: (*(-x for x in completeness(c)), -_reference(c), c.key if c else ""))
+    # The set the campaign declares (`answer_conditions`: the precision a team deploys) when one holding as many of
+    # the four inputs as any set states all of them; else the most complete, among equals the one stating most of the reference conditions
+    # (REFERENCE: bf16 experts, not a precision stand-in), then the key's text: declared conditions decide, never a
+    # trial id (issue 43 item 11: the newest trial made the fp8 stand-in the MoE default). Others are asked by name.
+    declared = campaign.answer_conditions or {}
+    most = max(held.values())
+
+    def states_declared(c: Conditions | None) -> bool:
+        return bool(declared) and held[c] == most and _matches(c, declared) == len(declared)
+
+    default = min(
+        sets,
+        key=lambda c: (-states_declared(c), *(-x for x in completeness(c)), -_reference(c), c.key if c else ""),
+    )
     chosen = next((c for c in sets if c is not None and c.key == conditions), default)
     listed = tuple(
         ConditionSet(c.key, c.label, n_approaches, cells, inputs, inputs == 4)
@@ -241,6 +255,8 @@ def _compute(
         conditions=chosen,
         condition_sets=listed,
         default_conditions=default.key if default is not None else None,
+        default_declared=states_declared(default) if declared else None,
+        declared_conditions=dict(declared),
         metrics=metrics,
         approaches=rows,
         what_if=what_if,
@@ -312,8 +328,13 @@ REFERENCE = {ConditionTag.EXPERTS_DTYPE: "bf16", ConditionTag.DTYPE: "bf16", Con
 
 def _reference(c: Conditions | None) -> int:
     """How many of the REFERENCE conditions `c` states as declared."""
+    return _matches(c, REFERENCE)
+
+
+def _matches(c: Conditions | None, wanted: dict[str, str]) -> int:
+    """How many of `wanted`'s conditions `c` states with the same value (as text: context 1024 is "1024")."""
     tags = c.tag_map if c is not None else {}
-    return sum(tags.get(k) == v for k, v in REFERENCE.items())
+    return sum(k in tags and str(tags[k]) == str(v) for k, v in wanted.items())
 
 
 def answerable(spec: SpeculationInputs) -> int:
@@ -340,9 +361,11 @@ def pick_conditions(session: Session, campaign: Campaign, key: str | None = None
     if key is None and not wanted:
         return None
     sets = condition_sets(answer_rows(session, campaign))
-    # Among the sets that match, the one stating most of the REFERENCE conditions (then the key's text): asking
-    # for context 1,024 gives bf16 experts unless fp8 is asked for by name, whichever trial is newest.
-    for c in sorted(sets, key=lambda c: (-_reference(c), c.key)):
+    # Among the sets that match, the one stating most of the campaign's declared conditions, then of the REFERENCE
+    # ones (then the key's text): asking for context 1,024 gives the declared precision (else bf16 experts) unless
+    # another is asked for by name, whichever trial is newest.
+    declared = campaign.answer_conditions or {}
+    for c in sorted(sets, key=lambda c: (-_matches(c, declared), -_reference(c), c.key)):
         tags = c.tag_map
         if (key is not None and c.key == key) or (key is None and all(tags.get(k) == v for k, v in wanted.items())):
             return c.key
@@ -356,6 +379,7 @@ def answer_document(found: Answer) -> dict[str, object]:
         **answer_json(found.speculation),
         "default_conditions": found.default_conditions,
         "default_conditions_label": found.default_label,
+        "default_conditions_declared": found.default_declared,
         "condition_sets": [c.__dict__ for c in found.condition_sets],
         "flags": list(found.flags),
     }
