@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Match
 from app.deps import NotLoggedIn
 from app.domain.errors import DomainError, Moved
 from app.schemas import error_words
-from app.services.events import PAGE_EVENTS
+from app.services.page_events import PAGE_EVENTS
 from app.state import app_state
 from app.web.render import render
 

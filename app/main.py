@@ -28,10 +28,12 @@ from app.domain.logs import MetricExtractor
 from app.errors import install_error_handlers, install_openapi
 from app.live import LiveHub
 from app.middleware import RUNNER_UPLOADS, AuthenticateFirst, BodyLimit, SecurityHeaders
-from app.pageworkers.pool import FromHub, PageProxy, PageWorkerPool
+from app.pageworkers.pool import PageWorkerPool
+from app.pageworkers.proxy import FromHub, PageProxy
 from app.security import LoginLimiter, SessionSigner
-from app.services import access, events
+from app.services import events
 from app.services import lifespan as server_lifespan
+from app.services.access_watch import AccessWatch
 from app.state import AppState
 from app.templating import ASSET_PREFIX, RevalidatedStatic, VersionedStatic, make_templates
 from app.web import artifacts as web_artifacts
@@ -132,7 +134,7 @@ def create_app(
     )
     db = Database(engine)
     feed = events.PageFeed(windows={events.HEARTBEATS: settings.heartbeat_notice_s})
-    watch = access.AccessWatch(db, settings.access_recheck_s)
+    watch = AccessWatch(db, settings.access_recheck_s)
     db.info.update(page_feed=feed, access_watch=watch)  # app/services/events.after_commit, access.recheck_after_commit
     state = AppState(
         settings=settings,

@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
 
 if TYPE_CHECKING:  # types only: these modules read the state through app_state (no import cycle at run time)
+    from jinja2_fragments.fastapi import Jinja2Blocks
     from sqlalchemy.engine import Engine
 
     from app.config import Settings
@@ -21,9 +22,8 @@ if TYPE_CHECKING:  # types only: these modules read the state through app_state 
     from app.live import LiveHub
     from app.pageworkers.pool import PageWorkerPool
     from app.security import LoginLimiter, SessionSigner
-    from app.services.access import AccessWatch
-    from app.services.events import PageFeed
-    from app.templating import Jinja2Blocks
+    from app.services.access_watch import AccessWatch
+    from app.services.page_feed import PageFeed
 
 StateOwner = HTTPConnection | Starlette  # what app_state reads the state from
 STATE_KEY = "board"  # the one attribute of Starlette's app.state

@@ -23,7 +23,7 @@ from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol.messages import close_codes_json
 from app.protocol.metrics import METRIC_PREFIX, PHASE_PREFIX
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
-from app.services.events import feed_attributes, hx_trigger, inbox, page_events_json
+from app.services.page_events import feed_attributes, hx_trigger, inbox, page_events_json
 
 HTMX_VERSION = "2.0.11"
 SWAGGER_UI_VERSION = "5.35.0"  # static/vendor/swagger-ui-*: scripts/vendor-swagger-ui

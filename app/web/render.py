@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import current_operator
 from app.domain import inbox
-from app.services.events import PAGE_EVENTS
+from app.services.page_events import PAGE_EVENTS
 from app.state import app_state
 
 # A write's answer to htmx: the campaign's fragments listen for this event (hx-trigger="campaign-changed from:body").
