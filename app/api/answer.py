@@ -200,6 +200,24 @@ class LaunchCommandPublic(BaseModel):
     placeholders: list[str] = Field(description="Placeholders left on the line for the person to replace.")
 
 
+class BatchDeviationPublic(BaseModel):
+    batch: int
+    answer_speedup: float | None = Field(description="The answer's predicted speedup at its choice (1.0: off).")
+    config_speedup: float | None = Field(description="The predicted speedup at the config's choice (1.0: off).")
+    loss: float | None = Field(description="1 - config_speedup / answer_speedup (negative: the config gains).")
+
+
+class DeviationPublic(BaseModel):
+    """A batch range where the config does not do what the answer says (the engine cannot express it)."""
+
+    start: int
+    end: int
+    answer_k: int = Field(description="The answer's draft length there (0: off).")
+    config_k: int = Field(description="What the config drafts there (0: off).")
+    text: str = Field(description="The deviation and its predicted cost in words.")
+    batches: list[BatchDeviationPublic] = Field(description="The predicted cost at each measured batch inside it.")
+
+
 class EngineConfigPublic(BaseModel):
     engine: Literal["sglang", "vllm", "trtllm"]
     approach: str | None
@@ -214,6 +232,11 @@ class EngineConfigPublic(BaseModel):
         description="Recipes that would measure what the config cannot cite (e.g. the kernel SGLang would run)."
     )
     launch: LaunchCommandPublic | None = Field(description="The whole launch command around argv.")
+    rules: str = Field(description="The engine release whose rules the config follows (e.g. TensorRT-LLM 1.4.0rc4).")
+    expressible: bool = Field(description="The config does what the answer says at every batch (no deviation).")
+    deviations: list[DeviationPublic] = Field(
+        description="Where the config differs from the answer, per batch range, with the predicted cost: never silent."
+    )
 
 
 class CheckFigurePublic(Figure):

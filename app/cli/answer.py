@@ -107,6 +107,10 @@ def answer_config_cmd(
         print(f"# without adaptive speculation, one k for batches {config.static.serve}: {config.static.shell}")
     for note in config.notes:
         print(f"# {note}")
+    if config.rules:
+        print(f"# rules: {config.rules}")
+    for d in config.deviations:
+        print(f"# differs from the answer: {d.text}")
 
 
 def answer_check_cmd(
