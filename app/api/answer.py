@@ -144,6 +144,11 @@ class AnswerPublic(BaseModel):
         "needs (decode, draft and verify steps, accept length), then most approaches, then most cells with a speedup."
     )
     default_conditions_label: str | None = Field(None, description="The default condition set in words.")
+    draft_vocab_note: str | None = Field(
+        None,
+        description="Which draft vocabulary the draft step is read at and why, where more than one was measured "
+        "under these conditions (ask for another with `draft_vocab`).",
+    )
     condition_sets: list[ConditionSetPublic]
     within_run_only: bool = Field(description="Some figure reads an input measured by one trial.")
     flags: list[str] = Field(
@@ -291,9 +296,12 @@ def _read(
     context: int | None,
     mode: str | None,
     experts_dtype: str | None = None,
+    draft_vocab: int | None = None,
 ) -> Answer:
     campaign = inventory.get_campaign(session, slug)
-    asked = pick_conditions(session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype)
+    asked = pick_conditions(
+        session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype, draft_vocab=draft_vocab
+    )
     return read_answer(session, campaign, conditions=asked)
 
 
@@ -305,10 +313,11 @@ def answer(
     context: int | None = None,
     mode: Literal["graph", "eager"] | None = None,
     experts_dtype: Literal["bf16", "fp8", "int4"] | None = None,
+    draft_vocab: int | None = Query(None, ge=1, description="The condition set whose draft step has this vocabulary."),
 ) -> dict[str, Any]:
     """Speculation over batch sizes and draft lengths, per approach, under one condition set (`conditions`, or
     `context` / `mode`; default: the most complete, named), with intervals at the campaign's confidence."""
-    return answer_document(_read(session, slug, conditions, context, mode, experts_dtype))
+    return answer_document(_read(session, slug, conditions, context, mode, experts_dtype, draft_vocab))
 
 
 @router.get("/campaigns/{slug}/answer/config", response_model=EngineConfigPublic)
@@ -326,10 +335,11 @@ def answer_config(
     context: int | None = None,
     mode: Literal["graph", "eager"] | None = None,
     experts_dtype: Literal["bf16", "fp8", "int4"] | None = None,
+    draft_vocab: int | None = Query(None, ge=1, description="The condition set whose draft step has this vocabulary."),
 ) -> Any:
     """The launch settings for the decision, each naming the measurement it comes from."""
     serve = parse_serve_range(serve_batches)
-    found = _read(session, slug, conditions, context, mode, experts_dtype)
+    found = _read(session, slug, conditions, context, mode, experts_dtype, draft_vocab)
     spec, rows = found.speculation, found.approaches
     return config_json(engine_config(engine, spec, rows, serve=serve, target=deploy_target(session, spec, rows)))
 
