@@ -149,6 +149,11 @@ class AnswerPublic(BaseModel):
         description="true: the default is the set the campaign declares (answer_conditions); false: it declares "
         "conditions no set that can answer states, so the default is the most complete; null: it declares none.",
     )
+    draft_vocab_note: str | None = Field(
+        None,
+        description="Which draft vocabulary the draft step is read at and why, where more than one was measured "
+        "under these conditions (ask for another with `draft_vocab`).",
+    )
     condition_sets: list[ConditionSetPublic]
     within_run_only: bool = Field(description="Some figure reads an input measured by one trial.")
     flags: list[str] = Field(
@@ -205,6 +210,24 @@ class LaunchCommandPublic(BaseModel):
     placeholders: list[str] = Field(description="Placeholders left on the line for the person to replace.")
 
 
+class BatchDeviationPublic(BaseModel):
+    batch: int
+    answer_speedup: float | None = Field(description="The answer's predicted speedup at its choice (1.0: off).")
+    config_speedup: float | None = Field(description="The predicted speedup at the config's choice (1.0: off).")
+    loss: float | None = Field(description="1 - config_speedup / answer_speedup (negative: the config gains).")
+
+
+class DeviationPublic(BaseModel):
+    """A batch range where the config does not do what the answer says (the engine cannot express it)."""
+
+    start: int
+    end: int
+    answer_k: int = Field(description="The answer's draft length there (0: off).")
+    config_k: int = Field(description="What the config drafts there (0: off).")
+    text: str = Field(description="The deviation and its predicted cost in words.")
+    batches: list[BatchDeviationPublic] = Field(description="The predicted cost at each measured batch inside it.")
+
+
 class EngineConfigPublic(BaseModel):
     engine: Literal["sglang", "vllm", "trtllm"]
     approach: str | None
@@ -219,6 +242,11 @@ class EngineConfigPublic(BaseModel):
         description="Recipes that would measure what the config cannot cite (e.g. the kernel SGLang would run)."
     )
     launch: LaunchCommandPublic | None = Field(description="The whole launch command around argv.")
+    rules: str = Field(description="The engine release whose rules the config follows (e.g. TensorRT-LLM 1.4.0rc4).")
+    expressible: bool = Field(description="The config does what the answer says at every batch (no deviation).")
+    deviations: list[DeviationPublic] = Field(
+        description="Where the config differs from the answer, per batch range, with the predicted cost: never silent."
+    )
 
 
 class CheckFigurePublic(Figure):
@@ -273,9 +301,12 @@ def _read(
     context: int | None,
     mode: str | None,
     experts_dtype: str | None = None,
+    draft_vocab: int | None = None,
 ) -> Answer:
     campaign = inventory.get_campaign(session, slug)
-    asked = pick_conditions(session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype)
+    asked = pick_conditions(
+        session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype, draft_vocab=draft_vocab
+    )
     return read_answer(session, campaign, conditions=asked)
 
 
@@ -287,10 +318,11 @@ def answer(
     context: int | None = None,
     mode: Literal["graph", "eager"] | None = None,
     experts_dtype: Literal["bf16", "fp8", "int4"] | None = None,
+    draft_vocab: int | None = Query(None, ge=1, description="The condition set whose draft step has this vocabulary."),
 ) -> dict[str, Any]:
     """Speculation over batch sizes and draft lengths, per approach, under one condition set (`conditions`, or
     `context` / `mode`; default: the most complete, named), with intervals at the campaign's confidence."""
-    return answer_document(_read(session, slug, conditions, context, mode, experts_dtype))
+    return answer_document(_read(session, slug, conditions, context, mode, experts_dtype, draft_vocab))
 
 
 @router.get("/campaigns/{slug}/answer/config", response_model=EngineConfigPublic)
@@ -308,10 +340,11 @@ def answer_config(
     context: int | None = None,
     mode: Literal["graph", "eager"] | None = None,
     experts_dtype: Literal["bf16", "fp8", "int4"] | None = None,
+    draft_vocab: int | None = Query(None, ge=1, description="The condition set whose draft step has this vocabulary."),
 ) -> Any:
     """The launch settings for the decision, each naming the measurement it comes from."""
     serve = parse_serve_range(serve_batches)
-    found = _read(session, slug, conditions, context, mode, experts_dtype)
+    found = _read(session, slug, conditions, context, mode, experts_dtype, draft_vocab)
     spec, rows = found.speculation, found.approaches
     return config_json(engine_config(engine, spec, rows, serve=serve, target=deploy_target(session, spec, rows)))
 

@@ -25,6 +25,9 @@ def answer_cmd(
     experts_dtype: Annotated[
         str | None, typer.Option(help="The condition set with these experts (bf16 | fp8 | int4); default bf16.")
     ] = None,
+    draft_vocab: Annotated[
+        int | None, typer.Option(help="The condition set whose draft step has this vocabulary; default 32000.")
+    ] = None,
 ) -> None:
     """Up to which batch speculation pays, with how many draft tokens and which allreduce (intervals at the
     campaign's confidence), under one condition set."""
@@ -38,7 +41,13 @@ def answer_cmd(
         try:
             campaign = inventory.get_campaign(session, slug)
             asked = pick_conditions(
-                session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype
+                session,
+                campaign,
+                conditions,
+                context=context,
+                mode=mode,
+                experts_dtype=experts_dtype,
+                draft_vocab=draft_vocab,
             )
             answer = read_answer(session, campaign, conditions=asked)
         except DomainError as exc:
@@ -51,6 +60,8 @@ def answer_cmd(
     if answer.conditions is not None:
         default = " (the default)" if answer.is_default else f" (the default is {answer.default_label})"
         print(f"  under {answer.conditions.label}{default}")
+        if answer.draft_vocab_note:
+            print(f"  {answer.draft_vocab_note}")
         for c in answer.condition_sets if len(answer.condition_sets) > 1 else ():
             print(f"  also held: --conditions '{c.key}' ({c.label})")
     for a in found.approaches:
@@ -107,6 +118,10 @@ def answer_config_cmd(
         print(f"# without adaptive speculation, one k for batches {config.static.serve}: {config.static.shell}")
     for note in config.notes:
         print(f"# {note}")
+    if config.rules:
+        print(f"# rules: {config.rules}")
+    for d in config.deviations:
+        print(f"# differs from the answer: {d.text}")
 
 
 def answer_check_cmd(

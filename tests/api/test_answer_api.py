@@ -120,7 +120,9 @@ def test_engine_configs(client, api_headers, swept):
     trt = client.get(f"{url}?engine=trtllm", headers=api_headers).json()
     options = yaml.safe_load(trt["files"][0]["content"])["speculative_config"]
     check_trtllm_schedule(options)
-    assert options["max_concurrency"] == b_star and 0 not in options["draft_len_schedule"].values()
+    assert "max_concurrency" not in options and 0 not in options["draft_len_schedule"].values()  # 1.4.0rc4's rules
+    assert max(options["draft_len_schedule"]) <= b_star and trt["rules"] == "TensorRT-LLM 1.4.0rc4"
+    assert trt["expressible"] == (not trt["deviations"]) and all(d["text"] for d in trt["deviations"])
     assert client.get(f"{url}?engine=tgi", headers=api_headers).status_code == 422
 
     # issue 45 item 5: the whole launch command around each writer's arguments, the world size it was measured at

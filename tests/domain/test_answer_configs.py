@@ -38,21 +38,22 @@ def test_vllm_schedule_rules():
 
 
 def test_trtllm_schedule_rules():
-    good = {"decoding_type": "Eagle3", "max_draft_len": 3, "draft_len_schedule": {1: 3, 8: 2}, "max_concurrency": 8}
+    # TensorRT-LLM 1.4.0rc4: the smallest key's entry is max_draft_len (it needs no key 1), and max_concurrency is
+    # exclusive with the schedule (the largest key is the cut-off).
+    good = {"decoding_type": "Eagle3", "max_draft_len": 3, "draft_len_schedule": {4: 3, 8: 2}}
     check_trtllm_schedule(good)
     changes: list[tuple[dict[str, Any], str]] = [
-        ({"draft_len_schedule": {2: 3}}, "include batch_size=1"),
-        ({"draft_len_schedule": {1: 2}}, "must equal max_draft_len"),
+        ({"draft_len_schedule": {4: 2, 8: 3}}, "must equal max_draft_len"),
         ({"draft_len_schedule": {1: 3, 8: 4}}, "above max_draft_len"),
         ({"draft_len_schedule": {1: 3, 8: 0}}, "floors K at 1"),
         ({"draft_len_schedule": {0: 3, 1: 3}}, ">= 1"),
+        ({"draft_len_schedule": {}}, "non-empty"),
         ({"max_draft_len": 0}, ">= 1"),
-        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"max_concurrency": 8}, "mutually exclusive"),
     ]
     for change, why in changes:
         with pytest.raises(ValueError, match=why):
             check_trtllm_schedule({**good, **change})
-    check_trtllm_schedule({**good, "eagle3_one_model": False, "draft_len_schedule": {1: 3, 8: 0}})  # two-model: 0 ok
 
 
 def test_sglang_adaptive_config_rules():

@@ -44,7 +44,9 @@ def test_the_faithful_results_bundle_is_past_the_yaml_limit_and_imports_compress
             assert abs(tags[C.EXPERTS_TOUCHED] / want - 1) <= 0.05, (tags["tokens"], tags[C.EXPERTS_TOUCHED], want)
         found = read_answer(session, campaign)
         labels = [c.label for c in found.condition_sets]
-        assert len(labels) == 6 and any("int4" in label for label in labels)
+        # bf16 / fp8 / int4 experts x two contexts; where the draft step was measured, once per draft vocabulary
+        assert len(labels) == 9 and any("int4" in label for label in labels)
+        assert sum("draft vocab 163,840" in label for label in labels) == 3
         # the campaign declares its deployed precision: the default answer is int4's, the others asked by name
         assert campaign.answer_conditions == {"experts_dtype": "int4"} and found.default_declared is True
         assert found.conditions is not None and found.conditions.tag_map[C.EXPERTS_DTYPE] == "int4"

@@ -44,11 +44,14 @@ def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
         assert touched[(1, 0)] == 8 and 28 <= touched[(1, 3)] <= 32 and touched[(128, 7)] > 300
         found = read_answer(session, campaign)
         sets = found.condition_sets
-        assert len(sets) == 4  # bf16 / fp8 experts x context 1,024 / 4,096: never combined
+        # bf16 / fp8 experts x context 1,024 / 4,096: never combined; at context 1,024 (where the draft step was
+        # measured) each once per draft vocabulary, 32,000 and 163,840 (issue 43 item 15)
+        assert len(sets) == 6 and sum("draft vocab 163,840" in c.label for c in sets) == 2
         # The default holds most of what an answer needs: at context 4,096 there is no draft step (the file holds
         # no accept length anywhere), so the default is a context-1,024 set (it was fp8 at 4,096 before).
         default = next(c for c in sets if c.key == found.default_conditions)
         assert found.is_default and found.default_label == default.label and "context 1,024" in default.label
+        assert "draft vocab 32,000" in default.label
         assert default.inputs == 3 and not default.answers  # decode, draft, verify; tau is missing
         assert all(c.inputs == 2 for c in sets if "context 4,096" in c.label)
         assert any(m.what.startswith("accept length tau") for m in found.speculation.missing)

@@ -61,7 +61,14 @@ _STEP_KEYS = (*ConditionTag.PAIRING, *ConditionTag.GEOMETRY_KEYS)
 KEYS: dict[str, tuple[str, ...]] = {
     DECODE: _STEP_KEYS,
     VERIFY: _STEP_KEYS,
-    DRAFT: (ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE, ConditionTag.DEVICE),
+    DRAFT: (
+        ConditionTag.WORLD_SIZE,
+        ConditionTag.MODE,
+        ConditionTag.CONTEXT,
+        ConditionTag.DTYPE,
+        ConditionTag.DEVICE,
+        ConditionTag.DRAFT_VOCAB,
+    ),
     ALLREDUCE: (ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.DTYPE, ConditionTag.DEVICE),
 }
 # A figure timed by the wall clock around a synchronize (`timer: wall-sync`, the recipes' `clock: wall`) is an
@@ -139,7 +146,9 @@ def _set_key(row: Row) -> Conditions:
 
 def condition_sets(rows: Sequence[Row]) -> list[Conditions]:
     """The distinct conditions of the decode and verify figures, the most complete first (a set that states
-    less and agrees with a fuller one is that one). Newest first among equals."""
+    less and agrees with a fuller one is that one). Newest first among equals. The draft step's own condition,
+    its draft vocabulary, splits a set: one set per draft vocabulary measured under it (`_by_draft_vocab`), so
+    the answer never picks one silently."""
     seen: dict[Conditions, int] = {}
     for r in rows:
         if r.name == DECODE or (r.name == VERIFY and _verify_k(r) >= 1):
@@ -149,7 +158,16 @@ def condition_sets(rows: Sequence[Row]) -> list[Conditions]:
     for c in ordered:
         if not any(c.agrees(k) and set(c.tags) <= set(k.tags) for k in kept):
             kept.append(c)
-    return kept
+    drafts = [r for r in rows if r.name == DRAFT and ConditionTag.DRAFT_VOCAB in r.conditions.tag_map]
+    return [split for c in kept for split in _by_draft_vocab(c, drafts)]
+
+
+def _by_draft_vocab(c: Conditions, drafts: Sequence[Row]) -> list[Conditions]:
+    """`c` once per draft vocabulary of the draft steps measured under it (smallest first); `c` itself where
+    none states one."""
+    want = c.only(KEYS[DRAFT])
+    vocabs = sorted({int(r.conditions.tag_map[ConditionTag.DRAFT_VOCAB]) for r in drafts if r.conditions.agrees(want)})
+    return [c.merged(Conditions(((ConditionTag.DRAFT_VOCAB, v),))) for v in vocabs] or [c]
 
 
 def _trials_agreeing(rows: list[Row], want: Conditions) -> list[Row]:

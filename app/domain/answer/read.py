@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy import func
@@ -86,10 +87,49 @@ class Answer:
         return next((c for c in self.condition_sets if c.key == self.default_conditions), None)
 
     @property
+    def draft_vocab_note(self) -> str | None:
+        """Which draft vocabulary the draft step was read at and why, where the campaign measured it at more than
+        one under these conditions (otherwise the label says it, or no draft step states one)."""
+        here = self.conditions.tag_map if self.conditions is not None else {}
+        vocab = here.get(ConditionTag.DRAFT_VOCAB)
+        if vocab is None:
+            return None
+        rest = {k: v for k, v in here.items() if k != ConditionTag.DRAFT_VOCAB}
+        others = sorted(
+            {
+                int(tags[ConditionTag.DRAFT_VOCAB])
+                for c in self.condition_sets
+                for tags in (dict(_parse_key(c.key)),)
+                if ConditionTag.DRAFT_VOCAB in tags
+                and {k: v for k, v in tags.items() if k != ConditionTag.DRAFT_VOCAB} == _as_text(rest)
+                and int(tags[ConditionTag.DRAFT_VOCAB]) != int(vocab)
+            }
+        )
+        if not others:
+            return None
+        if not self.is_default:
+            why = f"as asked (the default is {self.default_label})"
+        elif int(vocab) == REFERENCE_DRAFT_VOCAB:
+            why = "the EAGLE-3 draft head's reduced vocabulary, the default when several are measured"
+        else:
+            why = "the most complete set's (the reference 32,000 is not measured here)"
+        also = ", ".join(f"{v:,} (draft_vocab={v})" for v in others)
+        return f"The draft step is read at draft vocab {int(vocab):,}: {why}. Also measured here: draft vocab {also}."
+
+    @property
     def default_label(self) -> str | None:
         """The default condition set in words (the page and the API name it)."""
         found = self.default_set
         return found.label if found is not None else None
+
+
+def _parse_key(key: str) -> list[tuple[str, str]]:
+    """A `Conditions.key` back into its (tag, text) pairs."""
+    return [(k, v) for k, _, v in (part.partition("=") for part in key.split(",") if part)]
+
+
+def _as_text(tags: dict[str, object]) -> dict[str, str]:
+    return {k: str(v) for k, v in tags.items()}
 
 
 def _report_flags(report: ProfitabilityReport) -> tuple[str, ...]:
@@ -321,9 +361,17 @@ def off_grid_notes(spec: SpeculationInputs, found: SpeculationAnswer, rows: list
 
 
 # The conditions the default answer is given under when sets are equally complete (docs/profitability.md,
-# "Conditions"): the activations' and the experts' dtype of the served model, bf16, and CUDA graphs (SGLang decodes
-# under them). A set under another precision (fp8, int4 experts) is asked for by name (`?experts_dtype=fp8`).
-REFERENCE = {ConditionTag.EXPERTS_DTYPE: "bf16", ConditionTag.DTYPE: "bf16", ConditionTag.MODE: "graph"}
+# "Conditions"): the activations' and the experts' dtype of the served model, bf16, CUDA graphs (SGLang decodes
+# under them), and the EAGLE-3 draft head's reduced vocabulary, 32,000 (the draft_step recipe's default). A set
+# under another precision (fp8, int4 experts) or draft vocabulary (the target's full 163,840) is asked for by name
+# (`?experts_dtype=fp8`, `?draft_vocab=163840`).
+REFERENCE_DRAFT_VOCAB = 32000
+REFERENCE = {
+    ConditionTag.EXPERTS_DTYPE: "bf16",
+    ConditionTag.DTYPE: "bf16",
+    ConditionTag.MODE: "graph",
+    ConditionTag.DRAFT_VOCAB: REFERENCE_DRAFT_VOCAB,
+}
 
 
 def _reference(c: Conditions | None) -> int:
@@ -331,7 +379,7 @@ def _reference(c: Conditions | None) -> int:
     return _matches(c, REFERENCE)
 
 
-def _matches(c: Conditions | None, wanted: dict[str, str]) -> int:
+def _matches(c: Conditions | None, wanted: Mapping[str, object]) -> int:
     """How many of `wanted`'s conditions `c` states with the same value (as text: context 1024 is "1024")."""
     tags = c.tag_map if c is not None else {}
     return sum(k in tags and str(tags[k]) == str(v) for k, v in wanted.items())
@@ -380,6 +428,7 @@ def answer_document(found: Answer) -> dict[str, object]:
         "default_conditions": found.default_conditions,
         "default_conditions_label": found.default_label,
         "default_conditions_declared": found.default_declared,
+        "draft_vocab_note": found.draft_vocab_note,
         "condition_sets": [c.__dict__ for c in found.condition_sets],
         "flags": list(found.flags),
     }

@@ -85,7 +85,8 @@ class Conditions:
 
     @property
     def label(self) -> str:
-        """In words: "context 1,024, graph, world size 1, bf16, cuda; dense stand-in, 61 layers, hidden 7168"."""
+        """In words: "context 1,024, graph, world size 1, bf16, cuda; dense stand-in, 61 layers, hidden 7168; draft
+        vocab 32,000" (the draft vocabulary where the draft step states one)."""
         t = self.tag_map
         parts = []
         if ConditionTag.CONTEXT in t:
@@ -99,7 +100,8 @@ class Conditions:
                 parts.append(str(t[k]))
         head = ", ".join(parts) or "conditions not stated"
         standin = standin_label(t)
-        return f"{head}; {standin}" if standin else head
+        draft = f"draft vocab {int(t[ConditionTag.DRAFT_VOCAB]):,}" if ConditionTag.DRAFT_VOCAB in t else ""
+        return "; ".join(p for p in (head, standin, draft) if p)
 
     @property
     def stack_label(self) -> str:

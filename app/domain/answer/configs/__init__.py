@@ -7,8 +7,12 @@ against that engine's own rules (docs/profitability.md, "Deploy").
 - `sglang.py`: adaptive speculation's per-batch config (`--speculative-adaptive-config`), the allreduce
   flag only for the kernel SGLang will run at that TP and SM, and one k for the served range where
   adaptive speculation is off.
-- `trtllm.py`: `speculative_config` with `draft_len_schedule` and `max_concurrency`.
+- `trtllm.py`: `speculative_config` with `draft_len_schedule` (TensorRT-LLM 1.4.0rc4's rules): where the engine
+  cannot express the answer, the nearest schedule it can, with each deviation and its predicted cost.
 - `launch.py`: the whole server command around a writer's arguments (model, parallelism, draft head, files).
+
+Every writer names the engine release whose rules it follows (`EngineConfig.rules`) and lists where what it
+writes differs from the answer (`EngineConfig.deviations`, `schedule.deviations`): a config never differs silently.
 
 Pure: the answer (`SpeculationAnswer`) and the approaches in, an `EngineConfig` out. No FastAPI here.
 """
@@ -109,6 +113,19 @@ def config_json(config: EngineConfig) -> dict[str, Any]:
         "env": config.env,
         "settings": [vars(s) for s in config.settings],
         "notes": list(config.notes),
+        "rules": config.rules,
+        "expressible": config.expressible,
+        "deviations": [
+            {
+                "start": d.start,
+                "end": d.end,
+                "answer_k": d.answer_k,
+                "config_k": d.config_k,
+                "text": d.text,
+                "batches": [{**vars(b), "loss": b.loss} for b in d.batches],
+            }
+            for d in config.deviations
+        ],
         "files": [vars(f) for f in config.files],
         "static": None
         if static is None

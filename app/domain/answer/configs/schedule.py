@@ -49,6 +49,59 @@ class BatchCost:
 
 
 @dataclass(frozen=True)
+class BatchDeviation:
+    """At one measured batch: the predicted speedup at the answer's choice and at the config's (1.0: off)."""
+
+    batch: int
+    answer_speedup: float | None
+    config_speedup: float | None
+
+    @property
+    def loss(self) -> float | None:
+        """The config's predicted speedup against the answer's, as a fraction lost (negative: gained)."""
+        if self.answer_speedup is None or self.config_speedup is None or not self.answer_speedup:
+            return None
+        return 1.0 - self.config_speedup / self.answer_speedup
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """A batch range where the written config does not do what the answer says: the answer's k and the config's
+    (0: off), and the predicted cost at each measured batch inside it, from the answer's own cells."""
+
+    start: int
+    end: int
+    answer_k: int
+    config_k: int
+    batches: tuple[BatchDeviation, ...]
+
+    @property
+    def text(self) -> str:
+        """In words: "batches 3-4: the answer says off, the config drafts 1 (batch 4: 0.99x where off is 1.00x,
+        -1.0%)"."""
+        where = f"batch {self.start}" if self.start == self.end else f"batches {self.start}-{self.end}"
+        costs = "; ".join(_cost_words(b, self.answer_k, self.config_k) for b in self.batches) or "no measured batch"
+        return (
+            f"{where}: the answer says {_k_words(self.answer_k)}, the config {_k_words(self.config_k, True)} ({costs})"
+        )
+
+
+def _k_words(k: int, config: bool = False) -> str:
+    if k == 0:
+        return "turns speculation off" if config else "off"
+    return f"drafts {k}" if config else f"k = {k}"
+
+
+def _cost_words(b: BatchDeviation, answer_k: int, config_k: int) -> str:
+    def shown(s: float | None, k: int) -> str:
+        return "not known" if s is None else f"{s:.2f}x" + (" (off)" if k == 0 else f" at k = {k}")
+
+    loss = b.loss
+    tail = "" if loss is None else f", {-loss:+.1%} predicted"
+    return f"batch {b.batch}: {shown(b.config_speedup, config_k)} where the answer predicts {shown(b.answer_speedup, answer_k)}{tail}"
+
+
+@dataclass(frozen=True)
 class StaticChoice:
     """One k for every batch of the served range (an engine without per-batch speculation), with its cost."""
 
@@ -120,6 +173,13 @@ class EngineConfig:
     static: StaticChoice | None = None
     proposed_trials: tuple[dict[str, Any], ...] = ()  # recipes that would measure what this config cannot cite
     launch: LaunchCommand | None = None  # the whole server command around argv (configs/launch.py)
+    rules: str = ""  # the engine release whose rules the writer follows ("TensorRT-LLM 1.4.0rc4")
+    deviations: tuple[Deviation, ...] = ()  # where the written config does not do what the answer says
+
+    @property
+    def expressible(self) -> bool:
+        """The config does what the answer says at every batch (no deviation)."""
+        return not self.deviations
 
     @property
     def shell(self) -> str:
@@ -299,6 +359,43 @@ def static_choice(schedule: Schedule, serve: ServeRange, argv_for: Any) -> Stati
         f"range {serve}"
     )
     return StaticChoice(serve, k, argv, shlex.join(argv), costs, unmeasured, rule)
+
+
+def speedup_at(chosen: ApproachAnswer, batch: int, k: int) -> float | None:
+    """The answer's predicted speedup at (batch, k): 1.0 with speculation off (k = 0), None where not known."""
+    if k == 0:
+        return 1.0
+    cell = chosen.cell(batch, k)
+    return cell.speedup.value if cell is not None and cell.speedup is not None else None
+
+
+def written_k(written: list[tuple[int, int, int]], batch: int) -> int:
+    """The k a written schedule of inclusive (start, end, k) ranges gives `batch` (0 outside them)."""
+    return next((k for start, end, k in written if start <= batch <= end), 0)
+
+
+def deviations(schedule: Schedule, written: list[tuple[int, int, int]]) -> tuple[Deviation, ...]:
+    """Every range of the answer's schedule (split where the written one changes) where the written k differs
+    from the answer's, with the predicted speedup of both at each measured batch inside it."""
+    chosen = schedule.approach
+    edges = sorted({r.start for r in schedule.ranges} | {s for s, _e, _k in written if s <= LARGEST_BATCH})
+    out: list[Deviation] = []
+    for i, start in enumerate(edges):
+        end = edges[i + 1] - 1 if i + 1 < len(edges) else LARGEST_BATCH
+        answer_k = next(r.k for r in schedule.ranges if r.start <= start <= r.end)
+        config_k = written_k(written, start)
+        if answer_k == config_k:
+            continue
+        measured = [b for b in sorted(chosen.best_speedup) if start <= b <= end]
+        costs = tuple(
+            BatchDeviation(b, speedup_at(chosen, b, answer_k), speedup_at(chosen, b, config_k)) for b in measured
+        )
+        last = out[-1] if out else None
+        if last is not None and last.end == start - 1 and (last.answer_k, last.config_k) == (answer_k, config_k):
+            out[-1] = Deviation(last.start, end, answer_k, config_k, last.batches + costs)
+        else:
+            out.append(Deviation(start, end, answer_k, config_k, costs))
+    return tuple(out)
 
 
 @dataclass

@@ -29,12 +29,14 @@ from typing import Any
 
 from app.domain.answer.configs.schedule import (
     DEFAULT_SERVE,
+    LARGEST_BATCH,
     ConfigBuilder,
     ConfigFile,
     DeployTarget,
     EngineConfig,
     Schedule,
     ServeRange,
+    deviations,
     per_batch_schedule,
     static_choice,
 )
@@ -42,6 +44,7 @@ from app.domain.answer.grid import ApproachAnswer, SpeculationAnswer
 from app.models import Approach
 
 FILE = "sglang-adaptive-spec.json"
+RULES = "SGLang 0.5.23 (ServerArgs, adaptive_spec_params.py)"
 
 # sglang 0.5.23 sglang/srt/distributed/device_communicators: all_reduce_utils.TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES
 # (SM major -> world sizes it runs at) and TorchSymmMemCommunicator._WORLD_SIZES_MULTIMEM.
@@ -74,6 +77,14 @@ def check_adaptive_config(config: Any, num_steps: int) -> None:
 def adaptive_config(schedule: Schedule) -> dict[str, dict[str, list[int]]]:
     """One slot per schedule range, keyed by its first batch, holding that range's k (0 above B*)."""
     return {str(r.start): {"candidate_steps": [r.k]} for r in schedule.ranges}
+
+
+def routed(slots: dict[str, dict[str, list[int]]]) -> list[tuple[int, int, int]]:
+    """The (start, end, k) ranges an adaptive config routes batches to (the slot with the largest key at or below a
+    batch; the first of its candidates), to compare with the answer's schedule."""
+    starts = sorted(int(key) for key in slots)
+    ends = [*(s - 1 for s in starts[1:]), LARGEST_BATCH]
+    return [(s, e, slots[str(s)]["candidate_steps"][0]) for s, e in zip(starts, ends, strict=True)]
 
 
 def symm_mem_kernel(sm_major: int | None, world_size: int) -> str | None:
@@ -233,4 +244,6 @@ def sglang_config(
         files=(ConfigFile(FILE, "application/json", text),),
         static=static,
         proposed_trials=tuple(trials),
+        rules=RULES,
+        deviations=deviations(schedule, routed(slots)),
     )

@@ -13,11 +13,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from app.domain.answer.configs.schedule import ConfigBuilder, ConfigFile, EngineConfig, per_batch_schedule
+from app.domain.answer.configs.schedule import ConfigBuilder, ConfigFile, EngineConfig, deviations, per_batch_schedule
 from app.domain.answer.grid import SpeculationAnswer
 from app.models import Approach
 
 FILE = "speculative-config.json"
+RULES = "vLLM's SpeculativeConfig (vllm/config/speculative.py, read in its source 2026)"
 # SGLang's --speculative-algorithm -> vLLM's `method` (an approach measured on SGLang deploys on vLLM).
 SGLANG_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NGRAM": "ngram", "STANDALONE": "draft_model"}
 # Methods whose drafts come from a model (the JSON's "model" key); n-gram and suffix decoding need none.
@@ -110,4 +111,6 @@ def vllm_config(answer: SpeculationAnswer, approaches: Sequence[Approach]) -> En
         tuple(out.settings),
         tuple(out.notes),
         files=(ConfigFile(FILE, "application/json", json.dumps(spec, indent=2) + "\n"),),
+        rules=RULES,
+        deviations=deviations(schedule, [(s, e, k) for s, e, k in ranges]),
     )
