@@ -75,6 +75,16 @@ def asset_hash(path: str) -> str:
     return _hashes[key]
 
 
+def inline_css(path: str) -> Markup:
+    """The text of the stylesheet static/<path>, for a page that may load none (the status page: its CSP allows
+    inline styles only, and its export opens offline)."""
+    root = resource_dir("static").resolve()
+    file = (root / path).resolve()
+    if not file.is_relative_to(root) or file.suffix != ".css":
+        raise FileNotFoundError(path)
+    return Markup(file.read_text(encoding="utf-8"))
+
+
 def asset_url(path: str) -> str:
     """The versioned URL of static/<path>, e.g. asset_url("app.css") == "/static/v/3f2a.../app.css"."""
     return f"{ASSET_PREFIX}/{asset_hash(path)}/{path}"
@@ -133,6 +143,7 @@ def make_templates() -> Jinja2Blocks:
         plotly_asset=PLOTLY_JS_ASSET,
         status_colors=STATUS_COLORS,
         asset=asset_url,
+        inline_css=inline_css,  # <style>{{ inline_css("tables.css") }}</style> (status.html)
         csrf_header=CSRF_HEADER,
         csrf_field=CSRF_FORM_FIELD,
         status_labels=STATUS_LABELS,
@@ -150,12 +161,25 @@ def make_templates() -> Jinja2Blocks:
     )
     env.filters["ago"] = _ago
     env.filters["highlight"] = highlight  # a search snippet: escaped, then its matched words in <mark>
+    env.filters["whole_tokens"] = whole_tokens  # prose naming flags and paths: each such word on one line
     env.filters["plural"] = plural  # {{ n | plural("trial") }}: "1 trial", "2 trials"
     env.filters["utc"] = _utc
     env.filters["status_label"] = lambda s: STATUS_LABELS.get(s, s)
     env.filters["tojson_compact"] = lambda v: json.dumps(v, sort_keys=True)
     env.globals["status_badge"] = env.get_template("_partials/status_badge.html").module.status_badge  # type: ignore[attr-defined]
     return templates
+
+
+# A word a browser may break inside at a line's end: one holding a hyphen or a slash (a flag, a path, a range).
+_BREAKABLE_WORD = re.compile(r"\S*[-/]\S*")
+
+
+def whole_tokens(text: object) -> Markup:
+    """Prose that names flags, paths and ranges (an engine setting's source, a note) as HTML: escaped, then each
+    word holding a hyphen or a slash in <span class="token">, which static/tables.css keeps on one line; else
+    `--speculative-num-draft-tokens` may break after any of its hyphens (issue 43 item 9)."""
+    safe = str(escape(text))  # escaped: no "<" or ">" left for a word to cut through
+    return Markup(_BREAKABLE_WORD.sub(lambda m: f'<span class="token">{m.group(0)}</span>', safe))
 
 
 def highlight(snippet: str) -> Markup:

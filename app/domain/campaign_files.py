@@ -412,7 +412,7 @@ def _describe_loc(data: Any, loc: tuple[Any, ...]) -> str:
 
 
 # "params.tokens (--tokens): must be ..." (a recipe's validator), "history: entries must be ...": the field it names
-_NAMED_FIELD = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?: \(--[\w-]+\))?: ")
+_NAMED_FIELD = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)( \(--[\w-]+\))?: ")
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -459,6 +459,8 @@ def parse_campaign_file(text: str) -> CampaignFile:
             msg = error_words(err)
             if named := _NAMED_FIELD.match(msg):  # a model's own check names its field: the line is that field's
                 loc += tuple(named[1].split("."))
+                if not named[2]:  # said once, by where it is ("campaign.accept_length: accept_length: ..." before)
+                    msg = msg[named.end() :]
             line = _line_of(node, loc)
             where = f"line {line}: " if line else ""
             fields.append(_describe_loc(data, loc))

@@ -149,4 +149,8 @@ def test_tau_above_its_bound_names_the_accept_length_line():
     with pytest.raises(Invalid) as refused:
         parse_campaign_file(text)
     assert refused.value.message.startswith(f"line {line}: "), refused.value.message
-    assert "accept length 10 is above 4" in refused.value.message
+    # The field named once, by where it is (it read "campaign.accept_length: accept_length: accept length ...").
+    assert refused.value.message == (
+        f"line {line}: campaign.accept_length: accept length 10 is above 4, the most 3 draft steps and the bonus "
+        "token can give (tau <= k + 1)"
+    )

@@ -10,7 +10,7 @@ import app.domain.answer.grid as grid
 import app.domain.answer.latency as latency
 import app.domain.planning as planning
 from app.domain.wording import plural, size_label
-from app.templating import make_templates
+from app.templating import make_templates, whole_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,3 +52,12 @@ def test_one_size_formatter_for_the_answer_its_latencies_and_planning():
     # The old copies are gone: every reader imports this one.
     assert grid.size_label is latency.size_label is planning.size_label is size_label
     assert not hasattr(latency, "_size") and not hasattr(planning, "_size")
+
+
+def test_whole_tokens_keeps_each_flag_path_and_range_in_one_span_and_escapes_the_rest():
+    """static/tables.css keeps a .token on one line: a browser breaks `--tp-size` after its hyphen otherwise."""
+    said = whole_tokens("Add --model-path, <draft-path> & /models/x at batches 65-127 or k = 3")
+    assert str(said) == (
+        'Add <span class="token">--model-path,</span> <span class="token">&lt;draft-path&gt;</span> &amp; '
+        '<span class="token">/models/x</span> at batches <span class="token">65-127</span> or k = 3'
+    )

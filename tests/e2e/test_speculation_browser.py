@@ -67,7 +67,10 @@ def test_speedup_against_batch_has_points_in_the_axes_and_a_band(server, browser
         assert page.locator("#chart-speedup-batch .scatterlayer .point").count() >= 2 * len(BATCHES)
         page.wait_for_function("() => document.querySelector('#chart-speedup-heatmap .main-svg')")
         sentence = page.locator("[data-sentence]").inner_text()
-        assert sentence.startswith("On this node EAGLE-3 pays")
+        # One sentence per batch range, as the grid says it (issue 43 item 10): k named for each range that pays.
+        assert (
+            sentence.startswith("On this node EAGLE-3 with ") and "draft token" in sentence and " at batch" in sentence
+        )
         sglang = page.locator("#deploy-shell-sglang").input_value()
         assert "--speculative-algorithm EAGLE3" in sglang and "--speculative-adaptive" in sglang
         assert "--cuda-graph" not in sglang and "--max-running-requests" not in sglang

@@ -71,6 +71,8 @@ def _seed(app) -> dict[str, str]:
             "session_row_id": "1",
             "session_id": "1",
             "token_id": "1",
+            "item_id": "1",  # an inbox item (the route answers 401 before it looks one up)
+            "seq": "0",  # a trial's log chunk
             "name": "results.json",
             "rest": "x",
             "path": "app.css",

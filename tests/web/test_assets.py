@@ -13,7 +13,15 @@ import pytest
 
 from app.config import resource_dir
 from app.state import app_state
-from app.templating import IMMUTABLE, PLOTLY_JS, PLOTLY_JS_ASSET, PLOTLY_JS_VERSION, asset_hash, asset_url
+from app.templating import (
+    IMMUTABLE,
+    PLOTLY_JS,
+    PLOTLY_JS_ASSET,
+    PLOTLY_JS_VERSION,
+    asset_hash,
+    asset_url,
+    inline_css,
+)
 from tests.support.charts import build_fixture_campaign
 
 STATIC = resource_dir("static")
@@ -75,6 +83,14 @@ def test_no_versioned_url_reaches_outside_static():
     assert (STATIC.parent / "app" / "main.py").exists()
     with pytest.raises(FileNotFoundError):
         asset_hash("../app/main.py")  # so VersionedStatic answers 404 before reading it
+
+
+def test_the_status_page_inlines_the_shared_table_styles_and_nothing_outside_static():
+    """The status page may load no stylesheet (CSP: inline styles only): it carries static/tables.css itself."""
+    assert inline_css("tables.css") == (STATIC / "tables.css").read_text()
+    for path in ("../app/main.py", "app.js", "../pyproject.toml"):
+        with pytest.raises(FileNotFoundError):
+            inline_css(path)
 
 
 def test_plain_static_urls_are_revalidated(client):
