@@ -601,6 +601,20 @@ class Metric(SQLModel, table=True):
     created_at: datetime = _created()
 
 
+class TrialTag(SQLModel, table=True):
+    """A metric tag (name=value) that some metric of a trial carries, once per trial: the trials page's tag filter
+    reads these through an index instead of every metric's JSON (docs/performance.md, "The trials page").
+    Database triggers on `metric` (migration 0022) write them for every insert, whoever inserts; the value is the
+    database's text of the JSON value (json_extract on SQLite, ->> on PostgreSQL), as the filter compared before.
+    A name or value over 200 characters is not kept: the filter (schemas.TrialFilter.tag) is at most 200 in all."""
+
+    __tablename__ = "trial_tag"
+    __table_args__ = (Index("ix_trial_tag_name_value_trial", "name", "value", "trial_id"),)
+    trial_id: int = Field(foreign_key="trial.id", primary_key=True, ondelete="CASCADE")
+    name: str = Field(primary_key=True, max_length=200)
+    value: str = Field(primary_key=True, max_length=200)
+
+
 class Role(StrEnum):
     """What a person may do, each including the one before: read, change, administer."""
 

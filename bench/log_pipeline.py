@@ -186,8 +186,11 @@ def pct(values: list[float], p: float) -> float:
 class Board:
     """`campaign serve` + `campaign runner` in their own processes on a fresh data dir."""
 
-    def __init__(self, workdir: Path, trace: bool = False, page_workers: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, trace: bool = False, page_workers: int | None = None, search_index: bool = True
+    ) -> None:
         self.dir = workdir
+        self.search_index = search_index
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = workdir / "bench.db"
@@ -219,8 +222,10 @@ class Board:
 
     def start(self) -> None:
         log = open(self.dir / "server.log", "w")
+        # --search-index off: the same server without the hub's log indexer (app/services/search.py), for comparison.
+        serve = ["-m", "app.cli"] if self.search_index else ["-c", NO_SEARCH_INDEX]
         self.server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--no-runner"],
+            [sys.executable, *serve, "serve", "--no-runner"],
             env=self.env,
             cwd=ROOT,
             stdout=log,
@@ -440,6 +445,68 @@ def release(viewer: Viewer) -> None:
     viewer.chunk_times = {}
 
 
+NO_SEARCH_INDEX = """
+import sys
+import app.services.search as indexer
+
+async def _off(app, poll_s=0.0):
+    return None
+
+indexer.run = _off
+sys.argv[0] = "campaign"
+from app.cli import main
+main()
+"""
+
+
+class IndexWatch(threading.Thread):
+    """The search index's lag behind the log pipeline (SQLite): every 0.1 s, the newest stored chunk's id and the
+    hub indexer's cursor (search_cursor), read from the database file. A chunk's lag: from the first sample that
+    saw it stored to the first that saw the cursor at or past it (0.1 s resolution)."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__(daemon=True)
+        self.db = db
+        self.samples: list[tuple[float, int, int]] = []  # (time, newest chunk id, cursor)
+        self.halt = False
+
+    def run(self) -> None:
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=5)
+        while not self.halt:
+            try:
+                top = conn.execute("SELECT coalesce(max(id), 0) FROM log_chunk").fetchone()[0]
+                cursor = conn.execute("SELECT last_id FROM search_cursor WHERE name = 'log'").fetchone()[0]
+                self.samples.append((time.monotonic(), top, cursor))
+            except sqlite3.Error:
+                pass
+            time.sleep(0.1)
+        conn.close()
+
+    def report(self, label: str, start: float, end: float) -> None:
+        """The lag of the chunks first seen stored between start and end, and the backlog at end."""
+        lags: list[float] = []
+        seen = [s for s in self.samples if s[0] <= start]
+        low = seen[-1][1] if seen else 0
+        for i, (t, top, _) in enumerate(self.samples):
+            if not start <= t <= end or top <= low:
+                continue
+            new, low = top - low, top
+            done = next((t2 for t2, _, c in self.samples[i:] if c >= top), None)
+            lags += [((done - t) * 1000) if done is not None else float("inf")] * new
+        last = [s for s in self.samples if s[0] <= end]
+        backlog = last[-1][1] - last[-1][2] if last else 0
+        if not lags:
+            print(f"search index ({label}): no chunks stored")
+            return
+        late = sum(lag == float("inf") for lag in lags)
+        print(
+            f"search index ({label}): {len(lags):,} chunks, commit -> searchable p50 {pct(lags, 50):.0f} ms, "
+            f"p90 {pct(lags, 90):.0f} ms, max {max(lags):.0f} ms"
+            + (f" ({late:,} not yet indexed when the run ended)" if late else "")
+            + f"; backlog at the end {backlog:,} chunks"
+        )
+
+
 def paced_run(board: Board, slug: str, rate: int, seconds: float, label: str) -> Viewer:
     settle()
     tid = board.run_next(slug)
@@ -550,6 +617,13 @@ def main() -> None:
     )
     ap.add_argument("--no-floor", action="store_true", help="Skip the bare-relay floor runs (quicker).")
     ap.add_argument("--no-stuck", action="store_true", help="Skip the stuck-viewer run (quicker).")
+    ap.add_argument(
+        "--search-index",
+        choices=["on", "off"],
+        default="on",
+        help="The hub's search log indexer (on: as the board runs; off: the server without it, to compare). On "
+        "also prints the index's lag behind each run (commit -> searchable) and its backlog.",
+    )
     ap.add_argument("--role", choices=["relay", "producer"], help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--script", help=argparse.SUPPRESS)
@@ -563,16 +637,23 @@ def main() -> None:
     paced = PACED.format(rate=args.rate, seconds=args.seconds)
     paced_lines = int(args.rate * args.seconds)
     work = Path(tempfile.mkdtemp(prefix="cb-bench-"))
-    board = Board(work, trace=args.trace)
+    board = Board(work, trace=args.trace, search_index=args.search_index == "on")
+    watch = IndexWatch(board.db) if args.search_index == "on" else None
+    marks: dict[str, tuple[float, float]] = {}
     fresh = after = None
     print(f"# {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, work dir {work}")
     try:
         board.start()
         board.seed([("flood", flood), ("paced", paced), ("paced-after", paced), ("stuck", flood)])
         server = psutil.Process(board.server.pid)
+        if watch is not None:
+            watch.start()
 
         # 0. Paced at --rate lines/s on the fresh server and database: print -> viewer latency.
+        started = time.monotonic()
         fresh = paced_run(board, "paced", args.rate, args.seconds, "fresh database")
+        marks["paced, fresh database"] = (started, time.monotonic())
+        started = time.monotonic()
 
         # 1. Flood: sustained ingest with one live viewer.
         peak_flood = 0
@@ -602,6 +683,7 @@ def main() -> None:
             f"lost {lines - len(v.seen)}, duplicated {v.dups}, resynced {v.resyncs}x; "
             f"server RSS peak {peak_flood / 2**20:.0f} MiB"
         )
+        marks["flood"] = (started, time.monotonic())
         release(v)
         if not args.no_floor:
             f = floor(flood, None, work)
@@ -615,7 +697,9 @@ def main() -> None:
             release(f)
 
         # 2. Paced again, same server and database, right after the flood (~500 MB written).
+        started = time.monotonic()
         v = after = paced_run(board, "paced-after", args.rate, args.seconds, "after the flood")
+        marks["paced, after the flood"] = (started, time.monotonic())
         if not args.no_floor:
             f = floor(paced, paced_lines, work)
             printed = max(f.seen) + 1 if f.seen else 0
@@ -655,6 +739,11 @@ def main() -> None:
             f"peak {peak / 2**20:.0f} MiB during; the viewer was closed with code {closed} (4000 = resync)"
         )
     finally:
+        if watch is not None:
+            for label, (start, end) in marks.items():
+                watch.report(label, start, end)
+            watch.halt = True
+            (work / "index_watch.json").write_text(json.dumps(watch.samples))  # (time, newest chunk, cursor)
         board.stop()
         if args.trace:
             for label, viewer in (("fresh database", fresh), ("after the flood", after)):

@@ -205,16 +205,23 @@ def _resolve(
 def index_logs(session: Session, batch: int = INDEX_BATCH, max_bytes: int = INDEX_BYTES) -> int:
     """SQLite: add the log chunks past the cursor to `search_log` (at most `batch` chunks or `max_bytes` of text)
     and move the cursor; returns how many were indexed. PostgreSQL keeps its index itself: 0."""
+    return index_pass(session, batch, max_bytes)[0]
+
+
+def index_pass(session: Session, batch: int = INDEX_BATCH, max_bytes: int = INDEX_BYTES) -> tuple[int, bool]:
+    """`index_logs`, and whether chunks past the pass's limits were left waiting (the indexer is behind: either
+    limit stops a pass, 500 small chunks or four of the pipeline's 64 KiB chunks)."""
     if _is_postgres(session):
-        return 0
+        return 0, False
     last = session.execute(text("SELECT last_id FROM search_cursor WHERE name = 'log'")).scalar_one()
     rows = session.execute(
-        text("SELECT id, length(data) FROM log_chunk WHERE id > :last ORDER BY id LIMIT :n"), {"last": last, "n": batch}
+        text("SELECT id, length(data) FROM log_chunk WHERE id > :last ORDER BY id LIMIT :n"),
+        {"last": last, "n": batch + 1},
     ).all()
     if not rows:
-        return 0
+        return 0, False
     total, upto, count = 0, last, 0
-    for row_id, size in rows:
+    for row_id, size in rows[:batch]:
         if count and total + size > max_bytes:
             break
         total += size
@@ -224,7 +231,7 @@ def index_logs(session: Session, batch: int = INDEX_BATCH, max_bytes: int = INDE
         {"last": last, "upto": upto},
     )
     session.execute(text("UPDATE search_cursor SET last_id = :upto WHERE name = 'log'"), {"upto": upto})
-    return count
+    return count, count < len(rows)
 
 
 def log_backlog(session: Session) -> int:

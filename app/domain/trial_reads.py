@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, cast, func
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import get_approach, get_campaign
 from app.domain.trials import get_trial
-from app.models import Approach, Attempt, Campaign, Metric, Runner, Trial, TrialState, aware
+from app.models import Approach, Attempt, Campaign, Metric, Runner, Trial, TrialState, TrialTag, aware
 from app.schemas import NO_PROPOSAL, TRIAL_SORTS, TrialFilter
 
 MAX_PAGE = 200
@@ -94,16 +94,11 @@ def _filtered(session: Session, query: Any, f: TrialFilter) -> Any:
         query = query.where(verdict == ("" if f.proposal == NO_PROPOSAL else f.proposal))
     if f.tag is not None:
         name, value = _tag(f.tag)
-        exact = cast(col(Metric.tags)[name].as_string(), String) == value
-        plain = (name + value).isascii() and not set(name + value) & set('"\\%_')
-        if plain and session.get_bind().dialect.name == "sqlite":
-            # SQLite: a text test first, far cheaper than json_extract: the stored text holds the name in quotes
-            # and the value (the JSON check then decides). On PostgreSQL the cast made the query 5x slower
-            # (docs/performance.md, "The trials page").
-            text = cast(col(Metric.tags), String)
-            exact = text.like(f'%"{name}"%') & text.like(f"%{value}%") & exact
-        tagged = select(Metric.trial_id).where(Metric.trial_id == Trial.id, exact)
-        query = query.where(tagged.exists())
+        # The trial's tags as the metric triggers keep them (migration 0022): an index probe per trial.
+        kept = select(TrialTag.trial_id).where(
+            TrialTag.trial_id == Trial.id, TrialTag.name == name, TrialTag.value == value
+        )
+        query = query.where(kept.exists())
     if f.since is not None:
         query = query.where(col(Trial.created_at) >= f.since)
     if f.until is not None:

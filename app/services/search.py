@@ -1,8 +1,9 @@
 """The hub's log indexer (app/domain/search.py `index_logs`): every POLL_S, the log chunks stored since the
 last pass become searchable, in transactions of their own, never in the log pipeline's insert. A pass takes at
-most INDEX_BATCH chunks or INDEX_BYTES of text (a short hold of SQLite's write lock); while it is behind, it
-works at most DUTY of the time (the CPU and the lock it takes from the log pipeline stay small). Ordinary logs are searchable within about a second; a flood is indexed
-behind it. PostgreSQL indexes on insert (GIN): nothing to run."""
+most INDEX_BATCH chunks or INDEX_BYTES of text (a short hold of SQLite's write lock); while it is behind (a pass
+left chunks waiting, by either limit), it works at most DUTY of the time (the CPU and the lock it takes from the
+log pipeline stay small). Ordinary logs are searchable within about a second; a flood is indexed behind it.
+PostgreSQL indexes on insert (GIN): nothing to run."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ DUTY = 0.1  # behind: indexing takes at most this share of the time (a pass, the
 BACKLOG_S = 0.05  # ... and never less pause than this between passes
 
 
+def next_pause(took: float, more: bool, poll_s: float = POLL_S) -> float:
+    """Seconds until the next pass: poll_s when caught up; behind (`more`), DUTY of the time indexing."""
+    return max(BACKLOG_S, took * (1 - DUTY) / DUTY) if more else poll_s
+
+
 async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
     db = app_state(app).db
     if db.engine.dialect.name == "postgresql":
@@ -30,9 +36,8 @@ async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
         pause = poll_s
         started = loop.time()
         try:
-            if await db.run_in_tx(search.index_logs) >= search.INDEX_BATCH:
-                took = loop.time() - started
-                pause = max(BACKLOG_S, took * (1 - DUTY) / DUTY)
+            _, more = await db.run_in_tx(search.index_pass)
+            pause = next_pause(loop.time() - started, more, poll_s)
         except asyncio.CancelledError:
             raise
         except Exception:

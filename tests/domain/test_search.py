@@ -101,3 +101,29 @@ def test_a_trimmed_chunk_leaves_the_index(engine):
         s.add(a)
     with session_scope(engine, write=False) as s:
         assert search.search(s, "halves") == [] and search.search(s, "multimem")[0].field == "evidence"
+
+
+def test_a_pass_limited_by_bytes_says_it_is_behind(engine):
+    """The log pipeline stores 64 KiB chunks: a pass stops at INDEX_BYTES after a few of them, far below
+    INDEX_BATCH chunks; it says more are waiting, and the indexer then follows its duty cycle, not the idle
+    poll (it used to wait the 1 s poll after every four chunks of a flood: 256 KiB/s)."""
+    from app.services import search as indexer
+
+    ids = _seed(engine)
+    big = "x" * 60_000 + "\n"
+    with session_scope(engine) as s:
+        s.add_all(
+            LogChunk(trial_id=ids["trial"], attempt_id="a2", seq=n, offset=0, data=f"{n} {big}") for n in range(10)
+        )
+    with session_scope(engine) as s:
+        if s.get_bind().dialect.name != "sqlite":
+            assert search.index_pass(s) == (0, False)  # PostgreSQL indexes on insert
+            return
+        count, more = search.index_pass(s)
+        assert 0 < count < 10 and more
+    _index(engine)
+    with session_scope(engine) as s:
+        assert search.index_pass(s) == (0, False) and search.log_backlog(s) == 0
+    assert indexer.next_pause(0.01, True) < indexer.POLL_S
+    assert indexer.next_pause(0.01, True) == pytest.approx(0.09)
+    assert indexer.next_pause(0.01, False) == indexer.POLL_S
