@@ -604,7 +604,7 @@ class Metric(SQLModel, table=True):
 class TrialTag(SQLModel, table=True):
     """A metric tag (name=value) that some metric of a trial carries, once per trial: the trials page's tag filter
     reads these through an index instead of every metric's JSON (docs/performance.md, "The trials page").
-    Database triggers on `metric` (migration 0022) write them for every insert, whoever inserts; the value is the
+    Database triggers on `metric` (migration 0023) write them for every insert, whoever inserts; the value is the
     database's text of the JSON value (json_extract on SQLite, ->> on PostgreSQL), as the filter compared before.
     A name or value over 200 characters is not kept: the filter (schemas.TrialFilter.tag) is at most 200 in all."""
 

@@ -94,7 +94,7 @@ def _filtered(session: Session, query: Any, f: TrialFilter) -> Any:
         query = query.where(verdict == ("" if f.proposal == NO_PROPOSAL else f.proposal))
     if f.tag is not None:
         name, value = _tag(f.tag)
-        # The trial's tags as the metric triggers keep them (migration 0022): an index probe per trial.
+        # The trial's tags as the metric triggers keep them (migration 0023): an index probe per trial.
         kept = select(TrialTag.trial_id).where(
             TrialTag.trial_id == Trial.id, TrialTag.name == name, TrialTag.value == value
         )

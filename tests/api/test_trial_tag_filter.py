@@ -1,7 +1,7 @@
-"""The trials page's tag filter reads each trial's tags from `trial_tag` (migration 0022: triggers on `metric`
+"""The trials page's tag filter reads each trial's tags from `trial_tag` (migration 0023: triggers on `metric`
 write them, whoever inserts), not every metric's JSON: the same trials as the JSON read found before, on SQLite
 and PostgreSQL, for text, number, boolean, nested and long values (a name with a quote: its trials, where SQLite's JSON path
-found none); the tags of metrics stored before 0022 are
+found none); the tags of metrics stored before 0023 are
 filled in by the upgrade; a deleted trial's tags go with it."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ FILTERS = [
 
 
 def _json_read(session, name: str, value: str) -> set[int]:
-    """What the filter compared before 0022: the database's text of each metric's tags[name]."""
+    """What the filter compared before 0023: the database's text of each metric's tags[name]."""
     exact = cast(col(Metric.tags)[name].as_string(), String) == value
     return set(session.exec(select(Metric.trial_id).where(exact)).scalars())  # type: ignore[call-overload]
 
@@ -98,11 +98,11 @@ def test_a_deleted_trials_tags_go_with_it(app):
         assert not s.execute(select(col(TrialTag.name)).where(col(TrialTag.trial_id) == first)).all()
 
 
-def test_0022_fills_the_tags_of_metrics_stored_before_it(empty_db_url):
+def test_0023_fills_the_tags_of_metrics_stored_before_it(empty_db_url):
     migrate(empty_db_url)
     engine = make_engine(empty_db_url)
     try:
-        command.downgrade(alembic_config(empty_db_url), "0021")
+        command.downgrade(alembic_config(empty_db_url), "0022")
         ids = _trials_with(engine)
         migrate(empty_db_url)
         with session_scope(engine, write=False) as s:

@@ -6,8 +6,8 @@ trials before). The value is the database's text of the JSON value, as the filte
 json_each value (json_extract's), PostgreSQL's json_each_text (->>'s); JSON nulls and a name or value over 200
 characters (the filter's whole bound) are not kept.
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 """
 
 from collections.abc import Sequence
@@ -17,8 +17,8 @@ import sqlmodel
 
 from alembic import op
 
-revision: str = "0022"
-down_revision: str | None = "0021"
+revision: str = "0023"
+down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
