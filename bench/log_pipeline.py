@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import os
 import signal
@@ -460,14 +461,16 @@ main()
 
 
 class IndexWatch(threading.Thread):
-    """The search index's lag behind the log pipeline (SQLite): every 0.1 s, the newest stored chunk's id and the
-    hub indexer's cursor (search_cursor), read from the database file. A chunk's lag: from the first sample that
-    saw it stored to the first that saw the cursor at or past it (0.1 s resolution)."""
+    """The search index's lag behind the log pipeline (SQLite): every 0.1 s, the newest stored chunk's id, the
+    hub indexer's cursor (search_cursor) and its gaps (search_log_gap: chunks below the cursor not yet indexed),
+    read from the database file. A chunk's lag: from the first sample that saw it stored to the first that saw it
+    indexed, at or below the cursor and in no gap (0.1 s resolution)."""
 
     def __init__(self, db: Path) -> None:
         super().__init__(daemon=True)
         self.db = db
-        self.samples: list[tuple[float, int, int]] = []  # (time, newest chunk id, cursor)
+        # (time, newest chunk id, cursor, gaps (after_id, before_id), chunks waiting in gaps)
+        self.samples: list[tuple[float, int, int, list[tuple[int, int]], int]] = []
         self.halt = False
 
     def run(self) -> None:
@@ -476,7 +479,12 @@ class IndexWatch(threading.Thread):
             try:
                 top = conn.execute("SELECT coalesce(max(id), 0) FROM log_chunk").fetchone()[0]
                 cursor = conn.execute("SELECT last_id FROM search_cursor WHERE name = 'log'").fetchone()[0]
-                self.samples.append((time.monotonic(), top, cursor))
+                gaps = [tuple(g) for g in conn.execute("SELECT after_id, before_id FROM search_log_gap")]
+                waiting = sum(
+                    conn.execute("SELECT count(*) FROM log_chunk WHERE id > ? AND id < ?", g).fetchone()[0]
+                    for g in gaps
+                )
+                self.samples.append((time.monotonic(), top, cursor, gaps, waiting))
             except sqlite3.Error:
                 pass
             time.sleep(0.1)
@@ -487,14 +495,29 @@ class IndexWatch(threading.Thread):
         lags: list[float] = []
         seen = [s for s in self.samples if s[0] <= start]
         low = seen[-1][1] if seen else 0
-        for i, (t, top, _) in enumerate(self.samples):
-            if not start <= t <= end or top <= low:
-                continue
-            new, low = top - low, top
-            done = next((t2 for t2, _, c in self.samples[i:] if c >= top), None)
-            lags += [((done - t) * 1000) if done is not None else float("inf")] * new
+        pending: list[int] = []  # chunk ids seen stored, not yet seen indexed (ascending)
+        stored_at: dict[int, float] = {}
+        for t, top, cursor, gaps, _ in self.samples:
+            if t > end and not pending:
+                break
+            if start <= t <= end and top > low:
+                pending += range(low + 1, top + 1)  # ids between (trimmed ones too) count as stored chunks
+                stored_at.update(dict.fromkeys(range(low + 1, top + 1), t))
+                low = top
+            # indexed: the ids at or below the cursor outside the gaps (after_id, before_id)
+            edge = 1
+            spans = []
+            for after, before in sorted(gaps):
+                spans.append((edge, min(after, cursor)))
+                edge = before
+            spans.append((edge, cursor))
+            for lo, hi in spans:
+                i, j = bisect.bisect_left(pending, lo), bisect.bisect_right(pending, hi)
+                lags += [(t - stored_at[c]) * 1000 for c in pending[i:j]]
+                del pending[i:j]
+        lags += [float("inf")] * len(pending)
         last = [s for s in self.samples if s[0] <= end]
-        backlog = last[-1][1] - last[-1][2] if last else 0
+        backlog = last[-1][1] - last[-1][2] + last[-1][4] if last else 0
         if not lags:
             print(f"search index ({label}): no chunks stored")
             return
@@ -743,7 +766,9 @@ def main() -> None:
             for label, (start, end) in marks.items():
                 watch.report(label, start, end)
             watch.halt = True
-            (work / "index_watch.json").write_text(json.dumps(watch.samples))  # (time, newest chunk, cursor)
+            (work / "index_watch.json").write_text(
+                json.dumps(watch.samples)
+            )  # (time, newest chunk, cursor, gaps, in gaps)
         board.stop()
         if args.trace:
             for label, viewer in (("fresh database", fresh), ("after the flood", after)):

@@ -175,3 +175,37 @@ def test_0019_gives_back_what_a_person_decided_and_keeps_trials_as_events(empty_
         ("trial", "dead_end", "dead_end"),
         ("status", "dead_end", "deferred"),
     ]
+
+
+def test_0024_downgrade_indexes_the_gaps_chunks(empty_db_url):
+    """0021's indexer knows only its cursor: 0024's downgrade indexes the chunks waiting in gaps (below the
+    cursor), so after it every chunk at or below the cursor is indexed, once. SQLite only (PostgreSQL: GIN)."""
+    from app.domain import search
+    from app.models import LogChunk, Trial
+
+    migrate(empty_db_url)
+    engine = make_engine(empty_db_url)
+    try:
+        if engine.dialect.name != "sqlite":
+            command.downgrade(alembic_config(empty_db_url), "0023")
+            migrate(empty_db_url)
+            return
+        seed(engine, {"key": "a"}, slug="m")
+        with session_scope(engine) as s:
+            trial = Trial(campaign_id=1, approach_id=1, recipe={})
+            s.add(trial)
+            s.flush()
+            s.add_all(
+                LogChunk(trial_id=trial.id, attempt_id="a", seq=k, offset=0, data=f"deluge w{k}\n")  # type: ignore[arg-type]
+                for k in range(6)
+            )
+        with session_scope(engine) as s:
+            assert search.index_pass(s, batch=2) == (2, True)  # w4, w5; w0-w3 in a gap
+        command.downgrade(alembic_config(empty_db_url), "0023")
+        with engine.connect() as conn:
+            conn.execute(text("INSERT INTO search_log (search_log, rank) VALUES ('integrity-check', 1)"))
+            hits = conn.execute(text("SELECT rowid FROM search_log WHERE search_log MATCH 'deluge'")).all()
+        assert len(hits) == 6
+        migrate(empty_db_url)
+    finally:
+        engine.dispose()

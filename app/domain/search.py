@@ -4,8 +4,9 @@ search, ranked, the matching words marked, each hit linking to the field or the 
 
 - SQLite: FTS5 tables made by migration 0021. `search_doc` (approach fields, verdict reasons, trial
   parameters and errors) is kept by triggers; `search_log` is an external-content table over `log_chunk` that
-  `index_logs` fills past its cursor (`search_cursor`), called by the hub's indexer (app/services/search.py)
-  off the log pipeline's own insert; a trimmed chunk already indexed leaves it by a delete trigger.
+  `index_pass` fills, called by the hub's indexer (app/services/search.py) off the log pipeline's own insert:
+  the chunks past its cursor (`search_cursor`) newest first, then the gaps those passes left (`search_log_gap`,
+  migration 0024) oldest first; a trimmed chunk already indexed leaves it by a delete trigger.
 - PostgreSQL: GIN indexes over `to_tsvector('simple', ...)` of the same text, kept by PostgreSQL; the queries
   below use the same expressions, so the indexes serve them.
 
@@ -203,43 +204,96 @@ def _resolve(
 
 
 def index_logs(session: Session, batch: int = INDEX_BATCH, max_bytes: int = INDEX_BYTES) -> int:
-    """SQLite: add the log chunks past the cursor to `search_log` (at most `batch` chunks or `max_bytes` of text)
-    and move the cursor; returns how many were indexed. PostgreSQL keeps its index itself: 0."""
+    """SQLite: make log chunks searchable, the newest first (at most `batch` chunks or `max_bytes` of text);
+    returns how many were indexed. PostgreSQL keeps its index itself: 0."""
     return index_pass(session, batch, max_bytes)[0]
 
 
+def _take(rows: Sequence[Any], batch: int, max_bytes: int, first: bool) -> tuple[list[int], int]:
+    """The leading rows (id, size) within `batch` chunks and `max_bytes` (one at least where `first`)."""
+    taken: list[int] = []
+    total = 0
+    for row_id, size in rows[:batch]:
+        if (taken or not first) and total + size > max_bytes:
+            break
+        total += size
+        taken.append(row_id)
+    return taken, total
+
+
 def index_pass(session: Session, batch: int = INDEX_BATCH, max_bytes: int = INDEX_BYTES) -> tuple[int, bool]:
-    """`index_logs`, and whether chunks past the pass's limits were left waiting (the indexer is behind: either
-    limit stops a pass, 500 small chunks or four of the pipeline's 64 KiB chunks)."""
+    """`index_logs`, and whether chunks were left waiting (the indexer is behind: either limit stops a pass,
+    500 small chunks or four of the pipeline's 64 KiB chunks).
+
+    First the chunks stored since the last pass (past the cursor `search_cursor.last_id`), newest first: fresh
+    logs are searchable after one pass whatever the backlog; those it leaves below them become a gap
+    (`search_log_gap`: the ids between after_id and before_id, not yet indexed). Then the rest of the pass's
+    limits on the gaps, oldest first. Indexed: every id at or below the cursor outside the gaps, each once."""
     if _is_postgres(session):
         return 0, False
     last = session.execute(text("SELECT last_id FROM search_cursor WHERE name = 'log'")).scalar_one()
-    rows = session.execute(
-        text("SELECT id, length(data) FROM log_chunk WHERE id > :last ORDER BY id LIMIT :n"),
+    fresh = session.execute(
+        text("SELECT id, length(data) FROM log_chunk WHERE id > :last ORDER BY id DESC LIMIT :n"),
         {"last": last, "n": batch + 1},
     ).all()
-    if not rows:
-        return 0, False
-    total, upto, count = 0, last, 0
-    for row_id, size in rows[:batch]:
-        if count and total + size > max_bytes:
+    taken, total = _take(fresh, batch, max_bytes, first=True)
+    count = len(taken)
+    if taken:
+        low, top = taken[-1], taken[0]
+        session.execute(
+            text("INSERT INTO search_log (rowid, data) SELECT id, data FROM log_chunk WHERE id >= :low AND id <= :top"),
+            {"low": low, "top": top},
+        )
+        if count < len(fresh):  # older fresh chunks wait below the ones just indexed
+            session.execute(
+                text("INSERT INTO search_log_gap (after_id, before_id) VALUES (:after, :before)"),
+                {"after": last, "before": low},
+            )
+        session.execute(text("UPDATE search_cursor SET last_id = :top WHERE name = 'log'"), {"top": top})
+    gaps = session.execute(text("SELECT after_id, before_id FROM search_log_gap ORDER BY after_id")).all()
+    for after, before in gaps:
+        if count >= batch or (count and total >= max_bytes):
             break
-        total += size
-        upto, count = row_id, count + 1
-    session.execute(
-        text("INSERT INTO search_log (rowid, data) SELECT id, data FROM log_chunk WHERE id > :last AND id <= :upto"),
-        {"last": last, "upto": upto},
-    )
-    session.execute(text("UPDATE search_cursor SET last_id = :upto WHERE name = 'log'"), {"upto": upto})
-    return count, count < len(rows)
+        rows = session.execute(
+            text("SELECT id, length(data) FROM log_chunk WHERE id > :after AND id < :before ORDER BY id LIMIT :n"),
+            {"after": after, "before": before, "n": batch - count + 1},
+        ).all()
+        got, size = _take(rows, batch - count, max_bytes - total, first=count == 0)
+        if rows and not got:  # the next chunk is over what the pass has left
+            break
+        if got:
+            session.execute(
+                text(
+                    "INSERT INTO search_log (rowid, data) SELECT id, data FROM log_chunk "
+                    "WHERE id > :after AND id <= :upto"
+                ),
+                {"after": after, "upto": got[-1]},
+            )
+            count, total = count + len(got), total + size
+        if len(got) == len(rows):  # the gap is indexed (or its chunks were trimmed)
+            session.execute(text("DELETE FROM search_log_gap WHERE after_id = :after"), {"after": after})
+        else:
+            session.execute(
+                text("UPDATE search_log_gap SET after_id = :upto WHERE after_id = :after"),
+                {"upto": got[-1], "after": after},
+            )
+    more = count < len(fresh) or session.execute(text("SELECT count(*) FROM search_log_gap")).scalar_one() > 0
+    return count, bool(more)
 
 
 def log_backlog(session: Session) -> int:
     """Chunks stored but not yet searchable (SQLite; 0 on PostgreSQL)."""
     if _is_postgres(session):
         return 0
-    last = session.execute(text("SELECT last_id FROM search_cursor WHERE name = 'log'")).scalar_one()
-    return int(session.execute(text("SELECT count(*) FROM log_chunk WHERE id > :last"), {"last": last}).scalar_one())
+    return int(
+        session.execute(
+            text(
+                "SELECT (SELECT count(*) FROM log_chunk WHERE id > (SELECT last_id FROM search_cursor WHERE name = 'log'))"
+                " + (SELECT coalesce(sum((SELECT count(*) FROM log_chunk WHERE id > g.after_id AND id < g.before_id)), 0)"
+                " FROM search_log_gap g)"
+            )
+        ).scalar_one()
+    )
 
 
 # --- PostgreSQL: tsvector + GIN -----------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""The hub's log indexer (app/domain/search.py `index_logs`): every POLL_S, the log chunks stored since the
+"""The hub's log indexer (app/domain/search.py `index_pass`): every POLL_S, the log chunks stored since the
 last pass become searchable, in transactions of their own, never in the log pipeline's insert. A pass takes at
-most INDEX_BATCH chunks or INDEX_BYTES of text (a short hold of SQLite's write lock); while it is behind (a pass
-left chunks waiting, by either limit), it works at most DUTY of the time (the CPU and the lock it takes from the
-log pipeline stay small). Ordinary logs are searchable within about a second; a flood is indexed behind it.
+most INDEX_BATCH chunks or INDEX_BYTES of text (a short hold of SQLite's write lock): the chunks stored since the
+last pass first, newest first, then the backlog oldest first; while it is behind (a pass left chunks waiting, by
+either limit), it works at most DUTY of the time (the CPU and the lock it takes from the log pipeline stay
+small). Fresh logs are searchable within about a second even behind a flood; the flood is indexed at DUTY.
 PostgreSQL indexes on insert (GIN): nothing to run."""
 
 from __future__ import annotations

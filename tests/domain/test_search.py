@@ -5,8 +5,8 @@ logs searchable once indexed, and a trimmed chunk leaving the index."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import delete
-from sqlmodel import select
+from sqlalchemy import delete, text
+from sqlmodel import col, select
 
 from app.db import session_scope
 from app.domain import search
@@ -127,3 +127,60 @@ def test_a_pass_limited_by_bytes_says_it_is_behind(engine):
     assert indexer.next_pause(0.01, True) < indexer.POLL_S
     assert indexer.next_pause(0.01, True) == pytest.approx(0.09)
     assert indexer.next_pause(0.01, False) == indexer.POLL_S
+
+
+def _integrity(s) -> None:
+    # FTS5 compares its index with log_chunk: a chunk indexed twice, or deleted from the index unindexed, fails.
+    s.execute(text("INSERT INTO search_log (search_log, rank) VALUES ('integrity-check', 1)"))
+
+
+def test_fresh_logs_are_searchable_after_one_pass_whatever_the_backlog(engine):
+    """Issue 45: behind a flood, a pass takes the chunks stored since the last one first (newest first), then
+    the backlog oldest first with what its limits leave; the indexer used to take chunks in order, so logs
+    stored after a flood waited behind all of it. Every chunk ends up indexed exactly once, none skipped, and a
+    trimmed chunk leaves the index only if it was in it."""
+    ids = _seed(engine)
+    filler = "filler text of a flood\n" * 2600  # ~60 KB: four fill a pass (INDEX_BYTES)
+
+    def flood(first: int, n: int) -> None:
+        with session_scope(engine) as s:
+            s.add_all(
+                LogChunk(trial_id=ids["trial"], attempt_id="f", seq=k, offset=0, data=f"deluge w{k}\n{filler}")
+                for k in range(first, first + n)
+            )
+
+    def one_pass() -> bool:
+        with session_scope(engine) as s:
+            return search.index_pass(s)[1]
+
+    flood(0, 12)
+    one_pass()  # the flood's newest four
+    with session_scope(engine) as s:
+        s.add(LogChunk(trial_id=ids["trial"], attempt_id="n", seq=0, offset=0, data="later: zebra KeyError 99\n"))
+    assert one_pass() is (engine.dialect.name == "sqlite")  # behind (SQLite): the backlog is still waiting
+    with session_scope(engine, write=False) as s:
+        assert [h.link for h in search.search(s, "zebra")] == [f"/trials/{ids['trial']}/log/0#L1"]
+    flood(12, 6)  # more of the flood, then fresh text again: a second gap below the newest
+    with session_scope(engine) as s:
+        s.add(LogChunk(trial_id=ids["trial"], attempt_id="n", seq=1, offset=0, data="later: okapi\n"))
+    one_pass()
+    with session_scope(engine, write=False) as s:
+        assert len(search.search(s, "okapi")) == 1
+        if engine.dialect.name == "sqlite":
+            assert 0 < search.log_backlog(s) < 18
+    with session_scope(engine) as s:  # trimmed: w3 still waiting in a gap (never indexed), w11 indexed
+        s.execute(delete(LogChunk).where(col(LogChunk.attempt_id) == "f", col(LogChunk.seq).in_([3, 11])))
+    for _ in range(20):
+        if not one_pass():
+            break
+    with session_scope(engine, write=False) as s:
+        assert search.log_backlog(s) == 0
+        links = [h.link for h in search.search(s, "deluge")]
+        assert len(links) == len(set(links)) == 16  # every chunk of the flood once, the two trimmed gone
+        assert {search.search(s, f"w{k}")[0].link for k in (0, 5, 12, 17)} == {
+            f"/trials/{ids['trial']}/log/{k}#L1" for k in (0, 5, 12, 17)
+        }
+        assert search.search(s, "w3") == search.search(s, "w11") == []
+        if engine.dialect.name == "sqlite":
+            _integrity(s)
+            assert s.execute(text("SELECT count(*) FROM search_log_gap")).scalar_one() == 0
