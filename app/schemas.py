@@ -5,6 +5,7 @@ A family per concept: XBase (shared fields), XCreate, XUpdate (all optional), XP
 
 from __future__ import annotations
 
+import re
 from copy import copy
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
@@ -301,7 +302,7 @@ class CampaignRename(BaseModel):
 
 
 class ArchiveRequest(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "strict": True}  # true or false, not "yes" or 1
     cancel_active: bool = Field(
         False, description="Cancel the campaign's queued and running trials in the same step (else 409 while any)."
     )
@@ -620,6 +621,9 @@ NO_PROPOSAL = "none"  # the proposal filter's value for "no failure signature ma
 _NAME = r"^[^\x00-\x1f\x7f]+$"
 
 
+_NUMBER = re.compile(r"[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
+
+
 class TrialFilter(BaseModel):
     """What the trials page, `GET /api/trials`, its export and `campaign trials` filter by (each optional, all
     ANDed). Declared once: the API reads it as query parameters, the page from its URL (so a filtered view can
@@ -652,6 +656,14 @@ class TrialFilter(BaseModel):
     requested_by: str | None = Field(None, min_length=1, max_length=120, pattern=_NAME, description="Who started it.")
 
     _utc = field_validator("since", "until", mode="after")(_utc)
+
+    @field_validator("since", "until", mode="before")
+    @classmethod
+    def _iso_only(cls, value: object) -> object:
+        """ISO 8601 text only: a bare number (which pydantic would read as seconds since 1970) is refused."""
+        if isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER.fullmatch(value.strip())):
+            raise ValueError("a date and time in ISO 8601, like 2026-12-07 or 2026-12-07T10:00:00Z")
+        return value
 
     def items(self) -> list[tuple[str, str]]:
         """The filter as URL query items (the page's links keep it)."""

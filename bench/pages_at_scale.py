@@ -220,19 +220,21 @@ def build_campaign(
             ],
         )
         changes, chunks, metrics = [], [], []
-        flow = [("untested", "queued"), ("queued", "running"), ("running", "untested")]
+        # A trial's events in its approach's history, as the board writes them (inventory.trial_event): kind
+        # "trial", at the decided status (from == to), never a status change.
+        flow = ["queued", "started", "succeeded"]
         chunk_acc = metric_acc = 0.0
         for t, approach_id, attempt, at in trials_made:
             for k in range(changes_per_trial):
-                a, b = flow[k % len(flow)]
                 changes.append(
                     dict(
                         approach_id=approach_id,
-                        from_status=a,
-                        to_status=b,
-                        reason="",
+                        from_status="untested",
+                        to_status="untested",
+                        reason=f"trial #{t} {flow[k % len(flow)]}",
                         actor="bench",
                         trial_id=t,
+                        kind="trial",
                         at=at + timedelta(seconds=k),
                     )
                 )

@@ -48,6 +48,9 @@ OPTIONAL_IMPORTS = {"pynvml"}  # runners/fingerprint.py falls back to nvidia-smi
 # runners/preflight/probes.py runs under the node's own sglang interpreter (sglang's environment has these);
 # the board never installs them.
 NODE_SGLANG_IMPORTS = {"sglang", "flashinfer"}
+# Shipped with the node's CUDA torch (one of its requirements there), which the runner never installs or pins:
+# only moe_step's int4 kernel imports it, on a GPU (runners/recipes/_moe_int4.py).
+NODE_TORCH_IMPORTS = {"triton"}
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +234,14 @@ def _third_party_imports(root: Path) -> set[str]:
                 found |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.add(node.module.split(".")[0])
-    return found - set(sys.stdlib_module_names) - {"app", "runners"} - OPTIONAL_IMPORTS - NODE_SGLANG_IMPORTS
+    return (
+        found
+        - set(sys.stdlib_module_names)
+        - {"app", "runners"}
+        - OPTIONAL_IMPORTS
+        - NODE_SGLANG_IMPORTS
+        - NODE_TORCH_IMPORTS
+    )
 
 
 def test_the_runner_extra_brings_what_runners_and_recipes_import(wheel):

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import PageAfter, RowId, SessionDep, UserDep, require_user
 from app.domain import inbox, inventory
@@ -32,6 +32,8 @@ class InboxPublic(BaseModel):
 
 
 class WatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     campaign: str = Field(max_length=80, description="The campaign's slug.")
     approach: str | None = Field(default=None, max_length=80, description="One approach's key (none: the campaign).")
 

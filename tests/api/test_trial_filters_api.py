@@ -101,3 +101,11 @@ def test_the_trials_page_keeps_its_filter_in_the_url_and_any_role_reads_it(clien
     everything = client.get("/trials")
     assert f'<b id="trial-total">{len(seeded.trial_ids) + 1}</b>' in everything.text
     assert client.get("/trials", params={"since": "yesterday"}).status_code == 422
+
+
+def test_a_bare_number_is_not_a_date(client, api_headers):
+    """`until=0.5` was read as half a second after 1970 (pydantic's lax datetime): a date is ISO 8601 text."""
+    for value in ("0.5", "1700000000", "-3"):
+        r = client.get("/api/trials", params={"until": value}, headers=api_headers)
+        assert r.status_code == 422 and "ISO 8601" in r.text, (value, r.text)
+    assert client.get("/api/trials", params={"until": "2026-12-07"}, headers=api_headers).status_code == 200

@@ -131,6 +131,7 @@ def test_every_kind_comes_from_the_one_registry_with_one_contract():
         "verify_step",
         "draft_step",
         "sglang_server",
+        "vllm_server",
         "engine_acceptance",
         "moe_step",
     }

@@ -101,12 +101,14 @@ def test_dispatch_logs_finish_and_approach_status(server):
         echo = session.exec(select(Approach).where(Approach.key == "echo")).one()
         assert echo.status == "untested"
         moves = [
-            (c.from_status, c.to_status)
+            (c.kind, c.from_status, c.to_status)
             for c in session.exec(
                 select(StatusChange).where(StatusChange.approach_id == echo.id).order_by(col(StatusChange.id))
             )
         ]
-        assert moves == [("untested", "queued"), ("queued", "running"), ("running", "untested")]
+        # The trial's events (queued, started, ended) are history, never a status change: a trial proposes, a
+        # person decides (issue 43 item 1).
+        assert moves == [("trial", "untested", "untested")] * 2  # dispatched, then ended
     # The viewer reads the whole log back from the database.
     msgs = viewer_messages(server, d.trial_id, until=lambda m: log_text(m) == "".join(chunks))
     assert msgs[0]["type"] == "state" and msgs[0]["state"] == "succeeded"

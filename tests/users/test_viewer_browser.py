@@ -100,13 +100,20 @@ def test_a_viewer_follows_a_live_log_and_is_refused_every_change(tmp_path, brows
             viewer_link = create_login_token(session, 600, users.user_by_name(session, "Vera"))
         page.goto(f"{server.url}/login?token={viewer_link}")
 
-        # The campaign, approach and runners pages: no write control is shown (log out is the one form).
+        # The campaign, approach and runners pages: no write control is shown. A viewer's own forms say so
+        # (data-viewer-ok): log out, and the Watch button, which fills their inbox and changes nothing else.
         for path in ("/campaigns/live/approaches/wait", "/runners", "/campaigns/live"):
             page.goto(server.url + path)
             writes = page.locator(
-                "form[method=post]:visible, [hx-post]:visible, [hx-delete]:visible, details.edit:visible"
+                ":is(form[method=post], [hx-post], [hx-delete], details.edit):visible:not([data-viewer-ok])"
             )
-            assert writes.count() == 1 and writes.first.get_attribute("action") == "/logout", path
+            assert writes.count() == 0, path
+            own = page.locator(":is(form[method=post], [hx-post]):visible[data-viewer-ok]")
+            assert {f.get_attribute("action") or f.get_attribute("hx-post") for f in own.all()} <= {
+                "/logout",
+                "/campaigns/live/watch",
+                "/campaigns/live/approaches/wait/watch",
+            }, path
         assert page.locator("#run-next-button").is_hidden()
         # A form forced back into view: the refusal shows in the form, and nothing runs.
         page.evaluate("() => { document.body.dataset.role = 'operator'; }")

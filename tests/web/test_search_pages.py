@@ -71,3 +71,10 @@ def test_search_api_and_cli(app, client, api_headers, settings):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["link"] == f"/trials/{trial}/log/4#L2"
+
+
+def test_a_query_past_the_limit_is_said_on_the_page_not_cut_by_the_box(operator_client):
+    page = operator_client.get("/search", params={"q": "x" * 250})
+    assert page.status_code == 200 and "a search of at most 200 characters" in page.text
+    assert "maxlength" not in page.text
+    assert operator_client.get("/search", params={"q": "x" * 5000}).status_code == 422
