@@ -103,7 +103,7 @@ class ProtocolRunner:
     def recv(self, timeout: float = 10):
         return parse_server_message(self.ws.recv(timeout=timeout))
 
-    def expect(self, kind: str, timeout: float = 10, skip: tuple[str, ...] = ("ack",)):
+    def expect(self, kind: str, timeout: float = 30, skip: tuple[str, ...] = ("ack",)):
         deadline = time.monotonic() + timeout
         while True:
             msg = self.recv(max(0.01, deadline - time.monotonic()))
