@@ -176,6 +176,25 @@ def parse_cli(prog: str, description: str, spec: Sequence[Param], argv: Sequence
     raise AssertionError("unreachable")
 
 
+def cli_values(
+    prog: str,
+    doc: str,
+    spec: Sequence[Param],
+    argv: Sequence[str] | None,
+    validate_values: Callable[[dict[str, Any]], dict[str, Any]],
+    renames: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A recipe's `python -m` entry point, before it runs: its flags (singular spellings taken), parsed, checked
+    by the spec and then by the recipe's own `validate_values`; a combination it refuses exits 2 with the reason."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    values = parse_cli(prog, doc.splitlines()[0], spec, singular_flags(args, renames or {}))
+    try:
+        return validate_values(values)
+    except RecipeError as exc:
+        usage_error(prog, str(exc))
+    raise AssertionError("unreachable")
+
+
 def usage_error(prog: str, message: str) -> None:
     """A combination the machine cannot run: say so and exit 2 (not a crash)."""
     sys.stderr.write(f"{prog}: error: {message}\n")

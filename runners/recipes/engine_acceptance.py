@@ -42,7 +42,7 @@ from app.protocol.metrics import MetricName as M
 from app.protocol.metrics import emit, emit_phase
 from app.protocol.recipes import RecipeError
 from app.protocol.sglang_output import accept_length_from_server_info, parse_decode_line
-from runners.recipes._params import Param, module_recipe, parse_cli, singular_flags, usage_error
+from runners.recipes._params import Param, cli_values, module_recipe
 from runners.recipes._params import validate as _validate
 
 PROG = "runners.recipes.engine_acceptance"
@@ -507,13 +507,7 @@ def read(values: dict[str, Any]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    argv = singular_flags(argv, _CLI_RENAMES)
-    values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
-    try:
-        values = validate(values)
-    except RecipeError as exc:
-        usage_error(PROG, str(exc))
+    values = cli_values(PROG, __doc__, SPEC, argv, validate, _CLI_RENAMES)
     try:
         return read(values)
     except Refused as exc:

@@ -46,7 +46,7 @@ from app.protocol.sglang_output import (
 )
 from runners.preflight import Context, check_names, run_checks
 from runners.recipes import SAFE_ENV, Recipe, module_argv
-from runners.recipes._params import Param, parse_cli, singular_flags, usage_error
+from runners.recipes._params import Param, cli_values
 from runners.recipes._params import validate as _validate
 from runners.recipes._sglang_launch import server_argv
 
@@ -641,14 +641,7 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    argv = singular_flags(argv, _CLI_RENAMES)
-    values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
-    try:
-        values = validate(values)
-    except RecipeError as exc:
-        usage_error(PROG, str(exc))
-    return run(values)
+    return run(cli_values(PROG, __doc__, SPEC, argv, validate, _CLI_RENAMES))
 
 
 if __name__ == "__main__":

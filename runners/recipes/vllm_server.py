@@ -53,7 +53,7 @@ from app.protocol.metrics import MetricName as M
 from app.protocol.metrics import bounded, emit, emit_phase
 from app.protocol.recipes import RecipeError
 from runners.recipes import engine_acceptance
-from runners.recipes._params import Param, module_recipe, parse_cli, singular_flags, usage_error
+from runners.recipes._params import Param, cli_values, module_recipe
 from runners.recipes._params import validate as _validate
 from runners.recipes.sglang_server import Server, group_alive, http_get
 
@@ -673,14 +673,7 @@ def measure(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    argv = singular_flags(argv, _CLI_RENAMES)
-    values = parse_cli(PROG, __doc__.splitlines()[0], SPEC, argv)
-    try:
-        values = validate(values)
-    except RecipeError as exc:
-        usage_error(PROG, str(exc))
-    return run(values)
+    return run(cli_values(PROG, __doc__, SPEC, argv, validate, _CLI_RENAMES))
 
 
 if __name__ == "__main__":
