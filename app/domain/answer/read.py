@@ -251,9 +251,10 @@ def _compute(
         return (held[c], len(a.approaches), cells)
 
     # The set the campaign declares (`answer_conditions`: the precision a team deploys) when one holding as many of
-    # the four inputs as any set states all of them; else the most complete, among equals the one stating most of the reference conditions
-    # (REFERENCE: bf16 experts, not a precision stand-in), then the key's text: declared conditions decide, never a
-    # trial id (issue 43 item 11: the newest trial made the fp8 stand-in the MoE default). Others are asked by name.
+    # the four inputs as any set states all of them; else the most complete, among equals the one stating most of
+    # the reference conditions (REFERENCE: bf16 experts, not a precision stand-in), then the key's text: declared
+    # conditions decide, never a trial id (issue 43 item 11: the newest trial made the fp8 stand-in the MoE
+    # default). Others are asked for by name.
     declared = campaign.answer_conditions or {}
     most = max(held.values())
 
