@@ -16,6 +16,7 @@ growth.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -666,6 +667,24 @@ def measure(
     engine.dispose()
 
 
+@contextlib.contextmanager
+def scratch_postgres(prefix: str):
+    """A fresh PostgreSQL database for one benchmark run (the tests' server, CAMPAIGN_TEST_POSTGRES_URL), its
+    URL yielded, dropped afterwards whatever happens."""
+    import psycopg
+
+    admin = os.environ.get("CAMPAIGN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    conninfo = admin.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (1.0: 500 / 50,000)")
@@ -690,26 +709,9 @@ def main() -> None:
             set(args.only),
         )
     if args.db in ("postgres", "both"):
-        import psycopg
-
-        admin = os.environ.get("CAMPAIGN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-        name = "pages_at_scale_" + uuid.uuid4().hex[:8]
-        conninfo = admin.replace("postgresql+psycopg://", "postgresql://")
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        try:
+        with scratch_postgres("pages_at_scale") as url:
             print("PostgreSQL")
-            measure(
-                admin.rsplit("/", 1)[0] + "/" + name,
-                args.scale,
-                args.repeat,
-                set(args.skip),
-                args.log_mib,
-                set(args.only),
-            )
-        finally:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            measure(url, args.scale, args.repeat, set(args.skip), args.log_mib, set(args.only))
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -40,7 +40,7 @@ from app.domain import search  # noqa: E402
 from app.models import LogChunk, Trial, utcnow  # noqa: E402
 from app.services import changes as change_points  # noqa: E402
 from app.state import app_state  # noqa: E402
-from bench.pages_at_scale import _no_change_point_pass, build_campaign  # noqa: E402
+from bench.pages_at_scale import _no_change_point_pass, build_campaign, scratch_postgres  # noqa: E402
 
 QUERIES = [
     ("a word of a reason", "torch"),
@@ -197,19 +197,9 @@ def main() -> None:
         print("SQLite")
         measure(f"sqlite:///{tempfile.mkdtemp(prefix='search-bench-')}/search.db", args.scale, args.repeat, args.lag)
     if args.db in ("postgres", "both"):
-        import psycopg
-
-        admin = os.environ.get("CAMPAIGN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-        name = "search_bench_" + uuid.uuid4().hex[:8]
-        conninfo = admin.replace("postgresql+psycopg://", "postgresql://")
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        try:
+        with scratch_postgres("search_bench") as url:
             print("PostgreSQL")
-            measure(admin.rsplit("/", 1)[0] + "/" + name, args.scale, args.repeat, args.lag)
-        finally:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            measure(url, args.scale, args.repeat, args.lag)
     print(f"load average after: {open('/proc/loadavg').read().strip()}")
 
 

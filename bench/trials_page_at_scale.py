@@ -28,7 +28,12 @@ from sqlalchemy import func, select  # noqa: E402
 from app.models import Trial, utcnow  # noqa: E402
 from app.services import changes as change_points  # noqa: E402
 from app.state import app_state  # noqa: E402
-from bench.pages_at_scale import StatementCounter, _no_change_point_pass, build_campaign  # noqa: E402
+from bench.pages_at_scale import (  # noqa: E402
+    StatementCounter,
+    _no_change_point_pass,
+    build_campaign,
+    scratch_postgres,
+)
 
 TARGET_MS = 150.0
 
@@ -142,19 +147,9 @@ def main() -> None:
         print("SQLite")
         measure(f"sqlite:///{tempfile.mkdtemp(prefix='trials-at-scale-')}/scale.db", args.scale, args.repeat, args.only)
     if args.db in ("postgres", "both"):
-        import psycopg
-
-        admin = os.environ.get("CAMPAIGN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-        name = "trials_at_scale_" + uuid.uuid4().hex[:8]
-        conninfo = admin.replace("postgresql+psycopg://", "postgresql://")
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        try:
+        with scratch_postgres("trials_at_scale") as url:
             print("PostgreSQL")
-            measure(admin.rsplit("/", 1)[0] + "/" + name, args.scale, args.repeat, args.only)
-        finally:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            measure(url, args.scale, args.repeat, args.only)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
