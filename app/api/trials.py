@@ -282,7 +282,7 @@ async def settle(request: Request, slug: Slug, data: SettleRequest, operator: Op
         b=data.b,
         state=row.state,
         outcome=row.outcome,
-        queued=[t.id for t in queued],
+        queued=[t.id for t in queued if t.id is not None],  # stored: each has its id
     )
 
 
