@@ -242,7 +242,7 @@ def export_stream(session: Session, f: TrialFilter, sort: str, fmt: str) -> Iter
 
     def piece() -> str:
         nonlocal first
-        rows = [{k: _cell(v) for k, v in item.items()} for item in batch]
+        rows = [{k: _cell(item[k]) for k in EXPORT_COLUMNS} for item in batch]  # in the columns' order
         batch.clear()
         if fmt == "csv":
             writer.writerows(rows)
