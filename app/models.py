@@ -47,14 +47,14 @@ def _ts(nullable: bool = True, **kw: Any) -> Any:
     return Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=nullable), **kw)
 
 
-def _created() -> Any:
-    return Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+def _created(**kw: Any) -> Any:
+    return Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False), **kw)
 
 
-def _json(default: Any = None) -> Any:
+def _json(default: Any = None, **kw: Any) -> Any:
     if callable(default):
-        return Field(default_factory=default, sa_column=Column(JSON, nullable=False))
-    return Field(default=None, sa_column=Column(JSON, nullable=True))
+        return Field(default_factory=default, sa_column=Column(JSON, nullable=False), **kw)
+    return Field(default=None, sa_column=Column(JSON, nullable=True), **kw)
 
 
 def _text(**bounds: Any) -> Any:
@@ -444,16 +444,38 @@ class SettleState(StrEnum):
     stopped = "stopped"  # a trial of it was cancelled or lost
 
 
-class Settle(SQLModel, table=True):
+DEFAULT_SETTLE_BUDGET = 10  # Google Benchmark's U test wants about 9 repetitions a side
+MAX_SETTLE_BUDGET = 50
+
+
+class SettleFields(SQLModel):
+    """What a Settle or Repeat is asked for beside its approaches, declared once: the table (Settle), the API's
+    request and answer (schemas.SettleRequest, SettlePublic) and the pages' form (schemas.SettleForm)."""
+
+    budget: int = Field(
+        default=DEFAULT_SETTLE_BUDGET,
+        ge=1,
+        le=MAX_SETTLE_BUDGET,
+        title="Budget",
+        description="Trials per approach at most.",
+    )
+    metric: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=120,
+        title="Deciding metric",
+        description="The deciding metric (default: the headline one both measured).",
+    )
+
+
+class Settle(SettleFields, table=True):
     """ "Settle A vs B" (or "Repeat A", without B): rounds of interleaved trials queued until the comparison
-    decides or `budget` trials per approach are spent (app/domain/repeats.py)."""
+    decides or `budget` trials per approach are spent (app/domain/repeats.py). Its budget and metric: SettleFields."""
 
     id: int | None = Field(default=None, primary_key=True)
     campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
     approach_a_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")
     approach_b_id: int | None = Field(default=None, foreign_key="approach.id", index=True, ondelete="CASCADE")
-    budget: int = Field(description="Trials per approach at most.")
-    metric: str | None = Field(default=None, max_length=120, description="The deciding metric (None: the headline).")
     state: str = Field(default=SettleState.open, max_length=20, index=True)
     outcome: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     requested_by: str = Field(default="", max_length=120)
@@ -487,20 +509,64 @@ class Replay(SQLModel, table=True):
     ended_at: datetime | None = _ts()
 
 
-class Runner(SQLModel, table=True):
+class RunnerFields(SQLModel):
+    """A runner's fields that its pages and API show, declared once (title, bounds): the table (Runner) adds its
+    key, token and creation time; schemas.RunnerPublic adds what is read beside it (status, trial, summary)."""
+
+    name: str = Field(max_length=120, unique=True, title="Name")
+    embedded: bool = Field(default=False, title="Embedded")
+    connected: bool = Field(default=False, title="Connected")
+    labels: list[str] = _json(list, title="Labels")
+    fingerprint: dict[str, Any] | None = _json(title="Node")
+    last_seen_at: datetime | None = _ts(title="Last seen")
+    revoked_at: datetime | None = _ts(title="Revoked")
+
+
+class Runner(RunnerFields, table=True):
     id: int | None = Field(default=None, primary_key=True)
-    name: str = Field(max_length=120, unique=True)
     token_hash: str = Field(max_length=128, unique=True)
-    labels: list[str] = _json(list)
-    fingerprint: dict[str, Any] | None = _json()
-    embedded: bool = False
-    connected: bool = False
-    last_seen_at: datetime | None = _ts()
     created_at: datetime = _created()
-    revoked_at: datetime | None = _ts()
 
 
-class Trial(SQLModel, table=True):
+class TrialListed(SQLModel):
+    """A trial's own fields that lists show (schemas.TrialSummary, the exports, the trial tables), declared once
+    with their titles; TrialOutcome holds the rest its page and GET /api/trials/{id} show."""
+
+    state: str = Field(default=TrialState.queued, max_length=20, index=True, title="State")
+    phase: str = Field(default="queued", max_length=40, title="Phase")
+    runner_id: int | None = Field(
+        default=None, foreign_key="runner.id", index=True, ondelete="SET NULL", title="Runner id"
+    )
+    attempt_count: int = Field(default=0, title="Attempts")
+    requested_by: str = Field(default="", max_length=120, title="Started by")
+    exit_code: int | None = Field(default=None, title="Exit code")
+    created_at: datetime = _created(title="Created")
+    dispatched_at: datetime | None = _ts(title="Dispatched")
+    started_at: datetime | None = _ts(title="Started")
+    finished_at: datetime | None = _ts(title="Finished")
+
+
+class TrialOutcome(SQLModel):
+    """The rest of a trial's own fields its page and GET /api/trials/{id} show (schemas.TrialPublic)."""
+
+    exit_signal: int | None = Field(default=None, title="Exit signal")
+    error: str = Field(default="", sa_column=Column(Text, nullable=False, default=""), title="Error")
+    attempt_id: str | None = Field(
+        default=None, max_length=64, description="The current attempt; reports from any other are stale."
+    )
+    fingerprint: dict[str, Any] | None = _json(description="The runner's stack when the trial was created.")
+    recipe: dict[str, Any] = _json(dict)
+    proposal: dict[str, Any] | None = _json(description="The verdict its log proposes, once it has ended.")
+    log_bytes: int = 0
+    log_dropped_bytes: int = 0
+    cancel_requested: bool = False
+    gpu_released: bool | None = None
+    gpu_note: str = Field(default="", max_length=500)
+
+
+class Trial(TrialOutcome, TrialListed, table=True):
+    """A trial: its listed fields and outcome (declared above, shared with app/schemas.py), then its keys."""
+
     # Latest trials of a campaign / of an approach, a page at a time (newest first).
     __table_args__ = (
         Index("ix_trial_campaign_id_id", "campaign_id", "id"),
@@ -513,10 +579,6 @@ class Trial(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     campaign_id: int = Field(foreign_key="campaign.id", index=True, ondelete="CASCADE")
     approach_id: int = Field(foreign_key="approach.id", index=True, ondelete="CASCADE")
-    recipe: dict[str, Any] = _json(dict)
-    state: str = Field(default=TrialState.queued, max_length=20, index=True)
-    phase: str = Field(default="queued", max_length=40)
-    runner_id: int | None = Field(default=None, foreign_key="runner.id", index=True, ondelete="SET NULL")
     settle_id: int | None = Field(default=None, foreign_key="settle.id", index=True, ondelete="SET NULL")
     replay_id: int | None = Field(default=None, foreign_key="replay.id", index=True, ondelete="SET NULL")
     pinned_runner_id: int | None = Field(
@@ -525,25 +587,6 @@ class Trial(SQLModel, table=True):
         ondelete="SET NULL",
         description="Queued for this runner only (a replay's): no other runner takes it; runner_id stays unset until dispatch.",
     )
-    attempt_id: str | None = Field(
-        default=None, max_length=64, description="The current attempt; writes from others are stale."
-    )
-    attempt_count: int = 0
-    requested_by: str = Field(default="", max_length=120)
-    exit_code: int | None = None
-    exit_signal: int | None = None
-    error: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    fingerprint: dict[str, Any] | None = _json()
-    gpu_released: bool | None = None
-    gpu_note: str = Field(default="", max_length=500)
-    log_bytes: int = 0
-    log_dropped_bytes: int = 0
-    proposal: dict[str, Any] | None = _json()
-    cancel_requested: bool = False
-    created_at: datetime = _created()
-    dispatched_at: datetime | None = _ts()
-    started_at: datetime | None = _ts()
-    finished_at: datetime | None = _ts()
 
 
 class Attempt(SQLModel, table=True):

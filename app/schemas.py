@@ -32,6 +32,10 @@ from app.models import (
     CampaignText,
     HistoryKind,
     ModelInputFields,
+    RunnerFields,
+    SettleFields,
+    TrialListed,
+    TrialOutcome,
     TrialState,
     aware,
 )
@@ -362,6 +366,12 @@ class ApproachCreate(ApproachBase):
     reason: str = Field("", max_length=20000)
 
 
+class ApproachForm(ApproachCreate):
+    """The page's "add an approach" form: ApproachCreate's fields, as far as the form shows them."""
+
+    model_config = {"extra": "ignore"}  # a page's form also posts its CSRF token
+
+
 @leave_out_any
 class ApproachUpdate(ApproachBase):
     _never_null = model_validator(mode="before")(_never_null)
@@ -525,47 +535,53 @@ class AttemptPublic(BaseModel):
     _utc = field_validator("created_at", "ended_at", mode="before")(_utc)
 
 
-class TrialSummary(BaseModel):
-    """A trial as a list row."""
+# Output shapes built on a table's field declarations: every field is in every answer, so the schema says required.
+_ALWAYS_SENT: Any = {"json_schema_serialization_defaults_required": True}
 
-    id: int
-    campaign: str = Field(description="The campaign's slug.")
-    approach: str = Field(description="The approach's key.")
+
+class TrialSummary(TrialListed):
+    """A trial as a list row: its listed fields (app/models.py declares them, with their titles), with its
+    campaign, approach and runner by name."""
+
+    model_config = _ALWAYS_SENT
+    id: int = Field(title="Trial")
+    campaign: str = Field(title="Campaign", description="The campaign's slug.")
+    approach: str = Field(title="Approach", description="The approach's key.")
     approach_title: str
-    state: TrialState
-    phase: str
-    runner_id: int | None
-    runner: str | None = Field(description="The runner's name (null until dispatched, or once it is deleted).")
-    attempt_count: int
-    requested_by: str
-    exit_code: int | None
-    created_at: datetime
-    dispatched_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    proposed: str = Field("", description="The verdict its failure signature proposed (empty: none matched).")
+    state: TrialState = Field(title="State")  # the table's text, as the API names its values
+    runner: str | None = Field(
+        title="Runner", description="The runner's name (null until dispatched, or once it is deleted)."
+    )
+    proposed: str = Field(
+        "", title="Proposed", description="The verdict its failure signature proposed (empty: none matched)."
+    )
 
     _utc = field_validator("created_at", "dispatched_at", "started_at", "finished_at", mode="before")(_utc)
 
 
-class SettleRequest(BaseModel):
-    """ "Settle A vs B" (with b) or "Repeat A N times" (without): interleaved trials through the queue."""
+class SettleRequest(SettleFields):
+    """ "Settle A vs B" (with b) or "Repeat A N times" (without): interleaved trials through the queue. Its budget
+    and metric: SettleFields (app/models.py)."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    model_config = {"extra": "forbid", "str_strip_whitespace": True}
     a: str = Field(pattern=SLUG_PATTERN, description="The first approach (the reference).")
     b: str | None = Field(None, pattern=SLUG_PATTERN, description="The approach settled against A; none: Repeat A.")
-    budget: int = Field(10, ge=1, le=50, description="Trials per approach at most.")
-    metric: str | None = Field(
-        None, min_length=1, max_length=120, description="The deciding metric (default: the headline one both measured)."
+
+
+class SettleForm(SettleRequest):
+    """The pages' Settle and Repeat forms: the request, and the trial page's "take the proposal and repeat"."""
+
+    model_config = {"extra": "ignore"}  # a page's form also posts its CSRF token
+    taking: int | None = Field(
+        None, ge=1, le=2**63 - 1, description="The trial whose proposal is recorded as the verdict first."
     )
 
 
-class SettlePublic(BaseModel):
+class SettlePublic(SettleFields):
+    model_config = _ALWAYS_SENT
     id: int
     a: str
     b: str | None
-    budget: int
-    metric: str | None
     state: Literal["open", "decided", "spent", "stopped"]
     outcome: str
     queued: list[int] = Field(description="The trials this request queued (the first round).")
@@ -599,22 +615,12 @@ class QueuedTrialPublic(BaseModel):
     _utc = field_validator("queued_at", mode="before")(_utc)
 
 
-class TrialPublic(TrialSummary):
-    """A trial in full: its attempts, the stack it ran on, timings, the verdict it proposes."""
+class TrialPublic(TrialOutcome, TrialSummary):
+    """A trial in full: its attempts, the stack it ran on, timings, the verdict it proposes (its own fields:
+    TrialListed and TrialOutcome in app/models.py)."""
 
-    exit_signal: int | None
-    error: str
-    attempt_id: str | None = Field(description="The current attempt; reports from any other are stale.")
     attempts: list[AttemptPublic]
     duration_s: float | None = Field(description="Start to end (to now while it runs); null before it starts.")
-    fingerprint: dict[str, Any] | None = Field(description="The runner's stack when the trial was created.")
-    recipe: dict[str, Any]
-    proposal: dict[str, Any] | None = Field(description="The verdict its log proposes, once it has ended.")
-    log_bytes: int
-    log_dropped_bytes: int
-    cancel_requested: bool
-    gpu_released: bool | None
-    gpu_note: str
 
 
 NO_PROPOSAL = "none"  # the proposal filter's value for "no failure signature matched"
@@ -705,18 +711,14 @@ class RunnerTrial(BaseModel):
     phase: str
 
 
-class RunnerPublic(BaseModel):
+class RunnerPublic(RunnerFields):
+    """A runner: its fields (app/models.py declares them, with their titles), its status and the trial it runs."""
+
+    model_config = _ALWAYS_SENT
     id: int
-    name: str
-    status: Literal["online", "busy", "offline", "revoked"]
-    embedded: bool
-    connected: bool
-    labels: list[str]
-    fingerprint: dict[str, Any] | None
+    status: Literal["online", "busy", "offline", "revoked"] = Field(title="Status")
     summary: str = Field(description="The fingerprint in one line: GPUs, SM, software versions.")
-    trial: RunnerTrial | None = Field(description="The trial it runs now.")
-    last_seen_at: datetime | None
-    revoked_at: datetime | None
+    trial: RunnerTrial | None = Field(title="Current trial", description="The trial it runs now.")
 
     _utc = field_validator("last_seen_at", "revoked_at", mode="before")(_utc)
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import types
+import typing
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 
 from jinja2_fragments.fastapi import Jinja2Blocks
 from markupsafe import Markup, escape
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
@@ -22,6 +27,7 @@ from app.domain.wording import plural
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol.messages import close_codes_json
 from app.protocol.metrics import METRIC_PREFIX, PHASE_PREFIX
+from app.schemas import RunnerPublic, TrialPublic
 from app.security import CSRF_FORM_FIELD, CSRF_HEADER
 from app.services.page_events import feed_attributes, hx_trigger, inbox, page_events_json
 
@@ -133,6 +139,35 @@ def _utc(ts: datetime | None) -> str:
     return ts.strftime("%Y-%m-%d %H:%M UTC") if ts is not None else ""
 
 
+@dataclass(frozen=True)
+class ShownField:
+    """A declared field as a table or form shows it (templates/_fields.html): its heading is the field's title, its
+    kind says how a value is written ("time", "state", "list" or "text")."""
+
+    name: str
+    title: str
+    kind: str
+
+
+def _kind(annotation: typing.Any) -> str:
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = [t for t in (typing.get_args(annotation) if union else (annotation,)) if t is not type(None)]
+    first = typing.get_origin(kinds[0]) or kinds[0] if kinds else str
+    if first is datetime:
+        return "time"
+    if first is list:
+        return "list"
+    return "state" if isinstance(first, type) and issubclass(first, Enum) else "text"
+
+
+def shown_fields(model: type[BaseModel]) -> dict[str, ShownField]:
+    """A model's fields by name, as templates/_fields.html writes them (a title-less field: its name in words)."""
+    return {
+        name: ShownField(name, info.title or name.replace("_", " ").capitalize(), _kind(info.annotation))
+        for name, info in model.model_fields.items()
+    }
+
+
 def make_templates() -> Jinja2Blocks:
     templates = Jinja2Blocks(directory=str(resource_dir("templates")))
     env = templates.env
@@ -158,6 +193,8 @@ def make_templates() -> Jinja2Blocks:
         metric_prefix=METRIC_PREFIX,
         phase_prefix=PHASE_PREFIX,
         dropped_marker=dropped_marker_json(),
+        # The declared fields the trial and runner tables loop over ({{ cell(fields.trial.phase, trial.phase) }}).
+        fields={"trial": shown_fields(TrialPublic), "runner": shown_fields(RunnerPublic)},
     )
     env.filters["ago"] = _ago
     env.filters["highlight"] = highlight  # a search snippet: escaped, then its matched words in <mark>

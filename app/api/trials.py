@@ -21,7 +21,7 @@ from app.domain import queue as queue_domain
 from app.domain import scheduling, trial_reads, trials
 from app.domain.errors import Invalid
 from app.domain.inventory import get_campaign
-from app.models import TrialState
+from app.models import SettleFields, TrialOutcome, TrialState
 from app.schemas import (
     SLUG_PATTERN,
     TRIAL_SORTS,
@@ -109,19 +109,9 @@ def _trial_public(session: Session, trial_id: int) -> TrialPublic:
     row = trial_reads.TrialRow(t, d.approach, d.campaign.slug, d.runner.name if d.runner else None)
     return TrialPublic(
         **trial_reads.summary(row),
-        exit_signal=t.exit_signal,
-        error=t.error,
-        attempt_id=t.attempt_id,
+        **{name: getattr(t, name) for name in TrialOutcome.model_fields},
         attempts=[AttemptPublic.model_validate(a) for a in d.attempts],
         duration_s=d.duration_s(datetime.now(UTC)),
-        fingerprint=t.fingerprint,
-        recipe=t.recipe or {},
-        proposal=t.proposal,
-        log_bytes=t.log_bytes,
-        log_dropped_bytes=t.log_dropped_bytes,
-        cancel_requested=t.cancel_requested,
-        gpu_released=t.gpu_released,
-        gpu_note=t.gpu_note,
     )
 
 
@@ -286,14 +276,13 @@ async def settle(request: Request, slug: Slug, data: SettleRequest, operator: Op
     `GET /api/campaigns/{slug}/compare?approach=A&approach=B`."""
     row, queued = await start_settle(request.app, slug, data.a, data.b, data.budget, operator.name, data.metric)
     return SettlePublic(
+        **{name: getattr(row, name) for name in SettleFields.model_fields},
         id=row.id,
         a=data.a,
         b=data.b,
-        budget=row.budget,
-        metric=row.metric,
         state=row.state,
         outcome=row.outcome,
-        queued=[t.id for t in queued],
+        queued=[t.id for t in queued if t.id is not None],  # stored: each has its id
     )
 
 

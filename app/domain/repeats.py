@@ -34,6 +34,8 @@ from app.domain.errors import Invalid
 from app.domain.wording import plural
 from app.models import (
     ACTIVE_TRIAL_STATES,
+    DEFAULT_SETTLE_BUDGET,
+    MAX_SETTLE_BUDGET,
     TERMINAL_TRIAL_STATES,
     Approach,
     Campaign,
@@ -45,8 +47,8 @@ from app.models import (
     utcnow,
 )
 
-DEFAULT_BUDGET = 10  # Google Benchmark's U test wants about 9 repetitions a side
-MAX_BUDGET = 50
+# Declared with the budget's field (SettleFields in app/models.py): the API, the form and the table share them.
+DEFAULT_BUDGET, MAX_BUDGET = DEFAULT_SETTLE_BUDGET, MAX_SETTLE_BUDGET
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from sqlmodel import Session, col, select
 
 from app.domain.credentials import hash_token, new_secret
 from app.domain.errors import Conflict, Invalid, NotFound
-from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
+from app.models import ACTIVE_TRIAL_STATES, Runner, RunnerFields, Trial, utcnow
 
 EMBEDDED_RUNNER_NAME = "local (embedded)"
 TOKEN_PREFIX = "cbr"
@@ -146,17 +146,11 @@ class RunnerView:
         """The fields of schemas.RunnerPublic (GET /api/runners)."""
         r, t = self.runner, self.trial
         return {
+            **{name: getattr(r, name) for name in RunnerFields.model_fields},
             "id": r.id,
-            "name": r.name,
             "status": self.status,
-            "embedded": r.embedded,
-            "connected": r.connected,
-            "labels": r.labels,
-            "fingerprint": r.fingerprint,
             "summary": summary(r.fingerprint) if r.fingerprint else "",
             "trial": {"id": t.id, "state": t.state, "phase": t.phase} if t is not None else None,
-            "last_seen_at": r.last_seen_at,
-            "revoked_at": r.revoked_at,
         }
 
 

@@ -23,8 +23,8 @@ from sqlmodel import Session, col, select
 from app.domain.errors import Invalid, NotFound
 from app.domain.inventory import get_approach, get_campaign
 from app.domain.trials import get_trial
-from app.models import Approach, Attempt, Campaign, Metric, Runner, Trial, TrialState, TrialTag, aware
-from app.schemas import NO_PROPOSAL, TRIAL_SORTS, TrialFilter
+from app.models import Approach, Attempt, Campaign, Metric, Runner, Trial, TrialListed, TrialState, TrialTag, aware
+from app.schemas import NO_PROPOSAL, TRIAL_SORTS, TrialFilter, TrialSummary
 
 MAX_PAGE = 200
 
@@ -196,25 +196,21 @@ def iter_trials(session: Session, f: TrialFilter, *, sort: str = "-id") -> Itera
         yield TrialRow(t, a, slug, name)
 
 
+LISTED = tuple(TrialListed.model_fields)  # a trial's own fields a list row shows (declared in app/models.py)
+
+
 def summary(row: TrialRow) -> dict[str, Any]:
-    """A trial as a list row (`schemas.TrialSummary`, the CSV and JSON exports' columns)."""
+    """A trial as a list row (`schemas.TrialSummary`, the CSV and JSON exports' columns): its listed fields,
+    times in UTC, with its campaign, approach and runner by name."""
     t = row.trial
+    own = {name: getattr(t, name) for name in LISTED}
     return {
+        **{name: aware(v) if isinstance(v, datetime) else v for name, v in own.items()},
         "id": t.id,
         "campaign": row.campaign_slug,
         "approach": row.approach.key,
         "approach_title": row.approach.title,
-        "state": t.state,
-        "phase": t.phase,
-        "runner_id": t.runner_id,
         "runner": row.runner_name,
-        "attempt_count": t.attempt_count,
-        "requested_by": t.requested_by,
-        "exit_code": t.exit_code,
-        "created_at": aware(t.created_at),
-        "dispatched_at": aware(t.dispatched_at),
-        "started_at": aware(t.started_at),
-        "finished_at": aware(t.finished_at),
         "proposed": (t.proposal or {}).get("verdict") or "",
     }
 
@@ -223,6 +219,7 @@ EXPORT_COLUMNS = [
     "id", "campaign", "approach", "approach_title", "state", "phase", "runner_id", "runner", "attempt_count",
     "requested_by", "exit_code", "created_at", "dispatched_at", "started_at", "finished_at", "proposed",
 ]  # fmt: skip
+assert set(EXPORT_COLUMNS) == set(TrialSummary.model_fields)  # the exports' column order, TrialSummary's fields
 MEDIA_TYPES = {"csv": "text/csv", "json": "application/json"}
 EXPORT_BATCH = 500
 
@@ -245,7 +242,7 @@ def export_stream(session: Session, f: TrialFilter, sort: str, fmt: str) -> Iter
 
     def piece() -> str:
         nonlocal first
-        rows = [{k: _cell(v) for k, v in item.items()} for item in batch]
+        rows = [{k: _cell(item[k]) for k in EXPORT_COLUMNS} for item in batch]  # in the columns' order
         batch.clear()
         if fmt == "csv":
             writer.writerows(rows)

@@ -18,7 +18,7 @@ from app.domain import history, inbox, inventory, lifecycle, repeats
 from app.domain.campaign_files import campaign_file_text, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
-from app.schemas import ApproachCreate, ApproachUpdate, CampaignCreate, CampaignRename, Requirements, error_words
+from app.schemas import ApproachForm, ApproachUpdate, CampaignCreate, CampaignRename, Requirements, error_words
 from app.services import campaigns as campaign_writes
 from app.services import lifecycle as lifecycle_steps
 from app.state import app_state
@@ -188,14 +188,9 @@ def add_approach(
     session: SessionDep,
     operator: OperatorDep,
     slug: str,
-    key: Annotated[str, Form()],
-    title: Annotated[str, Form()],
-    effort: Annotated[str, Form()] = "",
-    evidence: Annotated[str, Form()] = "",
-    description: Annotated[str, Form()] = "",
+    data: Annotated[ApproachForm, Form()],
 ) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    data = _validated(ApproachCreate, key=key, title=title, effort=effort, evidence=evidence, description=description)
     campaign_writes.add_approach(session, campaign, data, operator.name)
     return _overview(request, session, slug, block="inventory", headers=CHANGED)
 

@@ -22,7 +22,7 @@ from app.deps import OperatorDep
 from app.domain import comparison as comparison_domain
 from app.domain import repeats, statistics, trial_reads
 from app.domain.inventory import get_campaign
-from app.schemas import SLUG_PATTERN
+from app.schemas import SLUG_PATTERN, SettleForm
 from app.services import events
 from app.services.trials import start_settle
 from app.state import app_state
@@ -186,14 +186,12 @@ async def settle_form(
     request: Request,
     slug: str,
     operator: OperatorDep,
-    a: Annotated[str, Form()],
-    b: Annotated[str, Form()] = "",
-    budget: Annotated[int, Form(ge=1, le=repeats.MAX_BUDGET)] = repeats.DEFAULT_BUDGET,
-    taking: Annotated[int | None, Form(ge=1, le=2**63 - 1)] = None,
+    form: Annotated[SettleForm, Form()],
 ) -> RedirectResponse:
     """The compare page's "Settle A vs B", the approach page's "Repeat" and the trial page's "Take the
     proposal and repeat" (`taking`: that trial's proposal, decided first): queue, then show the comparison."""
-    await start_settle(request.app, slug, a, b or None, budget, operator.name, taking=taking)
+    a, b = form.a, form.b
+    await start_settle(request.app, slug, a, b, form.budget, operator.name, form.metric, taking=form.taking)
     keys = f"approach={a}" + (f"&approach={b}" if b else "")
     target = f"/campaigns/{slug}/compare?{keys}" if b else f"/campaigns/{slug}/approaches/{a}"
     return RedirectResponse(target, status_code=303)

@@ -17,25 +17,27 @@ from app.domain import inventory, trial_reads
 from app.domain.errors import Invalid
 from app.domain.verdicts import SIGNATURE_STATUS
 from app.models import Approach, Runner, TrialState
-from app.schemas import NO_PROPOSAL, TRIAL_SORTS, TrialFilter
+from app.schemas import NO_PROPOSAL, TRIAL_SORTS, TrialFilter, TrialSummary
 from app.state import app_state
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
 
 PER_PAGE = 50
-# The columns the table shows, with the sort each header toggles (None: not sortable).
-COLUMNS = [
-    ("Trial", "id"),
-    ("Campaign", "campaign"),
-    ("Approach", "approach"),
-    ("State", "state"),
-    ("Proposed", None),
-    ("Runner", "runner"),
-    ("Started by", "requested_by"),
-    ("Created", "created"),
-    ("Finished", "finished"),
-]
+# The columns the table shows: each a field of TrialSummary (its title is the heading), with the sort its header
+# toggles (None: not sortable).
+_SORTED_BY = {
+    "id": "id",
+    "campaign": "campaign",
+    "approach": "approach",
+    "state": "state",
+    "proposed": None,
+    "runner": "runner",
+    "requested_by": "requested_by",
+    "created_at": "created",
+    "finished_at": "finished",
+}
+COLUMNS = [(TrialSummary.model_fields[name].title, sort) for name, sort in _SORTED_BY.items()]
 
 
 def _view(params: dict[str, str]) -> tuple[TrialFilter, str, int]:
