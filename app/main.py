@@ -47,6 +47,7 @@ from app.web import inbox as web_inbox
 from app.web import notifications as web_notifications
 from app.web import planning as web_planning
 from app.web import replay as web_replay
+from app.web import runners as web_runners
 from app.web import search as web_search
 from app.web import share as web_share
 from app.web import trial_list as web_trial_list
@@ -69,6 +70,7 @@ ROUTERS = [
     livelog.router,
     pagefeed.router,
     web_trials.router,
+    web_runners.router,
     web_trial_list.router,
     web_charts.router,
     web_compare.router,

@@ -1,23 +1,20 @@
-"""Trial pages: a trial with its live log, the runners page, and the campaign page's
-"Run next candidate" button (an htmx partial that sends `HX-Trigger: campaign-changed`)."""
+"""Trial pages: a trial with its live log, a campaign's and an approach's recent trials and queue, and the
+campaign page's "Run next candidate" button (an htmx partial that sends `HX-Trigger: campaign-changed`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
-from app.deps import AdminDep, OperatorDep, PageAfter, RowId
+from app.deps import OperatorDep, PageAfter, RowId
 from app.domain import queue as queue_domain
-from app.domain import runners as runner_domain
 from app.domain import trial_reads, trials
 from app.domain.inventory import get_campaign
 from app.models import Approach, Campaign, Runner
 from app.services import events
-from app.services.runners import create as create_runner
-from app.services.runners import revoke
 from app.services.trials import cancel, start_next
 from app.state import app_state
 from app.web.render import CHANGED, render
@@ -54,10 +51,6 @@ def _recent(session: Session, slug: str, approach_key: str | None = None, before
 def _queue(session: Session, slug: str) -> dict[str, Any]:
     campaign = get_campaign(session, slug)
     return {"campaign": campaign, "queue": queue_domain.campaign_queue(session, campaign)}
-
-
-def _runners(session: Session) -> dict[str, Any]:
-    return {"runners": runner_domain.list_runners(session), "summary": runner_domain.summary}
 
 
 @router.get("/trials/{trial_id}")
@@ -112,33 +105,3 @@ async def approach_trials(
     """The approach's trials, newest first; `before` (htmx, from the "more" row): the next page's rows only."""
     ctx = await app_state(request).db.read_in_tx(_recent, slug, key, before)
     return render(request, "_partials/trial_rows.html", ctx, block="rows" if before is not None else None)
-
-
-@router.get("/runners")
-async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
-    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
-    ctx = await app_state(request).db.read_in_tx(_runners)
-    block = "runners" if request.headers.get("hx-request") else None
-    return render(request, "runners.html", {**ctx, "created": None}, block=block)
-
-
-@router.get("/runners/table")
-async def runners_table(request: Request, operator: OperatorDep) -> HTMLResponse:
-    """The runners table alone: re-fetched on the page feed's "runners" notices."""
-    ctx = await app_state(request).db.read_in_tx(_runners)
-    return render(request, "runners.html", {**ctx, "created": None}, block="runner_table")
-
-
-@router.post("/runners")
-async def runners_create(request: Request, operator: AdminDep, name: str = Form("")) -> HTMLResponse:
-    # An error (duplicate or empty name) goes through app/errors.py: shown by the name field, input kept.
-    runner, token = await create_runner(request.app, name)
-    ctx = await app_state(request).db.read_in_tx(_runners)
-    return render(request, "runners.html", {**ctx, "created": {"name": runner.name, "token": token}}, block="runners")
-
-
-@router.post("/runners/{runner_id}/revoke")
-async def runners_revoke(request: Request, runner_id: RowId, operator: AdminDep) -> HTMLResponse:
-    await revoke(request.app, runner_id)
-    ctx = await app_state(request).db.read_in_tx(_runners)
-    return render(request, "runners.html", {**ctx, "created": None}, block="runners")
