@@ -24,7 +24,6 @@ from app.domain.logins import (
     revoke_session,
 )
 from app.models import Invite, Role, User, aware
-from app.services import access
 
 router = APIRouter(prefix="/api", tags=["users"], dependencies=[Depends(require_user)])
 Utc = Annotated[datetime, BeforeValidator(aware)]  # SQLite hands back naive UTC
@@ -147,7 +146,6 @@ def update_user(user_id: RowId, data: UserUpdate, session: SessionDep, operator:
         users.change_role(session, user, data.role)
     if data.disabled is not None:
         users.set_disabled(session, user, data.disabled)
-        access.recheck_after_commit(session)
     return UserPublic.of(user)
 
 
@@ -184,7 +182,6 @@ def sessions(
 def delete_session(session_id: RowId, session: SessionDep, operator: UserDep) -> Response:
     """End a session at once: your own (any role), or anyone's for an admin."""
     revoke_session(session, session_id, operator)
-    access.recheck_after_commit(session)  # its open page feeds and live logs close
     return Response(status_code=204)
 
 
@@ -207,5 +204,4 @@ def new_token(data: TokenCreate, session: SessionDep, operator: AdminDep) -> Tok
 @router.delete("/tokens/{token_id}", status_code=204)
 def delete_token(token_id: RowId, session: SessionDep, operator: AdminDep) -> Response:
     revoke_api_token_id(session, token_id)
-    access.recheck_after_commit(session)
     return Response(status_code=204)

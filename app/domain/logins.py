@@ -19,7 +19,7 @@ from sqlalchemy import CursorResult, update
 from sqlmodel import Session, col, select
 
 from app.domain import users
-from app.domain.credentials import hash_token, new_secret
+from app.domain.credentials import CREDENTIALS_ENDED, hash_token, new_secret
 from app.domain.errors import Conflict, DomainError, Invalid, NotFound
 from app.models import AuthToken, BrowserSession, Invite, Role, User, aware, utcnow
 
@@ -211,6 +211,7 @@ def end_session(session: Session, session_id: str) -> None:
         .values(revoked_at=utcnow())
         .execution_options(synchronize_session=False)
     )
+    session.info[CREDENTIALS_ENDED] = True
 
 
 def revoke_session(session: Session, row_id: int, by: Operator) -> None:
@@ -224,6 +225,7 @@ def revoke_session(session: Session, row_id: int, by: Operator) -> None:
         row.revoked_at = utcnow()
         session.add(row)
         session.flush()
+        session.info[CREDENTIALS_ENDED] = True
 
 
 def revoke_all_sessions(session: Session) -> int:
@@ -234,6 +236,7 @@ def revoke_all_sessions(session: Session) -> int:
         .values(revoked_at=utcnow())
         .execution_options(synchronize_session=False)
     )
+    session.info[CREDENTIALS_ENDED] = True
     return cast("CursorResult[Any]", result).rowcount or 0  # an UPDATE's result is a CursorResult
 
 
@@ -340,6 +343,7 @@ def revoke_api_token_id(session: Session, token_id: int) -> None:
         row.revoked_at = utcnow()
         session.add(row)
         session.flush()
+        session.info[CREDENTIALS_ENDED] = True
 
 
 def revoke_api_token(session: Session, name: str) -> int:
@@ -350,6 +354,8 @@ def revoke_api_token(session: Session, name: str) -> int:
         row.revoked_at = utcnow()
         session.add(row)
     session.flush()
+    if rows:
+        session.info[CREDENTIALS_ENDED] = True
     return len(rows)
 
 

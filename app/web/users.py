@@ -22,7 +22,6 @@ from app.domain.logins import (
     revoke_invite,
     revoke_session,
 )
-from app.services import access
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -66,7 +65,6 @@ def users_role(
 @router.post("/users/{user_id}/disable")
 def users_disable(request: Request, session: SessionDep, operator: AdminDep, user_id: RowId) -> Response:
     users.set_disabled(session, users.get_user(session, user_id), True)
-    access.recheck_after_commit(session)
     return _answer(request, "/users", "users.html", _users_context(session))
 
 
@@ -123,7 +121,6 @@ def tokens_create(
 @router.post("/tokens/{token_id}/revoke")
 def tokens_revoke(request: Request, session: SessionDep, operator: AdminDep, token_id: RowId) -> Response:
     revoke_api_token_id(session, token_id)
-    access.recheck_after_commit(session)
     return _answer(request, "/tokens", "tokens.html", _tokens_context(session))
 
 
@@ -142,5 +139,4 @@ def sessions_page(request: Request, session: SessionDep, operator: UserDep) -> R
 def sessions_revoke(request: Request, session: SessionDep, operator: UserDep, session_row_id: RowId) -> Response:
     """Your own session (any role may end theirs), or anyone's for an admin; refused at once."""
     revoke_session(session, session_row_id, operator)
-    access.recheck_after_commit(session)  # its open page feeds and live logs close
     return _answer(request, "/sessions", "sessions.html", _sessions_context(session, operator))
