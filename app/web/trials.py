@@ -9,13 +9,12 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
-from app.deps import AdminDep, OperatorDep, PageAfter, RowId
+from app.deps import AdminDep, OperatorDep, PageAfter, RowId, take_feed_mark
 from app.domain import queue as queue_domain
 from app.domain import runners as runner_domain
 from app.domain import trial_reads, trials
 from app.domain.inventory import get_campaign
 from app.models import Approach, Campaign, Runner
-from app.services import events
 from app.services.runners import create as create_runner
 from app.services.runners import revoke
 from app.services.trials import cancel, start_next
@@ -62,7 +61,7 @@ def _runners(session: Session) -> dict[str, Any]:
 
 @router.get("/trials/{trial_id}")
 async def trial_page(request: Request, trial_id: RowId, operator: OperatorDep) -> HTMLResponse:
-    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
+    take_feed_mark(request)  # before the read
     ctx = await app_state(request).db.read_in_tx(_trial_page, trial_id)
     return render(request, "trial.html", ctx)
 
@@ -116,7 +115,7 @@ async def approach_trials(
 
 @router.get("/runners")
 async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
-    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
+    take_feed_mark(request)  # before the read
     ctx = await app_state(request).db.read_in_tx(_runners)
     block = "runners" if request.headers.get("hx-request") else None
     return render(request, "runners.html", {**ctx, "created": None}, block=block)
