@@ -221,6 +221,11 @@ def revoke_session(session: Session, row_id: int, by: Operator) -> None:
     mine = row is not None and by.user_id is not None and row.user_id == by.user_id
     if row is None or not (mine or users.role_at_least(by.role, Role.admin)):
         raise NotFound(f"No session with id {row_id}.")
+    _revoke(session, row)
+
+
+def _revoke(session: Session, row: BrowserSession | AuthToken) -> None:
+    """A session or a token ends now (if it had not): its open streams close once this transaction commits."""
     if row.revoked_at is None:
         row.revoked_at = utcnow()
         session.add(row)
@@ -339,11 +344,7 @@ def revoke_api_token_id(session: Session, token_id: int) -> None:
     row = session.get(AuthToken, token_id)
     if row is None or row.kind != "api":
         raise NotFound(f"No API token with id {token_id}.")
-    if row.revoked_at is None:
-        row.revoked_at = utcnow()
-        session.add(row)
-        session.flush()
-        session.info[CREDENTIALS_ENDED] = True
+    _revoke(session, row)
 
 
 def revoke_api_token(session: Session, name: str) -> int:
@@ -351,11 +352,7 @@ def revoke_api_token(session: Session, name: str) -> int:
         select(AuthToken).where(AuthToken.kind == "api", AuthToken.name == name, col(AuthToken.revoked_at).is_(None))
     ).all()
     for row in rows:
-        row.revoked_at = utcnow()
-        session.add(row)
-    session.flush()
-    if rows:
-        session.info[CREDENTIALS_ENDED] = True
+        _revoke(session, row)
     return len(rows)
 
 
