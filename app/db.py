@@ -166,7 +166,7 @@ def stream_in_session(engine: Engine, produce: Callable[..., Iterator[T]], *args
 
 class Database:
     """The board's engine and what every one of its sessions carries (`info`: the page feed and the
-    access watch, read by app/services/events.after_commit and access.recheck_after_commit), and the one
+    access watch, read after commit by app/services/events.py and app/services/access.py), and the one
     way async code (routes, sockets, services) runs a transaction: on a worker thread, so the event loop
     never waits on the database lock."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Query, Request
@@ -21,6 +22,28 @@ from app.state import app_state
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
+@dataclass
+class RequestState:
+    """What the board keeps on a request between its dependencies, its route and `render`: Starlette's
+    `request.state` is untyped, so only `request_state` touches it."""
+
+    feed_mark: str = ""  # the page feed's mark, taken before the page read the database (`take_feed_mark`)
+
+
+def request_state(request: HTTPConnection) -> RequestState:
+    found = getattr(request.state, "board", None)
+    if not isinstance(found, RequestState):
+        found = RequestState()
+        request.state.board = found
+    return found
+
+
+def take_feed_mark(request: HTTPConnection) -> None:
+    """Before a page reads the database: keep the page feed's mark for its render, so the page knows what
+    it may have missed (the hub's mark when a page worker serves the read; see app/api/pagefeed.py)."""
+    request_state(request).feed_mark = page_mark(request)
+
+
 def get_settings_dep(request: Request) -> Settings:
     return app_state(request).settings
 
@@ -30,7 +53,7 @@ def get_session(request: Request) -> Iterator[Session]:
     front, see app.db); safe methods a read-only one, where a write raises at once. The page feed's
     mark is taken first (a page knows what it may have missed) and writes may publish after commit (the
     session carries the page feed and the access watch: app.db.Database.info)."""
-    request.state.feed_mark = page_mark(request)  # the hub's, when a page worker serves the read
+    take_feed_mark(request)
     with app_state(request).db.scope(write=request.method in UNSAFE_METHODS) as session:
         yield session
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Literal
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
+from sqlalchemy import Engine
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from app import __version__
@@ -34,7 +36,7 @@ from app.security import LoginLimiter, SessionSigner
 from app.services import events
 from app.services import lifespan as server_lifespan
 from app.services.access_watch import AccessWatch
-from app.state import AppState
+from app.state import AppState, app_state
 from app.templating import ASSET_PREFIX, RevalidatedStatic, VersionedStatic, make_templates
 from app.web import artifacts as web_artifacts
 from app.web import auth as web_auth
@@ -92,11 +94,14 @@ ROUTERS = [
 ]
 
 
+AppRole = Literal["hub", "pages"]  # the hub, or a page worker behind it
+
+
 def create_app(
     settings: Settings | None = None,
     *,
     run_migrations: bool = True,
-    role: Literal["hub", "pages"] = "hub",
+    role: AppRole = "hub",
     page_workers: int = 0,
 ) -> FastAPI:
     """The hub (sockets, writes, the live hub; with `page_workers`, reads go to that many page-worker
@@ -106,16 +111,36 @@ def create_app(
     if run_migrations:
         migrate(url)
     engine = make_engine(url)
+    app = FastAPI(
+        title="Campaign Board",
+        version=__version__,
+        lifespan=_lifespan(engine, role),
+        description="Optimization campaigns for LLM inference on GPU nodes: approaches, trials, verdicts.",
+        docs_url=None,
+        redoc_url=None,  # /docs is app/web/docs.py: Swagger UI from static/vendor, no CDN, no inline script
+    )
+    state = _app_state(settings, engine, role, page_workers)
+    state.install(app)
+    install_error_handlers(app)
+    _add_middleware(app, state)
+    _add_routes(app, state)
+    install_openapi(app)
+    return app
+
+
+def _lifespan(engine: Engine, role: AppRole) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The hub's: app/services/lifespan.py, then its page workers; a page worker's only settles its heap.
+    Either way the engine is disposed of at the end."""
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             if role == "pages":
                 server_lifespan.settle_heap()  # as the hub does
                 yield
                 return
             async with server_lifespan.lifespan(app):
-                pool = state.page_workers
+                pool = app_state(app).page_workers
                 if pool is not None:
                     pool.start()
                 try:
@@ -126,19 +151,15 @@ def create_app(
         finally:
             engine.dispose()
 
-    app = FastAPI(
-        title="Campaign Board",
-        version=__version__,
-        lifespan=lifespan,
-        description="Optimization campaigns for LLM inference on GPU nodes: approaches, trials, verdicts.",
-        docs_url=None,
-        redoc_url=None,  # /docs is app/web/docs.py: Swagger UI from static/vendor, no CDN, no inline script
-    )
+    return lifespan
+
+
+def _app_state(settings: Settings, engine: Engine, role: AppRole, page_workers: int) -> AppState:
     db = Database(engine)
     feed = events.PageFeed(windows={events.HEARTBEATS: settings.heartbeat_notice_s})
     watch = AccessWatch(db, settings.access_recheck_s)
-    db.info.update(page_feed=feed, access_watch=watch)  # app/services/events.after_commit, access.recheck_after_commit
-    state = AppState(
+    db.info.update(page_feed=feed, access_watch=watch)  # read after commit: app/services/events.py, access.py
+    return AppState(
         settings=settings,
         role=role,
         db=db,
@@ -151,9 +172,11 @@ def create_app(
         page_feed=feed,
         access_watch=watch,
     )
-    state.install(app)
-    install_error_handlers(app)
-    # Outermost last: Host allowlist, hardening headers, body limit, authenticate before the body.
+
+
+def _add_middleware(app: FastAPI, state: AppState) -> None:
+    """Outermost last: Host allowlist, hardening headers, body limit, authenticate before the body."""
+    settings = state.settings
     app.add_middleware(AuthenticateFirst)
     app.add_middleware(
         BodyLimit,
@@ -165,8 +188,12 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     if state.page_workers is not None:
         app.add_middleware(PageProxy)  # outermost: a forwarded read runs none of this process's stack
-    if role == "pages":
+    if state.role == "pages":
         app.add_middleware(FromHub)
+
+
+def _add_routes(app: FastAPI, state: AppState) -> None:
+    """The favicon, /healthz, the static files and every router."""
 
     @app.get("/favicon.ico", include_in_schema=False)
     def favicon() -> FileResponse:
@@ -180,7 +207,7 @@ def create_app(
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:
         pool = state.page_workers
-        return {"ok": True, "version": __version__, "role": role} | (
+        return {"ok": True, "version": __version__, "role": state.role} | (
             {"page_workers": pool.health()} if pool is not None else {}
         )
 
@@ -189,5 +216,3 @@ def create_app(
     app.mount("/static", RevalidatedStatic(directory=str(resource_dir("static"))), name="static")
     for router in ROUTERS:
         app.include_router(router)
-    install_openapi(app)
-    return app

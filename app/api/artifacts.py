@@ -47,15 +47,8 @@ class ArtifactPublic(BaseModel):
 
     @classmethod
     def of(cls, row: Artifact) -> ArtifactPublic:
-        return cls(
-            name=row.name,
-            size=row.size,
-            sha256=row.sha256,
-            content_type=row.content_type,
-            uploaded_by=row.uploaded_by,
-            created_at=row.created_at,
-            removed=row.removed_reason if row.removed_at else None,
-        )
+        removed = row.removed_reason if row.removed_at else None
+        return cls(**row.model_dump(include=set(cls.model_fields) - {"removed"}), removed=removed)
 
 
 class UploadStatus(BaseModel):

@@ -43,19 +43,12 @@ class WatchPublic(BaseModel):
     approach: str | None
 
 
+ITEM_OWN = {"id", "created_at", "read_at"}  # the inbox item's own; the rest is its event's
+
+
 def _item(i: inbox.Item) -> InboxItemPublic:
-    e = i.event
-    return InboxItemPublic(
-        id=i.id,
-        event=e.event,
-        title=e.title,
-        body=e.body,
-        link=e.link,
-        campaign_id=e.campaign_id,
-        approach_id=e.approach_id,
-        created_at=i.created_at,
-        read_at=i.read_at,
-    )
+    of_event = i.event.model_dump(include=set(InboxItemPublic.model_fields) - ITEM_OWN)
+    return InboxItemPublic(**of_event, id=i.id, created_at=i.created_at, read_at=i.read_at)
 
 
 @router.get("/inbox", response_model=InboxPublic)

@@ -17,14 +17,8 @@ router = APIRouter(prefix="/api", tags=["share links"], dependencies=[Depends(re
 
 def _public(request: Request, link: ShareLink) -> ShareLinkPublic:
     secret = app_state(request).settings.resolved_secret_key()
-    return ShareLinkPublic(
-        id=link.id,
-        name=link.name,
-        created_by=link.created_by,
-        created_at=link.created_at,
-        revoked_at=link.revoked_at,
-        url=share_url(link, secret, public_base_url(request)),
-    )
+    url = share_url(link, secret, public_base_url(request))
+    return ShareLinkPublic(**link.model_dump(include=set(ShareLinkPublic.model_fields) - {"url"}), url=url)
 
 
 @router.get("/campaigns/{slug}/share-links", response_model=list[ShareLinkPublic])

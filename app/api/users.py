@@ -10,21 +10,9 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url, require_user
-from app.domain import users
+from app.domain import logins, users
 from app.domain.errors import Invalid
-from app.domain.logins import (
-    create_api_token,
-    create_invite,
-    invite_state,
-    list_api_tokens,
-    list_invites,
-    live_sessions,
-    revoke_api_token_id,
-    revoke_invite,
-    revoke_session,
-)
 from app.models import Invite, Role, User, aware
-from app.services import access
 
 router = APIRouter(prefix="/api", tags=["users"], dependencies=[Depends(require_user)])
 Utc = Annotated[datetime, BeforeValidator(aware)]  # SQLite hands back naive UTC
@@ -88,7 +76,7 @@ class InvitePublic(BaseModel):
             id=invite.id or 0,
             role=Role(invite.role),
             name=invite.name,
-            state=invite_state(invite),
+            state=logins.invite_state(invite),
             created_at=invite.created_at,
             expires_at=invite.expires_at,
             used_by_id=invite.used_by_id,
@@ -147,24 +135,23 @@ def update_user(user_id: RowId, data: UserUpdate, session: SessionDep, operator:
         users.change_role(session, user, data.role)
     if data.disabled is not None:
         users.set_disabled(session, user, data.disabled)
-        access.recheck_after_commit(session)
     return UserPublic.of(user)
 
 
 @router.get("/invites", response_model=list[InvitePublic])
 def invites(session: SessionDep, operator: AdminDep) -> list[InvitePublic]:
-    return [InvitePublic.of(invite) for invite in list_invites(session)]
+    return [InvitePublic.of(invite) for invite in logins.list_invites(session)]
 
 
 @router.post("/invites", response_model=InviteCreated, status_code=201)
 def new_invite(request: Request, data: InviteCreate, session: SessionDep, operator: AdminDep) -> InviteCreated:
-    invite, token = create_invite(session, operator, data.role, data.name, data.expires_in_days * 24 * 3600)
+    invite, token = logins.create_invite(session, operator, data.role, data.name, data.expires_in_days * 24 * 3600)
     return InviteCreated(invite=InvitePublic.of(invite), url=f"{public_base_url(request)}/invite/{token}")
 
 
 @router.delete("/invites/{invite_id}", response_model=InvitePublic)
 def delete_invite(invite_id: RowId, session: SessionDep, operator: AdminDep) -> InvitePublic:
-    return InvitePublic.of(revoke_invite(session, invite_id))
+    return InvitePublic.of(logins.revoke_invite(session, invite_id))
 
 
 @router.get("/sessions", response_model=list[SessionPublic])
@@ -176,21 +163,20 @@ def sessions(
     """Your live sessions; an admin sees everyone's (or one user's with `user_id`)."""
     if not operator.is_admin:
         user_id = operator.user_id if operator.user_id is not None else -1
-    rows = live_sessions(session, user_id=user_id, current=operator.session_id)
+    rows = logins.live_sessions(session, user_id=user_id, current=operator.session_id)
     return [SessionPublic(**row.__dict__) for row in rows]
 
 
 @router.delete("/sessions/{session_id}", status_code=204)
 def delete_session(session_id: RowId, session: SessionDep, operator: UserDep) -> Response:
     """End a session at once: your own (any role), or anyone's for an admin."""
-    revoke_session(session, session_id, operator)
-    access.recheck_after_commit(session)  # its open page feeds and live logs close
+    logins.revoke_session(session, session_id, operator)
     return Response(status_code=204)
 
 
 @router.get("/tokens", response_model=list[TokenPublic])
 def tokens(session: SessionDep, operator: AdminDep) -> list[TokenPublic]:
-    return [TokenPublic(**row.__dict__) for row in list_api_tokens(session)]
+    return [TokenPublic(**row.__dict__) for row in logins.list_api_tokens(session)]
 
 
 @router.post("/tokens", response_model=TokenCreated, status_code=201)
@@ -199,13 +185,12 @@ def new_token(data: TokenCreate, session: SessionDep, operator: AdminDep) -> Tok
     if user_id is None:
         raise Invalid("Name the user the token acts as (user_id).", field="user_id")
     user = users.get_user(session, user_id)
-    token = create_api_token(session, data.name.strip(), user)
-    (info,) = list_api_tokens(session, token)
+    token = logins.create_api_token(session, data.name.strip(), user)
+    (info,) = logins.list_api_tokens(session, token)
     return TokenCreated(**info.__dict__, token=token)
 
 
 @router.delete("/tokens/{token_id}", status_code=204)
 def delete_token(token_id: RowId, session: SessionDep, operator: AdminDep) -> Response:
-    revoke_api_token_id(session, token_id)
-    access.recheck_after_commit(session)
+    logins.revoke_api_token_id(session, token_id)
     return Response(status_code=204)

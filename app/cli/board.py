@@ -30,10 +30,22 @@ def serve(
     ] = None,
 ) -> None:
     """Migrate the database, print a one-time login URL and run the server."""
-    import uvicorn
+    settings = _serve_settings(host, port, no_runner, workers)
+    engine = migrated_engine(settings)
+    if demo:
+        _load_demo(engine)
+    with session_scope(engine) as session:
+        token, who = _login_link(session, settings, None)
+    engine.dispose()
+    _print_where(settings)
+    _run_server(settings, login_block(f"{settings.base_url()}/login?token={token}", who, settings))
 
-    from app.main import create_app
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _serve_settings(host: str | None, port: int | None, no_runner: bool, workers: int | None) -> Settings:
+    """The settings with `serve`'s options over them; login may be off only on a loopback address."""
     settings = get_settings()
     configure_logging(settings.log_level)
     if host:
@@ -44,20 +56,17 @@ def serve(
         settings.embedded_runner = False
     if workers is not None:
         settings.page_workers = workers
-    if not settings.auth_enabled and settings.host not in ("127.0.0.1", "localhost", "::1"):
+    if not settings.auth_enabled and settings.host not in LOOPBACK:
         fail(
             "CAMPAIGN_AUTH_ENABLED=false is only allowed on a loopback address: anyone who can reach "
             f"{settings.host} could run commands on the runners"
         )
-    engine = migrated_engine(settings)
-    if demo:
-        _load_demo(engine)
-    with session_scope(engine) as session:
-        token, who = _login_link(session, settings, None)
-    engine.dispose()
+    return settings
+
+
+def _print_where(settings: Settings) -> None:
     console.print(f"Campaign Board on [bold]{settings.base_url()}[/bold]  (database: {_safe_url(settings)})")
-    link = f"{settings.base_url()}/login?token={token}"
-    if settings.host not in ("127.0.0.1", "localhost", "::1"):
+    if settings.host not in LOOPBACK:
         console.print(f"[yellow]Listening on {settings.host}: reachable from other machines.[/yellow]")
         console.print(
             f"Answering only to Host names: {', '.join(settings.host_allowlist())} "
@@ -65,6 +74,15 @@ def serve(
             soft_wrap=True,
             highlight=False,
         )
+
+
+def _run_server(settings: Settings, login: str) -> None:
+    """Run the hub until it stops; the login block is printed once it listens, and the listening file
+    (`_listening_file`) is there while it runs."""
+    import uvicorn
+
+    from app.main import create_app
+
     app = create_app(settings, run_migrations=False, page_workers=settings.page_workers)
     listening = _listening_file(settings)
     listening.write_text(json.dumps({"pid": os.getpid(), "url": settings.base_url()}))
@@ -86,7 +104,7 @@ def serve(
     @asynccontextmanager
     async def forget_listening_on_exit(app_: Any) -> AsyncIterator[None]:
         # uvicorn re-raises SIGTERM after its shutdown, so the `finally` below may not run: forget here.
-        announcer = asyncio.create_task(_announce_login(app_, server, login_block(link, who, settings)))
+        announcer = asyncio.create_task(_announce_login(app_, server, login))
         try:
             async with lifespan(app_):
                 yield

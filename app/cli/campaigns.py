@@ -3,14 +3,35 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextlib import nullcontext
 from itertools import chain
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from app.cli.common import board_engine, console, err, fail, get_settings, migrated_engine, session_scope
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
+    from app.config import Settings
+    from app.models import Campaign
+
+T = TypeVar("T")
+
+
+def _on_campaign(slug: str, step: Callable[[Session, Campaign], T], settings: Settings | None = None) -> T:
+    """`step` on the campaign `slug`, in one transaction; a domain refusal is the command's error."""
+    from app.domain import inventory
+    from app.domain.errors import DomainError
+
+    try:
+        with session_scope(board_engine(settings or get_settings())) as session:
+            return step(session, inventory.get_campaign(session, slug))
+    except DomainError as exc:
+        fail(exc.message)
 
 
 def export_cmd(
@@ -142,19 +163,14 @@ def rename_cmd(
     """Rename a campaign's slug: its old URLs and share links keep working (they redirect)."""
     from pydantic import ValidationError
 
-    from app.domain import inventory, lifecycle
-    from app.domain.errors import DomainError
+    from app.domain import lifecycle
     from app.schemas import CampaignRename
 
     try:
         data = CampaignRename(slug=new_slug)
     except ValidationError as exc:
         fail(f"{new_slug!r}: {exc.errors()[0]['msg']}", code=2)
-    try:
-        with session_scope(board_engine(get_settings())) as session:
-            lifecycle.rename(session, inventory.get_campaign(session, slug), data, by)
-    except DomainError as exc:
-        fail(exc.message)
+    _on_campaign(slug, lambda session, campaign: lifecycle.rename(session, campaign, data, by))
     console.print(f"renamed {slug} -> {new_slug} (the old URLs redirect)", highlight=False)
 
 
@@ -162,27 +178,17 @@ def archive_cmd(slug: Annotated[str, typer.Argument(help="The campaign's slug.")
     """Archive a campaign: read-only, off the front page, restorable. Refused while trials are queued or
     running: cancel them first (the page and the API can cancel them in the same step; the server tells
     their runners)."""
-    from app.domain import inventory, lifecycle
-    from app.domain.errors import DomainError
+    from app.domain import lifecycle
 
-    try:
-        with session_scope(board_engine(get_settings())) as session:
-            lifecycle.archive(session, inventory.get_campaign(session, slug), by)
-    except DomainError as exc:
-        fail(exc.message)
+    _on_campaign(slug, lambda session, campaign: lifecycle.archive(session, campaign, by))
     console.print(f"archived {slug}: read-only; `campaign restore {slug}` brings it back", highlight=False)
 
 
 def restore_cmd(slug: Annotated[str, typer.Argument(help="The campaign's slug.")], by: ActorOption = "cli") -> None:
     """Restore an archived campaign: back on the front page, writable again."""
-    from app.domain import inventory, lifecycle
-    from app.domain.errors import DomainError
+    from app.domain import lifecycle
 
-    try:
-        with session_scope(board_engine(get_settings())) as session:
-            lifecycle.restore(session, inventory.get_campaign(session, slug), by)
-    except DomainError as exc:
-        fail(exc.message)
+    _on_campaign(slug, lambda session, campaign: lifecycle.restore(session, campaign, by))
     console.print(f"restored {slug}", highlight=False)
 
 
@@ -193,15 +199,10 @@ def delete_cmd(
 ) -> None:
     """Delete an archived campaign for good, with its approaches, trials, logs, metrics, artifacts, share links
     and history (nothing else). `campaign export SLUG --with-results` first keeps a copy."""
-    from app.domain import artifacts, inventory, lifecycle
-    from app.domain.errors import DomainError
+    from app.domain import artifacts, lifecycle
 
     settings = get_settings()
-    try:
-        with session_scope(board_engine(settings)) as session:
-            done = lifecycle.delete(session, inventory.get_campaign(session, slug), confirm, by)
-    except DomainError as exc:
-        fail(exc.message)
+    done = _on_campaign(slug, lambda session, campaign: lifecycle.delete(session, campaign, confirm, by), settings)
     store = artifacts.store_for(settings.data_dir)
     for sha in done.blobs:
         store.delete(sha)

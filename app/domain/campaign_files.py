@@ -480,29 +480,17 @@ def _replace_history(session: Session, approach: Approach, item: ApproachFile, a
     assert approach.id is not None  # the approach is flushed before its history is written
     for change in session.exec(select(StatusChange).where(StatusChange.approach_id == approach.id)):
         session.delete(change)
+    changes = [(entry.to.value, entry.reason, entry.actor, entry.at) for entry in item.history or []]
+    if (changes[-1][0] if changes else "") != item.status.value:
+        changes.append((item.status.value, item.reason, actor, utcnow()))
     previous = ""
-    for entry in item.history or []:
+    for to_status, reason, by, at in changes:
         session.add(
             StatusChange(
-                approach_id=approach.id,
-                from_status=previous,
-                to_status=entry.to.value,
-                reason=entry.reason,
-                actor=entry.actor,
-                at=entry.at,
+                approach_id=approach.id, from_status=previous, to_status=to_status, reason=reason, actor=by, at=at
             )
         )
-        previous = entry.to.value
-    if previous != item.status.value:
-        session.add(
-            StatusChange(
-                approach_id=approach.id,
-                from_status=previous,
-                to_status=item.status.value,
-                reason=item.reason,
-                actor=actor,
-            )
-        )
+        previous = to_status
     session.flush()
 
 
@@ -514,65 +502,24 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
     are kept unless `replace`. The caller's transaction makes this all or nothing.
     """
     parsed = parse_campaign_file(text)
-    campaign = session.exec(select(Campaign).where(Campaign.slug == parsed.campaign.slug)).first()
-    created = campaign is None
-    if campaign is None:
-        campaign = inventory.create_campaign(session, parsed.campaign)  # run_order too (a Campaign column)
-    else:
-        for name, value in parsed.campaign.model_dump().items():
-            setattr(campaign, name, value)
-        campaign.updated_at = utcnow()
-        session.add(campaign)
+    campaign, created = _upsert_campaign(session, parsed)
     existing = {a.key: a for a in inventory.approaches(session, campaign)}
     added = changed = 0
     for position, item in enumerate(parsed.approaches, start=1):
         approach = existing.pop(item.key, None)
-        values = item.model_dump(exclude={"key", "status", "reason", "requirements", "history"})
-        values["requirements"] = item.requirements.model_dump() if item.requirements else None
         if approach is None:
-            approach = inventory.add_approach(
-                session, campaign, ApproachCreate(**item.model_dump(include=set(ApproachCreate.model_fields))), actor
-            )
-            for name in ("bound_to", "verdict_fingerprint"):
-                setattr(approach, name, values[name])
-            if item.history:
-                _replace_history(session, approach, item, actor)
+            approach = _add_approach(session, campaign, item, actor)
             added += 1
-        else:
-            before = (approach.status, approach.reason, [getattr(approach, n) for n in values])
-            for name, value in values.items():
-                setattr(approach, name, value)
-            if approach.status != item.status.value:
-                pending = approach.pending_trial_id  # a file's status is no verdict on this board's trial
-                inventory.change_status(session, approach, item.status, item.reason, actor)
-                approach.pending_trial_id = pending
-            approach.reason = item.reason
-            if before != (approach.status, approach.reason, [getattr(approach, n) for n in values]):
-                changed += 1
-                approach.updated_at = utcnow()
+        elif _update_approach(session, approach, item, actor):
+            changed += 1
         approach.position = position
         session.add(approach)
-    removed = archived = 0
-    offset = len(parsed.approaches)
-    for approach in sorted(existing.values(), key=lambda a: a.position):
-        # Replace removes what the file does not list, but never measurements: one with trials is archived.
-        held = inventory.evidence(session, approach) if replace else None
-        if held is not None and not held.measured:
-            session.delete(approach)
-            removed += 1
-        else:
-            if held is not None and approach.archived_at is None and held.active_trial is None:
-                approach.archived_at = utcnow()
-                archived += 1
-            offset += 1
-            approach.position = offset
-            session.add(approach)
+    removed, archived = _unlisted(session, list(existing.values()), replace, len(parsed.approaches))
     session.flush()
-    verb = "created" if created else "updated"
     kept = len(existing) - removed
     summary = (
-        f"{verb} campaign {campaign.slug!r}: {added} approach(es) added, {changed} changed, "
-        f"{removed} removed, {kept} kept that the file does not list"
+        f"{'created' if created else 'updated'} campaign {campaign.slug!r}: {added} approach(es) added, "
+        f"{changed} changed, {removed} removed, {kept} kept that the file does not list"
     )
     if archived:
         summary += f" ({archived} of them archived: they have trials, which are kept)"
@@ -593,6 +540,73 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
         kept=kept,
         summary=summary,
     )
+
+
+def _upsert_campaign(session: Session, parsed: CampaignFile) -> tuple[Campaign, bool]:
+    """The file's campaign, created or brought up to date by slug; and whether it was created."""
+    campaign = session.exec(select(Campaign).where(Campaign.slug == parsed.campaign.slug)).first()
+    if campaign is None:
+        return inventory.create_campaign(session, parsed.campaign), True  # run_order too (a Campaign column)
+    for name, value in parsed.campaign.model_dump().items():
+        setattr(campaign, name, value)
+    campaign.updated_at = utcnow()
+    session.add(campaign)
+    return campaign, False
+
+
+def _approach_values(item: ApproachFile) -> dict[str, Any]:
+    """The approach's columns the file sets directly (its status goes through history)."""
+    values = item.model_dump(exclude={"key", "status", "reason", "requirements", "history"})
+    values["requirements"] = item.requirements.model_dump() if item.requirements else None
+    return values
+
+
+def _add_approach(session: Session, campaign: Campaign, item: ApproachFile, actor: str) -> Approach:
+    approach = inventory.add_approach(
+        session, campaign, ApproachCreate(**item.model_dump(include=set(ApproachCreate.model_fields))), actor
+    )
+    values = _approach_values(item)
+    for name in ("bound_to", "verdict_fingerprint"):
+        setattr(approach, name, values[name])
+    if item.history:
+        _replace_history(session, approach, item, actor)
+    return approach
+
+
+def _update_approach(session: Session, approach: Approach, item: ApproachFile, actor: str) -> bool:
+    """Bring an existing approach up to the file's; whether anything changed."""
+    values = _approach_values(item)
+    before = (approach.status, approach.reason, [getattr(approach, n) for n in values])
+    for name, value in values.items():
+        setattr(approach, name, value)
+    if approach.status != item.status.value:
+        pending = approach.pending_trial_id  # a file's status is no verdict on this board's trial
+        inventory.change_status(session, approach, item.status, item.reason, actor)
+        approach.pending_trial_id = pending
+    approach.reason = item.reason
+    if before == (approach.status, approach.reason, [getattr(approach, n) for n in values]):
+        return False
+    approach.updated_at = utcnow()
+    return True
+
+
+def _unlisted(session: Session, unlisted: list[Approach], replace: bool, offset: int) -> tuple[int, int]:
+    """The approaches the file does not list go after its own; with `replace` those without measurements are
+    removed and those with trials archived (never measurements). How many were removed, and archived."""
+    removed = archived = 0
+    for approach in sorted(unlisted, key=lambda a: a.position):
+        held = inventory.evidence(session, approach) if replace else None
+        if held is not None and not held.measured:
+            session.delete(approach)
+            removed += 1
+            continue
+        if held is not None and approach.archived_at is None and held.active_trial is None:
+            approach.archived_at = utcnow()
+            archived += 1
+        offset += 1
+        approach.position = offset
+        session.add(approach)
+    return removed, archived
 
 
 def campaign_file_schema() -> dict[str, Any]:

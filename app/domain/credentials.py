@@ -2,12 +2,18 @@
 
 Runner tokens (app/domain/runners.py), API tokens, login links, invites and session ids (app/domain/logins.py)
 are made with `new_secret` and looked up by `hash_token`. Pure: no web framework, no database.
+
+A transaction that ends credentials (a session revoked or logged out, a token revoked, a user disabled) says so
+on its session, `session.info[CREDENTIALS_ENDED]`; once it commits, app/services/access.py closes the open
+streams those credentials held.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+
+CREDENTIALS_ENDED = "credentials_ended"  # session.info key: this transaction ended sessions, tokens or users
 
 
 def hash_token(token: str) -> str:

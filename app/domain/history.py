@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import tuple_
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
-from app.domain.errors import NotFound
+from app.domain import inventory
 from app.models import Approach, HistoryKind, StatusChange
 
 DECISION_KINDS = frozenset({HistoryKind.status.value})  # kinds of history row a person writes
@@ -61,16 +60,8 @@ def folded_history(
 ) -> tuple[list[HistoryGroup], int | None]:
     """A page of `limit` decisions with their events, and the id of the last decision shown when older ones
     remain (ask the next page `before` it), else None."""
-    query = select(StatusChange).where(StatusChange.approach_id == approach.id)
-    if before is not None:
-        anchor = session.get(StatusChange, before)
-        if anchor is None or anchor.approach_id != approach.id:
-            raise NotFound(f"No history entry #{before} of {approach.key!r}.")
-        query = query.where(tuple_(StatusChange.at, StatusChange.id) < tuple_(anchor.at, anchor.id))
     # One statement whatever the history's size: at most MAX_ROWS rows a page.
-    rows = list(
-        session.exec(query.order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc()).limit(MAX_ROWS + 1))
-    )
+    rows = inventory.history(session, approach, before=before, limit=MAX_ROWS + 1)
     exhausted = len(rows) <= MAX_ROWS
     rows = rows[:MAX_ROWS]
     groups = fold(rows)

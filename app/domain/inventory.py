@@ -93,12 +93,17 @@ def update_campaign(session: Session, campaign: Campaign, data: CampaignUpdate) 
         error = accept_length_bound_error(tau, steps, "draft step")
         if error:
             raise Invalid(error, field="accept_length" if "accept_length" in changes else "draft_steps")
-    for name, value in changes.items():
-        setattr(campaign, name, value)
-    campaign.updated_at = utcnow()
-    session.add(campaign)
-    session.flush()
+    _set_fields(session, campaign, changes)
     return campaign
+
+
+def _set_fields(session: Session, row: Campaign | Approach, values: dict[str, Any]) -> None:
+    """An update's fields set on its campaign or approach, which is then updated now."""
+    for name, value in values.items():
+        setattr(row, name, value)
+    row.updated_at = utcnow()
+    session.add(row)
+    session.flush()
 
 
 def approaches(session: Session, campaign: Campaign, *, archived: bool | None = None) -> list[Approach]:
@@ -236,11 +241,7 @@ def update_approach(session: Session, approach: Approach, data: ApproachUpdate) 
     values = data.model_dump(exclude_unset=True)
     if "requirements" in values:
         values["requirements"] = data.requirements.model_dump() if data.requirements else None
-    for name, value in values.items():
-        setattr(approach, name, value)
-    approach.updated_at = utcnow()
-    session.add(approach)
-    session.flush()
+    _set_fields(session, approach, values)
     return approach
 
 

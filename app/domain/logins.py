@@ -19,7 +19,7 @@ from sqlalchemy import CursorResult, update
 from sqlmodel import Session, col, select
 
 from app.domain import users
-from app.domain.credentials import hash_token, new_secret
+from app.domain.credentials import CREDENTIALS_ENDED, hash_token, new_secret
 from app.domain.errors import Conflict, DomainError, Invalid, NotFound
 from app.models import AuthToken, BrowserSession, Invite, Role, User, aware, utcnow
 
@@ -211,6 +211,7 @@ def end_session(session: Session, session_id: str) -> None:
         .values(revoked_at=utcnow())
         .execution_options(synchronize_session=False)
     )
+    session.info[CREDENTIALS_ENDED] = True
 
 
 def revoke_session(session: Session, row_id: int, by: Operator) -> None:
@@ -220,10 +221,16 @@ def revoke_session(session: Session, row_id: int, by: Operator) -> None:
     mine = row is not None and by.user_id is not None and row.user_id == by.user_id
     if row is None or not (mine or users.role_at_least(by.role, Role.admin)):
         raise NotFound(f"No session with id {row_id}.")
+    _revoke(session, row)
+
+
+def _revoke(session: Session, row: BrowserSession | AuthToken) -> None:
+    """A session or a token ends now (if it had not): its open streams close once this transaction commits."""
     if row.revoked_at is None:
         row.revoked_at = utcnow()
         session.add(row)
         session.flush()
+        session.info[CREDENTIALS_ENDED] = True
 
 
 def revoke_all_sessions(session: Session) -> int:
@@ -234,6 +241,7 @@ def revoke_all_sessions(session: Session) -> int:
         .values(revoked_at=utcnow())
         .execution_options(synchronize_session=False)
     )
+    session.info[CREDENTIALS_ENDED] = True
     return cast("CursorResult[Any]", result).rowcount or 0  # an UPDATE's result is a CursorResult
 
 
@@ -336,10 +344,7 @@ def revoke_api_token_id(session: Session, token_id: int) -> None:
     row = session.get(AuthToken, token_id)
     if row is None or row.kind != "api":
         raise NotFound(f"No API token with id {token_id}.")
-    if row.revoked_at is None:
-        row.revoked_at = utcnow()
-        session.add(row)
-        session.flush()
+    _revoke(session, row)
 
 
 def revoke_api_token(session: Session, name: str) -> int:
@@ -347,9 +352,7 @@ def revoke_api_token(session: Session, name: str) -> int:
         select(AuthToken).where(AuthToken.kind == "api", AuthToken.name == name, col(AuthToken.revoked_at).is_(None))
     ).all()
     for row in rows:
-        row.revoked_at = utcnow()
-        session.add(row)
-    session.flush()
+        _revoke(session, row)
     return len(rows)
 
 

@@ -59,64 +59,9 @@ def campaign_timeline(
     max_approaches: int = MAX_APPROACHES,
     changes_per_approach: int = CHANGES_PER_APPROACH,
 ) -> Timeline:
-    last_change = (
-        select(func.max(StatusChange.at)).where(StatusChange.approach_id == Approach.id).scalar_subquery()
-    )  # the (approach, at, id) index: one seek per approach
-    last_trial = (
-        select(func.coalesce(Trial.finished_at, Trial.started_at, Trial.dispatched_at, Trial.created_at))
-        .where(Trial.approach_id == Approach.id)
-        .order_by(Trial.id.desc())  # type: ignore[union-attr]
-        .limit(1)
-        .scalar_subquery()
-    )  # the newest trial (the (approach, id) index), its latest timestamp
-    activity = session.execute(
-        select(Approach.id, Approach.title, last_change, last_trial).where(Approach.campaign_id == campaign.id)
-    ).all()
-    titles = {approach_id: title for approach_id, title, _, _ in activity}
-    last: dict[int, datetime] = {}
-    for approach_id, _title, changed, tried in activity:
-        times = [t for t in (aware(changed), aware(tried)) if t is not None]
-        if times:
-            last[approach_id] = max(times)
-    shown = set(sorted(last, key=lambda a: last[a], reverse=True)[:max_approaches])
-    changes: list[Any] = []
-    spans: list[Any] = []
-    if shown:
-        # Each shown approach's newest changes: a seek into the (approach, at, id) index read backwards, at most
-        # `changes_per_approach` rows each, all in one statement (a window over every change of the shown
-        # approaches read some thousands of rows to keep 8 of each).
-        newest: list[Any] = [
-            sa_select(
-                sa_select(  # five columns (sqlmodel's select stops at four)
-                    col(StatusChange.approach_id),
-                    col(StatusChange.at),
-                    col(StatusChange.from_status),
-                    col(StatusChange.to_status),
-                    col(StatusChange.reason),
-                )
-                .where(col(StatusChange.approach_id) == approach_id, col(StatusChange.kind) == HistoryKind.status)
-                .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
-                .limit(changes_per_approach)
-                .subquery()
-            )
-            for approach_id in sorted(shown)
-        ]
-        changes = list(session.execute(union_all(*newest)).all())
-        start = func.coalesce(Trial.started_at, Trial.dispatched_at, Trial.created_at)
-        spans = list(
-            session.execute(
-                sa_select(
-                    col(Trial.approach_id),
-                    col(Trial.state),
-                    func.count(),
-                    func.min(start),
-                    func.max(Trial.finished_at),
-                    func.count(col(Trial.finished_at)),
-                )
-                .where(col(Trial.approach_id).in_(sorted(shown)))
-                .group_by(col(Trial.approach_id), col(Trial.state))
-            ).all()
-        )
+    titles, shown = _recently_active(session, campaign, max_approaches)
+    changes = _newest_changes(session, shown, changes_per_approach) if shown else []
+    spans = _trial_spans(session, shown) if shown else []
     return Timeline(
         status_events=tuple(
             sorted(
@@ -141,4 +86,71 @@ def campaign_timeline(
         ),
         approaches_shown=len(shown),
         approaches_total=len(titles),
+    )
+
+
+def _recently_active(session: Session, campaign: Campaign, max_approaches: int) -> tuple[dict[int, str], set[int]]:
+    """Every approach's title, and the ids of the `max_approaches` most recently active (newest status change
+    or newest trial's last timestamp); an approach with neither is not shown."""
+    last_change = (
+        select(func.max(StatusChange.at)).where(StatusChange.approach_id == Approach.id).scalar_subquery()
+    )  # the (approach, at, id) index: one seek per approach
+    last_trial = (
+        select(func.coalesce(Trial.finished_at, Trial.started_at, Trial.dispatched_at, Trial.created_at))
+        .where(Trial.approach_id == Approach.id)
+        .order_by(Trial.id.desc())  # type: ignore[union-attr]
+        .limit(1)
+        .scalar_subquery()
+    )  # the newest trial (the (approach, id) index), its latest timestamp
+    activity = session.execute(
+        select(Approach.id, Approach.title, last_change, last_trial).where(Approach.campaign_id == campaign.id)
+    ).all()
+    titles = {approach_id: title for approach_id, title, _, _ in activity}
+    last: dict[int, datetime] = {}
+    for approach_id, _title, changed, tried in activity:
+        times = [t for t in (aware(changed), aware(tried)) if t is not None]
+        if times:
+            last[approach_id] = max(times)
+    return titles, set(sorted(last, key=lambda a: last[a], reverse=True)[:max_approaches])
+
+
+def _newest_changes(session: Session, shown: set[int], changes_per_approach: int) -> list[Any]:
+    """Each shown approach's newest status changes: a seek into the (approach, at, id) index read backwards, at
+    most `changes_per_approach` rows each, all in one statement (a window over every change of the shown
+    approaches read some thousands of rows to keep 8 of each)."""
+    newest: list[Any] = [
+        sa_select(
+            sa_select(  # five columns (sqlmodel's select stops at four)
+                col(StatusChange.approach_id),
+                col(StatusChange.at),
+                col(StatusChange.from_status),
+                col(StatusChange.to_status),
+                col(StatusChange.reason),
+            )
+            .where(col(StatusChange.approach_id) == approach_id, col(StatusChange.kind) == HistoryKind.status)
+            .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
+            .limit(changes_per_approach)
+            .subquery()
+        )
+        for approach_id in sorted(shown)
+    ]
+    return list(session.execute(union_all(*newest)).all())
+
+
+def _trial_spans(session: Session, shown: set[int]) -> list[Any]:
+    """Per shown approach and trial state: how many, the first start, the last end and how many have ended."""
+    start = func.coalesce(Trial.started_at, Trial.dispatched_at, Trial.created_at)
+    return list(
+        session.execute(
+            sa_select(
+                col(Trial.approach_id),
+                col(Trial.state),
+                func.count(),
+                func.min(start),
+                func.max(Trial.finished_at),
+                func.count(col(Trial.finished_at)),
+            )
+            .where(col(Trial.approach_id).in_(sorted(shown)))
+            .group_by(col(Trial.approach_id), col(Trial.state))
+        ).all()
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -194,6 +194,20 @@ def _events(stream: IO[bytes]) -> Iterable[dict[str, Any]]:
         raise TraceError(f"not a Chrome trace (JSON): {exc}") from None
 
 
+class _Complete:
+    """The trace's complete events (`"ph": "X"`, the ones with a duration), counting every event read (`seen`)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.seen = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for ev in _events(self.stream):
+            self.seen += 1
+            if isinstance(ev, dict) and ev.get("ph") == "X":
+                yield ev
+
+
 @functools.lru_cache(maxsize=32)
 def read_stored(path: Path, sha256: str) -> TraceSummary:
     """read_trace of a stored artifact, once per content (its hash is the key: an object never changes)."""
@@ -221,11 +235,8 @@ def _first_pass(stream: IO[bytes], step_names: tuple[str, ...]) -> _FirstPass:
     windows: dict[str, dict[int, list[tuple[float, float]]]] = {}
     launches: dict[int, float] = {}
     has_device = False
-    seen = 0
-    for ev in _events(stream):
-        seen += 1
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
+    complete = _Complete(stream)
+    for ev in complete:
         cat = ev.get("cat")
         if cat in DEVICE_CATEGORIES:
             has_device = True
@@ -243,7 +254,7 @@ def _first_pass(stream: IO[bytes], step_names: tuple[str, ...]) -> _FirstPass:
                 windows.setdefault(label, {}).setdefault(int(ev.get("pid", 0)), []).append(
                     (start, start + float(ev.get("dur", 0.0)))
                 )
-    if not seen:
+    if not complete.seen:
         raise TraceError("the trace holds no events")
     # The recipe's own label wins over torch's ProfilerStep; the first named one that is there.
     step = next((s for s in (*step_names, "ProfilerStep") if s in windows), None)
@@ -273,11 +284,8 @@ def _step_of(windows: dict[int, list[tuple[float, float]]], pid: int, ts: float)
 def _second_pass(stream: IO[bytes], first: _FirstPass) -> TraceSummary:
     windows, launches, has_device = first.windows, first.launches, first.has_device
     rows: dict[str, KernelRow] = {}
-    events = 0
-    for ev in _events(stream):
-        events += 1
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
+    complete = _Complete(stream)
+    for ev in complete:
         cat = ev.get("cat")
         name = str(ev.get("name", ""))[:MAX_NAME]
         if has_device:
@@ -304,7 +312,7 @@ def _second_pass(stream: IO[bytes], first: _FirstPass) -> TraceSummary:
         # Host ops nest (aten::matmul holds aten::mm): keep the collectives' spans and the leaf-most ops only by
         # dropping ops whose name says they dispatch to another (a heuristic good for the table, not for sums).
         rows = {k: r for k, r in rows.items() if r.kind != "compute" or not _wrapper_op(k)}
-    return TraceSummary(has_device, steps, first.step_name, step_us, list(rows.values()), events)
+    return TraceSummary(has_device, steps, first.step_name, step_us, list(rows.values()), complete.seen)
 
 
 def _wrapper_op(name: str) -> bool:

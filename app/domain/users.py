@@ -12,6 +12,7 @@ import re
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from app.domain.credentials import CREDENTIALS_ENDED
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import Role, User, utcnow
 
@@ -117,6 +118,7 @@ def set_disabled(session: Session, user: User, disabled: bool) -> User:
     if disabled and user.disabled_at is None:
         _keep_an_admin(session, user, "disabled")
         user.disabled_at = utcnow()
+        session.info[CREDENTIALS_ENDED] = True
     elif not disabled:
         user.disabled_at = None
     session.add(user)

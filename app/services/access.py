@@ -5,8 +5,9 @@ user who is then disabled, or with an API token that is then revoked, is closed.
 Every open stream registers its credential (the hash of its session id or API token) and what to do
 to close it. One check reads which of the registered credentials are still live, in at most two
 queries whatever the number of streams, and closes the others. It runs:
-- right after a route commits a change that can end credentials (`recheck_after_commit`: revoke a
-  session, log out, disable a user, revoke a token), so those streams close at once;
+- right after a transaction that ended credentials commits (revoke a session, log out, disable a user,
+  revoke a token: the domain marks its session, `CREDENTIALS_ENDED`), so those streams close at once,
+  whichever route or service made the change;
 - every `access_recheck_s` while streams are open, for what another process did (`campaign sessions
   revoke`) and for expiry.
 """
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import event
 from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
 from app.deps import bearer_token
-from app.domain.credentials import hash_token
+from app.domain.credentials import CREDENTIALS_ENDED, hash_token
 from app.security import SESSION_COOKIE
 from app.services.access_watch import AccessWatch, Watch
 from app.state import StateOwner, app_state
@@ -53,9 +55,19 @@ def unwatch(app: StateOwner, handle: Watch | None) -> None:
     app_state(app).access_watch.remove(handle)
 
 
-def recheck_after_commit(session: Session) -> None:
-    """Once the request session (app/deps.get_session) commits a change that can end credentials,
-    check the open streams at once; nothing outside a request (the CLI: the periodic check)."""
+@event.listens_for(Session, "after_commit")
+def _credentials_committed(session: Session) -> None:
+    """Once a transaction that ended credentials commits, check the open streams at once; nothing for a
+    session outside the board's Database (the CLI: the periodic check)."""
+    if session.in_nested_transaction():
+        return  # a savepoint's commit: the transaction itself has not committed yet
+    ended = session.info.pop(CREDENTIALS_ENDED, False)
     access: AccessWatch | None = session.info.get("access_watch")
-    if access is not None:
-        event.listen(session, "after_commit", lambda _s: access.nudge(), once=True)
+    if ended and access is not None:
+        access.nudge()
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _credentials_rolled_back(session: Session, previous_transaction: Any) -> None:
+    if previous_transaction.parent is None:  # the whole transaction, not a savepoint inside it
+        session.info.pop(CREDENTIALS_ENDED, None)

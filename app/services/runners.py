@@ -295,16 +295,13 @@ class RunnerIngest:
         for ref in msg.attempts:
             try:
                 trial = trials.current_trial(session, ref, self.runner_id)
+                cancel = trial.cancel_requested and trial.state not in TERMINAL_TRIAL_STATES
+                reason = "cancel requested" if cancel else None
             except trials.StaleAttempt as exc:
+                reason = exc.reason
+            if reason is not None:
                 out.replies.append(
-                    Cancel(trial_id=ref.trial_id, attempt_id=ref.attempt_id, reason=exc.reason).model_dump_json()
-                )
-                continue
-            if trial.cancel_requested and trial.state not in TERMINAL_TRIAL_STATES:
-                out.replies.append(
-                    Cancel(
-                        trial_id=ref.trial_id, attempt_id=ref.attempt_id, reason="cancel requested"
-                    ).model_dump_json()
+                    Cancel(trial_id=ref.trial_id, attempt_id=ref.attempt_id, reason=reason).model_dump_json()
                 )
 
     def _report(self, session: Session, msg: Started | Phase | Finished, out: BatchOut) -> None:

@@ -25,7 +25,6 @@ from app.domain.logins import (
     redeem_setup_token,
 )
 from app.security import SESSION_COOKIE
-from app.services import access
 from app.state import app_state
 
 router = APIRouter(include_in_schema=False)
@@ -154,7 +153,6 @@ def invite_accept(
 def logout(session: SessionDep, operator: UserDep) -> Response:
     if operator.session_id:
         end_session(session, operator.session_id)
-        access.recheck_after_commit(session)  # its open page feeds and live logs close
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE)
     return response

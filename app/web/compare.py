@@ -18,12 +18,11 @@ from pydantic import Field
 from sqlmodel import Session
 
 from app.charts import TRIAL_COLORS, trial_comparison
-from app.deps import OperatorDep
+from app.deps import OperatorDep, take_feed_mark
 from app.domain import comparison as comparison_domain
 from app.domain import repeats, statistics, trial_reads
 from app.domain.inventory import get_campaign
 from app.schemas import SLUG_PATTERN, SettleForm
-from app.services import events
 from app.services.trials import start_settle
 from app.state import app_state
 from app.web.render import render
@@ -174,7 +173,7 @@ async def compare_page(
     approach: PageApproachKeys = None,
     across_stacks: bool = False,
 ) -> HTMLResponse:
-    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
+    take_feed_mark(request)  # before the read
     ctx = await app_state(request).db.read_in_tx(_compare_page, slug, trial or [], approach or [], across_stacks)
     # The page feed's refresh asks for the metrics alone (htmx sends HX-Request).
     block = "metrics" if request.headers.get("HX-Request") else None

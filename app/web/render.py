@@ -7,7 +7,7 @@ from typing import Any, cast
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.deps import current_operator
+from app.deps import current_operator, request_state
 from app.domain import inbox
 from app.services.page_events import PAGE_EVENTS
 from app.state import app_state
@@ -32,7 +32,7 @@ def render(
         "inbox_unread": _unread(request, operator.user_id) if operator is not None and _whole(template, block) else 0,
         "csrf_token": operator.csrf_token if operator else None,
         # The page feed's mark, taken before the page read the database (app/deps.get_session).
-        "feed_mark": getattr(request.state, "feed_mark", ""),
+        "feed_mark": request_state(request).feed_mark,
         **context,
     }
     # jinja2_fragments types it Response; it is Starlette's _TemplateResponse, an HTMLResponse.

@@ -10,10 +10,9 @@ from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.responses import Response
 from sqlmodel import Session
 
-from app.deps import OperatorDep, require_operator
+from app.deps import OperatorDep, require_operator, take_feed_mark
 from app.domain import inventory, replay
 from app.domain import runners as runner_domain
-from app.services import events
 from app.services import trials as trial_services
 from app.state import app_state
 from app.web.render import navigate, render
@@ -53,7 +52,7 @@ def _report(session: Session, slug: str, replay_id: int) -> dict[str, Any]:
 @router.get("/campaigns/{slug}/replays/{replay_id}")
 async def report_page(request: Request, slug: str, replay_id: ReplayId) -> Response:
     """A replay's report: per approach before and after; its rows re-fetch on "feed:campaign"."""
-    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
+    take_feed_mark(request)  # before the read
     ctx = await app_state(request).db.read_in_tx(_report, slug, replay_id)
     block = "report" if request.headers.get("hx-request") else None
     return render(request, "replay.html", ctx, block=block)

@@ -8,9 +8,8 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse
 from sqlmodel import Session
 
-from app.deps import AdminDep, OperatorDep, RowId
+from app.deps import AdminDep, OperatorDep, RowId, take_feed_mark
 from app.domain import runners as runner_domain
-from app.services import events
 from app.services.runners import create as create_runner
 from app.services.runners import revoke
 from app.state import app_state
@@ -25,7 +24,7 @@ def _runners(session: Session) -> dict[str, Any]:
 
 @router.get("/runners")
 async def runners_page(request: Request, operator: OperatorDep) -> HTMLResponse:
-    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
+    take_feed_mark(request)  # before the read
     ctx = await app_state(request).db.read_in_tx(_runners)
     block = "runners" if request.headers.get("hx-request") else None
     return render(request, "runners.html", {**ctx, "created": None}, block=block)

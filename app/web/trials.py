@@ -9,12 +9,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlmodel import Session
 
-from app.deps import OperatorDep, PageAfter, RowId
+from app.deps import OperatorDep, PageAfter, RowId, take_feed_mark
 from app.domain import queue as queue_domain
 from app.domain import trial_reads, trials
 from app.domain.inventory import get_campaign
 from app.models import Approach, Campaign, Runner
-from app.services import events
 from app.services.trials import cancel, start_next
 from app.state import app_state
 from app.web.render import CHANGED, render
@@ -55,7 +54,7 @@ def _queue(session: Session, slug: str) -> dict[str, Any]:
 
 @router.get("/trials/{trial_id}")
 async def trial_page(request: Request, trial_id: RowId, operator: OperatorDep) -> HTMLResponse:
-    request.state.feed_mark = events.page_mark(request)  # before the read: see app/api/pagefeed.py
+    take_feed_mark(request)  # before the read
     ctx = await app_state(request).db.read_in_tx(_trial_page, trial_id)
     return render(request, "trial.html", ctx)
 

@@ -10,19 +10,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url
-from app.domain import users
-from app.domain.logins import (
-    create_api_token,
-    create_invite,
-    invite_state,
-    list_api_tokens,
-    list_invites,
-    live_sessions,
-    revoke_api_token_id,
-    revoke_invite,
-    revoke_session,
-)
-from app.services import access
+from app.domain import logins, users
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -43,7 +31,7 @@ def _block(request: Request) -> str | None:
 def _users_context(session: Any, created: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "users": users.list_users(session),
-        "invites": [(invite, invite_state(invite)) for invite in list_invites(session)],
+        "invites": [(invite, logins.invite_state(invite)) for invite in logins.list_invites(session)],
         "roles": list(users.ROLE_RANK),
         "invite_days": INVITE_DAYS,
         "created": created,
@@ -66,7 +54,6 @@ def users_role(
 @router.post("/users/{user_id}/disable")
 def users_disable(request: Request, session: SessionDep, operator: AdminDep, user_id: RowId) -> Response:
     users.set_disabled(session, users.get_user(session, user_id), True)
-    access.recheck_after_commit(session)
     return _answer(request, "/users", "users.html", _users_context(session))
 
 
@@ -85,7 +72,7 @@ def invites_create(
     name: Annotated[str, Form(max_length=200)] = "",
     days: Annotated[int, Form(ge=1, le=30)] = 7,
 ) -> Response:
-    invite, token = create_invite(session, operator, role, name, days * 24 * 3600)
+    invite, token = logins.create_invite(session, operator, role, name, days * 24 * 3600)
     created = {"url": f"{public_base_url(request)}/invite/{token}", "role": invite.role, "name": invite.name}
     # The link is shown once, so this answer is the panel even for a plain form post.
     return render(request, "users.html", _users_context(session, created), block=_block(request))
@@ -93,12 +80,12 @@ def invites_create(
 
 @router.post("/invites/{invite_id}/revoke")
 def invites_revoke(request: Request, session: SessionDep, operator: AdminDep, invite_id: RowId) -> Response:
-    revoke_invite(session, invite_id)
+    logins.revoke_invite(session, invite_id)
     return _answer(request, "/users", "users.html", _users_context(session))
 
 
 def _tokens_context(session: Any, created: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"tokens": list_api_tokens(session), "users": users.list_users(session), "created": created}
+    return {"tokens": logins.list_api_tokens(session), "users": users.list_users(session), "created": created}
 
 
 @router.get("/tokens")
@@ -115,22 +102,24 @@ def tokens_create(
     user_id: Annotated[int, Form(ge=1, le=2**63 - 1)],
 ) -> Response:
     user = users.get_user(session, user_id)
-    token = create_api_token(session, name.strip(), user)
+    token = logins.create_api_token(session, name.strip(), user)
     created = {"token": token, "name": name.strip(), "user": user.name, "role": user.role}
     return render(request, "tokens.html", _tokens_context(session, created), block=_block(request))
 
 
 @router.post("/tokens/{token_id}/revoke")
 def tokens_revoke(request: Request, session: SessionDep, operator: AdminDep, token_id: RowId) -> Response:
-    revoke_api_token_id(session, token_id)
-    access.recheck_after_commit(session)
+    logins.revoke_api_token_id(session, token_id)
     return _answer(request, "/tokens", "tokens.html", _tokens_context(session))
 
 
 def _sessions_context(session: Any, operator: Any) -> dict[str, Any]:
     # An admin sees everyone's sessions; anyone else their own.
     mine = None if operator.is_admin else operator.user_id if operator.user_id is not None else -1
-    return {"sessions": live_sessions(session, user_id=mine, current=operator.session_id), "everyone": mine is None}
+    return {
+        "sessions": logins.live_sessions(session, user_id=mine, current=operator.session_id),
+        "everyone": mine is None,
+    }
 
 
 @router.get("/sessions")
@@ -141,6 +130,5 @@ def sessions_page(request: Request, session: SessionDep, operator: UserDep) -> R
 @router.post("/sessions/{session_row_id}/revoke")
 def sessions_revoke(request: Request, session: SessionDep, operator: UserDep, session_row_id: RowId) -> Response:
     """Your own session (any role may end theirs), or anyone's for an admin; refused at once."""
-    revoke_session(session, session_row_id, operator)
-    access.recheck_after_commit(session)  # its open page feeds and live logs close
+    logins.revoke_session(session, session_row_id, operator)
     return _answer(request, "/sessions", "sessions.html", _sessions_context(session, operator))

@@ -1,6 +1,6 @@
 """A session that ends takes its open streams with it: the page feed and the live-log
 websocket opened with a session that is then revoked (by an admin, from this server or from another
-process), or with an API token that is then revoked, close; a stream on a session that is still live
+process), or with an API token that is then revoked, or by a user who is then disabled, close; a stream on a session that is still live
 stays open and keeps its notices.
 
 Real uvicorn (ThreadServer), real websockets, on SQLite and PostgreSQL.
@@ -22,7 +22,8 @@ from websockets.typing import Origin
 from app.db import session_scope
 from app.domain.credentials import hash_token
 from app.domain.logins import create_api_token, revoke_all_sessions
-from app.models import AuthToken, BrowserSession
+from app.domain.users import create_user
+from app.models import AuthToken, BrowserSession, Role
 from app.protocol.messages import CloseCode
 from app.security import CSRF_HEADER, SESSION_COOKIE
 from app.state import app_state
@@ -162,6 +163,22 @@ def test_logging_out_and_revoking_a_token_close_their_streams(srv):
     finally:
         by_cookie.close()
         by_token.close()
+
+
+def test_disabling_a_user_closes_their_streams_at_once(srv):
+    """No route asks for the check: the commit of a transaction that ended credentials does (app/services/access.py)."""
+    with session_scope(srv.engine) as s:
+        user = create_user(s, "ops", Role.operator)
+        token = create_api_token(s, "ops-script", user)
+        user_id = user.id
+    feed = _feed(srv, token=token)
+    try:
+        r = httpx.patch(f"{srv.url}/api/users/{user_id}", json={"disabled": True}, headers=srv.api_headers())
+        assert r.status_code == 200, r.text
+        assert feed.ended.wait(15), "the disabled user's page feed stayed open"
+        assert feed.close_code == CloseCode.UNAUTHORIZED
+    finally:
+        feed.close()
 
 
 def test_a_revoke_from_another_process_closes_streams_within_the_recheck(tmp_path, db_url):

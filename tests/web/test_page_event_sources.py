@@ -1,5 +1,6 @@
 """Where page events come from, and how code reaches the app's state: the services publish (app/services/), never
-a route of app/web or app/api by hand; nothing reads Starlette's untyped `app.state` but app/state.py. Read with
+a route of app/web or app/api by hand; nothing reads Starlette's untyped `app.state` but app/state.py, nor its
+untyped `request.state` but app/deps.py (`request_state`). Read with
 ast, nothing imported. And the writes that moved into app/services/campaigns.py tell open pages, whichever route
 makes them (the charts page's model inputs included)."""
 
@@ -59,6 +60,24 @@ def untyped_state_reads(path: Path) -> list[str]:
     return found
 
 
+REQUESTS = {"request", "conn", "ws", "websocket"}  # what the board's code calls a request or a socket
+
+
+def untyped_request_state(path: Path) -> list[str]:
+    """`line: expression` for every `<request>.state.X`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "state"
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id in REQUESTS
+        ):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
 def test_no_route_publishes_page_events_by_hand():
     routes = sorted([*ROOT.joinpath("app", "web").rglob("*.py"), *ROOT.joinpath("app", "api").rglob("*.py")])
     assert len(routes) > 20
@@ -73,6 +92,12 @@ def test_nothing_reads_the_untyped_app_state():
     paths = sorted([*ROOT.joinpath("app").rglob("*.py"), *ROOT.joinpath("tests").rglob("*.py")])
     found = {p.relative_to(ROOT).as_posix(): untyped_state_reads(p) for p in paths if p.name != "state.py"}
     assert {p: reads for p, reads in found.items() if reads} == {}
+
+
+def test_only_deps_touches_the_untyped_request_state():
+    paths = sorted(ROOT.joinpath("app").rglob("*.py"))
+    found = {p.relative_to(ROOT).as_posix(): untyped_request_state(p) for p in paths}
+    assert {p: uses for p, uses in found.items() if uses} == {"app/deps.py": ["37: request.state.board"]}
 
 
 def test_the_checks_can_fail(tmp_path):
@@ -94,6 +119,7 @@ def test_the_checks_can_fail(tmp_path):
         "6: app.state.live_hub",
         "7: scope['app'].state.page_workers",
     ]
+    assert untyped_request_state(route) == ["8: request.state.feed_mark"]
 
 
 @pytest.mark.parametrize(
