@@ -299,7 +299,7 @@ class Sampling:
 REFERENCE_LIMIT = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}
 
 
-def check_reference(place: Place, prog: str, out, reference: Callable[[], Any], limit: float, against: str) -> bool:
+def check_reference(place: Place, who: str, out, reference: Callable[[], Any], limit: float, against: str) -> bool:
     """The step's output `out` (float32, on the CPU) against `reference()`, computed on rank 0 only: finite
     and within `limit` relative error. Rank 0 prints the verdict; True on every rank when it passed."""
     import torch
