@@ -505,27 +505,14 @@ def run(values: dict[str, Any]) -> int:
         tags["speculative_algorithm"] = values["speculative_algorithm"]
 
     if values["preflight"] == "on" or values["only_preflight"] == "on":
-        phase("preflight")
-        started = time.monotonic()
-        failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]), skip=values["preflight_skip"])
-        emit(M.PREFLIGHT_S, time.monotonic() - started, "s", passed=failed is None, **tags)
-        if failed is not None:
-            print("sglang_server: preflight failed; the server was not launched", flush=True)
+        if not _preflight(values, env, version, tags):
             return EXIT_PREFLIGHT
     if values["only_preflight"] == "on":
         return 0
 
     phase("launching")
     argv = server_argv(values)
-    if values["speculative_algorithm"]:
-        spec_tags = speculative_tags(argv)
-        tags.update(spec_tags)
-        if ConditionTag.DRAFT_TOKENS not in spec_tags:
-            print(
-                "sglang_server: the draft length is left to sglang (no --speculative-num-steps or "
-                "--speculative-num-draft-tokens): accept lengths are not tagged with draft_tokens",
-                flush=True,
-            )
+    tags.update(_speculation_tags(values, argv))
     print("sglang_server: launching " + json.dumps(argv), flush=True)
     holding[0] = True
     try:
@@ -541,23 +528,9 @@ def run(values: dict[str, Any]) -> int:
             raise _Terminated(held[0])
         phase("waiting for ready")
         started = time.monotonic()
-        state = wait_ready(server, base_url, values["ready_timeout_s"])
-        if state == "exited":
-            print(STARTUP_EXIT_MESSAGE.format(code=server.proc.returncode, n=len(server.tail)), flush=True)
-            for line in server.tail:
-                print("    " + line, flush=True)
-            return EXIT_STARTUP
-        if state == "timeout":
-            idle = (
-                READY_TIMEOUT_IDLE.format(idle=time.monotonic() - server.last_line_at)
-                if server.last_line_at is not None
-                else ""
-            )
-            print(
-                READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE) + idle,
-                flush=True,
-            )
-            return EXIT_NOT_READY
+        not_ready = _not_ready(server, wait_ready(server, base_url, values["ready_timeout_s"]), values)
+        if not_ready is not None:
+            return not_ready
         emit(M.SERVER_READY_S, time.monotonic() - started, "s", **tags)
         if values["bench_tool"] == "none":
             return 0
@@ -575,6 +548,50 @@ def run(values: dict[str, Any]) -> int:
             flush=True,
         )
         gpu_release_check()
+
+
+def _preflight(values: dict[str, Any], env: dict[str, str], version: str | None, tags: dict[str, Any]) -> bool:
+    """The node's preflight checks, timed (a metric line); False when one failed (said: no launch)."""
+    phase("preflight")
+    started = time.monotonic()
+    failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]), skip=values["preflight_skip"])
+    emit(M.PREFLIGHT_S, time.monotonic() - started, "s", passed=failed is None, **tags)
+    if failed is not None:
+        print("sglang_server: preflight failed; the server was not launched", flush=True)
+    return failed is None
+
+
+def _speculation_tags(values: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """The speculation the server's argv asks for, as tags ({} without speculation); says when the draft
+    length is left to sglang."""
+    if not values["speculative_algorithm"]:
+        return {}
+    spec_tags = speculative_tags(argv)
+    if ConditionTag.DRAFT_TOKENS not in spec_tags:
+        print(
+            "sglang_server: the draft length is left to sglang (no --speculative-num-steps or "
+            "--speculative-num-draft-tokens): accept lengths are not tagged with draft_tokens",
+            flush=True,
+        )
+    return spec_tags
+
+
+def _not_ready(server: Server, state: str, values: dict[str, Any]) -> int | None:
+    """The exit code (said, with the server's last lines) when the server exited or never got ready, else None."""
+    if state == "exited":
+        print(STARTUP_EXIT_MESSAGE.format(code=server.proc.returncode, n=len(server.tail)), flush=True)
+        for line in server.tail:
+            print("    " + line, flush=True)
+        return EXIT_STARTUP
+    if state == "timeout":
+        idle = (
+            READY_TIMEOUT_IDLE.format(idle=time.monotonic() - server.last_line_at)
+            if server.last_line_at is not None
+            else ""
+        )
+        print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE) + idle, flush=True)
+        return EXIT_NOT_READY
+    return None
 
 
 def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[str, str], tags: dict[str, Any]) -> int:
