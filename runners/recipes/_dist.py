@@ -588,6 +588,16 @@ class AllGather:
         return self.out
 
 
+def reducer(ar: Allreduce) -> Callable[[Any], Any]:
+    """x -> its allreduce over the ranks, through the allreduce's own buffer (copied out: it is reused)."""
+
+    def reduce(x):
+        ar.buffer.copy_(x)
+        return ar().clone()
+
+    return reduce
+
+
 def repeated(call: Callable[[], Any], times: int) -> Callable[[], None]:
     """One body of `times` calls back to back (a step's allreduces, a graph's worth of them)."""
 
@@ -671,13 +681,13 @@ def recipe_main(
     argv: Sequence[str] | None,
     *,
     validate: Callable[[dict[str, Any]], Any],
-    worker: Callable[[dict[str, Any]], Any],
+    measure: Callable[[Rank, dict[str, Any]], int],
     world_check: Callable[[dict[str, Any], int], str | None] | None = None,
     min_world: int = 2,
 ) -> int:
     """A distributed recipe's `main`: parse and validate its flags (exit 2 with a usage error), then
-    either run this rank (a worker started by `launch_ranks` here or by srun on a node; it exits
-    through `Rank.finish`) or check the machine and launch the ranks. `world_check(values, world)`
+    either run this rank's `measure` (a worker started by `launch_ranks` here or by srun on a node; it
+    exits through `Rank.finish`) or check the machine and launch the ranks. `world_check(values, world)`
     returns a usage problem that depends on the world size, if any; `min_world` the fewest ranks it runs on. `doc`: the recipe's docstring (its first
     line describes it in --help); `argv`: sys.argv[1:] when None."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -689,7 +699,7 @@ def recipe_main(
     apply_safe_env(os.environ)
     if is_worker():
         node_checks(prog, values, launch_nodes(os.environ))
-        worker(values)
+        run_rank(values, measure)
         return 0  # not reached: the worker exits through Rank.finish
     world = machine_checks(prog, values, min_world)
     problem = world_check(values, world) if world_check is not None else None

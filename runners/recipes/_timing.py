@@ -88,7 +88,7 @@ class PerfCounterTimer:
         return (end - start) * 1e6
 
 
-class SyncWallTimer:
+class SyncWallTimer(PerfCounterTimer):
     """The host's wall clock, the device synchronized at each mark: independent of CUDA events (it
     adds one synchronize per mark, so it reads a little high on short samples)."""
 
@@ -102,12 +102,6 @@ class SyncWallTimer:
 
         torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-    def synchronize(self) -> None:
-        pass
-
-    def elapsed_us(self, start: float, end: float) -> float:
-        return (end - start) * 1e6
 
 
 class CudaEventTimer:

@@ -61,10 +61,6 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
 RECIPE = module_recipe(PROG, SPEC, validate)
 
 
-def worker(values: dict[str, Any]) -> None:
-    _dist.run_rank(values, _measure)
-
-
 GEOMETRY = ("hidden_size",)
 
 
@@ -268,14 +264,7 @@ def _print_table(rows: list[tuple], values: dict[str, Any], graph: bool) -> None
 
 def main(argv: Sequence[str] | None = None) -> int:
     announce_import("torch")  # the page shows "importing torch" while it loads
-    return _dist.recipe_main(
-        PROG,
-        __doc__,
-        SPEC,
-        argv,
-        validate=_dist.static_checks,
-        worker=worker,
-    )
+    return _dist.recipe_main(PROG, __doc__, SPEC, argv, validate=_dist.static_checks, measure=_measure)
 
 
 if __name__ == "__main__":

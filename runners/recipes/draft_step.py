@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.protocol.metrics import MetricName as M
@@ -132,23 +132,22 @@ class DraftHead:
         self._allreduce: dict[int, Any] = {}
         self._gather: dict[int, Any] = {}
 
-    def _reduce(self, x):
+    def _collective(self, ops: dict[int, Any], make: Callable[[tuple[int, ...]], Any], x):
+        """x through this rank's collective for x's batch (made once per batch size); x itself alone."""
         if self.rank is None:
             return x
         b = x.shape[0]
-        if b not in self._allreduce:
-            self._allreduce[b] = _dist.Allreduce(self.rank, tuple(x.shape), self.dtype_name)
-        ar = self._allreduce[b]
-        ar.buffer.copy_(x)
-        return ar().clone()
+        if b not in ops:
+            ops[b] = make(tuple(x.shape))
+        return ops[b](x)
+
+    def _reduce(self, x):
+        return self._collective(
+            self._allreduce, lambda shape: _dist.reducer(_dist.Allreduce(self.rank, shape, self.dtype_name)), x
+        )
 
     def _gather_logits(self, part):
-        if self.rank is None:
-            return part
-        b = part.shape[0]
-        if b not in self._gather:
-            self._gather[b] = _dist.AllGather(self.rank, tuple(part.shape), part.dtype)
-        return self._gather[b](part)
+        return self._collective(self._gather, lambda shape: _dist.AllGather(self.rank, shape, part.dtype), part)
 
     @staticmethod
     def _norm(x):

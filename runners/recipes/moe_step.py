@@ -838,10 +838,6 @@ def reference(values, ws: int, x0, b: int, plans: list[Plan]):
 # ---- the run --------------------------------------------------------------------------------------
 
 
-def worker(values: dict[str, Any]) -> None:
-    _dist.run_rank(values, _measure)
-
-
 def copy_bandwidth_gbps(rank: _dist.Rank) -> float:
     """Device-to-device copy rate, bytes read + written per second (GB/s): the floor's ceiling."""
     import torch
@@ -1009,7 +1005,7 @@ def _routed(rank: _dist.Rank, values: dict[str, Any], stack: Stack, x_all, b: in
     inp = x_all[:t]
     ar = _dist.Allreduce(rank, (t, stack.geo["hidden_size"]), values["dtype"]) if ws > 1 else None
     gather_op = _dist.AllGather(rank, (t, stack.geo["vocab_size"] // ws), stack.dtype) if ws > 1 else None
-    reduce = dense._reducer(ar) if ar is not None else dense._same
+    reduce = _dist.reducer(ar) if ar is not None else dense._same
     gather = gather_op if gather_op is not None else dense._same
 
     plans: list[Plan] = []
@@ -1149,14 +1145,10 @@ def _print_table(rows: list[dict[str, Any]], label: str) -> None:
     )
 
 
-def _world_check(values: dict[str, Any], world: int) -> str | None:
-    return _divisible(values, world)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     announce_import("torch")
     return _dist.recipe_main(
-        PROG, __doc__, SPEC, argv, validate=validate, worker=worker, world_check=_world_check, min_world=1
+        PROG, __doc__, SPEC, argv, validate=validate, measure=_measure, world_check=_divisible, min_world=1
     )
 
 

@@ -448,10 +448,6 @@ def _llama_reference(values: dict[str, Any], ws: int, x0, b: int, per: int):
 RECIPE = module_recipe(PROG, SPEC, validate)
 
 
-def worker(values: dict[str, Any]) -> None:
-    _dist.run_rank(values, _measure)
-
-
 def smallest(pts: list[tuple[int, int]]) -> tuple[int, int]:
     """The point of fewest tokens: where a step is checked against its float32 reference."""
     return min(pts, key=lambda p: p[0] * (p[1] + 1))
@@ -511,7 +507,8 @@ class DenseStep:
         if rank.world_size == 1:
             return (lambda: run(_same)), (lambda: run(_same)), None
         ar = _dist.Allreduce(rank, tuple(inp.shape), values["dtype"])
-        return (lambda: run(_reducer(ar))), (lambda: run(_same)), _dist.repeated(ar, 2 * values["layers"])
+        reduce = _dist.reducer(ar)
+        return (lambda: run(reduce)), (lambda: run(_same)), _dist.repeated(ar, 2 * values["layers"])
 
     def reference(self, b: int, k: int):
         """The point's step unsharded, in float32 (rank 0 computes it)."""
@@ -523,16 +520,6 @@ class DenseStep:
 
 def _same(x):
     return x
-
-
-def _reducer(ar: _dist.Allreduce):
-    """x -> its allreduce over the ranks, through the allreduce's own buffer (copied out: it is reused)."""
-
-    def reduce(x):
-        ar.buffer.copy_(x)
-        return ar().clone()
-
-    return reduce
 
 
 def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
@@ -756,14 +743,7 @@ def _divisible(values: dict[str, Any], world: int) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     announce_import("torch")  # the page shows "importing torch" while it loads
     return _dist.recipe_main(
-        PROG,
-        __doc__,
-        SPEC,
-        argv,
-        validate=validate,
-        worker=worker,
-        world_check=_divisible,
-        min_world=1,
+        PROG, __doc__, SPEC, argv, validate=validate, measure=_measure, world_check=_divisible, min_world=1
     )
 
 
