@@ -10,11 +10,10 @@ import json
 import os
 import re
 import socket
-import subprocess
 
 from runners.preflight.registry import Context, Outcome, register
 from runners.recipes import runners_path
-from runners.recipes._sglang_launch import server_argv
+from runners.recipes._sglang_launch import run_merged, server_argv
 
 
 def run_probe(ctx: Context, *args: str) -> tuple[int, str]:
@@ -24,22 +23,12 @@ def run_probe(ctx: Context, *args: str) -> tuple[int, str]:
     env["PYTHONPATH"] = runners_path() + (os.pathsep + rest if rest else "")
     argv = [ctx.python, "-m", "runners.preflight.probes", *args]
     try:
-        done = subprocess.run(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            env=env,
-            timeout=ctx.timeout_s,
-            start_new_session=True,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode("utf-8", "replace")
-        return 124, out + f"\npreflight probe {args[0]} did not finish within {ctx.timeout_s:g}s"
+        code, out = run_merged(argv, env=env, timeout_s=ctx.timeout_s, start_new_session=True)
     except OSError as exc:
         return 127, f"cannot run {ctx.python!r}: {exc}"
-    return done.returncode, done.stdout
+    if code is None:
+        return 124, out + f"\npreflight probe {args[0]} did not finish within {ctx.timeout_s:g}s"
+    return code, out
 
 
 _NO_GPU = re.compile(r"preflight probe: (no CUDA GPU visible|needs \d+ GPUs|torch is not importable)")

@@ -48,7 +48,7 @@ from runners.preflight import Context, check_names, run_checks
 from runners.recipes import SAFE_ENV, Recipe, module_argv
 from runners.recipes._params import Param, cli_values
 from runners.recipes._params import validate as _validate
-from runners.recipes._sglang_launch import server_argv
+from runners.recipes._sglang_launch import run_merged, server_argv
 
 PROG = "runners.recipes.sglang_server"
 # The wording app/domain/signatures.py matches (its READINESS_TIMEOUT_RE); keep them together.
@@ -601,29 +601,18 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
         argv = bench_argv(values, result_file)
         print("sglang_server: benchmark " + json.dumps(argv), flush=True)
         decode_before = len(server.decode)
-        try:
-            bench = subprocess.run(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                env=env,
-                timeout=values["bench_timeout_s"],
-            )
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode("utf-8", "replace")
-            sys.stdout.write(out)
+        code, output = run_merged(argv, env=env, timeout_s=values["bench_timeout_s"])
+        sys.stdout.write(output)
+        sys.stdout.flush()
+        if code is None:
             print(f"sglang_server: benchmark did not finish within {values['bench_timeout_s']:g}s", flush=True)
             return 1
-        sys.stdout.write(bench.stdout)
-        sys.stdout.flush()
-        if bench.returncode != 0:
-            print(f"sglang_server: benchmark exited with code {bench.returncode}", flush=True)
+        if code != 0:
+            print(f"sglang_server: benchmark exited with code {code}", flush=True)
             return 1
         with open(result_file, encoding="utf-8", errors="replace") as fh:
             from_json = parse_result_json(fh.read())
-        from_stdout = parse_bench_stdout(bench.stdout)
+        from_stdout = parse_bench_stdout(output)
         # The result file is the benchmark's own record; its printed summary fills gaps.
         for name in sorted(set(from_json) | set(from_stdout)):
             in_json = name in from_json

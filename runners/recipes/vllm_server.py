@@ -451,12 +451,9 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
             )
     steps = [w.wall_s * 1000 / w.steps for w in windows if w.steps > 0]
     if steps:
-        emit(
-            M.ENGINE_STEP_MS,
-            statistics.median(steps),
-            "ms",
-            samples=bounded(steps),
-            **tags,
+        _emit_step_ms(
+            steps,
+            tags,
             method="iteration-counter",
             steps=sum(w.steps for w in windows),
             derivation="window wall time / engine steps in the window (vllm:iteration_tokens_total count delta)",
@@ -467,12 +464,9 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
         check: dict[str, Any] = (
             {"vs_iteration_counter": round(statistics.median(by_tpot) / statistics.median(steps), 4)} if steps else {}
         )
-        emit(
-            M.ENGINE_STEP_MS,
-            statistics.median(by_tpot),
-            "ms",
-            samples=bounded(by_tpot),
-            **tags,
+        _emit_step_ms(
+            by_tpot,
+            tags,
             method="tpot-x-tokens-per-step",
             tokens_per_step=round(tokens_per_step, 4),
             **check,
@@ -481,6 +475,11 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
                 "per sequence step (1 without speculation; 1 + accepted / drafts with)"
             ),
         )
+
+
+def _emit_step_ms(figures: list[float], tags: dict[str, Any], **how: Any) -> None:
+    """One engine_step_ms line: the median of the windows' figures, `how` says by which method."""
+    emit(M.ENGINE_STEP_MS, statistics.median(figures), "ms", samples=bounded(figures), **tags, **how)
 
 
 def run(values: dict[str, Any]) -> int:
