@@ -218,50 +218,34 @@ def speculative_tags(argv: Sequence[str]) -> dict[str, int]:
 
 
 def bench_argv(values: dict[str, Any], result_file: str) -> list[str]:
-    py, host, port = values["sglang_python"], values["host"], str(values["port"])
+    """The benchmark's command: sglang.bench_serving (random prompts at a concurrency) or
+    sglang.bench_one_batch_server (one batch), each flag and value its own element, then bench_args."""
+    host, port = values["host"], values["port"]
     if values["bench_tool"] == "bench_serving":
-        argv = [
-            py,
-            "-m",
-            "sglang.bench_serving",
-            "--backend",
-            "sglang",
-            "--host",
-            host,
-            "--port",
-            port,
-            "--dataset-name",
-            "random-ids",
-            "--num-prompts",
-            str(values["num_prompts"]),
-            "--random-input-len",
-            str(values["input_len"]),
-            "--random-output-len",
-            str(values["output_len"]),
-            "--max-concurrency",
-            str(values["max_concurrency"]),
-            "--output-file",
-            result_file,
-        ]
+        module = "sglang.bench_serving"
+        flags = {
+            "--backend": "sglang",
+            "--host": host,
+            "--port": port,
+            "--dataset-name": "random-ids",
+            "--num-prompts": values["num_prompts"],
+            "--random-input-len": values["input_len"],
+            "--random-output-len": values["output_len"],
+            "--max-concurrency": values["max_concurrency"],
+            "--output-file": result_file,
+        }
     else:
-        argv = [
-            py,
-            "-m",
-            "sglang.bench_one_batch_server",
-            "--model-path",
-            values["model_path"],
-            "--base-url",
-            f"http://{host}:{port}",
-            "--batch-size",
-            str(values["batch_size"]),
-            "--input-len",
-            str(values["input_len"]),
-            "--output-len",
-            str(values["output_len"]),
-            "--result-filename",
-            result_file,
-        ]
-    return argv + values["bench_args"]
+        module = "sglang.bench_one_batch_server"
+        flags = {
+            "--model-path": values["model_path"],
+            "--base-url": f"http://{host}:{port}",
+            "--batch-size": values["batch_size"],
+            "--input-len": values["input_len"],
+            "--output-len": values["output_len"],
+            "--result-filename": result_file,
+        }
+    pairs = [text for flag, value in flags.items() for text in (flag, str(value))]
+    return [values["sglang_python"], "-m", module, *pairs, *values["bench_args"]]
 
 
 # --- parsing SGLang's outputs: app/protocol/sglang_output.py --------------------------------
@@ -397,16 +381,16 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 
 def sglang_version(python: str, env: dict[str, str]) -> str | None:
+    return version_line("sglang_server", python, "sglang", "import sglang; print(sglang.__version__)", env, 180)
+
+
+def version_line(who: str, python: str, what: str, code: str, env: dict[str, str], timeout_s: float) -> str | None:
+    """The last line `code` prints under the node's `python` (an engine's version), or None with the reason
+    printed (it cannot run, or fails: its output is passed on)."""
     try:
-        done = subprocess.run(
-            [python, "-c", "import sglang; print(sglang.__version__)"],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            env=env,
-        )
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout_s, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"sglang_server: cannot run {python!r} to read the sglang version: {exc}", flush=True)
+        print(f"{who}: cannot run {python!r} to read the {what} version: {exc}", flush=True)
         return None
     if done.returncode != 0:
         sys.stdout.write(done.stdout + done.stderr)

@@ -38,7 +38,6 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -55,7 +54,7 @@ from app.protocol.recipes import RecipeError
 from runners.recipes import engine_acceptance
 from runners.recipes._params import Param, cli_values, module_recipe
 from runners.recipes._params import validate as _validate
-from runners.recipes.sglang_server import Server, group_alive, http_get
+from runners.recipes.sglang_server import Server, group_alive, http_get, version_line
 
 PROG = "runners.recipes.vllm_server"
 # The wording app/domain/signatures.py matches (READINESS_TIMEOUT_RE, MODEL_MISSING_RE); keep them together.
@@ -381,16 +380,8 @@ ENGINE_TPOT = "vllm:request_time_per_output_token_seconds"  # one observation pe
 def vllm_version(python: str, env: dict[str, str]) -> tuple[str | None, str]:
     """(vLLM's version, the platform's device type), or (None, 'unknown') with the reason printed."""
     code = "import vllm\nfrom vllm.platforms import current_platform\nprint(vllm.__version__, current_platform.device_type)"
-    try:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"vllm_server: cannot run {python!r} to read the vLLM version: {exc}", flush=True)
-        return None, "unknown"
-    if done.returncode != 0:
-        sys.stdout.write(done.stdout + done.stderr)
-        sys.stdout.flush()
-        return None, "unknown"
-    words = (done.stdout.strip().splitlines() or [""])[-1].split()
+    line = version_line("vllm_server", python, "vLLM", code, env, 300)
+    words = (line or "").split()
     return (words[0] if words else None), (words[1] if len(words) > 1 else "unknown")
 
 
