@@ -147,7 +147,9 @@ class DraftHead:
         )
 
     def _gather_logits(self, part):
-        return self._collective(self._gather, lambda shape: _dist.AllGather(self.rank, shape, part.dtype), part)
+        return self._collective(
+            self._gather, lambda shape: _dist.AllGather(self.rank, (shape[0], shape[1]), part.dtype), part
+        )
 
     @staticmethod
     def _norm(x):
