@@ -102,29 +102,19 @@ def runner(
     settings = RunnerSettings()
     name = name or socket.gethostname()
     if token_file:
-        try:
-            token = (sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()).strip()
-        except OSError as exc:
-            fail(f"cannot read {token_file}: {exc.strerror}", code=2)
+        token = _read_token(token_file)
     configure_logging(settings.log_level, label=f"runner {name}")
     spool_dir = spool_dir or settings.data_dir / "runner-spool" / name
-    trial_executor: Executor | None = None
-    if executor == "slurm":
-        config = SlurmConfig(
-            partition=partition,
-            account=account,
-            time_limit=time_limit,
-            gpus_per_node=gpus_per_node,
-            sbatch_options=list(sbatch_option or []),
-            gpu_model=gpu_model,
-            sm=gpu_sm,
-        )
-        try:
-            trial_executor = SlurmExecutor(config, spool_dir)
-        except RecipeError as exc:
-            fail(str(exc))
-    elif executor != "local":
-        fail(f"--executor {executor!r}: expected local or slurm")
+    slurm = SlurmConfig(
+        partition=partition,
+        account=account,
+        time_limit=time_limit,
+        gpus_per_node=gpus_per_node,
+        sbatch_options=list(sbatch_option or []),
+        gpu_model=gpu_model,
+        sm=gpu_sm,
+    )
+    trial_executor = _trial_executor(executor, slurm, spool_dir)
     code = run(
         server,
         token,
@@ -139,6 +129,26 @@ def runner(
         executor=trial_executor,
     )
     raise typer.Exit(code)
+
+
+def _read_token(token_file: str) -> str:
+    """The token from a file ('-': stdin), stripped; exits 2 when it cannot be read."""
+    try:
+        return (sys.stdin.readline() if token_file == "-" else Path(token_file).read_text()).strip()
+    except OSError as exc:
+        fail(f"cannot read {token_file}: {exc.strerror}", code=2)
+
+
+def _trial_executor(executor: str, slurm: SlurmConfig, spool_dir: Path) -> Executor | None:
+    """Where trials run: None for local process groups, SLURM batch jobs for slurm (exits on anything else)."""
+    if executor == "local":
+        return None
+    if executor != "slurm":
+        fail(f"--executor {executor!r}: expected local or slurm")
+    try:
+        return SlurmExecutor(slurm, spool_dir)
+    except RecipeError as exc:
+        fail(str(exc))
 
 
 def preflight_launch(

@@ -95,6 +95,15 @@ class OutputChunk:
     read_ns: int = field(default=0, compare=False)  # when its last bytes were read (time.time_ns(); tracing)
 
 
+@dataclass(frozen=True)
+class TrialHooks:
+    """What a running trial tells its runner: each output chunk, each phase line, the start of its teardown."""
+
+    on_chunk: Callable[[OutputChunk], None]
+    on_phase: Callable[[str], None]
+    on_teardown: Callable[[], None]
+
+
 trace = Trace("runner")
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from app.protocol.recipes import RecipeError
 from runners.fingerprint import slurm_partition
-from runners.process import ATTEMPT_ENV, LogChunker, OutputChunk, PhaseScanner, TrialResult, trial_env
+from runners.process import ATTEMPT_ENV, LogChunker, OutputChunk, PhaseScanner, TrialHooks, TrialResult, trial_env
 from runners.recipes import LaunchSpec
 
 log = logging.getLogger("campaign.runner.slurm")
@@ -247,9 +247,7 @@ class SlurmTrial:
         trial_id: int,
         grace_s: float,
         timeout_s: float,
-        on_chunk: Callable[[OutputChunk], None],
-        on_phase: Callable[[str], None],
-        on_teardown: Callable[[], None],
+        hooks: TrialHooks,
         sbatch_argv: list[str] | None = None,
         script: str = "",
         job_id: str = "",
@@ -261,7 +259,7 @@ class SlurmTrial:
         self.trial_id = trial_id
         self.grace_s = grace_s
         self.timeout_s = timeout_s
-        self.on_chunk, self.on_phase, self.on_teardown = on_chunk, on_phase, on_teardown
+        self.hooks = hooks
         self.sbatch_argv = sbatch_argv or []
         self.script = script
         self.job_id = job_id
@@ -307,11 +305,11 @@ class SlurmTrial:
 
         def deliver(chunks: list[OutputChunk]) -> None:
             for chunk in chunks:
-                self.on_chunk(chunk)
+                self.hooks.on_chunk(chunk)
                 # After the spool has it: a re-attaching runner resumes at the first byte not spooled.
                 self.executor.remember_offset(self.attempt_id, chunk.offset + chunk.nbytes)
                 for name in scanner.feed(chunk.data):
-                    self.on_phase(name)
+                    self.hooks.on_phase(name)
 
         handle = None
         last_data = time.monotonic()
@@ -354,7 +352,7 @@ class SlurmTrial:
         self.state, self.reason = info["state"], info.get("reason", "")
         if self.state in WAITING and before != (self.state, self.reason):
             reason = self.reason if self.reason and self.reason != "None" else "waiting"
-            self.on_phase(f"queued ({reason})"[:40])
+            self.hooks.on_phase(f"queued ({reason})"[:40])
 
     def wait_running(self) -> None:
         """Block while the job is queued (reporting the scheduler's reason as the phase)."""
@@ -397,7 +395,7 @@ class SlurmTrial:
                         _run(["scancel", self.job_id], check=False)
                         killed = True
                     elif signalled_at is None:
-                        self.on_teardown()
+                        self.hooks.on_teardown()
                         _run(["scancel", "--signal=TERM", "--full", self.job_id], check=False)
                         signalled_at = now
                     elif now - signalled_at >= self.grace_s:
@@ -508,9 +506,7 @@ class SlurmExecutor:
             trial_id=trial_id,
             grace_s=grace_s,
             timeout_s=spec.timeout_s,
-            on_chunk=on_chunk,
-            on_phase=on_phase,
-            on_teardown=on_teardown,
+            hooks=TrialHooks(on_chunk, on_phase, on_teardown),
             sbatch_argv=self.sbatch_argv(spec, trial_id, attempt_id, nodes, tasks, gpus, extra),
             script=batch_script(spec, attempt_id, trial_id, nodes, tasks),
         )
@@ -556,9 +552,7 @@ class SlurmExecutor:
             trial_id=record["trial_id"],
             grace_s=grace_s,
             timeout_s=record.get("timeout_s", 600.0),
-            on_chunk=on_chunk,
-            on_phase=on_phase,
-            on_teardown=on_teardown,
+            hooks=TrialHooks(on_chunk, on_phase, on_teardown),
             job_id=record["job_id"],
             output=Path(record["output"]),
             resume_offset=resume_offset,

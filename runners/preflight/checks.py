@@ -10,11 +10,11 @@ import json
 import os
 import re
 import socket
-import subprocess
+from collections.abc import Callable
 
 from runners.preflight.registry import Context, Outcome, register
 from runners.recipes import runners_path
-from runners.recipes._sglang_launch import server_argv
+from runners.recipes._sglang_launch import run_merged, server_argv
 
 
 def run_probe(ctx: Context, *args: str) -> tuple[int, str]:
@@ -24,22 +24,12 @@ def run_probe(ctx: Context, *args: str) -> tuple[int, str]:
     env["PYTHONPATH"] = runners_path() + (os.pathsep + rest if rest else "")
     argv = [ctx.python, "-m", "runners.preflight.probes", *args]
     try:
-        done = subprocess.run(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            env=env,
-            timeout=ctx.timeout_s,
-            start_new_session=True,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode("utf-8", "replace")
-        return 124, out + f"\npreflight probe {args[0]} did not finish within {ctx.timeout_s:g}s"
+        code, out = run_merged(argv, env=env, timeout_s=ctx.timeout_s, start_new_session=True)
     except OSError as exc:
         return 127, f"cannot run {ctx.python!r}: {exc}"
-    return done.returncode, done.stdout
+    if code is None:
+        return 124, out + f"\npreflight probe {args[0]} did not finish within {ctx.timeout_s:g}s"
+    return code, out
 
 
 _NO_GPU = re.compile(r"preflight probe: (no CUDA GPU visible|needs \d+ GPUs|torch is not importable)")
@@ -312,25 +302,30 @@ def _needs_jit(ctx: Context) -> bool:
 _NVCC_ARCH = re.compile(r"Unsupported gpu architecture '(?P<arch>[\w]+)'")
 
 
+def _probe_outcome(
+    ctx: Context, args: tuple[str, ...], passed: str, what: str, failure: Callable[[str], tuple[str, list[str]]]
+) -> Outcome:
+    """A GPU probe's outcome: passed on exit 0; a node without the GPUs it needs; else a dead end, its summary and
+    what it is bound to read from the probe's output by `failure`."""
+    code, output = run_probe(ctx, *args)
+    if code == 0:
+        return Outcome.passed(passed, output)
+    if failed := _no_gpu(output, what):
+        return failed
+    summary, bound_to = failure(output)
+    return Outcome.failed("dead_end", summary, bound_to=bound_to, output=output)
+
+
+def _jit_failure(output: str) -> tuple[str, list[str]]:
+    if m := _NVCC_ARCH.search(output):
+        return f"the CUDA compiler cannot target {m.group('arch')}", ["cuda", "sm"]
+    return "JIT kernels cannot be built for this GPU on this node", ["cuda", "flashinfer", "sm"]
+
+
 @register(applies=_needs_jit)
 def jit_target(ctx: Context) -> Outcome:
     """The node's nvcc can build kernels for the GPU's SM (FlashInfer / sglang JIT kernels need it)."""
-    code, output = run_probe(ctx, "jit_target")
-    if code == 0:
-        return Outcome.passed("nvcc targets the GPU", output)
-    if failed := _no_gpu(output, "JIT targets"):
-        return failed
-    m = _NVCC_ARCH.search(output)
-    if m:
-        return Outcome.failed(
-            "dead_end", f"the CUDA compiler cannot target {m.group('arch')}", bound_to=["cuda", "sm"], output=output
-        )
-    return Outcome.failed(
-        "dead_end",
-        "JIT kernels cannot be built for this GPU on this node",
-        bound_to=["cuda", "flashinfer", "sm"],
-        output=output,
-    )
+    return _probe_outcome(ctx, ("jit_target",), "nvcc targets the GPU", "JIT targets", _jit_failure)
 
 
 _KEYERROR = re.compile(r"^KeyError: (?P<sm>\d+)\s*$", re.MULTILINE)
@@ -340,38 +335,25 @@ def _rank_count(ctx: Context) -> int:
     return min(2, ctx.tp_size) if ctx.tp_size > 1 else 2
 
 
+def _symm_mem_failure(output: str) -> tuple[str, list[str]]:
+    if m := _KEYERROR.search(output):
+        sm = m.group("sm")
+        return f"torch symmetric memory has no entry for SM {sm} (GPU architecture not supported)", ["torch", "sm"]
+    return "torch symmetric memory rendezvous or allreduce failed on this node", ["torch", "nccl", "sm"]
+
+
 @register(applies=lambda ctx: ctx.has_flag("--enable-torch-symm-mem"))
 def symm_mem(ctx: Context) -> Outcome:
     """torch symmetric memory: a two-rank rendezvous and one allreduce (and sglang's per-SM size table)."""
-    code, output = run_probe(ctx, "symm_mem", "--world-size", str(_rank_count(ctx)))
-    if code == 0:
-        return Outcome.passed("rendezvous and one_shot_all_reduce on 2 ranks", output)
-    if failed := _no_gpu(output, "torch symmetric memory"):
-        return failed
-    m = _KEYERROR.search(output)
-    if m:
-        return Outcome.failed(
-            "dead_end",
-            f"torch symmetric memory has no entry for SM {m.group('sm')} (GPU architecture not supported)",
-            bound_to=["torch", "sm"],
-            output=output,
-        )
-    return Outcome.failed(
-        "dead_end",
-        "torch symmetric memory rendezvous or allreduce failed on this node",
-        bound_to=["torch", "nccl", "sm"],
-        output=output,
+    args = ("symm_mem", "--world-size", str(_rank_count(ctx)))
+    return _probe_outcome(
+        ctx, args, "rendezvous and one_shot_all_reduce on 2 ranks", "torch symmetric memory", _symm_mem_failure
     )
 
 
 @register(applies=lambda ctx: ctx.uses_cuda_graphs and ctx.tp_size > 1)
 def graph_collective(ctx: Context) -> Outcome:
     """CUDA graph capture of one NCCL allreduce, with the approach's NCCL environment."""
-    code, output = run_probe(ctx, "graph_collective", "--world-size", str(_rank_count(ctx)))
-    if code == 0:
-        return Outcome.passed("captured and replayed one all_reduce", output)
-    if failed := _no_gpu(output, "CUDA graph capture"):
-        return failed
-    return Outcome.failed(
-        "dead_end", "incompatible with CUDA graphs (capture failed)", bound_to=["nccl", "torch"], output=output
-    )
+    args = ("graph_collective", "--world-size", str(_rank_count(ctx)))
+    failure = ("incompatible with CUDA graphs (capture failed)", ["nccl", "torch"])
+    return _probe_outcome(ctx, args, "captured and replayed one all_reduce", "CUDA graph capture", lambda _: failure)

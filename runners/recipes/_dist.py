@@ -1,6 +1,6 @@
 """Shared machinery of the collective recipes (allreduce, verify_step): launching ranks,
-process-group setup with timeouts, allreduce implementations, timing on a rank (the clocks and
-statistics themselves are in runners/recipes/_timing.py), bounded teardown.
+process-group setup with timeouts, allreduce implementations, the scopes of a multi-node world, bounded
+teardown. A `Rank` is a `_timing.Place`: the measuring loop (`_timing.Sampling`) runs on it.
 
 The module that is run (`python -m runners.recipes.allreduce ...`) is the *launcher*: it
 validates, checks what the machine can do, then starts one subprocess per rank running the
@@ -30,7 +30,7 @@ from app.protocol.metrics import emit_phase
 from app.protocol.recipes import RecipeError
 from runners.recipes import SAFE_ENV  # defaulted (never overridden) for every rank we start
 from runners.recipes._params import Param, parse_cli, usage_error
-from runners.recipes._timing import PerfCounterTimer, device_timer, time_back_to_back, time_per_call, torch_dtype
+from runners.recipes._timing import Sampling, torch_dtype
 
 # Parameters every collective recipe takes the same way.
 WORLD_SIZE = Param(
@@ -336,38 +336,29 @@ def time_scopes(
     rank: Rank,
     scopes: list[Scope],
     prepare: Callable[[Rank], tuple[bool, Callable[[], Any]]],
-    graph: bool,
-    warmup: int,
-    calls: int,
-    iters: int,
+    sampling: Sampling,
 ) -> list[tuple[Scope, list[float]]] | None:
-    """Time a body on the node and cross-node scopes, by the method of the world's figure (graph replay
-    of the body, or `calls` back to back): every node's ranks at once (as tensor parallelism inside
-    each node runs), then the leaders while the other ranks wait. `prepare(view)` checks and builds
-    the body for one scope ((False, _) when its check failed). Returns each scope's samples (slowest
-    rank of the scope, every rank gets them all), or None when a check failed on any rank."""
+    """Time a body on the node and cross-node scopes, by the world figure's `sampling`: every node's ranks
+    at once (as tensor parallelism inside each node runs), then the leaders while the other ranks wait.
+    `prepare(view)` checks and builds the body for one scope ((False, _) when its check failed). Returns each
+    scope's samples (slowest rank of the scope, every rank gets them all), or None when a check failed on
+    any rank."""
     out: list[tuple[Scope, list[float]]] = []
     for batch in ([s for s in scopes if s.name == "node"], [s for s in scopes if s.name == "cross-node"]):
         if not batch:
             continue
         mine = next((i for i, s in enumerate(batch) if s.view is not None), None)
-        ok, samples = True, [0.0] * iters
+        ok, samples = True, [0.0] * sampling.iters
         if mine is not None:
             view = batch[mine].view
             assert view is not None
             ok, body = prepare(view)
             if ok:
-                if graph:
-                    captured = capture_graph(view, body)
-                    samples = time_graph(view, captured, warmup, iters)
-                    del captured
-                else:
-                    samples = time_eager(view, body, warmup, calls, iters)
-                samples = view.max_across(samples)
+                samples = sampling.samples(view, body)
             del body
         if not rank.all_true(ok):
             return None
-        out += zip(batch, rank.gather_rows(len(batch), mine, samples, iters))
+        out += zip(batch, rank.gather_rows(len(batch), mine, samples, sampling.iters))
     return out
 
 
@@ -597,6 +588,26 @@ class AllGather:
         return self.out
 
 
+def reducer(ar: Allreduce) -> Callable[[Any], Any]:
+    """x -> its allreduce over the ranks, through the allreduce's own buffer (copied out: it is reused)."""
+
+    def reduce(x):
+        ar.buffer.copy_(x)
+        return ar().clone()
+
+    return reduce
+
+
+def repeated(call: Callable[[], Any], times: int) -> Callable[[], None]:
+    """One body of `times` calls back to back (a step's allreduces, a graph's worth of them)."""
+
+    def body() -> None:
+        for _ in range(times):
+            call()
+
+    return body
+
+
 def known_values(seed: int, rank: int, shape: tuple[int, ...], dtype_name: str):
     """Rank-dependent random values any rank can regenerate (CPU generator, exact in dtype)."""
     import torch
@@ -630,50 +641,6 @@ def check_allreduce(ar: Allreduce, seed: int, dtype_name: str) -> tuple[bool, fl
     ar.buffer.zero_()
     rank.synchronize()
     return rank.all_true(ok), float(err.max()), float(tol.max())
-
-
-def timer_for(rank: Rank, clock: str = "events"):
-    return device_timer(rank.device, clock) if rank.on_gpu else PerfCounterTimer()
-
-
-def warm(rank: Rank, fn: Callable[[], Any], warmup: int) -> None:
-    """Untimed calls, then every rank lines up before timing starts."""
-    for _ in range(warmup):
-        fn()
-    rank.synchronize()
-    rank.barrier()
-
-
-def time_eager(
-    rank: Rank, fn: Callable[[], Any], warmup: int, calls: int, samples: int, clock: str = "events"
-) -> list[float]:
-    """Headline eager timing (nccl-tests method, see time_back_to_back), us per call."""
-    warm(rank, fn, warmup)
-    return time_back_to_back(fn, timer_for(rank, clock), calls, samples)
-
-
-def capture_graph(rank: Rank, body: Callable[[], Any]):
-    """Capture `body` in a CUDA graph (after a warm-up on a side stream, as capture requires)."""
-    import torch
-
-    side = torch.cuda.Stream(device=rank.device)
-    side.wait_stream(torch.cuda.current_stream(rank.device))
-    with torch.cuda.stream(side):
-        body()
-    torch.cuda.current_stream(rank.device).wait_stream(side)
-    torch.cuda.synchronize(rank.device)
-    rank.barrier()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
-    torch.cuda.synchronize(rank.device)
-    return graph
-
-
-def time_graph(rank: Rank, graph, warmup: int, iters: int, clock: str = "events") -> list[float]:
-    """Times of whole replays in microseconds (one event pair per replay)."""
-    warm(rank, graph.replay, warmup)
-    return time_per_call(graph.replay, timer_for(rank, clock), iters)
 
 
 def stack_tags(rank: Rank) -> dict[str, Any]:
@@ -714,13 +681,13 @@ def recipe_main(
     argv: Sequence[str] | None,
     *,
     validate: Callable[[dict[str, Any]], Any],
-    worker: Callable[[dict[str, Any]], Any],
+    measure: Callable[[Rank, dict[str, Any]], int],
     world_check: Callable[[dict[str, Any], int], str | None] | None = None,
     min_world: int = 2,
 ) -> int:
     """A distributed recipe's `main`: parse and validate its flags (exit 2 with a usage error), then
-    either run this rank (a worker started by `launch_ranks` here or by srun on a node; it exits
-    through `Rank.finish`) or check the machine and launch the ranks. `world_check(values, world)`
+    either run this rank's `measure` (a worker started by `launch_ranks` here or by srun on a node; it
+    exits through `Rank.finish`) or check the machine and launch the ranks. `world_check(values, world)`
     returns a usage problem that depends on the world size, if any; `min_world` the fewest ranks it runs on. `doc`: the recipe's docstring (its first
     line describes it in --help); `argv`: sys.argv[1:] when None."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -732,7 +699,7 @@ def recipe_main(
     apply_safe_env(os.environ)
     if is_worker():
         node_checks(prog, values, launch_nodes(os.environ))
-        worker(values)
+        run_rank(values, measure)
         return 0  # not reached: the worker exits through Rank.finish
     world = machine_checks(prog, values, min_world)
     problem = world_check(values, world) if world_check is not None else None

@@ -1,8 +1,9 @@
 """Timing of a recipe's samples, apart from any launcher or process group: the clocks (CUDA events, the
-synchronized wall clock, perf_counter), the nccl-tests back-to-back and per-call methods, sample statistics and
-the one headline line (`emit_summary`), and the short profiled run (`profile_steps`). Used by the collective
-recipes through runners/recipes/_dist.py and directly by the single-device draft_step. Standard library + torch
-only; torch is imported lazily.
+synchronized wall clock, perf_counter), the nccl-tests back-to-back and per-call methods, the one measuring loop
+of the step recipes (`Sampling`: warm-up, CUDA graph capture, samples, the slowest rank's) and their check against
+a reference (`check_reference`), sample statistics and the one headline line (`emit_summary`), and the short
+profiled run (`profile_steps`). A `Place` is where the loop runs: a `_dist.Rank` of a world, or `Alone` on one
+device. Standard library + torch only; torch is imported lazily.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from app.protocol.metrics import emit, emit_phase
 from runners.recipes._params import Param
@@ -86,7 +88,7 @@ class PerfCounterTimer:
         return (end - start) * 1e6
 
 
-class SyncWallTimer:
+class SyncWallTimer(PerfCounterTimer):
     """The host's wall clock, the device synchronized at each mark: independent of CUDA events (it
     adds one synchronize per mark, so it reads a little high on short samples)."""
 
@@ -100,12 +102,6 @@ class SyncWallTimer:
 
         torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-    def synchronize(self) -> None:
-        pass
-
-    def elapsed_us(self, start: float, end: float) -> float:
-        return (end - start) * 1e6
 
 
 class CudaEventTimer:
@@ -165,6 +161,154 @@ def time_per_call(fn: Callable[[], Any], timer, iters: int) -> list[float]:
         marks.append((start, timer.mark()))
     timer.synchronize()
     return [timer.elapsed_us(start, end) for start, end in marks]
+
+
+class Place(Protocol):
+    """Where a step is measured: this rank of a world (`_dist.Rank`), or one process alone (`Alone`)."""
+
+    device: Any
+    rank: int
+
+    def synchronize(self) -> None: ...
+
+    def barrier(self) -> None: ...
+
+    def max_across(self, values: list[float]) -> list[float]: ...
+
+    def all_true(self, flag: bool) -> bool: ...
+
+
+class Alone:
+    """One process on one device, no world: nothing to wait for, its samples are the slowest."""
+
+    rank = 0
+
+    def __init__(self, device):
+        self.device = device
+
+    def synchronize(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        pass
+
+    def max_across(self, values: list[float]) -> list[float]:
+        return values
+
+    def all_true(self, flag: bool) -> bool:
+        return flag
+
+
+def capture_graph(place: Place, body: Callable[[], Any]):
+    """Capture `body` in a CUDA graph (after a warm-up on a side stream, as capture requires)."""
+    import torch
+
+    side = torch.cuda.Stream(device=place.device)
+    side.wait_stream(torch.cuda.current_stream(place.device))
+    with torch.cuda.stream(side):
+        body()
+    torch.cuda.current_stream(place.device).wait_stream(side)
+    torch.cuda.synchronize(place.device)
+    place.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    torch.cuda.synchronize(place.device)
+    return graph
+
+
+def warm(place: Place, fn: Callable[[], Any], warmup: int) -> None:
+    """Untimed calls, then every rank lines up before timing starts."""
+    for _ in range(warmup):
+        fn()
+    place.synchronize()
+    place.barrier()
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The one measuring loop of the step recipes: `warmup` untimed calls, then `iters` samples, each `calls`
+    steps back to back between two marks / calls (eager, method "nccl-tests") or one replay of the step
+    captured in a CUDA graph (method "graph-replay"); marks by `clock` (CUDA events, or the wall clock after a
+    synchronize) on a GPU, perf_counter on the CPU. Samples in us, the slowest rank's."""
+
+    graph: bool
+    warmup: int
+    calls: int
+    iters: int
+    clock: str = "events"
+
+    @classmethod
+    def of(cls, values: dict[str, Any], *, clock: bool = True) -> Sampling:
+        """From a recipe's validated mode, warmup, calls, iters and clock (`clock` False: it has none)."""
+        return cls(
+            values["mode"] == "graph",
+            values["warmup"],
+            values["calls"],
+            values["iters"],
+            values["clock"] if clock else "events",
+        )
+
+    @property
+    def method(self) -> str:
+        return "graph-replay" if self.graph else "nccl-tests"
+
+    def timer(self, place: Place):
+        return device_timer(place.device, self.clock)
+
+    def tags(self, place: Place) -> dict[str, Any]:
+        """How a figure was timed, as its line's tags."""
+        return {
+            "timer": self.timer(place).name,
+            "method": self.method,
+            "sample_count": self.iters,
+            "calls_per_sample": 1 if self.graph else self.calls,
+        }
+
+    def samples(self, place: Place, body: Callable[[], Any]) -> list[float]:
+        """`iters` samples of `body` (us per call eager, us per replay in a graph), the slowest rank's each."""
+        timer = self.timer(place)
+        if self.graph:
+            captured = capture_graph(place, body)
+            warm(place, captured.replay, self.warmup)
+            samples = time_per_call(captured.replay, timer, self.iters)
+            del captured
+        else:
+            warm(place, body, self.warmup)
+            samples = time_back_to_back(body, timer, self.calls, self.iters)
+        return place.max_across(samples)
+
+    def profiled(self, place: Place, label: str, body: Callable[[], Any]) -> None:
+        """The short profiled run of `body` (a graph replay of it in graph mode); rank 0 writes the trace."""
+        step = capture_graph(place, body).replay if self.graph else body
+        on_gpu = place.device.type == "cuda"
+        profile_steps(label, step, cuda=on_gpu, synchronize=place.synchronize, record=place.rank == 0)
+        place.barrier()
+
+
+# A step's relative error (Frobenius) against its float32 reference, at most, by the step's dtype.
+REFERENCE_LIMIT = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}
+
+
+def check_reference(place: Place, who: str, out, reference: Callable[[], Any], limit: float, against: str) -> bool:
+    """The step's output `out` (float32, on the CPU) against `reference()`, computed on rank 0 only: finite
+    and within `limit` relative error. Rank 0 prints the verdict; True on every rank when it passed."""
+    import torch
+
+    place.synchronize()
+    ok = True
+    if place.rank == 0:
+        ref = reference().cpu()
+        rel = float((out - ref).norm() / ref.norm())
+        ok = rel <= limit and bool(torch.isfinite(out).all())
+        print(
+            f"{who}: correctness {'ok' if ok else 'FAILED'} vs {against} (relative error {rel:.3g}, limit {limit:g})",
+            flush=True,
+        )
+    return place.all_true(ok)
 
 
 PROFILE_STEPS = 3

@@ -61,10 +61,6 @@ def validate(params: dict[str, Any]) -> dict[str, Any]:
 RECIPE = module_recipe(PROG, SPEC, validate)
 
 
-def worker(values: dict[str, Any]) -> None:
-    _dist.run_rank(values, _measure)
-
-
 GEOMETRY = ("hidden_size",)
 
 
@@ -82,158 +78,161 @@ def _emit_figures(
 
 
 def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
-    n = rank.world_size
-    topo = rank.topology
-    multi = topo.nodes > 1
     if _dist.refused_across_nodes(rank, PROG):
         return 2
-    elt = _dist.DTYPE_BYTES[values["dtype"]]
-    graph = values["mode"] == "graph"
-    timer = _dist.timer_for(rank)
-    base_tags = {
+    sampling = _timing.Sampling.of(values, clock=False)
+    tags = _base_tags(rank, values, sampling)
+    _log_start(rank, values, sampling)
+    rows: list[tuple] = []
+    for tokens in values["tokens"]:
+        found = _measure_size(rank, values, sampling, tags, tokens)
+        if found is None:
+            return 1
+        rows += found
+    if rank.rank == 0:
+        _print_table(rows, values, sampling.graph)
+    if values["profile"]:
+        _profile(rank, values, sampling)
+    return 0
+
+
+def _base_tags(rank: _dist.Rank, values: dict[str, Any], sampling: _timing.Sampling) -> dict[str, Any]:
+    """The conditions every line of the run carries (a multi-node world's also say where it spans)."""
+    tags = {
         "backend": values["backend"],
         "mode": values["mode"],
-        "world_size": n,
+        "world_size": rank.world_size,
         "dtype": values["dtype"],
         "hidden_size": values["hidden_size"],
         "scaled": _params.scaled(values, SPEC, GEOMETRY),
-        "timer": timer.name,
+        "timer": sampling.timer(rank).name,
         **_dist.knob_tags(),
         **_dist.stack_tags(rank),
     }
-    if graph:
-        base_tags["graph_allreduces"] = values["graph_allreduces"]
-    scopes = rank.scopes()
-    if multi:
+    if sampling.graph:
+        tags["graph_allreduces"] = values["graph_allreduces"]
+    if rank.topology.nodes > 1:
         # Single-node trials keep their tags as they were; a multi-node world says where each figure is from.
-        base_tags.update(topo.tags())
+        tags.update(rank.topology.tags())
+    return tags
+
+
+def _log_start(rank: _dist.Rank, values: dict[str, Any], sampling: _timing.Sampling) -> None:
+    topo = rank.topology
     rank.log(
-        f"allreduce: backend={values['backend']} mode={values['mode']} world_size={n} "
+        f"allreduce: backend={values['backend']} mode={values['mode']} world_size={rank.world_size} "
         f"dtype={values['dtype']} hidden={values['hidden_size']} device={rank.device.type} "
-        f"method={'graph-replay' if graph else 'nccl-tests'} timer={timer.name}"
+        f"method={sampling.method} timer={sampling.timer(rank).name}"
     )
-    if multi:
+    if topo.nodes > 1:
         rank.log(
             f"allreduce: {topo.nodes} nodes x {topo.ranks_per_node} ranks (nodes from the {topo.source}: "
             + ", ".join(f"{name}: ranks {topo.members(i)}" for i, name in enumerate(topo.names))
             + "); scopes: "
-            + ", ".join(dict.fromkeys(s.name for s in scopes))
+            + ", ".join(dict.fromkeys(s.name for s in rank.scopes()))
         )
-    rows = []
-    for tokens in values["tokens"]:
-        shape = (tokens, values["hidden_size"])
-        nbytes = tokens * values["hidden_size"] * elt
-        tags = {**base_tags, "tokens": tokens, "bytes": nbytes}
-        rank.phase(f"measuring {tokens} token{'s' if tokens != 1 else ''} ({nbytes} B)")
-        ar = _dist.Allreduce(rank, shape, values["dtype"])
-        ok, err, tol = _dist.check_allreduce(ar, values["seed"], values["dtype"])
-        if not ok:
+
+
+def _measure_size(
+    rank: _dist.Rank, values: dict[str, Any], sampling: _timing.Sampling, base_tags: dict[str, Any], tokens: int
+) -> list[tuple] | None:
+    """One message size: the check, the world's samples (and per-call ones), each scope's in a multi-node
+    world; rank 0 emits the lines. Returns the size's rows of the table (rank 0's), None when a check failed."""
+    topo = rank.topology
+    multi = topo.nodes > 1
+    scopes = rank.scopes()
+    shape = (tokens, values["hidden_size"])
+    nbytes = tokens * values["hidden_size"] * _dist.DTYPE_BYTES[values["dtype"]]
+    tags = {**base_tags, "tokens": tokens, "bytes": nbytes}
+    world_tags = {**tags, **scopes[0].tags(topo)} if multi else tags
+    rank.phase(f"measuring {tokens} token{'s' if tokens != 1 else ''} ({nbytes} B)")
+    ar = _dist.Allreduce(rank, shape, values["dtype"])
+    if not _checked(rank, ar, values, tokens, nbytes, world_tags):
+        return None
+    per = values["graph_allreduces"] if sampling.graph else 1
+    samples = [t / per for t in sampling.samples(rank, _body(ar, values, sampling.graph))]
+    calls = per if sampling.graph else values["calls"]
+    timing = {"method": sampling.method, "sample_count": values["iters"], "calls_per_sample": calls}
+    per_call: list[float] = []
+    if not sampling.graph and values["per_call_iters"]:
+        rank.barrier()
+        per_call = rank.max_across(_timing.time_per_call(ar, sampling.timer(rank), values["per_call_iters"]))
+    del ar
+    scoped: list[tuple[_dist.Scope, list[float]]] = []
+    if multi:
+        rank.phase(f"measuring {tokens} token{'s' if tokens != 1 else ''} within each node, then across nodes")
+        found = _dist.time_scopes(rank, scopes, lambda view: _prepared(view, shape, values, sampling.graph), sampling)
+        if found is None:
             print(
-                f"allreduce: CORRECTNESS FAILED rank {rank.rank} tokens={tokens}: "
-                f"max abs error {err:.3g} > tolerance {tol:.3g}",
+                f"allreduce: CORRECTNESS FAILED within a node or across the node leaders, tokens={tokens}",
                 file=sys.stderr,
                 flush=True,
             )
-            return 1
-        rank.log(
-            f"allreduce: correctness ok tokens={tokens} bytes={nbytes} (max abs error {err:.3g}, tolerance {tol:.3g})"
+            return None
+        scoped = list(found)
+    if rank.rank != 0:
+        return []
+    return _emit_size(samples, per_call, scoped, nbytes, rank.world_size, timing, tags, world_tags, topo)
+
+
+def _checked(
+    rank: _dist.Rank, ar: _dist.Allreduce, values: dict[str, Any], tokens: int, nbytes: int, tags: dict[str, Any]
+) -> bool:
+    """The world's allreduce against a known sum, said on every rank that failed and by rank 0's line."""
+    ok, err, tol = _dist.check_allreduce(ar, values["seed"], values["dtype"])
+    if not ok:
+        print(
+            f"allreduce: CORRECTNESS FAILED rank {rank.rank} tokens={tokens}: "
+            f"max abs error {err:.3g} > tolerance {tol:.3g}",
+            file=sys.stderr,
+            flush=True,
         )
-        world_tags = {**tags, **scopes[0].tags(topo)} if multi else tags
-        if rank.rank == 0:
-            emit(M.ALLREDUCE_CHECK_PASSED, 1, "", max_abs_error=err, **world_tags)
-        per_call: list[float] = []
-        if graph:
-            per = values["graph_allreduces"]
-            captured = _dist.capture_graph(rank, lambda: [ar() for _ in range(per)])
-            samples = [t / per for t in _dist.time_graph(rank, captured, values["warmup"], values["iters"])]
-            del captured
-            timing = {"method": "graph-replay", "sample_count": values["iters"], "calls_per_sample": per}
-        else:
-            samples = _dist.time_eager(rank, ar, values["warmup"], values["calls"], values["iters"])
-            timing = {"method": "nccl-tests", "sample_count": values["iters"], "calls_per_sample": values["calls"]}
-            if values["per_call_iters"]:
-                rank.barrier()
-                per_call = rank.max_across(_timing.time_per_call(ar, timer, values["per_call_iters"]))
-        del ar
-        samples = rank.max_across(samples)
-        stats = _timing.summarize(samples)
-        scoped: list[tuple[_dist.Scope, list[float]]] = []
-        if multi:
-            rank.phase(f"measuring {tokens} token{'s' if tokens != 1 else ''} within each node, then across nodes")
-            found = _dist.time_scopes(
-                rank,
-                scopes,
-                lambda view: _prepared(view, shape, values, graph),
-                graph,
-                values["warmup"],
-                values["calls"],
-                values["iters"],
-            )
-            if found is None:
-                print(
-                    f"allreduce: CORRECTNESS FAILED within a node or across the node leaders, tokens={tokens}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return 1
-            scoped = list(found)
-        if rank.rank == 0:
-            algbw, busbw, _ = _emit_figures(samples, nbytes, n, timing, world_tags)
-            if per_call:
-                _timing.emit_summary(
-                    M.ALLREDUCE_PER_CALL_US,
-                    per_call,
-                    "us",
-                    method="per-call-events",
-                    sample_count=len(per_call),
-                    **world_tags,
-                )
-            label = "world" if multi else None
-            rows.append(
-                (
-                    label,
-                    tokens,
-                    nbytes,
-                    stats,
-                    algbw,
-                    busbw,
-                    _timing.summarize(per_call)["median"] if per_call else None,
-                )
-            )
-            for scope, scope_samples in scoped:
-                alg, bus, s = _emit_figures(
-                    scope_samples, nbytes, len(scope.members), timing, {**tags, **scope.tags(topo)}
-                )
-                where = f"node {topo.names[scope.node]}" if scope.node is not None else scope.name
-                rows.append((where, tokens, nbytes, s, alg, bus, None))
+        return False
+    rank.log(f"allreduce: correctness ok tokens={tokens} bytes={nbytes} (max abs error {err:.3g}, tolerance {tol:.3g})")
     if rank.rank == 0:
-        _print_table(rows, values, graph)
-    if values["profile"]:
-        _profile(rank, values, graph)
-    return 0
+        emit(M.ALLREDUCE_CHECK_PASSED, 1, "", max_abs_error=err, **tags)
+    return True
 
 
-def _profile(rank: _dist.Rank, values: dict[str, Any], graph: bool) -> None:
+def _emit_size(samples, per_call, scoped, nbytes, ranks, timing, tags, world_tags, topo) -> list[tuple]:
+    """Rank 0's lines of one size (the world's, its per-call figure, each scope's); returns its table rows."""
+    algbw, busbw, stats = _emit_figures(samples, nbytes, ranks, timing, world_tags)
+    if per_call:
+        _timing.emit_summary(
+            M.ALLREDUCE_PER_CALL_US, per_call, "us", method="per-call-events", sample_count=len(per_call), **world_tags
+        )
+    label = "world" if topo.nodes > 1 else None
+    tokens = tags["tokens"]
+    per_call_median = _timing.summarize(per_call)["median"] if per_call else None
+    rows = [(label, tokens, nbytes, stats, algbw, busbw, per_call_median)]
+    for scope, scope_samples in scoped:
+        alg, bus, s = _emit_figures(scope_samples, nbytes, len(scope.members), timing, {**tags, **scope.tags(topo)})
+        where = f"node {topo.names[scope.node]}" if scope.node is not None else scope.name
+        rows.append((where, tokens, nbytes, s, alg, bus, None))
+    return rows
+
+
+def _profile(rank: _dist.Rank, values: dict[str, Any], sampling: _timing.Sampling) -> None:
     """The short profiled run of the first size on the whole world (never a timing sample): a step is one
     call eager, one replay of graph_allreduces calls in graph mode; rank 0 writes allreduce.trace.json."""
     shape = (values["tokens"][0], values["hidden_size"])
-    ok, body = _prepared(rank, shape, values, graph)
+    ok, body = _prepared(rank, shape, values, sampling.graph)
     if not rank.all_true(ok):
         print("allreduce: CORRECTNESS FAILED before profiling; no trace", file=sys.stderr, flush=True)
         return
-    step = _dist.capture_graph(rank, body).replay if graph else body
-    _timing.profile_steps(PROFILE_LABEL, step, cuda=rank.on_gpu, synchronize=rank.synchronize, record=rank.rank == 0)
-    rank.barrier()
+    sampling.profiled(rank, PROFILE_LABEL, body)
+
+
+def _body(ar: _dist.Allreduce, values: dict[str, Any], graph: bool):
+    """What one sample times: one allreduce eager (called `calls` times), graph_allreduces of them in a graph."""
+    return _dist.repeated(ar, values["graph_allreduces"]) if graph else ar
 
 
 def _prepared(view: _dist.Rank, shape: tuple[int, ...], values: dict[str, Any], graph: bool):
     """The body timed on a node or leaders scope, after the same correctness check as the world's."""
     ar = _dist.Allreduce(view, shape, values["dtype"])
     ok, _, _ = _dist.check_allreduce(ar, values["seed"], values["dtype"])
-    if graph:
-        per = values["graph_allreduces"]
-        return ok, lambda: [ar() for _ in range(per)]
-    return ok, ar
+    return ok, _body(ar, values, graph)
 
 
 def _print_table(rows: list[tuple], values: dict[str, Any], graph: bool) -> None:
@@ -265,14 +264,7 @@ def _print_table(rows: list[tuple], values: dict[str, Any], graph: bool) -> None
 
 def main(argv: Sequence[str] | None = None) -> int:
     announce_import("torch")  # the page shows "importing torch" while it loads
-    return _dist.recipe_main(
-        PROG,
-        __doc__,
-        SPEC,
-        argv,
-        validate=_dist.static_checks,
-        worker=worker,
-    )
+    return _dist.recipe_main(PROG, __doc__, SPEC, argv, validate=_dist.static_checks, measure=_measure)
 
 
 if __name__ == "__main__":

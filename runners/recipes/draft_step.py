@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.protocol.metrics import MetricName as M
@@ -132,23 +132,24 @@ class DraftHead:
         self._allreduce: dict[int, Any] = {}
         self._gather: dict[int, Any] = {}
 
-    def _reduce(self, x):
+    def _collective(self, ops: dict[int, Any], make: Callable[[tuple[int, ...]], Any], x):
+        """x through this rank's collective for x's batch (made once per batch size); x itself alone."""
         if self.rank is None:
             return x
         b = x.shape[0]
-        if b not in self._allreduce:
-            self._allreduce[b] = _dist.Allreduce(self.rank, tuple(x.shape), self.dtype_name)
-        ar = self._allreduce[b]
-        ar.buffer.copy_(x)
-        return ar().clone()
+        if b not in ops:
+            ops[b] = make(tuple(x.shape))
+        return ops[b](x)
+
+    def _reduce(self, x):
+        return self._collective(
+            self._allreduce, lambda shape: _dist.reducer(_dist.Allreduce(self.rank, shape, self.dtype_name)), x
+        )
 
     def _gather_logits(self, part):
-        if self.rank is None:
-            return part
-        b = part.shape[0]
-        if b not in self._gather:
-            self._gather[b] = _dist.AllGather(self.rank, tuple(part.shape), part.dtype)
-        return self._gather[b](part)
+        return self._collective(
+            self._gather, lambda shape: _dist.AllGather(self.rank, (shape[0], shape[1]), part.dtype), part
+        )
 
     @staticmethod
     def _norm(x):
@@ -178,10 +179,11 @@ class DraftHead:
         return logits.argmax(-1)
 
 
-def _time_point(head: DraftHead, b: int, values: dict[str, Any], device, timer) -> list[float] | None:
-    """R samples (ms per step) at batch b, after a check of the step's output; None when it is wrong."""
-    import torch
-
+def _time_point(
+    head: DraftHead, b: int, values: dict[str, Any], sampling: _timing.Sampling, place: _timing.Place
+) -> list[float] | None:
+    """R samples (ms per step) at batch b, after a check of the step's output; None when it is wrong. A
+    tensor-parallel step is as slow as its slowest rank: the samples are the slowest rank's."""
     out = head.step(b)
     if out.shape != (b,) or not bool(((out >= 0) & (out < values["draft_vocab"])).all()):
         print(
@@ -191,33 +193,7 @@ def _time_point(head: DraftHead, b: int, values: dict[str, Any], device, timer) 
             flush=True,
         )
         return None
-    for _ in range(values["warmup"]):
-        head.step(b)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    if head.rank is not None:
-        head.rank.barrier()  # every rank starts timing together: the collectives pair up
-    if values["mode"] == "graph":
-        side = torch.cuda.Stream(device=device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            head.step(b)
-        torch.cuda.current_stream(device).wait_stream(side)
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured):
-            head.step(b)
-        for _ in range(values["warmup"]):
-            captured.replay()
-        torch.cuda.synchronize(device)
-        if head.rank is not None:
-            head.rank.barrier()
-        samples = _timing.time_per_call(captured.replay, timer, values["iters"])
-        del captured
-    else:
-        samples = _timing.time_back_to_back(lambda: head.step(b), timer, values["calls"], values["iters"])
-    if head.rank is not None:
-        samples = head.rank.max_across(samples)  # a tensor-parallel step is as slow as its slowest rank
-    return [s / 1000 for s in samples]
+    return [s / 1000 for s in sampling.samples(place, lambda: head.step(b))]
 
 
 def run(values: dict[str, Any], rank: _dist.Rank | None = None) -> int:
@@ -239,8 +215,8 @@ def run(values: dict[str, Any], rank: _dist.Rank | None = None) -> int:
     sizes = batches(values)
     head = DraftHead(values, device, _timing.torch_dtype(values["dtype"]), max(sizes), rank)
     report = rank is None or rank.rank == 0
-    timer = _timing.device_timer(device, values["clock"])
-    graph = values["mode"] == "graph"
+    place: _timing.Place = rank if rank is not None else _timing.Alone(device)
+    sampling = _timing.Sampling.of(values)
     tags = {
         "mode": values["mode"],
         "device": device.type,
@@ -255,15 +231,12 @@ def run(values: dict[str, Any], rank: _dist.Rank | None = None) -> int:
         "context": values["context_len"],
         "dtype": values["dtype"],
         "scaled": _params.scaled(values, SPEC, GEOMETRY),
-        "timer": timer.name,
-        "method": "graph-replay" if graph else "nccl-tests",
-        "sample_count": values["iters"],
-        "calls_per_sample": 1 if graph else values["calls"],
+        **sampling.tags(place),
         "torch": torch.__version__,
     }
     for b in sizes:
         emit_phase(f"batch {b}: timing")
-        samples = _time_point(head, b, values, device, timer)
+        samples = _time_point(head, b, values, sampling, place)
         if samples is None:
             return 1
         if not report:
@@ -277,12 +250,9 @@ def run(values: dict[str, Any], rank: _dist.Rank | None = None) -> int:
         )
     if values["profile"]:
         b = sizes[0]
-
-        def sync() -> None:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-
-        _timing.profile_steps("draft_step", lambda: head.step(b), cuda=device.type == "cuda", synchronize=sync)
+        _timing.profile_steps(
+            "draft_step", lambda: head.step(b), cuda=device.type == "cuda", synchronize=place.synchronize
+        )
     return 0
 
 

@@ -838,10 +838,6 @@ def reference(values, ws: int, x0, b: int, plans: list[Plan]):
 # ---- the run --------------------------------------------------------------------------------------
 
 
-def worker(values: dict[str, Any]) -> None:
-    _dist.run_rank(values, _measure)
-
-
 def copy_bandwidth_gbps(rank: _dist.Rank) -> float:
     """Device-to-device copy rate, bytes read + written per second (GB/s): the floor's ceiling."""
     import torch
@@ -849,7 +845,7 @@ def copy_bandwidth_gbps(rank: _dist.Rank) -> float:
     n = (2 << 30) if rank.on_gpu else (64 << 20)
     src = torch.empty(n, dtype=torch.uint8, device=rank.device).random_(0, 255)
     dst = torch.empty_like(src)
-    timer = _dist.timer_for(rank)
+    timer = _timing.device_timer(rank.device)
     samples = _timing.time_back_to_back(lambda: dst.copy_(src), timer, 5, 5 if rank.on_gpu else 2)
     us = sorted(samples)[len(samples) // 2]
     return 2 * n / (us * 1e-6) / 1e9
@@ -888,19 +884,17 @@ def _kernel_refusal(values: dict[str, Any], ws: int) -> str | None:
     )
 
 
-def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
-    import torch
-
-    ws = rank.world_size
-    problem = _divisible(values, ws)
+def _refused(rank: _dist.Rank, values: dict[str, Any]) -> bool:
+    """What this world cannot run, said on stderr: indivisible shards, an experts dtype or kernel the node
+    does not run right (probed on every rank), symmetric memory across nodes."""
+    problem = _divisible(values, rank.world_size)
     if problem:
         print(f"moe_step: {problem}", file=sys.stderr)
-        return 2
-    dtype = _timing.torch_dtype(values["dtype"])
+        return True
     refusal = probe_experts_dtype(
         values["experts_dtype"],
         rank.device,
-        dtype,
+        _timing.torch_dtype(values["dtype"]),
         values["fp8_scaling"] == "rowwise",
         values["experts_kernel"],
         values["int4_group"],
@@ -908,28 +902,51 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
     if not rank.all_true(refusal is None):
         if rank.rank == 0:
             print(f"moe_step: error: {refusal or 'another rank refused the experts dtype'}", file=sys.stderr)
+        return True
+    return _dist.refused_across_nodes(rank, PROG)
+
+
+def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
+    import torch
+
+    if _refused(rank, values):
         return 2
-    if _dist.refused_across_nodes(rank, PROG):
-        return 2
-    geo_name, geo = geometry_of(values)
-    elt = _dist.DTYPE_BYTES[values["dtype"]]
-    hid, ctx = geo["hidden_size"], values["context"]
+    dtype = _timing.torch_dtype(values["dtype"])
+    sampling = _timing.Sampling.of(values)
     pts = points(values)
-    max_batch = max(b for b, _ in pts)
-    max_tokens = max(b * (k + 1) for b, k in pts)
     rank.phase("measuring the copy bandwidth")
     bw = copy_bandwidth_gbps(rank)
+    _, geo = geometry_of(values)
     rank.phase(f"building {geo['first_k_dense'] + values['moe_layers_timed']} distinct layers")
-    stack = Stack(values, rank, dtype, max_batch)
+    stack = Stack(values, rank, dtype, max(b for b, _ in pts))
     gen = torch.Generator().manual_seed(values["seed"] + 17)
-    x_all = torch.randn(max_tokens, hid, generator=gen).to(dtype=dtype, device=rank.device)
-    graph = values["mode"] == "graph"
-    timer = _dist.timer_for(rank, values["clock"])
-    label = standin_label(geo_name, values, geo)
-    timed_layers = stack.fkd + stack.n_moe
-    factor = stack.moe_layers / stack.n_moe
+    max_tokens = max(b * (k + 1) for b, k in pts)
+    x_all = torch.randn(max_tokens, geo["hidden_size"], generator=gen).to(dtype=dtype, device=rank.device)
+    tags = _tags(rank, values, sampling, stack, bw)
+    _log_start(rank, values, stack, bw, pts)
+    if rank.rank == 0:
+        emit(M.COPY_BANDWIDTH_GBPS, bw, "GB/s", **tags)
+    if not _checked(rank, values, stack, x_all, pts):
+        return 1
+    rows = []
+    for b, k in pts:
+        times, touched, local = _time_point(rank, values, sampling, stack, x_all, b, k)
+        if rank.rank == 0:
+            rows.append(_emit_point(values, stack, tags, times, b, k, touched, local, bw))
+    if rank.rank == 0:
+        _print_table(rows, tags["standin_label"])
+    return 0
+
+
+def _tags(
+    rank: _dist.Rank, values: dict[str, Any], sampling: _timing.Sampling, stack: Stack, bw: float
+) -> dict[str, Any]:
+    """The conditions every line of the run carries."""
+    geo_name, geo = stack.geo_name, stack.geo
+    ws = rank.world_size
     defaults = GEOMETRIES["kimi-k2.5" if geo_name == "custom" else geo_name]
-    tags: dict[str, Any] = {
+    factor = stack.moe_layers / stack.n_moe
+    return {
         "backend": rank.backend,
         "mode": values["mode"],
         "world_size": ws,
@@ -944,11 +961,11 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "experts_kernel": values["experts_kernel"],
         "routing": values["routing"],
         C.LAYERS: geo["layers"],
-        C.LAYERS_TIMED: timed_layers,
+        C.LAYERS_TIMED: stack.fkd + stack.n_moe,
         "moe_layers_timed": stack.n_moe,
         "layer_scaling": f"{stack.fkd} dense + {stack.n_moe} MoE layers timed; MoE part x {factor:g}",
-        "standin_label": label,
-        "hidden_size": hid,
+        "standin_label": standin_label(geo_name, values, geo),
+        "hidden_size": geo["hidden_size"],
         "ffn_size": geo["dense_ffn_size"],
         "moe_ffn_size": geo["moe_ffn_size"],
         "first_k_dense": geo["first_k_dense"],
@@ -956,157 +973,143 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         "vocab_size": geo["vocab_size"],
         "expert_parallel": values["expert_parallel"],
         "heads": geo["heads"],
-        "kv_dim": stack.dim if ctx else 0,
+        "kv_dim": stack.dim if values["context"] else 0,
         "allreduces": 2 * geo["layers"] if ws > 1 else 0,
         "scaled": any(
             geo[n] < defaults[n]
             for n in ("hidden_size", "dense_ffn_size", "moe_ffn_size", "experts", "vocab_size", "heads")
         ),
-        "timer": timer.name,
-        "method": "graph-replay" if graph else "nccl-tests",
-        "sample_count": values["iters"],
-        "calls_per_sample": 1 if graph else values["calls"],
+        **sampling.tags(rank),
         "copy_bandwidth_gbps": round(bw, 1),
         **_dist.knob_tags(),
         **_dist.stack_tags(rank),
     }
+
+
+def _log_start(rank: _dist.Rank, values: dict[str, Any], stack: Stack, bw: float, pts: list[tuple[int, int]]) -> None:
+    geo = stack.geo
     rank.log(
-        f"moe_step: {label} (MoE part x {factor:g}); backend={rank.backend} mode={values['mode']} world_size={ws} "
+        f"moe_step: {standin_label(stack.geo_name, values, geo)} (MoE part x {stack.moe_layers / stack.n_moe:g}); "
+        f"backend={rank.backend} mode={values['mode']} world_size={rank.world_size} "
         f"experts={geo['experts']} top_k={geo['experts_top_k']} moe_ffn={geo['moe_ffn_size']} "
-        f"{'expert' if values['expert_parallel'] else 'tensor'}-parallel experts, context={ctx}, "
+        f"{'expert' if values['expert_parallel'] else 'tensor'}-parallel experts, context={values['context']}, "
         f"copy bandwidth {bw:.0f} GB/s; {len(pts)} point(s): " + " ".join(f"({b},{k})" for b, k in pts)
     )
-    if rank.rank == 0:
-        emit(M.COPY_BANDWIDTH_GBPS, bw, "GB/s", **tags)
 
-    def build(b: int, k: int):
-        """The point's routing pass (eager, with the allreduces: every rank routes the same hidden states),
-        then its timed parts over static buffers: parts(with_allreduce) = (dense layers + LM head, the MoE
-        layers over the routed plans); also the plans and the pass's logits."""
-        t = b * (k + 1)
-        inp = x_all[:t]
-        ar = _dist.Allreduce(rank, (t, hid), values["dtype"]) if ws > 1 else None
-        gather_op = _dist.AllGather(rank, (t, geo["vocab_size"] // ws), dtype) if ws > 1 else None
 
-        def reduce(x):
-            assert ar is not None
-            ar.buffer.copy_(x)
-            return ar().clone()  # the buffer is reused by the next allreduce
+def _routed(rank: _dist.Rank, values: dict[str, Any], stack: Stack, x_all, b: int, k: int):
+    """The point's routing pass (eager, with the allreduces: every rank routes the same hidden states), then
+    its timed parts over static buffers: parts(with_allreduce) = (dense layers + LM head, the MoE layers over
+    the routed plans); also the plans and the pass's logits."""
+    ws, t = rank.world_size, b * (k + 1)
+    inp = x_all[:t]
+    ar = _dist.Allreduce(rank, (t, stack.geo["hidden_size"]), values["dtype"]) if ws > 1 else None
+    gather_op = _dist.AllGather(rank, (t, stack.geo["vocab_size"] // ws), stack.dtype) if ws > 1 else None
+    reduce = _dist.reducer(ar) if ar is not None else dense._same
+    gather = gather_op if gather_op is not None else dense._same
 
-        def gather(part):
-            return gather_op(part) if gather_op is not None else part
+    plans: list[Plan] = []
+    x = inp
+    for i in range(stack.fkd):
+        x = stack.dense_layer(i, x, b, reduce)
+    moe_in = x.clone()
+    for j in range(stack.n_moe):
+        x = stack.moe_layer(j, x, b, reduce, plans, record=True)
+    logits = stack.lm_head(x, gather)
 
-        def identity(x):
-            return x
+    def parts(with_allreduce: bool):
+        allreduce = reduce if with_allreduce else dense._same
+        gath = gather if with_allreduce else dense._same
 
-        plans: list[Plan] = []
-        x = inp
-        for i in range(stack.fkd):
-            x = stack.dense_layer(i, x, b, reduce if ar else identity)
-        moe_in = x.clone()
-        for j in range(stack.n_moe):
-            x = stack.moe_layer(j, x, b, reduce if ar else identity, plans, record=True)
-        logits = stack.lm_head(x, gather)
+        def dense_part():
+            y = inp
+            for i in range(stack.fkd):
+                y = stack.dense_layer(i, y, b, allreduce)
+            return stack.lm_head(y, gath)
 
-        def parts(with_allreduce: bool):
-            allreduce = reduce if (with_allreduce and ar is not None) else identity
-            gath = gather if with_allreduce else identity
+        def moe_part():
+            y = moe_in
+            for j in range(stack.n_moe):
+                y = stack.moe_layer(j, y, b, allreduce, plans, record=False)
+            return y
 
-            def dense_part():
-                y = inp
-                for i in range(stack.fkd):
-                    y = stack.dense_layer(i, y, b, allreduce)
-                return stack.lm_head(y, gath)
+        return dense_part, moe_part
 
-            def moe_part():
-                y = moe_in
-                for j in range(stack.n_moe):
-                    y = stack.moe_layer(j, y, b, allreduce, plans, record=False)
-                return y
+    return parts, plans, logits
 
-            return dense_part, moe_part
 
-        return parts, plans, logits
-
-    cb, ck = min(pts, key=lambda p: p[0] * (p[1] + 1))
+def _checked(rank: _dist.Rank, values: dict[str, Any], stack: Stack, x_all, pts: list[tuple[int, int]]) -> bool:
+    """The step at the smallest point against the float32 reference of the same timed stack and routing."""
+    cb, ck = dense.smallest(pts)
     rank.phase(f"checking batch {cb}, {ck} draft tokens against the float32 reference")
-    _, plans, out = build(cb, ck)
+    _, plans, out = _routed(rank, values, stack, x_all, cb, ck)
     out = out.float().cpu()
-    rank.synchronize()
-    ok = True
-    if rank.rank == 0:
-        ref = reference(values, ws, x_all[: cb * (ck + 1)], cb, plans).cpu()
-        rel = float((out - ref).norm() / ref.norm())
-        limit = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}[values["dtype"]]
-        limit = max(limit, {"bf16": 0.0, "fp8": 8e-2, "int4": 8e-2}[values["experts_dtype"]])
-        ok = rel <= limit and bool(torch.isfinite(out).all())
-        print(
-            f"moe_step: correctness {'ok' if ok else 'FAILED'} vs unsharded float32 reference at batch {cb}, "
-            f"{ck} draft tokens, over the step's routing (relative error {rel:.3g}, limit {limit:g})",
-            flush=True,
-        )
-    if not rank.all_true(ok):
-        return 1
-    del out, plans
+    limit = max(
+        _timing.REFERENCE_LIMIT[values["dtype"]], {"bf16": 0.0, "fp8": 8e-2, "int4": 8e-2}[values["experts_dtype"]]
+    )
+    against = f"unsharded float32 reference at batch {cb}, {ck} draft tokens, over the step's routing"
+    return _timing.check_reference(
+        rank,
+        "moe_step",
+        out,
+        lambda: reference(values, rank.world_size, x_all[: cb * (ck + 1)], cb, plans),
+        limit,
+        against,
+    )
 
-    def timed(body) -> list[float]:
-        if graph:
-            captured = _dist.capture_graph(rank, body)
-            samples = _dist.time_graph(rank, captured, values["warmup"], values["iters"], values["clock"])
-            del captured
-        else:
-            samples = _dist.time_eager(rank, body, values["warmup"], values["calls"], values["iters"], values["clock"])
-        return rank.max_across(samples)
 
-    rows = []
-    for b, k in pts:
-        t = b * (k + 1)
-        times: dict[str, list[float]] = {}
-        parts, plans, _ = build(b, k)
-        touched = sum(p.touched for p in plans) / len(plans)
-        local = sum(len(p.experts) for p in plans) / len(plans)
-        for name, with_ar in (("full", True), ("compute", False)) if ws > 1 else (("compute", False),):
-            rank.phase(f"batch {b}, {k} draft tokens ({t} tokens, {touched:.0f} experts a layer): timing {name}")
-            dense_part, moe_part = parts(with_ar)
-            a, m = timed(dense_part), timed(moe_part)
-            times[name] = [x + y * factor for x, y in zip(a, m)]
-            del dense_part, moe_part
-        del parts, plans
-        if ws > 1:
-            ar = _dist.Allreduce(rank, (t, hid), values["dtype"])
+def _time_point(
+    rank: _dist.Rank, values: dict[str, Any], sampling: _timing.Sampling, stack: Stack, x_all, b: int, k: int
+):
+    """One point's samples per variant (full, compute only; allreduce only at world size > 1), each sample the
+    dense part + the MoE part x (MoE layers / timed); with the experts touched per layer (all ranks, this rank)."""
+    ws, t = rank.world_size, b * (k + 1)
+    factor = stack.moe_layers / stack.n_moe
+    times: dict[str, list[float]] = {}
+    parts, plans, _ = _routed(rank, values, stack, x_all, b, k)
+    touched = sum(p.touched for p in plans) / len(plans)
+    local = sum(len(p.experts) for p in plans) / len(plans)
+    for name, with_ar in (("full", True), ("compute", False)) if ws > 1 else (("compute", False),):
+        rank.phase(f"batch {b}, {k} draft tokens ({t} tokens, {touched:.0f} experts a layer): timing {name}")
+        dense_part, moe_part = parts(with_ar)
+        a, m = sampling.samples(rank, dense_part), sampling.samples(rank, moe_part)
+        times[name] = [x + y * factor for x, y in zip(a, m)]
+        del dense_part, moe_part
+    del parts, plans
+    if ws > 1:
+        ar = _dist.Allreduce(rank, (t, stack.geo["hidden_size"]), values["dtype"])
+        rank.phase(f"batch {b}, {k} draft tokens: timing allreduce only")
+        times["comm"] = sampling.samples(rank, _dist.repeated(ar, 2 * stack.geo["layers"]))
+        del ar
+    times.setdefault("full", times["compute"])
+    return times, touched, local
 
-            def comm_only(ar=ar):
-                for _ in range(2 * geo["layers"]):
-                    ar()
 
-            rank.phase(f"batch {b}, {k} draft tokens: timing allreduce only")
-            times["comm"] = timed(comm_only)
-            del ar
-        times.setdefault("full", times["compute"])
-        read = step_bytes(stack, geo, values, b, local, elt)
-        point = {
-            "batch": b,
-            "draft_tokens": k,
-            "tokens": t,
-            "context": ctx,
-            "bytes": t * hid * elt,
-            "kv_bytes": b * ctx * stack.dim * elt * geo["layers"],
-            C.EXPERTS_TOUCHED: round(touched, 2),
-            "experts_touched_uniform": round(expected_touched(geo["experts"], geo["experts_top_k"], t), 2),
-            "experts_touched_rank": round(local, 2),
-            "read_bytes": int(read),
-        }
-        if rank.rank == 0:
-            row = dense._emit_point({**values, "layers": geo["layers"]}, ws, point, times, [], tags, tags, None)
-            floor_ms = read / (bw * 1e9) * 1e3
-            eff = floor_ms / row["full"]["median"] if row["full"]["median"] > 0 else 0.0
-            emit(M.STEP_FLOOR_MS, floor_ms, "ms", derived="read_bytes / copy bandwidth", **{**tags, **point})
-            emit(M.STEP_BW_EFFICIENCY, eff, "", derived="floor / verify_time", **{**tags, **point})
-            row.update(touched=touched, floor=floor_ms, eff=eff)
-            rows.append(row)
-    if rank.rank == 0:
-        _print_table(rows, label)
-    return 0
+def _emit_point(values, stack: Stack, tags, times, b: int, k: int, touched: float, local: float, bw: float):
+    """Rank 0's lines of one point: the dense stand-in's (verify_step's), the read floor and the efficiency."""
+    geo, t = stack.geo, b * (k + 1)
+    elt = _dist.DTYPE_BYTES[values["dtype"]]
+    read = step_bytes(stack, geo, values, b, local, elt)
+    point = {
+        "batch": b,
+        "draft_tokens": k,
+        "tokens": t,
+        "context": values["context"],
+        "bytes": t * geo["hidden_size"] * elt,
+        "kv_bytes": b * values["context"] * stack.dim * elt * geo["layers"],
+        C.EXPERTS_TOUCHED: round(touched, 2),
+        "experts_touched_uniform": round(expected_touched(geo["experts"], geo["experts_top_k"], t), 2),
+        "experts_touched_rank": round(local, 2),
+        "read_bytes": int(read),
+    }
+    ws = stack.ws
+    row = dense._emit_point({**values, "layers": geo["layers"]}, ws, point, times, [], tags, tags, None)
+    floor_ms = read / (bw * 1e9) * 1e3
+    eff = floor_ms / row["full"]["median"] if row["full"]["median"] > 0 else 0.0
+    emit(M.STEP_FLOOR_MS, floor_ms, "ms", derived="read_bytes / copy bandwidth", **{**tags, **point})
+    emit(M.STEP_BW_EFFICIENCY, eff, "", derived="floor / verify_time", **{**tags, **point})
+    row.update(touched=touched, floor=floor_ms, eff=eff)
+    return row
 
 
 def step_bytes(stack: Stack, geo: dict[str, Any], values: dict[str, Any], b: int, local: float, elt: int) -> float:
@@ -1142,14 +1145,10 @@ def _print_table(rows: list[dict[str, Any]], label: str) -> None:
     )
 
 
-def _world_check(values: dict[str, Any], world: int) -> str | None:
-    return _divisible(values, world)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     announce_import("torch")
     return _dist.recipe_main(
-        PROG, __doc__, SPEC, argv, validate=validate, worker=worker, world_check=_world_check, min_world=1
+        PROG, __doc__, SPEC, argv, validate=validate, measure=_measure, world_check=_divisible, min_world=1
     )
 
 

@@ -48,7 +48,7 @@ from runners.preflight import Context, check_names, run_checks
 from runners.recipes import SAFE_ENV, Recipe, module_argv
 from runners.recipes._params import Param, cli_values
 from runners.recipes._params import validate as _validate
-from runners.recipes._sglang_launch import server_argv
+from runners.recipes._sglang_launch import run_merged, server_argv
 
 PROG = "runners.recipes.sglang_server"
 # The wording app/domain/signatures.py matches (its READINESS_TIMEOUT_RE); keep them together.
@@ -218,50 +218,34 @@ def speculative_tags(argv: Sequence[str]) -> dict[str, int]:
 
 
 def bench_argv(values: dict[str, Any], result_file: str) -> list[str]:
-    py, host, port = values["sglang_python"], values["host"], str(values["port"])
+    """The benchmark's command: sglang.bench_serving (random prompts at a concurrency) or
+    sglang.bench_one_batch_server (one batch), each flag and value its own element, then bench_args."""
+    host, port = values["host"], values["port"]
     if values["bench_tool"] == "bench_serving":
-        argv = [
-            py,
-            "-m",
-            "sglang.bench_serving",
-            "--backend",
-            "sglang",
-            "--host",
-            host,
-            "--port",
-            port,
-            "--dataset-name",
-            "random-ids",
-            "--num-prompts",
-            str(values["num_prompts"]),
-            "--random-input-len",
-            str(values["input_len"]),
-            "--random-output-len",
-            str(values["output_len"]),
-            "--max-concurrency",
-            str(values["max_concurrency"]),
-            "--output-file",
-            result_file,
-        ]
+        module = "sglang.bench_serving"
+        flags = {
+            "--backend": "sglang",
+            "--host": host,
+            "--port": port,
+            "--dataset-name": "random-ids",
+            "--num-prompts": values["num_prompts"],
+            "--random-input-len": values["input_len"],
+            "--random-output-len": values["output_len"],
+            "--max-concurrency": values["max_concurrency"],
+            "--output-file": result_file,
+        }
     else:
-        argv = [
-            py,
-            "-m",
-            "sglang.bench_one_batch_server",
-            "--model-path",
-            values["model_path"],
-            "--base-url",
-            f"http://{host}:{port}",
-            "--batch-size",
-            str(values["batch_size"]),
-            "--input-len",
-            str(values["input_len"]),
-            "--output-len",
-            str(values["output_len"]),
-            "--result-filename",
-            result_file,
-        ]
-    return argv + values["bench_args"]
+        module = "sglang.bench_one_batch_server"
+        flags = {
+            "--model-path": values["model_path"],
+            "--base-url": f"http://{host}:{port}",
+            "--batch-size": values["batch_size"],
+            "--input-len": values["input_len"],
+            "--output-len": values["output_len"],
+            "--result-filename": result_file,
+        }
+    pairs = [text for flag, value in flags.items() for text in (flag, str(value))]
+    return [values["sglang_python"], "-m", module, *pairs, *values["bench_args"]]
 
 
 # --- parsing SGLang's outputs: app/protocol/sglang_output.py --------------------------------
@@ -397,16 +381,16 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 
 def sglang_version(python: str, env: dict[str, str]) -> str | None:
+    return version_line("sglang_server", python, "sglang", "import sglang; print(sglang.__version__)", env, 180)
+
+
+def version_line(who: str, python: str, what: str, code: str, env: dict[str, str], timeout_s: float) -> str | None:
+    """The last line `code` prints under the node's `python` (an engine's version), or None with the reason
+    printed (it cannot run, or fails: its output is passed on)."""
     try:
-        done = subprocess.run(
-            [python, "-c", "import sglang; print(sglang.__version__)"],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            env=env,
-        )
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout_s, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"sglang_server: cannot run {python!r} to read the sglang version: {exc}", flush=True)
+        print(f"{who}: cannot run {python!r} to read the {what} version: {exc}", flush=True)
         return None
     if done.returncode != 0:
         sys.stdout.write(done.stdout + done.stderr)
@@ -505,27 +489,14 @@ def run(values: dict[str, Any]) -> int:
         tags["speculative_algorithm"] = values["speculative_algorithm"]
 
     if values["preflight"] == "on" or values["only_preflight"] == "on":
-        phase("preflight")
-        started = time.monotonic()
-        failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]), skip=values["preflight_skip"])
-        emit(M.PREFLIGHT_S, time.monotonic() - started, "s", passed=failed is None, **tags)
-        if failed is not None:
-            print("sglang_server: preflight failed; the server was not launched", flush=True)
+        if not _preflight(values, env, version, tags):
             return EXIT_PREFLIGHT
     if values["only_preflight"] == "on":
         return 0
 
     phase("launching")
     argv = server_argv(values)
-    if values["speculative_algorithm"]:
-        spec_tags = speculative_tags(argv)
-        tags.update(spec_tags)
-        if ConditionTag.DRAFT_TOKENS not in spec_tags:
-            print(
-                "sglang_server: the draft length is left to sglang (no --speculative-num-steps or "
-                "--speculative-num-draft-tokens): accept lengths are not tagged with draft_tokens",
-                flush=True,
-            )
+    tags.update(_speculation_tags(values, argv))
     print("sglang_server: launching " + json.dumps(argv), flush=True)
     holding[0] = True
     try:
@@ -541,23 +512,9 @@ def run(values: dict[str, Any]) -> int:
             raise _Terminated(held[0])
         phase("waiting for ready")
         started = time.monotonic()
-        state = wait_ready(server, base_url, values["ready_timeout_s"])
-        if state == "exited":
-            print(STARTUP_EXIT_MESSAGE.format(code=server.proc.returncode, n=len(server.tail)), flush=True)
-            for line in server.tail:
-                print("    " + line, flush=True)
-            return EXIT_STARTUP
-        if state == "timeout":
-            idle = (
-                READY_TIMEOUT_IDLE.format(idle=time.monotonic() - server.last_line_at)
-                if server.last_line_at is not None
-                else ""
-            )
-            print(
-                READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE) + idle,
-                flush=True,
-            )
-            return EXIT_NOT_READY
+        not_ready = _not_ready(server, wait_ready(server, base_url, values["ready_timeout_s"]), values)
+        if not_ready is not None:
+            return not_ready
         emit(M.SERVER_READY_S, time.monotonic() - started, "s", **tags)
         if values["bench_tool"] == "none":
             return 0
@@ -577,6 +534,50 @@ def run(values: dict[str, Any]) -> int:
         gpu_release_check()
 
 
+def _preflight(values: dict[str, Any], env: dict[str, str], version: str | None, tags: dict[str, Any]) -> bool:
+    """The node's preflight checks, timed (a metric line); False when one failed (said: no launch)."""
+    phase("preflight")
+    started = time.monotonic()
+    failed = run_checks(Context(values, env, version, values["preflight_timeout_s"]), skip=values["preflight_skip"])
+    emit(M.PREFLIGHT_S, time.monotonic() - started, "s", passed=failed is None, **tags)
+    if failed is not None:
+        print("sglang_server: preflight failed; the server was not launched", flush=True)
+    return failed is None
+
+
+def _speculation_tags(values: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """The speculation the server's argv asks for, as tags ({} without speculation); says when the draft
+    length is left to sglang."""
+    if not values["speculative_algorithm"]:
+        return {}
+    spec_tags = speculative_tags(argv)
+    if ConditionTag.DRAFT_TOKENS not in spec_tags:
+        print(
+            "sglang_server: the draft length is left to sglang (no --speculative-num-steps or "
+            "--speculative-num-draft-tokens): accept lengths are not tagged with draft_tokens",
+            flush=True,
+        )
+    return spec_tags
+
+
+def _not_ready(server: Server, state: str, values: dict[str, Any]) -> int | None:
+    """The exit code (said, with the server's last lines) when the server exited or never got ready, else None."""
+    if state == "exited":
+        print(STARTUP_EXIT_MESSAGE.format(code=server.proc.returncode, n=len(server.tail)), flush=True)
+        for line in server.tail:
+            print("    " + line, flush=True)
+        return EXIT_STARTUP
+    if state == "timeout":
+        idle = (
+            READY_TIMEOUT_IDLE.format(idle=time.monotonic() - server.last_line_at)
+            if server.last_line_at is not None
+            else ""
+        )
+        print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], ready_line=READY_LINE) + idle, flush=True)
+        return EXIT_NOT_READY
+    return None
+
+
 def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[str, str], tags: dict[str, Any]) -> int:
     own_file = values["result_file"] is None
     result_file = values["result_file"] or tempfile.mkstemp(prefix="sglang-bench-", suffix=".jsonl")[1]
@@ -584,29 +585,18 @@ def _benchmark(values: dict[str, Any], server: Server, base_url: str, env: dict[
         argv = bench_argv(values, result_file)
         print("sglang_server: benchmark " + json.dumps(argv), flush=True)
         decode_before = len(server.decode)
-        try:
-            bench = subprocess.run(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                env=env,
-                timeout=values["bench_timeout_s"],
-            )
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode("utf-8", "replace")
-            sys.stdout.write(out)
+        code, output = run_merged(argv, env=env, timeout_s=values["bench_timeout_s"])
+        sys.stdout.write(output)
+        sys.stdout.flush()
+        if code is None:
             print(f"sglang_server: benchmark did not finish within {values['bench_timeout_s']:g}s", flush=True)
             return 1
-        sys.stdout.write(bench.stdout)
-        sys.stdout.flush()
-        if bench.returncode != 0:
-            print(f"sglang_server: benchmark exited with code {bench.returncode}", flush=True)
+        if code != 0:
+            print(f"sglang_server: benchmark exited with code {code}", flush=True)
             return 1
         with open(result_file, encoding="utf-8", errors="replace") as fh:
             from_json = parse_result_json(fh.read())
-        from_stdout = parse_bench_stdout(bench.stdout)
+        from_stdout = parse_bench_stdout(output)
         # The result file is the benchmark's own record; its printed summary fills gaps.
         for name in sorted(set(from_json) | set(from_stdout)):
             in_json = name in from_json

@@ -448,79 +448,120 @@ def _llama_reference(values: dict[str, Any], ws: int, x0, b: int, per: int):
 RECIPE = module_recipe(PROG, SPEC, validate)
 
 
-def worker(values: dict[str, Any]) -> None:
-    _dist.run_rank(values, _measure)
+def smallest(pts: list[tuple[int, int]]) -> tuple[int, int]:
+    """The point of fewest tokens: where a step is checked against its float32 reference."""
+    return min(pts, key=lambda p: p[0] * (p[1] + 1))
 
 
-def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
-    import torch
+class DenseStep:
+    """This rank's dense stand-in: its layers (MLA or Llama) and caches for the run's largest batch, the step's
+    input activations, and per point the bodies timed and the float32 reference."""
 
-    ws = rank.world_size
-    hidden, ffn, layers = values["hidden_size"], values["ffn_size"], values["layers"]
-    if any(values[name] % ws for name in SHARDED):
-        print(f"verify_step: {_divisible(values, ws)}", file=sys.stderr)
-        return 2
-    dtype = _timing.torch_dtype(values["dtype"])
-    elt = _dist.DTYPE_BYTES[values["dtype"]]
-    context, lora = values["context"], values["kv_lora_rank"]
-    dim = lora + values["kv_rope_dim"]
-    kv = (lora, dim) if context else None
-    heads = values["heads"] // ws
-    pts = points(values)
-    max_batch = max(b for b, _ in pts)
-    max_tokens = max(b * (k + 1) for b, k in pts)
-    llama = values["geometry"] == LLAMA
-    if llama:
-        stack = _llama_stack(values, ws, rank.rank, dtype, rank.device, max_batch)
-        weights, caches = [], []
-    else:
-        weights = [
-            _shard_weights(values["seed"], layer, rank.rank, ws, hidden, ffn, dtype, rank.device, kv)
-            for layer in range(layers)
-        ]
-        caches = [
-            _kv_cache(values["seed"], layer, max_batch, context, dim, dtype, rank.device) if context else None
-            for layer in range(layers)
-        ]
-    gen = torch.Generator().manual_seed(values["seed"] + 17)
-    x_all = torch.randn(max_tokens, hidden, generator=gen).to(dtype=dtype, device=rank.device)
-    graph = values["mode"] == "graph"
-    timer = _dist.timer_for(rank, values["clock"])
+    def __init__(self, rank: _dist.Rank, values: dict[str, Any], pts: list[tuple[int, int]]):
+        import torch
 
-    def build(b: int, k: int):
+        self.rank, self.values, ws = rank, values, rank.world_size
+        dtype = _timing.torch_dtype(values["dtype"])
+        lora, context = values["kv_lora_rank"], values["context"]
+        dim = lora + values["kv_rope_dim"]
+        kv = (lora, dim) if context else None
+        max_batch = max(b for b, _ in pts)
+        self.llama = values["geometry"] == LLAMA
+        self.weights: list[dict[str, Any]] = []
+        self.caches: list[Any] = []
+        if self.llama:
+            self.stack = _llama_stack(values, ws, rank.rank, dtype, rank.device, max_batch)
+        else:
+            hidden, ffn = values["hidden_size"], values["ffn_size"]
+            self.weights = [
+                _shard_weights(values["seed"], i, rank.rank, ws, hidden, ffn, dtype, rank.device, kv)
+                for i in range(values["layers"])
+            ]
+            self.caches = [
+                _kv_cache(values["seed"], i, max_batch, context, dim, dtype, rank.device) if context else None
+                for i in range(values["layers"])
+            ]
+        gen = torch.Generator().manual_seed(values["seed"] + 17)
+        max_tokens = max(b * (k + 1) for b, k in pts)
+        self.x_all = torch.randn(max_tokens, values["hidden_size"], generator=gen).to(dtype=dtype, device=rank.device)
+
+    def bodies(self, b: int, k: int):
         """The point's three bodies over static buffers: full, compute only, allreduce only (None at ws 1)."""
-        t = b * (k + 1)
-        inp = x_all[:t]
+        values, rank = self.values, self.rank
+        inp = self.x_all[: b * (k + 1)]
+        heads, lora = values["heads"] // rank.world_size, values["kv_lora_rank"]
         reads = [
             (lambda h, w=w, c=c[:b]: _cache_read(h, w, c, heads, lora)) if c is not None else None
-            for w, c in zip(weights, caches)
+            for w, c in zip(self.weights, self.caches)
         ]
-        ar = _dist.Allreduce(rank, (t, hidden), values["dtype"]) if ws > 1 else None
-
-        def reduce(x):
-            assert ar is not None
-            ar.buffer.copy_(x)
-            return ar().clone()  # the buffer is reused by the next allreduce
-
-        body = _llama_run(values, ws, stack, b, k + 1, rank.device) if llama else None
+        body = _llama_run(values, rank.world_size, self.stack, b, k + 1, rank.device) if self.llama else None
 
         def run(allreduce):
             if body is not None:
                 return body(allreduce, inp)
             x = inp
-            for w, read in zip(weights, reads):
+            for w, read in zip(self.weights, reads):
                 x = _layer(x, w, allreduce, read)
             return x
 
-        def comm_only():
-            assert ar is not None
-            for _ in range(2 * layers):
-                ar()
+        if rank.world_size == 1:
+            return (lambda: run(_same)), (lambda: run(_same)), None
+        ar = _dist.Allreduce(rank, tuple(inp.shape), values["dtype"])
+        reduce = _dist.reducer(ar)
+        return (lambda: run(reduce)), (lambda: run(_same)), _dist.repeated(ar, 2 * values["layers"])
 
-        if ar is None:
-            return (lambda: run(lambda x: x)), (lambda: run(lambda x: x)), None
-        return (lambda: run(reduce)), (lambda: run(lambda x: x)), comm_only
+    def reference(self, b: int, k: int):
+        """The point's step unsharded, in float32 (rank 0 computes it)."""
+        x0, ws = self.x_all[: b * (k + 1)], self.rank.world_size
+        if self.llama:
+            return _llama_reference(self.values, ws, x0, b, k + 1)
+        return _reference(self.values, ws, x0, [c[:b] if c is not None else None for c in self.caches])
 
+
+def _same(x):
+    return x
+
+
+def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
+    ws = rank.world_size
+    if any(values[name] % ws for name in SHARDED):
+        print(f"verify_step: {_divisible(values, ws)}", file=sys.stderr)
+        return 2
+    if _dist.refused_across_nodes(rank, PROG):
+        return 2
+    sampling = _timing.Sampling.of(values)
+    pts = points(values)
+    step = DenseStep(rank, values, pts)
+    tags = _tags(rank, values, sampling)
+    _log_start(rank, values, tags, pts)
+    cb, ck = smallest(pts)
+    rank.phase(f"checking batch {cb}, {ck} draft tokens against the float32 reference")
+    out = step.bodies(cb, ck)[0]().float().cpu()
+    limit = _timing.REFERENCE_LIMIT[values["dtype"]]
+    against = f"unsharded reference at batch {cb}, {ck} draft tokens"
+    if not _timing.check_reference(rank, "verify_step", out, lambda: step.reference(cb, ck), limit, against):
+        return 1
+    topo = rank.topology
+    world_tags = {**tags, **rank.scopes()[0].tags(topo)} if topo.nodes > 1 else tags
+    rows = []
+    for b, k in pts:
+        times = _time_variants(rank, sampling, step.bodies(b, k), f"batch {b}, {k} draft tokens ({b * (k + 1)} tokens)")
+        scoped = _time_scopes(rank, values, sampling, b, k) if topo.nodes > 1 else []
+        if scoped is None:
+            return 1
+        if rank.rank == 0:
+            point = _point(values, tags, b, k)
+            rows.append(_emit_point(values, ws, point, times, scoped, tags, world_tags, topo))
+    if rank.rank == 0:
+        _print_table(rows, values, ws)
+    if values["profile"]:
+        sampling.profiled(rank, "verify_step", step.bodies(*pts[0])[0])
+    return 0
+
+
+def _tags(rank: _dist.Rank, values: dict[str, Any], sampling: _timing.Sampling) -> dict[str, Any]:
+    """The conditions every line of the run carries (a multi-node world's also say where it spans)."""
+    ws, layers, ffn = rank.world_size, values["layers"], values["ffn_size"]
     tags = {
         "backend": rank.backend,
         "mode": values["mode"],
@@ -530,119 +571,75 @@ def _measure(rank: _dist.Rank, values: dict[str, Any]) -> int:
         C.EXPERTS: 0,
         C.LAYERS_TIMED: layers,
         "standin_label": f"dense stand-in, {layers} layers, MLP {ffn}, no experts",
-        "hidden_size": hidden,
+        "hidden_size": values["hidden_size"],
         "ffn_size": ffn,
         "layers": layers,
         "heads": values["heads"],
-        "kv_dim": dim if context else 0,
+        "kv_dim": values["kv_lora_rank"] + values["kv_rope_dim"] if values["context"] else 0,
         "allreduces": 2 * layers if ws > 1 else 0,
         "scaled": _params.scaled(values, SPEC, GEOMETRY),
-        **(_llama_tags(values) if llama else {}),
-        "timer": timer.name,
-        "method": "graph-replay" if graph else "nccl-tests",
-        "sample_count": values["iters"],
-        "calls_per_sample": 1 if graph else values["calls"],
+        **(_llama_tags(values) if values["geometry"] == LLAMA else {}),
+        **sampling.tags(rank),
         **_dist.knob_tags(),
         **_dist.stack_tags(rank),
     }
-    topo = rank.topology
-    multi = topo.nodes > 1
-    if _dist.refused_across_nodes(rank, PROG):
-        return 2
-    scopes = rank.scopes()
-    if multi:
+    if rank.topology.nodes > 1:
         # Single-node trials keep their tags as they were; a multi-node world says where each figure is from.
-        tags.update(topo.tags())
-    world_tags = {**tags, **scopes[0].tags(topo)} if multi else tags
+        tags.update(rank.topology.tags())
+    return tags
+
+
+def _log_start(rank: _dist.Rank, values: dict[str, Any], tags: dict[str, Any], pts: list[tuple[int, int]]) -> None:
     rank.log(
-        f"verify_step: backend={rank.backend} mode={values['mode']} world_size={ws} layers={layers} "
-        f"hidden={hidden} ffn={ffn} dtype={values['dtype']} allreduces={tags['allreduces']} "
-        f"context={context} heads={values['heads']} kv_dim={tags['kv_dim']} timer={timer.name}; "
+        f"verify_step: backend={rank.backend} mode={values['mode']} world_size={rank.world_size} "
+        f"layers={values['layers']} hidden={values['hidden_size']} ffn={values['ffn_size']} dtype={values['dtype']} "
+        f"allreduces={tags['allreduces']} context={values['context']} heads={values['heads']} "
+        f"kv_dim={tags['kv_dim']} timer={tags['timer']}; "
         f"{len(pts)} point(s) (batch, draft tokens): " + " ".join(f"({b},{k})" for b, k in pts)
     )
 
-    cb, ck = min(pts, key=lambda p: p[0] * (p[1] + 1))
-    rank.phase(f"checking batch {cb}, {ck} draft tokens against the float32 reference")
-    out = build(cb, ck)[0]().float().cpu()
-    rank.synchronize()
-    ok = True
-    if rank.rank == 0:
-        if llama:
-            ref = _llama_reference(values, ws, x_all[: cb * (ck + 1)], cb, ck + 1)
-        else:
-            ref = _reference(values, ws, x_all[: cb * (ck + 1)], [c[:cb] if c is not None else None for c in caches])
-        ref = ref.cpu()
-        rel = float((out - ref).norm() / ref.norm())
-        limit = {"bf16": 5e-2, "fp16": 1e-2, "fp32": 1e-4}[values["dtype"]]
-        ok = rel <= limit and bool(torch.isfinite(out).all())
-        print(
-            f"verify_step: correctness {'ok' if ok else 'FAILED'} vs unsharded reference at batch {cb}, "
-            f"{ck} draft tokens (relative error {rel:.3g}, limit {limit:g})",
-            flush=True,
-        )
-    if not rank.all_true(ok):
-        return 1
 
-    rows = []
-    for b, k in pts:
-        t = b * (k + 1)
-        full, compute_only, comm_only = build(b, k)
-        variants = [("full", full), ("compute", compute_only), ("comm", comm_only)] if comm_only else []
-        variants = variants or [("compute", compute_only)]
-        times: dict[str, list[float]] = {}
-        for name, body in variants:
-            rank.phase(f"batch {b}, {k} draft tokens ({t} tokens): timing {name}")
-            if graph:
-                captured = _dist.capture_graph(rank, body)
-                times[name] = _dist.time_graph(rank, captured, values["warmup"], values["iters"], values["clock"])
-                del captured
-            else:
-                times[name] = _dist.time_eager(
-                    rank, body, values["warmup"], values["calls"], values["iters"], values["clock"]
-                )
-            times[name] = rank.max_across(times[name])
-        times.setdefault("full", times["compute"])  # world size 1: no allreduce, the step is its compute
-        scoped: list[tuple[_dist.Scope, list[float]]] = []
-        if multi:
-            rank.phase(f"batch {b}, {k} draft tokens: timing allreduce only within each node, then across nodes")
+def _time_variants(rank: _dist.Rank, sampling: _timing.Sampling, bodies, where: str) -> dict[str, list[float]]:
+    """Each variant's samples (full, compute only, allreduce only; compute alone at world size 1, where the
+    step is its compute)."""
+    full, compute_only, comm_only = bodies
+    variants = [("full", full), ("compute", compute_only), ("comm", comm_only)] if comm_only else []
+    times: dict[str, list[float]] = {}
+    for name, body in variants or [("compute", compute_only)]:
+        rank.phase(f"{where}: timing {name}")
+        times[name] = sampling.samples(rank, body)
+    times.setdefault("full", times["compute"])
+    return times
 
-            def prepare(view: _dist.Rank, t=t):
-                part = _dist.Allreduce(view, (t, hidden), values["dtype"])
-                ok, _, _ = _dist.check_allreduce(part, values["seed"], values["dtype"])
 
-                def comm_in_scope():
-                    for _ in range(2 * layers):
-                        part()
+def _time_scopes(rank: _dist.Rank, values: dict[str, Any], sampling: _timing.Sampling, b: int, k: int):
+    """A multi-node world's allreduce-only samples within each node and among the leaders (None: a check
+    failed)."""
+    t = b * (k + 1)
+    rank.phase(f"batch {b}, {k} draft tokens: timing allreduce only within each node, then across nodes")
 
-                return ok, comm_in_scope
+    def prepare(view: _dist.Rank):
+        part = _dist.Allreduce(view, (t, values["hidden_size"]), values["dtype"])
+        ok, _, _ = _dist.check_allreduce(part, values["seed"], values["dtype"])
+        return ok, _dist.repeated(part, 2 * values["layers"])
 
-            found = _dist.time_scopes(rank, scopes, prepare, graph, values["warmup"], values["calls"], values["iters"])
-            if found is None:
-                print("verify_step: allreduce check FAILED within a node or across the node leaders", file=sys.stderr)
-                return 1
-            scoped = found
-        del full, compute_only, comm_only
-        point = {
-            "batch": b,
-            "draft_tokens": k,
-            "tokens": t,
-            "context": context,
-            "bytes": t * hidden * elt,
-            "kv_bytes": b * context * (tags["kv_dim"] if llama else dim) * elt * layers,
-        }
-        if rank.rank == 0:
-            rows.append(_emit_point(values, ws, point, times, scoped, tags, world_tags, topo))
-    if rank.rank == 0:
-        _print_table(rows, values, ws)
-    if values["profile"]:
-        b, k = pts[0]
-        full = build(b, k)[0]
-        body = _dist.capture_graph(rank, full).replay if graph else full
-        _timing.profile_steps(
-            "verify_step", body, cuda=rank.on_gpu, synchronize=rank.synchronize, record=rank.rank == 0
-        )
-        rank.barrier()
-    return 0
+    found = _dist.time_scopes(rank, rank.scopes(), prepare, sampling)
+    if found is None:
+        print("verify_step: allreduce check FAILED within a node or across the node leaders", file=sys.stderr)
+    return found
+
+
+def _point(values: dict[str, Any], tags: dict[str, Any], b: int, k: int) -> dict[str, Any]:
+    """One (batch, draft tokens) point's own tags: its tokens and the bytes it moves and reads."""
+    t, elt = b * (k + 1), _dist.DTYPE_BYTES[values["dtype"]]
+    return {
+        "batch": b,
+        "draft_tokens": k,
+        "tokens": t,
+        "context": values["context"],
+        "bytes": t * values["hidden_size"] * elt,
+        "kv_bytes": b * values["context"] * tags["kv_dim"] * elt * values["layers"],
+    }
 
 
 def _llama_tags(values: dict[str, Any]) -> dict[str, Any]:
@@ -746,14 +743,7 @@ def _divisible(values: dict[str, Any], world: int) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     announce_import("torch")  # the page shows "importing torch" while it loads
     return _dist.recipe_main(
-        PROG,
-        __doc__,
-        SPEC,
-        argv,
-        validate=validate,
-        worker=worker,
-        world_check=_divisible,
-        min_world=1,
+        PROG, __doc__, SPEC, argv, validate=validate, measure=_measure, world_check=_divisible, min_world=1
     )
 
 

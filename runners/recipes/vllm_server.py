@@ -38,7 +38,6 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -55,7 +54,7 @@ from app.protocol.recipes import RecipeError
 from runners.recipes import engine_acceptance
 from runners.recipes._params import Param, cli_values, module_recipe
 from runners.recipes._params import validate as _validate
-from runners.recipes.sglang_server import Server, group_alive, http_get
+from runners.recipes.sglang_server import Server, group_alive, http_get, version_line
 
 PROG = "runners.recipes.vllm_server"
 # The wording app/domain/signatures.py matches (READINESS_TIMEOUT_RE, MODEL_MISSING_RE); keep them together.
@@ -381,16 +380,8 @@ ENGINE_TPOT = "vllm:request_time_per_output_token_seconds"  # one observation pe
 def vllm_version(python: str, env: dict[str, str]) -> tuple[str | None, str]:
     """(vLLM's version, the platform's device type), or (None, 'unknown') with the reason printed."""
     code = "import vllm\nfrom vllm.platforms import current_platform\nprint(vllm.__version__, current_platform.device_type)"
-    try:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"vllm_server: cannot run {python!r} to read the vLLM version: {exc}", flush=True)
-        return None, "unknown"
-    if done.returncode != 0:
-        sys.stdout.write(done.stdout + done.stderr)
-        sys.stdout.flush()
-        return None, "unknown"
-    words = (done.stdout.strip().splitlines() or [""])[-1].split()
+    line = version_line("vllm_server", python, "vLLM", code, env, 300)
+    words = (line or "").split()
     return (words[0] if words else None), (words[1] if len(words) > 1 else "unknown")
 
 
@@ -451,12 +442,9 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
             )
     steps = [w.wall_s * 1000 / w.steps for w in windows if w.steps > 0]
     if steps:
-        emit(
-            M.ENGINE_STEP_MS,
-            statistics.median(steps),
-            "ms",
-            samples=bounded(steps),
-            **tags,
+        _emit_step_ms(
+            steps,
+            tags,
             method="iteration-counter",
             steps=sum(w.steps for w in windows),
             derivation="window wall time / engine steps in the window (vllm:iteration_tokens_total count delta)",
@@ -467,12 +455,9 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
         check: dict[str, Any] = (
             {"vs_iteration_counter": round(statistics.median(by_tpot) / statistics.median(steps), 4)} if steps else {}
         )
-        emit(
-            M.ENGINE_STEP_MS,
-            statistics.median(by_tpot),
-            "ms",
-            samples=bounded(by_tpot),
-            **tags,
+        _emit_step_ms(
+            by_tpot,
+            tags,
             method="tpot-x-tokens-per-step",
             tokens_per_step=round(tokens_per_step, 4),
             **check,
@@ -481,6 +466,11 @@ def emit_windows(windows: list[Window], tags: dict[str, Any], tokens_per_step: f
                 "per sequence step (1 without speculation; 1 + accepted / drafts with)"
             ),
         )
+
+
+def _emit_step_ms(figures: list[float], tags: dict[str, Any], **how: Any) -> None:
+    """One engine_step_ms line: the median of the windows' figures, `how` says by which method."""
+    emit(M.ENGINE_STEP_MS, statistics.median(figures), "ms", samples=bounded(figures), **tags, **how)
 
 
 def run(values: dict[str, Any]) -> int:
@@ -499,68 +489,20 @@ def run(values: dict[str, Any]) -> int:
         emit_phase("version")
         version, device = vllm_version(values["vllm_python"], env)
         print(f"vllm_server: vLLM {version or 'unknown'} on {device}", flush=True)
-        if version is None:
+        if version is None or _model_missing(values):
             return EXIT_FAILED
-        for path in (values["model"], values["tokenizer"]):
-            if path and looks_like_path(path) and not os.path.exists(os.path.expanduser(path)):
-                print(MODEL_MISSING_MESSAGE.format(path=path), flush=True)
-                return EXIT_FAILED
-        method = method_of(config)
-        k = config["num_speculative_tokens"] if config else 0
-        conditions: dict[str, Any] = {
-            "engine": "vllm",
-            "engine_version": version,
-            "model": values["model"],
-            C.DTYPE: values["dtype"],
-            C.MODE: values["mode"],
-            C.DEVICE: device,
-            C.WORLD_SIZE: 1,
-            "prompt_set": f"{values['prompt_set']}:seed={values['seed']}",
-            "input_len": values["input_len"],
-            "output_len": values["output_len"],
-            "prefix_caching": values["prefix_caching"] == "on",
-            "temperature": 0,
-            "ignore_eos": True,
-        }
+        conditions = _conditions(values, version, device)
         emit_phase("launching")
-        wanted: list[tuple[str, int]] = []
-        if config is not None:
-            wanted.append(("on", values["port"]))
-        if config is None or values["baseline"] == "on":
-            wanted.append(("off", values["port"] + 1))
-        for which, port in wanted:
-            argv = server_argv(values, port, which == "on")
-            print(f"vllm_server: launching the speculation-{which} server " + json.dumps(argv), flush=True)
-            try:
-                engines.append(Engine(which, argv, env, f"http://{values['host']}:{port}"))
-            except OSError as exc:
-                print(f"vllm_server: cannot start {argv[0]!r}: {exc}", flush=True)
-                return EXIT_FAILED
-            print(f"vllm_server: {which} server pid {engines[-1].server.proc.pid}", flush=True)
+        if not _launch(values, config, env, engines):
+            return EXIT_FAILED
         emit_phase("waiting for ready")
         started = time.monotonic()
-        deadline = started + values["ready_timeout_s"]
-        for engine in engines:
-            state = wait_ready(engine.server, engine.url, deadline)
-            if state == "exited":
-                tail = list(engine.server.tail)
-                print(
-                    STARTUP_EXIT_MESSAGE.format(which=engine.which, code=engine.server.proc.returncode, n=len(tail)),
-                    flush=True,
-                )
-                for line in tail:
-                    print("    " + line, flush=True)
-                return EXIT_FAILED
-            if state == "timeout":
-                last = engine.server.last_line_at
-                idle = READY_TIMEOUT_IDLE.format(idle=time.monotonic() - last) if last is not None else ""
-                print(
-                    READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], url=engine.url) + idle, flush=True
-                )
-                return EXIT_NOT_READY
-            print(f"vllm_server: the speculation-{engine.which} server is ready", flush=True)
+        not_ready = _wait_all(engines, values, started + values["ready_timeout_s"])
+        if not_ready is not None:
+            return not_ready
         emit(M.SERVER_READY_S, time.monotonic() - started, "s", **conditions, servers=len(engines))
-        return measure(values, engines, method, k, conditions)
+        k = config["num_speculative_tokens"] if config else 0
+        return measure(values, engines, method_of(config), k, conditions)
     except _Terminated:
         print("vllm_server: terminated; tearing the servers down", flush=True)
         return 143
@@ -581,6 +523,76 @@ def run(values: dict[str, Any]) -> int:
                 f"{'STILL ALIVE' if alive else 'stopped'} ({how})",
                 flush=True,
             )
+
+
+def _model_missing(values: dict[str, Any]) -> bool:
+    """A model or tokenizer given as a local path that is not there (said)."""
+    for path in (values["model"], values["tokenizer"]):
+        if path and looks_like_path(path) and not os.path.exists(os.path.expanduser(path)):
+            print(MODEL_MISSING_MESSAGE.format(path=path), flush=True)
+            return True
+    return False
+
+
+def _conditions(values: dict[str, Any], version: str, device: str) -> dict[str, Any]:
+    """What every figure of the run is measured under."""
+    return {
+        "engine": "vllm",
+        "engine_version": version,
+        "model": values["model"],
+        C.DTYPE: values["dtype"],
+        C.MODE: values["mode"],
+        C.DEVICE: device,
+        C.WORLD_SIZE: 1,
+        "prompt_set": f"{values['prompt_set']}:seed={values['seed']}",
+        "input_len": values["input_len"],
+        "output_len": values["output_len"],
+        "prefix_caching": values["prefix_caching"] == "on",
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+
+
+def _launch(values: dict[str, Any], config: dict[str, Any] | None, env: dict[str, str], engines: list[Engine]) -> bool:
+    """Start the speculation-on server (with a config) and the speculation-off one (without, or as the
+    baseline), each appended to `engines` as it starts; False when one cannot start (said)."""
+    wanted: list[tuple[str, int]] = []
+    if config is not None:
+        wanted.append(("on", values["port"]))
+    if config is None or values["baseline"] == "on":
+        wanted.append(("off", values["port"] + 1))
+    for which, port in wanted:
+        argv = server_argv(values, port, which == "on")
+        print(f"vllm_server: launching the speculation-{which} server " + json.dumps(argv), flush=True)
+        try:
+            engines.append(Engine(which, argv, env, f"http://{values['host']}:{port}"))
+        except OSError as exc:
+            print(f"vllm_server: cannot start {argv[0]!r}: {exc}", flush=True)
+            return False
+        print(f"vllm_server: {which} server pid {engines[-1].server.proc.pid}", flush=True)
+    return True
+
+
+def _wait_all(engines: list[Engine], values: dict[str, Any], deadline: float) -> int | None:
+    """Wait for every server to be ready by `deadline`; the exit code (said) when one exited or timed out."""
+    for engine in engines:
+        state = wait_ready(engine.server, engine.url, deadline)
+        if state == "exited":
+            tail = list(engine.server.tail)
+            print(
+                STARTUP_EXIT_MESSAGE.format(which=engine.which, code=engine.server.proc.returncode, n=len(tail)),
+                flush=True,
+            )
+            for line in tail:
+                print("    " + line, flush=True)
+            return EXIT_FAILED
+        if state == "timeout":
+            last = engine.server.last_line_at
+            idle = READY_TIMEOUT_IDLE.format(idle=time.monotonic() - last) if last is not None else ""
+            print(READY_TIMEOUT_MESSAGE.format(timeout=values["ready_timeout_s"], url=engine.url) + idle, flush=True)
+            return EXIT_NOT_READY
+        print(f"vllm_server: the speculation-{engine.which} server is ready", flush=True)
+    return None
 
 
 def measure(
@@ -612,64 +624,75 @@ def measure(
         lines_from = len(on.server.kept) if on else 0
         for index, engine in enumerate(order, start=1):
             emit_phase(f"batch {batch}: window {index}/{len(order)} (spec {engine.which})")
-            first = scrape(engine.url)
-            wall, done = drive(engine.url, values, prompt_set, batch)
-            last = scrape(engine.url)
-            steps = last.histogram(STEPS)[0] - first.histogram(STEPS)[0]
-            tpot_n = last.histogram(ENGINE_TPOT)[0] - first.histogram(ENGINE_TPOT)[0]
-            tpot_sum = last.histogram(ENGINE_TPOT)[1] - first.histogram(ENGINE_TPOT)[1]
-            engine_tpot = tpot_sum / tpot_n if tpot_n else None
-            windows[engine.which].append(Window(engine.which, wall, done, steps, engine_tpot))
-            print(
-                f"vllm_server: batch {batch} spec {engine.which}: {windows[engine.which][-1].tok_s:.1f} tok/s, "
-                f"{steps:g} steps in {wall:.2f} s",
-                flush=True,
-            )
+            windows[engine.which].append(_window(engine, values, prompt_set, batch))
         tokens_per_step_on = 1.0
         if on is not None and before_on is not None:
             time.sleep(settle_s)  # idle: the last window's SpecDecoding line is written before the scrape
-            after_on = scrape(on.url)
-            lines = on.server.kept[lines_from:]
-            acc_tags = {
-                **tags,
-                "engine": "vllm",
-                "engine_version": conditions["engine_version"],
-                "method": engine_acceptance.METHOD,
-                "window_s": round(after_on.at - before_on.at, 3),
-                "window": "load",
-                "server": on.url,
-                "speculative_method": method,
-                "spec": "on",
-                "windows": len(windows["on"]),
-            }
-            engine_acceptance.vllm_figures(
-                before_on, after_on, {"num_speculative_tokens": k, "speculative_topk": None}, acc_tags, lines
-            )
-            drafts = after_on.total(engine_acceptance.VLLM_DRAFTS) - before_on.total(engine_acceptance.VLLM_DRAFTS)
-            accepted = after_on.total(engine_acceptance.VLLM_ACCEPTED) - before_on.total(
-                engine_acceptance.VLLM_ACCEPTED
-            )
-            tokens_per_step_on = 1 + accepted / drafts if drafts else 1.0
-        for which in ("off", "on"):
-            if windows[which]:
-                spec_tags = {**tags, "spec": which, "speculative_method": method if which == "on" else "none"}
-                if which == "on":
-                    spec_tags[C.DRAFT_TOKENS] = k
-                emit_windows(windows[which], spec_tags, tokens_per_step_on if which == "on" else 1.0)
-        if windows["off"] and windows["on"]:
-            ratios = [b.tok_s / a.tok_s for a, b in zip(windows["off"], windows["on"], strict=True)]
-            emit(
-                M.ENGINE_SPEEDUP,
-                statistics.median(ratios),
-                "x",
-                samples=bounded(ratios),
-                **{**tags, "speculative_method": method, C.DRAFT_TOKENS: k},
-                pairs=len(ratios),
-                min=round(min(ratios), 4),
-                max=round(max(ratios), 4),
-                derivation="spec-on / spec-off output tok/s of each adjacent window pair (off first); median",
-            )
+            acc_tags = {**tags, "speculative_method": method, "windows": len(windows["on"])}
+            tokens_per_step_on = _acceptance(on, before_on, on.server.kept[lines_from:], acc_tags, k)
+        _emit_batch(windows, tags, method, k, tokens_per_step_on)
     return 0
+
+
+def _window(engine: Engine, values: dict[str, Any], prompt_set: list[Any], batch: int) -> Window:
+    """One window: the prompt set driven through `engine` at `batch`, its engine steps and mean TPOT from the
+    metrics scraped either side."""
+    first = scrape(engine.url)
+    wall, done = drive(engine.url, values, prompt_set, batch)
+    last = scrape(engine.url)
+    steps = last.histogram(STEPS)[0] - first.histogram(STEPS)[0]
+    tpot_n = last.histogram(ENGINE_TPOT)[0] - first.histogram(ENGINE_TPOT)[0]
+    tpot_sum = last.histogram(ENGINE_TPOT)[1] - first.histogram(ENGINE_TPOT)[1]
+    window = Window(engine.which, wall, done, steps, tpot_sum / tpot_n if tpot_n else None)
+    print(
+        f"vllm_server: batch {batch} spec {engine.which}: {window.tok_s:.1f} tok/s, {steps:g} steps in {wall:.2f} s",
+        flush=True,
+    )
+    return window
+
+
+def _acceptance(on: Engine, before_on, lines: list[str], tags: dict[str, Any], k: int) -> float:
+    """The speculation-on server's acceptance over the batch's windows (engine_acceptance's figures); returns
+    its tokens per sequence step, 1 + accepted / drafts."""
+    after_on = scrape(on.url)
+    acc_tags = {
+        **tags,
+        "engine": "vllm",
+        "method": engine_acceptance.METHOD,
+        "window_s": round(after_on.at - before_on.at, 3),
+        "window": "load",
+        "server": on.url,
+        "spec": "on",
+    }
+    engine_acceptance.vllm_figures(
+        before_on, after_on, {"num_speculative_tokens": k, "speculative_topk": None}, acc_tags, lines
+    )
+    drafts = after_on.total(engine_acceptance.VLLM_DRAFTS) - before_on.total(engine_acceptance.VLLM_DRAFTS)
+    accepted = after_on.total(engine_acceptance.VLLM_ACCEPTED) - before_on.total(engine_acceptance.VLLM_ACCEPTED)
+    return 1 + accepted / drafts if drafts else 1.0
+
+
+def _emit_batch(windows: dict[str, list[Window]], tags: dict[str, Any], method: str, k: int, per_step_on: float):
+    """A batch's lines: each side's windows, and the speed-up over the adjacent off/on pairs."""
+    for which in ("off", "on"):
+        if windows[which]:
+            spec_tags = {**tags, "spec": which, "speculative_method": method if which == "on" else "none"}
+            if which == "on":
+                spec_tags[C.DRAFT_TOKENS] = k
+            emit_windows(windows[which], spec_tags, per_step_on if which == "on" else 1.0)
+    if windows["off"] and windows["on"]:
+        ratios = [b.tok_s / a.tok_s for a, b in zip(windows["off"], windows["on"], strict=True)]
+        emit(
+            M.ENGINE_SPEEDUP,
+            statistics.median(ratios),
+            "x",
+            samples=bounded(ratios),
+            **{**tags, "speculative_method": method, C.DRAFT_TOKENS: k},
+            pairs=len(ratios),
+            min=round(min(ratios), 4),
+            max=round(max(ratios), 4),
+            derivation="spec-on / spec-off output tok/s of each adjacent window pair (off first); median",
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
