@@ -33,13 +33,8 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from app.domain.acceptance import conversion_words
-from app.domain.answer.grid import (
-    ApproachInputs,
-    SpeculationInputs,
-    accept_length_from_alphas,
-    bracket,
-    interpolate_loglog,
-)
+from app.domain.answer.cells import bracket, interpolate_loglog
+from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas
 from app.domain.answer.inputs import ModelInputs, WhatIf
 from app.domain.answer.metrics import is_cpu_floor, is_world_figure
 from app.domain.answer.model import BYTES_PER_ELEMENT

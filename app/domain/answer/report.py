@@ -683,3 +683,22 @@ def profitability_report(
         answers_for(curve, points, references, inputs.accept_length, {a.key: a.status for a in rows}),
         tuple(other_stack),
     )
+
+
+# The what-if allreduce latency's label on the report (issue 32 item 8): tried in place of every measured and
+# reported t_ar, never stored.
+T_AR_LABEL = "what-if t_ar"
+
+
+def with_allreduce_latency(report: ProfitabilityReport, t_ar_us: float) -> ProfitabilityReport:
+    """The report answered with `t_ar_us` per allreduce in place of the measured curve: the what-if t_ar becomes
+    the one figure the headline is answered with, and the measured points step aside (their latencies are what
+    it replaces). `read_answer` lays it over an `AnswerQuery.t_ar_us`."""
+    curve = report.curve
+    latency = LatencyEstimate(
+        t_ar_us, "what-if", "entered in the what-if: used in place of the measured and reported latencies", None
+    )
+    mine = ReferencePoint(T_AR_LABEL, None, latency, curve.tau_star(t_ar_us) if curve else None, True, None)
+    references = (mine, *(replace(r, baseline=False) for r in report.references))
+    answers = answers_for(curve, (), references, report.inputs.accept_length, {})
+    return replace(report, points=(), references=references, answers=answers)
