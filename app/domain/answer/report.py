@@ -38,7 +38,7 @@ from app.domain.answer.latency import LatencyEstimate, ReferencePoint, approach_
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCosts
 from app.domain.answer.series import stack_summary
-from app.domain.fingerprint import stack_difference
+from app.domain.answer.values import Conditions
 from app.domain.inventory import approaches
 from app.domain.wording import size_label
 from app.models import Approach, ApproachStatus, Campaign, Trial
@@ -485,11 +485,11 @@ def _other_stacks(session: Session, inputs: ModelInputs, trial_ids: set[int | No
     rows = session.execute(
         sa_select(Trial.id, Trial.fingerprint).where(col(Trial.id).in_([base, *sorted(wanted)]))  # type: ignore[call-overload]
     ).all()
-    found = {trial_id: fp for trial_id, fp in rows}
-    reference = found.get(base) or {}
+    stacks = {trial_id: Conditions.of({}, fp) for trial_id, fp in rows}
+    reference = stacks.get(base) or Conditions()
     out = {}
     for trial_id in wanted:
-        difference = stack_difference(reference, found.get(trial_id) or {}, list(PAIRED_STACK), known_only=True)
+        difference = reference.stack_change(stacks.get(trial_id) or Conditions(), PAIRED_STACK)
         if difference:
             out[trial_id] = f"trial #{trial_id} ran on another stack than T_base's trial #{base}: {difference}"
     return out
