@@ -463,6 +463,37 @@ def _accept_rows(rows: Sequence[Row]) -> dict[int, list[Row]]:
     return out
 
 
+def _measured_accept_lengths(
+    rows: Sequence[Row], steps: int | None, flags: list[str]
+) -> dict[int, dict[int, list[Row]]]:
+    """The measured accept lengths usable by the chain model, by k then approach: top-k 1 and at most k + 1 (the
+    others flagged); an untagged one is filed under the campaign's draft steps."""
+    measured: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))  # k -> approach -> rows
+    for approach_rows in _accept_rows(rows).values():
+        for r in approach_rows:
+            topk = r.tags.get(ConditionTag.TOPK)
+            tagged = r.tags.get(ConditionTag.DRAFT_TOKENS)
+            found_k = int(tagged) if tagged is not None else steps
+            if found_k is None:
+                continue
+            k = found_k
+            if topk is not None and int(topk) != 1:
+                flags.append(
+                    f"trial #{r.trial_id}'s accept length {r.value:.2f} ran top-k {topk} (a tree draft): the chain "
+                    "model reads top-k 1, so it is not used"
+                )
+                continue
+            if r.value > k + 1:
+                flags.append(
+                    f"trial #{r.trial_id}'s accept length {r.value:.2f} is above k + 1 = {k + 1} "
+                    f"({'its draft_tokens tag' if tagged is not None else 'untagged: filed under the draft steps'}): "
+                    "set aside"
+                )
+                continue
+            measured[k][r.approach_id].append(r)
+    return measured
+
+
 def accept_lengths(
     campaign: Campaign,
     rows: Sequence[Row],
@@ -499,29 +530,7 @@ def accept_lengths(
     typed = batch1.accept_length
     if steps is not None and steps not in out and typed.value is not None and typed.trial_id is None:
         out[steps] = exact(typed.value, typed.source)  # the campaign's accept length, typed: at its draft steps
-    measured: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))  # k -> approach -> rows
-    for approach_rows in _accept_rows(rows).values():
-        for r in approach_rows:
-            topk = r.tags.get(ConditionTag.TOPK)
-            tagged = r.tags.get(ConditionTag.DRAFT_TOKENS)
-            found_k = int(tagged) if tagged is not None else steps
-            if found_k is None:
-                continue
-            k = found_k
-            if topk is not None and int(topk) != 1:
-                flags.append(
-                    f"trial #{r.trial_id}'s accept length {r.value:.2f} ran top-k {topk} (a tree draft): the chain "
-                    "model reads top-k 1, so it is not used"
-                )
-                continue
-            if r.value > k + 1:
-                flags.append(
-                    f"trial #{r.trial_id}'s accept length {r.value:.2f} is above k + 1 = {k + 1} "
-                    f"({'its draft_tokens tag' if tagged is not None else 'untagged: filed under the draft steps'}): "
-                    "set aside"
-                )
-                continue
-            measured[k][r.approach_id].append(r)
+    measured = _measured_accept_lengths(rows, steps, flags)
     for k, by_approach in sorted(measured.items()):
         newest = max(by_approach.values(), key=lambda rs: rs[0].trial_id)
         untagged = newest[0].tags.get(ConditionTag.DRAFT_TOKENS) is None

@@ -175,6 +175,54 @@ class ApproachVerdict:
         return self.status != ApproachStatus.dead_end
 
 
+def _verdict(
+    curve: BreakEvenCurve | None,
+    label: str,
+    key: str | None,
+    status: str | None,
+    latency: LatencyEstimate,
+    measured: bool,
+    baseline: bool,
+    tau: float | None,
+    tau_source: str,
+    tau_star: float | None = None,
+    cell: Cell | None = None,
+    grid_note: str = "",
+) -> ApproachVerdict | None:
+    """One approach or reported figure answered (answers_for): by its grid cell where it has one with a tau*, else
+    by the curve at its t_ar; None without either."""
+    on_grid = cell is not None and cell.tau_star is not None
+    if curve is not None:
+        t_base_ms = curve.t_base_ms
+        tau_star = tau_star if tau_star is not None else curve.tau_star(latency.t_ar_us)
+    elif cell is not None and cell.tau_star is not None and cell.t_base_ms is not None:
+        t_base_ms, tau_star = cell.t_base_ms, cell.tau_star.value
+    else:
+        return None
+    exact = on_grid or (curve is not None and not curve.lower_bound)
+    return ApproachVerdict(
+        label=label,
+        approach_key=key,
+        status=status,
+        latency=latency,
+        measured=measured,
+        baseline=baseline,
+        tau=tau,
+        tau_source=tau_source,
+        tau_star=tau_star,
+        contains="the full break-even" if on_grid or curve is None else curve.contains,
+        exact=exact,
+        t_base_ms=t_base_ms,
+        cell=cell if on_grid else None,
+        grid_note=grid_note,
+        formula_speedup=(
+            curve.speedup(tau, latency.t_ar_us)
+            if curve is not None and tau is not None and not curve.lower_bound
+            else None
+        ),
+    )
+
+
 def answers_for(
     curve: BreakEvenCurve | None,
     points: Iterable[ApproachPoint],
@@ -188,53 +236,10 @@ def answers_for(
     accept length. Without the curve (no T_base, or no allreduce in the verify step: world size 1) only the
     approaches on the grid are answered: their cells hold every figure, the rest need the curve's tau*."""
 
-    def answer(
-        label: str,
-        key: str | None,
-        status: str | None,
-        latency: LatencyEstimate,
-        measured: bool,
-        baseline: bool,
-        tau: float | None,
-        tau_source: str,
-        tau_star: float | None = None,
-        cell: Cell | None = None,
-        grid_note: str = "",
-    ) -> ApproachVerdict | None:
-        on_grid = cell is not None and cell.tau_star is not None
-        if curve is not None:
-            t_base_ms = curve.t_base_ms
-            tau_star = tau_star if tau_star is not None else curve.tau_star(latency.t_ar_us)
-        elif cell is not None and cell.tau_star is not None and cell.t_base_ms is not None:
-            t_base_ms, tau_star = cell.t_base_ms, cell.tau_star.value
-        else:
-            return None
-        exact = on_grid or (curve is not None and not curve.lower_bound)
-        return ApproachVerdict(
-            label=label,
-            approach_key=key,
-            status=status,
-            latency=latency,
-            measured=measured,
-            baseline=baseline,
-            tau=tau,
-            tau_source=tau_source,
-            tau_star=tau_star,
-            contains="the full break-even" if on_grid or curve is None else curve.contains,
-            exact=exact,
-            t_base_ms=t_base_ms,
-            cell=cell if on_grid else None,
-            grid_note=grid_note,
-            formula_speedup=(
-                curve.speedup(tau, latency.t_ar_us)
-                if curve is not None and tau is not None and not curve.lower_bound
-                else None
-            ),
-        )
-
     # A measured point on the grid answers with its cell (the grid's figures at batch 1).
     found = [
-        answer(
+        _verdict(
+            curve,
             p.title,
             p.key,
             p.status,
@@ -250,7 +255,8 @@ def answers_for(
         for p in points
     ]
     found += [
-        answer(
+        _verdict(
+            curve,
             r.label,
             r.approach_key,
             statuses.get(r.approach_key or ""),
