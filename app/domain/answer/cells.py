@@ -194,7 +194,8 @@ def _evaluate(
 @functools.lru_cache(maxsize=64)
 def _brackets(curve_bytes: tuple[int, ...]) -> dict[int, tuple[Bracket, str]]:
     """A curve's brackets by message size, with the note a cell gets there, filled as asked: approaches measured at
-    the same sizes share them."""
+    the same sizes share them. Pure-math memoisation keyed by plain values (the curve's sizes), not a cache of the
+    answer: `read.py` holds the answer's one cache."""
     del curve_bytes  # the cache key
     return {}
 
@@ -236,13 +237,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
             nbytes = b * (k + 1) * per_element
             verify = ai.verify_compute.get((b, k))
             br, note = _NO_AR, WORLD_1
-            why = []  # worded only when something is missing (most cells have everything)
-            if base is None:
-                why.append(f"no plain decode step at batch {b}")
-            if draft is None:
-                why.append(f"no draft step at batch {b}")
-            if verify is None:
-                why.append(f"no verify compute at batch {b}, {k} draft tokens")
+            why = [] if base and draft and verify else _absent(b, k, base, draft, verify)
             if has_ar:
                 if spec.n_ar is None:
                     why.append("allreduces per verify not known")
@@ -253,20 +248,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
                 if br.outside:
                     why.append(br.outside)
             if why:
-                open_cells.append(
-                    Cell(
-                        b,
-                        k,
-                        base.value if base else None,
-                        draft.value * k if draft and draft.value is not None else None,
-                        None,
-                        None,
-                        nbytes,
-                        None,
-                        None,
-                        "; ".join(why),
-                    )
-                )
+                open_cells.append(_open_cell(b, k, base, draft, nbytes, why))
                 gaps.extend(why)
                 continue
             assert base and draft and verify
@@ -277,12 +259,7 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
             if verify_pos is None:
                 verify_pos = add(verify, VERIFY, "batch {}, {} draft tokens", b, k)
             if has_ar:
-                lo = point_at.get(br.lo)
-                if lo is None:
-                    lo = point_at[br.lo] = add(ai.curve[br.lo][1], ALLREDUCE, "{}", _Size(curve_bytes[br.lo]))
-                hi = point_at.get(br.hi)
-                if hi is None:
-                    hi = point_at[br.hi] = add(ai.curve[br.hi][1], ALLREDUCE, "{}", _Size(curve_bytes[br.hi]))
+                lo, hi = _curve_position(ai, br.lo, point_at, model), _curve_position(ai, br.hi, point_at, model)
                 positions: tuple[int, ...] = (base_pos, draft_pos, verify_pos, lo, hi)
             else:
                 lo = hi = base_pos
@@ -302,7 +279,49 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
             c_frac.append(br.frac)
             c_tau.append(tau_pos)
             c_positions.append((*positions, tau_pos) if tau_pos >= 0 else positions)
-    plan = _Plan(
+    columns = (c_base, c_draft, c_k, c_verify, c_lo, c_hi, c_frac, c_tau)
+    plan = _as_plan(valid, columns, has_ar, notes, c_positions)
+    plan.unstable.extend(_bools(_reads(plan, np.asarray(model.unstable, dtype=bool))))
+    return plan, open_cells, gaps
+
+
+def _absent(b: int, k: int, base: Value | None, draft: Value | None, verify: Value | None) -> list[str]:
+    """A cell's missing step inputs, in words."""
+    why = []
+    if base is None:
+        why.append(f"no plain decode step at batch {b}")
+    if draft is None:
+        why.append(f"no draft step at batch {b}")
+    if verify is None:
+        why.append(f"no verify compute at batch {b}, {k} draft tokens")
+    return why
+
+
+def _open_cell(b: int, k: int, base: Value | None, draft: Value | None, nbytes: int, why: list[str]) -> Cell:
+    """A cell missing an input: what it has, and why it stays open."""
+    draft_ms = draft.value * k if draft and draft.value is not None else None
+    return Cell(b, k, base.value if base else None, draft_ms, None, None, nbytes, None, None, "; ".join(why))
+
+
+def _curve_position(ai: ApproachInputs, point: int, point_at: dict[int, int], model: _Model) -> int:
+    """The model position of the approach's allreduce curve point (placed the first time a cell reads it)."""
+    found = point_at.get(point)
+    if found is None:
+        nbytes, value = ai.curve[point]
+        found = point_at[point] = model.add(value, ALLREDUCE, "{}", _Size(nbytes))
+    return found
+
+
+def _as_plan(
+    valid: list[tuple[int, int]],
+    columns: tuple[list[int], list[int], list[int], list[int], list[int], list[int], list[float], list[int]],
+    has_ar: bool,
+    notes: list[str],
+    positions: list[tuple[int, ...]],
+) -> _Plan:
+    """The valid cells' columns as the plan's arrays."""
+    c_base, c_draft, c_k, c_verify, c_lo, c_hi, c_frac, c_tau = columns
+    return _Plan(
         cells=valid,
         base=np.asarray(c_base, dtype=int),
         draft=np.asarray(c_draft, dtype=int),
@@ -315,10 +334,8 @@ def _plan(ai: ApproachInputs, spec: SpeculationInputs, model: _Model) -> tuple[_
         tau=np.asarray(c_tau, dtype=int),
         unstable=[],  # filled below, vectorized
         notes=notes,
-        positions=c_positions,
+        positions=positions,
     )
-    plan.unstable.extend(_bools(_reads(plan, np.asarray(model.unstable, dtype=bool))))
-    return plan, open_cells, gaps
 
 
 def _bracketed(curve_bytes: Sequence[int], nbytes: int) -> tuple[Bracket, str]:

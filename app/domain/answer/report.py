@@ -535,6 +535,121 @@ def _point(
     )
 
 
+def _reported_sizes(campaign: Campaign, inputs: ModelInputs) -> dict[str, set[int]]:
+    """Each approach's reported figures by size (a tok/s figure is derived at the verify size): an approach whose
+    figures are all reported is not "without a latency" where one is at the verify size (issue 43 item 8)."""
+    out: dict[str, set[int]] = {}
+    for f in campaign.reported or []:
+        if f.get("approach") and (f.get("t_ar_us") or f.get("tok_s")):
+            size = int(f["bytes"]) if f.get("t_ar_us") and f.get("bytes") else inputs.verify_bytes
+            out.setdefault(str(f["approach"]), set()).add(size)
+    return out
+
+
+def _without_latency(approach: Approach, sizes: set[int] | None, inputs: ModelInputs) -> str | None:
+    """How the report lists an allreduce candidate without a latency at the verify size, or None where a reported
+    figure at the verify size places it (the reported table): not "no latency"."""
+    params = approach.recipe.get("params") if isinstance(approach.recipe, dict) else None
+    tokens = params.get("tokens") if isinstance(params, dict) else None
+    if sizes is None and isinstance(tokens, int) and tokens != inputs.verify_tokens:
+        at = size_label(tokens * inputs.hidden_size * BYTES_PER_ELEMENT)
+        return f"{approach.title} (its recipe runs {tokens} token{'s' if tokens > 1 else ''}: {at})"
+    if sizes is None:
+        return approach.title
+    if inputs.verify_bytes not in sizes:  # reported only at other sizes: say which
+        listed = ", ".join(size_label(b) for b in sorted(sizes))
+        return f"{approach.title} (reported only at {listed})"
+    return None
+
+
+def _references(
+    campaign: Campaign, inputs: ModelInputs, curve: BreakEvenCurve | None, rows: list[Approach]
+) -> tuple[ReferencePoint, ...]:
+    """The campaign's reported latencies as the report's reference points, each at its tau* on the curve."""
+    titles = {a.key: a.title for a in rows}
+    return tuple(
+        ReferencePoint(
+            label=f.get("label") or titles.get(f.get("approach") or "", "reported"),
+            approach_key=f.get("approach"),
+            latency=estimate,
+            tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+            baseline=bool(f.get("baseline")),
+            bytes=f.get("bytes") if estimate.method == "reported" else None,
+        )
+        for f, estimate in reported_latencies(campaign, inputs)
+    )
+
+
+def _cpu_floor(metrics: CampaignMetrics, rows: list[Approach], inputs: ModelInputs) -> tuple[CpuFloor, ...]:
+    """The CPU-floor figures of the model's inputs (an allreduce only at the verify size): shown, never used."""
+    by_id = {a.id: a.title for a in rows}
+    return tuple(
+        CpuFloor(by_id.get(m.approach_id, "?"), m.name, m.value, "us" if m.name.endswith("_us") else "ms", m.trial_id)
+        for m in metrics.newest(
+            (
+                MetricName.ALLREDUCE_LATENCY_US,
+                MetricName.ALLREDUCE_IN_SITU_US,
+                MetricName.VERIFY_COMPUTE_MS,
+                MetricName.DECODE_STEP_MS,
+                MetricName.DRAFT_STEP_MS,
+            )
+        )
+        if m.cpu_floor and (m.name != MetricName.ALLREDUCE_LATENCY_US or m.tags.get("bytes") == inputs.verify_bytes)
+    )
+
+
+def _grid_point(approach: Approach, estimate: LatencyEstimate, cell: Cell, inputs: ModelInputs) -> ApproachPoint:
+    """An approach on the grid: its cell at batch 1, every figure the grid's (the same inputs)."""
+    n_ar = int(inputs.allreduces_per_verify.value or 0)
+    return _point(
+        approach,
+        estimate,
+        tau_star=cell.tau_star.value if cell.tau_star is not None else None,
+        tau=cell.tau,
+        tau_source=_grid_tau_source(inputs, cell),
+        comm_ms=cell.comm_ms if cell.comm_ms is not None else float(formula.comm_ms(n_ar, 0.0)),
+        savings_ms=cell.savings_ms,
+        speedup=cell.speedup.value if cell.speedup is not None else None,
+        cell=cell,
+    )
+
+
+def _formula_point(
+    approach: Approach,
+    estimate: LatencyEstimate,
+    metrics: CampaignMetrics,
+    inputs: ModelInputs,
+    own_tau_allowed: bool,
+    grid_note: str,
+) -> ApproachPoint:
+    """An approach off the grid (or no grid given): tau* is the curve's at its t_ar (the chart's point), and the
+    speedup the same formula's on the same batch-1 inputs where the grid has no place for the figure: no grid, or a
+    t_ar measured in the serving step itself (in situ, a trace, derived from an engine's TPOT), which the grid's
+    allreduce curves do not hold. Another off-grid approach (`grid_note` says why) gets no speedup."""
+    own = (
+        _from_metric(
+            _first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach.id), MetricName.ACCEPT_LENGTH)
+        )
+        if own_tau_allowed
+        else None
+    )
+    tau = own.value if own else inputs.accept_length.value
+    mine = inputs.costs(tau=tau) if tau is not None and not grid_note else None
+    curve = inputs.curve()
+    n_ar = int(inputs.allreduces_per_verify.value or 0)
+    return _point(
+        approach,
+        estimate,
+        tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+        tau=tau,
+        tau_source=(own.source if own else inputs.accept_length.source),
+        comm_ms=float(formula.comm_ms(n_ar, estimate.t_ar_us)),
+        savings_ms=mine.savings_ms if mine else None,
+        speedup=mine.speedup(estimate.t_ar_us) if mine else None,
+        grid_note=grid_note,
+    )
+
+
 def profitability_report(
     session: Session,
     campaign: Campaign,
@@ -561,13 +676,7 @@ def profitability_report(
     unmeasured: list[str] = []
     other_stack: list[tuple[str, str]] = []
     estimates = {a.id: approach_latency(metrics, a.id or 0, inputs) for a in rows}
-    # Each approach's reported figures by size (a tok/s figure is derived at the verify size): an approach whose
-    # figures are all reported is not "without a latency" where one is at the verify size (issue 43 item 8).
-    reported_sizes: dict[str, set[int]] = {}
-    for f in campaign.reported or []:
-        if f.get("approach") and (f.get("t_ar_us") or f.get("tok_s")):
-            size = int(f["bytes"]) if f.get("t_ar_us") and f.get("bytes") else inputs.verify_bytes
-            reported_sizes.setdefault(str(f["approach"]), set()).add(size)
+    reported_sizes = _reported_sizes(campaign, inputs)
     one_gpu = any(estimates[a.id] is None and _world_1_cell((cells or {}).get(a.key)) for a in rows)
     inputs = _allreduces_measured(inputs, campaign, what_if, one_gpu, any(e is not None for e in estimates.values()))
     curve = inputs.curve()
@@ -586,97 +695,21 @@ def profitability_report(
             estimate = LatencyEstimate(0.0, WORLD_1_METHOD, "the verify step runs no allreduce on one GPU", None)
         if estimate is None:
             if measures_allreduce(approach, metrics):  # not a draft step, nor a verify step on one GPU
-                sizes = reported_sizes.get(approach.key)
-                params = approach.recipe.get("params") if isinstance(approach.recipe, dict) else None
-                tokens = params.get("tokens") if isinstance(params, dict) else None
-                if sizes is None and isinstance(tokens, int) and tokens != inputs.verify_tokens:
-                    at = size_label(tokens * inputs.hidden_size * BYTES_PER_ELEMENT)
-                    unmeasured.append(
-                        f"{approach.title} (its recipe runs {tokens} token{'s' if tokens > 1 else ''}: {at})"
-                    )
-                elif sizes is None:
-                    unmeasured.append(approach.title)
-                elif inputs.verify_bytes not in sizes:  # reported only at other sizes: say which
-                    listed = ", ".join(size_label(b) for b in sorted(sizes))
-                    unmeasured.append(f"{approach.title} (reported only at {listed})")
-                # else a reported figure at the verify size places it (the reported table): not "no latency"
+                note = _without_latency(approach, reported_sizes.get(approach.key), inputs)
+                unmeasured += [note] if note else []
             continue
-        n_ar = int(inputs.allreduces_per_verify.value or 0)
         if cell is None and estimate.trial_id is not None and estimate.trial_id in stacks:
             other_stack.append((approach.title, stacks[estimate.trial_id]))
             continue
-        if cell is not None:
-            # On the grid, the point is its cell at batch 1: every figure the grid's (the same inputs).
-            points.append(
-                _point(
-                    approach,
-                    estimate,
-                    tau_star=cell.tau_star.value if cell.tau_star is not None else None,
-                    tau=cell.tau,
-                    tau_source=_grid_tau_source(inputs, cell),
-                    comm_ms=cell.comm_ms if cell.comm_ms is not None else float(formula.comm_ms(n_ar, 0.0)),
-                    savings_ms=cell.savings_ms,
-                    speedup=cell.speedup.value if cell.speedup is not None else None,
-                    cell=cell,
-                )
-            )
+        if cell is not None:  # on the grid, the point is its cell at batch 1: every figure the grid's
+            points.append(_grid_point(approach, estimate, cell, inputs))
             continue
-        own = (
-            _from_metric(
-                _first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach.id), MetricName.ACCEPT_LENGTH)
-            )
-            if own_tau_allowed
-            else None
-        )
-        tau = own.value if own else inputs.accept_length.value
-        # Off the grid (or no grid given): tau* is the curve's at its t_ar (the chart's point), and the speedup the
-        # same formula's on the same batch-1 inputs where the grid has no place for the figure: no grid, or a t_ar
-        # measured in the serving step itself (in situ, a trace, derived from an engine's TPOT), which the grid's
-        # allreduce curves do not hold. Another off-grid approach gets no speedup: the grid's note says why.
-        batch_1_figure = not gridded or estimate.method in BATCH_1_METHODS
-        mine = inputs.costs(tau=tau) if tau is not None and batch_1_figure else None
         note = ""
-        if not batch_1_figure:
+        if gridded and estimate.method not in BATCH_1_METHODS:
             note = (off_grid or {}).get(approach.key) or (found.note if found is not None else "") or NOT_ON_GRID
-        points.append(
-            _point(
-                approach,
-                estimate,
-                tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
-                tau=tau,
-                tau_source=(own.source if own else inputs.accept_length.source),
-                comm_ms=float(formula.comm_ms(n_ar, estimate.t_ar_us)),
-                savings_ms=mine.savings_ms if mine else None,
-                speedup=mine.speedup(estimate.t_ar_us) if mine else None,
-                grid_note=note,
-            )
-        )
-    titles = {a.key: a.title for a in rows}
-    references = tuple(
-        ReferencePoint(
-            label=f.get("label") or titles.get(f.get("approach") or "", "reported"),
-            approach_key=f.get("approach"),
-            latency=estimate,
-            tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
-            baseline=bool(f.get("baseline")),
-            bytes=f.get("bytes") if estimate.method == "reported" else None,
-        )
-        for f, estimate in reported_latencies(campaign, inputs)
-    )
-    by_id = {a.id: a.title for a in rows}
-    floor = tuple(
-        CpuFloor(by_id.get(m.approach_id, "?"), m.name, m.value, "us" if m.name.endswith("_us") else "ms", m.trial_id)
-        for m in metrics.newest(
-            (
-                MetricName.ALLREDUCE_LATENCY_US,
-                MetricName.ALLREDUCE_IN_SITU_US,
-                MetricName.VERIFY_COMPUTE_MS,
-                MetricName.DECODE_STEP_MS,
-                MetricName.DRAFT_STEP_MS,
-            )
-        )
-        if m.cpu_floor and (m.name != MetricName.ALLREDUCE_LATENCY_US or m.tags.get("bytes") == inputs.verify_bytes)
-    )
+        points.append(_formula_point(approach, estimate, metrics, inputs, own_tau_allowed, note))
+    references = _references(campaign, inputs, curve, rows)
+    floor = _cpu_floor(metrics, rows, inputs)
     return ProfitabilityReport(
         inputs,
         curve,

@@ -26,6 +26,7 @@ from app.domain.answer.grid import (
     ACCEPT,
     RESAMPLES,
     ApproachAnswer,
+    ApproachInputs,
     Cell,
     Interval,
     SpeculationAnswer,
@@ -75,7 +76,6 @@ def speculation_answer(
         cell_index.update(((ai.key, b, k), base_index + i) for i, (b, k) in enumerate(plan.cells))
     answers: list[ApproachAnswer] = []
     users: dict[int, set[str]] = defaultdict(set)
-    unstable = model.unstable
     at = 0
     for ai, plan, opened in zip(spec.approaches, plans, open_cells, strict=False):
         mine = _read_by(plan)
@@ -83,92 +83,13 @@ def speculation_answer(
         at += len(plan.cells)
         for p in mine:
             users[p].add(ai.key)
-        cells.sort(key=_BATCH_K)
-        by_batch: dict[int, list[Cell]] = {}
-        for c in cells:
-            if c.speedup is not None:
-                by_batch.setdefault(c.batch, []).append(c)
-        best_k: dict[int, int] = {}
-        best_s: dict[int, Interval] = {}
-        best_cell: dict[int, Cell] = {}
-        for b in spec.batches:
-            options = by_batch.get(b)
-            if options:
-                top = max(options, key=_speedup_value)
-                best_s[b] = top.speedup  # type: ignore[assignment]
-                # On only where the best cell pays by the interval rule (Cell.pays), as B* below: never the point.
-                best_k[b] = top.draft_tokens if top.pays == "yes" else 0
-                best_cell[b] = top
-        # B*: the largest batch where the best draft length pays by the interval rule (Cell.pays), not by its
-        # point estimate alone; above it, the first batch where it does not (or cannot be said to) pay.
-        paying = [b for b, c in best_cell.items() if c.pays == "yes"]
-        b_star = max(paying) if paying else None
-        losing = [b for b, c in best_cell.items() if c.pays != "yes" and (b_star is None or b > b_star)]
-        with_tau_star = [c for c in cells if c.tau_star is not None]
-        headline_k = None
-        tau_star_head = None
-        if with_tau_star:
-            b0 = min(c.batch for c in with_tau_star)
-            at_b0 = {c.draft_tokens: c for c in with_tau_star if c.batch == b0}
-            steps = spec.draft_steps
-            headline_k = best_k.get(b0) or (int(steps) if steps and int(steps) in at_b0 else min(at_b0))
-            headline_k = headline_k if headline_k in at_b0 else min(at_b0)
-            tau_star_head = at_b0[headline_k].tau_star
-        answers.append(
-            ApproachAnswer(
-                key=ai.key,
-                title=ai.title,
-                status=ai.status,
-                deployable=ai.deployable,
-                world_size=ai.world_size,
-                cells=tuple(cells),
-                tau_star=tau_star_head,
-                headline_k=headline_k,
-                best_draft_tokens=best_k,
-                best_speedup=best_s,
-                break_even_batch=b_star,
-                first_losing_batch=min(losing) if losing else None,
-                unstable_inputs=tuple(sorted({model.names[p] for p in mine if unstable[p]})),
-                decision={b: c.pays or "unclear" for b, c in best_cell.items()},
-            )
-        )
-    point, f_low, f_high = figures
-    low, high = np.full(n_figures, np.nan), np.full(n_figures, np.nan)
-    if len(f_low):
-        low[model.sampled], high[model.sampled] = f_low, f_high
-    measured_mask = np.asarray(model.measured, dtype=bool)
-    figs = _intervals_of(
-        point if len(point) else np.asarray(model.values, dtype=float),
-        low,
-        high,
-        unstable_mask,
-        sampled_mask if len(f_low) else np.zeros(n_figures, dtype=bool),
-        ~measured_mask,
-        once_mask,
-        None if len(point) else model.values,
-    )
+        answers.append(_approach_answer(ai, cells, spec, model, mine))
+    figs = _figure_intervals(model, figures, sampled_mask, once_mask, unstable_mask)
     owner: list[str | None] = [None] * n_figures
     for pos, keys in users.items():
         if len(keys) == 1:
             owner[pos] = next(iter(keys))
-    sources: list[str] = []
-    labels: list[str] = []
-    source_of: dict[tuple[str, int], str] = {}
-    label_of: dict[int, str] = {}  # id(Conditions) -> its label (the figures are alive for the whole call)
-    label_by_value: dict[Conditions | None, str] = {}
-    for v in model.figures:  # model order: a cell's `inputs` index this list
-        key = (v.source, len(v.trials))
-        source = source_of.get(key)
-        if source is None:
-            source = source_of[key] = _source(v, spec)
-        sources.append(source)
-        label = label_of.get(id(v.conditions))
-        if label is None:
-            label = label_by_value.get(v.conditions)
-            if label is None:
-                label = label_by_value[v.conditions] = _conditions_label(v.conditions)
-            label_of[id(v.conditions)] = label
-        labels.append(label)
+    sources, labels = _sources_and_labels(model, spec)
     rows = zip(model.names, owner, figs, sources, (v.trial_ids for v in model.figures), labels, strict=True)
     inputs = list(map(_new_input, rows))
     tiers, tier_verdicts = _tiers(answers, cell_index, replicates, spec.confidence, spec.min_effect)
@@ -191,6 +112,106 @@ def speculation_answer(
         tier_verdicts=tier_verdicts,
         runs=paired[0] if (paired := paired_runs([model.figures[p] for p in model.sampled])) else 0,
     )
+
+
+def _figure_intervals(
+    model: _Model, figures: Any, sampled_mask: np.ndarray, once_mask: np.ndarray, unstable_mask: np.ndarray
+) -> list[Interval]:
+    """Each input figure's interval, in model order: the resampled ones' bounds, the others exact (no interval)."""
+    n_figures = len(model.values)
+    point, f_low, f_high = figures
+    low, high = np.full(n_figures, np.nan), np.full(n_figures, np.nan)
+    if len(f_low):
+        low[model.sampled], high[model.sampled] = f_low, f_high
+    measured_mask = np.asarray(model.measured, dtype=bool)
+    return _intervals_of(
+        point if len(point) else np.asarray(model.values, dtype=float),
+        low,
+        high,
+        unstable_mask,
+        sampled_mask if len(f_low) else np.zeros(n_figures, dtype=bool),
+        ~measured_mask,
+        once_mask,
+        None if len(point) else model.values,
+    )
+
+
+def _approach_answer(
+    ai: ApproachInputs, cells: list[Cell], spec: SpeculationInputs, model: _Model, mine: set[int]
+) -> ApproachAnswer:
+    """One approach's answer from its cells: the best draft tokens and speedup per batch, B* and the first batch
+    that loses, the headline tau*, and the inputs it reads that are unstable."""
+    cells.sort(key=_BATCH_K)
+    by_batch: dict[int, list[Cell]] = {}
+    for c in cells:
+        if c.speedup is not None:
+            by_batch.setdefault(c.batch, []).append(c)
+    best_k: dict[int, int] = {}
+    best_s: dict[int, Interval] = {}
+    best_cell: dict[int, Cell] = {}
+    for b in spec.batches:
+        options = by_batch.get(b)
+        if options:
+            top = max(options, key=_speedup_value)
+            best_s[b] = top.speedup  # type: ignore[assignment]
+            # On only where the best cell pays by the interval rule (Cell.pays), as B* below: never the point.
+            best_k[b] = top.draft_tokens if top.pays == "yes" else 0
+            best_cell[b] = top
+    # B*: the largest batch where the best draft length pays by the interval rule (Cell.pays), not by its
+    # point estimate alone; above it, the first batch where it does not (or cannot be said to) pay.
+    paying = [b for b, c in best_cell.items() if c.pays == "yes"]
+    b_star = max(paying) if paying else None
+    losing = [b for b, c in best_cell.items() if c.pays != "yes" and (b_star is None or b > b_star)]
+    with_tau_star = [c for c in cells if c.tau_star is not None]
+    headline_k = None
+    tau_star_head = None
+    if with_tau_star:
+        b0 = min(c.batch for c in with_tau_star)
+        at_b0 = {c.draft_tokens: c for c in with_tau_star if c.batch == b0}
+        steps = spec.draft_steps
+        headline_k = best_k.get(b0) or (int(steps) if steps and int(steps) in at_b0 else min(at_b0))
+        headline_k = headline_k if headline_k in at_b0 else min(at_b0)
+        tau_star_head = at_b0[headline_k].tau_star
+    return ApproachAnswer(
+        key=ai.key,
+        title=ai.title,
+        status=ai.status,
+        deployable=ai.deployable,
+        world_size=ai.world_size,
+        cells=tuple(cells),
+        tau_star=tau_star_head,
+        headline_k=headline_k,
+        best_draft_tokens=best_k,
+        best_speedup=best_s,
+        break_even_batch=b_star,
+        first_losing_batch=min(losing) if losing else None,
+        unstable_inputs=tuple(sorted({model.names[p] for p in mine if model.unstable[p]})),
+        decision={b: c.pays or "unclear" for b, c in best_cell.items()},
+    )
+
+
+def _sources_and_labels(model: _Model, spec: SpeculationInputs) -> tuple[list[str], list[str]]:
+    """Each input figure's source and conditions in words, in model order (a cell's `inputs` index these), each
+    distinct one worded once."""
+    sources: list[str] = []
+    labels: list[str] = []
+    source_of: dict[tuple[str, int], str] = {}
+    label_of: dict[int, str] = {}  # id(Conditions) -> its label (the figures are alive for the whole call)
+    label_by_value: dict[Conditions | None, str] = {}
+    for v in model.figures:  # model order: a cell's `inputs` index this list
+        key = (v.source, len(v.trials))
+        source = source_of.get(key)
+        if source is None:
+            source = source_of[key] = _source(v, spec)
+        sources.append(source)
+        label = label_of.get(id(v.conditions))
+        if label is None:
+            label = label_by_value.get(v.conditions)
+            if label is None:
+                label = label_by_value[v.conditions] = _conditions_label(v.conditions)
+            label_of[id(v.conditions)] = label
+        labels.append(label)
+    return sources, labels
 
 
 def _conditions_label(c: Conditions | None) -> str:
