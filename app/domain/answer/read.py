@@ -179,7 +179,7 @@ def data_version(session: Session, campaign: Campaign) -> tuple[object, ...]:
     what changes without `updated_at` (position, the pending proposal, archiving); and its read profiler traces'
     count and newest id (a trace's figures arrive after its upload, with no new metric row)."""
     assert campaign.id is not None
-    m, a, art = (t.__table__ for t in (Metric, Approach, Artifact))  # type: ignore[attr-defined]
+    m, a, art = Metric.__table__, Approach.__table__, Artifact.__table__  # type: ignore[attr-defined]
     mine = a.c.campaign_id == campaign.id
     traces = (art.c.campaign_id == campaign.id, art.c.trace.is_not(None), art.c.removed_at.is_(None))
     row = session.execute(
