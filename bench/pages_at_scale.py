@@ -538,20 +538,17 @@ def time_answer(engine, slug: str, repeat: int) -> None:
     """The answer over (batch, draft tokens) alone, in process: what it adds to the charts and status pages,
     computed afresh (its per-process cache cleared) and then as a page shown again with nothing new gets it."""
     from app.db import session_scope
-    from app.domain.answer import load_campaign_metrics
     from app.domain.answer import read as speculation
-    from app.domain.inventory import approaches
 
     with session_scope(engine, write=False) as session:
         campaign = session.execute(select(Campaign).where(col(Campaign.slug) == slug)).scalar_one()
-        metrics, rows = load_campaign_metrics(session, campaign), approaches(session, campaign)
         for label, clear in (("answer over (b, k), fresh", True), ("answer over (b, k), cached", False)):
             times, cpus = [], []
             for _ in range(repeat):
                 if clear:
                     speculation._CACHE.clear()
                 t, cpu = time.perf_counter(), time.process_time()
-                found = speculation.read_answer(session, campaign, metrics=metrics, approach_rows=rows).speculation
+                found = speculation.read_answer(session, campaign).speculation
                 times.append((time.perf_counter() - t) * 1000)
                 cpus.append((time.process_time() - cpu) * 1000)
             cells = sum(len(a.cells) for a in found.approaches)

@@ -23,7 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas, speculation_answer
+from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas
+from app.domain.answer.speculation import speculation_answer
 from app.domain.answer.values import Value, exact, measured, of_trials
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)

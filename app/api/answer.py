@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from app.deps import SessionDep, require_operator
 from app.domain import inventory
+from app.domain.answer import AnswerQuery
 from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
 from app.domain.answer.configs.schedule import SERVE_PATTERN
 from app.domain.answer.prediction import check_document, engine_check
@@ -307,7 +308,7 @@ def _read(
     asked = pick_conditions(
         session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype, draft_vocab=draft_vocab
     )
-    return read_answer(session, campaign, conditions=asked)
+    return read_answer(session, campaign, AnswerQuery(asked))
 
 
 @router.get("/campaigns/{slug}/answer", response_model=AnswerPublic)

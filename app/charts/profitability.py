@@ -5,6 +5,7 @@ against speculation's savings, the allreduce latencies at the verify size and ag
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from app.charts.base import (
@@ -26,7 +27,15 @@ from app.charts.base import (
     trace_groups,
     us,
 )
-from app.domain.answer import NO_ALLREDUCES, LatencySeries, ProfitabilityReport, ReferencePoint
+from app.domain.answer import (
+    NO_ALLREDUCES,
+    BreakEvenCurve,
+    CpuFloor,
+    CycleCosts,
+    LatencySeries,
+    ProfitabilityReport,
+    ReferencePoint,
+)
 from app.domain.wording import plural
 
 # Past this many reported figures a chart draws them as one trace (each point named in its hover): a
@@ -66,15 +75,7 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
     if curve is None:
         return None
     verify_bytes = report.inputs.verify_bytes
-    t_ars = [p.latency.t_ar_us for p in report.on_t_ar_axis] + [r.latency.t_ar_us for r in report.references]
-    lo, hi = (min(t_ars), max(t_ars)) if t_ars else (1.0, 1000.0)
-    log_x = lo > 0 and hi / lo > 20
-    if log_x:
-        x_lo, x_hi = lo / 1.6, hi * 1.6
-        grid = [x_lo * (x_hi / x_lo) ** (i / 80) for i in range(81)]
-    else:
-        x_lo, x_hi = 0.0, hi * 1.15
-        grid = [x_lo, x_hi]
+    log_x, x_lo, x_hi, grid = _t_ar_axis(report)
     taus = [curve.tau_star(x) for x in grid]
     traces = [
         scatter(
@@ -98,6 +99,61 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
                 hoverinfo="name",
             )
         )
+    traces += _approach_markers(report)
+    traces += _reference_markers(report)
+    marks = [p.tau_star for p in report.on_t_ar_axis] + [r.tau_star for r in report.references]
+    top = max([m for m in marks if m is not None] + ([accept.value] if accept.value is not None else []) + [1.0])
+    parts = _break_even_subtitle(report, curve)
+    # (name, the size it was measured at when not the axis', t_ar, tau*): the size always shows in full.
+    labelled = [
+        (p.title, _point_size(p.latency.method), p.latency.t_ar_us, p.tau_star) for p in report.on_t_ar_axis
+    ] + [(r.label, _reference_size(r, verify_bytes), r.latency.t_ar_us, r.tau_star) for r in report.references]
+
+    def _frac(x: float) -> float:  # the point's place across the x axis, 0..1
+        if log_x:
+            return (math.log(x) - math.log(x_lo)) / (math.log(x_hi) - math.log(x_lo))
+        return (x - x_lo) / (x_hi - x_lo)
+
+    annotations = _tau_star_labels(labelled, _frac, log_x)
+    floor = min([m for m in marks if m is not None] + taus)
+    # tau counts the bonus token, so it is never below 1: when every tau* is above 1 the axis starts there.
+    y_lo = 1.0 if floor >= 1.0 and marks else 0.0
+    x_title = f"per-allreduce latency t_ar (us) at {size(verify_bytes)}"
+    if any(_reference_size(r, verify_bytes) for r in report.references) or any(
+        _point_size(p.latency.method) for p in report.on_t_ar_axis
+    ):
+        x_title += ", unless a point names its size"
+    return figure(
+        traces,
+        layout(
+            "Break-even accept length τ* vs allreduce latency",
+            subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
+            meta={"lower_bound": curve.lower_bound},
+            annotations=annotations,
+            xaxis=axis(
+                x_title,
+                type="log" if log_x else "linear",
+                range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi],
+                exponentformat="none",
+            ),
+            yaxis=axis("break-even accept length τ*", range=[y_lo, y_lo + (top - y_lo) * 1.15]),
+        ),
+    )
+
+
+def _t_ar_axis(report: ProfitabilityReport) -> tuple[bool, float, float, list[float]]:
+    """Chart 1's t_ar axis over every point: log where they span more than 20x, and the curve's sample points."""
+    t_ars = [p.latency.t_ar_us for p in report.on_t_ar_axis] + [r.latency.t_ar_us for r in report.references]
+    lo, hi = (min(t_ars), max(t_ars)) if t_ars else (1.0, 1000.0)
+    if lo > 0 and hi / lo > 20:
+        x_lo, x_hi = lo / 1.6, hi * 1.6
+        return True, x_lo, x_hi, [x_lo * (x_hi / x_lo) ** (i / 80) for i in range(81)]
+    return False, 0.0, hi * 1.15, [0.0, hi * 1.15]
+
+
+def _approach_markers(report: ProfitabilityReport) -> list[dict[str, Any]]:
+    """Chart 1's approaches at their t_ar, one trace per name (its size where not the axis'), colored by status."""
+    traces = []
     for name, group in trace_groups(
         list(report.on_t_ar_axis), lambda p: p.title + _point_size(p.latency.method), lambda p: p.status
     ):
@@ -125,6 +181,13 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
                 ),
             )
         )
+    return traces
+
+
+def _reference_markers(report: ProfitabilityReport) -> list[dict[str, Any]]:
+    """Chart 1's reported figures (open diamonds; the baseline's in the break-even color)."""
+    verify_bytes = report.inputs.verify_bytes
+    traces = []
     for group_name, refs in _reference_groups(list(report.references)):
         traces.append(
             scatter(
@@ -146,8 +209,11 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
                 ),
             )
         )
-    marks = [p.tau_star for p in report.on_t_ar_axis] + [r.tau_star for r in report.references]
-    top = max([m for m in marks if m is not None] + ([accept.value] if accept.value is not None else []) + [1.0])
+    return traces
+
+
+def _break_even_subtitle(report: ProfitabilityReport, curve: BreakEvenCurve) -> list[str]:
+    """What chart 1's curve is made of, in words: T_base, N_ar, one-GPU approaches, the fixed costs."""
     parts = [f"T_base {curve.t_base_ms:.2f} ms, {curve.n_ar} allreduces per verify"]
     one_gpu = [p for p in report.points if p.world_1]
     if one_gpu:  # beside approaches that communicate: the count is theirs, not the one-GPU steps'
@@ -158,65 +224,37 @@ def break_even_accept_length(report: ProfitabilityReport) -> Figure | None:
         parts.append(f"a lower bound: {' and '.join(curve.unknown)} counted as 0")
     else:
         parts.append(f"draft + verify compute {curve.fixed_ms:.2f} ms")
-    # (name, the size it was measured at when not the axis', t_ar, tau*): the size always shows in full.
-    labelled = [
-        (p.title, _point_size(p.latency.method), p.latency.t_ar_us, p.tau_star) for p in report.on_t_ar_axis
-    ] + [(r.label, _reference_size(r, verify_bytes), r.latency.t_ar_us, r.tau_star) for r in report.references]
+    return parts
 
-    def _frac(x: float) -> float:  # the point's place across the x axis, 0..1
-        if log_x:
-            return (math.log(x) - math.log(x_lo)) / (math.log(x_hi) - math.log(x_lo))
-        return (x - x_lo) / (x_hi - x_lo)
 
-    # Labels for the lowest tau* first (the best approaches), skipping a point too close to one already
-    # labelled: overlapping labels are unreadable, and every point keeps its hover.
+def _tau_star_labels(
+    labelled: list[tuple[str, str, float, float | None]], frac: Callable[[float], float], log_x: bool
+) -> list[dict[str, Any]]:
+    """Chart 1's point labels: the lowest tau* first (the best approaches), skipping a point too close to one
+    already labelled: overlapping labels are unreadable, and every point keeps its hover."""
     shown: list[tuple[str, float, float]] = []
     known = sorted(((name, at, x, y) for name, at, x, y in labelled if y is not None), key=lambda item: item[3])
     places: list[float] = []  # the labelled points' places across the axis
     for name, at, x, y in known:
         if len(shown) == MAX_LABELS:
             break
-        place = _frac(x)
+        place = frac(x)
         if all(abs(place - other) > 0.12 for other in places):
             shown.append((short(name, 28) + at, x, y))
             places.append(place)
-    annotations = [
+    return [
         {
             "x": math.log10(x) if log_x else x,
             "y": y,
             "text": f"{name}: τ* {y:.2f}",
             "showarrow": False,
-            "xanchor": "right" if _frac(x) > 0.6 else "left",
-            "xshift": -10 if _frac(x) > 0.6 else 10,
+            "xanchor": "right" if frac(x) > 0.6 else "left",
+            "xshift": -10 if frac(x) > 0.6 else 10,
             "yshift": 8,
             "font": {"size": 11, "color": "#344054"},
         }
         for name, x, y in shown
     ]
-    floor = min([m for m in marks if m is not None] + taus)
-    # tau counts the bonus token, so it is never below 1: when every tau* is above 1 the axis starts there.
-    y_lo = 1.0 if floor >= 1.0 and marks else 0.0
-    x_title = f"per-allreduce latency t_ar (us) at {size(verify_bytes)}"
-    if any(_reference_size(r, verify_bytes) for r in report.references) or any(
-        _point_size(p.latency.method) for p in report.on_t_ar_axis
-    ):
-        x_title += ", unless a point names its size"
-    return figure(
-        traces,
-        layout(
-            "Break-even accept length τ* vs allreduce latency",
-            subtitle="speculation pays only when the accept length exceeds τ* · " + " · ".join(parts),
-            meta={"lower_bound": curve.lower_bound},
-            annotations=annotations,
-            xaxis=axis(
-                x_title,
-                type="log" if log_x else "linear",
-                range=[math.log10(x_lo), math.log10(x_hi)] if log_x else [x_lo, x_hi],
-                exponentformat="none",
-            ),
-            yaxis=axis("break-even accept length τ*", range=[y_lo, y_lo + (top - y_lo) * 1.15]),
-        ),
-    )
 
 
 def latency_comparison(report: ProfitabilityReport) -> Figure | None:
@@ -270,19 +308,7 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
         values += [r.latency.t_ar_us for r in refs]
     if floor:
         names = [f"{f.title} (CPU floor)" for f in floor]
-        traces.append(
-            bar(
-                y=names,
-                x=[f.value for f in floor],
-                orientation="h",
-                name="CPU floor (not comparable)",
-                marker={"color": "#d0d5dd", "line": {"color": "#667085", "width": 1}},
-                text=[us(f.value) for f in floor],
-                textposition="auto",
-                hovertemplate="<b>%{y}</b><br>%{x:,.2f} us on a CPU / scaled-down geometry: never fed to the model"
-                "<extra></extra>",
-            )
-        )
+        traces.append(_cpu_floor_bars(names, floor))
         titles += names
         values += [f.value for f in floor]
     title = "per-allreduce latency (us)"
@@ -300,6 +326,21 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
             xaxis=x_axis,
             yaxis=category_axis(titles, autorange="reversed"),
         ),
+    )
+
+
+def _cpu_floor_bars(names: list[str], floor: list[CpuFloor]) -> dict[str, Any]:
+    """CPU-floor figures, grey: shown apart, never fed to the model."""
+    return bar(
+        y=names,
+        x=[f.value for f in floor],
+        orientation="h",
+        name="CPU floor (not comparable)",
+        marker={"color": "#d0d5dd", "line": {"color": "#667085", "width": 1}},
+        text=[us(f.value) for f in floor],
+        textposition="auto",
+        hovertemplate="<b>%{y}</b><br>%{x:,.2f} us on a CPU / scaled-down geometry: never fed to the model"
+        "<extra></extra>",
     )
 
 
@@ -337,6 +378,36 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure | None:
             hoverinfo="skip",
         ),
     ]
+    traces += _reported_savings(report, costs, refs)
+    traces += _approach_savings(report)
+    subtitle = "above the line: speculation pays"
+    if costs.n_ar == 0:  # no communication: every point sits at x = 0, and no t_ar decides it
+        subtitle = (
+            f"{NO_ALLREDUCES if report.world_1 else 'no allreduces per verify'}, so no break-even t_ar · {subtitle}"
+        )
+    if costs.break_even_t_ar_us is not None:
+        subtitle = (
+            f"break-even t_ar* = {costs.break_even_t_ar_us:.1f} us per allreduce at "
+            f"{size(report.inputs.verify_bytes)} · above the line: speculation pays"
+        )
+    axis_range = [bottom, top]
+    return figure(
+        traces,
+        layout(
+            "Verify communication vs speculation savings",
+            subtitle=subtitle,
+            meta={"break_even_t_ar_us": costs.break_even_t_ar_us},
+            xaxis=axis("verify communication N_ar × t_ar (ms)", range=axis_range, zeroline=True),
+            yaxis=axis("speculation savings (ms)", range=axis_range, zeroline=True),
+        ),
+    )
+
+
+def _reported_savings(
+    report: ProfitabilityReport, costs: CycleCosts, refs: list[ReferencePoint]
+) -> list[dict[str, Any]]:
+    """Chart 2's reported figures: open diamonds at the campaign's accept length."""
+    traces = []
     verify_bytes = report.inputs.verify_bytes
     accept = report.inputs.accept_length
     for group_name, shown in _reference_groups(refs):
@@ -373,6 +444,12 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure | None:
                 ),
             )
         )
+    return traces
+
+
+def _approach_savings(report: ProfitabilityReport) -> list[dict[str, Any]]:
+    """Chart 2's approaches: communication against savings, a circle where it pays, an x where it does not."""
+    traces = []
     # A point off the answer's grid has no savings nor speedup (its grid note says why): not drawn here.
     decided = [p for p in report.points if p.savings_ms is not None and p.speedup is not None]
     for name, group in trace_groups(decided, lambda p: p.title, lambda p: p.status):
@@ -412,27 +489,31 @@ def verify_comm_vs_savings(report: ProfitabilityReport) -> Figure | None:
                 ),
             )
         )
-    subtitle = "above the line: speculation pays"
-    if costs.n_ar == 0:  # no communication: every point sits at x = 0, and no t_ar decides it
-        subtitle = (
-            f"{NO_ALLREDUCES if report.world_1 else 'no allreduces per verify'}, so no break-even t_ar · {subtitle}"
-        )
-    if costs.break_even_t_ar_us is not None:
-        subtitle = (
-            f"break-even t_ar* = {costs.break_even_t_ar_us:.1f} us per allreduce at "
-            f"{size(report.inputs.verify_bytes)} · above the line: speculation pays"
-        )
-    axis_range = [bottom, top]
-    return figure(
-        traces,
-        layout(
-            "Verify communication vs speculation savings",
-            subtitle=subtitle,
-            meta={"break_even_t_ar_us": costs.break_even_t_ar_us},
-            xaxis=axis("verify communication N_ar × t_ar (ms)", range=axis_range, zeroline=True),
-            yaxis=axis("speculation savings (ms)", range=axis_range, zeroline=True),
-        ),
-    )
+    return traces
+
+
+def _curves_in_one_trace(
+    group: list[LatencySeries], title: Callable[[LatencySeries], str]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """Several curves as one trace's x, y and hover data: None breaks the line between them."""
+    gx: list[Any] = []
+    gy: list[Any] = []
+    info: list[Any] = []
+    for s in group:
+        gx += [p.bytes for p in s.points] + [None]
+        gy += [p.latency_us for p in s.points] + [None]
+        info += [
+            [
+                title(s),
+                str(p.tags.get("backend", "")),
+                str(p.tags.get("mode", "")),
+                str(p.tags.get("world_size", "")),
+                f"#{p.trial_id}",
+                str(p.tags.get("method", "") or "-"),
+            ]
+            for p in s.points
+        ] + [None]
+    return gx, gy, info
 
 
 def allreduce_latency_vs_size(
@@ -451,23 +532,7 @@ def allreduce_latency_vs_size(
 
     traces = []
     for name, group in trace_groups(series, title, lambda s: "cpu_floor" if s.cpu_floor else s.status):
-        gx: list[Any] = []
-        gy: list[Any] = []
-        info: list[Any] = []
-        for s in group:  # several curves in one trace: None breaks the line between them
-            gx += [p.bytes for p in s.points] + [None]
-            gy += [p.latency_us for p in s.points] + [None]
-            info += [
-                [
-                    title(s),
-                    str(p.tags.get("backend", "")),
-                    str(p.tags.get("mode", "")),
-                    str(p.tags.get("world_size", "")),
-                    f"#{p.trial_id}",
-                    str(p.tags.get("method", "") or "-"),
-                ]
-                for p in s.points
-            ] + [None]
+        gx, gy, info = _curves_in_one_trace(group, title)
         xs += [x for x in gx if x is not None]
         ys += [y for y in gy if y is not None]
         floor = group[0].cpu_floor

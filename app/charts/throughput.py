@@ -58,57 +58,13 @@ def throughput_vs_baseline(
     down; rows of reported figures about no approach of the campaign come last."""
     titles = [r.approach_title for r in rows]
     titles += [r.row for r in reported if r.row not in titles]
-    measured = [r for r in rows if r.tok_s is not None]
-    traces = [
-        bar(
-            y=[r.approach_title for r in measured],
-            x=[r.tok_s for r in measured],
-            orientation="h",
-            name="decode throughput (measured here)",
-            marker={"color": [status_color(r.status) for r in measured]},
-            text=[f"{r.tok_s:.0f}" for r in measured],
-            textposition="inside",
-            insidetextanchor="end",
-            customdata=[
-                [status_label(r.status), f"#{r.trial_id}", "with EAGLE-3" if r.speculative else "plain decode"]
-                for r in measured
-            ],
-            hovertemplate="<b>%{y}</b><br>%{x:.1f} tok/s (%{customdata[2]})<br>status: %{customdata[0]}"
-            "<br>trial %{customdata[1]}<extra></extra>",
-        )
-    ]
+    traces = [_measured_bars(rows)]
     if reported:
-        traces.append(
-            scatter(
-                y=[r.row for r in reported],
-                x=[r.tok_s for r in reported],
-                mode="markers",
-                name="reported elsewhere (not measured here)",
-                marker={"symbol": "diamond-open", "size": 13, "color": REPORTED_COLOR, "line": {"width": 2}},
-                customdata=[[r.label, short(r.source, 160)] for r in reported],
-                hovertemplate="<b>%{customdata[0]}</b><br>%{x:.1f} tok/s reported: %{customdata[1]}<extra></extra>",
-            )
-        )
+        traces.append(_reported_diamonds(reported))
     dead = [r for r in rows if r.status == "dead_end"]
+    at = {r.row: r.tok_s for r in reported}  # a dead end without a figure of its own is drawn at its reported one
     if dead:
-        figures = {r.row: r.tok_s for r in reported}
-        traces.append(
-            scatter(
-                y=[r.approach_title for r in dead],
-                x=[r.tok_s if r.tok_s is not None else figures.get(r.approach_title, 0) for r in dead],
-                mode="markers",
-                name="dead end",
-                cliponaxis=False,  # a marker at 0 tok/s is drawn whole, not cut by the axis
-                marker={
-                    "symbol": "x",
-                    "size": 13,
-                    "color": status_color("dead_end"),
-                    "line": {"width": 1, "color": "#fff"},
-                },
-                customdata=[[r.reason or "no reason recorded"] for r in dead],
-                hovertemplate="<b>%{y}</b>: dead end<br>%{customdata[0]}<extra></extra>",
-            )
-        )
+        traces.append(_dead_end_markers(dead, at))
     if baseline_tok_s:
         traces.append(
             scatter(
@@ -122,24 +78,7 @@ def throughput_vs_baseline(
         )
     top = max([r.tok_s or 0 for r in rows] + [r.tok_s for r in reported] + [baseline_tok_s or 0, 1.0])
     x_hi = top * 1.9
-    # A dead end's reason beside its marker, past the marker and a reported diamond drawn at the same figure
-    # (text on the marker overlapped both), on the side with room: the label stays inside the plot.
-    notes = []
-    if dead:
-        for r in dead:
-            x = r.tok_s if r.tok_s is not None else figures.get(r.approach_title, 0)
-            right_half = x > 0.45 * x_hi
-            notes.append(
-                {
-                    "x": x,
-                    "y": r.approach_title,
-                    "text": escape(short(r.reason, 40)) if r.reason else "dead end",
-                    "showarrow": False,
-                    "xanchor": "right" if right_half else "left",
-                    "xshift": -DEAD_END_LABEL_GAP if right_half else DEAD_END_LABEL_GAP,
-                    "font": {"size": 10, "color": "#344054"},
-                }
-            )
+    notes = _dead_end_notes(dead, at, x_hi)
     return figure(
         traces,
         layout(
@@ -150,3 +89,77 @@ def throughput_vs_baseline(
             yaxis=category_axis(titles, autorange="reversed"),
         ),
     )
+
+
+def _measured_bars(rows: list[ThroughputRow]) -> dict[str, Any]:
+    """Each approach's best measured decode throughput, a horizontal bar colored by its status."""
+    measured = [r for r in rows if r.tok_s is not None]
+    return bar(
+        y=[r.approach_title for r in measured],
+        x=[r.tok_s for r in measured],
+        orientation="h",
+        name="decode throughput (measured here)",
+        marker={"color": [status_color(r.status) for r in measured]},
+        text=[f"{r.tok_s:.0f}" for r in measured],
+        textposition="inside",
+        insidetextanchor="end",
+        customdata=[
+            [status_label(r.status), f"#{r.trial_id}", "with EAGLE-3" if r.speculative else "plain decode"]
+            for r in measured
+        ],
+        hovertemplate="<b>%{y}</b><br>%{x:.1f} tok/s (%{customdata[2]})<br>status: %{customdata[0]}"
+        "<br>trial %{customdata[1]}<extra></extra>",
+    )
+
+
+def _reported_diamonds(reported: Sequence[ReportedRate]) -> dict[str, Any]:
+    """Figures reported elsewhere, as open diamonds."""
+    return scatter(
+        y=[r.row for r in reported],
+        x=[r.tok_s for r in reported],
+        mode="markers",
+        name="reported elsewhere (not measured here)",
+        marker={"symbol": "diamond-open", "size": 13, "color": REPORTED_COLOR, "line": {"width": 2}},
+        customdata=[[r.label, short(r.source, 160)] for r in reported],
+        hovertemplate="<b>%{customdata[0]}</b><br>%{x:.1f} tok/s reported: %{customdata[1]}<extra></extra>",
+    )
+
+
+def _dead_end_markers(dead: list[ThroughputRow], at: dict[str, float]) -> dict[str, Any]:
+    """Dead ends (✕) at their measured or reported throughput, else at the axis' start (drawn whole)."""
+    return scatter(
+        y=[r.approach_title for r in dead],
+        x=[r.tok_s if r.tok_s is not None else at.get(r.approach_title, 0) for r in dead],
+        mode="markers",
+        name="dead end",
+        cliponaxis=False,  # a marker at 0 tok/s is drawn whole, not cut by the axis
+        marker={
+            "symbol": "x",
+            "size": 13,
+            "color": status_color("dead_end"),
+            "line": {"width": 1, "color": "#fff"},
+        },
+        customdata=[[r.reason or "no reason recorded"] for r in dead],
+        hovertemplate="<b>%{y}</b>: dead end<br>%{customdata[0]}<extra></extra>",
+    )
+
+
+def _dead_end_notes(dead: list[ThroughputRow], at: dict[str, float], x_hi: float) -> list[dict[str, Any]]:
+    """A dead end's reason beside its marker, past the marker and a reported diamond drawn at the same figure
+    (text on the marker overlapped both), on the side with room: the label stays inside the plot."""
+    notes = []
+    for r in dead:
+        x = r.tok_s if r.tok_s is not None else at.get(r.approach_title, 0)
+        right_half = x > 0.45 * x_hi
+        notes.append(
+            {
+                "x": x,
+                "y": r.approach_title,
+                "text": escape(short(r.reason, 40)) if r.reason else "dead end",
+                "showarrow": False,
+                "xanchor": "right" if right_half else "left",
+                "xshift": -DEAD_END_LABEL_GAP if right_half else DEAD_END_LABEL_GAP,
+                "font": {"size": 10, "color": "#344054"},
+            }
+        )
+    return notes

@@ -34,6 +34,7 @@ def answer_cmd(
     import json
 
     from app.domain import inventory
+    from app.domain.answer.query import AnswerQuery
     from app.domain.answer.read import answer_document, pick_conditions, read_answer
     from app.domain.errors import DomainError
 
@@ -49,7 +50,7 @@ def answer_cmd(
                 experts_dtype=experts_dtype,
                 draft_vocab=draft_vocab,
             )
-            answer = read_answer(session, campaign, conditions=asked)
+            answer = read_answer(session, campaign, AnswerQuery(asked))
         except DomainError as exc:
             fail(exc.message)
     found = answer.speculation

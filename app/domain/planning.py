@@ -278,7 +278,7 @@ def payoff_ranking(
     """The candidates ranked by expected gain per effort (module docstring), best first. `candidates` in
     priority order (scheduling.candidates); `retest`: their re-test flags (verdicts.retest_flags)."""
     rows = rows if rows is not None else approaches(session, campaign)
-    report = report if report is not None else read_answer(session, campaign, approach_rows=rows).report
+    report = report if report is not None else read_answer(session, campaign).report
     retest = retest if retest is not None else verdicts.retest_flags(session, campaign)
     needs = _needs(report)
     best = _current_best(report)
@@ -612,7 +612,7 @@ def upgrade_plan(session: Session, campaign: Campaign, target: dict[str, str] | 
             untouched.append(Untouched(x, found))
     ranked: dict[str, Ranked] = {}
     if opened:
-        report = read_answer(session, campaign, approach_rows=rows).report
+        report = read_answer(session, campaign).report
         reopened = [x.approach for x, _, _ in opened]
         ranked = {r.key: r for r in payoff_ranking(session, campaign, reopened, {}, report=report, rows=rows)}
     reopens = [Reopen(x, c, why, ranked.get(x.approach.key)) for x, c, why in opened]

@@ -6,7 +6,7 @@ The what-if is a GET: it computes with the values in the query and stores nothin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -19,25 +19,14 @@ from app import charts
 from app.deps import OperatorDep, SessionDep, require_operator
 from app.domain import inventory
 from app.domain.acceptance import accept_length_bound_error, conversion_words
-from app.domain.answer import Input, ModelInputs, WhatIf, latency_series, throughput_rows
-from app.domain.answer.configs import (
-    ENGINE_LABELS,
-    ENGINES,
-    EngineConfig,
-    deploy_target,
-    engine_config,
-    parse_serve_range,
-)
-from app.domain.answer.grid import SpeculationAnswer
-from app.domain.answer.prediction import engine_check
-from app.domain.answer.read import Answer, read_answer
-from app.domain.errors import Conflict, Invalid
+from app.domain.answer import Answer, AnswerQuery, Input, ModelInputs, WhatIf, read_answer
+from app.domain.errors import Invalid
 from app.domain.timeline import campaign_timeline
-from app.domain.what_if import with_allreduce_latency
 from app.errors import form_error_headers
-from app.models import Approach, Campaign, ModelInputFields
+from app.models import Campaign, ModelInputFields
 from app.schemas import CampaignUpdate, optional_inputs
 from app.services import campaigns as campaign_writes
+from app.web.answer_view import answer_figures, speculation_context, throughput_figure
 from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
@@ -152,104 +141,12 @@ def form_inputs(inputs: ModelInputs, campaign: Campaign) -> list[FormInput]:
     return out
 
 
-def answer_figures(answer: Answer) -> dict[str, Any]:
-    """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
-    report = answer.report
-    return {
-        "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
-        "chart_verify": charts.verify_comm_vs_savings(report),
-        "chart_comparison": None if report.speculative else charts.latency_comparison(report),
-        "chart_latency": charts.allreduce_latency_vs_size(
-            latency_series(answer.metrics, answer.approaches), report.inputs.verify_bytes, report.references
-        ),
-    }
-
-
-def throughput_figure(answer: Answer, campaign: Campaign) -> dict[str, Any] | None:
-    """Chart 3, or None while no approach has a measured or reported throughput or a dead end to mark: a
-    baseline line alone across empty rows says nothing (no empty axes)."""
-    rows = throughput_rows(answer.metrics, answer.approaches)
-    reported = charts.reported_rates(campaign.reported, {a.key: a.title for a in answer.approaches})
-    baseline = answer.report.inputs.baseline_tok_s.value
-    if not reported and all(r.tok_s is None and r.status != "dead_end" for r in rows):
-        return None
-    return charts.throughput_vs_baseline(rows, baseline, reported)
-
-
-def campaign_answer(
-    session: Session, campaign: Campaign, form: BaseModel | None = None, conditions: str | None = None
-) -> Answer:
-    """`read_answer`, with the form's values that differ from the campaign's laid over it as a what-if (and
-    the what-if allreduce latency, which replaces the measured and reported ones)."""
-    found = read_answer(session, campaign, conditions=conditions)
-    what_if = what_if_changes(form, found.report.inputs) if form is not None else WhatIf()
-    if what_if.any():
-        found = read_answer(
-            session,
-            campaign,
-            conditions=conditions,
-            what_if=what_if,
-            metrics=found.metrics,
-            approach_rows=found.approaches,
-        )
-    t_ar_us = getattr(form, "allreduce_latency_us", None) if form is not None else None
-    if t_ar_us is not None:
-        found = replace(found, report=with_allreduce_latency(found.report, t_ar_us), t_ar_us=t_ar_us)
-    return found
-
-
-@dataclass(frozen=True)
-class DeployOption:
-    """One engine's launch settings for the decision, or why there are none yet."""
-
-    engine: str
-    label: str
-    config: EngineConfig | None
-    error: str
-
-
-def deploy_options(
-    session: Session, found: SpeculationAnswer, approaches: list[Approach], serve_batches: str | None = None
-) -> dict[str, Any]:
-    """Context of `_partials/deploy.html`: each engine's config for the served range, or why there is none."""
-    try:
-        serve = parse_serve_range(serve_batches)
-        serve_error = ""
-    except Invalid as exc:
-        serve, serve_error = parse_serve_range(None), exc.message
-    target = deploy_target(session, found, approaches)
-    deploy = []
-    for engine in ENGINES:
-        try:
-            config = engine_config(engine, found, approaches, serve=serve, target=target)
-            deploy.append(DeployOption(engine, ENGINE_LABELS[engine], config, ""))
-        except Conflict as exc:  # no decision to deploy yet: the panel says why
-            deploy.append(DeployOption(engine, ENGINE_LABELS[engine], None, exc.message))
-    return {"deploy": deploy, "serve_batches": str(serve), "serve_error": serve_error}
-
-
-def speculation_context(
-    session: Session,
-    campaign: Campaign,
-    answer: Answer,
-    serve_batches: str | None = None,
-    *,
-    read_only: bool = False,
-) -> dict[str, Any]:
-    """Context of `_partials/speculation.html`: the answer over (batch, draft tokens) under its condition set (the
-    set select), its charts and the Deploy panel."""
-    found = answer.speculation
-    return {
-        "speculation": found,
-        "answer": answer,
-        "read_only": read_only,
-        "speculation_charts": {
-            "speedup": charts.speedup_vs_batch(found),
-            "heatmap": charts.speedup_heatmap(found),
-            "break_even": charts.break_even_batches(found),
-        },
-        **deploy_options(session, found, answer.approaches, serve_batches),
-    }
+def what_if_query(session: Session, campaign: Campaign, form: BaseModel, conditions: str | None) -> AnswerQuery:
+    """What the what-if form asks: its values that differ from the ones the campaign's answer uses (under the same
+    conditions), and the what-if allreduce latency, which replaces the measured and reported ones."""
+    plain = read_answer(session, campaign, AnswerQuery(conditions))
+    what_if = what_if_changes(form, plain.report.inputs)
+    return AnswerQuery(conditions, what_if, getattr(form, "allreduce_latency_us", None))
 
 
 def _profitability(answer: Answer, campaign: Campaign) -> dict[str, Any]:
@@ -266,14 +163,14 @@ def _profitability(answer: Answer, campaign: Campaign) -> dict[str, Any]:
 @router.get("/campaigns/{slug}/charts")
 def charts_page(request: Request, session: SessionDep, slug: str, conditions: str | None = None) -> Response:
     campaign = inventory.get_campaign(session, slug)
-    answer = campaign_answer(session, campaign, conditions=conditions)
+    answer = read_answer(session, campaign, AnswerQuery(conditions))
     ctx = _profitability(answer, campaign)
     ctx["form_inputs"] = form_inputs(answer.report.inputs, campaign)
     ctx["chart_throughput"] = throughput_figure(answer, campaign)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     ctx.update(speculation_context(session, campaign, answer, request.query_params.get("serve_batches")))
     ctx["deploy_form"] = True
-    ctx["engine_check"] = engine_check(session, campaign)
+    ctx["engine_check"] = answer.engine_check
     unconditional = campaign.accept_unconditional
     ctx["acceptance_conversion"] = conversion_words(unconditional) if unconditional else None
     return render(request, "charts.html", ctx)
@@ -286,7 +183,8 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
     campaign = inventory.get_campaign(session, slug)
     conditions = request.query_params.get("conditions") or None
     try:
-        answer = campaign_answer(session, campaign, what_if_form(dict(request.query_params)), conditions)
+        query = what_if_query(session, campaign, what_if_form(dict(request.query_params)), conditions)
+        answer = read_answer(session, campaign, query)
     except Invalid as exc:
         return render(
             request,

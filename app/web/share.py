@@ -16,8 +16,7 @@ from sqlmodel import Session
 from app.config import resource_dir
 from app.deps import OperatorDep, RowId, SessionDep, public_base_url
 from app.domain import inventory
-from app.domain.answer import throughput_rows
-from app.domain.answer.prediction import engine_check
+from app.domain.answer import AnswerQuery, read_answer, throughput_rows
 from app.domain.sharing import (
     create_share_link,
     get_share_link,
@@ -31,7 +30,7 @@ from app.domain.sharing import (
 from app.models import Campaign
 from app.state import app_state
 from app.templating import PLOTLY_JS
-from app.web.charts import answer_figures, campaign_answer, speculation_context, throughput_figure
+from app.web.answer_view import answer_figures, speculation_context, throughput_figure
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -94,7 +93,7 @@ def revoke_link(request: Request, session: SessionDep, operator: OperatorDep, sl
 
 
 def _status_context(session: Session, campaign: Campaign, conditions: str | None = None) -> dict[str, Any]:
-    answer = campaign_answer(session, campaign, conditions=conditions)
+    answer = read_answer(session, campaign, AnswerQuery(conditions))
     report = answer.report
     rows = throughput_rows(answer.metrics, answer.approaches)
     figures = answer_figures(answer)
@@ -105,7 +104,7 @@ def _status_context(session: Session, campaign: Campaign, conditions: str | None
         "chart_throughput": throughput_figure(answer, campaign),
         "generated_at": datetime.now(UTC),
         "replays": public_replays(session, campaign),
-        "engine_check": engine_check(session, campaign),
+        "engine_check": answer.engine_check,
         **speculation_context(session, campaign, answer, read_only=True),
     }
 

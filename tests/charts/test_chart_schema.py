@@ -35,7 +35,7 @@ from app.domain.demo import load_demo
 from app.domain.timeline import campaign_timeline
 from app.models import Campaign, ChangePoint, Trial
 from app.state import app_state
-from app.web.charts import answer_figures, campaign_answer, throughput_figure
+from app.web.answer_view import answer_figures, throughput_figure
 from tests.support.charts import SLUG, add_metrics, build_fixture_campaign
 
 
@@ -123,7 +123,7 @@ def _changes_sample() -> dict[str, Any]:
 def _samples(session, campaign: Campaign) -> list[dict[str, Any]]:
     """Each builder parameter's value for this campaign, keyed by "name: annotation" as the builders' signatures
     spell them; a what-if report too (accept length 1.2: nothing pays)."""
-    answer = campaign_answer(session, campaign)
+    answer = read_answer(session, campaign)
     metrics = load_campaign_metrics(session, campaign)
     approaches = inventory.approaches(session, campaign)
     report = answer.report
@@ -208,7 +208,7 @@ def test_the_pages_figures_validate_too(session):
     kinds: set[str] = set()
     for slug in ("kimi-k25-eagle3", "allreduce-shootout", SLUG):
         campaign = inventory.get_campaign(session, slug)
-        answer = campaign_answer(session, campaign)
+        answer = read_answer(session, campaign)
         figures = {**answer_figures(answer), "chart_throughput": throughput_figure(answer, campaign)}
         kinds |= set(figures)
         for name, fig in figures.items():
@@ -233,7 +233,7 @@ def test_the_validator_refuses_what_plotly_js_would_ignore():
 
 def test_kimi_throughput_draws_the_reported_38_tok_s_and_whole_dead_ends(session):
     kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
-    fig = throughput_figure(campaign_answer(session, kimi), kimi)
+    fig = throughput_figure(read_answer(session, kimi), kimi)
     assert fig is not None
     traces = {t["name"]: t for t in fig["data"]}
     reported = traces["reported elsewhere (not measured here)"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from app.db import session_scope
 from app.domain import inventory
+from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import pick_conditions, read_answer
 from app.domain.campaign_files import import_campaign
 from app.protocol.metrics import ConditionTag as C
@@ -43,7 +44,7 @@ def test_the_draft_vocabulary_is_a_condition_offered_by_name(app):
         assert "draft vocab 32,000" in note and "draft_vocab=163840" in note and "default" in note
         full = pick_conditions(session, campaign, experts_dtype="bf16", context=1024, draft_vocab=163840)
         assert full is not None and "draft_vocab=163840" in full
-        other = read_answer(session, campaign, conditions=full)
+        other = read_answer(session, campaign, AnswerQuery(full))
         chosen, reference = other.speculation.chosen, found.speculation.chosen
         assert chosen is not None and reference is not None
         assert "as asked" in (other.draft_vocab_note or "")

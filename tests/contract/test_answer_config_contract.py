@@ -13,7 +13,7 @@ import pytest
 
 from app.domain.answer.configs import DeployTarget, ServeRange, engine_config
 from app.domain.answer.configs.sglang import FILE
-from app.domain.answer.grid import speculation_answer
+from app.domain.answer.speculation import speculation_answer
 from app.domain.answer.values import Conditions, Value, of_trials
 from app.models import Approach
 from tests.support.paths import ROOT

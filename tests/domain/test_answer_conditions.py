@@ -14,9 +14,10 @@ from sqlmodel import select
 from app.db import session_scope
 from app.domain import inventory
 from app.domain.acceptance import alphas_from_unconditional
-from app.domain.answer.grid import speculation_answer
 from app.domain.answer.inputs import WhatIf
+from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import pick_conditions, read_answer
+from app.domain.answer.speculation import speculation_answer
 from app.domain.answer.values import measured
 from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
@@ -66,7 +67,7 @@ def test_the_committed_sweep_answers_per_context_with_speedup_falling_with_batch
     assert "#12" not in draft.source and "graph" in draft.conditions  # not the eager draft
     assert "torch 2.11.0+cu130" in decode.conditions  # the stack it was measured on is named
     # Context 4,096 holds a decode step only: the answer there says what is missing, never borrows 1,024's.
-    at_4096 = read_answer(session, campaign, conditions=pick_conditions(session, campaign, context=4096))
+    at_4096 = read_answer(session, campaign, AnswerQuery(pick_conditions(session, campaign, context=4096)))
     assert not at_4096.speculation.approaches and not at_4096.is_default
     verify = next(m for m in at_4096.speculation.missing if m.what.startswith("verify compute"))
     assert "measured only under other conditions" in verify.how and "not borrowed" in verify.how
@@ -305,18 +306,18 @@ def test_a_what_if_changes_the_whole_answer_not_only_the_batch_1_report(session)
     chosen = plain.speculation.chosen
     assert chosen is not None and chosen.break_even_batch is not None
     # Ten times the allreduces per verify: communication swamps the savings at far smaller batches.
-    tried = read_answer(session, campaign, what_if=WhatIf(allreduces_per_verify=1220))
+    tried = read_answer(session, campaign, AnswerQuery(what_if=WhatIf(allreduces_per_verify=1220)))
     assert tried.speculation.n_ar == 1220 and tried.report.inputs.allreduces_per_verify.value == 1220
     mine = tried.speculation.approach(chosen.key)
     assert mine is not None
     assert (mine.break_even_batch or 0) < chosen.break_even_batch
     assert tried.speculation.sentence != plain.speculation.sentence
     # A what-if accept length at the campaign's draft steps (3) replaces the campaign's tau(3) on the grid, said.
-    tau = read_answer(session, campaign, what_if=WhatIf(accept_length=1.2)).speculation
+    tau = read_answer(session, campaign, AnswerQuery(what_if=WhatIf(accept_length=1.2))).speculation
     assert tau.tau[3].value == pytest.approx(1.2) and tau.tau_sources[3] == "what-if"
     assert all(c.pays != "yes" for a in tau.approaches for c in a.cells if c.draft_tokens == 3)
     # The batch-1 figures land at batch 1, exact and said.
-    t_base = read_answer(session, campaign, what_if=WhatIf(baseline_tok_s=50.0)).speculation
+    t_base = read_answer(session, campaign, AnswerQuery(what_if=WhatIf(baseline_tok_s=50.0))).speculation
     cell = t_base.approach(chosen.key).cell(1, 1)  # type: ignore[union-attr]
     assert cell is not None and cell.t_base_ms == pytest.approx(20.0)
     assert any(f.name == "decode step at batch 1" and f.source.startswith("what-if") for f in t_base.inputs)

@@ -12,7 +12,7 @@ from app.domain.answer.configs import DeployTarget, ServeRange, engine_config, p
 from app.domain.answer.configs.sglang import check_adaptive_config, symm_mem_kernel
 from app.domain.answer.configs.trtllm import check_trtllm_schedule
 from app.domain.answer.configs.vllm import check_vllm_schedule
-from app.domain.answer.grid import speculation_answer
+from app.domain.answer.speculation import speculation_answer
 from app.domain.errors import Invalid
 from app.models import Approach
 from tests.support.speculation import approach, linear_curve, spec

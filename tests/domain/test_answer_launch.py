@@ -17,7 +17,7 @@ import yaml
 from app.domain.answer.configs import config_json, engine_config
 from app.domain.answer.configs.launch import model_paths
 from app.domain.answer.configs.schedule import DRAFT_PLACEHOLDER, MODEL_PLACEHOLDER
-from app.domain.answer.grid import speculation_answer
+from app.domain.answer.speculation import speculation_answer
 from app.models import Approach
 from tests.support.speculation import approach, linear_curve, spec
 

@@ -12,8 +12,9 @@ import pytest
 
 from app.db import session_scope
 from app.domain import inventory
-from app.domain.answer.grid import batch_ranges, speculation_answer
 from app.domain.answer.read import pick_conditions, read_answer
+from app.domain.answer.sentence import batch_ranges
+from app.domain.answer.speculation import speculation_answer
 from app.domain.answer.values import Value, exact, of_trials
 from app.domain.campaign_files import import_campaign
 from app.state import app_state

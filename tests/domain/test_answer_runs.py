@@ -11,8 +11,9 @@ import pytest
 
 from app.db import session_scope
 from app.domain import inventory
-from app.domain.answer.grid import paired_runs, speculation_answer
+from app.domain.answer.cells import paired_runs
 from app.domain.answer.read import read_answer
+from app.domain.answer.speculation import speculation_answer
 from app.domain.answer.values import exact, of_trials
 from app.domain.campaign_files import import_campaign
 from app.state import app_state

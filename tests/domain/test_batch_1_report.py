@@ -18,6 +18,7 @@ from app.domain.answer.grid import Cell
 from app.domain.answer.inputs import WhatIf
 from app.domain.answer.metrics import CampaignMetrics, MetricRow
 from app.domain.answer.model import BreakEvenCurve, CycleCosts
+from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import Answer, read_answer
 from app.domain.answer.report import NO_ALLREDUCE_KINDS, measures_allreduce
 from app.domain.campaign_files import import_campaign
@@ -141,7 +142,7 @@ def test_the_sweep_report_counts_the_allreduces_it_measured_none_at_world_size_1
     assert head is not None and head.world_1 and head.profitable and head.speedup == report.points[0].speedup
     assert assert_the_report_is_the_grid_at_batch_1(found) == len(report.points)
     # A count asked for in the what-if is the person's: the curve is drawn with it.
-    asked = read_answer(session, campaign, what_if=WhatIf(allreduces_per_verify=122)).report
+    asked = read_answer(session, campaign, AnswerQuery(what_if=WhatIf(allreduces_per_verify=122))).report
     assert asked.inputs.allreduces_per_verify.value == 122 and asked.curve is not None and not asked.world_1
     # A reported allreduce figure is placed on the campaign's curve: N_ar stays the campaign's.
     campaign.reported = [{"label": "NCCL on PCIe", "t_ar_us": 200.0, "baseline": True, "source": "seed"}]

@@ -7,18 +7,12 @@ import numpy as np
 import pytest
 
 from app.cli.answer import tier_lines
-from app.domain.answer.grid import (
-    ApproachAnswer,
-    Cell,
-    Interval,
-    accept_length_from_alphas,
-    bracket,
-    measured,
-    speculation_answer,
-)
+from app.domain.answer.cells import bracket
+from app.domain.answer.grid import ApproachAnswer, Cell, Interval, accept_length_from_alphas, measured
 from app.domain.answer.grid import (
     Value as Measured,
 )
+from app.domain.answer.speculation import speculation_answer
 from tests.support.speculation import approach, linear_curve, spec
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import app.domain.answer.grid as grid
+import app.domain.answer.cells as cells
 import app.domain.answer.latency as latency
 import app.domain.planning as planning
 from app.domain.wording import plural, size_label
@@ -50,7 +50,7 @@ def test_one_size_formatter_for_the_answer_its_latencies_and_planning():
         "14 MiB",
     ]
     # The old copies are gone: every reader imports this one.
-    assert grid.size_label is latency.size_label is planning.size_label is size_label
+    assert cells.size_label is latency.size_label is planning.size_label is size_label
     assert not hasattr(latency, "_size") and not hasattr(planning, "_size")
 
 

@@ -1,12 +1,19 @@
 """The campaign's answer, one home: is speculation profitable, up to which batch, with how many draft tokens.
 
-`read_answer(session, campaign, conditions=..., what_if=...)` (read.py) is the one call every reader makes.
+`read_answer(session, campaign, AnswerQuery(conditions, what_if, t_ar_us))` (read.py) is the one call every reader
+makes: every what-if, the what-if t_ar too, is laid over the answer there, inside its one cache.
 One idea a module:
     values.py   the vocabulary: Conditions (tags + stack), Value (one input: trials, spread, source, conditions),
                 Missing (what, under which conditions, which trial would measure it)
     loader.py   the one loader of the batch model's inputs, paired only under the same conditions
-    grid.py     the model over (batch, draft tokens) with trial-level intervals, tiers and the sentence
-    read.py     read_answer, its Answer and its bounded cache keyed from declarations
+    grid.py     the grid's vocabulary: its inputs per approach, cells, intervals, tiers and the answer's types
+    cells.py    the cells over (batch, draft tokens) and their trial-level intervals (bootstrap, paired runs)
+    tiers.py    the tiers and B*: which approach is chosen, which are indistinguishable from it
+    missing.py  what the grid lacks, under which conditions, and the trial that would measure it
+    sentence.py the answer's sentence and headline, by batch range
+    speculation.py  speculation_answer: the answer over the grid composed from those parts; answer_json
+    query.py    AnswerQuery: the condition set, the what-if and the what-if t_ar a reader asks for
+    read.py     read_answer, its Answer and its one bounded cache, keyed by the query and the data version
     model.py    the break-even math: T_base, the cycle costs, the break-even curve tau*(t_ar), Leviathan's speedup
     metrics.py  the campaign's metrics the model reads, loaded in one pass; CPU floors and world figures
     inputs.py   the model's inputs with their sources (entered, measured, what-if) and what is missing
@@ -45,6 +52,7 @@ from app.domain.answer.model import (
     leviathan_speedup,
     t_base_ms,
 )
+from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import Answer, read_answer
 from app.domain.answer.report import (
     NO_ALLREDUCES,
@@ -55,12 +63,14 @@ from app.domain.answer.report import (
     answers_for,
     asks_speculation,
     profitability_report,
+    with_allreduce_latency,
 )
 from app.domain.answer.series import LatencySeries, ThroughputRow, latency_series, stack_summary, throughput_rows
 from app.domain.answer.values import Conditions, Input, Missing, Value
 
 __all__ = [
     "read_answer",
+    "AnswerQuery",
     "Answer",
     "BYTES_PER_ELEMENT",
     "t_base_ms",
@@ -96,6 +106,7 @@ __all__ = [
     "NO_ALLREDUCES",
     "asks_speculation",
     "profitability_report",
+    "with_allreduce_latency",
     "LatencySeries",
     "latency_series",
     "ThroughputRow",

@@ -46,7 +46,8 @@ class WhatIf:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, WhatIf) and other.values == self.values
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:  # an AnswerQuery (query.py) is a cache key
+        return hash(frozenset(self.values.items()))
 
     def __repr__(self) -> str:
         return f"WhatIf({', '.join(f'{k}={v!r}' for k, v in self.values.items())})"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,13 +33,8 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from app.domain.acceptance import conversion_words
-from app.domain.answer.grid import (
-    ApproachInputs,
-    SpeculationInputs,
-    accept_length_from_alphas,
-    bracket,
-    interpolate_loglog,
-)
+from app.domain.answer.cells import bracket, interpolate_loglog
+from app.domain.answer.grid import ApproachInputs, SpeculationInputs, accept_length_from_alphas
 from app.domain.answer.inputs import ModelInputs, WhatIf
 from app.domain.answer.metrics import is_cpu_floor, is_world_figure
 from app.domain.answer.model import BYTES_PER_ELEMENT
@@ -249,28 +244,10 @@ def speculation_inputs(
     want = conditions or Conditions()
     decode, draft, curves = (_Pool(rows, n) for n in (DECODE, DRAFT, ALLREDUCE))
     verify = _Pool([r for r in rows if r.name != VERIFY or _verify_k(r) >= 1], VERIFY)  # k = 0 is a decode step
-    missing: list[Missing] = []
+    missing = _not_under(conditions, want, decode, draft, verify)
     flags: list[str] = []
     per_approach = []
     verify_shared = verify.shared(want)
-    run = _params(want, ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE)
-    for what, pool, keys, how in (
-        ("plain decode step", decode, _STEP_KEYS, "the verify_step recipe (`batches`, draft_tokens [0])"),
-        ("draft step", draft, KEYS[DRAFT], "the draft_step recipe (`batches`, `world_size`)"),
-        ("verify compute", verify, _STEP_KEYS, "the verify_step recipe (`batches`, `draft_tokens` 1-7)"),
-    ):
-        if conditions is None or any(r.conditions.agrees(want.only(keys)) for r in pool.rows):
-            continue
-        other = pool.elsewhere(want.only(keys))
-        found_where = _elsewhere_note(other) if other else "not measured under any conditions"
-        missing.append(
-            Missing(
-                f"{what} under these conditions",
-                f"{found_where}; run {how} with {run or 'these conditions'}",
-                None,
-                want.label,
-            )
-        )
     world_wanted = want.tag_map.get(ConditionTag.WORLD_SIZE)
     for a in approach_rows:
         assert a.id is not None
@@ -285,52 +262,14 @@ def speculation_inputs(
         decode_rows = decode.own(a.id, fixed) or decode.shared(fixed)
         draft_rows = draft.own(a.id, fixed.only(KEYS[DRAFT])) or draft.shared(fixed.only(KEYS[DRAFT]))
         curve_rows = curves.own(a.id, fixed.only(KEYS[ALLREDUCE]))
-        world = int(world_wanted or 0) or max((int(r.tags.get("world_size") or 0) for r in curve_rows), default=0)
-        if verify_rows and all(r.tags.get("allreduces") == 0 for r in verify_rows):
-            world = 1  # the verify step ran no allreduce (world size 1)
-        if world <= 1:
-            curve_rows = []
-        elif curve_rows:
-            mode = max(curve_rows, key=lambda r: r.tags.get("mode") == "graph").tags.get("mode")
-            curve_rows = [
-                r for r in curve_rows if r.tags.get("mode") == mode and isinstance(r.tags.get("bytes"), (int, float))
-            ]
-        curve = [
-            (int(b), v)
-            for b, v in sorted(
-                _points(
-                    curve_rows, lambda r: int(r.tags["bytes"]), lambda b: f"allreduce_latency_us at {size_label(b)}"
-                ).items()
-            )
-        ]
-        tags = curve_rows[0].tags if curve_rows else {}
-        how = ", ".join(
-            f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None
-        )
-        if how:
-            curve = [(b, _with_source(v, f"{v.source}; {how}")) for b, v in curve]
-        t_base = _points(decode_rows, _batch, lambda b: f"decode_step_ms at batch {b}")
-        draft_step = _points(draft_rows, _batch, lambda b: f"draft_step_ms at batch {b}")
+        curve, how, world, curve_rows = _allreduce_curve(curve_rows, verify_rows, world_wanted)
+        t_base, draft_step = _points(decode_rows, _batch, _named(DECODE)), _points(draft_rows, _batch, _named(DRAFT))
         verify_compute = _points(
             verify_rows,
             lambda r: (_batch(r), _verify_k(r)),
             lambda p: f"verify_compute_ms at {p[0] * (p[1] + 1)} tokens",
         )
-        # Entered batch-1 figures (exact, no conditions: the campaign's own) fill batch 1 where nothing measured it;
-        # the batch-1 loader's *measured* picks are not used here (they were chosen whatever their conditions).
-        if 1 not in t_base and batch1.t_base.value and batch1.t_base.trial_id is None:
-            t_base[1] = exact(batch1.t_base.value, batch1.t_base.source)
-        if 1 not in draft_step and batch1.draft_step_ms.value is not None and batch1.draft_step_ms.trial_id is None:
-            draft_step[1] = exact(batch1.draft_step_ms.value, batch1.draft_step_ms.source)
-        steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else campaign.verify_tokens - 1
-        entered_verify = batch1.verify_compute_ms
-        if (
-            steps >= 1
-            and (1, steps) not in verify_compute
-            and entered_verify.value is not None
-            and entered_verify.trial_id is None
-        ):
-            verify_compute[(1, steps)] = exact(entered_verify.value, entered_verify.source)
+        _entered_at_batch_1(campaign, batch1, t_base, draft_step, verify_compute)
         per_approach.append(
             ApproachInputs(
                 approach_id=a.id,
@@ -347,14 +286,7 @@ def speculation_inputs(
             )
         )
         flags += _step_flags(a, t_base, curve, batch1)
-    batches = tuple(campaign.speculation_batches or ()) or tuple(
-        sorted(
-            {b for ai in per_approach for (b, _k) in ai.verify_compute} | {b for ai in per_approach for b in ai.t_base}
-        )
-    )
-    ks = tuple(campaign.speculation_draft_tokens or ()) or tuple(
-        sorted({k for ai in per_approach for (_b, k) in ai.verify_compute})
-    )
+    batches, ks = _grid_axes(campaign, per_approach)
     set_aside: list[tuple[str, str]] = []
     tau = accept_lengths(campaign, rows, batch1, ks, set_aside, flags)
     n_ar = int(batch1.allreduces_per_verify.value) if batch1.allreduces_per_verify.value is not None else None
@@ -377,6 +309,105 @@ def speculation_inputs(
         confidence=rule.confidence,
         min_effect=rule.min_effect,
     )
+
+
+def _named(metric: str) -> Callable[[int], str]:
+    """How a figure of `metric` at a batch is named in its source ("decode_step_ms at batch 4")."""
+    return lambda b: f"{metric} at batch {b}"
+
+
+def _grid_axes(campaign: Campaign, per_approach: list[ApproachInputs]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The grid's batches and draft lengths: the campaign's, else every one measured."""
+    batches = tuple(campaign.speculation_batches or ()) or tuple(
+        sorted(
+            {b for ai in per_approach for (b, _k) in ai.verify_compute} | {b for ai in per_approach for b in ai.t_base}
+        )
+    )
+    ks = tuple(campaign.speculation_draft_tokens or ()) or tuple(
+        sorted({k for ai in per_approach for (_b, k) in ai.verify_compute})
+    )
+    return batches, ks
+
+
+def _not_under(
+    conditions: Conditions | None, want: Conditions, decode: _Pool, draft: _Pool, verify: _Pool
+) -> list[Missing]:
+    """The step inputs measured under none of these conditions: where they were measured instead, and how to
+    measure them here."""
+    missing: list[Missing] = []
+    run = _params(want, ConditionTag.WORLD_SIZE, ConditionTag.MODE, ConditionTag.CONTEXT, ConditionTag.DTYPE)
+    for what, pool, keys, how in (
+        ("plain decode step", decode, _STEP_KEYS, "the verify_step recipe (`batches`, draft_tokens [0])"),
+        ("draft step", draft, KEYS[DRAFT], "the draft_step recipe (`batches`, `world_size`)"),
+        ("verify compute", verify, _STEP_KEYS, "the verify_step recipe (`batches`, `draft_tokens` 1-7)"),
+    ):
+        if conditions is None or any(r.conditions.agrees(want.only(keys)) for r in pool.rows):
+            continue
+        other = pool.elsewhere(want.only(keys))
+        found_where = _elsewhere_note(other) if other else "not measured under any conditions"
+        missing.append(
+            Missing(
+                f"{what} under these conditions",
+                f"{found_where}; run {how} with {run or 'these conditions'}",
+                None,
+                want.label,
+            )
+        )
+    return missing
+
+
+def _allreduce_curve(
+    curve_rows: list[Row], verify_rows: list[Row], world_wanted: Any
+) -> tuple[list[tuple[int, Value]], str, int, list[Row]]:
+    """An approach's allreduce curve over message sizes (graph mode where measured), how it was measured in words,
+    its world size (1: its verify step runs no allreduce, and it has no curve) and the rows it is read from."""
+    world = int(world_wanted or 0) or max((int(r.tags.get("world_size") or 0) for r in curve_rows), default=0)
+    if verify_rows and all(r.tags.get("allreduces") == 0 for r in verify_rows):
+        world = 1  # the verify step ran no allreduce (world size 1)
+    if world <= 1:
+        curve_rows = []
+    elif curve_rows:
+        mode = max(curve_rows, key=lambda r: r.tags.get("mode") == "graph").tags.get("mode")
+        curve_rows = [
+            r for r in curve_rows if r.tags.get("mode") == mode and isinstance(r.tags.get("bytes"), (int, float))
+        ]
+    curve = [
+        (int(b), v)
+        for b, v in sorted(
+            _points(
+                curve_rows, lambda r: int(r.tags["bytes"]), lambda b: f"allreduce_latency_us at {size_label(b)}"
+            ).items()
+        )
+    ]
+    tags = curve_rows[0].tags if curve_rows else {}
+    how = ", ".join(f"{k} {tags[k]}" for k in ("backend", "mode", "method", "world_size") if tags.get(k) is not None)
+    if how:
+        curve = [(b, _with_source(v, f"{v.source}; {how}")) for b, v in curve]
+    return curve, how, world, curve_rows
+
+
+def _entered_at_batch_1(
+    campaign: Campaign,
+    batch1: ModelInputs,
+    t_base: dict[int, Value],
+    draft_step: dict[int, Value],
+    verify_compute: dict[tuple[int, int], Value],
+) -> None:
+    """Entered batch-1 figures (exact, no conditions: the campaign's own) fill batch 1 where nothing measured it;
+    the batch-1 loader's *measured* picks are not used here (they were chosen whatever their conditions)."""
+    if 1 not in t_base and batch1.t_base.value and batch1.t_base.trial_id is None:
+        t_base[1] = exact(batch1.t_base.value, batch1.t_base.source)
+    if 1 not in draft_step and batch1.draft_step_ms.value is not None and batch1.draft_step_ms.trial_id is None:
+        draft_step[1] = exact(batch1.draft_step_ms.value, batch1.draft_step_ms.source)
+    steps = int(batch1.draft_steps.value) if batch1.draft_steps.value else campaign.verify_tokens - 1
+    entered_verify = batch1.verify_compute_ms
+    if (
+        steps >= 1
+        and (1, steps) not in verify_compute
+        and entered_verify.value is not None
+        and entered_verify.trial_id is None
+    ):
+        verify_compute[(1, steps)] = exact(entered_verify.value, entered_verify.source)
 
 
 WHAT_IF = "what-if"
@@ -468,6 +499,37 @@ def _accept_rows(rows: Sequence[Row]) -> dict[int, list[Row]]:
     return out
 
 
+def _measured_accept_lengths(
+    rows: Sequence[Row], steps: int | None, flags: list[str]
+) -> dict[int, dict[int, list[Row]]]:
+    """The measured accept lengths usable by the chain model, by k then approach: top-k 1 and at most k + 1 (the
+    others flagged); an untagged one is filed under the campaign's draft steps."""
+    measured: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))  # k -> approach -> rows
+    for approach_rows in _accept_rows(rows).values():
+        for r in approach_rows:
+            topk = r.tags.get(ConditionTag.TOPK)
+            tagged = r.tags.get(ConditionTag.DRAFT_TOKENS)
+            found_k = int(tagged) if tagged is not None else steps
+            if found_k is None:
+                continue
+            k = found_k
+            if topk is not None and int(topk) != 1:
+                flags.append(
+                    f"trial #{r.trial_id}'s accept length {r.value:.2f} ran top-k {topk} (a tree draft): the chain "
+                    "model reads top-k 1, so it is not used"
+                )
+                continue
+            if r.value > k + 1:
+                flags.append(
+                    f"trial #{r.trial_id}'s accept length {r.value:.2f} is above k + 1 = {k + 1} "
+                    f"({'its draft_tokens tag' if tagged is not None else 'untagged: filed under the draft steps'}): "
+                    "set aside"
+                )
+                continue
+            measured[k][r.approach_id].append(r)
+    return measured
+
+
 def accept_lengths(
     campaign: Campaign,
     rows: Sequence[Row],
@@ -504,29 +566,7 @@ def accept_lengths(
     typed = batch1.accept_length
     if steps is not None and steps not in out and typed.value is not None and typed.trial_id is None:
         out[steps] = exact(typed.value, typed.source)  # the campaign's accept length, typed: at its draft steps
-    measured: dict[int, dict[int, list[Row]]] = defaultdict(lambda: defaultdict(list))  # k -> approach -> rows
-    for approach_rows in _accept_rows(rows).values():
-        for r in approach_rows:
-            topk = r.tags.get(ConditionTag.TOPK)
-            tagged = r.tags.get(ConditionTag.DRAFT_TOKENS)
-            found_k = int(tagged) if tagged is not None else steps
-            if found_k is None:
-                continue
-            k = found_k
-            if topk is not None and int(topk) != 1:
-                flags.append(
-                    f"trial #{r.trial_id}'s accept length {r.value:.2f} ran top-k {topk} (a tree draft): the chain "
-                    "model reads top-k 1, so it is not used"
-                )
-                continue
-            if r.value > k + 1:
-                flags.append(
-                    f"trial #{r.trial_id}'s accept length {r.value:.2f} is above k + 1 = {k + 1} "
-                    f"({'its draft_tokens tag' if tagged is not None else 'untagged: filed under the draft steps'}): "
-                    "set aside"
-                )
-                continue
-            measured[k][r.approach_id].append(r)
+    measured = _measured_accept_lengths(rows, steps, flags)
     for k, by_approach in sorted(measured.items()):
         newest = max(by_approach.values(), key=lambda rs: rs[0].trial_id)
         untagged = newest[0].tags.get(ConditionTag.DRAFT_TOKENS) is None

@@ -214,10 +214,7 @@ def load_campaign_metrics(session: Session, campaign: Campaign) -> CampaignMetri
         return _read_rows(session, campaign, ids).with_traces(traces)
     count = session.execute(select(func.count()).select_from(m).where(m.c.trial_id.in_(ids))).scalar_one()
     with _LOADED_LOCK:
-        # The engine's pool names its database for this process (a database dropped and made again under the
-        # same URL, as tests do, comes with a new engine).
-        database = _DATABASES.setdefault(session.connection().engine.pool, uuid.uuid4().hex)
-        key = (database, campaign.id, tuple(ids), count)
+        key = (database_token(session), campaign.id, tuple(ids), count)
         cached = _LOADED.get(key)
         if cached is not None:
             _LOADED.move_to_end(key)
@@ -237,6 +234,16 @@ _LOADED: OrderedDict[tuple[str, int, tuple[int, ...], int], CampaignMetrics] = O
 _LOADED_SIZE = 8
 _LOADED_LOCK = threading.Lock()
 _DATABASES: WeakKeyDictionary[Pool, str] = WeakKeyDictionary()
+
+
+def database_token(session: Session) -> str:
+    """This process's name for the session's database, for cache keys: the engine's pool names it (a database
+    dropped and made again under the same URL, as tests do, comes with a new engine, so a new name)."""
+    with _DATABASES_LOCK:
+        return _DATABASES.setdefault(session.connection().engine.pool, uuid.uuid4().hex)
+
+
+_DATABASES_LOCK = threading.Lock()
 
 
 def _read_rows(session: Session, campaign: Campaign, trial_ids: list[int]) -> CampaignMetrics:

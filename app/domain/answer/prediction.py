@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
@@ -454,6 +454,109 @@ def _verdict(predicted: Figure, measured: Figure) -> tuple[bool, float]:
     return predicted.interval.overlaps(measured.interval), predicted.interval.value / measured.interval.value - 1.0
 
 
+def _drafter(
+    cond: Conditions,
+    b: int,
+    k: int,
+    drafters: dict[tuple[Conditions, int, int], tuple[float, np.ndarray, tuple[int, ...]]],
+    confidence: float,
+) -> tuple[float, np.ndarray, tuple[int, ...], str, Figure | None]:
+    """The n-gram drafter's cost for a stand-in prediction: the engine's measured cost at the nearest other k of
+    this batch, else counted 0; (T_draft, its draws, its trials, the note saying which, its figure)."""
+    drafter_fig = None
+    others = sorted(
+        ((abs(kk - k), kk) for (c, bb, kk) in drafters if c == cond and bb == b and kk != k),
+    )
+    draft_ids: tuple[int, ...] = ()
+    if others and drafters[(cond, b, others[0][1])][0] < 0:
+        kk = others[0][1]
+        t_draft, d_draft = 0.0, np.zeros(RESAMPLES)
+        draft_note = (
+            f"T_draft counted 0: measured at k {kk} it came out negative ({drafters[(cond, b, kk)][0]:.3f} ms), "
+            "the stand-in's compute above the engine's step there"
+        )
+    elif others:
+        kk = others[0][1]
+        t_draft, d_draft, draft_ids = drafters[(cond, b, kk)]
+        drafter_fig = _figure(
+            t_draft, d_draft, confidence, draft_ids, f"T_on - verify - overhead at {kk} draft tokens, batch {b}"
+        )
+        draft_note = f"T_draft {t_draft:.3f} ms: the engine's n-gram drafter, measured at k {kk}"
+    else:
+        t_draft, d_draft = 0.0, np.zeros(RESAMPLES)
+        draft_note = "T_draft counted 0: the engine measured no other k at this batch to take it from"
+    return t_draft, d_draft, draft_ids, draft_note, drafter_fig
+
+
+def _standin_predictions(
+    cond: Conditions,
+    b: int,
+    k: int,
+    st: _Standin,
+    tau: Value,
+    off: Value | None,
+    engine_draws: tuple[np.ndarray | None, np.ndarray | None],
+    drafters: dict[tuple[Conditions, int, int], tuple[float, np.ndarray, tuple[int, ...]]],
+    rng: np.random.Generator,
+    confidence: float,
+    judged: Callable[..., None],
+    predictions: list[Prediction],
+) -> tuple[Figure | None, Figure | None]:
+    """The stand-in's two predictions of one engine cell (without and with the engine's per-step overhead), judged
+    by `judged` into `predictions`; (the overhead's figure, the drafter's figure). The draws follow `_cell`'s."""
+    d_tau, d_off = engine_draws
+    overhead_fig = None
+    assert st.decode is not None and st.verify is not None and tau.value is not None
+    d_dec, d_ver = _draws(st.decode, rng), _draws(st.verify, rng)
+    t_draft, d_draft, draft_ids, draft_note, drafter_fig = _drafter(cond, b, k, drafters, confidence)
+    judged(
+        STANDIN,
+        float(formula.speedup(tau.value, st.decode.value, t_draft, st.verify.value)),
+        formula.speedup(d_tau, d_dec, d_draft, d_ver),
+        (tau, st.decode, st.verify),
+        f"tau x decode / (T_draft + verify), {st.label}",
+        draft_note,
+        draft_ids,
+    )
+    if off is None:
+        predictions.append(Prediction(STANDIN_OVERHEAD, None, None, None, "the engine's spec-off step"))
+    else:
+        assert off.value is not None and d_off is not None and d_dec is not None
+        assert st.decode.value is not None and st.verify.value is not None
+        overhead = off.value - st.decode.value
+        d_ovh = d_off - d_dec
+        overhead_fig = _figure(
+            overhead,
+            d_ovh,
+            confidence,
+            (*off.trial_ids, *st.decode.trial_ids),
+            f"engine step, spec off (trial {_ids(off.trial_ids)}) - stand-in decode at batch {b} "
+            f"(trial {_ids(st.decode.trial_ids)})",
+        )
+        if overhead <= 0:  # the stand-in's compute alone exceeds the engine's whole step: nothing to add
+            predictions.append(
+                Prediction(
+                    STANDIN_OVERHEAD,
+                    None,
+                    None,
+                    None,
+                    f"the stand-in's decode ({st.decode.value:.3f} ms) is not below the engine's whole spec-off "
+                    f"step ({off.value:.3f} ms): no overhead can be derived (a loaded node, or a slower stand-in)",
+                )
+            )
+        else:
+            judged(
+                STANDIN_OVERHEAD,
+                float(formula.speedup(tau.value, st.decode.value + overhead, t_draft, st.verify.value + overhead)),
+                formula.speedup(d_tau, d_dec + d_ovh, d_draft, d_ver + d_ovh),
+                (tau, st.decode, st.verify, off),
+                f"tau x (decode + overhead) / (T_draft + verify + overhead), overhead {overhead:.3f} ms",
+                draft_note,
+                draft_ids,
+            )
+    return overhead_fig, drafter_fig
+
+
 def _cell(
     cond: Conditions,
     b: int,
@@ -507,75 +610,9 @@ def _cell(
         predictions.append(Prediction(STANDIN, None, None, None, why))
         predictions.append(Prediction(STANDIN_OVERHEAD, None, None, None, why))
     else:
-        assert st.decode is not None and st.verify is not None and tau.value is not None
-        d_dec, d_ver = _draws(st.decode, rng), _draws(st.verify, rng)
-        # The n-gram drafter: the engine's measured cost at the nearest other k of this batch, else counted 0.
-        others = sorted(
-            ((abs(kk - k), kk) for (c, bb, kk) in drafters if c == cond and bb == b and kk != k),
+        overhead_fig, drafter_fig = _standin_predictions(
+            cond, b, k, st, tau, off, (d_tau, d_off), drafters, rng, confidence, judged, predictions
         )
-        draft_ids: tuple[int, ...] = ()
-        if others and drafters[(cond, b, others[0][1])][0] < 0:
-            kk = others[0][1]
-            t_draft, d_draft = 0.0, np.zeros(RESAMPLES)
-            draft_note = (
-                f"T_draft counted 0: measured at k {kk} it came out negative ({drafters[(cond, b, kk)][0]:.3f} ms), "
-                "the stand-in's compute above the engine's step there"
-            )
-        elif others:
-            kk = others[0][1]
-            t_draft, d_draft, draft_ids = drafters[(cond, b, kk)]
-            drafter_fig = _figure(
-                t_draft, d_draft, confidence, draft_ids, f"T_on - verify - overhead at {kk} draft tokens, batch {b}"
-            )
-            draft_note = f"T_draft {t_draft:.3f} ms: the engine's n-gram drafter, measured at k {kk}"
-        else:
-            t_draft, d_draft = 0.0, np.zeros(RESAMPLES)
-            draft_note = "T_draft counted 0: the engine measured no other k at this batch to take it from"
-        judged(
-            STANDIN,
-            float(formula.speedup(tau.value, st.decode.value, t_draft, st.verify.value)),
-            formula.speedup(d_tau, d_dec, d_draft, d_ver),
-            (tau, st.decode, st.verify),
-            f"tau x decode / (T_draft + verify), {st.label}",
-            draft_note,
-            draft_ids,
-        )
-        if off is None:
-            predictions.append(Prediction(STANDIN_OVERHEAD, None, None, None, "the engine's spec-off step"))
-        else:
-            assert off.value is not None and d_off is not None and d_dec is not None
-            assert st.decode.value is not None and st.verify.value is not None
-            overhead = off.value - st.decode.value
-            d_ovh = d_off - d_dec
-            overhead_fig = _figure(
-                overhead,
-                d_ovh,
-                confidence,
-                (*off.trial_ids, *st.decode.trial_ids),
-                f"engine step, spec off (trial {_ids(off.trial_ids)}) - stand-in decode at batch {b} "
-                f"(trial {_ids(st.decode.trial_ids)})",
-            )
-            if overhead <= 0:  # the stand-in's compute alone exceeds the engine's whole step: nothing to add
-                predictions.append(
-                    Prediction(
-                        STANDIN_OVERHEAD,
-                        None,
-                        None,
-                        None,
-                        f"the stand-in's decode ({st.decode.value:.3f} ms) is not below the engine's whole spec-off "
-                        f"step ({off.value:.3f} ms): no overhead can be derived (a loaded node, or a slower stand-in)",
-                    )
-                )
-            else:
-                judged(
-                    STANDIN_OVERHEAD,
-                    float(formula.speedup(tau.value, st.decode.value + overhead, t_draft, st.verify.value + overhead)),
-                    formula.speedup(d_tau, d_dec + d_ovh, d_draft, d_ver + d_ovh),
-                    (tau, st.decode, st.verify, off),
-                    f"tau x (decode + overhead) / (T_draft + verify + overhead), overhead {overhead:.3f} ms",
-                    draft_note,
-                    draft_ids,
-                )
     figures = {
         name: (_fig(v, _draws(v, rng), confidence) if v is not None else None)
         for name, v in (("tau", tau), ("off", off), ("on", on), ("dec", st.decode), ("ver", st.verify))

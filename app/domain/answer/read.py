@@ -6,15 +6,15 @@ One `Answer` holds: the grid over (batch, draft tokens) under one condition set 
 set the campaign holds and which one is the default (the most complete: first the set holding most of the four
 inputs an answer needs, a decode step, a draft step, a verify compute and an accept length at a verified draft
 length, so a set that can answer comes first; then most approaches on the grid, then most cells with a speedup), the batch-1 report (the profitability card: tau*, the break-even latency, the verdict per
-approach), and the flags of contradictory inputs. A what-if is laid over all of it (the grid's inputs too:
-loader._laid_over), so B*, the tiers and the configs follow it.
+approach), the engine check (prediction.py), and the flags of contradictory inputs. The `AnswerQuery` (query.py)
+is laid over all of it inside this computation: the what-if over the grid's inputs too (loader._laid_over), so
+B*, the tiers and the configs follow it, and the what-if t_ar over the report (report.with_allreduce_latency).
 
-The result is a pure function of the campaign's row, its approaches' rows, the metric rows it reads and the
-chosen conditions, so a process keeps the last few (`_CACHE`, an LRU). Its key is derived from declarations,
-never a hand list: every column the Campaign table declares (a new input field is in the key the day it is
-declared), every column of its approaches, the digest of the metric rows read (`CampaignMetrics.rows_key` and
-the answer rows' count and newest id: rows are only ever inserted), the traces' figures, the conditions asked
-and the what-if.
+The result is a pure function of the campaign's data and the query, so a process keeps the last few (`_CACHE`,
+an LRU) keyed by (database, campaign, query, `data_version`). The version is one query read before anything else
+(the metrics are read only on a miss); it is derived from declarations where it can be: every column the Campaign
+table declares (a new input field is in the key the day it is declared), the newest metric id (rows are only ever
+inserted), what changes on the approaches and the read traces.
 """
 
 from __future__ import annotations
@@ -29,18 +29,21 @@ from sqlalchemy import func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
-from app.domain.answer.grid import Cell, SpeculationAnswer, SpeculationInputs, answer_json, speculation_answer
+from app.domain.answer.grid import Cell, SpeculationAnswer, SpeculationInputs
 from app.domain.answer.inputs import ModelInputs, WhatIf, batch_1_missing, model_inputs
-from app.domain.answer.loader import ANSWER_METRICS, answer_rows, condition_sets, speculation_inputs
-from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
+from app.domain.answer.loader import answer_rows, condition_sets, speculation_inputs
+from app.domain.answer.metrics import CampaignMetrics, database_token, load_campaign_metrics
 from app.domain.answer.model import BYTES_PER_ELEMENT
-from app.domain.answer.report import ProfitabilityReport, profitability_report
+from app.domain.answer.prediction import EngineCheck, engine_check
+from app.domain.answer.query import AnswerQuery
+from app.domain.answer.report import ProfitabilityReport, profitability_report, with_allreduce_latency
+from app.domain.answer.speculation import answer_json, speculation_answer
 from app.domain.answer.values import Conditions, Value
 from app.domain.errors import Invalid
 from app.domain.inventory import approaches
 from app.domain.statistics import Rule
 from app.domain.wording import size_label
-from app.models import Approach, Campaign, Metric
+from app.models import Approach, Artifact, Campaign, Metric
 from app.protocol.metrics import ConditionTag
 
 
@@ -68,7 +71,8 @@ class Answer:
     metrics: CampaignMetrics = field(repr=False)
     approaches: list[Approach] = field(repr=False)
     what_if: WhatIf = field(default_factory=WhatIf)
-    t_ar_us: float | None = None  # a what-if allreduce latency laid over the report (app/domain/what_if.py)
+    t_ar_us: float | None = None  # a what-if allreduce latency laid over the report (report.with_allreduce_latency)
+    engine_check: EngineCheck | None = field(default=None, repr=False)  # the answer checked against an engine
     # The default set is the one the campaign declares (Campaign.answer_conditions); False: it declares conditions
     # no set that can answer states (the default is then the most complete); None: it declares none.
     default_declared: bool | None = None
@@ -154,8 +158,10 @@ def _report_flags(report: ProfitabilityReport) -> tuple[str, ...]:
     )
 
 
-_CACHE: OrderedDict[str, Answer] = OrderedDict()
-_CACHE_SIZE = 8
+# The answers this process computed last (an LRU), by (database, campaign, query, data version): a few campaigns'
+# worth of queries. A cached `Answer` is never changed by its readers.
+_CACHE: OrderedDict[tuple[object, ...], Answer] = OrderedDict()
+_CACHE_SIZE = 16
 _CACHE_LOCK = threading.Lock()
 
 
@@ -165,56 +171,49 @@ def _columns(row: object) -> dict[str, object]:
     return {c.name: getattr(row, c.name) for c in table.columns}
 
 
-def _key(
-    session: Session,
-    campaign: Campaign,
-    metrics: CampaignMetrics,
-    rows: list[Approach],
-    conditions: str | None,
-    what_if: WhatIf,
-) -> str:
-    m = Metric.__table__  # type: ignore[attr-defined]
-    count, newest = session.execute(
-        sa_select(func.count(), func.max(m.c.id)).where(m.c.campaign_id == campaign.id, m.c.name.in_(ANSWER_METRICS))
+def data_version(session: Session, campaign: Campaign) -> tuple[object, ...]:
+    """What the answer is a function of, read with one query before anything else is: every column the Campaign
+    table declares (the row is already read: a new input field is in the version the day it is declared); the
+    campaign's newest metric id (metrics are only ever inserted; they go only with their approach, which the
+    approaches' count and newest id see); its approaches' count, newest id, newest `updated_at` and a checksum of
+    what changes without `updated_at` (position, the pending proposal, archiving); and its read profiler traces'
+    count and newest id (a trace's figures arrive after its upload, with no new metric row)."""
+    assert campaign.id is not None
+    m, a, art = Metric.__table__, Approach.__table__, Artifact.__table__  # type: ignore[attr-defined]
+    mine = a.c.campaign_id == campaign.id
+    traces = (art.c.campaign_id == campaign.id, art.c.trace.is_not(None), art.c.removed_at.is_(None))
+    row = session.execute(
+        sa_select(
+            *(
+                sa_select(column).where(*where).scalar_subquery()
+                for column, where in (
+                    (func.max(m.c.id), (m.c.campaign_id == campaign.id,)),
+                    (func.count(a.c.id), (mine,)),
+                    (func.max(a.c.id), (mine,)),
+                    (func.max(a.c.updated_at), (mine,)),
+                    (func.sum(a.c.position * a.c.id), (mine,)),
+                    (func.sum(func.coalesce(a.c.pending_trial_id, 0) * a.c.id), (mine,)),
+                    (func.count(a.c.archived_at), (mine,)),
+                    (func.count(art.c.id), traces),
+                    (func.max(art.c.id), traces),
+                )
+            )
+        )
     ).one()
-    traces = [(t.artifact_id, t.figures) for t in metrics.traces]
-    return json.dumps(
-        [
-            _columns(campaign),
-            [_columns(a) for a in rows],
-            metrics.rows_key,
-            count,
-            newest,
-            traces,
-            conditions,
-            what_if.values,
-        ],
-        default=str,
-        sort_keys=True,
-    )
+    return (json.dumps(_columns(campaign), default=str, sort_keys=True), *row)
 
 
-def read_answer(
-    session: Session,
-    campaign: Campaign,
-    *,
-    conditions: str | None = None,
-    what_if: WhatIf | None = None,
-    metrics: CampaignMetrics | None = None,
-    approach_rows: list[Approach] | None = None,
-) -> Answer:
-    """The campaign's answer under `conditions` (a `Conditions.key`; None or unknown: the default set), with a
-    what-if laid over the whole answer: the grid, B*, tiers and configs, and the batch-1 report. Pass `metrics` / `approach_rows` already read to skip reading them."""
-    what_if = what_if or WhatIf()
-    metrics = metrics if metrics is not None else load_campaign_metrics(session, campaign)
-    rows = approach_rows if approach_rows is not None else approaches(session, campaign)
-    key = _key(session, campaign, metrics, rows, conditions, what_if)
+def read_answer(session: Session, campaign: Campaign, query: AnswerQuery | None = None) -> Answer:
+    """The campaign's answer to `query` (module docstring): the one entry point. Kept per (database, campaign,
+    query, `data_version`): the version is one query, and the metrics are read only when it is new."""
+    query = query or AnswerQuery()
+    key = (database_token(session), campaign.id, query, data_version(session, campaign))
     with _CACHE_LOCK:
         found = _CACHE.get(key)
         if found is not None:
             _CACHE.move_to_end(key)
             return found
-    found = _compute(session, campaign, metrics, rows, conditions, what_if)
+    found = _compute(session, campaign, load_campaign_metrics(session, campaign), approaches(session, campaign), query)
     with _CACHE_LOCK:
         _CACHE[key] = found
         while len(_CACHE) > _CACHE_SIZE:
@@ -223,13 +222,9 @@ def read_answer(
 
 
 def _compute(
-    session: Session,
-    campaign: Campaign,
-    metrics: CampaignMetrics,
-    rows: list[Approach],
-    conditions: str | None,
-    what_if: WhatIf,
+    session: Session, campaign: Campaign, metrics: CampaignMetrics, rows: list[Approach], query: AnswerQuery
 ) -> Answer:
+    conditions, what_if = query.conditions, query.what_if
     batch1 = model_inputs(session, campaign, None, metrics)
     rule = Rule(confidence=campaign.stats_confidence, min_effect=campaign.stats_min_effect)
     found_rows = answer_rows(session, campaign)
@@ -290,6 +285,8 @@ def _compute(
         cells=cells if on_grid else None,
         off_grid=off_grid_notes(specs[chosen], answers[chosen], rows) if on_grid else None,
     )
+    if query.t_ar_us is not None:
+        report = with_allreduce_latency(report, query.t_ar_us)
     return Answer(
         speculation=answers[chosen],
         report=report,
@@ -301,6 +298,8 @@ def _compute(
         metrics=metrics,
         approaches=rows,
         what_if=what_if,
+        t_ar_us=query.t_ar_us,
+        engine_check=engine_check(session, campaign),
     )
 
 

@@ -38,7 +38,7 @@ from app.domain.answer.latency import LatencyEstimate, ReferencePoint, approach_
 from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCosts
 from app.domain.answer.series import stack_summary
-from app.domain.fingerprint import stack_difference
+from app.domain.answer.values import Conditions
 from app.domain.inventory import approaches
 from app.domain.wording import size_label
 from app.models import Approach, ApproachStatus, Campaign, Trial
@@ -175,6 +175,54 @@ class ApproachVerdict:
         return self.status != ApproachStatus.dead_end
 
 
+def _verdict(
+    curve: BreakEvenCurve | None,
+    label: str,
+    key: str | None,
+    status: str | None,
+    latency: LatencyEstimate,
+    measured: bool,
+    baseline: bool,
+    tau: float | None,
+    tau_source: str,
+    tau_star: float | None = None,
+    cell: Cell | None = None,
+    grid_note: str = "",
+) -> ApproachVerdict | None:
+    """One approach or reported figure answered (answers_for): by its grid cell where it has one with a tau*, else
+    by the curve at its t_ar; None without either."""
+    on_grid = cell is not None and cell.tau_star is not None
+    if curve is not None:
+        t_base_ms = curve.t_base_ms
+        tau_star = tau_star if tau_star is not None else curve.tau_star(latency.t_ar_us)
+    elif cell is not None and cell.tau_star is not None and cell.t_base_ms is not None:
+        t_base_ms, tau_star = cell.t_base_ms, cell.tau_star.value
+    else:
+        return None
+    exact = on_grid or (curve is not None and not curve.lower_bound)
+    return ApproachVerdict(
+        label=label,
+        approach_key=key,
+        status=status,
+        latency=latency,
+        measured=measured,
+        baseline=baseline,
+        tau=tau,
+        tau_source=tau_source,
+        tau_star=tau_star,
+        contains="the full break-even" if on_grid or curve is None else curve.contains,
+        exact=exact,
+        t_base_ms=t_base_ms,
+        cell=cell if on_grid else None,
+        grid_note=grid_note,
+        formula_speedup=(
+            curve.speedup(tau, latency.t_ar_us)
+            if curve is not None and tau is not None and not curve.lower_bound
+            else None
+        ),
+    )
+
+
 def answers_for(
     curve: BreakEvenCurve | None,
     points: Iterable[ApproachPoint],
@@ -188,53 +236,10 @@ def answers_for(
     accept length. Without the curve (no T_base, or no allreduce in the verify step: world size 1) only the
     approaches on the grid are answered: their cells hold every figure, the rest need the curve's tau*."""
 
-    def answer(
-        label: str,
-        key: str | None,
-        status: str | None,
-        latency: LatencyEstimate,
-        measured: bool,
-        baseline: bool,
-        tau: float | None,
-        tau_source: str,
-        tau_star: float | None = None,
-        cell: Cell | None = None,
-        grid_note: str = "",
-    ) -> ApproachVerdict | None:
-        on_grid = cell is not None and cell.tau_star is not None
-        if curve is not None:
-            t_base_ms = curve.t_base_ms
-            tau_star = tau_star if tau_star is not None else curve.tau_star(latency.t_ar_us)
-        elif cell is not None and cell.tau_star is not None and cell.t_base_ms is not None:
-            t_base_ms, tau_star = cell.t_base_ms, cell.tau_star.value
-        else:
-            return None
-        exact = on_grid or (curve is not None and not curve.lower_bound)
-        return ApproachVerdict(
-            label=label,
-            approach_key=key,
-            status=status,
-            latency=latency,
-            measured=measured,
-            baseline=baseline,
-            tau=tau,
-            tau_source=tau_source,
-            tau_star=tau_star,
-            contains="the full break-even" if on_grid or curve is None else curve.contains,
-            exact=exact,
-            t_base_ms=t_base_ms,
-            cell=cell if on_grid else None,
-            grid_note=grid_note,
-            formula_speedup=(
-                curve.speedup(tau, latency.t_ar_us)
-                if curve is not None and tau is not None and not curve.lower_bound
-                else None
-            ),
-        )
-
     # A measured point on the grid answers with its cell (the grid's figures at batch 1).
     found = [
-        answer(
+        _verdict(
+            curve,
             p.title,
             p.key,
             p.status,
@@ -250,7 +255,8 @@ def answers_for(
         for p in points
     ]
     found += [
-        answer(
+        _verdict(
+            curve,
             r.label,
             r.approach_key,
             statuses.get(r.approach_key or ""),
@@ -485,11 +491,11 @@ def _other_stacks(session: Session, inputs: ModelInputs, trial_ids: set[int | No
     rows = session.execute(
         sa_select(Trial.id, Trial.fingerprint).where(col(Trial.id).in_([base, *sorted(wanted)]))  # type: ignore[call-overload]
     ).all()
-    found = {trial_id: fp for trial_id, fp in rows}
-    reference = found.get(base) or {}
+    stacks = {trial_id: Conditions.of({}, fp) for trial_id, fp in rows}
+    reference = stacks.get(base) or Conditions()
     out = {}
     for trial_id in wanted:
-        difference = stack_difference(reference, found.get(trial_id) or {}, list(PAIRED_STACK), known_only=True)
+        difference = reference.stack_change(stacks.get(trial_id) or Conditions(), PAIRED_STACK)
         if difference:
             out[trial_id] = f"trial #{trial_id} ran on another stack than T_base's trial #{base}: {difference}"
     return out
@@ -529,6 +535,121 @@ def _point(
     )
 
 
+def _reported_sizes(campaign: Campaign, inputs: ModelInputs) -> dict[str, set[int]]:
+    """Each approach's reported figures by size (a tok/s figure is derived at the verify size): an approach whose
+    figures are all reported is not "without a latency" where one is at the verify size (issue 43 item 8)."""
+    out: dict[str, set[int]] = {}
+    for f in campaign.reported or []:
+        if f.get("approach") and (f.get("t_ar_us") or f.get("tok_s")):
+            size = int(f["bytes"]) if f.get("t_ar_us") and f.get("bytes") else inputs.verify_bytes
+            out.setdefault(str(f["approach"]), set()).add(size)
+    return out
+
+
+def _without_latency(approach: Approach, sizes: set[int] | None, inputs: ModelInputs) -> str | None:
+    """How the report lists an allreduce candidate without a latency at the verify size, or None where a reported
+    figure at the verify size places it (the reported table): not "no latency"."""
+    params = approach.recipe.get("params") if isinstance(approach.recipe, dict) else None
+    tokens = params.get("tokens") if isinstance(params, dict) else None
+    if sizes is None and isinstance(tokens, int) and tokens != inputs.verify_tokens:
+        at = size_label(tokens * inputs.hidden_size * BYTES_PER_ELEMENT)
+        return f"{approach.title} (its recipe runs {tokens} token{'s' if tokens > 1 else ''}: {at})"
+    if sizes is None:
+        return approach.title
+    if inputs.verify_bytes not in sizes:  # reported only at other sizes: say which
+        listed = ", ".join(size_label(b) for b in sorted(sizes))
+        return f"{approach.title} (reported only at {listed})"
+    return None
+
+
+def _references(
+    campaign: Campaign, inputs: ModelInputs, curve: BreakEvenCurve | None, rows: list[Approach]
+) -> tuple[ReferencePoint, ...]:
+    """The campaign's reported latencies as the report's reference points, each at its tau* on the curve."""
+    titles = {a.key: a.title for a in rows}
+    return tuple(
+        ReferencePoint(
+            label=f.get("label") or titles.get(f.get("approach") or "", "reported"),
+            approach_key=f.get("approach"),
+            latency=estimate,
+            tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+            baseline=bool(f.get("baseline")),
+            bytes=f.get("bytes") if estimate.method == "reported" else None,
+        )
+        for f, estimate in reported_latencies(campaign, inputs)
+    )
+
+
+def _cpu_floor(metrics: CampaignMetrics, rows: list[Approach], inputs: ModelInputs) -> tuple[CpuFloor, ...]:
+    """The CPU-floor figures of the model's inputs (an allreduce only at the verify size): shown, never used."""
+    by_id = {a.id: a.title for a in rows}
+    return tuple(
+        CpuFloor(by_id.get(m.approach_id, "?"), m.name, m.value, "us" if m.name.endswith("_us") else "ms", m.trial_id)
+        for m in metrics.newest(
+            (
+                MetricName.ALLREDUCE_LATENCY_US,
+                MetricName.ALLREDUCE_IN_SITU_US,
+                MetricName.VERIFY_COMPUTE_MS,
+                MetricName.DECODE_STEP_MS,
+                MetricName.DRAFT_STEP_MS,
+            )
+        )
+        if m.cpu_floor and (m.name != MetricName.ALLREDUCE_LATENCY_US or m.tags.get("bytes") == inputs.verify_bytes)
+    )
+
+
+def _grid_point(approach: Approach, estimate: LatencyEstimate, cell: Cell, inputs: ModelInputs) -> ApproachPoint:
+    """An approach on the grid: its cell at batch 1, every figure the grid's (the same inputs)."""
+    n_ar = int(inputs.allreduces_per_verify.value or 0)
+    return _point(
+        approach,
+        estimate,
+        tau_star=cell.tau_star.value if cell.tau_star is not None else None,
+        tau=cell.tau,
+        tau_source=_grid_tau_source(inputs, cell),
+        comm_ms=cell.comm_ms if cell.comm_ms is not None else float(formula.comm_ms(n_ar, 0.0)),
+        savings_ms=cell.savings_ms,
+        speedup=cell.speedup.value if cell.speedup is not None else None,
+        cell=cell,
+    )
+
+
+def _formula_point(
+    approach: Approach,
+    estimate: LatencyEstimate,
+    metrics: CampaignMetrics,
+    inputs: ModelInputs,
+    own_tau_allowed: bool,
+    grid_note: str,
+) -> ApproachPoint:
+    """An approach off the grid (or no grid given): tau* is the curve's at its t_ar (the chart's point), and the
+    speedup the same formula's on the same batch-1 inputs where the grid has no place for the figure: no grid, or a
+    t_ar measured in the serving step itself (in situ, a trace, derived from an engine's TPOT), which the grid's
+    allreduce curves do not hold. Another off-grid approach (`grid_note` says why) gets no speedup."""
+    own = (
+        _from_metric(
+            _first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach.id), MetricName.ACCEPT_LENGTH)
+        )
+        if own_tau_allowed
+        else None
+    )
+    tau = own.value if own else inputs.accept_length.value
+    mine = inputs.costs(tau=tau) if tau is not None and not grid_note else None
+    curve = inputs.curve()
+    n_ar = int(inputs.allreduces_per_verify.value or 0)
+    return _point(
+        approach,
+        estimate,
+        tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
+        tau=tau,
+        tau_source=(own.source if own else inputs.accept_length.source),
+        comm_ms=float(formula.comm_ms(n_ar, estimate.t_ar_us)),
+        savings_ms=mine.savings_ms if mine else None,
+        speedup=mine.speedup(estimate.t_ar_us) if mine else None,
+        grid_note=grid_note,
+    )
+
+
 def profitability_report(
     session: Session,
     campaign: Campaign,
@@ -555,13 +676,7 @@ def profitability_report(
     unmeasured: list[str] = []
     other_stack: list[tuple[str, str]] = []
     estimates = {a.id: approach_latency(metrics, a.id or 0, inputs) for a in rows}
-    # Each approach's reported figures by size (a tok/s figure is derived at the verify size): an approach whose
-    # figures are all reported is not "without a latency" where one is at the verify size (issue 43 item 8).
-    reported_sizes: dict[str, set[int]] = {}
-    for f in campaign.reported or []:
-        if f.get("approach") and (f.get("t_ar_us") or f.get("tok_s")):
-            size = int(f["bytes"]) if f.get("t_ar_us") and f.get("bytes") else inputs.verify_bytes
-            reported_sizes.setdefault(str(f["approach"]), set()).add(size)
+    reported_sizes = _reported_sizes(campaign, inputs)
     one_gpu = any(estimates[a.id] is None and _world_1_cell((cells or {}).get(a.key)) for a in rows)
     inputs = _allreduces_measured(inputs, campaign, what_if, one_gpu, any(e is not None for e in estimates.values()))
     curve = inputs.curve()
@@ -580,97 +695,21 @@ def profitability_report(
             estimate = LatencyEstimate(0.0, WORLD_1_METHOD, "the verify step runs no allreduce on one GPU", None)
         if estimate is None:
             if measures_allreduce(approach, metrics):  # not a draft step, nor a verify step on one GPU
-                sizes = reported_sizes.get(approach.key)
-                params = approach.recipe.get("params") if isinstance(approach.recipe, dict) else None
-                tokens = params.get("tokens") if isinstance(params, dict) else None
-                if sizes is None and isinstance(tokens, int) and tokens != inputs.verify_tokens:
-                    at = size_label(tokens * inputs.hidden_size * BYTES_PER_ELEMENT)
-                    unmeasured.append(
-                        f"{approach.title} (its recipe runs {tokens} token{'s' if tokens > 1 else ''}: {at})"
-                    )
-                elif sizes is None:
-                    unmeasured.append(approach.title)
-                elif inputs.verify_bytes not in sizes:  # reported only at other sizes: say which
-                    listed = ", ".join(size_label(b) for b in sorted(sizes))
-                    unmeasured.append(f"{approach.title} (reported only at {listed})")
-                # else a reported figure at the verify size places it (the reported table): not "no latency"
+                note = _without_latency(approach, reported_sizes.get(approach.key), inputs)
+                unmeasured += [note] if note else []
             continue
-        n_ar = int(inputs.allreduces_per_verify.value or 0)
         if cell is None and estimate.trial_id is not None and estimate.trial_id in stacks:
             other_stack.append((approach.title, stacks[estimate.trial_id]))
             continue
-        if cell is not None:
-            # On the grid, the point is its cell at batch 1: every figure the grid's (the same inputs).
-            points.append(
-                _point(
-                    approach,
-                    estimate,
-                    tau_star=cell.tau_star.value if cell.tau_star is not None else None,
-                    tau=cell.tau,
-                    tau_source=_grid_tau_source(inputs, cell),
-                    comm_ms=cell.comm_ms if cell.comm_ms is not None else float(formula.comm_ms(n_ar, 0.0)),
-                    savings_ms=cell.savings_ms,
-                    speedup=cell.speedup.value if cell.speedup is not None else None,
-                    cell=cell,
-                )
-            )
+        if cell is not None:  # on the grid, the point is its cell at batch 1: every figure the grid's
+            points.append(_grid_point(approach, estimate, cell, inputs))
             continue
-        own = (
-            _from_metric(
-                _first_by_preference(metrics.newest(MetricName.ACCEPT_LENGTH, approach.id), MetricName.ACCEPT_LENGTH)
-            )
-            if own_tau_allowed
-            else None
-        )
-        tau = own.value if own else inputs.accept_length.value
-        # Off the grid (or no grid given): tau* is the curve's at its t_ar (the chart's point), and the speedup the
-        # same formula's on the same batch-1 inputs where the grid has no place for the figure: no grid, or a t_ar
-        # measured in the serving step itself (in situ, a trace, derived from an engine's TPOT), which the grid's
-        # allreduce curves do not hold. Another off-grid approach gets no speedup: the grid's note says why.
-        batch_1_figure = not gridded or estimate.method in BATCH_1_METHODS
-        mine = inputs.costs(tau=tau) if tau is not None and batch_1_figure else None
         note = ""
-        if not batch_1_figure:
+        if gridded and estimate.method not in BATCH_1_METHODS:
             note = (off_grid or {}).get(approach.key) or (found.note if found is not None else "") or NOT_ON_GRID
-        points.append(
-            _point(
-                approach,
-                estimate,
-                tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
-                tau=tau,
-                tau_source=(own.source if own else inputs.accept_length.source),
-                comm_ms=float(formula.comm_ms(n_ar, estimate.t_ar_us)),
-                savings_ms=mine.savings_ms if mine else None,
-                speedup=mine.speedup(estimate.t_ar_us) if mine else None,
-                grid_note=note,
-            )
-        )
-    titles = {a.key: a.title for a in rows}
-    references = tuple(
-        ReferencePoint(
-            label=f.get("label") or titles.get(f.get("approach") or "", "reported"),
-            approach_key=f.get("approach"),
-            latency=estimate,
-            tau_star=curve.tau_star(estimate.t_ar_us) if curve else None,
-            baseline=bool(f.get("baseline")),
-            bytes=f.get("bytes") if estimate.method == "reported" else None,
-        )
-        for f, estimate in reported_latencies(campaign, inputs)
-    )
-    by_id = {a.id: a.title for a in rows}
-    floor = tuple(
-        CpuFloor(by_id.get(m.approach_id, "?"), m.name, m.value, "us" if m.name.endswith("_us") else "ms", m.trial_id)
-        for m in metrics.newest(
-            (
-                MetricName.ALLREDUCE_LATENCY_US,
-                MetricName.ALLREDUCE_IN_SITU_US,
-                MetricName.VERIFY_COMPUTE_MS,
-                MetricName.DECODE_STEP_MS,
-                MetricName.DRAFT_STEP_MS,
-            )
-        )
-        if m.cpu_floor and (m.name != MetricName.ALLREDUCE_LATENCY_US or m.tags.get("bytes") == inputs.verify_bytes)
-    )
+        points.append(_formula_point(approach, estimate, metrics, inputs, own_tau_allowed, note))
+    references = _references(campaign, inputs, curve, rows)
+    floor = _cpu_floor(metrics, rows, inputs)
     return ProfitabilityReport(
         inputs,
         curve,
@@ -683,3 +722,22 @@ def profitability_report(
         answers_for(curve, points, references, inputs.accept_length, {a.key: a.status for a in rows}),
         tuple(other_stack),
     )
+
+
+# The what-if allreduce latency's label on the report (issue 32 item 8): tried in place of every measured and
+# reported t_ar, never stored.
+T_AR_LABEL = "what-if t_ar"
+
+
+def with_allreduce_latency(report: ProfitabilityReport, t_ar_us: float) -> ProfitabilityReport:
+    """The report answered with `t_ar_us` per allreduce in place of the measured curve: the what-if t_ar becomes
+    the one figure the headline is answered with, and the measured points step aside (their latencies are what
+    it replaces). `read_answer` lays it over an `AnswerQuery.t_ar_us`."""
+    curve = report.curve
+    latency = LatencyEstimate(
+        t_ar_us, "what-if", "entered in the what-if: used in place of the measured and reported latencies", None
+    )
+    mine = ReferencePoint(T_AR_LABEL, None, latency, curve.tau_star(t_ar_us) if curve else None, True, None)
+    references = (mine, *(replace(r, baseline=False) for r in report.references))
+    answers = answers_for(curve, (), references, report.inputs.accept_length, {})
+    return replace(report, points=(), references=references, answers=answers)

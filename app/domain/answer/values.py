@@ -68,6 +68,17 @@ class Conditions:
                 return f"{STACK_COMPONENTS[c]} {mine_s[c]} vs {theirs_s[c]} (another stack)"
         return None
 
+    def stack_change(self, other: Conditions, components: Sequence[str]) -> str | None:
+        """ "GPU A -> B, SM 12.0 -> 9.0" over `components` (in that order) where both stacks state a value and
+        they differ, else None: a component either side does not state is not known to differ."""
+        mine, theirs = dict(self.stack), dict(other.stack)
+        changes = [
+            f"{STACK_COMPONENTS[c]} {mine[c]} -> {theirs[c]}"
+            for c in components
+            if c in mine and c in theirs and mine[c] != theirs[c]
+        ]
+        return ", ".join(changes) or None
+
     def agrees(self, other: Conditions) -> bool:
         return self.disagreement(other) is None
 

@@ -141,54 +141,65 @@ def _allreduce(
         )
         return {}, []
     if backend in MEASURED_KERNEL:
-        measured = MEASURED_KERNEL[backend]
-        runs = symm_mem_kernel(target.sm_major, tp)
-        if target.sm_major is None:
-            out.notes.append(
-                f"No --enable-torch-symm-mem: the node's SM is not reported, so the kernel SGLang would run at TP {tp} "
-                f"is not known ({chosen.title} measured {KERNEL_NAMES[measured]})."
-            )
-            return {}, []
-        if runs is None:
-            out.notes.append(
-                f"No --enable-torch-symm-mem: SGLang 0.5.23's symmetric-memory allreduce is not available at SM "
-                f"{target.sm} and TP {tp} (it runs at SM 9.x/10.x, TP 2/4/6/8)."
-            )
-            return {}, []
-        if runs == measured:
-            out.add(
-                "--enable-torch-symm-mem",
-                True,
-                f"{chosen.title}: SGLang runs {KERNEL_NAMES[runs]} at TP {tp} on SM {target.sm}, the kernel measured "
-                f"(backend {backend}, {mode}, world size {tp})",
-                argv=["--enable-torch-symm-mem"],
-            )
-            return {}, []
-        out.notes.append(
-            f"No --enable-torch-symm-mem: at TP {tp} on SM {target.sm} SGLang runs symmetric memory's "
-            f"{KERNEL_NAMES[runs]} kernel, and {chosen.title} measured {KERNEL_NAMES[measured]}: the kernel the engine "
-            "would run was not measured. The proposed trial measures it."
-        )
-        if runs == "two_shot":
-            trial = {
-                "kind": "allreduce",
-                "params": {**params, "backend": "symm_mem_two_shot", "world_size": tp, "mode": mode},
-            }
-        else:  # multimem: no allreduce recipe backend runs it; SGLang itself does, on a node that allows multicast
-            trial = {
-                "kind": "sglang_server",
-                "params": {
-                    "tp_size": tp,
-                    "flags": ["--enable-torch-symm-mem"],
-                    "speculative": {"algorithm": "EAGLE3", "num_steps": k, "eagle_topk": 1, "num_draft_tokens": k + 1},
-                },
-            }
-        return {}, [trial]
+        return {}, _symm_mem(chosen, target, k, params, out)
     out.notes.append(
         f"No allreduce flag: backend {backend or 'not named'} ({chosen.title}) has no SGLang flag that runs it; "
         "SGLang keeps its default allreduce, which this answer did not measure."
     )
     return {}, []
+
+
+def _symm_mem(
+    chosen: ApproachAnswer, target: DeployTarget, k: int, params: dict[str, Any], out: ConfigBuilder
+) -> list[dict[str, Any]]:
+    """--enable-torch-symm-mem only where SGLang runs the kernel measured on the target's SM and TP; else a note
+    and the trial that would measure the kernel it runs (proposed trials)."""
+    tp = chosen.world_size
+    backend = str(params.get("backend") or "")
+    mode = str(params.get("mode") or "eager")
+    measured = MEASURED_KERNEL[backend]
+    runs = symm_mem_kernel(target.sm_major, tp)
+    if target.sm_major is None:
+        out.notes.append(
+            f"No --enable-torch-symm-mem: the node's SM is not reported, so the kernel SGLang would run at TP {tp} "
+            f"is not known ({chosen.title} measured {KERNEL_NAMES[measured]})."
+        )
+        return []
+    if runs is None:
+        out.notes.append(
+            f"No --enable-torch-symm-mem: SGLang 0.5.23's symmetric-memory allreduce is not available at SM "
+            f"{target.sm} and TP {tp} (it runs at SM 9.x/10.x, TP 2/4/6/8)."
+        )
+        return []
+    if runs == measured:
+        out.add(
+            "--enable-torch-symm-mem",
+            True,
+            f"{chosen.title}: SGLang runs {KERNEL_NAMES[runs]} at TP {tp} on SM {target.sm}, the kernel measured "
+            f"(backend {backend}, {mode}, world size {tp})",
+            argv=["--enable-torch-symm-mem"],
+        )
+        return []
+    out.notes.append(
+        f"No --enable-torch-symm-mem: at TP {tp} on SM {target.sm} SGLang runs symmetric memory's "
+        f"{KERNEL_NAMES[runs]} kernel, and {chosen.title} measured {KERNEL_NAMES[measured]}: the kernel the engine "
+        "would run was not measured. The proposed trial measures it."
+    )
+    if runs == "two_shot":
+        trial = {
+            "kind": "allreduce",
+            "params": {**params, "backend": "symm_mem_two_shot", "world_size": tp, "mode": mode},
+        }
+    else:  # multimem: no allreduce recipe backend runs it; SGLang itself does, on a node that allows multicast
+        trial = {
+            "kind": "sglang_server",
+            "params": {
+                "tp_size": tp,
+                "flags": ["--enable-torch-symm-mem"],
+                "speculative": {"algorithm": "EAGLE3", "num_steps": k, "eagle_topk": 1, "num_draft_tokens": k + 1},
+            },
+        }
+    return [trial]
 
 
 def sglang_config(
