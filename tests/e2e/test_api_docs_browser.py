@@ -8,15 +8,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import expect
 
-from tests.support.browser import login_url
-
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-def live_server(demo_server):
-    """One server for the module: a test adds an API token, the other a campaign of its own name."""
-    return demo_server
 
 
 def test_docs_render_offline_and_authorize_with_a_bearer_token(live_server, browser):
@@ -70,7 +62,7 @@ def test_try_it_out_writes_with_the_browsers_session(live_server, browser):
     context = browser.new_context()
     page = context.new_page()
     try:
-        page.goto(login_url(live_server))
+        page.goto(live_server.login_url)
         page.goto(live_server.url + "/docs")
         op = page.locator("#operations-campaigns-create_campaign_api_campaigns_post")
         op.locator(".opblock-summary").click()
