@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint install services browser sglang engine bench clean
+.PHONY: run test coverage lint install services browser sglang engine bench clean
 
 # pip shows its own progress. torch is pinned here, in the same install as the extras (the package asks
 # only for a range: a looser requirement on this machine kind pulls a multi-GB CUDA build, not the CPU one).
@@ -46,6 +46,10 @@ engine:
 
 test: install services browser sglang engine
 	scripts/run-tests
+
+# Line coverage of app/ and runners/ over the parallel pass of scripts/run-tests (docs/testing.md says what it counts).
+coverage: install services browser sglang engine
+	$(BIN)/python -m pytest -n "$${PYTEST_WORKERS:-2}" --dist worksteal -m "not serial" --cov=app --cov=runners --cov-report=term
 
 # The lint baseline (per-file ignores, mypy overrides) is in pyproject.toml: shrink it, never grow it.
 lint: install

@@ -117,6 +117,16 @@ def empty_db_url(request, tmp_path, db_backend) -> Iterator[str]:
 
 
 @pytest.fixture
+def engine(db_url):
+    """An engine on the test's database (migrated already: `db_url` is a copy of the migrated template)."""
+    from app.db import make_engine
+
+    engine = make_engine(db_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
 def settings(tmp_path, db_url):
     from app.config import Settings
 

@@ -30,8 +30,8 @@ from tests.support.trials import (
     seed_campaign,
     start_real_runner,
     trial,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 
 def _file(tmp_path, name: str, data: bytes):

@@ -18,7 +18,7 @@ from runners.artifacts import Client
 from tests.support.artifacts import ended_trial
 from tests.support.servers import ThreadServer
 from tests.support.traces import cuda_trace
-from tests.support.trials import wait_for
+from tests.support.waiting import wait_for
 
 
 def _read_trace_of(srv, trial_id: int) -> dict:

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
 from app.domain.logins import create_login_token
+from tests.support.browser import login_url
 from tests.support.charts import SLUG, build_fixture_campaign
 
 pytestmark = pytest.mark.browser
@@ -167,16 +168,6 @@ def _points_inside(page, div_id: str) -> list[tuple[float, float]]:
     return points
 
 
-def _login(live_server, path: str) -> str:
-    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
-    try:
-        with session_scope(engine) as session:
-            token = create_login_token(session, 3600)
-    finally:
-        engine.dispose()
-    return f"{live_server.url}/login?token={token}&next={path}"
-
-
 def test_demo_campaigns_draw_their_answers(live_server, browser):
     """The shipped demos, as a new user opens them: the Kimi campaign draws tau* from the seed alone (a lower
     bound: accept length must exceed 2.0 with NCCL), the shootout a latency comparison and no EAGLE question."""
@@ -184,7 +175,7 @@ def test_demo_campaigns_draw_their_answers(live_server, browser):
     page = context.new_page()
     errors = _errors(page)
     try:
-        page.goto(_login(live_server, "/campaigns/kimi-k25-eagle3/charts"))
+        page.goto(login_url(live_server, "/campaigns/kimi-k25-eagle3/charts"))
         page.wait_for_url("**/campaigns/kimi-k25-eagle3/charts")
         _wait_drawn(page, "chart-break-even")
         points = _points_inside(page, "chart-break-even")
@@ -239,7 +230,7 @@ def test_kimi_verify_chart_draws_each_reported_latency_at_its_point(live_server,
     page = context.new_page()
     errors = _errors(page)
     try:
-        page.goto(_login(live_server, "/campaigns/kimi-k25-eagle3/charts"))
+        page.goto(login_url(live_server, "/campaigns/kimi-k25-eagle3/charts"))
         page.wait_for_url("**/campaigns/kimi-k25-eagle3/charts")
         _wait_drawn(page, "chart-break-even")
         reported = len(_points_inside(page, "chart-break-even"))
@@ -279,7 +270,7 @@ def test_kimi_answer_with_every_input_known_and_a_value_out_of_bounds(live_serve
         "FlashInfer PCIe-IPC allreduce would pay (τ* 1.03",
     )
     try:
-        page.goto(_login(live_server, "/campaigns/kimi-k25-eagle3/charts"))
+        page.goto(login_url(live_server, "/campaigns/kimi-k25-eagle3/charts"))
         page.wait_for_url("**/campaigns/kimi-k25-eagle3/charts")
         _wait_drawn(page, "chart-break-even")
         for name, value in (
@@ -353,7 +344,7 @@ def test_screenshots(live_server, browser, tmp_path):
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
     page = context.new_page()
     try:
-        page.goto(_login(live_server, f"/campaigns/{slug}/charts"))
+        page.goto(login_url(live_server, f"/campaigns/{slug}/charts"))
         for div in ("chart-break-even", "chart-latency", "chart-throughput", "chart-timeline"):
             _wait_drawn(page, div)
         page.wait_for_timeout(500)

@@ -8,9 +8,18 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from tests.support.browser import login_url
+
 pytestmark = pytest.mark.browser
 
 KIMI = "/campaigns/kimi-k25-eagle3"
+
+
+@pytest.fixture
+def live_server(demo_server):
+    """One server for the module: each test creates what it deletes, names what it creates uniquely, and changes
+    only fields that no other test here reads."""
+    return demo_server
 
 
 @pytest.fixture
@@ -19,7 +28,7 @@ def page(live_server, browser):
     page.console_errors = []
     page.on("console", lambda m: m.type in ("error", "warning") and page.console_errors.append(m.text))
     page.on("pageerror", lambda e: page.console_errors.append(str(e)))
-    page.goto(live_server.login_url)
+    page.goto(login_url(live_server))
     page.wait_for_url(live_server.url + "/")
     yield page
     page.close()
@@ -84,17 +93,19 @@ def test_import_shows_what_it_added_and_changed_then_leads_to_the_campaign(page,
 
 
 def test_a_viewer_sees_no_create_or_import_cards(live_server, browser):
-    from app.db import make_engine
-    from app.domain.demo import demo_files
-    from app.models import Role
+    from sqlmodel import select
+
+    from app.db import make_engine, session_scope
+    from app.models import Campaign, Role
     from tests.support.browser import login_context
 
     engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
     context, viewer = login_context(browser, live_server.url, engine, "Vera", Role.viewer)
     try:
         viewer.wait_for_url(live_server.url + "/")
-        demos = len(demo_files())  # the demo campaigns the server loaded
-        expect(viewer.locator(".campaign-list a")).to_have_count(demos)
+        with session_scope(engine) as session:  # the demo campaigns, and those the module's other tests made
+            campaigns = len(session.exec(select(Campaign.id)).all())
+        expect(viewer.locator(".campaign-list a")).to_have_count(campaigns)
         assert viewer.get_by_role("heading", name="New campaign").count() == 0
         assert viewer.get_by_role("heading", name="Import a campaign file").count() == 0
         assert viewer.locator(".card").count() == 0
@@ -139,7 +150,19 @@ def test_add_approach_duplicate_key_keeps_title_and_evidence(page, live_server):
 
 
 def test_delete_approach_confirms_once_and_lands_on_the_campaign(page, live_server):
-    page.goto(live_server.url + KIMI + "/approaches/expert-parallelism")
+    """It deletes an approach of its own (the other tests here read the demo's)."""
+    from app.db import make_engine, session_scope
+    from app.domain import inventory
+    from app.schemas import ApproachCreate
+
+    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
+    try:
+        with session_scope(engine) as session:
+            kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
+            inventory.add_approach(session, kimi, ApproachCreate(key="to-delete", title="Delete me"), "tests")
+    finally:
+        engine.dispose()
+    page.goto(live_server.url + KIMI + "/approaches/to-delete")
     dialogs = []
 
     def on_dialog(dialog) -> None:
@@ -150,10 +173,10 @@ def test_delete_approach_confirms_once_and_lands_on_the_campaign(page, live_serv
     page.click("details.edit summary")
     page.click("button.danger")
     page.wait_for_url(live_server.url + KIMI)
-    assert len(dialogs) == 1 and "Delete Expert parallelism" in dialogs[0]
+    assert len(dialogs) == 1 and "Delete Delete me" in dialogs[0]
     one_page(page)
     expect(page.locator("#inventory")).to_be_visible()
-    expect(page.locator("#approach-expert-parallelism")).to_have_count(0)
+    expect(page.locator("#approach-to-delete")).to_have_count(0)
 
 
 def test_edit_approach_error_is_by_the_field_and_keeps_the_input(page, live_server):

@@ -8,6 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.models import ApproachStatus, TrialState
+from tests.support.browser import login_url
 
 pytestmark = pytest.mark.browser
 
@@ -15,9 +16,15 @@ KIMI = "/campaigns/kimi-k25-eagle3"
 
 
 @pytest.fixture
+def live_server(demo_server):
+    """One server for the module: the reorder moves a row of its own campaign's order, the other tests only read."""
+    return demo_server
+
+
+@pytest.fixture
 def page(live_server, browser):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.goto(live_server.login_url)
+    page.goto(login_url(live_server))
     page.wait_for_url(live_server.url + "/")
     yield page
     page.close()

@@ -27,6 +27,7 @@ from app.pageworkers.pool import PageWorkerPool
 from tests.support.feeds import FeedReader
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.trials import make_settings
+from tests.support.waiting import until
 
 
 def workers_of(server: LiveServer) -> list[psutil.Process]:
@@ -201,12 +202,13 @@ def test_a_worker_that_keeps_failing_to_start_is_retried_less_and_less_often(tmp
 
     async def scenario() -> None:
         pool.start()
-        await asyncio.sleep(3.5)
+        worker = pool.workers[0]
+        await until(lambda: worker.backoff_s >= 2, what="the second failed start's longer wait")
         assert pool.pick() is None  # never ready: every read is the hub's
+        assert worker.starts == 2 and worker.backoff_s == 2  # 1 s after the first, 2 s after the second
         await pool.stop()
 
     with caplog.at_level(logging.WARNING, logger="app.pageworkers.pool"):
         asyncio.run(scenario())
-    assert 2 <= pool.workers[0].starts <= 3  # every second would be 4
-    assert "starting it again in 2 s" in caplog.text or "starting it again in 1 s" in caplog.text
+    assert "starting it again in 1 s" in caplog.text and "starting it again in 2 s" in caplog.text
     assert not pool.folder or not pool.folder.exists()

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.db import make_engine, session_scope
-from app.domain.logins import create_login_token
+from tests.support.browser import login_url
 
 pytestmark = pytest.mark.browser
 SLUG = "kimi-k25-eagle3"
@@ -22,16 +21,10 @@ def _errors(page) -> list[str]:
 
 
 def test_ranking_panel_and_upgrades_page(live_server, browser):
-    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
-    try:
-        with session_scope(engine) as session:
-            token = create_login_token(session, 600)
-    finally:
-        engine.dispose()
     page = browser.new_page()
     errors = _errors(page)
     try:
-        page.goto(f"{live_server.url}/login?token={token}&next=/campaigns/{SLUG}")
+        page.goto(login_url(live_server, f"/campaigns/{SLUG}"))
         page.wait_for_url(f"**/campaigns/{SLUG}")
         why = page.locator("#why-next")
         why.wait_for()

@@ -18,8 +18,8 @@ from tests.support.trials import (
     new_runner_token,
     run_next,
     seed_campaign,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 SECRET_URL_PART = "hunter2"
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import col, select
 
-from app.db import make_engine, migrate, session_scope
+from app.db import session_scope
 from app.domain import inbox
 from app.domain import notifications as nd
 from app.domain.errors import Invalid, NotFound
@@ -31,14 +31,6 @@ from app.models import (
 )
 
 pytestmark = pytest.mark.both_databases  # ON CONFLICT DO NOTHING per dialect, the inbox's bulk insert and unique key
-
-
-@pytest.fixture
-def engine(db_url):
-    migrate(db_url)
-    engine = make_engine(db_url)
-    yield engine
-    engine.dispose()
 
 
 def _setup(engine) -> dict[str, int]:

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import col, select
 
-from app.db import make_engine, migrate, session_scope
+from app.db import session_scope
 from app.domain import notifications as nd
 from app.domain.errors import Invalid
 from app.domain.scheduling import create_trial
@@ -21,14 +21,12 @@ BASE = "http://board.example:8000"
 
 
 @pytest.fixture
-def engine(db_url):
-    migrate(db_url)
-    engine = make_engine(db_url)
+def engine(engine):
+    """The shared engine (tests/conftest.py) with two campaigns."""
     with session_scope(engine) as session:
         for slug in ("kimi", "other"):
             session.add(Campaign(slug=slug, name=slug))
-    yield engine
-    engine.dispose()
+    return engine
 
 
 def _target(engine, url: str, events: list[str], campaign: str | None = None) -> int:

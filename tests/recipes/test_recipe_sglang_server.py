@@ -21,6 +21,7 @@ from runners.recipes.sglang_server import READY_TIMEOUT_MESSAGE, server_argv, sp
 from tests.support.net import free_port
 from tests.support.paths import ROOT
 from tests.support.recipes import by_name, metrics, run_spec
+from tests.support.waiting import wait_for
 
 STANDIN = str(ROOT / "tests" / "standins" / "sglang_standin.py")
 # A model directory preflight accepts (config.json, no weights).
@@ -197,13 +198,14 @@ def test_sigterm_to_the_recipe_tears_the_server_down(tmp_path):
         "SGLANG_STANDIN_MODE": "never_ready",
         "SGLANG_STANDIN_PIDFILE": str(tmp_path / "pids"),
     }
-    proc = subprocess.Popen(spec.argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 20
-    while not (tmp_path / "pids").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
+    log = tmp_path / "recipe.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(spec.argv, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    # the server is up (its pids written) and the recipe waits for it to be ready
+    wait_for(lambda: (tmp_path / "pids").exists() and "phase waiting for ready" in log.read_text(), timeout=20)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    proc.wait(timeout=30)
+    out = log.read_text()
     assert proc.returncode == 143
     assert "terminated; tearing the server down" in out and "phase tearing down" in out
     assert_gone(pids(tmp_path))

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -45,6 +44,7 @@ from runners.fingerprint import FINGERPRINT_KEYS
 from runners.process import ATTEMPT_ENV
 from runners.spool import Spool
 from tests.support.trials import trial_output
+from tests.support.waiting import nothing_arrives, until
 
 PY = sys.executable
 TOKEN = "runner-token-1"
@@ -138,14 +138,6 @@ class FakeBoard:
     async def send(self, message: Any) -> None:
         assert self.ws is not None, "no runner connected"
         await self.ws.send(message.model_dump_json())
-
-
-async def until(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def scenario(
@@ -338,7 +330,7 @@ def test_reject_kills_the_trial_and_drops_its_spool(tmp_path):
             what="the rejected trial to be killed",
         )
         await until(lambda: not agent.attempts)
-        await asyncio.sleep(0.5)
+        await nothing_arrives(lambda: board.of_type(Finished), within=0.5, what="a Finished for the rejected attempt")
 
     board = FakeBoard()
     scenario(board, tmp_path / "spool", body)

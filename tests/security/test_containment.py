@@ -19,6 +19,7 @@ import pytest
 
 from runners.process import TrialProcess
 from runners.recipes import LaunchSpec
+from tests.support.waiting import wait_for
 
 PY = sys.executable
 ESCAPE = """
@@ -36,6 +37,7 @@ ESCAPE = """
     if sys.argv[2] == "stay":
         time.sleep(300)
 """
+READY_THEN_SLEEP = "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(300)"
 
 
 def _wait_pid(path: Path) -> int:
@@ -103,13 +105,14 @@ def test_escaped_descendant_is_killed_when_the_trial_exits(tmp_path, bystander):
 
 def test_two_trials_each_kill_only_their_own(tmp_path):
     first, first_escaped = _trial(tmp_path, "stay")
+    ready = tmp_path / "second-up"
     second = TrialProcess(
-        LaunchSpec(argv=[PY, "-c", "import time; time.sleep(300)"], timeout_s=120), "other", grace_s=0.5, poll_s=0.1
+        LaunchSpec(argv=[PY, "-c", READY_THEN_SLEEP, str(ready)], timeout_s=120), "other", grace_s=0.5, poll_s=0.1
     )
     second.start()
     try:
         assert second.popen is not None
-        time.sleep(0.3)
+        wait_for(ready.exists, what="the second trial to run")
         assert second.popen.poll() is None
         first.cancel()
         first.wait()

@@ -34,8 +34,8 @@ from tests.support.trials import (
     seed_campaign,
     trial,
     viewer_messages,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 

@@ -2,10 +2,11 @@
 
 import os
 
-from app.db import session_scope
+from app.db import make_engine, session_scope
 from app.domain import users
 from app.domain.logins import create_login_token
 from app.models import Role
+from tests.support.servers import LiveServer
 
 CHROMIUM = os.environ.get("CAMPAIGN_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -21,6 +22,18 @@ CHROMIUM_ARGS = [
 # A page marked by MARK still answers NOT_RELOADED after live updates: it changed without a reload.
 MARK = "() => { window.__notReloaded = 'yes'; return true; }"
 NOT_RELOADED = "() => window.__notReloaded === 'yes'"
+
+
+def login_url(server: LiveServer, path: str | None = None) -> str:
+    """A new one-time login link to `server` as the board's admin, leading to `path`: the link the server printed
+    can be used once, and a server shared by a module's tests (tests/e2e/conftest.py) is logged into by each."""
+    engine = make_engine(server.env["CAMPAIGN_DATABASE_URL"])
+    try:
+        with session_scope(engine) as session:
+            token = create_login_token(session, 3600)
+    finally:
+        engine.dispose()
+    return f"{server.url}/login?token={token}" + (f"&next={path}" if path else "")
 
 
 def login_context(browser, server_url: str, engine, name: str | None = None, role=None):

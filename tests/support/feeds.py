@@ -69,10 +69,12 @@ class FeedReader:
     def next(self, timeout: float = 15) -> Notice:
         return self.notices.get(timeout=timeout)
 
-    def until(self, topic: str, timeout: float = 15) -> Notice:
+    def until(self, topic: str, timeout: float = 15, after: int = -1) -> Notice:
+        """The next notice of `topic`, skipping those of other topics and those of the page feed's sequence
+        number `after` or earlier (a notice's id is `<boot>.<seq>`)."""
         while True:
             n = self.next(timeout)
-            if n.topic == topic:
+            if n.topic == topic and int(n.id.rpartition(".")[2]) > after:
                 return n
 
     def close(self) -> None:

@@ -154,16 +154,6 @@ def trial(srv: ThreadServer, trial_id: int, headers: dict[str, str] | None = Non
     return r.json()
 
 
-def wait_for(predicate, timeout: float = 15, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def viewer_messages(srv: ThreadServer, trial_id: int, after: int = -1, until=None, timeout: float = 15) -> list[dict]:
     """Follow a trial's live log as a browser would (session cookie, same Origin) until `until(msgs)`."""
     msgs: list[dict] = []

@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 from app import live
+from tests.support.waiting import nothing_arrives, until
 
 
 def test_the_last_viewer_leaving_trims_the_heap_once_and_a_remaining_viewer_defers_it(monkeypatch):
@@ -19,16 +20,14 @@ def test_the_last_viewer_leaving_trims_the_heap_once_and_a_remaining_viewer_defe
         a, b, c = hub.subscribe(1), hub.subscribe(1), hub.subscribe(2)
         hub.unsubscribe(a)
         hub.unsubscribe(c)
-        await asyncio.sleep(0.2)
-        assert calls == []  # b still follows trial 1
+        await nothing_arrives(lambda: calls, within=0.2, what="a trim while b still follows trial 1")
         hub.unsubscribe(b)
         hub.unsubscribe(b)  # twice: still one trim
         d = hub.subscribe(3)  # a viewer arrives before the trim is due: nothing
-        await asyncio.sleep(0.2)
-        assert calls == []
+        await nothing_arrives(lambda: calls, within=0.2, what="a trim while d follows trial 3")
         hub.unsubscribe(d)
-        await asyncio.sleep(0.2)
-        assert len(calls) == 1
+        await until(lambda: calls, what="the trim once the last viewer left")
+        await nothing_arrives(lambda: calls[1:], within=0.1, what="a second trim")
         assert calls[0] != threading.current_thread().name  # on a worker thread, not the event loop
 
     asyncio.run(scenario())

@@ -29,7 +29,8 @@ from app.domain.logins import create_api_token
 from app.protocol.messages import CloseCode
 from app.security import SESSION_COOKIE
 from app.state import app_state
-from tests.support.trials import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign, wait_for
+from tests.support.trials import ProtocolRunner, command_recipe, new_runner_token, run_next, seed_campaign
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = int(os.environ.get("LIVELOG_FREEZE_RUNS", "4"))

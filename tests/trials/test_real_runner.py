@@ -29,8 +29,8 @@ from tests.support.trials import (
     trial,
     trial_output,
     viewer_messages,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 # serial: a real runner heartbeating every 0.5 s and declared lost after 3 s; starved of CPU by tests on
 # the other xdist workers (browsers, recipe subprocesses), it could be declared lost mid-test.

@@ -22,9 +22,9 @@ from tests.support.trials import (
     make_settings,
     new_runner_token,
     trial,
-    wait_for,
 )
 from tests.support.verdicts import NEW_TORCH
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.both_databases  # replay claims by a real runner
 

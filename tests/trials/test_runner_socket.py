@@ -23,8 +23,8 @@ from tests.support.trials import (
     seed_campaign,
     trial,
     viewer_messages,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 
 def _seed(srv, **extra) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import os
 import re
 import signal
-import time
 
 import httpx
 from sqlmodel import select
@@ -28,8 +27,8 @@ from tests.support.trials import (
     make_settings,
     new_runner_token,
     seed_campaign,
-    wait_for,
 )
+from tests.support.waiting import nothing_arrives, until, wait_for
 
 
 def _ids(srv: ThreadServer, slug: str = "spec") -> tuple[int, int]:
@@ -125,12 +124,10 @@ def test_writes_publish_after_commit_and_failed_writes_do_not(srv):
             two.close()
         assert hub.last_seq[f"approach:{aid}"] == before
         # The campaign's own fields (its name, the profitability inputs) through the API: its pages hear of it.
-        time.sleep(0.5)  # past every coalescing window above: nothing more is due
-        while not feed.notices.empty():
-            feed.notices.get()
+        seen = hub.seq  # the PATCH's notice is later than every one above (a notice's id is <boot>.<seq>)
         r = httpx.patch(f"{srv.url}/api/campaigns/spec", json={"accept_length": 2.5}, headers=api)
         assert r.status_code == 200, r.text
-        assert feed.until(f"campaign:{cid}").event == "feed:campaign"
+        assert feed.until(f"campaign:{cid}", after=seen).event == "feed:campaign"
     finally:
         feed.close()
 
@@ -210,11 +207,10 @@ def test_bursts_are_coalesced_per_topic():
         assert all(len(t) == 2 for t in first)
         assert len({id(t[0]) for t in first}) == 1  # the same encoded notice for everyone
         assert feed.delivered == 100
-        await asyncio.sleep(0.2)  # the window ends: the rest of the burst is one more notice
+        await until(lambda: feed.delivered > 100, what="the window's end")  # the rest of the burst: one notice
         assert all(list(s.pending) == ["campaign:1"] for s in streams)
         assert feed.delivered == 150
-        await asyncio.sleep(0.2)
-        assert feed.delivered == 150  # quiet: nothing more
+        await nothing_arrives(lambda: feed.delivered - 150, within=0.2, what="a notice after the burst's window")
         for s in streams:
             feed.release(s)
         assert feed.streams == {}
@@ -273,11 +269,10 @@ def test_heartbeats_reach_the_runners_page_coalesced_over_their_own_window():
         assert page.take() == [notice(f"{feed.boot}.1", "heartbeats")]
         feed.publish("runners")  # another topic is not held back by the beats' window
         assert page.take() == [notice(f"{feed.boot}.501", "runners")]
-        while feed.delivered < 3:  # the beats' window ends: the other 499 beats are one notice
-            await asyncio.sleep(0.02)
+        await until(lambda: feed.delivered >= 3, what="the beats' window end")  # the other 499 beats: one notice
         assert page.take() == [notice(f"{feed.boot}.500", "heartbeats")]
-        await asyncio.sleep(0.7)  # a quiet window: nothing more
-        assert feed.delivered == 3 and page.take() == []
+        await nothing_arrives(lambda: feed.delivered - 3, within=0.7, what="a notice in a quiet window")
+        assert page.take() == []
         feed.close_all()
 
     asyncio.run(scenario())

@@ -3,9 +3,8 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def test_demo_export_import_round_trip(run, tmp_path):
@@ -94,7 +93,7 @@ def test_a_gzip_compressed_results_campaign_past_the_yaml_limit_imports(run, tmp
     imports; a small gzip file that expands past CAMPAIGN_MAX_CAMPAIGN_FILE_EXPANDED_BYTES (64 MiB) does not."""
     import gzip
 
-    results = Path(__file__).resolve().parent.parent / "docs" / "results" / "moe-faithful-h200x1.yaml.gz"
+    results = ROOT / "docs" / "results" / "moe-faithful-h200x1.yaml.gz"
     assert len(gzip.decompress(results.read_bytes())) > 2 * 1024 * 1024
     r = run("import", str(results))
     assert r.returncode == 0, r.stderr
