@@ -82,7 +82,7 @@ class ApproachStatus(StrEnum):
 
 class Activity(StrEnum):
     """What an approach's trial is doing now, shown beside its decided status: read from its active trial
-    (app/domain/inventory.activities), never stored on the approach."""
+    (app/domain/campaigns.activities), never stored on the approach."""
 
     queued = "queued"  # a trial of it waits for a runner, or was handed to one that has not started it
     running = "running"
@@ -191,7 +191,7 @@ class ModelInputFields(SQLModel):
     def _tau_within_steps(self) -> Any:
         """tau <= draft steps + 1 when a body gives both, refused as accept_length's (the value above its
         bound: a campaign file's error names its line, not draft_steps'); a body with one of them is checked
-        against the stored other by inventory.update_campaign."""
+        against the stored other by campaigns.update_campaign."""
         tau, steps = getattr(self, "accept_length", None), getattr(self, "draft_steps", None)
         if tau is not None and steps is not None:
             try:
@@ -922,6 +922,6 @@ class ChangePoint(SQLModel, table=True):
     low: float | None = None
     high: float | None = None
     p_value: float | None = None
-    verdict: str = Field(max_length=20, description="faster or slower (app/domain/statistics.Verdict).")
+    verdict: str = Field(max_length=20, description="faster or slower (app/domain/statistics.Finding).")
     stack_diff: str = Field(default="", max_length=500)
     created_at: datetime = _created()

@@ -762,7 +762,7 @@ class RatioPublic(BaseModel):
     high: float | None
 
 
-VerdictValue = Literal["faster", "slower", "equivalent", "below_min_effect", "inconclusive", "no_verdict"]
+FindingValue = Literal["faster", "slower", "equivalent", "below_min_effect", "inconclusive", "no_verdict"]
 
 
 class PairStatsPublic(BaseModel):
@@ -773,7 +773,7 @@ class PairStatsPublic(BaseModel):
     p_value: float | None = Field(
         description="Welch's t-test over the trials' log medians; null below 2 trials a side."
     )
-    verdict: VerdictValue | None = Field(
+    verdict: FindingValue | None = Field(
         description="faster / slower: the interval excludes 1 and the effect reaches the minimum; below_min_effect: "
         "it excludes 1 with a smaller effect; equivalent: it holds 1 inside +/- the minimum; inconclusive; "
         "no_verdict: one trial a side and no known run-to-run spread (repeat), or see no_verdict_reason. null: not compared (see not_compared)."
@@ -800,7 +800,7 @@ class RowStatsPublic(BaseModel):
 
     ratio: RatioPublic | None
     p_value: float | None
-    verdict: VerdictValue | None
+    verdict: FindingValue | None
     cv: list[float | None] = Field(description="Each column's within-run coefficient of variation (its trials' mean).")
     between_cv: list[float | None] = Field(
         description="Each column's run-to-run coefficient of variation (across its trials; null below 2)."

@@ -23,7 +23,7 @@ from app import __version__
 from app.config import resource_dir
 from app.domain.logs import dropped_marker_json
 from app.domain.search import MARK_END, MARK_START
-from app.domain.wording import plural
+from app.domain.units import plural
 from app.models import ACTIVE_TRIAL_STATES, TERMINAL_TRIAL_STATES, aware
 from app.protocol.messages import close_codes_json
 from app.protocol.metrics import METRIC_PREFIX, PHASE_PREFIX

@@ -121,9 +121,9 @@ def database(approaches: int, r: int, repeat: int) -> None:
             slug = campaign.slug
         walls, cpus = [], []
         with session_scope(engine, write=False) as session:
-            from app.domain import inventory
+            from app.domain import campaigns
 
-            campaign = inventory.get_campaign(session, slug)
+            campaign = campaigns.get_campaign(session, slug)
             answer_read.read_answer(session, campaign)
             for _ in range(repeat):
                 answer_read._CACHE.clear()

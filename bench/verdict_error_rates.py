@@ -67,8 +67,8 @@ def rates(rows, rule: st.Rule, known=None) -> tuple[float, float, float]:
     """(faster or slower, interval excluding 1, decided) fractions over the rows."""
     out = st.compare_rows(rows, lower_better=[True] * len(rows), rule=rule, known=known)
     verdicts = [r.pairs[0].verdict for r in out]
-    called = sum(v in (st.Verdict.faster, st.Verdict.slower) for v in verdicts) / len(verdicts)
-    excludes = sum(v in (st.Verdict.faster, st.Verdict.slower, st.Verdict.below_min_effect) for v in verdicts)
+    called = sum(v in (st.Finding.faster, st.Finding.slower) for v in verdicts) / len(verdicts)
+    excludes = sum(v in (st.Finding.faster, st.Finding.slower, st.Finding.below_min_effect) for v in verdicts)
     decided = sum(v in st.DECIDED for v in verdicts) / len(verdicts)
     return called, excludes / len(verdicts), decided
 
@@ -85,7 +85,7 @@ def naive_false_rate(rows, rule: st.Rule, rng: np.random.Generator) -> float:
             boot.append(medians[pick, np.arange(rule.n_resamples)[:, None]].mean(axis=1))
         ratio = float(np.mean([np.median(t) for t in b]) / np.mean([np.median(t) for t in a]))
         low, high = st.percentile_interval(boot[1] / boot[0], rule.confidence)
-        wrong += st.verdict_of(ratio, low, high, True, rule.min_effect) in (st.Verdict.faster, st.Verdict.slower)
+        wrong += st.finding_of(ratio, low, high, True, rule.min_effect) in (st.Finding.faster, st.Finding.slower)
     return wrong / len(rows)
 
 

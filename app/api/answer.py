@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from app.deps import SessionDep, require_operator
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import AnswerQuery
 from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
 from app.domain.answer.configs.schedule import SERVE_PATTERN
@@ -96,7 +96,7 @@ class MissingPublic(BaseModel):
 
 class TierVerdictPublic(BaseModel):
     leader: str = Field(description="The tier leader's key.")
-    verdict: str = Field(description="equivalent, below_min_effect or inconclusive (statistics.verdict_of).")
+    verdict: str = Field(description="equivalent, below_min_effect or inconclusive (statistics.finding_of).")
     words: str = Field(description="The label in words: equivalent, not shown to differ, ...")
     ratio: float = Field(description="This approach's headline figure over the leader's.")
     low: float | None
@@ -304,7 +304,7 @@ def _read(
     experts_dtype: str | None = None,
     draft_vocab: int | None = None,
 ) -> Answer:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     asked = pick_conditions(
         session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype, draft_vocab=draft_vocab
     )
@@ -354,4 +354,4 @@ def answer_config(
 def answer_engine_check(slug: str, session: SessionDep) -> dict[str, Any]:
     """The answer checked against a real engine: every (batch, draft tokens) cell a vllm_server trial measured,
     its measured speedup beside the answer's predictions, each held or missed by x% (docs/profitability.md)."""
-    return check_document(engine_check(session, inventory.get_campaign(session, slug)))
+    return check_document(engine_check(session, campaigns.get_campaign(session, slug)))

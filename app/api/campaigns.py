@@ -9,7 +9,7 @@ from fastapi.responses import StreamingResponse
 
 from app.db import stream_in_session
 from app.deps import AdminDep, OperatorDep, PageAfter, SessionDep, require_operator
-from app.domain import history, inventory, lifecycle, repeats
+from app.domain import campaigns, history, lifecycle, repeats
 from app.domain.campaign_files import campaign_file_schema, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.errors import concrete_paths_first
@@ -46,12 +46,12 @@ def list_campaigns(
     session: SessionDep,
     archived: Annotated[bool, Query(description="The archived campaigns instead of the active ones.")] = False,
 ):
-    return inventory.list_campaigns(session, archived=archived)
+    return campaigns.list_campaigns(session, archived=archived)
 
 
 @router.post("/campaigns", response_model=CampaignPublic, status_code=201)
 def create_campaign(data: CampaignCreate, session: SessionDep, operator: OperatorDep):
-    return inventory.create_campaign(session, data)
+    return campaigns.create_campaign(session, data)
 
 
 # `/api/campaigns/import` is the import's (POST): these two do not take it as a slug.
@@ -60,17 +60,17 @@ OWN_PATHS_FIRST = [Depends(concrete_paths_first)]
 
 @router.get("/campaigns/{slug}", response_model=CampaignPublic, dependencies=OWN_PATHS_FIRST)
 def get_campaign(slug: str, session: SessionDep):
-    return inventory.get_campaign(session, slug)
+    return campaigns.get_campaign(session, slug)
 
 
 @router.patch("/campaigns/{slug}", response_model=CampaignPublic, dependencies=OWN_PATHS_FIRST)
 def update_campaign(slug: str, data: CampaignUpdate, session: SessionDep, operator: OperatorDep):
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     return campaign_writes.update_campaign(session, campaign, data)
 
 
 async def _campaign(request: Request, slug: str) -> CampaignPublic:
-    read = await app_state(request).db.read_in_tx(inventory.get_campaign, slug)
+    read = await app_state(request).db.read_in_tx(campaigns.get_campaign, slug)
     return CampaignPublic.model_validate(read)
 
 
@@ -111,7 +111,7 @@ async def delete_campaign(
 @router.get("/campaigns/{slug}/history", response_model=list[CampaignEventPublic])
 def campaign_history(slug: str, session: SessionDep):
     """The campaign's lifecycle steps (renamed, archived, restored), newest first."""
-    return lifecycle.history(session, inventory.get_campaign(session, slug))
+    return lifecycle.history(session, campaigns.get_campaign(session, slug))
 
 
 @router.get(
@@ -122,7 +122,7 @@ def campaign_history(slug: str, session: SessionDep):
 def export(request: Request, slug: str, session: SessionDep, with_results: bool = False) -> StreamingResponse:
     """The campaign file (YAML), streamed in constant memory: see `campaign_files.export_stream`.
     `with_results`: also the ended trials with their metrics, samples and stack fingerprint."""
-    inventory.get_campaign(session, slug)  # 404 before streaming starts
+    campaigns.get_campaign(session, slug)  # 404 before streaming starts
     body = stream_in_session(app_state(request).engine, export_stream, slug, with_results)
     return StreamingResponse(body, media_type="application/x-yaml")
 
@@ -159,7 +159,7 @@ def import_file(
 
 def _public(session: SessionDep, rows: list[Approach]) -> list[ApproachPublic]:
     """The approaches as the API shows them: each decided status with what its trial is doing beside it."""
-    doing = inventory.activities(session, rows)
+    doing = campaigns.activities(session, rows)
     out = []
     for approach in rows:
         found = doing.get(approach.id) if approach.id is not None else None
@@ -176,27 +176,27 @@ def _one(session: SessionDep, approach: Approach) -> ApproachPublic:
 
 @router.get("/campaigns/{slug}/approaches", response_model=list[ApproachPublic])
 def list_approaches(slug: str, session: SessionDep):
-    return _public(session, inventory.approaches(session, inventory.get_campaign(session, slug)))
+    return _public(session, campaigns.approaches(session, campaigns.get_campaign(session, slug)))
 
 
 @router.post("/campaigns/{slug}/approaches", response_model=ApproachPublic, status_code=201)
 def add_approach(slug: str, data: ApproachCreate, session: SessionDep, operator: OperatorDep):
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     return campaign_writes.add_approach(session, campaign, data, operator.name)
 
 
 @router.get("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
 def get_approach(slug: str, key: str, session: SessionDep):
-    return _one(session, inventory.get_approach(session, inventory.get_campaign(session, slug), key))
+    return _one(session, campaigns.get_approach(session, campaigns.get_campaign(session, slug), key))
 
 
 @router.patch("/campaigns/{slug}/approaches/{key}", response_model=ApproachPublic)
 def update_approach(slug: str, key: str, data: ApproachUpdate, session: SessionDep, operator: OperatorDep):
-    approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    approach = campaigns.get_approach(session, campaigns.get_campaign(session, slug), key)
     return _one(session, campaign_writes.update_approach(session, approach, data))
 
 
-def _evidence(found: inventory.Evidence) -> EvidencePublic:
+def _evidence(found: campaigns.Evidence) -> EvidencePublic:
     return EvidencePublic(
         **found.counts(), active_trial=found.active_trial, adopted=found.adopted, summary=found.sentence()
     )
@@ -206,7 +206,7 @@ def _evidence(found: inventory.Evidence) -> EvidencePublic:
 def approach_evidence(slug: str, key: str, session: SessionDep) -> EvidencePublic:
     """What the approach holds: what a delete with `delete_evidence=true` would remove (archive keeps it)."""
     return _evidence(
-        inventory.evidence(session, inventory.get_approach(session, inventory.get_campaign(session, slug), key))
+        campaigns.evidence(session, campaigns.get_approach(session, campaigns.get_campaign(session, slug), key))
     )
 
 
@@ -222,8 +222,8 @@ def delete_approach(
 ) -> ApproachDeleted:
     """Delete an approach. One with trials is refused (409, saying what it holds) unless `delete_evidence`:
     archive it to keep them. The answer counts what went."""
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     removed = campaign_writes.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
     return ApproachDeleted(deleted=key, removed=_evidence(removed))
 
@@ -231,31 +231,31 @@ def delete_approach(
 @router.post("/campaigns/{slug}/approaches/{key}/archive", response_model=ApproachPublic)
 def archive_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep):
     """Off the active list and "run next", its trials and answers kept; `restore` brings it back."""
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     campaign_writes.archive_approach(session, campaign, approach, operator.name)
     return approach
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/restore", response_model=ApproachPublic)
 def restore_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep):
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     campaign_writes.restore_approach(session, campaign, approach)
     return approach
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/status", response_model=StatusChangePublic)
 def change_status(slug: str, key: str, data: StatusChangeRequest, session: SessionDep, operator: OperatorDep):
-    approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    approach = campaigns.get_approach(session, campaigns.get_campaign(session, slug), key)
     return campaign_writes.change_status(session, approach, data.status, data.reason, operator.name)
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/move", response_model=list[ApproachPublic])
 def move_approach(slug: str, key: str, data: MoveRequest, session: SessionDep, operator: OperatorDep):
-    campaign = inventory.get_campaign(session, slug)
-    campaign_writes.move_approach(session, campaign, inventory.get_approach(session, campaign, key), data.position)
-    return _public(session, inventory.approaches(session, campaign))
+    campaign = campaigns.get_campaign(session, slug)
+    campaign_writes.move_approach(session, campaign, campaigns.get_approach(session, campaign, key), data.position)
+    return _public(session, campaigns.approaches(session, campaign))
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/history", response_model=list[StatusChangePublic])
@@ -267,8 +267,8 @@ def approach_history(
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ):
     """Newest first, a page at a time: pass the last id you got as `before` for the next page."""
-    approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
-    return inventory.history(session, approach, before=before, limit=limit)
+    approach = campaigns.get_approach(session, campaigns.get_campaign(session, slug), key)
+    return campaigns.history(session, approach, before=before, limit=limit)
 
 
 @router.get("/campaigns/{slug}/approaches/{key}/decisions", response_model=DecisionsPage)
@@ -281,7 +281,7 @@ def approach_decisions(
 ):
     """The history as the approach page shows it: decisions first, each with the trial events after it folded
     under it, newest first; `limit` decisions a page (pass `next_before` as `before` for the next)."""
-    approach = inventory.get_approach(session, inventory.get_campaign(session, slug), key)
+    approach = campaigns.get_approach(session, campaigns.get_campaign(session, slug), key)
     groups, more = history.folded_history(session, approach, before=before, limit=limit)
     return {"groups": [{"decision": g.decision, "events": g.events} for g in groups], "next_before": more}
 
@@ -292,9 +292,9 @@ def settle_progress(
 ) -> list[dict]:
     """Repeat / Settle progress: an approach's open settles and its newest ended one (`approach`), else the
     campaign's ten newest; each with trials done of the most it may take and each side's interval so far."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     if approach is not None:
-        found = repeats.approach_progress(session, inventory.get_approach(session, campaign, approach))
+        found = repeats.approach_progress(session, campaigns.get_approach(session, campaign, approach))
     else:
         found = repeats.campaign_progress(session, campaign)
     return [repeats.progress_json(p) for p in found]

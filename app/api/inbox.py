@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import PageAfter, RowId, SessionDep, UserDep, require_user
-from app.domain import inbox, inventory
+from app.domain import campaigns, inbox
 
 router = APIRouter(prefix="/api", tags=["inbox"], dependencies=[Depends(require_user)])
 
@@ -85,8 +85,8 @@ def list_watches(session: SessionDep, operator: UserDep) -> list[WatchPublic]:
 
 
 def _target(session: SessionDep, data: WatchRequest):
-    campaign = inventory.get_campaign(session, data.campaign)
-    return campaign, inventory.get_approach(session, campaign, data.approach) if data.approach else None
+    campaign = campaigns.get_campaign(session, data.campaign)
+    return campaign, campaigns.get_approach(session, campaign, data.approach) if data.approach else None
 
 
 @router.post("/watches", response_model=WatchPublic, status_code=201)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.users import Utc
 from app.deps import AdminDep, RowId, SessionDep, require_admin
-from app.domain import inventory, notifications
+from app.domain import campaigns, notifications
 from app.models import Campaign, NotificationOutbox, NotificationTarget
 
 # The events a destination may follow, as the schema's enum (the test message is the board's own).
@@ -87,7 +87,7 @@ def _slug(session: SessionDep, target: NotificationTarget) -> str | None:
 
 @router.post("/notifications", response_model=NotificationPublic, status_code=201)
 def create(data: NotificationCreate, session: SessionDep, admin: AdminDep) -> NotificationPublic:
-    campaign = inventory.get_campaign(session, data.campaign) if data.campaign else None
+    campaign = campaigns.get_campaign(session, data.campaign) if data.campaign else None
     target = notifications.create_target(
         session,
         data.url,

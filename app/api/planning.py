@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import OperatorDep, SessionDep, require_operator
-from app.domain import inventory, planning, replay, scheduling
+from app.domain import campaigns, planning, replay, scheduling
 from app.models import RunOrder
 from app.services import campaigns as campaign_writes
 from app.services import trials as trial_services
@@ -46,14 +46,14 @@ class RunOrderPublic(BaseModel):
 @router.get("/campaigns/{slug}/ranking", response_model=list[RankedPublic])
 def ranking(slug: str, session: SessionDep) -> list[dict[str, Any]]:
     """The candidates "Run next" can start, best payoff first, each with the reasons in sentences."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     return [r.as_dict() for r in scheduling.ranking(session, campaign)]
 
 
 @router.put("/campaigns/{slug}/run-order", response_model=RunOrderPublic)
 def set_run_order(slug: str, data: RunOrderRequest, session: SessionDep, operator: OperatorDep) -> RunOrderPublic:
     """Pin the priority order, or let "Run next candidate" follow the ranking again."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     campaign_writes.set_run_order(session, campaign, data.order)
     return RunOrderPublic(order=data.order)
 
@@ -77,7 +77,7 @@ def upgrades(
     runner: Annotated[int | None, Query(ge=1, le=2**63 - 1, description="A runner whose stack is the target")] = None,
 ) -> dict[str, Any]:
     """Without a target: per component. With `target=` items or a `runner=` id: what that stack re-opens."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     return planning.upgrade_plan(session, campaign, planning.target_of(session, target, runner)).as_dict()
 
 
@@ -104,7 +104,7 @@ class ReplayPublic(BaseModel):
 
 
 def _replay_view(session: Any, slug: str, replay_id: int) -> dict[str, Any]:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     return replay.report(session, campaign, replay.get(session, campaign, replay_id)).as_dict()
 
 
@@ -119,7 +119,7 @@ async def start_replay(request: Request, slug: str, data: ReplayRequest, operato
 @router.get("/campaigns/{slug}/replays", response_model=list[ReplayPublic])
 def list_replays(slug: str, session: SessionDep) -> list[dict[str, Any]]:
     """The campaign's replays, newest first, each with its report."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     return [replay.report(session, campaign, r).as_dict() for r in replay.of_campaign(session, campaign)]
 
 

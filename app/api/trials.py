@@ -19,8 +19,8 @@ from app.domain import comparison as comparison_domain
 from app.domain import logs as log_domain
 from app.domain import queue as queue_domain
 from app.domain import scheduling, trial_reads, trials
+from app.domain.campaigns import get_campaign
 from app.domain.errors import Invalid
-from app.domain.inventory import get_campaign
 from app.models import SettleFields, TrialOutcome, TrialState
 from app.schemas import (
     SLUG_PATTERN,
@@ -146,7 +146,7 @@ def _ratio_body(ratio: Any) -> RatioPublic | None:
     return None if ratio is None else RatioPublic(value=ratio.value, low=ratio.low, high=ratio.high)
 
 
-def _pair_body(column: int, pair: comparison_domain.PairVerdict) -> PairStatsPublic:
+def _pair_body(column: int, pair: comparison_domain.PairFinding) -> PairStatsPublic:
     st = pair.stats
     return PairStatsPublic(
         column=column,
@@ -154,7 +154,7 @@ def _pair_body(column: int, pair: comparison_domain.PairVerdict) -> PairStatsPub
         p_value=st.p_value if st else None,
         verdict=st.verdict.value if st else None,
         trials_needed=st.trials_needed if st else None,
-        no_verdict_reason=st.why_no_verdict if st else "",
+        no_verdict_reason=st.why_no_finding if st else "",
         spread=pair.spread,
         stack_difference=pair.stack_difference,
         not_compared=pair.not_compared,

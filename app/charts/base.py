@@ -19,7 +19,7 @@ from typing import Any
 import plotly.io as pio
 
 # A message size as the model's notes say it (56 KiB): the one formatter, so axis and notes agree.
-from app.domain.wording import size_label as size
+from app.domain.units import size_label as size
 from app.templating import STATUS_COLORS, STATUS_LABELS
 
 Figure = dict[str, Any]

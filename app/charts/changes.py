@@ -10,7 +10,7 @@ from app.domain.changes import Series
 from app.models import ChangePoint
 
 SERIES_COLOR = "#1a73e8"
-VERDICT_COLORS = {"slower": "#d93025", "faster": "#188038"}
+FINDING_COLORS = {"slower": "#d93025", "faster": "#188038"}
 
 
 def series_with_changes(series: Series, runner_name: str, points: Sequence[ChangePoint]) -> Figure:
@@ -28,7 +28,7 @@ def series_with_changes(series: Series, runner_name: str, points: Sequence[Chang
             hovertemplate="%{text}: %{y}<extra></extra>",
         )
     ]
-    for verdict, color in VERDICT_COLORS.items():
+    for verdict, color in FINDING_COLORS.items():
         marked = [c for c in points if c.verdict == verdict and c.trial_id in at]
         if marked:
             traces.append(

@@ -36,7 +36,7 @@ from app.domain.answer import (
     ProfitabilityReport,
     ReferencePoint,
 )
-from app.domain.wording import plural
+from app.domain.units import plural
 
 # Past this many reported figures a chart draws them as one trace (each point named in its hover): a
 # results campaign reports one figure per measured approach, and a legend entry each crushes the plot.

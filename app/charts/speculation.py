@@ -24,7 +24,7 @@ from app.charts.base import (
     status_color,
 )
 from app.domain.answer.grid import ApproachAnswer, SpeculationAnswer
-from app.domain.wording import plural
+from app.domain.units import plural
 
 MAX_LINES = 8  # more approaches than this: the best tiers' first eight (the rest are in the answer's table)
 

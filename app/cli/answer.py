@@ -33,14 +33,14 @@ def answer_cmd(
     campaign's confidence), under one condition set."""
     import json
 
-    from app.domain import inventory
+    from app.domain import campaigns
     from app.domain.answer.query import AnswerQuery
     from app.domain.answer.read import answer_document, pick_conditions, read_answer
     from app.domain.errors import DomainError
 
     with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
         try:
-            campaign = inventory.get_campaign(session, slug)
+            campaign = campaigns.get_campaign(session, slug)
             asked = pick_conditions(
                 session,
                 campaign,
@@ -88,7 +88,7 @@ def answer_config_cmd(
     """The launch settings that deploy the answer on one engine, each naming the measurement it comes from."""
     import json
 
-    from app.domain import inventory
+    from app.domain import campaigns
     from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
     from app.domain.answer.read import read_answer
     from app.domain.errors import DomainError
@@ -96,7 +96,7 @@ def answer_config_cmd(
     with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
         try:
             serve = parse_serve_range(serve_batches)
-            answer = read_answer(session, inventory.get_campaign(session, slug))
+            answer = read_answer(session, campaigns.get_campaign(session, slug))
             found, rows = answer.speculation, answer.approaches
             config = engine_config(engine, found, rows, serve=serve, target=deploy_target(session, found, rows))
         except DomainError as exc:
@@ -136,13 +136,13 @@ def answer_check_cmd(
     or missed by x%."""
     import json
 
-    from app.domain import inventory
+    from app.domain import campaigns
     from app.domain.answer.prediction import check_document, check_lines, engine_check
     from app.domain.errors import DomainError
 
     with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
         try:
-            check = engine_check(session, inventory.get_campaign(session, slug))
+            check = engine_check(session, campaigns.get_campaign(session, slug))
         except DomainError as exc:
             fail(exc.message)
     if as_json:

@@ -24,12 +24,12 @@ T = TypeVar("T")
 
 def _on_campaign(slug: str, step: Callable[[Session, Campaign], T], settings: Settings | None = None) -> T:
     """`step` on the campaign `slug`, in one transaction; a domain refusal is the command's error."""
-    from app.domain import inventory
+    from app.domain import campaigns
     from app.domain.errors import DomainError
 
     try:
         with session_scope(board_engine(settings or get_settings())) as session:
-            return step(session, inventory.get_campaign(session, slug))
+            return step(session, campaigns.get_campaign(session, slug))
     except DomainError as exc:
         fail(exc.message)
 
@@ -71,13 +71,13 @@ def plan_cmd(
     """What to try next (the payoff ranking) and what an upgrade would re-open (docs/planning.md)."""
     from rich.table import Table
 
-    from app.domain import inventory, planning, scheduling
+    from app.domain import campaigns, planning, scheduling
     from app.domain.errors import DomainError
     from app.domain.fingerprint import STACK_COMPONENTS
 
     try:
         with session_scope(migrated_engine(get_settings()), write=False) as session:
-            campaign = inventory.get_campaign(session, slug)
+            campaign = campaigns.get_campaign(session, slug)
             ranked = scheduling.ranking(session, campaign)
             plan = planning.upgrade_plan(session, campaign, planning.target_of(session, target or [], runner))
             order = campaign.run_order
@@ -220,14 +220,14 @@ def settles_cmd(
     """Repeat / Settle progress: trials done of the most it may take, each side's interval so far."""
     import json
 
-    from app.domain import inventory, repeats
+    from app.domain import campaigns, repeats
     from app.domain.errors import DomainError
 
     try:
         with session_scope(migrated_engine(get_settings()), write=False) as session:
-            campaign = inventory.get_campaign(session, slug)
+            campaign = campaigns.get_campaign(session, slug)
             if approach is not None:
-                found = repeats.approach_progress(session, inventory.get_approach(session, campaign, approach))
+                found = repeats.approach_progress(session, campaigns.get_approach(session, campaign, approach))
             else:
                 found = repeats.campaign_progress(session, campaign)
             rows = [repeats.progress_json(p) for p in found]
@@ -250,16 +250,16 @@ def history_cmd(
 ) -> None:
     """A campaign's lifecycle steps (renamed, archived, restored), newest first; with an approach's KEY, that
     approach's decisions, newest first, each with the trial events after it folded under it."""
-    from app.domain import history, inventory, lifecycle
+    from app.domain import campaigns, history, lifecycle
     from app.domain.errors import DomainError
 
     try:
         with session_scope(migrated_engine(get_settings()), write=False) as session:
-            campaign = inventory.get_campaign(session, slug)
+            campaign = campaigns.get_campaign(session, slug)
             if key is None:
                 steps = [(e.at, e.kind, e.detail, e.actor) for e in lifecycle.history(session, campaign)]
             else:
-                approach = inventory.get_approach(session, campaign, key)
+                approach = campaigns.get_approach(session, campaign, key)
                 groups, more = history.folded_history(session, approach, limit=limit)
                 lines = history.history_lines(groups)
     except DomainError as exc:

@@ -26,13 +26,13 @@ def notify_add(
     user: UserOption = None,
 ) -> None:
     """Add a destination; the running server delivers to it (its URL is printed redacted)."""
-    from app.domain import inventory, notifications, users
+    from app.domain import campaigns, notifications, users
     from app.domain.errors import DomainError
 
     try:
         with session_scope(board_engine(get_settings())) as session:
             actor = users.user_by_name(session, user).name if user else "cli"
-            chosen = inventory.get_campaign(session, campaign) if campaign else None
+            chosen = campaigns.get_campaign(session, campaign) if campaign else None
             target = notifications.create_target(
                 session, url, event, campaign=chosen, actor=actor, waiting_hours=waiting_hours
             )
@@ -112,14 +112,14 @@ def notify_watch(
     stop: Annotated[bool, typer.Option("--stop", help="Stop watching it.")] = False,
 ) -> None:
     """Watch a campaign or an approach for a person: its events reach their inbox (--stop: no longer)."""
-    from app.domain import inbox, inventory, users
+    from app.domain import campaigns, inbox, users
     from app.domain.errors import DomainError
 
     try:
         with session_scope(board_engine(get_settings())) as session:
             person = users.user_by_name(session, user)
-            chosen = inventory.get_campaign(session, campaign)
-            row = inventory.get_approach(session, chosen, approach) if approach else None
+            chosen = campaigns.get_campaign(session, campaign)
+            row = campaigns.get_approach(session, chosen, approach) if approach else None
             if stop:
                 inbox.unwatch(session, person.id, chosen, row)
             else:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from app.cli.common import console, fail, get_settings, migrated_engine, session_scope
-from app.domain.wording import plural
+from app.domain.units import plural
 
 replay_cli = typer.Typer(
     help="Campaign replay: re-run the closed verdicts a runner's stack may change (docs/planning.md, Replay).",
@@ -57,12 +57,12 @@ def replay_start_cmd(
     """Replay on a runner: queue, for that runner only and in payoff order, one trial of every approach whose
     verdict is bound to a component in which its stack differs. The runner takes the first when it next looks
     at the queue (it connects, or a trial of it ends); the campaign page's button dispatches at once."""
-    from app.domain import inventory, replay
+    from app.domain import campaigns, replay
     from app.domain.errors import DomainError
 
     try:
         with session_scope(migrated_engine(get_settings())) as session:
-            campaign = inventory.get_campaign(session, slug)
+            campaign = campaigns.get_campaign(session, slug)
             row, _queued = replay.start(session, campaign, runner, "cli")
             report = replay.report(session, campaign, row)
     except DomainError as exc:
@@ -73,12 +73,12 @@ def replay_start_cmd(
 @replay_cli.command("list")
 def replay_list_cmd(slug: Annotated[str, typer.Argument(help="The campaign's slug.")]) -> None:
     """The campaign's replays, newest first, with their trial counts."""
-    from app.domain import inventory, replay
+    from app.domain import campaigns, replay
     from app.domain.errors import DomainError
 
     try:
         with session_scope(migrated_engine(get_settings()), write=False) as session:
-            rows = replay.summaries(session, inventory.get_campaign(session, slug), limit=1000)
+            rows = replay.summaries(session, campaigns.get_campaign(session, slug), limit=1000)
     except DomainError as exc:
         fail(exc.message)
     if not rows:
@@ -98,12 +98,12 @@ def replay_show_cmd(
     replay_id: Annotated[int, typer.Argument(help="The replay's id (`campaign replay list`).")],
 ) -> None:
     """A replay's report: per approach, before and after, what changed, the headline metric's statistics."""
-    from app.domain import inventory, replay
+    from app.domain import campaigns, replay
     from app.domain.errors import DomainError
 
     try:
         with session_scope(migrated_engine(get_settings()), write=False) as session:
-            campaign = inventory.get_campaign(session, slug)
+            campaign = campaigns.get_campaign(session, slug)
             report = replay.report(session, campaign, replay.get(session, campaign, replay_id))
     except DomainError as exc:
         fail(exc.message)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from app.cli.common import UserOption, board_engine, console, fail, get_settings, session_scope
-from app.domain.wording import plural
+from app.domain.units import plural
 
 token_cli = typer.Typer(help="API tokens for scripts (Authorization: Bearer ...).", no_args_is_help=True)
 sessions_cli = typer.Typer(help="Browser sessions: list them, or end them all at once.", no_args_is_help=True)

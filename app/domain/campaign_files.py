@@ -40,9 +40,9 @@ from sqlalchemy import select as sa_select  # typed for five columns (sqlmodel's
 from sqlalchemy import tuple_
 from sqlmodel import Session, col, select
 
-from app.domain import campaign_results, inventory, replay
+from app.domain import campaign_results, campaigns, replay
 from app.domain.errors import Invalid
-from app.domain.wording import plural
+from app.domain.units import plural
 from app.models import Activity, Approach, ApproachStatus, Campaign, HistoryKind, RunOrder, StatusChange, aware, utcnow
 from app.schemas import ApproachCreate, CampaignCreate, ImportSummary, error_words
 
@@ -111,7 +111,7 @@ class ApproachFile(ApproachCreate):
 
     @model_validator(mode="after")
     def _verdict_has_reason(self) -> ApproachFile:
-        if self.status in inventory.NEEDS_REASON and not self.reason.strip():
+        if self.status in campaigns.NEEDS_REASON and not self.reason.strip():
             raise ValueError(f"status {self.status.value} needs a reason")
         if self.history:
             if any(b.at < a.at for a, b in zip(self.history, self.history[1:])):
@@ -326,7 +326,7 @@ def export_stream(session: Session, slug: str, with_results: bool = False) -> It
     the whole file as one structure gives (tests compare). Each approach is dumped as a one-item list
     (`_Pieces`), then its history (its last key) by `_history_text`. `with_results`: then the ended trials
     with their metrics (`campaign_results.export_pieces`)."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     header = {"format": FORMAT, "campaign": _campaign_mapping(campaign)}
     batches = _approach_batches(session, campaign)
     first = next(batches, None)
@@ -503,7 +503,7 @@ def import_campaign(session: Session, text: str, *, actor: str, replace: bool = 
     """
     parsed = parse_campaign_file(text)
     campaign, created = _upsert_campaign(session, parsed)
-    existing = {a.key: a for a in inventory.approaches(session, campaign)}
+    existing = {a.key: a for a in campaigns.approaches(session, campaign)}
     added = changed = 0
     for position, item in enumerate(parsed.approaches, start=1):
         approach = existing.pop(item.key, None)
@@ -546,7 +546,7 @@ def _upsert_campaign(session: Session, parsed: CampaignFile) -> tuple[Campaign, 
     """The file's campaign, created or brought up to date by slug; and whether it was created."""
     campaign = session.exec(select(Campaign).where(Campaign.slug == parsed.campaign.slug)).first()
     if campaign is None:
-        return inventory.create_campaign(session, parsed.campaign), True  # run_order too (a Campaign column)
+        return campaigns.create_campaign(session, parsed.campaign), True  # run_order too (a Campaign column)
     for name, value in parsed.campaign.model_dump().items():
         setattr(campaign, name, value)
     campaign.updated_at = utcnow()
@@ -562,7 +562,7 @@ def _approach_values(item: ApproachFile) -> dict[str, Any]:
 
 
 def _add_approach(session: Session, campaign: Campaign, item: ApproachFile, actor: str) -> Approach:
-    approach = inventory.add_approach(
+    approach = campaigns.add_approach(
         session, campaign, ApproachCreate(**item.model_dump(include=set(ApproachCreate.model_fields))), actor
     )
     values = _approach_values(item)
@@ -581,7 +581,7 @@ def _update_approach(session: Session, approach: Approach, item: ApproachFile, a
         setattr(approach, name, value)
     if approach.status != item.status.value:
         pending = approach.pending_trial_id  # a file's status is no verdict on this board's trial
-        inventory.change_status(session, approach, item.status, item.reason, actor)
+        campaigns.change_status(session, approach, item.status, item.reason, actor)
         approach.pending_trial_id = pending
     approach.reason = item.reason
     if before == (approach.status, approach.reason, [getattr(approach, n) for n in values]):
@@ -595,7 +595,7 @@ def _unlisted(session: Session, unlisted: list[Approach], replace: bool, offset:
     removed and those with trials archived (never measurements). How many were removed, and archived."""
     removed = archived = 0
     for approach in sorted(unlisted, key=lambda a: a.position):
-        held = inventory.evidence(session, approach) if replace else None
+        held = campaigns.evidence(session, approach) if replace else None
         if held is not None and not held.measured:
             session.delete(approach)
             removed += 1

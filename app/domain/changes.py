@@ -94,7 +94,7 @@ def detect(
     return [
         Detected(at, row.pairs[0])
         for at, row in zip(indexes, rows, strict=True)
-        if row.pairs[0].verdict in (statistics.Verdict.faster, statistics.Verdict.slower)
+        if row.pairs[0].verdict in (statistics.Finding.faster, statistics.Finding.slower)
     ]
 
 
@@ -257,7 +257,7 @@ def recompute(session: Session, approach_id: int, runner_id: int, newest_trial_i
     new = [c for c in found if (c.metric, c.point, c.trial_id) not in before]
     if approach.status == ApproachStatus.adopted and campaign is not None:
         for c in new:
-            if c.verdict == statistics.Verdict.slower:
+            if c.verdict == statistics.Finding.slower:
                 _regression_detected(session, campaign, approach, c)
     return new
 
@@ -323,7 +323,7 @@ def reopen_proposal(approach: Approach, points: Sequence[ChangePoint]) -> str | 
     if approach.status != ApproachStatus.adopted or not points:
         return None
     newest = max(points, key=lambda c: c.trial_id)
-    if newest.verdict != statistics.Verdict.slower:
+    if newest.verdict != statistics.Finding.slower:
         return None
     return f"Re-open {approach.key}: it regressed since it was adopted: {describe(newest)}."
 

@@ -98,7 +98,7 @@ class Column:
 
 
 @dataclass(frozen=True)
-class PairVerdict:
+class PairFinding:
     """A column against the first one at a point: the statistics, or why they were not computed."""
 
     stats: statistics.PairStats | None
@@ -110,7 +110,7 @@ class PairVerdict:
 @dataclass(frozen=True)
 class RowStats:
     sides: list[statistics.Side]
-    pairs: list[PairVerdict]  # pairs[i]: column i + 1 against column 0
+    pairs: list[PairFinding]  # pairs[i]: column i + 1 against column 0
 
 
 @dataclass(frozen=True)
@@ -922,13 +922,13 @@ def _with_statistics_of(
         for c, pair in enumerate(row_stats.pairs, start=1):
             difference = columns[c].stack_difference
             if not row.trials[0] or not row.trials[c]:
-                pairs.append(PairVerdict(None, difference, "not measured on both"))
+                pairs.append(PairFinding(None, difference, "not measured on both"))
             elif difference and not across_stacks:
-                pairs.append(PairVerdict(None, difference, f"different stack: {difference}"))
+                pairs.append(PairFinding(None, difference, f"different stack: {difference}"))
             else:
                 applied = (row_spreads[0], row_spreads[c]) if pair.known_spread else ()
                 named = dict.fromkeys(note_of(s) for s in applied if s)
-                pairs.append(PairVerdict(pair, difference, spread="; ".join(named)))
+                pairs.append(PairFinding(pair, difference, spread="; ".join(named)))
         out[k][g].rows[r] = MetricRow(
             row.point, row.values, row.trials, row.trial_ids, RowStats(row_stats.sides, pairs)
         )

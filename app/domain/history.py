@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from sqlmodel import Session
 
-from app.domain import inventory
+from app.domain import campaigns
 from app.models import Approach, HistoryKind, StatusChange
 
 DECISION_KINDS = frozenset({HistoryKind.status.value})  # kinds of history row a person writes
@@ -61,7 +61,7 @@ def folded_history(
     """A page of `limit` decisions with their events, and the id of the last decision shown when older ones
     remain (ask the next page `before` it), else None."""
     # One statement whatever the history's size: at most MAX_ROWS rows a page.
-    rows = inventory.history(session, approach, before=before, limit=MAX_ROWS + 1)
+    rows = campaigns.history(session, approach, before=before, limit=MAX_ROWS + 1)
     exhausted = len(rows) <= MAX_ROWS
     rows = rows[:MAX_ROWS]
     groups = fold(rows)

@@ -12,8 +12,8 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app.domain import queue, repeats, replay, trials
+from app.domain.campaigns import slug_taken
 from app.domain.errors import Conflict, Invalid
-from app.domain.inventory import slug_taken
 from app.models import (
     ACTIVE_TRIAL_STATES,
     Approach,

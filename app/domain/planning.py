@@ -37,9 +37,9 @@ from app.domain import fingerprint as stack
 from app.domain import verdicts
 from app.domain.answer import LatencyEstimate, ProfitabilityReport, reported_latencies
 from app.domain.answer.read import read_answer
+from app.domain.campaigns import approaches
 from app.domain.errors import Invalid, NotFound
-from app.domain.inventory import approaches
-from app.domain.wording import size_label
+from app.domain.units import size_label
 from app.models import Approach, ApproachStatus, Campaign, Runner, RunOrder
 
 # approach.effort's first word -> effort points (the score divides by them). Unknown or empty: medium.

@@ -30,8 +30,8 @@ from app.domain import comparison, statistics, verdicts
 from app.domain import fingerprint as stack
 from app.domain.answer import is_world_figure
 from app.domain.errors import Invalid
+from app.domain.units import plural
 from app.domain.verdicts import SIGNATURE_STATUS, SUMMARY_METRICS
-from app.domain.wording import plural
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial, TrialState
 
 
@@ -130,7 +130,7 @@ def _success(session: Session, trial: Trial) -> Proposal:
     verdicts = {p.verdict for _, p in pairs}
     trials = min((min(s.trials for s in r.stats.sides) for r, _ in pairs if r.stats), default=0)
     evidence = _evidence(group, pairs)
-    if verdicts == {statistics.Verdict.faster}:
+    if verdicts == {statistics.Finding.faster}:
         if is_best:
             return Proposal(
                 ApproachStatus.adopted,
@@ -140,7 +140,7 @@ def _success(session: Session, trial: Trial) -> Proposal:
         return Proposal(
             ApproachStatus.promising, f"{summary}; faster than {reference.title}: {evidence}", label="promising"
         )
-    if verdicts == {statistics.Verdict.slower}:
+    if verdicts == {statistics.Finding.slower}:
         return Proposal(
             ApproachStatus.dead_end, f"{summary}; slower than {reference.title}: {evidence}", label="slower"
         )
@@ -152,18 +152,18 @@ def _success(session: Session, trial: Trial) -> Proposal:
     )
 
 
-def _what_was_shown(verdicts: set[statistics.Verdict], reference: str, trials: int) -> str:
+def _what_was_shown(verdicts: set[statistics.Finding], reference: str, trials: int) -> str:
     """Why no status follows: 'no verdict with 1 trial a side: repeat it', 'equivalent to X after 4 trials a
     side', 'faster at some points, slower at others than X', ..."""
-    words = statistics.VERDICT_WORDS
+    words = statistics.FINDING_WORDS
     after = f"after {plural(trials, 'trial')} a side"
-    if not verdicts or verdicts == {statistics.Verdict.no_verdict}:
+    if not verdicts or verdicts == {statistics.Finding.no_verdict}:
         return f"no verdict against {reference} with {plural(trials, 'trial')} a side (its run-to-run spread is unknown): repeat"
-    if verdicts == {statistics.Verdict.equivalent}:
+    if verdicts == {statistics.Finding.equivalent}:
         return f"equivalent to {reference} {after} (within the campaign's minimum effect)"
-    if verdicts == {statistics.Verdict.below_min_effect}:
+    if verdicts == {statistics.Finding.below_min_effect}:
         return f"different from {reference} but below the campaign's minimum effect {after}"
-    listed = ", ".join(words[v] for v in statistics.Verdict if v in verdicts)
+    listed = ", ".join(words[v] for v in statistics.Finding if v in verdicts)
     return f"not faster at every point than {reference} {after} ({listed})"
 
 

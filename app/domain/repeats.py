@@ -31,7 +31,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import comparison, scheduling, statistics
 from app.domain.errors import Invalid
-from app.domain.wording import plural
+from app.domain.units import plural
 from app.models import (
     ACTIVE_TRIAL_STATES,
     DEFAULT_SETTLE_BUDGET,
@@ -184,7 +184,7 @@ def decision(session: Session, campaign: Campaign, a: Approach, b: Approach, met
         pair = row.stats.pairs[0].stats
         if pair.verdict not in statistics.DECIDED:  # inconclusive, or no verdict yet (one trial a side)
             return None
-        verdicts.append(statistics.VERDICT_WORDS[pair.verdict])
+        verdicts.append(statistics.FINDING_WORDS[pair.verdict])
     if not verdicts:
         return None
     counts = ", ".join(f"{v} at {verdicts.count(v)}" for v in dict.fromkeys(verdicts))
@@ -201,7 +201,7 @@ def repeat_keys(result: comparison.Comparison) -> list[str]:
     """The approaches of a comparison with a row that has no verdict for want of trials (one trial a side):
     each is offered "Repeat"."""
     short = any(
-        p.stats is not None and p.stats.verdict == statistics.Verdict.no_verdict
+        p.stats is not None and p.stats.verdict == statistics.Finding.no_verdict
         for g in result.metrics
         for r in g.rows
         if r.stats

@@ -10,7 +10,7 @@ stack summary it was reached on; and R's fingerprint. `cancel` cancels its queue
 app/services/trials.start_queued, like repeats.advance_open) finishes a replay whose trials have all ended
 and writes `replay.finished` to the notification outbox in that transaction. `report`: per approach, the
 verdict and figures before and after, what changed status, and the comparison statistics of the headline
-metric (comparison.compare_trials across stacks: the ratio interval and its verdict, statistics.Verdict; one
+metric (comparison.compare_trials across stacks: the ratio interval and its verdict, statistics.Finding; one
 trial a side has no verdict unless the campaign holds that point's run-to-run spread on the runner).
 
 Locks on PostgreSQL: `start` takes the campaign row (scheduling.lock_campaign, as run next does); `cancel`
@@ -260,12 +260,12 @@ class Point:
     ratio: float | None
     low: float | None
     high: float | None
-    verdict: str | None  # a statistics.Verdict value; None: not measured on both
+    verdict: str | None  # a statistics.Finding value; None: not measured on both
     note: str = ""
 
     @property
-    def verdict_words(self) -> str:
-        return statistics.VERDICT_WORDS[statistics.Verdict(self.verdict)] if self.verdict else ""
+    def finding_words(self) -> str:
+        return statistics.FINDING_WORDS[statistics.Finding(self.verdict)] if self.verdict else ""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("label", "before", "after", "ratio", "low", "high", "verdict", "note")}
@@ -306,7 +306,7 @@ class Row:
         measured = [p for p in self.points if p.verdict]
         if measured:
             p = measured[0]
-            head += f"; {self.metric} {p.label + ' ' if p.label else ''}x{p.ratio:.3g} ({p.verdict_words})"
+            head += f"; {self.metric} {p.label + ' ' if p.label else ''}x{p.ratio:.3g} ({p.finding_words})"
         return head
 
     def as_dict(self) -> dict[str, Any]:

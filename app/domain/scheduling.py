@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from app.domain import inventory, planning, read_only, trials, verdicts
+from app.domain import campaigns, planning, read_only, trials, verdicts
 from app.domain import runners as runner_domain
 from app.domain.runners import unmet_requirements
 from app.models import (
@@ -348,7 +348,7 @@ def run_approach(
 
 def create_trial(session: Session, approach: Approach, runner: Runner | None, actor: str) -> Trial:
     """A trial of the approach on the runner, with its first attempt, an event in the approach's history (its
-    decided status stays: the trial is its activity, `inventory.activities`).
+    decided status stays: the trial is its activity, `campaigns.activities`).
     Without a runner the trial waits in the queue (state queued, no attempt) until
     app/domain/queue.start_queued gives it one."""
     trial = Trial(
@@ -362,7 +362,7 @@ def create_trial(session: Session, approach: Approach, runner: Runner | None, ac
     )
     session.add(trial)
     session.flush()
-    inventory.trial_event(
+    campaigns.trial_event(
         session,
         approach,
         trial,

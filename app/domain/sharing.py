@@ -20,16 +20,16 @@ from sqlmodel import Session, col, select
 
 from app.domain import replay
 from app.domain.answer import (
+    ApproachBreakEven,
     ApproachPoint,
-    ApproachVerdict,
     CpuFloor,
     ProfitabilityReport,
     ThroughputRow,
     stack_summary,
 )
+from app.domain.campaigns import status_counts
 from app.domain.errors import Invalid, NotFound
 from app.domain.fingerprint import describe_binding
-from app.domain.inventory import status_counts
 from app.domain.planning import run_next_order
 from app.domain.scheduling import candidates
 from app.models import Approach, ApproachStatus, Campaign, ShareLink, utcnow
@@ -130,9 +130,9 @@ class StatusReport:
     best: ThroughputRow | None
     best_vs_baseline: float | None  # best / baseline - 1
     speculative: bool  # the campaign asks "is EAGLE-3 profitable?"; else it is a latency comparison
-    headline: ApproachVerdict | None  # does speculation pay now (ProfitabilityReport.headline)
+    headline: ApproachBreakEven | None  # does speculation pay now (ProfitabilityReport.headline)
     # where each other approach or reported figure would move that, lowest tau* first
-    others: tuple[ApproachVerdict, ...]
+    others: tuple[ApproachBreakEven, ...]
     break_even_t_ar_us: float | None
     unknown: tuple[str, ...]  # the costs tau* counts as zero while they are unknown
     world_1: bool  # the verify steps measured ran at world size 1: no allreduce, no curve over t_ar

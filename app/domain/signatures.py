@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.protocol.metrics import MetricName, parse_metric_line
-from app.protocol.preflight import VERDICTS, parse_preflight_line
+from app.protocol.preflight import PROPOSABLE_STATUSES, parse_preflight_line
 from app.protocol.sglang_output import SUMMARY_METRICS, parse_bench_stdout
 
 # The sglang_server and vllm_server recipes print this (their READY_TIMEOUT_MESSAGE):
@@ -155,7 +155,7 @@ _PREFLIGHT_ERROR = re.compile(r"\b\w*Error\b|\berror:|\bfatal\b")
 def _preflight_failed(t: _Trial) -> Classification | None:
     for line in t.lines:
         record = parse_preflight_line(line)
-        if record is None or record.get("verdict") not in VERDICTS or not record.get("cause"):
+        if record is None or record.get("verdict") not in PROPOSABLE_STATUSES or not record.get("cause"):
             continue
         components = [c for c in record.get("bound_to") or [] if isinstance(c, str)]
         version = record.get("sglang_version")

@@ -74,7 +74,7 @@ Trial = Sequence[float] | TrialSummary  # one trial: its samples, or their summa
 Trials = Sequence[Trial]  # a side: its trials
 
 
-class Verdict(StrEnum):
+class Finding(StrEnum):
     faster = "faster"
     slower = "slower"
     equivalent = "equivalent"
@@ -84,16 +84,16 @@ class Verdict(StrEnum):
 
 
 # What the page and the messages say for each verdict (the API carries the values above).
-VERDICT_WORDS = {
-    Verdict.faster: "faster",
-    Verdict.slower: "slower",
-    Verdict.equivalent: "equivalent",
-    Verdict.below_min_effect: "different, below the minimum effect",
-    Verdict.inconclusive: "inconclusive",
-    Verdict.no_verdict: "no verdict",
+FINDING_WORDS = {
+    Finding.faster: "faster",
+    Finding.slower: "slower",
+    Finding.equivalent: "equivalent",
+    Finding.below_min_effect: "different, below the minimum effect",
+    Finding.inconclusive: "inconclusive",
+    Finding.no_verdict: "no verdict",
 }
 # The verdicts that answer the question: a Settle stops on them.
-DECIDED = frozenset((Verdict.faster, Verdict.slower, Verdict.equivalent, Verdict.below_min_effect))
+DECIDED = frozenset((Finding.faster, Finding.slower, Finding.equivalent, Finding.below_min_effect))
 MAX_TRIALS_NEEDED = 1000  # beyond this "trials needed" is None: fix the noise first
 MAX_INTERVAL_SPAN = 1000.0  # an interval whose ends are further apart than this factor says nothing: not shown
 
@@ -158,13 +158,13 @@ class PairStats:
 
     ratio: Ratio | None  # None: no samples on a side, or a reference figure of 0 or below
     p_value: float | None
-    verdict: Verdict
+    verdict: Finding
     trials_needed: int | None  # for "inconclusive" with a known spread on both sides
     known_spread: bool = False  # a one-trial side's interval used a KnownSpread
     # Why there is no verdict where the numbers alone would not say: "unstable: a trial's samples vary 73% (over
     # 10%)" (no ratio either: a trial too noisy to decide anything), or "no interval: ..." (an interval too wide
     # to mean anything, [0.000, 221632438781.093] once, is not shown).
-    why_no_verdict: str = ""
+    why_no_finding: str = ""
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def summary_columns(samples: Sequence[float] | None) -> SummaryColumns:
 # --- The rule --------------------------------------------------------------------------------------------
 
 
-def verdict_of(ratio: float, low: float, high: float, lower_better: bool, min_effect: float) -> Verdict:
+def finding_of(ratio: float, low: float, high: float, lower_better: bool, min_effect: float) -> Finding:
     """The label for a ratio and its interval (the module's docstring). The minimum effect is symmetric on
     the log scale: a ratio of 1 + m or 1 / (1 + m) reaches it, so a 3% higher bandwidth and the 2.9% lower
     latency it comes from are the same effect."""
@@ -233,11 +233,11 @@ def verdict_of(ratio: float, low: float, high: float, lower_better: bool, min_ef
     if high < 1 or low > 1:
         if abs(math.log(ratio)) >= bound - 1e-12:
             better = ratio < 1 if lower_better else ratio > 1
-            return Verdict.faster if better else Verdict.slower
-        return Verdict.below_min_effect
+            return Finding.faster if better else Finding.slower
+        return Finding.below_min_effect
     if -bound < math.log(low) and math.log(high) < bound:
-        return Verdict.equivalent
-    return Verdict.inconclusive
+        return Finding.equivalent
+    return Finding.inconclusive
 
 
 @functools.lru_cache(maxsize=256)
@@ -710,25 +710,25 @@ def _pair(
     c: int,
 ) -> PairStats:
     if reference.value is None or other.value is None or reference.value <= 0:
-        return PairStats(None, p_value, Verdict.no_verdict, None)
+        return PairStats(None, p_value, Finding.no_verdict, None)
     worst = max((s.worst_cv for s in (reference, other) if s.worst_cv is not None), default=None)
     if worst is not None and worst > rule.unstable_cv:
         why = f"unstable: a trial's samples vary {worst:.0%} (over {rule.unstable_cv:.0%}), too noisy to decide"
-        return PairStats(None, None, Verdict.no_verdict, None, why_no_verdict=why)
+        return PairStats(None, None, Finding.no_verdict, None, why_no_finding=why)
     value = other.value / reference.value
     used_known = (reference.trials == 1 and known[0] is not None) or (other.trials == 1 and known[c] is not None)
     if interval is None:
-        return PairStats(Ratio(value, None, None), p_value, Verdict.no_verdict, None, used_known)
+        return PairStats(Ratio(value, None, None), p_value, Finding.no_verdict, None, used_known)
     low, high = interval
     if not (math.isfinite(low) and math.isfinite(high) and low > 0 and high / low <= MAX_INTERVAL_SPAN):
         why = (
             f"no interval: at {rule.confidence:.0%} it would span more than a factor of {MAX_INTERVAL_SPAN:g} "
             "(the spread behind it rests on too few trials); repeat the trials"
         )
-        return PairStats(Ratio(value, None, None), p_value, Verdict.no_verdict, None, used_known, why)
-    verdict = verdict_of(value, *interval, lower_better, rule.min_effect)
+        return PairStats(Ratio(value, None, None), p_value, Finding.no_verdict, None, used_known, why)
+    verdict = finding_of(value, *interval, lower_better, rule.min_effect)
     needed = None
-    if verdict == Verdict.inconclusive:
+    if verdict == Finding.inconclusive:
         first, second = _spread_cv(reference, known[0]), _spread_cv(other, known[c])
         if first is not None and second is not None:
             needed = trials_needed(math.sqrt((first**2 + second**2) / 2), rule)

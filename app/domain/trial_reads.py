@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from app.domain.campaigns import get_approach, get_campaign
 from app.domain.errors import Invalid, NotFound
-from app.domain.inventory import get_approach, get_campaign
 from app.domain.trials import get_trial
 from app.models import Approach, Attempt, Campaign, Metric, Runner, Trial, TrialListed, TrialState, TrialTag, aware
 from app.schemas import NO_PROPOSAL, TRIAL_SORTS, TrialFilter, TrialSummary

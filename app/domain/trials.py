@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from sqlmodel import Session, select
 
-from app.domain import inventory, notifications, proposals, verdicts
+from app.domain import campaigns, notifications, proposals, verdicts
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.domain.signatures import classify
 from app.models import (
@@ -223,7 +223,7 @@ def end_trial(
         words = f"trial #{trial.id} {state.value.replace('_', ' ')}" + (f": {reason}" if reason else "")
         if proposal is not None:
             words += f"; proposes {proposal.status.replace('_', ' ')}, waiting for a person"
-        inventory.trial_event(session, approach, trial, words, actor or _runner_actor(session, trial.runner_id))
+        campaigns.trial_event(session, approach, trial, words, actor or _runner_actor(session, trial.runner_id))
     notifications.trial_ended(session, trial, (proposal.status, proposal.reason) if proposal else None)
 
 

@@ -15,8 +15,8 @@ from sqlmodel import Session, col, select
 
 from app.domain import fingerprint as stack
 from app.domain import notifications
+from app.domain.campaigns import change_status
 from app.domain.errors import Invalid
-from app.domain.inventory import change_status
 from app.domain.runners import unmet_requirements
 from app.models import (
     NO_VERDICT_TRIAL_STATES,

@@ -8,7 +8,7 @@ from typing import Any
 
 PREFLIGHT_PREFIX = "@@campaign-preflight "
 # The verdicts a preflight failure may propose.
-VERDICTS = ("dead_end", "deferred", "retest", "inconclusive")
+PROPOSABLE_STATUSES = ("dead_end", "deferred", "retest", "inconclusive")
 
 
 def format_preflight_line(record: dict[str, Any]) -> str:

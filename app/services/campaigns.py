@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from app.domain import inventory, verdicts
-from app.domain.inventory import Evidence
+from app.domain import campaigns, verdicts
+from app.domain.campaigns import Evidence
 from app.models import Approach, ApproachStatus, Campaign, RunOrder, StatusChange, Trial
 from app.schemas import ApproachCreate, ApproachUpdate, CampaignUpdate
 from app.services import events
@@ -20,51 +20,51 @@ def _approach_changed(session: Session, approach: Approach) -> None:
 
 def update_campaign(session: Session, campaign: Campaign, data: CampaignUpdate) -> Campaign:
     events.after_commit(session, events.campaign(campaign.id))  # its pages show the name and the model inputs
-    return inventory.update_campaign(session, campaign, data)
+    return campaigns.update_campaign(session, campaign, data)
 
 
 def add_approach(session: Session, campaign: Campaign, data: ApproachCreate, actor: str) -> Approach:
     events.after_commit(session, events.campaign(campaign.id))
-    return inventory.add_approach(session, campaign, data, actor)
+    return campaigns.add_approach(session, campaign, data, actor)
 
 
 def update_approach(session: Session, approach: Approach, data: ApproachUpdate) -> Approach:
     _approach_changed(session, approach)
-    return inventory.update_approach(session, approach, data)
+    return campaigns.update_approach(session, approach, data)
 
 
 def change_status(
     session: Session, approach: Approach, to: ApproachStatus | str, reason: str, actor: str
 ) -> StatusChange:
     _approach_changed(session, approach)
-    return inventory.change_status(session, approach, to, reason, actor)
+    return campaigns.change_status(session, approach, to, reason, actor)
 
 
 def move_approach(session: Session, campaign: Campaign, approach: Approach, position: int) -> None:
     events.after_commit(session, events.campaign(campaign.id))
-    inventory.move_approach(session, campaign, approach, position)
+    campaigns.move_approach(session, campaign, approach, position)
 
 
 def set_run_order(session: Session, campaign: Campaign, order: RunOrder | str) -> None:
     events.after_commit(session, events.campaign(campaign.id))
-    inventory.set_run_order(session, campaign, order)
+    campaigns.set_run_order(session, campaign, order)
 
 
 def archive_approach(session: Session, campaign: Campaign, approach: Approach, actor: str) -> Evidence:
     _approach_changed(session, approach)
-    return inventory.archive_approach(session, campaign, approach, actor)
+    return campaigns.archive_approach(session, campaign, approach, actor)
 
 
 def restore_approach(session: Session, campaign: Campaign, approach: Approach) -> None:
     _approach_changed(session, approach)
-    inventory.restore_approach(session, campaign, approach)
+    campaigns.restore_approach(session, campaign, approach)
 
 
 def delete_approach(
     session: Session, campaign: Campaign, approach: Approach, *, delete_evidence: bool = False
 ) -> Evidence:
     _approach_changed(session, approach)  # its topics named while the row is there
-    return inventory.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
+    return campaigns.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
 
 
 def confirm_verdict(

@@ -10,7 +10,7 @@ from sqlmodel import Session
 
 from app.domain import artifacts as store_domain
 from app.domain import lifecycle, trial_reads
-from app.domain.inventory import get_campaign
+from app.domain.campaigns import get_campaign
 from app.models import CampaignEvent
 from app.schemas import CampaignRename
 from app.services import events

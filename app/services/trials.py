@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from sqlmodel import Session
 
 from app.domain import proposals, queue, repeats, replay, scheduling, trial_reads, trials
-from app.domain.inventory import get_approach, get_campaign
+from app.domain.campaigns import get_approach, get_campaign
 from app.models import Trial
 from app.services import events
 from app.state import app_state

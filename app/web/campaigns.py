@@ -14,7 +14,7 @@ from starlette.datastructures import FormData
 
 from app.db import stream_in_session
 from app.deps import AdminDep, OperatorDep, PageAfter, SessionDep, current_operator, require_operator
-from app.domain import history, inbox, inventory, lifecycle, repeats
+from app.domain import campaigns, history, inbox, lifecycle, repeats
 from app.domain.campaign_files import campaign_file_text, export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import ApproachStatus
@@ -61,16 +61,16 @@ def _json_field(text: str, field: str) -> dict | None:
 def _overview(
     request: Request, session: SessionDep, slug: str, block: str | None = None, headers: dict | None = None
 ) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    rows = inventory.approaches(session, campaign, archived=False)
-    doing = inventory.activities(session, rows)
+    campaign = campaigns.get_campaign(session, slug)
+    rows = campaigns.approaches(session, campaign, archived=False)
+    doing = campaigns.activities(session, rows)
     ctx = {
         "campaign": campaign,
         "approaches": rows,
-        "archived": inventory.approaches(session, campaign, archived=True),
-        "counts": inventory.status_counts(rows),
+        "archived": campaigns.approaches(session, campaign, archived=True),
+        "counts": campaigns.status_counts(rows),
         "doing": doing,
-        "doing_counts": inventory.doing_counts(rows, doing),
+        "doing_counts": campaigns.doing_counts(rows, doing),
         "person_statuses": PERSON_STATUSES,
         "campaign_history": lifecycle.history(session, campaign),
         "old_slugs": lifecycle.old_slugs(session, campaign),
@@ -81,8 +81,8 @@ def _overview(
 
 def _front(session: SessionDep) -> dict[str, Any]:
     return {
-        "campaigns": inventory.list_campaigns(session),
-        "archived_campaigns": inventory.list_campaigns(session, archived=True),
+        "campaigns": campaigns.list_campaigns(session),
+        "archived_campaigns": campaigns.list_campaigns(session, archived=True),
     }
 
 
@@ -134,7 +134,7 @@ def create_campaign(
     name: Annotated[str, Form()],
     description: Annotated[str, Form()] = "",
 ) -> Response:
-    campaign = inventory.create_campaign(
+    campaign = campaigns.create_campaign(
         session, _validated(CampaignCreate, slug=slug, name=name, description=description)
     )
     return navigate(request, f"/campaigns/{campaign.slug}")
@@ -174,7 +174,7 @@ def inventory_fragment(request: Request, session: SessionDep, slug: str) -> Resp
 
 @router.get("/campaigns/{slug}/export.yaml")
 def export_file(request: Request, session: SessionDep, slug: str) -> StreamingResponse:
-    campaign = inventory.get_campaign(session, slug)  # 404 before streaming starts
+    campaign = campaigns.get_campaign(session, slug)  # 404 before streaming starts
     return StreamingResponse(
         stream_in_session(app_state(request).engine, export_stream, slug),
         media_type="application/x-yaml",
@@ -190,7 +190,7 @@ def add_approach(
     slug: str,
     data: Annotated[ApproachForm, Form()],
 ) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     campaign_writes.add_approach(session, campaign, data, operator.name)
     return _overview(request, session, slug, block="inventory", headers=CHANGED)
 
@@ -199,8 +199,8 @@ def add_approach(
 def move_approach(
     request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str, direction: Annotated[str, Form()]
 ) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     step = {"up": -1, "down": 1, "top": -(10**6)}.get(direction)
     if step is None:
         raise Invalid("direction: must be up, down or top", field="direction")
@@ -219,8 +219,8 @@ def change_status(
     reason: Annotated[str, Form()] = "",
     view: Annotated[str, Form()] = "approach",
 ) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     if status not in ApproachStatus.__members__:
         raise Invalid(f"status: unknown status {status!r}", field="status")
     campaign_writes.change_status(session, approach, status, reason, operator.name)
@@ -266,14 +266,14 @@ def requirements_view(stored: dict[str, Any] | None) -> dict[str, Any]:
 def _approach(
     request: Request, session: SessionDep, slug: str, key: str, block: str | None = None, headers: dict | None = None
 ) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     ctx = {
         "campaign": campaign,
         "approach": approach,
-        "doing": inventory.activities(session, [approach]).get(approach.id or 0),
+        "doing": campaigns.activities(session, [approach]).get(approach.id or 0),
         "requirements": requirements_view(approach.requirements),
-        "evidence": inventory.evidence(session, approach),
+        "evidence": campaigns.evidence(session, approach),
         **_history_page(session, approach),
         "repeats": repeats.approach_progress(session, approach),
         **_watching(request, session, campaign, approach),
@@ -286,8 +286,8 @@ def _approach(
 @router.get("/campaigns/{slug}/approaches/{key}/history")
 def history_rows(request: Request, session: SessionDep, slug: str, key: str, before: PageAfter) -> Response:
     """The next page of history items (htmx: replaces the "more" item)."""
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     ctx = {"campaign": campaign, "approach": approach, **_history_page(session, approach, before)}
     return render(request, "approach.html", ctx, block="history_rows")
 
@@ -295,8 +295,8 @@ def history_rows(request: Request, session: SessionDep, slug: str, key: str, bef
 @router.get("/campaigns/{slug}/approaches/{key}/repeats")
 def repeats_fragment(request: Request, session: SessionDep, slug: str, key: str) -> Response:
     """Repeat / Settle progress of the approach: re-fetched on the page feed's notices."""
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     ctx = {"campaign": campaign, "approach": approach, "repeats": repeats.approach_progress(session, approach)}
     return render(request, "_partials/repeat_progress.html", ctx)
 
@@ -338,8 +338,8 @@ def edit_approach(
     request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str, form: PostedForm
 ) -> Response:
     """The edit form: the `ApproachUpdate` and `Requirements` fields it shows; the rest stays as stored."""
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     values: dict[str, Any] = {n: v for n in ApproachUpdate.model_fields if isinstance(v := form.get(n), str)}
     if "recipe" in values:
         values["recipe"] = _json_field(values["recipe"], "recipe")
@@ -360,23 +360,23 @@ def delete_approach(
 ) -> Response:
     """Delete: refused (409, in the flash) while the approach has trials, unless the form says
     `delete_evidence` (the button whose confirm counts what goes). Archive keeps them."""
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     campaign_writes.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
     return navigate(request, f"/campaigns/{slug}")
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/archive")
 def archive_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     campaign_writes.archive_approach(session, campaign, approach, operator.name)
     return navigate(request, f"/campaigns/{slug}/approaches/{key}")
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/restore")
 def restore_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     campaign_writes.restore_approach(session, campaign, approach)
     return navigate(request, f"/campaigns/{slug}/approaches/{key}")

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from app.charts import series_with_changes
 from app.deps import SessionDep
-from app.domain import changes, inventory
+from app.domain import campaigns, changes
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -17,8 +17,8 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/campaigns/{slug}/approaches/{key}/changes")
 def approach_changes(request: Request, session: SessionDep, slug: str, key: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key)
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key)
     view = changes.approach_changes(session, approach)
     figures = [series_with_changes(series, runner, marked) for series, runner, marked in view.charted]
     ctx = {"campaign": campaign, "approach": approach, "view": view, "figures": figures, "describe": changes.describe}
@@ -27,7 +27,7 @@ def approach_changes(request: Request, session: SessionDep, slug: str, key: str)
 
 @router.get("/campaigns/{slug}/changes")
 def campaign_changes(request: Request, session: SessionDep, slug: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     rows = changes.of_campaign(session, campaign)
     ctx = {"campaign": campaign, "rows": rows, "describe": changes.describe}
     return render(request, "_partials/changes_campaign.html", ctx)

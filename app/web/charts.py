@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from app import charts
 from app.deps import OperatorDep, SessionDep, require_operator
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.acceptance import accept_length_bound_error, conversion_words
 from app.domain.answer import Answer, AnswerQuery, Input, ModelInputs, WhatIf, read_answer
 from app.domain.errors import Invalid
@@ -162,7 +162,7 @@ def _profitability(answer: Answer, campaign: Campaign) -> dict[str, Any]:
 
 @router.get("/campaigns/{slug}/charts")
 def charts_page(request: Request, session: SessionDep, slug: str, conditions: str | None = None) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     answer = read_answer(session, campaign, AnswerQuery(conditions))
     ctx = _profitability(answer, campaign)
     ctx["form_inputs"] = form_inputs(answer.report.inputs, campaign)
@@ -180,7 +180,7 @@ def charts_page(request: Request, session: SessionDep, slug: str, conditions: st
 def what_if(request: Request, session: SessionDep, slug: str) -> Response:
     """The answer with the form's values. A value out of its bounds answers nothing: the partial says which
     field (and the form marks it), so no earlier result stays on the page as if it were this one's."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     conditions = request.query_params.get("conditions") or None
     try:
         query = what_if_query(session, campaign, what_if_form(dict(request.query_params)), conditions)
@@ -203,7 +203,7 @@ def what_if(request: Request, session: SessionDep, slug: str) -> Response:
 
 @router.post("/campaigns/{slug}/charts/whatif/save")
 async def save_what_if(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     form = what_if_form(dict((await request.form()).items()))
     values = {k: v for k, v in form.model_dump(exclude=set(WHAT_IF_ONLY)).items() if v is not None}
     campaign_writes.update_campaign(session, campaign, _validated(CampaignUpdate, values))
@@ -234,7 +234,7 @@ def _acceptance_values(form: dict[str, Any]) -> dict[str, Any]:
 @router.post("/campaigns/{slug}/charts/acceptance")
 async def save_acceptance(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
     """Store acceptance entered per k, as conditional alphas or as vLLM's unconditional rates (converted)."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     values = _acceptance_values(dict((await request.form()).items()))
     campaign_writes.update_campaign(session, campaign, _validated(CampaignUpdate, values))
     return navigate(request, f"/campaigns/{campaign.slug}/charts#acceptance")
@@ -243,7 +243,7 @@ async def save_acceptance(request: Request, session: SessionDep, operator: Opera
 @router.post("/campaigns/{slug}/charts/whatif/clear/{field}")
 def clear_stored_input(request: Request, session: SessionDep, operator: OperatorDep, slug: str, field: str) -> Response:
     """Remove one stored model input (the model then uses the measured one, or says it is missing)."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     if field not in ModelInputFields.WHAT_IF or not _nullable(field):
         raise Invalid(f"not a what-if input that can be cleared: {field[:40]!r}", field="field")
     campaign_writes.update_campaign(session, campaign, CampaignUpdate.model_validate({field: None}))

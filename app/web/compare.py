@@ -21,7 +21,7 @@ from app.charts import TRIAL_COLORS, trial_comparison
 from app.deps import OperatorDep, take_feed_mark
 from app.domain import comparison as comparison_domain
 from app.domain import repeats, statistics, trial_reads
-from app.domain.inventory import get_campaign
+from app.domain.campaigns import get_campaign
 from app.schemas import SLUG_PATTERN, SettleForm
 from app.services.trials import start_settle
 from app.state import app_state
@@ -61,7 +61,7 @@ def metric_table(comparison: comparison_domain.Comparison) -> list[TableRow]:
             for c, v in enumerate(row.values):
                 cells.append(_value_cell(v, sides[c] if c < len(sides) else None))
                 if c:
-                    cells.append(_verdict_cell(pairs[c - 1] if c <= len(pairs) else None))
+                    cells.append(_finding_cell(pairs[c - 1] if c <= len(pairs) else None))
             out.append(
                 TableRow(group.name, r == 0, group.lower_is_better, row.label, group.unit, Markup("".join(cells)))
             )
@@ -83,22 +83,22 @@ def _value_cell(v: float | None, side: statistics.Side | None) -> str:
     return f'<td class="num">{text}<br><span class="small muted">{note}</span>{unstable}</td>'
 
 
-NO_VERDICT = (
+NO_FINDING = (
     '<span class="muted no-verdict">one trial a side and no run-to-run spread known for this point: no difference'
     " can be claimed; repeat to decide</span>"
 )
 
 
-VERDICT_SPANS = {
+FINDING_SPANS = {
     v: f'<span class="verdict verdict-{v.value}">{escape(words)}</span>'
-    for v, words in statistics.VERDICT_WORDS.items()
+    for v, words in statistics.FINDING_WORDS.items()
 }
 # The spreads' notes and stack differences repeat down the table (one text per runner and point set): each
 # is escaped once.
 _escaped = functools.lru_cache(maxsize=4096)(escape)
 
 
-def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
+def _finding_cell(pair: comparison_domain.PairFinding | None) -> str:
     """A column against the first at a point: its verdict's words, ratio and interval, p-value, the trials a
     side that would decide an inconclusive row, the spread it used, the stack difference; or why it was not
     compared (data-verdict "none")."""
@@ -109,11 +109,11 @@ def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
         why = f'<span class="muted">{escape(pair.not_compared)}</span>' if pair.not_compared else ""
         return f'<td class="verdict-cell small" data-verdict="none">{why}</td>'
     verdict = st.verdict.value
-    parts = [VERDICT_SPANS[st.verdict]]
-    if st.why_no_verdict:
-        parts.append(f'<span class="unstable-mark no-verdict">{escape(st.why_no_verdict)}</span>')
-    elif st.verdict == statistics.Verdict.no_verdict:
-        parts.append(NO_VERDICT)
+    parts = [FINDING_SPANS[st.verdict]]
+    if st.why_no_finding:
+        parts.append(f'<span class="unstable-mark no-verdict">{escape(st.why_no_finding)}</span>')
+    elif st.verdict == statistics.Finding.no_verdict:
+        parts.append(NO_FINDING)
     if st.ratio:
         ratio = f"×{st.ratio.value:.3f}"
         if st.ratio.low is not None and st.ratio.high is not None:
@@ -121,7 +121,7 @@ def _verdict_cell(pair: comparison_domain.PairVerdict | None) -> str:
         parts.append(f'<span class="ratio">{ratio}</span>')
     if st.p_value is not None:
         parts.append(f'<span class="muted">p={st.p_value:.2g}</span>')
-    if st.verdict == statistics.Verdict.inconclusive:
+    if st.verdict == statistics.Finding.inconclusive:
         needed = (
             f"needs {st.trials_needed} trials a side"
             if st.trials_needed is not None
@@ -158,7 +158,7 @@ def _compare_page(
         "max_trials": comparison_domain.MAX_TRIALS,
         "settle_pair": repeats.settle_pair(comparison) if comparison else None,
         "repeat_keys": repeats.repeat_keys(comparison) if comparison else [],
-        "verdict_words": statistics.VERDICT_WORDS,
+        "finding_words": statistics.FINDING_WORDS,
         "settles": repeats.open_settles(session, campaign),
         "settle_budget": repeats.DEFAULT_BUDGET,
     }

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from app.deps import PageAfter, RowId, SessionDep, UserDep, require_user
-from app.domain import inbox, inventory
+from app.domain import campaigns, inbox
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_user)])
@@ -50,8 +50,8 @@ def read_one(request: Request, session: SessionDep, operator: UserDep, item_id: 
 
 
 def _watch_button(request: Request, session: SessionDep, operator: UserDep, slug: str, key: str | None) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    approach = inventory.get_approach(session, campaign, key) if key is not None else None
+    campaign = campaigns.get_campaign(session, slug)
+    approach = campaigns.get_approach(session, campaign, key) if key is not None else None
     ctx = {
         "campaign": campaign,
         "watch_approach": approach,
@@ -62,25 +62,25 @@ def _watch_button(request: Request, session: SessionDep, operator: UserDep, slug
 
 @router.post("/campaigns/{slug}/watch")
 def watch_campaign(request: Request, session: SessionDep, operator: UserDep, slug: str) -> Response:
-    inbox.watch(session, operator.user_id, inventory.get_campaign(session, slug))
+    inbox.watch(session, operator.user_id, campaigns.get_campaign(session, slug))
     return _watch_button(request, session, operator, slug, None)
 
 
 @router.post("/campaigns/{slug}/unwatch")
 def unwatch_campaign(request: Request, session: SessionDep, operator: UserDep, slug: str) -> Response:
-    inbox.unwatch(session, operator.user_id, inventory.get_campaign(session, slug))
+    inbox.unwatch(session, operator.user_id, campaigns.get_campaign(session, slug))
     return _watch_button(request, session, operator, slug, None)
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/watch")
 def watch_approach(request: Request, session: SessionDep, operator: UserDep, slug: str, key: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    inbox.watch(session, operator.user_id, campaign, inventory.get_approach(session, campaign, key))
+    campaign = campaigns.get_campaign(session, slug)
+    inbox.watch(session, operator.user_id, campaign, campaigns.get_approach(session, campaign, key))
     return _watch_button(request, session, operator, slug, key)
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/unwatch")
 def unwatch_approach(request: Request, session: SessionDep, operator: UserDep, slug: str, key: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
-    inbox.unwatch(session, operator.user_id, campaign, inventory.get_approach(session, campaign, key))
+    campaign = campaigns.get_campaign(session, slug)
+    inbox.unwatch(session, operator.user_id, campaign, campaigns.get_approach(session, campaign, key))
     return _watch_button(request, session, operator, slug, key)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from app.deps import AdminDep, RowId, SessionDep
-from app.domain import inventory, notifications
+from app.domain import campaigns, notifications
 from app.web.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -23,7 +23,7 @@ def _context(session: Any, shown: int | None = None) -> dict[str, Any]:
         "targets": targets,
         "counts": notifications.delivery_counts(session),
         "events": notifications.EVENTS,
-        "campaigns": inventory.list_campaigns(session),
+        "campaigns": campaigns.list_campaigns(session),
         "shown": shown_target,
         "log": notifications.deliveries(session, shown_target, limit=50) if shown_target else [],
     }
@@ -50,7 +50,7 @@ def add(
     campaign: Annotated[str, Form(max_length=80)] = "",
     waiting_hours: Annotated[float, Form(gt=0, le=720)] = 4.0,
 ) -> Response:
-    chosen = inventory.get_campaign(session, campaign) if campaign else None
+    chosen = campaigns.get_campaign(session, campaign) if campaign else None
     target = notifications.create_target(
         session, url, events, campaign=chosen, actor=admin.name, waiting_hours=waiting_hours
     )

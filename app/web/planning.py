@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 
 from app.deps import OperatorDep, SessionDep, require_operator
+from app.domain import campaigns, planning, scheduling
 from app.domain import fingerprint as stack
-from app.domain import inventory, planning, scheduling
 from app.domain import runners as runner_domain
 from app.domain.errors import Invalid
 from app.services import campaigns as campaign_writes
@@ -20,7 +20,7 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operat
 
 
 def _ranking(request: Request, session: SessionDep, slug: str, headers: dict | None = None) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     ranked = scheduling.ranking(session, campaign)
     ctx = {"campaign": campaign, "ranked": ranked, "why": planning.why_next(ranked)}
     return render(request, "_partials/ranking.html", ctx, headers=headers)
@@ -35,7 +35,7 @@ def ranking_fragment(request: Request, session: SessionDep, slug: str) -> Respon
 def set_run_order(
     request: Request, session: SessionDep, operator: OperatorDep, slug: str, order: Annotated[str, Form()]
 ) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     campaign_writes.set_run_order(session, campaign, order)
     return _ranking(request, session, slug, headers=CHANGED)
 
@@ -47,7 +47,7 @@ TYPED = tuple(c for c in stack.STACK_COMPONENTS if c not in ("gpu", "sm"))
 @router.get("/campaigns/{slug}/upgrades")
 def upgrades_page(request: Request, session: SessionDep, slug: str) -> Response:
     """The Upgrades page: versions typed in (one field per component) or a connected runner's stack."""
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     query = request.query_params
     typed = {c: query.get(c, "").strip() for c in TYPED}
     runner_text = query.get("runner", "").strip()

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from sqlmodel import Session
 
 from app.deps import OperatorDep, require_operator, take_feed_mark
-from app.domain import inventory, replay
+from app.domain import campaigns, replay
 from app.domain import runners as runner_domain
 from app.services import trials as trial_services
 from app.state import app_state
@@ -22,7 +22,7 @@ ReplayId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
 def _panel(session: Session, slug: str) -> dict[str, Any]:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     runners = [v for v in runner_domain.list_runners(session) if v.runner.fingerprint and v.runner.revoked_at is None]
     return {"campaign": campaign, "runners": runners, "replays": replay.summaries(session, campaign)}
 
@@ -45,7 +45,7 @@ async def start_replay(
 
 
 def _report(session: Session, slug: str, replay_id: int) -> dict[str, Any]:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     return {"campaign": campaign, "report": replay.report(session, campaign, replay.get(session, campaign, replay_id))}
 
 

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from app.config import resource_dir
 from app.deps import OperatorDep, RowId, SessionDep, public_base_url
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import AnswerQuery, read_answer, throughput_rows
 from app.domain.sharing import (
     create_share_link,
@@ -73,21 +73,21 @@ def _links(request: Request, session: Session, campaign: Campaign, created_id: i
 
 @router.get("/campaigns/{slug}/share-links")
 def share_links(request: Request, session: SessionDep, operator: OperatorDep, slug: str) -> Response:
-    return _links(request, session, inventory.get_campaign(session, slug))
+    return _links(request, session, campaigns.get_campaign(session, slug))
 
 
 @router.post("/campaigns/{slug}/share-links")
 def create_link(
     request: Request, session: SessionDep, operator: OperatorDep, slug: str, name: Annotated[str, Form()] = ""
 ) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     link = create_share_link(session, campaign, name, operator.name)
     return _links(request, session, campaign, created_id=link.id)
 
 
 @router.post("/campaigns/{slug}/share-links/{link_id}/revoke")
 def revoke_link(request: Request, session: SessionDep, operator: OperatorDep, slug: str, link_id: RowId) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     revoke_share_link(session, get_share_link(session, campaign, link_id))
     return _links(request, session, campaign)
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
 from app.deps import OperatorDep
-from app.domain import inventory, trial_reads
+from app.domain import campaigns, trial_reads
 from app.domain.errors import Invalid
 from app.domain.verdicts import SIGNATURE_STATUS
 from app.models import Approach, Runner, TrialState
@@ -59,7 +59,7 @@ def _view(params: dict[str, str]) -> tuple[TrialFilter, str, int]:
 
 def _page(session: Session, filters: TrialFilter, sort: str, page: int) -> dict[str, Any]:
     found = trial_reads.search_trials(session, filters, sort=sort, page=page, per_page=PER_PAGE)
-    campaign = inventory.get_campaign(session, filters.campaign) if filters.campaign else None
+    campaign = campaigns.get_campaign(session, filters.campaign) if filters.campaign else None
     base = filters.items()
 
     def link(**changes: Any) -> str:
@@ -79,7 +79,7 @@ def _page(session: Session, filters: TrialFilter, sort: str, page: int) -> dict[
         "link": link,
         "export_query": urlencode(base + [("sort", sort)]),
         "campaign": campaign,
-        "campaigns": inventory.list_campaigns(session) + inventory.list_campaigns(session, archived=True),
+        "campaigns": campaigns.list_campaigns(session) + campaigns.list_campaigns(session, archived=True),
         "approaches": _approach_options(session, campaign.id) if campaign else [],
         "runners": list(session.exec(select(Runner.name).order_by(col(Runner.name)))),
         "states": list(TrialState),

@@ -12,7 +12,7 @@ from sqlmodel import Session
 from app.deps import OperatorDep, PageAfter, RowId, take_feed_mark
 from app.domain import queue as queue_domain
 from app.domain import trial_reads, trials
-from app.domain.inventory import get_campaign
+from app.domain.campaigns import get_campaign
 from app.models import Approach, Campaign, Runner
 from app.services.trials import cancel, start_next
 from app.state import app_state

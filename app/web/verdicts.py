@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.deps import OperatorDep, RowId, SessionDep, require_operator
-from app.domain import comparison, inventory, proposals, verdicts
+from app.domain import campaigns, comparison, proposals, verdicts
 from app.domain import fingerprint as stack
 from app.domain.errors import Invalid, NotFound
 from app.domain.trial_reads import trial_metrics
@@ -214,7 +214,7 @@ def csv_blocks(engine: Engine, campaign_id: int) -> Iterator[bytes]:
 )
 def metrics_csv(request: Request, slug: str, session: SessionDep) -> StreamingResponse:
     """Streamed in constant memory on a worker thread: see `csv_blocks`."""
-    campaign_id = inventory.get_campaign(session, slug).id  # 404 before streaming starts
+    campaign_id = campaigns.get_campaign(session, slug).id  # 404 before streaming starts
     assert campaign_id is not None
     body = csv_blocks(app_state(request).engine, campaign_id)
     return StreamingResponse(
@@ -224,8 +224,8 @@ def metrics_csv(request: Request, slug: str, session: SessionDep) -> StreamingRe
 
 @router.get("/campaigns/{slug}/verdicts", include_in_schema=False)
 def campaign_verdicts(request: Request, session: SessionDep, slug: str) -> Response:
-    campaign = inventory.get_campaign(session, slug)
+    campaign = campaigns.get_campaign(session, slug)
     flags = verdicts.retest_flags(session, campaign)
-    flagged = [(a, flags[a.id]) for a in inventory.approaches(session, campaign) if a.id in flags]
+    flagged = [(a, flags[a.id]) for a in campaigns.approaches(session, campaign) if a.id in flags]
     ctx = {"campaign": campaign, "pending": verdicts.pending(session, campaign), "flagged": flagged}
     return render(request, "_partials/campaign_verdicts.html", ctx)

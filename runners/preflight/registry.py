@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.preflight import VERDICTS, format_preflight_line
+from app.protocol.preflight import PROPOSABLE_STATUSES, format_preflight_line
 
 
 @dataclass
@@ -65,8 +65,8 @@ class Outcome:
         output: str = "",
         summary: str | None = None,
     ) -> Outcome:
-        if verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}, not {verdict!r}")
+        if verdict not in PROPOSABLE_STATUSES:
+            raise ValueError(f"verdict must be one of {PROPOSABLE_STATUSES}, not {verdict!r}")
         return cls(False, summary or cause, output, verdict, cause, list(bound_to or []))
 
 

@@ -253,19 +253,19 @@ def test_entered_inputs_steer_the_answer(client, api_headers, swept):
 def test_world_size_one_and_wall_clock_checks(client, api_headers, app):
     """The recipes' contract: at world size 1 (`allreduces` 0) there is no allreduce; a k = 0 verify row is the
     decode step, not a draft length; a `timer: wall-sync` figure is a check, never an input."""
-    from app.domain import inventory
+    from app.domain import campaigns
     from app.schemas import ApproachCreate, CampaignCreate
     from tests.support.speculation import SweepBuilder
 
     with session_scope(app_state(app).engine) as session:
         b = SweepBuilder(session)
-        b.campaign = inventory.create_campaign(
+        b.campaign = campaigns.create_campaign(
             session, CampaignCreate(slug="tp1", name="TP 1", accept_alphas=[0.8, 0.6], draft_steps=2)
         )
-        events = inventory.add_approach(
+        events = campaigns.add_approach(
             session, b.campaign, ApproachCreate(key="events", title="CUDA events"), actor="t"
         )
-        wall = inventory.add_approach(session, b.campaign, ApproachCreate(key="wall", title="wall clock"), actor="t")
+        wall = campaigns.add_approach(session, b.campaign, ApproachCreate(key="wall", title="wall clock"), actor="t")
         rows: list[tuple[str, float, dict[str, Any], list[float] | None]] = []
         for batch in (1, 4):
             for k in (0, 1, 2):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app import charts
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import (
     WhatIf,
     latency_series,
@@ -22,15 +22,15 @@ from tests.support.charts import SLUG
 
 @pytest.fixture
 def campaign(session):
-    return inventory.get_campaign(session, SLUG)
+    return campaigns.get_campaign(session, SLUG)
 
 
 def _series(session, campaign):
-    return latency_series(load_campaign_metrics(session, campaign), inventory.approaches(session, campaign))
+    return latency_series(load_campaign_metrics(session, campaign), campaigns.approaches(session, campaign))
 
 
 def _throughput(session, campaign):
-    return throughput_rows(load_campaign_metrics(session, campaign), inventory.approaches(session, campaign))
+    return throughput_rows(load_campaign_metrics(session, campaign), campaigns.approaches(session, campaign))
 
 
 def figure(fig: dict[str, Any] | None) -> dict[str, Any]:
@@ -188,7 +188,7 @@ def test_the_heatmaps_colour_scale_spans_the_data_with_white_at_one(session):
     from tests.support.speculation import build_sweep_campaign
 
     build_sweep_campaign(session)
-    answer = read_answer(session, inventory.get_campaign(session, SWEEP)).speculation
+    answer = read_answer(session, campaigns.get_campaign(session, SWEEP)).speculation
     fig = figure(charts.speedup_heatmap(answer))
     cells = fig["data"][0]
     values = [v for row in cells["z"] for v in row if v is not None]

@@ -20,7 +20,7 @@ from sqlmodel import col, select
 from app import charts
 from app.charts import base
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import (
     WhatIf,
     latency_series,
@@ -63,7 +63,7 @@ def _measure_shootout(session, campaign: Campaign) -> None:
         ("gloo-cpu", [("allreduce_latency_us", 1819.0, cpu)]),
         ("verify-step-gloo-cpu", [("allreduce_latency_us", 3829.0, cpu)]),
     ):
-        approach = inventory.get_approach(session, campaign, key)
+        approach = campaigns.get_approach(session, campaign, key)
         assert campaign.id is not None and approach.id is not None and approach.recipe is not None
         trial = Trial(campaign_id=campaign.id, approach_id=approach.id, recipe=approach.recipe, state="succeeded")
         session.add(trial)
@@ -125,7 +125,7 @@ def _samples(session, campaign: Campaign) -> list[dict[str, Any]]:
     spell them; a what-if report too (accept length 1.2: nothing pays)."""
     answer = read_answer(session, campaign)
     metrics = load_campaign_metrics(session, campaign)
-    approaches = inventory.approaches(session, campaign)
+    approaches = campaigns.approaches(session, campaign)
     report = answer.report
     trial_ids = list(session.exec(select(Trial.id).where(Trial.campaign_id == campaign.id).order_by(col(Trial.id))))
     common = {
@@ -153,7 +153,7 @@ def _sweep_answer(session):
 
     if session.exec(select(Campaign).where(Campaign.slug == SWEEP)).first() is None:
         build_sweep_campaign(session)
-    return read_answer(session, inventory.get_campaign(session, SWEEP)).speculation
+    return read_answer(session, campaigns.get_campaign(session, SWEEP)).speculation
 
 
 def _call(builder: Callable[..., Any], sample: dict[str, Any]) -> Any:
@@ -176,10 +176,10 @@ def test_every_builder_of_the_package_validates_against_plotlys_schema(session):
         "comparison.trial_comparison",
         "timeline.campaign_timeline",
     } <= set(found)
-    kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
-    shootout = inventory.get_campaign(session, "allreduce-shootout")
+    kimi = campaigns.get_campaign(session, "kimi-k25-eagle3")
+    shootout = campaigns.get_campaign(session, "allreduce-shootout")
     _measure_shootout(session, shootout)
-    fixture = inventory.get_campaign(session, SLUG)
+    fixture = campaigns.get_campaign(session, SLUG)
     samples = [s for c in (kimi, shootout, fixture) for s in _samples(session, c)] + [_changes_sample()]
     drawn: dict[str, int] = {}
     for name, builder in found.items():
@@ -215,7 +215,7 @@ def test_the_pages_figures_validate_too(session):
     page can draw is among them."""
     kinds: set[str] = set()
     for slug, expected in PAGE_FIGURES.items():
-        campaign = inventory.get_campaign(session, slug)
+        campaign = campaigns.get_campaign(session, slug)
         answer = read_answer(session, campaign)
         figures = {**answer_figures(answer), "chart_throughput": throughput_figure(answer, campaign)}
         kinds |= set(figures)
@@ -240,7 +240,7 @@ def test_the_validator_refuses_what_plotly_js_would_ignore():
 
 
 def test_kimi_throughput_draws_the_reported_38_tok_s_and_whole_dead_ends(session):
-    kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
+    kimi = campaigns.get_campaign(session, "kimi-k25-eagle3")
     fig = throughput_figure(read_answer(session, kimi), kimi)
     assert fig is not None
     traces = {t["name"]: t for t in fig["data"]}
@@ -261,7 +261,7 @@ def test_kimi_throughput_draws_the_reported_38_tok_s_and_whole_dead_ends(session
 
 
 def test_shootout_latency_is_on_a_log_axis_once_cpu_floors_join(session):
-    shootout = inventory.get_campaign(session, "allreduce-shootout")
+    shootout = campaigns.get_campaign(session, "allreduce-shootout")
     before = charts.latency_comparison(profitability_report(session, shootout))
     assert before is not None and before["layout"]["xaxis"].get("type") is None  # 6.5-38 us: linear is fine
     _measure_shootout(session, shootout)
@@ -277,7 +277,7 @@ def test_shootout_latency_is_on_a_log_axis_once_cpu_floors_join(session):
 
 
 def test_kimi_break_even_names_the_size_of_flashinfers_12_kib_figure(session):
-    kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
+    kimi = campaigns.get_campaign(session, "kimi-k25-eagle3")
     fig = charts.break_even_accept_length(profitability_report(session, kimi))
     assert fig is not None
     names = [t["name"] for t in fig["data"]]

@@ -307,10 +307,10 @@ def test_the_page_lists_allreduces_from_another_stack_as_not_combined(fixture_ap
     """With T_base read from the seed node's baseline trial (nothing typed), the 2x H200 allreduces are listed as
     not combined with it, each with the stack difference, and the verify chart draws only the seed node's points."""
     from app.db import session_scope
-    from app.domain import inventory
+    from app.domain import campaigns
 
     with session_scope(app_state(fixture_app).engine) as session:
-        inventory.get_campaign(session, SLUG).baseline_tok_s = None
+        campaigns.get_campaign(session, SLUG).baseline_tok_s = None
     html = operator.get(f"/campaigns/{SLUG}/charts").text
     block = re.search(r"<div class=\"missing small\" data-other-stack>(.*?)</div>", html, re.S)
     assert block is not None, html

@@ -10,7 +10,7 @@ from sqlmodel import select
 
 from app import charts
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import profitability_report
 from app.domain.demo import load_demo
 from app.domain.timeline import campaign_timeline
@@ -37,7 +37,7 @@ def session(app):
 
 
 def test_kimi_demo_answers_from_the_seed_alone(session):
-    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    campaign = campaigns.get_campaign(session, "kimi-k25-eagle3")
     report = profitability_report(session, campaign)
     assert report.speculative and report.points == ()  # nothing measured here yet
     assert report.curve is not None
@@ -77,7 +77,7 @@ def test_kimi_demo_answers_from_the_seed_alone(session):
 
 
 def test_kimi_demo_history_carries_the_seed_order(session):
-    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    campaign = campaigns.get_campaign(session, "kimi-k25-eagle3")
     timeline = campaign_timeline(session, campaign)
     verdicts = [e.approach_title for e in timeline.status_events if e.to_status != "untested"]
     assert verdicts == [
@@ -92,7 +92,7 @@ def test_kimi_demo_history_carries_the_seed_order(session):
 
 
 def test_shootout_without_speculation_is_a_latency_comparison_until_measured(session):
-    campaign = inventory.get_campaign(session, "allreduce-shootout")
+    campaign = campaigns.get_campaign(session, "allreduce-shootout")
     report = profitability_report(session, campaign)
     assert not report.speculative and report.curve is None and report.points == ()
     # Shipped with a 2x H200 node's figures as references: the comparison draws before anything runs here.
@@ -100,9 +100,9 @@ def test_shootout_without_speculation_is_a_latency_comparison_until_measured(ses
     assert [t["name"] for t in shipped["data"]] == ["reported elsewhere (not this node)"]
     assert min(shipped["data"][0]["x"]) == 6.5 and shipped["layout"]["xaxis"]["range"] == [0, pytest.approx(38.0 * 1.2)]
     # A GPU node's shootout: measured allreduces, a decode step and a draft head answer tau* per approach.
-    graph = inventory.get_approach(session, campaign, "nccl-graph")
-    symm = inventory.get_approach(session, campaign, "verify-step-symm-mem")
-    gloo = inventory.get_approach(session, campaign, "gloo-cpu")
+    graph = campaigns.get_approach(session, campaign, "nccl-graph")
+    symm = campaigns.get_approach(session, campaign, "verify-step-symm-mem")
+    gloo = campaigns.get_approach(session, campaign, "gloo-cpu")
     assert campaign.id is not None and symm.id is not None
     gpu = {"device": "cuda", "world_size": 2, "dtype": "bf16"}
     rows = [
@@ -165,14 +165,14 @@ def _status(session, campaign, what_if=None):
     from app.domain.answer import load_campaign_metrics, throughput_rows
     from app.domain.sharing import status_report
 
-    rows = inventory.approaches(session, campaign)
+    rows = campaigns.approaches(session, campaign)
     metrics = load_campaign_metrics(session, campaign)
     report = profitability_report(session, campaign, what_if, metrics=metrics, approach_rows=rows)
     return report, status_report(session, campaign, report, throughput_rows(metrics, rows), rows)
 
 
 def test_kimi_status_headline_is_todays_break_even(session):
-    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    campaign = campaigns.get_campaign(session, "kimi-k25-eagle3")
     report, status = _status(session, campaign)
     assert status.speculative and status.unknown == ("draft cost", "verify compute")
     head = status.headline
@@ -191,8 +191,8 @@ def test_kimi_answer_with_every_input_known(session):
     """Issue 21's numbers: tau 2.4, 3 draft steps x 0.8 ms, verify compute 9.5 ms, 122 allreduces at the
     82 tok/s baseline. NCCL's 200 us: tau* = (2.4 + 9.5 + 24.4) / 12.195 = 2.98 > 2.4, not profitable;
     FlashInfer PCIe-IPC's 5.3 us: tau* = (11.9 + 0.647) / 12.195 = 1.03, it would pay."""
-    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
-    inventory.update_campaign(
+    campaign = campaigns.get_campaign(session, "kimi-k25-eagle3")
+    campaigns.update_campaign(
         session,
         campaign,
         CampaignUpdate.model_validate(
@@ -223,7 +223,7 @@ def test_kimi_answer_decides_no_from_a_lower_bound(session):
     tau* is already a "no" (unknown costs only raise tau*); above it, the answer waits for them."""
     from app.domain.answer import WhatIf
 
-    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    campaign = campaigns.get_campaign(session, "kimi-k25-eagle3")
     report, status = _status(session, campaign, WhatIf(accept_length=1.8))
     assert status.headline is not None and status.headline.contains == "communication only"
     assert status.headline.profitable is False and status.headline.margin == pytest.approx(1.8 - 24.4 / T_BASE)

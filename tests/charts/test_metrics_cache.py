@@ -8,7 +8,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import CampaignMetrics, load_campaign_metrics
 from app.models import Trial
 from app.state import app_state
@@ -19,13 +19,13 @@ pytestmark = pytest.mark.both_databases  # the answer's metric loading queries a
 
 def _read(engine) -> CampaignMetrics:
     with session_scope(engine, write=False) as session:
-        return load_campaign_metrics(session, inventory.get_campaign(session, SLUG))
+        return load_campaign_metrics(session, campaigns.get_campaign(session, SLUG))
 
 
 def _uncached(engine) -> CampaignMetrics:
     """The same read through a session that may write, which never uses what was kept."""
     with session_scope(engine) as session:
-        return load_campaign_metrics(session, inventory.get_campaign(session, SLUG))
+        return load_campaign_metrics(session, campaigns.get_campaign(session, SLUG))
 
 
 def _add_to_newest(engine, value: float) -> None:
@@ -68,7 +68,7 @@ def test_an_uncommitted_metric_is_never_kept(app):
         trial = session.exec(select(Trial).where(Trial.id == newest.trial_id)).one()
         add_metrics(session, trial, [(newest.name, 777.25, dict(newest.tags))], seq=newest.seq + 1000)
         session.flush()
-        inside = load_campaign_metrics(session, inventory.get_campaign(session, SLUG))
+        inside = load_campaign_metrics(session, campaigns.get_campaign(session, SLUG))
         assert 777.25 in [m.value for m in inside.rows]  # the writing session reads its own row
         session.rollback()
     # Rolled back: a later commit of as many rows must not be answered with the rolled-back one.

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import pick_conditions, read_answer
 from app.domain.campaign_files import import_campaign
@@ -24,7 +24,7 @@ def _imported(app) -> None:
     with session_scope(app_state(app).engine) as session:
         import_campaign(session, MOE.read_text(), actor="test")
         session.flush()
-        inventory.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+        campaigns.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
 
 
 def _text(html: str) -> str:
@@ -34,7 +34,7 @@ def _text(html: str) -> str:
 def test_the_draft_vocabulary_is_a_condition_offered_by_name(app):
     _imported(app)
     with session_scope(app_state(app).engine) as session:
-        campaign = inventory.get_campaign(session, SLUG)
+        campaign = campaigns.get_campaign(session, SLUG)
         found = read_answer(session, campaign)
         assert found.conditions is not None and found.conditions.tag_map[C.DRAFT_VOCAB] == 32000
         assert "draft vocab 32,000" in found.conditions.label and "draft vocab 32,000" in (found.default_label or "")

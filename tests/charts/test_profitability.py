@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from sqlmodel import select
 
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import (
     CycleCosts,
     LatencyPoint,
@@ -100,7 +100,7 @@ def test_stack_summary_reads_versions_only():
 
 
 def _campaign(session) -> Campaign:
-    return inventory.get_campaign(session, SLUG)
+    return campaigns.get_campaign(session, SLUG)
 
 
 def test_inputs_and_their_sources(session):
@@ -218,7 +218,7 @@ def test_verify_compute_falls_back_to_the_verify_step_metric(session):
     campaign = _campaign(session)
     campaign.verify_compute_ms = None
     session.add(campaign)
-    pcie = inventory.get_approach(session, campaign, "nccl-pcie")
+    pcie = campaigns.get_approach(session, campaign, "nccl-pcie")
     trial_id = session.exec(select(Metric.trial_id).where(Metric.name == "allreduce_in_situ_us")).first()
     assert pcie.id is not None and campaign.id is not None
     session.add(
@@ -245,7 +245,7 @@ def test_an_accept_length_below_one_means_no_speculation(session):
     session.add(campaign)
     for metric in session.exec(select(Metric).where(Metric.name == "accept_length")):
         session.delete(metric)
-    pcie = inventory.get_approach(session, campaign, "nccl-pcie")
+    pcie = campaigns.get_approach(session, campaign, "nccl-pcie")
     assert campaign.baseline_trial_id is not None and pcie.id is not None and campaign.id is not None
     session.add(
         Metric(
@@ -293,7 +293,7 @@ def test_inputs_build_the_curve_and_t_base_from_a_gpu_decode_step(session):
     campaign.draft_step_ms = None
     campaign.verify_compute_ms = None
     session.add(campaign)
-    graph = inventory.get_approach(session, campaign, "nccl-graph")
+    graph = campaigns.get_approach(session, campaign, "nccl-graph")
     trial_id = session.exec(select(Metric.trial_id).where(Metric.approach_id == graph.id)).first()
     gpu = {"device": "cuda", "backend": "nccl", "mode": "graph", "tokens": 1}
     cpu = {"device": "cpu", "scaled": True, "backend": "gloo", "tokens": 1}
@@ -336,7 +336,7 @@ def test_inputs_build_the_curve_and_t_base_from_a_gpu_decode_step(session):
 
 def test_cpu_floor_latency_never_feeds_the_model(session):
     campaign = _campaign(session)
-    ipc = inventory.get_approach(session, campaign, "mscclpp")
+    ipc = campaigns.get_approach(session, campaign, "mscclpp")
     trial_id = session.exec(select(Metric.trial_id)).first()
     assert ipc.id is not None and campaign.id is not None
     session.add(

@@ -12,7 +12,7 @@ from sqlalchemy import event
 from sqlmodel import col, select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.models import Replay, StatusChange, Trial
 from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 from app.state import app_state
@@ -26,7 +26,7 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 def _build(engine, slug: str, approaches: int, trials_each: int) -> None:
     """A campaign of allreduce, verify-step and speculative SGLang approaches with trials, metrics and history."""
     with session_scope(engine) as s:
-        campaign = inventory.create_campaign(
+        campaign = campaigns.create_campaign(
             s,
             CampaignCreate(
                 slug=slug,
@@ -40,7 +40,7 @@ def _build(engine, slug: str, approaches: int, trials_each: int) -> None:
         )
         assert campaign.id is not None
         for i in range(approaches):
-            approach = inventory.add_approach(
+            approach = campaigns.add_approach(
                 s,
                 campaign,
                 ApproachCreate(key=f"a{i}", title=f"approach {i}", recipe=RecipeSpec(kind="allreduce")),
@@ -127,13 +127,13 @@ def _replay(engine, slug: str) -> int:
     """A finished replay over every approach of the campaign: before its first trial, after its last (the
     report compares each pair)."""
     with session_scope(engine) as s:
-        campaign = inventory.get_campaign(s, slug)
+        campaign = campaigns.get_campaign(s, slug)
         row = Replay(campaign_id=campaign.id or 0, runner_name="node-b", runner_fingerprint={"torch": "2.11.0"})
         row.state = "finished"
         s.add(row)
         s.flush()
         entries = []
-        for approach in inventory.approaches(s, campaign):
+        for approach in campaigns.approaches(s, campaign):
             mine = s.exec(select(Trial).where(Trial.approach_id == approach.id).order_by(col(Trial.id))).all()
             mine[-1].replay_id = row.id
             s.add(mine[-1])
@@ -184,7 +184,7 @@ def _close_some(engine, slug: str) -> None:
     """Every third approach a dead end bound to torch with a team's note, every fifth one succeeded on a newer
     torch: the upgrade planner then reads notes, successes and the re-opened approaches' ranking."""
     with session_scope(engine) as s:
-        for n, approach in enumerate(inventory.approaches(s, inventory.get_campaign(s, slug))):
+        for n, approach in enumerate(campaigns.approaches(s, campaigns.get_campaign(s, slug))):
             if n % 3 == 0:
                 approach.status, approach.reason = "dead_end", "KeyError: 12; needs torch >= 2.11"
                 approach.bound_to = {"components": ["torch", "sm"]}

@@ -12,7 +12,7 @@ import pytest
 
 from app import charts
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import profitability_report
 from app.domain.campaign_files import import_campaign
 from app.state import app_state
@@ -25,7 +25,7 @@ def report(app):
     with session_scope(app_state(app).engine) as session:
         import_campaign(session, RESULTS.read_text(), actor="test")
         session.flush()
-        campaign = inventory.get_campaign(session, "allreduce-shootout-h200x2")
+        campaign = campaigns.get_campaign(session, "allreduce-shootout-h200x2")
         yield profitability_report(session, campaign)
 
 
@@ -89,7 +89,7 @@ def test_the_verify_chart_draws_each_measured_allreduce_at_its_point_with_tau_2_
     with session_scope(app_state(app).engine) as session:
         import_campaign(session, RESULTS.read_text(), actor="test")
         session.flush()
-        campaign = inventory.get_campaign(session, "allreduce-shootout-h200x2")
+        campaign = campaigns.get_campaign(session, "allreduce-shootout-h200x2")
         report = profitability_report(session, campaign, WhatIf(accept_length=2.4))
     fig = charts.verify_comm_vs_savings(report)
     assert fig is not None and report.costs is not None

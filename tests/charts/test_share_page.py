@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.logins import create_api_token
 from app.domain.runners import create_runner
 from app.models import Replay, Runner
@@ -193,8 +193,8 @@ def test_status_page_has_the_answer_over_batch_sizes(fixture_app, operator, anon
 
 def test_status_page_shows_the_replays_and_their_reports_without_runner_or_actor(fixture_app, operator, anonymous):
     with session_scope(app_state(fixture_app).engine) as s:
-        campaign = inventory.get_campaign(s, SLUG)
-        first, second = inventory.approaches(s, campaign)[:2]
+        campaign = campaigns.get_campaign(s, SLUG)
+        first, second = campaigns.approaches(s, campaign)[:2]
         runner, runner_token = create_runner(s, "secret-node-name")
         runner.fingerprint = {"torch": "2.11.0+cu130", "cuda": "13.0"}
         s.add(runner)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.campaign_files import import_campaign
 from app.state import app_state
 
@@ -27,7 +27,7 @@ def _imported(app) -> None:
     with session_scope(app_state(app).engine) as session:
         import_campaign(session, SWEEP.read_text(), actor="test")
         session.flush()
-        inventory.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+        campaigns.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
 
 
 def _figure(page: str, name: str) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import read
 from app.domain.answer.inputs import WhatIf
 from app.domain.answer.query import AnswerQuery
@@ -55,7 +55,7 @@ def test_a_new_metric_a_changed_approach_or_setting_recomputes(session, computed
     b = build_sweep_campaign(session, slug="cache-changes", r=3)
     campaign = b.campaign
     first = read_answer(session, campaign)
-    verify = inventory.approaches(session, campaign)[0]
+    verify = campaigns.approaches(session, campaign)[0]
     b.trial(verify, [("decode_step_ms", 10.0, {"batch": 1, "world_size": 2}, [10.0, 10.1])])
     second = read_answer(session, campaign)
     assert second is not first

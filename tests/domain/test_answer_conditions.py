@@ -12,7 +12,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.acceptance import alphas_from_unconditional
 from app.domain.answer.inputs import WhatIf
 from app.domain.answer.query import AnswerQuery
@@ -43,7 +43,7 @@ def session(app):
 def _sweep(session):
     import_campaign(session, SWEEP.read_text(), actor="test")
     session.flush()
-    campaign = inventory.get_campaign(session, "speculation-sweep-h200x1")
+    campaign = campaigns.get_campaign(session, "speculation-sweep-h200x1")
     campaign.accept_alphas = ALPHAS
     session.flush()
     return campaign
@@ -78,7 +78,7 @@ def test_the_committed_sweep_answers_per_context_with_speedup_falling_with_batch
 
 def test_only_an_eager_draft_leaves_the_graph_cells_open(session):
     b = SweepBuilder(session)
-    b.campaign = inventory.create_campaign(
+    b.campaign = campaigns.create_campaign(
         session,
         CampaignCreate(
             slug="only-eager",
@@ -88,9 +88,9 @@ def test_only_an_eager_draft_leaves_the_graph_cells_open(session):
             accept_alphas=ALPHAS,
         ),
     )
-    a = inventory.add_approach(session, b.campaign, ApproachCreate(key="tp1", title="tp1"), actor="t")
+    a = campaigns.add_approach(session, b.campaign, ApproachCreate(key="tp1", title="tp1"), actor="t")
     b.verify_sweep(a, batches=(1, 2), ks=(1, 2), world=1)
-    eager = inventory.add_approach(session, b.campaign, ApproachCreate(key="draft-eager", title="eager"), actor="t")
+    eager = campaigns.add_approach(session, b.campaign, ApproachCreate(key="draft-eager", title="eager"), actor="t")
     b.trial(
         eager,
         [
@@ -107,21 +107,21 @@ def test_only_an_eager_draft_leaves_the_graph_cells_open(session):
 
 def test_a_decode_step_from_another_stack_is_refused(session):
     b = SweepBuilder(session)
-    b.campaign = inventory.create_campaign(
+    b.campaign = campaigns.create_campaign(
         session,
         CampaignCreate(
             slug="two-stacks", name="two stacks", allreduces_per_verify=122, hidden_size=7168, accept_alphas=ALPHAS
         ),
     )
-    verify = inventory.add_approach(session, b.campaign, ApproachCreate(key="verify", title="verify"), actor="t")
+    verify = campaigns.add_approach(session, b.campaign, ApproachCreate(key="verify", title="verify"), actor="t")
     tags = {"device": "cuda", "mode": "graph", "world_size": 1, "context": 1024, "allreduces": 0}
     rows = [("verify_compute_ms", 11.0, {**tags, "batch": 1, "draft_tokens": k}, [11.0, 11.1]) for k in (1, 2)]
     b.trial(verify, rows).fingerprint = TORCH_211
-    decode = inventory.add_approach(session, b.campaign, ApproachCreate(key="decode", title="decode"), actor="t")
+    decode = campaigns.add_approach(session, b.campaign, ApproachCreate(key="decode", title="decode"), actor="t")
     b.trial(
         decode, [("decode_step_ms", 10.0, {**tags, "batch": 1, "draft_tokens": 0}, [10.0, 10.1])]
     ).fingerprint = TORCH_210
-    draft = inventory.add_approach(session, b.campaign, ApproachCreate(key="draft", title="draft"), actor="t")
+    draft = campaigns.add_approach(session, b.campaign, ApproachCreate(key="draft", title="draft"), actor="t")
     b.trial(
         draft, [("draft_step_ms", 0.5, {"device": "cuda", "batch": 1, "context": 1024, "mode": "graph"}, [0.5, 0.51])]
     ).fingerprint = TORCH_211
@@ -142,7 +142,7 @@ def test_accept_lengths_land_on_their_own_draft_length(session):
     built = build_sweep_campaign(session, slug="tau-by-k", approaches={"nccl-graph": ("NCCL", 17.0, 1e5, 1024)})
     campaign = built.campaign
     campaign.accept_alphas = None
-    server = inventory.add_approach(
+    server = campaigns.add_approach(
         session,
         campaign,
         ApproachCreate(
@@ -175,7 +175,7 @@ def test_the_decode_step_allreduces_are_priced_at_the_decode_steps_own_size(sess
     24.4 ms inside the 12.2 ms step). A baseline figure at the decode step's 14 KiB is still checked."""
     load_demo(session)
     session.flush()
-    campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
+    campaign = campaigns.get_campaign(session, "kimi-k25-eagle3")
     answer = read_answer(session, campaign)
     assert answer.flags == ()
     base = next(r for r in answer.report.references if r.baseline)
@@ -247,8 +247,8 @@ def test_a_draft_step_at_another_world_size_is_missing_until_measured_at_the_ver
         session, slug="draft-tp", approaches={"nccl-graph": ("NCCL", 17.0, 1e5, 1024)}, batches=(1, 2)
     )
     campaign = built.campaign
-    (verify,) = [a for a in inventory.approaches(session, campaign)]
-    draft = inventory.add_approach(session, campaign, ApproachCreate(key="draft-tp1", title="draft"), actor="t")
+    (verify,) = [a for a in campaigns.approaches(session, campaign)]
+    draft = campaigns.add_approach(session, campaign, ApproachCreate(key="draft-tp1", title="draft"), actor="t")
     tp1 = {"device": "cuda", "context": 1024, "mode": "graph", "world_size": 1}
     # The fixture's draft sweep states no world size: replace it by one at TP 1, newer than everything.
     for trial_metrics in session.exec(select(Metric).where(Metric.name == "draft_step_ms")).all():
@@ -278,7 +278,7 @@ def test_entered_acceptance_takes_precedence_and_names_the_measurement_and_the_v
     rates = [0.8, 0.56, 0.336]
     campaign.accept_unconditional = rates
     campaign.accept_alphas = alphas_from_unconditional(rates)
-    server = inventory.add_approach(session, campaign, ApproachCreate(key="sglang", title="sglang"), actor="t")
+    server = campaigns.add_approach(session, campaign, ApproachCreate(key="sglang", title="sglang"), actor="t")
     built.trial(server, [("accept_length", 2.1, {"draft_tokens": 2, "speculative_topk": 1}, None)])
     session.flush()
     found = read_answer(session, campaign).speculation

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer.configs import config_json, engine_config
 from app.domain.answer.read import read_answer
 from app.domain.campaign_files import import_campaign
@@ -49,7 +49,7 @@ def moe(app):
     with session_scope(app_state(app).engine) as session:
         import_campaign(session, MOE.read_text(), actor="test")
         session.flush()
-        campaign = inventory.get_campaign(session, "moe-sweep-h200x1")
+        campaign = campaigns.get_campaign(session, "moe-sweep-h200x1")
         campaign.accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
         session.flush()
         yield read_answer(session, campaign)

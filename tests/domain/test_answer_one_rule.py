@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer.read import pick_conditions, read_answer
 from app.domain.answer.sentence import batch_ranges
 from app.domain.answer.speculation import speculation_answer
@@ -73,7 +73,7 @@ def session(app):
 def test_the_moe_default_is_bf16_by_its_conditions_and_fp8_is_asked_for_by_name(session):
     import_campaign(session, MOE.read_text(), actor="test")
     session.flush()
-    campaign = inventory.get_campaign(session, "moe-sweep-h200x1")
+    campaign = campaigns.get_campaign(session, "moe-sweep-h200x1")
     campaign.accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
     session.flush()
     found = read_answer(session, campaign)
@@ -96,7 +96,7 @@ def test_a_campaign_declares_the_conditions_of_its_default_answer(session, clien
     most complete (bf16 among equals); a declaration no answering set states is said, never silently dropped."""
     import_campaign(session, MOE.read_text(), actor="test")
     session.flush()
-    campaign = inventory.get_campaign(session, "moe-sweep-h200x1")
+    campaign = campaigns.get_campaign(session, "moe-sweep-h200x1")
     campaign.accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
     campaign.answer_conditions = {"experts_dtype": "fp8", "context": "1024"}
     session.flush()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer.cells import paired_runs
 from app.domain.answer.read import read_answer
 from app.domain.answer.speculation import speculation_answer
@@ -80,7 +80,7 @@ def session(app):
 def test_the_committed_sweep_intervals_follow_its_two_runs(session):
     import_campaign(session, SWEEP.read_text(), actor="test")
     session.flush()
-    campaign = inventory.get_campaign(session, "speculation-sweep-h200x1")
+    campaign = campaigns.get_campaign(session, "speculation-sweep-h200x1")
     campaign.accept_alphas = ALPHAS
     session.flush()
     (a,) = read_answer(session, campaign).speculation.approaches

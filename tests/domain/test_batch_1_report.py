@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import model as formula
 from app.domain.answer.grid import Cell
 from app.domain.answer.inputs import WhatIf
@@ -43,7 +43,7 @@ def session(app):
 def _imported(session, name: str, alphas: list[float] | None = None):
     import_campaign(session, (RESULTS / f"{name}.yaml").read_text(), actor="test")
     session.flush()
-    campaign = inventory.get_campaign(session, name)
+    campaign = campaigns.get_campaign(session, name)
     if alphas is not None:
         campaign.accept_alphas = alphas
         session.flush()
@@ -168,7 +168,7 @@ def test_the_moe_results_report_is_its_grid_at_batch_1(session):
 def test_the_kimi_demo_report_answers_its_reported_figures_with_the_grid_inputs(session):
     load_demo(session)
     session.flush()
-    found = read_answer(session, inventory.get_campaign(session, "kimi-k25-eagle3"))
+    found = read_answer(session, campaigns.get_campaign(session, "kimi-k25-eagle3"))
     assert_the_report_is_the_grid_at_batch_1(found)
     base = found.report.baseline_reference
     assert base is not None and base.tau_star == pytest.approx(122 * 0.2 / (1000 / 82), abs=1e-12)
@@ -197,7 +197,7 @@ def test_an_approach_off_the_grid_shows_no_speedup_and_says_why(session):
     nearest measured t_ar on the chart (tau* there) but computes no speedup for it; its answer is undecided and
     names the grid's reason. The synthetic sweep's own approaches stay their cells."""
     b = build_sweep_campaign(session, slug="off-grid", r=4)
-    far = inventory.add_approach(session, b.campaign, ApproachCreate(key="far", title="far curve"), actor="t")
+    far = campaigns.add_approach(session, b.campaign, ApproachCreate(key="far", title="far curve"), actor="t")
     tags = {"backend": "nccl", "mode": "graph", "method": "graph-replay", "world_size": 2, "device": "cuda"}
     b.trial(
         far, [("allreduce_latency_us", us, {**tags, "bytes": n}, None) for n, us in ((1 << 22, 90.0), (1 << 24, 300.0))]
@@ -256,7 +256,7 @@ def test_unmeasured_lists_only_allreduce_candidates(session):
     assert read_answer(session, _imported(session, "speculation-sweep-h200x1", ALPHAS)).report.unmeasured == ()
     shootout = _imported(session, "allreduce-shootout-h200x2")
     unmeasured = read_answer(session, shootout).report.unmeasured
-    titles = {a.key: a.title for a in inventory.approaches(session, shootout)}
+    titles = {a.key: a.title for a in campaigns.approaches(session, shootout)}
     for key in ("draft-step-graph", "draft-step-eager", "draft-step-cpu"):
         assert titles[key] not in unmeasured, key
     # Measured at the sizes around the verify step's 56 KiB (issue 43 item 8): no longer waiting.
@@ -268,11 +268,11 @@ def test_unmeasured_lists_only_allreduce_candidates(session):
     assert f"{titles['decode-step-nccl-graph']} (its recipe runs 1 token: 14 KiB)" in unmeasured
     load_demo(session)
     session.flush()
-    kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
+    kimi = campaigns.get_campaign(session, "kimi-k25-eagle3")
     report = read_answer(session, kimi).report
     # None has run: each is listed, with the size a figure was reported at, if any; but the custom allreduce,
     # whose reported 38 tok/s stands for it (a reported figure with a throughput needs no latency).
-    waiting = [a.title for a in inventory.approaches(session, kimi) if a.key != "sglang-custom-allreduce"]
+    waiting = [a.title for a in campaigns.approaches(session, kimi) if a.key != "sglang-custom-allreduce"]
     assert len(report.unmeasured) == len(waiting)
     assert all(any(u == t or u.startswith(f"{t} (") for u in report.unmeasured) for t in waiting)
     assert "FlashInfer PCIe-IPC allreduce (reported only at 12 KiB)" in report.unmeasured

@@ -19,7 +19,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
 from app.db import make_engine, migrate, session_scope, stream_in_session
-from app.domain import campaign_files, inventory
+from app.domain import campaign_files, campaigns
 from app.domain.campaign_files import (
     _Dumper,
     _history_text,
@@ -58,7 +58,7 @@ def reference_export(session: Session, campaign: Campaign) -> str:
             entry["actor"] = actor
         histories[approach_id].append(entry)
     doc_approaches = []
-    for a in inventory.approaches(session, campaign):
+    for a in campaigns.approaches(session, campaign):
         item: dict[str, Any] = {"key": a.key, "title": a.title, "status": a.status}
         for name in ("reason", "description", "evidence", "effort", "prerequisites"):
             if getattr(a, name):
@@ -236,7 +236,7 @@ def test_stream_is_the_whole_document_dump_byte_for_byte(engine, monkeypatch, ba
     with session_scope(engine) as s:
         _tricky_campaign(s)
     with session_scope(engine, write=False) as s:
-        expected = reference_export(s, inventory.get_campaign(s, "tricky"))
+        expected = reference_export(s, campaigns.get_campaign(s, "tricky"))
         pieces = list(export_stream(s, "tricky"))
     assert "".join(pieces) == expected
     approaches = len(yaml.safe_load(expected)["approaches"])
@@ -267,7 +267,7 @@ def test_long_histories_stream_in_pieces_with_two_queries_per_batch(engine, monk
     finally:
         event.remove(engine, "before_cursor_execute", count)
     with session_scope(engine, write=False) as s:
-        expected = reference_export(s, inventory.get_campaign(s, "tricky"))
+        expected = reference_export(s, campaigns.get_campaign(s, "tricky"))
     assert "".join(pieces) == expected
     assert max(piece.count("\n  - at: ") for piece in pieces) <= 10
     assert max(len(a.get("history", [])) for a in yaml.safe_load(expected)["approaches"]) > 50
@@ -279,7 +279,7 @@ def test_a_campaign_without_approaches(engine):
     with session_scope(engine) as s:
         s.add(Campaign(slug="empty", name="Empty"))
     with session_scope(engine, write=False) as s:
-        expected = reference_export(s, inventory.get_campaign(s, "empty"))
+        expected = reference_export(s, campaigns.get_campaign(s, "empty"))
         assert _streamed(s, "empty") == expected
     assert expected.endswith("approaches: []\n")
 
@@ -326,19 +326,19 @@ def test_the_stream_reads_one_snapshot(engine, monkeypatch):
     when one moves, no history half old and half new."""
     monkeypatch.setattr(campaign_files, "EXPORT_BATCH", 2)
     with session_scope(engine) as s:
-        campaign = inventory.create_campaign(s, campaign_files.CampaignCreate(slug="snap", name="Snap"))
+        campaign = campaigns.create_campaign(s, campaign_files.CampaignCreate(slug="snap", name="Snap"))
         for i in range(6):
-            inventory.add_approach(s, campaign, campaign_files.ApproachCreate(key=f"a{i}", title=f"A{i}"), "test")
+            campaigns.add_approach(s, campaign, campaign_files.ApproachCreate(key=f"a{i}", title=f"A{i}"), "test")
     with session_scope(engine, write=False) as s:
         before = _streamed(s, "snap")
     pieces = stream_in_session(engine, export_stream, "snap")
     got = [next(pieces), next(pieces)]  # the header, then the first batch: the snapshot is taken
     with session_scope(engine) as s:
-        campaign = inventory.get_campaign(s, "snap")
-        last = inventory.get_approach(s, campaign, "a5")
-        inventory.move_approach(s, campaign, last, 1)
-        a3 = inventory.get_approach(s, campaign, "a3")
-        inventory.change_status(s, a3, campaign_files.ApproachStatus.deferred, "later", "test")
+        campaign = campaigns.get_campaign(s, "snap")
+        last = campaigns.get_approach(s, campaign, "a5")
+        campaigns.move_approach(s, campaign, last, 1)
+        a3 = campaigns.get_approach(s, campaign, "a3")
+        campaigns.change_status(s, a3, campaign_files.ApproachStatus.deferred, "later", "test")
         a3.title = "changed"
     got += list(pieces)
     assert "".join(got) == before

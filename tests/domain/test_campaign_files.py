@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from app.db import make_engine, migrate, session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.campaign_files import export_campaign, import_campaign
 from app.domain.demo import demo_files, load_demo
 from app.domain.errors import Invalid
@@ -16,7 +16,7 @@ DEMO_SLUG = "kimi-k25-eagle3"
 
 def _export(engine, slug=DEMO_SLUG) -> str:
     with session_scope(engine, write=False) as s:
-        return export_campaign(s, inventory.get_campaign(s, slug))
+        return export_campaign(s, campaigns.get_campaign(s, slug))
 
 
 def _history_count(engine) -> int:
@@ -32,7 +32,7 @@ def test_demo_has_the_nine_approaches_with_seed_verdicts(engine):
     with session_scope(engine) as s:
         load_demo(s)
     with session_scope(engine, write=False) as s:
-        rows = inventory.approaches(s, inventory.get_campaign(s, DEMO_SLUG))
+        rows = campaigns.approaches(s, campaigns.get_campaign(s, DEMO_SLUG))
         got = {a.key: (a.status, a.reason) for a in rows}
     assert len(rows) == 9
     assert got["torch-symm-mem"][0] == "dead_end" and "KeyError: 12" in got["torch-symm-mem"][1]
@@ -82,16 +82,16 @@ def test_pinned_run_order_round_trips(engine, tmp_path):
         load_demo(s)
     assert "run_order" not in _export(engine)  # the default (the ranking) is not written
     with session_scope(engine) as s:
-        inventory.set_run_order(s, inventory.get_campaign(s, DEMO_SLUG), "priority")
+        campaigns.set_run_order(s, campaigns.get_campaign(s, DEMO_SLUG), "priority")
     text = _export(engine)
     assert yaml.safe_load(text)["campaign"]["run_order"] == "priority"
     # Importing the file brings the pinned order back over a campaign that follows the ranking...
     with session_scope(engine) as s:
-        inventory.set_run_order(s, inventory.get_campaign(s, DEMO_SLUG), "ranking")
+        campaigns.set_run_order(s, campaigns.get_campaign(s, DEMO_SLUG), "ranking")
     with session_scope(engine) as s:
         import_campaign(s, text, actor="test")
     with session_scope(engine, write=False) as s:
-        assert inventory.get_campaign(s, DEMO_SLUG).run_order == "priority"
+        assert campaigns.get_campaign(s, DEMO_SLUG).run_order == "priority"
     assert _export(engine) == text
     # ...and into a new database, and a file without it follows the ranking again.
     other_url = f"sqlite:///{tmp_path / 'other.db'}"
@@ -103,7 +103,7 @@ def test_pinned_run_order_round_trips(engine, tmp_path):
     with session_scope(other) as s:
         import_campaign(s, text.replace("  run_order: priority\n", ""), actor="test")
     with session_scope(other, write=False) as s:
-        assert inventory.get_campaign(s, DEMO_SLUG).run_order == "ranking"
+        assert campaigns.get_campaign(s, DEMO_SLUG).run_order == "ranking"
     other.dispose()
 
 
@@ -117,12 +117,12 @@ def test_import_updates_status_and_order_with_history(engine):
     with session_scope(engine) as s:
         import_campaign(s, yaml.safe_dump(doc), actor="git")
     with session_scope(engine, write=False) as s:
-        c = inventory.get_campaign(s, DEMO_SLUG)
-        rows = inventory.approaches(s, c)
+        c = campaigns.get_campaign(s, DEMO_SLUG)
+        rows = campaigns.approaches(s, c)
         assert rows[0].key == "nccl-p2p-level-sys"
-        ep = inventory.get_approach(s, c, "expert-parallelism")
+        ep = campaigns.get_approach(s, c, "expert-parallelism")
         assert ep.status == "promising"
-        last = inventory.history(s, ep)[0]
+        last = campaigns.history(s, ep)[0]
         assert (last.from_status, last.to_status, last.actor) == ("untested", "promising", "git")
 
 
@@ -204,7 +204,7 @@ def test_bad_files_are_refused_whole(engine, name):
     assert where in exc.value.message and what in exc.value.message, exc.value.message
     assert _export(engine) == before and _history_count(engine) == history
     with session_scope(engine, write=False) as s:
-        assert "x" not in [c.slug for c in inventory.list_campaigns(s)]
+        assert "x" not in [c.slug for c in campaigns.list_campaigns(s)]
 
 
 def test_a_late_error_rolls_back_the_earlier_changes(engine):
@@ -285,9 +285,9 @@ def test_the_batch_models_inputs_travel_in_the_file_only_when_set(engine, tmp_pa
         load_demo(s)
     assert "accept_alphas" not in _export(engine)
     with session_scope(engine) as s:
-        inventory.update_campaign(
+        campaigns.update_campaign(
             s,
-            inventory.get_campaign(s, DEMO_SLUG),
+            campaigns.get_campaign(s, DEMO_SLUG),
             CampaignUpdate.model_validate(
                 {
                     "accept_length_by_k": {"3": 2.4},
@@ -306,7 +306,7 @@ def test_the_batch_models_inputs_travel_in_the_file_only_when_set(engine, tmp_pa
         import_campaign(s, text, actor="test")
     assert _export(other) == text
     with session_scope(other, write=False) as s:
-        campaign = inventory.get_campaign(s, DEMO_SLUG)
+        campaign = campaigns.get_campaign(s, DEMO_SLUG)
         assert campaign.accept_length_by_k == {"3": 2.4} and campaign.speculation_batches == [1, 8, 64]
     other.dispose()
 
@@ -329,8 +329,8 @@ approaches:
 """
     with session_scope(engine) as s:
         import_campaign(s, text, actor="test")
-        a = inventory.get_approach(s, inventory.get_campaign(s, "old"), "a")
+        a = campaigns.get_approach(s, campaigns.get_campaign(s, "old"), "a")
         assert a.status == "adopted"
-        assert [h.to_status for h in inventory.history(s, a)] == ["adopted", "untested"]
+        assert [h.to_status for h in campaigns.history(s, a)] == ["adopted", "untested"]
     with session_scope(engine) as s, pytest.raises(Invalid):
         import_campaign(s, text.replace("to: adopted", "to: {}"), actor="test")

@@ -8,7 +8,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory, lifecycle, read_only, sharing, trials
+from app.domain import campaigns, lifecycle, read_only, sharing, trials
 from app.domain.errors import Conflict
 from app.models import Campaign, Trial, TrialState
 from app.protocol.messages import Finished
@@ -43,13 +43,13 @@ def test_archive_cancels_in_the_same_step_and_the_runner_report_is_still_recorde
 @pytest.mark.parametrize(
     "write",
     [
-        lambda s, c: inventory.add_approach(s, c, ApproachCreate(key="z", title="Z"), "ada"),
-        lambda s, c: inventory.update_campaign(s, c, CampaignUpdate.model_validate({"name": "New name"})),
-        lambda s, c: inventory.change_status(s, inventory.get_approach(s, c, "a"), "dead_end", "no", "ada"),
-        lambda s, c: inventory.move_approach(s, c, inventory.get_approach(s, c, "b"), 1),
+        lambda s, c: campaigns.add_approach(s, c, ApproachCreate(key="z", title="Z"), "ada"),
+        lambda s, c: campaigns.update_campaign(s, c, CampaignUpdate.model_validate({"name": "New name"})),
+        lambda s, c: campaigns.change_status(s, campaigns.get_approach(s, c, "a"), "dead_end", "no", "ada"),
+        lambda s, c: campaigns.move_approach(s, c, campaigns.get_approach(s, c, "b"), 1),
         lambda s, c: sharing.create_share_link(s, c, "x", "ada"),
         lambda s, c: lifecycle.rename(s, c, CampaignRename(slug="c-new"), "ada"),
-        lambda s, c: inventory.delete_approach(s, c, inventory.get_approach(s, c, "a"), delete_evidence=True),
+        lambda s, c: campaigns.delete_approach(s, c, campaigns.get_approach(s, c, "a"), delete_evidence=True),
     ],
 )
 def test_every_domain_write_to_an_archived_campaign_is_refused(engine, write):

@@ -14,7 +14,7 @@ import yaml
 from sqlmodel import col, func, select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer import load_campaign_metrics
 from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
@@ -46,8 +46,8 @@ T0 = datetime(2026, 12, 1, 19, 3, 10, 123456, tzinfo=UTC)
 def _measure(engine, slug: str = "sweep") -> None:
     """Trials as the runner leaves them: two succeeded with metric rows, one failed, one still running."""
     with session_scope(engine) as s:
-        campaign = inventory.get_campaign(s, slug)
-        by_key = {a.key: a for a in inventory.approaches(s, campaign)}
+        campaign = campaigns.get_campaign(s, slug)
+        by_key = {a.key: a for a in campaigns.approaches(s, campaign)}
         specs = [
             (
                 "decode-graph",
@@ -107,8 +107,8 @@ def _export(engine, slug: str = "sweep", with_results: bool = True) -> str:
 def _rows(engine, slug: str) -> list[tuple]:
     """What a campaign's trials and metrics hold, in a form comparable across campaigns."""
     with session_scope(engine, write=False) as s:
-        campaign = inventory.get_campaign(s, slug)
-        keys = {a.id: a.key for a in inventory.approaches(s, campaign)}
+        campaign = campaigns.get_campaign(s, slug)
+        keys = {a.id: a.key for a in campaigns.approaches(s, campaign)}
         out = []
         for t in s.exec(select(Trial).where(Trial.campaign_id == campaign.id).order_by(col(Trial.id))):
             metrics = s.exec(
@@ -131,8 +131,8 @@ def _rows(engine, slug: str) -> list[tuple]:
 
 def _report(engine, slug: str) -> list[tuple]:
     with session_scope(engine, write=False) as s:
-        campaign = inventory.get_campaign(s, slug)
-        keys = {a.id: a.key for a in inventory.approaches(s, campaign)}
+        campaign = campaigns.get_campaign(s, slug)
+        keys = {a.id: a.key for a in campaigns.approaches(s, campaign)}
         rows = load_campaign_metrics(s, campaign).rows
         return sorted((keys[r.approach_id], r.name, r.value, sorted(r.tags.items())) for r in rows)
 
@@ -165,7 +165,7 @@ def test_results_round_trip_as_measurements(engine):
     assert "results: 3 trials with 3 metrics added, 0 already here" in summary
     assert _rows(engine, "sweep-copy") == [row for row in _rows(engine, "sweep") if row[1] != "running"]
     with session_scope(engine, write=False) as s:
-        trials = s.exec(select(Trial).where(Trial.campaign_id == inventory.get_campaign(s, "sweep-copy").id)).all()
+        trials = s.exec(select(Trial).where(Trial.campaign_id == campaigns.get_campaign(s, "sweep-copy").id)).all()
         assert {t.phase for t in trials} == {"imported"} and {t.runner_id for t in trials} == {None}
     # The report reads them exactly as it reads the measured ones; the export of the copy is the same file.
     assert _report(engine, "sweep-copy") == _report(engine, "sweep")
@@ -184,7 +184,7 @@ def test_importing_the_same_results_twice_adds_them_once(engine):
         with session_scope(engine) as s:
             assert expected in import_campaign(s, text, actor="test").summary
     with session_scope(engine, write=False) as s:
-        again = inventory.get_campaign(s, "again")
+        again = campaigns.get_campaign(s, "again")
         assert s.exec(select(func.count()).select_from(Trial).where(Trial.campaign_id == again.id)).one() == 3
         assert s.exec(select(func.count()).select_from(Metric).where(Metric.campaign_id == again.id)).one() == 3
 

@@ -16,13 +16,13 @@ from sqlmodel import Session, select
 
 from app.db import session_scope
 from app.domain import comparison, statistics
-from app.domain.comparison import PairVerdict
-from app.domain.statistics import Verdict
+from app.domain.comparison import PairFinding
+from app.domain.statistics import Finding
 from app.models import Runner
-from app.web.compare import _verdict_cell
+from app.web.compare import _finding_cell
 from tests.support.verdicts import OLD_STACK, approach, campaign, end_trial, runner, seed
 
-DIFFERENT = {Verdict.faster, Verdict.slower, Verdict.below_min_effect}
+DIFFERENT = {Finding.faster, Finding.slower, Finding.below_min_effect}
 TRUE_US = 180.0
 RUN_TO_RUN_CV = 0.025
 WITHIN_CV = 0.005
@@ -68,12 +68,12 @@ def runner_of(s: Session) -> Runner:
     return s.exec(select(Runner).where(Runner.name == "node-a")).first() or runner(s, "node-a", OLD_STACK)
 
 
-def _verdict(s: Session, ids: list[int]) -> tuple[Verdict | None, str, str]:
+def _verdict(s: Session, ids: list[int]) -> tuple[Finding | None, str, str]:
     result = comparison.compare_trials(s, campaign(s), ids)
     ((row,),) = [g.rows for g in result.metrics]
     pair = row.stats.pairs[0]  # type: ignore[union-attr]
     assert pair.stats is not None
-    return pair.stats.verdict, pair.spread, pair.stats.why_no_verdict
+    return pair.stats.verdict, pair.spread, pair.stats.why_no_finding
 
 
 def test_identical_pairs_are_called_different_at_most_1_in_20(engine):
@@ -96,7 +96,7 @@ def test_identical_pairs_are_called_different_at_most_1_in_20(engine):
     assert len(verdicts) >= 20 and different <= len(verdicts) / 20, verdicts
     # An interval every time (the spread was known), not "no verdict": one trial a side at a 2.5% spread
     # cannot show a 3% equivalence either, so the honest answer is "inconclusive".
-    assert Verdict.no_verdict not in verdicts
+    assert Finding.no_verdict not in verdicts
 
 
 def test_trials_that_ended_after_the_pair_never_make_its_spread(engine):
@@ -108,12 +108,12 @@ def test_trials_that_ended_after_the_pair_never_make_its_spread(engine):
         for minute in range(20, 24):  # four repeats, all after the pair ended
             _ran(s, _trial_samples(rng), minute)
         verdict, spread, _ = _verdict(s, pair)
-        assert (verdict, spread) == (Verdict.no_verdict, "")
+        assert (verdict, spread) == (Finding.no_verdict, "")
         _ran(s, _trial_samples(rng), 5)  # one trial before: a single trial has no spread of its own
-        assert _verdict(s, pair)[:2] == (Verdict.no_verdict, "")
+        assert _verdict(s, pair)[:2] == (Finding.no_verdict, "")
         _ran(s, _trial_samples(rng), 6)
         verdict, spread, _ = _verdict(s, pair)
-        assert "from 2 earlier trials" in spread and verdict != Verdict.no_verdict
+        assert "from 2 earlier trials" in spread and verdict != Finding.no_verdict
 
 
 def test_a_spread_comes_only_from_the_same_conditions(engine):
@@ -123,7 +123,7 @@ def test_a_spread_comes_only_from_the_same_conditions(engine):
         for minute in range(1, 5):  # eager-mode repeats: another condition than the graph-mode pair
             _ran(s, _trial_samples(rng), minute, mode="eager")
         pair = [_ran(s, _trial_samples(rng), 10), _ran(s, _trial_samples(rng), 11)]
-        assert _verdict(s, pair)[:2] == (Verdict.no_verdict, "")
+        assert _verdict(s, pair)[:2] == (Finding.no_verdict, "")
         for minute in range(5, 7):  # graph-mode repeats: the same conditions
             _ran(s, _trial_samples(rng), minute)
         assert "from 2 earlier trials" in _verdict(s, pair)[1]
@@ -140,8 +140,8 @@ def test_an_unstable_trial_gives_no_verdict_never_a_factor(engine):
         result = comparison.compare_trials(s, campaign(s), wild)
         ((row,),) = [g.rows for g in result.metrics]
         pair = row.stats.pairs[0]  # type: ignore[union-attr]
-        assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict and pair.stats.ratio is None
-        assert pair.stats.why_no_verdict.startswith("unstable: a trial's samples vary")
+        assert pair.stats is not None and pair.stats.verdict == Finding.no_verdict and pair.stats.ratio is None
+        assert pair.stats.why_no_finding.startswith("unstable: a trial's samples vary")
 
 
 def test_an_interval_too_wide_to_mean_anything_is_not_shown_and_says_why():
@@ -149,7 +149,7 @@ def test_an_interval_too_wide_to_mean_anything_is_not_shown_and_says_why():
     known from 2 trials (df 1) and 300% wide: no interval, no verdict, and the reason; the page says it."""
     known = statistics.KnownSpread(cv=3.0, df=1)
     _, _, pair = statistics.compare([[100.0, 101.0]], [[40.0, 41.0]], known=(known, known))
-    assert pair.verdict == Verdict.no_verdict and pair.ratio is not None and pair.ratio.low is None
-    assert pair.why_no_verdict.startswith("no interval: at 95% it would span more than a factor of 1000")
-    cell = _verdict_cell(PairVerdict(pair, None))
+    assert pair.verdict == Finding.no_verdict and pair.ratio is not None and pair.ratio.low is None
+    assert pair.why_no_finding.startswith("no interval: at 95% it would span more than a factor of 1000")
+    cell = _finding_cell(PairFinding(pair, None))
     assert "no interval" in cell and "[0.000" not in cell and "×0.403" in cell

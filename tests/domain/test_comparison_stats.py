@@ -8,7 +8,7 @@ import pytest
 
 from app.db import session_scope
 from app.domain import comparison
-from app.domain.statistics import Verdict
+from app.domain.statistics import Finding
 from tests.support.verdicts import NEW_TORCH, OLD_STACK, approach, campaign, end_trial, runner, seed
 
 
@@ -60,17 +60,17 @@ def test_two_gloo_trials_line_up_by_tokens_not_by_spread_tags(engine):
                     yield row.stats.pairs[0]
 
         for pair in pairs():  # 10% lower latency, but one trial a side: no verdict, and why
-            assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict and pair.spread == ""
+            assert pair.stats is not None and pair.stats.verdict == Finding.no_verdict and pair.spread == ""
             assert pair.stats.ratio is not None and pair.stats.ratio.low is None
         for n in range(3):  # repeats of the approach on this runner, after the pair: not earlier, not used
             end_trial(s, a, node, metrics=lines(1.0 + 0.005 * n, 300 + 10 * n))
         for pair in pairs():
-            assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict and pair.spread == ""
+            assert pair.stats is not None and pair.stats.verdict == Finding.no_verdict and pair.spread == ""
         # A pair that ran after those repeats: their spread decides (issue 43: only earlier trials).
         third = end_trial(s, a, node, metrics=lines(1.0, 400))
         fourth = end_trial(s, fast, node, metrics=lines(0.9, 500))
         for pair in pairs((third.id, fourth.id)):
-            assert pair.stats is not None and pair.stats.verdict == Verdict.faster and pair.stats.known_spread
+            assert pair.stats is not None and pair.stats.verdict == Finding.faster and pair.stats.known_spread
             assert pair.spread.startswith("run-to-run spread ") and "from 4 earlier trials of GLOO" in pair.spread
 
 
@@ -90,7 +90,7 @@ def test_trials_on_different_stacks_are_compared_only_when_asked(engine):
 
         asked = comparison.compare_trials(s, campaign(s), [old.id, new.id], across_stacks=True)  # type: ignore[list-item]
         pair = asked.metrics[0].rows[0].stats.pairs[0]  # type: ignore[union-attr]
-        assert pair.stats is not None and pair.stats.verdict == Verdict.no_verdict  # one trial a side
+        assert pair.stats is not None and pair.stats.verdict == Finding.no_verdict  # one trial a side
         assert pair.stack_difference == "torch 2.10.0+cu128 -> 2.11.0" and pair.not_compared == ""
 
 
@@ -114,7 +114,7 @@ def test_approaches_pool_their_repeated_trials_on_the_first_ones_stack(engine):
         stats = row.stats
         assert stats is not None and [side.trials for side in stats.sides] == [6, 6]
         pair = stats.pairs[0].stats
-        assert pair is not None and pair.verdict == Verdict.faster and pair.p_value is not None
+        assert pair is not None and pair.verdict == Finding.faster and pair.p_value is not None
         # Across stacks the other stack's trial joins, its difference named.
         wide = comparison.compare_approaches(s, campaign(s), ["a", "b"], across_stacks=True)
         assert len(wide.columns[1].trial_ids) == 7 and "torch" in (wide.columns[1].stack_difference or "")

@@ -13,7 +13,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory, queue, repeats, scheduling, trials, verdicts
+from app.domain import campaigns, queue, repeats, scheduling, trials, verdicts
 from app.domain.errors import Invalid
 from app.models import Activity, HistoryKind, Runner, StatusChange, Trial, TrialState
 from tests.support.verdicts import (
@@ -48,7 +48,7 @@ def after_a_trial(engine, key: str, start) -> tuple[int, str]:
         assert trial is not None
         a = approach(s, key)
         assert a.status == before  # queued: beside the status, not instead of it
-        assert doing(s, key) == inventory.Doing(Activity.queued, trial.id)
+        assert doing(s, key) == campaigns.Doing(Activity.queued, trial.id)
         trial_id = trial.id
     with session_scope(engine) as s:
         trial = s.get(Trial, trial_id)
@@ -68,8 +68,8 @@ def check_kept(engine, key: str, trial_id: int, before: str) -> None:
         assert a.status == before, f"a trial's end moved {key} from {before} to {a.status}"
         assert a.reason == f"{before} by a person"
         assert a.pending_trial_id == trial_id  # the proposal waits for a person
-        assert inventory.activities(s, [a]) == {}
-        rows = [r for r in inventory.history(s, a) if r.trial_id == trial_id]
+        assert campaigns.activities(s, [a]) == {}
+        rows = [r for r in campaigns.history(s, a) if r.trial_id == trial_id]
         assert [r.kind for r in rows] == [HistoryKind.trial, HistoryKind.trial]  # ended, queued (newest first)
         assert all(r.from_status == r.to_status == before for r in rows)
         assert rows[0].reason.startswith(f"trial #{trial_id} succeeded")

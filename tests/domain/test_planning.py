@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app.db import session_scope
-from app.domain import inventory, planning, scheduling
+from app.domain import campaigns, planning, scheduling
 from app.models import Approach, ApproachStatus, Campaign, RunOrder, Trial
 from tests.support.charts import add_metrics
 from tests.support.verdicts import OLD_STACK, runner
@@ -62,7 +62,7 @@ def build(engine, *, figures: bool = True, slug: str = "small") -> None:
 
 def ranked(engine, slug: str = "small") -> list[planning.Ranked]:
     with session_scope(engine, write=False) as s:
-        return scheduling.ranking(s, inventory.get_campaign(s, slug))
+        return scheduling.ranking(s, campaigns.get_campaign(s, slug))
 
 
 def test_each_term_of_the_ranking_by_hand(engine):
@@ -115,7 +115,7 @@ def test_without_figures_the_ranking_ties_and_keeps_the_priority_order(engine):
 
 def _run_next(engine) -> str:
     with session_scope(engine) as s:
-        result = scheduling.run_next(s, inventory.get_campaign(s, "small"), "alice")
+        result = scheduling.run_next(s, campaigns.get_campaign(s, "small"), "alice")
         assert result.trial is not None, result.reason  # started, or queued behind the runner's trial
         return result.approach.key  # type: ignore[union-attr]
 
@@ -124,7 +124,7 @@ def test_run_next_follows_the_ranking_unless_a_person_pins_the_order(engine):
     build(engine)
     with session_scope(engine) as s:
         runner(s, "node-a", OLD_STACK)
-        assert inventory.get_campaign(s, "small").run_order == RunOrder.ranking  # the default
+        assert campaigns.get_campaign(s, "small").run_order == RunOrder.ranking  # the default
     assert _run_next(engine) == "b"  # ranked first, priority 2
 
 
@@ -132,8 +132,8 @@ def test_moving_an_approach_pins_the_priority_order_which_wins(engine):
     build(engine)
     with session_scope(engine) as s:
         runner(s, "node-a", OLD_STACK)
-        campaign = inventory.get_campaign(s, "small")
-        inventory.move_approach(s, campaign, inventory.get_approach(s, campaign, "c"), 1)
+        campaign = campaigns.get_campaign(s, "small")
+        campaigns.move_approach(s, campaign, campaigns.get_approach(s, campaign, "c"), 1)
         assert campaign.run_order == RunOrder.priority
     assert [r.key for r in ranked(engine)][0] == "b"  # the ranking still proposes b ...
     assert _run_next(engine) == "c"  # ... the pinned priority wins
@@ -143,12 +143,12 @@ def test_run_order_can_be_set_back_to_the_ranking_and_refuses_other_words(engine
     build(engine)
     with session_scope(engine) as s:
         runner(s, "node-a", OLD_STACK)
-        campaign = inventory.get_campaign(s, "small")
-        inventory.set_run_order(s, campaign, "priority")
+        campaign = campaigns.get_campaign(s, "small")
+        campaigns.set_run_order(s, campaign, "priority")
     assert _run_next(engine) == "a"
     with session_scope(engine) as s:
-        campaign = inventory.get_campaign(s, "small")
-        inventory.set_run_order(s, campaign, "ranking")
-        with pytest.raises(inventory.Invalid, match="order: expected one of ranking, priority"):
-            inventory.set_run_order(s, campaign, "random")
+        campaign = campaigns.get_campaign(s, "small")
+        campaigns.set_run_order(s, campaign, "ranking")
+        with pytest.raises(campaigns.Invalid, match="order: expected one of ranking, priority"):
+            campaigns.set_run_order(s, campaign, "random")
     assert _run_next(engine) == "b"

@@ -10,7 +10,7 @@ import yaml
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory, queue, replay, verdicts
+from app.domain import campaigns, queue, replay, verdicts
 from app.domain.campaign_files import export_stream, import_campaign
 from app.domain.errors import Invalid
 from app.models import Replay, Trial
@@ -67,7 +67,7 @@ def test_a_replay_round_trips_through_the_campaign_file(engine):
         summary = import_campaign(s, _as_copy(text), actor="test").summary
     assert "replays: 1 added, 0 already here" in summary
     with session_scope(engine, write=False) as s:
-        copy = inventory.get_campaign(s, "copy")
+        copy = campaigns.get_campaign(s, "copy")
         (other,) = replay.of_campaign(s, copy)
         after = replay.report(s, copy, other)
         assert other.runner_fingerprint == row.runner_fingerprint and other.created_at == row.created_at

@@ -9,7 +9,7 @@ import pytest
 from sqlmodel import col, select
 
 from app.db import session_scope
-from app.domain import inventory, queue, repeats, scheduling, trials
+from app.domain import campaigns, queue, repeats, scheduling, trials
 from app.domain.errors import Invalid
 from app.models import Settle, SettleState, Trial, TrialState
 from tests.support.verdicts import OLD_STACK, approach, campaign, run_to_end, runner, seed
@@ -163,11 +163,11 @@ def test_what_no_runner_can_run_is_refused_by_repeat_settle_and_run_this_alike(e
         assert refused.value.field == "b"
         assert s.exec(select(Settle)).first() is None and s.exec(select(Trial)).first() is None
         # An archived approach is refused the same way, by every door.
-        inventory.archive_approach(s, campaign(s), b, "alice")
+        campaigns.archive_approach(s, campaign(s), b, "alice")
         assert scheduling.run_approach(s, campaign(s), b, "alice").reason == "B is archived: restore it first"
         with pytest.raises(Invalid, match="B is archived: restore it first"):
             repeats.start(s, campaign(s), b, None, 3, "alice")
         assert scheduling.run_next(s, campaign(s), "alice").trial is None  # archived: not a candidate either
-        inventory.restore_approach(s, campaign(s), b)
+        campaigns.restore_approach(s, campaign(s), b)
         settle, queued = repeats.start(s, campaign(s), b, None, 3, "alice")
         assert [t.approach_id for t in queued] == [b.id]

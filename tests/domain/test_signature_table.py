@@ -12,7 +12,7 @@ import pytest
 from app.domain.fingerprint import STACK_COMPONENTS
 from app.domain.signatures import SIGNATURE_TABLE, SIGNATURES, _find, _Trial, classify
 from app.protocol.metrics import parse_metric_line
-from app.protocol.preflight import VERDICTS
+from app.protocol.preflight import PROPOSABLE_STATUSES
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 PREFLIGHT = (
@@ -97,7 +97,7 @@ def test_every_entry_and_every_pattern_is_reached_by_a_fixture_log():
 @pytest.mark.parametrize("entry", SIGNATURE_TABLE, ids=lambda e: e.name)
 def test_each_entry_is_data_or_reads_the_trial_never_both(entry):
     assert (entry.read is None) == bool(entry.patterns)
-    assert entry.verdict in (*VERDICTS, None)
+    assert entry.verdict in (*PROPOSABLE_STATUSES, None)
     assert entry.verdict is not None or entry.read is not None  # a pattern entry proposes its own verdict
     for pattern in entry.patterns:
         assert set(pattern.bound_to) <= set(STACK_COMPONENTS), pattern.bound_to

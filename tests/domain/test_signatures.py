@@ -8,7 +8,7 @@ import pytest
 
 from app.domain.signatures import SIGNATURES, Classification, classify
 from app.protocol.metrics import parse_metric_line
-from app.protocol.preflight import VERDICTS
+from app.protocol.preflight import PROPOSABLE_STATUSES
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -233,7 +233,7 @@ def test_signature_table_is_complete_and_verdicts_valid():
     assert len(names) == len(set(names)) and len(names) >= 12
     for fixture in LOGS.glob("*.log"):
         found = classify(fixture.read_text(), exit_code=1)
-        assert found is None or found.verdict in VERDICTS
+        assert found is None or found.verdict in PROPOSABLE_STATUSES
 
 
 def test_readiness_wording_is_the_recipes_own():

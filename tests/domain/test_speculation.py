@@ -115,7 +115,7 @@ def test_approaches_not_shown_to_differ_share_a_tier_with_the_comparisons_label(
     assert set(answer.tiers[0]) == {"one-shot", "two-shot"}
     assert answer.tiers[1] == ("nccl-eager",)
     assert "not shown to differ from it by the minimum effect at the campaign's confidence" in answer.sentence
-    # The tier is the comparisons' rule (statistics.verdict_of), not an overlap of intervals: the ratio of the two
+    # The tier is the comparisons' rule (statistics.finding_of), not an overlap of intervals: the ratio of the two
     # headline speedups over the same replicates, labelled; the far slower one is shown slower, so not listed.
     member = next(k for k in answer.tiers[0][1:])
     label = answer.tier_verdicts[member]

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from app.domain import statistics as st
-from app.domain.statistics import KnownSpread, Rule, Verdict
+from app.domain.statistics import Finding, KnownSpread, Rule
 
 SAMPLES = 20
 
@@ -31,7 +31,7 @@ def _rows(seed: int, reps: int, m: int, shift: float, between: float = 0.02, wit
     ]
 
 
-def _verdicts(rows: list, **kwargs) -> list[Verdict]:
+def _verdicts(rows: list, **kwargs) -> list[Finding]:
     return [r.pairs[0].verdict for r in st.compare_rows(rows, lower_better=[True] * len(rows), **kwargs)]
 
 
@@ -40,10 +40,10 @@ def test_identical_configurations_are_rarely_called_faster_or_slower(m):
     """Issue 34: 2% run-to-run, 0.1% within, 20 samples a trial. Pooling the samples called these
     different 28% (1 trial a side) and 11% (3) of the time; over trials it must stay <= 5%."""
     verdicts = _verdicts(_rows(34 + m, 600, m, 0.0))
-    wrong = sum(v in (Verdict.faster, Verdict.slower) for v in verdicts) / len(verdicts)
+    wrong = sum(v in (Finding.faster, Finding.slower) for v in verdicts) / len(verdicts)
     assert wrong <= 0.05
     if m == 1:  # one trial a side and no spread known: never a verdict
-        assert set(verdicts) == {Verdict.no_verdict}
+        assert set(verdicts) == {Finding.no_verdict}
 
 
 def test_one_trial_a_side_with_a_known_run_to_run_spread_decides_and_stays_honest():
@@ -55,15 +55,15 @@ def test_one_trial_a_side_with_a_known_run_to_run_spread_decides_and_stays_hones
         spread = KnownSpread(float(np.std(medians, ddof=1) / np.mean(medians)), 3)
         known.append([spread, spread])
     verdicts = _verdicts(same, known=known)
-    assert sum(v in (Verdict.faster, Verdict.slower) for v in verdicts) / len(verdicts) <= 0.05
-    assert Verdict.no_verdict not in verdicts
+    assert sum(v in (Finding.faster, Finding.slower) for v in verdicts) / len(verdicts) <= 0.05
+    assert Finding.no_verdict not in verdicts
     # A 10% shift is found from one trial a side once the spread is known.
     _, _, pair = st.compare(
         _trials(rng, 1, 10.0, 0.02, 0.001),
         _trials(rng, 1, 9.0, 0.0, 0.001),
         known=(KnownSpread(0.02, 10), KnownSpread(0.02, 10)),
     )
-    assert pair.verdict == Verdict.faster and pair.known_spread
+    assert pair.verdict == Finding.faster and pair.known_spread
 
 
 def test_a_known_spread_gives_the_exact_t_interval_with_its_degrees_of_freedom():
@@ -114,18 +114,18 @@ def test_with_a_spread_from_four_earlier_trials_identical_configurations_exclude
 
 def test_one_trial_a_side_gives_a_ratio_and_no_verdict():
     ref, other, pair = st.compare([[10.0]], [[9.0]])
-    assert pair.ratio == st.Ratio(0.9, None, None) and pair.verdict == Verdict.no_verdict
+    assert pair.ratio == st.Ratio(0.9, None, None) and pair.verdict == Finding.no_verdict
     assert pair.trials_needed is None and pair.p_value is None and ref.trials == other.trials == 1
     # However many samples the one trial holds: they share the process, they are not trials.
     _, _, pair = st.compare([list(np.linspace(9.99, 10.01, 100))], [list(np.linspace(8.99, 9.01, 100))])
-    assert pair.verdict == Verdict.no_verdict and pair.ratio is not None and pair.ratio.low is None
+    assert pair.verdict == Finding.no_verdict and pair.ratio is not None and pair.ratio.low is None
 
 
 def test_a_clear_shift_over_trials_is_faster_or_slower_by_direction():
     rng = np.random.default_rng(1)
     a, b = _trials(rng, 5, 10.0, 0.01, 0.001), _trials(rng, 5, 9.0, 0.01, 0.001)
     ref, other, pair = st.compare(a, b)
-    assert pair.verdict == Verdict.faster and pair.trials_needed is None
+    assert pair.verdict == Finding.faster and pair.trials_needed is None
     assert pair.ratio is not None and pair.ratio.low is not None and pair.ratio.high is not None
     assert pair.ratio.low <= pair.ratio.value <= pair.ratio.high < 1
     medians = lambda trials: [np.median(t) for t in trials]  # noqa: E731
@@ -134,7 +134,7 @@ def test_a_clear_shift_over_trials_is_faster_or_slower_by_direction():
     welch = sps.ttest_ind(np.log(medians(a)), np.log(medians(b)), equal_var=False).pvalue
     assert pair.p_value == pytest.approx(welch)
     assert ref.between_cv is not None and 0.002 < ref.between_cv < 0.03 and ref.cv == pytest.approx(0.001, rel=0.5)
-    assert st.compare(a, b, lower_better=False)[2].verdict == Verdict.slower
+    assert st.compare(a, b, lower_better=False)[2].verdict == Finding.slower
 
 
 def test_a_real_difference_below_the_minimum_effect_is_said_so():
@@ -143,8 +143,8 @@ def test_a_real_difference_below_the_minimum_effect_is_said_so():
     a, b = _trials(rng, 10, 10.0, 0.002, 0.001), _trials(rng, 10, 10.2, 0.002, 0.001)
     pair = st.compare(a, b)[2]
     assert pair.ratio is not None and pair.ratio.low is not None and pair.ratio.low > 1
-    assert pair.verdict == Verdict.below_min_effect
-    assert st.compare(a, b, rule=Rule(min_effect=0.01))[2].verdict == Verdict.slower
+    assert pair.verdict == Finding.below_min_effect
+    assert st.compare(a, b, rule=Rule(min_effect=0.01))[2].verdict == Finding.slower
 
 
 def test_an_interval_inside_the_minimum_effect_is_equivalent():
@@ -152,26 +152,26 @@ def test_an_interval_inside_the_minimum_effect_is_equivalent():
     a, b = _trials(rng, 8, 10.0, 0.005, 0.001), _trials(rng, 8, 10.0, 0.005, 0.001)
     pair = st.compare(a, b)[2]
     assert pair.ratio is not None and pair.ratio.low is not None and pair.ratio.high is not None
-    assert 0.97 < pair.ratio.low < 1 < pair.ratio.high < 1.03 and pair.verdict == Verdict.equivalent
+    assert 0.97 < pair.ratio.low < 1 < pair.ratio.high < 1.03 and pair.verdict == Finding.equivalent
     # The same data against a minimum effect it cannot rule out: inconclusive, with the trials that would do.
     tight = st.compare(a, b, rule=Rule(min_effect=0.002))[2]
-    assert tight.verdict == Verdict.inconclusive and tight.trials_needed is not None and tight.trials_needed > 8
+    assert tight.verdict == Finding.inconclusive and tight.trials_needed is not None and tight.trials_needed > 8
 
 
 @pytest.mark.parametrize(
     ("ratio", "low", "high", "verdict"),
     [
-        (0.95, 0.93, 0.97, Verdict.faster),
-        (1.05, 1.03, 1.07, Verdict.slower),
-        (0.99, 0.985, 0.995, Verdict.below_min_effect),
-        (0.975, 0.95, 0.995, Verdict.below_min_effect),  # excludes 1; the effect itself is under 3%
-        (1.0, 0.98, 1.02, Verdict.equivalent),
-        (1.0, 0.96, 1.02, Verdict.inconclusive),
-        (0.96, 0.90, 1.01, Verdict.inconclusive),
+        (0.95, 0.93, 0.97, Finding.faster),
+        (1.05, 1.03, 1.07, Finding.slower),
+        (0.99, 0.985, 0.995, Finding.below_min_effect),
+        (0.975, 0.95, 0.995, Finding.below_min_effect),  # excludes 1; the effect itself is under 3%
+        (1.0, 0.98, 1.02, Finding.equivalent),
+        (1.0, 0.96, 1.02, Finding.inconclusive),
+        (0.96, 0.90, 1.01, Finding.inconclusive),
     ],
 )
 def test_the_labels_say_what_the_interval_shows(ratio, low, high, verdict):
-    assert st.verdict_of(ratio, low, high, True, 0.03) == verdict
+    assert st.finding_of(ratio, low, high, True, 0.03) == verdict
 
 
 def test_trials_needed_is_where_a_simulation_decides_at_the_stated_power():
@@ -203,9 +203,9 @@ def test_rows_of_many_sides_and_sizes_in_one_pass_match_one_pair_at_a_time():
         [_trials(rng, 6, 3.0, 0.01, 0.01), [], _trials(rng, 6, 3.3, 0.01, 0.01)],
     ]
     out = st.compare_rows(rows, lower_better=[True, False])
-    assert [p.verdict for p in out[0].pairs][0] == Verdict.faster
+    assert [p.verdict for p in out[0].pairs][0] == Finding.faster
     assert out[1].pairs[0].ratio is None and out[1].sides[1].trials == 0
-    assert out[1].pairs[1].verdict == Verdict.faster  # higher is better there
+    assert out[1].pairs[1].verdict == Finding.faster  # higher is better there
     for r, row in enumerate(rows):
         for c in range(1, len(row)):
             alone = st.compare(row[0], row[c], lower_better=[True, False][r])[2]
@@ -273,7 +273,7 @@ def test_trial_resamples_carry_the_run_to_run_spread():
 
 def test_a_zero_reference_has_no_ratio():
     pair = st.compare([[0.0], [0.0]], [[1.0], [1.1]])[2]
-    assert pair.ratio is None and pair.verdict == Verdict.no_verdict
+    assert pair.ratio is None and pair.verdict == Finding.no_verdict
 
 
 @pytest.mark.parametrize(

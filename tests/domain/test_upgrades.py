@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from app.db import session_scope
-from app.domain import inventory, planning
+from app.domain import campaigns, planning
 from app.domain.demo import load_demo
 from app.domain.errors import Invalid, NotFound
 from app.models import Approach, ApproachStatus, Campaign
@@ -34,7 +34,7 @@ def demo(engine):
 def plan(engine, *target: str, runner_id: int | None = None) -> planning.UpgradePlan:
     with session_scope(engine, write=False) as s:
         found = planning.upgrade_plan(
-            s, inventory.get_campaign(s, SLUG), planning.target_of(s, list(target), runner_id)
+            s, campaigns.get_campaign(s, SLUG), planning.target_of(s, list(target), runner_id)
         )
         s.expunge_all()
         return found

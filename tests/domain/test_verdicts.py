@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory, proposals, scheduling, trials, verdicts
+from app.domain import campaigns, proposals, scheduling, trials, verdicts
 from app.domain.errors import Invalid
 from app.models import ApproachStatus, Runner, Trial, utcnow
 from tests.support.verdicts import (
@@ -141,7 +141,7 @@ def test_confirm_records_status_reason_history_stack_and_binding(engine):
         stored = s.get(Trial, trial.id)
         assert stored is not None and a.verdict_fingerprint == OLD_STACK == stored.fingerprint
         assert a.bound_to == {"components": ["sm", "torch"]}
-        last = inventory.history(s, a)[0]
+        last = campaigns.history(s, a)[0]
         assert (last.from_status, last.to_status, last.trial_id, last.actor) == (
             "untested",
             "dead_end",
@@ -160,7 +160,7 @@ def test_confirm_without_a_status_change_still_keeps_history(engine):
         )
         verdicts.confirm(s, a, trial, "untested", "NCCL hang, not the approach: run it again", [], "alice")
         assert a.status == ApproachStatus.untested and a.pending_trial_id is None and a.bound_to is None
-        last = inventory.history(s, a)[0]
+        last = campaigns.history(s, a)[0]
         assert (last.from_status, last.to_status, last.trial_id) == ("untested", "untested", trial.id)
         assert last.reason == "confirmed: NCCL hang, not the approach: run it again"
 
@@ -194,7 +194,7 @@ def test_a_plain_status_change_by_a_person_clears_pending(engine):
         a = approach(s, "a")
         end_trial(s, a, runner(s, "node-a", OLD_STACK), log="boom", exit_code=1)
         assert a.pending_trial_id is not None
-        inventory.change_status(s, a, "deferred", "needs a patched sglang", "alice")
+        campaigns.change_status(s, a, "deferred", "needs a patched sglang", "alice")
         assert a.pending_trial_id is None
         assert verdicts.pending(s, campaign(s)) == []
 

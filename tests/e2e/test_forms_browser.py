@@ -104,8 +104,8 @@ def test_a_viewer_sees_no_create_or_import_cards(live_server, browser):
     try:
         viewer.wait_for_url(live_server.url + "/")
         with session_scope(engine) as session:  # the demo campaigns, and those the module's other tests made
-            campaigns = len(session.exec(select(Campaign.id)).all())
-        expect(viewer.locator(".campaign-list a")).to_have_count(campaigns)
+            n_campaigns = len(session.exec(select(Campaign.id)).all())
+        expect(viewer.locator(".campaign-list a")).to_have_count(n_campaigns)
         assert viewer.get_by_role("heading", name="New campaign").count() == 0
         assert viewer.get_by_role("heading", name="Import a campaign file").count() == 0
         assert viewer.locator(".card").count() == 0
@@ -152,14 +152,14 @@ def test_add_approach_duplicate_key_keeps_title_and_evidence(page, live_server):
 def test_delete_approach_confirms_once_and_lands_on_the_campaign(page, live_server):
     """It deletes an approach of its own (the other tests here read the demo's)."""
     from app.db import make_engine, session_scope
-    from app.domain import inventory
+    from app.domain import campaigns
     from app.schemas import ApproachCreate
 
     engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
     try:
         with session_scope(engine) as session:
-            kimi = inventory.get_campaign(session, "kimi-k25-eagle3")
-            inventory.add_approach(session, kimi, ApproachCreate(key="to-delete", title="Delete me"), "tests")
+            kimi = campaigns.get_campaign(session, "kimi-k25-eagle3")
+            campaigns.add_approach(session, kimi, ApproachCreate(key="to-delete", title="Delete me"), "tests")
     finally:
         engine.dispose()
     page.goto(live_server.url + KIMI + "/approaches/to-delete")

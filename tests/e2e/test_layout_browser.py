@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
-from app.domain import inventory, users
+from app.domain import campaigns, users
 from app.domain.logins import create_login_token
 from app.domain.sharing import create_share_link, share_token
 from app.models import Role
@@ -68,14 +68,14 @@ def board(tmp_path_factory):
             slug=SLUG,
         )
         with session_scope(engine) as s:
-            campaign = inventory.get_campaign(s, SLUG)
+            campaign = campaigns.get_campaign(s, SLUG)
             campaign.name, campaign.description = LONG, LONG
             s.add(campaign)
             node = runner(s, LONG[:120], FINGERPRINT)  # the longest names each allows
-            waiting = inventory.get_approach(s, campaign, "waiting")
-            dead = inventory.get_approach(s, campaign, "dead")
+            waiting = campaigns.get_approach(s, campaign, "waiting")
+            dead = campaigns.get_approach(s, campaign, "dead")
             first = end_trial(s, dead, node, log=LONG + "\n")
-            inventory.change_status(s, dead, "dead_end", LONG, LONG[:120], trial_id=first.id)
+            campaigns.change_status(s, dead, "dead_end", LONG, LONG[:120], trial_id=first.id)
             trial = end_trial(s, waiting, node, log=LONG + "\n" + LONG + "\n")
             users.create_user(s, LONG[: users.NAME_MAX], Role.operator)
             link = create_share_link(s, campaign, LONG[:120], "admin")
@@ -226,9 +226,9 @@ def test_a_10000_character_reason_folds_and_its_whole_text_is_one_click_away(boa
 
     reason = " ".join(f"word{i}" for i in range(1700))[:10_000]
     with session_scope(board.engine) as s:
-        campaign = inventory.get_campaign(s, SLUG)
-        approach = inventory.add_approach(s, campaign, ApproachCreate(key="long-reason", title="Long"), actor="t")
-        inventory.change_status(s, approach, "dead_end", reason, "t")
+        campaign = campaigns.get_campaign(s, SLUG)
+        approach = campaigns.add_approach(s, campaign, ApproachCreate(key="long-reason", title="Long"), actor="t")
+        campaigns.change_status(s, approach, "dead_end", reason, "t")
     for width in WIDTHS:
         context, page = _page(board, browser, width)
         try:

@@ -29,7 +29,7 @@ from playwright.sync_api import expect
 from sqlmodel import select
 
 from app.db import make_engine, session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.models import Approach
 from tests.support.browser import MARK, NOT_RELOADED, login_context
 from tests.support.paths import ROOT
@@ -268,7 +268,7 @@ def test_a_page_whose_feed_dropped_catches_up_when_it_reconnects(tmp_path, brows
         assert server.proc.returncode is not None
         with session_scope(engine) as session:  # while the server is down
             beta = session.exec(select(Approach).where(Approach.key == "beta")).one()
-            inventory.change_status(session, beta, "deferred", "waiting for new GPUs " + uuid.uuid4().hex[:4], "test")
+            campaigns.change_status(session, beta, "deferred", "waiting for new GPUs " + uuid.uuid4().hex[:4], "test")
         server = start_live_server(
             tmp_path,
             db_url,

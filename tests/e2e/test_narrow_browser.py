@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from sqlalchemy import Engine
 
 from app.db import make_engine, session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.logins import create_login_token
 from app.domain.sharing import create_share_link, share_token
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
@@ -72,7 +72,7 @@ def board(tmp_path_factory):
             build_sweep_campaign(s)
             status = {}
             for slug in (SLUG, KIMI):
-                link = create_share_link(s, inventory.get_campaign(s, slug), "weekly review", "admin")
+                link = create_share_link(s, campaigns.get_campaign(s, slug), "weekly review", "admin")
                 status[slug] = f"/s/{share_token(link, server.env['CAMPAIGN_SECRET_KEY'])}"
         yield Board(server, engine, status)
     finally:

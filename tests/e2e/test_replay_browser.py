@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.models import ApproachStatus
 from tests.support.browser import MARK, NOT_RELOADED, login_context
 from tests.support.servers import start_live_server, stop_live_server
@@ -86,8 +86,8 @@ def test_a_replay_report_renders_and_follows_its_trials_live(tmp_path, browser):
         # The refusal is said next to the form, which the page feed's refresh of the list leaves alone.
         expect(page.locator("#replay-form .field-error")).to_contain_text("nothing to replay on", use_inner_text=True)
         with session_scope(engine, write=False) as s:
-            campaign = inventory.get_campaign(s, "live")
-            assert inventory.get_approach(s, campaign, "waits").pending_trial_id is not None
+            campaign = campaigns.get_campaign(s, "live")
+            assert campaigns.get_approach(s, campaign, "waits").pending_trial_id is not None
     except Exception:
         print(server.log.read_text()[-6000:])  # the server's and its runner's side of a failure
         raise

@@ -182,7 +182,7 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
     from sqlmodel import select
 
     from app.db import session_scope
-    from app.domain import inventory, logs
+    from app.domain import campaigns, logs
     from app.domain.answer.read import read_answer
     from app.models import Campaign, Trial
     from app.schemas import ApproachCreate, RecipeSpec
@@ -195,7 +195,7 @@ def test_the_answer_takes_the_engines_accept_length_per_k(app):
         build_sweep_campaign(session)
         campaign = session.exec(select(Campaign).where(Campaign.slug == SLUG)).one()
         campaign.accept_alphas = None  # entered acceptance takes precedence over a measured one (typed > measured)
-        approach = inventory.add_approach(
+        approach = campaigns.add_approach(
             session,
             campaign,
             ApproachCreate(

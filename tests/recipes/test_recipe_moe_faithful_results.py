@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer.read import read_answer
 from app.domain.campaign_files import campaign_file_text, import_campaign
 from app.models import Metric
@@ -32,7 +32,7 @@ def test_the_faithful_results_bundle_is_past_the_yaml_limit_and_imports_compress
         summary = import_campaign(session, text, actor="test")
         session.flush()
         assert "16 trials" in summary.summary
-        campaign = inventory.get_campaign(session, "moe-faithful-h200x1")
+        campaign = campaigns.get_campaign(session, "moe-faithful-h200x1")
         rows = session.exec(select(Metric).where(Metric.name == M.VERIFY_TIME_MS)).all()
         assert len(rows) == 6 * 64 * 2  # 3 experts' dtypes x 2 contexts x 64 points x 2 runs
         assert {r.tags[C.EXPERTS_DTYPE] for r in rows} == {"int4", "bf16", "fp8"}

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer.read import read_answer
 from app.domain.campaign_files import import_campaign
 from app.models import Metric, Trial
@@ -24,7 +24,7 @@ def test_the_moe_results_campaign_imports_with_its_conditions_and_answers(app):
         summary = import_campaign(session, RESULTS.read_text(), actor="test")
         session.flush()
         assert "12 trials" in summary.summary
-        campaign = inventory.get_campaign(session, "moe-sweep-h200x1")
+        campaign = campaigns.get_campaign(session, "moe-sweep-h200x1")
         trials = session.exec(select(Trial).where(Trial.campaign_id == campaign.id)).all()
         assert len(trials) == 12 and all(t.state == "succeeded" for t in trials)
         rows = session.exec(select(Metric).where(Metric.name == M.VERIFY_TIME_MS)).all()

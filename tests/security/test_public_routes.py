@@ -13,7 +13,7 @@ from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from app.db import session_scope
-from app.domain import demo, inventory, runners, sharing
+from app.domain import campaigns, demo, runners, sharing
 from app.middleware import PUBLIC_ROUTES, is_public
 from app.models import Artifact, Invite, NotificationTarget, Replay, Trial, TrialState, utcnow
 from app.state import app_state
@@ -30,8 +30,8 @@ def _seed(app) -> dict[str, str]:
     a runner, a share link, an invite, a notification target, a replay, a user with a session."""
     with session_scope(app_state(app).engine) as session:
         demo.load_demo(session)
-        campaign = inventory.get_campaign(session, "kimi-k25-eagle3")
-        approach = inventory.approaches(session, campaign)[0]
+        campaign = campaigns.get_campaign(session, "kimi-k25-eagle3")
+        approach = campaigns.approaches(session, campaign)[0]
         runner, _token = runners.create_runner(session, "node-public-routes")
         assert campaign.id and approach.id and runner.id
         trial = Trial(campaign_id=campaign.id, approach_id=approach.id, state=TrialState.succeeded, runner_id=runner.id)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session
 
-from app.domain import inventory
+from app.domain import campaigns
 from app.models import Campaign, Metric, StatusChange, Trial
 from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 
@@ -93,7 +93,7 @@ class Builder:
         return self.clock
 
     def approach(self, key: str, title: str, recipe: dict | None = None, **extra):
-        approach = inventory.add_approach(
+        approach = campaigns.add_approach(
             self.session,
             self._campaign(),
             ApproachCreate(
@@ -111,7 +111,7 @@ class Builder:
         return approach
 
     def _stamp_last_change(self, approach) -> None:
-        change = inventory.history(self.session, approach)[0]
+        change = campaigns.history(self.session, approach)[0]
         change.at = self.tick(0.5)
         self.session.add(change)
         self.session.flush()
@@ -150,7 +150,7 @@ class Builder:
     def verdict(
         self, approach, status: str, reason: str, trial: Trial | None = None, *, fingerprint=None, bound=None
     ) -> StatusChange:
-        change = inventory.change_status(
+        change = campaigns.change_status(
             self.session, approach, status, reason, "fixture", trial_id=trial.id if trial else None
         )
         change.at = self.tick(0.2)
@@ -190,7 +190,7 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
     """The fixture campaign: H200 allreduce curves, a PCIe in-situ figure, a speculative SGLang trial,
     throughput trials, dead ends with reasons and stacks, and an untested approach next in line."""
     b = Builder(session)
-    campaign = b.campaign = inventory.create_campaign(
+    campaign = b.campaign = campaigns.create_campaign(
         session,
         CampaignCreate(
             slug=slug,
@@ -299,7 +299,7 @@ def build_fixture_campaign(session: Session, *, slug: str = SLUG, with_inputs: b
         fingerprint=SEED_FP,
         bound=["flashinfer", "sm"],
     )
-    mscclpp = inventory.get_approach(session, campaign, "mscclpp")
+    mscclpp = campaigns.get_approach(session, campaign, "mscclpp")
     b.verdict(mscclpp, "deferred", "not installed; needs a build")
     session.add(campaign)
     session.flush()

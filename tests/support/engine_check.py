@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from app.domain import inventory
+from app.domain import campaigns
 from app.models import Campaign, Metric, Trial
 from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
 
@@ -66,14 +66,14 @@ class EngineCheckBuilder:
     def __init__(self, session: Session, slug: str = SLUG) -> None:
         self.session = session
         self.clock = T0
-        self.campaign: Campaign = inventory.create_campaign(
+        self.campaign: Campaign = campaigns.create_campaign(
             session, CampaignCreate(slug=slug, name="FIXTURE: the answer against vLLM on a CPU")
         )
         spec = RecipeSpec.model_validate({"kind": "verify_step", "params": {"batches": [4], "draft_tokens": [0, 1, 3]}})
-        self.engine_approach = inventory.add_approach(
+        self.engine_approach = campaigns.add_approach(
             session, self.campaign, ApproachCreate(key="vllm-ngram", title="vLLM, n-gram drafts", recipe=spec), "t"
         )
-        self.standin_approach = inventory.add_approach(
+        self.standin_approach = campaigns.add_approach(
             session, self.campaign, ApproachCreate(key="llama-standin", title="Llama stand-in", recipe=spec), "t"
         )
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from sqlmodel import Session
 
-from app.domain import inventory
+from app.domain import campaigns
 from app.domain.answer.grid import ApproachInputs, SpeculationInputs
 from app.domain.answer.values import Value as Measured
 from app.models import Metric, Trial
@@ -154,7 +154,7 @@ def build_sweep_campaign(
     lengths from per-position acceptance rates (entered) and one measured by an SGLang trial at k = 3."""
     b = SweepBuilder(session, r=r)
     b.allreduces = approaches or ALLREDUCES
-    b.campaign = inventory.create_campaign(
+    b.campaign = campaigns.create_campaign(
         session,
         CampaignCreate(
             slug=slug,
@@ -166,7 +166,7 @@ def build_sweep_campaign(
         ),
     )
     for key, (title, *_rest) in b.allreduces.items():
-        approach = inventory.add_approach(
+        approach = campaigns.add_approach(
             session,
             b.campaign,
             ApproachCreate(

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from app.domain import inventory, scheduling, statistics, trials, verdicts
+from app.domain import campaigns, scheduling, statistics, trials, verdicts
 from app.domain import runners as runner_domain
 from app.models import Approach, Campaign, Metric, Runner, Trial
 from app.protocol.messages import Finished
@@ -35,11 +35,11 @@ def seed(engine, *approaches: dict[str, Any], slug: str = "c") -> None:
 
 
 def campaign(s: Session, slug: str = "c") -> Campaign:
-    return inventory.get_campaign(s, slug)
+    return campaigns.get_campaign(s, slug)
 
 
 def approach(s: Session, key: str, slug: str = "c") -> Approach:
-    return inventory.get_approach(s, campaign(s, slug), key)
+    return campaigns.get_approach(s, campaign(s, slug), key)
 
 
 def runner(s: Session, name: str, fingerprint: dict[str, Any], connected: bool = True) -> Runner:
@@ -120,17 +120,17 @@ def dead_end_on_old_stack(s: Session, key: str, components: Sequence[str] = ("to
     return a
 
 
-def doing(s: Session, key: str, slug: str = "c") -> inventory.Doing | None:
+def doing(s: Session, key: str, slug: str = "c") -> campaigns.Doing | None:
     """What the approach's trial is doing (queued, running), or None: shown beside its decided status."""
     a = approach(s, key, slug)
     assert a.id is not None
-    return inventory.activities(s, [a]).get(a.id)
+    return campaigns.activities(s, [a]).get(a.id)
 
 
 def read_every_proposal(s: Session, slug: str = "c") -> None:
     """A person has read every waiting proposal of the campaign (kept untested): Run this, Repeat and
     Settle refuse an approach whose proposal still waits (scheduling.can_run)."""
-    for a in inventory.approaches(s, campaign(s, slug)):
+    for a in campaigns.approaches(s, campaign(s, slug)):
         if a.pending_trial_id is not None:
             trial = s.get(Trial, a.pending_trial_id)
             assert trial is not None

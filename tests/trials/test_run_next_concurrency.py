@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import col, select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.models import Approach, Attempt, Trial
 from tests.support.servers import ThreadServer
 from tests.support.trials import ProtocolRunner, command_recipe, make_settings, new_runner_token, seed_campaign
@@ -55,7 +55,7 @@ def test_concurrent_run_next_dispatch_one_trial_and_queue_the_next(tmp_path, db_
             assert len(session.exec(select(Attempt)).all()) == 1  # a queued trial has no attempt yet
             rows = list(session.exec(select(Approach).order_by(col(Approach.position))))
             assert {a.status for a in rows} == {"untested"}  # a trial is the activity, never the status
-            assert len(inventory.activities(session, rows)) == 1 + len(queued)
+            assert len(campaigns.activities(session, rows)) == 1 + len(queued)
         assert runner.expect("dispatch").trial_id == started[0]["trial_id"]
         runner.close()
     finally:

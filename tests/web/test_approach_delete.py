@@ -12,7 +12,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import session_scope
-from app.domain import inventory
+from app.domain import campaigns
 from app.models import Approach, ApproachStatus, Artifact, LogChunk, Metric, Trial, TrialState
 from app.state import app_state
 
@@ -29,8 +29,8 @@ def measured(app, operator_client):
         r = client.post("/api/campaigns/c/approaches", json={"key": key, "title": key.title()})
         assert r.status_code == 201, r.text
     with session_scope(app_state(app).engine) as s:
-        campaign = inventory.get_campaign(s, "c")
-        approach = inventory.get_approach(s, campaign, "kept")
+        campaign = campaigns.get_campaign(s, "c")
+        approach = campaigns.get_approach(s, campaign, "kept")
         approach.status = ApproachStatus.adopted
         trial = Trial(campaign_id=campaign.id, approach_id=approach.id, state=TrialState.succeeded, log_bytes=6)  # type: ignore[arg-type]
         s.add(trial)

@@ -35,11 +35,11 @@ CHARTS_PAGE_BUDGET = 1_800_000
 def pages(app, operator_client):
     """A path of every page kind that carries assets."""
     from app.db import session_scope
-    from app.domain import inventory
+    from app.domain import campaigns
 
     with session_scope(app_state(app).engine) as session:
         campaign = build_fixture_campaign(session)
-        approach = inventory.approaches(session, campaign)[0]
+        approach = campaigns.approaches(session, campaign)[0]
         slug, key = campaign.slug, approach.key
     link = operator_client.post(f"/api/campaigns/{slug}/share-links", json={"name": "assets"})
     assert link.status_code in (200, 201), link.text

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from app.db import session_scope
-from app.domain import campaign_files, inventory
+from app.domain import campaign_files, campaigns
 from app.domain.campaign_files import export_campaign
 from app.state import app_state
 
@@ -118,7 +118,7 @@ def test_both_export_routes_stream_the_campaign_file(pages, app, monkeypatch):
     r = pages.post("/api/campaigns/c/approaches/d/status", json={"status": "deferred", "reason": "needs\na build"})
     assert r.status_code == 200
     with session_scope(app_state(app).engine, write=False) as s:
-        expected = export_campaign(s, inventory.get_campaign(s, "c"))
+        expected = export_campaign(s, campaigns.get_campaign(s, "c"))
     assert "- key: e" in expected and "reason: |-" in expected
     for path in ("/campaigns/c/export.yaml", "/api/campaigns/c/export"):
         r = pages.get(path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from app.domain.wording import plural
+from app.domain.units import plural
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.both_databases  # import/export round trip of a results campaign

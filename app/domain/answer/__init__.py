@@ -56,8 +56,8 @@ from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import Answer, read_answer
 from app.domain.answer.report import (
     NO_ALLREDUCES,
+    ApproachBreakEven,
     ApproachPoint,
-    ApproachVerdict,
     CpuFloor,
     ProfitabilityReport,
     answers_for,
@@ -100,7 +100,7 @@ __all__ = [
     "reported_latencies",
     "ApproachPoint",
     "CpuFloor",
-    "ApproachVerdict",
+    "ApproachBreakEven",
     "answers_for",
     "ProfitabilityReport",
     "NO_ALLREDUCES",

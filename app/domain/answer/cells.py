@@ -37,7 +37,7 @@ from app.domain.statistics import (
     percentile_intervals,
     trial_resamples_many,
 )
-from app.domain.wording import size_label
+from app.domain.units import size_label
 
 # ---- interpolation ------------------------------------------------------------------------------
 

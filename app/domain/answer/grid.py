@@ -38,10 +38,10 @@ import numpy as np
 from app.domain.answer import model as formula
 from app.domain.answer.values import Conditions, Missing, Value, measured
 from app.domain.statistics import (
-    VERDICT_WORDS,
+    FINDING_WORDS,
+    Finding,
     Rule,
-    Verdict,
-    verdict_of,
+    finding_of,
 )
 
 # Bootstrap resamples of the grid: fewer than the comparisons' Rule.n_resamples (1,000) because one answer
@@ -179,8 +179,8 @@ class Cell(NamedTuple):
         return {"yes": True, "no": False}.get(self.pays or "")
 
     @property
-    def verdict(self) -> Verdict | None:
-        """The speedup against 1 as the comparisons label a ratio (statistics.verdict_of, higher is better, at
+    def verdict(self) -> Finding | None:
+        """The speedup against 1 as the comparisons label a ratio (statistics.finding_of, higher is better, at
         the campaign's minimum effect): faster (pays by at least the minimum effect), below_min_effect, equivalent,
         slower, inconclusive; None without a speedup."""
         s = self.speedup
@@ -188,7 +188,7 @@ class Cell(NamedTuple):
             return None
         low = s.low if s.low is not None else s.value
         high = s.high if s.high is not None else s.value
-        return verdict_of(s.value, low, high, False, self.min_effect)
+        return finding_of(s.value, low, high, False, self.min_effect)
 
     @property
     def pays(self) -> str | None:
@@ -199,11 +199,11 @@ class Cell(NamedTuple):
         verdict = self.verdict
         if verdict is None:
             return None
-        if verdict == Verdict.faster:
+        if verdict == Finding.faster:
             return "yes"
-        if verdict == Verdict.slower:
+        if verdict == Finding.slower:
             return "no"
-        if verdict == Verdict.below_min_effect and not self.speedup.within_run_only:  # type: ignore[union-attr]
+        if verdict == Finding.below_min_effect and not self.speedup.within_run_only:  # type: ignore[union-attr]
             return "yes" if self.speedup.value > 1 else "no"  # type: ignore[union-attr]
         return "unclear"
 
@@ -253,14 +253,14 @@ class InputFigure(NamedTuple):
 
 
 @dataclass(frozen=True)
-class TierVerdict:
+class TierFinding:
     """One approach against its tier's leader, as the comparisons label a pair (app/domain/statistics.py): the
     ratio of their headline figures (this one's over the leader's) with its interval at the campaign's
     confidence, from the same bootstrap replicates as the cells, and the verdict at the campaign's minimum
     effect. In the leader's tier only when not shown faster or slower."""
 
     leader: str
-    verdict: Verdict
+    verdict: Finding
     ratio: float
     low: float | None
     high: float | None
@@ -268,7 +268,7 @@ class TierVerdict:
     @property
     def words(self) -> str:
         """ "equivalent", "not shown to differ" (inconclusive), "different, below the minimum effect"."""
-        return "not shown to differ" if self.verdict == Verdict.inconclusive else VERDICT_WORDS[self.verdict]
+        return "not shown to differ" if self.verdict == Finding.inconclusive else FINDING_WORDS[self.verdict]
 
 
 @dataclass(frozen=True)
@@ -288,9 +288,9 @@ class SpeculationAnswer:
     conditions: Conditions | None = None
     flags: tuple[str, ...] = ()
     min_effect: float = Rule.min_effect
-    # Each tier member's label against its tier's leader (statistics.verdict_of: "equivalent", "inconclusive",
+    # Each tier member's label against its tier's leader (statistics.finding_of: "equivalent", "inconclusive",
     # "below_min_effect"), with the ratio of their headline figures and its interval; leaders are not listed.
-    tier_verdicts: dict[str, TierVerdict] = field(default_factory=dict)  # not shown to differ by the minimum effect
+    tier_verdicts: dict[str, TierFinding] = field(default_factory=dict)  # not shown to differ by the minimum effect
     runs: int = 0  # the runs its inputs were paired over (paired_runs: each speedup per run, then over them); 0: none
 
     @property

@@ -20,7 +20,7 @@ from typing import Any
 
 from app.domain.answer.inputs import ModelInputs, _first_by_preference, _gpu
 from app.domain.answer.metrics import CampaignMetrics, MetricRow
-from app.domain.wording import size_label
+from app.domain.units import size_label
 from app.models import Campaign
 from app.protocol.metrics import MetricName
 

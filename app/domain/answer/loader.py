@@ -40,7 +40,7 @@ from app.domain.answer.metrics import is_cpu_floor, is_world_figure
 from app.domain.answer.model import BYTES_PER_ELEMENT
 from app.domain.answer.values import Conditions, Missing, Value, exact, of_trials
 from app.domain.statistics import Rule, trial_estimates_many
-from app.domain.wording import size_label
+from app.domain.units import size_label
 from app.models import Approach, ApproachStatus, Campaign, Metric, Trial
 from app.protocol.metrics import ConditionTag, MetricName
 

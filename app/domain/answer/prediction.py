@@ -450,7 +450,7 @@ def _drafters(
     return out
 
 
-def _verdict(predicted: Figure, measured: Figure) -> tuple[bool, float]:
+def _holds(predicted: Figure, measured: Figure) -> tuple[bool, float]:
     return predicted.interval.overlaps(measured.interval), predicted.interval.value / measured.interval.value - 1.0
 
 
@@ -589,7 +589,7 @@ def _cell(
         trial_ids = (*ids, *(i for v in inputs for i in v.trial_ids))
         unstable = speedup.unstable or any(v.unstable for v in inputs)
         fig = _figure(point, draws, confidence, trial_ids, source, unstable)
-        held, off_by = _verdict(fig, measured)
+        held, off_by = _holds(fig, measured)
         predictions.append(Prediction(name, fig, held, off_by, note=note))
 
     if engine_missing:

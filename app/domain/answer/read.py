@@ -39,10 +39,10 @@ from app.domain.answer.query import AnswerQuery
 from app.domain.answer.report import ProfitabilityReport, profitability_report, with_allreduce_latency
 from app.domain.answer.speculation import answer_json, speculation_answer
 from app.domain.answer.values import Conditions, Value
+from app.domain.campaigns import approaches
 from app.domain.errors import Invalid
-from app.domain.inventory import approaches
 from app.domain.statistics import Rule
-from app.domain.wording import size_label
+from app.domain.units import size_label
 from app.models import Approach, Artifact, Campaign, Metric
 from app.protocol.metrics import ConditionTag
 

@@ -39,8 +39,8 @@ from app.domain.answer.metrics import CampaignMetrics, load_campaign_metrics
 from app.domain.answer.model import BYTES_PER_ELEMENT, BreakEvenCurve, CycleCosts
 from app.domain.answer.series import stack_summary
 from app.domain.answer.values import Conditions
-from app.domain.inventory import approaches
-from app.domain.wording import size_label
+from app.domain.campaigns import approaches
+from app.domain.units import size_label
 from app.models import Approach, ApproachStatus, Campaign, Trial
 from app.protocol.metrics import MetricName
 
@@ -106,7 +106,7 @@ class CpuFloor:
 
 
 @dataclass(frozen=True)
-class ApproachVerdict:
+class ApproachBreakEven:
     """Does speculation pay with one allreduce (a measured approach or a figure reported elsewhere)?
 
     Decided whenever the inputs allow it: with every cost known, tau against the full tau*; while the draft
@@ -188,7 +188,7 @@ def _verdict(
     tau_star: float | None = None,
     cell: Cell | None = None,
     grid_note: str = "",
-) -> ApproachVerdict | None:
+) -> ApproachBreakEven | None:
     """One approach or reported figure answered (answers_for): by its grid cell where it has one with a tau*, else
     by the curve at its t_ar; None without either."""
     on_grid = cell is not None and cell.tau_star is not None
@@ -200,7 +200,7 @@ def _verdict(
     else:
         return None
     exact = on_grid or (curve is not None and not curve.lower_bound)
-    return ApproachVerdict(
+    return ApproachBreakEven(
         label=label,
         approach_key=key,
         status=status,
@@ -229,7 +229,7 @@ def answers_for(
     references: Iterable[ReferencePoint],
     accept: Input,
     statuses: dict[str, str],
-) -> tuple[ApproachVerdict, ...]:
+) -> tuple[ApproachBreakEven, ...]:
     """Every measured approach and reported figure answered against the break-even curve, lowest tau* first.
     A measured approach on the grid is answered by its batch-1 cell; one off the grid says why and is not decided;
     a reported figure is answered by the formula (model.py) with the campaign's (the grid's batch-1) inputs and
@@ -281,7 +281,7 @@ class ProfitabilityReport:
     cpu_floor: tuple[CpuFloor, ...]
     unmeasured: tuple[str, ...]  # titles of allreduce candidates (measures_allreduce) without a t_ar at the verify size
     speculative: bool  # does the campaign ask the speculation question (see asks_speculation)
-    answers: tuple[ApproachVerdict, ...] = ()  # every approach and reported figure, lowest tau* first
+    answers: tuple[ApproachBreakEven, ...] = ()  # every approach and reported figure, lowest tau* first
     # Approaches whose t_ar was measured on another stack than the plain decode step: (title, the difference).
     # Never combined with it (issue 33 item 2): their point would pair two machines' figures.
     other_stack: tuple[tuple[str, str], ...] = ()
@@ -301,7 +301,7 @@ class ProfitabilityReport:
         return tuple(p for p in self.points if p.latency.t_ar_us > 0)
 
     @property
-    def headline(self) -> ApproachVerdict | None:
+    def headline(self) -> ApproachBreakEven | None:
         """The answer to "does speculation pay now?": a measured usable approach that pays, else today's state
         (the baseline's reported figure), else the best usable measured approach, else the lowest tau*."""
         measured = {a.approach_key: a for a in self.answers if a.measured}
@@ -314,18 +314,18 @@ class ProfitabilityReport:
             return measured.get(self.best.key)
         return next((a for a in self.answers if a.usable), next(iter(self.answers), None))
 
-    def answer_of(self, item: ApproachPoint | ReferencePoint) -> ApproachVerdict | None:
+    def answer_of(self, item: ApproachPoint | ReferencePoint) -> ApproachBreakEven | None:
         """The answer for one row of the points or the reported table."""
         if isinstance(item, ApproachPoint):
             return self._answers_by_key[0].get(item.key)
         return self._answers_by_key[1].get(item.label)
 
     @functools.cached_property
-    def _answers_by_key(self) -> tuple[dict[str, ApproachVerdict], dict[str, ApproachVerdict]]:
+    def _answers_by_key(self) -> tuple[dict[str, ApproachBreakEven], dict[str, ApproachBreakEven]]:
         """(measured answers by approach key, reported ones by label), the first of each: a page asks once
         per row (500 rows: one scan each was quadratic)."""
-        measured: dict[str, ApproachVerdict] = {}
-        reported: dict[str, ApproachVerdict] = {}
+        measured: dict[str, ApproachBreakEven] = {}
+        reported: dict[str, ApproachBreakEven] = {}
         for a in self.answers:
             if a.measured:
                 measured.setdefault(a.approach_key or "", a)
@@ -334,7 +334,7 @@ class ProfitabilityReport:
         return measured, reported
 
     @property
-    def others(self) -> tuple[ApproachVerdict, ...]:
+    def others(self) -> tuple[ApproachBreakEven, ...]:
         """The answers other than the headline, lowest tau* first: where each approach would move it."""
         head = self.headline
         return tuple(a for a in self.answers if a is not head)

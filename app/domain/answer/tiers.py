@@ -1,5 +1,5 @@
 """The grid's tiers and B*: which approach is chosen, which are indistinguishable from it, and each
-approach's break-even batch against the others (grid.py: TierVerdict). Pure.
+approach's break-even batch against the others (grid.py: TierFinding). Pure.
 """
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import operator
 
 import numpy as np
 
-from app.domain.answer.grid import ApproachAnswer, Cell, TierVerdict
+from app.domain.answer.grid import ApproachAnswer, Cell, TierFinding
 from app.domain.statistics import (
-    Verdict,
+    Finding,
+    finding_of,
     percentile_intervals,
-    verdict_of,
 )
 
 _BATCH_K = operator.attrgetter("batch", "draft_tokens")
@@ -41,9 +41,9 @@ def _tiers(
     replicates: tuple[np.ndarray, np.ndarray] | None,
     confidence: float,
     min_effect: float,
-) -> tuple[tuple[tuple[str, ...], ...], dict[str, TierVerdict]]:
+) -> tuple[tuple[tuple[str, ...], ...], dict[str, TierFinding]]:
     """Best first: the highest break-even batch, then the headline figure. An approach with the same break-even
-    batch as its tier leader shares the tier, unranked, unless the comparisons' rule (statistics.verdict_of, at
+    batch as its tier leader shares the tier, unranked, unless the comparisons' rule (statistics.finding_of, at
     the campaign's confidence and minimum effect) shows it slower: the ratio of the two headline figures, with
     its percentile interval over the same bootstrap replicates as the cells (inputs both read, such as tau and
     the draft step, move together), labelled equivalent, below the minimum effect or inconclusive."""
@@ -58,14 +58,14 @@ def _tiers(
     ranked.sort(key=order)
     rows = replicates[1 if higher_better else 0] if replicates is not None else None
     tiers: list[list[ApproachAnswer]] = []
-    verdicts: dict[str, TierVerdict] = {}
+    verdicts: dict[str, TierFinding] = {}
     for a in ranked:
         leader = tiers[-1][0] if tiers else None
         if leader is None or leader.break_even_batch != a.break_even_batch:
             tiers.append([a])
             continue
         found = _against(a, leader, cell_index, rows, confidence, min_effect, lower_better=not higher_better)
-        if found is None or found.verdict in (Verdict.faster, Verdict.slower):
+        if found is None or found.verdict in (Finding.faster, Finding.slower):
             tiers.append([a])
         else:
             tiers[-1].append(a)
@@ -82,7 +82,7 @@ def _against(
     min_effect: float,
     *,
     lower_better: bool,
-) -> TierVerdict | None:
+) -> TierFinding | None:
     """`a`'s headline over the leader's, with its interval and the comparisons' verdict (None: no ratio)."""
     mine, theirs = _headline_cell(a), _headline_cell(leader)
     if mine is None or theirs is None or not leader.headline or not leader.headline.value:
@@ -98,6 +98,6 @@ def _against(
             low, high = min(float(lo[0]), ratio), max(float(hi[0]), ratio)
     if ratio <= 0 or low <= 0:
         return None
-    verdict = verdict_of(ratio, low, high, lower_better, min_effect)
+    verdict = finding_of(ratio, low, high, lower_better, min_effect)
     exact = rows is None  # every input exact: the ratio has no interval
-    return TierVerdict(leader.key, verdict, ratio, None if exact else low, None if exact else high)
+    return TierFinding(leader.key, verdict, ratio, None if exact else low, None if exact else high)

@@ -9,7 +9,7 @@ import pytest
 import app.domain.answer.cells as cells
 import app.domain.answer.latency as latency
 import app.domain.planning as planning
-from app.domain.wording import plural, size_label
+from app.domain.units import plural, size_label
 from app.templating import make_templates, whole_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
