@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from otava.analysis import compute_change_points  # type: ignore[import-untyped]
 from sqlalchemy import delete, func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
@@ -44,6 +43,15 @@ from app.models import (
     utcnow,
 )
 from app.protocol.metrics import MetricName
+
+
+def compute_change_points(series: Any, **options: Any) -> Any:
+    """Otava's `compute_change_points`, imported at first use: Otava imports scipy.stats, half a second that every
+    process importing the app (a server, its page worker, a CLI command) would otherwise pay at start."""
+    from otava.analysis import compute_change_points as otava_change_points  # type: ignore[import-untyped]
+
+    return otava_change_points(series, **options)
+
 
 MAX_PVALUE = 1e-3  # Otava's significance for a split (its own default); the false-alarm budget below
 WINDOW = 100  # Otava's sliding window (its default is 50; a wider one finds more of the 5% shifts)

@@ -49,13 +49,31 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
-from scipy import stats as sps
-from scipy.special import ndtr
 
 from app.protocol.metrics import MetricName
+
+
+class _Scipy:
+    """scipy.stats, imported at first use: half a second of import that every process importing the app (a server,
+    its page worker, each CLI command) would otherwise pay before it needs an interval."""
+
+    def __getattr__(self, name: str) -> Any:
+        from scipy import stats
+
+        return getattr(stats, name)
+
+
+sps = _Scipy()
+
+
+def ndtr(x: Any) -> Any:
+    """The standard normal CDF (scipy.special.ndtr), imported at first use."""
+    from scipy.special import ndtr as _ndtr
+
+    return _ndtr(x)
 
 
 @dataclass(frozen=True, slots=True)
