@@ -20,6 +20,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "`campaign --help` start without loading the web app, the database layer or plotly"
         for group in ("answer", "board", "campaigns", "common", "notify", "replay", "runners", "trials", "users")
     },
+    ("app/domain/statistics.py", "scipy"): "scipy.stats at first use: half a second of import every server, page "
+    "worker and CLI process would otherwise pay before it needs an interval (docs/performance.md)",
+    ("app/domain/statistics.py", "scipy.special"): "as scipy.stats: ndtr at first use",
+    ("app/domain/changes.py", "otava.analysis"): "Otava imports scipy.stats: at first use, as statistics.py's scipy",
     ("runners/recipes/engine_acceptance.py", "prometheus_client.parser"): "the recipe runs with the node's "
     "engine python, which may lack prometheus_client: a missing one is a clear refusal (exit 2), not an ImportError",
 }

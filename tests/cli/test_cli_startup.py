@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -95,3 +96,15 @@ def test_readme_attaches_a_node_with_the_runner_in_its_own_venv():
     assert "python3 -m venv" in section and "--python" in section
     assert "[runner]" not in section.split("```sh", 1)[1].split("```", 1)[0]  # the first recipe installs no torch
     assert Path(ROOT / "Makefile").read_text().count("torch==") == 1
+
+
+def test_importing_the_app_leaves_scipy_stats_and_otava_for_first_use():
+    # Every server, page worker and CLI process imports app.main; scipy.stats (through statistics.py and Otava)
+    # is half a second of that, paid only once an interval or a change-point scan is needed.
+    code = "import sys, app.main; print(sorted(m for m in sys.modules if m.startswith(('scipy.stats', 'otava'))))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    # ... and the first use imports them: an interval still comes out.
+    from app.domain import statistics
+
+    assert 2.7 < statistics._difference_quantile(100, 0.95) < 2.9  # z(0.975) * sqrt(2 * 100 / 98)
