@@ -13,7 +13,7 @@ from app.domain import campaigns
 from app.domain.answer import AnswerQuery
 from app.domain.answer.configs import config_json, deploy_target, engine_config, parse_serve_range
 from app.domain.answer.configs.schedule import SERVE_PATTERN
-from app.domain.answer.prediction import check_document, engine_check
+from app.domain.answer.prediction import check_document
 from app.domain.answer.read import Answer, answer_document, pick_conditions, read_answer
 
 router = APIRouter(prefix="/api", tags=["answer"], dependencies=[Depends(require_operator)])
@@ -354,4 +354,6 @@ def answer_config(
 def answer_engine_check(slug: str, session: SessionDep) -> dict[str, Any]:
     """The answer checked against a real engine: every (batch, draft tokens) cell a vllm_server trial measured,
     its measured speedup beside the answer's predictions, each held or missed by x% (docs/profitability.md)."""
-    return check_document(engine_check(session, campaigns.get_campaign(session, slug)))
+    found = read_answer(session, campaigns.get_campaign(session, slug), AnswerQuery())
+    assert found.engine_check is not None  # read_answer always checks
+    return check_document(found.engine_check)

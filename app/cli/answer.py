@@ -137,14 +137,17 @@ def answer_check_cmd(
     import json
 
     from app.domain import campaigns
-    from app.domain.answer.prediction import check_document, check_lines, engine_check
+    from app.domain.answer import AnswerQuery
+    from app.domain.answer.prediction import check_document, check_lines
+    from app.domain.answer.read import read_answer
     from app.domain.errors import DomainError
 
     with session_scope(migrated_engine(get_settings()), write=False, snapshot=True) as session:
         try:
-            check = engine_check(session, campaigns.get_campaign(session, slug))
+            check = read_answer(session, campaigns.get_campaign(session, slug), AnswerQuery()).engine_check
         except DomainError as exc:
             fail(exc.message)
+    assert check is not None  # read_answer always checks
     if as_json:
         print(json.dumps(check_document(check), indent=2))
         return
