@@ -60,6 +60,21 @@ def _reference_size(ref: ReferencePoint, verify_bytes: int) -> str:
     return f" at {size(ref.bytes)}" if ref.bytes and ref.bytes != verify_bytes else ""
 
 
+def _reference_look(group_name: str | None, refs: list[ReferencePoint], verify_bytes: int) -> dict[str, Any]:
+    """A trace of reported figures' name (its one figure's, where the group has none) and marker: open
+    diamonds, the baseline's in the break-even color."""
+    first = refs[0]
+    return {
+        "name": group_name or f"{first.label} ({first.latency.method}{_reference_size(first, verify_bytes)})",
+        "marker": {
+            "size": 13,
+            "symbol": "diamond-open",
+            "line": {"width": 2},
+            "color": BREAK_EVEN_COLOR if first.baseline else REPORTED_COLOR,
+        },
+    }
+
+
 def _point_size(method: str) -> str:
     """What a measured point's label says when its t_ar is not at the verify size itself."""
     return " (nearest measured size)" if method == "nearest" else ""
@@ -194,14 +209,7 @@ def _reference_markers(report: ProfitabilityReport) -> list[dict[str, Any]]:
                 x=[r.latency.t_ar_us for r in refs],
                 y=[r.tau_star for r in refs],
                 mode="markers",
-                name=group_name
-                or f"{refs[0].label} ({refs[0].latency.method}{_reference_size(refs[0], verify_bytes)})",
-                marker={
-                    "size": 13,
-                    "symbol": "diamond-open",
-                    "line": {"width": 2},
-                    "color": BREAK_EVEN_COLOR if refs[0].baseline else REPORTED_COLOR,
-                },
+                **_reference_look(group_name, refs, verify_bytes),
                 customdata=[[r.label, r.latency.method, short(r.latency.note, 160)] for r in refs],
                 hovertemplate=(
                     "<b>%{customdata[0]}</b> (%{customdata[1]})<br>t_ar %{x:.1f} us: %{customdata[2]}"
@@ -416,14 +424,7 @@ def _reported_savings(
                 x=[costs.comm_ms(r.latency.t_ar_us) for r in shown],
                 y=[costs.savings_ms for _ in shown],
                 mode="markers",
-                name=group_name
-                or f"{shown[0].label} ({shown[0].latency.method}{_reference_size(shown[0], verify_bytes)})",
-                marker={
-                    "size": 13,
-                    "symbol": "diamond-open",
-                    "line": {"width": 2},
-                    "color": BREAK_EVEN_COLOR if shown[0].baseline else REPORTED_COLOR,
-                },
+                **_reference_look(group_name, shown, verify_bytes),
                 customdata=[
                     [
                         r.label,
