@@ -120,6 +120,12 @@ def get_approach(session: Session, campaign: Campaign, key: str) -> Approach:
     return or_not_found(session.exec(query).first(), f"No approach {key!r} in campaign {campaign.slug!r}.")
 
 
+def campaign_approach(session: Session, slug: str, key: str) -> tuple[Campaign, Approach]:
+    """The campaign named by its slug and its approach by key: what an approach's URL names."""
+    campaign = get_campaign(session, slug)
+    return campaign, get_approach(session, campaign, key)
+
+
 @dataclass(frozen=True)
 class Doing:
     """What an approach's active trial is doing: queued (waiting for or handed to a runner) or running."""
