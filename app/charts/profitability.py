@@ -282,14 +282,11 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
     if points:
         names = [p.title + _point_size(p.latency.method) for p in points]
         traces.append(
-            bar(
-                y=names,
-                x=[p.latency.t_ar_us for p in points],
-                orientation="h",
-                name="measured here (GPU)",
-                marker={"color": [status_color(p.status) for p in points]},
-                text=[us(p.latency.t_ar_us) for p in points],
-                textposition="auto",
+            _latency_bars(
+                names,
+                [p.latency.t_ar_us for p in points],
+                "measured here (GPU)",
+                {"color": [status_color(p.status) for p in points]},
                 customdata=[[p.latency.method, short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
                 hovertemplate="<b>%{y}</b><br>%{x:,.2f} us (%{customdata[0]})<br>%{customdata[1]}"
                 "<br>trial %{customdata[2]}<extra></extra>",
@@ -300,14 +297,11 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
     if refs:
         names = [f"{r.label} (reported{_reference_size(r, verify_bytes)})" for r in refs]
         traces.append(
-            bar(
-                y=names,
-                x=[r.latency.t_ar_us for r in refs],
-                orientation="h",
-                name="reported elsewhere (not this node)",
-                marker={"color": "rgba(26,115,232,0.25)", "line": {"color": REPORTED_COLOR, "width": 1}},
-                text=[us(r.latency.t_ar_us) for r in refs],
-                textposition="auto",
+            _latency_bars(
+                names,
+                [r.latency.t_ar_us for r in refs],
+                "reported elsewhere (not this node)",
+                {"color": "rgba(26,115,232,0.25)", "line": {"color": REPORTED_COLOR, "width": 1}},
                 customdata=[[short(r.latency.note, 160)] for r in refs],
                 hovertemplate="<b>%{y}</b><br>%{x:,.2f} us<br>%{customdata[0]}<extra></extra>",
             )
@@ -337,16 +331,29 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
     )
 
 
-def _cpu_floor_bars(names: list[str], floor: list[CpuFloor]) -> dict[str, Any]:
-    """CPU-floor figures, grey: shown apart, never fed to the model."""
+def _latency_bars(
+    names: list[str], values: list[float], name: str, marker: dict[str, Any], **hover: Any
+) -> dict[str, Any]:
+    """One group of the latency chart's horizontal bars, each labelled with its latency."""
     return bar(
         y=names,
-        x=[f.value for f in floor],
+        x=values,
         orientation="h",
-        name="CPU floor (not comparable)",
-        marker={"color": "#d0d5dd", "line": {"color": "#667085", "width": 1}},
-        text=[us(f.value) for f in floor],
+        name=name,
+        marker=marker,
+        text=[us(v) for v in values],
         textposition="auto",
+        **hover,
+    )
+
+
+def _cpu_floor_bars(names: list[str], floor: list[CpuFloor]) -> dict[str, Any]:
+    """CPU-floor figures, grey: shown apart, never fed to the model."""
+    return _latency_bars(
+        names,
+        [f.value for f in floor],
+        "CPU floor (not comparable)",
+        {"color": "#d0d5dd", "line": {"color": "#667085", "width": 1}},
         hovertemplate="<b>%{y}</b><br>%{x:,.2f} us on a CPU / scaled-down geometry: never fed to the model"
         "<extra></extra>",
     )
