@@ -83,6 +83,15 @@ def leave_out_any(cls: type[Shape]) -> type[Shape]:
     return cls
 
 
+class RowPublic(BaseModel):
+    """An output shape read off a table row: each field from the row's attribute of its name, but those `given`
+    (what the row holds under another name, or not at all)."""
+
+    @classmethod
+    def of_row(cls: type[Shape], row: object, **given: Any) -> Shape:
+        return cls(**{name: getattr(row, name) for name in cls.model_fields if name not in given}, **given)
+
+
 def _utc(v: Any) -> Any:
     return aware(v) if isinstance(v, datetime) else v  # a validator: models.aware on what is a datetime
 

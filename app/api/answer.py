@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
@@ -295,41 +296,41 @@ class EngineCheckPublic(BaseModel):
     cells: list[CheckCellPublic]
 
 
-def _read(
-    session: SessionDep,
-    slug: str,
-    conditions: str | None,
-    context: int | None,
-    mode: str | None,
-    experts_dtype: str | None = None,
-    draft_vocab: int | None = None,
-) -> Answer:
+@dataclass
+class ConditionsAsked:
+    """The condition set a reader asks for, by its key or by what it states (query parameters)."""
+
+    conditions: str | None = None
+    context: int | None = None
+    mode: Literal["graph", "eager"] | None = None
+    experts_dtype: Literal["bf16", "fp8", "int4"] | None = None
+    draft_vocab: Annotated[
+        int | None, Query(ge=1, description="The condition set whose draft step has this vocabulary.")
+    ] = None
+
+
+Conditions = Annotated[ConditionsAsked, Depends()]
+
+
+def _read(session: SessionDep, slug: str, asked: ConditionsAsked) -> Answer:
     campaign = campaigns.get_campaign(session, slug)
-    asked = pick_conditions(
-        session, campaign, conditions, context=context, mode=mode, experts_dtype=experts_dtype, draft_vocab=draft_vocab
-    )
-    return read_answer(session, campaign, AnswerQuery(asked))
+    stated = asdict(asked)
+    key = pick_conditions(session, campaign, stated.pop("conditions"), **stated)
+    return read_answer(session, campaign, AnswerQuery(key))
 
 
 @router.get("/campaigns/{slug}/answer", response_model=AnswerPublic)
-def answer(
-    slug: str,
-    session: SessionDep,
-    conditions: str | None = None,
-    context: int | None = None,
-    mode: Literal["graph", "eager"] | None = None,
-    experts_dtype: Literal["bf16", "fp8", "int4"] | None = None,
-    draft_vocab: int | None = Query(None, ge=1, description="The condition set whose draft step has this vocabulary."),
-) -> dict[str, Any]:
+def answer(slug: str, session: SessionDep, asked: Conditions) -> dict[str, Any]:
     """Speculation over batch sizes and draft lengths, per approach, under one condition set (`conditions`, or
     `context` / `mode`; default: the most complete, named), with intervals at the campaign's confidence."""
-    return answer_document(_read(session, slug, conditions, context, mode, experts_dtype, draft_vocab))
+    return answer_document(_read(session, slug, asked))
 
 
 @router.get("/campaigns/{slug}/answer/config", response_model=EngineConfigPublic)
 def answer_config(
     slug: str,
     session: SessionDep,
+    asked: Conditions,
     engine: Literal["sglang", "vllm", "trtllm"] = "sglang",
     serve_batches: str | None = Query(
         None,
@@ -337,15 +338,10 @@ def answer_config(
         pattern=SERVE_PATTERN,
         description="The batch range you serve, e.g. 1-32 (the default): SGLang's one-k line.",
     ),
-    conditions: str | None = None,
-    context: int | None = None,
-    mode: Literal["graph", "eager"] | None = None,
-    experts_dtype: Literal["bf16", "fp8", "int4"] | None = None,
-    draft_vocab: int | None = Query(None, ge=1, description="The condition set whose draft step has this vocabulary."),
 ) -> Any:
     """The launch settings for the decision, each naming the measurement it comes from."""
     serve = parse_serve_range(serve_batches)
-    found = _read(session, slug, conditions, context, mode, experts_dtype, draft_vocab)
+    found = _read(session, slug, asked)
     spec, rows = found.speculation, found.approaches
     return config_json(engine_config(engine, spec, rows, serve=serve, target=deploy_target(session, spec, rows)))
 

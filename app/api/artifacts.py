@@ -24,8 +24,9 @@ from app.deps import RowId, bearer_token, require_operator, require_user
 from app.domain import artifacts as store_domain
 from app.domain import runners as runner_domain
 from app.domain import traces
-from app.domain.errors import NotFound
+from app.domain.errors import NotFound, or_not_found
 from app.models import Artifact, Runner, Trial
+from app.schemas import RowPublic
 from app.services.artifacts import complete_upload
 from app.state import app_state
 
@@ -36,7 +37,7 @@ UPLOAD_PATH = re.compile(r"^/api/trials/[0-9]+/(uploads/|artifacts$)")
 MAX_CHUNK = 8 << 20
 
 
-class ArtifactPublic(BaseModel):
+class ArtifactPublic(RowPublic):
     name: str
     size: int
     sha256: str
@@ -47,8 +48,7 @@ class ArtifactPublic(BaseModel):
 
     @classmethod
     def of(cls, row: Artifact) -> ArtifactPublic:
-        removed = row.removed_reason if row.removed_at else None
-        return cls(**row.model_dump(include=set(cls.model_fields) - {"removed"}), removed=removed)
+        return cls.of_row(row, removed=row.removed_reason if row.removed_at else None)
 
 
 class UploadStatus(BaseModel):
@@ -99,10 +99,7 @@ def _runner_of(session: Session, token: str | None) -> Runner | None:
 
 
 def _trial(session: Session, trial_id: int) -> Trial:
-    trial = session.get(Trial, trial_id)
-    if trial is None:
-        raise NotFound(f"no trial #{trial_id}", field="trial_id")
-    return trial
+    return or_not_found(session.get(Trial, trial_id), f"no trial #{trial_id}", field="trial_id")
 
 
 async def _who(request: Request, trial_id: RowId) -> tuple[Trial, str]:

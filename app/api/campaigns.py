@@ -222,8 +222,7 @@ def delete_approach(
 ) -> ApproachDeleted:
     """Delete an approach. One with trials is refused (409, saying what it holds) unless `delete_evidence`:
     archive it to keep them. The answer counts what went."""
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     removed = campaign_writes.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
     return ApproachDeleted(deleted=key, removed=_evidence(removed))
 
@@ -231,16 +230,14 @@ def delete_approach(
 @router.post("/campaigns/{slug}/approaches/{key}/archive", response_model=ApproachPublic)
 def archive_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep):
     """Off the active list and "run next", its trials and answers kept; `restore` brings it back."""
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     campaign_writes.archive_approach(session, campaign, approach, operator.name)
     return approach
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/restore", response_model=ApproachPublic)
 def restore_approach(slug: str, key: str, session: SessionDep, operator: OperatorDep):
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     campaign_writes.restore_approach(session, campaign, approach)
     return approach
 

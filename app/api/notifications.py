@@ -13,6 +13,7 @@ from app.api.users import Utc
 from app.deps import AdminDep, RowId, SessionDep, require_admin
 from app.domain import campaigns, notifications
 from app.models import Campaign, NotificationOutbox, NotificationTarget
+from app.schemas import RowPublic
 
 # The events a destination may follow, as the schema's enum (the test message is the board's own).
 EventName = Enum("EventName", {e.replace(".", "_"): e for e in notifications.EVENTS}, type=str)  # type: ignore[misc]
@@ -33,7 +34,7 @@ class NotificationCreate(BaseModel):
     waiting_hours: float = Field(4.0, gt=0, le=720, description="verdict.waiting: after this many hours.")
 
 
-class NotificationPublic(BaseModel):
+class NotificationPublic(RowPublic):
     id: int
     url: str = Field(description="Redacted: secrets masked, query string left out.")
     events: list[str]
@@ -48,20 +49,11 @@ class NotificationPublic(BaseModel):
     def of(
         cls, target: NotificationTarget, slug: str | None, counts: dict[str, int] | None = None
     ) -> NotificationPublic:
-        return cls(
-            id=target.id or 0,
-            url=target.redacted,
-            events=list(target.events or []),
-            campaign=slug,
-            waiting_hours=target.waiting_hours,
-            created_by=target.created_by,
-            created_at=target.created_at,
-            disabled_at=target.disabled_at,
-            deliveries=counts or {},
-        )
+        events = list(target.events or [])
+        return cls.of_row(target, url=target.redacted, events=events, campaign=slug, deliveries=counts or {})
 
 
-class DeliveryPublic(BaseModel):
+class DeliveryPublic(RowPublic):
     id: int
     event: str
     title: str
@@ -75,7 +67,7 @@ class DeliveryPublic(BaseModel):
 
     @classmethod
     def of(cls, row: NotificationOutbox) -> DeliveryPublic:
-        return cls.model_validate(row, from_attributes=True)
+        return cls.of_row(row)
 
 
 def _slug(session: SessionDep, target: NotificationTarget) -> str | None:

@@ -120,20 +120,14 @@ def _trial_page(
 ) -> TrialPage:
     if before is not None:
         cursor = trial_reads.list_trials(session, before=before, limit=limit, **filters.model_dump())
-        found = trial_reads.search_trials(session, filters, per_page=1)  # the count
-        return TrialPage(
-            items=[TrialSummary(**trial_reads.summary(r)) for r in cursor.rows],
-            next_before=cursor.next_before,
-            total=found.total,
-            page=page,
-        )
-    found = trial_reads.search_trials(session, filters, sort=sort, page=page, per_page=limit)
-    last = found.rows[-1].trial.id if found.rows and page < found.pages and sort == "-id" else None
+        rows, last = cursor.rows, cursor.next_before
+        total = trial_reads.search_trials(session, filters, per_page=1).total  # the count
+    else:
+        found = trial_reads.search_trials(session, filters, sort=sort, page=page, per_page=limit)
+        rows, total = found.rows, found.total
+        last = found.rows[-1].trial.id if found.rows and page < found.pages and sort == "-id" else None
     return TrialPage(
-        items=[TrialSummary(**trial_reads.summary(r)) for r in found.rows],
-        next_before=last,
-        total=found.total,
-        page=page,
+        items=[TrialSummary(**trial_reads.summary(r)) for r in rows], next_before=last, total=total, page=page
     )
 
 
@@ -234,14 +228,14 @@ def comparison_body(c: comparison_domain.Comparison) -> ComparisonPublic:
             )
             for g in c.metrics
         ],
-        stack=[
-            ComparedComponent(component=s.component, label=s.label, values=s.values, differs=s.differs) for s in c.stack
-        ],
-        conditions=[
-            ComparedComponent(component=s.component, label=s.label, values=s.values, differs=s.differs)
-            for s in c.conditions
-        ],
+        stack=_components(c.stack),
+        conditions=_components(c.conditions),
     )
+
+
+def _components(rows: list[comparison_domain.StackRow]) -> list[ComparedComponent]:
+    """The stack's or the conditions' rows: a component's value per column, and whether they differ."""
+    return [ComparedComponent(component=s.component, label=s.label, values=s.values, differs=s.differs) for s in rows]
 
 
 def _compare(

@@ -13,12 +13,13 @@ from app.deps import AdminDep, RowId, SessionDep, UserDep, public_base_url, requ
 from app.domain import logins, users
 from app.domain.errors import Invalid
 from app.models import Invite, Role, User, aware
+from app.schemas import RowPublic
 
 router = APIRouter(prefix="/api", tags=["users"], dependencies=[Depends(require_user)])
 Utc = Annotated[datetime, BeforeValidator(aware)]  # SQLite hands back naive UTC
 
 
-class UserPublic(BaseModel):
+class UserPublic(RowPublic):
     id: int
     name: str
     role: Role
@@ -27,13 +28,7 @@ class UserPublic(BaseModel):
 
     @classmethod
     def of(cls, user: User) -> UserPublic:
-        return cls(
-            id=user.id or 0,
-            name=user.name,
-            role=Role(user.role),
-            created_at=user.created_at,
-            disabled=user.disabled_at is not None,
-        )
+        return cls.of_row(user, disabled=user.disabled_at is not None)
 
 
 class Me(BaseModel):
@@ -61,7 +56,7 @@ class InviteCreate(BaseModel):
     expires_in_days: int = Field(7, ge=1, le=30)
 
 
-class InvitePublic(BaseModel):
+class InvitePublic(RowPublic):
     id: int
     role: Role
     name: str
@@ -72,15 +67,7 @@ class InvitePublic(BaseModel):
 
     @classmethod
     def of(cls, invite: Invite) -> InvitePublic:
-        return cls(
-            id=invite.id or 0,
-            role=Role(invite.role),
-            name=invite.name,
-            state=logins.invite_state(invite),
-            created_at=invite.created_at,
-            expires_at=invite.expires_at,
-            used_by_id=invite.used_by_id,
-        )
+        return cls.of_row(invite, state=logins.invite_state(invite))
 
 
 class InviteCreated(BaseModel):

@@ -60,6 +60,21 @@ def _reference_size(ref: ReferencePoint, verify_bytes: int) -> str:
     return f" at {size(ref.bytes)}" if ref.bytes and ref.bytes != verify_bytes else ""
 
 
+def _reference_look(group_name: str | None, refs: list[ReferencePoint], verify_bytes: int) -> dict[str, Any]:
+    """A trace of reported figures' name (its one figure's, where the group has none) and marker: open
+    diamonds, the baseline's in the break-even color."""
+    first = refs[0]
+    return {
+        "name": group_name or f"{first.label} ({first.latency.method}{_reference_size(first, verify_bytes)})",
+        "marker": {
+            "size": 13,
+            "symbol": "diamond-open",
+            "line": {"width": 2},
+            "color": BREAK_EVEN_COLOR if first.baseline else REPORTED_COLOR,
+        },
+    }
+
+
 def _point_size(method: str) -> str:
     """What a measured point's label says when its t_ar is not at the verify size itself."""
     return " (nearest measured size)" if method == "nearest" else ""
@@ -194,14 +209,7 @@ def _reference_markers(report: ProfitabilityReport) -> list[dict[str, Any]]:
                 x=[r.latency.t_ar_us for r in refs],
                 y=[r.tau_star for r in refs],
                 mode="markers",
-                name=group_name
-                or f"{refs[0].label} ({refs[0].latency.method}{_reference_size(refs[0], verify_bytes)})",
-                marker={
-                    "size": 13,
-                    "symbol": "diamond-open",
-                    "line": {"width": 2},
-                    "color": BREAK_EVEN_COLOR if refs[0].baseline else REPORTED_COLOR,
-                },
+                **_reference_look(group_name, refs, verify_bytes),
                 customdata=[[r.label, r.latency.method, short(r.latency.note, 160)] for r in refs],
                 hovertemplate=(
                     "<b>%{customdata[0]}</b> (%{customdata[1]})<br>t_ar %{x:.1f} us: %{customdata[2]}"
@@ -274,14 +282,11 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
     if points:
         names = [p.title + _point_size(p.latency.method) for p in points]
         traces.append(
-            bar(
-                y=names,
-                x=[p.latency.t_ar_us for p in points],
-                orientation="h",
-                name="measured here (GPU)",
-                marker={"color": [status_color(p.status) for p in points]},
-                text=[us(p.latency.t_ar_us) for p in points],
-                textposition="auto",
+            _latency_bars(
+                names,
+                [p.latency.t_ar_us for p in points],
+                "measured here (GPU)",
+                {"color": [status_color(p.status) for p in points]},
                 customdata=[[p.latency.method, short(p.latency.note, 140), f"#{p.latency.trial_id}"] for p in points],
                 hovertemplate="<b>%{y}</b><br>%{x:,.2f} us (%{customdata[0]})<br>%{customdata[1]}"
                 "<br>trial %{customdata[2]}<extra></extra>",
@@ -292,14 +297,11 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
     if refs:
         names = [f"{r.label} (reported{_reference_size(r, verify_bytes)})" for r in refs]
         traces.append(
-            bar(
-                y=names,
-                x=[r.latency.t_ar_us for r in refs],
-                orientation="h",
-                name="reported elsewhere (not this node)",
-                marker={"color": "rgba(26,115,232,0.25)", "line": {"color": REPORTED_COLOR, "width": 1}},
-                text=[us(r.latency.t_ar_us) for r in refs],
-                textposition="auto",
+            _latency_bars(
+                names,
+                [r.latency.t_ar_us for r in refs],
+                "reported elsewhere (not this node)",
+                {"color": "rgba(26,115,232,0.25)", "line": {"color": REPORTED_COLOR, "width": 1}},
                 customdata=[[short(r.latency.note, 160)] for r in refs],
                 hovertemplate="<b>%{y}</b><br>%{x:,.2f} us<br>%{customdata[0]}<extra></extra>",
             )
@@ -329,16 +331,29 @@ def latency_comparison(report: ProfitabilityReport) -> Figure | None:
     )
 
 
-def _cpu_floor_bars(names: list[str], floor: list[CpuFloor]) -> dict[str, Any]:
-    """CPU-floor figures, grey: shown apart, never fed to the model."""
+def _latency_bars(
+    names: list[str], values: list[float], name: str, marker: dict[str, Any], **hover: Any
+) -> dict[str, Any]:
+    """One group of the latency chart's horizontal bars, each labelled with its latency."""
     return bar(
         y=names,
-        x=[f.value for f in floor],
+        x=values,
         orientation="h",
-        name="CPU floor (not comparable)",
-        marker={"color": "#d0d5dd", "line": {"color": "#667085", "width": 1}},
-        text=[us(f.value) for f in floor],
+        name=name,
+        marker=marker,
+        text=[us(v) for v in values],
         textposition="auto",
+        **hover,
+    )
+
+
+def _cpu_floor_bars(names: list[str], floor: list[CpuFloor]) -> dict[str, Any]:
+    """CPU-floor figures, grey: shown apart, never fed to the model."""
+    return _latency_bars(
+        names,
+        [f.value for f in floor],
+        "CPU floor (not comparable)",
+        {"color": "#d0d5dd", "line": {"color": "#667085", "width": 1}},
         hovertemplate="<b>%{y}</b><br>%{x:,.2f} us on a CPU / scaled-down geometry: never fed to the model"
         "<extra></extra>",
     )
@@ -416,14 +431,7 @@ def _reported_savings(
                 x=[costs.comm_ms(r.latency.t_ar_us) for r in shown],
                 y=[costs.savings_ms for _ in shown],
                 mode="markers",
-                name=group_name
-                or f"{shown[0].label} ({shown[0].latency.method}{_reference_size(shown[0], verify_bytes)})",
-                marker={
-                    "size": 13,
-                    "symbol": "diamond-open",
-                    "line": {"width": 2},
-                    "color": BREAK_EVEN_COLOR if shown[0].baseline else REPORTED_COLOR,
-                },
+                **_reference_look(group_name, shown, verify_bytes),
                 customdata=[
                     [
                         r.label,

@@ -35,6 +35,24 @@ def _shown(answer: SpeculationAnswer) -> list[ApproachAnswer]:
     return ranked[:MAX_LINES]
 
 
+def _band_edge(
+    key: str, color: str, batches: list[int], y: list[Any], name: str, fill: dict[str, Any] | None = None, **after: Any
+) -> dict[str, Any]:
+    """One edge of an approach's interval band: an invisible line in its legend group, `fill` to the edge before."""
+    return scatter(
+        mode="lines",
+        x=batches,
+        y=y,
+        **(fill or {}),
+        line={"width": 0, "color": color},
+        hoverinfo="skip",
+        showlegend=False,
+        legendgroup=key,
+        name=name,
+        **after,
+    )
+
+
 def speedup_vs_batch(answer: SpeculationAnswer) -> Figure | None:
     """One line per approach (its best speedup at each measured batch), a band for its interval, y = 1."""
     shown = _shown(answer)
@@ -47,33 +65,10 @@ def speedup_vs_batch(answer: SpeculationAnswer) -> Figure | None:
         figures = [a.best_speedup[b] for b in batches]
         name = escape(a.title)
         if all(f.low is not None for f in figures):
-            data.append(
-                scatter(
-                    mode="lines",
-                    x=batches,
-                    y=[f.high for f in figures],
-                    line={"width": 0, "color": color},
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=a.key,
-                    name=f"{name} 95% high",
-                )
-            )
-            data.append(
-                scatter(
-                    mode="lines",
-                    x=batches,
-                    y=[f.low for f in figures],
-                    fill="tonexty",
-                    fillcolor=rgba(color, 0.18),
-                    line={"width": 0, "color": color},
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=a.key,
-                    name=f"{name} 95% interval",
-                    meta={"band": a.key},
-                )
-            )
+            data.append(_band_edge(a.key, color, batches, [f.high for f in figures], f"{name} 95% high"))
+            fill = {"fill": "tonexty", "fillcolor": rgba(color, 0.18)}  # down to the high edge: the band
+            lows = [f.low for f in figures]
+            data.append(_band_edge(a.key, color, batches, lows, f"{name} 95% interval", fill, meta={"band": a.key}))
         data.append(
             scatter(
                 mode="lines+markers",

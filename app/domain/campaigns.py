@@ -15,7 +15,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import read_only  # noqa: F401  (installs the archived campaigns' read-only check)
 from app.domain.acceptance import accept_length_bound_error
-from app.domain.errors import Conflict, Invalid, Moved, NotFound
+from app.domain.errors import Conflict, Invalid, Moved, NotFound, or_not_found
 from app.models import (
     ACTIVE_TRIAL_STATES,
     Activity,
@@ -116,10 +116,14 @@ def approaches(session: Session, campaign: Campaign, *, archived: bool | None = 
 
 
 def get_approach(session: Session, campaign: Campaign, key: str) -> Approach:
-    approach = session.exec(select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == key)).first()
-    if approach is None:
-        raise NotFound(f"No approach {key!r} in campaign {campaign.slug!r}.")
-    return approach
+    query = select(Approach).where(Approach.campaign_id == campaign.id, Approach.key == key)
+    return or_not_found(session.exec(query).first(), f"No approach {key!r} in campaign {campaign.slug!r}.")
+
+
+def campaign_approach(session: Session, slug: str, key: str) -> tuple[Campaign, Approach]:
+    """The campaign named by its slug and its approach by key: what an approach's URL names."""
+    campaign = get_campaign(session, slug)
+    return campaign, get_approach(session, campaign, key)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -113,8 +113,18 @@ class RowStats:
     pairs: list[PairFinding]  # pairs[i]: column i + 1 against column 0
 
 
+class _ValuesRow:
+    """A row of the comparison: one value per column, which may differ."""
+
+    values: Sequence[object]
+
+    @property
+    def differs(self) -> bool:
+        return len(set(self.values)) > 1
+
+
 @dataclass(frozen=True)
-class MetricRow:
+class MetricRow(_ValuesRow):
     """One point of a metric, with each column's value (None: not measured) and the row's statistics."""
 
     point: tuple[tuple[str, Any], ...]
@@ -126,10 +136,6 @@ class MetricRow:
     @property
     def label(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.point)
-
-    @property
-    def differs(self) -> bool:
-        return len(set(self.values)) > 1
 
 
 @dataclass(frozen=True)
@@ -144,14 +150,10 @@ class MetricGroup:
 
 
 @dataclass(frozen=True)
-class StackRow:
+class StackRow(_ValuesRow):
     component: str
     label: str
     values: list[str | None]
-
-    @property
-    def differs(self) -> bool:
-        return len(set(self.values)) > 1
 
 
 @dataclass(frozen=True)

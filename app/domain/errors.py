@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class DomainError(Exception):
     """A request the rules refuse. `field` names the input at fault, when there is one."""
@@ -33,3 +37,10 @@ class Moved(NotFound):
         super().__init__(message, field="slug")
         self.old = old
         self.slug = slug
+
+
+def or_not_found(row: T | None, message: str, *, field: str | None = None) -> T:
+    """`row`, or NotFound(message) when there is none: the get-or-404 of a lookup (`session.get`, `.first()`)."""
+    if row is None:
+        raise NotFound(message, field=field)
+    return row

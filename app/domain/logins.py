@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select
 
 from app.domain import users
 from app.domain.credentials import CREDENTIALS_ENDED, hash_token, new_secret
-from app.domain.errors import Conflict, DomainError, Invalid, NotFound
+from app.domain.errors import Conflict, DomainError, Invalid, NotFound, or_not_found
 from app.models import AuthToken, BrowserSession, Invite, Role, User, aware, utcnow
 
 
@@ -435,9 +435,7 @@ def list_invites(session: Session) -> list[Invite]:
 
 
 def revoke_invite(session: Session, invite_id: int) -> Invite:
-    invite = session.get(Invite, invite_id)
-    if invite is None:
-        raise NotFound(f"No invite with id {invite_id}.")
+    invite = or_not_found(session.get(Invite, invite_id), f"No invite with id {invite_id}.")
     if invite_state(invite) != "open":
         raise Conflict(f"This invite is already {invite_state(invite)}.")
     invite.revoked_at = utcnow()

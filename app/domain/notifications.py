@@ -32,7 +32,7 @@ from sqlmodel import Session, col, select
 from app.domain import fingerprint as stack
 from app.domain import inbox
 from app.domain import runners as runner_domain
-from app.domain.errors import Invalid, NotFound
+from app.domain.errors import Invalid, or_not_found
 from app.models import (
     ACTIVE_TRIAL_STATES,
     Approach,
@@ -129,9 +129,7 @@ def list_targets(session: Session) -> list[tuple[NotificationTarget, str | None]
 
 def get_target(session: Session, target_id: int) -> NotificationTarget:
     target = session.get(NotificationTarget, target_id)
-    if target is None:
-        raise NotFound(f"no notification destination #{target_id}", field="notification")
-    return target
+    return or_not_found(target, f"no notification destination #{target_id}", field="notification")
 
 
 def disable_target(session: Session, target: NotificationTarget) -> NotificationTarget:

@@ -38,7 +38,7 @@ from app.domain import verdicts
 from app.domain.answer import LatencyEstimate, ProfitabilityReport, reported_latencies
 from app.domain.answer.read import read_answer
 from app.domain.campaigns import approaches
-from app.domain.errors import Invalid, NotFound
+from app.domain.errors import Invalid, or_not_found
 from app.domain.units import size_label
 from app.models import Approach, ApproachStatus, Campaign, Runner, RunOrder
 
@@ -583,9 +583,7 @@ def target_of(session: Session, items: list[str], runner_id: int | None) -> dict
         raise Invalid("target: give versions or a runner, not both", field="target")
     if runner_id is None:
         return parse_target(items)
-    runner = session.get(Runner, runner_id)
-    if runner is None:
-        raise NotFound(f"no runner #{runner_id}")
+    runner = or_not_found(session.get(Runner, runner_id), f"no runner #{runner_id}")
     if not runner.fingerprint:
         raise Invalid(f"runner {runner.name} has not reported its stack yet", field="runner")
     return runner_target(runner)

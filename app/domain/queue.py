@@ -31,7 +31,7 @@ from datetime import datetime
 from sqlmodel import Session, col, select
 
 from app.domain import scheduling
-from app.domain.errors import NotFound
+from app.domain.errors import or_not_found
 from app.domain.runners import lock_runner, unmet_requirements
 from app.models import ACTIVE_TRIAL_STATES, Approach, Campaign, Trial, TrialState, aware
 
@@ -88,15 +88,9 @@ def campaign_queue(session: Session, campaign: Campaign) -> list[QueuedTrial]:
 def lock_trial(session: Session, trial_id: int) -> Trial:
     """The trial with its row locked (PostgreSQL: FOR NO KEY UPDATE) and re-read: a cancel takes it
     before deciding whether the trial is still queued, so it never races `start_queued`."""
-    trial = session.exec(
-        select(Trial)
-        .where(Trial.id == trial_id)
-        .with_for_update(key_share=True)
-        .execution_options(populate_existing=True)
-    ).first()
-    if trial is None:
-        raise NotFound(f"No trial #{trial_id}.")
-    return trial
+    locked = select(Trial).where(Trial.id == trial_id).with_for_update(key_share=True)
+    trial = session.exec(locked.execution_options(populate_existing=True)).first()
+    return or_not_found(trial, f"No trial #{trial_id}.")
 
 
 def _lock_if_queued(session: Session, trial_id: int) -> Trial | None:

@@ -33,7 +33,7 @@ from app.domain import comparison, notifications, planning, queue, scheduling, s
 from app.domain import fingerprint as stack
 from app.domain import runners as runner_domain
 from app.domain.campaign_results import Dumps, iso_utc, naive_utc
-from app.domain.errors import Invalid, NotFound
+from app.domain.errors import Invalid, NotFound, or_not_found
 from app.models import (
     TERMINAL_TRIAL_STATES,
     Approach,
@@ -82,9 +82,7 @@ def _skip_reason(session: Session, approach: Approach, runner: Runner) -> str | 
 def start(session: Session, campaign: Campaign, runner_id: int, actor: str) -> tuple[Replay, list[Trial]]:
     """A replay on the runner: its trials queued for that runner in payoff order. Refuses (Invalid) when
     nothing would be replayed, saying why (same stack, or each differing approach cannot run there)."""
-    runner = session.get(Runner, runner_id)
-    if runner is None:
-        raise NotFound(f"No runner #{runner_id}.", field="runner_id")
+    runner = or_not_found(session.get(Runner, runner_id), f"No runner #{runner_id}.", field="runner_id")
     if runner.revoked_at is not None:
         raise Invalid(f"runner {runner.name} is revoked", field="runner_id")
     if not runner.fingerprint:

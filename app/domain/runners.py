@@ -15,7 +15,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from app.domain.credentials import hash_token, new_secret
-from app.domain.errors import Conflict, Invalid, NotFound
+from app.domain.errors import Conflict, Invalid, or_not_found
 from app.models import ACTIVE_TRIAL_STATES, Runner, RunnerFields, Trial, utcnow
 
 EMBEDDED_RUNNER_NAME = "local (embedded)"
@@ -68,10 +68,7 @@ def authenticate(session: Session, token: str | None) -> Runner | None:
 
 
 def get_runner(session: Session, runner_id: int) -> Runner:
-    runner = session.get(Runner, runner_id)
-    if runner is None:
-        raise NotFound(f"No runner #{runner_id}.")
-    return runner
+    return or_not_found(session.get(Runner, runner_id), f"No runner #{runner_id}.")
 
 
 def revoke_runner(session: Session, runner: Runner) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app.domain.campaigns import get_approach, get_campaign
-from app.domain.errors import Invalid, NotFound
+from app.domain.errors import Invalid, or_not_found
 from app.domain.trials import get_trial
 from app.models import Approach, Attempt, Campaign, Metric, Runner, Trial, TrialListed, TrialState, TrialTag, aware
 from app.schemas import NO_PROPOSAL, TRIAL_SORTS, TrialFilter, TrialSummary
@@ -47,9 +47,7 @@ class TrialPage:
 
 def _runner_by_name(session: Session, name: str) -> Runner:
     runner = session.exec(select(Runner).where(Runner.name == name)).first()
-    if runner is None:
-        raise NotFound(f"No runner named {name!r}.", field="runner")
-    return runner
+    return or_not_found(runner, f"No runner named {name!r}.", field="runner")
 
 
 # The sortable columns: name -> the column (ties broken by id, newest first).

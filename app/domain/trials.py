@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from sqlmodel import Session, select
 
 from app.domain import campaigns, notifications, proposals, verdicts
-from app.domain.errors import Conflict, Invalid, NotFound
+from app.domain.errors import Conflict, Invalid, or_not_found
 from app.domain.signatures import classify
 from app.models import (
     ACTIVE_TRIAL_STATES,
@@ -116,10 +116,7 @@ class StaleAttempt(Exception):
 
 
 def get_trial(session: Session, trial_id: int) -> Trial:
-    trial = session.get(Trial, trial_id)
-    if trial is None:
-        raise NotFound(f"No trial #{trial_id}.")
-    return trial
+    return or_not_found(session.get(Trial, trial_id), f"No trial #{trial_id}.")
 
 
 def current_trial(session: Session, ref: AttemptRef, runner_id: int) -> Trial:

@@ -13,7 +13,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app.domain.credentials import CREDENTIALS_ENDED
-from app.domain.errors import Conflict, Invalid, NotFound
+from app.domain.errors import Conflict, Invalid, or_not_found
 from app.models import Role, User, utcnow
 
 ROLE_RANK = {Role.viewer: 0, Role.operator: 1, Role.admin: 2}
@@ -58,17 +58,12 @@ def list_users(session: Session) -> list[User]:
 
 
 def get_user(session: Session, user_id: int) -> User:
-    user = session.get(User, user_id)
-    if user is None:
-        raise NotFound(f"No user with id {user_id}.")
-    return user
+    return or_not_found(session.get(User, user_id), f"No user with id {user_id}.")
 
 
 def user_by_name(session: Session, name: str) -> User:
     user = session.exec(select(User).where(func.lower(User.name) == name.strip().lower())).first()
-    if user is None:
-        raise NotFound(f"No user named {name!r}.", field="user")
-    return user
+    return or_not_found(user, f"No user named {name!r}.", field="user")
 
 
 def first_admin(session: Session) -> User | None:

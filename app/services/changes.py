@@ -3,13 +3,12 @@ recomputed off the request path, and the approach and campaign pages that show t
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from fastapi import FastAPI
 
 from app.domain import changes
-from app.services import events
+from app.services import events, periodic
 from app.state import app_state
 
 log = logging.getLogger(__name__)
@@ -31,11 +30,7 @@ async def pass_once(app: FastAPI) -> int:
 
 
 async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
-    while True:
-        try:
-            await pass_once(app)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("change-point pass failed")
-        await asyncio.sleep(poll_s)
+    async def one_pass() -> None:
+        await pass_once(app)
+
+    await periodic.every(poll_s, one_pass, log, "change-point pass failed")

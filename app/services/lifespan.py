@@ -17,7 +17,7 @@ from app.domain.artifacts import store_for
 from app.live import trace, trace_probes
 from app.models import ACTIVE_TRIAL_STATES, Runner, Trial, utcnow
 from app.protocol.messages import CloseCode
-from app.services import artifacts, changes, events, notifier, search
+from app.services import artifacts, changes, events, notifier, periodic, search
 from app.services.runners import sweep_once
 from app.state import app_state
 from runners.embedded import start_embedded, stop_embedded
@@ -34,15 +34,12 @@ def _needs_sweep(session: Session) -> bool:
 
 async def _sweeper(app: FastAPI, period_s: float = 1.0) -> None:
     """Every second: runners silent past runner_lost_after_s go offline and their trials are lost."""
-    while True:
-        await asyncio.sleep(period_s)
-        try:
-            if await app_state(app).db.read_in_tx(_needs_sweep):
-                await sweep_once(app)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("lost-runner sweep failed")
+
+    async def one_pass() -> None:
+        if await app_state(app).db.read_in_tx(_needs_sweep):
+            await sweep_once(app)
+
+    await periodic.every(period_s, one_pass, log, "lost-runner sweep failed", wait_first=True)
 
 
 def _all_offline(session: Session) -> None:

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from app.domain import notifications
 from app.models import utcnow
+from app.services import periodic
 from app.state import app_state
 
 log = logging.getLogger(__name__)
@@ -77,18 +78,16 @@ async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
     await app_state(app).db.run_in_tx(lambda s: notifications.requeue_claims(s))
     last_waiting = 0.0
     loop = asyncio.get_running_loop()
-    while True:
-        try:
-            if loop.time() - last_waiting >= WAITING_CHECK_S:
-                last_waiting = loop.time()
-                if await app_state(app).db.read_in_tx(notifications.follows_waiting):
-                    await app_state(app).db.run_in_tx(lambda s: notifications.waiting_verdicts(s, utcnow()))
-                await app_state(app).db.run_in_tx(
-                    lambda s: notifications.requeue_claims(s, older_than_s=notifications.STALE_CLAIM_S),
-                )
-            await deliver_once(app)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("notification delivery pass failed")
-        await asyncio.sleep(poll_s)
+
+    async def one_pass() -> None:
+        nonlocal last_waiting
+        if loop.time() - last_waiting >= WAITING_CHECK_S:
+            last_waiting = loop.time()
+            if await app_state(app).db.read_in_tx(notifications.follows_waiting):
+                await app_state(app).db.run_in_tx(lambda s: notifications.waiting_verdicts(s, utcnow()))
+            await app_state(app).db.run_in_tx(
+                lambda s: notifications.requeue_claims(s, older_than_s=notifications.STALE_CLAIM_S),
+            )
+        await deliver_once(app)
+
+    await periodic.every(poll_s, one_pass, log, "notification delivery pass failed")

@@ -14,6 +14,7 @@ import logging
 from fastapi import FastAPI
 
 from app.domain import search
+from app.services import periodic
 from app.state import app_state
 
 log = logging.getLogger(__name__)
@@ -33,14 +34,10 @@ async def run(app: FastAPI, poll_s: float = POLL_S) -> None:
     if db.engine.dialect.name == "postgresql":
         return
     loop = asyncio.get_running_loop()
-    while True:
-        pause = poll_s
+
+    async def one_pass() -> float:
         started = loop.time()
-        try:
-            _, more = await db.run_in_tx(search.index_pass)
-            pause = next_pause(loop.time() - started, more, poll_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("search indexing pass failed")
-        await asyncio.sleep(pause)
+        _, more = await db.run_in_tx(search.index_pass)
+        return next_pause(loop.time() - started, more, poll_s)
+
+    await periodic.every(poll_s, one_pass, log, "search indexing pass failed")

@@ -118,13 +118,23 @@ def first_login(
     return _logged_in(request, settings, session_id, next)
 
 
-@router.get("/invite/{token}")
-def invite_page(request: Request, session: SessionDep, token: str) -> Response:
+def _invite_form(
+    request: Request, session: SessionDep, token: str, name: str | None = None, error: DomainError | None = None
+) -> Response:
+    """The invite's page: its form (`name` typed, else the suggested one; `error` said next to it), or why the
+    invite cannot be used."""
     try:
         invite = open_invite(session, token)
     except InviteRefused as exc:
         return _page(request, "invite.html", {"refused": exc.message, "invite": None}, exc.status_code)
-    return _page(request, "invite.html", {"refused": None, "invite": invite, "name": invite.name, "error": None})
+    context = {"refused": None, "invite": invite, "name": invite.name if name is None else name}
+    context["error"] = error.message if error else None
+    return _page(request, "invite.html", context, error.status_code if error else 200)
+
+
+@router.get("/invite/{token}")
+def invite_page(request: Request, session: SessionDep, token: str) -> Response:
+    return _invite_form(request, session, token)
 
 
 @router.post("/invite/{token}")
@@ -143,9 +153,7 @@ def invite_accept(
         return _page(request, "invite.html", {"refused": exc.message, "invite": None}, exc.status_code)
     except DomainError as exc:  # a bad or taken name: say so next to the field, keep what was typed
         session.rollback()
-        invite = open_invite(session, token)
-        context = {"refused": None, "invite": invite, "name": name, "error": exc.message}
-        return _page(request, "invite.html", context, exc.status_code)
+        return _invite_form(request, session, token, name, exc)
     return _logged_in(request, settings, session_id, "/")
 
 

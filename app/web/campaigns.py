@@ -199,8 +199,7 @@ def add_approach(
 def move_approach(
     request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str, direction: Annotated[str, Form()]
 ) -> Response:
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     step = {"up": -1, "down": 1, "top": -(10**6)}.get(direction)
     if step is None:
         raise Invalid("direction: must be up, down or top", field="direction")
@@ -219,8 +218,7 @@ def change_status(
     reason: Annotated[str, Form()] = "",
     view: Annotated[str, Form()] = "approach",
 ) -> Response:
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     if status not in ApproachStatus.__members__:
         raise Invalid(f"status: unknown status {status!r}", field="status")
     campaign_writes.change_status(session, approach, status, reason, operator.name)
@@ -266,8 +264,7 @@ def requirements_view(stored: dict[str, Any] | None) -> dict[str, Any]:
 def _approach(
     request: Request, session: SessionDep, slug: str, key: str, block: str | None = None, headers: dict | None = None
 ) -> Response:
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     ctx = {
         "campaign": campaign,
         "approach": approach,
@@ -286,8 +283,7 @@ def _approach(
 @router.get("/campaigns/{slug}/approaches/{key}/history")
 def history_rows(request: Request, session: SessionDep, slug: str, key: str, before: PageAfter) -> Response:
     """The next page of history items (htmx: replaces the "more" item)."""
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     ctx = {"campaign": campaign, "approach": approach, **_history_page(session, approach, before)}
     return render(request, "approach.html", ctx, block="history_rows")
 
@@ -295,8 +291,7 @@ def history_rows(request: Request, session: SessionDep, slug: str, key: str, bef
 @router.get("/campaigns/{slug}/approaches/{key}/repeats")
 def repeats_fragment(request: Request, session: SessionDep, slug: str, key: str) -> Response:
     """Repeat / Settle progress of the approach: re-fetched on the page feed's notices."""
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     ctx = {"campaign": campaign, "approach": approach, "repeats": repeats.approach_progress(session, approach)}
     return render(request, "_partials/repeat_progress.html", ctx)
 
@@ -338,8 +333,7 @@ def edit_approach(
     request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str, form: PostedForm
 ) -> Response:
     """The edit form: the `ApproachUpdate` and `Requirements` fields it shows; the rest stays as stored."""
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     values: dict[str, Any] = {n: v for n in ApproachUpdate.model_fields if isinstance(v := form.get(n), str)}
     if "recipe" in values:
         values["recipe"] = _json_field(values["recipe"], "recipe")
@@ -360,23 +354,20 @@ def delete_approach(
 ) -> Response:
     """Delete: refused (409, in the flash) while the approach has trials, unless the form says
     `delete_evidence` (the button whose confirm counts what goes). Archive keeps them."""
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     campaign_writes.delete_approach(session, campaign, approach, delete_evidence=delete_evidence)
     return navigate(request, f"/campaigns/{slug}")
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/archive")
 def archive_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     campaign_writes.archive_approach(session, campaign, approach, operator.name)
     return navigate(request, f"/campaigns/{slug}/approaches/{key}")
 
 
 @router.post("/campaigns/{slug}/approaches/{key}/restore")
 def restore_approach(request: Request, session: SessionDep, operator: OperatorDep, slug: str, key: str) -> Response:
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     campaign_writes.restore_approach(session, campaign, approach)
     return navigate(request, f"/campaigns/{slug}/approaches/{key}")

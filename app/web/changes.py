@@ -17,8 +17,7 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/campaigns/{slug}/approaches/{key}/changes")
 def approach_changes(request: Request, session: SessionDep, slug: str, key: str) -> Response:
-    campaign = campaigns.get_campaign(session, slug)
-    approach = campaigns.get_approach(session, campaign, key)
+    campaign, approach = campaigns.campaign_approach(session, slug, key)
     view = changes.approach_changes(session, approach)
     figures = [series_with_changes(series, runner, marked) for series, runner, marked in view.charted]
     ctx = {"campaign": campaign, "approach": approach, "view": view, "figures": figures, "describe": changes.describe}

@@ -17,7 +17,7 @@ from sqlmodel import Session
 from app.deps import OperatorDep, RowId, SessionDep, require_operator
 from app.domain import campaigns, comparison, proposals, verdicts
 from app.domain import fingerprint as stack
-from app.domain.errors import Invalid, NotFound
+from app.domain.errors import Invalid, or_not_found
 from app.domain.trial_reads import trial_metrics
 from app.models import NO_VERDICT_TRIAL_STATES, TERMINAL_TRIAL_STATES, Approach, ApproachStatus, Campaign, Trial
 from app.services import campaigns as campaign_writes
@@ -36,9 +36,7 @@ class VerdictRequest(BaseModel):
 
 
 def _trial(session: Session, trial_id: int) -> tuple[Trial, Approach, Campaign]:
-    trial = session.get(Trial, trial_id)
-    if trial is None:
-        raise NotFound(f"No trial #{trial_id}.")
+    trial = or_not_found(session.get(Trial, trial_id), f"No trial #{trial_id}.")
     approach = session.get(Approach, trial.approach_id)
     campaign = session.get(Campaign, trial.campaign_id)
     return trial, approach, campaign  # type: ignore[return-value]
