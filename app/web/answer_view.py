@@ -53,7 +53,7 @@ def _drawn(answer: Answer, what: str, draw: Callable[[], T]) -> T:
         found = _DRAWN.get(key)
         if found is not None and found[0] is answer:
             _DRAWN.move_to_end(key)
-            return found[1]  # type: ignore[no-any-return]
+            return found[1]
     drawn = draw()
     with _DRAWN_LOCK:
         _DRAWN[key] = (answer, drawn)
