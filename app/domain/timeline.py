@@ -10,11 +10,12 @@ changes carry the dates of the history itself (a campaign file can carry them), 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, union_all
+from sqlalchemy import bindparam, func, union_all
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -117,7 +118,17 @@ def _recently_active(session: Session, campaign: Campaign, max_approaches: int) 
 def _newest_changes(session: Session, shown: set[int], changes_per_approach: int) -> list[Any]:
     """Each shown approach's newest status changes: a seek into the (approach, at, id) index read backwards, at
     most `changes_per_approach` rows each, all in one statement (a window over every change of the shown
-    approaches read some thousands of rows to keep 8 of each)."""
+    approaches read some thousands of rows to keep 8 of each). The statement is built once per number of
+    approaches (`_newest_changes_statement`), the ids bound as parameters."""
+    statement = _newest_changes_statement(len(shown), changes_per_approach)
+    ids = {f"approach_{i}": approach_id for i, approach_id in enumerate(sorted(shown))}
+    return list(session.execute(statement, ids).all())
+
+
+@functools.lru_cache(maxsize=2 * MAX_APPROACHES)
+def _newest_changes_statement(approaches: int, changes_per_approach: int) -> Any:
+    """`_newest_changes`'s statement for this many approaches, their ids the parameters approach_0, approach_1, ...:
+    building 40 subqueries was most of the timeline's time (issue 46 item 1); a built statement is immutable."""
     newest: list[Any] = [
         sa_select(
             sa_select(  # five columns (sqlmodel's select stops at four)
@@ -127,14 +138,17 @@ def _newest_changes(session: Session, shown: set[int], changes_per_approach: int
                 col(StatusChange.to_status),
                 col(StatusChange.reason),
             )
-            .where(col(StatusChange.approach_id) == approach_id, col(StatusChange.kind) == HistoryKind.status)
+            .where(
+                col(StatusChange.approach_id) == bindparam(f"approach_{i}"),
+                col(StatusChange.kind) == HistoryKind.status,
+            )
             .order_by(col(StatusChange.at).desc(), col(StatusChange.id).desc())
             .limit(changes_per_approach)
             .subquery()
         )
-        for approach_id in sorted(shown)
+        for i in range(approaches)
     ]
-    return list(session.execute(union_all(*newest)).all())
+    return union_all(*newest)
 
 
 def _trial_spans(session: Session, shown: set[int]) -> list[Any]:

@@ -1,12 +1,22 @@
 """What the charts page and the share status page draw of the answer: its figures, the answer over (batch, draft
 tokens) with its charts, and the Deploy panel. Both pages read the same `Answer` (`read_answer`); nothing here
-changes it."""
+changes it.
+
+A page shown again with nothing new gets the same `Answer` object from `read_answer` (its cache, keyed by the query
+and the campaign's data version), so what is drawn of it is kept with it (`_drawn`): built once per answer, not once
+per request.
+"""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from jinja2.utils import htmlsafe_json_dumps
+from markupsafe import Markup
 from sqlmodel import Session
 
 from app import charts
@@ -14,18 +24,60 @@ from app.domain.answer import Answer, latency_series, throughput_rows
 from app.domain.answer.configs import (
     ENGINE_LABELS,
     ENGINES,
+    DeployTarget,
     EngineConfig,
+    ServeRange,
     deploy_target,
     engine_config,
     parse_serve_range,
 )
 from app.domain.answer.grid import SpeculationAnswer
 from app.domain.errors import Conflict, Invalid
-from app.models import Approach, Campaign
+from app.models import Campaign
+
+T = TypeVar("T")
+
+# What was drawn of the answers read last, by (the answer's identity, what): an answer is immutable and
+# `read_answer` hands out the same object while its key holds, so a drawing of it never goes stale. Each entry holds
+# its answer, so an identity is not reused while the entry lives: as many answers as read_answer keeps (16), with
+# the seven drawings of a page each and room for other served ranges.
+_DRAWN: OrderedDict[tuple[int, str], tuple[Answer, Any]] = OrderedDict()
+_DRAWN_SIZE = 160
+_DRAWN_LOCK = threading.Lock()
+
+
+def _drawn(answer: Answer, what: str, draw: Callable[[], T]) -> T:
+    """`draw()` of `answer`, drawn once per answer (the module docstring). Readers never change what it returns."""
+    key = (id(answer), what)
+    with _DRAWN_LOCK:
+        found = _DRAWN.get(key)
+        if found is not None and found[0] is answer:
+            _DRAWN.move_to_end(key)
+            return found[1]
+    drawn = draw()
+    with _DRAWN_LOCK:
+        _DRAWN[key] = (answer, drawn)
+        while len(_DRAWN) > _DRAWN_SIZE:
+            _DRAWN.popitem(last=False)
+    return drawn
 
 
 def answer_figures(answer: Answer) -> dict[str, Any]:
     """The figures that depend on the model's inputs (the what-if partial re-plots these)."""
+    return dict(_drawn(answer, "answer figures", lambda: _answer_figures(answer)))
+
+
+def answer_figures_json(answer: Answer) -> dict[str, Markup]:
+    """`answer_figures` as the pages embed them, serialised once per answer (the largest part of the page)."""
+    return _drawn(answer, "answer figures json", lambda: {k: figure_json(f) for k, f in answer_figures(answer).items()})
+
+
+def figure_json(figure: dict[str, Any] | None) -> Markup:
+    """A figure as a page embeds it in `<script type="application/json">`: the text of Jinja's `tojson`."""
+    return htmlsafe_json_dumps(figure, sort_keys=True)
+
+
+def _answer_figures(answer: Answer) -> dict[str, Any]:
     report = answer.report
     return {
         "chart_break_even": charts.break_even_accept_length(report) if report.speculative else None,
@@ -39,13 +91,31 @@ def answer_figures(answer: Answer) -> dict[str, Any]:
 
 def throughput_figure(answer: Answer, campaign: Campaign) -> dict[str, Any] | None:
     """Chart 3, or None while no approach has a measured or reported throughput or a dead end to mark: a
-    baseline line alone across empty rows says nothing (no empty axes)."""
+    baseline line alone across empty rows says nothing (no empty axes). The campaign's reported figures are part
+    of the answer's key (its data version holds every campaign column), so it is drawn once per answer too."""
+    return _drawn(answer, "throughput", lambda: _throughput_figure(answer, campaign))
+
+
+def throughput_figure_json(answer: Answer, campaign: Campaign) -> Markup:
+    """`throughput_figure` as the pages embed it, serialised once per answer."""
+    return _drawn(answer, "throughput json", lambda: figure_json(throughput_figure(answer, campaign)))
+
+
+def _throughput_figure(answer: Answer, campaign: Campaign) -> dict[str, Any] | None:
     rows = throughput_rows(answer.metrics, answer.approaches)
     reported = charts.reported_rates(campaign.reported, {a.key: a.title for a in answer.approaches})
     baseline = answer.report.inputs.baseline_tok_s.value
     if not reported and all(r.tok_s is None and r.status != "dead_end" for r in rows):
         return None
     return charts.throughput_vs_baseline(rows, baseline, reported)
+
+
+def _speculation_charts(found: SpeculationAnswer) -> dict[str, Any]:
+    return {
+        "speedup": charts.speedup_vs_batch(found),
+        "heatmap": charts.speedup_heatmap(found),
+        "break_even": charts.break_even_batches(found),
+    }
 
 
 @dataclass(frozen=True)
@@ -58,24 +128,29 @@ class DeployOption:
     error: str
 
 
-def deploy_options(
-    session: Session, found: SpeculationAnswer, approaches: list[Approach], serve_batches: str | None = None
-) -> dict[str, Any]:
-    """Context of `_partials/deploy.html`: each engine's config for the served range, or why there is none."""
+def deploy_options(session: Session, answer: Answer, serve_batches: str | None = None) -> dict[str, Any]:
+    """Context of `_partials/deploy.html`: each engine's config for the served range, or why there is none; drawn
+    once per answer, served range and target node (the node is read each time: a trial's fingerprint is not in
+    the answer's key)."""
     try:
         serve = parse_serve_range(serve_batches)
         serve_error = ""
     except Invalid as exc:
         serve, serve_error = parse_serve_range(None), exc.message
-    target = deploy_target(session, found, approaches)
+    target = deploy_target(session, answer.speculation, answer.approaches)
+    deploy = _drawn(answer, f"deploy {serve!r} {target!r}", lambda: _deploy(answer, serve, target))
+    return {"deploy": deploy, "serve_batches": str(serve), "serve_error": serve_error}
+
+
+def _deploy(answer: Answer, serve: ServeRange, target: DeployTarget) -> list[DeployOption]:
     deploy = []
     for engine in ENGINES:
         try:
-            config = engine_config(engine, found, approaches, serve=serve, target=target)
+            config = engine_config(engine, answer.speculation, answer.approaches, serve=serve, target=target)
             deploy.append(DeployOption(engine, ENGINE_LABELS[engine], config, ""))
         except Conflict as exc:  # no decision to deploy yet: the panel says why
             deploy.append(DeployOption(engine, ENGINE_LABELS[engine], None, exc.message))
-    return {"deploy": deploy, "serve_batches": str(serve), "serve_error": serve_error}
+    return deploy
 
 
 def speculation_context(
@@ -87,16 +162,16 @@ def speculation_context(
     read_only: bool = False,
 ) -> dict[str, Any]:
     """Context of `_partials/speculation.html`: the answer over (batch, draft tokens) under its condition set (the
-    set select), its charts and the Deploy panel."""
+    set select), its charts (and their JSON, serialised once per answer) and the Deploy panel."""
     found = answer.speculation
+    figures = _drawn(answer, "speculation charts", lambda: _speculation_charts(found))
     return {
         "speculation": found,
         "answer": answer,
         "read_only": read_only,
-        "speculation_charts": {
-            "speedup": charts.speedup_vs_batch(found),
-            "heatmap": charts.speedup_heatmap(found),
-            "break_even": charts.break_even_batches(found),
-        },
-        **deploy_options(session, found, answer.approaches, serve_batches),
+        "speculation_charts": figures,
+        "speculation_charts_json": _drawn(
+            answer, "speculation charts json", lambda: {k: figure_json(f) for k, f in figures.items()}
+        ),
+        **deploy_options(session, answer, serve_batches),
     }

@@ -26,7 +26,13 @@ from app.errors import form_error_headers
 from app.models import Campaign, ModelInputFields
 from app.schemas import CampaignUpdate, optional_inputs
 from app.services import campaigns as campaign_writes
-from app.web.answer_view import answer_figures, speculation_context, throughput_figure
+from app.web.answer_view import (
+    answer_figures,
+    answer_figures_json,
+    speculation_context,
+    throughput_figure,
+    throughput_figure_json,
+)
 from app.web.render import navigate, render
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_operator)])
@@ -157,6 +163,7 @@ def _profitability(answer: Answer, campaign: Campaign) -> dict[str, Any]:
         "what_if": answer.what_if,
         "t_ar_us": answer.t_ar_us,
         **answer_figures(answer),
+        "figures_json": answer_figures_json(answer),
     }
 
 
@@ -167,6 +174,7 @@ def charts_page(request: Request, session: SessionDep, slug: str, conditions: st
     ctx = _profitability(answer, campaign)
     ctx["form_inputs"] = form_inputs(answer.report.inputs, campaign)
     ctx["chart_throughput"] = throughput_figure(answer, campaign)
+    ctx["chart_throughput_json"] = throughput_figure_json(answer, campaign)
     ctx["chart_timeline"] = charts.campaign_timeline(campaign_timeline(session, campaign))
     ctx.update(speculation_context(session, campaign, answer, request.query_params.get("serve_batches")))
     ctx["deploy_form"] = True
