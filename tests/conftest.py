@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from app.state import app_state
-from tests.support.auth import api_token, login_token
+from tests.support.auth import api_token, log_in
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.cli import run  # noqa: F401  (the CLI tests' fixture: `campaign` in a subprocess)
 from tests.support.databases import PG_ADMIN_URL, PostgresTemplate, SqliteTemplate, make_postgres_db, pg_conninfo
@@ -177,14 +176,7 @@ def client(app, monkeypatch):
 @pytest.fixture
 def operator_client(client, app):
     """A TestClient logged in as an operator, sending the session's CSRF token on writes."""
-    from app.security import CSRF_HEADER, SESSION_COOKIE
-
-    r = client.get(f"/login?token={login_token(app)}", follow_redirects=False)
-    assert r.status_code == 303, r.text
-    operator = app_state(app).session_signer.read(client.cookies.get(SESSION_COOKIE))
-    assert operator is not None and operator.csrf_token is not None
-    client.headers[CSRF_HEADER] = operator.csrf_token
-    return client
+    return log_in(client, app)
 
 
 @pytest.fixture

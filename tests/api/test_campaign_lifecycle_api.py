@@ -26,7 +26,7 @@ from app.models import (
     TrialState,
 )
 from app.state import app_state
-from tests.support.auth import add_user, api_token, login_token
+from tests.support.auth import add_user, api_token, log_in
 
 
 def _finish_running(app, campaign: str = "c") -> None:
@@ -211,15 +211,9 @@ def test_roles_viewer_reads_operator_renames_and_archives_admin_deletes(api, see
 
 
 def _browser_as(app, client, name: str, role: Role) -> None:
-    from app.security import CSRF_HEADER, SESSION_COOKIE
-
     add_user(app, name, role)
     client.cookies.clear()
-    r = client.get(f"/login?token={login_token(app, name)}", follow_redirects=False)
-    assert r.status_code == 303
-    signed = app_state(app).session_signer.read(client.cookies.get(SESSION_COOKIE))
-    assert signed is not None
-    client.headers[CSRF_HEADER] = signed.csrf_token or ""
+    log_in(client, app, name)
 
 
 def test_the_pages_forms_enforce_the_same_roles(client, seeded, app):

@@ -8,20 +8,17 @@ import re
 from pathlib import Path
 
 from app.db import session_scope
-from app.domain import campaigns
 from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
 from app.state import app_state
+from tests.support.results import ALPHAS, import_results
 
-SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
 SLUG = "speculation-sweep-h200x1"
 
 
 def _imported(app) -> None:
     with session_scope(app_state(app).engine) as session:
-        import_campaign(session, SWEEP.read_text(), actor="test")
-        session.flush()
-        campaigns.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+        import_results(session, SLUG, ALPHAS)
 
 
 def test_the_charts_page_lets_a_person_choose_the_conditions(app, operator_client, api_headers, client):

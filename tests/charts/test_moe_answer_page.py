@@ -12,9 +12,9 @@ from app.db import session_scope
 from app.domain import campaigns
 from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import pick_conditions, read_answer
-from app.domain.campaign_files import import_campaign
 from app.protocol.metrics import ConditionTag as C
 from app.state import app_state
+from tests.support.results import ALPHAS, import_results
 
 MOE = Path(__file__).resolve().parents[2] / "docs" / "results" / "moe-sweep-h200x1.yaml"
 SLUG = "moe-sweep-h200x1"
@@ -22,9 +22,7 @@ SLUG = "moe-sweep-h200x1"
 
 def _imported(app) -> None:
     with session_scope(app_state(app).engine) as session:
-        import_campaign(session, MOE.read_text(), actor="test")
-        session.flush()
-        campaigns.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+        import_results(session, SLUG, ALPHAS)
 
 
 def _text(html: str) -> str:

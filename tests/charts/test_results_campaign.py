@@ -6,26 +6,20 @@ each measured allreduce sits on it at the tau* the model gives."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from app import charts
 from app.db import session_scope
-from app.domain import campaigns
 from app.domain.answer import profitability_report
-from app.domain.campaign_files import import_campaign
 from app.state import app_state
-
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "allreduce-shootout-h200x2.yaml"
+from tests.support.results import import_results
 
 
 @pytest.fixture
 def report(app):
     with session_scope(app_state(app).engine) as session:
-        import_campaign(session, RESULTS.read_text(), actor="test")
-        session.flush()
-        campaign = campaigns.get_campaign(session, "allreduce-shootout-h200x2")
+        campaign = import_results(session, "allreduce-shootout-h200x2")
         yield profitability_report(session, campaign)
 
 
@@ -70,7 +64,7 @@ def test_the_results_campaign_draws_its_break_even_chart(report):
 
 def test_the_results_campaign_page_says_its_answer(app, operator_client):
     with session_scope(app_state(app).engine) as session:
-        import_campaign(session, RESULTS.read_text(), actor="test")
+        import_results(session, "allreduce-shootout-h200x2")
     html = operator_client.get("/campaigns/allreduce-shootout-h200x2/charts").text
     text = " ".join(re.sub(r"<[^>]+>", "", html).split())
     assert (
@@ -87,9 +81,7 @@ def test_the_verify_chart_draws_each_measured_allreduce_at_its_point_with_tau_2_
     from app.domain.answer import WhatIf
 
     with session_scope(app_state(app).engine) as session:
-        import_campaign(session, RESULTS.read_text(), actor="test")
-        session.flush()
-        campaign = campaigns.get_campaign(session, "allreduce-shootout-h200x2")
+        campaign = import_results(session, "allreduce-shootout-h200x2")
         report = profitability_report(session, campaign, WhatIf(accept_length=2.4))
     fig = charts.verify_comm_vs_savings(report)
     assert fig is not None and report.costs is not None

@@ -10,24 +10,19 @@ from __future__ import annotations
 import html as html_lib
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 from app.db import session_scope
-from app.domain import campaigns
-from app.domain.campaign_files import import_campaign
 from app.state import app_state
+from tests.support.results import ALPHAS, import_results
 
-SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
 SLUG = "speculation-sweep-h200x1"
 WHATIF = f"/campaigns/{SLUG}/charts/whatif"
 
 
 def _imported(app) -> None:
     with session_scope(app_state(app).engine) as session:
-        import_campaign(session, SWEEP.read_text(), actor="test")
-        session.flush()
-        campaigns.get_campaign(session, SLUG).accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+        import_results(session, SLUG, ALPHAS)
 
 
 def _figure(page: str, name: str) -> dict[str, Any] | None:

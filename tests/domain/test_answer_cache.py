@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from app.db import session_scope
 from app.domain import campaigns
 from app.domain.answer import read
 from app.domain.answer.inputs import WhatIf
@@ -15,14 +14,7 @@ from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import read_answer
 from app.domain.answer.report import T_AR_LABEL
 from app.models import utcnow
-from app.state import app_state
 from tests.support.speculation import build_sweep_campaign
-
-
-@pytest.fixture
-def session(app):
-    with session_scope(app_state(app).engine) as s:
-        yield s
 
 
 @pytest.fixture

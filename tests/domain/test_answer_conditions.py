@@ -5,13 +5,10 @@ cache follows every declared campaign field. Plus the statistics home's vectoriz
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from sqlmodel import select
 
-from app.db import session_scope
 from app.domain import campaigns
 from app.domain.acceptance import alphas_from_unconditional
 from app.domain.answer.inputs import WhatIf
@@ -19,38 +16,20 @@ from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import pick_conditions, read_answer
 from app.domain.answer.speculation import speculation_answer
 from app.domain.answer.values import measured
-from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
 from app.domain.errors import Invalid
 from app.domain.statistics import trial_estimate, trial_estimates_many, trial_resamples, trial_resamples_many
 from app.models import Metric
 from app.schemas import ApproachCreate, CampaignCreate, RecipeSpec
-from app.state import app_state
+from tests.support.results import ALPHAS, import_results
 from tests.support.speculation import SweepBuilder, approach, build_sweep_campaign, spec
 
-SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
-ALPHAS = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
 TORCH_211 = {"torch": "2.11.0+cu130", "cuda": "13.0", "gpus": [{"name": "NVIDIA H200", "sm": "9.0"}]}
 TORCH_210 = {"torch": "2.10.0+cu128", "cuda": "12.8", "gpus": [{"name": "NVIDIA H200", "sm": "9.0"}]}
 
 
-@pytest.fixture
-def session(app):
-    with session_scope(app_state(app).engine) as s:
-        yield s
-
-
-def _sweep(session):
-    import_campaign(session, SWEEP.read_text(), actor="test")
-    session.flush()
-    campaign = campaigns.get_campaign(session, "speculation-sweep-h200x1")
-    campaign.accept_alphas = ALPHAS
-    session.flush()
-    return campaign
-
-
 def test_the_committed_sweep_answers_per_context_with_speedup_falling_with_batch(session):
-    campaign = _sweep(session)
+    campaign = import_results(session, "speculation-sweep-h200x1", ALPHAS)
     answer = read_answer(session, campaign)
     contexts = {c.label.split(",")[0]: c for c in answer.condition_sets}
     assert {"context 1", "context 4", "context 0"} <= set(contexts)  # 1,024 / 4,096 / 0: each its own set
@@ -327,7 +306,7 @@ def test_a_what_if_changes_the_whole_answer_not_only_the_batch_1_report(session)
 def test_the_batch_1_report_is_the_answer_at_batch_1(session):
     """The report reads the grid's batch-1 inputs (paired by conditions, their trials and conditions named) and
     shows each approach's grid cell there, with its interval, instead of picking its own inputs (issue 33)."""
-    campaign = _sweep(session)
+    campaign = import_results(session, "speculation-sweep-h200x1", ALPHAS)
     found = read_answer(session, campaign)
     grid = {f.name: f for f in found.speculation.inputs}
     t_base = found.report.inputs.t_base

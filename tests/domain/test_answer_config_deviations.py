@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from pathlib import Path
 
 import pytest
 import yaml
 
 from app.db import session_scope
-from app.domain import campaigns
 from app.domain.answer.configs import config_json, engine_config
 from app.domain.answer.read import read_answer
-from app.domain.campaign_files import import_campaign
 from app.state import app_state
-
-MOE = Path(__file__).resolve().parents[2] / "docs" / "results" / "moe-sweep-h200x1.yaml"
+from tests.support.results import ALPHAS, import_results
 
 
 def _trtllm_k(config, batch: int) -> int:
@@ -47,12 +43,7 @@ READ_BACK = {"trtllm": _trtllm_k, "vllm": _vllm_k, "sglang": _sglang_k}
 @pytest.fixture
 def moe(app):
     with session_scope(app_state(app).engine) as session:
-        import_campaign(session, MOE.read_text(), actor="test")
-        session.flush()
-        campaign = campaigns.get_campaign(session, "moe-sweep-h200x1")
-        campaign.accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
-        session.flush()
-        yield read_answer(session, campaign)
+        yield read_answer(session, import_results(session, "moe-sweep-h200x1", ALPHAS))
 
 
 def test_no_config_differs_from_the_answer_without_saying_so(moe):

@@ -5,22 +5,15 @@ chosen by declared conditions (bf16 experts), never by which trial is newest."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
-import pytest
 
-from app.db import session_scope
-from app.domain import campaigns
 from app.domain.answer.read import pick_conditions, read_answer
 from app.domain.answer.sentence import batch_ranges
 from app.domain.answer.speculation import speculation_answer
 from app.domain.answer.values import Value, exact, of_trials
-from app.domain.campaign_files import import_campaign
-from app.state import app_state
+from tests.support.results import ALPHAS, import_results
 from tests.support.speculation import approach, spec
-
-MOE = Path(__file__).resolve().parents[2] / "docs" / "results" / "moe-sweep-h200x1.yaml"
 
 
 def _runs(a: float, b: float, first: int) -> Value:
@@ -64,18 +57,8 @@ def test_the_sentence_names_k_per_batch_range_as_the_grid_does():
     )
 
 
-@pytest.fixture
-def session(app):
-    with session_scope(app_state(app).engine) as s:
-        yield s
-
-
 def test_the_moe_default_is_bf16_by_its_conditions_and_fp8_is_asked_for_by_name(session):
-    import_campaign(session, MOE.read_text(), actor="test")
-    session.flush()
-    campaign = campaigns.get_campaign(session, "moe-sweep-h200x1")
-    campaign.accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
-    session.flush()
+    campaign = import_results(session, "moe-sweep-h200x1", ALPHAS)
     found = read_answer(session, campaign)
     assert found.conditions is not None and found.conditions.tag_map["experts_dtype"] == "bf16"  # it was fp8
     assert "bf16 experts" in (found.default_label or "")
@@ -94,10 +77,7 @@ def test_the_moe_default_is_bf16_by_its_conditions_and_fp8_is_asked_for_by_name(
 def test_a_campaign_declares_the_conditions_of_its_default_answer(session, client):
     """The default is the set the campaign declares (`answer_conditions`: the precision it deploys), else the
     most complete (bf16 among equals); a declaration no answering set states is said, never silently dropped."""
-    import_campaign(session, MOE.read_text(), actor="test")
-    session.flush()
-    campaign = campaigns.get_campaign(session, "moe-sweep-h200x1")
-    campaign.accept_alphas = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    campaign = import_results(session, "moe-sweep-h200x1", ALPHAS)
     campaign.answer_conditions = {"experts_dtype": "fp8", "context": "1024"}
     session.flush()
     found = read_answer(session, campaign)
@@ -118,7 +98,7 @@ def test_a_campaign_declares_the_conditions_of_its_default_answer(session, clien
 
 def test_answer_conditions_are_checked_and_said_on_the_page(app, operator_client, session):
     client = operator_client
-    import_campaign(session, MOE.read_text(), actor="test")
+    import_results(session, "moe-sweep-h200x1")
     session.commit()
     bad = client.patch("/api/campaigns/moe-sweep-h200x1", json={"answer_conditions": {"precision": "int4"}})
     assert bad.status_code == 422 and "not a condition: precision" in bad.text

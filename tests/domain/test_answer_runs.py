@@ -4,25 +4,17 @@ within-run noise), not the product of every input's independent 1-degree-of-free
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from app.db import session_scope
-from app.domain import campaigns
 from app.domain.answer.cells import paired_runs
 from app.domain.answer.read import read_answer
 from app.domain.answer.speculation import speculation_answer
 from app.domain.answer.values import exact, of_trials
-from app.domain.campaign_files import import_campaign
-from app.state import app_state
+from tests.support.results import ALPHAS, import_results
 from tests.support.speculation import approach, spec
 
 pytestmark = pytest.mark.both_databases  # the answer's metric loading queries (samples JSON cast to text)
-
-SWEEP = Path(__file__).resolve().parents[2] / "docs" / "results" / "speculation-sweep-h200x1.yaml"
-ALPHAS = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
 
 
 def _two_runs(value: float, slower: float, first: int, rng: np.random.Generator):
@@ -71,18 +63,8 @@ def test_trials_that_interleave_are_not_paired():
     assert paired_runs([c, d]) is None
 
 
-@pytest.fixture
-def session(app):
-    with session_scope(app_state(app).engine) as s:
-        yield s
-
-
 def test_the_committed_sweep_intervals_follow_its_two_runs(session):
-    import_campaign(session, SWEEP.read_text(), actor="test")
-    session.flush()
-    campaign = campaigns.get_campaign(session, "speculation-sweep-h200x1")
-    campaign.accept_alphas = ALPHAS
-    session.flush()
+    campaign = import_results(session, "speculation-sweep-h200x1", ALPHAS)
     (a,) = read_answer(session, campaign).speculation.approaches
     halves = [
         (c.speedup.high - c.speedup.low) / 2 / c.speedup.value  # type: ignore[operator]

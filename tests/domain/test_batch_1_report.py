@@ -6,12 +6,9 @@ batch-1 inputs."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from app.db import session_scope
 from app.domain import campaigns
 from app.domain.answer import model as formula
 from app.domain.answer.grid import Cell
@@ -21,33 +18,13 @@ from app.domain.answer.model import BreakEvenCurve, CycleCosts
 from app.domain.answer.query import AnswerQuery
 from app.domain.answer.read import Answer, read_answer
 from app.domain.answer.report import NO_ALLREDUCE_KINDS, measures_allreduce
-from app.domain.campaign_files import import_campaign
 from app.domain.demo import load_demo
 from app.models import Approach
 from app.protocol.metrics import MetricName
 from app.schemas import ApproachCreate
-from app.state import app_state
 from runners.recipes import recipes
+from tests.support.results import ALPHAS, import_results
 from tests.support.speculation import build_sweep_campaign
-
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
-ALPHAS = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
-
-
-@pytest.fixture
-def session(app):
-    with session_scope(app_state(app).engine) as s:
-        yield s
-
-
-def _imported(session, name: str, alphas: list[float] | None = None):
-    import_campaign(session, (RESULTS / f"{name}.yaml").read_text(), actor="test")
-    session.flush()
-    campaign = campaigns.get_campaign(session, name)
-    if alphas is not None:
-        campaign.accept_alphas = alphas
-        session.flush()
-    return campaign
 
 
 def _cell(found: Answer, key: str) -> Cell | None:
@@ -115,7 +92,7 @@ def assert_the_report_is_the_grid_at_batch_1(found: Answer) -> int:
 
 
 def test_the_committed_sweep_report_is_its_grid_at_batch_1(session):
-    campaign = _imported(session, "speculation-sweep-h200x1", ALPHAS)
+    campaign = import_results(session, "speculation-sweep-h200x1", ALPHAS)
     found = read_answer(session, campaign)
     assert assert_the_report_is_the_grid_at_batch_1(found) >= 1
     assert any(p.speedup is not None for p in found.report.points)
@@ -129,7 +106,7 @@ def test_the_sweep_report_counts_the_allreduces_it_measured_none_at_world_size_1
     """The sweep ran at world size 1 (TP 1): its verify step runs no allreduce, so the report's N_ar is 0, as its
     grid cells' is, not the campaign's default 122 (which drew a curve and a break-even t_ar of 193.9 us per
     allreduce that nothing measured). The grid's cell still answers."""
-    campaign = _imported(session, "speculation-sweep-h200x1", ALPHAS)
+    campaign = import_results(session, "speculation-sweep-h200x1", ALPHAS)
     found = read_answer(session, campaign)
     report = found.report
     n_ar = report.inputs.allreduces_per_verify
@@ -153,12 +130,12 @@ def test_the_sweep_report_counts_the_allreduces_it_measured_none_at_world_size_1
 
 
 def test_a_campaign_that_communicates_keeps_its_allreduce_count(session):
-    report = read_answer(session, _imported(session, "allreduce-shootout-h200x2")).report
+    report = read_answer(session, import_results(session, "allreduce-shootout-h200x2")).report
     assert report.inputs.allreduces_per_verify.value == 122 and report.curve is not None and not report.world_1
 
 
 def test_the_moe_results_report_is_its_grid_at_batch_1(session):
-    campaign = _imported(session, "moe-sweep-h200x1")
+    campaign = import_results(session, "moe-sweep-h200x1")
     assert_the_report_is_the_grid_at_batch_1(read_answer(session, campaign))
     campaign.accept_alphas = ALPHAS
     session.flush()
@@ -175,7 +152,7 @@ def test_the_kimi_demo_report_answers_its_reported_figures_with_the_grid_inputs(
 
 
 def test_the_shootout_report_is_its_grid_at_batch_1(session):
-    assert_the_report_is_the_grid_at_batch_1(read_answer(session, _imported(session, "allreduce-shootout-h200x2")))
+    assert_the_report_is_the_grid_at_batch_1(read_answer(session, import_results(session, "allreduce-shootout-h200x2")))
 
 
 def test_one_formula_on_floats_and_arrays():
@@ -253,8 +230,8 @@ def test_unmeasured_lists_only_allreduce_candidates(session):
     """ "No GPU allreduce latency at 56 KiB yet: ..." names the approaches waiting for an allreduce latency. The
     sweep's decode, verify and draft steps on one GPU have none to measure (it listed all eight of them); a
     draft step never measures one; an allreduce candidate that has not run stays listed."""
-    assert read_answer(session, _imported(session, "speculation-sweep-h200x1", ALPHAS)).report.unmeasured == ()
-    shootout = _imported(session, "allreduce-shootout-h200x2")
+    assert read_answer(session, import_results(session, "speculation-sweep-h200x1", ALPHAS)).report.unmeasured == ()
+    shootout = import_results(session, "allreduce-shootout-h200x2")
     unmeasured = read_answer(session, shootout).report.unmeasured
     titles = {a.key: a.title for a in campaigns.approaches(session, shootout)}
     for key in ("draft-step-graph", "draft-step-eager", "draft-step-cpu"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from sqlmodel import select
 
-from app.db import session_scope
 from app.domain.answer.prediction import (
     ENGINE_COUNTING,
     STANDIN,
@@ -17,14 +16,7 @@ from app.domain.answer.prediction import (
     engine_check,
 )
 from app.models import Metric
-from app.state import app_state
 from tests.support.engine_check import ENGINE, FP, EngineCheckBuilder, build_engine_check_campaign
-
-
-@pytest.fixture
-def session(app):
-    with session_scope(app_state(app).engine) as s:
-        yield s
 
 
 def _cell(check, b, k):

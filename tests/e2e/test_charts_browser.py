@@ -9,9 +9,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from app.db import make_engine, session_scope
-from app.domain.logins import create_login_token
-from tests.support.browser import login_url
+from tests.support.browser import login_url, on_board
 from tests.support.charts import SLUG, build_fixture_campaign
 
 pytestmark = pytest.mark.browser
@@ -21,14 +19,8 @@ T_BASE = 1000 / 82
 @pytest.fixture
 def server(live_server):
     """The live server (demo loaded) plus the fixture campaign, and a login URL that opens the charts."""
-    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
-    try:
-        with session_scope(engine) as session:
-            build_fixture_campaign(session)
-            token = create_login_token(session, 3600)
-    finally:
-        engine.dispose()
-    live_server.charts_login = f"{live_server.url}/login?token={token}&next=/campaigns/{SLUG}/charts"
+    on_board(live_server, build_fixture_campaign)
+    live_server.charts_login = login_url(live_server, f"/campaigns/{SLUG}/charts")
     return live_server
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from app.db import make_engine, session_scope
-from app.domain.logins import create_login_token
+from tests.support.browser import login_url, on_board
 from tests.support.charts import H200, RERUN_US, SLUG, build_fixture_rerun
 
 pytestmark = pytest.mark.browser
@@ -21,14 +20,8 @@ pytestmark = pytest.mark.browser
 def server(live_server):
     """The live server plus the fixture campaign and a re-run of its NCCL eager trial on an upgraded stack
     (torch 2.12.0, NCCL 2.28.3; same GPUs); the ids of both trials."""
-    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
-    try:
-        with session_scope(engine) as session:
-            live_server.eager, live_server.rerun = build_fixture_rerun(session)
-            token = create_login_token(session, 3600)
-    finally:
-        engine.dispose()
-    live_server.login = f"{live_server.url}/login?token={token}&next=/campaigns/{SLUG}"
+    live_server.eager, live_server.rerun = on_board(live_server, build_fixture_rerun)
+    live_server.login = login_url(live_server, f"/campaigns/{SLUG}")
     return live_server
 
 

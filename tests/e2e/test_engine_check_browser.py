@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.db import make_engine, session_scope
-from app.domain.logins import create_login_token
+from tests.support.browser import login_url, on_board
 from tests.support.engine_check import SLUG, build_engine_check_campaign
 
 pytestmark = pytest.mark.browser
@@ -14,14 +13,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def server(live_server):
-    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
-    try:
-        with session_scope(engine) as session:
-            build_engine_check_campaign(session)
-            token = create_login_token(session, 3600)
-    finally:
-        engine.dispose()
-    live_server.login = f"{live_server.url}/login?token={token}&next=/campaigns/{SLUG}/charts"
+    on_board(live_server, build_engine_check_campaign)
+    live_server.login = login_url(live_server, f"/campaigns/{SLUG}/charts")
     return live_server
 
 

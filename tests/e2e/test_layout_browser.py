@@ -11,9 +11,9 @@ from playwright.sync_api import expect
 
 from app.db import make_engine, session_scope
 from app.domain import campaigns, users
-from app.domain.logins import create_login_token
 from app.domain.sharing import create_share_link, share_token
 from app.models import Role
+from tests.support.browser import login_context
 from tests.support.servers import LiveServer
 from tests.support.trials import FINGERPRINT
 from tests.support.verdicts import end_trial, runner
@@ -100,11 +100,7 @@ def board(tmp_path_factory):
 
 
 def _page(board, browser, width: int):
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    page = context.new_page()
-    with session_scope(board.engine) as s:
-        token = create_login_token(s, 3600)
-    page.goto(f"{board.url}/login?token={token}")
+    context, page = login_context(browser, board.url, board.engine, viewport={"width": width, "height": 900})
     page.wait_for_url(f"{board.url}/")
     return context, page
 

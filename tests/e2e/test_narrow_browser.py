@@ -13,8 +13,8 @@ from sqlalchemy import Engine
 
 from app.db import make_engine, session_scope
 from app.domain import campaigns
-from app.domain.logins import create_login_token
 from app.domain.sharing import create_share_link, share_token
+from tests.support.browser import login_context
 from tests.support.servers import LiveServer, start_live_server, stop_live_server
 from tests.support.speculation import SLUG, build_sweep_campaign
 
@@ -81,11 +81,8 @@ def board(tmp_path_factory):
 
 
 def _page(board: Board, browser, width: int, **context_options):
-    context = browser.new_context(viewport={"width": width, "height": 900}, **context_options)
-    page = context.new_page()
-    with session_scope(board.engine) as s:
-        token = create_login_token(s, 3600)
-    page.goto(f"{board.server.url}/login?token={token}")
+    viewport = {"width": width, "height": 900}
+    context, page = login_context(browser, board.server.url, board.engine, viewport=viewport, **context_options)
     page.wait_for_url(f"{board.server.url}/")
     return context, page
 

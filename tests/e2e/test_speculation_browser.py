@@ -8,8 +8,7 @@ import shlex
 
 import pytest
 
-from app.db import make_engine, session_scope
-from app.domain.logins import create_login_token
+from tests.support.browser import login_url, on_board
 from tests.support.speculation import BATCHES, SLUG, build_sweep_campaign
 
 pytestmark = pytest.mark.browser
@@ -17,14 +16,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def server(live_server):
-    engine = make_engine(live_server.env["CAMPAIGN_DATABASE_URL"])
-    try:
-        with session_scope(engine) as session:
-            build_sweep_campaign(session)
-            token = create_login_token(session, 3600)
-    finally:
-        engine.dispose()
-    live_server.login = f"{live_server.url}/login?token={token}&next=/campaigns/{SLUG}/charts"
+    on_board(live_server, build_sweep_campaign)
+    live_server.login = login_url(live_server, f"/campaigns/{SLUG}/charts")
     return live_server
 
 

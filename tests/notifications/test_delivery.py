@@ -10,11 +10,10 @@ import httpx
 import pytest
 
 from tests.support.receiver import Receiver
-from tests.support.servers import ThreadServer, start_live_server, stop_live_server
+from tests.support.servers import start_live_server, stop_live_server
 from tests.support.trials import (
     ProtocolRunner,
     command_recipe,
-    make_settings,
     new_runner_token,
     run_next,
     seed_campaign,
@@ -22,15 +21,6 @@ from tests.support.trials import (
 from tests.support.waiting import wait_for
 
 SECRET_URL_PART = "hunter2"
-
-
-@pytest.fixture
-def server(tmp_path, db_url):
-    srv = ThreadServer(make_settings(tmp_path, db_url)).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _add(srv, url: str, events: list[str], campaign: str | None = None) -> dict:
@@ -50,13 +40,13 @@ def _deliveries(srv, target_id: int) -> list[dict]:
     return r.json()
 
 
-def test_a_trial_end_reaches_the_webhook_with_its_verdict_stack_and_link(server):
-    seed_campaign(server.engine, "spec", [{"key": "echo", "title": "Echo", "recipe": command_recipe("echo", "hi")}])
+def test_a_trial_end_reaches_the_webhook_with_its_verdict_stack_and_link(srv):
+    seed_campaign(srv.engine, "spec", [{"key": "echo", "title": "Echo", "recipe": command_recipe("echo", "hi")}])
     with Receiver() as receiver:
-        _add(server, receiver.url, ["trial.ended"], campaign="spec")
-        _, token = new_runner_token(server.engine, "node-7")
-        runner = ProtocolRunner(server.ws_url, token)
-        started = run_next(server)
+        _add(srv, receiver.url, ["trial.ended"], campaign="spec")
+        _, token = new_runner_token(srv.engine, "node-7")
+        runner = ProtocolRunner(srv.ws_url, token)
+        started = run_next(srv)
         d = runner.expect("dispatch")
         runner.started(d)
         runner.log(d, 0, 0, "hi\n")
@@ -66,35 +56,35 @@ def test_a_trial_end_reaches_the_webhook_with_its_verdict_stack_and_link(server)
     assert f"echo: trial #{started['trial_id']} succeeded" in text
     assert "Stack: 8 GPUs, SM 9.0" in text and "torch 2.11.0" in text
     assert "Proposed verdict: " in text  # as docs/notifications.md promises (it was never written)
-    assert f"{server.url}/trials/{started['trial_id']}" in text
+    assert f"{srv.url}/trials/{started['trial_id']}" in text
 
 
-def test_refused_posts_are_retried_and_the_log_says_so(server):
+def test_refused_posts_are_retried_and_the_log_says_so(srv):
     with Receiver(fail_first=2) as receiver:
-        target = _add(server, receiver.url, ["trial.ended"])
-        r = httpx.post(f"{server.url}/api/notifications/{target['id']}/test", headers=server.api_headers(), timeout=10)
+        target = _add(srv, receiver.url, ["trial.ended"])
+        r = httpx.post(f"{srv.url}/api/notifications/{target['id']}/test", headers=srv.api_headers(), timeout=10)
         assert r.status_code == 202, r.text
         wait_for(
-            lambda: [d for d in _deliveries(server, target["id"]) if d["state"] == "retrying" and d["last_error"]],
+            lambda: [d for d in _deliveries(srv, target["id"]) if d["state"] == "retrying" and d["last_error"]],
             timeout=20,
             what="a retry",
         )
         wait_for(lambda: receiver.texts(), timeout=30, what="the delivery after two refusals")
         (row,) = wait_for(
-            lambda: [d for d in _deliveries(server, target["id"]) if d["state"] == "sent"], timeout=10, what="sent"
+            lambda: [d for d in _deliveries(srv, target["id"]) if d["state"] == "sent"], timeout=10, what="sent"
         )
     # Two refused sends and the one that delivered (issue 32: a sent message said "attempts 0").
     assert receiver.refused == 2 and row["attempts"] == 3 and row["last_error"] == ""
     assert "test message" in receiver.texts()[0]
 
 
-def test_destination_urls_are_redacted_everywhere_they_are_shown_and_only_admins_reach_them(server):
+def test_destination_urls_are_redacted_everywhere_they_are_shown_and_only_admins_reach_them(srv):
     secret = f"json://ops:{SECRET_URL_PART}@127.0.0.1:9/hook"
-    created = _add(server, secret, ["runner.lost"])
+    created = _add(srv, secret, ["runner.lost"])
     assert created["url"] == "json://ops:****@127.0.0.1:9/hook"
-    listed = httpx.get(f"{server.url}/api/notifications", headers=server.api_headers(), timeout=10)
+    listed = httpx.get(f"{srv.url}/api/notifications", headers=srv.api_headers(), timeout=10)
     assert SECRET_URL_PART not in listed.text and listed.json()[0]["events"] == ["runner.lost"]
-    page = httpx.get(f"{server.url}/notifications", cookies={"cb_session": server.session_cookie()}, timeout=10)
+    page = httpx.get(f"{srv.url}/notifications", cookies={"cb_session": srv.session_cookie()}, timeout=10)
     assert page.status_code == 200 and "json://ops:****@127.0.0.1:9/hook" in page.text
     assert SECRET_URL_PART not in page.text
     from app.db import session_scope
@@ -102,14 +92,14 @@ def test_destination_urls_are_redacted_everywhere_they_are_shown_and_only_admins
     from app.models import Role
     from tests.support.auth import _user, add_user
 
-    add_user(server.app, "olga", Role.operator)
-    with session_scope(server.engine) as session:
+    add_user(srv.app, "olga", Role.operator)
+    with session_scope(srv.engine) as session:
         operator = {"Authorization": f"Bearer {create_api_token(session, 'op', _user(session, 'olga'))}"}
-    assert httpx.get(f"{server.url}/api/notifications", headers=operator, timeout=10).status_code == 403
+    assert httpx.get(f"{srv.url}/api/notifications", headers=operator, timeout=10).status_code == 403
     bad = httpx.post(
-        f"{server.url}/api/notifications",
+        f"{srv.url}/api/notifications",
         json={"url": "bogus://x", "events": ["trial.ended"]},
-        headers=server.api_headers(),
+        headers=srv.api_headers(),
         timeout=10,
     )
     assert bad.status_code == 422 and "not a notification URL" in bad.text

@@ -8,15 +8,12 @@ import os
 import subprocess
 import sys
 
-from fastapi.testclient import TestClient
-
 from app.db import session_scope
 from app.domain.scheduling import create_trial
 from app.domain.trials import end_trial
 from app.models import Approach, Campaign, Role, Runner, TrialState
-from app.security import CSRF_HEADER, SESSION_COOKIE
 from app.state import app_state
-from tests.support.auth import add_user, api_token, login_token
+from tests.support.auth import add_user, api_token, browser_client
 
 
 def _seed(app) -> int:
@@ -69,19 +66,10 @@ def test_a_viewer_watches_and_reads_their_own_inbox_by_api(app, client):
     assert client.get("/api/inbox").status_code == 401  # not logged in
 
 
-def _browser(app, name: str) -> TestClient:
-    client = TestClient(app, base_url="http://127.0.0.1")
-    assert client.get(f"/login?token={login_token(app, name)}", follow_redirects=False).status_code == 303
-    cookie = app_state(app).session_signer.read(client.cookies.get(SESSION_COOKIE))
-    assert cookie is not None and cookie.csrf_token is not None
-    client.headers[CSRF_HEADER] = cookie.csrf_token
-    return client
-
-
 def test_the_pages_watch_button_and_inbox_link(app, client):
     _seed(app)
     add_user(app, "Vera", Role.viewer)
-    viewer = _browser(app, "Vera")
+    viewer = browser_client(app, "Vera")
     page = viewer.get("/campaigns/kimi/approaches/symm", headers={"accept": "text/html"}).text
     assert 'hx-post="/campaigns/kimi/approaches/symm/watch"' in page and 'id="inbox-link"' in page
     assert "data-viewer-ok" in page.split('data-testid="watch-form"')[0].rsplit("<form", 1)[1]

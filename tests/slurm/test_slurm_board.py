@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -18,9 +17,8 @@ import pytest
 from sqlmodel import col, select
 
 from app.db import session_scope
-from app.domain import logs as log_domain
 from app.domain.answer import load_campaign_metrics
-from app.models import Campaign, Metric, Runner, Trial
+from app.models import Campaign, Metric, Runner
 from app.protocol.metrics import MetricName
 from app.security import SESSION_COOKIE
 from app.state import app_state
@@ -30,22 +28,16 @@ from tests.support.trials import (
     log_text,
     make_settings,
     new_runner_token,
+    python_recipe,
     run_next,
     seed_campaign,
+    stored_log,
     trial,
     viewer_messages,
 )
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
-
-
-def _python(script: str, timeout_s: float = 120) -> dict:
-    return {
-        "kind": "command",
-        "params": {"argv": [sys.executable, "-u", "-c", textwrap.dedent(script)]},
-        "timeout_s": timeout_s,
-    }
 
 
 class SlurmNode:
@@ -110,13 +102,6 @@ def board(tmp_path, db_url):
             subprocess.run(["scancel", json.loads(record.read_text())["job_id"]], check=False)
 
 
-def _stored(srv, trial_id: int) -> str:
-    with session_scope(srv.engine, write=False) as session:
-        trial = session.get(Trial, trial_id)
-        assert trial is not None
-        return log_domain.full_text(session, trial)
-
-
 def test_live_log_through_slurm(board, tmp_path):
     srv, _ = board
     gate = tmp_path / "gate"
@@ -127,7 +112,7 @@ def test_live_log_through_slurm(board, tmp_path):
             {
                 "key": "live",
                 "title": "Live",
-                "recipe": _python(f"""
+                "recipe": python_recipe(f"""
             import os, time
             print("hello from slurm", flush=True)
             while not os.path.exists({str(gate)!r}): time.sleep(0.05)
@@ -149,7 +134,7 @@ def test_live_log_through_slurm(board, tmp_path):
     gate.touch()
     wait_for(lambda: trial(srv, tid)["state"] == "succeeded", timeout=60, what="the trial to succeed")
     expected = "hello from slurm\n" + "".join(f"line {i}\n" for i in range(200))
-    assert _stored(srv, tid) == expected
+    assert stored_log(srv, tid) == expected
     assert log_text(msgs).startswith("hello from slurm\n")
 
 
@@ -162,7 +147,7 @@ def test_a_failing_job_fails_the_trial(board):
             {
                 "key": "fails",
                 "title": "Fails",
-                "recipe": _python("import sys; print('no luck', flush=True); sys.exit(4)"),
+                "recipe": python_recipe("import sys; print('no luck', flush=True); sys.exit(4)"),
             }
         ],
     )
@@ -170,7 +155,7 @@ def test_a_failing_job_fails_the_trial(board):
     assert failed["started"], failed
     wait_for(lambda: trial(srv, failed["trial_id"])["state"] == "failed", timeout=60, what="the trial to fail")
     assert trial(srv, failed["trial_id"])["exit_code"] == 4
-    assert _stored(srv, failed["trial_id"]) == "no luck\n"
+    assert stored_log(srv, failed["trial_id"]) == "no luck\n"
 
 
 def test_pending_job_shows_queued_with_reason_then_cancel(board):
@@ -182,7 +167,7 @@ def test_pending_job_shows_queued_with_reason_then_cancel(board):
             {
                 "key": "later",
                 "title": "Later",
-                "recipe": _python("print('x')"),
+                "recipe": python_recipe("print('x')"),
                 "requirements": {"sbatch": ["--begin=now+1hour"]},
             }
         ],
@@ -205,7 +190,7 @@ def test_cancel_running_job_from_the_board(board):
             {
                 "key": "long",
                 "title": "Long",
-                "recipe": _python("""
+                "recipe": python_recipe("""
         import signal, sys, time
         signal.signal(signal.SIGTERM, lambda s, f: (print("terminated politely", flush=True), sys.exit(0)))
         print("working", flush=True)
@@ -219,7 +204,7 @@ def test_cancel_running_job_from_the_board(board):
     r = httpx.post(f"{srv.url}/api/trials/{tid}/cancel", headers=srv.api_headers())
     assert r.status_code == 200, r.text
     wait_for(lambda: trial(srv, tid)["state"] == "cancelled", timeout=60, what="the trial to be cancelled")
-    wait_for(lambda: "terminated politely" in _stored(srv, tid), timeout=30, what="the SIGTERM handler's line")
+    wait_for(lambda: "terminated politely" in stored_log(srv, tid), timeout=30, what="the SIGTERM handler's line")
 
 
 def test_runner_restart_reattaches_to_its_running_job(board, tmp_path):
@@ -232,7 +217,7 @@ def test_runner_restart_reattaches_to_its_running_job(board, tmp_path):
             {
                 "key": "survivor",
                 "title": "Survivor",
-                "recipe": _python(f"""
+                "recipe": python_recipe(f"""
         import os, time
         for i in range(100): print(f"before {{i}}", flush=True)
         while not os.path.exists({str(gate)!r}): time.sleep(0.05)
@@ -251,7 +236,7 @@ def test_runner_restart_reattaches_to_its_running_job(board, tmp_path):
     node.start()
     wait_for(lambda: trial(srv, tid)["state"] == "succeeded", timeout=90, what="the re-attached trial to succeed")
     expected = "".join(f"before {i}\n" for i in range(100)) + "".join(f"after {i}\n" for i in range(100))
-    assert _stored(srv, tid) == expected
+    assert stored_log(srv, tid) == expected
 
 
 def test_two_node_trial_is_routed_to_the_slurm_runner(board):
@@ -287,7 +272,7 @@ def test_two_node_trial_is_routed_to_the_slurm_runner(board):
     assert started["started"], started
     tid = started["trial_id"]
     wait_for(lambda: trial(srv, tid)["state"] in ("succeeded", "failed"), timeout=180, what="the trial to end")
-    text = _stored(srv, tid)
+    text = stored_log(srv, tid)
     assert trial(srv, tid)["state"] == "succeeded", text[-3000:]
     assert "2 nodes x 2 ranks (nodes from the launcher: n1: ranks [0, 1], n2: ranks [2, 3])" in text
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -18,6 +16,7 @@ from app.protocol.recipes import RecipeError
 from runners.executors.slurm import SlurmConfig, SlurmExecutor, job_info
 from runners.process import OutputChunk
 from runners.recipes import build_launch
+from tests.support.trials import python_recipe
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -56,14 +55,6 @@ class Collector:
         return True
 
 
-def _python(script: str, timeout_s: float = 120) -> dict:
-    return {
-        "kind": "command",
-        "params": {"argv": [sys.executable, "-u", "-c", textwrap.dedent(script)]},
-        "timeout_s": timeout_s,
-    }
-
-
 def _trial(
     executor: SlurmExecutor,
     recipe: dict,
@@ -100,7 +91,7 @@ def test_output_streams_live_while_the_job_runs(executor, tmp_path):
     collector = Collector()
     trial = _trial(
         executor,
-        _python(f"""
+        python_recipe(f"""
         import os, time
         print("first line", flush=True)
         while not os.path.exists({str(gate)!r}): time.sleep(0.05)
@@ -123,7 +114,7 @@ def test_output_streams_live_while_the_job_runs(executor, tmp_path):
 
 def test_a_failing_job_reports_its_exit_code(executor):
     collector = Collector()
-    trial = _trial(executor, _python("import sys; print('boom', flush=True); sys.exit(3)"), collector)
+    trial = _trial(executor, python_recipe("import sys; print('boom', flush=True); sys.exit(3)"), collector)
     trial.start()
     result = trial.wait()
     assert (result.outcome, result.exit_code) == ("exited", 3)
@@ -135,7 +126,7 @@ def test_cancel_running_signals_first_then_kills(executor):
     collector = Collector()
     trial = _trial(
         executor,
-        _python("""
+        python_recipe("""
         import signal, sys, time
         def bye(signum, frame):
             print(f"got signal {signum}, cleaning up", flush=True); sys.exit(0)
@@ -160,7 +151,7 @@ def test_cancel_running_kills_after_grace_when_term_is_ignored(executor):
     collector = Collector()
     trial = _trial(
         executor,
-        _python("""
+        python_recipe("""
         import signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("ignoring TERM", flush=True)
@@ -180,7 +171,7 @@ def test_cancel_running_kills_after_grace_when_term_is_ignored(executor):
 
 def test_pending_job_shows_the_scheduler_reason_and_cancels(executor):
     collector = Collector()
-    trial = _trial(executor, _python("print('never')"), collector, requirements={"sbatch": ["--begin=now+1hour"]})
+    trial = _trial(executor, python_recipe("print('never')"), collector, requirements={"sbatch": ["--begin=now+1hour"]})
     trial.start()
     waiter = threading.Thread(target=trial.wait_running)
     waiter.start()
@@ -197,7 +188,7 @@ def test_pending_job_shows_the_scheduler_reason_and_cancels(executor):
 
 def test_job_cancelled_outside_the_runner_is_reported_so(executor):
     collector = Collector()
-    trial = _trial(executor, _python("import time; print('up', flush=True); time.sleep(600)"), collector)
+    trial = _trial(executor, python_recipe("import time; print('up', flush=True); time.sleep(600)"), collector)
     trial.start()
     trial.wait_running()
     assert collector.got_chunk.wait(60)
@@ -212,7 +203,7 @@ def test_reattach_resumes_the_output_where_the_spool_stopped(executor, tmp_path)
     collector = Collector()
     trial = _trial(
         executor,
-        _python(f"""
+        python_recipe(f"""
         import os, time
         for i in range(50): print(f"before {{i}}", flush=True)
         while not os.path.exists({str(gate)!r}): time.sleep(0.05)
@@ -364,7 +355,7 @@ def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
     collector = Collector()
     trial = _trial(
         executor,
-        _python("import time; print('slow', flush=True); time.sleep(600)", timeout_s=2),
+        python_recipe("import time; print('slow', flush=True); time.sleep(600)", timeout_s=2),
         collector,
         grace_s=1.0,
     )
@@ -378,13 +369,15 @@ def test_the_recipe_timeout_cancels_the_job_as_timed_out(executor):
 def test_requirements_that_sbatch_must_not_take_are_refused(executor):
     collector = Collector()
     with pytest.raises(RecipeError, match="--output is set by the runner"):
-        _trial(executor, _python("print(1)"), collector, requirements={"sbatch": ["--output=/etc/x"]})
+        _trial(executor, python_recipe("print(1)"), collector, requirements={"sbatch": ["--output=/etc/x"]})
     with pytest.raises(RecipeError, match="not an sbatch option"):
-        _trial(executor, _python("print(1)"), collector, requirements={"sbatch": ["; rm -rf /"]})
+        _trial(executor, python_recipe("print(1)"), collector, requirements={"sbatch": ["; rm -rf /"]})
 
 
 def test_sbatch_refusal_is_a_clear_start_error(executor):
     collector = Collector()
-    trial = _trial(executor, _python("print(1)"), collector, requirements={"sbatch": ["--partition=no-such-partition"]})
+    trial = _trial(
+        executor, python_recipe("print(1)"), collector, requirements={"sbatch": ["--partition=no-such-partition"]}
+    )
     with pytest.raises(OSError, match="(?i)partition"):
         trial.start()

@@ -6,4 +6,5 @@
 - `browser`: Chromium for Playwright.
 - `trials`, `recipes`, `verdicts`, `charts`: seeded campaigns, a protocol-speaking runner stand-in,
   recipe subprocesses, verdict scenarios, the charts fixture campaign.
+- `results`: the committed results campaigns of docs/results/, imported.   - `auth`: tokens and logged-in clients.
 """

@@ -5,14 +5,20 @@ user yet (as its first login would have)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlmodel import Session
 
 from app.db import session_scope
 from app.domain import users
 from app.domain.logins import create_api_token, create_login_token
 from app.models import Role, User
+from app.security import CSRF_HEADER, SESSION_COOKIE
 from app.state import app_state
 from tests.support.databases import TEST_ADMIN
+
+if TYPE_CHECKING:  # imported where a client is made: the conftest that imports this module does not need it
+    from fastapi.testclient import TestClient
 
 
 def ensure_admin(session: Session) -> User:
@@ -36,3 +42,20 @@ def login_token(app, user: str | None = None) -> str:
 def api_token(app, name: str = "tests", user: str | None = None) -> str:
     with session_scope(app_state(app).engine) as session:
         return create_api_token(session, name, _user(session, user))
+
+
+def log_in(client: TestClient, app, name: str | None = None) -> TestClient:
+    """`client` holding a fresh session of `name` (default: the board's admin), sending its CSRF token on writes."""
+    r = client.get(f"/login?token={login_token(app, name)}", follow_redirects=False)
+    assert r.status_code == 303, r.text
+    cookie = app_state(app).session_signer.read(client.cookies.get(SESSION_COOKIE))
+    assert cookie is not None and cookie.csrf_token is not None
+    client.headers[CSRF_HEADER] = cookie.csrf_token
+    return client
+
+
+def browser_client(app, name: str | None = None) -> TestClient:
+    """A new client of `app` logged in as `name` (default: the board's admin), sending its CSRF token."""
+    from fastapi.testclient import TestClient
+
+    return log_in(TestClient(app, base_url="http://127.0.0.1"), app, name)

@@ -1,6 +1,10 @@
 """Debian's Chromium for Playwright (Playwright cannot download its own browser here)."""
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlmodel import Session
 
 from app.db import make_engine, session_scope
 from app.domain import users
@@ -23,23 +27,31 @@ CHROMIUM_ARGS = [
 MARK = "() => { window.__notReloaded = 'yes'; return true; }"
 NOT_RELOADED = "() => window.__notReloaded === 'yes'"
 
+T = TypeVar("T")
+
+
+def on_board(server: LiveServer, write: Callable[[Session], T]) -> T:
+    """`write(session)` in one committed session on the running `server`'s database, and what it returned: how a
+    test seeds a board that is already serving."""
+    engine = make_engine(server.env["CAMPAIGN_DATABASE_URL"])
+    try:
+        with session_scope(engine) as session:
+            return write(session)
+    finally:
+        engine.dispose()
+
 
 def login_url(server: LiveServer, path: str | None = None) -> str:
     """A new one-time login link to `server` as the board's admin, leading to `path`: the link the server printed
     can be used once, and a server shared by a module's tests (tests/e2e/conftest.py) is logged into by each."""
-    engine = make_engine(server.env["CAMPAIGN_DATABASE_URL"])
-    try:
-        with session_scope(engine) as session:
-            token = create_login_token(session, 3600)
-    finally:
-        engine.dispose()
+    token = on_board(server, lambda session: create_login_token(session, 3600))
     return f"{server.url}/login?token={token}" + (f"&next={path}" if path else "")
 
 
-def login_context(browser, server_url: str, engine, name: str | None = None, role=None):
-    """A new browser context logged in through a one-time link: as the board's admin, or as the person
-    `name` (made with `role`, operator by default)."""
-    context = browser.new_context()
+def login_context(browser, server_url: str, engine, name: str | None = None, role=None, **context_options):
+    """A new browser context (Playwright's `context_options`: viewport, permissions, ...) logged in through a
+    one-time link: as the board's admin, or as the person `name` (made with `role`, operator by default)."""
+    context = browser.new_context(**context_options)
     page = context.new_page()
     with session_scope(engine) as session:
         person = users.create_user(session, name, role or Role.operator) if name else None

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -19,8 +20,9 @@ from websockets.typing import Origin
 
 from app.config import Settings
 from app.db import session_scope
+from app.domain import logs as log_domain
 from app.domain import runners as runner_domain
-from app.models import Approach, Campaign
+from app.models import Approach, Campaign, Trial
 from app.protocol.messages import AttemptRef, Finished, Heartbeat, Hello, LogChunkMsg, Started, parse_server_message
 from app.security import SESSION_COOKIE
 from runners.process import STARTED_PREFIX
@@ -55,6 +57,11 @@ def seed_campaign(engine, slug: str = "spec", approaches: list[dict[str, Any]] |
 
 def command_recipe(*argv: str, timeout_s: float = 60) -> dict[str, Any]:
     return {"kind": "command", "params": {"argv": list(argv)}, "timeout_s": timeout_s}
+
+
+def python_recipe(script: str, timeout_s: float = 120) -> dict[str, Any]:
+    """A command recipe that runs `script` (dedented) in this Python, unbuffered."""
+    return command_recipe(sys.executable, "-u", "-c", textwrap.dedent(script), timeout_s=timeout_s)
 
 
 def new_runner_token(engine, name: str | None = None) -> tuple[int, str]:
@@ -167,6 +174,14 @@ def viewer_messages(srv: ThreadServer, trial_id: int, after: int = -1, until=Non
         while not (until and until(msgs)):
             msgs.append(json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic()))))
     return msgs
+
+
+def stored_log(srv: ThreadServer, trial_id: int) -> str:
+    """The trial's whole log as the server stored it."""
+    with session_scope(srv.engine, write=False) as session:
+        trial = session.get(Trial, trial_id)
+        assert trial is not None
+        return log_domain.full_text(session, trial)
 
 
 def log_text(msgs: list[dict]) -> str:

@@ -12,9 +12,6 @@ import time
 import httpx
 import pytest
 
-from app.db import session_scope
-from app.domain import logs as log_domain
-from app.models import Trial
 from app.state import app_state
 from tests.support.servers import ThreadServer
 from tests.support.trials import (
@@ -26,6 +23,7 @@ from tests.support.trials import (
     run_next,
     seed_campaign,
     start_real_runner,
+    stored_log,
     trial,
     trial_output,
     viewer_messages,
@@ -74,10 +72,7 @@ def node(tmp_path):
 
 def _stored(srv, trial_id: int) -> str:
     """The trial's own output as stored (after the runner's first line)."""
-    with session_scope(srv.engine, write=False) as session:
-        trial = session.get(Trial, trial_id)
-        assert trial is not None
-        return trial_output(log_domain.full_text(session, trial))
+    return trial_output(stored_log(srv, trial_id))
 
 
 def test_output_arrives_complete_and_in_order(node):

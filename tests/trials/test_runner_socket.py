@@ -10,8 +10,7 @@ from sqlmodel import col, select
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from app.db import session_scope
-from app.domain import logs as log_domain
-from app.models import Approach, Metric, StatusChange, Trial
+from app.models import Approach, Metric, StatusChange
 from app.protocol.messages import AttemptRef, Finished
 from app.protocol.metrics import format_metric
 from tests.support.trials import (
@@ -21,6 +20,7 @@ from tests.support.trials import (
     new_runner_token,
     run_next,
     seed_campaign,
+    stored_log,
     trial,
     viewer_messages,
 )
@@ -42,13 +42,6 @@ def _seed(srv, **extra) -> None:
             },
         ],
     )
-
-
-def _stored(srv, trial_id: int) -> str:
-    with session_scope(srv.engine, write=False) as session:
-        trial = session.get(Trial, trial_id)
-        assert trial is not None
-        return log_domain.full_text(session, trial)
 
 
 def test_bad_and_revoked_tokens_are_refused_and_revoking_disconnects(server):
@@ -94,7 +87,7 @@ def test_dispatch_logs_finish_and_approach_status(server):
     runner.expect("finished_ack")
     view = trial(server, d.trial_id)
     assert view["state"] == "succeeded" and view["exit_code"] == 0
-    assert _stored(server, d.trial_id) == "".join(chunks)
+    assert stored_log(server, d.trial_id) == "".join(chunks)
     with session_scope(server.engine, write=False) as session:
         metrics = session.exec(select(Metric).where(Metric.trial_id == d.trial_id)).all()
         assert [(m.name, m.value, m.seq) for m in metrics] == [("tok_s", 81.9, 3)]
@@ -129,7 +122,7 @@ def test_stale_attempt_is_rejected_and_out_of_order_chunks_read_in_order(server)
     runner.log(d, 0, 0, "a\n")
     runner.log(d, 1, 2, "b\n")
     assert sorted(runner.acks(3)) == [0, 1, 1]
-    assert _stored(server, d.trial_id) == "a\nb\n"
+    assert stored_log(server, d.trial_id) == "a\nb\n"
     runner.finished(stale, exit_code=1)
     assert runner.expect("reject").attempt_id == "0" * 32
     assert trial(server, d.trial_id)["state"] == "running"
@@ -154,7 +147,7 @@ def test_cut_mid_stream_then_resend_leaves_the_log_exact(server):
         again.log(d, seq, seq * 6, lines[seq])
     again.finished(d, 0, last_seq=199)
     again.expect("finished_ack")
-    assert _stored(server, d.trial_id) == "".join(lines)
+    assert stored_log(server, d.trial_id) == "".join(lines)
     assert trial(server, d.trial_id)["state"] == "succeeded"
 
 

@@ -8,20 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.models import Role
-from app.security import CSRF_HEADER, SESSION_COOKIE
-from app.state import app_state
-from tests.support.auth import add_user, login_token
-
-
-def browser_client(app, name: str | None = None) -> TestClient:
-    """A client holding a fresh session of `name` (default: the board's admin), sending its CSRF token."""
-    client = TestClient(app, base_url="http://127.0.0.1")
-    r = client.get(f"/login?token={login_token(app, name)}", follow_redirects=False)
-    assert r.status_code == 303, r.text
-    cookie = app_state(app).session_signer.read(client.cookies.get(SESSION_COOKIE))
-    assert cookie is not None and cookie.csrf_token is not None
-    client.headers[CSRF_HEADER] = cookie.csrf_token
-    return client
+from tests.support.auth import add_user, browser_client
 
 
 @pytest.fixture
