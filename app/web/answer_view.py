@@ -10,10 +10,9 @@ per request.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup
@@ -37,28 +36,24 @@ from app.models import Campaign
 
 T = TypeVar("T")
 
-# What was drawn of the answers read last, by (the answer's identity, what): an answer is immutable and
-# `read_answer` hands out the same object while its key holds, so a drawing of it never goes stale. Each entry holds
-# its answer, so an identity is not reused while the entry lives: as many answers as read_answer keeps (16), with
-# the seven drawings of a page each and room for other served ranges.
-_DRAWN: OrderedDict[tuple[int, str], tuple[Answer, Any]] = OrderedDict()
-_DRAWN_SIZE = 160
+# Drawings kept per answer (Answer.drawn): the seven of a page, and room for other served ranges and nodes of the
+# Deploy panel; the least recently used goes first.
+_DRAWN_PER_ANSWER = 24
 _DRAWN_LOCK = threading.Lock()
 
 
 def _drawn(answer: Answer, what: str, draw: Callable[[], T]) -> T:
-    """`draw()` of `answer`, drawn once per answer (the module docstring). Readers never change what it returns."""
-    key = (id(answer), what)
+    """`draw()` of `answer`, drawn once per answer (the module docstring): kept on the answer itself, so a drawing
+    lives as long as the answer's entry in read_answer's bounded cache. Readers never change what it returns."""
     with _DRAWN_LOCK:
-        found = _DRAWN.get(key)
-        if found is not None and found[0] is answer:
-            _DRAWN.move_to_end(key)
-            return found[1]
+        if what in answer.drawn:
+            answer.drawn.move_to_end(what)
+            return cast(T, answer.drawn[what])
     drawn = draw()
     with _DRAWN_LOCK:
-        _DRAWN[key] = (answer, drawn)
-        while len(_DRAWN) > _DRAWN_SIZE:
-            _DRAWN.popitem(last=False)
+        answer.drawn[what] = drawn
+        while len(answer.drawn) > _DRAWN_PER_ANSWER:
+            answer.drawn.popitem(last=False)
     return drawn
 
 

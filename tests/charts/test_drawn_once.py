@@ -8,6 +8,8 @@ import pytest
 
 from app.db import session_scope
 from app.domain import campaigns
+from app.domain.answer import AnswerQuery
+from app.domain.answer.read import read_answer
 from app.state import app_state
 from app.web import answer_view
 from tests.support.speculation import SweepBuilder, build_sweep_campaign
@@ -65,3 +67,16 @@ def test_a_new_measurement_or_setting_draws_afresh(app, drawn, operator_client):
         session.add(campaign)
     operator_client.get(f"/campaigns/{SLUG}/charts")
     assert drawn["figures"] == 3
+
+
+def test_drawings_live_on_their_answer_and_are_bounded_there(app, drawn, operator_client):
+    # Kept on the answer itself (Answer.drawn): gone with the answer's entry in read_answer's bounded cache, never
+    # kept beside it; and per answer, many served ranges keep only the most recent few.
+    operator_client.get(f"/campaigns/{SLUG}/charts")
+    with session_scope(app_state(app).engine) as session:
+        answer = read_answer(session, campaigns.get_campaign(session, SLUG), AnswerQuery())
+    assert "answer figures" in answer.drawn
+    for n in range(1, answer_view._DRAWN_PER_ANSWER + 10):
+        operator_client.get(f"/campaigns/{SLUG}/charts?serve_batches=1-{n}")
+    assert len(answer.drawn) == answer_view._DRAWN_PER_ANSWER
+    assert drawn["figures"] == 1  # the figures, used on every request, stayed

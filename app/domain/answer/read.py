@@ -24,6 +24,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
@@ -73,6 +74,9 @@ class Answer:
     what_if: WhatIf = field(default_factory=WhatIf)
     t_ar_us: float | None = None  # a what-if allreduce latency laid over the report (report.with_allreduce_latency)
     engine_check: EngineCheck | None = field(default=None, repr=False)  # the answer checked against an engine
+    # What the pages drew of this answer (app/web/answer_view.py `_drawn`): kept with the answer, so it lives exactly
+    # as long as the answer's cache entry and never outlives it; bounded there. Not part of the answer's value.
+    drawn: OrderedDict[str, Any] = field(default_factory=OrderedDict, repr=False, compare=False)
     # The default set is the one the campaign declares (Campaign.answer_conditions); False: it declares conditions
     # no set that can answer states (the default is then the most complete); None: it declares none.
     default_declared: bool | None = None
