@@ -49,7 +49,8 @@ WhatIfForm: type[BaseModel] = create_model(
     __config__=ConfigDict(extra="ignore"),
     __validators__={"blank_is_none": field_validator("*", mode="before")(_blank_is_none)},
     **optional_inputs(ModelInputFields.WHAT_IF),
-    # Not a campaign input: tried in place of the measured allreduce latencies (laid over the answer inside read_answer: AnswerQuery.t_ar_us, report.with_allreduce_latency).
+    # Not a campaign input: tried in place of the measured allreduce latencies, laid over the answer inside
+    # read_answer (AnswerQuery.t_ar_us, report.with_allreduce_latency).
     allreduce_latency_us=(
         float | None,
         Field(None, gt=0, le=1e7, allow_inf_nan=False, title="Allreduce latency t_ar (us)"),
